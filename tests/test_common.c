@@ -1,0 +1,79 @@
+#include "test_common.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+const char *shared_path(const char *rel) {
+    static char bufs[8][4096];
+    static int k;
+    char *b = bufs[k++ & 7];
+    snprintf(b, sizeof bufs[0], "%s/%s", TUTTI_SHARED_DIR, rel);
+    return b;
+}
+
+void require_shared(void) {
+    struct stat st;
+    if (stat(TUTTI_SHARED_DIR "/ref", &st) != 0) {
+        fail_msg("the shared reference data is missing: expected %s (the ../shared folder beside "
+                 "the project, with models/ and ref/); these tests cannot run without it",
+                 TUTTI_SHARED_DIR);
+    }
+}
+
+char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        fclose(f);
+        return NULL;
+    }
+    buf[n] = 0;
+    fclose(f);
+    if (len) *len = (size_t)n;
+    return buf;
+}
+
+int parse_ids(const char *s, int32_t *ids, int n_max) {
+    int n = 0;
+    while (*s && n < n_max) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s) { s++; continue; }
+        ids[n++] = (int32_t)v;
+        s = end;
+    }
+    return n;
+}
+
+static void log_softmax_row(const float *z, double *out, int n) {
+    double mx = -INFINITY;
+    for (int i = 0; i < n; i++) if (z[i] > mx) mx = z[i];
+    double s = 0;
+    for (int i = 0; i < n; i++) s += exp((double)z[i] - mx);
+    double lse = mx + log(s);
+    for (int i = 0; i < n; i++) out[i] = (double)z[i] - lse;
+}
+
+double max_logsoftmax_diff(const float *a, const float *b, int n_rows, int n_vocab) {
+    double *la = malloc(sizeof(double) * (size_t)n_vocab), *lb = malloc(sizeof(double) * (size_t)n_vocab);
+    double worst = 0;
+    for (int r = 0; r < n_rows; r++) {
+        log_softmax_row(a + (size_t)r * n_vocab, la, n_vocab);
+        log_softmax_row(b + (size_t)r * n_vocab, lb, n_vocab);
+        for (int i = 0; i < n_vocab; i++) {
+            double d = fabs(la[i] - lb[i]);
+            if (!(d <= worst)) worst = d; /* NaN propagates as failure */
+        }
+    }
+    free(la);
+    free(lb);
+    return worst;
+}

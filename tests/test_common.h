@@ -1,0 +1,23 @@
+/* Helpers shared by the tests: locating ../shared, reading reference files,
+ * comparing logits.  Include after <cmocka.h>'s prerequisites. */
+#ifndef TUTTI_TEST_COMMON_H
+#define TUTTI_TEST_COMMON_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+/* Absolute path of ../shared/<rel> (static buffer, rotates among 8). */
+const char *shared_path(const char *rel);
+/* Fails the current test, saying that ../shared is missing, unless it exists. */
+void require_shared(void);
+/* Reads a whole file; NULL if it cannot (size in *len).  Caller frees. */
+char *read_file(const char *path, size_t *len);
+/* Parses "1,2,3" into ids; returns count. */
+int parse_ids(const char *s, int32_t *ids, int n_max);
+/* max over positions and ids of |log_softmax(a) - log_softmax(b)|, rows of n_vocab. */
+double max_logsoftmax_diff(const float *a, const float *b, int n_rows, int n_vocab);
+
+#endif
