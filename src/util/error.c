@@ -21,7 +21,15 @@ void tutti_error_prefix(const char *fmt, ...) {
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, g_error, sizeof old);
-    snprintf(g_error, sizeof g_error, "%s: %s", prefix, old);
+    /* Truncation is fine here: the message stays NUL-terminated. */
+    size_t n = strlen(prefix);
+    if (n > sizeof g_error - 3) n = sizeof g_error - 3;
+    memcpy(g_error, prefix, n);
+    memcpy(g_error + n, ": ", 2);
+    size_t m = strlen(old);
+    if (m > sizeof g_error - n - 3) m = sizeof g_error - n - 3;
+    memcpy(g_error + n + 2, old, m);
+    g_error[n + 2 + m] = 0;
 }
 
 const char *tutti_last_error(void) { return g_error[0] ? g_error : "no error recorded"; }
