@@ -1,30 +1,127 @@
 /* Compute kernels — the `kernels` layer: threaded matmul over any weight
- * type, RMSNorm, RoPE, softmax, attention.  Knows nothing about models.
+ * type, RMSNorm, RoPE, softmax, activations, attention over an F16 KV cache.
+ * Knows nothing about models: every kernel takes plain arrays and sizes.
  *
  * Every kernel has a scalar reference; SIMD paths (issue: speed) are chosen
- * at run time and can be forced with TUTTI_KERNELS=scalar|avx2|avx512|neon. */
+ * at run time and can be forced with TUTTI_KERNELS=scalar|avx2|avx512|neon.
+ * The seam is tutti_kernels_backend(): tutti_matmul and tutti_attention
+ * dispatch on it, so a faster path is added beside the scalar one without
+ * touching callers.
+ *
+ * Layout conventions: matrices are row-major; "[a][b]" means a rows of b
+ * contiguous elements.  Activations are float32.  Nothing here allocates
+ * memory or fails: sizes are the caller's responsibility (the model layer
+ * checks every shape when it loads a file). */
 #ifndef TUTTI_KERNELS_H
 #define TUTTI_KERNELS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
+/* ---- backend selection ---- */
+
+/* Name of the kernel path in use ("scalar" for now).  Read once from the
+ * environment variable TUTTI_KERNELS (unset: the best path this CPU
+ * supports); an unknown or unsupported value falls back to "scalar". */
+const char *tutti_kernels_backend(void);
+
+/* ---- thread pool ---- */
+
 /* A persistent pool of worker threads (created once per session, never per
- * token). */
+ * token).  Workers sleep on a condition variable between jobs. */
 typedef struct tutti_threadpool tutti_threadpool;
 
+/* n_threads >= 1 (the caller's thread counts as one: n_threads - 1 workers
+ * are started).  NULL with an error message if threads cannot be created. */
 tutti_threadpool *tutti_threadpool_new(int n_threads);
 void tutti_threadpool_free(tutti_threadpool *tp);
 int tutti_threadpool_n_threads(const tutti_threadpool *tp);
 /* Runs fn(arg, ith, nth) for ith = 0..nth-1 on the pool (the caller's thread
- * takes ith 0) and returns when all are done. */
+ * takes ith 0) and returns when all are done.  tp == NULL runs fn(arg, 0, 1).
+ * Not reentrant: one job at a time per pool. */
 void tutti_threadpool_run(tutti_threadpool *tp, void (*fn)(void *arg, int ith, int nth), void *arg);
+
+/* ---- matrix multiplication ---- */
 
 /* y[t][r] = Σ_c W[r][c] · x[t][c]
  *   W: n_rows rows of n_cols elements of ggml type wtype, rows contiguous
- *      (row r at (char*)w + r * tutti_row_size(wtype, n_cols))
- *   x: float32 [n_tok][n_cols];  y: float32 [n_tok][n_rows]
- * Split across the pool's threads (tp may be NULL: single thread). */
+ *      (row r at (char*)w + r * tutti_row_size(wtype, n_cols)); wtype must be
+ *      tutti_type_supported() and n_cols a multiple of its block size.
+ *   x: float32 [n_tok][n_cols];  y: float32 [n_tok][n_rows] (overwritten)
+ * Rows are split across the pool's threads (tp may be NULL: single thread);
+ * each weight row is dequantized once and dotted with all n_tok activation
+ * rows, so a prompt costs one pass over the weights. */
 void tutti_matmul(tutti_threadpool *tp, int wtype, const void *w, int64_t n_rows, int64_t n_cols,
                   const float *x, int64_t n_tok, float *y);
+
+/* Row `row` of a weight matrix as float32 (embedding lookup, "get_rows"):
+ * dst[0..n_cols). */
+void tutti_get_row(int wtype, const void *w, int64_t n_cols, int64_t row, float *dst);
+
+/* ---- element-wise and row kernels (single-threaded, cheap) ---- */
+
+/* RMSNorm (Zhang & Sennrich 2019), row by row:
+ *   out[t][i] = x[t][i] / sqrt(mean_i(x[t]²) + eps) · (w ? w[i] : 1)
+ * x, out: [n_rows][n]; may alias.  w: [n] or NULL. */
+void tutti_rmsnorm(const float *x, const float *w, float *out, int64_t n_rows, int64_t n, float eps);
+
+/* In-place softmax of one row of n floats (max-subtracted; -INFINITY
+ * entries get probability 0; a row of only -INFINITY becomes all zero). */
+void tutti_softmax(float *x, int64_t n);
+
+/* Rotary position embedding (RoPE, Su et al. 2021) in place on
+ * x [n_tok][n_heads][head_dim] (row stride n_heads*head_dim), token t at
+ * position pos0 + t.  Only the first n_rot dimensions of each head rotate;
+ * the rest pass through.  Rotation i (0 <= i < n_rot/2) uses angle
+ *   theta_i = pos · freq_scale · freq_base^(-2i/n_rot) / (freq_factors ? freq_factors[i] : 1)
+ * and pairs (x[2i], x[2i+1]) in normal mode (GPT-J / original llama) or
+ * (x[i], x[i + n_rot/2]) in NeoX mode (GPT-NeoX, Qwen, Gemma, Phi-3). */
+typedef enum tutti_rope_mode { TUTTI_ROPE_NORMAL = 0, TUTTI_ROPE_NEOX = 2 } tutti_rope_mode;
+void tutti_rope(float *x, int64_t n_tok, int32_t n_heads, int32_t head_dim, int32_t n_rot,
+                int32_t pos0, float freq_base, float freq_scale, const float *freq_factors,
+                tutti_rope_mode mode);
+
+/* Gated feed-forward activations, in place on gate [n]:
+ *   SwiGLU:    gate[i] = silu(gate[i]) · up[i],     silu(a) = a / (1 + e^-a)
+ *   GeGLU:     gate[i] = gelu_tanh(gate[i]) · up[i] (tanh approximation of GELU) */
+void tutti_swiglu(float *gate, const float *up, int64_t n);
+void tutti_geglu(float *gate, const float *up, int64_t n);
+
+/* x[i] = cap · tanh(x[i] / cap) (Gemma 2 logit soft-capping). */
+void tutti_softcap(float *x, int64_t n, float cap);
+
+/* ---- attention ---- */
+
+/* Causal multi-head attention with grouped-query heads (GQA: query head h
+ * reads KV head h / (n_head / n_head_kv)) over an F16 (IEEE binary16) KV
+ * cache, as in "Attention Is All You Need" with the Gemma 2 extras
+ * (soft-capped scores, sliding window).
+ *
+ *   q   float32 [n_tok][n_head * head_dim_k], rotated; row t is at position
+ *       pos0 + t and sees the keys at positions 0 .. pos0 + t
+ *   k   f16 [>= pos0 + n_tok][n_head_kv * head_dim_k]  (cache rows = positions)
+ *   v   f16 [>= pos0 + n_tok][n_head_kv * head_dim_v]
+ *   out float32 [n_tok][n_head * head_dim_v]
+ *   score(t, j) = scale · q_t · k_j, then softcap·tanh(score/softcap) if
+ *   softcap > 0; key j is masked when n_swa > 0 and (pos0 + t) - j >= n_swa.
+ *   scratch: float32 [n_threads][pos0 + n_tok] (scores of one head) */
+typedef struct tutti_attn_params {
+    int32_t n_tok, n_head, n_head_kv, head_dim_k, head_dim_v;
+    int32_t pos0;
+    int32_t n_swa;
+    float scale;
+    float softcap;
+    const float *q;
+    const uint16_t *k;
+    const uint16_t *v;
+    float *out;
+    float *scratch;
+} tutti_attn_params;
+
+void tutti_attention(tutti_threadpool *tp, const tutti_attn_params *p);
+
+/* f16 <-> f32 for cache writes/reads (table-driven f16 -> f32). */
+void tutti_f32_to_f16_row(const float *x, uint16_t *y, int64_t n);
+float tutti_f16_lookup(uint16_t h);
 
 #endif

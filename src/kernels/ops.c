@@ -1,0 +1,147 @@
+/* Row kernels (RMSNorm, softmax, RoPE, gated activations, soft-capping) and
+ * causal GQA attention over the F16 KV cache — scalar reference versions. */
+#include <math.h>
+#include <pthread.h>
+#include <stddef.h>
+
+#include "kernels/kernels.h"
+#include "util/fp16.h"
+
+/* ---- f16 helpers ---- */
+
+static float g_f16_table[65536];
+static pthread_once_t g_f16_once = PTHREAD_ONCE_INIT;
+
+static void f16_table_init(void) {
+    for (uint32_t i = 0; i < 65536; i++) g_f16_table[i] = tutti_fp16_to_f32((uint16_t)i);
+}
+
+float tutti_f16_lookup(uint16_t h) {
+    pthread_once(&g_f16_once, f16_table_init);
+    return g_f16_table[h];
+}
+
+void tutti_f32_to_f16_row(const float *x, uint16_t *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = tutti_f32_to_fp16(x[i]);
+}
+
+/* ---- norms and activations ---- */
+
+void tutti_rmsnorm(const float *x, const float *w, float *out, int64_t n_rows, int64_t n, float eps) {
+    for (int64_t r = 0; r < n_rows; r++) {
+        const float *xr = x + r * n;
+        float *o = out + r * n;
+        double ss = 0; /* double: the mean of squares of large rows loses bits in float */
+        for (int64_t i = 0; i < n; i++) ss += (double)xr[i] * xr[i];
+        const float scale = 1.0f / sqrtf((float)(ss / (double)n) + eps);
+        if (w)
+            for (int64_t i = 0; i < n; i++) o[i] = xr[i] * scale * w[i];
+        else
+            for (int64_t i = 0; i < n; i++) o[i] = xr[i] * scale;
+    }
+}
+
+void tutti_softmax(float *x, int64_t n) {
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < n; i++)
+        if (x[i] > mx) mx = x[i];
+    if (mx == -INFINITY) {
+        for (int64_t i = 0; i < n; i++) x[i] = 0;
+        return;
+    }
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float e = expf(x[i] - mx);
+        x[i] = e;
+        sum += e;
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int64_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+void tutti_swiglu(float *gate, const float *up, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        float a = gate[i];
+        gate[i] = a / (1.0f + expf(-a)) * up[i];
+    }
+}
+
+void tutti_geglu(float *gate, const float *up, int64_t n) {
+    const float c = 0.79788456080286535588f; /* sqrt(2/pi) */
+    for (int64_t i = 0; i < n; i++) {
+        float a = gate[i];
+        gate[i] = 0.5f * a * (1.0f + tanhf(c * (a + 0.044715f * a * a * a))) * up[i];
+    }
+}
+
+void tutti_softcap(float *x, int64_t n, float cap) {
+    for (int64_t i = 0; i < n; i++) x[i] = cap * tanhf(x[i] / cap);
+}
+
+/* ---- RoPE ---- */
+
+void tutti_rope(float *x, int64_t n_tok, int32_t n_heads, int32_t head_dim, int32_t n_rot,
+                int32_t pos0, float freq_base, float freq_scale, const float *freq_factors,
+                tutti_rope_mode mode) {
+    const int32_t half = n_rot / 2;
+    for (int64_t t = 0; t < n_tok; t++) {
+        const double pos = (double)(pos0 + t);
+        for (int32_t i = 0; i < half; i++) {
+            /* angles in double: position × frequency loses precision in float at long contexts */
+            double theta = pos * freq_scale * pow(freq_base, -2.0 * i / n_rot);
+            if (freq_factors) theta /= freq_factors[i];
+            const float c = (float)cos(theta), s = (float)sin(theta);
+            for (int32_t h = 0; h < n_heads; h++) {
+                float *xh = x + (t * n_heads + h) * (int64_t)head_dim;
+                const int32_t a = mode == TUTTI_ROPE_NEOX ? i : 2 * i;
+                const int32_t b = mode == TUTTI_ROPE_NEOX ? i + half : 2 * i + 1;
+                const float x0 = xh[a], x1 = xh[b];
+                xh[a] = x0 * c - x1 * s;
+                xh[b] = x0 * s + x1 * c;
+            }
+        }
+    }
+}
+
+/* ---- attention ---- */
+
+static void attn_worker(void *arg, int ith, int nth) {
+    const tutti_attn_params *p = arg;
+    const int32_t group = p->n_head / p->n_head_kv;
+    const int64_t kstride = (int64_t)p->n_head_kv * p->head_dim_k;
+    const int64_t vstride = (int64_t)p->n_head_kv * p->head_dim_v;
+    float *sc = p->scratch + (size_t)ith * (size_t)(p->pos0 + p->n_tok);
+
+    for (int64_t item = ith; item < (int64_t)p->n_tok * p->n_head; item += nth) {
+        const int32_t t = (int32_t)(item / p->n_head), h = (int32_t)(item % p->n_head);
+        const int32_t kvh = h / group;
+        const int32_t pos = p->pos0 + t;
+        const int32_t j0 = p->n_swa > 0 && pos - p->n_swa + 1 > 0 ? pos - p->n_swa + 1 : 0;
+        const int32_t n = pos + 1 - j0;
+        const float *q = p->q + (int64_t)t * p->n_head * p->head_dim_k + (int64_t)h * p->head_dim_k;
+
+        for (int32_t j = 0; j < n; j++) {
+            const uint16_t *k = p->k + (int64_t)(j0 + j) * kstride + (int64_t)kvh * p->head_dim_k;
+            float s = 0;
+            for (int32_t d = 0; d < p->head_dim_k; d++) s += q[d] * g_f16_table[k[d]];
+            s *= p->scale;
+            if (p->softcap > 0) s = p->softcap * tanhf(s / p->softcap);
+            sc[j] = s;
+        }
+        tutti_softmax(sc, n);
+
+        float *o = p->out + (int64_t)t * p->n_head * p->head_dim_v + (int64_t)h * p->head_dim_v;
+        for (int32_t d = 0; d < p->head_dim_v; d++) o[d] = 0;
+        for (int32_t j = 0; j < n; j++) {
+            const uint16_t *v = p->v + (int64_t)(j0 + j) * vstride + (int64_t)kvh * p->head_dim_v;
+            const float w = sc[j];
+            for (int32_t d = 0; d < p->head_dim_v; d++) o[d] += w * g_f16_table[v[d]];
+        }
+    }
+}
+
+void tutti_attention(tutti_threadpool *tp, const tutti_attn_params *p) {
+    pthread_once(&g_f16_once, f16_table_init);
+    (void)tutti_kernels_backend();
+    tutti_threadpool_run(tp, attn_worker, (void *)p);
+}

@@ -1,0 +1,143 @@
+/* The generic decoder-only transformer forward pass (pre-norm, RMSNorm,
+ * rotary attention with grouped KV heads, gated FFN), driven by the
+ * architecture switches of tutti_arch.  It reads top to bottom like the
+ * papers:
+ *
+ *   x = embed(ids) [· sqrt(n_embd)]
+ *   per layer:  h = rmsnorm(x)                       attn_norm
+ *               q, k, v = h·Wq, h·Wk, h·Wv [+ biases] (or fused Wqkv)
+ *               q, k = rmsnorm per head               (qk_norm)
+ *               q, k = rope(q, k)                     normal / neox, per-layer base
+ *               cache ← k, v (f16)
+ *               a = softmax(q·kᵀ·scale [softcap] [window]) · v
+ *               x += [rmsnorm](a·Wo)                  (post_norms)
+ *               h = rmsnorm(x)                        ffn_norm
+ *               x += [rmsnorm](act(h·Wgate) ⊙ h·Wup)·Wdown
+ *   logits = rmsnorm(x)·Woutᵀ [softcap]
+ */
+#include <math.h>
+#include <string.h>
+
+#include "model/model.h"
+
+static void matmul_w(tutti_session *s, const tutti_weight *w, const float *x, int64_t n_tok, float *y) {
+    tutti_matmul(s->tp, w->type, w->data, w->n_rows, w->n_cols, x, n_tok, y);
+}
+
+static void add_bias(float *x, const tutti_weight *b, int64_t n_tok, int64_t n) {
+    if (!b->data) return;
+    const float *bb = b->data;
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t i = 0; i < n; i++) x[t * n + i] += bb[i];
+}
+
+void tutti_forward_ubatch(tutti_session *s, const int32_t *ids, int32_t n, float *out) {
+    const tutti_model *m = s->model;
+    const tutti_hparams *hp = &m->hp;
+    const tutti_arch *a = m->arch;
+    const int64_t n_embd = hp->n_embd;
+    const int64_t nq = (int64_t)hp->n_head * hp->head_dim_k;
+    const int64_t nk = (int64_t)hp->n_head_kv * hp->head_dim_k;
+    const int64_t nv = (int64_t)hp->n_head_kv * hp->head_dim_v;
+    const int64_t n_ff = hp->n_ff;
+    const int32_t pos0 = s->n_past;
+
+    /* token embeddings */
+    for (int32_t t = 0; t < n; t++) {
+        tutti_get_row(m->token_embd.type, m->token_embd.data, n_embd, ids[t], s->x + t * n_embd);
+        if (a->embd_scale) {
+            const float sc = sqrtf((float)n_embd);
+            for (int64_t i = 0; i < n_embd; i++) s->x[t * n_embd + i] *= sc;
+        }
+    }
+
+    for (int32_t il = 0; il < hp->n_layer; il++) {
+        const tutti_layer *L = &m->layers[il];
+
+        /* ---- attention ---- */
+        tutti_rmsnorm(s->x, L->attn_norm.data, s->h, n, n_embd, hp->rms_eps);
+        if (L->wqkv.data) {
+            matmul_w(s, &L->wqkv, s->h, n, s->qkv);
+            for (int32_t t = 0; t < n; t++) {
+                const float *r = s->qkv + t * (nq + nk + nv);
+                memcpy(s->q + t * nq, r, sizeof(float) * (size_t)nq);
+                memcpy(s->k + t * nk, r + nq, sizeof(float) * (size_t)nk);
+                memcpy(s->v + t * nv, r + nq + nk, sizeof(float) * (size_t)nv);
+            }
+        } else {
+            matmul_w(s, &L->wq, s->h, n, s->q);
+            matmul_w(s, &L->wk, s->h, n, s->k);
+            matmul_w(s, &L->wv, s->h, n, s->v);
+        }
+        add_bias(s->q, &L->bq, n, nq);
+        add_bias(s->k, &L->bk, n, nk);
+        add_bias(s->v, &L->bv, n, nv);
+        if (L->q_norm.data) {
+            tutti_rmsnorm(s->q, L->q_norm.data, s->q, (int64_t)n * hp->n_head, hp->head_dim_k, hp->rms_eps);
+            tutti_rmsnorm(s->k, L->k_norm.data, s->k, (int64_t)n * hp->n_head_kv, hp->head_dim_k, hp->rms_eps);
+        }
+        const float *ff = m->rope_freqs.data;
+        tutti_rope(s->q, n, hp->n_head, hp->head_dim_k, hp->n_rot, pos0, L->rope_base, L->rope_scale, ff,
+                   a->rope_mode);
+        tutti_rope(s->k, n, hp->n_head_kv, hp->head_dim_k, hp->n_rot, pos0, L->rope_base, L->rope_scale, ff,
+                   a->rope_mode);
+
+        uint16_t *kc = s->k_cache + (size_t)il * s->n_ctx * nk;
+        uint16_t *vc = s->v_cache + (size_t)il * s->n_ctx * nv;
+        tutti_f32_to_f16_row(s->k, kc + (size_t)pos0 * nk, (int64_t)n * nk);
+        tutti_f32_to_f16_row(s->v, vc + (size_t)pos0 * nv, (int64_t)n * nv);
+
+        tutti_attn_params ap = {
+            .n_tok = n,
+            .n_head = hp->n_head,
+            .n_head_kv = hp->n_head_kv,
+            .head_dim_k = hp->head_dim_k,
+            .head_dim_v = hp->head_dim_v,
+            .pos0 = pos0,
+            .n_swa = L->n_swa,
+            .scale = hp->attn_scale,
+            .softcap = hp->attn_softcap,
+            .q = s->q,
+            .k = kc,
+            .v = vc,
+            .out = s->att,
+            .scratch = s->attn_scratch,
+        };
+        tutti_attention(s->tp, &ap);
+        matmul_w(s, &L->wo, s->att, n, s->o);
+        if (L->post_attn_norm.data)
+            tutti_rmsnorm(s->o, L->post_attn_norm.data, s->o, n, n_embd, hp->rms_eps);
+        for (int64_t i = 0; i < (int64_t)n * n_embd; i++) s->x[i] += s->o[i];
+
+        /* ---- feed-forward ---- */
+        tutti_rmsnorm(s->x, L->ffn_norm.data, s->h, n, n_embd, hp->rms_eps);
+        if (!L->ffn_gate.data) {
+            /* fused [gate; up] rows: split each token's 2*n_ff outputs */
+            matmul_w(s, &L->ffn_up, s->h, n, s->gate);
+            for (int32_t t = 0; t < n; t++) { /* forward order: writes stay behind reads */
+                memcpy(s->up + t * n_ff, s->gate + t * 2 * n_ff + n_ff, sizeof(float) * (size_t)n_ff);
+                memmove(s->gate + t * n_ff, s->gate + t * 2 * n_ff, sizeof(float) * (size_t)n_ff);
+            }
+        } else {
+            matmul_w(s, &L->ffn_gate, s->h, n, s->gate);
+            matmul_w(s, &L->ffn_up, s->h, n, s->up);
+        }
+        if (a->act == TUTTI_ACT_GELU_TANH)
+            tutti_geglu(s->gate, s->up, (int64_t)n * n_ff);
+        else
+            tutti_swiglu(s->gate, s->up, (int64_t)n * n_ff);
+        matmul_w(s, &L->ffn_down, s->gate, n, s->o);
+        if (L->post_ffn_norm.data)
+            tutti_rmsnorm(s->o, L->post_ffn_norm.data, s->o, n, n_embd, hp->rms_eps);
+        for (int64_t i = 0; i < (int64_t)n * n_embd; i++) s->x[i] += s->o[i];
+    }
+
+    /* ---- output: all rows into `out`, or only the last into s->logits ---- */
+    const int32_t first = out ? 0 : n - 1;
+    const int32_t rows = n - first;
+    tutti_rmsnorm(s->x + (int64_t)first * n_embd, m->output_norm.data, s->h, rows, n_embd, hp->rms_eps);
+    float *dst = out ? out : s->logits;
+    matmul_w(s, &m->output, s->h, rows, dst);
+    if (hp->final_softcap > 0) tutti_softcap(dst, (int64_t)rows * hp->n_vocab, hp->final_softcap);
+    if (out) memcpy(s->logits, out + (int64_t)(n - 1) * hp->n_vocab, sizeof(float) * (size_t)hp->n_vocab);
+}

@@ -1,0 +1,372 @@
+/* Model loading: GGUF metadata -> hyper-parameters, tensors bound by name
+ * with every shape and type checked, tokenizer.  Weights stay in the
+ * read-only mapping owned by the gguf_file (never copied).
+ *
+ * Metadata keys and tensor names follow llama.cpp's GGUF conventions
+ * (https://github.com/ggml-org/ggml/blob/master/docs/gguf.md): keys are
+ * "<arch>.<name>", tensors "token_embd.weight", "blk.N.attn_q.weight", ... */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model.h"
+#include "quant/quant.h"
+#include "util/error.h"
+
+/* Tokenizer shim: the tokenizer layer provides tutti_vocab_from_gguf; until
+ * its header exists the model loads without a vocabulary. */
+#if defined(__has_include)
+#if __has_include("tokenizer/tokenizer.h")
+#include "tokenizer/tokenizer.h"
+#define TUTTI_HAVE_TOKENIZER 1
+#endif
+#endif
+
+/* Bounds that keep every size product far from overflow and refuse absurd
+ * metadata before anything is allocated. */
+#define MAX_DIM (1 << 20)
+#define MAX_LAYERS 4096
+
+tutti_model_params tutti_model_default_params(void) {
+    tutti_model_params p = {.verbose = false};
+    return p;
+}
+
+/* ---- metadata ---- */
+
+/* Reads "<arch>.<suffix>" as a positive int32.  Absent: *out = def, or an
+ * error when required. */
+static int get_dim(const tutti_model *m, const char *suffix, bool required, int32_t def, int32_t *out) {
+    char key[256];
+    snprintf(key, sizeof key, "%s.%s", m->arch->name, suffix);
+    if (gguf_find_key(m->gguf, key) < 0) {
+        if (required)
+            return tutti_set_error("%s: metadata key %s is missing (required for architecture %s)", m->path,
+                                   key, m->arch->name);
+        *out = def;
+        return TUTTI_OK;
+    }
+    uint32_t v;
+    if (!gguf_get_u32(m->gguf, key, &v))
+        return tutti_set_error("%s: metadata key %s must be a single unsigned integer (per-layer arrays are "
+                               "not supported)",
+                               m->path, key);
+    if (v == 0 || v > MAX_DIM)
+        return tutti_set_error("%s: metadata key %s = %u is out of range (1..%d)", m->path, key, v, MAX_DIM);
+    *out = (int32_t)v;
+    return TUTTI_OK;
+}
+
+static int get_float(const tutti_model *m, const char *suffix, float def, float *out) {
+    char key[256];
+    snprintf(key, sizeof key, "%s.%s", m->arch->name, suffix);
+    if (gguf_find_key(m->gguf, key) < 0) {
+        *out = def;
+        return TUTTI_OK;
+    }
+    if (!gguf_get_f32(m->gguf, key, out))
+        return tutti_set_error("%s: metadata key %s must be a float", m->path, key);
+    if (!isfinite(*out)) return tutti_set_error("%s: metadata key %s is not finite", m->path, key);
+    return TUTTI_OK;
+}
+
+static int load_hparams(tutti_model *m) {
+    tutti_hparams *hp = &m->hp;
+    if (get_dim(m, "block_count", true, 0, &hp->n_layer) ||
+        get_dim(m, "context_length", true, 0, &hp->n_ctx_train) ||
+        get_dim(m, "embedding_length", true, 0, &hp->n_embd) ||
+        get_dim(m, "feed_forward_length", true, 0, &hp->n_ff) ||
+        get_dim(m, "attention.head_count", true, 0, &hp->n_head) ||
+        get_dim(m, "attention.head_count_kv", false, hp->n_head, &hp->n_head_kv))
+        return TUTTI_ERR;
+    if (hp->n_layer > MAX_LAYERS)
+        return tutti_set_error("%s: %s.block_count = %d is out of range (1..%d)", m->path, m->arch->name,
+                               hp->n_layer, MAX_LAYERS);
+    if (hp->n_head % hp->n_head_kv != 0)
+        return tutti_set_error("%s: attention.head_count (%d) is not a multiple of attention.head_count_kv (%d)",
+                               m->path, hp->n_head, hp->n_head_kv);
+    if (get_dim(m, "attention.key_length", false, hp->n_embd / hp->n_head, &hp->head_dim_k) ||
+        get_dim(m, "attention.value_length", false, hp->head_dim_k, &hp->head_dim_v) ||
+        get_dim(m, "rope.dimension_count", false, hp->head_dim_k, &hp->n_rot))
+        return TUTTI_ERR;
+    if (hp->head_dim_k == 0)
+        return tutti_set_error("%s: cannot derive the head size: embedding_length %d < head_count %d and no "
+                               "attention.key_length",
+                               m->path, hp->n_embd, hp->n_head);
+    if (hp->n_rot > hp->head_dim_k || hp->n_rot % 2)
+        return tutti_set_error("%s: rope.dimension_count = %d must be even and at most the head size %d", m->path,
+                               hp->n_rot, hp->head_dim_k);
+    if ((int64_t)hp->n_head * hp->head_dim_k > MAX_DIM || (int64_t)hp->n_head * hp->head_dim_v > MAX_DIM)
+        return tutti_set_error("%s: head_count × head size is too large", m->path);
+
+    char key[256];
+    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", m->arch->name);
+    if (gguf_find_key(m->gguf, key) < 0)
+        return tutti_set_error("%s: metadata key %s is missing (required for architecture %s)", m->path, key,
+                               m->arch->name);
+    if (get_float(m, "attention.layer_norm_rms_epsilon", 0, &hp->rms_eps)) return TUTTI_ERR;
+    if (!(hp->rms_eps > 0) || hp->rms_eps > 1)
+        return tutti_set_error("%s: %s = %g is out of range (0, 1]", m->path, key, hp->rms_eps);
+
+    if (get_float(m, "rope.freq_base", 10000.0f, &hp->rope_base) ||
+        get_float(m, "rope.freq_base_swa", hp->rope_base, &hp->rope_base_swa) ||
+        get_float(m, "attn_logit_softcapping", 0, &hp->attn_softcap) ||
+        get_float(m, "final_logit_softcapping", 0, &hp->final_softcap))
+        return TUTTI_ERR;
+    if (!(hp->rope_base > 0) || !(hp->rope_base_swa > 0))
+        return tutti_set_error("%s: rope.freq_base must be positive", m->path);
+    if (hp->attn_softcap < 0 || hp->final_softcap < 0)
+        return tutti_set_error("%s: logit soft-capping values must not be negative", m->path);
+
+    /* RoPE scaling: only linear position interpolation is implemented. */
+    hp->rope_scale = 1.0f;
+    snprintf(key, sizeof key, "%s.rope.scaling.type", m->arch->name);
+    gguf_str st;
+    bool has_type = gguf_get_str(m->gguf, key, &st);
+    if (has_type && !gguf_str_eq(st, "none") && !gguf_str_eq(st, "linear"))
+        return tutti_set_error("%s: %s = '%.*s' is not supported (only 'linear' and 'none')", m->path, key,
+                               (int)(st.len > 64 ? 64 : st.len), st.data);
+    if (!has_type || gguf_str_eq(st, "linear")) {
+        float factor;
+        if (get_float(m, "rope.scaling.factor", 0, &factor)) return TUTTI_ERR;
+        if (factor < 0) return tutti_set_error("%s: rope.scaling.factor = %g must be positive", m->path, factor);
+        if (factor > 0 && factor != 1.0f) hp->rope_scale = 1.0f / factor;
+    }
+
+    hp->n_swa = 0;
+    if (m->arch->swa_pattern > 0 && get_dim(m, "attention.sliding_window", false, 0, &hp->n_swa)) return TUTTI_ERR;
+
+    /* Standard scaled dot-product attention: 1/sqrt(d_k). */
+    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim_k);
+    return TUTTI_OK;
+}
+
+/* ---- tensors ---- */
+
+enum { W_REQUIRED = 0, W_OPTIONAL = 1, W_F32 = 2 };
+
+static void fmt_shape(char *buf, size_t n, const int64_t *ne, uint32_t n_dims) {
+    size_t o = 0;
+    o += (size_t)snprintf(buf + o, n - o, "[");
+    for (uint32_t i = 0; i < n_dims && o < n; i++)
+        o += (size_t)snprintf(buf + o, n - o, "%s%" PRId64, i ? ", " : "", ne[i]);
+    if (o < n) snprintf(buf + o, n - o, "]");
+}
+
+/* Binds tensor `name` with expected shape [ne0] (ne1 == 0) or [ne0, ne1];
+ * ne1 < 0 accepts any row count (read back from the file). */
+static int bind(const tutti_model *m, tutti_weight *w, const char *name, int64_t ne0, int64_t ne1, int flags) {
+    memset(w, 0, sizeof *w);
+    const gguf_tensor_info *t = gguf_find_tensor(m->gguf, name);
+    if (!t) {
+        if (flags & W_OPTIONAL) return TUTTI_OK;
+        return tutti_set_error("%s: tensor '%s' is missing (required for architecture %s)", m->path, name,
+                               m->arch->name);
+    }
+    int64_t want[GGUF_MAX_DIMS] = {ne0, ne1 < 0 ? t->ne[1] : (ne1 == 0 ? 1 : ne1), 1, 1};
+    uint32_t want_dims = ne1 == 0 ? 1 : 2;
+    bool ok = true;
+    for (int i = 0; i < GGUF_MAX_DIMS; i++) ok = ok && t->ne[i] == want[i];
+    if (!ok) {
+        char a[128], b[128];
+        fmt_shape(a, sizeof a, want, want_dims);
+        fmt_shape(b, sizeof b, t->ne, t->n_dims ? t->n_dims : 1);
+        return tutti_set_error("%s: tensor '%s': expected shape %s, found %s", m->path, name, a, b);
+    }
+    if (!tutti_type_supported(t->type))
+        return tutti_set_error("%s: tensor '%s' has type %s, which tutti cannot compute with", m->path, name,
+                               tutti_type_name(t->type));
+    if ((flags & W_F32) && t->type != TUTTI_TYPE_F32)
+        return tutti_set_error("%s: tensor '%s' has type %s, expected f32 (norm weights and biases)", m->path,
+                               name, tutti_type_name(t->type));
+    if (tutti_row_size(t->type, t->ne[0]) == 0)
+        return tutti_set_error("%s: tensor '%s': row of %" PRId64 " elements is not a whole number of %s blocks",
+                               m->path, name, t->ne[0], tutti_type_name(t->type));
+    w->data = t->data;
+    w->type = t->type;
+    w->n_cols = t->ne[0];
+    w->n_rows = t->ne[1];
+    return TUTTI_OK;
+}
+
+static int bind_layer(tutti_model *m, int il) {
+    const tutti_hparams *hp = &m->hp;
+    const tutti_arch *a = m->arch;
+    tutti_layer *L = &m->layers[il];
+    const int64_t n_embd = hp->n_embd, nq = (int64_t)hp->n_head * hp->head_dim_k,
+                  nk = (int64_t)hp->n_head_kv * hp->head_dim_k, nv = (int64_t)hp->n_head_kv * hp->head_dim_v,
+                  no = (int64_t)hp->n_head * hp->head_dim_v;
+    char n[96];
+#define NAME(s) (snprintf(n, sizeof n, "blk.%d." s, il), n)
+    if (bind(m, &L->attn_norm, NAME("attn_norm.weight"), n_embd, 0, W_F32)) return TUTTI_ERR;
+    if (a->fused_qkv) {
+        if (bind(m, &L->wqkv, NAME("attn_qkv.weight"), n_embd, nq + nk + nv, W_REQUIRED)) return TUTTI_ERR;
+    } else {
+        if (bind(m, &L->wq, NAME("attn_q.weight"), n_embd, nq, W_REQUIRED) ||
+            bind(m, &L->wk, NAME("attn_k.weight"), n_embd, nk, W_REQUIRED) ||
+            bind(m, &L->wv, NAME("attn_v.weight"), n_embd, nv, W_REQUIRED))
+            return TUTTI_ERR;
+    }
+    /* Biases are optional everywhere (Qwen2 has them, Llama usually not). */
+    if (bind(m, &L->bq, NAME("attn_q.bias"), nq, 0, W_OPTIONAL | W_F32) ||
+        bind(m, &L->bk, NAME("attn_k.bias"), nk, 0, W_OPTIONAL | W_F32) ||
+        bind(m, &L->bv, NAME("attn_v.bias"), nv, 0, W_OPTIONAL | W_F32))
+        return TUTTI_ERR;
+    if (a->qk_norm && (bind(m, &L->q_norm, NAME("attn_q_norm.weight"), hp->head_dim_k, 0, W_F32) ||
+                       bind(m, &L->k_norm, NAME("attn_k_norm.weight"), hp->head_dim_k, 0, W_F32)))
+        return TUTTI_ERR;
+    if (bind(m, &L->wo, NAME("attn_output.weight"), no, n_embd, W_REQUIRED)) return TUTTI_ERR;
+    if (a->post_norms && (bind(m, &L->post_attn_norm, NAME("post_attention_norm.weight"), n_embd, 0, W_F32) ||
+                          bind(m, &L->post_ffn_norm, NAME("post_ffw_norm.weight"), n_embd, 0, W_F32)))
+        return TUTTI_ERR;
+    if (bind(m, &L->ffn_norm, NAME("ffn_norm.weight"), n_embd, 0, W_F32)) return TUTTI_ERR;
+    if (a->fused_gate_up) {
+        if (bind(m, &L->ffn_up, NAME("ffn_up.weight"), n_embd, 2 * (int64_t)hp->n_ff, W_REQUIRED))
+            return TUTTI_ERR;
+    } else {
+        if (bind(m, &L->ffn_gate, NAME("ffn_gate.weight"), n_embd, hp->n_ff, W_REQUIRED) ||
+            bind(m, &L->ffn_up, NAME("ffn_up.weight"), n_embd, hp->n_ff, W_REQUIRED))
+            return TUTTI_ERR;
+    }
+    if (bind(m, &L->ffn_down, NAME("ffn_down.weight"), hp->n_ff, n_embd, W_REQUIRED)) return TUTTI_ERR;
+#undef NAME
+
+    /* Sliding window: local layers are il % p < p - 1 (see tutti_arch). */
+    const int p = a->swa_pattern;
+    const bool local = p > 0 && hp->n_swa > 0 && il % p < p - 1;
+    L->n_swa = local ? hp->n_swa : 0;
+    L->rope_base = local && a->swa_local_rope_base ? hp->rope_base_swa : hp->rope_base;
+    L->rope_scale = local && a->swa_local_rope_base ? 1.0f : hp->rope_scale;
+    return TUTTI_OK;
+}
+
+static int bind_tensors(tutti_model *m) {
+    tutti_hparams *hp = &m->hp;
+    if (bind(m, &m->token_embd, "token_embd.weight", hp->n_embd, -1, W_REQUIRED)) return TUTTI_ERR;
+    if (m->token_embd.n_rows < 1 || m->token_embd.n_rows > INT32_MAX)
+        return tutti_set_error("%s: tensor 'token_embd.weight' has %" PRId64 " rows (vocabulary size)", m->path,
+                               m->token_embd.n_rows);
+    hp->n_vocab = (int32_t)m->token_embd.n_rows;
+    if (bind(m, &m->output_norm, "output_norm.weight", hp->n_embd, 0, W_F32) ||
+        bind(m, &m->output, "output.weight", hp->n_embd, hp->n_vocab, W_OPTIONAL) ||
+        bind(m, &m->rope_freqs, "rope_freqs.weight", hp->n_rot / 2, 0, W_OPTIONAL | W_F32))
+        return TUTTI_ERR;
+    if (!m->output.data) {
+        m->output = m->token_embd; /* tied embeddings */
+        m->tied = true;
+    }
+    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+    if (!m->layers) return tutti_set_error("%s: out of memory", m->path);
+    for (int il = 0; il < hp->n_layer; il++)
+        if (bind_layer(m, il)) return TUTTI_ERR;
+    return TUTTI_OK;
+}
+
+/* ---- public ---- */
+
+tutti_model *tutti_model_load(const char *path, const tutti_model_params *params) {
+    tutti_model_params defaults = tutti_model_default_params();
+    if (!params) params = &defaults;
+    if (!path) {
+        tutti_set_error("tutti_model_load: path is NULL");
+        return NULL;
+    }
+    tutti_model *m = calloc(1, sizeof *m);
+    if (!m || !(m->path = strdup(path))) {
+        free(m);
+        tutti_set_error("%s: out of memory", path);
+        return NULL;
+    }
+    m->gguf = gguf_open(path);
+    if (!m->gguf) goto fail;
+
+    gguf_str arch;
+    if (!gguf_get_str(m->gguf, "general.architecture", &arch)) {
+        if (gguf_find_key(m->gguf, "general.architecture") < 0)
+            tutti_set_error("%s: metadata key general.architecture is missing (is this a model file, not a "
+                            "vocabulary-only file?)",
+                            path);
+        goto fail;
+    }
+    m->arch = tutti_arch_find(arch.data, arch.len);
+    if (!m->arch) {
+        tutti_set_error("%s: architecture '%.*s' is not supported (supported: %s)", path,
+                        (int)(arch.len > 64 ? 64 : arch.len), arch.data, tutti_arch_list());
+        goto fail;
+    }
+    if (load_hparams(m) || bind_tensors(m)) goto fail;
+
+#ifdef TUTTI_HAVE_TOKENIZER
+    m->vocab = tutti_vocab_from_gguf(m->gguf);
+    if (!m->vocab) {
+        tutti_error_prefix("%s: tokenizer", path);
+        goto fail;
+    }
+#endif
+    if (params->verbose) tutti_model_describe(m, stderr);
+    return m;
+fail:
+    tutti_model_free(m);
+    return NULL;
+}
+
+void tutti_model_free(tutti_model *model) {
+    if (!model) return;
+#ifdef TUTTI_HAVE_TOKENIZER
+    tutti_vocab_free(model->vocab);
+#endif
+    free(model->layers);
+    gguf_close(model->gguf);
+    free(model->path);
+    free(model);
+}
+
+const tutti_vocab *tutti_model_vocab(const tutti_model *model) { return model ? model->vocab : NULL; }
+int32_t tutti_model_n_vocab(const tutti_model *model) { return model ? model->hp.n_vocab : 0; }
+int32_t tutti_model_n_ctx_train(const tutti_model *model) { return model ? model->hp.n_ctx_train : 0; }
+const char *tutti_model_arch(const tutti_model *model) { return model ? model->arch->name : NULL; }
+
+void tutti_model_describe(const tutti_model *model, FILE *out) {
+    if (!model || !out) return;
+    const tutti_hparams *hp = &model->hp;
+    gguf_str name = {"", 0};
+    gguf_get_str(model->gguf, "general.name", &name);
+    fprintf(out, "model: %s\n  name: %.*s\n  architecture: %s\n", model->path, (int)(name.len > 200 ? 200 : name.len),
+            name.data, model->arch->name);
+    fprintf(out,
+            "  n_vocab %d, n_ctx_train %d, n_embd %d, n_layer %d, n_ff %d\n"
+            "  n_head %d, n_head_kv %d, head_dim %d/%d (k/v), n_rot %d, rms_eps %g\n"
+            "  rope: base %g%s, position scale %g%s\n",
+            hp->n_vocab, hp->n_ctx_train, hp->n_embd, hp->n_layer, hp->n_ff, hp->n_head, hp->n_head_kv,
+            hp->head_dim_k, hp->head_dim_v, hp->n_rot, hp->rms_eps, hp->rope_base,
+            model->rope_freqs.data ? " with rope_freqs factors" : "", hp->rope_scale,
+            model->arch->rope_mode == TUTTI_ROPE_NEOX ? ", neox" : ", normal");
+    if (hp->n_swa) fprintf(out, "  sliding window %d (pattern %d)\n", hp->n_swa, model->arch->swa_pattern);
+    if (hp->attn_softcap > 0 || hp->final_softcap > 0)
+        fprintf(out, "  soft-capping: attention %g, final %g\n", hp->attn_softcap, hp->final_softcap);
+    fprintf(out, "  output: %s\n", model->tied ? "tied to token_embd" : "separate");
+
+    /* tensor types: count and bytes per type */
+    int64_t count[TUTTI_TYPE_COUNT] = {0};
+    uint64_t bytes[TUTTI_TYPE_COUNT] = {0}, total = 0;
+    for (int64_t i = 0; i < gguf_n_tensors(model->gguf); i++) {
+        const gguf_tensor_info *t = gguf_tensor(model->gguf, i);
+        if (t->type >= 0 && t->type < TUTTI_TYPE_COUNT) {
+            count[t->type]++;
+            bytes[t->type] += t->size;
+        }
+        total += t->size;
+    }
+    fprintf(out, "  tensors: %" PRId64 ", %.2f MiB:", gguf_n_tensors(model->gguf), (double)total / (1 << 20));
+    for (int t = 0; t < TUTTI_TYPE_COUNT; t++)
+        if (count[t])
+            fprintf(out, " %s×%" PRId64 " (%.2f MiB)", tutti_type_name(t), count[t], (double)bytes[t] / (1 << 20));
+    fprintf(out, "\n");
+#ifdef TUTTI_HAVE_TOKENIZER
+    if (model->vocab)
+        fprintf(out, "  tokenizer: %s (pre %s), %d tokens\n", tutti_vocab_type(model->vocab),
+                tutti_vocab_pre(model->vocab), tutti_vocab_n_tokens(model->vocab));
+#endif
+}

@@ -1,0 +1,133 @@
+/* The `model` layer (internal): hyper-parameters, weights bound by name, and
+ * the per-architecture switches that drive ONE generic decoder-only
+ * transformer forward pass (forward.c).  Public entry points are in
+ * include/tutti.h (tutti_model_*, tutti_session_*).
+ *
+ * Adding an architecture = one row in the arch table (arch.c) plus, at most,
+ * a new switch here used by the loader and the forward pass.  There is no
+ * per-architecture copy of the forward pass. */
+#ifndef TUTTI_MODEL_H
+#define TUTTI_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gguf/gguf.h"
+#include "kernels/kernels.h"
+#include "tutti.h"
+
+/* Per-architecture switches (data, not code). */
+typedef enum tutti_ffn_act { TUTTI_ACT_SILU, TUTTI_ACT_GELU_TANH } tutti_ffn_act;
+
+typedef struct tutti_arch {
+    const char *name;           /* general.architecture, also the metadata key prefix */
+    tutti_rope_mode rope_mode;  /* NORMAL (llama) or NEOX (qwen, gemma, phi3) */
+    tutti_ffn_act act;          /* gate activation of the gated FFN */
+    bool fused_qkv;             /* blk.N.attn_qkv = [q; k; v] rows instead of attn_q/k/v */
+    bool fused_gate_up;         /* blk.N.ffn_up = [gate; up] rows, no ffn_gate */
+    bool qk_norm;               /* blk.N.attn_q_norm / attn_k_norm: RMSNorm per head before rope */
+    bool post_norms;            /* blk.N.post_attention_norm / post_ffw_norm on the branch outputs */
+    bool embd_scale;            /* token embeddings × sqrt(n_embd) (Gemma) */
+    /* Sliding-window layer pattern: 0 = no sliding window; p > 0 = layer il
+     * is local (window n_swa) when il % p < p - 1 and global otherwise
+     * (gemma2: 2, gemma3: 6 = five local, one global). */
+    int swa_pattern;
+    bool swa_local_rope_base;   /* local layers use rope.freq_base_swa (gemma3) */
+} tutti_arch;
+
+/* Looks up an architecture by name; NULL if unsupported. */
+const tutti_arch *tutti_arch_find(const char *name, size_t len);
+/* Comma-separated list of supported names (for error messages). */
+const char *tutti_arch_list(void);
+
+/* A weight bound to a GGUF tensor: data stays in the mapping.  2-D tensors
+ * are n_rows rows of n_cols elements (GGUF ne[0] = n_cols); 1-D tensors have
+ * n_rows = 1.  data == NULL: tensor absent (optional). */
+typedef struct tutti_weight {
+    const void *data;
+    int type;
+    int64_t n_cols, n_rows;
+} tutti_weight;
+
+typedef struct tutti_layer {
+    tutti_weight attn_norm;                      /* f32 [n_embd] */
+    tutti_weight wq, wk, wv;                     /* [n_head*head_dim_k][n_embd], [n_head_kv*head_dim_k][n_embd], [n_head_kv*head_dim_v][n_embd] */
+    tutti_weight wqkv;                           /* fused: [q + k + v rows][n_embd] */
+    tutti_weight bq, bk, bv;                     /* optional f32 biases of the q/k/v projections */
+    tutti_weight q_norm, k_norm;                 /* f32 [head_dim_k] */
+    tutti_weight wo;                             /* [n_embd][n_head*head_dim_v] */
+    tutti_weight post_attn_norm;                 /* f32 [n_embd] */
+    tutti_weight ffn_norm;                       /* f32 [n_embd] */
+    tutti_weight ffn_gate, ffn_up;               /* [n_ff][n_embd]; fused up: [2*n_ff][n_embd] */
+    tutti_weight ffn_down;                       /* [n_embd][n_ff] */
+    tutti_weight post_ffn_norm;                  /* f32 [n_embd] */
+    int32_t n_swa;                               /* 0 = full causal attention, else window size */
+    float rope_base, rope_scale;                 /* this layer's rope frequency base and position scale */
+} tutti_layer;
+
+typedef struct tutti_hparams {
+    int32_t n_vocab;      /* rows of the output matrix = logits per position */
+    int32_t n_ctx_train;  /* context_length */
+    int32_t n_embd;       /* embedding_length */
+    int32_t n_layer;      /* block_count */
+    int32_t n_ff;         /* feed_forward_length */
+    int32_t n_head;       /* attention.head_count */
+    int32_t n_head_kv;    /* attention.head_count_kv (default n_head) */
+    int32_t head_dim_k;   /* attention.key_length (default n_embd / n_head) */
+    int32_t head_dim_v;   /* attention.value_length (default head_dim_k) */
+    int32_t n_rot;        /* rope.dimension_count (default head_dim_k) */
+    float rms_eps;        /* attention.layer_norm_rms_epsilon */
+    float rope_base;      /* rope.freq_base (default 10000) */
+    float rope_base_swa;  /* rope.freq_base_swa (local layers, gemma3) */
+    float rope_scale;     /* position multiplier = 1 / rope.scaling.factor (linear) */
+    int32_t n_swa;        /* attention.sliding_window (0 = none) */
+    float attn_softcap;   /* attn_logit_softcapping (0 = off) */
+    float final_softcap;  /* final_logit_softcapping (0 = off) */
+    float attn_scale;     /* multiplier of q·k (1/sqrt(head_dim_k)) */
+} tutti_hparams;
+
+struct tutti_model {
+    char *path;
+    gguf_file *gguf;           /* owns the mapping every weight points into */
+    const tutti_arch *arch;
+    tutti_hparams hp;
+    tutti_weight token_embd;   /* [n_vocab][n_embd] */
+    tutti_weight output_norm;  /* f32 [n_embd] */
+    tutti_weight output;       /* [n_vocab][n_embd]; == token_embd when tied */
+    bool tied;
+    tutti_weight rope_freqs;   /* optional f32 [n_rot/2]: per-frequency divisors (Llama 3.1) */
+    tutti_layer *layers;       /* [n_layer] */
+    tutti_vocab *vocab;        /* owned; NULL if the tokenizer could not be built */
+};
+
+/* A session: one timeline of tokens with its own KV cache and buffers.
+ * The cache is F16 like llama.cpp's default, one K and one V row per
+ * position and layer: k_cache[il] is [n_ctx][n_head_kv*head_dim_k].  A batch
+ * of n tokens is evaluated in micro-batches of at most n_ubatch tokens (the
+ * activations below are sized for n_ubatch); causality makes that identical
+ * to one pass. */
+struct tutti_session {
+    const tutti_model *model;
+    int32_t n_ctx, n_past, n_ubatch;
+    tutti_threadpool *tp;
+    uint16_t *k_cache, *v_cache; /* [n_layer][n_ctx][n_head_kv*head_dim] */
+    /* activations, [n_ubatch][...] */
+    float *x;     /* residual stream [n_embd] */
+    float *h;     /* normed input of a branch [n_embd] */
+    float *qkv;   /* projections [q + k + v] (q | k | v contiguous per token when fused) */
+    float *q, *k, *v; /* [n_head*head_dim_k], [n_head_kv*head_dim_k], [n_head_kv*head_dim_v] */
+    float *att;   /* attention output [n_head*head_dim_v] */
+    float *o;     /* branch output [n_embd] */
+    float *gate;  /* [n_ff] (fused: [2*n_ff] before the split) */
+    float *up;    /* [n_ff] */
+    float *attn_scratch; /* [n_threads][n_ctx] */
+    float *logits;       /* [n_vocab]: last evaluated position */
+    bool has_logits;
+};
+
+/* Forward pass of ids[0..n) (n <= n_ubatch) at positions n_past.. ; writes
+ * the K/V rows, advances nothing (the caller does).  If out is non-NULL it
+ * receives all n rows of logits; the last row always goes to s->logits. */
+void tutti_forward_ubatch(tutti_session *s, const int32_t *ids, int32_t n, float *out);
+
+#endif

@@ -1,0 +1,153 @@
+/* Sessions: KV cache, activation buffers, the thread pool, and the public
+ * tutti_session_* calls.  All memory is allocated in tutti_session_new; eval
+ * allocates nothing. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "model/model.h"
+#include "util/error.h"
+
+#define MAX_CTX (1 << 22)
+#define MAX_THREADS 512
+#define MAX_UBATCH 512
+
+tutti_session_params tutti_session_default_params(void) {
+    tutti_session_params p = {.n_ctx = 0, .n_threads = 0};
+    return p;
+}
+
+/* calloc of a * b * c elements of `size` bytes, refusing overflow. */
+static void *alloc3(size_t a, size_t b, size_t c, size_t size) {
+    if (b && a > SIZE_MAX / b) return NULL;
+    size_t n = a * b;
+    if (c && n > SIZE_MAX / c) return NULL;
+    n *= c;
+    if (n == 0) n = 1;
+    return calloc(n, size);
+}
+
+tutti_session *tutti_session_new(const tutti_model *model, const tutti_session_params *params) {
+    if (!model) {
+        tutti_set_error("tutti_session_new: model is NULL");
+        return NULL;
+    }
+    tutti_session_params p = params ? *params : tutti_session_default_params();
+    const tutti_hparams *hp = &model->hp;
+    if (p.n_ctx < 0 || p.n_ctx > MAX_CTX) {
+        tutti_set_error("tutti_session_new: n_ctx = %d is out of range (0 = default, up to %d)", p.n_ctx, MAX_CTX);
+        return NULL;
+    }
+    if (p.n_threads < 0 || p.n_threads > MAX_THREADS) {
+        tutti_set_error("tutti_session_new: n_threads = %d is out of range (0 = all CPUs, up to %d)", p.n_threads,
+                        MAX_THREADS);
+        return NULL;
+    }
+    if (p.n_ctx == 0) p.n_ctx = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
+    if (p.n_threads == 0) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        p.n_threads = c < 1 ? 1 : (c > MAX_THREADS ? MAX_THREADS : (int32_t)c);
+    }
+
+    tutti_session *s = calloc(1, sizeof *s);
+    if (!s) {
+        tutti_set_error("tutti_session_new: out of memory");
+        return NULL;
+    }
+    s->model = model;
+    s->n_ctx = p.n_ctx;
+    s->n_ubatch = p.n_ctx < MAX_UBATCH ? p.n_ctx : MAX_UBATCH;
+    const size_t ub = (size_t)s->n_ubatch;
+    const size_t nq = (size_t)hp->n_head * hp->head_dim_k, nk = (size_t)hp->n_head_kv * hp->head_dim_k,
+                 nv = (size_t)hp->n_head_kv * hp->head_dim_v, no = (size_t)hp->n_head * hp->head_dim_v;
+
+    s->tp = tutti_threadpool_new(p.n_threads);
+    if (!s->tp) goto fail;
+    s->k_cache = alloc3((size_t)hp->n_layer, (size_t)s->n_ctx, nk, sizeof(uint16_t));
+    s->v_cache = alloc3((size_t)hp->n_layer, (size_t)s->n_ctx, nv, sizeof(uint16_t));
+    s->x = alloc3(ub, (size_t)hp->n_embd, 1, sizeof(float));
+    s->h = alloc3(ub, (size_t)hp->n_embd, 1, sizeof(float));
+    s->o = alloc3(ub, (size_t)hp->n_embd, 1, sizeof(float));
+    s->q = alloc3(ub, nq, 1, sizeof(float));
+    s->k = alloc3(ub, nk, 1, sizeof(float));
+    s->v = alloc3(ub, nv, 1, sizeof(float));
+    s->att = alloc3(ub, no, 1, sizeof(float));
+    s->gate = alloc3(ub, 2, (size_t)hp->n_ff, sizeof(float)); /* room for a fused [gate; up] */
+    s->up = alloc3(ub, (size_t)hp->n_ff, 1, sizeof(float));
+    s->attn_scratch = alloc3((size_t)tutti_threadpool_n_threads(s->tp), (size_t)s->n_ctx, 1, sizeof(float));
+    s->logits = alloc3((size_t)hp->n_vocab, 1, 1, sizeof(float));
+    if (model->arch->fused_qkv) s->qkv = alloc3(ub, nq + nk + nv, 1, sizeof(float));
+    if (!s->k_cache || !s->v_cache || !s->x || !s->h || !s->o || !s->q || !s->k || !s->v || !s->att || !s->gate ||
+        !s->up || !s->attn_scratch || !s->logits || (model->arch->fused_qkv && !s->qkv)) {
+        tutti_set_error("tutti_session_new: out of memory for n_ctx = %d (KV cache %.1f MiB)", s->n_ctx,
+                        2.0 * hp->n_layer * (double)s->n_ctx * (double)(nk + nv) / (1 << 20));
+        goto fail;
+    }
+    return s;
+fail:
+    tutti_session_free(s);
+    return NULL;
+}
+
+void tutti_session_free(tutti_session *s) {
+    if (!s) return;
+    tutti_threadpool_free(s->tp);
+    free(s->k_cache);
+    free(s->v_cache);
+    free(s->x);
+    free(s->h);
+    free(s->o);
+    free(s->qkv);
+    free(s->q);
+    free(s->k);
+    free(s->v);
+    free(s->att);
+    free(s->gate);
+    free(s->up);
+    free(s->attn_scratch);
+    free(s->logits);
+    free(s);
+}
+
+int tutti_session_eval(tutti_session *s, const int32_t *ids, int32_t n, float *logits) {
+    if (!s) return tutti_set_error("tutti_session_eval: session is NULL");
+    if (n < 0) return tutti_set_error("tutti_session_eval: n = %d is negative", n);
+    if (n == 0) return TUTTI_OK;
+    if (!ids) return tutti_set_error("tutti_session_eval: ids is NULL");
+    if ((int64_t)s->n_past + n > s->n_ctx)
+        return tutti_set_error("tutti_session_eval: context full: n_past %d + %d new tokens > n_ctx %d (rewind, "
+                               "or create the session with a larger n_ctx)",
+                               s->n_past, n, s->n_ctx);
+    const int32_t n_vocab = s->model->hp.n_vocab;
+    for (int32_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= n_vocab)
+            return tutti_set_error("tutti_session_eval: token id %d at index %d is out of range (n_vocab %d)",
+                                   ids[i], i, n_vocab);
+    for (int32_t done = 0; done < n;) {
+        const int32_t chunk = n - done < s->n_ubatch ? n - done : s->n_ubatch;
+        /* Without a caller buffer only the last row of each micro-batch is
+         * computed (one row; the final one is what the caller gets). */
+        float *out = logits ? logits + (int64_t)done * n_vocab : NULL;
+        tutti_forward_ubatch(s, ids + done, chunk, out);
+        s->n_past += chunk;
+        done += chunk;
+    }
+    s->has_logits = true;
+    return TUTTI_OK;
+}
+
+const float *tutti_session_logits(const tutti_session *s) { return s && s->has_logits ? s->logits : NULL; }
+int32_t tutti_session_n_past(const tutti_session *s) { return s ? s->n_past : 0; }
+int32_t tutti_session_n_ctx(const tutti_session *s) { return s ? s->n_ctx : 0; }
+
+int tutti_session_rewind(tutti_session *s, int32_t n_past) {
+    if (!s) return tutti_set_error("tutti_session_rewind: session is NULL");
+    if (n_past < 0 || n_past > s->n_past)
+        return tutti_set_error("tutti_session_rewind: n_past = %d is outside 0..%d (the current length)", n_past,
+                               s->n_past);
+    /* Cache rows >= n_past are simply overwritten by later evals. */
+    s->n_past = n_past;
+    if (n_past == 0) s->has_logits = false;
+    return TUTTI_OK;
+}
