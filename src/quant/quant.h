@@ -75,4 +75,71 @@ bool tutti_dequantize_row(int type, const void *src, float *dst, int64_t n);
  * scalar reference every SIMD path is tested against. */
 float tutti_vec_dot_ref(int type, const void *w_row, const float *x, int64_t n);
 
+/* ------------------------------------------------------------------------ */
+/* Reference quantizers: float32 -> ggml blocks.
+ *
+ * Bit-exact with ggml's quantize_row_*_ref (ggml/src/ggml-quants.c), i.e.
+ * with what llama-quantize writes when no importance matrix is given, and
+ * with gguf-py's gguf.quants.quantize for the types it implements.  Rounding
+ * rules (as in ggml):
+ *   - Q8_0: d = amax / 127, q = roundf(x / d) (ties away from zero).
+ *   - Q8_K: iscale = -127 / max where max is the element of largest |x|
+ *     (sign kept), q = min(127, round-to-nearest-even(iscale * x)),
+ *     d = 1 / iscale (float32); bsums = sums of each 16 consecutive q.
+ *   - Q4_0 / Q5_0: d = max / -8 (/ -16), q = min(15 (31), trunc(x/d + 8.5
+ *     (16.5))).  Q4_1 / Q5_1: d = (max - min) / 15 (31), m = min,
+ *     q = trunc((x - min) / d + 0.5).
+ *   - Q4_K / Q5_K: per 32-element sub-block, a weighted least-squares search
+ *     over scale and min (ggml's make_qkx2_quants, weights sqrt(mean x^2) +
+ *     |x|); 6-bit sub-scales relative to f16 d = max_scale / 63 and
+ *     dmin = max_min / 63; elements re-rounded (ties to even) against the
+ *     stored scales.
+ *   - Q6_K: per 16-element sub-block, ggml's make_qx_quants (weights x^2,
+ *     19 trial scales); int8 sub-scales relative to d = max_scale / -128.
+ * All-zero blocks give all-zero data.
+ *
+ * n must be a non-negative multiple of the block size (32, or 256 for the K
+ * types); dst receives tutti_row_size(type, n) bytes, with no alignment
+ * requirement.  The typed functions below assume that and that every x is
+ * finite; tutti_quantize_row_ref checks both and reports bad input as an
+ * error. */
+
+#define TUTTI_QK8_0 32
+#define TUTTI_QK_K 256
+
+/* Q8_0 block, 34 bytes, the same bytes as ggml's block_q8_0. */
+typedef struct tutti_block_q8_0 {
+    uint16_t d;        /* IEEE half scale */
+    int8_t qs[TUTTI_QK8_0];
+} tutti_block_q8_0;
+
+/* Q8_K block, 292 bytes, the same bytes as ggml's block_q8_K: the 8-bit
+ * activation format of llama.cpp's K-quant dot products.  Not a tensor type
+ * of GGUF files (tutti_type_supported(TUTTI_TYPE_Q8_K) is false). */
+typedef struct tutti_block_q8_K {
+    float d;                         /* float32 scale: x ~= d * qs[i] */
+    int8_t qs[TUTTI_QK_K];
+    int16_t bsums[TUTTI_QK_K / 16];  /* bsums[j] = sum of qs[16j .. 16j+15] */
+} tutti_block_q8_K;
+
+void tutti_quantize_row_q8_0_ref(const float *x, void *dst, int64_t n);
+void tutti_quantize_row_q8_K_ref(const float *x, void *dst, int64_t n);
+void tutti_quantize_row_q4_0_ref(const float *x, void *dst, int64_t n);
+void tutti_quantize_row_q4_1_ref(const float *x, void *dst, int64_t n);
+void tutti_quantize_row_q5_0_ref(const float *x, void *dst, int64_t n);
+void tutti_quantize_row_q5_1_ref(const float *x, void *dst, int64_t n);
+void tutti_quantize_row_q4_K_ref(const float *x, void *dst, int64_t n);
+void tutti_quantize_row_q5_K_ref(const float *x, void *dst, int64_t n);
+void tutti_quantize_row_q6_K_ref(const float *x, void *dst, int64_t n);
+
+/* true when tutti_quantize_row_ref can produce `type` (F32, F16, BF16 and the
+ * types above). */
+bool tutti_type_can_quantize(int type);
+
+/* Quantizes n floats into dst (tutti_row_size(type, n) bytes).  Returns
+ * false and records an error (tutti_last_error) when the type has no
+ * quantizer, n is negative or not a multiple of the block size, a pointer
+ * is NULL while n > 0, or an input is NaN or infinite. */
+bool tutti_quantize_row_ref(int type, const float *x, void *dst, int64_t n);
+
 #endif
