@@ -170,6 +170,198 @@ int32_t tutti_sampler_sample(tutti_sampler *sampler, const float *logits, int32_
 /* Records a chosen id for the repetition penalty. */
 void tutti_sampler_accept(tutti_sampler *sampler, int32_t id);
 
+/* ------------------------------------------------------------------------ */
+/* Ensembles: several models, one generation (the `fusion` layer).
+ *
+ * Every member is a loaded model with its own tokenizer and KV cache, a
+ * weight w_i and a temperature tau_i (p_i = softmax(logits_i / tau_i)).
+ * Alignment says what the members' distributions are fused over:
+ *   TOKEN  members with the same vocabulary (same token list, merges, scores
+ *          and token types; detected from the GGUF tokenizer metadata, never
+ *          from names) fuse per token id.
+ *   BYTE   any vocabularies: each member's next-token distribution becomes
+ *          the exact distribution of the next byte given all committed bytes,
+ *          summing over the tokenizations that cover the text (Phan et al.
+ *          2024, "Exact Byte-Level Probabilities from Tokenized Language
+ *          Models for FIM-Tasks and Model Ensembles"; ByteSampler, Hayase et
+ *          al. 2025).  257 outcomes: 256 bytes and end of text.  A member
+ *          runs a forward pass only when a committed byte completes one of
+ *          its tokens.  Output is valid UTF-8.
+ *   SPAN   every member drafts up to the next word end, every member scores
+ *          every draft through its own tokenizer, the draft with the best
+ *          weighted log-likelihood per byte is committed (Cool-Fusion /
+ *          SweetSpan style).
+ *   AUTO   TOKEN when all vocabularies are equal, else BYTE.
+ * Rules (applied per step to the aligned distributions):
+ *   MIX          linear pool  p = Σ w_i p_i / Σ w_i
+ *   PRODUCT      log-linear pool  log p ∝ Σ w_i log p_i / Σ w_i
+ *   GATE         the member with the lowest entropy this step
+ *   CONTRASTIVE  log p ∝ Σ w_i log p_i restricted to {x: p_1(x) >= beta max p_1}
+ *                (Li et al. 2023); member 1 is the expert (w_1 > 0), the
+ *                others amateurs with negative weights (default -0.5).
+ * Weights must be >= 0 except in CONTRASTIVE; default: uniform. */
+
+#define TUTTI_ENSEMBLE_MAX_MEMBERS 16
+
+typedef enum tutti_fusion_rule {
+    TUTTI_RULE_MIX = 0,
+    TUTTI_RULE_PRODUCT = 1,
+    TUTTI_RULE_GATE = 2,
+    TUTTI_RULE_CONTRASTIVE = 3,
+} tutti_fusion_rule;
+
+typedef enum tutti_align {
+    TUTTI_ALIGN_AUTO = 0,
+    TUTTI_ALIGN_TOKEN = 1,
+    TUTTI_ALIGN_BYTE = 2,
+    TUTTI_ALIGN_SPAN = 3,
+} tutti_align;
+
+/* Names ("mix", "byte", ...) <-> values; parse functions return -1 for an
+ * unknown name. */
+const char *tutti_rule_name(tutti_fusion_rule rule);
+const char *tutti_align_name(tutti_align align);
+int tutti_rule_parse(const char *name);
+int tutti_align_parse(const char *name);
+
+typedef struct tutti_member_desc {
+    const char *model_path; /* GGUF file */
+    float weight;           /* NAN = default (uniform; contrastive: 1 for member 1, -0.5 for the others) */
+    float temp;             /* tau_i > 0; NAN or 0 = 1 */
+} tutti_member_desc;
+
+typedef struct tutti_ensemble_params {
+    const tutti_member_desc *members; /* [n_members], 1 <= n <= TUTTI_ENSEMBLE_MAX_MEMBERS; borrowed */
+    int32_t n_members;
+    tutti_fusion_rule rule;
+    tutti_align align;
+    float beta;        /* contrastive plausibility cut (default 0.1) */
+    int32_t n_ctx;     /* per-member context in tokens; 0 = min(n_ctx_train, 4096) */
+    int32_t n_threads; /* total worker threads; 0 = online CPUs */
+    int32_t parallel;  /* 0 = default (measured faster: see fusion/ensemble.c), 1 = sequential
+                          members with all threads each, 2 = one thread per member, concurrently */
+    double prune;      /* byte alignment: drop tokenization hypotheses below this share of the
+                          live mass (default 1e-6; 0 = exact) */
+    int32_t max_hyps;  /* byte alignment: at most this many hypotheses per member (default 8) */
+    bool verbose;      /* load summaries to stderr */
+} tutti_ensemble_params;
+
+tutti_ensemble_params tutti_ensemble_default_params(void);
+
+typedef struct tutti_ensemble tutti_ensemble;
+
+/* Loads every member (all stay resident).  NULL + error when a file is
+ * missing or malformed, TOKEN alignment is asked for members whose
+ * vocabularies differ, weights are negative outside CONTRASTIVE or all zero,
+ * a temperature is not positive, or the member count is out of range. */
+tutti_ensemble *tutti_ensemble_new(const tutti_ensemble_params *params);
+void tutti_ensemble_free(tutti_ensemble *ens);
+
+int32_t tutti_ensemble_n_members(const tutti_ensemble *ens);
+/* The alignment in use (AUTO resolved). */
+tutti_align tutti_ensemble_align(const tutti_ensemble *ens);
+tutti_fusion_rule tutti_ensemble_rule(const tutti_ensemble *ens);
+/* Member i's model (owned by the ensemble), weight and temperature. */
+const tutti_model *tutti_ensemble_member_model(const tutti_ensemble *ens, int32_t i);
+const char *tutti_ensemble_member_path(const tutti_ensemble *ens, int32_t i);
+float tutti_ensemble_member_weight(const tutti_ensemble *ens, int32_t i);
+float tutti_ensemble_member_temp(const tutti_ensemble *ens, int32_t i);
+/* Replaces weights and/or temperatures (either may be NULL), [n_members];
+ * same checks as tutti_ensemble_new. */
+int tutti_ensemble_set_weights(tutti_ensemble *ens, const float *weights, const float *temps);
+/* Changes the rule (the alignment is fixed at creation). */
+int tutti_ensemble_set_rule(tutti_ensemble *ens, tutti_fusion_rule rule);
+
+/* One mask for the whole ensemble, applied to the fused distribution (per
+ * token in TOKEN alignment, per byte in BYTE and SPAN alignment).  All
+ * pointers borrowed; NULL/0 = off. */
+typedef struct tutti_mask {
+    const char *const *allowed; /* non-empty: the output must be a prefix of one of these,
+                                   and may end only when it equals one */
+    int32_t n_allowed;
+    const char *const *forbidden; /* the output never contains any of these */
+    int32_t n_forbidden;
+    const char *const *stop;      /* generation stops after one of these; it is not output */
+    int32_t n_stop;
+    int32_t max_len;              /* generated units (tokens in TOKEN, bytes in BYTE/SPAN); <= 0: n_ctx */
+} tutti_mask;
+
+typedef struct tutti_ensemble_stats {
+    int32_t n_units;        /* tokens (TOKEN) or bytes (BYTE, SPAN) generated */
+    int32_t n_bytes;        /* bytes output */
+    double t_total_s;       /* wall time of the generation (prompt included) */
+    double t_forward_s;     /* wall time during which members ran forward passes */
+    double t_fusion_s;      /* t_total_s - t_forward_s: alignment, fusion, mask, sampling */
+    double t_member_s[TUTTI_ENSEMBLE_MAX_MEMBERS];       /* forward time per member */
+    int64_t n_member_tokens[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* tokens each member ran */
+} tutti_ensemble_stats;
+
+/* Receives output bytes as they are committed (never splits a UTF-8
+ * character in BYTE alignment); return non-zero to stop. */
+typedef int (*tutti_text_cb)(const char *bytes, size_t n, void *user);
+
+/* Generates a fused continuation of prompt[0..prompt_len) (raw text; each
+ * member tokenizes it itself, BOS added as its vocabulary asks), sampling on
+ * the fused distribution with sampler params sp (NULL = defaults; the same
+ * options as single-model generation).  Stops at end of text, a stop string,
+ * mask->max_len or when cb returns non-zero.  stats may be NULL.  Returns 0
+ * or TUTTI_ERR (context full, a member failing, everything masked out). */
+int tutti_ensemble_generate(tutti_ensemble *ens, const char *prompt, size_t prompt_len,
+                            const tutti_sampler_params *sp, const tutti_mask *mask,
+                            tutti_text_cb cb, void *user, tutti_ensemble_stats *stats);
+
+/* Bits per byte of text: every member alone (token level, over its
+ * canonical tokenization, like llama.cpp perplexity) and the ensemble
+ * under its rule, alignment, weights and temperatures.  The text is split
+ * into sentence-aligned chunks of at most 200 bytes, each scored from BOS
+ * (../shared/oracle/bpb.py).  bits per byte = Σ -log2 p / Σ chunk bytes. */
+typedef struct tutti_bpb_result {
+    int32_t n_members;
+    int32_t n_chunks;
+    int64_t n_bytes;
+    double member_bpb[TUTTI_ENSEMBLE_MAX_MEMBERS];      /* token level, tau_i = 1 */
+    double member_byte_bpb[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* BYTE/SPAN: the member alone through the
+                                                           byte marginals at its tau_i; else NAN */
+    double ensemble_bpb;
+} tutti_bpb_result;
+
+int tutti_ensemble_eval_bpb(tutti_ensemble *ens, const char *text, size_t len, tutti_bpb_result *out);
+
+/* Finds weights (and temperatures from a grid) minimising the ensemble's
+ * bits per byte on text under the current rule and alignment, and sets them
+ * on the ensemble.  temps: grid of candidate temperatures ([n_temps]; NULL =
+ * {1}).  Rules MIX and PRODUCT (and SPAN, which fits a span-level mixture);
+ * GATE has no weights to fit (they only switch members on/off) and
+ * CONTRASTIVE is refused.  out (may be NULL) receives the bits per byte of
+ * uniform weights (tau = 1) and of the fitted setting. */
+typedef struct tutti_fit_result {
+    double uniform_bpb;
+    double fitted_bpb;
+    float weights[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    float temps[TUTTI_ENSEMBLE_MAX_MEMBERS];
+} tutti_fit_result;
+
+int tutti_ensemble_fit(tutti_ensemble *ens, const char *text, size_t len, const float *temps,
+                       int32_t n_temps, tutti_fit_result *out);
+
+/* Ensemble files: one member per line, `MODEL_PATH WEIGHT TEMP` (weight and
+ * temperature optional; a path with spaces goes in double quotes; relative
+ * paths are relative to the file's folder), plus optional lines
+ * `rule NAME` and `align NAME`; `#` starts a comment. */
+typedef struct tutti_ensemble_file {
+    tutti_member_desc *members; /* [n_members], paths owned by this struct */
+    int32_t n_members;
+    int rule;  /* tutti_fusion_rule, or -1 if the file does not say */
+    int align; /* tutti_align, or -1 */
+} tutti_ensemble_file;
+
+/* NULL + error (naming the line) on a malformed file. */
+tutti_ensemble_file *tutti_ensemble_file_read(const char *path);
+void tutti_ensemble_file_free(tutti_ensemble_file *f);
+/* Writes the ensemble (its members, weights, temperatures, rule and
+ * alignment) in the file format above. */
+int tutti_ensemble_file_write(const tutti_ensemble *ens, FILE *out);
+
 #ifdef __cplusplus
 }
 #endif
