@@ -11,7 +11,9 @@
  *     quantize where it has one) of the synthetic rows quant_input.f32;
  *   - the compiler's _Float16 conversion for every half bit pattern.
  * tests/data/quant/make_expected.sh regenerates the data in the oracle
- * chroot; manifest.txt says which tensor and byte offset each case uses. */
+ * chroot; manifest.txt says which tensor and byte offset each case uses.
+ * Tensors are located with tutti's gguf reader, which must agree with the
+ * byte offsets gguf-py recorded. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +21,7 @@
 
 #include "test_common.h"
 
+#include "gguf/gguf.h"
 #include "quant/quant.h"
 #include "tutti.h"
 
@@ -64,6 +67,22 @@ static uint8_t *shared_file(const char *rel, size_t *len) {
     return b;
 }
 
+/* The mapped data of `tensor` in the shared GGUF `rel`, checked against the
+ * bytes gguf-py located at file offset `offset` (whole file in `raw`). */
+static const uint8_t *tensor_data(gguf_file **gf, const char *rel, const char *tensor, int type,
+                                  const uint8_t *raw, size_t raw_len, long long offset, size_t nbytes) {
+    *gf = gguf_open(shared_path(rel));
+    if (!*gf) fail_msg("gguf_open %s: %s", rel, tutti_last_error());
+    const gguf_tensor_info *t = gguf_find_tensor(*gf, tensor);
+    if (!t) fail_msg("%s: tensor %s not found by the gguf reader", rel, tensor);
+    assert_int_equal(t->type, type);
+    assert_true(nbytes <= t->size && (size_t)offset + nbytes <= raw_len);
+    if (memcmp(t->data, raw + offset, nbytes))
+        fail_msg("%s: gguf reader's data of %s is not at file offset %lld where gguf-py found it", rel,
+                 tensor, offset);
+    return t->data;
+}
+
 static float *expected_floats(const char *name, long long n) {
     char path[512];
     snprintf(path, sizeof path, DATA_DIR "%s", name);
@@ -98,6 +117,8 @@ static void test_dequant_matches_gguf_py(void **state) {
         uint8_t *file = shared_file(c->file, &flen);
         const size_t nbytes = tutti_row_size(c->type, c->n);
         assert_true(nbytes > 0 && (size_t)c->offset + nbytes <= flen);
+        gguf_file *gf;
+        const uint8_t *mapped = tensor_data(&gf, c->file, c->tensor, c->type, file, flen, c->offset, nbytes);
         float *want = expected_floats(c->expected, c->n);
         float *got = malloc(sizeof(float) * (size_t)c->n);
         uint8_t *odd = malloc(nbytes + 1);
@@ -105,7 +126,7 @@ static void test_dequant_matches_gguf_py(void **state) {
         assert_non_null(odd);
         memcpy(odd + 1, file + c->offset, nbytes);
         for (int pass = 0; pass < 2; pass++) {
-            const uint8_t *src = pass ? odd + 1 : file + c->offset;
+            const uint8_t *src = pass ? odd + 1 : mapped;
             memset(got, 0xff, sizeof(float) * (size_t)c->n);
             assert_true(tutti_dequantize_row(c->type, src, got, c->n));
             for (long long j = 0; j < c->n; j++) {
@@ -116,6 +137,7 @@ static void test_dequant_matches_gguf_py(void **state) {
             }
         }
         print_message("dequant %-7s %lld elements bit-exact\n", c->type_name, c->n);
+        gguf_close(gf);
         free(odd);
         free(got);
         free(want);
@@ -239,19 +261,24 @@ static void test_quantize_matches_llama_quantize(void **state) {
         uint8_t *src = shared_file(c->file, &slen);
         uint8_t *dst = shared_file(c->dst_file, &dlen);
         const size_t nbytes = tutti_row_size(c->type, c->n);
-        assert_true(nbytes > 0 && (size_t)c->dst_offset + nbytes <= dlen);
-        assert_true((size_t)c->offset + 4 * (size_t)c->n <= slen);
+        gguf_file *gsrc, *gdst;
+        const uint8_t *src_data =
+            tensor_data(&gsrc, c->file, c->tensor, TUTTI_TYPE_F32, src, slen, c->offset, 4 * (size_t)c->n);
+        const uint8_t *want =
+            tensor_data(&gdst, c->dst_file, c->tensor, c->type, dst, dlen, c->dst_offset, nbytes);
         float *x = malloc(4 * (size_t)c->n);
         uint8_t *got = malloc(nbytes);
         assert_non_null(x);
         assert_non_null(got);
-        memcpy(x, src + c->offset, 4 * (size_t)c->n);
+        memcpy(x, src_data, 4 * (size_t)c->n);
         assert_true(tutti_quantize_row_ref(c->type, x, got, c->n));
         char what[300];
         snprintf(what, sizeof what, "%s of %s vs %s", c->tensor, c->file, c->dst_file);
-        compare_blocks(what, c->type, got, dst + c->dst_offset, c->n);
+        compare_blocks(what, c->type, got, want, c->n);
         print_message("quantize %-5s %s: %lld elements bit-exact with llama-quantize\n", c->type_name,
                       c->tensor, c->n);
+        gguf_close(gsrc);
+        gguf_close(gdst);
         free(got);
         free(x);
         free(dst);

@@ -67,12 +67,16 @@ const char *tutti_type_name(int type);
 /* Bytes of a row of n elements, or 0 if n is not a multiple of the block size. */
 size_t tutti_row_size(int type, int64_t n);
 
-/* Reference dequantization (scalar); returns false for unsupported types. */
+/* Reference dequantization (scalar); returns false for unsupported types.
+ * Bit-exact with ggml's dequantize_row_* / gguf-py.  Also returns false,
+ * with tutti_last_error set, when n is negative or not a multiple of the
+ * block size, or a pointer is NULL while n > 0.  src needs no alignment. */
 bool tutti_dequantize_row(int type, const void *src, float *dst, int64_t n);
 
 /* Reference dot product of one weight row of `type` with a float32 vector x,
  * n elements: dequantizes block by block and accumulates in float32.  The
- * scalar reference every SIMD path is tested against. */
+ * scalar reference every SIMD path is tested against.  On bad input (as for
+ * tutti_dequantize_row) returns NaN with tutti_last_error set. */
 float tutti_vec_dot_ref(int type, const void *w_row, const float *x, int64_t n);
 
 /* ------------------------------------------------------------------------ */
