@@ -1,0 +1,80 @@
+/* Internal to the quant layer's SIMD kernels (vecdot.c, simd_x86.c,
+ * simd_neon.c): byte-level field readers and the hooks each path uses to fill
+ * its kernel table. */
+#ifndef TUTTI_QUANT_SIMD_COMMON_H
+#define TUTTI_QUANT_SIMD_COMMON_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "quant/quant.h"
+#include "quant/vecdot.h"
+#include "util/fp16.h"
+
+/* Blocks are packed back to back at odd sizes (18, 22, 110 ... bytes), so
+ * multi-byte fields are read with memcpy, never through a cast pointer. */
+static inline uint16_t simd_rd_u16(const uint8_t *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+static inline uint32_t simd_rd_u32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static inline float simd_rd_f32(const uint8_t *p) {
+    float v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* Table-driven half -> float (vecdot.c); exact. */
+extern float tutti_simd_f16_table[65536];
+static inline float simd_rd_half(const uint8_t *p) { return tutti_simd_f16_table[simd_rd_u16(p)]; }
+
+/* ggml's kvalues_iq4nl: the 16 levels of IQ4_NL / IQ4_XS. */
+extern const int8_t tutti_simd_iq4nl_values[16];
+
+/* Sizes of the activation blocks. */
+#define SIMD_Q8_0_BYTES 34
+#define SIMD_Q8_1_BYTES 36
+#define SIMD_Q8_K_BYTES 292
+
+/* 6-bit scale and min j (0..7) of Q4_K / Q5_K from their 12 scale bytes. */
+static inline void simd_k4_scale_min(const uint8_t *s, int j, int *sc, int *m) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+/* Q3_K's 16 six-bit scales (biased by 32, returned unbiased). */
+static inline void simd_q3k_scales(const uint8_t *sb, int8_t out[16]) {
+    for (int j = 0; j < 16; j++) {
+        const int lo = j < 8 ? (sb[j] & 0x0F) : (sb[j - 8] >> 4);
+        const int hi = (sb[8 + j % 4] >> (2 * (j / 4))) & 3;
+        out[j] = (int8_t)((lo | (hi << 4)) - 32);
+    }
+}
+
+/* Generic tile product built from a vec_dot (used where a path has no
+ * dedicated tile kernel). */
+void tutti_simd_gemm_from_vec_dot(tutti_vec_dot_fn vd, int64_t n, const void *w, size_t ldw,
+                                  int nr, const void *vx, size_t ldx, int nc, float *s,
+                                  size_t lds);
+
+/* Each path overwrites the entries it has kernels for (tab indexed by
+ * weight type; entries arrive filled with the simpler path's kernels). */
+void tutti_simd_fill_avx2(tutti_vec_dot_traits *tab);
+void tutti_simd_fill_avx512(tutti_vec_dot_traits *tab);
+void tutti_simd_fill_neon(tutti_vec_dot_traits *tab);
+/* CPU feature tests of the paths (false when not compiled in). */
+bool tutti_simd_cpu_avx2(void);
+bool tutti_simd_cpu_avx512(void);
+bool tutti_simd_cpu_neon(void);
+
+#endif

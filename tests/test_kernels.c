@@ -1,0 +1,378 @@
+/* SIMD dot-product kernels (quant/vecdot.h) against references.
+ *
+ * 1. The scalar path against the float reference tutti_vec_dot_ref (quant
+ *    engineer's exact dequantize-and-dot): the only allowed difference is
+ *    the activation rounding, so |scalar - ref| <= sum_i |w_i| * |x_i - x~_i|
+ *    (x~ = the activation as the kernel sees it, decoded from its blocks)
+ *    plus 1e-5 relative float slack.  A layout error (wrong nibble, scale or
+ *    sign) breaks this by orders of magnitude.
+ * 2. The activation quantizers against their definition: |x - x~| <= d/2
+ *    (+ half rounding of d) per element, bsums = sums of 16 qs.
+ * 3. Every available SIMD path against the scalar path on the same blocks:
+ *    the integer sums are identical, only the float accumulation order
+ *    differs: |simd - scalar| <= 2e-5 * sum_i |w_i x~_i| + 1e-6.
+ *    Same for the tile kernels (gemm) with every nr x nc shape.
+ * Sizes are awkward on purpose (odd block counts; 1..1001 elements for the
+ * float types) and weights are random (quantized with the reference
+ * quantizers, or random bytes with sane scales for types without one). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "test_common.h"
+#include "quant/quant.h"
+#include "quant/vecdot.h"
+#include "tutti.h"
+#include "util/fp16.h"
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ULL;
+static uint32_t rnd(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (uint32_t)(g_rng >> 16);
+}
+static float frand(void) { return (float)rnd() / 4294967296.0f * 2.0f - 1.0f; }
+
+static const int k_types[] = {TUTTI_TYPE_F32,  TUTTI_TYPE_F16,  TUTTI_TYPE_BF16,   TUTTI_TYPE_Q4_0,
+                              TUTTI_TYPE_Q4_1, TUTTI_TYPE_Q5_0, TUTTI_TYPE_Q5_1,   TUTTI_TYPE_Q8_0,
+                              TUTTI_TYPE_Q2_K, TUTTI_TYPE_Q3_K, TUTTI_TYPE_Q4_K,   TUTTI_TYPE_Q5_K,
+                              TUTTI_TYPE_Q6_K, TUTTI_TYPE_IQ4_NL, TUTTI_TYPE_IQ4_XS};
+#define N_TYPES ((int)(sizeof k_types / sizeof k_types[0]))
+
+/* Random activations with a varying scale and a few outliers, like
+ * real hidden states. */
+static void fill_x(float *x, int64_t n) {
+    const float scale = 0.1f + 3.0f * (frand() + 1.0f);
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = frand() * scale;
+        if (rnd() % 97 == 0) x[i] *= 20.0f;
+    }
+}
+
+static void put_half(uint8_t *p, float f) {
+    const uint16_t h = tutti_f32_to_fp16(f);
+    memcpy(p, &h, 2);
+}
+
+/* One random weight row of `type`. */
+static void fill_w(int type, void *w, int64_t n) {
+    const size_t bytes = tutti_row_size(type, n);
+    if (tutti_type_can_quantize(type)) {
+        float *f = malloc(sizeof(float) * (size_t)n);
+        fill_x(f, n);
+        assert_true(tutti_quantize_row_ref(type, f, w, n));
+        free(f);
+        return;
+    }
+    uint8_t *b = w;
+    for (size_t i = 0; i < bytes; i++) b[i] = (uint8_t)rnd();
+    const int64_t nb = n / tutti_type_get(type)->block_size;
+    const size_t bs = tutti_type_get(type)->type_size;
+    for (int64_t i = 0; i < nb; i++) {
+        uint8_t *blk = b + (size_t)i * bs;
+        switch (type) {
+        case TUTTI_TYPE_Q2_K: put_half(blk + 80, 0.01f * (frand() + 1.5f)); put_half(blk + 82, 0.01f * frand()); break;
+        case TUTTI_TYPE_Q3_K: put_half(blk + 108, 0.01f * frand()); break;
+        case TUTTI_TYPE_IQ4_NL: put_half(blk, 0.01f * frand()); break;
+        case TUTTI_TYPE_IQ4_XS: put_half(blk, 0.01f * frand()); break;
+        default: fail_msg("no weight generator for %s", tutti_type_name(type));
+        }
+    }
+}
+
+/* The activations as the kernel sees them (decoded from vec_dot blocks). */
+static void decode_act(int vtype, const void *vx, float *out, int64_t n) {
+    const uint8_t *b = vx;
+    switch (vtype) {
+    case TUTTI_TYPE_F32: memcpy(out, vx, sizeof(float) * (size_t)n); break;
+    case TUTTI_TYPE_F16:
+        for (int64_t i = 0; i < n; i++) out[i] = tutti_fp16_to_f32(((const uint16_t *)vx)[i]);
+        break;
+    case TUTTI_TYPE_BF16:
+        for (int64_t i = 0; i < n; i++) out[i] = tutti_bf16_to_f32(((const uint16_t *)vx)[i]);
+        break;
+    case TUTTI_TYPE_Q8_0:
+        assert_true(tutti_dequantize_row(TUTTI_TYPE_Q8_0, vx, out, n));
+        break;
+    case TUTTI_TYPE_Q8_1:
+        for (int64_t i = 0; i < n / 32; i++, b += 36) {
+            uint16_t d;
+            memcpy(&d, b, 2);
+            for (int j = 0; j < 32; j++) out[32 * i + j] = tutti_fp16_to_f32(d) * (float)(int8_t)b[4 + j];
+        }
+        break;
+    case TUTTI_TYPE_Q8_K:
+        for (int64_t i = 0; i < n / 256; i++, b += 292) {
+            float d;
+            memcpy(&d, b, 4);
+            for (int j = 0; j < 256; j++) out[256 * i + j] = d * (float)(int8_t)b[4 + j];
+        }
+        break;
+    default: fail_msg("unknown activation type %d", vtype);
+    }
+}
+
+/* Checks the activation quantizer's output against its definition. */
+static void check_act_quant(int vtype, const float *x, const void *vx, int64_t n) {
+    float *xd = malloc(sizeof(float) * (size_t)n);
+    decode_act(vtype, vx, xd, n);
+    const int64_t bs = vtype == TUTTI_TYPE_Q8_K ? 256 : vtype == TUTTI_TYPE_Q8_0 || vtype == TUTTI_TYPE_Q8_1 ? 32 : 1;
+    for (int64_t i0 = 0; i0 < n; i0 += bs) {
+        float amax = 0;
+        for (int64_t i = i0; i < i0 + bs; i++) amax = fmaxf(amax, fabsf(x[i]));
+        for (int64_t i = i0; i < i0 + bs; i++) {
+            double tol;
+            if (bs == 1) /* half rounding: 2^-11 relative (bf16: 2^-8), subnormals */
+                tol = fabs(x[i]) * (vtype == TUTTI_TYPE_BF16 ? 1.0 / 256 : 1.0 / 2048) + 1e-7;
+            else /* half a step d = amax/127, and the half rounding of d */
+                tol = amax / 127.0 * 0.5 + amax * (1.0 / 1024) + 1e-30;
+            if (fabs((double)x[i] - xd[i]) > tol)
+                fail_msg("activation %s element %lld: x=%g decoded %g (tol %g)", tutti_type_name(vtype),
+                         (long long)i, x[i], xd[i], tol);
+        }
+    }
+    if (vtype == TUTTI_TYPE_Q8_K) {
+        const uint8_t *b = vx;
+        for (int64_t i = 0; i < n / 256; i++, b += 292)
+            for (int j = 0; j < 16; j++) {
+                int s = 0;
+                for (int k = 0; k < 16; k++) s += (int8_t)b[4 + 16 * j + k];
+                int16_t bsum;
+                memcpy(&bsum, b + 260 + 2 * j, 2);
+                assert_int_equal(s, bsum);
+            }
+    }
+    free(xd);
+}
+
+/* Sizes to try for a type: odd block counts. */
+static int sizes_for(int type, int64_t *out) {
+    const int64_t bs = tutti_type_get(type)->block_size;
+    if (bs == 1) {
+        const int64_t s[] = {1, 7, 15, 16, 17, 33, 250, 1001};
+        memcpy(out, s, sizeof s);
+        return 8;
+    }
+    const int64_t k[] = {1, 3, 7, 13};
+    for (int i = 0; i < 4; i++) out[i] = k[i] * bs * (bs == 32 ? 3 : 1);
+    return 4;
+}
+
+typedef struct row_case {
+    int64_t n;
+    void *w;      /* NR rows */
+    float *x;     /* NC rows */
+    void *xq;     /* NC rows of activation blocks (scalar quantizer) */
+    size_t ldw, ldx;
+} row_case;
+
+#define NR 3
+#define NC 4
+
+static void make_case(int type, const tutti_vec_dot_traits *sc, int64_t n, row_case *rc) {
+    rc->n = n;
+    rc->ldw = tutti_row_size(type, n);
+    rc->ldx = tutti_row_size(sc->vec_type, n);
+    assert_true(rc->ldw > 0 && rc->ldx > 0);
+    rc->w = malloc(rc->ldw * NR);
+    rc->x = malloc(sizeof(float) * (size_t)n * NC);
+    rc->xq = malloc(rc->ldx * NC);
+    for (int r = 0; r < NR; r++) fill_w(type, (char *)rc->w + r * rc->ldw, n);
+    for (int c = 0; c < NC; c++) {
+        fill_x(rc->x + c * n, n);
+        sc->from_float(rc->x + c * n, (char *)rc->xq + c * rc->ldx, n);
+    }
+}
+
+static void free_case(row_case *rc) {
+    free(rc->w);
+    free(rc->x);
+    free(rc->xq);
+}
+
+/* 1 + 2: scalar kernels and quantizers vs the float reference. */
+static void test_scalar_vs_reference(void **state) {
+    (void)state;
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        const int type = k_types[ti];
+        const tutti_vec_dot_traits *sc = tutti_vec_dot_get_path(TUTTI_SIMD_SCALAR, type);
+        assert_non_null(sc);
+        int64_t sizes[8];
+        const int ns = sizes_for(type, sizes);
+        for (int si = 0; si < ns; si++) {
+            row_case rc;
+            make_case(type, sc, sizes[si], &rc);
+            const int64_t n = rc.n;
+            float *wd = malloc(sizeof(float) * (size_t)n), *xd = malloc(sizeof(float) * (size_t)n);
+            for (int r = 0; r < NR; r++)
+                for (int c = 0; c < NC; c++) {
+                    const void *w = (char *)rc.w + r * rc.ldw;
+                    const float *x = rc.x + c * n;
+                    const void *xq = (char *)rc.xq + c * rc.ldx;
+                    check_act_quant(sc->vec_type, x, xq, n);
+                    assert_true(tutti_dequantize_row(type, w, wd, n));
+                    decode_act(sc->vec_type, xq, xd, n);
+                    double bound = 0, mag = 0;
+                    for (int64_t i = 0; i < n; i++) {
+                        bound += fabs((double)wd[i]) * fabs((double)x[i] - xd[i]);
+                        mag += fabs((double)wd[i] * x[i]);
+                    }
+                    const float ref = tutti_vec_dot_ref(type, w, x, n);
+                    float got;
+                    sc->vec_dot(n, &got, w, xq);
+                    const double tol = bound * 1.001 + 1e-5 * mag + 1e-6;
+                    if (!(fabs((double)got - ref) <= tol))
+                        fail_msg("scalar %s n=%lld: %.9g vs reference %.9g (|diff| %.3g > tol %.3g)",
+                                 tutti_type_name(type), (long long)n, got, ref, fabs((double)got - ref), tol);
+                }
+            free(wd);
+            free(xd);
+            free_case(&rc);
+        }
+    }
+}
+
+/* 3: every SIMD path vs the scalar path, vec_dot and all tile shapes. */
+static int g_paths_tested;
+
+static void check_path(tutti_simd path) {
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        const int type = k_types[ti];
+        const tutti_vec_dot_traits *sc = tutti_vec_dot_get_path(TUTTI_SIMD_SCALAR, type);
+        const tutti_vec_dot_traits *k = tutti_vec_dot_get_path(path, type);
+        assert_non_null(k);
+        assert_int_equal(k->vec_type, sc->vec_type);
+        int64_t sizes[8];
+        const int ns = sizes_for(type, sizes);
+        for (int si = 0; si < ns; si++) {
+            row_case rc;
+            make_case(type, sc, sizes[si], &rc);
+            const int64_t n = rc.n;
+            /* the path's activation quantizer vs its definition */
+            void *xq2 = malloc(rc.ldx);
+            for (int c = 0; c < NC; c++) {
+                k->from_float(rc.x + c * n, xq2, n);
+                check_act_quant(k->vec_type, rc.x + c * n, xq2, n);
+            }
+            free(xq2);
+            float *wd = malloc(sizeof(float) * (size_t)n), *xd = malloc(sizeof(float) * (size_t)n);
+            float want[NC][NR], mag[NC][NR];
+            for (int r = 0; r < NR; r++) {
+                const void *w = (char *)rc.w + r * rc.ldw;
+                assert_true(tutti_dequantize_row(type, w, wd, n));
+                for (int c = 0; c < NC; c++) {
+                    const void *xq = (char *)rc.xq + c * rc.ldx;
+                    decode_act(sc->vec_type, xq, xd, n);
+                    double m = 0;
+                    for (int64_t i = 0; i < n; i++) m += fabs((double)wd[i] * xd[i]);
+                    mag[c][r] = (float)m;
+                    sc->vec_dot(n, &want[c][r], w, xq);
+                    float got;
+                    k->vec_dot(n, &got, w, xq);
+                    const double tol = 2e-5 * m + 1e-6;
+                    if (!(fabs((double)got - want[c][r]) <= tol))
+                        fail_msg("%s vec_dot %s n=%lld: %.9g vs scalar %.9g (tol %.3g)", tutti_simd_name(path),
+                                 tutti_type_name(type), (long long)n, got, want[c][r], tol);
+                }
+            }
+            for (int nr = 1; nr <= NR && nr <= k->gemm_nr; nr++)
+                for (int nc = 1; nc <= NC && nc <= k->gemm_nc; nc++) {
+                    float s[NC][NR + 1];
+                    memset(s, 0xff, sizeof s); /* NaN: unwritten entries show */
+                    k->gemm(n, rc.w, rc.ldw, nr, rc.xq, rc.ldx, nc, &s[0][0], NR + 1);
+                    for (int c = 0; c < nc; c++)
+                        for (int r = 0; r < nr; r++) {
+                            const double tol = 2e-5 * mag[c][r] + 1e-6;
+                            if (!(fabs((double)s[c][r] - want[c][r]) <= tol))
+                                fail_msg("%s gemm %s n=%lld tile %dx%d [%d][%d]: %.9g vs scalar %.9g",
+                                         tutti_simd_name(path), tutti_type_name(type), (long long)n, nr, nc, c,
+                                         r, s[c][r], want[c][r]);
+                        }
+                }
+            free(wd);
+            free(xd);
+            free_case(&rc);
+        }
+    }
+    g_paths_tested++;
+}
+
+static void test_paths_vs_scalar(void **state) {
+    (void)state;
+    for (int p = 0; p < TUTTI_SIMD_COUNT; p++) {
+        if (!tutti_simd_available((tutti_simd)p)) {
+            printf("# path %s: not available on this CPU/build, skipped\n", tutti_simd_name((tutti_simd)p));
+            continue;
+        }
+        printf("# path %s: checking\n", tutti_simd_name((tutti_simd)p));
+        check_path((tutti_simd)p);
+    }
+    assert_true(g_paths_tested >= 1);
+#if defined(__x86_64__)
+    /* every x86-64 CPU this project runs on has AVX2; make sure we did not
+     * silently test the scalar path alone */
+    if (tutti_simd_available(TUTTI_SIMD_AVX2)) assert_true(g_paths_tested >= 2);
+#endif
+}
+
+/* TUTTI_KERNELS: a forced path is honoured; unknown/unavailable ones are an
+ * error naming the value.  Runs in child processes (the choice is made once
+ * per process). */
+static int child_init(const char *value, char *msg, size_t msg_len) {
+    int fd[2];
+    assert_int_equal(pipe(fd), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fd[0]);
+        setenv("TUTTI_KERNELS", value, 1);
+        const int rc = tutti_simd_init();
+        char buf[512];
+        int len = snprintf(buf, sizeof buf, "%s|%s", tutti_simd_name(tutti_simd_current()),
+                           rc == TUTTI_OK ? "ok" : tutti_last_error());
+        if (write(fd[1], buf, (size_t)len) < 0) _exit(3);
+        _exit(rc == TUTTI_OK ? 0 : 1);
+    }
+    close(fd[1]);
+    ssize_t got = read(fd[0], msg, msg_len - 1);
+    msg[got > 0 ? got : 0] = 0;
+    close(fd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void test_forced_path(void **state) {
+    (void)state;
+    char msg[512];
+    assert_int_equal(child_init("scalar", msg, sizeof msg), 0);
+    assert_string_equal(msg, "scalar|ok");
+    assert_int_equal(child_init("bogus", msg, sizeof msg), 1);
+    assert_non_null(strstr(msg, "TUTTI_KERNELS=bogus"));
+    assert_non_null(strstr(msg, "unknown"));
+    for (int p = 1; p < TUTTI_SIMD_COUNT; p++) {
+        const char *name = tutti_simd_name((tutti_simd)p);
+        const int rc = child_init(name, msg, sizeof msg);
+        if (tutti_simd_available((tutti_simd)p)) {
+            assert_int_equal(rc, 0);
+            assert_true(strncmp(msg, name, strlen(name)) == 0);
+        } else {
+            assert_int_equal(rc, 1);
+            assert_non_null(strstr(msg, "cannot run"));
+            assert_true(strncmp(msg, "scalar|", 7) == 0);
+        }
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_scalar_vs_reference),
+        cmocka_unit_test(test_paths_vs_scalar),
+        cmocka_unit_test(test_forced_path),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
