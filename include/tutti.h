@@ -362,6 +362,35 @@ void tutti_ensemble_file_free(tutti_ensemble_file *f);
  * alignment) in the file format above. */
 int tutti_ensemble_file_write(const tutti_ensemble *ens, FILE *out);
 
+/* ------------------------------------------------------------------------ */
+/* Chat templates: a model's tokenizer.chat_template (GGUF metadata, Jinja2
+ * syntax) rendered into the prompt text, as Hugging Face transformers'
+ * apply_chat_template does (trim_blocks and lstrip_blocks on).  The Jinja
+ * subset covers the templates of Llama 3.x, Qwen2.5/3, Gemma 2/3, Phi-3,
+ * Mistral and SmolLM: {{ }}, {% if/elif/else %}, {% for %} with loop.* and
+ * else, {% set %} (also namespace() attributes and set blocks), {% macro %},
+ * {% call %}, {% filter %}, break/continue, whitespace control, the usual
+ * expressions, filters, tests and str/dict methods, raise_exception().
+ * Untrusted templates are safe: nesting, loop steps, memory and output size
+ * are bounded, and every failure is an error, never a crash. */
+
+typedef struct tutti_chat_message {
+    const char *role;    /* "system", "user", "assistant", "tool" ...; not NULL */
+    const char *content; /* UTF-8 text; NULL makes content none */
+} tutti_chat_message;
+
+/* Renders template `tmpl` (NUL-terminated) with the variables
+ *   messages              list of {role, content} from msgs[0..n_msgs)
+ *   add_generation_prompt add_generation_prompt
+ *   bos_token, eos_token  the given strings (NULL: the variable is undefined)
+ * Returns the prompt text, malloc'd and NUL-terminated (the caller frees it),
+ * or NULL with tutti_last_error() set to "chat template: line L, column C:
+ * reason" for a syntax error, an unsupported construct, a runtime error
+ * (e.g. a raise_exception() call: "template raised an exception: MSG") or a
+ * resource limit.  Thread-safe: no global state. */
+char *tutti_chat_render(const char *tmpl, const tutti_chat_message *msgs, size_t n_msgs,
+                        bool add_generation_prompt, const char *bos_token, const char *eos_token);
+
 #ifdef __cplusplus
 }
 #endif

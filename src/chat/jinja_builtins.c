@@ -1,0 +1,987 @@
+/* Built-in filters, tests, methods and global functions of the Jinja
+ * engine: the set chat templates use (Jinja2 "List of Builtin Filters" /
+ * "List of Builtin Tests", Python str/dict methods, and transformers' globals
+ * raise_exception and strftime_now).  Case mapping (upper, lower, title,
+ * capitalize) is ASCII-only; other bytes pass through unchanged. */
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "chat/jinja.h"
+
+#define FAIL(c, a, ...) jctx_fail((c), (a)->line, (a)->col, __VA_ARGS__)
+
+const jv *jargs_get(const jargs *a, size_t pos, const char *kw)
+{
+    size_t p = 0;
+    for (size_t i = 0; i < a->n; i++) {
+        if (a->kw[i].n) {
+            if (kw && jstr_eqz(a->kw[i], kw))
+                return &a->v[i];
+        } else if (p++ == pos) {
+            return &a->v[i];
+        }
+    }
+    return NULL;
+}
+
+static jstr arg_str(jctx *c, const jargs *a, size_t pos, const char *kw, const char *what, const char *dflt)
+{
+    const jv *v = jargs_get(a, pos, kw);
+    if (!v || v->t == JV_UNDEF || (v->t == JV_NONE && dflt)) {
+        if (!dflt)
+            FAIL(c, a, "%s: missing argument '%s'", what, kw ? kw : "?");
+        return jstr_z(dflt);
+    }
+    if (v->t != JV_STR)
+        FAIL(c, a, "%s: argument '%s' must be a string, got %s", what, kw ? kw : "?", jv_type_name(v));
+    return v->u.s;
+}
+
+static int64_t arg_int(jctx *c, const jargs *a, size_t pos, const char *kw, const char *what, int64_t dflt)
+{
+    const jv *v = jargs_get(a, pos, kw);
+    if (!v || v->t == JV_UNDEF || v->t == JV_NONE)
+        return dflt;
+    if (v->t == JV_INT)
+        return v->u.i;
+    if (v->t == JV_BOOL)
+        return v->u.b;
+    FAIL(c, a, "%s: argument '%s' must be an integer, got %s", what, kw ? kw : "?", jv_type_name(v));
+}
+
+static bool arg_bool(const jargs *a, size_t pos, const char *kw, bool dflt)
+{
+    const jv *v = jargs_get(a, pos, kw);
+    return v && v->t != JV_UNDEF ? jv_truthy(v) : dflt;
+}
+
+/* ---- string helpers ---------------------------------------------------- */
+/* Length in bytes of a whitespace character at s (0 if none): ASCII
+ * whitespace and the Unicode spaces both Python and JavaScript strip. */
+static size_t ws_len(const char *s, size_t n)
+{
+    unsigned char c0 = (unsigned char)s[0];
+    if (c0 == ' ' || (c0 >= '\t' && c0 <= '\r'))
+        return 1;
+    if (n >= 2 && c0 == 0xC2 && (unsigned char)s[1] == 0xA0)
+        return 2;
+    if (n >= 3 && c0 == 0xE1 && (unsigned char)s[1] == 0x9A && (unsigned char)s[2] == 0x80)
+        return 3;
+    if (n >= 3 && c0 == 0xE2 && (unsigned char)s[1] == 0x80) {
+        unsigned char c2 = (unsigned char)s[2];
+        if (c2 <= 0x8A || c2 == 0xA8 || c2 == 0xA9 || c2 == 0xAF)
+            return 3;
+    }
+    if (n >= 3 && c0 == 0xE2 && (unsigned char)s[1] == 0x81 && (unsigned char)s[2] == 0x9F)
+        return 3;
+    if (n >= 3 && c0 == 0xE3 && (unsigned char)s[1] == 0x80 && (unsigned char)s[2] == 0x80)
+        return 3;
+    return 0;
+}
+
+/* Byte length of the whitespace character ending at s[n-1], 0 if none. */
+static size_t ws_len_back(const char *s, size_t n)
+{
+    for (size_t k = 1; k <= 3 && k <= n; k++) {
+        size_t l = ws_len(s + n - k, k);
+        if (l == k)
+            return k;
+    }
+    return 0;
+}
+
+static bool in_chars(jstr chars, const char *p, size_t *len, size_t avail)
+{
+    /* chars is a set of UTF-8 characters */
+    size_t i = 0;
+    while (i < chars.n) {
+        unsigned char ch = (unsigned char)chars.p[i];
+        size_t l = ch < 0x80 ? 1 : (ch >> 5) == 6 ? 2 : (ch >> 4) == 14 ? 3 : (ch >> 3) == 30 ? 4 : 1;
+        if (i + l > chars.n)
+            l = 1;
+        if (l <= avail && memcmp(chars.p + i, p, l) == 0) {
+            *len = l;
+            return true;
+        }
+        i += l;
+    }
+    return false;
+}
+
+static jstr strip(jstr s, const jstr *chars, bool left, bool right)
+{
+    size_t a = 0, b = s.n, l;
+    if (left)
+        while (a < b) {
+            if (chars) {
+                if (!in_chars(*chars, s.p + a, &l, b - a))
+                    break;
+            } else if (!(l = ws_len(s.p + a, b - a))) {
+                break;
+            }
+            a += l;
+        }
+    if (right)
+        while (b > a) {
+            if (chars) {
+                bool hit = false;
+                for (size_t k = 1; k <= 4 && k <= b - a && !hit; k++)
+                    if (in_chars(*chars, s.p + b - k, &l, k) && l == k)
+                        hit = true;
+                if (!hit)
+                    break;
+            } else if (!(l = ws_len_back(s.p + a, b - a))) {
+                break;
+            }
+            b -= l;
+        }
+    return (jstr){s.p + a, b - a};
+}
+
+static jstr map_case(jctx *c, jstr s, int mode) /* 0 lower, 1 upper, 2 capitalize, 3 title */
+{
+    char *d = jalloc(c, s.n + 1);
+    bool word_start = true;
+    for (size_t i = 0; i < s.n; i++) {
+        unsigned char ch = (unsigned char)s.p[i];
+        bool up = mode == 1 || (mode == 2 && i == 0) || (mode == 3 && word_start);
+        d[i] = (char)(ch < 0x80 ? (up ? toupper(ch) : tolower(ch)) : ch);
+        word_start = !(isalnum(ch) || ch >= 0x80);
+    }
+    return (jstr){d, s.n};
+}
+
+static size_t n_codepoints(jstr s)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < s.n; i++)
+        if (((unsigned char)s.p[i] & 0xC0) != 0x80)
+            n++;
+    return n;
+}
+
+static const char *find(jstr h, jstr nd, size_t from)
+{
+    if (nd.n == 0)
+        return h.p + from;
+    if (from > h.n || h.n - from < nd.n)
+        return NULL;
+    return jmemfind(h.p + from, h.n - from, nd.p, nd.n);
+}
+
+static jv replace(jctx *c, jstr s, jstr old, jstr rep, int64_t count)
+{
+    struct jbuf b = {0};
+    size_t i = 0;
+    int64_t done = 0;
+    if (old.n == 0) { /* Python: insert rep between every character */
+        size_t k = 0;
+        while (k <= s.n && (count < 0 || done < count)) {
+            jbuf_put(c, &b, rep.p, rep.n);
+            done++;
+            if (k == s.n)
+                break;
+            size_t l = 1;
+            while (k + l < s.n && ((unsigned char)s.p[k + l] & 0xC0) == 0x80)
+                l++;
+            jbuf_put(c, &b, s.p + k, l);
+            k += l;
+        }
+        if (k < s.n)
+            jbuf_put(c, &b, s.p + k, s.n - k);
+        return jv_str(jbuf_take(c, &b));
+    }
+    const char *hit;
+    while ((count < 0 || done < count) && (hit = find(s, old, i)) != NULL) {
+        size_t at = (size_t)(hit - s.p);
+        jbuf_put(c, &b, s.p + i, at - i);
+        jbuf_put(c, &b, rep.p, rep.n);
+        i = at + old.n;
+        done++;
+    }
+    jbuf_put(c, &b, s.p + i, s.n - i);
+    return jv_str(jbuf_take(c, &b));
+}
+
+static jv split(jctx *c, const jargs *a, jstr s, const jv *sep, int64_t maxsplit)
+{
+    jv r = jv_list_new(c, 0);
+    if (!sep || sep->t == JV_NONE || sep->t == JV_UNDEF) {
+        /* runs of whitespace, no empty strings */
+        size_t i = 0, l;
+        int64_t done = 0;
+        for (;;) {
+            while (i < s.n && (l = ws_len(s.p + i, s.n - i)))
+                i += l;
+            if (i >= s.n)
+                break;
+            if (maxsplit >= 0 && done >= maxsplit) {
+                jstr rest = strip((jstr){s.p + i, s.n - i}, NULL, false, true);
+                jlist_push(c, r.u.l, jv_str(rest));
+                break;
+            }
+            size_t st = i;
+            while (i < s.n && !ws_len(s.p + i, s.n - i))
+                i++;
+            jlist_push(c, r.u.l, jv_str((jstr){s.p + st, i - st}));
+            done++;
+        }
+        return r;
+    }
+    if (sep->t != JV_STR)
+        FAIL(c, a, "split: separator must be a string, got %s", jv_type_name(sep));
+    if (sep->u.s.n == 0)
+        FAIL(c, a, "split: empty separator");
+    size_t i = 0;
+    int64_t done = 0;
+    const char *hit;
+    while ((maxsplit < 0 || done < maxsplit) && (hit = find(s, sep->u.s, i)) != NULL) {
+        size_t at = (size_t)(hit - s.p);
+        jlist_push(c, r.u.l, jv_str((jstr){s.p + i, at - i}));
+        i = at + sep->u.s.n;
+        done++;
+    }
+    jlist_push(c, r.u.l, jv_str((jstr){s.p + i, s.n - i}));
+    return r;
+}
+
+static bool prefix_match(jctx *c, const jargs *a, jstr s, const jv *p, bool suffix)
+{
+    if (!p)
+        FAIL(c, a, "%s: missing argument", suffix ? "endswith" : "startswith");
+    if (p->t == JV_LIST) {
+        for (size_t i = 0; i < p->u.l->n; i++)
+            if (prefix_match(c, a, s, &p->u.l->v[i], suffix))
+                return true;
+        return false;
+    }
+    if (p->t != JV_STR)
+        FAIL(c, a, "%s: argument must be a string, got %s", suffix ? "endswith" : "startswith", jv_type_name(p));
+    jstr x = p->u.s;
+    if (x.n > s.n)
+        return false;
+    return memcmp(suffix ? s.p + s.n - x.n : s.p, x.p, x.n) == 0;
+}
+
+/* ---- sorting (stable merge sort; comparisons may fail the render) ----- */
+typedef struct sort_opts {
+    jctx *c;
+    const jargs *a;
+    bool case_sensitive;
+    jstr attribute;
+    int by; /* dictsort: 0 key, 1 value; -1 for plain sort */
+} sort_opts;
+
+static jv attr_path(jctx *c, jv v, jstr path);
+
+static int sort_cmp(const sort_opts *o, const jv *x, const jv *y)
+{
+    jv a = *x, b = *y;
+    if (o->by >= 0) {
+        a = a.u.l->v[o->by];
+        b = b.u.l->v[o->by];
+    }
+    if (o->attribute.n) {
+        a = attr_path(o->c, a, o->attribute);
+        b = attr_path(o->c, b, o->attribute);
+    }
+    if (!o->case_sensitive && a.t == JV_STR && b.t == JV_STR) {
+        a = jv_str(map_case(o->c, a.u.s, 0));
+        b = jv_str(map_case(o->c, b.u.s, 0));
+    }
+    return jv_compare(o->c, &a, &b, o->a->line, o->a->col);
+}
+
+static void merge_sort(const sort_opts *o, jv *v, jv *tmp, size_t n)
+{
+    if (n < 2)
+        return;
+    size_t h = n / 2;
+    merge_sort(o, v, tmp, h);
+    merge_sort(o, v + h, tmp, n - h);
+    size_t i = 0, j = h, k = 0;
+    while (i < h && j < n)
+        tmp[k++] = sort_cmp(o, &v[j], &v[i]) < 0 ? v[j++] : v[i++];
+    while (i < h)
+        tmp[k++] = v[i++];
+    while (j < n)
+        tmp[k++] = v[j++];
+    memcpy(v, tmp, n * sizeof *v);
+}
+
+static jv sorted(jctx *c, const jargs *a, jv list, sort_opts *o, bool reverse)
+{
+    size_t n = list.u.l->n;
+    jv r = jv_list_new(c, n ? n : 1);
+    if (n)
+        memcpy(r.u.l->v, list.u.l->v, n * sizeof(jv));
+    r.u.l->n = n;
+    jv *tmp = jalloc(c, (n ? n : 1) * sizeof(jv));
+    o->c = c;
+    o->a = a;
+    merge_sort(o, r.u.l->v, tmp, n);
+    if (reverse)
+        for (size_t i = 0; i < n / 2; i++) {
+            jv t = r.u.l->v[i];
+            r.u.l->v[i] = r.u.l->v[n - 1 - i];
+            r.u.l->v[n - 1 - i] = t;
+        }
+    return r;
+}
+
+/* ---- misc helpers ------------------------------------------------------ */
+/* "a.b.0" attribute path as used by map/selectattr/sort(attribute=...). */
+static jv attr_path(jctx *c, jv v, jstr path)
+{
+    size_t i = 0;
+    while (i <= path.n) {
+        size_t j = i;
+        while (j < path.n && path.p[j] != '.')
+            j++;
+        jstr part = {path.p + i, j - i};
+        if (v.t == JV_DICT || v.t == JV_NS) {
+            const jv *x = jdict_get(v.u.d, part);
+            v = x ? *x : jv_undef();
+        } else if (v.t == JV_LIST && part.n && isdigit((unsigned char)part.p[0])) {
+            size_t idx = (size_t)strtoull(jstr_dup(c, part.p, part.n).p, NULL, 10);
+            v = idx < v.u.l->n ? v.u.l->v[idx] : jv_undef();
+        } else {
+            return jv_undef();
+        }
+        i = j + 1;
+    }
+    return v;
+}
+
+static jv as_list(jctx *c, const jargs *a, jv v, const char *what)
+{
+    if (v.t == JV_LIST)
+        return v;
+    if (v.t == JV_DICT) {
+        jv r = jv_list_new(c, v.u.d->n);
+        for (size_t i = 0; i < v.u.d->n; i++)
+            jlist_push(c, r.u.l, jv_str(v.u.d->k[i]));
+        return r;
+    }
+    if (v.t == JV_STR) {
+        jv r = jv_list_new(c, 0);
+        size_t i = 0;
+        while (i < v.u.s.n) {
+            size_t l = 1;
+            while (i + l < v.u.s.n && ((unsigned char)v.u.s.p[i + l] & 0xC0) == 0x80)
+                l++;
+            jlist_push(c, r.u.l, jv_str((jstr){v.u.s.p + i, l}));
+            i += l;
+        }
+        return r;
+    }
+    if (v.t == JV_UNDEF)
+        return jv_list_new(c, 0);
+    FAIL(c, a, "%s: expected a list, got %s", what, jv_type_name(&v));
+}
+
+static jv items_of(jctx *c, const jargs *a, jv v)
+{
+    if (v.t == JV_UNDEF)
+        return jv_list_new(c, 0);
+    if (v.t != JV_DICT && v.t != JV_NS)
+        FAIL(c, a, "items: expected a dict, got %s", jv_type_name(&v));
+    jv r = jv_list_new(c, v.u.d->n);
+    for (size_t i = 0; i < v.u.d->n; i++) {
+        jv pair = jv_list_new(c, 2);
+        jlist_push(c, pair.u.l, jv_str(v.u.d->k[i]));
+        jlist_push(c, pair.u.l, v.u.d->v[i]);
+        jlist_push(c, r.u.l, pair);
+    }
+    return r;
+}
+
+static jv parse_number(jctx *c, jv v, bool want_float, jv dflt)
+{
+    (void)c;
+    switch (v.t) {
+    case JV_INT: return want_float ? jv_float((double)v.u.i) : v;
+    case JV_BOOL: return want_float ? jv_float(v.u.b) : jv_int(v.u.b);
+    case JV_FLOAT:
+        if (want_float)
+            return v;
+        if (!(fabs(v.u.f) < 9.2e18))
+            return dflt;
+        return jv_int((int64_t)v.u.f);
+    case JV_STR: {
+        char buf[64];
+        jstr s = strip(v.u.s, NULL, true, true);
+        if (s.n == 0 || s.n >= sizeof buf)
+            return dflt;
+        memcpy(buf, s.p, s.n);
+        buf[s.n] = 0;
+        char *end;
+        if (!want_float) {
+            long long x = strtoll(buf, &end, 10);
+            if (*end == 0)
+                return jv_int(x);
+        }
+        double f = strtod(buf, &end);
+        if (*end != 0)
+            return dflt;
+        return want_float ? jv_float(f) : (fabs(f) < 9.2e18 ? jv_int((int64_t)f) : dflt);
+    }
+    default: return dflt;
+    }
+}
+
+/* ---- tests ------------------------------------------------------------- */
+bool jinja_test(jctx *c, jstr name, const jv *v, const jargs *a)
+{
+    const jv *arg = jargs_get(a, 0, NULL);
+#define IS(n) jstr_eqz(name, n)
+    if (IS("defined")) return v->t != JV_UNDEF;
+    if (IS("undefined")) return v->t == JV_UNDEF;
+    if (IS("none")) return v->t == JV_NONE;
+    if (IS("string")) return v->t == JV_STR;
+    if (IS("number")) return v->t == JV_INT || v->t == JV_FLOAT;
+    if (IS("integer")) return v->t == JV_INT;
+    if (IS("float")) return v->t == JV_FLOAT;
+    if (IS("boolean")) return v->t == JV_BOOL;
+    if (IS("true")) return v->t == JV_BOOL && v->u.b;
+    if (IS("false")) return v->t == JV_BOOL && !v->u.b;
+    if (IS("mapping")) return v->t == JV_DICT;
+    if (IS("iterable")) return v->t == JV_LIST || v->t == JV_STR || v->t == JV_DICT;
+    if (IS("sequence")) return v->t == JV_LIST || v->t == JV_STR || v->t == JV_DICT;
+    if (IS("callable")) return v->t == JV_MACRO;
+    if (IS("odd") || IS("even") || IS("divisibleby")) {
+        if (v->t != JV_INT)
+            FAIL(c, a, "test '%.*s' needs an integer, got %s", (int)name.n, name.p, jv_type_name(v));
+        if (IS("odd")) return (v->u.i & 1) != 0;
+        if (IS("even")) return (v->u.i & 1) == 0;
+        int64_t d = arg_int(c, a, 0, "num", "divisibleby", 0);
+        if (d == 0)
+            FAIL(c, a, "divisibleby(0)");
+        return d == -1 || v->u.i % d == 0;
+    }
+    if (IS("lower") || IS("upper")) {
+        if (v->t != JV_STR)
+            return false;
+        jstr m = map_case(c, v->u.s, IS("lower") ? 0 : 1);
+        return jstr_eq(m, v->u.s);
+    }
+    if (IS("eq") || IS("equalto") || IS("==") || IS("ne") || IS("!=") || IS("sameas")) {
+        if (!arg)
+            FAIL(c, a, "test '%.*s' needs an argument", (int)name.n, name.p);
+        bool eq = jv_equal(v, arg);
+        if (IS("sameas"))
+            return eq && v->t == arg->t;
+        return (IS("ne") || IS("!=")) ? !eq : eq;
+    }
+    if (IS("lt") || IS("le") || IS("gt") || IS("ge") || IS("lessthan") || IS("greaterthan")) {
+        if (!arg)
+            FAIL(c, a, "test '%.*s' needs an argument", (int)name.n, name.p);
+        int r = jv_compare(c, v, arg, a->line, a->col);
+        if (IS("lt") || IS("lessthan")) return r < 0;
+        if (IS("le")) return r <= 0;
+        if (IS("gt") || IS("greaterthan")) return r > 0;
+        return r >= 0;
+    }
+    if (IS("in")) {
+        if (!arg)
+            FAIL(c, a, "test 'in' needs an argument");
+        if (arg->t == JV_STR && v->t == JV_STR)
+            return find(arg->u.s, v->u.s, 0) != NULL;
+        if (arg->t == JV_LIST) {
+            for (size_t i = 0; i < arg->u.l->n; i++)
+                if (jv_equal(v, &arg->u.l->v[i]))
+                    return true;
+            return false;
+        }
+        if ((arg->t == JV_DICT || arg->t == JV_NS) && v->t == JV_STR)
+            return jdict_get(arg->u.d, v->u.s) != NULL;
+        return false;
+    }
+#undef IS
+    FAIL(c, a, "unknown test '%.*s'", (int)name.n, name.p);
+}
+
+/* select/reject/selectattr/rejectattr */
+static jv select_items(jctx *c, const jargs *a, jv list, bool by_attr, bool keep)
+{
+    list = as_list(c, a, list, "select");
+    jstr attr = {0};
+    size_t tpos = 0;
+    if (by_attr) {
+        attr = arg_str(c, a, 0, NULL, "selectattr", NULL);
+        tpos = 1;
+    }
+    const jv *test = jargs_get(a, tpos, NULL);
+    if (test && test->t != JV_STR)
+        FAIL(c, a, "select: test name must be a string");
+    jargs targs = *a;
+    /* remaining positional arguments go to the test */
+    size_t skip = tpos + (test ? 1 : 0);
+    targs.v = a->v + (skip < a->n ? skip : a->n);
+    targs.kw = a->kw + (skip < a->n ? skip : a->n);
+    targs.n = skip < a->n ? a->n - skip : 0;
+    jv r = jv_list_new(c, 0);
+    for (size_t i = 0; i < list.u.l->n; i++) {
+        jv item = list.u.l->v[i];
+        jv x = by_attr ? attr_path(c, item, attr) : item;
+        bool t = test ? jinja_test(c, test->u.s, &x, &targs) : jv_truthy(&x);
+        if (t == keep)
+            jlist_push(c, r.u.l, item);
+    }
+    return r;
+}
+
+/* ---- filters ----------------------------------------------------------- */
+jv jinja_filter(jctx *c, jstr name, jv v, const jargs *a)
+{
+#define IS(n) jstr_eqz(name, n)
+    char what[48];
+    snprintf(what, sizeof what, "filter '%.*s'", (int)(name.n > 30 ? 30 : name.n), name.p);
+    if (IS("safe") || IS("e") || IS("escape") || IS("forceescape")) {
+        /* chat templates render without autoescape */
+        if (!IS("safe"))
+            FAIL(c, a, "%s: HTML escaping is not supported", what);
+        return v;
+    }
+    if (IS("default") || IS("d")) {
+        const jv *d = jargs_get(a, 0, "default_value");
+        bool boolean = arg_bool(a, 1, "boolean", false);
+        if (v.t == JV_UNDEF || (boolean && !jv_truthy(&v)))
+            return d ? *d : jv_str(jstr_z(""));
+        return v;
+    }
+    if (IS("tojson")) {
+        const jv *ind = jargs_get(a, 0, "indent");
+        int indent = -1;
+        if (ind && ind->t == JV_INT)
+            indent = ind->u.i < 0 ? 0 : ind->u.i > 32 ? 32 : (int)ind->u.i;
+        struct jbuf b = {0};
+        jv_to_json(c, &b, &v, indent, 0, a->line, a->col);
+        return jv_str(jbuf_take(c, &b));
+    }
+    if (IS("string"))
+        return jv_str(jv_to_str(c, &v));
+    if (IS("length") || IS("count")) {
+        switch (v.t) {
+        case JV_STR: return jv_int((int64_t)n_codepoints(v.u.s));
+        case JV_LIST: return jv_int((int64_t)v.u.l->n);
+        case JV_DICT:
+        case JV_NS: return jv_int((int64_t)v.u.d->n);
+        case JV_UNDEF: return jv_int(0);
+        default: FAIL(c, a, "%s: a %s has no length", what, jv_type_name(&v));
+        }
+    }
+    if (IS("list"))
+        return as_list(c, a, v, what);
+    if (IS("int") || IS("float")) {
+        bool fl = IS("float");
+        const jv *d = jargs_get(a, 0, "default");
+        return parse_number(c, v, fl, d ? *d : fl ? jv_float(0) : jv_int(0));
+    }
+    if (IS("bool"))
+        return jv_bool(jv_truthy(&v));
+    if (IS("abs")) {
+        if (v.t == JV_INT) {
+            if (v.u.i == INT64_MIN)
+                FAIL(c, a, "abs: integer overflow");
+            return jv_int(v.u.i < 0 ? -v.u.i : v.u.i);
+        }
+        if (v.t == JV_FLOAT)
+            return jv_float(fabs(v.u.f));
+        FAIL(c, a, "%s: expected a number, got %s", what, jv_type_name(&v));
+    }
+    if (IS("round")) {
+        int64_t prec = arg_int(c, a, 0, "precision", what, 0);
+        jstr method = arg_str(c, a, 1, "method", what, "common");
+        if (v.t != JV_INT && v.t != JV_FLOAT)
+            FAIL(c, a, "%s: expected a number, got %s", what, jv_type_name(&v));
+        if (prec < 0 || prec > 15)
+            FAIL(c, a, "%s: precision out of range", what);
+        double x = v.t == JV_INT ? (double)v.u.i : v.u.f, m = pow(10, (double)prec);
+        double r = jstr_eqz(method, "floor") ? floor(x * m) / m
+                   : jstr_eqz(method, "ceil") ? ceil(x * m) / m
+                                              : round(x * m) / m;
+        return jv_float(r);
+    }
+    if (IS("items"))
+        return items_of(c, a, v);
+    if (IS("dictsort")) {
+        sort_opts o = {.case_sensitive = arg_bool(a, 0, "case_sensitive", false), .by = 0};
+        jstr by = arg_str(c, a, 1, "by", what, "key");
+        o.by = jstr_eqz(by, "value") ? 1 : 0;
+        return sorted(c, a, items_of(c, a, v), &o, arg_bool(a, 2, "reverse", false));
+    }
+    if (IS("select") || IS("reject"))
+        return select_items(c, a, v, false, IS("select"));
+    if (IS("selectattr") || IS("rejectattr"))
+        return select_items(c, a, v, true, IS("selectattr"));
+    if (IS("map")) {
+        jv list = as_list(c, a, v, what);
+        jv r = jv_list_new(c, list.u.l->n);
+        const jv *attr = jargs_get(a, 99, "attribute");
+        if (attr) {
+            if (attr->t != JV_STR)
+                FAIL(c, a, "%s: attribute must be a string", what);
+            const jv *d = jargs_get(a, 99, "default");
+            for (size_t i = 0; i < list.u.l->n; i++) {
+                jv x = attr_path(c, list.u.l->v[i], attr->u.s);
+                jlist_push(c, r.u.l, x.t == JV_UNDEF && d ? *d : x);
+            }
+            return r;
+        }
+        jstr fname = arg_str(c, a, 0, NULL, what, NULL);
+        jargs fa = *a;
+        fa.v = a->n ? a->v + 1 : a->v;
+        fa.kw = a->n ? a->kw + 1 : a->kw;
+        fa.n = a->n ? a->n - 1 : 0;
+        for (size_t i = 0; i < list.u.l->n; i++)
+            jlist_push(c, r.u.l, jinja_filter(c, fname, list.u.l->v[i], &fa));
+        return r;
+    }
+    if (IS("unique")) {
+        jv list = as_list(c, a, v, what);
+        jv r = jv_list_new(c, 0);
+        for (size_t i = 0; i < list.u.l->n; i++) {
+            bool seen = false;
+            for (size_t j = 0; j < r.u.l->n && !seen; j++)
+                seen = jv_equal(&r.u.l->v[j], &list.u.l->v[i]);
+            if (!seen)
+                jlist_push(c, r.u.l, list.u.l->v[i]);
+        }
+        return r;
+    }
+    if (IS("sort")) {
+        sort_opts o = {.case_sensitive = arg_bool(a, 1, "case_sensitive", false), .by = -1};
+        const jv *attr = jargs_get(a, 2, "attribute");
+        if (attr && attr->t == JV_STR)
+            o.attribute = attr->u.s;
+        return sorted(c, a, as_list(c, a, v, what), &o, arg_bool(a, 0, "reverse", false));
+    }
+    if (IS("sum") || IS("min") || IS("max")) {
+        jv list = as_list(c, a, v, what);
+        const jv *attr = jargs_get(a, IS("sum") ? 0 : 1, "attribute");
+        jv acc = IS("sum") ? *(jargs_get(a, 1, "start") ? jargs_get(a, 1, "start") : &(jv){.t = JV_INT})
+                           : jv_undef();
+        for (size_t i = 0; i < list.u.l->n; i++) {
+            jv x = list.u.l->v[i];
+            if (attr && attr->t == JV_STR)
+                x = attr_path(c, x, attr->u.s);
+            if (IS("sum")) {
+                if ((acc.t != JV_INT && acc.t != JV_FLOAT) || (x.t != JV_INT && x.t != JV_FLOAT))
+                    FAIL(c, a, "%s: items must be numbers", what);
+                if (acc.t == JV_INT && x.t == JV_INT) {
+                    int64_t s;
+                    if (__builtin_add_overflow(acc.u.i, x.u.i, &s))
+                        FAIL(c, a, "%s: integer overflow", what);
+                    acc = jv_int(s);
+                } else {
+                    acc = jv_float((acc.t == JV_INT ? (double)acc.u.i : acc.u.f) +
+                                   (x.t == JV_INT ? (double)x.u.i : x.u.f));
+                }
+            } else if (acc.t == JV_UNDEF || (jv_compare(c, &x, &acc, a->line, a->col) < 0) == IS("min")) {
+                if (acc.t == JV_UNDEF || !jv_equal(&x, &acc))
+                    acc = x;
+            }
+        }
+        return acc;
+    }
+    if (v.t == JV_LIST || v.t == JV_STR) {
+        if (IS("first") || IS("last")) {
+            jv list = as_list(c, a, v, what);
+            if (list.u.l->n == 0)
+                return jv_undef();
+            return list.u.l->v[IS("first") ? 0 : list.u.l->n - 1];
+        }
+        if (IS("reverse")) {
+            jv list = as_list(c, a, v, what);
+            size_t n = list.u.l->n;
+            jv r = jv_list_new(c, n);
+            for (size_t i = 0; i < n; i++)
+                jlist_push(c, r.u.l, list.u.l->v[n - 1 - i]);
+            if (v.t == JV_STR) {
+                struct jbuf b = {0};
+                for (size_t i = 0; i < n; i++)
+                    jbuf_put(c, &b, r.u.l->v[i].u.s.p, r.u.l->v[i].u.s.n);
+                return jv_str(jbuf_take(c, &b));
+            }
+            return r;
+        }
+    }
+    if (IS("join")) {
+        jv list = as_list(c, a, v, what);
+        jstr sep = arg_str(c, a, 0, "d", what, "");
+        const jv *attr = jargs_get(a, 1, "attribute");
+        struct jbuf b = {0};
+        for (size_t i = 0; i < list.u.l->n; i++) {
+            if (i)
+                jbuf_put(c, &b, sep.p, sep.n);
+            jv x = list.u.l->v[i];
+            if (attr && attr->t == JV_STR)
+                x = attr_path(c, x, attr->u.s);
+            jstr s = jv_to_str(c, &x);
+            jbuf_put(c, &b, s.p, s.n);
+        }
+        return jv_str(jbuf_take(c, &b));
+    }
+    if (v.t != JV_STR) {
+        if (IS("first") || IS("last") || IS("reverse")) {
+            if (v.t == JV_UNDEF)
+                return jv_undef();
+            FAIL(c, a, "%s: expected a list or string, got %s", what, jv_type_name(&v));
+        }
+        if (IS("trim") || IS("upper") || IS("lower") || IS("title") || IS("capitalize") || IS("replace") ||
+            IS("indent") || IS("center") || IS("wordcount") || IS("truncate"))
+            FAIL(c, a, "%s: expected a string, got %s", what, jv_type_name(&v));
+        FAIL(c, a, "unknown filter '%.*s'", (int)name.n, name.p);
+    }
+    jstr s = v.u.s;
+    if (IS("trim")) {
+        const jv *chars = jargs_get(a, 0, "chars");
+        if (chars && chars->t == JV_STR)
+            return jv_str(strip(s, &chars->u.s, true, true));
+        return jv_str(strip(s, NULL, true, true));
+    }
+    if (IS("upper")) return jv_str(map_case(c, s, 1));
+    if (IS("lower")) return jv_str(map_case(c, s, 0));
+    if (IS("capitalize")) return jv_str(map_case(c, map_case(c, s, 0), 2));
+    if (IS("title")) return jv_str(map_case(c, s, 3));
+    if (IS("replace")) {
+        jstr old = arg_str(c, a, 0, "old", what, NULL);
+        jstr rep = arg_str(c, a, 1, "new", what, NULL);
+        return replace(c, s, old, rep, arg_int(c, a, 2, "count", what, -1));
+    }
+    if (IS("wordcount")) {
+        jv w = split(c, a, s, NULL, -1);
+        return jv_int((int64_t)w.u.l->n);
+    }
+    if (IS("indent")) {
+        const jv *wv = jargs_get(a, 0, "width");
+        jstr pad = jstr_z("    ");
+        if (wv && wv->t == JV_STR)
+            pad = wv->u.s;
+        else if (wv && wv->t == JV_INT) {
+            if (wv->u.i < 0 || wv->u.i > 1024)
+                FAIL(c, a, "%s: width out of range", what);
+            char *p = jalloc(c, (size_t)wv->u.i + 1);
+            memset(p, ' ', (size_t)wv->u.i);
+            pad = (jstr){p, (size_t)wv->u.i};
+        }
+        bool first = arg_bool(a, 1, "first", false), blank = arg_bool(a, 2, "blank", false);
+        struct jbuf b = {0};
+        size_t i = 0;
+        bool is_first = true;
+        while (i <= s.n) {
+            size_t j = i;
+            while (j < s.n && s.p[j] != '\n')
+                j++;
+            bool empty = j == i;
+            if ((is_first ? first : true) && (blank || !empty))
+                jbuf_put(c, &b, pad.p, pad.n);
+            jbuf_put(c, &b, s.p + i, j - i);
+            if (j < s.n)
+                jbuf_put(c, &b, "\n", 1);
+            is_first = false;
+            i = j + 1;
+        }
+        return jv_str(jbuf_take(c, &b));
+    }
+    if (IS("center")) {
+        int64_t w = arg_int(c, a, 0, "width", what, 80);
+        int64_t len = (int64_t)n_codepoints(s);
+        if (w > 4096)
+            FAIL(c, a, "%s: width out of range", what);
+        if (w <= len)
+            return v;
+        int64_t total = w - len, left = total / 2 + (total & w & 1);
+        struct jbuf b = {0};
+        for (int64_t k = 0; k < left; k++)
+            jbuf_put(c, &b, " ", 1);
+        jbuf_put(c, &b, s.p, s.n);
+        for (int64_t k = 0; k < total - left; k++)
+            jbuf_put(c, &b, " ", 1);
+        return jv_str(jbuf_take(c, &b));
+    }
+#undef IS
+    FAIL(c, a, "unknown filter '%.*s'", (int)name.n, name.p);
+}
+
+/* ---- methods ----------------------------------------------------------- */
+jv jinja_method(jctx *c, jv obj, jstr name, const jargs *a)
+{
+#define IS(n) jstr_eqz(name, n)
+    if (obj.t == JV_STR) {
+        jstr s = obj.u.s;
+        if (IS("strip") || IS("lstrip") || IS("rstrip")) {
+            const jv *chars = jargs_get(a, 0, "chars");
+            bool l = !IS("rstrip"), r = !IS("lstrip");
+            if (chars && chars->t == JV_STR)
+                return jv_str(strip(s, &chars->u.s, l, r));
+            if (chars && chars->t != JV_NONE && chars->t != JV_UNDEF)
+                FAIL(c, a, "%.*s: argument must be a string", (int)name.n, name.p);
+            return jv_str(strip(s, NULL, l, r));
+        }
+        if (IS("split"))
+            return split(c, a, s, jargs_get(a, 0, "sep"), arg_int(c, a, 1, "maxsplit", "split", -1));
+        if (IS("startswith") || IS("endswith"))
+            return jv_bool(prefix_match(c, a, s, jargs_get(a, 0, "prefix"), IS("endswith")));
+        if (IS("upper")) return jv_str(map_case(c, s, 1));
+        if (IS("lower")) return jv_str(map_case(c, s, 0));
+        if (IS("title")) return jv_str(map_case(c, s, 3));
+        if (IS("capitalize")) return jv_str(map_case(c, map_case(c, s, 0), 2));
+        if (IS("replace"))
+            return replace(c, s, arg_str(c, a, 0, "old", "replace", NULL), arg_str(c, a, 1, "new", "replace", NULL),
+                           arg_int(c, a, 2, "count", "replace", -1));
+        if (IS("find") || IS("count") || IS("index")) {
+            jstr sub = arg_str(c, a, 0, "sub", "find", NULL);
+            if (IS("count")) {
+                int64_t n = 0;
+                if (sub.n == 0)
+                    return jv_int((int64_t)n_codepoints(s) + 1);
+                for (const char *h = find(s, sub, 0); h; h = find(s, sub, (size_t)(h - s.p) + sub.n))
+                    n++;
+                return jv_int(n);
+            }
+            const char *h = find(s, sub, 0);
+            if (!h && IS("index"))
+                FAIL(c, a, "index: substring not found");
+            return jv_int(h ? (int64_t)n_codepoints((jstr){s.p, (size_t)(h - s.p)}) : -1);
+        }
+        if (IS("join")) {
+            const jv *l = jargs_get(a, 0, "iterable");
+            if (!l)
+                FAIL(c, a, "join: missing argument");
+            jargs ja = {.v = &obj, .kw = &(jstr){0}, .n = 1, .line = a->line, .col = a->col};
+            return jinja_filter(c, jstr_z("join"), *l, &ja);
+        }
+        if (IS("splitlines")) {
+            jv r = jv_list_new(c, 0);
+            size_t i = 0;
+            while (i < s.n) {
+                size_t j = i;
+                while (j < s.n && s.p[j] != '\n' && s.p[j] != '\r')
+                    j++;
+                jlist_push(c, r.u.l, jv_str((jstr){s.p + i, j - i}));
+                if (j + 1 < s.n && s.p[j] == '\r' && s.p[j + 1] == '\n')
+                    j++;
+                i = j + 1;
+            }
+            return r;
+        }
+        if (IS("isdigit") || IS("isalpha") || IS("isalnum") || IS("isspace") || IS("islower") || IS("isupper")) {
+            if (s.n == 0)
+                return jv_bool(false);
+            bool cased = false;
+            for (size_t i = 0; i < s.n; i++) {
+                unsigned char ch = (unsigned char)s.p[i];
+                if (IS("isdigit") && !isdigit(ch)) return jv_bool(false);
+                if (IS("isalpha") && !isalpha(ch)) return jv_bool(false);
+                if (IS("isalnum") && !isalnum(ch)) return jv_bool(false);
+                if (IS("isspace") && !isspace(ch)) return jv_bool(false);
+                if (IS("islower") && isupper(ch)) return jv_bool(false);
+                if (IS("isupper") && islower(ch)) return jv_bool(false);
+                cased = cased || isalpha(ch);
+            }
+            return jv_bool(IS("islower") || IS("isupper") ? cased : true);
+        }
+        if (IS("format"))
+            FAIL(c, a, "str.format() is not supported");
+    } else if (obj.t == JV_DICT || obj.t == JV_NS) {
+        if (IS("items"))
+            return items_of(c, a, obj);
+        if (IS("keys") || IS("values")) {
+            jv r = jv_list_new(c, obj.u.d->n);
+            for (size_t i = 0; i < obj.u.d->n; i++)
+                jlist_push(c, r.u.l, IS("keys") ? jv_str(obj.u.d->k[i]) : obj.u.d->v[i]);
+            return r;
+        }
+        if (IS("get")) {
+            jstr k = arg_str(c, a, 0, "key", "get", NULL);
+            const jv *x = jdict_get(obj.u.d, k);
+            if (x)
+                return *x;
+            const jv *d = jargs_get(a, 1, "default");
+            return d ? *d : jv_none();
+        }
+    } else if (obj.t == JV_LOOP) {
+        if (IS("cycle")) {
+            if (a->n == 0)
+                FAIL(c, a, "loop.cycle() needs at least one argument");
+            return a->v[obj.u.loop->i % a->n];
+        }
+    } else if (obj.t == JV_UNDEF) {
+        FAIL(c, a, "cannot call method '%.*s' of an undefined value", (int)name.n, name.p);
+    }
+#undef IS
+    FAIL(c, a, "unknown method '%.*s' of a %s", (int)name.n, name.p, jv_type_name(&obj));
+}
+
+/* ---- global functions -------------------------------------------------- */
+jv jinja_global_call(jctx *c, jstr name, const jargs *a, bool *found)
+{
+    *found = true;
+    if (jstr_eqz(name, "raise_exception")) {
+        const jv *m = jargs_get(a, 0, "message");
+        jstr s = m ? jv_to_str(c, m) : jstr_z("(no message)");
+        FAIL(c, a, "template raised an exception: %.*s", (int)(s.n > 300 ? 300 : s.n), s.p);
+    }
+    if (jstr_eqz(name, "range")) {
+        int64_t start = 0, stop, stp = 1;
+        size_t np = 0;
+        for (size_t i = 0; i < a->n; i++)
+            if (!a->kw[i].n)
+                np++;
+        if (np == 1) {
+            stop = arg_int(c, a, 0, NULL, "range", 0);
+        } else if (np == 2 || np == 3) {
+            start = arg_int(c, a, 0, NULL, "range", 0);
+            stop = arg_int(c, a, 1, NULL, "range", 0);
+            stp = arg_int(c, a, 2, NULL, "range", 1);
+        } else {
+            FAIL(c, a, "range() takes 1 to 3 arguments");
+        }
+        if (stp == 0)
+            FAIL(c, a, "range() step must not be zero");
+        jv r = jv_list_new(c, 0);
+        for (int64_t i = start; stp > 0 ? i < stop : i > stop;) {
+            if (r.u.l->n >= 1000000)
+                FAIL(c, a, "range() longer than 1000000 items");
+            jlist_push(c, r.u.l, jv_int(i));
+            if (__builtin_add_overflow(i, stp, &i))
+                break;
+        }
+        return r;
+    }
+    if (jstr_eqz(name, "namespace") || jstr_eqz(name, "dict")) {
+        jv r = jv_dict_new(c, jstr_eqz(name, "namespace") ? JV_NS : JV_DICT);
+        for (size_t i = 0; i < a->n; i++) {
+            if (a->kw[i].n) {
+                jdict_set(c, r.u.d, a->kw[i], a->v[i]);
+            } else if (a->v[i].t == JV_DICT || a->v[i].t == JV_NS) {
+                for (size_t k = 0; k < a->v[i].u.d->n; k++)
+                    jdict_set(c, r.u.d, a->v[i].u.d->k[k], a->v[i].u.d->v[k]);
+            } else {
+                FAIL(c, a, "%.*s() takes keyword arguments or a dict", (int)name.n, name.p);
+            }
+        }
+        return r;
+    }
+    if (jstr_eqz(name, "strftime_now")) {
+        jstr fmt = arg_str(c, a, 0, "format", "strftime_now", NULL);
+        char f[128], out[256];
+        if (fmt.n >= sizeof f)
+            FAIL(c, a, "strftime_now: format too long");
+        memcpy(f, fmt.p, fmt.n);
+        f[fmt.n] = 0;
+        time_t t = time(NULL);
+        struct tm tm;
+        localtime_r(&t, &tm);
+        size_t n = strftime(out, sizeof out, f, &tm);
+        return jv_str(jstr_dup(c, out, n));
+    }
+    *found = false;
+    return jv_undef();
+}

@@ -1,0 +1,783 @@
+/* Chat templates (src/chat/): the Jinja subset behind tutti_chat_render.
+ *
+ * 1. Every rendering in ../shared/ref/chat/rendered.jsonl (made by
+ *    @huggingface/jinja, the Jinja implementation of transformers.js) is
+ *    reproduced byte for byte, through the public API and through the JSON
+ *    context entry point; where the reference has an error, we must fail too.
+ * 2. Feature cases with expectations from the Jinja2 template documentation
+ *    (jinja.palletsprojects.com "Template Designer Documentation") as
+ *    configured by transformers (trim_blocks, lstrip_blocks), each checked
+ *    against @huggingface/jinja 0.5.11 (npm) where it implements the feature;
+ *    the comment above each case says where its expectation comes from.
+ * 3. Errors carry line/column; hostile templates hit limits, never crash. */
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cJSON.h>
+
+#include "test_common.h"
+#include "tutti.h"
+#include "chat/chat.h"
+
+static char *render_ctx(const char *tmpl, const char *ctx)
+{
+    return tutti_chat_render_json(tmpl, strlen(tmpl), ctx);
+}
+
+/* ---- 1. reference renderings ------------------------------------------- */
+static void test_reference_renderings(void **state)
+{
+    (void)state;
+    require_shared();
+    size_t len;
+    char *all = read_file(shared_path("ref/chat/rendered.jsonl"), &len);
+    assert_non_null(all);
+    int n_lines = 0, n_ok = 0, n_err_expected = 0;
+    for (char *line = strtok(all, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *j = cJSON_Parse(line);
+        assert_non_null(j);
+        n_lines++;
+        const char *tname = cJSON_GetObjectItem(j, "template")->valuestring;
+        const char *conv = cJSON_GetObjectItem(j, "conversation")->valuestring;
+        cJSON *msgs = cJSON_GetObjectItem(j, "messages");
+        bool agp = cJSON_IsTrue(cJSON_GetObjectItem(j, "add_generation_prompt"));
+        const char *bos = cJSON_GetObjectItem(j, "bos_token")->valuestring;
+        const char *eos = cJSON_GetObjectItem(j, "eos_token")->valuestring;
+        cJSON *rendered = cJSON_GetObjectItem(j, "rendered");
+        cJSON *error = cJSON_GetObjectItem(j, "error");
+        bool want_error = error && !cJSON_IsNull(error);
+        if (want_error)
+            n_err_expected++;
+
+        char rel[256];
+        snprintf(rel, sizeof rel, "ref/chat/%s.jinja", tname);
+        char *tmpl = read_file(shared_path(rel), NULL);
+        assert_non_null(tmpl);
+
+        int n = cJSON_GetArraySize(msgs);
+        tutti_chat_message *m = calloc((size_t)n + 1, sizeof *m);
+        for (int i = 0; i < n; i++) {
+            cJSON *x = cJSON_GetArrayItem(msgs, i);
+            m[i].role = cJSON_GetObjectItem(x, "role")->valuestring;
+            m[i].content = cJSON_GetObjectItem(x, "content")->valuestring;
+        }
+        char *out = tutti_chat_render(tmpl, m, (size_t)n, agp, bos, eos);
+
+        /* same through the JSON context entry point */
+        cJSON *ctx = cJSON_CreateObject();
+        cJSON_AddItemToObject(ctx, "messages", cJSON_Duplicate(msgs, 1));
+        cJSON_AddBoolToObject(ctx, "add_generation_prompt", agp);
+        cJSON_AddStringToObject(ctx, "bos_token", bos);
+        cJSON_AddStringToObject(ctx, "eos_token", eos);
+        char *ctx_text = cJSON_PrintUnformatted(ctx);
+        char *out2 = render_ctx(tmpl, ctx_text);
+
+        if (want_error) {
+            if (out || out2)
+                print_error("%s/%s: reference fails (%s) but we rendered\n", tname, conv, error->valuestring);
+            else
+                n_ok++;
+        } else {
+            const char *want = rendered->valuestring;
+            if (!out)
+                print_error("%s/%s: %s\n", tname, conv, tutti_last_error());
+            else if (strcmp(out, want) != 0)
+                print_error("%s/%s: mismatch\n--- got\n%s\n--- want\n%s\n", tname, conv, out, want);
+            else if (!out2 || strcmp(out2, want) != 0)
+                print_error("%s/%s: JSON-context path differs\n", tname, conv);
+            else
+                n_ok++;
+        }
+        free(out);
+        free(out2);
+        free(ctx_text);
+        cJSON_Delete(ctx);
+        free(m);
+        free(tmpl);
+        cJSON_Delete(j);
+    }
+    free(all);
+    print_message("chat reference: %d/%d renderings identical (%d expected errors)\n", n_ok, n_lines,
+                  n_err_expected);
+    assert_int_equal(n_lines, 20);
+    assert_int_equal(n_ok, n_lines);
+}
+
+/* ---- 2. features --------------------------------------------------------- */
+typedef struct feature_case {
+    const char *tmpl;
+    const char *ctx;       /* JSON object of variables */
+    const char *want;      /* expected output, or NULL when rendering must fail */
+    const char *want_err;  /* fragment of the error message when want is NULL */
+} feature_case;
+
+static const feature_case CASES[] = {
+    /* trim_blocks removes the newline after a block tag. Expected: @huggingface/jinja 0.5.11. */
+    {"{% if true %}\n"
+        "A\n"
+        "{% endif %}\n"
+        "B",
+     "{}",
+     "A\n"
+        "B",
+     NULL},
+    /* lstrip_blocks removes indentation before a block tag. Expected: @huggingface/jinja 0.5.11. */
+    {"x\n"
+        "    {% if true %}y{% endif %}\n"
+        "",
+     "{}",
+     "x\n"
+        "y",
+     NULL},
+    /* - strips all whitespace on that side. Expected: @huggingface/jinja 0.5.11. */
+    {"a  \n"
+        "  {{- 'b' -}}  \n"
+        "  c",
+     "{}",
+     "abc",
+     NULL},
+    /* {{ }} tags are not trimmed by trim_blocks. Expected: @huggingface/jinja 0.5.11. */
+    {"{{ 'a' }}\n"
+        "b",
+     "{}",
+     "a\n"
+        "b",
+     NULL},
+    /* a single trailing newline is dropped. Expected: @huggingface/jinja 0.5.11. */
+    {"a\n"
+        "\n"
+        "",
+     "{}",
+     "a\n"
+        "",
+     NULL},
+    /* comments render nothing and trim like blocks. Expected: @huggingface/jinja 0.5.11. */
+    {"a{# c #}\n"
+        "b {#- x -#} c",
+     "{}",
+     "abc",
+     NULL},
+    /* raw block. Expected: Jinja2 docs 'Escaping': {% raw %} outputs its body verbatim (@huggingface/jinja lacks raw). */
+    {"{% raw %}{{ x }}{% endraw %}",
+     "{}",
+     "{{ x }}",
+     NULL},
+    /* arithmetic. Expected: Jinja2 docs 'Math': Python semantics, -7 % 3 == 2 (floored; @huggingface/jinja gives JS -1). */
+    {"{{ 1 + 2 * 3 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 2 ** 10 }} {{ 7 / 2 }}",
+     "{}",
+     "7 3 -4 1 2 1024 3.5",
+     NULL},
+    /* float printing. Expected: @huggingface/jinja 0.5.11. */
+    {"{{ 1.5 }} {{ 2.0 }} {{ 0.1 + 0.2 }} {{ 10 / 4 }}",
+     "{}",
+     "1.5 2.0 0.30000000000000004 2.5",
+     NULL},
+    /* string concat + and ~. Expected: @huggingface/jinja 0.5.11. */
+    {"{{ 'a' + 'b' }}{{ 'n' ~ 1 }}{{ 1 ~ 2 }}",
+     "{}",
+     "abn112",
+     NULL},
+    /* comparison and logic. Expected: Jinja2 docs 'Comparisons'/'Logic': strings order lexically, and/or return an operand (@huggingface/jinja rejects str > str). */
+    {"{{ 1 < 2 and 2 <= 2 }} {{ not 1 == 1 }} {{ 'b' > 'a' }} {{ 0 or 'x' }} {{ '' and 'y' }}",
+     "{}",
+     "true false true x ",
+     NULL},
+    /* in / not in. Expected: @huggingface/jinja 0.5.11. */
+    {"{{ 'b' in 'abc' }} {{ 2 in [1,2] }} {{ 'k' in {'k': 1} }} {{ 3 not in [1,2] }}",
+     "{}",
+     "true true true true",
+     NULL},
+    /* ternary. Expected: @huggingface/jinja 0.5.11. */
+    {"{{ 'y' if 1 else 'n' }}{{ 'y' if 0 else 'n' }}",
+     "{}",
+     "yn",
+     NULL},
+    /* list and dict literals, item and attribute access. Expected: @huggingface/jinja 0.5.11. */
+    {"{{ [1, 'a', [2]] }} {{ {'a': 1, 'b': [true, none]} }} {{ {'a': {'b': 5}}['a'].b }}",
+     "{}",
+     "[1, \"a\", [2]] {\"a\": 1, \"b\": [true, null]} 5",
+     NULL},
+    /* negative index and slicing. Expected: @huggingface/jinja 0.5.11. */
+    {"{{ [1,2,3][-1] }} {{ [1,2,3,4][1:3] }} {{ [1,2,3,4][::-1] }} {{ 'hello'[1:] }} {{ 'hello'[::-2] }} {{ [1,2,3,4,5][-2:] }}",
+     "{}",
+     "3 [2, 3] [4, 3, 2, 1] ello olh [4, 5]",
+     NULL},
+    /* filter binds tighter than +. Expected: @huggingface/jinja 0.5.11. */
+    {"{{ 'x' + ' y ' | trim + 'z' }}",
+     "{}",
+     "xyz",
+     NULL},
+    /* string escapes. Expected: @huggingface/jinja 0.5.11. */
+    {"{{ 'a\\nb\\t\\'c\\'' }}|{{ \"q\\\"\" }}",
+     "{}",
+     "a\n"
+        "b\t'c'|q\"",
+     NULL},
+    /* for loop variables. Expected: @huggingface/jinja 0.5.11. */
+    {"{% for x in ['a','b','c'] %}{{ loop.index }}{{ loop.index0 }}{{ x }}{{ loop.first }}{{ loop.last }}{{ loop.length }}{{ loop.revindex }};{% endfor %}",
+     "{}",
+     "10atruefalse33;21bfalsefalse32;32cfalsetrue31;",
+     NULL},
+    /* for else on empty. Expected: @huggingface/jinja 0.5.11. */
+    {"{% for x in [] %}{{ x }}{% else %}empty{% endfor %}",
+     "{}",
+     "empty",
+     NULL},
+    /* for over dict items with unpacking. Expected: @huggingface/jinja 0.5.11. */
+    {"{% for k, v in {'a': 1, 'b': 2}.items() %}{{ k }}={{ v }},{% endfor %}",
+     "{}",
+     "a=1,b=2,",
+     NULL},
+    /* for with filter condition. Expected: @huggingface/jinja 0.5.11. */
+    {"{% for x in [1,2,3,4] if x % 2 == 0 %}{{ x }}{{ loop.index }}{% endfor %}",
+     "{}",
+     "2142",
+     NULL},
+    /* set inside for does not leak out. Expected: @huggingface/jinja 0.5.11. */
+    {"{% set x = 1 %}{% for i in [1,2] %}{% set x = i %}{% endfor %}{{ x }}",
+     "{}",
+     "1",
+     NULL},
+    /* namespace carries state out of a loop. Expected: @huggingface/jinja 0.5.11. */
+    {"{% set ns = namespace(n=0) %}{% for i in [1,2,3] %}{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}",
+     "{}",
+     "6",
+     NULL},
+    /* if elif else. Expected: @huggingface/jinja 0.5.11. */
+    {"{% for v in [1,2,3] %}{% if v == 1 %}one{% elif v == 2 %}two{% else %}many{% endif %} {% endfor %}",
+     "{}",
+     "one two many ",
+     NULL},
+    /* set block. Expected: @huggingface/jinja 0.5.11. */
+    {"{% set s %}a{{ 1 + 1 }}b{% endset %}[{{ s }}]",
+     "{}",
+     "[a2b]",
+     NULL},
+    /* macro with defaults and keyword args. Expected: @huggingface/jinja 0.5.11. */
+    {"{% macro m(a, b='B') %}<{{ a }}{{ b }}>{% endmacro %}{{ m(1) }}{{ m(2, b='x') }}",
+     "{}",
+     "<1B><2x>",
+     NULL},
+    /* break and continue. Expected: @huggingface/jinja 0.5.11. */
+    {"{% for i in range(10) %}{% if i == 1 %}{% continue %}{% endif %}{% if i == 4 %}{% break %}{% endif %}{{ i }}{% endfor %}",
+     "{}",
+     "023",
+     NULL},
+    /* range. Expected: @huggingface/jinja 0.5.11. */
+    {"{{ range(3) }} {{ range(1, 7, 2) }} {{ range(5, 0, -2) }}",
+     "{}",
+     "[0, 1, 2] [1, 3, 5] [5, 3, 1]",
+     NULL},
+    /* is defined / none / string / number / mapping / iterable. Expected: @huggingface/jinja 0.5.11. */
+    {"{{ x is defined }}{{ y is defined }}{{ n is none }}{{ 'a' is string }}{{ 1 is number }}{{ {} is mapping }}{{ [] is iterable }}{{ 1 is not string }}{{ true is true }}{{ x is false }}",
+     "{\"x\": 1, \"n\": null}",
+     "truefalsetruetruetruetruetruetruetruefalse",
+     NULL},
+    /* odd even divisibleby. Expected: Jinja2 'List of Builtin Tests': odd, even, divisibleby(num) (@huggingface/jinja cannot parse 'is divisibleby(3)'). */
+    {"{{ 3 is odd }}{{ 3 is even }}{{ 9 is divisibleby(3) }}",
+     "{}",
+     "truefalsetrue",
+     NULL},
+    /* trim upper lower capitalize title. Expected: @huggingface/jinja 0.5.11. */
+    {"[{{ '  a b \\n' | trim }}]{{ 'ab' | upper }}{{ 'AB' | lower }}{{ 'hello world' | capitalize }}{{ 'hello world' | title }}",
+     "{}",
+     "[a b]ABabHello worldHello World",
+     NULL},
+    /* length first last join reverse. Expected: Jinja2 'List of Builtin Filters': reverse also reverses strings (@huggingface/jinja lacks it for strings). */
+    {"{{ [1,2,3] | length }}{{ 'abc' | length }}{{ [1,2,3] | first }}{{ [1,2,3] | last }}{{ [1,2,3] | join('-') }}{{ [1,2,3] | reverse | list }}{{ 'abc' | reverse }}",
+     "{}",
+     "33131-2-3[3, 2, 1]cba",
+     NULL},
+    /* default. Expected: @huggingface/jinja 0.5.11. */
+    {"{{ x | default('d') }}{{ y | default('d') }}{{ '' | default('e', true) }}",
+     "{\"y\": \"Y\"}",
+     "dYe",
+     NULL},
+    /* replace. Expected: @huggingface/jinja 0.5.11. */
+    {"{{ 'aaa' | replace('a', 'b') }} {{ 'aaa' | replace('a', 'b', 2) }}",
+     "{}",
+     "bbb bba",
+     NULL},
+    /* tojson. Expected: @huggingface/jinja 0.5.11. */
+    {"{{ {'a': [1, 2.5, 'x\"y'], 'b': none, 'c': true} | tojson }}",
+     "{}",
+     "{\"a\": [1, 2.5, \"x\\\"y\"], \"b\": null, \"c\": true}",
+     NULL},
+    /* tojson indent. Expected: @huggingface/jinja 0.5.11. */
+    {"{{ {'a': [1, 2], 'b': {}} | tojson(indent=2) }}",
+     "{}",
+     "{\n"
+        "  \"a\": [\n"
+        "    1,\n"
+        "    2\n"
+        "  ],\n"
+        "  \"b\": {}\n"
+        "}",
+     NULL},
+    /* items keys values. Expected: @huggingface/jinja 0.5.11. */
+    {"{% for k, v in d | items %}{{ k }}{{ v }}{% endfor %}{{ d.keys() | list }}{{ d.values() | list }}",
+     "{\"d\": {\"x\": 1, \"y\": 2}}",
+     "x1y2[\"x\", \"y\"][1, 2]",
+     NULL},
+    /* selectattr map. Expected: @huggingface/jinja 0.5.11. */
+    {"{{ msgs | selectattr('role', 'equalto', 'user') | map(attribute='content') | join(',') }}",
+     "{\"msgs\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"bot\", \"content\": \"b\"}, {\"role\": \"user\", \"content\": \"c\"}]}",
+     "a,c",
+     NULL},
+    /* sort unique int string. Expected: @huggingface/jinja 0.5.11. */
+    {"{{ [3,1,2] | sort }}{{ [1,1,2] | unique | list }}{{ '42' | int + 1 }}{{ 3 | string + 'x' }}",
+     "{}",
+     "[1, 2, 3][1, 2]433x",
+     NULL},
+    /* indent. Expected: @huggingface/jinja 0.5.11. */
+    {"{{ 'a\\nb\\n\\nc' | indent(2) }}|{{ 'a\\nb' | indent(2, true) }}",
+     "{}",
+     "a\n"
+        "  b\n"
+        "\n"
+        "  c|  a\n"
+        "  b",
+     NULL},
+    /* str methods. Expected: Python str.strip(chars) strips those characters (@huggingface/jinja ignores the argument of strip). */
+    {"{{ '  x  '.strip() }}|{{ 'xxaxx'.strip('x') }}|{{ '\\n\\na'.lstrip('\\n') }}|{{ 'a\\n'.rstrip() }}|{{ 'a,b,,c'.split(',') }}|{{ ' a  b '.split() }}|{{ 'abc'.startswith('ab') }}{{ 'abc'.endswith('bc') }}{{ 'abc'.upper() }}{{ 'a-b'.replace('-', '+') }}",
+     "{}",
+     "x|a|a|a|[\"a\", \"b\", \"\", \"c\"]|[\"a\", \"b\"]|truetrueABCa+b",
+     NULL},
+    /* qwen3 think split. Expected: @huggingface/jinja 0.5.11. */
+    {"{{ 'x<think>\\nr\\n</think>\\n\\ny'.split('</think>')[-1].lstrip('\\n') }}|{{ 'x<think>\\nr\\n</think>\\n\\ny'.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') }}",
+     "{}",
+     "y|r",
+     NULL},
+    /* dict get. Expected: @huggingface/jinja 0.5.11. */
+    {"{{ d.get('a') }}{{ d.get('z', 'dflt') }}",
+     "{\"d\": {\"a\": 1}}",
+     "1dflt",
+     NULL},
+    /* printing booleans, none, lists. Expected: @huggingface/jinja 0.5.11. */
+    {"{{ true }}|{{ false }}|{{ none }}|{{ undefined_name }}|{{ [1, 'a'] }}|{{ {'k': 'v'} }}",
+     "{}",
+     "true|false|||[1, \"a\"]|{\"k\": \"v\"}",
+     NULL},
+    /* raise_exception. Expected: @huggingface/jinja 0.5.11 fails on it too (bad roles). */
+    {"{{ raise_exception('bad roles') }}",
+     "{}",
+     NULL,
+     "template raised an exception: bad roles"},
+    /* unclosed if. Expected: @huggingface/jinja 0.5.11 fails on it too (Cannot read properties of undefined (reading 'type')). */
+    {"{% if true %}x",
+     "{}",
+     NULL,
+     "missing {% endif %}"},
+    /* unknown filter. Expected: @huggingface/jinja 0.5.11 fails on it too (Unknown StringValue filter: no_such_filter). */
+    {"{{ 'a' | no_such_filter }}",
+     "{}",
+     NULL,
+     "unknown filter 'no_such_filter'"},
+    /* unknown statement. Expected: @huggingface/jinja 0.5.11 fails on it too (Unknown statement type: include). */
+    {"{% include 'x' %}",
+     "{}",
+     NULL,
+     "unsupported statement"},
+    /* unclosed expression. Expected: @huggingface/jinja 0.5.11 fails on it too (Unexpected end of input). */
+    {"{{ 1 + ",
+     "{}",
+     NULL,
+     "unclosed expression"},
+    /* arithmetic on undefined. Expected: @huggingface/jinja 0.5.11 fails on it too (Cannot perform operation + on undefined values). */
+    {"{{ x + 1 }}",
+     "{}",
+     NULL,
+     "undefined"},
+    /* endfor without for. Expected: @huggingface/jinja 0.5.11 fails on it too (Unknown statement type: endfor). */
+    {"{% endfor %}",
+     "{}",
+     NULL,
+     "unexpected {% endfor %}"},
+    /* Mistral v0.1 template. Expected: @huggingface/jinja 0.5.11. */
+    {"{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}",
+     "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"Hello!\"}, {\"role\": \"user\", \"content\": \"Bye\"}], \"bos_token\": \"<s>\", \"eos_token\": \"</s>\"}",
+     "<s>[INST] Hi [/INST]Hello!</s>[INST] Bye [/INST]",
+     NULL},
+    /* Mistral v0.1 template rejects a system message. Expected: @huggingface/jinja 0.5.11 fails on it too (Conversation roles must alternate user/assistant/user/assist). */
+    {"{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}",
+     "{\"messages\": [{\"role\": \"system\", \"content\": \"Be terse.\"}, {\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"  Hello!  \"}, {\"role\": \"user\", \"content\": \"Bye\"}], \"bos_token\": \"<s>\", \"eos_token\": \"</s>\"}",
+     NULL,
+     "Conversation roles must alternate"},
+    /* SmolLM2 template. Expected: @huggingface/jinja 0.5.11. */
+    {"{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
+        "You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+        "' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n"
+        "' + message['content'] + '<|im_end|>' + '\n"
+        "'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n"
+        "' }}{% endif %}",
+     "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"Hello!\"}, {\"role\": \"user\", \"content\": \"Bye\"}], \"add_generation_prompt\": true}",
+     "<|im_start|>system\n"
+        "You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+        "<|im_start|>user\n"
+        "Hi<|im_end|>\n"
+        "<|im_start|>assistant\n"
+        "Hello!<|im_end|>\n"
+        "<|im_start|>user\n"
+        "Bye<|im_end|>\n"
+        "<|im_start|>assistant\n"
+        "",
+     NULL},
+    /* Mistral v0.3-style template. Expected: @huggingface/jinja 0.5.11. */
+    {"{%- if messages[0][\"role\"] == \"system\" %}\n"
+        "    {%- set system_message = messages[0][\"content\"] %}\n"
+        "    {%- set loop_messages = messages[1:] %}\n"
+        "{%- else %}\n"
+        "    {%- set loop_messages = messages %}\n"
+        "{%- endif %}\n"
+        "{%- if not tools is defined %}\n"
+        "    {%- set tools = none %}\n"
+        "{%- endif %}\n"
+        "{%- set user_messages = loop_messages | selectattr(\"role\", \"equalto\", \"user\") | list %}\n"
+        "\n"
+        "{#- check that user/assistant alternate #}\n"
+        "{%- set ns = namespace() %}\n"
+        "{%- set ns.index = 0 %}\n"
+        "{%- for message in loop_messages %}\n"
+        "    {%- if not (message.role == \"tool\" or (message.tool_calls is defined and message.tool_calls is not none)) %}\n"
+        "        {%- if (message[\"role\"] == \"user\") != (ns.index % 2 == 0) %}\n"
+        "            {{- raise_exception(\"After the optional system message, conversation roles must alternate user/assistant/user/assistant/...\") }}\n"
+        "        {%- endif %}\n"
+        "        {%- set ns.index = ns.index + 1 %}\n"
+        "    {%- endif %}\n"
+        "{%- endfor %}\n"
+        "\n"
+        "{{- bos_token }}\n"
+        "{%- for message in loop_messages %}\n"
+        "    {%- if message[\"role\"] == \"user\" %}\n"
+        "        {%- if tools is not none and (message == user_messages[-1]) %}\n"
+        "            {{- \"[AVAILABLE_TOOLS] \" + tools | tojson + \"[/AVAILABLE_TOOLS]\" }}\n"
+        "        {%- endif %}\n"
+        "        {%- if loop.last and system_message is defined %}\n"
+        "            {{- \"[INST] \" + system_message + \"\\n\\n\" + message[\"content\"] + \"[/INST]\" }}\n"
+        "        {%- else %}\n"
+        "            {{- \"[INST] \" + message[\"content\"] + \"[/INST]\" }}\n"
+        "        {%- endif %}\n"
+        "    {%- elif message[\"role\"] == \"assistant\" %}\n"
+        "        {{- \" \" + message[\"content\"]|trim + eos_token}}\n"
+        "    {%- else %}\n"
+        "        {{- raise_exception(\"Only user and assistant roles are supported, with the exception of an initial optional system message!\") }}\n"
+        "    {%- endif %}\n"
+        "{%- endfor %}\n"
+        "",
+     "{\"messages\": [{\"role\": \"system\", \"content\": \"Be terse.\"}, {\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"  Hello!  \"}, {\"role\": \"user\", \"content\": \"Bye\"}], \"bos_token\": \"<s>\", \"eos_token\": \"</s>\"}",
+     "<s>[INST] Hi[/INST] Hello!</s>[INST] Be terse.\n"
+        "\n"
+        "Bye[/INST]",
+     NULL},
+    /* Mistral v0.3-style template with tools. Expected: @huggingface/jinja 0.5.11. */
+    {"{%- if messages[0][\"role\"] == \"system\" %}\n"
+        "    {%- set system_message = messages[0][\"content\"] %}\n"
+        "    {%- set loop_messages = messages[1:] %}\n"
+        "{%- else %}\n"
+        "    {%- set loop_messages = messages %}\n"
+        "{%- endif %}\n"
+        "{%- if not tools is defined %}\n"
+        "    {%- set tools = none %}\n"
+        "{%- endif %}\n"
+        "{%- set user_messages = loop_messages | selectattr(\"role\", \"equalto\", \"user\") | list %}\n"
+        "\n"
+        "{#- check that user/assistant alternate #}\n"
+        "{%- set ns = namespace() %}\n"
+        "{%- set ns.index = 0 %}\n"
+        "{%- for message in loop_messages %}\n"
+        "    {%- if not (message.role == \"tool\" or (message.tool_calls is defined and message.tool_calls is not none)) %}\n"
+        "        {%- if (message[\"role\"] == \"user\") != (ns.index % 2 == 0) %}\n"
+        "            {{- raise_exception(\"After the optional system message, conversation roles must alternate user/assistant/user/assistant/...\") }}\n"
+        "        {%- endif %}\n"
+        "        {%- set ns.index = ns.index + 1 %}\n"
+        "    {%- endif %}\n"
+        "{%- endfor %}\n"
+        "\n"
+        "{{- bos_token }}\n"
+        "{%- for message in loop_messages %}\n"
+        "    {%- if message[\"role\"] == \"user\" %}\n"
+        "        {%- if tools is not none and (message == user_messages[-1]) %}\n"
+        "            {{- \"[AVAILABLE_TOOLS] \" + tools | tojson + \"[/AVAILABLE_TOOLS]\" }}\n"
+        "        {%- endif %}\n"
+        "        {%- if loop.last and system_message is defined %}\n"
+        "            {{- \"[INST] \" + system_message + \"\\n\\n\" + message[\"content\"] + \"[/INST]\" }}\n"
+        "        {%- else %}\n"
+        "            {{- \"[INST] \" + message[\"content\"] + \"[/INST]\" }}\n"
+        "        {%- endif %}\n"
+        "    {%- elif message[\"role\"] == \"assistant\" %}\n"
+        "        {{- \" \" + message[\"content\"]|trim + eos_token}}\n"
+        "    {%- else %}\n"
+        "        {{- raise_exception(\"Only user and assistant roles are supported, with the exception of an initial optional system message!\") }}\n"
+        "    {%- endif %}\n"
+        "{%- endfor %}\n"
+        "",
+     "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"Hello!\"}, {\"role\": \"user\", \"content\": \"Bye\"}], \"bos_token\": \"<s>\", \"eos_token\": \"</s>\", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {}}}]}",
+     "<s>[INST] Hi[/INST] Hello!</s>[AVAILABLE_TOOLS] [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {}}}][/AVAILABLE_TOOLS][INST] Bye[/INST]",
+     NULL},
+    /* Mistral v0.3-style template rejects two user turns. Expected: @huggingface/jinja 0.5.11 fails on it too (After the optional system message, conversation roles must a). */
+    {"{%- if messages[0][\"role\"] == \"system\" %}\n"
+        "    {%- set system_message = messages[0][\"content\"] %}\n"
+        "    {%- set loop_messages = messages[1:] %}\n"
+        "{%- else %}\n"
+        "    {%- set loop_messages = messages %}\n"
+        "{%- endif %}\n"
+        "{%- if not tools is defined %}\n"
+        "    {%- set tools = none %}\n"
+        "{%- endif %}\n"
+        "{%- set user_messages = loop_messages | selectattr(\"role\", \"equalto\", \"user\") | list %}\n"
+        "\n"
+        "{#- check that user/assistant alternate #}\n"
+        "{%- set ns = namespace() %}\n"
+        "{%- set ns.index = 0 %}\n"
+        "{%- for message in loop_messages %}\n"
+        "    {%- if not (message.role == \"tool\" or (message.tool_calls is defined and message.tool_calls is not none)) %}\n"
+        "        {%- if (message[\"role\"] == \"user\") != (ns.index % 2 == 0) %}\n"
+        "            {{- raise_exception(\"After the optional system message, conversation roles must alternate user/assistant/user/assistant/...\") }}\n"
+        "        {%- endif %}\n"
+        "        {%- set ns.index = ns.index + 1 %}\n"
+        "    {%- endif %}\n"
+        "{%- endfor %}\n"
+        "\n"
+        "{{- bos_token }}\n"
+        "{%- for message in loop_messages %}\n"
+        "    {%- if message[\"role\"] == \"user\" %}\n"
+        "        {%- if tools is not none and (message == user_messages[-1]) %}\n"
+        "            {{- \"[AVAILABLE_TOOLS] \" + tools | tojson + \"[/AVAILABLE_TOOLS]\" }}\n"
+        "        {%- endif %}\n"
+        "        {%- if loop.last and system_message is defined %}\n"
+        "            {{- \"[INST] \" + system_message + \"\\n\\n\" + message[\"content\"] + \"[/INST]\" }}\n"
+        "        {%- else %}\n"
+        "            {{- \"[INST] \" + message[\"content\"] + \"[/INST]\" }}\n"
+        "        {%- endif %}\n"
+        "    {%- elif message[\"role\"] == \"assistant\" %}\n"
+        "        {{- \" \" + message[\"content\"]|trim + eos_token}}\n"
+        "    {%- else %}\n"
+        "        {{- raise_exception(\"Only user and assistant roles are supported, with the exception of an initial optional system message!\") }}\n"
+        "    {%- endif %}\n"
+        "{%- endfor %}\n"
+        "",
+     "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"user\", \"content\": \"Hi\"}], \"bos_token\": \"<s>\", \"eos_token\": \"</s>\"}",
+     NULL,
+     "conversation roles must alternate"},
+    /* Llama 3.1-style template. Expected: @huggingface/jinja 0.5.11. */
+    {"{{- bos_token }}\n"
+        "{%- if not date_string is defined %}\n"
+        "    {%- set date_string = \"26 Jul 2024\" %}\n"
+        "{%- endif %}\n"
+        "{%- if messages[0]['role'] == 'system' %}\n"
+        "    {%- set system_message = messages[0]['content']|trim %}\n"
+        "    {%- set messages = messages[1:] %}\n"
+        "{%- else %}\n"
+        "    {%- set system_message = \"\" %}\n"
+        "{%- endif %}\n"
+        "{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}\n"
+        "{%- if tools is not none and tools is defined %}\n"
+        "    {{- \"Environment: ipython\\n\" }}\n"
+        "{%- endif %}\n"
+        "{{- \"Cutting Knowledge Date: December 2023\\n\" }}\n"
+        "{{- \"Today Date: \" + date_string + \"\\n\\n\" }}\n"
+        "{{- system_message }}\n"
+        "{{- \"<|eot_id|>\" }}\n"
+        "{%- for message in messages %}\n"
+        "    {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + '<|eot_id|>' }}\n"
+        "{%- endfor %}\n"
+        "{%- if add_generation_prompt %}\n"
+        "    {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}\n"
+        "{%- endif %}\n"
+        "",
+     "{\"messages\": [{\"role\": \"system\", \"content\": \"Be terse.\"}, {\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"  Hello!  \"}, {\"role\": \"user\", \"content\": \"Bye\"}], \"bos_token\": \"<|begin_of_text|>\", \"add_generation_prompt\": true}",
+     "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n"
+        "\n"
+        "Cutting Knowledge Date: December 2023\n"
+        "Today Date: 26 Jul 2024\n"
+        "\n"
+        "Be terse.<|eot_id|><|start_header_id|>user<|end_header_id|>\n"
+        "\n"
+        "Hi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n"
+        "\n"
+        "Hello!<|eot_id|><|start_header_id|>user<|end_header_id|>\n"
+        "\n"
+        "Bye<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n"
+        "\n"
+        "",
+     NULL},
+};
+
+static void test_features(void **state)
+{
+    (void)state;
+    int n = (int)(sizeof CASES / sizeof CASES[0]), bad = 0;
+    for (int i = 0; i < n; i++) {
+        const feature_case *fc = &CASES[i];
+        char *out = render_ctx(fc->tmpl, fc->ctx);
+        if (fc->want) {
+            if (!out) {
+                print_error("case %d: failed: %s\n", i, tutti_last_error());
+                bad++;
+            } else if (strcmp(out, fc->want) != 0) {
+                print_error("case %d: got [%s] want [%s]\n", i, out, fc->want);
+                bad++;
+            }
+        } else {
+            const char *e = tutti_last_error();
+            if (out) {
+                print_error("case %d: rendered [%s] but must fail\n", i, out);
+                bad++;
+            } else if (!strstr(e, fc->want_err) || !strstr(e, "chat template: ")) {
+                print_error("case %d: error [%s] lacks [%s]\n", i, e, fc->want_err);
+                bad++;
+            }
+        }
+        free(out);
+    }
+    print_message("chat features: %d/%d cases pass\n", n - bad, n);
+    assert_int_equal(bad, 0);
+}
+
+/* ---- 3. errors and limits ------------------------------------------------ */
+static void expect_fail(const char *tmpl, const char *fragment)
+{
+    char *out = render_ctx(tmpl, "{\"messages\": []}");
+    if (out)
+        fail_msg("template [%.60s] rendered [%.60s] but must fail", tmpl, out);
+    const char *e = tutti_last_error();
+    if (!strstr(e, fragment))
+        fail_msg("template [%.60s]: error [%s] lacks [%s]", tmpl, e, fragment);
+}
+
+static void test_error_positions(void **state)
+{
+    (void)state;
+    /* the position is that of the offending token (1-based line and column) */
+    expect_fail("ab\n  {{ 1 + }}", "line 2, column 10: expected an expression");
+    expect_fail("{% if x %}\n{% for %}", "line 2, column 8: expected a loop variable name");
+    expect_fail("{{ 'abc }}", "line 1, column 4: unterminated string literal");
+    expect_fail("x\n{# never closed", "line 2, column 1: unclosed comment");
+    expect_fail("{% set x = [1, 2 %}", "line 1, column 18: expected ']'");
+    expect_fail("{{ x | }}", "expected a filter name");
+    expect_fail("{{ 1 $ 2 }}", "unexpected character '$'");
+    expect_fail("{% for x in 5 %}{% endfor %}", "cannot iterate over a integer");
+    expect_fail("{{ 1 / 0 }}", "division by zero");
+    expect_fail("{{ [1][1:2:0] }}", "slice step cannot be zero");
+    expect_fail("{% set x.y = 1 %}", "is not a namespace()");
+    expect_fail("{{ foo() }}", "unknown function 'foo'");
+    expect_fail("{{ 'a'.nosuch() }}", "unknown method 'nosuch'");
+    expect_fail("{% macro m(a) %}{% endmacro %}{{ m(1, 2) }}", "takes at most 1 argument");
+    expect_fail("{% break %}", "outside a loop");
+    expect_fail("{% extends 'base' %}", "unsupported statement");
+}
+
+static void test_limits(void **state)
+{
+    (void)state;
+    /* endless work, unbounded recursion, memory and output growth all stop
+     * with an error */
+    expect_fail("{% set xs = range(3000) %}{% for i in xs %}{% for j in xs %}{% endfor %}{% endfor %}",
+                "evaluation steps");
+    expect_fail("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "nested deeper");
+    expect_fail("{{ 'a' * 1000000000 }}", "too long");
+    expect_fail("{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
+                "MiB");
+    expect_fail("{{ range(100000000) | length }}", "range() longer");
+    /* deep nesting of expressions and blocks */
+    size_t n = 20000;
+    char *t = malloc(2 * n + 16);
+    strcpy(t, "{{ ");
+    memset(t + 3, '(', n);
+    strcpy(t + 3 + n, "1 }}");
+    expect_fail(t, "nested deeper");
+    t[0] = 0;
+    for (size_t i = 0; i < 2000; i++)
+        strcat(t, "{%if 1%}");
+    expect_fail(t, "nested deeper");
+    free(t);
+    /* integer overflow is an error, not undefined behaviour */
+    expect_fail("{{ 9223372036854775807 + 1 }}", "integer overflow");
+    expect_fail("{{ 99999999999999999999 }}", "out of range");
+}
+
+/* ---- 4. public API --------------------------------------------------------- */
+static void test_public_api(void **state)
+{
+    (void)state;
+    const char *t = "{{ bos_token is defined }}|{{ eos_token }}|{{ messages | length }}|"
+                    "{{ messages[0].content is none }}|{{ add_generation_prompt }}";
+    tutti_chat_message m[2] = {{"user", NULL}, {"assistant", "x"}};
+    char *out = tutti_chat_render(t, m, 2, true, NULL, "</s>");
+    assert_non_null(out);
+    /* NULL bos: undefined; NULL content: none; booleans print as true/false */
+    assert_string_equal(out, "false|</s>|2|true|true");
+    free(out);
+
+    assert_null(tutti_chat_render(NULL, m, 2, false, NULL, NULL));
+    assert_non_null(strstr(tutti_last_error(), "template is NULL"));
+    tutti_chat_message bad = {NULL, "x"};
+    assert_null(tutti_chat_render("x", &bad, 1, false, NULL, NULL));
+    assert_non_null(strstr(tutti_last_error(), "no role"));
+    assert_null(tutti_chat_render("x", NULL, 3, false, NULL, NULL));
+    out = tutti_chat_render("", NULL, 0, false, NULL, NULL);
+    assert_non_null(out);
+    assert_string_equal(out, "");
+    free(out);
+    assert_null(render_ctx("x", "{\"a\": [1, }"));
+    assert_non_null(strstr(tutti_last_error(), "context JSON"));
+}
+
+/* ---- 5. thread safety ------------------------------------------------------ */
+typedef struct thread_arg {
+    const char *tmpl;
+    const char *want;
+    int ok;
+} thread_arg;
+
+static void *thread_main(void *p)
+{
+    thread_arg *a = p;
+    tutti_chat_message m[3] = {{"system", "S"}, {"user", "Hi"}, {"assistant", "Yo"}};
+    for (int i = 0; i < 200; i++) {
+        char *out = tutti_chat_render(a->tmpl, m, 3, true, "<s>", "</s>");
+        if (out && strcmp(out, a->want) == 0)
+            a->ok++;
+        free(out);
+    }
+    return NULL;
+}
+
+static void test_threads(void **state)
+{
+    (void)state;
+    require_shared();
+    char *tmpl = read_file(shared_path("ref/chat/qwen3.jinja"), NULL);
+    assert_non_null(tmpl);
+    /* expected output computed with @huggingface/jinja 0.5.11 from the same
+     * template and messages (the last assistant turn gets an empty think block) */
+    const char *want = "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                       "<|im_start|>assistant\n<think>\n\n</think>\n\nYo<|im_end|>\n<|im_start|>assistant\n";
+    thread_arg args[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        args[i] = (thread_arg){tmpl, want, 0};
+        assert_int_equal(pthread_create(&th[i], NULL, thread_main, &args[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(args[i].ok, 200);
+    }
+    free(tmpl);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_reference_renderings),
+        cmocka_unit_test(test_features),
+        cmocka_unit_test(test_error_positions),
+        cmocka_unit_test(test_limits),
+        cmocka_unit_test(test_public_api),
+        cmocka_unit_test(test_threads),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
