@@ -263,20 +263,13 @@ bool bpe_tokenize(const tutti_vocab *v, const char *text, size_t len, id_buf *ou
     if (!cpts || !bytes_at || !bytes) goto oom;
 
     /* Code points as llama.cpp decodes them, and the bytes each one stands
-     * for afterwards: its UTF-8 (so an invalid byte becomes U+FFFD and an
-     * overlong form its shortest form, as in llama.cpp).  Values above
-     * U+10FFFF, where llama.cpp throws, keep their original bytes. */
+     * for afterwards: its UTF-8, so that every invalid byte becomes U+FFFD
+     * (EF BF BD) as in llama.cpp. */
     for (size_t i = 0; i < len;) {
-        size_t i0 = i;
         uint32_t c = utf8_decode_lenient(u, len, &i);
         bytes_at[n] = nb;
         cpts[n++] = c;
-        size_t k = utf8_encode(c, bytes + nb);
-        if (k == 0) {
-            memcpy(bytes + nb, text + i0, i - i0);
-            k = i - i0;
-        }
-        nb += k;
+        nb += utf8_encode(c, bytes + nb);
     }
     bytes_at[n] = nb;
 

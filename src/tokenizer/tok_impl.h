@@ -37,9 +37,9 @@ static inline size_t utf8_len_from_lead(unsigned char c) {
 }
 
 /* Decodes one code point at s[*i] the way llama.cpp's unicode_cpts_from_utf8
- * does (lead byte and continuation bytes checked; overlong forms and
- * surrogates accepted; any invalid byte becomes U+FFFD and consumes one
- * byte).  Advances *i. */
+ * does (checked against the Debian build: lead and continuation bytes,
+ * overlong forms and values above U+10FFFF rejected, surrogates accepted);
+ * an invalid sequence yields U+FFFD and consumes one byte.  Advances *i. */
 uint32_t utf8_decode_lenient(const unsigned char *s, size_t n, size_t *i);
 
 /* Encodes cpt (<= 0x10FFFF) as UTF-8 into out[4]; returns the length, 0 if

@@ -30,29 +30,35 @@ unsigned ucp_flags(uint32_t cpt) {
 uint32_t utf8_decode_lenient(const unsigned char *s, size_t n, size_t *i) {
     size_t k = *i;
     unsigned c = s[k];
+    uint32_t cpt = 0;
+    size_t len = 0;
 #define CONT(j) (k + (j) < n && (s[k + (j)] & 0xC0) == 0x80)
     if (!(c & 0x80)) {
         *i = k + 1;
         return c;
     }
-    if ((c & 0x40) && !(c & 0x20)) {
+    if ((c & 0xE0) == 0xC0) {
         if (CONT(1)) {
-            *i = k + 2;
-            return ((c & 0x1Fu) << 6) | (s[k + 1] & 0x3Fu);
+            cpt = ((c & 0x1Fu) << 6) | (s[k + 1] & 0x3Fu);
+            len = cpt >= 0x80 ? 2 : 0;
         }
-    } else if ((c & 0x40) && !(c & 0x10)) {
+    } else if ((c & 0xF0) == 0xE0) {
         if (CONT(1) && CONT(2)) {
-            *i = k + 3;
-            return ((c & 0x0Fu) << 12) | ((s[k + 1] & 0x3Fu) << 6) | (s[k + 2] & 0x3Fu);
+            cpt = ((c & 0x0Fu) << 12) | ((s[k + 1] & 0x3Fu) << 6) | (s[k + 2] & 0x3Fu);
+            len = cpt >= 0x800 ? 3 : 0;
         }
-    } else if ((c & 0x40) && !(c & 0x08)) {
+    } else if ((c & 0xF8) == 0xF0) {
         if (CONT(1) && CONT(2) && CONT(3)) {
-            *i = k + 4;
-            return ((c & 0x07u) << 18) | ((s[k + 1] & 0x3Fu) << 12) | ((s[k + 2] & 0x3Fu) << 6) |
-                   (s[k + 3] & 0x3Fu);
+            cpt = ((c & 0x07u) << 18) | ((s[k + 1] & 0x3Fu) << 12) | ((s[k + 2] & 0x3Fu) << 6) |
+                  (s[k + 3] & 0x3Fu);
+            len = cpt >= 0x10000 && cpt <= 0x10FFFF ? 4 : 0;
         }
     }
 #undef CONT
+    if (len) {
+        *i = k + len;
+        return cpt;
+    }
     *i = k + 1;
     return 0xFFFD;
 }
