@@ -1,0 +1,406 @@
+/* Exact next-byte distribution of one member given the committed bytes.
+ *
+ * The member's byte view is v = prefix · text (prefix = " " for SPM with
+ * add_space_prefix).  A hypothesis h is a token path t_1..t_k whose bytes
+ * are a prefix v[0..pos) of v, with its probability P(h) = Π p(t_j | t_<j),
+ * and "pending" bytes v[pos..|v|) that the next token must start with (the
+ * trie node of those bytes is kept).  The covers of v (token sequences whose
+ * last token crosses or reaches the end of v, all earlier tokens inside v)
+ * are exactly the hypotheses extended by one token whose bytes start with
+ * the pending bytes, so
+ *
+ *   P(v·b)   ∝ Σ_h P(h) Σ_{t : bytes(t) starts with pending(h)·b} p(t | h)
+ *   P(v·END) ∝ Σ_{h : pos = |v|} P(h) Σ_{t EOG} p(t | h)
+ *
+ * (Phan et al. 2024; ByteSampler, Hayase et al. 2025).  Each inner sum is
+ * one difference of the hypothesis's cumulative distribution over the
+ * byte-sorted vocabulary (bytetrie.c).
+ *
+ * Committing byte b moves every hypothesis to the child node b (dropping
+ * those without one); tokens that end exactly at the new byte spawn new
+ * hypotheses at pos = |v|+1, which need the member's next-token
+ * distribution: that forward pass is the only model work, and it happens
+ * only when committed bytes complete a token.  Hypotheses whose share of the
+ * live mass falls below `prune`, and all but the `max_hyps` heaviest, are
+ * dropped (the result is exact when nothing is dropped; fusion_bytes_pruned
+ * reports the dropped share).  Zero-length tokens (control tokens) are not
+ * text: their mass is left out and the 257 outcomes renormalised. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fusion/fusion.h"
+#include "util/error.h"
+
+typedef struct hyp {
+    int32_t *ids;   /* token path (BOS first when the vocabulary uses it) */
+    int32_t n_ids;
+    int32_t pos;    /* byte offset in the view where the next token starts */
+    int32_t node;   /* trie node of the pending bytes view[pos..n_view) */
+    double logp;    /* log P(path), relative (the maximum is kept near 0) */
+    double *cum;    /* [n_sorted+1] cumulative next-token probability in trie order; NULL = not evaluated */
+    double p_eog;   /* next-token probability of end-of-generation tokens */
+} hyp;
+
+struct fusion_bytes {
+    fusion_member *m;
+    const fusion_trie *trie;
+    fusion_bytes_params p;
+    char *view;
+    int32_t n_view, cap_view;
+    hyp *h;
+    int32_t n_h, cap_h;
+    double **spare; /* recycled cum buffers */
+    int32_t n_spare, cap_spare;
+    float *logits, *logp; /* [n_vocab] scratch */
+    double pruned;
+    int32_t bos;
+};
+
+static void put_cum(fusion_bytes *s, double *c) {
+    if (!c) return;
+    if (s->n_spare == s->cap_spare) {
+        int32_t nc = s->cap_spare ? s->cap_spare * 2 : 8;
+        double **ns = realloc(s->spare, sizeof(double *) * (size_t)nc);
+        if (!ns) {
+            free(c);
+            return;
+        }
+        s->spare = ns, s->cap_spare = nc;
+    }
+    s->spare[s->n_spare++] = c;
+}
+
+static double *get_cum(fusion_bytes *s) {
+    if (s->n_spare) return s->spare[--s->n_spare];
+    return malloc(sizeof(double) * (size_t)(s->trie->n_sorted + 1));
+}
+
+static void hyp_drop(fusion_bytes *s, hyp *h) {
+    free(h->ids);
+    put_cum(s, h->cum);
+    memset(h, 0, sizeof *h);
+}
+
+static void clear_hyps(fusion_bytes *s) {
+    for (int32_t i = 0; i < s->n_h; i++) hyp_drop(s, &s->h[i]);
+    s->n_h = 0;
+}
+
+void fusion_bytes_free(fusion_bytes *s) {
+    if (!s) return;
+    clear_hyps(s);
+    for (int32_t i = 0; i < s->n_spare; i++) free(s->spare[i]);
+    free(s->spare);
+    free(s->h);
+    free(s->view);
+    free(s->logits);
+    free(s->logp);
+    free(s);
+}
+
+fusion_bytes *fusion_bytes_new(fusion_member *m, const fusion_trie *trie, const fusion_bytes_params *p) {
+    fusion_bytes *s = calloc(1, sizeof *s);
+    if (!s) return tutti_set_error("byte alignment: out of memory"), NULL;
+    s->m = m;
+    s->trie = trie;
+    s->p = *p;
+    if (!(s->p.temp > 0)) s->p.temp = 1.0f;
+    if (s->p.max_hyps < 1) s->p.max_hyps = 1;
+    s->logits = malloc(sizeof(float) * (size_t)m->n_vocab);
+    s->logp = malloc(sizeof(float) * (size_t)m->n_vocab);
+    s->cap_view = 256;
+    s->view = malloc((size_t)s->cap_view);
+    if (!s->logits || !s->logp || !s->view) {
+        fusion_bytes_free(s);
+        return tutti_set_error("byte alignment: out of memory"), NULL;
+    }
+    s->bos = m->bos;
+    if (trie->n_vocab != m->n_vocab) {
+        fusion_bytes_free(s);
+        tutti_set_error("member %s: vocabulary has %d tokens but the model gives %d logits", m->name,
+                        trie->n_vocab, m->n_vocab);
+        return NULL;
+    }
+    return s;
+}
+
+static int push_hyp(fusion_bytes *s, const int32_t *ids, int32_t n_ids, int32_t extra, int32_t pos,
+                    int32_t node, double logp) {
+    if (s->n_h == s->cap_h) {
+        int32_t nc = s->cap_h ? s->cap_h * 2 : 16;
+        hyp *nh = realloc(s->h, sizeof(hyp) * (size_t)nc);
+        if (!nh) return tutti_set_error("byte alignment: out of memory");
+        s->h = nh, s->cap_h = nc;
+    }
+    hyp *h = &s->h[s->n_h];
+    memset(h, 0, sizeof *h);
+    h->ids = malloc(sizeof(int32_t) * (size_t)(n_ids + 1));
+    if (!h->ids) return tutti_set_error("byte alignment: out of memory");
+    if (n_ids) memcpy(h->ids, ids, sizeof(int32_t) * (size_t)n_ids);
+    h->n_ids = n_ids;
+    if (extra >= 0) h->ids[h->n_ids++] = extra;
+    h->pos = pos;
+    h->node = node;
+    h->logp = logp;
+    s->n_h++;
+    return 0;
+}
+
+static int view_push(fusion_bytes *s, uint8_t b) {
+    if (s->n_view == s->cap_view) {
+        int32_t nc = s->cap_view * 2;
+        char *nv = realloc(s->view, (size_t)nc);
+        if (!nv) return tutti_set_error("byte alignment: out of memory");
+        s->view = nv, s->cap_view = nc;
+    }
+    s->view[s->n_view++] = (char)b;
+    return 0;
+}
+
+int fusion_bytes_prepare(fusion_bytes *s) {
+    const fusion_trie *t = s->trie;
+    for (int32_t i = 0; i < s->n_h; i++) {
+        hyp *h = &s->h[i];
+        if (h->cum) continue;
+        if (s->m->vt->logits(s->m, h->ids, h->n_ids, s->logits) < 0) return TUTTI_ERR;
+        fusion_log_softmax(s->logits, s->m->n_vocab, s->p.temp, s->logp);
+        double *c = get_cum(s);
+        if (!c) return tutti_set_error("byte alignment: out of memory");
+        /* double running sum: differences of far-apart entries stay exact to ~1e-16 */
+        double acc = 0.0;
+        c[0] = 0.0;
+        for (int32_t r = 0; r < t->n_sorted; r++) {
+            acc += (double)fusion_fast_exp(s->logp[t->sorted[r]]);
+            c[r + 1] = acc;
+        }
+        double pe = 0.0;
+        for (int32_t id = 0; id < t->n_vocab; id++)
+            if (t->is_eog[id]) pe += (double)fusion_fast_exp(s->logp[id]);
+        h->cum = c;
+        h->p_eog = pe;
+    }
+    return 0;
+}
+
+int fusion_bytes_next(fusion_bytes *s, double *out) {
+    if (fusion_bytes_prepare(s) < 0) return TUTTI_ERR;
+    const fusion_trie *t = s->trie;
+    for (int b = 0; b < FUSION_N_BYTE_OUT; b++) out[b] = 0.0;
+    double mx = -INFINITY;
+    for (int32_t i = 0; i < s->n_h; i++)
+        if (s->h[i].logp > mx) mx = s->h[i].logp;
+    for (int32_t i = 0; i < s->n_h; i++) {
+        const hyp *h = &s->h[i];
+        double w = exp(h->logp - mx);
+        const fusion_trie_node *nd = &t->node[h->node];
+        for (int32_t c = 0; c < nd->n_child; c++) {
+            const fusion_trie_node *ch = &t->node[t->child_node[nd->child0 + c]];
+            out[t->child_byte[nd->child0 + c]] += w * (h->cum[ch->hi] - h->cum[ch->lo]);
+        }
+        if (h->pos == s->n_view) out[FUSION_END] += w * h->p_eog;
+    }
+    double sum = 0.0;
+    for (int b = 0; b < FUSION_N_BYTE_OUT; b++) sum += out[b];
+    if (!(sum > 0))
+        return tutti_set_error("member %s: no token can continue the text (after %d bytes)", s->m->name,
+                               s->n_view - s->trie->n_prefix);
+    for (int b = 0; b < FUSION_N_BYTE_OUT; b++) out[b] /= sum;
+    return 0;
+}
+
+typedef struct ranked {
+    double mass;
+    int32_t i;
+} ranked;
+
+static int cmp_ranked(const void *a, const void *b) {
+    double x = ((const ranked *)a)->mass, y = ((const ranked *)b)->mass;
+    return x > y ? -1 : x < y;
+}
+
+int fusion_bytes_commit(fusion_bytes *s, uint8_t b) {
+    if (fusion_bytes_prepare(s) < 0) return TUTTI_ERR;
+    const fusion_trie *t = s->trie;
+    int32_t n_old = s->n_h;
+    int32_t new_pos = s->n_view + 1;
+    /* effective mass of every hypothesis after the commit: what it can
+     * still contribute to future bytes (continuing) or its whole mass (new) */
+    double mx = -INFINITY;
+    for (int32_t i = 0; i < n_old; i++)
+        if (s->h[i].logp > mx) mx = s->h[i].logp;
+    int32_t cap_eff = n_old * 4 + 16, n_eff = 0;
+    double *eff = malloc(sizeof(double) * (size_t)cap_eff);
+    if (!eff) return tutti_set_error("byte alignment: out of memory");
+    for (int32_t i = 0; i < n_old; i++) {
+        hyp *h = &s->h[i];
+        int32_t c = fusion_trie_child(t, h->node, b);
+        if (c < 0) {
+            eff[i] = -1.0;
+            continue;
+        }
+        const fusion_trie_node *nd = &t->node[c];
+        /* tokens ending exactly here spawn hypotheses at the new position */
+        for (int32_t r = nd->lo; r < nd->lo + nd->n_exact; r++) {
+            double p = h->cum[r + 1] - h->cum[r];
+            if (!(p > 0)) continue;
+            if (push_hyp(s, h->ids, h->n_ids, t->sorted[r], new_pos, 0, h->logp + log(p)) < 0) {
+                free(eff);
+                return TUTTI_ERR;
+            }
+            h = &s->h[i]; /* push may have moved the array */
+            if (s->n_h > cap_eff) {
+                cap_eff *= 2;
+                double *ne = realloc(eff, sizeof(double) * (size_t)cap_eff);
+                if (!ne) {
+                    free(eff);
+                    return tutti_set_error("byte alignment: out of memory");
+                }
+                eff = ne;
+            }
+            eff[s->n_h - 1] = exp(h->logp + log(p) - mx);
+        }
+        double rest = h->cum[nd->hi] - h->cum[nd->lo + nd->n_exact];
+        h->node = c;
+        eff[i] = rest > 0 ? exp(h->logp - mx) * rest : -1.0;
+    }
+    n_eff = s->n_h;
+    if (view_push(s, b) < 0) {
+        free(eff);
+        return TUTTI_ERR;
+    }
+    double total = 0.0;
+    for (int32_t i = 0; i < n_eff; i++)
+        if (eff[i] > 0) total += eff[i];
+    if (!(total > 0)) {
+        free(eff);
+        return tutti_set_error("member %s: the text has probability 0 (byte 0x%02x at offset %d cannot be "
+                               "covered by its tokens)", s->m->name, b, s->n_view - 1 - t->n_prefix);
+    }
+    /* prune: relative share below p.prune, then keep the max_hyps heaviest */
+    ranked *rk = malloc(sizeof(ranked) * (size_t)(n_eff ? n_eff : 1));
+    if (!rk) {
+        free(eff);
+        return tutti_set_error("byte alignment: out of memory");
+    }
+    int32_t n_rk = 0;
+    for (int32_t i = 0; i < n_eff; i++) {
+        if (eff[i] > 0 && eff[i] >= s->p.prune * total) rk[n_rk++] = (ranked){eff[i], i};
+        else if (eff[i] > 0) s->pruned += eff[i] / total;
+    }
+    if (n_rk > s->p.max_hyps) {
+        qsort(rk, (size_t)n_rk, sizeof *rk, cmp_ranked);
+        for (int32_t k = s->p.max_hyps; k < n_rk; k++) s->pruned += rk[k].mass / total;
+        n_rk = s->p.max_hyps;
+    }
+    bool *keep = calloc((size_t)(n_eff ? n_eff : 1), sizeof(bool));
+    if (!keep) {
+        free(eff), free(rk);
+        return tutti_set_error("byte alignment: out of memory");
+    }
+    for (int32_t k = 0; k < n_rk; k++) keep[rk[k].i] = true;
+    int32_t w = 0;
+    double nmx = -INFINITY;
+    for (int32_t i = 0; i < s->n_h; i++) {
+        if (!keep[i]) {
+            hyp_drop(s, &s->h[i]);
+            continue;
+        }
+        s->h[w++] = s->h[i];
+        if (s->h[w - 1].logp > nmx) nmx = s->h[w - 1].logp;
+    }
+    s->n_h = w;
+    for (int32_t i = 0; i < s->n_h; i++) s->h[i].logp -= nmx;
+    free(eff), free(rk), free(keep);
+    return 0;
+}
+
+int fusion_bytes_commit_n(fusion_bytes *s, const char *bytes, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (fusion_bytes_commit(s, (uint8_t)bytes[i]) < 0) return TUTTI_ERR;
+    return 0;
+}
+
+int fusion_bytes_start(fusion_bytes *s, const char *text, size_t n) {
+    clear_hyps(s);
+    s->n_view = 0;
+    s->pruned = 0.0;
+    const fusion_trie *t = s->trie;
+    if (s->bos >= 0) {
+        if (push_hyp(s, NULL, 0, s->bos, 0, 0, 0.0) < 0) return TUTTI_ERR;
+        if (fusion_bytes_commit_n(s, t->prefix, (size_t)t->n_prefix) < 0) return TUTTI_ERR;
+        return fusion_bytes_commit_n(s, text, n);
+    }
+    /* No BOS: the first token has no distribution to come from.  Take the
+     * canonical tokenization of all but the text's last token as given. */
+    if (n == 0)
+        return tutti_set_error("member %s: its vocabulary has no BOS token, so generation needs a non-empty "
+                               "prompt", s->m->name);
+    int32_t cap = (int32_t)n + 16;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
+    if (!ids) return tutti_set_error("byte alignment: out of memory");
+    int32_t k = tutti_tokenize(s->m->vocab, text, n, false, false, ids, cap);
+    if (k <= 0) {
+        free(ids);
+        return tutti_set_error("member %s: cannot tokenize the prompt", s->m->name);
+    }
+    int32_t keep = k > 1 ? k - 1 : 1;
+    int64_t nb = 0;
+    for (int32_t i = 0; i < keep; i++) {
+        int32_t id = ids[i];
+        for (int64_t j = t->off[id]; j < t->off[id + 1]; j++)
+            if (view_push(s, (uint8_t)t->bytes[j]) < 0) {
+                free(ids);
+                return TUTTI_ERR;
+            }
+        nb += t->off[id + 1] - t->off[id];
+    }
+    /* the kept tokens must spell prefix · text[0..) */
+    size_t consumed = 0;
+    bool ok = nb >= t->n_prefix && memcmp(s->view, t->prefix, (size_t)t->n_prefix) == 0;
+    if (ok) {
+        consumed = (size_t)(nb - t->n_prefix);
+        ok = consumed <= n && memcmp(s->view + t->n_prefix, text, consumed) == 0;
+    }
+    if (!ok) {
+        free(ids);
+        return tutti_set_error("member %s: the prompt's tokens do not spell the prompt", s->m->name);
+    }
+    int rc = push_hyp(s, ids, keep, -1, s->n_view, 0, 0.0);
+    free(ids);
+    if (rc < 0) return rc;
+    return fusion_bytes_commit_n(s, text + consumed, n - consumed);
+}
+
+fusion_bytes *fusion_bytes_clone(const fusion_bytes *s) {
+    fusion_bytes *c = fusion_bytes_new(s->m, s->trie, &s->p);
+    if (!c) return NULL;
+    if (s->n_view > c->cap_view) {
+        char *nv = realloc(c->view, (size_t)s->n_view);
+        if (!nv) goto oom;
+        c->view = nv, c->cap_view = s->n_view;
+    }
+    memcpy(c->view, s->view, (size_t)s->n_view);
+    c->n_view = s->n_view;
+    c->pruned = s->pruned;
+    for (int32_t i = 0; i < s->n_h; i++) {
+        const hyp *h = &s->h[i];
+        if (push_hyp(c, h->ids, h->n_ids, -1, h->pos, h->node, h->logp) < 0) goto fail;
+        if (h->cum) {
+            hyp *d = &c->h[c->n_h - 1];
+            d->cum = get_cum(c);
+            if (!d->cum) goto oom;
+            memcpy(d->cum, h->cum, sizeof(double) * (size_t)(s->trie->n_sorted + 1));
+            d->p_eog = h->p_eog;
+        }
+    }
+    return c;
+oom:
+    tutti_set_error("byte alignment: out of memory");
+fail:
+    fusion_bytes_free(c);
+    return NULL;
+}
+
+int32_t fusion_bytes_n_hyps(const fusion_bytes *s) { return s->n_h; }
+double fusion_bytes_pruned(const fusion_bytes *s) { return s->pruned; }

@@ -1,0 +1,705 @@
+/* Evaluation in bits per byte and fitting of weights and temperatures.
+ *
+ * Teacher forcing: in BYTE alignment a member's conditional distribution of
+ * every byte of the text given the true prefix does not depend on the other
+ * members, so each member's [n_bytes][257] table is computed once per
+ * temperature; every weight setting is then scored from the tables alone.
+ * TOKEN alignment does the same with [n_tokens][n_vocab] tables, SPAN with
+ * one log-probability per member and word-level span. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fusion/ensemble_impl.h"
+#include "util/error.h"
+
+/* ---- chunks (../shared/oracle/bpb.py) ---- */
+
+static bool py_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+
+void fusion_free_chunks(char **chunks, int n) {
+    if (!chunks) return;
+    for (int i = 0; i < n; i++) free(chunks[i]);
+    free(chunks);
+}
+
+static int push_chunk(char ***out, int *n, int *cap, const char *s, size_t len) {
+    if (*n == *cap) {
+        int nc = *cap ? *cap * 2 : 16;
+        char **no = realloc(*out, sizeof(char *) * (size_t)nc);
+        if (!no) return -1;
+        *out = no, *cap = nc;
+    }
+    char *c = malloc(len + 1);
+    if (!c) return -1;
+    memcpy(c, s, len);
+    c[len] = 0;
+    (*out)[(*n)++] = c;
+    return 0;
+}
+
+int fusion_split_chunks(const char *text, size_t len, int max_bytes, char ***out) {
+    *out = NULL;
+    int n = 0, cap = 0;
+    char *cur = malloc(len + 2);
+    if (!cur) return tutti_set_error("chunks: out of memory");
+    size_t p = 0;
+    while (p <= len) {
+        /* paragraph = up to the next "\n\n" */
+        size_t q = p;
+        while (q < len && !(text[q] == '\n' && q + 1 < len && text[q + 1] == '\n')) q++;
+        size_t a = p, b = q;
+        while (a < b && py_space(text[a])) a++;
+        while (b > a && py_space(text[b - 1])) b--;
+        /* sentences: split at a space preceded by . ! ? or " */
+        size_t n_cur = 0;
+        bool have = false; /* cur is non-empty (Python truthiness) */
+        size_t s0 = a;
+        for (size_t k = a; k <= b; k++) {
+            bool cut = k == b || (text[k] == ' ' && k > a && strchr(".!?\"", text[k - 1]) != NULL);
+            if (!cut) continue;
+            size_t sl = k - s0;
+            size_t cand = have ? n_cur + 1 + sl : sl;
+            if ((int64_t)cand > max_bytes && have) {
+                if (push_chunk(out, &n, &cap, cur, n_cur) < 0) goto oom;
+                memcpy(cur, text + s0, sl);
+                n_cur = sl;
+            } else {
+                if (have) cur[n_cur++] = ' ';
+                memcpy(cur + n_cur, text + s0, sl);
+                n_cur += sl;
+            }
+            have = n_cur > 0;
+            s0 = k + 1;
+        }
+        if (have && push_chunk(out, &n, &cap, cur, n_cur) < 0) goto oom;
+        if (q >= len) break;
+        p = q + 2;
+    }
+    free(cur);
+    return n;
+oom:
+    free(cur);
+    fusion_free_chunks(*out, n);
+    *out = NULL;
+    return tutti_set_error("chunks: out of memory");
+}
+
+/* ---- per-member scores ---- */
+
+static int tokenize_alloc(const tutti_vocab *v, const char *text, size_t len, int32_t **ids) {
+    int32_t cap = (int32_t)len + 8;
+    *ids = malloc(sizeof(int32_t) * (size_t)cap);
+    if (!*ids) return tutti_set_error("eval: out of memory");
+    int32_t n = tutti_tokenize(v, text, len, tutti_vocab_add_bos(v), false, *ids, cap);
+    if (n < 0) {
+        cap = -n;
+        free(*ids);
+        *ids = malloc(sizeof(int32_t) * (size_t)cap);
+        if (!*ids) return tutti_set_error("eval: out of memory");
+        n = tutti_tokenize(v, text, len, tutti_vocab_add_bos(v), false, *ids, cap);
+    }
+    if (n < 0) {
+        free(*ids);
+        *ids = NULL;
+        return tutti_set_error("eval: tokenization failed");
+    }
+    return n;
+}
+
+int fusion_token_nll(fusion_member *m, const char *text, size_t len, float temp, double *nll) {
+    int32_t *ids = NULL;
+    int32_t n = tokenize_alloc(m->vocab, text, len, &ids);
+    if (n < 0) return TUTTI_ERR;
+    *nll = 0;
+    if (n < 2) {
+        free(ids);
+        return 0;
+    }
+    float *rows = malloc(sizeof(float) * (size_t)n * (size_t)m->n_vocab);
+    float *lp = malloc(sizeof(float) * (size_t)m->n_vocab);
+    int rc = TUTTI_ERR;
+    if (!rows || !lp) {
+        tutti_set_error("eval: out of memory");
+        goto done;
+    }
+    if (m->vt->logits_all(m, ids, n, rows) < 0) goto done;
+    double s = 0;
+    for (int32_t j = 0; j + 1 < n; j++) {
+        fusion_log_softmax(rows + (size_t)j * (size_t)m->n_vocab, m->n_vocab, temp, lp);
+        s -= lp[ids[j + 1]];
+    }
+    *nll = s;
+    rc = 0;
+done:
+    free(ids), free(rows), free(lp);
+    return rc;
+}
+
+int fusion_byte_table(fusion_member *m, const fusion_trie *trie, const fusion_bytes_params *bp, const char *text,
+                      size_t len, float *out) {
+    fusion_bytes *st = fusion_bytes_new(m, trie, bp);
+    if (!st) return TUTTI_ERR;
+    int rc = fusion_bytes_start(st, "", 0);
+    double d[FUSION_N_BYTE_OUT];
+    for (size_t i = 0; rc == 0 && i < len; i++) {
+        rc = fusion_bytes_next(st, d);
+        if (rc < 0) break;
+        float *row = out + i * FUSION_N_BYTE_OUT;
+        for (int b = 0; b < FUSION_N_BYTE_OUT; b++) row[b] = d[b] > 0 ? (float)log(d[b]) : -INFINITY;
+        if (i + 1 < len) rc = fusion_bytes_commit(st, (uint8_t)text[i]);
+    }
+    fusion_bytes_free(st);
+    return rc;
+}
+
+/* ---- tables for a whole text ---- */
+
+/* Score tables of one member over all chunks: rows × width log-probs. */
+typedef struct table_job {
+    char **chunks;
+    int n_chunks;
+    const float *temps;   /* [n_members] temperature to use */
+    int width;
+    float *rows[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* outputs */
+    int64_t n_rows;
+} table_job;
+
+static int job_byte_tables(tutti_ensemble *e, int32_t i, void *arg) {
+    table_job *j = arg;
+    fusion_bytes_params bp = ens_bytes_params(e, i);
+    bp.temp = j->temps[i];
+    int64_t r = 0;
+    for (int c = 0; c < j->n_chunks; c++) {
+        size_t len = strlen(j->chunks[c]);
+        if (fusion_byte_table(e->m[i], e->trie[i], &bp, j->chunks[c], len, j->rows[i] + r * FUSION_N_BYTE_OUT) < 0) {
+            tutti_error_prefix("member %d (%s), chunk %d", i + 1, e->path[i], c + 1);
+            return TUTTI_ERR;
+        }
+        r += (int64_t)len;
+    }
+    return 0;
+}
+
+/* TOKEN alignment: rows = every scored position (the shared tokenization). */
+static int job_token_tables(tutti_ensemble *e, int32_t i, void *arg) {
+    table_job *j = arg;
+    fusion_member *m = e->m[i];
+    int32_t V = m->n_vocab;
+    int64_t r = 0;
+    for (int c = 0; c < j->n_chunks; c++) {
+        int32_t *ids = NULL;
+        int32_t n = tokenize_alloc(m->vocab, j->chunks[c], strlen(j->chunks[c]), &ids);
+        if (n < 0) return TUTTI_ERR;
+        if (n >= 2) {
+            float *rows = malloc(sizeof(float) * (size_t)n * (size_t)V);
+            if (!rows) {
+                free(ids);
+                return tutti_set_error("eval: out of memory");
+            }
+            int rc = m->vt->logits_all(m, ids, n, rows);
+            if (rc == 0)
+                for (int32_t k = 0; k + 1 < n; k++, r++)
+                    fusion_log_softmax(rows + (size_t)k * (size_t)V, V, j->temps[i], j->rows[i] + (size_t)r * (size_t)V);
+            free(rows);
+            if (rc < 0) {
+                free(ids);
+                return TUTTI_ERR;
+            }
+        }
+        free(ids);
+    }
+    return 0;
+}
+
+typedef struct text_data {
+    char **chunks;
+    int n_chunks;
+    int64_t n_bytes;
+    int64_t n_rows;   /* bytes (BYTE/SPAN) or scored tokens (TOKEN) */
+    int32_t *y;       /* [n_rows] true outcome */
+    int width;        /* 257 or n_vocab */
+    /* SPAN: row ranges of the spans */
+    int64_t n_spans;
+    int64_t *span_start; /* [n_spans+1] */
+} text_data;
+
+static void text_data_free(text_data *d) {
+    fusion_free_chunks(d->chunks, d->n_chunks);
+    free(d->y);
+    free(d->span_start);
+}
+
+static int text_data_init(tutti_ensemble *e, const char *text, size_t len, text_data *d) {
+    memset(d, 0, sizeof *d);
+    d->n_chunks = fusion_split_chunks(text, len, 200, &d->chunks);
+    if (d->n_chunks < 0) return TUTTI_ERR;
+    if (d->n_chunks == 0) return tutti_set_error("eval: the text has no chunks to score (empty?)");
+    for (int c = 0; c < d->n_chunks; c++) d->n_bytes += (int64_t)strlen(d->chunks[c]);
+    if (e->align == TUTTI_ALIGN_TOKEN) {
+        d->width = e->m[0]->n_vocab;
+        for (int c = 0; c < d->n_chunks; c++) {
+            int32_t *ids = NULL;
+            int32_t n = tokenize_alloc(e->m[0]->vocab, d->chunks[c], strlen(d->chunks[c]), &ids);
+            if (n < 0) return TUTTI_ERR;
+            int32_t *ny = realloc(d->y, sizeof(int32_t) * (size_t)(d->n_rows + n + 1));
+            if (!ny) {
+                free(ids);
+                return tutti_set_error("eval: out of memory");
+            }
+            d->y = ny;
+            for (int32_t k = 1; k < n; k++) d->y[d->n_rows++] = ids[k];
+            free(ids);
+        }
+        return 0;
+    }
+    d->width = FUSION_N_BYTE_OUT;
+    d->n_rows = d->n_bytes;
+    d->y = malloc(sizeof(int32_t) * (size_t)(d->n_rows + 1));
+    d->span_start = malloc(sizeof(int64_t) * (size_t)(d->n_rows + 2));
+    if (!d->y || !d->span_start) return tutti_set_error("eval: out of memory");
+    int64_t r = 0;
+    for (int c = 0; c < d->n_chunks; c++) {
+        const char *s = d->chunks[c];
+        size_t l = strlen(s);
+        bool word = false; /* the current span has a non-space byte */
+        for (size_t k = 0; k < l; k++, r++) {
+            bool sp = s[k] == ' ' || s[k] == '\n';
+            /* a span ends at a word end: just before a space that follows
+             * a word (every tokenizer here has a boundary there) */
+            if (k == 0 || (sp && word)) {
+                d->span_start[d->n_spans++] = r;
+                word = false;
+            }
+            if (!sp) word = true;
+            d->y[r] = (uint8_t)s[k];
+        }
+    }
+    d->span_start[d->n_spans] = r;
+    return 0;
+}
+
+static int compute_tables(tutti_ensemble *e, text_data *d, const float *temps, float **rows) {
+    table_job j = {.chunks = d->chunks, .n_chunks = d->n_chunks, .temps = temps, .width = d->width};
+    for (int32_t i = 0; i < e->n; i++) {
+        rows[i] = malloc(sizeof(float) * (size_t)d->n_rows * (size_t)d->width + 1);
+        if (!rows[i]) return tutti_set_error("eval: out of memory (%lld x %d table)", (long long)d->n_rows, d->width);
+        j.rows[i] = rows[i];
+    }
+    return ens_run_members(e, e->align == TUTTI_ALIGN_TOKEN ? job_token_tables : job_byte_tables, &j);
+}
+
+/* Span log-probabilities of one member: sp[s] = Σ over the span's bytes. */
+static void span_logp(const text_data *d, const float *rows, double *sp) {
+    for (int64_t s = 0; s < d->n_spans; s++) {
+        double a = 0;
+        for (int64_t r = d->span_start[s]; r < d->span_start[s + 1]; r++) a += rows[r * d->width + d->y[r]];
+        sp[s] = a;
+    }
+}
+
+/* Ensemble negative log-likelihood (nats) from the tables with weights w. */
+static int ensemble_nll(tutti_ensemble *e, const text_data *d, float *const *rows, const float *w, double *nll) {
+    *nll = 0;
+    if (e->align == TUTTI_ALIGN_SPAN) {
+        double ws = 0;
+        for (int32_t i = 0; i < e->n; i++) ws += w[i];
+        if (!(ws > 0)) return tutti_set_error("span: weights must sum to a positive number");
+        double *sp = malloc(sizeof(double) * (size_t)d->n_spans * (size_t)e->n + 1);
+        if (!sp) return tutti_set_error("eval: out of memory");
+        for (int32_t i = 0; i < e->n; i++) span_logp(d, rows[i], sp + (size_t)i * (size_t)d->n_spans);
+        for (int64_t s = 0; s < d->n_spans; s++) {
+            double mx = -INFINITY, acc = 0;
+            for (int32_t i = 0; i < e->n; i++)
+                if (w[i] > 0 && sp[i * d->n_spans + s] > mx) mx = sp[i * d->n_spans + s];
+            for (int32_t i = 0; i < e->n; i++)
+                if (w[i] > 0) acc += w[i] / ws * exp(sp[i * d->n_spans + s] - mx);
+            *nll -= mx + log(acc);
+        }
+        free(sp);
+        return 0;
+    }
+    float *out = malloc(sizeof(float) * (size_t)d->width);
+    double *work = malloc(sizeof(double) * (size_t)d->width);
+    if (!out || !work) {
+        free(out), free(work);
+        return tutti_set_error("eval: out of memory");
+    }
+    fusion_rule_params rp = {.rule = e->rule, .weights = w, .beta = e->beta};
+    const float *r[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    int rc = 0;
+    for (int64_t k = 0; k < d->n_rows; k++) {
+        for (int32_t i = 0; i < e->n; i++) r[i] = rows[i] + (size_t)k * (size_t)d->width;
+        if ((rc = fusion_combine(&rp, e->n, r, d->width, out, work, NULL)) < 0) break;
+        *nll -= out[d->y[k]];
+    }
+    free(out), free(work);
+    return rc;
+}
+
+int tutti_ensemble_eval_bpb(tutti_ensemble *e, const char *text, size_t len, tutti_bpb_result *out) {
+    if (!e || !text || !out) return tutti_set_error("eval: missing argument");
+    memset(out, 0, sizeof *out);
+    text_data d;
+    float *rows[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0};
+    int rc = text_data_init(e, text, len, &d);
+    if (rc < 0) goto done;
+    out->n_members = e->n;
+    out->n_chunks = d.n_chunks;
+    out->n_bytes = d.n_bytes;
+    double ln2n = log(2.0) * (double)d.n_bytes;
+    for (int32_t i = 0; i < e->n; i++) {
+        double s = 0, c;
+        for (int k = 0; k < d.n_chunks; k++) {
+            if ((rc = fusion_token_nll(e->m[i], d.chunks[k], strlen(d.chunks[k]), 1.0f, &c)) < 0) {
+                tutti_error_prefix("member %d (%s)", i + 1, e->path[i]);
+                goto done;
+            }
+            s += c;
+        }
+        out->member_bpb[i] = s / ln2n;
+        out->member_byte_bpb[i] = NAN;
+    }
+    if ((rc = compute_tables(e, &d, e->temp, rows)) < 0) goto done;
+    if (e->align != TUTTI_ALIGN_TOKEN)
+        for (int32_t i = 0; i < e->n; i++) {
+            double s = 0;
+            for (int64_t r = 0; r < d.n_rows; r++) s -= rows[i][r * d.width + d.y[r]];
+            out->member_byte_bpb[i] = s / ln2n;
+        }
+    double nll;
+    if ((rc = ensemble_nll(e, &d, rows, e->w, &nll)) < 0) goto done;
+    out->ensemble_bpb = nll / ln2n;
+done:
+    for (int32_t i = 0; i < e->n; i++) free(rows[i]);
+    text_data_free(&d);
+    return rc;
+}
+
+/* ---- fitting ---- */
+
+/* Objective and gradient wrt w (normalised weights) for mix / product
+ * (nats, summed over rows).  For mix only the true outcome matters. */
+static double objective(const tutti_ensemble *e, const text_data *d, float *const *rows, const double *sp,
+                        const double *w, double *g) {
+    int32_t n = e->n;
+    for (int32_t i = 0; i < n; i++) g[i] = 0;
+    double L = 0;
+    bool span = e->align == TUTTI_ALIGN_SPAN;
+    if (span || e->rule == TUTTI_RULE_MIX) {
+        int64_t nr = span ? d->n_spans : d->n_rows;
+        for (int64_t k = 0; k < nr; k++) {
+            double p[TUTTI_ENSEMBLE_MAX_MEMBERS], mx = -INFINITY;
+            for (int32_t i = 0; i < n; i++) {
+                p[i] = span ? sp[i * nr + k] : rows[i][k * d->width + d->y[k]];
+                if (p[i] > mx) mx = p[i];
+            }
+            double q = 0;
+            for (int32_t i = 0; i < n; i++) q += w[i] * (p[i] = exp(p[i] - mx));
+            L -= mx + log(q);
+            for (int32_t i = 0; i < n; i++) g[i] -= p[i] / q;
+        }
+        return L;
+    }
+    /* product: s(x) = Σ w_i l_i(x); L = -Σ [s(y) - lse s] */
+    int W = d->width;
+    double *s = malloc(sizeof(double) * (size_t)W);
+    if (!s) return INFINITY;
+    for (int64_t k = 0; k < d->n_rows; k++) {
+        double mx = -INFINITY;
+        for (int x = 0; x < W; x++) {
+            double a = 0;
+            for (int32_t i = 0; i < n; i++) {
+                float l = rows[i][k * W + x];
+                a += w[i] * (l < -1e4f ? -1e4 : (double)l);
+            }
+            s[x] = a;
+            if (a > mx) mx = a;
+        }
+        double z = 0;
+        for (int x = 0; x < W; x++) z += (s[x] = exp(s[x] - mx));
+        int32_t y = d->y[k];
+        double sy = 0;
+        for (int32_t i = 0; i < n; i++) {
+            float l = rows[i][k * W + y];
+            sy += w[i] * (l < -1e4f ? -1e4 : (double)l);
+        }
+        L -= sy - (mx + log(z));
+        for (int32_t i = 0; i < n; i++) {
+            double el = 0;
+            for (int x = 0; x < W; x++) {
+                float l = rows[i][k * W + x];
+                el += s[x] / z * (l < -1e4f ? -1e4 : (double)l);
+            }
+            float ly = rows[i][k * W + y];
+            g[i] -= (ly < -1e4f ? -1e4 : (double)ly) - el;
+        }
+    }
+    free(s);
+    return L;
+}
+
+/* Adam on softmax-parameterised weights; theta is updated in place. */
+static double fit_weights(const tutti_ensemble *e, const text_data *d, float *const *rows, const double *sp,
+                          double *theta, int iters) {
+    int32_t n = e->n;
+    double m1[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0}, m2[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0};
+    double w[TUTTI_ENSEMBLE_MAX_MEMBERS], g[TUTTI_ENSEMBLE_MAX_MEMBERS], best = INFINITY;
+    double best_theta[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    int64_t nr = e->align == TUTTI_ALIGN_SPAN ? d->n_spans : d->n_rows;
+    for (int it = 0; it <= iters; it++) {
+        double mx = -INFINITY, z = 0;
+        for (int32_t i = 0; i < n; i++)
+            if (theta[i] > mx) mx = theta[i];
+        for (int32_t i = 0; i < n; i++) z += (w[i] = exp(theta[i] - mx));
+        for (int32_t i = 0; i < n; i++) w[i] /= z;
+        double L = objective(e, d, rows, sp, w, g) / (double)nr;
+        if (L < best) {
+            best = L;
+            memcpy(best_theta, theta, sizeof(double) * (size_t)n);
+        }
+        if (it == iters) break;
+        double gw = 0;
+        for (int32_t i = 0; i < n; i++) gw += w[i] * g[i];
+        for (int32_t i = 0; i < n; i++) {
+            double gt = w[i] * (g[i] - gw) / (double)nr;
+            m1[i] = 0.9 * m1[i] + 0.1 * gt;
+            m2[i] = 0.999 * m2[i] + 0.001 * gt * gt;
+            double mh = m1[i] / (1 - pow(0.9, it + 1)), vh = m2[i] / (1 - pow(0.999, it + 1));
+            theta[i] -= 0.1 * mh / (sqrt(vh) + 1e-8);
+        }
+    }
+    memcpy(theta, best_theta, sizeof(double) * (size_t)n);
+    return best * (double)nr;
+}
+
+int tutti_ensemble_fit(tutti_ensemble *e, const char *text, size_t len, const float *temps, int32_t n_temps,
+                       tutti_fit_result *out) {
+    if (!e || !text) return tutti_set_error("fit: missing argument");
+    if (e->rule == TUTTI_RULE_CONTRASTIVE)
+        return tutti_set_error("fit: the contrastive rule has no likelihood to fit weights on; use mix or product");
+    if (e->rule == TUTTI_RULE_GATE && e->align != TUTTI_ALIGN_SPAN)
+        return tutti_set_error("fit: the gate rule has no weights to fit; use mix or product");
+    static const float one = 1.0f;
+    if (!temps || n_temps <= 0) temps = &one, n_temps = 1;
+    for (int32_t t = 0; t < n_temps; t++)
+        if (!(temps[t] > 0)) return tutti_set_error("fit: temperature grid value %g is not > 0", (double)temps[t]);
+    text_data d;
+    int rc = text_data_init(e, text, len, &d);
+    int32_t n = e->n;
+    /* tables[t][i] */
+    float **tab = calloc((size_t)n_temps * (size_t)n + 1, sizeof(float *));
+    float *unif_rows[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0};
+    double *sp = NULL;
+    if (rc < 0) goto done;
+    if (!tab) {
+        rc = tutti_set_error("fit: out of memory");
+        goto done;
+    }
+    for (int32_t t = 0; t < n_temps; t++) {
+        float tt[TUTTI_ENSEMBLE_MAX_MEMBERS];
+        for (int32_t i = 0; i < n; i++) tt[i] = temps[t];
+        if ((rc = compute_tables(e, &d, tt, tab + (size_t)t * (size_t)n)) < 0) goto done;
+    }
+    double ln2n = log(2.0) * (double)d.n_bytes;
+    bool span = e->align == TUTTI_ALIGN_SPAN;
+    int64_t nsp = span ? d.n_spans : 0;
+    sp = malloc(sizeof(double) * (size_t)(nsp ? nsp : 1) * (size_t)n);
+    if (!sp) {
+        rc = tutti_set_error("fit: out of memory");
+        goto done;
+    }
+    /* uniform weights at tau = 1 (computed at the grid value closest to 1 when 1 is not in it) */
+    int32_t t1 = 0;
+    for (int32_t t = 1; t < n_temps; t++)
+        if (fabsf(temps[t] - 1.0f) < fabsf(temps[t1] - 1.0f)) t1 = t;
+    float wu[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    for (int32_t i = 0; i < n; i++) wu[i] = 1.0f / (float)n, unif_rows[i] = tab[(size_t)t1 * (size_t)n + (size_t)i];
+    tutti_fusion_rule saved_rule = e->rule;
+    if (span) e->rule = TUTTI_RULE_MIX;
+    double nll;
+    if ((rc = ensemble_nll(e, &d, unif_rows, wu, &nll)) < 0) goto restore;
+    double uniform_bpb = nll / ln2n;
+    /* coordinate descent over each member's temperature; weights refit by
+     * Adam for every candidate */
+    int32_t choice[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    double theta[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0};
+    float *cur[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    for (int32_t i = 0; i < n; i++) choice[i] = t1, cur[i] = tab[(size_t)t1 * (size_t)n + (size_t)i];
+    if (span)
+        for (int32_t i = 0; i < n; i++) span_logp(&d, cur[i], sp + (size_t)i * (size_t)nsp);
+    double best = fit_weights(e, &d, cur, sp, theta, 300);
+    for (int round = 0; round < 2 && n_temps > 1; round++)
+        for (int32_t i = 0; i < n; i++)
+            for (int32_t t = 0; t < n_temps; t++) {
+                if (t == choice[i]) continue;
+                cur[i] = tab[(size_t)t * (size_t)n + (size_t)i];
+                if (span) span_logp(&d, cur[i], sp + (size_t)i * (size_t)nsp);
+                double th[TUTTI_ENSEMBLE_MAX_MEMBERS];
+                memcpy(th, theta, sizeof th);
+                double L = fit_weights(e, &d, cur, sp, th, 120);
+                if (L < best) {
+                    best = L, choice[i] = t;
+                    memcpy(theta, th, sizeof th);
+                } else {
+                    cur[i] = tab[(size_t)choice[i] * (size_t)n + (size_t)i];
+                    if (span) span_logp(&d, cur[i], sp + (size_t)i * (size_t)nsp);
+                }
+            }
+    best = fit_weights(e, &d, cur, sp, theta, 300);
+    float wf[TUTTI_ENSEMBLE_MAX_MEMBERS], tf[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    double mx = -INFINITY, z = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (theta[i] > mx) mx = theta[i];
+    for (int32_t i = 0; i < n; i++) z += exp(theta[i] - mx);
+    for (int32_t i = 0; i < n; i++) {
+        wf[i] = (float)(exp(theta[i] - mx) / z);
+        /* weights that no longer matter are set to exactly 0 */
+        if (wf[i] < 1e-4f) wf[i] = 0;
+        tf[i] = temps[choice[i]];
+    }
+    /* the reported figure goes through the same code path as eval */
+    if ((rc = ensemble_nll(e, &d, cur, wf, &nll)) < 0) goto restore;
+    e->rule = saved_rule;
+    if ((rc = tutti_ensemble_set_weights(e, wf, tf)) < 0) goto done;
+    if (out) {
+        memset(out, 0, sizeof *out);
+        out->uniform_bpb = uniform_bpb;
+        out->fitted_bpb = nll / ln2n;
+        memcpy(out->weights, wf, sizeof(float) * (size_t)n);
+        memcpy(out->temps, tf, sizeof(float) * (size_t)n);
+    }
+    goto done;
+restore:
+    e->rule = saved_rule;
+done:
+    if (tab)
+        for (int32_t k = 0; k < n_temps * n; k++) free(tab[k]);
+    free(tab);
+    free(sp);
+    text_data_free(&d);
+    return rc;
+}
+
+/* ---- ensemble files ---- */
+
+tutti_ensemble_file *tutti_ensemble_file_read(const char *path) {
+    size_t len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        tutti_set_error("ensemble file %s: cannot open", path);
+        return NULL;
+    }
+    tutti_ensemble_file *ef = calloc(1, sizeof *ef);
+    char line[4096];
+    char dir[4096] = "";
+    const char *slash = strrchr(path, '/');
+    if (slash && (size_t)(slash - path) < sizeof dir - 1) memcpy(dir, path, (size_t)(slash - path + 1)), dir[slash - path + 1] = 0;
+    if (!ef) goto oom;
+    ef->rule = ef->align = -1;
+    ef->members = calloc(TUTTI_ENSEMBLE_MAX_MEMBERS, sizeof(tutti_member_desc));
+    if (!ef->members) goto oom;
+    int lineno = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        len = strlen(line);
+        char *h = strchr(line, '#');
+        if (h) *h = 0;
+        char *p = line;
+        while (*p == ' ' || *p == '\t') p++;
+        char *end = p + strlen(p);
+        while (end > p && (end[-1] == '\n' || end[-1] == '\r' || end[-1] == ' ' || end[-1] == '\t')) *--end = 0;
+        if (!*p) continue;
+        char tok[3][4096];
+        int nt = 0;
+        while (*p && nt < 3) {
+            size_t k = 0;
+            if (*p == '"') {
+                p++;
+                while (*p && *p != '"' && k < 4095) tok[nt][k++] = *p++;
+                if (*p != '"') {
+                    tutti_set_error("ensemble file %s: line %d: unterminated quote", path, lineno);
+                    goto fail;
+                }
+                p++;
+            } else {
+                while (*p && *p != ' ' && *p != '\t' && k < 4095) tok[nt][k++] = *p++;
+            }
+            tok[nt++][k] = 0;
+            while (*p == ' ' || *p == '\t') p++;
+        }
+        if (*p) {
+            tutti_set_error("ensemble file %s: line %d: expected `MODEL [WEIGHT [TEMP]]`, found extra text \"%s\"",
+                            path, lineno, p);
+            goto fail;
+        }
+        if (!strcmp(tok[0], "rule") || !strcmp(tok[0], "align")) {
+            bool is_rule = tok[0][0] == 'r';
+            int v = nt == 2 ? (is_rule ? tutti_rule_parse(tok[1]) : tutti_align_parse(tok[1])) : -1;
+            if (v < 0) {
+                tutti_set_error("ensemble file %s: line %d: %s must be one of %s", path, lineno, tok[0],
+                                is_rule ? "mix, product, gate, contrastive" : "auto, token, byte, span");
+                goto fail;
+            }
+            if (is_rule) ef->rule = v;
+            else ef->align = v;
+            continue;
+        }
+        if (ef->n_members == TUTTI_ENSEMBLE_MAX_MEMBERS) {
+            tutti_set_error("ensemble file %s: line %d: more than %d members", path, lineno, TUTTI_ENSEMBLE_MAX_MEMBERS);
+            goto fail;
+        }
+        tutti_member_desc *m = &ef->members[ef->n_members];
+        m->weight = NAN, m->temp = NAN;
+        for (int k = 1; k < nt; k++) {
+            char *e2;
+            float v = strtof(tok[k], &e2);
+            if (e2 == tok[k] || *e2) {
+                tutti_set_error("ensemble file %s: line %d: %s \"%s\" is not a number", path, lineno,
+                                k == 1 ? "weight" : "temperature", tok[k]);
+                goto fail;
+            }
+            if (k == 1) m->weight = v;
+            else m->temp = v;
+        }
+        char full[8192];
+        if (tok[0][0] != '/' && dir[0]) snprintf(full, sizeof full, "%s%s", dir, tok[0]);
+        else snprintf(full, sizeof full, "%s", tok[0]);
+        m->model_path = strdup(full);
+        if (!m->model_path) goto oom;
+        ef->n_members++;
+    }
+    (void)len;
+    fclose(f);
+    if (ef->n_members == 0) {
+        tutti_set_error("ensemble file %s: no members (one line per member: MODEL WEIGHT TEMP)", path);
+        tutti_ensemble_file_free(ef);
+        return NULL;
+    }
+    return ef;
+oom:
+    tutti_set_error("ensemble file %s: out of memory", path);
+fail:
+    fclose(f);
+    tutti_ensemble_file_free(ef);
+    return NULL;
+}
+
+void tutti_ensemble_file_free(tutti_ensemble_file *ef) {
+    if (!ef) return;
+    if (ef->members)
+        for (int32_t i = 0; i < ef->n_members; i++) free((char *)ef->members[i].model_path);
+    free(ef->members);
+    free(ef);
+}
+
+int tutti_ensemble_file_write(const tutti_ensemble *e, FILE *out) {
+    fprintf(out, "# tutti ensemble: MODEL WEIGHT TEMP per line\n");
+    fprintf(out, "rule %s\nalign %s\n", tutti_rule_name(e->rule), tutti_align_name(e->align));
+    for (int32_t i = 0; i < e->n; i++) {
+        bool q = strpbrk(e->path[i], " \t#") != NULL;
+        fprintf(out, "%s%s%s %.6g %.4g\n", q ? "\"" : "", e->path[i], q ? "\"" : "", (double)e->w[i],
+                (double)e->temp[i]);
+    }
+    return ferror(out) ? tutti_set_error("ensemble file: write error") : 0;
+}

@@ -1,0 +1,229 @@
+/* The `fusion` layer (internal): members, vocabulary identity, byte tries,
+ * exact next-byte marginals, fusion rules, masks, evaluation and fitting.
+ * Public entry points are the "Ensembles" section of include/tutti.h.
+ *
+ * Pieces, top to bottom:
+ *   fusion_member   an interface (vtable): vocabulary + "logits after this
+ *                   token sequence".  member_local.c wraps tutti_model and a
+ *                   small pool of tutti_sessions reused by longest common
+ *                   prefix, so any token sequence can be asked for and only
+ *                   the new suffix is run.  A remote member implements the
+ *                   same vtable.
+ *   fusion_trie     every token's exact bytes in a byte trie whose nodes are
+ *                   ranges of the byte-sorted token table: "mass of all tokens
+ *                   whose bytes start with u" is one subtraction of a
+ *                   cumulative sum (bytetrie.c).
+ *   fusion_bytes    exact next-byte distribution of one member given the
+ *                   committed bytes (Phan et al. 2024, "Exact Byte-Level
+ *                   Probabilities from Tokenized Language Models";
+ *                   ByteSampler, Hayase et al. 2025), with lazily extended
+ *                   tokenization hypotheses (bytestate.c).
+ *   rules           mix / product / gate / contrastive on log-probability
+ *                   vectors of any width (token vocabularies or 257 byte
+ *                   outcomes) (rules.c).
+ */
+#ifndef TUTTI_FUSION_H
+#define TUTTI_FUSION_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <math.h>
+
+#include "tutti.h"
+
+/* exp(x) for x <= 0 written as plain arithmetic so the compiler vectorises
+ * the loops that use it (libm's expf is a call per element).  Range
+ * reduction x = n·ln2 + r, |r| <= ln2/2, then a degree-7 Taylor polynomial:
+ * relative error < 2e-7 (float rounding level), -inf and very negative x
+ * give 0. */
+static inline float fusion_fast_exp(float x) {
+    if (!(x > -87.0f)) return 0.0f;
+    float n = floorf(x * 1.44269504f + 0.5f);
+    float r = x - n * 0.693145752f - n * 1.42860677e-6f;
+    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.6666667e-1f + r * (4.1666668e-2f + r * (8.3333338e-3f + r * (1.3888889e-3f + r * 1.9841270e-4f))))));
+    int32_t e = (int32_t)n + 127;
+    union { int32_t i; float f; } u = {.i = e << 23};
+    return p * u.f;
+}
+
+
+/* ------------------------------------------------------------------------ */
+/* Members */
+
+typedef struct fusion_member fusion_member;
+
+typedef struct fusion_member_vt {
+    /* Logits after ids[0..n) (n >= 1; the sequence starts with BOS when the
+     * member uses one), written to out[n_vocab].  Members keep whatever
+     * state lets them answer a sequence that extends or shares a prefix with
+     * an earlier one cheaply. */
+    int (*logits)(fusion_member *m, const int32_t *ids, int32_t n, float *out);
+    /* Logits of every position of ids[0..n): out[n][n_vocab] (teacher
+     * forcing for evaluation). */
+    int (*logits_all)(fusion_member *m, const int32_t *ids, int32_t n, float *out);
+    void (*free)(fusion_member *m);
+} fusion_member_vt;
+
+struct fusion_member {
+    const fusion_member_vt *vt;
+    const tutti_vocab *vocab; /* tokenizer (owned by the implementation) */
+    int32_t n_vocab;          /* logits per position */
+    int32_t n_ctx;            /* longest token sequence it can condition on */
+    int32_t bos;              /* token every sequence starts with, -1 if the vocabulary adds none */
+    char name[256];           /* for messages and reports (file name) */
+    uint64_t vocab_hash;      /* vocabulary identity (tokens, merges, scores, types, model) */
+    /* statistics, accumulated by the implementation */
+    double t_forward_s;       /* wall time inside forward passes */
+    int64_t n_forward_tokens; /* tokens run through the model */
+    int64_t n_forward_calls;  /* forward-pass batches */
+};
+
+/* Local member: loads path.  n_sessions >= 1 sessions of n_ctx tokens with
+ * n_threads threads each.  NULL + error on a missing or malformed file. */
+fusion_member *fusion_member_local_new(const char *path, int32_t n_sessions, int32_t n_ctx,
+                                       int32_t n_threads);
+/* The model of a local member (NULL for other kinds). */
+tutti_model *fusion_member_local_model(fusion_member *m);
+
+/* Hash of the tokenizer metadata of a GGUF file (tokenizer.ggml.model, .pre,
+ * .tokens, .merges, .scores, .token_type, bos/eos ids).  Two members fuse
+ * per token id only when their hashes are equal. */
+int fusion_vocab_hash_file(const char *path, uint64_t *out);
+
+/* ------------------------------------------------------------------------ */
+/* Byte trie over a vocabulary */
+
+typedef struct fusion_trie_node {
+    int32_t lo, hi;      /* range [lo, hi) of the sorted token table with this prefix */
+    int32_t n_exact;     /* sorted[lo .. lo+n_exact) are exactly this prefix */
+    int32_t child0;      /* index of the first child in trie->child_node */
+    int32_t n_child;     /* children, ascending byte */
+} fusion_trie_node;
+
+typedef struct fusion_trie {
+    int32_t n_vocab;
+    int32_t n_sorted;      /* tokens with >= 1 byte (control and empty tokens are left out) */
+    int32_t *sorted;       /* [n_sorted] token ids, ascending by bytes */
+    int32_t *rank;         /* [n_vocab] position in sorted, -1 if left out */
+    fusion_trie_node *node; /* [n_node]; node 0 = root (empty prefix) */
+    int32_t n_node;
+    uint8_t *child_byte;   /* [n_child_total] */
+    int32_t *child_node;   /* [n_child_total] */
+    int32_t max_len;       /* longest piece in bytes */
+    bool *is_eog;          /* [n_vocab] end-of-generation tokens (the 257th outcome) */
+    char *bytes;           /* concatenated pieces */
+    int64_t *off;          /* [n_vocab+1] piece of id i = bytes[off[i] .. off[i+1]) */
+    char prefix[8];        /* bytes the tokenizer puts before any text (SPM: " ") */
+    int32_t n_prefix;
+} fusion_trie;
+
+/* Builds the trie from the vocabulary's pieces (tutti_token_to_piece without
+ * rendering specials).  Returns NULL + error on out of memory. */
+fusion_trie *fusion_trie_build(const tutti_vocab *vocab);
+/* Builds from explicit pieces (tests, remote members): piece i is
+ * bytes[off[i]..off[i+1]); eog may be NULL. */
+fusion_trie *fusion_trie_build_pieces(int32_t n_vocab, const char *bytes, const int64_t *off,
+                                      const bool *eog, const char *prefix, int32_t n_prefix);
+void fusion_trie_free(fusion_trie *t);
+/* Child of node with byte b, or -1. */
+int32_t fusion_trie_child(const fusion_trie *t, int32_t node, uint8_t b);
+
+/* ------------------------------------------------------------------------ */
+/* Exact next-byte distribution of one member */
+
+#define FUSION_N_BYTE_OUT 257 /* 256 bytes + end of text */
+#define FUSION_END 256
+
+typedef struct fusion_bytes fusion_bytes;
+
+typedef struct fusion_bytes_params {
+    float temp;          /* member temperature: p(t) = softmax(logits / temp) */
+    double prune;        /* drop hypotheses whose share of the live mass is below this (0 = exact) */
+    int32_t max_hyps;    /* keep at most this many hypotheses (largest mass first) */
+} fusion_bytes_params;
+
+/* The byte state works on the member's byte view: trie->prefix followed by
+ * the committed text.  m and trie are borrowed. */
+fusion_bytes *fusion_bytes_new(fusion_member *m, const fusion_trie *trie,
+                               const fusion_bytes_params *p);
+void fusion_bytes_free(fusion_bytes *s);
+/* Starts a new text: from BOS (members whose vocabulary adds one) with the
+ * tokenizer prefix and text[0..n) committed byte by byte (exact).  A member
+ * without BOS has no distribution for the first token: there the canonical
+ * tokenization of text minus its last token is taken as given (n must be
+ * > 0) and the rest is committed byte by byte. */
+int fusion_bytes_start(fusion_bytes *s, const char *text, size_t n);
+/* Runs the forward passes the committed bytes require (hypotheses created by
+ * the last commits).  Safe to call from a worker thread (one per member). */
+int fusion_bytes_prepare(fusion_bytes *s);
+/* Writes P(next outcome | committed) for the 256 bytes and end of text,
+ * normalised (out[257]); calls prepare first if needed. */
+int fusion_bytes_next(fusion_bytes *s, double *out);
+/* Commits one byte (not END).  Fails if the byte has zero probability under
+ * every live hypothesis. */
+int fusion_bytes_commit(fusion_bytes *s, uint8_t b);
+int fusion_bytes_commit_n(fusion_bytes *s, const char *bytes, size_t n);
+/* Deep copy (shares member and trie). */
+fusion_bytes *fusion_bytes_clone(const fusion_bytes *s);
+int32_t fusion_bytes_n_hyps(const fusion_bytes *s);
+/* Mass dropped by pruning so far (sum of relative shares). */
+double fusion_bytes_pruned(const fusion_bytes *s);
+
+/* ------------------------------------------------------------------------ */
+/* Fusion rules on log-probabilities */
+
+typedef struct fusion_rule_params {
+    int rule;              /* TUTTI_RULE_* */
+    const float *weights;  /* [n_members] */
+    float beta;            /* contrastive plausibility cut: keep p_1(x) >= beta * max p_1 */
+} fusion_rule_params;
+
+/* logp[i] = log-probabilities of member i over n outcomes (-INFINITY for
+ * impossible).  Writes the fused, normalised log-probabilities to out[n].
+ * `work` needs n doubles.  *chosen (may be NULL) receives the member gate
+ * picked, -1 for the other rules.  Returns 0, or TUTTI_ERR when every
+ * outcome ends up impossible or the weights are unusable. */
+int fusion_combine(const fusion_rule_params *p, int32_t n_members, const float *const *logp,
+                   int32_t n, float *out, double *work, int32_t *chosen);
+/* log_softmax(logits / temp) into out (n floats). */
+void fusion_log_softmax(const float *logits, int32_t n, float temp, float *out);
+/* Entropy in nats of a log-probability vector. */
+double fusion_entropy(const float *logp, int32_t n);
+
+/* UTF-8: the byte outcomes allowed after the committed bytes so far.
+ * state = number of continuation bytes still expected (0..3) and the
+ * allowed range of the next one; see utf8_allowed in rules.c. */
+typedef struct fusion_utf8 {
+    int need;        /* continuation bytes still expected */
+    uint8_t lo, hi;  /* allowed range of the next continuation byte */
+} fusion_utf8;
+void fusion_utf8_init(fusion_utf8 *u);
+/* allowed[257]: which outcomes keep the text valid UTF-8 (END only between characters). */
+void fusion_utf8_allowed(const fusion_utf8 *u, bool *allowed);
+void fusion_utf8_push(fusion_utf8 *u, uint8_t b);
+
+/* ------------------------------------------------------------------------ */
+/* Evaluation helpers (shared by eval.c, fit.c and tests) */
+
+/* Splits text into sentence-aligned chunks of at most max_bytes bytes,
+ * exactly as ../shared/oracle/bpb.py does: paragraphs split on "\n\n",
+ * stripped, split into sentences after [.!?"] followed by a space, sentences
+ * joined by one space while the chunk stays within max_bytes.  Returns the
+ * number of chunks; *out is an array of malloc'd NUL-terminated strings
+ * (caller frees each and the array).  -1 on error. */
+int fusion_split_chunks(const char *text, size_t len, int max_bytes, char ***out);
+void fusion_free_chunks(char **chunks, int n);
+
+/* Token-level negative log-likelihood (nats) of text under member m: the
+ * text is tokenized canonically with BOS, and every token after BOS is
+ * scored (as bpb.py does).  temp scales the logits. */
+int fusion_token_nll(fusion_member *m, const char *text, size_t len, float temp, double *nll);
+
+/* Per-byte conditionals of text under member m: out[len][257] log-probs
+ * (row i = log P(outcome | text[0..i))), from BOS. */
+int fusion_byte_table(fusion_member *m, const fusion_trie *trie, const fusion_bytes_params *bp,
+                      const char *text, size_t len, float *out);
+
+#endif

@@ -1,0 +1,231 @@
+/* Local member: a tutti_model plus a small pool of sessions.
+ *
+ * The byte alignment asks for logits after many related token sequences
+ * (tokenization hypotheses that share long prefixes).  Each request goes to
+ * the session whose history shares the longest prefix with it; that session
+ * is rewound to the shared prefix and only the new suffix is run.  In TOKEN
+ * alignment the pool has one session and every request extends the last one
+ * by one token, which is exactly incremental decoding. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fusion/fusion.h"
+#include "gguf/gguf.h"
+#include "util/error.h"
+
+typedef struct local_session {
+    tutti_session *s;
+    int32_t *hist; /* [n_ctx] tokens in the KV cache */
+    int32_t n_hist;
+    uint64_t last_use;
+} local_session;
+
+typedef struct local_member {
+    fusion_member base;
+    tutti_model *model;
+    local_session *pool; /* [n_pool], sessions created on first use */
+    int32_t n_pool;
+    int32_t n_ctx;
+    tutti_session_params sp;
+    uint64_t clock;
+} local_member;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int ensure_session(local_member *lm, int32_t i) {
+    local_session *ls = &lm->pool[i];
+    if (ls->s) return 0;
+    ls->s = tutti_session_new(lm->model, &lm->sp);
+    if (!ls->s) {
+        tutti_error_prefix("member %s", lm->base.name);
+        return TUTTI_ERR;
+    }
+    if (!lm->n_ctx) lm->n_ctx = lm->base.n_ctx = tutti_session_n_ctx(ls->s);
+    ls->hist = malloc(sizeof(int32_t) * (size_t)lm->n_ctx);
+    if (!ls->hist) return tutti_set_error("member %s: out of memory", lm->base.name);
+    ls->n_hist = 0;
+    return 0;
+}
+
+/* Runs ids[k..n) on session i after rewinding it to k. */
+static int run_suffix(local_member *lm, int32_t i, const int32_t *ids, int32_t k, int32_t n, float *all) {
+    local_session *ls = &lm->pool[i];
+    if (n > lm->n_ctx)
+        return tutti_set_error("member %s: context full (%d tokens needed, n_ctx %d)", lm->base.name, n,
+                               lm->n_ctx);
+    if (ls->n_hist > k && tutti_session_rewind(ls->s, k) < 0) return TUTTI_ERR;
+    ls->n_hist = k;
+    double t0 = now_s();
+    int rc = tutti_session_eval(ls->s, ids + k, n - k, all);
+    lm->base.t_forward_s += now_s() - t0;
+    if (rc < 0) {
+        tutti_error_prefix("member %s", lm->base.name);
+        return TUTTI_ERR;
+    }
+    lm->base.n_forward_tokens += n - k;
+    lm->base.n_forward_calls++;
+    memcpy(ls->hist + k, ids + k, sizeof(int32_t) * (size_t)(n - k));
+    ls->n_hist = n;
+    ls->last_use = ++lm->clock;
+    return 0;
+}
+
+static int local_logits(fusion_member *m, const int32_t *ids, int32_t n, float *out) {
+    local_member *lm = (local_member *)m;
+    if (n < 1) return tutti_set_error("member %s: no token to condition on (the model has no BOS; give a prompt)", m->name);
+    int32_t best = -1, best_k = -1;
+    for (int32_t i = 0; i < lm->n_pool; i++) {
+        local_session *ls = &lm->pool[i];
+        if (!ls->s) {
+            /* an unused session beats reusing one with nothing in common */
+            if (best_k <= 0 && best < 0) best = i, best_k = 0;
+            continue;
+        }
+        int32_t k = 0, lim = ls->n_hist < n ? ls->n_hist : n;
+        while (k < lim && ls->hist[k] == ids[k]) k++;
+        if (k == n && ls->n_hist == n) {
+            /* exactly this sequence is cached: its last logits are current */
+            memcpy(out, tutti_session_logits(ls->s), sizeof(float) * (size_t)m->n_vocab);
+            ls->last_use = ++lm->clock;
+            return 0;
+        }
+        if (k > n - 1) k = n - 1;
+        if (k > best_k || (k == best_k && best >= 0 && lm->pool[best].s && ls->last_use < lm->pool[best].last_use))
+            best = i, best_k = k;
+    }
+    if (ensure_session(lm, best) < 0) return TUTTI_ERR;
+    if (run_suffix(lm, best, ids, best_k, n, NULL) < 0) return TUTTI_ERR;
+    memcpy(out, tutti_session_logits(lm->pool[best].s), sizeof(float) * (size_t)m->n_vocab);
+    return 0;
+}
+
+static int local_logits_all(fusion_member *m, const int32_t *ids, int32_t n, float *out) {
+    local_member *lm = (local_member *)m;
+    /* the least recently used session, so hypothesis caches stay warm */
+    int32_t best = 0;
+    for (int32_t i = 1; i < lm->n_pool; i++)
+        if (!lm->pool[i].s || (lm->pool[best].s && lm->pool[i].last_use < lm->pool[best].last_use)) best = i;
+    if (ensure_session(lm, best) < 0) return TUTTI_ERR;
+    return run_suffix(lm, best, ids, 0, n, out);
+}
+
+static void local_free(fusion_member *m) {
+    local_member *lm = (local_member *)m;
+    if (!lm) return;
+    for (int32_t i = 0; i < lm->n_pool; i++) {
+        tutti_session_free(lm->pool[i].s);
+        free(lm->pool[i].hist);
+    }
+    free(lm->pool);
+    tutti_model_free(lm->model);
+    free(lm);
+}
+
+static const fusion_member_vt local_vt = {local_logits, local_logits_all, local_free};
+
+fusion_member *fusion_member_local_new(const char *path, int32_t n_sessions, int32_t n_ctx, int32_t n_threads) {
+    uint64_t h = 0;
+    if (fusion_vocab_hash_file(path, &h) < 0) return NULL;
+    local_member *lm = calloc(1, sizeof *lm);
+    if (!lm) return tutti_set_error("member %s: out of memory", path), NULL;
+    lm->base.vt = &local_vt;
+    const char *slash = strrchr(path, '/');
+    snprintf(lm->base.name, sizeof lm->base.name, "%s", slash ? slash + 1 : path);
+    lm->base.vocab_hash = h;
+    tutti_model_params mp = tutti_model_default_params();
+    lm->model = tutti_model_load(path, &mp);
+    if (!lm->model) {
+        free(lm);
+        return NULL;
+    }
+    lm->base.vocab = tutti_model_vocab(lm->model);
+    lm->base.n_vocab = tutti_model_n_vocab(lm->model);
+    lm->base.bos = lm->base.vocab && tutti_vocab_add_bos(lm->base.vocab) ? tutti_vocab_bos(lm->base.vocab) : -1;
+    if (!lm->base.vocab) {
+        local_free(&lm->base);
+        tutti_set_error("model %s: has no usable tokenizer", path);
+        return NULL;
+    }
+    lm->sp = tutti_session_default_params();
+    lm->sp.n_ctx = n_ctx;
+    lm->sp.n_threads = n_threads;
+    lm->n_pool = n_sessions < 1 ? 1 : n_sessions;
+    lm->pool = calloc((size_t)lm->n_pool, sizeof(local_session));
+    if (!lm->pool || ensure_session(lm, 0) < 0) {
+        if (!lm->pool) tutti_set_error("member %s: out of memory", path);
+        local_free(&lm->base);
+        return NULL;
+    }
+    return &lm->base;
+}
+
+tutti_model *fusion_member_local_model(fusion_member *m) {
+    return m && m->vt == &local_vt ? ((local_member *)m)->model : NULL;
+}
+
+/* ---- vocabulary identity ---- */
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const unsigned char *c = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static size_t scalar_size(gguf_type t) {
+    switch (t) {
+    case GGUF_TYPE_UINT8: case GGUF_TYPE_INT8: case GGUF_TYPE_BOOL: return 1;
+    case GGUF_TYPE_UINT16: case GGUF_TYPE_INT16: return 2;
+    case GGUF_TYPE_UINT32: case GGUF_TYPE_INT32: case GGUF_TYPE_FLOAT32: return 4;
+    case GGUF_TYPE_UINT64: case GGUF_TYPE_INT64: case GGUF_TYPE_FLOAT64: return 8;
+    default: return 0;
+    }
+}
+
+int fusion_vocab_hash_file(const char *path, uint64_t *out) {
+    gguf_file *f = gguf_open(path);
+    if (!f) return TUTTI_ERR;
+    /* Order-independent combination of one hash per tokenizer.ggml.* entry:
+     * two files with the same tokens, merges, scores, types and special ids
+     * are the same vocabulary whatever their names or key order. */
+    uint64_t acc = 0;
+    int64_t n_kv = gguf_n_kv(f), n_used = 0;
+    for (int64_t i = 0; i < n_kv; i++) {
+        gguf_str key = gguf_kv_key(f, i);
+        static const char pre[] = "tokenizer.ggml.";
+        if (key.len < sizeof pre - 1 || memcmp(key.data, pre, sizeof pre - 1)) continue;
+        uint64_t h = fnv(0xcbf29ce484222325ull, key.data, key.len);
+        gguf_type t = gguf_kv_type(f, i);
+        h = fnv(h, &t, sizeof t);
+        if (t == GGUF_TYPE_STRING) {
+            gguf_str s = gguf_kv_str(f, i, 0);
+            h = fnv(h, s.data, s.len);
+        } else if (t == GGUF_TYPE_ARRAY) {
+            gguf_type et = gguf_kv_arr_type(f, i);
+            uint64_t n = gguf_kv_arr_n(f, i);
+            h = fnv(h, &et, sizeof et);
+            h = fnv(h, &n, sizeof n);
+            if (et == GGUF_TYPE_STRING) {
+                for (uint64_t j = 0; j < n; j++) {
+                    gguf_str s = gguf_kv_str(f, i, j);
+                    h = fnv(h, &s.len, sizeof s.len);
+                    h = fnv(h, s.data, s.len);
+                }
+            } else if (scalar_size(et)) {
+                h = fnv(h, gguf_kv_data(f, i), (size_t)n * scalar_size(et));
+            }
+        } else if (scalar_size(t)) {
+            h = fnv(h, gguf_kv_data(f, i), scalar_size(t));
+        }
+        acc += h * 0x9e3779b97f4a7c15ull + (h >> 29);
+        n_used++;
+    }
+    gguf_close(f);
+    if (!n_used) return tutti_set_error("model %s: no tokenizer.ggml.* metadata (no vocabulary)", path);
+    *out = acc ^ (uint64_t)n_used;
+    return 0;
+}

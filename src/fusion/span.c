@@ -1,0 +1,227 @@
+/* SPAN alignment (Cool-Fusion, ACL 2025; SweetSpan, arXiv 2409.18583).
+ *
+ * Each round every member drafts a continuation with its own tokenizer and
+ * sampler up to the next word end (the byte before a space or newline that
+ * follows a word: SPM, BPE and character tokenizers all have a token
+ * boundary there in canonical tokenizations), or end of text.  Every member
+ * then scores every draft through its own tokenizer, exactly: the draft's
+ * log-probability given the committed text is the sum of the member's
+ * next-byte log-probabilities (bytestate.c), which marginalises over all
+ * tokenizations.  The draft with the best fused log-likelihood per byte
+ * wins: PRODUCT/GATE/CONTRASTIVE use Σ w_i log P_i / Σ w_i, MIX uses
+ * log Σ w_i P_i / Σ w_i.  Cost: N drafts × N scorings per span. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fusion/ensemble_impl.h"
+#include "util/error.h"
+
+#define SPAN_MAX_BYTES 64
+#define SPAN_MAX_TOKENS 32
+
+typedef struct draft {
+    char bytes[SPAN_MAX_BYTES + 64];
+    int32_t n;
+    bool end; /* the member ended the text after these bytes */
+} draft;
+
+typedef struct span_ctx {
+    fusion_bytes *st[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    fusion_bytes *cl[TUTTI_ENSEMBLE_MAX_MEMBERS][TUTTI_ENSEMBLE_MAX_MEMBERS]; /* [member][draft] */
+    tutti_sampler *smp[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    draft d[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    int32_t n_d;
+    double ll[TUTTI_ENSEMBLE_MAX_MEMBERS][TUTTI_ENSEMBLE_MAX_MEMBERS]; /* [member][draft] */
+    const char *prompt;
+    size_t prompt_len;
+    const gen_ctx *g;
+} span_ctx;
+
+static int job_start(tutti_ensemble *e, int32_t i, void *arg) {
+    (void)e;
+    span_ctx *c = arg;
+    return fusion_bytes_start(c->st[i], c->prompt, c->prompt_len);
+}
+
+static bool is_space(char ch) { return ch == ' ' || ch == '\n'; }
+
+static int job_draft(tutti_ensemble *e, int32_t i, void *arg) {
+    span_ctx *c = arg;
+    fusion_member *m = e->m[i];
+    const gen_ctx *g = c->g;
+    size_t tl = c->prompt_len + g->n_text;
+    char *text = malloc(tl + 1);
+    int32_t cap = (int32_t)tl + 8 + SPAN_MAX_TOKENS;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
+    float *logits = malloc(sizeof(float) * (size_t)m->n_vocab);
+    float *lp = malloc(sizeof(float) * (size_t)m->n_vocab);
+    int rc = TUTTI_ERR;
+    draft *d = &c->d[i];
+    d->n = 0, d->end = false;
+    if (!text || !ids || !logits || !lp) {
+        tutti_set_error("span: out of memory");
+        goto done;
+    }
+    memcpy(text, c->prompt, c->prompt_len);
+    if (g->n_text) memcpy(text + c->prompt_len, g->text, g->n_text);
+    int32_t n = tutti_tokenize(m->vocab, text, tl, tutti_vocab_add_bos(m->vocab), false, ids, cap - SPAN_MAX_TOKENS);
+    if (n <= 0) {
+        tutti_set_error("member %s: cannot tokenize the text so far%s", m->name,
+                        n == 0 ? " (no BOS and an empty prompt)" : "");
+        goto done;
+    }
+    bool word = false;
+    for (int32_t k = 0; k < SPAN_MAX_TOKENS && n < m->n_ctx; k++) {
+        if (m->vt->logits(m, ids, n, logits) < 0) goto done;
+        fusion_log_softmax(logits, m->n_vocab, e->temp[i], lp);
+        int32_t id = tutti_sampler_sample(c->smp[i], lp, m->n_vocab);
+        if (id < 0) goto done;
+        tutti_sampler_accept(c->smp[i], id);
+        if (tutti_vocab_is_eog(m->vocab, id)) {
+            d->end = true;
+            break;
+        }
+        ids[n++] = id;
+        char piece[256];
+        int32_t pl = tutti_token_to_piece(m->vocab, id, false, piece, sizeof piece);
+        if (pl < 0) pl = 0;
+        bool cut = false;
+        for (int32_t b = 0; b < pl; b++) {
+            if (is_space(piece[b]) && word) {
+                cut = true; /* word end: the draft stops before this space */
+                break;
+            }
+            if (!is_space(piece[b])) word = true;
+            if (d->n < SPAN_MAX_BYTES) d->bytes[d->n++] = piece[b];
+        }
+        if (cut || d->n >= SPAN_MAX_BYTES) break;
+    }
+    rc = 0;
+done:
+    free(text), free(ids), free(logits), free(lp);
+    return rc;
+}
+
+/* Member i scores every draft from a copy of its committed state. */
+static int job_score(tutti_ensemble *e, int32_t i, void *arg) {
+    (void)e;
+    span_ctx *c = arg;
+    double p[FUSION_N_BYTE_OUT];
+    for (int32_t k = 0; k < c->n_d; k++) {
+        fusion_bytes *s = fusion_bytes_clone(c->st[i]);
+        if (!s) return TUTTI_ERR;
+        c->cl[i][k] = s;
+        double ll = 0;
+        const draft *d = &c->d[k];
+        for (int32_t b = 0; b <= d->n; b++) {
+            if (b == d->n && !d->end) break;
+            if (fusion_bytes_next(s, p) < 0) return TUTTI_ERR;
+            int out = b < d->n ? (uint8_t)d->bytes[b] : FUSION_END;
+            if (!(p[out] > 0)) {
+                ll = -INFINITY;
+                break;
+            }
+            ll += log(p[out]);
+            if (b < d->n && fusion_bytes_commit(s, (uint8_t)d->bytes[b]) < 0) return TUTTI_ERR;
+        }
+        c->ll[i][k] = ll;
+    }
+    return 0;
+}
+
+static void free_clones(tutti_ensemble *e, span_ctx *c, int32_t keep) {
+    for (int32_t i = 0; i < e->n; i++)
+        for (int32_t k = 0; k < TUTTI_ENSEMBLE_MAX_MEMBERS; k++) {
+            if (k == keep && c->cl[i][k]) {
+                fusion_bytes_free(c->st[i]);
+                c->st[i] = c->cl[i][k];
+            } else {
+                fusion_bytes_free(c->cl[i][k]);
+            }
+            c->cl[i][k] = NULL;
+        }
+}
+
+int span_generate(tutti_ensemble *e, const char *prompt, size_t prompt_len, const tutti_sampler_params *sp,
+                  gen_ctx *g) {
+    span_ctx *c = calloc(1, sizeof *c);
+    if (!c) return tutti_set_error("span: out of memory");
+    c->prompt = prompt, c->prompt_len = prompt_len, c->g = g;
+    int rc = TUTTI_ERR;
+    for (int32_t i = 0; i < e->n; i++) {
+        fusion_bytes_params bp = ens_bytes_params(e, i);
+        c->st[i] = fusion_bytes_new(e->m[i], e->trie[i], &bp);
+        tutti_sampler_params p = *sp;
+        p.seed = sp->seed + (uint64_t)i;
+        c->smp[i] = tutti_sampler_new(&p);
+        if (!c->st[i] || !c->smp[i]) goto done;
+    }
+    if (ens_run_members(e, job_start, c) < 0) goto done;
+    double wsum = 0;
+    for (int32_t i = 0; i < e->n; i++) wsum += e->w[i];
+    if (wsum == 0) wsum = 1;
+    rc = 0;
+    while (!g->stopped && (g->max_units <= 0 || g->n_units < g->max_units)) {
+        if ((rc = ens_run_members(e, job_draft, c)) < 0) break;
+        /* distinct drafts that the mask allows, cut to the length limit */
+        draft all[TUTTI_ENSEMBLE_MAX_MEMBERS];
+        int32_t n_all = 0;
+        for (int32_t i = 0; i < e->n; i++) {
+            draft d = c->d[i];
+            if (g->max_units > 0 && d.n > g->max_units - g->n_units) d.n = g->max_units - g->n_units, d.end = false;
+            if (d.n == 0 && !d.end) continue;
+            if (!gen_text_ok(g, d.bytes, (size_t)d.n, d.end)) continue;
+            bool dup = false;
+            for (int32_t k = 0; k < n_all && !dup; k++)
+                dup = all[k].n == d.n && all[k].end == d.end && !memcmp(all[k].bytes, d.bytes, (size_t)d.n);
+            if (!dup) all[n_all++] = d;
+        }
+        if (n_all == 0) {
+            bool any_end = false;
+            for (int32_t i = 0; i < e->n; i++) any_end |= c->d[i].end;
+            if (!any_end && !(g->mask && (g->mask->n_allowed || g->mask->n_forbidden)))
+                rc = tutti_set_error("span: no member produced a draft");
+            else if (!any_end)
+                rc = tutti_set_error("span: the mask rules out every draft");
+            break;
+        }
+        memcpy(c->d, all, sizeof(draft) * (size_t)n_all);
+        c->n_d = n_all;
+        if ((rc = ens_run_members(e, job_score, c)) < 0) {
+            free_clones(e, c, -1);
+            break;
+        }
+        int32_t best = -1;
+        double best_s = -INFINITY;
+        for (int32_t k = 0; k < n_all; k++) {
+            double s;
+            if (e->rule == TUTTI_RULE_MIX) {
+                double mx = -INFINITY, acc = 0;
+                for (int32_t i = 0; i < e->n; i++)
+                    if (e->w[i] > 0 && c->ll[i][k] > mx) mx = c->ll[i][k];
+                for (int32_t i = 0; i < e->n; i++)
+                    if (e->w[i] > 0 && mx > -INFINITY) acc += e->w[i] / wsum * exp(c->ll[i][k] - mx);
+                s = mx > -INFINITY ? mx + log(acc) : -INFINITY;
+            } else {
+                s = 0;
+                for (int32_t i = 0; i < e->n; i++)
+                    if (e->w[i] != 0) s += e->w[i] / wsum * c->ll[i][k];
+            }
+            s /= (double)(all[k].n + (all[k].end ? 1 : 0));
+            if (best < 0 || s > best_s) best = k, best_s = s;
+        }
+        free_clones(e, c, best);
+        const draft *d = &all[best];
+        g->n_units += d->n;
+        if ((rc = gen_append(g, d->bytes, (size_t)d->n)) < 0) break;
+        if (d->end) break;
+    }
+done:
+    for (int32_t i = 0; i < e->n; i++) {
+        fusion_bytes_free(c->st[i]);
+        tutti_sampler_free(c->smp[i]);
+    }
+    free(c);
+    return rc;
+}
