@@ -16,6 +16,7 @@
 #define TUTTI_KERNELS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* ---- backend selection ---- */
@@ -40,14 +41,28 @@ int tutti_threadpool_n_threads(const tutti_threadpool *tp);
  * takes ith 0) and returns when all are done.  tp == NULL runs fn(arg, 0, 1).
  * Not reentrant: one job at a time per pool. */
 void tutti_threadpool_run(tutti_threadpool *tp, void (*fn)(void *arg, int ith, int nth), void *arg);
+/* A float buffer of at least n_floats owned by the pool, for the kernels'
+ * temporaries (grown on demand, reused across calls; call from the thread
+ * that runs jobs, outside a job).  NULL if tp is NULL or memory runs out.
+ * Sessions call it once at creation with the largest size they will need,
+ * so that evaluation never allocates. */
+float *tutti_threadpool_scratch(tutti_threadpool *tp, size_t n_floats);
 
 /* ---- matrix multiplication ---- */
 
-/* y[t][r] = Σ_c W[r][c] · x[t][c]
+/* y[t][r] = Σ_c W[r][c] · x̃[t][c]
  *   W: n_rows rows of n_cols elements of ggml type wtype, rows contiguous
  *      (row r at (char*)w + r * tutti_row_size(wtype, n_cols)); wtype must be
  *      tutti_type_supported() and n_cols a multiple of its block size.
  *   x: float32 [n_tok][n_cols];  y: float32 [n_tok][n_rows] (overwritten)
+ *   x̃: x rounded to the activation format llama.cpp uses with weights of
+ *      this type (its "vec_dot type"), so that our numerics follow the
+ *      reference implementation: F32 weights: x itself; F16 / BF16: x
+ *      rounded to F16 / BF16; Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 IQ4_NL: 8-bit blocks
+ *      of 32 (Q8_0 rounding: d = amax/127 stored as f16, q = round(x/d));
+ *      K-quants and IQ4_XS: 8-bit blocks of 256 (Q8_K rounding).  The
+ *      weights themselves are dequantized exactly.  (If the pool's scratch
+ *      cannot be had, x is used unrounded.)
  * Rows are split across the pool's threads (tp may be NULL: single thread);
  * each weight row is dequantized once and dotted with all n_tok activation
  * rows, so a prompt costs one pass over the weights. */
@@ -104,7 +119,10 @@ void tutti_softcap(float *x, int64_t n, float cap);
  *   out float32 [n_tok][n_head * head_dim_v]
  *   score(t, j) = scale · q_t · k_j, then softcap·tanh(score/softcap) if
  *   softcap > 0; key j is masked when n_swa > 0 and (pos0 + t) - j >= n_swa.
- *   scratch: float32 [n_threads][pos0 + n_tok] (scores of one head) */
+ *   scratch: float32 [n_threads][pos0 + n_tok + head_dim_k] (scores and the
+ *   rounded query of one head)
+ * Numerics follow ggml's (non-flash) attention: q and the probabilities are
+ * rounded to f16 before their products with the f16 cache. */
 typedef struct tutti_attn_params {
     int32_t n_tok, n_head, n_head_kv, head_dim_k, head_dim_v;
     int32_t pos0;

@@ -8,11 +8,13 @@
  * row, so a prompt of n_tok tokens reads the weights once.  Dequantization
  * is exact (the quant layer's reference); accumulation is float32 with eight
  * independent partial sums. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/kernels.h"
 #include "quant/quant.h"
+#include "util/fp16.h"
 
 /* Columns dequantized at a time: a multiple of every block size (1, 32, 256). */
 #define MM_CHUNK 1024
@@ -42,6 +44,71 @@ static float dot_f32(const float *a, const float *b, int64_t n) {
     float tail = 0;
     for (; i < n; i++) tail += a[i] * b[i];
     return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7])) + tail;
+}
+
+/* ---- activation rounding (llama.cpp's vec_dot types) ---- */
+
+typedef enum act_fmt { ACT_F32, ACT_F16, ACT_BF16, ACT_Q8_0, ACT_Q8_K } act_fmt;
+
+static act_fmt act_format(int wtype) {
+    switch (wtype) {
+    case TUTTI_TYPE_F16: return ACT_F16;
+    case TUTTI_TYPE_BF16: return ACT_BF16;
+    case TUTTI_TYPE_Q4_0: case TUTTI_TYPE_Q4_1: case TUTTI_TYPE_Q5_0: case TUTTI_TYPE_Q5_1:
+    case TUTTI_TYPE_Q8_0: case TUTTI_TYPE_IQ4_NL:
+        return ACT_Q8_0;
+    case TUTTI_TYPE_Q2_K: case TUTTI_TYPE_Q3_K: case TUTTI_TYPE_Q4_K: case TUTTI_TYPE_Q5_K:
+    case TUTTI_TYPE_Q6_K: case TUTTI_TYPE_IQ4_XS:
+        return ACT_Q8_K;
+    default: return ACT_F32;
+    }
+}
+
+/* xr = x rounded through format f (quantize, then back to float). */
+static void round_row(act_fmt f, const float *x, float *xr, int64_t n) {
+    switch (f) {
+    case ACT_F32: memcpy(xr, x, sizeof(float) * (size_t)n); break;
+    case ACT_F16:
+        for (int64_t i = 0; i < n; i++) xr[i] = tutti_fp16_to_f32(tutti_f32_to_fp16(x[i]));
+        break;
+    case ACT_BF16:
+        for (int64_t i = 0; i < n; i++) xr[i] = tutti_bf16_to_f32(tutti_f32_to_bf16(x[i]));
+        break;
+    case ACT_Q8_0:
+        /* ggml's SIMD quantize_row_q8_0 / q8_1 (what llama.cpp runs on x86
+         * and ARM), which differs from its _ref in the last bit: scale by
+         * 127/amax (not 1/d) and round half to even.  d is stored as f16. */
+        for (int64_t b = 0; b + TUTTI_QK8_0 <= n; b += TUTTI_QK8_0) {
+            float amax = 0;
+            for (int i = 0; i < TUTTI_QK8_0; i++) {
+                const float a = fabsf(x[b + i]);
+                if (a > amax) amax = a;
+            }
+            const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+            const float d = tutti_fp16_to_f32(tutti_f32_to_fp16(amax / 127.0f));
+            for (int i = 0; i < TUTTI_QK8_0; i++) xr[b + i] = d * nearbyintf(x[b + i] * id);
+        }
+        break;
+    case ACT_Q8_K:
+        for (int64_t b = 0; b + TUTTI_QK_K <= n; b += TUTTI_QK_K) {
+            tutti_block_q8_K blk;
+            tutti_quantize_row_q8_K_ref(x + b, &blk, TUTTI_QK_K);
+            for (int i = 0; i < TUTTI_QK_K; i++) xr[b + i] = blk.d * (float)blk.qs[i];
+        }
+        break;
+    }
+}
+
+typedef struct round_job {
+    act_fmt f;
+    const float *x;
+    float *xr;
+    int64_t n_tok, n_cols;
+} round_job;
+
+static void round_worker(void *arg, int ith, int nth) {
+    const round_job *j = arg;
+    for (int64_t t = ith; t < j->n_tok; t += nth) round_row(j->f, j->x + t * j->n_cols, j->xr + t * j->n_cols, j->n_cols);
 }
 
 typedef struct mm_job {
@@ -104,12 +171,28 @@ void tutti_matmul(tutti_threadpool *tp, int wtype, const void *w, int64_t n_rows
         .tr = tutti_type_get(wtype),
     };
     (void)tutti_kernels_backend(); /* the only path so far is the scalar one */
-    /* Tiny products are not worth waking the pool for. */
-    if (n_rows * n_cols * n_tok < 32768 || n_rows < 2 * MM_TILE_ROWS) {
-        mm_scalar_worker(&j, 0, 1);
-        return;
+    const bool small = n_rows * n_cols * n_tok < 32768 || n_rows < 2 * MM_TILE_ROWS;
+
+    const act_fmt f = act_format(wtype);
+    float *owned = NULL;
+    if (f != ACT_F32) {
+        const size_t need = (size_t)n_tok * (size_t)n_cols;
+        float *xr = tp ? tutti_threadpool_scratch(tp, need) : (owned = malloc(need * sizeof(float)));
+        if (xr) {
+            round_job rj = {f, x, xr, n_tok, n_cols};
+            if (small || n_tok == 1)
+                round_worker(&rj, 0, 1);
+            else
+                tutti_threadpool_run(tp, round_worker, &rj);
+            j.x = xr;
+        }
     }
-    tutti_threadpool_run(tp, mm_scalar_worker, &j);
+    /* Tiny products are not worth waking the pool for. */
+    if (small)
+        mm_scalar_worker(&j, 0, 1);
+    else
+        tutti_threadpool_run(tp, mm_scalar_worker, &j);
+    free(owned);
 }
 
 void tutti_get_row(int wtype, const void *w, int64_t n_cols, int64_t row, float *dst) {

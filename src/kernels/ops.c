@@ -31,8 +31,10 @@ void tutti_rmsnorm(const float *x, const float *w, float *out, int64_t n_rows, i
     for (int64_t r = 0; r < n_rows; r++) {
         const float *xr = x + r * n;
         float *o = out + r * n;
-        double ss = 0; /* double: the mean of squares of large rows loses bits in float */
-        for (int64_t i = 0; i < n; i++) ss += (double)xr[i] * xr[i];
+        /* float products summed in double, as ggml does (bit-compatible
+         * norms keep 8-bit activation rounding in step with llama.cpp) */
+        double ss = 0;
+        for (int64_t i = 0; i < n; i++) ss += (double)(xr[i] * xr[i]);
         const float scale = 1.0f / sqrtf((float)(ss / (double)n) + eps);
         if (w)
             for (int64_t i = 0; i < n; i++) o[i] = xr[i] * scale * w[i];
@@ -110,7 +112,7 @@ static void attn_worker(void *arg, int ith, int nth) {
     const int32_t group = p->n_head / p->n_head_kv;
     const int64_t kstride = (int64_t)p->n_head_kv * p->head_dim_k;
     const int64_t vstride = (int64_t)p->n_head_kv * p->head_dim_v;
-    float *sc = p->scratch + (size_t)ith * (size_t)(p->pos0 + p->n_tok);
+    float *sc = p->scratch + (size_t)ith * (size_t)(p->pos0 + p->n_tok + p->head_dim_k);
 
     for (int64_t item = ith; item < (int64_t)p->n_tok * p->n_head; item += nth) {
         const int32_t t = (int32_t)(item / p->n_head), h = (int32_t)(item % p->n_head);
@@ -120,11 +122,17 @@ static void attn_worker(void *arg, int ith, int nth) {
         const int32_t n = pos + 1 - j0;
         const float *q = p->q + (int64_t)t * p->n_head * p->head_dim_k + (int64_t)h * p->head_dim_k;
 
+        /* q is rounded to f16 before the dot with the f16 keys, and the
+         * probabilities to f16 before weighting the f16 values, as ggml does
+         * (its f16 dot products take both operands in f16): with these two
+         * roundings F32 models match llama.cpp to ~3e-4 in log-softmax. */
+        float *qr = sc + (p->pos0 + p->n_tok); /* scratch row has room: see tutti_attn_params */
+        for (int32_t d = 0; d < p->head_dim_k; d++) qr[d] = g_f16_table[tutti_f32_to_fp16(q[d])];
         for (int32_t j = 0; j < n; j++) {
             const uint16_t *k = p->k + (int64_t)(j0 + j) * kstride + (int64_t)kvh * p->head_dim_k;
-            float s = 0;
-            for (int32_t d = 0; d < p->head_dim_k; d++) s += q[d] * g_f16_table[k[d]];
-            s *= p->scale;
+            double acc = 0; /* float products, double sum: ggml's scalar f16 dot */
+            for (int32_t d = 0; d < p->head_dim_k; d++) acc += (double)(qr[d] * g_f16_table[k[d]]);
+            float s = (float)acc * p->scale;
             if (p->softcap > 0) s = p->softcap * tanhf(s / p->softcap);
             sc[j] = s;
         }
@@ -134,7 +142,7 @@ static void attn_worker(void *arg, int ith, int nth) {
         for (int32_t d = 0; d < p->head_dim_v; d++) o[d] = 0;
         for (int32_t j = 0; j < n; j++) {
             const uint16_t *v = p->v + (int64_t)(j0 + j) * vstride + (int64_t)kvh * p->head_dim_v;
-            const float w = sc[j];
+            const float w = g_f16_table[tutti_f32_to_fp16(sc[j])];
             for (int32_t d = 0; d < p->head_dim_v; d++) o[d] += w * g_f16_table[v[d]];
         }
     }

@@ -22,6 +22,8 @@ struct tutti_threadpool {
     bool stop;
     void (*fn)(void *, int, int);
     void *arg;
+    float *scratch; /* shared scratch of the caller's job (tutti_threadpool_scratch) */
+    size_t scratch_n;
 };
 
 typedef struct worker_arg {
@@ -101,7 +103,19 @@ void tutti_threadpool_free(tutti_threadpool *tp) {
     pthread_cond_destroy(&tp->done_cv);
     pthread_mutex_destroy(&tp->mu);
     free(tp->workers);
+    free(tp->scratch);
     free(tp);
+}
+
+float *tutti_threadpool_scratch(tutti_threadpool *tp, size_t n_floats) {
+    if (!tp) return NULL;
+    if (n_floats > tp->scratch_n) {
+        float *p = realloc(tp->scratch, n_floats * sizeof(float));
+        if (!p) return NULL;
+        tp->scratch = p;
+        tp->scratch_n = n_floats;
+    }
+    return tp->scratch;
 }
 
 int tutti_threadpool_n_threads(const tutti_threadpool *tp) { return tp ? tp->n_threads : 1; }

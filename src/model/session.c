@@ -75,9 +75,18 @@ tutti_session *tutti_session_new(const tutti_model *model, const tutti_session_p
     s->att = alloc3(ub, no, 1, sizeof(float));
     s->gate = alloc3(ub, 2, (size_t)hp->n_ff, sizeof(float)); /* room for a fused [gate; up] */
     s->up = alloc3(ub, (size_t)hp->n_ff, 1, sizeof(float));
-    s->attn_scratch = alloc3((size_t)tutti_threadpool_n_threads(s->tp), (size_t)s->n_ctx, 1, sizeof(float));
+    s->attn_scratch = alloc3((size_t)tutti_threadpool_n_threads(s->tp), (size_t)s->n_ctx + (size_t)hp->head_dim_k, 1,
+                             sizeof(float));
     s->logits = alloc3((size_t)hp->n_vocab, 1, 1, sizeof(float));
     if (model->arch->fused_qkv) s->qkv = alloc3(ub, nq + nk + nv, 1, sizeof(float));
+    /* the matmul's rounded copy of its input: widest input row is one of these */
+    size_t max_in = (size_t)hp->n_embd;
+    if (no > max_in) max_in = no;
+    if ((size_t)hp->n_ff > max_in) max_in = (size_t)hp->n_ff;
+    if (!tutti_threadpool_scratch(s->tp, ub * max_in)) {
+        tutti_set_error("tutti_session_new: out of memory for the activation scratch");
+        goto fail;
+    }
     if (!s->k_cache || !s->v_cache || !s->x || !s->h || !s->o || !s->q || !s->k || !s->v || !s->att || !s->gate ||
         !s->up || !s->attn_scratch || !s->logits || (model->arch->fused_qkv && !s->qkv)) {
         tutti_set_error("tutti_session_new: out of memory for n_ctx = %d (KV cache %.1f MiB)", s->n_ctx,
