@@ -1,0 +1,320 @@
+/* `tutti bench`: prompt-processing and generation speed, measured the way
+ * llama.cpp's llama-bench measures them, so the two can be put side by side
+ * on the same GGUF file and thread count (bench/run.sh does that).
+ *
+ *   pp N  one batch of N random token ids (BOS first) from an empty KV
+ *         cache; tokens/s = N / wall time of the eval.
+ *   tg N  N single-token evals from an empty cache (each token fed back);
+ *         tokens/s = N / total wall time.
+ * Each test runs once as a warm-up, then -r times; the mean and standard
+ * deviation of tokens/s are printed (llama-bench does the same).  The
+ * session has n_ctx = pp + tg, like llama-bench's context.
+ *
+ * With --fused and several -m (same vocabulary), it also times a fused
+ * generation of the members (token alignment, MIX rule, greedy) of tg
+ * tokens and compares it with the sum of the members' single-model
+ * generation times for the same prompt and length.
+ *
+ * Peak RSS is the process's maximum resident set (getrusage), mapped weight
+ * pages included, as for llama-bench when it mmaps the file. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "quant/vecdot.h"
+#include "tutti.h"
+
+int tutti_cmd_bench(int argc, char **argv);
+
+#define BENCH_MAX_MODELS 8
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double peak_rss_mib(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0; /* Linux: KiB */
+}
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: tutti bench -m MODEL.gguf [-m MODEL2.gguf ...] [options]\n"
+            "  -t N        threads (default 2)\n"
+            "  -p N        prompt-processing test: one batch of N tokens (default 512; 0 = skip)\n"
+            "  -n N        generation test: N single-token evals (default 128; 0 = skip)\n"
+            "  -r N        repetitions after one warm-up (default 3)\n"
+            "  --fused     also time fused generation of all -m members (same vocabulary)\n"
+            "              against the sum of their single-model generation times\n"
+            "  --parallel N  ensemble scheduling: 0 default, 1 members in turn, 2 concurrent\n"
+            "  --json      one JSON object per line instead of a table\n"
+            "TUTTI_KERNELS=scalar|avx2|avx512|neon forces a kernel path.\n");
+}
+
+static int parse_int(const char *opt, const char *v, int lo, int hi, int *out) {
+    char *end = NULL;
+    long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || !*v || *end || x < lo || x > hi) {
+        fprintf(stderr, "tutti bench: %s needs an integer in %d..%d, got '%s'\n", opt, lo, hi, v ? v : "");
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+static uint64_t g_seed = 88172645463325252ULL;
+static int32_t rand_id(int32_t n_vocab) {
+    g_seed ^= g_seed << 13;
+    g_seed ^= g_seed >> 7;
+    g_seed ^= g_seed << 17;
+    return (int32_t)(g_seed % (uint64_t)n_vocab);
+}
+
+typedef struct stat_acc {
+    double v[64];
+    int n;
+} stat_acc;
+
+static void stat_mean_sd(const stat_acc *s, double *mean, double *sd) {
+    double m = 0, q = 0;
+    for (int i = 0; i < s->n; i++) m += s->v[i];
+    m /= s->n > 0 ? s->n : 1;
+    for (int i = 0; i < s->n; i++) q += (s->v[i] - m) * (s->v[i] - m);
+    *mean = m;
+    *sd = s->n > 1 ? sqrt(q / (s->n - 1)) : 0;
+}
+
+/* One pp run: tokens/s, or < 0 on error. */
+static double run_pp(tutti_session *s, const tutti_model *m, int n_pp, int32_t *ids) {
+    const tutti_vocab *v = tutti_model_vocab(m);
+    const int32_t n_vocab = tutti_model_n_vocab(m);
+    for (int i = 0; i < n_pp; i++) ids[i] = rand_id(n_vocab);
+    if (tutti_vocab_bos(v) >= 0) ids[0] = tutti_vocab_bos(v);
+    if (tutti_session_rewind(s, 0) != TUTTI_OK) return -1;
+    const double t0 = now_s();
+    if (tutti_session_eval(s, ids, n_pp, NULL) != TUTTI_OK) return -1;
+    return n_pp / (now_s() - t0);
+}
+
+static double run_tg(tutti_session *s, const tutti_model *m, int n_tg) {
+    const tutti_vocab *v = tutti_model_vocab(m);
+    const int32_t n_vocab = tutti_model_n_vocab(m);
+    int32_t id = tutti_vocab_bos(v) >= 0 ? tutti_vocab_bos(v) : rand_id(n_vocab);
+    if (tutti_session_rewind(s, 0) != TUTTI_OK) return -1;
+    const double t0 = now_s();
+    for (int i = 0; i < n_tg; i++) {
+        if (tutti_session_eval(s, &id, 1, NULL) != TUTTI_OK) return -1;
+        id = rand_id(n_vocab);
+    }
+    return n_tg / (now_s() - t0);
+}
+
+/* Greedy single-model generation of n tokens after a prompt (the single-
+ * model counterpart of the fused run); returns wall seconds or < 0. */
+static double run_single_gen(const tutti_model *m, int n_threads, const char *prompt, int n_gen) {
+    tutti_session_params sp = tutti_session_default_params();
+    sp.n_threads = n_threads;
+    sp.n_ctx = 512 + n_gen;
+    tutti_session *s = tutti_session_new(m, &sp);
+    if (!s) return -1;
+    const tutti_vocab *v = tutti_model_vocab(m);
+    int32_t ids[512];
+    const int32_t n = tutti_tokenize(v, prompt, strlen(prompt), tutti_vocab_add_bos(v), false, ids, 512);
+    double t = -1;
+    if (n > 0) {
+        const double t0 = now_s();
+        int ok = tutti_session_eval(s, ids, n, NULL) == TUTTI_OK;
+        const int32_t n_vocab = tutti_model_n_vocab(m);
+        for (int i = 0; ok && i < n_gen; i++) {
+            const float *lg = tutti_session_logits(s);
+            int32_t best = 0;
+            for (int32_t j = 1; j < n_vocab; j++)
+                if (lg[j] > lg[best]) best = j;
+            ok = tutti_session_eval(s, &best, 1, NULL) == TUTTI_OK;
+        }
+        if (ok) t = now_s() - t0;
+    }
+    tutti_session_free(s);
+    return t;
+}
+
+static const char *base_name(const char *p) {
+    const char *s = strrchr(p, '/');
+    return s ? s + 1 : p;
+}
+
+int tutti_cmd_bench(int argc, char **argv) {
+    const char *models[BENCH_MAX_MODELS];
+    int n_models = 0, n_threads = 2, n_pp = 512, n_tg = 128, reps = 3, parallel = 0;
+    bool fused = false, json = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "-m") && v) {
+            if (n_models == BENCH_MAX_MODELS) {
+                fprintf(stderr, "tutti bench: at most %d models\n", BENCH_MAX_MODELS);
+                return 2;
+            }
+            models[n_models++] = v;
+            i++;
+        } else if (!strcmp(a, "-t") && v) {
+            if (parse_int(a, v, 1, 512, &n_threads)) return 2;
+            i++;
+        } else if (!strcmp(a, "-p") && v) {
+            if (parse_int(a, v, 0, 65536, &n_pp)) return 2;
+            i++;
+        } else if (!strcmp(a, "-n") && v) {
+            if (parse_int(a, v, 0, 65536, &n_tg)) return 2;
+            i++;
+        } else if (!strcmp(a, "-r") && v) {
+            if (parse_int(a, v, 1, 64, &reps)) return 2;
+            i++;
+        } else if (!strcmp(a, "--parallel") && v) {
+            if (parse_int(a, v, 0, 2, &parallel)) return 2;
+            i++;
+        } else if (!strcmp(a, "--fused")) {
+            fused = true;
+        } else if (!strcmp(a, "--json")) {
+            json = true;
+        } else {
+            fprintf(stderr, "tutti bench: unknown or incomplete option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (n_models == 0) {
+        usage(stderr);
+        return 2;
+    }
+    if (tutti_simd_init() != TUTTI_OK) {
+        fprintf(stderr, "tutti bench: %s\n", tutti_last_error());
+        return 1;
+    }
+    const char *kpath = tutti_simd_name(tutti_simd_current());
+    if (!json)
+        printf("| model | kernels | threads | test | t/s | peak RSS MiB |\n|---|---|---:|---|---:|---:|\n");
+
+    tutti_model *loaded[BENCH_MAX_MODELS] = {0};
+    int rc = 0;
+    double single_gen_s[BENCH_MAX_MODELS] = {0};
+    const char *fuse_prompt = "Once upon a time";
+    for (int mi = 0; mi < n_models && rc == 0; mi++) {
+        tutti_model_params mp = tutti_model_default_params();
+        tutti_model *m = tutti_model_load(models[mi], &mp);
+        if (!m) {
+            fprintf(stderr, "tutti bench: %s\n", tutti_last_error());
+            rc = 1;
+            break;
+        }
+        loaded[mi] = m;
+        tutti_session_params sp = tutti_session_default_params();
+        sp.n_threads = n_threads;
+        sp.n_ctx = n_pp + n_tg > 0 ? n_pp + n_tg : 16;
+        tutti_session *s = tutti_session_new(m, &sp);
+        if (!s) {
+            fprintf(stderr, "tutti bench: %s: %s\n", models[mi], tutti_last_error());
+            rc = 1;
+            break;
+        }
+        int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n_pp > 0 ? n_pp : 1));
+        for (int test = 0; test < 2 && rc == 0 && ids; test++) {
+            const int n = test == 0 ? n_pp : n_tg;
+            if (n == 0) continue;
+            stat_acc st = {.n = 0};
+            for (int r = -1; r < reps; r++) { /* r = -1: warm-up */
+                const double tps = test == 0 ? run_pp(s, m, n, ids) : run_tg(s, m, n);
+                if (tps < 0) {
+                    fprintf(stderr, "tutti bench: %s: %s\n", models[mi], tutti_last_error());
+                    rc = 1;
+                    break;
+                }
+                if (r >= 0) st.v[st.n++] = tps;
+            }
+            if (rc) break;
+            double mean, sd;
+            stat_mean_sd(&st, &mean, &sd);
+            if (json)
+                printf("{\"model\":\"%s\",\"kernels\":\"%s\",\"threads\":%d,\"test\":\"%s%d\",\"tps\":%.3f,"
+                       "\"tps_sd\":%.3f,\"peak_rss_mib\":%.1f}\n",
+                       base_name(models[mi]), kpath, n_threads, test == 0 ? "pp" : "tg", n, mean, sd,
+                       peak_rss_mib());
+            else
+                printf("| %s | %s | %d | %s%d | %.2f ± %.2f | %.1f |\n", base_name(models[mi]), kpath, n_threads,
+                       test == 0 ? "pp" : "tg", n, mean, sd, peak_rss_mib());
+            fflush(stdout);
+        }
+        free(ids);
+        tutti_session_free(s);
+        if (rc == 0 && fused && n_tg > 0) {
+            single_gen_s[mi] = run_single_gen(m, n_threads, fuse_prompt, n_tg);
+            if (single_gen_s[mi] < 0) {
+                fprintf(stderr, "tutti bench: %s: %s\n", models[mi], tutti_last_error());
+                rc = 1;
+            }
+        }
+    }
+    for (int mi = 0; mi < n_models; mi++) tutti_model_free(loaded[mi]);
+
+    if (rc == 0 && fused && n_models >= 2 && n_tg > 0) {
+        tutti_member_desc md[BENCH_MAX_MODELS];
+        double sum_single = 0;
+        for (int mi = 0; mi < n_models; mi++) {
+            md[mi] = (tutti_member_desc){.model_path = models[mi], .weight = NAN, .temp = NAN};
+            sum_single += single_gen_s[mi];
+        }
+        tutti_ensemble_params ep = tutti_ensemble_default_params();
+        ep.members = md;
+        ep.n_members = n_models;
+        ep.rule = TUTTI_RULE_MIX;
+        ep.align = TUTTI_ALIGN_TOKEN;
+        ep.n_threads = n_threads;
+        ep.n_ctx = 512 + n_tg;
+        ep.parallel = parallel;
+        tutti_ensemble *ens = tutti_ensemble_new(&ep);
+        if (!ens) {
+            fprintf(stderr, "tutti bench: ensemble: %s\n", tutti_last_error());
+            return 1;
+        }
+        tutti_sampler_params smp = tutti_sampler_default_params();
+        smp.temp = 0;
+        tutti_mask mask = {0};
+        mask.max_len = n_tg;
+        stat_acc st = {.n = 0};
+        tutti_ensemble_stats es = {0};
+        for (int r = -1; r < reps && rc == 0; r++) {
+            if (tutti_ensemble_generate(ens, fuse_prompt, strlen(fuse_prompt), &smp, &mask, NULL, NULL, &es) !=
+                TUTTI_OK) {
+                fprintf(stderr, "tutti bench: fused generation: %s\n", tutti_last_error());
+                rc = 1;
+            } else if (r >= 0) {
+                st.v[st.n++] = es.t_total_s;
+            }
+        }
+        tutti_ensemble_free(ens);
+        if (rc == 0) {
+            double mean, sd;
+            stat_mean_sd(&st, &mean, &sd);
+            if (json)
+                printf("{\"test\":\"fused-tg%d\",\"members\":%d,\"threads\":%d,\"parallel\":%d,\"fused_s\":%.4f,"
+                       "\"fused_s_sd\":%.4f,\"sum_single_s\":%.4f,\"ratio\":%.3f,\"units\":%d,"
+                       "\"peak_rss_mib\":%.1f}\n",
+                       n_tg, n_models, n_threads, parallel, mean, sd, sum_single, mean / sum_single, es.n_units,
+                       peak_rss_mib());
+            else
+                printf("\nfused generation, %d members, %d tokens (prompt \"%s\"), %d threads, parallel=%d:\n"
+                       "  fused %.3f ± %.3f s, sum of single-model runs %.3f s, ratio %.3f (%d units)\n",
+                       n_models, n_tg, fuse_prompt, n_threads, parallel, mean, sd, sum_single,
+                       mean / sum_single, es.n_units);
+        }
+    }
+    return rc;
+}
