@@ -156,6 +156,7 @@ static void spm_try_pair(const tutti_vocab *v, const char *text, const sym_list 
                          int32_t left, int32_t right) {
     if (left < 0 || right < 0) return;
     const symbol *l = &syms->v[left], *r = &syms->v[right];
+    if (l->n + r->n > v->max_token_len) return; /* no such token: skip the hashing */
     int32_t id = vocab_find(v, text + l->off, l->n + r->n);
     if (id < 0) return;
     bigram b = {left, right, v->tokens[id].score, 0, l->n + r->n};
@@ -204,6 +205,7 @@ static void bpe_try_pair(const tutti_vocab *v, const char *word, const sym_list 
                          int32_t left, int32_t right) {
     if (left < 0 || right < 0) return;
     const symbol *l = &syms->v[left], *r = &syms->v[right];
+    if (l->n + r->n > v->max_merge_len) return;
     int32_t rank = vocab_merge_rank(v, word + l->off, l->n, word + r->off, r->n);
     if (rank < 0) return;
     bigram b = {left, right, 0.0f, rank, l->n + r->n};

@@ -100,6 +100,8 @@ struct tutti_vocab {
     enum tok_kind kind;
     char pre_name[64];
     int32_t n_tokens;
+    uint32_t max_token_len; /* bytes of the longest token text */
+    uint32_t max_merge_len; /* bytes of the longest merge result */
     tok_entry *tokens;
     char *arena;
     size_t arena_len, arena_cap;

@@ -454,6 +454,7 @@ tutti_vocab *tutti_vocab_from_gguf(const gguf_file *f) {
         t->text_off = off;
         t->text_len = (uint32_t)len;
         if (len > max_len) max_len = len;
+        if (len > v->max_token_len) v->max_token_len = (uint32_t)len;
         if (scores) {
             if (int_scores) {
                 int32_t x;
@@ -501,6 +502,7 @@ tutti_vocab *tutti_vocab_from_gguf(const gguf_file *f) {
             m->left_len = (uint32_t)ln;
             m->right_len = (uint32_t)rn;
             m->rank = (int32_t)k; /* the index in the file; the first of duplicates wins */
+            if (ln + rn > v->max_merge_len) v->max_merge_len = (uint32_t)(ln + rn);
             if (vocab_merge_rank(v, s.data, ln, sp + 1, rn) >= 0) continue;
             uint32_t i = (uint32_t)merge_hash(s.data, ln, sp + 1, rn) & v->merge_map.mask;
             while (v->merge_map.slots[i] >= 0) i = (i + 1) & v->merge_map.mask;
@@ -543,8 +545,9 @@ tutti_vocab *tutti_vocab_from_gguf(const gguf_file *f) {
 
     /* ---- special tokens found by their text (llama.cpp does this because
      * converters do not always set the ids); such tokens become CONTROL.
-     * llama.cpp walks a hash map, so with several candidates the pick is
-     * arbitrary there; we take the lowest id. ---- */
+     * llama.cpp walks a hash map, so with several candidates the pick
+     * depends on it; the Debian build picks the earliest text of each list
+     * (checked on llama3, phi-3, qwen3), which is what we do. ---- */
     struct {
         int32_t *id;
         const char *const *texts;
@@ -555,8 +558,9 @@ tutti_vocab *tutti_vocab_from_gguf(const gguf_file *f) {
     };
     for (size_t k = 0; k < sizeof by_text / sizeof by_text[0]; k++) {
         if (*by_text[k].id >= 0) continue;
-        for (int32_t i = 0; i < v->n_tokens; i++) {
-            if (text_in(v, i, by_text[k].texts)) {
+        for (const char *const *t = by_text[k].texts; *t; t++) {
+            int32_t i = find_cstr(v, *t);
+            if (i >= 0) {
                 *by_text[k].id = i;
                 v->tokens[i].attr |= TUTTI_TOKEN_ATTR_CONTROL;
                 break;
