@@ -57,6 +57,21 @@ static const arch_row g_rows[] = {
     {"llama-IQ4_XS", TOL_QUANT},
     {"llama-tied-F16", TOL_FLOAT},
     {"llama-ropefreqs-F16", TOL_FLOAT},
+    {"qwen2-F16", TOL_FLOAT},
+    {"qwen2-Q8_0", TOL_QUANT},
+    {"qwen2-Q4_K_M", TOL_QUANT},
+    {"qwen3-F16", TOL_FLOAT},
+    {"qwen3-Q8_0", TOL_QUANT},
+    {"qwen3-Q4_K_M", TOL_QUANT},
+    {"gemma2-F16", TOL_FLOAT},
+    {"gemma2-Q8_0", TOL_QUANT},
+    {"gemma2-Q4_K_M", TOL_QUANT},
+    {"gemma3-F16", TOL_FLOAT},
+    {"gemma3-Q8_0", TOL_QUANT},
+    {"gemma3-Q4_K_M", TOL_QUANT},
+    {"phi3-F16", TOL_FLOAT},
+    {"phi3-Q8_0", TOL_QUANT},
+    {"phi3-Q4_K_M", TOL_QUANT},
 };
 #define N_ROWS (sizeof g_rows / sizeof g_rows[0])
 
@@ -218,7 +233,7 @@ static void test_error_missing(void **state) {
 static void test_error_arch(void **state) {
     (void)state;
     mutation mu = {.arch = "gpt-j-9000", .type = -1};
-    const char *needles[] = {"gpt-j-9000", "not supported", NULL};
+    const char *needles[] = {"gpt-j-9000", "not supported", "llama", NULL};
     expect_load_error(&mu, needles);
 }
 

@@ -98,7 +98,9 @@ void tutti_rope(float *x, int64_t n_tok, int32_t n_heads, int32_t head_dim, int3
 
 /* Gated feed-forward activations, in place on gate [n]:
  *   SwiGLU:    gate[i] = silu(gate[i]) · up[i],     silu(a) = a / (1 + e^-a)
- *   GeGLU:     gate[i] = gelu_tanh(gate[i]) · up[i] (tanh approximation of GELU) */
+ *   GeGLU:     gate[i] = gelu_tanh(gate[i]) · up[i] (tanh approximation of GELU,
+ *              evaluated like ggml: on the f16-rounded input, result rounded
+ *              to f16, 0 below -10, identity above 10) */
 void tutti_swiglu(float *gate, const float *up, int64_t n);
 void tutti_geglu(float *gate, const float *up, int64_t n);
 

@@ -72,12 +72,26 @@ void tutti_geglu(float *gate, const float *up, int64_t n) {
     const float c = 0.79788456080286535588f; /* sqrt(2/pi) */
     for (int64_t i = 0; i < n; i++) {
         float a = gate[i];
-        gate[i] = 0.5f * a * (1.0f + tanhf(c * (a + 0.044715f * a * a * a))) * up[i];
+        /* ggml evaluates GELU through a table indexed by the f16 input and
+         * holding f16 results (0 below -10, identity above 10); doing the
+         * same roundings keeps Gemma models in step with llama.cpp. */
+        if (a <= -10.0f) {
+            gate[i] = 0.0f;
+            continue;
+        }
+        if (a >= 10.0f) {
+            gate[i] = a * up[i];
+            continue;
+        }
+        a = tutti_fp16_to_f32(tutti_f32_to_fp16(a));
+        const float g = 0.5f * a * (1.0f + tanhf(c * (a + 0.044715f * a * a * a)));
+        gate[i] = tutti_fp16_to_f32(tutti_f32_to_fp16(g)) * up[i];
     }
 }
 
 void tutti_softcap(float *x, int64_t n, float cap) {
-    for (int64_t i = 0; i < n; i++) x[i] = cap * tanhf(x[i] / cap);
+    const float inv = 1.0f / cap; /* scale, tanh, scale: the same three roundings as llama.cpp */
+    for (int64_t i = 0; i < n; i++) x[i] = cap * tanhf(x[i] * inv);
 }
 
 /* ---- RoPE ---- */
@@ -133,7 +147,7 @@ static void attn_worker(void *arg, int ith, int nth) {
             double acc = 0; /* float products, double sum: ggml's scalar f16 dot */
             for (int32_t d = 0; d < p->head_dim_k; d++) acc += (double)(qr[d] * g_f16_table[k[d]]);
             float s = (float)acc * p->scale;
-            if (p->softcap > 0) s = p->softcap * tanhf(s / p->softcap);
+            if (p->softcap > 0) s = p->softcap * tanhf(s * (1.0f / p->softcap));
             sc[j] = s;
         }
         tutti_softmax(sc, n);

@@ -8,6 +8,22 @@
 static const tutti_arch g_archs[] = {
     /* Llama 2/3.x, Mistral, TinyLlama, SmolLM: GPT-J-style rope, SwiGLU. */
     {.name = "llama", .rope_mode = TUTTI_ROPE_NORMAL, .act = TUTTI_ACT_SILU},
+    /* Qwen2 / Qwen2.5: NeoX rope, biases on q/k/v (bound when present). */
+    {.name = "qwen2", .rope_mode = TUTTI_ROPE_NEOX, .act = TUTTI_ACT_SILU},
+    /* Qwen3: per-head RMSNorm of q and k before rope; head_dim from key_length. */
+    {.name = "qwen3", .rope_mode = TUTTI_ROPE_NEOX, .act = TUTTI_ACT_SILU, .qk_norm = true},
+    /* Gemma 2: embeddings × sqrt(n_embd), GeGLU, norms after both branches,
+     * soft-capped attention and final logits, sliding window on even layers. */
+    {.name = "gemma2", .rope_mode = TUTTI_ROPE_NEOX, .act = TUTTI_ACT_GELU_TANH, .post_norms = true,
+     .embd_scale = true, .swa_pattern = 2, .attn_scale_on_q = true},
+    /* Gemma 3 (text): as Gemma 2 without soft-capping, plus q/k norms; five
+     * local layers (own rope base) per global one. */
+    {.name = "gemma3", .rope_mode = TUTTI_ROPE_NEOX, .act = TUTTI_ACT_GELU_TANH, .qk_norm = true,
+     .post_norms = true, .embd_scale = true, .swa_pattern = 6, .swa_local_rope_base = true,
+     .attn_scale_on_q = true},
+    /* Phi-3: fused qkv and fused gate/up projections. */
+    {.name = "phi3", .rope_mode = TUTTI_ROPE_NEOX, .act = TUTTI_ACT_SILU, .fused_qkv = true,
+     .fused_gate_up = true, .attn_scale_on_q = true},
 };
 
 const tutti_arch *tutti_arch_find(const char *name, size_t len) {
@@ -16,4 +32,4 @@ const tutti_arch *tutti_arch_find(const char *name, size_t len) {
     return NULL;
 }
 
-const char *tutti_arch_list(void) { return "llama"; }
+const char *tutti_arch_list(void) { return "llama, qwen2, qwen3, gemma2, gemma3, phi3"; }

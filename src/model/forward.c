@@ -81,6 +81,8 @@ void tutti_forward_ubatch(tutti_session *s, const int32_t *ids, int32_t n, float
                    a->rope_mode);
         tutti_rope(s->k, n, hp->n_head_kv, hp->head_dim_k, hp->n_rot, pos0, L->rope_base, L->rope_scale, ff,
                    a->rope_mode);
+        if (a->attn_scale_on_q)
+            for (int64_t i = 0; i < (int64_t)n * nq; i++) s->q[i] *= hp->attn_scale;
 
         uint16_t *kc = s->k_cache + (size_t)il * s->n_ctx * nk;
         uint16_t *vc = s->v_cache + (size_t)il * s->n_ctx * nv;
@@ -95,7 +97,7 @@ void tutti_forward_ubatch(tutti_session *s, const int32_t *ids, int32_t n, float
             .head_dim_v = hp->head_dim_v,
             .pos0 = pos0,
             .n_swa = L->n_swa,
-            .scale = hp->attn_scale,
+            .scale = a->attn_scale_on_q ? 1.0f : hp->attn_scale,
             .softcap = hp->attn_softcap,
             .q = s->q,
             .k = kc,

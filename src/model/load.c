@@ -242,8 +242,19 @@ static int bind_layer(tutti_model *m, int il) {
     return TUTTI_OK;
 }
 
+/* Tensors that change the computation in ways not implemented: refusing
+ * them beats silently computing something else. */
+static const char *const g_unsupported_tensors[] = {
+    "rope_factors_long.weight",  /* Phi-3 LongRoPE (128k variants) */
+    "rope_factors_short.weight",
+};
+
 static int bind_tensors(tutti_model *m) {
     tutti_hparams *hp = &m->hp;
+    for (size_t i = 0; i < sizeof g_unsupported_tensors / sizeof g_unsupported_tensors[0]; i++)
+        if (gguf_find_tensor(m->gguf, g_unsupported_tensors[i]))
+            return tutti_set_error("%s: tensor '%s' is present but its feature is not supported by tutti", m->path,
+                                   g_unsupported_tensors[i]);
     if (bind(m, &m->token_embd, "token_embd.weight", hp->n_embd, -1, W_REQUIRED)) return TUTTI_ERR;
     if (m->token_embd.n_rows < 1 || m->token_embd.n_rows > INT32_MAX)
         return tutti_set_error("%s: tensor 'token_embd.weight' has %" PRId64 " rows (vocabulary size)", m->path,

@@ -33,6 +33,10 @@ typedef struct tutti_arch {
      * (gemma2: 2, gemma3: 6 = five local, one global). */
     int swa_pattern;
     bool swa_local_rope_base;   /* local layers use rope.freq_base_swa (gemma3) */
+    /* The 1/sqrt(head_dim) attention scale multiplies q (after rope) instead
+     * of the scores (Gemma, Phi-3 in llama.cpp); the same in exact
+     * arithmetic, but it decides what gets rounded to f16. */
+    bool attn_scale_on_q;
 } tutti_arch;
 
 /* Looks up an architecture by name; NULL if unsupported. */
