@@ -245,6 +245,20 @@ static void test_session_errors(void **state) {
     if (!m) fail_msg("%s", tutti_last_error());
     assert_string_equal(tutti_model_arch(m), "llama");
     assert_int_equal(tutti_model_n_ctx_train(m), 512);
+    assert_non_null(tutti_model_vocab(m));
+    assert_int_equal(tutti_vocab_n_tokens(tutti_model_vocab(m)), 512);
+    /* describe: the facts of gen_arch_models.py's llama build */
+    char *desc = NULL;
+    size_t desc_len = 0;
+    FILE *mf = open_memstream(&desc, &desc_len);
+    assert_non_null(mf);
+    tutti_model_describe(m, mf);
+    fclose(mf);
+    const char *facts[] = {"architecture: llama", "n_embd 256", "n_layer 2", "n_ff 768", "n_head 4",
+                           "n_head_kv 2", "head_dim 64/64", "f16", NULL};
+    for (int i = 0; facts[i]; i++)
+        if (!strstr(desc, facts[i])) fail_msg("describe lacks \"%s\":\n%s", facts[i], desc);
+    free(desc);
     tutti_session_params sp = tutti_session_default_params();
     sp.n_ctx = 8;
     sp.n_threads = 1;

@@ -13,16 +13,9 @@
 
 #include "model/model.h"
 #include "quant/quant.h"
+#include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
-/* Tokenizer shim: the tokenizer layer provides tutti_vocab_from_gguf; until
- * its header exists the model loads without a vocabulary. */
-#if defined(__has_include)
-#if __has_include("tokenizer/tokenizer.h")
-#include "tokenizer/tokenizer.h"
-#define TUTTI_HAVE_TOKENIZER 1
-#endif
-#endif
 
 /* Bounds that keep every size product far from overflow and refuse absurd
  * metadata before anything is allocated. */
@@ -309,13 +302,11 @@ tutti_model *tutti_model_load(const char *path, const tutti_model_params *params
     }
     if (load_hparams(m) || bind_tensors(m)) goto fail;
 
-#ifdef TUTTI_HAVE_TOKENIZER
     m->vocab = tutti_vocab_from_gguf(m->gguf);
     if (!m->vocab) {
         tutti_error_prefix("%s: tokenizer", path);
         goto fail;
     }
-#endif
     if (params->verbose) tutti_model_describe(m, stderr);
     return m;
 fail:
@@ -325,9 +316,7 @@ fail:
 
 void tutti_model_free(tutti_model *model) {
     if (!model) return;
-#ifdef TUTTI_HAVE_TOKENIZER
     tutti_vocab_free(model->vocab);
-#endif
     free(model->layers);
     gguf_close(model->gguf);
     free(model->path);
@@ -375,9 +364,6 @@ void tutti_model_describe(const tutti_model *model, FILE *out) {
         if (count[t])
             fprintf(out, " %s×%" PRId64 " (%.2f MiB)", tutti_type_name(t), count[t], (double)bytes[t] / (1 << 20));
     fprintf(out, "\n");
-#ifdef TUTTI_HAVE_TOKENIZER
-    if (model->vocab)
-        fprintf(out, "  tokenizer: %s (pre %s), %d tokens\n", tutti_vocab_type(model->vocab),
-                tutti_vocab_pre(model->vocab), tutti_vocab_n_tokens(model->vocab));
-#endif
+    fprintf(out, "  tokenizer: %s (pre %s), %d tokens\n", tutti_vocab_type(model->vocab),
+            tutti_vocab_pre(model->vocab), tutti_vocab_n_tokens(model->vocab));
 }

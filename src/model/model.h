@@ -101,7 +101,7 @@ struct tutti_model {
     bool tied;
     tutti_weight rope_freqs;   /* optional f32 [n_rot/2]: per-frequency divisors (Llama 3.1) */
     tutti_layer *layers;       /* [n_layer] */
-    tutti_vocab *vocab;        /* owned; NULL if the tokenizer could not be built */
+    tutti_vocab *vocab;        /* owned (tokenizer.ggml.* of the same file) */
 };
 
 /* A session: one timeline of tokens with its own KV cache and buffers.
