@@ -612,8 +612,13 @@ static size_t after(const base_file *b, const char *s) {
     return 0;
 }
 
-static void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
-static void put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
+/* Patches a little-endian field at offset off of m (size bytes). */
+static void put_n(uint8_t *m, size_t size, size_t off, const void *v, size_t n) {
+    if (off > size || size - off < n) fail_msg("patch at %zu outside the %zu-byte file", off, size);
+    memcpy(m + off, v, n);
+}
+static void put32(uint8_t *m, size_t size, size_t off, uint32_t v) { put_n(m, size, off, &v, 4); }
+static void put64(uint8_t *m, size_t size, size_t off, uint64_t v) { put_n(m, size, off, &v, 8); }
 
 /* Opens an exact-size heap copy of buf (so ASan sees any overread) and
  * requires failure with a message containing every one of the needles. */
@@ -657,30 +662,30 @@ static void test_malformed_header(void **state) {
     m[0] = 'X';
     expect_fail_n(m, b.size, "bad magic", "header", "magic");
     RESET();
-    put32(m + 4, 1);
+    put32(m, b.size, 4, 1);
     expect_fail_n(m, b.size, "version 1", "version", "1");
     RESET();
-    put32(m + 4, 4);
+    put32(m, b.size, 4, 4);
     expect_fail_n(m, b.size, "version 4", "version", "4");
     RESET();
-    put32(m + 4, 0x03000000u);
+    put32(m, b.size, 4, 0x03000000u);
     expect_fail_n(m, b.size, "big-endian", "version", "big-endian");
     RESET();
-    put64(m + 8, 1ull << 60);
+    put64(m, b.size, 8, 1ull << 60);
     expect_fail_n(m, b.size, "huge n_tensors", "n_tensors", NULL);
     RESET();
-    put64(m + 16, 1ull << 60);
+    put64(m, b.size, 16, 1ull << 60);
     expect_fail_n(m, b.size, "huge n_kv", "n_kv", NULL);
     RESET();
-    put64(m + 16, UINT64_MAX);
+    put64(m, b.size, 16, UINT64_MAX);
     expect_fail_n(m, b.size, "n_kv max", "n_kv", NULL);
     /* more tensors than the infos present: runs into the data section and
      * eventually off the end — must fail cleanly whatever it reads */
     RESET();
-    put64(m + 8, 3);
+    put64(m, b.size, 8, 3);
     expect_fail_n(m, b.size, "n_tensors + 1", NULL, NULL);
     RESET();
-    put64(m + 16, 8);
+    put64(m, b.size, 16, 8);
     expect_fail_n(m, b.size, "n_kv + 1", NULL, NULL);
     expect_fail_n(m, 0, "empty", "header", NULL);
     expect_fail_n(m, 3, "3 bytes", "magic", NULL);
@@ -695,34 +700,34 @@ static void test_malformed_kv(void **state) {
     uint8_t *m = malloc(b.size);
 #define RESET() memcpy(m, b.buf, b.size)
     RESET();
-    put32(m + after(&b, "k.aaa"), 13);
+    put32(m, b.size, after(&b, "k.aaa"), 13);
     expect_fail_n(m, b.size, "unknown value type", "k.aaa", "value type 13");
     RESET();
-    put32(m + after(&b, "k.aaa"), 0xFFFFFFFFu);
+    put32(m, b.size, after(&b, "k.aaa"), 0xFFFFFFFFu);
     expect_fail_n(m, b.size, "value type -1", "k.aaa", "value type");
     RESET();
-    put64(m + after(&b, "k.str") + 4, 1000);
+    put64(m, b.size, after(&b, "k.str") + 4, 1000);
     expect_fail_n(m, b.size, "string past end", "k.str", "string length 1000");
     RESET();
-    put64(m + after(&b, "k.str") + 4, UINT64_MAX);
+    put64(m, b.size, after(&b, "k.str") + 4, UINT64_MAX);
     expect_fail_n(m, b.size, "string length max", "k.str", "string length");
     RESET();
-    put64(m + after(&b, "general.architecture") - 20 - 8, 1ull << 62); /* key length of kv 0 */
+    put64(m, b.size, after(&b, "general.architecture") - 20 - 8, 1ull << 62); /* key length of kv 0 */
     expect_fail_n(m, b.size, "key length", "kv[0]", "key");
     RESET();
-    put32(m + after(&b, "k.arr") + 4, 9);
+    put32(m, b.size, after(&b, "k.arr") + 4, 9);
     expect_fail_n(m, b.size, "nested array", "k.arr", "nested");
     RESET();
-    put32(m + after(&b, "k.arr") + 4, 77);
+    put32(m, b.size, after(&b, "k.arr") + 4, 77);
     expect_fail_n(m, b.size, "bad array element type", "k.arr", "element type 77");
     RESET();
-    put64(m + after(&b, "k.arr") + 8, 1ull << 61);
+    put64(m, b.size, after(&b, "k.arr") + 8, 1ull << 61);
     expect_fail_n(m, b.size, "array too long", "k.arr", "array");
     RESET();
-    put64(m + after(&b, "k.sar") + 8, 1ull << 40);
+    put64(m, b.size, after(&b, "k.sar") + 8, 1ull << 40);
     expect_fail_n(m, b.size, "string array too long", "k.sar", "string array");
     RESET();
-    put64(m + after(&b, "k.sar") + 8 + 8, 1u << 20); /* first element's length */
+    put64(m, b.size, after(&b, "k.sar") + 8 + 8, 1u << 20); /* first element's length */
     expect_fail_n(m, b.size, "array element past end", "k.sar", "element 0");
     RESET();
     memcpy(m + after(&b, "k.aab") - 5, "k.aaa", 5);
@@ -730,13 +735,13 @@ static void test_malformed_kv(void **state) {
     /* general.alignment: zero, not a power of two, wrong type */
     size_t al = after(&b, "general.alignment");
     RESET();
-    put32(m + al + 4, 0);
+    put32(m, b.size, al + 4, 0);
     expect_fail_n(m, b.size, "alignment 0", "general.alignment", "power of two");
     RESET();
-    put32(m + al + 4, 48);
+    put32(m, b.size, al + 4, 48);
     expect_fail_n(m, b.size, "alignment 48", "general.alignment", "power of two");
     RESET();
-    put32(m + al, GGUF_TYPE_INT32);
+    put32(m, b.size, al, GGUF_TYPE_INT32);
     expect_fail_n(m, b.size, "alignment i32", "general.alignment", "u32");
 #undef RESET
     free(m);
@@ -751,48 +756,48 @@ static void test_malformed_tensors(void **state) {
     /* layout after a name: u32 n_dims, n_dims x u64 ne, u32 type, u64 offset */
 #define RESET() memcpy(m, b.buf, b.size)
     RESET();
-    put32(m + ta, 0);
+    put32(m, b.size, ta, 0);
     expect_fail_n(m, b.size, "n_dims 0", "t.aaa", "n_dims 0");
     RESET();
-    put32(m + ta, 5);
+    put32(m, b.size, ta, 5);
     expect_fail_n(m, b.size, "n_dims 5", "t.aaa", "n_dims 5");
     RESET();
-    put64(m + ta + 4, 1ull << 40);
-    put64(m + ta + 12, 1ull << 40);
+    put64(m, b.size, ta + 4, 1ull << 40);
+    put64(m, b.size, ta + 12, 1ull << 40);
     expect_fail_n(m, b.size, "ne overflow", "t.aaa", "overflow");
     RESET();
-    put64(m + ta + 4, 1ull << 63);
+    put64(m, b.size, ta + 4, 1ull << 63);
     expect_fail_n(m, b.size, "ne negative", "t.aaa", "negative");
     RESET();
-    put64(m + tb + 4, 33);
+    put64(m, b.size, tb + 4, 33);
     expect_fail_n(m, b.size, "ne[0] % block", "t.aab", "block size");
     RESET();
-    put64(m + tb + 4, 1ull << 58); /* elements fit, bytes overflow */
-    put64(m + tb + 12, 1ull << 4);
+    put64(m, b.size, tb + 4, 1ull << 58); /* elements fit, bytes overflow */
+    put64(m, b.size, tb + 12, 1ull << 4);
     expect_fail_n(m, b.size, "byte size overflow", "t.aab", NULL);
     RESET();
-    put32(m + ta + 20, 4); /* id 4 was removed from ggml */
+    put32(m, b.size, ta + 20, 4); /* id 4 was removed from ggml */
     expect_fail_n(m, b.size, "type id 4", "t.aaa", "type id 4");
     RESET();
-    put32(m + ta + 20, 1000);
+    put32(m, b.size, ta + 20, 1000);
     expect_fail_n(m, b.size, "type id 1000", "t.aaa", "type id 1000");
     RESET();
-    put64(m + tb + 24, 33);
+    put64(m, b.size, tb + 24, 33);
     expect_fail_n(m, b.size, "offset misaligned", "t.aab", "alignment");
     RESET();
-    put64(m + tb + 24, 1ull << 20);
+    put64(m, b.size, tb + 24, 1ull << 20);
     expect_fail_n(m, b.size, "offset past end", "t.aab", "outside the file");
     RESET();
-    put64(m + tb + 24, UINT64_MAX - 31);
+    put64(m, b.size, tb + 24, UINT64_MAX - 31);
     expect_fail_n(m, b.size, "offset max", "t.aab", NULL);
     RESET();
-    put64(m + ta + 12, 100); /* ne[1]: data runs past the end */
+    put64(m, b.size, ta + 12, 100); /* ne[1]: data runs past the end */
     expect_fail_n(m, b.size, "size past end", "t.aaa", "outside the file");
     RESET();
     memcpy(m + tb - 5, "t.aaa", 5);
     expect_fail_n(m, b.size, "duplicate tensor", "t.aaa", "duplicate tensor");
     RESET();
-    put64(m + ta - 5 - 8, 0); /* empty name: the rest then misparses */
+    put64(m, b.size, ta - 5 - 8, 0); /* empty name: the rest then misparses */
     expect_fail_n(m, b.size, "empty name", "tensor[0]", NULL);
 #undef RESET
     free(m);
@@ -812,7 +817,7 @@ static void test_open_errors(void **state) {
     assert_non_null(strstr(tutti_last_error(), "empty"));
     /* a malformed file through the mmap path */
     base_file b = make_base();
-    put32(b.buf + 4, 1);
+    put32(b.buf, b.size, 4, 1);
     fp = fopen(tmp_path("v1.gguf"), "wb");
     assert_non_null(fp);
     assert_int_equal(fwrite(b.buf, 1, b.size, fp), b.size);
