@@ -49,7 +49,7 @@ tutti_ensemble_params tutti_ensemble_default_params(void) {
     p.rule = TUTTI_RULE_MIX;
     p.align = TUTTI_ALIGN_AUTO;
     p.beta = 0.1f;
-    p.prune = 1e-6;
+    p.prune = 1e-5;
     p.max_hyps = 8;
     return p;
 }
@@ -175,7 +175,7 @@ tutti_ensemble *tutti_ensemble_new(const tutti_ensemble_params *params) {
     e->n = params->n_members;
     e->rule = params->rule;
     e->beta = params->beta > 0 ? params->beta : 0.1f;
-    e->prune = params->prune >= 0 ? params->prune : 1e-6;
+    e->prune = params->prune >= 0 ? params->prune : 1e-5;
     e->max_hyps = params->max_hyps > 0 ? params->max_hyps : 8;
     if (params->rule == TUTTI_RULE_CONTRASTIVE && e->n < 2) {
         tutti_set_error("contrastive: needs an expert and at least one amateur (2+ members, got %d)", e->n);
@@ -711,7 +711,7 @@ int tutti_ensemble_generate(tutti_ensemble *e, const char *prompt, size_t prompt
     int rc;
     switch (e->align) {
     case TUTTI_ALIGN_TOKEN: rc = token_generate(e, prompt, prompt_len, &spd, &g, &t_phase); break;
-    case TUTTI_ALIGN_SPAN: rc = span_generate(e, prompt, prompt_len, &spd, &g); t_phase = -1; break;
+    case TUTTI_ALIGN_SPAN: rc = span_generate(e, prompt, prompt_len, &spd, &g, &t_phase); break;
     default: rc = byte_generate(e, prompt, prompt_len, &spd, &g, &t_phase); break;
     }
     gen_flush(&g);
@@ -724,7 +724,7 @@ int tutti_ensemble_generate(tutti_ensemble *e, const char *prompt, size_t prompt
         /* time on the members' critical path: their summed forward time when
          * they run one after the other, the wall time of the forward phases
          * when they run concurrently */
-        stats->t_forward_s = (!e->parallel || e->n == 1 || t_phase < 0) ? member_forward_sum(e) : t_phase;
+        stats->t_forward_s = (!e->parallel || e->n == 1) ? member_forward_sum(e) : t_phase;
         stats->t_fusion_s = t_total - stats->t_forward_s;
         for (int32_t i = 0; i < e->n; i++) {
             stats->t_member_s[i] = e->m[i]->t_forward_s;

@@ -48,7 +48,7 @@ fusion_rule_params ens_rule_params(const tutti_ensemble *e);
 /* Span alignment generation (span.c). */
 typedef struct gen_ctx gen_ctx;
 int span_generate(tutti_ensemble *e, const char *prompt, size_t prompt_len, const tutti_sampler_params *sp,
-                  gen_ctx *g);
+                  gen_ctx *g, double *t_phase);
 
 /* Output and mask state shared by the alignments (ensemble.c). */
 struct gen_ctx {

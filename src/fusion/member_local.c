@@ -78,25 +78,33 @@ static int run_suffix(local_member *lm, int32_t i, const int32_t *ids, int32_t k
 static int local_logits(fusion_member *m, const int32_t *ids, int32_t n, float *out) {
     local_member *lm = (local_member *)m;
     if (n < 1) return tutti_set_error("member %s: no token to condition on (the model has no BOS; give a prompt)", m->name);
-    int32_t best = -1, best_k = -1;
+    /* Cost of answering on session i: the tokens to run, plus 4 per cached
+     * token thrown away by the rewind (another hypothesis probably still
+     * needs that timeline).  An unused session costs n. */
+    int32_t best = -1, best_k = 0;
+    int64_t best_cost = INT64_MAX;
     for (int32_t i = 0; i < lm->n_pool; i++) {
         local_session *ls = &lm->pool[i];
+        int32_t k = 0;
+        int64_t cost;
         if (!ls->s) {
-            /* an unused session beats reusing one with nothing in common */
-            if (best_k <= 0 && best < 0) best = i, best_k = 0;
-            continue;
+            cost = n;
+        } else {
+            int32_t lim = ls->n_hist < n ? ls->n_hist : n;
+            while (k < lim && ls->hist[k] == ids[k]) k++;
+            if (k == n && ls->n_hist == n) {
+                /* exactly this sequence is cached: its last logits are current */
+                memcpy(out, tutti_session_logits(ls->s), sizeof(float) * (size_t)m->n_vocab);
+                ls->last_use = ++lm->clock;
+                return 0;
+            }
+            if (k > n - 1) k = n - 1;
+            cost = (int64_t)(n - k) + 4 * (int64_t)(ls->n_hist - k);
         }
-        int32_t k = 0, lim = ls->n_hist < n ? ls->n_hist : n;
-        while (k < lim && ls->hist[k] == ids[k]) k++;
-        if (k == n && ls->n_hist == n) {
-            /* exactly this sequence is cached: its last logits are current */
-            memcpy(out, tutti_session_logits(ls->s), sizeof(float) * (size_t)m->n_vocab);
-            ls->last_use = ++lm->clock;
-            return 0;
+        if (cost < best_cost ||
+            (cost == best_cost && ls->s && best >= 0 && lm->pool[best].s && ls->last_use < lm->pool[best].last_use)) {
+            best = i, best_k = k, best_cost = cost;
         }
-        if (k > n - 1) k = n - 1;
-        if (k > best_k || (k == best_k && best >= 0 && lm->pool[best].s && ls->last_use < lm->pool[best].last_use))
-            best = i, best_k = k;
     }
     if (ensure_session(lm, best) < 0) return TUTTI_ERR;
     if (run_suffix(lm, best, ids, best_k, n, NULL) < 0) return TUTTI_ERR;

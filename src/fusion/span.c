@@ -144,7 +144,7 @@ static void free_clones(tutti_ensemble *e, span_ctx *c, int32_t keep) {
 }
 
 int span_generate(tutti_ensemble *e, const char *prompt, size_t prompt_len, const tutti_sampler_params *sp,
-                  gen_ctx *g) {
+                  gen_ctx *g, double *t_phase) {
     span_ctx *c = calloc(1, sizeof *c);
     if (!c) return tutti_set_error("span: out of memory");
     c->prompt = prompt, c->prompt_len = prompt_len, c->g = g;
@@ -157,13 +157,17 @@ int span_generate(tutti_ensemble *e, const char *prompt, size_t prompt_len, cons
         c->smp[i] = tutti_sampler_new(&p);
         if (!c->st[i] || !c->smp[i]) goto done;
     }
+    double t0 = ens_now_s();
     if (ens_run_members(e, job_start, c) < 0) goto done;
+    *t_phase += ens_now_s() - t0;
     double wsum = 0;
     for (int32_t i = 0; i < e->n; i++) wsum += e->w[i];
     if (wsum == 0) wsum = 1;
     rc = 0;
     while (!g->stopped && (g->max_units <= 0 || g->n_units < g->max_units)) {
+        t0 = ens_now_s();
         if ((rc = ens_run_members(e, job_draft, c)) < 0) break;
+        *t_phase += ens_now_s() - t0;
         /* distinct drafts that the mask allows, cut to the length limit */
         draft all[TUTTI_ENSEMBLE_MAX_MEMBERS];
         int32_t n_all = 0;
@@ -188,10 +192,12 @@ int span_generate(tutti_ensemble *e, const char *prompt, size_t prompt_len, cons
         }
         memcpy(c->d, all, sizeof(draft) * (size_t)n_all);
         c->n_d = n_all;
+        t0 = ens_now_s();
         if ((rc = ens_run_members(e, job_score, c)) < 0) {
             free_clones(e, c, -1);
             break;
         }
+        *t_phase += ens_now_s() - t0;
         int32_t best = -1;
         double best_s = -INFINITY;
         for (int32_t k = 0; k < n_all; k++) {
