@@ -726,6 +726,19 @@ static void test_public_api(void **state)
     assert_non_null(strstr(tutti_last_error(), "context JSON"));
 }
 
+/* ---- regressions found by fuzz/fuzz_chat.c ------------------------------- */
+static void test_fuzz_regressions(void **state)
+{
+    (void)state;
+    /* select without a test name keeps truthy items (Jinja2 docs, filter
+     * "select"); this once did pointer arithmetic on a NULL argument array */
+    char *out = render_ctx("{{ [1, 0, 2] | select | list }}|{{ xs | selectattr('a') | list | length }}",
+                           "{\"xs\": [{\"a\": 1}, {\"b\": 2}]}");
+    assert_non_null(out);
+    assert_string_equal(out, "[1, 2]|1");
+    free(out);
+}
+
 /* ---- 5. thread safety ------------------------------------------------------ */
 typedef struct thread_arg {
     const char *tmpl;
@@ -777,6 +790,7 @@ int main(void)
         cmocka_unit_test(test_error_positions),
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_public_api),
+        cmocka_unit_test(test_fuzz_regressions),
         cmocka_unit_test(test_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -521,9 +521,13 @@ static jv select_items(jctx *c, const jargs *a, jv list, bool by_attr, bool keep
     jargs targs = *a;
     /* remaining positional arguments go to the test */
     size_t skip = tpos + (test ? 1 : 0);
-    targs.v = a->v + (skip < a->n ? skip : a->n);
-    targs.kw = a->kw + (skip < a->n ? skip : a->n);
-    targs.n = skip < a->n ? a->n - skip : 0;
+    if (skip < a->n) {
+        targs.v = a->v + skip;
+        targs.kw = a->kw + skip;
+        targs.n = a->n - skip;
+    } else {
+        targs.n = 0;
+    }
     jv r = jv_list_new(c, 0);
     for (size_t i = 0; i < list.u.l->n; i++) {
         jv item = list.u.l->v[i];
