@@ -1,2 +1,45 @@
+/* tutti — command-line entry point: dispatches to the subcommands. */
 #include <stdio.h>
-int main(void) { fprintf(stderr, "tutti: not built yet\n"); return 1; }
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/ens_args.h"
+
+int tutti_cmd_bench(int argc, char **argv);
+
+static const struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *help;
+} g_cmds[] = {
+    {"generate", cmd_generate, "generate text with one model"},
+    {"logits", cmd_logits, "dump the logits of every prompt position (float32)"},
+    {"tokenize", cmd_tokenize, "print token ids of a text or of a test file"},
+    {"info", cmd_info, "show architecture, hyper-parameters, tensors and tokenizer of a model"},
+    {"run", tutti_cmd_run, "fused generation with an ensemble of models"},
+    {"eval", tutti_cmd_eval, "bits per byte of each member and of the ensemble on a text"},
+    {"fit", tutti_cmd_fit, "fit ensemble weights and temperatures on a text"},
+    {"bench", tutti_cmd_bench, "prompt-processing and generation speed (tokens/s), like llama-bench"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: tutti COMMAND [options]   (tutti COMMAND --help for its options)\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof g_cmds / sizeof g_cmds[0]; i++)
+        fprintf(f, "  %-10s %s\n", g_cmds[i].name, g_cmds[i].help);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (size_t i = 0; i < sizeof g_cmds / sizeof g_cmds[0]; i++) {
+        if (!strcmp(argv[1], g_cmds[i].name)) {
+            cli_cmd = g_cmds[i].name;
+            return g_cmds[i].fn(argc - 2, argv + 2);
+        }
+    }
+    fprintf(stderr, "tutti: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

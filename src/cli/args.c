@@ -1,0 +1,146 @@
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/cli.h"
+
+const char *cli_cmd = "";
+
+bool cli_str(int argc, char **argv, int *i, const char **out) {
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "tutti %s: %s needs a value\n", cli_cmd, argv[*i]);
+        return false;
+    }
+    *out = argv[++*i];
+    return true;
+}
+
+bool cli_int(int argc, char **argv, int *i, int64_t lo, int64_t hi, int32_t *out) {
+    const char *flag = argv[*i], *v;
+    if (!cli_str(argc, argv, i, &v)) return false;
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi) {
+        fprintf(stderr, "tutti %s: %s needs an integer in [%lld, %lld], got '%s'\n", cli_cmd, flag,
+                (long long)lo, (long long)hi, v);
+        return false;
+    }
+    *out = (int32_t)x;
+    return true;
+}
+
+bool cli_u64(int argc, char **argv, int *i, uint64_t *out) {
+    const char *flag = argv[*i], *v;
+    if (!cli_str(argc, argv, i, &v)) return false;
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (errno || end == v || *end || v[0] == '-') {
+        fprintf(stderr, "tutti %s: %s needs a non-negative integer, got '%s'\n", cli_cmd, flag, v);
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+bool cli_float(int argc, char **argv, int *i, float lo, float hi, float *out) {
+    const char *flag = argv[*i], *v;
+    if (!cli_str(argc, argv, i, &v)) return false;
+    char *end;
+    errno = 0;
+    float x = strtof(v, &end);
+    if (errno || end == v || *end || !(x >= lo && x <= hi)) {
+        fprintf(stderr, "tutti %s: %s needs a number in [%g, %g], got '%s'\n", cli_cmd, flag, lo, hi, v);
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+bool cli_ids(const char *s, int32_t **ids, int32_t *n) {
+    int32_t cap = 16, m = 0;
+    int32_t *a = malloc(sizeof(int32_t) * (size_t)cap);
+    const char *p = s;
+    while (a && *p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX || (*end && *end != ',')) {
+            free(a);
+            return false;
+        }
+        if (m == cap) {
+            int32_t *b = realloc(a, sizeof(int32_t) * (size_t)(cap *= 2));
+            if (!b) break;
+            a = b;
+        }
+        a[m++] = (int32_t)v;
+        p = *end ? end + 1 : end;
+    }
+    if (!a || m == 0) {
+        free(a);
+        return false;
+    }
+    *ids = a;
+    *n = m;
+    return true;
+}
+
+char *cli_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "tutti %s: cannot open %s: %s\n", cli_cmd, path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (!buf) break;
+        if (n + 1 >= cap) {
+            char *b = realloc(buf, cap *= 2);
+            if (!b) { free(buf); buf = NULL; break; }
+            buf = b;
+        }
+        size_t r = fread(buf + n, 1, cap - n - 1, f);
+        n += r;
+        if (r == 0) break;
+    }
+    fclose(f);
+    if (!buf) {
+        fprintf(stderr, "tutti %s: out of memory reading %s\n", cli_cmd, path);
+        return NULL;
+    }
+    buf[n] = 0;
+    *len = n;
+    return buf;
+}
+
+int32_t *cli_tokenize(const tutti_vocab *vocab, const char *text, size_t len, bool add_bos,
+                      bool parse_special, int32_t *n_out) {
+    int32_t cap = (int32_t)(len < (size_t)INT32_MAX / 2 ? len : (size_t)INT32_MAX / 2) + 8;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
+    int32_t n = ids ? tutti_tokenize(vocab, text, len, add_bos, parse_special, ids, cap) : TUTTI_ERR;
+    if (n < 0 && n != TUTTI_ERR && ids) {
+        cap = -n;
+        free(ids);
+        ids = malloc(sizeof(int32_t) * (size_t)cap);
+        n = ids ? tutti_tokenize(vocab, text, len, add_bos, parse_special, ids, cap) : TUTTI_ERR;
+    }
+    if (n < 0) {
+        fprintf(stderr, "tutti %s: tokenizing failed: %s\n", cli_cmd, tutti_last_error());
+        free(ids);
+        return NULL;
+    }
+    *n_out = n;
+    return ids;
+}
+
+double cli_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}

@@ -1,0 +1,37 @@
+/* The tutti command-line front end: one file per subcommand, sharing the
+ * flag helpers below.  Uses only the public header. */
+#ifndef TUTTI_CLI_H
+#define TUTTI_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tutti.h"
+
+/* Each subcommand: argc/argv start after the subcommand name.  Returns the
+ * process exit status (0 ok, 1 runtime error, 2 usage error). */
+int cmd_generate(int argc, char **argv);
+int cmd_logits(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+
+/* Flag helpers: argv[*i] is the flag; they consume its value (argv[*i + 1]),
+ * advance *i and return false after printing "tutti CMD: FLAG needs ..." to
+ * stderr when the value is missing or malformed. */
+bool cli_str(int argc, char **argv, int *i, const char **out);
+bool cli_int(int argc, char **argv, int *i, int64_t lo, int64_t hi, int32_t *out);
+bool cli_u64(int argc, char **argv, int *i, uint64_t *out);
+bool cli_float(int argc, char **argv, int *i, float lo, float hi, float *out);
+/* Parses "1,2,3" (ids) into a malloc'd array; false on a malformed list. */
+bool cli_ids(const char *s, int32_t **ids, int32_t *n);
+/* Reads a whole file into a malloc'd buffer (NUL-terminated, size in *len). */
+char *cli_read_file(const char *path, size_t *len);
+/* Tokenizes with a growing buffer; malloc'd ids or NULL (error printed). */
+int32_t *cli_tokenize(const tutti_vocab *vocab, const char *text, size_t len, bool add_bos,
+                      bool parse_special, int32_t *n_out);
+/* Seconds since an arbitrary epoch (monotonic). */
+double cli_now(void);
+
+extern const char *cli_cmd; /* current subcommand name, for messages */
+
+#endif

@@ -1,0 +1,170 @@
+/* tutti generate: one model, one prompt, sampled continuation on stdout. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/cli.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: tutti generate -m MODEL -p TEXT [options]\n"
+            "Generates a continuation of TEXT with one model. The generated text alone goes to\n"
+            "stdout; loading progress and speed (tokens/s) go to stderr.\n\n"
+            "  -m, --model FILE      GGUF model file\n"
+            "  -p, --prompt TEXT     prompt (BOS is added when the model's metadata asks for it)\n"
+            "  -f, --file FILE       read the prompt from FILE instead\n"
+            "  -n, --n-predict N     tokens to generate (default 128); stops early at end of text\n"
+            "      --temp T          temperature, 0 = greedy (default 0.8)\n"
+            "      --top-k K         keep the K most likely tokens, 0 = off (default 40)\n"
+            "      --top-p P         nucleus sampling, 1 = off (default 0.95)\n"
+            "      --min-p P         drop tokens below P x the top probability, 0 = off (default 0.05)\n"
+            "      --repeat-penalty R  penalise the last --repeat-last-n tokens, 1 = off (default 1)\n"
+            "      --repeat-last-n N (default 64)\n"
+            "      --seed S          random seed (default: from the clock, printed on stderr)\n"
+            "  -t, --threads N       worker threads (default: all cores)\n"
+            "  -c, --ctx-size N      context length in tokens (default: min(trained, 4096))\n"
+            "      --special         parse control-token text in the prompt (e.g. <|eot_id|>)\n"
+            "  -h, --help            this text\n");
+}
+
+int cmd_generate(int argc, char **argv) {
+    const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL;
+    int32_t n_predict = 128, n_threads = 0, n_ctx = 0;
+    bool parse_special = false, seed_set = false;
+    tutti_sampler_params sp = tutti_sampler_default_params();
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        bool ok = true;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) ok = cli_str(argc, argv, &i, &model_path);
+        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) ok = cli_str(argc, argv, &i, &prompt);
+        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) ok = cli_str(argc, argv, &i, &prompt_file);
+        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) ok = cli_int(argc, argv, &i, 0, 1 << 24, &n_predict);
+        else if (!strcmp(a, "--temp")) ok = cli_float(argc, argv, &i, 0.0f, 100.0f, &sp.temp);
+        else if (!strcmp(a, "--top-k")) ok = cli_int(argc, argv, &i, 0, 1 << 30, &sp.top_k);
+        else if (!strcmp(a, "--top-p")) ok = cli_float(argc, argv, &i, 1e-6f, 1.0f, &sp.top_p);
+        else if (!strcmp(a, "--min-p")) ok = cli_float(argc, argv, &i, 0.0f, 1.0f, &sp.min_p);
+        else if (!strcmp(a, "--repeat-penalty")) ok = cli_float(argc, argv, &i, 1e-3f, 100.0f, &sp.repeat_penalty);
+        else if (!strcmp(a, "--repeat-last-n")) ok = cli_int(argc, argv, &i, 0, 1 << 20, &sp.repeat_last_n);
+        else if (!strcmp(a, "--seed")) ok = seed_set = cli_u64(argc, argv, &i, &sp.seed);
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = cli_int(argc, argv, &i, 1, 1024, &n_threads);
+        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) ok = cli_int(argc, argv, &i, 1, 1 << 24, &n_ctx);
+        else if (!strcmp(a, "--special")) parse_special = true;
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        else {
+            fprintf(stderr, "tutti generate: unknown option '%s' (see tutti generate --help)\n", a);
+            return 2;
+        }
+        if (!ok) return 2;
+    }
+    if (!model_path || (!prompt && !prompt_file) || (prompt && prompt_file)) {
+        fprintf(stderr, "tutti generate: need -m MODEL and one of -p TEXT or -f FILE (see --help)\n");
+        return 2;
+    }
+    if (!seed_set) sp.seed = (uint64_t)time(NULL);
+
+    int rc = 1;
+    char *file_text = NULL;
+    size_t prompt_len = 0;
+    if (prompt_file) {
+        if (!(file_text = cli_read_file(prompt_file, &prompt_len))) return 1;
+        prompt = file_text;
+    } else {
+        prompt_len = strlen(prompt);
+    }
+    tutti_model *model = NULL;
+    tutti_session *sess = NULL;
+    tutti_sampler *smp = NULL;
+    int32_t *ids = NULL, n_ids = 0;
+
+    double t0 = cli_now();
+    tutti_model_params mp = tutti_model_default_params();
+    mp.verbose = true;
+    if (!(model = tutti_model_load(model_path, &mp))) {
+        fprintf(stderr, "tutti generate: %s\n", tutti_last_error());
+        goto done;
+    }
+    double t_load = cli_now() - t0;
+    const tutti_vocab *vocab = tutti_model_vocab(model);
+    ids = cli_tokenize(vocab, prompt, prompt_len, tutti_vocab_add_bos(vocab), parse_special, &n_ids);
+    if (!ids) goto done;
+    if (n_ids == 0) {
+        fprintf(stderr, "tutti generate: the prompt gives no tokens and the model adds no BOS; give a non-empty prompt\n");
+        goto done;
+    }
+    tutti_session_params cp = tutti_session_default_params();
+    cp.n_ctx = n_ctx;
+    cp.n_threads = n_threads;
+    if (!(sess = tutti_session_new(model, &cp))) {
+        fprintf(stderr, "tutti generate: %s\n", tutti_last_error());
+        goto done;
+    }
+    if (n_ids > tutti_session_n_ctx(sess)) {
+        fprintf(stderr, "tutti generate: the prompt is %d tokens, longer than the context (%d); raise -c or shorten the prompt\n",
+                n_ids, tutti_session_n_ctx(sess));
+        goto done;
+    }
+    if (!(smp = tutti_sampler_new(&sp))) {
+        fprintf(stderr, "tutti generate: %s\n", tutti_last_error());
+        goto done;
+    }
+    fprintf(stderr, "tutti generate: %s loaded in %.2f s; prompt %d tokens; seed %llu\n", model_path, t_load,
+            n_ids, (unsigned long long)sp.seed);
+    for (int32_t i = 0; i < n_ids; i++) tutti_sampler_accept(smp, ids[i]);
+
+    double t1 = cli_now();
+    if (tutti_session_eval(sess, ids, n_ids, NULL) != TUTTI_OK) {
+        fprintf(stderr, "tutti generate: %s\n", tutti_last_error());
+        goto done;
+    }
+    double t_prompt = cli_now() - t1, t2 = cli_now();
+    int32_t n_gen = 0, n_vocab = tutti_model_n_vocab(model);
+    /* tutti_token_to_piece returns -needed when the buffer is short; start
+     * big enough that -needed can never be confused with TUTTI_ERR (-1). */
+    int32_t piece_cap = 256;
+    char *piece = malloc((size_t)piece_cap);
+    rc = 0;
+    while (piece && n_gen < n_predict) {
+        int32_t tok = tutti_sampler_sample(smp, tutti_session_logits(sess), n_vocab);
+        if (tok < 0) {
+            fprintf(stderr, "tutti generate: %s\n", tutti_last_error());
+            rc = 1;
+            break;
+        }
+        if (tutti_vocab_is_eog(vocab, tok)) break;
+        tutti_sampler_accept(smp, tok);
+        int32_t len = tutti_token_to_piece(vocab, tok, false, piece, piece_cap);
+        if (len < 0 && len != TUTTI_ERR) {
+            char *p = realloc(piece, (size_t)(piece_cap = -len));
+            if (!p) break;
+            piece = p;
+            len = tutti_token_to_piece(vocab, tok, false, piece, piece_cap);
+        }
+        if (len > 0) fwrite(piece, 1, (size_t)len, stdout);
+        fflush(stdout);
+        n_gen++;
+        if (n_gen == n_predict) break;
+        if (tutti_session_n_past(sess) >= tutti_session_n_ctx(sess)) {
+            fprintf(stderr, "\ntutti generate: context full (%d tokens); raise -c for longer output\n",
+                    tutti_session_n_ctx(sess));
+            break;
+        }
+        if (tutti_session_eval(sess, &tok, 1, NULL) != TUTTI_OK) {
+            fprintf(stderr, "tutti generate: %s\n", tutti_last_error());
+            rc = 1;
+            break;
+        }
+    }
+    free(piece);
+    double t_gen = cli_now() - t2;
+    fprintf(stderr, "\ntutti generate: prompt %d tokens in %.3f s (%.1f tokens/s); generated %d tokens in %.3f s (%.1f tokens/s)\n",
+            n_ids, t_prompt, n_ids / (t_prompt > 0 ? t_prompt : 1e-9), n_gen, t_gen,
+            n_gen / (t_gen > 0 ? t_gen : 1e-9));
+done:
+    tutti_sampler_free(smp);
+    tutti_session_free(sess);
+    tutti_model_free(model);
+    free(ids);
+    free(file_text);
+    return rc;
+}

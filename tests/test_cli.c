@@ -1,0 +1,161 @@
+/* The CLI forms our acceptance checks use, run as a user would (the built
+ * binary, TUTTI_CLI), compared with llama.cpp's reference outputs. */
+#include "test_common.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Runs a shell command, captures stdout (malloc'd) and the exit status. */
+static char *run(const char *cmd, int *status) {
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t cap = 1 << 16, n = 0;
+    char *out = malloc(cap);
+    size_t r;
+    while ((r = fread(out + n, 1, cap - n - 1, p)) > 0) {
+        n += r;
+        if (n + 1 >= cap) out = realloc(out, cap *= 2);
+    }
+    out[n] = 0;
+    int st = pclose(p);
+    *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return out;
+}
+
+/* Value of "text" in the last line of a ref/models jsonl (no escapes other
+ * than \" and \\ and \n in these files). */
+static char *ref_text(const char *jsonl) {
+    size_t len;
+    char *s = read_file(shared_path(jsonl), &len);
+    assert_non_null(s);
+    char *t = strstr(s, "\"text\":\"");
+    assert_non_null(t);
+    t += 8;
+    char *out = malloc(strlen(t) + 1), *o = out;
+    for (; *t && *t != '"'; t++) {
+        if (*t == '\\') {
+            t++;
+            *o++ = *t == 'n' ? '\n' : *t;
+        } else {
+            *o++ = *t;
+        }
+    }
+    *o = 0;
+    free(s);
+    return out;
+}
+
+static void test_generate_greedy_matches_llama_cpp(void **state) {
+    (void)state;
+    require_shared();
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p \"Once upon a time\" -n 48 --temp 0 2>/dev/null", TUTTI_CLI,
+             shared_path("models/stories260K.gguf"));
+    int st;
+    char *out = run(cmd, &st), *want = ref_text("ref/models/stories260K.p1.jsonl");
+    assert_int_equal(st, 0);
+    assert_string_equal(out, want);
+    free(out);
+    free(want);
+}
+
+static void test_generate_same_seed_same_text(void **state) {
+    (void)state;
+    require_shared();
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p \"Lily and Ben\" -n 32 --seed 11 2>/dev/null", TUTTI_CLI,
+             shared_path("models/stories260K.gguf"));
+    int st1, st2;
+    char *a = run(cmd, &st1), *b = run(cmd, &st2);
+    assert_int_equal(st1, 0);
+    assert_true(strlen(a) > 10);
+    assert_string_equal(a, b);
+    free(a);
+    free(b);
+}
+
+static void test_logits_match_reference(void **state) {
+    (void)state;
+    require_shared();
+    char out_path[] = "/tmp/tutti_cli_logitsXXXXXX";
+    int fd = mkstemp(out_path);
+    assert_true(fd >= 0);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s logits -m %s -p \"$(cat %s)\" --out %s 2>/dev/null", TUTTI_CLI,
+             shared_path("models/stories260K.gguf"), shared_path("ref/models/p2.txt"), out_path);
+    int st;
+    free(run(cmd, &st));
+    assert_int_equal(st, 0);
+    size_t n_got, n_ref;
+    char *got = read_file(out_path, &n_got), *ref = read_file(shared_path("ref/models/stories260K.p2.logits.f32"), &n_ref);
+    unlink(out_path);
+    assert_non_null(got);
+    assert_non_null(ref);
+    assert_int_equal(n_got, n_ref);
+    double d = max_logsoftmax_diff((float *)got, (float *)ref, (int)(n_ref / 4 / 512), 512);
+    print_message("stories260K p2 via CLI: max |dlogsoftmax| = %.2e\n", d);
+    assert_true(d <= 0.02);
+    free(got);
+    free(ref);
+}
+
+static void test_tokenize_inp_matches_reference(void **state) {
+    (void)state;
+    require_shared();
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s tokenize -m %s --inp %s", TUTTI_CLI, shared_path("models/vocab/ggml-vocab-llama3.gguf"),
+             shared_path("ref/tokenize/tokenizer-tests.inp"));
+    int st;
+    char *out = run(cmd, &st), *want = read_file(shared_path("ref/tokenize/llama3.out"), NULL);
+    assert_int_equal(st, 0);
+    assert_non_null(want);
+    assert_string_equal(out, want);
+    free(out);
+    free(want);
+}
+
+static void test_bad_input_exits_with_message(void **state) {
+    (void)state;
+    require_shared();
+    const char *cases[][2] = {
+        {"generate -m /nonexistent.gguf -p hi", "1"},
+        {"generate -p hi", "2"},
+        {"generate -m MODEL -p hi -n abc", "2"},
+        {"generate -m MODEL -p hi --bogus", "2"},
+        {"generate -m MODEL -p hi --top-p 2", "2"},
+        {"logits -m MODEL --ids 1,x,3 --out /dev/null", "2"},
+        {"logits -m MODEL --ids 1,99999 --out /dev/null", "1"},
+        {"nosuchcommand", "2"},
+        {"generate -m MODEL -p \"$(head -c 20000 /dev/zero | tr '\\0' a)\" -c 64", "1"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char args[1024], cmd[4096];
+        const char *m = strstr(cases[i][0], "MODEL");
+        if (m)
+            snprintf(args, sizeof args, "%.*s%s%s", (int)(m - cases[i][0]), cases[i][0],
+                     shared_path("models/stories260K.gguf"), m + 5);
+        else
+            snprintf(args, sizeof args, "%s", cases[i][0]);
+        snprintf(cmd, sizeof cmd, "%s %s 2>&1 >/dev/null", TUTTI_CLI, args);
+        int st;
+        char *err = run(cmd, &st);
+        print_message("%s -> %d: %s", args, st, err);
+        assert_int_equal(st, atoi(cases[i][1]));
+        assert_true(strlen(err) > 10); /* says what was wrong */
+        free(err);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_generate_greedy_matches_llama_cpp),
+        cmocka_unit_test(test_generate_same_seed_same_text),
+        cmocka_unit_test(test_logits_match_reference),
+        cmocka_unit_test(test_tokenize_inp_matches_reference),
+        cmocka_unit_test(test_bad_input_exits_with_message),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
