@@ -343,7 +343,12 @@ void tutti_model_describe(const tutti_model *model, FILE *out) {
             hp->head_dim_k, hp->head_dim_v, hp->n_rot, hp->rms_eps, hp->rope_base,
             model->rope_freqs.data ? " with rope_freqs factors" : "", hp->rope_scale,
             model->arch->rope_mode == TUTTI_ROPE_NEOX ? ", neox" : ", normal");
-    if (hp->n_swa) fprintf(out, "  sliding window %d (pattern %d)\n", hp->n_swa, model->arch->swa_pattern);
+    if (hp->n_swa) {
+        fprintf(out, "  sliding window %d on layers il %% %d < %d", hp->n_swa, model->arch->swa_pattern,
+                model->arch->swa_pattern - 1);
+        if (model->arch->swa_local_rope_base) fprintf(out, ", their rope base %g", hp->rope_base_swa);
+        fprintf(out, "\n");
+    }
     if (hp->attn_softcap > 0 || hp->final_softcap > 0)
         fprintf(out, "  soft-capping: attention %g, final %g\n", hp->attn_softcap, hp->final_softcap);
     fprintf(out, "  output: %s\n", model->tied ? "tied to token_embd" : "separate");
