@@ -89,15 +89,18 @@ static void test_replay_corpora(void **state) {
         if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) continue;
         bool registered;
         fuzz_one_fn fn = find_harness(de->d_name, &registered);
-        if (!registered || !fn) closedir(d); /* fail_msg does not return */
-        if (!registered)
-            fail_msg("fuzz/corpus/%s has no harness registered in tests/test_fuzz_regress.c",
-                     de->d_name);
-        if (!fn)
+        if (!registered || !fn) {
+            char name[256];
+            snprintf(name, sizeof name, "%s", de->d_name);
+            closedir(d); /* fail_msg does not return */
+            if (!registered)
+                fail_msg("fuzz/corpus/%s has no harness registered in tests/test_fuzz_regress.c",
+                         name);
             fail_msg("fuzz/corpus/%s: tutti_fuzz_%s_one is not linked: fuzz/fuzz_%s.c must "
                      "define it (and LLVMFuzzerTestOneInput only under #ifdef TUTTI_LIBFUZZER), "
                      "see fuzz/README.md",
-                     de->d_name, de->d_name, de->d_name);
+                     name, name, name);
+        }
         int n = replay_dir(path, fn);
         print_message("fuzz/corpus/%s: %d inputs replayed\n", de->d_name, n);
         total += n;

@@ -22,10 +22,10 @@
 /* Facts about every GGUF file under ../shared, produced by gguf-py (the
  * `gguf` package of llama.cpp, Debian python3-gguf in the oracle chroot,
  * GGUFReader) — NOT by tutti.  kv_digest / tensor_digest are FNV-1a-64 over a
- * canonical serialization of what gguf-py parsed (script in the comment of
- * canon_kv_digest below), so they pin every key, type, array length and value
- * byte, and every tensor name, shape, type, relative and absolute offset and
- * byte size. */
+ * canonical serialization of what gguf-py parsed (the script at the end of
+ * this file; canon_kv_digest below recomputes it), so they pin every key,
+ * type, array length and value byte, and every tensor name, shape, type,
+ * relative and absolute offset and byte size. */
 typedef struct file_facts {
     const char *file;
     uint32_t version;
@@ -844,3 +844,51 @@ int main(void) {
     };
     return cmocka_run_group_tests(tests, setup_tmpdir, teardown_tmpdir);
 }
+
+/* The script that produced g_facts (run in the oracle chroot on copies of
+ * the ../shared files; one JSON line per file, turned into the table):
+ *
+ * # Runs gguf-py (llama.cpp's reader) over every file and prints per-file facts
+ * # and FNV-1a-64 digests of the metadata and tensor infos in a canonical form
+ * # that tests/test_gguf.c recomputes from tutti's reader.
+ * import sys, os, struct, json
+ * import numpy as np
+ * from gguf import GGUFReader, GGUFValueType
+ *
+ * def fnv(h, b):
+ *     for x in b:
+ *         h ^= x
+ *         h = (h * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+ *     return h
+ *
+ * root = sys.argv[1]
+ * for rel in sys.argv[2:]:
+ *     r = GGUFReader(os.path.join(root, rel))
+ *     fields = list(r.fields.values())
+ *     version = int(fields[0].parts[0][0]); n_t = int(fields[1].parts[0][0]); n_kv = int(fields[2].parts[0][0])
+ *     kvs = fields[3:3 + n_kv]
+ *     assert len(kvs) == n_kv
+ *     h = 1469598103934665603
+ *     for fld in kvs:
+ *         s = fld.name.encode() + b"\0" + struct.pack("<I", int(fld.types[0]))
+ *         et = fld.types[-1]
+ *         if fld.types[0] == GGUFValueType.ARRAY:
+ *             n = len(fld.data) if et == GGUFValueType.STRING else sum(int(fld.parts[i].size) for i in fld.data)
+ *             s += struct.pack("<IQ", int(et), n)
+ *         for idx in fld.data:
+ *             b = fld.parts[idx].tobytes()
+ *             if et == GGUFValueType.STRING:
+ *                 s += struct.pack("<Q", len(b))
+ *             s += b
+ *         h = fnv(h, s)
+ *     ht = 1469598103934665603
+ *     for t in r.tensors:
+ *         p = t.field.parts
+ *         dims = [int(x) for x in p[3]]
+ *         s = t.name.encode() + b"\0" + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
+ *         s += struct.pack("<IQQQ", int(t.tensor_type), int(p[5][0]), int(t.data_offset), int(t.n_bytes))
+ *         ht = fnv(ht, s)
+ *     align = r.alignment
+ *     print(json.dumps({"file": rel, "version": version, "n_kv": n_kv, "n_tensors": n_t, "alignment": int(align),
+ *                       "data_offset": int(r.data_offset), "kv_digest": "0x%016x" % h, "tensor_digest": "0x%016x" % ht}))
+ */
