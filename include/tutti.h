@@ -241,7 +241,7 @@ typedef struct tutti_ensemble_params {
     int32_t parallel;  /* 0 = default (measured faster: see fusion/ensemble.c), 1 = sequential
                           members with all threads each, 2 = one thread per member, concurrently */
     double prune;      /* byte alignment: drop tokenization hypotheses below this share of the
-                          live mass (default 1e-5; 0 = exact) */
+                          live mass (default 1e-4; 0 = exact) */
     int32_t max_hyps;  /* byte alignment: at most this many hypotheses per member (default 8) */
     bool verbose;      /* load summaries to stderr */
 } tutti_ensemble_params;

@@ -58,9 +58,9 @@ int tutti_cmd_eval(int argc, char **argv) {
     ens_args_init(a);
     const char *text_path = NULL;
     bool json = false;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 0; i < argc; i++) {
         int r = ens_args_take(a, argc, argv, &i);
-        if (r < 0) return 1;
+        if (r < 0) return 2;
         if (r > 0) continue;
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             printf("usage: tutti eval --text FILE -m A.gguf [-m ...] [options] [--json]\n"
@@ -79,7 +79,7 @@ int tutti_cmd_eval(int argc, char **argv) {
             json = true;
         } else {
             fprintf(stderr, "tutti eval: unknown option %s (see tutti eval --help)\n", argv[i]);
-            return 1;
+            return 2;
         }
     }
     if (!text_path) {

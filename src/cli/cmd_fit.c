@@ -20,9 +20,9 @@ int tutti_cmd_fit(int argc, char **argv) {
     ens_args a;
     ens_args_init(&a);
     const char *text_path = NULL, *grid_s = "0.8,0.9,1,1.1,1.25", *out_path = NULL;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 0; i < argc; i++) {
         int r = ens_args_take(&a, argc, argv, &i);
-        if (r < 0) return 1;
+        if (r < 0) return 2;
         if (r > 0) continue;
         const char *o = argv[i];
         if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
@@ -46,7 +46,7 @@ int tutti_cmd_fit(int argc, char **argv) {
             else grid_s = v;
         } else {
             fprintf(stderr, "tutti fit: unknown option %s (see tutti fit --help)\n", o);
-            return 1;
+            return 2;
         }
     }
     if (!text_path) {

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli/ens_args.h"
 #include "tutti.h"
@@ -36,7 +37,7 @@ const char *ens_args_help(void) {
            "  -t, --threads N       worker threads (default: all cores)\n"
            "  --parallel N          0 default, 1 members one after the other, 2 concurrently\n"
            "  -c, --ctx N           context per member in tokens\n"
-           "  --prune X             byte alignment: hypothesis pruning share (default 1e-5, 0 = exact)\n"
+           "  --prune X             byte alignment: hypothesis pruning share (default 1e-4, 0 = exact)\n"
            "  --max-hyps N          byte alignment: hypotheses per member (default 8)\n"
            "  --beta X              contrastive plausibility cut (default 0.1)\n";
 }
@@ -239,12 +240,13 @@ int tutti_cmd_run(int argc, char **argv) {
     ens_args_init(&a);
     tutti_sampler_params sp = tutti_sampler_default_params();
     const char *prompt = NULL, *prompt_file = NULL;
+    bool seed_set = false;
     int n_gen = 128;
     const char *stop[MAX_STRS], *allow[MAX_STRS], *forbid[MAX_STRS];
     int n_stop = 0, n_allow = 0, n_forbid = 0;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 0; i < argc; i++) {
         int r = ens_args_take(&a, argc, argv, &i);
-        if (r < 0) return 1;
+        if (r < 0) return 2;
         if (r > 0) continue;
         const char *o = argv[i], *v;
         double d;
@@ -286,6 +288,7 @@ int tutti_cmd_run(int argc, char **argv) {
                 return 1;
             }
             sp.seed = s;
+            seed_set = true;
         } else if (!strcmp(o, "--stop") || !strcmp(o, "--allow") || !strcmp(o, "--forbid")) {
             if (!(v = need_value(argc, argv, &i))) return 1;
             const char **arr = o[2] == 's' ? stop : o[2] == 'a' ? allow : forbid;
@@ -297,9 +300,10 @@ int tutti_cmd_run(int argc, char **argv) {
             arr[(*cnt)++] = v;
         } else {
             fprintf(stderr, "tutti run: unknown option %s (see tutti run --help)\n", o);
-            return 1;
+            return 2;
         }
     }
+    if (!seed_set) sp.seed = (uint64_t)time(NULL); /* as tutti generate */
     char *buf = NULL;
     size_t plen = 0;
     if (prompt_file) {

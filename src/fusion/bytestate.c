@@ -25,6 +25,12 @@
  * dropped (the result is exact when nothing is dropped; fusion_bytes_pruned
  * reports the dropped share).  Zero-length tokens (control tokens) are not
  * text: their mass is left out and the 257 outcomes renormalised. */
+/* FP exception flags are never read here; without trapping math GCC
+ * if-converts the clamps in fusion_fast_exp and vectorises the loops over
+ * the vocabulary (measured: several times faster on 151,669 tokens). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -49,7 +49,7 @@ tutti_ensemble_params tutti_ensemble_default_params(void) {
     p.rule = TUTTI_RULE_MIX;
     p.align = TUTTI_ALIGN_AUTO;
     p.beta = 0.1f;
-    p.prune = 1e-5;
+    p.prune = 1e-4;
     p.max_hyps = 8;
     return p;
 }
@@ -175,7 +175,7 @@ tutti_ensemble *tutti_ensemble_new(const tutti_ensemble_params *params) {
     e->n = params->n_members;
     e->rule = params->rule;
     e->beta = params->beta > 0 ? params->beta : 0.1f;
-    e->prune = params->prune >= 0 ? params->prune : 1e-5;
+    e->prune = params->prune >= 0 ? params->prune : 1e-4;
     e->max_hyps = params->max_hyps > 0 ? params->max_hyps : 8;
     if (params->rule == TUTTI_RULE_CONTRASTIVE && e->n < 2) {
         tutti_set_error("contrastive: needs an expert and at least one amateur (2+ members, got %d)", e->n);
@@ -471,10 +471,6 @@ static int32_t passthrough_member(const tutti_ensemble *e) {
     return k >= 0 && e->temp[k] == 1.0f ? k : -1;
 }
 
-/* Fused log-probabilities of the next token after ids[0..n) (TOKEN
- * alignment); also used by tests.  out[n_vocab]. */
-int fusion_token_fused(tutti_ensemble *e, const int32_t *ids, int32_t n, float *out);
-
 static int token_generate(tutti_ensemble *e, const char *prompt, size_t len, const tutti_sampler_params *sp,
                           gen_ctx *g, double *t_phase) {
     const tutti_vocab *vocab = e->m[0]->vocab;
@@ -505,6 +501,8 @@ static int token_generate(tutti_ensemble *e, const char *prompt, size_t len, con
         tutti_set_error("generation: the vocabulary has no BOS token, so the prompt must not be empty");
         goto done;
     }
+    /* as tutti generate: the prompt counts for the repetition penalty */
+    for (int32_t k = 0; k < n; k++) tutti_sampler_accept(smp, ids[k]);
     int32_t pass = passthrough_member(e);
     bool masked = g->mask && (g->mask->n_allowed > 0 || g->mask->n_forbidden > 0);
     rc = 0;
@@ -521,11 +519,17 @@ static int token_generate(tutti_ensemble *e, const char *prompt, size_t len, con
         if (pass >= 0) {
             dist = logits[pass];
         } else {
-            for (int32_t i = 0; i < e->n; i++)
-                if (e->w[i] != 0) fusion_log_softmax(logits[i], V, e->temp[i], logp[i]);
-                else logp[i] = logits[i]; /* unused */
             fusion_rule_params rp = ens_rule_params(e);
-            if (fusion_combine(&rp, e->n, (const float *const *)logp, V, fused, work, NULL) < 0) {
+            int r;
+            if (e->rule == TUTTI_RULE_MIX || e->rule == TUTTI_RULE_PRODUCT) {
+                r = fusion_combine_logits(&rp, e->temp, e->n, (const float *const *)logits, V, fused, logp[0]);
+            } else {
+                for (int32_t i = 0; i < e->n; i++)
+                    if (e->w[i] != 0) fusion_log_softmax(logits[i], V, e->temp[i], logp[i]);
+                    else logp[i] = logits[i]; /* unused */
+                r = fusion_combine(&rp, e->n, (const float *const *)logp, V, fused, work, NULL);
+            }
+            if (r < 0) {
                 rc = TUTTI_ERR;
                 break;
             }
@@ -613,8 +617,6 @@ static int job_bytes_prepare(tutti_ensemble *e, int32_t i, void *arg) {
     return fusion_bytes_prepare(j->st[i]);
 }
 
-/* Fused log-probabilities of the 257 byte outcomes given the members'
- * byte states (BYTE alignment); out[257]. */
 int fusion_bytes_fused(tutti_ensemble *e, fusion_bytes **st, float *out) {
     float lp[TUTTI_ENSEMBLE_MAX_MEMBERS][FUSION_N_BYTE_OUT];
     const float *rows[TUTTI_ENSEMBLE_MAX_MEMBERS];
@@ -645,7 +647,10 @@ static int byte_generate(tutti_ensemble *e, const char *prompt, size_t len, cons
     *t_phase += ens_now_s() - t0;
     fusion_utf8 u;
     fusion_utf8_init(&u);
-    for (size_t k = 0; k < len; k++) fusion_utf8_push(&u, (uint8_t)prompt[k]);
+    for (size_t k = 0; k < len; k++) {
+        fusion_utf8_push(&u, (uint8_t)prompt[k]);
+        tutti_sampler_accept(smp, (uint8_t)prompt[k]);
+    }
     rc = 0;
     float fused[FUSION_N_BYTE_OUT];
     bool allowed[FUSION_N_BYTE_OUT];

@@ -45,6 +45,12 @@ double ens_now_s(void);
 fusion_bytes_params ens_bytes_params(const tutti_ensemble *e, int32_t i);
 fusion_rule_params ens_rule_params(const tutti_ensemble *e);
 
+/* Fused log-probabilities of the next token after ids[0..n) (TOKEN
+ * alignment), out[n_vocab]; and of the 257 byte outcomes given one byte
+ * state per member (BYTE alignment), out[257].  Used by tests. */
+int fusion_token_fused(tutti_ensemble *e, const int32_t *ids, int32_t n, float *out);
+int fusion_bytes_fused(tutti_ensemble *e, fusion_bytes **st, float *out);
+
 /* Span alignment generation (span.c). */
 typedef struct gen_ctx gen_ctx;
 int span_generate(tutti_ensemble *e, const char *prompt, size_t prompt_len, const tutti_sampler_params *sp,

@@ -33,21 +33,37 @@
 
 #include "tutti.h"
 
-/* exp(x) for x <= 0 written as plain arithmetic so the compiler vectorises
- * the loops that use it (libm's expf is a call per element).  Range
- * reduction x = n·ln2 + r, |r| <= ln2/2, then a degree-7 Taylor polynomial:
- * relative error < 2e-7 (float rounding level), -inf and very negative x
- * give 0. */
+/* exp(x) for x <= 0 and log(x) for x > 0 written as plain branch-free
+ * arithmetic so that the compiler vectorises the loops over a vocabulary
+ * (libm's expf/logf are one call per element, and floorf is a call without
+ * SSE4.1).  exp: x = n·ln2 + r, |r| <= ln2/2, degree-7 Taylor polynomial;
+ * log: x = 2^e·m, m in [√½, √2), log m = 2 atanh((m-1)/(m+1)) to s^11.
+ * Relative error < 3e-7 (float rounding level).  exp(-inf) = 0, exp of
+ * x < -87 flushes to 0; log(0) = -inf. */
 static inline float fusion_fast_exp(float x) {
-    if (!(x > -87.0f)) return 0.0f;
-    float n = floorf(x * 1.44269504f + 0.5f);
-    float r = x - n * 0.693145752f - n * 1.42860677e-6f;
+    float xc = x < -87.0f ? -87.0f : x;
+    /* round to nearest with the 1.5·2^23 trick (no floorf call) */
+    float n = (xc * 1.44269504f + 12582912.0f) - 12582912.0f;
+    float r = xc - n * 0.693145752f - n * 1.42860677e-6f;
     float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.6666667e-1f + r * (4.1666668e-2f + r * (8.3333338e-3f + r * (1.3888889e-3f + r * 1.9841270e-4f))))));
-    int32_t e = (int32_t)n + 127;
-    union { int32_t i; float f; } u = {.i = e << 23};
-    return p * u.f;
+    union { int32_t i; float f; } u = {.i = ((int32_t)n + 127) << 23};
+    float y = p * u.f;
+    return x < -87.0f ? 0.0f : y;
 }
 
+static inline float fusion_fast_log(float x) {
+    union { float f; int32_t i; } u = {.f = x};
+    int32_t e = ((u.i >> 23) & 0xff) - 127;
+    u.i = (u.i & 0x007fffff) | 0x3f800000; /* m in [1, 2) */
+    float m = u.f;
+    int big = m > 1.41421356f;
+    m = big ? m * 0.5f : m;
+    float ef = (float)(e + big);
+    float s = (m - 1.0f) / (m + 1.0f), s2 = s * s;
+    float l = 2.0f * s * (1.0f + s2 * (0.33333334f + s2 * (0.2f + s2 * (0.14285715f + s2 * (0.11111111f + s2 * 0.09090909f)))));
+    float y = ef * 0.693145752f + (ef * 1.42860677e-6f + l);
+    return x > 0 ? y : (x == 0 ? -INFINITY : NAN);
+}
 
 /* ------------------------------------------------------------------------ */
 /* Members */
@@ -187,6 +203,11 @@ typedef struct fusion_rule_params {
  * outcome ends up impossible or the weights are unusable. */
 int fusion_combine(const fusion_rule_params *p, int32_t n_members, const float *const *logp,
                    int32_t n, float *out, double *work, int32_t *chosen);
+/* MIX and PRODUCT straight from raw logits (member temperatures applied):
+ * the same result as log-softmax per member + fusion_combine with fewer
+ * passes over the vocabulary.  scratch: n floats.  Other rules: error. */
+int fusion_combine_logits(const fusion_rule_params *p, const float *temps, int32_t n_members,
+                          const float *const *logits, int32_t n, float *out, float *scratch);
 /* log_softmax(logits / temp) into out (n floats). */
 void fusion_log_softmax(const float *logits, int32_t n, float temp, float *out);
 /* Entropy in nats of a log-probability vector. */

@@ -197,15 +197,24 @@ static size_t scalar_size(gguf_type t) {
 int fusion_vocab_hash_file(const char *path, uint64_t *out) {
     gguf_file *f = gguf_open(path);
     if (!f) return TUTTI_ERR;
-    /* Order-independent combination of one hash per tokenizer.ggml.* entry:
+    /* Order-independent combination of one hash per tokenizer entry:
      * two files with the same tokens, merges, scores, types and special ids
      * are the same vocabulary whatever their names or key order. */
     uint64_t acc = 0;
     int64_t n_kv = gguf_n_kv(f), n_used = 0;
     for (int64_t i = 0; i < n_kv; i++) {
         gguf_str key = gguf_kv_key(f, i);
-        static const char pre[] = "tokenizer.ggml.";
-        if (key.len < sizeof pre - 1 || memcmp(key.data, pre, sizeof pre - 1)) continue;
+        /* only what decides the text <-> ids mapping (padding or separator
+         * ids, chat templates and names do not) */
+        static const char *const keys[] = {
+            "tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.tokens", "tokenizer.ggml.merges",
+            "tokenizer.ggml.scores", "tokenizer.ggml.token_type", "tokenizer.ggml.bos_token_id",
+            "tokenizer.ggml.eos_token_id", "tokenizer.ggml.unknown_token_id", "tokenizer.ggml.eot_token_id",
+            "tokenizer.ggml.add_bos_token", "tokenizer.ggml.add_eos_token", "tokenizer.ggml.add_space_prefix",
+            "tokenizer.ggml.remove_extra_whitespaces"};
+        bool wanted = false;
+        for (size_t k = 0; k < sizeof keys / sizeof *keys && !wanted; k++) wanted = gguf_str_eq(key, keys[k]);
+        if (!wanted) continue;
         uint64_t h = fnv(0xcbf29ce484222325ull, key.data, key.len);
         gguf_type t = gguf_kv_type(f, i);
         h = fnv(h, &t, sizeof t);
