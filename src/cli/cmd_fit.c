@@ -41,8 +41,8 @@ int tutti_cmd_fit(int argc, char **argv) {
                 return 1;
             }
             const char *v = argv[++i];
-            if (o[1] == 'o') out_path = v;
-            else if (o[3] == 'e') text_path = v;
+            if (!strcmp(o, "-o")) out_path = v;
+            else if (!strcmp(o, "--text")) text_path = v;
             else grid_s = v;
         } else {
             fprintf(stderr, "tutti fit: unknown option %s (see tutti fit --help)\n", o);
