@@ -153,7 +153,8 @@ int tutti_cmd_bench(int argc, char **argv) {
     const char *models[BENCH_MAX_MODELS];
     int n_models = 0, n_threads = 2, n_pp = 512, n_tg = 128, reps = 3, parallel = 0;
     bool fused = false, json = false;
-    for (int i = 1; i < argc; i++) {
+    /* argv[0] is the first option (main.c strips "tutti bench") */
+    for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {

@@ -1,19 +1,28 @@
-/* Matrix multiplication y = x · Wᵀ for weights of any supported ggml type —
- * the scalar reference path, and the run-time seam where SIMD paths go.
+/* Matrix multiplication y = x · Wᵀ for weights of any supported ggml type.
  *
- * Work split: each thread takes a contiguous range of weight rows.  Within
- * it, a tile of MM_TILE_ROWS rows is dequantized MM_CHUNK columns at a time
- * into a stack buffer (dequantizing each weight element exactly once per
- * call), and that tile is dotted with the same columns of every activation
- * row, so a prompt of n_tok tokens reads the weights once.  Dequantization
- * is exact (the quant layer's reference); accumulation is float32 with eight
- * independent partial sums. */
+ * Fast path (every type, every kernel path): the activation rows are
+ * converted once per call to the weight type's vec_dot format
+ * (quant/vecdot.h: 8-bit blocks with llama.cpp's rounding, or F16 / BF16 /
+ * F32), in parallel over rows, into the pool's scratch; then the weight
+ * rows are cut into chunks of MM_CHUNK_ROWS that the threads take from a
+ * shared atomic counter (so a thread slowed by another process on the
+ * machine does not hold the others up), and each chunk is multiplied with
+ * the activations MM_TILE_TOK tokens at a time by the path's tile kernel:
+ * a weight block is decoded once per 4 tokens and the chunk's rows stay in
+ * L1 while all token tiles stream past, so a prompt reads the weights once.
+ *
+ * Reference path (kept as the fallback when no scratch memory can be had):
+ * weights dequantized exactly to float, activations rounded through the
+ * same formats, float dot products. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <stdatomic.h>
+
 #include "kernels/kernels.h"
 #include "quant/quant.h"
+#include "quant/vecdot.h"
 #include "util/fp16.h"
 
 /* Columns dequantized at a time: a multiple of every block size (1, 32, 256). */
@@ -22,17 +31,7 @@
 
 /* ---- backend selection ---- */
 
-static const char *g_backend;
-
-const char *tutti_kernels_backend(void) {
-    /* Benign race: every thread computes the same answer. */
-    if (!g_backend) {
-        /* Only the scalar path exists so far; TUTTI_KERNELS is honoured for
-         * "scalar" and every other value falls back to it. */
-        g_backend = "scalar";
-    }
-    return g_backend;
-}
+const char *tutti_kernels_backend(void) { return tutti_simd_name(tutti_simd_current()); }
 
 /* ---- scalar reference ---- */
 
@@ -157,8 +156,8 @@ static void mm_scalar_worker(void *arg, int ith, int nth) {
     }
 }
 
-void tutti_matmul(tutti_threadpool *tp, int wtype, const void *w, int64_t n_rows, int64_t n_cols,
-                  const float *x, int64_t n_tok, float *y) {
+static void mm_reference(tutti_threadpool *tp, int wtype, const void *w, int64_t n_rows, int64_t n_cols,
+                         const float *x, int64_t n_tok, float *y) {
     mm_job j = {
         .wtype = wtype,
         .w = w,
@@ -170,7 +169,6 @@ void tutti_matmul(tutti_threadpool *tp, int wtype, const void *w, int64_t n_rows
         .y = y,
         .tr = tutti_type_get(wtype),
     };
-    (void)tutti_kernels_backend(); /* the only path so far is the scalar one */
     const bool small = n_rows * n_cols * n_tok < 32768 || n_rows < 2 * MM_TILE_ROWS;
 
     const act_fmt f = act_format(wtype);
@@ -192,6 +190,95 @@ void tutti_matmul(tutti_threadpool *tp, int wtype, const void *w, int64_t n_rows
         mm_scalar_worker(&j, 0, 1);
     else
         tutti_threadpool_run(tp, mm_scalar_worker, &j);
+    free(owned);
+}
+
+/* ---- fast path ---- */
+
+#define MM_CHUNK_ROWS 16
+#define MM_TILE_TOK 4
+
+typedef struct fast_job {
+    const tutti_vec_dot_traits *vt;
+    const char *w;
+    size_t ldw, ldx;
+    int64_t n_rows, n_cols, n_tok;
+    const float *x; /* float rows to convert (NULL when xq already holds them) */
+    char *xq;       /* [n_tok][ldx] activation blocks */
+    float *y;
+    int64_t n_chunks;
+    atomic_int_fast64_t next;
+} fast_job;
+
+static void convert_worker(void *arg, int ith, int nth) {
+    fast_job *j = arg;
+    for (int64_t t = ith; t < j->n_tok; t += nth)
+        j->vt->from_float(j->x + t * j->n_cols, j->xq + (size_t)t * j->ldx, j->n_cols);
+}
+
+static void fast_worker(void *arg, int ith, int nth) {
+    (void)ith;
+    (void)nth;
+    fast_job *j = arg;
+    const tutti_vec_dot_traits *vt = j->vt;
+    for (;;) {
+        const int64_t c = atomic_fetch_add(&j->next, 1);
+        if (c >= j->n_chunks) break;
+        const int64_t r0 = c * MM_CHUNK_ROWS;
+        const int nr = (int)(j->n_rows - r0 < MM_CHUNK_ROWS ? j->n_rows - r0 : MM_CHUNK_ROWS);
+        const char *wc = j->w + (size_t)r0 * j->ldw;
+        for (int64_t t0 = 0; t0 < j->n_tok; t0 += MM_TILE_TOK) {
+            const int nc = (int)(j->n_tok - t0 < MM_TILE_TOK ? j->n_tok - t0 : MM_TILE_TOK);
+            for (int r = 0; r < nr; r += vt->gemm_nr) {
+                const int rr = nr - r < vt->gemm_nr ? nr - r : vt->gemm_nr;
+                vt->gemm(j->n_cols, wc + (size_t)r * j->ldw, j->ldw, rr, j->xq + (size_t)t0 * j->ldx, j->ldx, nc,
+                         j->y + t0 * j->n_rows + r0 + r, (size_t)j->n_rows);
+            }
+        }
+    }
+}
+
+void tutti_matmul(tutti_threadpool *tp, int wtype, const void *w, int64_t n_rows, int64_t n_cols,
+                  const float *x, int64_t n_tok, float *y) {
+    const tutti_vec_dot_traits *vt = tutti_vec_dot_get(wtype);
+    if (!vt) {
+        mm_reference(tp, wtype, w, n_rows, n_cols, x, n_tok, y);
+        return;
+    }
+    fast_job j = {
+        .vt = vt,
+        .w = w,
+        .ldw = tutti_row_size(wtype, n_cols),
+        .ldx = tutti_row_size(vt->vec_type, n_cols),
+        .n_rows = n_rows,
+        .n_cols = n_cols,
+        .n_tok = n_tok,
+        .y = y,
+        .n_chunks = (n_rows + MM_CHUNK_ROWS - 1) / MM_CHUNK_ROWS,
+    };
+    atomic_init(&j.next, 0);
+    char *owned = NULL;
+    if (vt->vec_type == TUTTI_TYPE_F32) {
+        j.xq = (char *)x; /* F32 weights dot the float rows directly */
+    } else {
+        const size_t need = (size_t)n_tok * j.ldx;
+        j.xq = tp ? (char *)tutti_threadpool_scratch(tp, (need + sizeof(float) - 1) / sizeof(float))
+                  : (owned = malloc(need));
+        if (!j.xq) {
+            mm_reference(tp, wtype, w, n_rows, n_cols, x, n_tok, y);
+            return;
+        }
+        j.x = x;
+        if (n_tok == 1 || !tp)
+            convert_worker(&j, 0, 1);
+        else
+            tutti_threadpool_run(tp, convert_worker, &j);
+    }
+    /* tiny products are not worth waking the pool for */
+    if (n_rows * n_cols * n_tok < 32768 || j.n_chunks < 2)
+        fast_worker(&j, 0, 1);
+    else
+        tutti_threadpool_run(tp, fast_worker, &j);
     free(owned);
 }
 

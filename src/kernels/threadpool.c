@@ -1,25 +1,54 @@
 /* Persistent worker pool.  One job at a time: the caller publishes (fn, arg)
- * and bumps a generation counter under the mutex; every worker wakes, runs
- * its share, and the last one to finish signals the caller.  Threads are
- * created once in tutti_threadpool_new, so a token costs a few wake-ups, not
- * thread creations.  (A spinning barrier would be cheaper per job; the speed
- * work can swap it in behind the same three calls.) */
+ * and bumps a generation counter; every worker runs its share and the last
+ * one to finish tells the caller.  Threads are created once in
+ * tutti_threadpool_new, so a token costs a few hand-offs, never thread
+ * creations.
+ *
+ * Hand-offs are hybrid: a worker that has just finished spins (with a CPU
+ * pause hint) for about TP_SPIN polls of the generation counter before it
+ * sleeps on a condition variable, and the caller spins the same way before
+ * sleeping while it waits for the last worker.  A generated token runs ~7
+ * matmuls per layer back to back, so workers are usually still spinning
+ * when the next one starts and no wake-up system call is paid; between
+ * tokens, or when the machine is busy, they sleep and cost nothing.
+ *
+ * The sleep/wake protocol is Dekker-style on sequentially consistent
+ * atomics: a worker announces n_sleeping before it re-checks the
+ * generation under the mutex, and the caller bumps the generation before it
+ * reads n_sleeping, so one of the two always sees the other (no lost
+ * wake-up).  The same holds for caller_waiting / pending at the end. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "kernels/kernels.h"
+#include "quant/vecdot.h"
 #include "util/error.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define cpu_relax() _mm_pause()
+#elif defined(__aarch64__)
+#define cpu_relax() __asm__ __volatile__("yield")
+#else
+#define cpu_relax() ((void)0)
+#endif
+
+/* Polls before sleeping: tens of microseconds. */
+#define TP_SPIN 20000
 
 struct tutti_threadpool {
     int n_threads; /* including the caller's thread */
     pthread_t *workers;
     int n_started;
     pthread_mutex_t mu;
-    pthread_cond_t work_cv; /* workers wait here for a new generation */
-    pthread_cond_t done_cv; /* the caller waits here for pending == 0 */
-    uint64_t generation;
-    int pending;
-    bool stop;
+    pthread_cond_t work_cv; /* workers sleep here waiting for a new generation */
+    pthread_cond_t done_cv; /* the caller sleeps here waiting for pending == 0 */
+    atomic_uint_fast64_t generation;
+    atomic_int pending;
+    atomic_int n_sleeping;
+    atomic_int caller_waiting;
+    atomic_bool stop;
     void (*fn)(void *, int, int);
     void *arg;
     float *scratch; /* shared scratch of the caller's job (tutti_threadpool_scratch) */
@@ -37,27 +66,33 @@ static void *worker_main(void *p) {
     tutti_threadpool *tp = wa.tp;
     uint64_t seen = 0;
     for (;;) {
-        pthread_mutex_lock(&tp->mu);
-        while (!tp->stop && tp->generation == seen) pthread_cond_wait(&tp->work_cv, &tp->mu);
-        if (tp->stop) {
+        for (int i = 0; i < TP_SPIN && atomic_load(&tp->generation) == seen && !atomic_load(&tp->stop); i++)
+            cpu_relax();
+        if (atomic_load(&tp->generation) == seen && !atomic_load(&tp->stop)) {
+            pthread_mutex_lock(&tp->mu);
+            atomic_fetch_add(&tp->n_sleeping, 1);
+            while (atomic_load(&tp->generation) == seen && !atomic_load(&tp->stop))
+                pthread_cond_wait(&tp->work_cv, &tp->mu);
+            atomic_fetch_sub(&tp->n_sleeping, 1);
             pthread_mutex_unlock(&tp->mu);
-            return NULL;
         }
-        seen = tp->generation;
-        void (*fn)(void *, int, int) = tp->fn;
-        void *arg = tp->arg;
-        pthread_mutex_unlock(&tp->mu);
-
-        fn(arg, wa.ith, tp->n_threads);
-
-        pthread_mutex_lock(&tp->mu);
-        if (--tp->pending == 0) pthread_cond_signal(&tp->done_cv);
-        pthread_mutex_unlock(&tp->mu);
+        if (atomic_load(&tp->stop)) return NULL;
+        seen = atomic_load(&tp->generation);
+        /* fn/arg were written before the generation bump (seq_cst) */
+        tp->fn(tp->arg, wa.ith, tp->n_threads);
+        if (atomic_fetch_sub(&tp->pending, 1) == 1 && atomic_load(&tp->caller_waiting)) {
+            pthread_mutex_lock(&tp->mu);
+            pthread_cond_signal(&tp->done_cv);
+            pthread_mutex_unlock(&tp->mu);
+        }
     }
 }
 
 tutti_threadpool *tutti_threadpool_new(int n_threads) {
     if (n_threads < 1) n_threads = 1;
+    /* every session makes a pool: the place to refuse a TUTTI_KERNELS value
+     * this CPU cannot run, instead of silently computing with another path */
+    if (tutti_simd_init() != TUTTI_OK) return NULL;
     tutti_threadpool *tp = calloc(1, sizeof *tp);
     if (!tp) {
         tutti_set_error("thread pool: out of memory");
@@ -67,6 +102,11 @@ tutti_threadpool *tutti_threadpool_new(int n_threads) {
     pthread_mutex_init(&tp->mu, NULL);
     pthread_cond_init(&tp->work_cv, NULL);
     pthread_cond_init(&tp->done_cv, NULL);
+    atomic_init(&tp->generation, 0);
+    atomic_init(&tp->pending, 0);
+    atomic_init(&tp->n_sleeping, 0);
+    atomic_init(&tp->caller_waiting, 0);
+    atomic_init(&tp->stop, false);
     if (n_threads > 1) {
         tp->workers = calloc((size_t)n_threads - 1, sizeof *tp->workers);
         if (!tp->workers) {
@@ -95,7 +135,7 @@ tutti_threadpool *tutti_threadpool_new(int n_threads) {
 void tutti_threadpool_free(tutti_threadpool *tp) {
     if (!tp) return;
     pthread_mutex_lock(&tp->mu);
-    tp->stop = true;
+    atomic_store(&tp->stop, true);
     pthread_cond_broadcast(&tp->work_cv);
     pthread_mutex_unlock(&tp->mu);
     for (int i = 0; i < tp->n_started; i++) pthread_join(tp->workers[i], NULL);
@@ -125,17 +165,24 @@ void tutti_threadpool_run(tutti_threadpool *tp, void (*fn)(void *arg, int ith, i
         fn(arg, 0, 1);
         return;
     }
-    pthread_mutex_lock(&tp->mu);
     tp->fn = fn;
     tp->arg = arg;
-    tp->pending = tp->n_threads - 1;
-    tp->generation++;
-    pthread_cond_broadcast(&tp->work_cv);
-    pthread_mutex_unlock(&tp->mu);
+    atomic_store(&tp->pending, tp->n_threads - 1);
+    atomic_fetch_add(&tp->generation, 1);
+    if (atomic_load(&tp->n_sleeping) > 0) {
+        pthread_mutex_lock(&tp->mu);
+        pthread_cond_broadcast(&tp->work_cv);
+        pthread_mutex_unlock(&tp->mu);
+    }
 
     fn(arg, 0, tp->n_threads);
 
-    pthread_mutex_lock(&tp->mu);
-    while (tp->pending > 0) pthread_cond_wait(&tp->done_cv, &tp->mu);
-    pthread_mutex_unlock(&tp->mu);
+    for (int i = 0; i < TP_SPIN && atomic_load(&tp->pending) > 0; i++) cpu_relax();
+    if (atomic_load(&tp->pending) > 0) {
+        pthread_mutex_lock(&tp->mu);
+        atomic_store(&tp->caller_waiting, 1);
+        while (atomic_load(&tp->pending) > 0) pthread_cond_wait(&tp->done_cv, &tp->mu);
+        atomic_store(&tp->caller_waiting, 0);
+        pthread_mutex_unlock(&tp->mu);
+    }
 }

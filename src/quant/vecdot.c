@@ -25,26 +25,35 @@ const int8_t tutti_simd_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22,
 
 /* ---- activation quantizers ------------------------------------------------ */
 
-/* Q8_1 as ggml's quantize_row_q8_1_ref: d = amax / 127, q = roundf(x / d),
- * s = d * sum(q) (both stored as halves). */
-void tutti_quantize_row_q8_1(const float *x, void *vy, int64_t n) {
-    uint8_t *b = vy;
-    for (int64_t i = 0; i < n / 32; i++, x += 32, b += SIMD_Q8_1_BYTES) {
+/* Q8_0 / Q8_1 activations as ggml's SIMD quantize_row_q8_0 / q8_1 (what
+ * llama.cpp runs on x86 and ARM; its _ref differs in the last bit): per
+ * block of 32, d = amax / 127 stored as half, q = round-half-even(x * 127 /
+ * amax); Q8_1 adds s = d * sum(q) as half. */
+static void quantize_q8_0_1(const float *x, uint8_t *b, int64_t n, bool with_sum) {
+    const size_t bs = with_sum ? SIMD_Q8_1_BYTES : SIMD_Q8_0_BYTES;
+    const int off = with_sum ? 4 : 2;
+    for (int64_t i = 0; i < n / 32; i++, x += 32, b += bs) {
         float amax = 0.0f;
         for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
         const float d = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
         int sum = 0;
         for (int j = 0; j < 32; j++) {
-            const int q = (int)roundf(x[j] * id);
-            b[4 + j] = (uint8_t)(int8_t)q;
+            const int q = (int)nearbyintf(x[j] * id);
+            b[off + j] = (uint8_t)(int8_t)q;
             sum += q;
         }
-        const uint16_t hd = tutti_f32_to_fp16(d), hs = tutti_f32_to_fp16((float)sum * d);
+        const uint16_t hd = tutti_f32_to_fp16(d);
         memcpy(b, &hd, 2);
-        memcpy(b + 2, &hs, 2);
+        if (with_sum) {
+            const uint16_t hs = tutti_f32_to_fp16((float)sum * d);
+            memcpy(b + 2, &hs, 2);
+        }
     }
 }
+
+void tutti_quantize_row_q8_0_act(const float *x, void *vy, int64_t n) { quantize_q8_0_1(x, vy, n, false); }
+void tutti_quantize_row_q8_1(const float *x, void *vy, int64_t n) { quantize_q8_0_1(x, vy, n, true); }
 
 static void from_float_f32(const float *x, void *vy, int64_t n) {
     memcpy(vy, x, sizeof(float) * (size_t)n);
@@ -352,12 +361,12 @@ static void fill_scalar(tutti_vec_dot_traits *t) {
     E(TUTTI_TYPE_F32, TUTTI_TYPE_F32, from_float_f32, f32);
     E(TUTTI_TYPE_F16, TUTTI_TYPE_F16, from_float_f16, f16);
     E(TUTTI_TYPE_BF16, TUTTI_TYPE_BF16, from_float_bf16, bf16);
-    E(TUTTI_TYPE_Q4_0, TUTTI_TYPE_Q8_0, tutti_quantize_row_q8_0_ref, q4_0);
+    E(TUTTI_TYPE_Q4_0, TUTTI_TYPE_Q8_0, tutti_quantize_row_q8_0_act, q4_0);
     E(TUTTI_TYPE_Q4_1, TUTTI_TYPE_Q8_1, tutti_quantize_row_q8_1, q4_1);
-    E(TUTTI_TYPE_Q5_0, TUTTI_TYPE_Q8_0, tutti_quantize_row_q8_0_ref, q5_0);
+    E(TUTTI_TYPE_Q5_0, TUTTI_TYPE_Q8_0, tutti_quantize_row_q8_0_act, q5_0);
     E(TUTTI_TYPE_Q5_1, TUTTI_TYPE_Q8_1, tutti_quantize_row_q8_1, q5_1);
-    E(TUTTI_TYPE_Q8_0, TUTTI_TYPE_Q8_0, tutti_quantize_row_q8_0_ref, q8_0);
-    E(TUTTI_TYPE_IQ4_NL, TUTTI_TYPE_Q8_0, tutti_quantize_row_q8_0_ref, iq4_nl);
+    E(TUTTI_TYPE_Q8_0, TUTTI_TYPE_Q8_0, tutti_quantize_row_q8_0_act, q8_0);
+    E(TUTTI_TYPE_IQ4_NL, TUTTI_TYPE_Q8_0, tutti_quantize_row_q8_0_act, iq4_nl);
     E(TUTTI_TYPE_Q2_K, TUTTI_TYPE_Q8_K, tutti_quantize_row_q8_K_ref, q2_k);
     E(TUTTI_TYPE_Q3_K, TUTTI_TYPE_Q8_K, tutti_quantize_row_q8_K_ref, q3_k);
     E(TUTTI_TYPE_Q4_K, TUTTI_TYPE_Q8_K, tutti_quantize_row_q8_K_ref, q4_k);

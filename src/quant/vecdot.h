@@ -13,15 +13,15 @@
  *   Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_XS      Q8_K: f32 d | i8 qs[256] | i16 bsums[16]
  *   F16 / BF16 / F32                     F16 / BF16 / F32
  *
- * The activation rounding is that of ggml's quantize_row_q8_0/q8_1/q8_K, so
- * results follow llama.cpp's numerics, not the exact float product
+ * The activation rounding is that of ggml's SIMD quantize_row_q8_0/q8_1 and
+ * of quantize_row_q8_K, so results follow llama.cpp's numerics, not the exact float product
  * (tutti_vec_dot_ref); the difference is bounded by the activation rounding
  * error (at most d/2 per element, see tests/test_kernels.c).
  *
  * Paths: "scalar" (portable C, the reference every SIMD path is tested
- * against), "avx2" (AVX2 + FMA + F16C), "avx512" (AVX-512 F/BW/VL with VNNI
- * and, when present, AVX512_BF16), "neon" (AArch64 Advanced SIMD with the
- * dot-product extension when present).  Each is compiled with per-function
+ * against), "avx2" (AVX2 + FMA + F16C), "avx512" (AVX-512 F/BW/VL/DQ with
+ * VNNI, on 256-bit vectors), "neon" (AArch64 Advanced SIMD, baseline
+ * ARMv8.0).  Each is compiled with per-function
  * target attributes, so one binary runs on any x86-64 and picks the best
  * path at run time from the CPU's features.  A path lacking a kernel for
  * some type uses the next simpler path's kernel for it (avx512 -> avx2 ->
@@ -104,7 +104,11 @@ typedef struct tutti_block_q8_1 {
     int8_t qs[32];
 } tutti_block_q8_1;
 
-/* Scalar activation quantizer of Q8_1 (ggml's quantize_row_q8_1_ref). */
+/* Scalar activation quantizers of Q8_0 / Q8_1 with the rounding of ggml's
+ * SIMD quantize_row_q8_0 / q8_1 (q = round-half-even(x * 127 / amax)), which
+ * is what llama.cpp computes with on x86 and ARM.  Q8_K activations use
+ * tutti_quantize_row_q8_K_ref (ggml uses its _ref there too). */
+void tutti_quantize_row_q8_0_act(const float *x, void *vy, int64_t n);
 void tutti_quantize_row_q8_1(const float *x, void *vy, int64_t n);
 
 #endif
