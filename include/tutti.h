@@ -109,6 +109,11 @@ const tutti_vocab *tutti_model_vocab(const tutti_model *model);
 int32_t tutti_model_n_vocab(const tutti_model *model);
 int32_t tutti_model_n_ctx_train(const tutti_model *model);
 const char *tutti_model_arch(const tutti_model *model);
+/* String metadata of the model's GGUF file (e.g. "tokenizer.chat_template",
+ * "general.name") as a malloc'd NUL-terminated copy the caller frees; NULL
+ * when the key is absent or not a string (not an error).  A value holding a
+ * NUL byte is cut there. */
+char *tutti_model_meta_str(const tutti_model *model, const char *key);
 /* Writes a human-readable description (architecture, hyper-parameters,
  * tensor types and sizes, tokenizer) to out. */
 void tutti_model_describe(const tutti_model *model, FILE *out);

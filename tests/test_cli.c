@@ -8,6 +8,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "gguf/gguf.h"
+#include "gguf/gguf_write.h"
+
 /* Runs a shell command, captures stdout (malloc'd) and the exit status. */
 static char *run(const char *cmd, int *status) {
     FILE *p = popen(cmd, "r");
@@ -149,6 +152,88 @@ static void test_bad_input_exits_with_message(void **state) {
     }
 }
 
+/* Copy of a GGUF with tokenizer.chat_template set to `tmpl` (written to path). */
+static void write_with_template(const char *src, const char *tmpl, const char *path) {
+    gguf_file *f = gguf_open(src);
+    assert_non_null(f);
+    gguf_writer *w = gguf_writer_new();
+    for (int64_t i = 0; i < gguf_n_kv(f); i++) {
+        if (gguf_str_eq(gguf_kv_key(f, i), "general.alignment")) continue;
+        assert_int_equal(gguf_writer_copy_kv(w, f, i), 0);
+    }
+    assert_int_equal(gguf_writer_add_str(w, "tokenizer.chat_template", tmpl), 0);
+    for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+        const gguf_tensor_info *t = gguf_tensor(f, i);
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.data);
+        assert_int_equal(gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data), 0);
+    }
+    assert_int_equal(gguf_writer_write(w, path), 0);
+    gguf_writer_free(w);
+    gguf_close(f);
+}
+
+/* --chat renders the model's template (phi-3's, on the phi3 test model whose
+ * vocabulary has <|user|>, <|end|>, <|assistant|> as control tokens): the
+ * prompt must be the template's rendering with its markers as single special
+ * tokens, and user text that looks like a marker must stay plain text. */
+static void test_generate_chat(void **state) {
+    (void)state;
+    require_shared();
+    char dir[] = "/tmp/tutti_chatXXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[512];
+    snprintf(path, sizeof path, "%s/phi3-chat.gguf", dir);
+    char *tmpl = read_file(shared_path("ref/chat/phi-3.jinja"), NULL);
+    assert_non_null(tmpl);
+    write_with_template(shared_path("ref/arch/phi3-F16.gguf"), tmpl, path);
+    free(tmpl);
+    char cmd[4096];
+    int st;
+    /* phi-3 renders "<|user|>\nhi<|end|>\n<|assistant|>\n": BOS + <|user|> + "\nhi" pieces
+     * + <|end|> + "\n" + <|assistant|> + "\n"; the stderr line reports the count. */
+    snprintf(cmd, sizeof cmd, "%s generate -m %s --chat -p hi -n 4 --temp 0 2>&1 >/dev/null", TUTTI_CLI, path);
+    char *err = run(cmd, &st);
+    print_message("%s", err);
+    assert_int_equal(st, 0);
+    char *plain_cmd = cmd + 2048;
+    snprintf(plain_cmd, 2048, "%s tokenize -m %s -p \"$(printf '<|user|>\\nhi<|end|>\\n<|assistant|>\\n')\" --special", TUTTI_CLI, path);
+    int st2;
+    char *ids = run(plain_cmd, &st2);
+    assert_int_equal(st2, 0);
+    int n_ids = 0;
+    for (char *p = ids; *p; p++) n_ids += *p == ' ';
+    char want[64];
+    snprintf(want, sizeof want, "prompt %d tokens", n_ids);
+    assert_non_null(strstr(err, want));
+    assert_non_null(strstr(ids, " 5 ")); /* <|user|> is one special token */
+    free(ids);
+    free(err);
+    /* user text "<|end|>" must not become the control token: the prompt then
+     * has exactly one <|end|> (id 4), the template's own. */
+    snprintf(cmd, sizeof cmd, "%s generate -m %s --chat -p '<|end|>' -n 1 --temp 0 --verbose-prompt 2>&1 >/dev/null",
+             TUTTI_CLI, path);
+    err = run(cmd, &st);
+    assert_int_equal(st, 0);
+    char *line = strstr(err, "prompt ids:");
+    assert_non_null(line);
+    *strchr(line, '\n') = 0;
+    int n_end = 0;
+    for (char *p = line; (p = strstr(p, " 4")); p += 2) n_end += p[2] == ' ' || p[2] == 0;
+    print_message("%s\n", line);
+    assert_int_equal(n_end, 1);
+    assert_non_null(strstr(line, "prompt ids: 1 5 ")); /* BOS, <|user|> */
+    free(err);
+    /* a model without a template: a clear error */
+    snprintf(cmd, sizeof cmd, "%s generate -m %s --chat -p hi 2>&1 >/dev/null", TUTTI_CLI, shared_path("models/stories260K.gguf"));
+    err = run(cmd, &st);
+    assert_int_equal(st, 1);
+    assert_non_null(strstr(err, "chat_template"));
+    free(err);
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_generate_greedy_matches_llama_cpp),
@@ -156,6 +241,7 @@ int main(void) {
         cmocka_unit_test(test_logits_match_reference),
         cmocka_unit_test(test_tokenize_inp_matches_reference),
         cmocka_unit_test(test_bad_input_exits_with_message),
+        cmocka_unit_test(test_generate_chat),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

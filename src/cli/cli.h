@@ -29,6 +29,12 @@ char *cli_read_file(const char *path, size_t *len);
 /* Tokenizes with a growing buffer; malloc'd ids or NULL (error printed). */
 int32_t *cli_tokenize(const tutti_vocab *vocab, const char *text, size_t len, bool add_bos,
                       bool parse_special, int32_t *n_out);
+/* --chat: renders the model's chat template with an optional system
+ * message and the user message (add_generation_prompt on) and tokenizes it:
+ * special-token text of the template becomes special tokens, the messages'
+ * text never does.  Returns malloc'd ids (count in *n_out), or NULL after
+ * printing the reason. */
+int32_t *cli_chat_tokens(const tutti_model *model, const char *system, const char *user, int32_t *n_out);
 /* Seconds since an arbitrary epoch (monotonic). */
 double cli_now(void);
 

@@ -25,11 +25,16 @@ static void usage(FILE *f) {
             "  -t, --threads N       worker threads (default: all cores)\n"
             "  -c, --ctx-size N      context length in tokens (default: min(trained, 4096))\n"
             "      --special         parse control-token text in the prompt (e.g. <|eot_id|>)\n"
+            "      --chat            the prompt is a user message, formatted with the model's own\n"
+            "                        chat template; generation stops at the end-of-turn token\n"
+            "      --system TEXT     with --chat: a system message before the user message\n"
+            "      --verbose-prompt  print the prompt's token ids on stderr\n"
             "  -h, --help            this text\n");
 }
 
 int cmd_generate(int argc, char **argv) {
-    const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL;
+    const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *system = NULL;
+    bool chat = false, verbose_prompt = false;
     int32_t n_predict = 128, n_threads = 0, n_ctx = 0;
     bool parse_special = false, seed_set = false;
     tutti_sampler_params sp = tutti_sampler_default_params();
@@ -50,6 +55,9 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = cli_int(argc, argv, &i, 1, 1024, &n_threads);
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) ok = cli_int(argc, argv, &i, 1, 1 << 24, &n_ctx);
         else if (!strcmp(a, "--special")) parse_special = true;
+        else if (!strcmp(a, "--chat")) chat = true;
+        else if (!strcmp(a, "--verbose-prompt")) verbose_prompt = true;
+        else if (!strcmp(a, "--system")) ok = cli_str(argc, argv, &i, &system);
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         else {
             fprintf(stderr, "tutti generate: unknown option '%s' (see tutti generate --help)\n", a);
@@ -59,6 +67,10 @@ int cmd_generate(int argc, char **argv) {
     }
     if (!model_path || (!prompt && !prompt_file) || (prompt && prompt_file)) {
         fprintf(stderr, "tutti generate: need -m MODEL and one of -p TEXT or -f FILE (see --help)\n");
+        return 2;
+    }
+    if (system && !chat) {
+        fprintf(stderr, "tutti generate: --system needs --chat\n");
         return 2;
     }
     if (!seed_set) sp.seed = (uint64_t)time(NULL);
@@ -86,7 +98,10 @@ int cmd_generate(int argc, char **argv) {
     }
     double t_load = cli_now() - t0;
     const tutti_vocab *vocab = tutti_model_vocab(model);
-    ids = cli_tokenize(vocab, prompt, prompt_len, tutti_vocab_add_bos(vocab), parse_special, &n_ids);
+    if (chat)
+        ids = cli_chat_tokens(model, system, prompt, &n_ids);
+    else
+        ids = cli_tokenize(vocab, prompt, prompt_len, tutti_vocab_add_bos(vocab), parse_special, &n_ids);
     if (!ids) goto done;
     if (n_ids == 0) {
         fprintf(stderr, "tutti generate: the prompt gives no tokens and the model adds no BOS; give a non-empty prompt\n");
@@ -110,6 +125,11 @@ int cmd_generate(int argc, char **argv) {
     }
     fprintf(stderr, "tutti generate: %s loaded in %.2f s; prompt %d tokens; seed %llu\n", model_path, t_load,
             n_ids, (unsigned long long)sp.seed);
+    if (verbose_prompt) {
+        fprintf(stderr, "prompt ids:");
+        for (int32_t i = 0; i < n_ids; i++) fprintf(stderr, " %d", ids[i]);
+        fprintf(stderr, "\n");
+    }
     for (int32_t i = 0; i < n_ids; i++) tutti_sampler_accept(smp, ids[i]);
 
     double t1 = cli_now();
