@@ -101,9 +101,15 @@ int ens_run_members(tutti_ensemble *e, member_job fn, void *arg) {
 
 /* ---- creation ---- */
 
-/* Sequential vs parallel members, measured on the 2-core machine (see the
- * report in the commit message / fusion tests): the default is parallel
- * when there are at least two cores and two members. */
+/* Sequential vs parallel members, measured on the shared 2-core machine
+ * (load ~9), `tutti run` greedy, byte alignment, 200 bytes:
+ *   4 story models: parallel (1 thread each) 0.24-0.27 s; sequential with
+ *   2 threads per member 16-24 s (the kernels' thread pool synchronising per
+ *   tiny matmul under oversubscription);
+ *   stories260K + tok361: parallel 0.101 s, sequential 1 thread 0.103 s,
+ *   sequential 2 threads 8.2 s.
+ * So members run concurrently, one thread each (n_threads / n_members),
+ * whenever there are two or more members and two or more threads. */
 static bool default_parallel(int32_t n_members, int32_t n_threads) { return n_members > 1 && n_threads >= 2; }
 
 static int check_weights(const tutti_ensemble *e, const float *w) {
