@@ -257,6 +257,10 @@ static void check_path(tutti_simd path) {
             for (int c = 0; c < NC; c++) {
                 k->from_float(rc.x + c * n, xq2, n);
                 check_act_quant(k->vec_type, rc.x + c * n, xq2, n);
+                /* and bit-identical to the scalar quantizer (same rounding rule) */
+                if (memcmp(xq2, (char *)rc.xq + c * rc.ldx, rc.ldx) != 0)
+                    fail_msg("%s from_float for %s n=%lld differs from the scalar one", tutti_simd_name(path),
+                             tutti_type_name(type), (long long)n);
             }
             free(xq2);
             float *wd = malloc(sizeof(float) * (size_t)n), *xd = malloc(sizeof(float) * (size_t)n);

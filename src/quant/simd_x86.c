@@ -6,6 +6,7 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
+#include <math.h>
 
 bool tutti_simd_cpu_avx2(void) {
     __builtin_cpu_init();
