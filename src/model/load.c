@@ -351,6 +351,13 @@ void tutti_model_describe(const tutti_model *model, FILE *out) {
     }
     if (hp->attn_softcap > 0 || hp->final_softcap > 0)
         fprintf(out, "  soft-capping: attention %g, final %g\n", hp->attn_softcap, hp->final_softcap);
+    const tutti_arch *a = model->arch;
+    fprintf(out, "  attention: scale %g on %s, q/k/v bias %s, q/k norm %s, %s qkv\n", hp->attn_scale,
+            a->attn_scale_on_q ? "q" : "scores", model->layers[0].bq.data ? "yes" : "no", a->qk_norm ? "yes" : "no",
+            a->fused_qkv ? "fused" : "separate");
+    fprintf(out, "  ffn: %s gate, %s gate/up; post-norms %s; embeddings x sqrt(n_embd) %s\n",
+            a->act == TUTTI_ACT_GELU_TANH ? "GELU (tanh)" : "SiLU", a->fused_gate_up ? "fused" : "separate",
+            a->post_norms ? "yes" : "no", a->embd_scale ? "yes" : "no");
     fprintf(out, "  output: %s\n", model->tied ? "tied to token_embd" : "separate");
 
     /* tensor types: count and bytes per type */
