@@ -315,6 +315,29 @@ int tutti_ensemble_generate(tutti_ensemble *ens, const char *prompt, size_t prom
                             const tutti_sampler_params *sp, const tutti_mask *mask,
                             tutti_text_cb cb, void *user, tutti_ensemble_stats *stats);
 
+/* As tutti_ensemble_generate, with the prompt given to each member as token
+ * ids of its own vocabulary: prompt_ids[i][0..n_prompt_ids[i]) for member i
+ * ([n_members], n >= 1, ids in range; used as given: BOS is not added), e.g.
+ * every member's own chat-template rendering (tutti_chat_render, tokenized
+ * with special tokens).  The continuation is shared: in TOKEN alignment its
+ * token ids follow every member's prompt; in BYTE and SPAN alignment its
+ * bytes follow each member's last prompt token directly (no tokenizer space
+ * prefix is put in front of them).
+ * End of turn: TOKEN stops when the fused distribution draws an
+ * end-of-generation token (EOS, end of turn such as <|end|> or <|im_end|>;
+ * tutti_vocab_is_eog); BYTE stops when it draws the end-of-text outcome,
+ * whose probability is each member's mass on its end-of-generation tokens
+ * after a complete tokenization of the text, fused like any byte; SPAN stops
+ * when the winning draft ends with its member's end-of-generation token.
+ * The repetition penalty looks back over member 1's prompt (its ids in
+ * TOKEN alignment, the bytes of its non-control tokens otherwise).
+ * Returns 0 or TUTTI_ERR (also for a prompt longer than a member's
+ * context). */
+int tutti_ensemble_generate_ids(tutti_ensemble *ens, const int32_t *const *prompt_ids,
+                                const int32_t *n_prompt_ids, const tutti_sampler_params *sp,
+                                const tutti_mask *mask, tutti_text_cb cb, void *user,
+                                tutti_ensemble_stats *stats);
+
 /* Bits per byte of text: every member alone (token level, over its
  * canonical tokenization, like llama.cpp perplexity) and the ensemble
  * under its rule, alignment, weights and temperatures.  The text is split

@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -233,6 +235,7 @@ typedef struct brute {
     float *logits;   /* [depth][V] */
     double *vec;
     int64_t n_forward;
+    double cut; /* paths below this probability are not followed deeper (speed) */
 } brute;
 
 /* Adds, for every token sequence that stays inside s and then crosses or
@@ -253,7 +256,7 @@ static void brute_walk(brute *b, int32_t n, int32_t off, double P) {
         int32_t lq = b->plen[t];
         if (lq > rem) {
             if (memcmp(b->piece[t], b->s_bytes + off, (size_t)rem) == 0) b->vec[(uint8_t)b->piece[t][rem]] += pt;
-        } else if (pt > 1e-12 && memcmp(b->piece[t], b->s_bytes + off, (size_t)lq) == 0) {
+        } else if (pt > b->cut && memcmp(b->piece[t], b->s_bytes + off, (size_t)lq) == 0) {
             /* deeper: run t after path[0..n) */
             assert_int_equal(tutti_session_rewind(b->s, n), 0);
             b->path[n] = t;
@@ -265,16 +268,23 @@ static void brute_walk(brute *b, int32_t n, int32_t off, double P) {
     }
 }
 
-static void check_bruteforce(const char *rel, const char *text) {
+/* prompt_ids == NULL: from BOS with the tokenizer's space prefix (SPM);
+ * else after the prompt ids, the text's bytes following the last prompt
+ * token directly (tutti_ensemble_generate_ids). */
+static void check_bruteforce_after(const char *rel, const int32_t *prompt_ids, int32_t n_prompt, const char *text) {
     tutti_model_params mp = tutti_model_default_params();
-    tutti_model *m = tutti_model_load(shared_path(rel), &mp);
+    tutti_model *m = tutti_model_load((rel[0] == '/' ? rel : shared_path(rel)), &mp);
     assert_non_null(m);
     brute b = {0};
+    /* a random-weight model spreads its mass over many tokenizations, each
+     * tiny: follow them all */
+    b.cut = prompt_ids ? 0.0 : 1e-12;
     b.s = tutti_session_new(m, NULL);
     b.v = tutti_model_vocab(m);
     b.V = tutti_model_n_vocab(m);
-    /* the SPM tokenizers here prepend a space to the text */
+    /* the SPM tokenizers here prepend a space to a text prompt */
     assert_string_equal(tutti_vocab_type(b.v), "spm");
+    const char *pre = prompt_ids ? "" : " ";
     b.piece = calloc((size_t)b.V, sizeof(char *));
     b.plen = calloc((size_t)b.V, sizeof(int32_t));
     b.eog = calloc((size_t)b.V, sizeof(bool));
@@ -290,36 +300,40 @@ static void check_bruteforce(const char *rel, const char *text) {
         b.plen[t] = k;
     }
     /* the fusion side, exact up to a 1e-9 pruning share */
-    fusion_member *fm = fusion_member_local_new(shared_path(rel), 16, 0, 2);
+    fusion_member *fm = fusion_member_local_new((rel[0] == '/' ? rel : shared_path(rel)), 16, 0, 2);
     fusion_trie *tr = fusion_trie_build(fm->vocab);
-    fusion_bytes_params bp = {.temp = 1.0f, .prune = 1e-9, .max_hyps = 64};
+    fusion_bytes_params bp = {.temp = 1.0f, .prune = 1e-9, .max_hyps = 1024};
     fusion_bytes *st = fusion_bytes_new(fm, tr, &bp);
-    assert_int_equal(fusion_bytes_start(st, "", 0), 0);
-    size_t len = strlen(text);
+    if (prompt_ids) assert_int_equal(fusion_bytes_start_ids(st, prompt_ids, n_prompt), 0);
+    else assert_int_equal(fusion_bytes_start(st, "", 0), 0);
+    size_t len = strlen(text), lp = strlen(pre);
     char *sb = malloc(len + 2);
-    sb[0] = ' ';
-    memcpy(sb + 1, text, len);
+    memcpy(sb, pre, lp);
+    memcpy(sb + lp, text, len);
+    int32_t bos = tutti_vocab_bos(b.v);
+    if (!prompt_ids) prompt_ids = &bos, n_prompt = 1;
+    assert_true(n_prompt < 128);
     double worst = 0;
     for (size_t i = 0; i <= len; i++) {
         double vec[257] = {0}, got[257];
         b.vec = vec;
         b.s_bytes = sb;
-        b.len = (int32_t)i + 1;
-        int32_t bos = tutti_vocab_bos(b.v);
+        b.len = (int32_t)(i + lp);
         assert_int_equal(tutti_session_rewind(b.s, 0), 0);
-        assert_int_equal(tutti_session_eval(b.s, &bos, 1, NULL), 0);
-        memcpy(b.logits, tutti_session_logits(b.s), sizeof(float) * (size_t)b.V);
-        b.path[0] = bos;
-        brute_walk(&b, 1, 0, 1.0);
+        assert_int_equal(tutti_session_eval(b.s, prompt_ids, n_prompt, NULL), 0);
+        /* brute_walk keeps logits rows per depth: the prompt's last row at depth n_prompt - 1 */
+        memcpy(b.logits + (size_t)(n_prompt - 1) * (size_t)b.V, tutti_session_logits(b.s), sizeof(float) * (size_t)b.V);
+        memcpy(b.path, prompt_ids, sizeof(int32_t) * (size_t)n_prompt);
+        brute_walk(&b, n_prompt, 0, 1.0);
         double z = 0;
         for (int k = 0; k < 257; k++) z += vec[k];
         assert_int_equal(fusion_bytes_next(st, got), 0);
         for (int k = 0; k < 257; k++) worst = fmax(worst, fabs(got[k] - vec[k] / z));
         if (i < len) assert_int_equal(fusion_bytes_commit(st, (uint8_t)text[i]), 0);
     }
-    printf("%s: %zu prefixes of \"%s\": max |P_byte - P_bruteforce| = %.3g (brute force ran %lld tokens)\n", rel,
-           len + 1, text, worst, (long long)b.n_forward);
-    assert_true(worst < 1e-5);
+    printf("%s%s: %zu prefixes of \"%s\": max |P_byte - P_bruteforce| = %.3g (brute force ran %lld tokens)\n", rel,
+           lp ? "" : " after a token-id prompt", len + 1, text, worst, (long long)b.n_forward);
+    assert_true(worst < 1e-6);
     fusion_bytes_free(st);
     fusion_trie_free(tr);
     fm->vt->free(fm);
@@ -329,11 +343,289 @@ static void check_bruteforce(const char *rel, const char *text) {
     tutti_model_free(m);
 }
 
+static void check_bruteforce(const char *rel, const char *text) { check_bruteforce_after(rel, NULL, 0, text); }
+
 static void test_byte_marginal_bruteforce(void **state) {
     (void)state;
     require_shared();
     check_bruteforce(M_STORIES, "Once upon a time, Lily");
     check_bruteforce(M_TOK105, "Once upon a time, Lily");
+}
+
+
+/* ---- chat: per-member token-id prompts (tutti run --chat) ---- */
+
+/* Copy of a GGUF with tokenizer.chat_template = tmpl; eos_scale != 1
+ * multiplies the output-matrix row of the EOS token (F32 output.weight), so
+ * that the model ends its turn after a few tokens. */
+static void write_chat_copy(const char *src, const char *tmpl, float eos_scale, const char *path) {
+    gguf_file *f = gguf_open(src);
+    assert_non_null(f);
+    gguf_writer *w = gguf_writer_new();
+    for (int64_t i = 0; i < gguf_n_kv(f); i++) {
+        gguf_str k = gguf_kv_key(f, i);
+        if (gguf_str_eq(k, "general.alignment") || gguf_str_eq(k, "tokenizer.chat_template")) continue;
+        assert_int_equal(gguf_writer_copy_kv(w, f, i), 0);
+    }
+    assert_int_equal(gguf_writer_add_str(w, "tokenizer.chat_template", tmpl), 0);
+    uint32_t eos = 0;
+    assert_true(gguf_get_u32(f, "tokenizer.ggml.eos_token_id", &eos));
+    float *scaled = NULL;
+    for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+        const gguf_tensor_info *t = gguf_tensor(f, i);
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.data);
+        const void *data = t->data;
+        if (eos_scale != 1.0f && !strcmp(name, "output.weight")) {
+            assert_int_equal(t->type, 0); /* F32 */
+            size_t ne = (size_t)(t->ne[0] * t->ne[1]);
+            scaled = malloc(sizeof(float) * ne);
+            memcpy(scaled, t->data, sizeof(float) * ne);
+            for (int64_t k = 0; k < t->ne[0]; k++) scaled[(size_t)eos * (size_t)t->ne[0] + (size_t)k] *= eos_scale;
+            data = scaled;
+        }
+        assert_int_equal(gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, data), 0);
+    }
+    assert_true(eos_scale == 1.0f || scaled != NULL);
+    assert_int_equal(gguf_writer_write(w, path), 0);
+    gguf_writer_free(w);
+    gguf_close(f);
+    free(scaled);
+}
+
+static char *run_cmd(const char *cmd, int *status) {
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t cap = 1 << 16, n = 0, r;
+    char *out = malloc(cap);
+    while ((r = fread(out + n, 1, cap - n - 1, p)) > 0) {
+        n += r;
+        if (n + 1 >= cap) out = realloc(out, cap *= 2);
+    }
+    out[n] = 0;
+    int st = pclose(p);
+    *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return out;
+}
+
+typedef struct chat_files {
+    char dir[64];
+    char phi3[128];   /* phi3 test model (<|user|>, <|end|>, <|assistant|> are control tokens), phi-3 template */
+    char llama[128];  /* llama test model (stories260K vocabulary), phi-3 template, EOS row x4 */
+    char plain[128];  /* stories260K: no template */
+} chat_files;
+
+static void chat_files_make(chat_files *c) {
+    snprintf(c->dir, sizeof c->dir, "/tmp/tutti_fchatXXXXXX");
+    assert_non_null(mkdtemp(c->dir));
+    snprintf(c->phi3, sizeof c->phi3, "%s/phi3-chat.gguf", c->dir);
+    snprintf(c->llama, sizeof c->llama, "%s/llama-chat-eos.gguf", c->dir);
+    snprintf(c->plain, sizeof c->plain, "%s", shared_path(M_STORIES));
+    char *tmpl = read_file(shared_path("ref/chat/phi-3.jinja"), NULL);
+    assert_non_null(tmpl);
+    write_chat_copy(shared_path("ref/arch/phi3-F16.gguf"), tmpl, 1.0f, c->phi3);
+    write_chat_copy(shared_path("ref/arch/llama-F32.gguf"), tmpl, 4.0f, c->llama);
+    free(tmpl);
+}
+
+static void chat_files_remove(chat_files *c) {
+    unlink(c->phi3);
+    unlink(c->llama);
+    rmdir(c->dir);
+}
+
+/* "generated N tokens" from tutti generate's stderr */
+static int generated_count(const char *err) {
+    const char *p = strstr(err, "generated ");
+    assert_non_null(p);
+    return atoi(p + 10);
+}
+
+/* `tutti run --chat` with one member (token alignment, and two copies of
+ * it) prints exactly what `tutti generate --chat` prints: the same
+ * rendering, the same tokens, the same stop at end of turn and at a full
+ * context. */
+static void test_chat_run_is_generate_chat(void **state) {
+    (void)state;
+    require_shared();
+    chat_files c;
+    chat_files_make(&c);
+    const char *models[2] = {c.phi3, c.llama};
+    /* the last case fills the context a few tokens after the prompt */
+    const char *opts[2][4] = {{"--temp 0 -n 40", "--seed 7 -n 40", "--seed 3 --repeat-penalty 1.3 -n 40", "--temp 0 -n 64 -c 12"},
+                              {"--temp 0 -n 40", "--seed 7 -n 40", "--seed 3 --repeat-penalty 1.3 -n 40", "--temp 0 -n 64 -c 39"}};
+    char cmd[4096];
+    int st;
+    int n_stopped = 0;
+    for (int mi = 0; mi < 2; mi++)
+        for (int kk = 0; kk < 4; kk++) {
+            const char *const *o = opts[mi];
+            int k = kk;
+            snprintf(cmd, sizeof cmd, "%s generate -m %s --chat -p 'hi there' --system 'Be brief.' %s -t 1 2>%s/gen.err",
+                     TUTTI_CLI, models[mi], o[k], c.dir);
+            char *want = run_cmd(cmd, &st);
+            assert_int_equal(st, 0);
+            char errp[256];
+            snprintf(errp, sizeof errp, "%s/gen.err", c.dir);
+            char *err = read_file(errp, NULL);
+            int n_gen = generated_count(err);
+            int n_max = atoi(strstr(o[k], "-n ") + 3);
+            bool ctx = strstr(o[k], "-c ") != NULL;
+            if (ctx) {
+                /* context full: generate stops after n_ctx - prompt + 1 tokens */
+                const char *pt = strstr(err, "prompt ");
+                assert_non_null(pt);
+                int n_prompt = atoi(pt + 7);
+                assert_int_equal(n_gen, atoi(strstr(o[k], "-c ") + 3) - n_prompt + 1);
+            } else {
+                n_stopped += n_gen < n_max;
+            }
+            free(err);
+            for (int copies = 1; copies <= 2; copies++) {
+                if (copies == 2 && !strstr(o[k], "--temp 0")) continue; /* rounding: greedy only */
+                snprintf(cmd, sizeof cmd, "%s run -m %s%s%s --chat -p 'hi there' --system 'Be brief.' %s -t 1 2>&1 >%s/run.out",
+                         TUTTI_CLI, models[mi], copies == 2 ? " -m " : "", copies == 2 ? models[mi] : "", o[k], c.dir);
+                char *rerr = run_cmd(cmd, &st);
+                if (st != 0) printf("%s\n", rerr);
+                assert_int_equal(st, 0);
+                snprintf(errp, sizeof errp, "%s/run.out", c.dir);
+                size_t rn;
+                char *got = read_file(errp, &rn);
+                assert_true(rn >= 1 && got[rn - 1] == '\n');
+                got[rn - 1] = 0;
+                printf("%s x%d %s: %d tokens%s\n", mi ? "llama" : "phi3", copies, o[k], n_gen,
+                       ctx ? " (context full)" : n_gen < n_max ? " (end of turn)" : "");
+                assert_memory_equal(got, want, strlen(want) + 1);
+                char tok[64];
+                snprintf(tok, sizeof tok, "token alignment, rule mix: %d tokens", n_gen);
+                assert_non_null(strstr(rerr, tok));
+                free(got);
+                free(rerr);
+            }
+            free(want);
+        }
+    /* the EOS-heavy model ended its turn before -n (the check above covers
+     * the stop, not only the text) */
+    assert_true(n_stopped >= 2);
+    chat_files_remove(&c);
+}
+
+/* Two members with different vocabularies (byte alignment): each member's
+ * prompt is its own rendering, the same ids `tutti generate --chat` uses
+ * for that model; errors name the member. */
+static void test_chat_run_byte_members(void **state) {
+    (void)state;
+    require_shared();
+    chat_files c;
+    chat_files_make(&c);
+    char cmd[4096];
+    int st;
+    const char *models[2] = {c.llama, c.phi3};
+    char *want_ids[2];
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd, "%s generate -m %s --chat -p 'hi <|end|> there' -n 1 --temp 0 -t 1 --verbose-prompt 2>&1 >/dev/null",
+                 TUTTI_CLI, models[i]);
+        char *err = run_cmd(cmd, &st);
+        assert_int_equal(st, 0);
+        char *l = strstr(err, "prompt ids:");
+        assert_non_null(l);
+        *strchr(l, '\n') = 0;
+        want_ids[i] = strdup(l + 11);
+        free(err);
+    }
+    for (int al = 0; al < 2; al++) {
+        snprintf(cmd, sizeof cmd, "%s run -m %s -m %s --align %s --chat -p 'hi <|end|> there' -n 48 --seed 5 -t 2 --verbose-prompt 2>&1 >%s/run.out",
+                 TUTTI_CLI, models[0], models[1], al ? "span" : "byte", c.dir);
+        char *err = run_cmd(cmd, &st);
+        printf("%s", err);
+        assert_int_equal(st, 0);
+        for (int i = 0; i < 2; i++) {
+            char line[64];
+            snprintf(line, sizeof line, "member %d prompt ids:", i + 1);
+            char *l = strstr(err, line);
+            assert_non_null(l);
+            l += strlen(line);
+            assert_memory_equal(l, want_ids[i], strlen(want_ids[i]));
+            assert_true(l[strlen(want_ids[i])] == '\n');
+        }
+        free(err);
+    }
+    free(want_ids[0]);
+    free(want_ids[1]);
+    /* a member without a template */
+    snprintf(cmd, sizeof cmd, "%s run -m %s -m %s --chat -p hi -n 4 2>&1 >/dev/null", TUTTI_CLI, c.phi3, c.plain);
+    char *err = run_cmd(cmd, &st);
+    assert_int_equal(st, 1);
+    assert_non_null(strstr(err, "member 2"));
+    assert_non_null(strstr(err, "chat_template"));
+    free(err);
+    snprintf(cmd, sizeof cmd, "%s run -m %s --system x -p hi -n 4 2>&1 >/dev/null", TUTTI_CLI, c.phi3);
+    err = run_cmd(cmd, &st);
+    assert_int_equal(st, 2);
+    free(err);
+    chat_files_remove(&c);
+}
+
+/* The library side: per-member prompts reach their members (weights 0/1
+ * give exactly the chosen member on its own prompt), and after a token-id
+ * prompt the byte marginals (end of turn included) are the brute-force sums
+ * over the member's tokenizations. */
+static void test_chat_prompt_ids(void **state) {
+    (void)state;
+    require_shared();
+    chat_files c;
+    chat_files_make(&c);
+    const char *models[2] = {"ref/arch/llama-F32.gguf", "ref/arch/llama-Q8_0.gguf"};
+    const char *prompts[2] = {"Once upon a time", "The cat sat"};
+    tutti_sampler_params sp = tutti_sampler_default_params();
+    sp.seed = 11;
+    int32_t ids[2][64], n[2];
+    tutti_vocab *v = tutti_vocab_load(shared_path(models[0]));
+    assert_non_null(v);
+    for (int i = 0; i < 2; i++) {
+        n[i] = tutti_tokenize(v, prompts[i], strlen(prompts[i]), true, false, ids[i], 64);
+        assert_true(n[i] > 1);
+    }
+    const int32_t *pid[2] = {ids[0], ids[1]};
+    for (int pick = 0; pick < 2; pick++) {
+        char want[8192];
+        reference_generate(shared_path(models[pick]), prompts[pick], &sp, 24, want, sizeof want);
+        float w[2] = {pick == 0 ? 1.0f : 0.0f, pick == 1 ? 1.0f : 0.0f};
+        tutti_ensemble *e = make_ens(models, 2, w, TUTTI_ALIGN_TOKEN, TUTTI_RULE_MIX, -1);
+        assert_non_null(e);
+        sbuf got = {.n = 0};
+        tutti_mask m = {.max_len = 24};
+        assert_int_equal(tutti_ensemble_generate_ids(e, pid, n, &sp, &m, sbuf_cb, &got, NULL), 0);
+        printf("member %d on its own prompt: %s\n", pick + 1, got.b);
+        assert_string_equal(got.b, want);
+        /* bad prompts: a clear error */
+        int32_t bad_n[2] = {n[0], 0};
+        assert_int_equal(tutti_ensemble_generate_ids(e, pid, bad_n, &sp, &m, sbuf_cb, &got, NULL), TUTTI_ERR);
+        assert_non_null(strstr(tutti_last_error(), "member 2"));
+        int32_t bad[1] = {512};
+        const int32_t *bid[2] = {ids[0], bad};
+        int32_t bn[2] = {n[0], 1};
+        assert_int_equal(tutti_ensemble_generate_ids(e, bid, bn, &sp, &m, sbuf_cb, &got, NULL), TUTTI_ERR);
+        assert_non_null(strstr(tutti_last_error(), "out of range"));
+        tutti_ensemble_free(e);
+    }
+    tutti_vocab_free(v);
+
+    /* byte marginals after a chat rendering (phi-3 template, rendered and
+     * tokenized with the public API) of the EOS-heavy model */
+    char *tmpl = read_file(shared_path("ref/chat/phi-3.jinja"), NULL);
+    tutti_chat_message msg = {"user", "hi there"};
+    char *text = tutti_chat_render(tmpl, &msg, 1, true, "<s>", "</s>");
+    assert_non_null(text);
+    v = tutti_vocab_load(c.llama);
+    int32_t cid[128];
+    int32_t nc = tutti_tokenize(v, text, strlen(text), false, true, cid, 128);
+    assert_true(nc > 4 && cid[0] == tutti_vocab_bos(v));
+    check_bruteforce_after(c.llama, cid, nc, "Lily ran");
+    tutti_vocab_free(v);
+    free(text);
+    free(tmpl);
+    chat_files_remove(&c);
 }
 
 /* ---- bits per byte ---- */
@@ -592,6 +884,9 @@ int main(void) {
         cmocka_unit_test(test_token_weights_one_zero),
         cmocka_unit_test(test_copies_give_the_model),
         cmocka_unit_test(test_byte_marginal_bruteforce),
+        cmocka_unit_test(test_chat_run_is_generate_chat),
+        cmocka_unit_test(test_chat_run_byte_members),
+        cmocka_unit_test(test_chat_prompt_ids),
         cmocka_unit_test(test_byte_bpb_matches_token_bpb),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_overhead_qwen3_vocab),

@@ -45,10 +45,22 @@ static bool append_text(const tutti_vocab *vocab, int32_t **out, int32_t *n_out,
 #define MARK_CLOSE "\xee\x80\x81" /* U+E001 */
 
 int32_t *cli_chat_tokens(const tutti_model *model, const char *system, const char *user, int32_t *n_out) {
+    return cli_chat_tokens_of(model, NULL, system, user, n_out);
+}
+
+int32_t *cli_chat_tokens_of(const tutti_model *model, const char *label, const char *system, const char *user,
+                            int32_t *n_out) {
+    /* messages name the model when there are several ("member 2 (b.gguf): ...") */
+    char who[600];
+    snprintf(who, sizeof who, "%s%s", label ? label : "", label ? ": " : "");
     char *tmpl = tutti_model_meta_str(model, "tokenizer.chat_template");
     if (!tmpl) {
-        fprintf(stderr, "tutti %s: --chat: the model has no tokenizer.chat_template in its metadata; "
-                        "format the prompt yourself and use -p with --special\n", cli_cmd);
+        if (label)
+            fprintf(stderr, "tutti %s: --chat: %sthe model has no tokenizer.chat_template in its metadata; "
+                            "every member needs one for --chat\n", cli_cmd, who);
+        else
+            fprintf(stderr, "tutti %s: --chat: the model has no tokenizer.chat_template in its metadata; "
+                            "format the prompt yourself and use -p with --special\n", cli_cmd);
         return NULL;
     }
     const tutti_vocab *vocab = tutti_model_vocab(model);
@@ -82,7 +94,7 @@ int32_t *cli_chat_tokens(const tutti_model *model, const char *system, const cha
     free(wrapped[0]);
     free(wrapped[1]);
     if (!text) {
-        fprintf(stderr, "tutti %s: --chat: cannot render the model's chat template: %s\n", cli_cmd,
+        fprintf(stderr, "tutti %s: --chat: %scannot render the model's chat template: %s\n", cli_cmd, who,
                 tutti_last_error());
         return NULL;
     }
@@ -105,8 +117,8 @@ int32_t *cli_chat_tokens(const tutti_model *model, const char *system, const cha
             if (!ok || !open) break;
             const char *close = strstr(open + 3, MARK_CLOSE);
             if (!close) {
-                fprintf(stderr, "tutti %s: --chat: the chat template rewrote the message text; cannot "
-                                "keep control-token text in it from being parsed\n", cli_cmd);
+                fprintf(stderr, "tutti %s: --chat: %sthe chat template rewrote the message text; cannot "
+                                "keep control-token text in it from being parsed\n", cli_cmd, who);
                 ok = false;
                 break;
             }

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli/cli.h"
 #include "cli/ens_args.h"
 #include "tutti.h"
 
@@ -222,7 +223,14 @@ static void usage(FILE *out) {
             "  --top-k N, --top-p P, --min-p P, --repeat-penalty X, --repeat-last-n N, --seed S\n"
             "  --stop S              stop when the output contains S (repeat)\n"
             "  --allow S             the output must be (a prefix of) one of these strings (repeat)\n"
-            "  --forbid S            the output never contains S (repeat)\n",
+            "  --forbid S            the output never contains S (repeat)\n"
+            "  --chat                the prompt is a user message: every member gets its own chat\n"
+            "                        template's rendering (tokenized with its own tokenizer); the\n"
+            "                        generated text is shared and ends at end of turn (token\n"
+            "                        alignment: an end-of-generation token; byte: the end-of-text\n"
+            "                        outcome, each member's end-of-generation mass)\n"
+            "  --system TEXT         with --chat: a system message before the user message\n"
+            "  --verbose-prompt      print every member's prompt token ids on stderr\n",
             ens_args_help());
 }
 
@@ -239,8 +247,8 @@ int tutti_cmd_run(int argc, char **argv) {
     ens_args a;
     ens_args_init(&a);
     tutti_sampler_params sp = tutti_sampler_default_params();
-    const char *prompt = NULL, *prompt_file = NULL;
-    bool seed_set = false;
+    const char *prompt = NULL, *prompt_file = NULL, *system = NULL;
+    bool seed_set = false, chat = false, verbose_prompt = false;
     int n_gen = 128;
     const char *stop[MAX_STRS], *allow[MAX_STRS], *forbid[MAX_STRS];
     int n_stop = 0, n_allow = 0, n_forbid = 0;
@@ -254,6 +262,12 @@ int tutti_cmd_run(int argc, char **argv) {
         if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
             usage(stdout);
             return 0;
+        } else if (!strcmp(o, "--chat")) {
+            chat = true;
+        } else if (!strcmp(o, "--verbose-prompt")) {
+            verbose_prompt = true;
+        } else if (!strcmp(o, "--system")) {
+            if (!(system = need_value(argc, argv, &i))) return 1;
         } else if (!strcmp(o, "-p") || !strcmp(o, "--prompt")) {
             if (!(prompt = need_value(argc, argv, &i))) return 1;
         } else if (!strcmp(o, "-f") || !strcmp(o, "--file")) {
@@ -303,6 +317,10 @@ int tutti_cmd_run(int argc, char **argv) {
             return 2;
         }
     }
+    if (system && !chat) {
+        fprintf(stderr, "tutti run: --system needs --chat\n");
+        return 2;
+    }
     if (!seed_set) sp.seed = (uint64_t)time(NULL); /* as tutti generate */
     char *buf = NULL;
     size_t plen = 0;
@@ -334,14 +352,48 @@ int tutti_cmd_run(int argc, char **argv) {
     }
     tutti_mask m = {.allowed = allow, .n_allowed = n_allow, .forbidden = forbid, .n_forbidden = n_forbid,
                     .stop = stop, .n_stop = n_stop, .max_len = n_gen};
-    fwrite(prompt, 1, plen, stdout);
+    int n_mem = tutti_ensemble_n_members(e);
+    int32_t *ids[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0}, n_ids[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0};
+    int rc = 0;
+    if (chat) {
+        /* every member renders its own template and tokenizes it with its
+         * own tokenizer; the continuation is shared */
+        for (int i = 0; i < n_mem && rc == 0; i++) {
+            char label[512];
+            snprintf(label, sizeof label, "member %d (%s)", i + 1, tutti_ensemble_member_path(e, i));
+            ids[i] = cli_chat_tokens_of(tutti_ensemble_member_model(e, i), n_mem > 1 ? label : NULL, system, prompt,
+                                        &n_ids[i]);
+            if (!ids[i]) rc = -2; /* message printed */
+        }
+    } else if (verbose_prompt) {
+        for (int i = 0; i < n_mem && rc == 0; i++) {
+            const tutti_vocab *v = tutti_model_vocab(tutti_ensemble_member_model(e, i));
+            ids[i] = cli_tokenize(v, prompt, plen, tutti_vocab_add_bos(v), false, &n_ids[i]);
+            if (!ids[i]) rc = -2;
+        }
+    }
+    if (verbose_prompt && rc == 0)
+        for (int i = 0; i < n_mem; i++) {
+            fprintf(stderr, "member %d prompt ids:", i + 1);
+            for (int32_t k = 0; k < n_ids[i]; k++) fprintf(stderr, " %d", ids[i][k]);
+            fprintf(stderr, "\n");
+        }
     tutti_ensemble_stats st;
-    int rc = n_gen > 0 ? tutti_ensemble_generate(e, prompt, plen, &sp, &m, write_cb, NULL, &st) : 0;
-    fputc('\n', stdout);
-    fflush(stdout);
-    if (rc < 0) {
+    if (rc == 0 && n_gen > 0) {
+        /* chat: the prompt is not part of the text, so only the reply goes to stdout */
+        if (!chat) fwrite(prompt, 1, plen, stdout);
+        rc = chat ? tutti_ensemble_generate_ids(e, (const int32_t *const *)ids, n_ids, &sp, &m, write_cb, NULL, &st)
+                  : tutti_ensemble_generate(e, prompt, plen, &sp, &m, write_cb, NULL, &st);
+    } else if (rc == 0 && !chat) {
+        fwrite(prompt, 1, plen, stdout);
+    }
+    if (rc != -2) { /* -2: a --chat prompt failed (message printed), nothing was written */
+        fputc('\n', stdout);
+        fflush(stdout);
+    }
+    if (rc == TUTTI_ERR) {
         fprintf(stderr, "tutti run: %s\n", tutti_last_error());
-    } else if (n_gen > 0) {
+    } else if (rc == 0 && n_gen > 0) {
         tutti_align al = tutti_ensemble_align(e);
         const char *unit = al == TUTTI_ALIGN_TOKEN ? "token" : "byte";
         fprintf(stderr, "\n%s alignment, rule %s: %d %ss (%d bytes) in %.3f s\n", tutti_align_name(al),
@@ -353,6 +405,7 @@ int tutti_cmd_run(int argc, char **argv) {
         fprintf(stderr, "  fusion overhead (outside forward passes): %.3f s = %.3f ms per %s\n", st.t_fusion_s,
                 st.n_units ? 1e3 * st.t_fusion_s / st.n_units : 0.0, unit);
     }
+    for (int i = 0; i < n_mem; i++) free(ids[i]);
     tutti_ensemble_free(e);
     ens_args_free(&a);
     free(buf);

@@ -61,6 +61,7 @@ struct fusion_bytes {
     float *logits, *logp; /* [n_vocab] scratch */
     double pruned;
     int32_t bos;
+    int32_t n_prefix; /* view bytes before the text (the tokenizer's prefix; 0 after a token-id prompt) */
 };
 
 static void put_cum(fusion_bytes *s, double *c) {
@@ -210,7 +211,7 @@ int fusion_bytes_next(fusion_bytes *s, double *out) {
     for (int b = 0; b < FUSION_N_BYTE_OUT; b++) sum += out[b];
     if (!(sum > 0))
         return tutti_set_error("member %s: no token can continue the text (after %d bytes)", s->m->name,
-                               s->n_view - s->trie->n_prefix);
+                               s->n_view - s->n_prefix);
     for (int b = 0; b < FUSION_N_BYTE_OUT; b++) out[b] /= sum;
     return 0;
 }
@@ -281,7 +282,7 @@ int fusion_bytes_commit(fusion_bytes *s, uint8_t b) {
     if (!(total > 0)) {
         free(eff);
         return tutti_set_error("member %s: the text has probability 0 (byte 0x%02x at offset %d cannot be "
-                               "covered by its tokens)", s->m->name, b, s->n_view - 1 - t->n_prefix);
+                               "covered by its tokens)", s->m->name, b, s->n_view - 1 - s->n_prefix);
     }
     /* prune: relative share below p.prune, then keep the max_hyps heaviest */
     ranked *rk = malloc(sizeof(ranked) * (size_t)(n_eff ? n_eff : 1));
@@ -332,6 +333,7 @@ int fusion_bytes_start(fusion_bytes *s, const char *text, size_t n) {
     s->n_view = 0;
     s->pruned = 0.0;
     const fusion_trie *t = s->trie;
+    s->n_prefix = t->n_prefix;
     if (s->bos >= 0) {
         if (push_hyp(s, NULL, 0, s->bos, 0, 0, 0.0) < 0) return TUTTI_ERR;
         if (fusion_bytes_commit_n(s, t->prefix, (size_t)t->n_prefix) < 0) return TUTTI_ERR;
@@ -378,9 +380,38 @@ int fusion_bytes_start(fusion_bytes *s, const char *text, size_t n) {
     return fusion_bytes_commit_n(s, text + consumed, n - consumed);
 }
 
+int fusion_bytes_start_ids(fusion_bytes *s, const int32_t *ids, int32_t n) {
+    clear_hyps(s);
+    s->n_view = 0;
+    s->pruned = 0.0;
+    s->n_prefix = 0; /* the text after a prompt starts right after its last token */
+    if (n < 1) return tutti_set_error("member %s: empty token-id prompt", s->m->name);
+    for (int32_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= s->m->n_vocab)
+            return tutti_set_error("member %s: prompt token %d (id %d) is out of range [0, %d)", s->m->name, i,
+                                   ids[i], s->m->n_vocab);
+    return push_hyp(s, ids, n, -1, 0, 0, 0.0);
+}
+
+int32_t fusion_bytes_need_tokens(const fusion_bytes *s) {
+    int32_t need = 0;
+    for (int32_t i = 0; i < s->n_h; i++)
+        if (!s->h[i].cum && s->h[i].n_ids > need) need = s->h[i].n_ids;
+    return need;
+}
+
+const int32_t *fusion_bytes_best_path(const fusion_bytes *s, int32_t *n) {
+    const hyp *best = NULL;
+    for (int32_t i = 0; i < s->n_h; i++)
+        if (s->h[i].pos == s->n_view && (!best || s->h[i].logp > best->logp)) best = &s->h[i];
+    *n = best ? best->n_ids : 0;
+    return best ? best->ids : NULL;
+}
+
 fusion_bytes *fusion_bytes_clone(const fusion_bytes *s) {
     fusion_bytes *c = fusion_bytes_new(s->m, s->trie, &s->p);
     if (!c) return NULL;
+    c->n_prefix = s->n_prefix;
     if (s->n_view > c->cap_view) {
         char *nv = realloc(c->view, (size_t)s->n_view);
         if (!nv) goto oom;

@@ -447,14 +447,14 @@ bool gen_text_ok(const gen_ctx *g, const char *bytes, size_t n, bool at_end) {
 /* ---- TOKEN alignment ---- */
 
 typedef struct token_step {
-    const int32_t *ids;
-    int32_t n;
-    float **logits; /* [n_members][n_vocab] */
+    const int32_t *const *ids; /* [n_members] each member's sequence */
+    const int32_t *n;          /* [n_members] */
+    float **logits;            /* [n_members][n_vocab] */
 } token_step;
 
 static int job_token_logits(tutti_ensemble *e, int32_t i, void *arg) {
     token_step *st = arg;
-    return e->m[i]->vt->logits(e->m[i], st->ids, st->n, st->logits[i]);
+    return e->m[i]->vt->logits(e->m[i], st->ids[i], st->n[i], st->logits[i]);
 }
 
 static double member_forward_sum(const tutti_ensemble *e) {
@@ -477,18 +477,52 @@ static int32_t passthrough_member(const tutti_ensemble *e) {
     return k >= 0 && e->temp[k] == 1.0f ? k : -1;
 }
 
-static int token_generate(tutti_ensemble *e, const char *prompt, size_t len, const tutti_sampler_params *sp,
-                          gen_ctx *g, double *t_phase) {
+/* Every member's token sequence: its prompt followed by the shared
+ * generated tokens.  A text prompt is tokenized once (the vocabularies are
+ * equal); token-id prompts are copied per member. */
+static int token_prompts(tutti_ensemble *e, const gen_prompt *pr, int32_t max_gen, int32_t **ids, int32_t *n,
+                         int32_t *cap) {
+    for (int32_t i = 0; i < e->n; i++) {
+        int32_t np = pr->ids ? pr->n_ids[i] : (int32_t)pr->len + 2;
+        cap[i] = np + 1 + (max_gen > 0 ? max_gen : e->m[i]->n_ctx);
+        ids[i] = malloc(sizeof(int32_t) * (size_t)cap[i]);
+        if (!ids[i]) return tutti_set_error("generation: out of memory");
+        if (pr->ids) {
+            if (np < 1) return tutti_set_error("generation: member %d: empty token-id prompt", i + 1);
+            for (int32_t k = 0; k < np; k++)
+                if (pr->ids[i][k] < 0 || pr->ids[i][k] >= e->m[i]->n_vocab)
+                    return tutti_set_error("generation: member %d: prompt token %d (id %d) is out of range [0, %d)",
+                                           i + 1, k, pr->ids[i][k], e->m[i]->n_vocab);
+            memcpy(ids[i], pr->ids[i], sizeof(int32_t) * (size_t)np);
+            n[i] = np;
+        } else if (i > 0) {
+            memcpy(ids[i], ids[0], sizeof(int32_t) * (size_t)n[0]);
+            n[i] = n[0];
+        } else {
+            const tutti_vocab *vocab = e->m[0]->vocab;
+            n[0] = tutti_tokenize(vocab, pr->text, pr->len, tutti_vocab_add_bos(vocab), false, ids[0], cap[0]);
+            if (n[0] < 0) return tutti_set_error("generation: prompt tokenization failed");
+            if (n[0] == 0)
+                return tutti_set_error("generation: the vocabulary has no BOS token, so the prompt must not be empty");
+        }
+        if (n[i] > e->m[i]->n_ctx)
+            return tutti_set_error("generation: member %d (%s): the prompt is %d tokens, longer than its context "
+                                   "(%d tokens)", i + 1, e->path[i], n[i], e->m[i]->n_ctx);
+    }
+    return 0;
+}
+
+static int token_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sampler_params *sp, gen_ctx *g,
+                          double *t_phase) {
     const tutti_vocab *vocab = e->m[0]->vocab;
     int32_t V = e->m[0]->n_vocab;
-    int32_t cap = (int32_t)len + 2 + (g->max_units > 0 ? g->max_units : 4096);
-    int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
+    int32_t *ids[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0}, n[TUTTI_ENSEMBLE_MAX_MEMBERS], cap[TUTTI_ENSEMBLE_MAX_MEMBERS];
     float *bufs = malloc(sizeof(float) * (size_t)V * (size_t)(e->n * 2 + 1));
     double *work = malloc(sizeof(double) * (size_t)V);
     char *piece = malloc(4096);
     tutti_sampler *smp = tutti_sampler_new(sp);
     int rc = TUTTI_ERR;
-    if (!ids || !bufs || !work || !piece || !smp) {
+    if (!bufs || !work || !piece || !smp) {
         if (smp) tutti_set_error("generation: out of memory");
         goto done;
     }
@@ -498,23 +532,20 @@ static int token_generate(tutti_ensemble *e, const char *prompt, size_t len, con
         logp[i] = bufs + (size_t)V * (size_t)(e->n + i);
     }
     float *fused = bufs + (size_t)V * (size_t)(2 * e->n);
-    int32_t n = tutti_tokenize(vocab, prompt, len, tutti_vocab_add_bos(vocab), false, ids, cap);
-    if (n < 0) {
-        tutti_set_error("generation: prompt tokenization failed");
-        goto done;
-    }
-    if (n == 0) {
-        tutti_set_error("generation: the vocabulary has no BOS token, so the prompt must not be empty");
-        goto done;
-    }
-    /* as tutti generate: the prompt counts for the repetition penalty */
-    for (int32_t k = 0; k < n; k++) tutti_sampler_accept(smp, ids[k]);
+    if (token_prompts(e, pr, g->max_units, ids, n, cap) < 0) goto done;
+    /* as tutti generate: the prompt (member 1's) counts for the repetition penalty */
+    for (int32_t k = 0; k < n[0]; k++) tutti_sampler_accept(smp, ids[0][k]);
     int32_t pass = passthrough_member(e);
     bool masked = g->mask && (g->mask->n_allowed > 0 || g->mask->n_forbidden > 0);
     rc = 0;
-    while (!g->stopped && (g->max_units <= 0 || g->n_units < g->max_units) && n < cap &&
-           n < e->m[0]->n_ctx) {
-        token_step st = {ids, n, logits};
+    while (!g->stopped && (g->max_units <= 0 || g->n_units < g->max_units)) {
+        /* Context full is a clean stop, as in tutti generate: the logits
+         * after n tokens need n positions, so a member at n_ctx + 1 tokens
+         * (or at its buffer's end) has nothing more to say. */
+        bool full = false;
+        for (int32_t i = 0; i < e->n; i++) full |= n[i] > e->m[i]->n_ctx || n[i] >= cap[i];
+        if (full) break;
+        token_step st = {(const int32_t *const *)ids, n, logits};
         double t0 = ens_now_s();
         if (ens_run_members(e, job_token_logits, &st) < 0) {
             rc = TUTTI_ERR;
@@ -563,10 +594,12 @@ static int token_generate(tutti_ensemble *e, const char *prompt, size_t len, con
             break;
         }
         tutti_sampler_accept(smp, id);
+        /* end of text or end of turn: every vocabulary is the same, so one
+         * end-of-generation token ends every member's turn */
         if (tutti_vocab_is_eog(vocab, id)) break;
         int32_t k = tutti_token_to_piece(vocab, id, false, piece, 4096);
         if (k < 0) k = 0;
-        ids[n++] = id;
+        for (int32_t i = 0; i < e->n; i++) ids[i][n[i]++] = id;
         g->n_units++;
         if (gen_append(g, piece, (size_t)k) < 0) {
             rc = TUTTI_ERR;
@@ -574,7 +607,8 @@ static int token_generate(tutti_ensemble *e, const char *prompt, size_t len, con
         }
     }
 done:
-    free(ids), free(bufs), free(work), free(piece);
+    for (int32_t i = 0; i < e->n; i++) free(ids[i]);
+    free(bufs), free(work), free(piece);
     tutti_sampler_free(smp);
     return rc;
 }
@@ -592,7 +626,10 @@ int fusion_token_fused(tutti_ensemble *e, const int32_t *ids, int32_t n, float *
         logits[i] = bufs + (size_t)V * (size_t)i;
         logp[i] = bufs + (size_t)V * (size_t)(e->n + i);
     }
-    token_step st = {ids, n, logits};
+    const int32_t *seq[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    int32_t ns[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    for (int32_t i = 0; i < e->n; i++) seq[i] = ids, ns[i] = n;
+    token_step st = {seq, ns, logits};
     int rc = ens_run_members(e, job_token_logits, &st);
     if (rc == 0) {
         for (int32_t i = 0; i < e->n; i++) fusion_log_softmax(logits[i], V, e->temp[i], logp[i]);
@@ -607,14 +644,17 @@ int fusion_token_fused(tutti_ensemble *e, const int32_t *ids, int32_t n, float *
 
 typedef struct byte_job {
     fusion_bytes **st;
-    const char *text;
-    size_t len;
+    const gen_prompt *pr;
 } byte_job;
+
+int ens_bytes_start(fusion_bytes *st, const gen_prompt *pr, int32_t i) {
+    return pr->ids ? fusion_bytes_start_ids(st, pr->ids[i], pr->n_ids[i]) : fusion_bytes_start(st, pr->text, pr->len);
+}
 
 static int job_bytes_start(tutti_ensemble *e, int32_t i, void *arg) {
     (void)e;
     byte_job *j = arg;
-    return fusion_bytes_start(j->st[i], j->text, j->len);
+    return ens_bytes_start(j->st[i], j->pr, i);
 }
 
 static int job_bytes_prepare(tutti_ensemble *e, int32_t i, void *arg) {
@@ -636,8 +676,8 @@ int fusion_bytes_fused(tutti_ensemble *e, fusion_bytes **st, float *out) {
     return fusion_combine(&rp, e->n, rows, FUSION_N_BYTE_OUT, out, work, NULL);
 }
 
-static int byte_generate(tutti_ensemble *e, const char *prompt, size_t len, const tutti_sampler_params *sp,
-                         gen_ctx *g, double *t_phase) {
+static int byte_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sampler_params *sp, gen_ctx *g,
+                         double *t_phase) {
     fusion_bytes *st[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0};
     tutti_sampler *smp = tutti_sampler_new(sp);
     int rc = TUTTI_ERR;
@@ -647,15 +687,26 @@ static int byte_generate(tutti_ensemble *e, const char *prompt, size_t len, cons
         st[i] = fusion_bytes_new(e->m[i], e->trie[i], &bp);
         if (!st[i]) goto done;
     }
-    byte_job j = {st, prompt, len};
+    byte_job j = {st, pr};
     double t0 = ens_now_s();
     if (ens_run_members(e, job_bytes_start, &j) < 0) goto done;
     *t_phase += ens_now_s() - t0;
     fusion_utf8 u;
     fusion_utf8_init(&u);
-    for (size_t k = 0; k < len; k++) {
-        fusion_utf8_push(&u, (uint8_t)prompt[k]);
-        tutti_sampler_accept(smp, (uint8_t)prompt[k]);
+    if (!pr->ids) {
+        for (size_t k = 0; k < pr->len; k++) {
+            fusion_utf8_push(&u, (uint8_t)pr->text[k]);
+            tutti_sampler_accept(smp, (uint8_t)pr->text[k]);
+        }
+    } else {
+        /* token-id prompts: member 1's prompt text (control tokens render
+         * as nothing) counts for the repetition penalty; the continuation
+         * starts a new UTF-8 character */
+        char piece[256];
+        for (int32_t k = 0; k < pr->n_ids[0]; k++) {
+            int32_t pl = tutti_token_to_piece(e->m[0]->vocab, pr->ids[0][k], false, piece, sizeof piece);
+            for (int32_t b = 0; b < pl; b++) tutti_sampler_accept(smp, (uint8_t)piece[b]);
+        }
     }
     rc = 0;
     float fused[FUSION_N_BYTE_OUT];
@@ -706,11 +757,8 @@ done:
     return rc;
 }
 
-int tutti_ensemble_generate(tutti_ensemble *e, const char *prompt, size_t prompt_len,
-                            const tutti_sampler_params *sp, const tutti_mask *mask, tutti_text_cb cb, void *user,
-                            tutti_ensemble_stats *stats) {
-    if (!e) return tutti_set_error("generation: no ensemble");
-    if (!prompt) prompt = "", prompt_len = 0;
+static int ens_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sampler_params *sp,
+                        const tutti_mask *mask, tutti_text_cb cb, void *user, tutti_ensemble_stats *stats) {
     tutti_sampler_params spd = sp ? *sp : tutti_sampler_default_params();
     gen_ctx g = {.mask = mask, .cb = cb, .user = user};
     g.max_units = mask && mask->max_len > 0 ? mask->max_len : 0;
@@ -721,9 +769,9 @@ int tutti_ensemble_generate(tutti_ensemble *e, const char *prompt, size_t prompt
     double t0 = ens_now_s(), t_phase = 0;
     int rc;
     switch (e->align) {
-    case TUTTI_ALIGN_TOKEN: rc = token_generate(e, prompt, prompt_len, &spd, &g, &t_phase); break;
-    case TUTTI_ALIGN_SPAN: rc = span_generate(e, prompt, prompt_len, &spd, &g, &t_phase); break;
-    default: rc = byte_generate(e, prompt, prompt_len, &spd, &g, &t_phase); break;
+    case TUTTI_ALIGN_TOKEN: rc = token_generate(e, pr, &spd, &g, &t_phase); break;
+    case TUTTI_ALIGN_SPAN: rc = span_generate(e, pr, &spd, &g, &t_phase); break;
+    default: rc = byte_generate(e, pr, &spd, &g, &t_phase); break;
     }
     gen_flush(&g);
     double t_total = ens_now_s() - t0;
@@ -744,4 +792,25 @@ int tutti_ensemble_generate(tutti_ensemble *e, const char *prompt, size_t prompt
     }
     free(g.text);
     return rc;
+}
+
+int tutti_ensemble_generate(tutti_ensemble *e, const char *prompt, size_t prompt_len,
+                            const tutti_sampler_params *sp, const tutti_mask *mask, tutti_text_cb cb, void *user,
+                            tutti_ensemble_stats *stats) {
+    if (!e) return tutti_set_error("generation: no ensemble");
+    if (!prompt) prompt = "", prompt_len = 0;
+    gen_prompt pr = {.text = prompt, .len = prompt_len};
+    return ens_generate(e, &pr, sp, mask, cb, user, stats);
+}
+
+int tutti_ensemble_generate_ids(tutti_ensemble *e, const int32_t *const *prompt_ids, const int32_t *n_prompt_ids,
+                                const tutti_sampler_params *sp, const tutti_mask *mask, tutti_text_cb cb,
+                                void *user, tutti_ensemble_stats *stats) {
+    if (!e) return tutti_set_error("generation: no ensemble");
+    if (!prompt_ids || !n_prompt_ids) return tutti_set_error("generation: no token-id prompts");
+    for (int32_t i = 0; i < e->n; i++)
+        if (!prompt_ids[i] || n_prompt_ids[i] < 1)
+            return tutti_set_error("generation: member %d (%s): empty token-id prompt", i + 1, e->path[i]);
+    gen_prompt pr = {.ids = prompt_ids, .n_ids = n_prompt_ids};
+    return ens_generate(e, &pr, sp, mask, cb, user, stats);
 }

@@ -51,10 +51,23 @@ fusion_rule_params ens_rule_params(const tutti_ensemble *e);
 int fusion_token_fused(tutti_ensemble *e, const int32_t *ids, int32_t n, float *out);
 int fusion_bytes_fused(tutti_ensemble *e, fusion_bytes **st, float *out);
 
+/* The prompt of a generation: raw text that every member tokenizes itself
+ * (ids == NULL), or token ids of each member's own vocabulary,
+ * ids[i][0..n_ids[i]) (tutti_ensemble_generate_ids). */
+typedef struct gen_prompt {
+    const char *text;
+    size_t len;
+    const int32_t *const *ids;
+    const int32_t *n_ids;
+} gen_prompt;
+
+/* Starts member i's byte state after the prompt. */
+int ens_bytes_start(fusion_bytes *st, const gen_prompt *pr, int32_t i);
+
 /* Span alignment generation (span.c). */
 typedef struct gen_ctx gen_ctx;
-int span_generate(tutti_ensemble *e, const char *prompt, size_t prompt_len, const tutti_sampler_params *sp,
-                  gen_ctx *g, double *t_phase);
+int span_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sampler_params *sp, gen_ctx *g,
+                  double *t_phase);
 
 /* Output and mask state shared by the alignments (ensemble.c). */
 struct gen_ctx {

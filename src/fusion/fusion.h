@@ -171,6 +171,18 @@ void fusion_bytes_free(fusion_bytes *s);
  * tokenization of text minus its last token is taken as given (n must be
  * > 0) and the rest is committed byte by byte. */
 int fusion_bytes_start(fusion_bytes *s, const char *text, size_t n);
+/* Starts after a prompt given as token ids ids[0..n) (n >= 1, BOS included
+ * when wanted; e.g. a chat-template rendering): one hypothesis, nothing
+ * committed, no tokenizer prefix in the view, so the committed text is
+ * exactly the bytes of the tokens that follow the prompt. */
+int fusion_bytes_start_ids(fusion_bytes *s, const int32_t *ids, int32_t n);
+/* Longest token path among the hypotheses that still need a forward pass
+ * (0 if none): prepare fails when it exceeds the member's n_ctx. */
+int32_t fusion_bytes_need_tokens(const fusion_bytes *s);
+/* Token path (prompt included) of the heaviest hypothesis whose tokens
+ * spell exactly the committed text, or NULL (*n = 0) when pruning left
+ * none.  Owned by s, valid until the next commit. */
+const int32_t *fusion_bytes_best_path(const fusion_bytes *s, int32_t *n);
 /* Runs the forward passes the committed bytes require (hypotheses created by
  * the last commits).  Safe to call from a worker thread (one per member). */
 int fusion_bytes_prepare(fusion_bytes *s);

@@ -33,44 +33,92 @@ typedef struct span_ctx {
     draft d[TUTTI_ENSEMBLE_MAX_MEMBERS];
     int32_t n_d;
     double ll[TUTTI_ENSEMBLE_MAX_MEMBERS][TUTTI_ENSEMBLE_MAX_MEMBERS]; /* [member][draft] */
-    const char *prompt;
-    size_t prompt_len;
+    const gen_prompt *pr;
     const gen_ctx *g;
 } span_ctx;
 
 static int job_start(tutti_ensemble *e, int32_t i, void *arg) {
     (void)e;
     span_ctx *c = arg;
-    return fusion_bytes_start(c->st[i], c->prompt, c->prompt_len);
+    return ens_bytes_start(c->st[i], c->pr, i);
 }
 
 static bool is_space(char ch) { return ch == ' ' || ch == '\n'; }
 
-static int job_draft(tutti_ensemble *e, int32_t i, void *arg) {
-    span_ctx *c = arg;
+/* The token sequence member i drafts from.  Text prompt: the canonical
+ * tokenization of prompt + committed text (BOS as the vocabulary asks).
+ * Token-id prompt: the heaviest tokenization hypothesis of the byte state
+ * that spells exactly the committed text (the prompt ids come first); if
+ * pruning left none, the prompt ids followed by the tokenization of the
+ * committed text (for a tokenizer that puts a prefix such as SPM's " " in
+ * front of any text, the text's own leading space stands for it; text
+ * without one then gets an extra leading space in the drafting context
+ * only, scoring stays exact).  Returns the count, -1 on error; *ids is
+ * malloc'd with room for SPAN_MAX_TOKENS more. */
+static int32_t draft_context(tutti_ensemble *e, span_ctx *c, int32_t i, int32_t **ids_out) {
     fusion_member *m = e->m[i];
     const gen_ctx *g = c->g;
-    size_t tl = c->prompt_len + g->n_text;
+    const gen_prompt *pr = c->pr;
+    *ids_out = NULL;
+    if (pr->ids) {
+        int32_t nb;
+        const int32_t *best = fusion_bytes_best_path(c->st[i], &nb);
+        int32_t cap = (best ? nb : pr->n_ids[i] + (int32_t)g->n_text + 8) + SPAN_MAX_TOKENS;
+        int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
+        if (!ids) return tutti_set_error("span: out of memory");
+        *ids_out = ids;
+        if (best) {
+            memcpy(ids, best, sizeof(int32_t) * (size_t)nb);
+            return nb;
+        }
+        int32_t n = pr->n_ids[i];
+        memcpy(ids, pr->ids[i], sizeof(int32_t) * (size_t)n);
+        const fusion_trie *t = e->trie[i];
+        size_t skip = g->n_text >= (size_t)t->n_prefix && !memcmp(g->text, t->prefix, (size_t)t->n_prefix)
+                          ? (size_t)t->n_prefix
+                          : 0;
+        if (g->n_text > skip) {
+            int32_t k = tutti_tokenize(m->vocab, g->text + skip, g->n_text - skip, false, false, ids + n,
+                                       cap - n - SPAN_MAX_TOKENS);
+            if (k < 0) return tutti_set_error("member %s: cannot tokenize the text so far", m->name);
+            n += k;
+        }
+        return n;
+    }
+    size_t tl = pr->len + g->n_text;
     char *text = malloc(tl + 1);
     int32_t cap = (int32_t)tl + 8 + SPAN_MAX_TOKENS;
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
+    *ids_out = ids;
+    if (!text || !ids) {
+        free(text);
+        return tutti_set_error("span: out of memory");
+    }
+    memcpy(text, pr->text, pr->len);
+    if (g->n_text) memcpy(text + pr->len, g->text, g->n_text);
+    int32_t n = tutti_tokenize(m->vocab, text, tl, tutti_vocab_add_bos(m->vocab), false, ids, cap - SPAN_MAX_TOKENS);
+    free(text);
+    if (n <= 0)
+        return tutti_set_error("member %s: cannot tokenize the text so far%s", m->name,
+                               n == 0 ? " (no BOS and an empty prompt)" : "");
+    return n;
+}
+
+static int job_draft(tutti_ensemble *e, int32_t i, void *arg) {
+    span_ctx *c = arg;
+    fusion_member *m = e->m[i];
     float *logits = malloc(sizeof(float) * (size_t)m->n_vocab);
     float *lp = malloc(sizeof(float) * (size_t)m->n_vocab);
+    int32_t *ids = NULL;
     int rc = TUTTI_ERR;
     draft *d = &c->d[i];
     d->n = 0, d->end = false;
-    if (!text || !ids || !logits || !lp) {
+    if (!logits || !lp) {
         tutti_set_error("span: out of memory");
         goto done;
     }
-    memcpy(text, c->prompt, c->prompt_len);
-    if (g->n_text) memcpy(text + c->prompt_len, g->text, g->n_text);
-    int32_t n = tutti_tokenize(m->vocab, text, tl, tutti_vocab_add_bos(m->vocab), false, ids, cap - SPAN_MAX_TOKENS);
-    if (n <= 0) {
-        tutti_set_error("member %s: cannot tokenize the text so far%s", m->name,
-                        n == 0 ? " (no BOS and an empty prompt)" : "");
-        goto done;
-    }
+    int32_t n = draft_context(e, c, i, &ids);
+    if (n < 0) goto done;
     bool word = false;
     for (int32_t k = 0; k < SPAN_MAX_TOKENS && n < m->n_ctx; k++) {
         if (m->vt->logits(m, ids, n, logits) < 0) goto done;
@@ -99,7 +147,7 @@ static int job_draft(tutti_ensemble *e, int32_t i, void *arg) {
     }
     rc = 0;
 done:
-    free(text), free(ids), free(logits), free(lp);
+    free(ids), free(logits), free(lp);
     return rc;
 }
 
@@ -143,11 +191,11 @@ static void free_clones(tutti_ensemble *e, span_ctx *c, int32_t keep) {
         }
 }
 
-int span_generate(tutti_ensemble *e, const char *prompt, size_t prompt_len, const tutti_sampler_params *sp,
-                  gen_ctx *g, double *t_phase) {
+int span_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sampler_params *sp, gen_ctx *g,
+                  double *t_phase) {
     span_ctx *c = calloc(1, sizeof *c);
     if (!c) return tutti_set_error("span: out of memory");
-    c->prompt = prompt, c->prompt_len = prompt_len, c->g = g;
+    c->pr = pr, c->g = g;
     int rc = TUTTI_ERR;
     for (int32_t i = 0; i < e->n; i++) {
         fusion_bytes_params bp = ens_bytes_params(e, i);
