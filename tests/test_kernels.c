@@ -170,7 +170,7 @@ typedef struct row_case {
     size_t ldw, ldx;
 } row_case;
 
-#define NR 3
+#define NR 5
 #define NC 4
 
 static void make_case(int type, const tutti_vec_dot_traits *sc, int64_t n, row_case *rc) {
