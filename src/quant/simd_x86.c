@@ -8,10 +8,19 @@
 #include <immintrin.h>
 #include <math.h>
 
+#include <cpuid.h>
+
+/* F16C is CPUID.1:ECX bit 29 (clang 14's __builtin_cpu_supports does not
+ * know "f16c"); the AVX state check of __builtin_cpu_supports("avx2")
+ * covers the OS side. */
+static bool cpu_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+}
+
 bool tutti_simd_cpu_avx2(void) {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_f16c();
 }
 
 bool tutti_simd_cpu_avx512(void) {
@@ -21,23 +30,34 @@ bool tutti_simd_cpu_avx512(void) {
            __builtin_cpu_supports("avx512vnni");
 }
 
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
+/* Every function of the .inc gets the path's target: GCC through its
+ * target pragma, clang (which ignores that pragma) through
+ * `#pragma clang attribute`. */
+#if defined(__clang__)
+#define TARGET_BEGIN_AVX2 _Pragma("clang attribute push (__attribute__((target(\"avx2,fma,f16c\"))), apply_to = function)")
+#define TARGET_BEGIN_AVX512 _Pragma("clang attribute push (__attribute__((target(\"avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni\"))), apply_to = function)")
+#define TARGET_END _Pragma("clang attribute pop")
+#else
+#define TARGET_BEGIN_AVX2 _Pragma("GCC push_options") _Pragma("GCC target(\"avx2,fma,f16c\")")
+#define TARGET_BEGIN_AVX512 _Pragma("GCC push_options") _Pragma("GCC target(\"avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni\")")
+#define TARGET_END _Pragma("GCC pop_options")
+#endif
+
+TARGET_BEGIN_AVX2
 #define SFX(name) name##_avx2
 #define KV_VNNI 0
 #include "quant/simd_x86_kernels.inc"
 #undef SFX
 #undef KV_VNNI
-#pragma GCC pop_options
+TARGET_END
 
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
+TARGET_BEGIN_AVX512
 #define SFX(name) name##_avx512
 #define KV_VNNI 1
 #include "quant/simd_x86_kernels.inc"
 #undef SFX
 #undef KV_VNNI
-#pragma GCC pop_options
+TARGET_END
 
 void tutti_simd_fill_avx2(tutti_vec_dot_traits *tab) { fill_avx2(tab, TUTTI_SIMD_AVX2); }
 void tutti_simd_fill_avx512(tutti_vec_dot_traits *tab) { fill_avx512(tab, TUTTI_SIMD_AVX512); }
