@@ -31,6 +31,10 @@ extern "C" {
 
 #define TUTTI_OK 0
 #define TUTTI_ERR (-1)
+/* Error return of the size-returning tokenizer calls (tutti_tokenize,
+ * tutti_token_to_piece, tutti_detokenize), where every other negative value
+ * -n means "n needed": INT32_MIN can never be a needed size. */
+#define TUTTI_ERR_SIZE INT32_MIN
 
 /* Message describing the last error on this thread ("no error recorded" if
  * none).  Never NULL; valid until the next failing call on this thread. */
@@ -67,8 +71,9 @@ const char *tutti_vocab_pre(const tutti_vocab *vocab);
  * parse_special lets control-token text such as "<|eot_id|>" become that
  * token (otherwise it is tokenized as plain text).  Writes at most n_max ids.
  * Returns the number of ids, or, if n_max is too small, minus the number
- * needed (call again with a bigger buffer).  Invalid UTF-8 is tokenized
- * byte by byte (byte tokens / byte fallback), never rejected. */
+ * needed (call again with a bigger buffer), or TUTTI_ERR_SIZE on error.
+ * Invalid UTF-8 is never rejected: spm tokenizes it byte by byte (byte
+ * fallback); bpe first turns each invalid byte into U+FFFD, as llama.cpp does. */
 int32_t tutti_tokenize(const tutti_vocab *vocab, const char *text, size_t len, bool add_bos,
                        bool parse_special, int32_t *ids, int32_t n_max);
 
@@ -76,9 +81,10 @@ int32_t tutti_tokenize(const tutti_vocab *vocab, const char *text, size_t len, b
  * space, byte tokens <0xNN> become that byte, byte-level BPE symbols are
  * mapped back to bytes; control tokens give their text only if
  * render_special).  Returns the byte count, minus the size needed if buf is
- * too small, or TUTTI_ERR for an id out of range.  Decoding a token sequence
- * is the concatenation of its pieces, except that SPM drops the one leading
- * space the tokenizer added: use tutti_detokenize for whole sequences. */
+ * too small, or TUTTI_ERR_SIZE for an id out of range.  Decoding a token
+ * sequence is the concatenation of its pieces, except that SPM drops the one
+ * leading space the tokenizer added: use tutti_detokenize for whole
+ * sequences. */
 int32_t tutti_token_to_piece(const tutti_vocab *vocab, int32_t id, bool render_special, char *buf,
                              int32_t len);
 

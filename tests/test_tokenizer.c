@@ -502,8 +502,8 @@ static void test_vocab_facts(void **state) {
     assert_int_equal(tutti_token_to_piece(v, 22691, false, buf, sizeof buf), 6);
     assert_memory_equal(buf, " Hello", 6);
     assert_int_equal(tutti_token_to_piece(v, 22691, false, buf, 3), -6);
-    assert_int_equal(tutti_token_to_piece(v, -1, false, buf, sizeof buf), TUTTI_ERR);
-    assert_int_equal(tutti_token_to_piece(v, 128256, false, buf, sizeof buf), TUTTI_ERR);
+    assert_int_equal(tutti_token_to_piece(v, -1, false, buf, sizeof buf), TUTTI_ERR_SIZE);
+    assert_int_equal(tutti_token_to_piece(v, 128256, false, buf, sizeof buf), TUTTI_ERR_SIZE);
     size_t len;
     const char *t = tutti_vocab_token_text(v, 22691, &len);
     assert_int_equal(len, 7);

@@ -123,12 +123,12 @@ int32_t *cli_tokenize(const tutti_vocab *vocab, const char *text, size_t len, bo
                       bool parse_special, int32_t *n_out) {
     int32_t cap = (int32_t)(len < (size_t)INT32_MAX / 2 ? len : (size_t)INT32_MAX / 2) + 8;
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
-    int32_t n = ids ? tutti_tokenize(vocab, text, len, add_bos, parse_special, ids, cap) : TUTTI_ERR;
-    if (n < 0 && n != TUTTI_ERR && ids) {
+    int32_t n = ids ? tutti_tokenize(vocab, text, len, add_bos, parse_special, ids, cap) : TUTTI_ERR_SIZE;
+    if (n < 0 && n != TUTTI_ERR_SIZE && ids) {
         cap = -n;
         free(ids);
         ids = malloc(sizeof(int32_t) * (size_t)cap);
-        n = ids ? tutti_tokenize(vocab, text, len, add_bos, parse_special, ids, cap) : TUTTI_ERR;
+        n = ids ? tutti_tokenize(vocab, text, len, add_bos, parse_special, ids, cap) : TUTTI_ERR_SIZE;
     }
     if (n < 0) {
         fprintf(stderr, "tutti %s: tokenizing failed: %s\n", cli_cmd, tutti_last_error());

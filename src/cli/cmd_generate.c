@@ -139,8 +139,6 @@ int cmd_generate(int argc, char **argv) {
     }
     double t_prompt = cli_now() - t1, t2 = cli_now();
     int32_t n_gen = 0, n_vocab = tutti_model_n_vocab(model);
-    /* tutti_token_to_piece returns -needed when the buffer is short; start
-     * big enough that -needed can never be confused with TUTTI_ERR (-1). */
     int32_t piece_cap = 256;
     char *piece = malloc((size_t)piece_cap);
     rc = 0;
@@ -154,7 +152,7 @@ int cmd_generate(int argc, char **argv) {
         if (tutti_vocab_is_eog(vocab, tok)) break;
         tutti_sampler_accept(smp, tok);
         int32_t len = tutti_token_to_piece(vocab, tok, false, piece, piece_cap);
-        if (len < 0 && len != TUTTI_ERR) {
+        if (len < 0 && len != TUTTI_ERR_SIZE) {
             char *p = realloc(piece, (size_t)(piece_cap = -len));
             if (!p) break;
             piece = p;

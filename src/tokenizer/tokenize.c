@@ -204,7 +204,7 @@ int32_t tutti_token_to_piece(const tutti_vocab *v, int32_t id, bool render_speci
     if (!v || id < 0 || id >= v->n_tokens) {
         tutti_set_error("tutti_token_to_piece: token id %d is out of range (vocabulary of %d)", id,
                         v ? v->n_tokens : 0);
-        return TUTTI_ERR;
+        return TUTTI_ERR_SIZE;
     }
     const tok_entry *t = &v->tokens[id];
     if (!render_special && (t->attr & (TUTTI_TOKEN_ATTR_UNKNOWN | TUTTI_TOKEN_ATTR_CONTROL))) return 0;
@@ -218,7 +218,7 @@ int32_t tutti_detokenize(const tutti_vocab *v, const int32_t *ids, int32_t n_ids
                          int32_t len) {
     if (!v || n_ids < 0 || (!ids && n_ids > 0) || len < 0) {
         tutti_set_error("tutti_detokenize: invalid arguments");
-        return TUTTI_ERR;
+        return TUTTI_ERR_SIZE;
     }
     int64_t total = 0;
     bool strip = v->add_space_prefix; /* the space the tokenizer put in front */
@@ -228,7 +228,7 @@ int32_t tutti_detokenize(const tutti_vocab *v, const int32_t *ids, int32_t n_ids
             tutti_set_error("tutti_detokenize: token id %d at position %d is out of range (vocabulary "
                             "of %d)",
                             id, i, v->n_tokens);
-            return TUTTI_ERR;
+            return TUTTI_ERR_SIZE;
         }
         size_t pl;
         const char *p = tutti_vocab_token_piece(v, id, &pl);
@@ -244,7 +244,7 @@ int32_t tutti_detokenize(const tutti_vocab *v, const int32_t *ids, int32_t n_ids
         total += (int64_t)pl;
         if (total > INT32_MAX) {
             tutti_set_error("tutti_detokenize: text longer than 2 GiB");
-            return TUTTI_ERR;
+            return TUTTI_ERR_SIZE;
         }
     }
     return total <= len && (buf || total == 0) ? (int32_t)total : -(int32_t)total;

@@ -96,6 +96,6 @@ bool tutti_vocab_add_space_prefix(const tutti_vocab *vocab);
 /* tutti_tokenize returns this (and sets the error message) on an internal
  * failure (out of memory, regex engine error) or bad arguments; it cannot be
  * confused with "minus the number of ids needed". */
-#define TUTTI_TOKENIZE_FAILED INT32_MIN
+#define TUTTI_TOKENIZE_FAILED TUTTI_ERR_SIZE
 
 #endif
