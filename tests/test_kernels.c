@@ -171,7 +171,7 @@ typedef struct row_case {
 } row_case;
 
 #define NR 5
-#define NC 4
+#define NC 9
 
 static void make_case(int type, const tutti_vec_dot_traits *sc, int64_t n, row_case *rc) {
     rc->n = n;
@@ -283,8 +283,8 @@ static void check_path(tutti_simd path) {
                                  tutti_type_name(type), (long long)n, got, want[c][r], tol);
                 }
             }
-            for (int nr = 1; nr <= NR && nr <= k->gemm_nr; nr++)
-                for (int nc = 1; nc <= NC && nc <= k->gemm_nc; nc++) {
+            for (int nr = 1; nr <= NR; nr++)
+                for (int nc = 1; nc <= NC; nc++) {
                     float s[NC][NR + 1];
                     memset(s, 0xff, sizeof s); /* NaN: unwritten entries show */
                     k->gemm(n, rc.w, rc.ldw, nr, rc.xq, rc.ldx, nc, &s[0][0], NR + 1);

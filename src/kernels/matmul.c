@@ -7,9 +7,10 @@
  * rows are cut into chunks of MM_CHUNK_ROWS that the threads take from a
  * shared atomic counter (so a thread slowed by another process on the
  * machine does not hold the others up), and each chunk is multiplied with
- * the activations MM_TILE_TOK tokens at a time by the path's tile kernel:
- * a weight block is decoded once per 4 tokens and the chunk's rows stay in
- * L1 while all token tiles stream past, so a prompt reads the weights once.
+ * all activation rows by the path's tile kernel (4 rows x 4 tokens in
+ * registers; K-quant rows decoded once per chunk): the chunk's rows stay in
+ * L1/L2 while the token tiles stream past, so a prompt reads the weights
+ * once.
  *
  * Reference path (kept as the fallback when no scratch memory can be had):
  * weights dequantized exactly to float, activations rounded through the
@@ -196,7 +197,6 @@ static void mm_reference(tutti_threadpool *tp, int wtype, const void *w, int64_t
 /* ---- fast path ---- */
 
 #define MM_CHUNK_ROWS 16
-#define MM_TILE_TOK 4
 
 typedef struct fast_job {
     const tutti_vec_dot_traits *vt;
@@ -227,14 +227,9 @@ static void fast_worker(void *arg, int ith, int nth) {
         const int64_t r0 = c * MM_CHUNK_ROWS;
         const int nr = (int)(j->n_rows - r0 < MM_CHUNK_ROWS ? j->n_rows - r0 : MM_CHUNK_ROWS);
         const char *wc = j->w + (size_t)r0 * j->ldw;
-        for (int64_t t0 = 0; t0 < j->n_tok; t0 += MM_TILE_TOK) {
-            const int nc = (int)(j->n_tok - t0 < MM_TILE_TOK ? j->n_tok - t0 : MM_TILE_TOK);
-            for (int r = 0; r < nr; r += vt->gemm_nr) {
-                const int rr = nr - r < vt->gemm_nr ? nr - r : vt->gemm_nr;
-                vt->gemm(j->n_cols, wc + (size_t)r * j->ldw, j->ldw, rr, j->xq + (size_t)t0 * j->ldx, j->ldx, nc,
-                         j->y + t0 * j->n_rows + r0 + r, (size_t)j->n_rows);
-            }
-        }
+        /* all tokens at once: the kernel tiles them, decoding each weight
+         * block once per 4 tokens (K-quants: once per chunk) */
+        vt->gemm(j->n_cols, wc, j->ldw, nr, j->xq, j->ldx, (int)j->n_tok, j->y + r0, (size_t)j->n_rows);
     }
 }
 

@@ -357,7 +357,7 @@ static pthread_once_t g_tab_once = PTHREAD_ONCE_INIT;
 
 static void fill_scalar(tutti_vec_dot_traits *t) {
 #define E(T, VT, FF, NAME)                                                                     \
-    t[T] = (tutti_vec_dot_traits){VT, FF, vd_##NAME, gemm_##NAME, 4, 4, TUTTI_SIMD_SCALAR}
+    t[T] = (tutti_vec_dot_traits){VT, FF, vd_##NAME, gemm_##NAME, TUTTI_SIMD_SCALAR}
     E(TUTTI_TYPE_F32, TUTTI_TYPE_F32, from_float_f32, f32);
     E(TUTTI_TYPE_F16, TUTTI_TYPE_F16, from_float_f16, f16);
     E(TUTTI_TYPE_BF16, TUTTI_TYPE_BF16, from_float_bf16, bf16);

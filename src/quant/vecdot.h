@@ -54,11 +54,11 @@ typedef void (*tutti_from_float_fn)(const float *x, void *vy, int64_t n);
  * activation row vx (n elements of the vec_dot type). */
 typedef void (*tutti_vec_dot_fn)(int64_t n, float *s, const void *w, const void *vx);
 
-/* Tile product: for r < nr and c < nc,
+/* Matrix product of nr weight rows and nc activation rows (any nr, nc >= 1):
  *   s[c * lds + r] = dot(weight row r at (char*)w + r*ldw,
  *                        activation row c at (char*)vx + c*ldx)
- * 1 <= nr <= gemm_nr, 1 <= nc <= gemm_nc.  Each weight block is decoded
- * once per tile and used for all nc activation rows (prompt processing). */
+ * Kernels tile it in registers (several rows x 4 tokens), so a weight block
+ * is decoded once per 4 tokens or less (prompt processing). */
 typedef void (*tutti_gemm_fn)(int64_t n, const void *w, size_t ldw, int nr, const void *vx,
                               size_t ldx, int nc, float *s, size_t lds);
 
@@ -67,7 +67,6 @@ typedef struct tutti_vec_dot_traits {
     tutti_from_float_fn from_float;
     tutti_vec_dot_fn vec_dot;
     tutti_gemm_fn gemm;         /* never NULL */
-    int gemm_nr, gemm_nc;       /* largest tile gemm accepts */
     tutti_simd path;            /* path whose vec_dot kernel this is */
 } tutti_vec_dot_traits;
 
