@@ -270,7 +270,8 @@ static int bind_tensors(tutti_model *m) {
 
 /* ---- public ---- */
 
-tutti_model *tutti_model_load(const char *path, const tutti_model_params *params) {
+/* Loads from path (buf == NULL: mmap) or from the caller's buffer. */
+static tutti_model *load(const char *path, const void *buf, size_t size, const tutti_model_params *params) {
     tutti_model_params defaults = tutti_model_default_params();
     if (!params) params = &defaults;
     if (!path) {
@@ -283,7 +284,7 @@ tutti_model *tutti_model_load(const char *path, const tutti_model_params *params
         tutti_set_error("%s: out of memory", path);
         return NULL;
     }
-    m->gguf = gguf_open(path);
+    m->gguf = buf ? gguf_open_buffer(buf, size, path) : gguf_open(path);
     if (!m->gguf) goto fail;
 
     gguf_str arch;
@@ -307,11 +308,32 @@ tutti_model *tutti_model_load(const char *path, const tutti_model_params *params
         tutti_error_prefix("%s: tokenizer", path);
         goto fail;
     }
+    /* Token ids index token_embd/output rows and the vocabulary alike: a
+     * mismatch would read past one of them (llama.cpp requires equality too). */
+    if (tutti_vocab_n_tokens(m->vocab) != m->hp.n_vocab) {
+        tutti_set_error("%s: tensor 'token_embd.weight' has %d rows but the vocabulary (tokenizer.ggml.tokens) "
+                        "has %d tokens",
+                        path, m->hp.n_vocab, tutti_vocab_n_tokens(m->vocab));
+        goto fail;
+    }
     if (params->verbose) tutti_model_describe(m, stderr);
     return m;
 fail:
     tutti_model_free(m);
     return NULL;
+}
+
+tutti_model *tutti_model_load(const char *path, const tutti_model_params *params) {
+    return load(path, NULL, 0, params);
+}
+
+tutti_model *tutti_model_load_buffer(const void *buf, size_t size, const char *name,
+                                     const tutti_model_params *params) {
+    if (!buf) {
+        tutti_set_error("tutti_model_load_buffer: buffer is NULL");
+        return NULL;
+    }
+    return load(name ? name : "(buffer)", buf, size, params);
 }
 
 void tutti_model_free(tutti_model *model) {

@@ -129,6 +129,12 @@ struct tutti_session {
     bool has_logits;
 };
 
+/* tutti_model_load over a caller-owned GGUF image of size bytes (fuzzer and
+ * tests); buf must outlive the model (weights point into it).  name is used
+ * in error messages.  NULL with tutti_last_error() set on error. */
+tutti_model *tutti_model_load_buffer(const void *buf, size_t size, const char *name,
+                                     const tutti_model_params *params);
+
 /* Forward pass of ids[0..n) (n <= n_ubatch) at positions n_past.. ; writes
  * the K/V rows, advances nothing (the caller does).  If out is non-NULL it
  * receives all n rows of logits; the last row always goes to s->logits. */
