@@ -563,7 +563,7 @@ static void test_api_conventions(void **state) {
     assert_int_equal(tutti_detokenize(v, two, 2, buf, sizeof buf), -11);
     assert_int_equal(tutti_detokenize(v, two, 0, buf, sizeof buf), 0);
     int32_t bad[1] = {50257};
-    assert_int_equal(tutti_detokenize(v, bad, 1, buf, sizeof buf), TUTTI_ERR);
+    assert_int_equal(tutti_detokenize(v, bad, 1, buf, sizeof buf), TUTTI_ERR_SIZE);
     assert_non_null(strstr(tutti_last_error(), "out of range"));
     tutti_vocab_free(v);
     tutti_vocab_free(NULL);
