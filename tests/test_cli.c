@@ -234,6 +234,43 @@ static void test_generate_chat(void **state) {
     rmdir(dir);
 }
 
+/* Hostile inputs (fuzz/corpus/model/ holds the tiny hostile models written
+ * by tests/test_model_hostile.c): each must end with the given exit status
+ * and a message on stderr naming the problem. */
+static void test_hostile_inputs(void **state) {
+    (void)state;
+    require_shared();
+    const char *corpus = TUTTI_SOURCE_DIR "/fuzz/corpus/model";
+    const char *stories = shared_path("models/stories260K.gguf");
+    struct {
+        char args[1024];
+        int status;
+        const char *msg;
+    } cases[8];
+    int n = 0;
+#define CASE(st, m, ...) (snprintf(cases[n].args, sizeof cases[n].args, __VA_ARGS__), cases[n].status = (st), \
+                          cases[n].msg = (m), n++)
+    CASE(1, "NaN or infinite logits", "generate -m %s/ok-nan-weights.gguf -p the --temp 0", corpus);
+    CASE(1, "NaN or infinite logits", "generate -m %s/ok-nan-weights.gguf -p the --seed 1", corpus);
+    CASE(1, "is a directory", "generate -m %s -f /tmp -n 2", stories);
+    CASE(2, "-m given twice", "generate -m %s -m %s/ok-base.gguf -p a", stories, corpus);
+    CASE(2, "in [1, 512]", "generate -m %s -p a -t 513", stories);
+    CASE(1, "has 50 rows but the vocabulary", "info -m %s/vocab-lt-embd.gguf", corpus);
+    CASE(1, "has no tensors", "info -m %s", shared_path("models/vocab/ggml-vocab-llama3.gguf"));
+    CASE(2, "-m given twice", "info -m %s -m %s", stories, stories);
+#undef CASE
+    for (int i = 0; i < n; i++) {
+        char cmd[2048];
+        snprintf(cmd, sizeof cmd, "%s %s 2>&1 >/dev/null", TUTTI_CLI, cases[i].args);
+        int st;
+        char *err = run(cmd, &st);
+        if (st != cases[i].status || !strstr(err, cases[i].msg))
+            fail_msg("tutti %s: exit %d (want %d), stderr '%s' (want '%s')", cases[i].args, st, cases[i].status,
+                     err, cases[i].msg);
+        free(err);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_generate_greedy_matches_llama_cpp),
@@ -242,6 +279,7 @@ int main(void) {
         cmocka_unit_test(test_tokenize_inp_matches_reference),
         cmocka_unit_test(test_bad_input_exits_with_message),
         cmocka_unit_test(test_generate_chat),
+        cmocka_unit_test(test_hostile_inputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

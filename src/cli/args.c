@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "cli/cli.h"
@@ -96,6 +97,14 @@ char *cli_read_file(const char *path, size_t *len) {
         fprintf(stderr, "tutti %s: cannot open %s: %s\n", cli_cmd, path, strerror(errno));
         return NULL;
     }
+    /* fopen succeeds on a directory and fread then just returns 0: without
+     * this check a directory would read as an empty text. */
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "tutti %s: %s is a directory, not a file\n", cli_cmd, path);
+        fclose(f);
+        return NULL;
+    }
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap);
     for (;;) {
@@ -108,6 +117,12 @@ char *cli_read_file(const char *path, size_t *len) {
         size_t r = fread(buf + n, 1, cap - n - 1, f);
         n += r;
         if (r == 0) break;
+    }
+    if (buf && ferror(f)) {
+        fprintf(stderr, "tutti %s: error reading %s: %s\n", cli_cmd, path, strerror(errno));
+        free(buf);
+        fclose(f);
+        return NULL;
     }
     fclose(f);
     if (!buf) {

@@ -19,12 +19,15 @@ int cmd_info(int argc, char **argv);
  * advance *i and return false after printing "tutti CMD: FLAG needs ..." to
  * stderr when the value is missing or malformed. */
 bool cli_str(int argc, char **argv, int *i, const char **out);
+/* Largest -t the sessions accept (tutti_session_new refuses more). */
+#define CLI_MAX_THREADS 512
 bool cli_int(int argc, char **argv, int *i, int64_t lo, int64_t hi, int32_t *out);
 bool cli_u64(int argc, char **argv, int *i, uint64_t *out);
 bool cli_float(int argc, char **argv, int *i, float lo, float hi, float *out);
 /* Parses "1,2,3" (ids) into a malloc'd array; false on a malformed list. */
 bool cli_ids(const char *s, int32_t **ids, int32_t *n);
-/* Reads a whole file into a malloc'd buffer (NUL-terminated, size in *len). */
+/* Reads a whole file into a malloc'd buffer (NUL-terminated, size in *len);
+ * NULL after printing why (cannot open, a directory, a read error). */
 char *cli_read_file(const char *path, size_t *len);
 /* Tokenizes with a growing buffer; malloc'd ids or NULL (error printed). */
 int32_t *cli_tokenize(const tutti_vocab *vocab, const char *text, size_t len, bool add_bos,

@@ -1,4 +1,5 @@
 /* tutti generate: one model, one prompt, sampled continuation on stdout. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,14 @@ static void usage(FILE *f) {
             "  -h, --help            this text\n");
 }
 
+/* NaN or +inf logits mean broken weights or an overflow; sampling from them
+ * (greedy or not) would print garbage with exit status 0. */
+static bool logits_finite(const float *logits, int32_t n) {
+    for (int32_t i = 0; i < n; i++)
+        if (isnan(logits[i]) || logits[i] == INFINITY) return false;
+    return true;
+}
+
 int cmd_generate(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *system = NULL;
     bool chat = false, verbose_prompt = false;
@@ -41,7 +50,13 @@ int cmd_generate(int argc, char **argv) {
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         bool ok = true;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) ok = cli_str(argc, argv, &i, &model_path);
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (model_path) {
+                fprintf(stderr, "tutti generate: -m given twice; generate runs one model (tutti run fuses several)\n");
+                return 2;
+            }
+            ok = cli_str(argc, argv, &i, &model_path);
+        }
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) ok = cli_str(argc, argv, &i, &prompt);
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) ok = cli_str(argc, argv, &i, &prompt_file);
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) ok = cli_int(argc, argv, &i, 0, 1 << 24, &n_predict);
@@ -52,7 +67,7 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--repeat-penalty")) ok = cli_float(argc, argv, &i, 1e-3f, 100.0f, &sp.repeat_penalty);
         else if (!strcmp(a, "--repeat-last-n")) ok = cli_int(argc, argv, &i, 0, 1 << 20, &sp.repeat_last_n);
         else if (!strcmp(a, "--seed")) ok = seed_set = cli_u64(argc, argv, &i, &sp.seed);
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = cli_int(argc, argv, &i, 1, 1024, &n_threads);
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = cli_int(argc, argv, &i, 1, CLI_MAX_THREADS, &n_threads);
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) ok = cli_int(argc, argv, &i, 1, 1 << 24, &n_ctx);
         else if (!strcmp(a, "--special")) parse_special = true;
         else if (!strcmp(a, "--chat")) chat = true;
@@ -143,6 +158,13 @@ int cmd_generate(int argc, char **argv) {
     char *piece = malloc((size_t)piece_cap);
     rc = 0;
     while (piece && n_gen < n_predict) {
+        if (!logits_finite(tutti_session_logits(sess), n_vocab)) {
+            fprintf(stderr, "tutti generate: the model produced NaN or infinite logits at position %d (broken "
+                            "weights?)\n",
+                    tutti_session_n_past(sess) - 1);
+            rc = 1;
+            break;
+        }
         int32_t tok = tutti_sampler_sample(smp, tutti_session_logits(sess), n_vocab);
         if (tok < 0) {
             fprintf(stderr, "tutti generate: %s\n", tutti_last_error());

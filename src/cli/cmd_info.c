@@ -8,6 +8,10 @@ int cmd_info(int argc, char **argv) {
     const char *model_path = NULL;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) {
+            if (model_path) {
+                fprintf(stderr, "tutti info: -m given twice; info describes one model per call\n");
+                return 2;
+            }
             if (!cli_str(argc, argv, &i, &model_path)) return 2;
         } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             printf("usage: tutti info -m MODEL\n"

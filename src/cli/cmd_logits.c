@@ -25,7 +25,7 @@ int cmd_logits(int argc, char **argv) {
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) ok = cli_str(argc, argv, &i, &prompt);
         else if (!strcmp(a, "--ids")) ok = cli_str(argc, argv, &i, &ids_arg);
         else if (!strcmp(a, "--out") || !strcmp(a, "-o")) ok = cli_str(argc, argv, &i, &out);
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = cli_int(argc, argv, &i, 1, 1024, &n_threads);
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = cli_int(argc, argv, &i, 1, CLI_MAX_THREADS, &n_threads);
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         else {
             fprintf(stderr, "tutti logits: unknown option '%s' (see tutti logits --help)\n", a);

@@ -301,11 +301,16 @@ static tutti_model *load(const char *path, const void *buf, size_t size, const t
                         (int)(arch.len > 64 ? 64 : arch.len), arch.data, tutti_arch_list());
         goto fail;
     }
+    if (gguf_n_tensors(m->gguf) == 0) {
+        tutti_set_error("%s: the file has no tensors (a vocabulary-only GGUF? tutti tokenize accepts those)", path);
+        goto fail;
+    }
     if (load_hparams(m) || bind_tensors(m)) goto fail;
 
     m->vocab = tutti_vocab_from_gguf(m->gguf);
     if (!m->vocab) {
-        tutti_error_prefix("%s: tokenizer", path);
+        /* the vocabulary's messages mostly name the file already */
+        if (!strstr(tutti_last_error(), path)) tutti_error_prefix("%s: tokenizer", path);
         goto fail;
     }
     /* Token ids index token_embd/output rows and the vocabulary alike: a
