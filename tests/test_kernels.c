@@ -16,6 +16,7 @@
  * float types) and weights are random (quantized with the reference
  * quantizers, or random bytes with sane scales for types without one). */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@
 #include <unistd.h>
 
 #include "test_common.h"
+#include "kernels/kernels.h"
 #include "quant/quant.h"
 #include "quant/vecdot.h"
 #include "tutti.h"
@@ -372,11 +374,74 @@ static void test_forced_path(void **state) {
     }
 }
 
+/* Thread pool: static jobs run every share exactly once; dynamic jobs
+ * (items claimed from a counter) complete every item exactly once however
+ * many workers join, and never run after the call returned (the job lives
+ * on the caller's stack).  Alternating the two, with tiny jobs, stresses
+ * the hand-offs between spinning, sleeping and late workers. */
+typedef struct tp_job {
+    atomic_int next;
+    int n_items;
+    atomic_int done_items;
+    atomic_int shares[8];
+    atomic_int *alive; /* 1 while the caller is inside run */
+    atomic_int violations;
+} tp_job;
+
+static void tp_static_fn(void *arg, int ith, int nth) {
+    tp_job *j = arg;
+    (void)nth;
+    if (!atomic_load(j->alive)) atomic_fetch_add(&j->violations, 1);
+    atomic_fetch_add(&j->shares[ith], 1);
+}
+
+static void tp_dynamic_fn(void *arg, int ith, int nth) {
+    tp_job *j = arg;
+    (void)ith;
+    (void)nth;
+    for (;;) {
+        const int i = atomic_fetch_add(&j->next, 1);
+        if (i >= j->n_items) break;
+        if (!atomic_load(j->alive)) atomic_fetch_add(&j->violations, 1);
+        atomic_fetch_add(&j->done_items, 1);
+    }
+}
+
+static void test_threadpool(void **state) {
+    (void)state;
+    for (int nt = 1; nt <= 4; nt++) {
+        tutti_threadpool *tp = tutti_threadpool_new(nt);
+        assert_non_null(tp);
+        atomic_int alive;
+        atomic_init(&alive, 0);
+        for (int it = 0; it < 3000; it++) {
+            tp_job j;
+            memset(&j, 0, sizeof j);
+            j.alive = &alive;
+            j.n_items = 1 + it % 7;
+            atomic_store(&alive, 1);
+            if (it % 3 == 0) {
+                tutti_threadpool_run(tp, tp_static_fn, &j);
+                atomic_store(&alive, 0);
+                for (int t = 0; t < nt; t++) assert_int_equal(atomic_load(&j.shares[t]), 1);
+            } else {
+                tutti_threadpool_run_dynamic(tp, tp_dynamic_fn, &j);
+                atomic_store(&alive, 0);
+                assert_int_equal(atomic_load(&j.done_items), j.n_items);
+            }
+            assert_int_equal(atomic_load(&j.violations), 0);
+            if (it % 500 == 0) usleep(3000); /* let the workers fall asleep */
+        }
+        tutti_threadpool_free(tp);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scalar_vs_reference),
         cmocka_unit_test(test_paths_vs_scalar),
         cmocka_unit_test(test_forced_path),
+        cmocka_unit_test(test_threadpool),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

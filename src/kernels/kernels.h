@@ -21,9 +21,11 @@
 
 /* ---- backend selection ---- */
 
-/* Name of the kernel path in use ("scalar" for now).  Read once from the
- * environment variable TUTTI_KERNELS (unset: the best path this CPU
- * supports); an unknown or unsupported value falls back to "scalar". */
+/* Name of the kernel path in use: "scalar", "avx2", "avx512" or "neon"
+ * (quant/vecdot.h).  Read once from the environment variable TUTTI_KERNELS
+ * (unset: the best path this CPU supports); an unknown or unsupported value
+ * makes tutti_threadpool_new (hence every session) fail with a message
+ * naming the paths this CPU supports. */
 const char *tutti_kernels_backend(void);
 
 /* ---- thread pool ---- */
@@ -41,6 +43,12 @@ int tutti_threadpool_n_threads(const tutti_threadpool *tp);
  * takes ith 0) and returns when all are done.  tp == NULL runs fn(arg, 0, 1).
  * Not reentrant: one job at a time per pool. */
 void tutti_threadpool_run(tutti_threadpool *tp, void (*fn)(void *arg, int ith, int nth), void *arg);
+/* Like tutti_threadpool_run, but fn must claim its work items itself (e.g.
+ * from an atomic counter in arg) because only the caller is sure to run it:
+ * a worker that starts late (busy machine) skips the job, and the call
+ * returns as soon as the caller and the workers that did join are done.
+ * ith is still unique among the threads that run fn (per-thread scratch). */
+void tutti_threadpool_run_dynamic(tutti_threadpool *tp, void (*fn)(void *arg, int ith, int nth), void *arg);
 /* A float buffer of at least n_floats owned by the pool, for the kernels'
  * temporaries (grown on demand, reused across calls; call from the thread
  * that runs jobs, outside a job).  NULL if tp is NULL or memory runs out.

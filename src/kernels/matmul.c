@@ -211,9 +211,14 @@ typedef struct fast_job {
 } fast_job;
 
 static void convert_worker(void *arg, int ith, int nth) {
+    (void)ith;
+    (void)nth;
     fast_job *j = arg;
-    for (int64_t t = ith; t < j->n_tok; t += nth)
+    for (;;) {
+        const int64_t t = atomic_fetch_add(&j->next, 1);
+        if (t >= j->n_tok) break;
         j->vt->from_float(j->x + t * j->n_cols, j->xq + (size_t)t * j->ldx, j->n_cols);
+    }
 }
 
 static void fast_worker(void *arg, int ith, int nth) {
@@ -267,13 +272,14 @@ void tutti_matmul(tutti_threadpool *tp, int wtype, const void *w, int64_t n_rows
         if (n_tok == 1 || !tp)
             convert_worker(&j, 0, 1);
         else
-            tutti_threadpool_run(tp, convert_worker, &j);
+            tutti_threadpool_run_dynamic(tp, convert_worker, &j);
+        atomic_store(&j.next, 0);
     }
     /* tiny products are not worth waking the pool for */
     if (n_rows * n_cols * n_tok < 32768 || j.n_chunks < 2)
         fast_worker(&j, 0, 1);
     else
-        tutti_threadpool_run(tp, fast_worker, &j);
+        tutti_threadpool_run_dynamic(tp, fast_worker, &j);
     free(owned);
 }
 

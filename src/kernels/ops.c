@@ -2,6 +2,7 @@
  * causal GQA attention over the F16 KV cache — scalar reference versions. */
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 
 #include "kernels/kernels.h"
@@ -178,17 +179,24 @@ typedef struct attn_job {
     const tutti_attn_params *p;
     attn_dot_fn dot;
     attn_axpy_fn axpy;
+    atomic_int_fast64_t next; /* next (token, head) item to take */
 } attn_job;
 
 static void attn_worker(void *arg, int ith, int nth) {
-    const attn_job *job = arg;
+    (void)nth;
+    attn_job *job = arg;
     const tutti_attn_params *p = job->p;
     const int32_t group = p->n_head / p->n_head_kv;
     const int64_t kstride = (int64_t)p->n_head_kv * p->head_dim_k;
     const int64_t vstride = (int64_t)p->n_head_kv * p->head_dim_v;
     float *sc = p->scratch + (size_t)ith * (size_t)(p->pos0 + p->n_tok + p->head_dim_k);
 
-    for (int64_t item = ith; item < (int64_t)p->n_tok * p->n_head; item += nth) {
+    const int64_t n_items = (int64_t)p->n_tok * p->n_head;
+    for (;;) {
+        /* items from a shared counter: a thread slowed down by another
+         * process does not hold up the rest (tutti_threadpool_run_dynamic) */
+        const int64_t item = atomic_fetch_add(&job->next, 1);
+        if (item >= n_items) break;
         const int32_t t = (int32_t)(item / p->n_head), h = (int32_t)(item % p->n_head);
         const int32_t kvh = h / group;
         const int32_t pos = p->pos0 + t;
@@ -222,7 +230,8 @@ static void attn_worker(void *arg, int ith, int nth) {
 
 void tutti_attention(tutti_threadpool *tp, const tutti_attn_params *p) {
     pthread_once(&g_f16_once, f16_table_init);
-    attn_job job = {p, attn_dot_scalar, attn_axpy_scalar};
+    attn_job job = {p, attn_dot_scalar, attn_axpy_scalar, 0};
+    atomic_init(&job.next, 0);
 #ifdef OPS_X86
     const tutti_simd path = tutti_simd_current();
     if (path == TUTTI_SIMD_AVX2 || path == TUTTI_SIMD_AVX512) {
@@ -230,5 +239,5 @@ void tutti_attention(tutti_threadpool *tp, const tutti_attn_params *p) {
         job.axpy = attn_axpy_avx2;
     }
 #endif
-    tutti_threadpool_run(tp, attn_worker, &job);
+    tutti_threadpool_run_dynamic(tp, attn_worker, &job);
 }
