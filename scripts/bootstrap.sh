@@ -4,7 +4,8 @@
 # installs only what is missing and rebuilds only what changed.
 set -e
 BUILD=${1:-build}
-shift 2>/dev/null || true
+# (dash exits on a failing `shift`, even with `|| true`: test first)
+if [ $# -gt 0 ]; then shift; fi
 PKGS="build-essential cmake pkg-config libpcre2-dev libcmocka-dev libcjson-dev"
 missing=""
 for p in $PKGS; do
