@@ -260,7 +260,7 @@ static void test_hostile_inputs(void **state) {
     CASE(2, "-m given twice", "info -m %s -m %s", stories, stories);
 #undef CASE
     for (int i = 0; i < n; i++) {
-        char cmd[2048];
+        char cmd[16384];
         snprintf(cmd, sizeof cmd, "%s %s 2>&1 >/dev/null", TUTTI_CLI, cases[i].args);
         int st;
         char *err = run(cmd, &st);
