@@ -17,7 +17,7 @@ usage: bench/run.py [-t THREADS] [-r REPS] [-p 512] [-n 128] [--shapes llama3.2-
 Prints a markdown table (paste it into bench/RESULTS.md with the machine
 details this script prints first).
 """
-import argparse, json, os, resource, subprocess, sys, time
+import argparse, json, os, statistics, subprocess, sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -87,8 +87,8 @@ def main():
     for l in machine_details():
         print(l)
     kernels = os.environ.get("TUTTI_KERNELS", "best available")
-    print(f"threads {a.threads}, pp{a.n_prompt} / tg{a.n_gen}, {a.reps} repetitions after a warm-up; "
-          f"tutti kernels: {kernels}\n")
+    print(f"threads {a.threads}, pp{a.n_prompt} / tg{a.n_gen}, {a.reps} repetitions after a warm-up "
+          f"(t/s: median of the repetitions ± standard deviation); tutti kernels: {kernels}\n")
     print("| model | test | llama.cpp t/s | tutti t/s | tutti / llama.cpp | llama.cpp peak RSS MiB | "
           "tutti peak RSS MiB | RSS ratio |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
@@ -100,20 +100,22 @@ def main():
             lres = {}
             for o in json.loads(out):
                 key = f"pp{o['n_prompt']}" if o["n_prompt"] else f"tg{o['n_gen']}"
-                lres[key] = (o["avg_ts"], o["stddev_ts"])
+                lres[key] = (statistics.median(o.get("samples_ts") or [o["avg_ts"]]), o["stddev_ts"])
             out, t_rss = run_child(tutti + ["-m", a.root + rel, "-t", str(a.threads), "-p", str(a.n_prompt),
                                             "-n", str(a.n_gen), "-r", str(a.reps), "--json"])
             tres = {}
             for line in out.splitlines():
                 if line.startswith("{"):
                     o = json.loads(line)
-                    tres[o["test"]] = (o["tps"], o["tps_sd"])
+                    tres[o["test"]] = (statistics.median(o.get("samples") or [o["tps"]]), o["tps_sd"])
             for key in (f"pp{a.n_prompt}", f"tg{a.n_gen}"):
                 if key not in lres or key not in tres:
                     continue
                 (lt, lsd), (tt, tsd) = lres[key], tres[key]
                 print(f"| {shape} {ty} | {key} | {lt:.2f} ± {lsd:.2f} | {tt:.2f} ± {tsd:.2f} | {tt / lt:.2f} | "
                       f"{l_rss:.0f} | {t_rss:.0f} | {t_rss / l_rss:.2f} |", flush=True)
+            print(f"<!-- load average after {shape} {ty}: "
+                  + " ".join(f"{x:.2f}" for x in os.getloadavg()) + " -->", flush=True)
     if not a.no_fused:
         shape = a.shapes.split(",")[-1]
         ms = []
@@ -128,8 +130,9 @@ def main():
                     o = json.loads(line)
                     mode = "members in turn, all threads each" if par == 1 else "members concurrently"
                     print(f"fused generation ({shape} F16 + Q8_0 + Q4_K_M, {o['units']} tokens, {mode}): "
-                          f"{o['fused_s']:.3f} s vs sum of single-model runs {o['sum_single_s']:.3f} s "
-                          f"= {o['ratio']:.3f}x; peak RSS {rss:.0f} MiB", flush=True)
+                          f"{o['fused_s']:.3f} s vs sum of the three single-model runs of the same length "
+                          f"{o['sum_single_s']:.3f} s = {o['ratio']:.3f}x; "
+                          f"peak RSS {rss:.0f} MiB", flush=True)
 
 
 if __name__ == "__main__":

@@ -11,9 +11,11 @@
  * session has n_ctx = pp + tg, like llama-bench's context.
  *
  * With --fused and several -m (same vocabulary), it also times a fused
- * generation of the members (token alignment, MIX rule, greedy) of tg
- * tokens and compares it with the sum of the members' single-model
- * generation times for the same prompt and length.
+ * generation of the members (token alignment, MIX rule, greedy, up to tg
+ * tokens; it may stop earlier at an end-of-text token) and compares its
+ * wall time with the sum over members of their single-model greedy
+ * generation times for the same prompt and the same number of tokens as the
+ * fused run produced, all after a warm-up, means of the repetitions.
  *
  * Peak RSS is the process's maximum resident set (getrusage), mapped weight
  * pages included, as for llama-bench when it mmaps the file. */
@@ -201,13 +203,54 @@ int tutti_cmd_bench(int argc, char **argv) {
         return 1;
     }
     const char *kpath = tutti_simd_name(tutti_simd_current());
+    const char *fuse_prompt = "Once upon a time";
     if (!json)
         printf("| model | kernels | threads | test | t/s | peak RSS MiB |\n|---|---|---:|---|---:|---:|\n");
+
+    /* fused generation first: its length (it may stop at an end-of-text
+     * token) is the length of the single-model runs below */
+    int fused_units = 0;
+    double fused_mean = 0, fused_sd = 0;
+    if (fused && n_models >= 2 && n_tg > 0) {
+        tutti_member_desc md[BENCH_MAX_MODELS];
+        for (int mi = 0; mi < n_models; mi++)
+            md[mi] = (tutti_member_desc){.model_path = models[mi], .weight = NAN, .temp = NAN};
+        tutti_ensemble_params ep = tutti_ensemble_default_params();
+        ep.members = md;
+        ep.n_members = n_models;
+        ep.rule = TUTTI_RULE_MIX;
+        ep.align = TUTTI_ALIGN_TOKEN;
+        ep.n_threads = n_threads;
+        ep.n_ctx = 512 + n_tg;
+        ep.parallel = parallel;
+        tutti_ensemble *ens = tutti_ensemble_new(&ep);
+        if (!ens) {
+            fprintf(stderr, "tutti bench: ensemble: %s\n", tutti_last_error());
+            return 1;
+        }
+        tutti_sampler_params smp = tutti_sampler_default_params();
+        smp.temp = 0;
+        tutti_mask mask = {0};
+        mask.max_len = n_tg;
+        stat_acc st = {.n = 0};
+        tutti_ensemble_stats es = {0};
+        for (int r = -1; r < reps; r++) {
+            if (tutti_ensemble_generate(ens, fuse_prompt, strlen(fuse_prompt), &smp, &mask, NULL, NULL, &es) !=
+                TUTTI_OK) {
+                fprintf(stderr, "tutti bench: fused generation: %s\n", tutti_last_error());
+                tutti_ensemble_free(ens);
+                return 1;
+            }
+            if (r >= 0) st.v[st.n++] = es.t_total_s;
+        }
+        tutti_ensemble_free(ens);
+        fused_units = es.n_units > 0 ? es.n_units : 1;
+        stat_mean_sd(&st, &fused_mean, &fused_sd);
+    }
 
     tutti_model *loaded[BENCH_MAX_MODELS] = {0};
     int rc = 0;
     double single_gen_s[BENCH_MAX_MODELS] = {0};
-    const char *fuse_prompt = "Once upon a time";
     for (int mi = 0; mi < n_models && rc == 0; mi++) {
         tutti_model_params mp = tutti_model_default_params();
         tutti_model *m = tutti_model_load(models[mi], &mp);
@@ -243,79 +286,51 @@ int tutti_cmd_bench(int argc, char **argv) {
             if (rc) break;
             double mean, sd;
             stat_mean_sd(&st, &mean, &sd);
-            if (json)
+            if (json) {
                 printf("{\"model\":\"%s\",\"kernels\":\"%s\",\"threads\":%d,\"test\":\"%s%d\",\"tps\":%.3f,"
-                       "\"tps_sd\":%.3f,\"peak_rss_mib\":%.1f}\n",
-                       base_name(models[mi]), kpath, n_threads, test == 0 ? "pp" : "tg", n, mean, sd,
-                       peak_rss_mib());
-            else
+                       "\"tps_sd\":%.3f,\"samples\":[",
+                       base_name(models[mi]), kpath, n_threads, test == 0 ? "pp" : "tg", n, mean, sd);
+                for (int k = 0; k < st.n; k++) printf("%s%.3f", k ? "," : "", st.v[k]);
+                printf("],\"peak_rss_mib\":%.1f}\n", peak_rss_mib());
+            } else
                 printf("| %s | %s | %d | %s%d | %.2f ± %.2f | %.1f |\n", base_name(models[mi]), kpath, n_threads,
                        test == 0 ? "pp" : "tg", n, mean, sd, peak_rss_mib());
             fflush(stdout);
         }
         free(ids);
         tutti_session_free(s);
-        if (rc == 0 && fused && n_tg > 0) {
-            single_gen_s[mi] = run_single_gen(m, n_threads, fuse_prompt, n_tg);
-            if (single_gen_s[mi] < 0) {
-                fprintf(stderr, "tutti bench: %s: %s\n", models[mi], tutti_last_error());
-                rc = 1;
+        if (rc == 0 && fused_units > 0) {
+            /* same prompt, same number of tokens as the fused run; warm-up
+             * first, mean of the repetitions */
+            double sum = 0;
+            for (int r = -1; r < reps && rc == 0; r++) {
+                const double t = run_single_gen(m, n_threads, fuse_prompt, fused_units);
+                if (t < 0) {
+                    fprintf(stderr, "tutti bench: %s: %s\n", models[mi], tutti_last_error());
+                    rc = 1;
+                } else if (r >= 0) {
+                    sum += t;
+                }
             }
+            single_gen_s[mi] = sum / reps;
         }
     }
     for (int mi = 0; mi < n_models; mi++) tutti_model_free(loaded[mi]);
 
-    if (rc == 0 && fused && n_models >= 2 && n_tg > 0) {
-        tutti_member_desc md[BENCH_MAX_MODELS];
+    if (rc == 0 && fused_units > 0) {
         double sum_single = 0;
-        for (int mi = 0; mi < n_models; mi++) {
-            md[mi] = (tutti_member_desc){.model_path = models[mi], .weight = NAN, .temp = NAN};
-            sum_single += single_gen_s[mi];
-        }
-        tutti_ensemble_params ep = tutti_ensemble_default_params();
-        ep.members = md;
-        ep.n_members = n_models;
-        ep.rule = TUTTI_RULE_MIX;
-        ep.align = TUTTI_ALIGN_TOKEN;
-        ep.n_threads = n_threads;
-        ep.n_ctx = 512 + n_tg;
-        ep.parallel = parallel;
-        tutti_ensemble *ens = tutti_ensemble_new(&ep);
-        if (!ens) {
-            fprintf(stderr, "tutti bench: ensemble: %s\n", tutti_last_error());
-            return 1;
-        }
-        tutti_sampler_params smp = tutti_sampler_default_params();
-        smp.temp = 0;
-        tutti_mask mask = {0};
-        mask.max_len = n_tg;
-        stat_acc st = {.n = 0};
-        tutti_ensemble_stats es = {0};
-        for (int r = -1; r < reps && rc == 0; r++) {
-            if (tutti_ensemble_generate(ens, fuse_prompt, strlen(fuse_prompt), &smp, &mask, NULL, NULL, &es) !=
-                TUTTI_OK) {
-                fprintf(stderr, "tutti bench: fused generation: %s\n", tutti_last_error());
-                rc = 1;
-            } else if (r >= 0) {
-                st.v[st.n++] = es.t_total_s;
-            }
-        }
-        tutti_ensemble_free(ens);
-        if (rc == 0) {
-            double mean, sd;
-            stat_mean_sd(&st, &mean, &sd);
-            if (json)
-                printf("{\"test\":\"fused-tg%d\",\"members\":%d,\"threads\":%d,\"parallel\":%d,\"fused_s\":%.4f,"
-                       "\"fused_s_sd\":%.4f,\"sum_single_s\":%.4f,\"ratio\":%.3f,\"units\":%d,"
-                       "\"peak_rss_mib\":%.1f}\n",
-                       n_tg, n_models, n_threads, parallel, mean, sd, sum_single, mean / sum_single, es.n_units,
-                       peak_rss_mib());
-            else
-                printf("\nfused generation, %d members, %d tokens (prompt \"%s\"), %d threads, parallel=%d:\n"
-                       "  fused %.3f ± %.3f s, sum of single-model runs %.3f s, ratio %.3f (%d units)\n",
-                       n_models, n_tg, fuse_prompt, n_threads, parallel, mean, sd, sum_single,
-                       mean / sum_single, es.n_units);
-        }
+        for (int mi = 0; mi < n_models; mi++) sum_single += single_gen_s[mi];
+        if (json)
+            printf("{\"test\":\"fused-tg%d\",\"members\":%d,\"threads\":%d,\"parallel\":%d,\"fused_s\":%.4f,"
+                   "\"fused_sd\":%.4f,\"sum_single_s\":%.4f,\"ratio\":%.3f,\"units\":%d,\"peak_rss_mib\":%.1f}\n",
+                   n_tg, n_models, n_threads, parallel, fused_mean, fused_sd, sum_single, fused_mean / sum_single,
+                   fused_units, peak_rss_mib());
+        else
+            printf("\nfused generation, %d members, %d tokens (prompt \"%s\"), %d threads, parallel=%d:\n"
+                   "  fused %.3f ± %.3f s, sum of the members' single-model runs of the same length %.3f s, "
+                   "ratio %.3f\n",
+                   n_models, fused_units, fuse_prompt, n_threads, parallel, fused_mean, fused_sd, sum_single,
+                   fused_mean / sum_single);
     }
     return rc;
 }
