@@ -831,6 +831,63 @@ static void write_qwen3_vocab_model(const char *path) {
     free(emb);
 }
 
+/* Next-byte distribution after ids (then after one more byte b0 when
+ * b0 >= 0) straight from the definition: every token's probability from the
+ * public single-model API, added to the first byte of its piece (END for
+ * end-of-generation tokens), control tokens left out, normalised. */
+static void byte_reference(tutti_model *m, const int32_t *ids, int32_t n, int b0, double *out) {
+    const tutti_vocab *v = tutti_model_vocab(m);
+    int32_t V = tutti_model_n_vocab(m);
+    tutti_session *s = tutti_session_new(m, NULL);
+    assert_non_null(s);
+    double *p = malloc(sizeof(double) * (size_t)V), *q = malloc(sizeof(double) * (size_t)V);
+    char piece[256], piece2[256];
+    for (int b = 0; b < 257; b++) out[b] = 0;
+    assert_int_equal(tutti_session_eval(s, ids, n, NULL), 0);
+    const float *z = tutti_session_logits(s);
+    double mx = -INFINITY, sum = 0;
+    for (int32_t t = 0; t < V; t++) mx = fmax(mx, z[t]);
+    for (int32_t t = 0; t < V; t++) sum += p[t] = exp(z[t] - mx);
+    for (int32_t t = 0; t < V; t++) p[t] /= sum;
+    for (int32_t t = 0; t < V; t++) {
+        if (tutti_vocab_is_eog(v, t)) {
+            if (b0 < 0) out[256] += p[t];
+            continue;
+        }
+        int32_t k = tutti_token_to_piece(v, t, false, piece, sizeof piece);
+        if (k <= 0) continue;
+        if (b0 < 0) {
+            out[(uint8_t)piece[0]] += p[t];
+        } else if ((uint8_t)piece[0] == b0 && k > 1) {
+            out[(uint8_t)piece[1]] += p[t];
+        } else if ((uint8_t)piece[0] == b0 && k == 1) {
+            /* the token is exactly b0: the next token starts the next byte */
+            int32_t ids2[64];
+            memcpy(ids2, ids, sizeof(int32_t) * (size_t)n);
+            ids2[n] = t;
+            assert_int_equal(tutti_session_rewind(s, n), 0);
+            assert_int_equal(tutti_session_eval(s, &t, 1, NULL), 0);
+            const float *z2 = tutti_session_logits(s);
+            double mx2 = -INFINITY, sum2 = 0;
+            for (int32_t u = 0; u < V; u++) mx2 = fmax(mx2, z2[u]);
+            for (int32_t u = 0; u < V; u++) sum2 += q[u] = exp(z2[u] - mx2);
+            for (int32_t u = 0; u < V; u++) {
+                if (tutti_vocab_is_eog(v, u)) {
+                    out[256] += p[t] * q[u] / sum2;
+                    continue;
+                }
+                int32_t k2 = tutti_token_to_piece(v, u, false, piece2, sizeof piece2);
+                if (k2 > 0) out[(uint8_t)piece2[0]] += p[t] * q[u] / sum2;
+            }
+        }
+    }
+    double tot = 0;
+    for (int b = 0; b < 257; b++) tot += out[b];
+    for (int b = 0; b < 257; b++) out[b] /= tot;
+    free(p), free(q);
+    tutti_session_free(s);
+}
+
 static void test_overhead_qwen3_vocab(void **state) {
     (void)state;
     require_shared();
@@ -875,6 +932,40 @@ static void test_overhead_qwen3_vocab(void **state) {
                1e3 * st.t_fusion_s / st.n_units, cases[k].align == TUTTI_ALIGN_TOKEN ? "token" : "byte");
         tutti_ensemble_free(e);
     }
+
+    /* the byte marginals on this vocabulary (ranges over many blocks of the
+     * sorted table) against the definition, exact (no pruning): the first
+     * byte after a token-id prompt, then the byte after its likeliest byte */
+    tutti_model_params mp = tutti_model_default_params();
+    tutti_model *m = tutti_model_load(path, &mp);
+    assert_non_null(m);
+    fusion_member *fm = fusion_member_local_new(path, 4, 0, 1);
+    fusion_trie *tr = fusion_trie_build(fm->vocab);
+    fusion_bytes_params bp = {.temp = 1.0f, .prune = 0, .max_hyps = 64};
+    fusion_bytes *bs = fusion_bytes_new(fm, tr, &bp);
+    int32_t ids[8];
+    int32_t n = tutti_tokenize(tutti_model_vocab(m), prompt, strlen(prompt), false, false, ids, 8);
+    assert_true(n > 1);
+    assert_int_equal(fusion_bytes_start_ids(bs, ids, n), 0);
+    double got[257], want[257], worst = 0;
+    byte_reference(m, ids, n, -1, want);
+    assert_int_equal(fusion_bytes_next(bs, got), 0);
+    int b0 = 0;
+    for (int b = 0; b < 257; b++) {
+        worst = fmax(worst, fabs(got[b] - want[b]));
+        if (b < 256 && want[b] > want[b0]) b0 = b;
+    }
+    assert_int_equal(fusion_bytes_commit(bs, (uint8_t)b0), 0);
+    byte_reference(m, ids, n, b0, want);
+    assert_int_equal(fusion_bytes_next(bs, got), 0);
+    for (int b = 0; b < 257; b++) worst = fmax(worst, fabs(got[b] - want[b]));
+    printf("151669-token vocabulary: next-byte distributions (after the prompt and after 0x%02x) vs the "
+           "definition: max |diff| = %.3g\n", b0, worst);
+    assert_true(worst < 1e-6);
+    fusion_bytes_free(bs);
+    fusion_trie_free(tr);
+    fm->vt->free(fm);
+    tutti_model_free(m);
     remove(path);
 }
 

@@ -92,6 +92,90 @@ static void test_rules_formulas(void **state) {
     assert_true(out[2] == -INFINITY && out[3] == -INFINITY);
 }
 
+/* fusion_combine_logits (the token-alignment fast path) and
+ * fusion_log_softmax against the definitions in double precision, on
+ * vocabulary sizes around the vector and block widths and on Qwen3's
+ * 151,669, with temperatures, a zero weight and masked (-inf) logits. */
+static void test_rules_from_logits(void **state) {
+    (void)state;
+    const int32_t sizes[] = {1, 5, 16, 17, 1023, 1024, 1025, 4099, 151669};
+    uint64_t r = 12345;
+    for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+        int32_t n = sizes[si];
+        float *z = malloc(sizeof(float) * (size_t)n * 3), *out = malloc(sizeof(float) * (size_t)n);
+        float *scratch = malloc(sizeof(float) * (size_t)n * 3);
+        double *ref = malloc(sizeof(double) * (size_t)n), *lp = malloc(sizeof(double) * (size_t)n * 3);
+        for (int32_t k = 0; k < 3 * n; k++) {
+            r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+            z[k] = (float)((double)(r >> 11) / 9007199254740992.0 * 24.0 - 12.0);
+        }
+        /* member 2 rules out some outcomes (in every block), member 1 its last one */
+        for (int32_t k = 3; k < n; k += 7) z[n + k] = -INFINITY;
+        if (n > 4) z[n - 1] = -INFINITY;
+        const float *rows[3] = {z, z + n, z + 2 * (size_t)n};
+        float temps[3] = {0.7f, 1.0f, 1.6f};
+        for (int wi = 0; wi < 2; wi++) {
+            float w[3] = {0.5f, 0.3f, wi ? 0.0f : 0.2f};
+            /* per-member log-softmax in double */
+            for (int i = 0; i < 3; i++) {
+                double mx = -INFINITY, sum = 0;
+                for (int32_t x = 0; x < n; x++) mx = fmax(mx, (double)rows[i][x] / temps[i]);
+                for (int32_t x = 0; x < n; x++) sum += exp((double)rows[i][x] / temps[i] - mx);
+                for (int32_t x = 0; x < n; x++) lp[(size_t)i * n + x] = (double)rows[i][x] / temps[i] - mx - log(sum);
+            }
+            double ws = w[0] + w[1] + w[2];
+            for (int rule = TUTTI_RULE_MIX; rule <= TUTTI_RULE_PRODUCT; rule++) {
+                double z0 = 0;
+                for (int32_t x = 0; x < n; x++) {
+                    double v = 0;
+                    for (int i = 0; i < 3; i++) {
+                        if (w[i] == 0) continue;
+                        v += rule == TUTTI_RULE_MIX ? w[i] / ws * exp(lp[(size_t)i * n + x]) : w[i] / ws * lp[(size_t)i * n + x];
+                    }
+                    ref[x] = rule == TUTTI_RULE_MIX ? v : exp(v);
+                    z0 += ref[x];
+                }
+                fusion_rule_params p = {.rule = rule, .weights = w};
+                assert_int_equal(fusion_combine_logits(&p, temps, 3, rows, n, out, scratch), 0);
+                double worst = 0, total = 0;
+                for (int32_t x = 0; x < n; x++) {
+                    double q = ref[x] / z0, got = exp((double)out[x]);
+                    total += got;
+                    if (q == 0) assert_true(out[x] == -INFINITY);
+                    else worst = fmax(worst, fabs(got - q) / q);
+                }
+                if (n == 151669 || worst > 2e-5 || fabs(total - 1) >= 1e-5)
+                    printf("n=%d %s w3=%g: max relative error %.3g, total %.9f\n", n, rule ? "product" : "mix",
+                           (double)w[2], worst, total);
+                assert_true(worst < 2e-5);
+                assert_true(fabs(total - 1) < 1e-5);
+            }
+        }
+        /* log-softmax at temperature 0.7 */
+        fusion_log_softmax(z, n, 0.7f, out);
+        double worst = 0;
+        for (int32_t x = 0; x < n; x++) {
+            double mx = -INFINITY, sum = 0;
+            if (x == 0) {
+                for (int32_t y = 0; y < n; y++) mx = fmax(mx, z[y] / 0.7);
+                for (int32_t y = 0; y < n; y++) sum += exp(z[y] / 0.7 - mx);
+                ref[0] = mx + log(sum);
+            }
+            if (z[x] == -INFINITY) assert_true(out[x] == -INFINITY);
+            else worst = fmax(worst, fabs((double)out[x] - ((double)z[x] / (double)0.7f - ref[0])));
+        }
+        assert_true(worst < 1e-5);
+        free(z), free(out), free(scratch), free(ref), free(lp);
+    }
+    /* every outcome ruled out: an error, not -inf everywhere */
+    float allmasked[3] = {-INFINITY, -INFINITY, -INFINITY}, o[3], sc[6], w1[2] = {1, 1}, t1[2] = {1, 1};
+    const float *rm[2] = {allmasked, allmasked};
+    fusion_rule_params pm = {.rule = TUTTI_RULE_MIX, .weights = w1};
+    assert_int_equal(fusion_combine_logits(&pm, t1, 2, rm, 3, o, sc), TUTTI_ERR);
+    pm.rule = TUTTI_RULE_PRODUCT;
+    assert_int_equal(fusion_combine_logits(&pm, t1, 2, rm, 3, o, sc), TUTTI_ERR);
+}
+
 /* ---- synthetic member ---- */
 
 /* pieces of a toy vocabulary: 0 = BOS (no text), 1 = EOS, then text tokens,
@@ -117,7 +201,7 @@ static int toy_logits_all(fusion_member *m, const int32_t *ids, int32_t n, float
     return 0;
 }
 static void toy_free(fusion_member *m) { (void)m; }
-static const fusion_member_vt toy_vt = {toy_logits, toy_logits_all, toy_free};
+static const fusion_member_vt toy_vt = {toy_logits, toy_logits_all, toy_free, NULL}; /* no logits_view: copies */
 
 static fusion_trie *toy_trie(void) {
     char bytes[64];
@@ -269,6 +353,7 @@ static void test_ensemble_file(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rules_copies),        cmocka_unit_test(test_rules_formulas),
+        cmocka_unit_test(test_rules_from_logits),
         cmocka_unit_test(test_byte_marginal_bruteforce), cmocka_unit_test(test_utf8_mask),
         cmocka_unit_test(test_chunks),              cmocka_unit_test(test_ensemble_file),
     };

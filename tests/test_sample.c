@@ -123,6 +123,114 @@ static void test_repetition_penalty(void **state) {
     tutti_sampler_free(s);
 }
 
+/* ---- a 151,669-token vocabulary (Qwen3): the vectorised scans ---- */
+
+#define BIG_V 151669
+
+static uint64_t big_rng = 99;
+static float big_rand(void) {
+    big_rng ^= big_rng << 13, big_rng ^= big_rng >> 7, big_rng ^= big_rng << 17;
+    return (float)((double)(big_rng >> 11) / 9007199254740992.0 * 20.0 - 10.0);
+}
+
+/* The k best ids by the definition: descending logit, lower id first. */
+static const float *g_z;
+static int cmp_ids(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    if (g_z[x] != g_z[y]) return g_z[x] > g_z[y] ? -1 : 1;
+    return (x > y) - (x < y);
+}
+
+/* Draws at a huge temperature (nearly uniform over the kept set) must hit
+ * exactly the expected set. */
+static void check_support(const tutti_sampler_params *p, const float *z, const int32_t *want, int n_want) {
+    tutti_sampler *s = tutti_sampler_new(p);
+    assert_non_null(s);
+    int *hits = calloc(BIG_V, sizeof(int));
+    for (int d = 0; d < 40 * n_want; d++) {
+        int32_t t = tutti_sampler_sample(s, z, BIG_V);
+        assert_true(t >= 0 && t < BIG_V);
+        hits[t]++;
+    }
+    int in_set = 0;
+    for (int k = 0; k < n_want; k++) {
+        assert_true(hits[want[k]] > 0);
+        in_set += hits[want[k]];
+    }
+    assert_int_equal(in_set, 40 * n_want); /* nothing outside */
+    free(hits);
+    tutti_sampler_free(s);
+}
+
+static void test_large_vocabulary(void **state) {
+    (void)state;
+    float *z = malloc(sizeof(float) * BIG_V);
+    int32_t *ids = malloc(sizeof(int32_t) * BIG_V);
+    /* a long flat tail and 100 clearly better tokens spread over the vocabulary */
+    for (int32_t i = 0; i < BIG_V; i++) z[i] = big_rand() - 12.0f;
+    for (int k = 0; k < 100; k++) z[(int32_t)((k * 1517ull + 3) % BIG_V)] = big_rand() * 0.4f + 6.0f;
+    /* masked entries, NaN, and a tie across the top-40 boundary */
+    for (int32_t i = 5; i < BIG_V; i += 97) z[i] = -INFINITY;
+    z[77] = NAN;
+    for (int32_t i = 0; i < BIG_V; i++) ids[i] = i;
+    g_z = z;
+    /* NaN sorts unpredictably: leave it out of the reference order */
+    int32_t n_ids = 0;
+    for (int32_t i = 0; i < BIG_V; i++)
+        if (z[i] > -INFINITY) ids[n_ids++] = i;
+    qsort(ids, (size_t)n_ids, sizeof *ids, cmp_ids);
+    float tie = z[ids[38]];
+    for (int k = 0; k < 4; k++) z[BIG_V - 1 - 1000 * k] = tie; /* 4 more equal to the 39th best, all higher ids */
+    z[ids[39]] = tie;                                           /* ... and the 40th itself */
+    n_ids = 0;
+    for (int32_t i = 0; i < BIG_V; i++)
+        if (z[i] > -INFINITY) ids[n_ids++] = i;
+    qsort(ids, (size_t)n_ids, sizeof *ids, cmp_ids);
+
+    /* greedy: the first maximum, put in the last block and duplicated later */
+    tutti_sampler_params g = plain(0.0f, 1);
+    tutti_sampler *s = tutti_sampler_new(&g);
+    float keep = z[BIG_V - 3];
+    z[BIG_V - 3] = 50.0f;
+    assert_int_equal(tutti_sampler_sample(s, z, BIG_V), BIG_V - 3);
+    z[BIG_V - 1] = 50.0f;
+    assert_int_equal(tutti_sampler_sample(s, z, BIG_V), BIG_V - 3);
+    z[BIG_V - 1] = tie, z[BIG_V - 3] = keep;
+    assert_int_equal(tutti_sampler_sample(s, z, BIG_V), ids[0]);
+    tutti_sampler_free(s);
+
+    /* top-k 40 (the heap scan): the 40 best by the definition, ties to the lower ids */
+    tutti_sampler_params p = plain(1e6f, 5);
+    p.top_k = 40;
+    check_support(&p, z, ids, 40);
+    p.top_k = 150; /* into the flat tail */
+    check_support(&p, z, ids, 150);
+
+    /* top-k off: min-p keeps p >= min_p p_max, i.e. z >= z_max + log(min_p) */
+    p = plain(1e6f, 6);
+    p.min_p = 0.2f;
+    int n_min = 0;
+    while (n_min < n_ids && (double)z[ids[n_min]] >= (double)z[ids[0]] + log((double)0.2f)) n_min++;
+    printf("min-p 0.2 over %d tokens: %d kept\n", BIG_V, n_min);
+    assert_true(n_min > 1);
+    check_support(&p, z, ids, n_min);
+    /* top-p over the whole vocabulary: the shortest prefix reaching top_p of the mass */
+    const float tps[2] = {0.5f, 0.9f};
+    for (int k = 0; k < 2; k++) {
+        p = plain(1e6f, 7);
+        p.top_p = tps[k];
+        double tot = 0, cum = 0;
+        for (int j = 0; j < n_ids; j++) tot += exp((double)z[ids[j]] - z[ids[0]]);
+        int n_p = 0;
+        while (cum < tps[k] * tot) cum += exp((double)z[ids[n_p++]] - z[ids[0]]);
+        printf("top-p %.1f over %d tokens: %d kept\n", (double)tps[k], BIG_V, n_p);
+        assert_true(n_p > 1);
+        check_support(&p, z, ids, n_p);
+    }
+    free(z);
+    free(ids);
+}
+
 static void test_errors(void **state) {
     (void)state;
     float z[2] = {-INFINITY, -INFINITY};
@@ -142,6 +250,7 @@ int main(void) {
         cmocka_unit_test(test_frequencies_match_softmax),
         cmocka_unit_test(test_top_k_top_p_min_p_support),
         cmocka_unit_test(test_repetition_penalty),
+        cmocka_unit_test(test_large_vocabulary),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

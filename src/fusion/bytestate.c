@@ -13,8 +13,10 @@
  *   P(v·END) ∝ Σ_{h : pos = |v|} P(h) Σ_{t EOG} p(t | h)
  *
  * (Phan et al. 2024; ByteSampler, Hayase et al. 2025).  Each inner sum is
- * one difference of the hypothesis's cumulative distribution over the
- * byte-sorted vocabulary (bytetrie.c).
+ * the mass of one range of the byte-sorted vocabulary (bytetrie.c): a
+ * hypothesis keeps its next-token probabilities in trie order plus their
+ * cumulative sums per block of PBLK tokens, so a range costs one
+ * difference of block sums and at most 2·PBLK additions.
  *
  * Committing byte b moves every hypothesis to the child node b (dropping
  * those without one); tokens that end exactly at the new byte spawn new
@@ -44,7 +46,10 @@ typedef struct hyp {
     int32_t pos;    /* byte offset in the view where the next token starts */
     int32_t node;   /* trie node of the pending bytes view[pos..n_view) */
     double logp;    /* log P(path), relative (the maximum is kept near 0) */
-    double *cum;    /* [n_sorted+1] cumulative next-token probability in trie order; NULL = not evaluated */
+    double *dist;   /* next-token distribution, NULL = not evaluated: bc[n_blocks+1] (cumulative
+                       block sums, double) followed by ps[n_sorted] (float), both unnormalised
+                       in trie order; see prepare */
+    double inv_total; /* 1 / Σ over the whole vocabulary of the unnormalised probabilities */
     double p_eog;   /* next-token probability of end-of-generation tokens */
 } hyp;
 
@@ -56,15 +61,89 @@ struct fusion_bytes {
     int32_t n_view, cap_view;
     hyp *h;
     int32_t n_h, cap_h;
-    double **spare; /* recycled cum buffers */
+    double **spare; /* recycled dist buffers */
     int32_t n_spare, cap_spare;
-    float *logits, *logp; /* [n_vocab] scratch */
+    float *logits;  /* [n_vocab] scratch for members that cannot lend their logits */
     double pruned;
     int32_t bos;
     int32_t n_prefix; /* view bytes before the text (the tokenizer's prefix; 0 after a token-id prompt) */
 };
 
-static void put_cum(fusion_bytes *s, double *c) {
+#define PBLK 32 /* tokens per block of the cumulative sums */
+
+static inline int32_t n_blocks(const fusion_trie *t) { return (t->n_sorted + PBLK - 1) / PBLK; }
+static inline size_t dist_doubles(const fusion_trie *t) {
+    return (size_t)n_blocks(t) + 1 + ((size_t)t->n_sorted + 1) / 2;
+}
+static inline const float *dist_ps(const fusion_trie *t, const double *dist) {
+    return (const float *)(dist + n_blocks(t) + 1);
+}
+
+/* Probability of the sorted tokens [lo, hi) under hypothesis h's
+ * next-token distribution.  Whole blocks come from the double cumulative
+ * sums (exact to ~1e-16 of the total), the ends are summed directly, so a
+ * small range keeps its own relative precision (~1e-7). */
+static double range_mass(const fusion_trie *t, const hyp *h, int32_t lo, int32_t hi) {
+    if (hi <= lo) return 0.0;
+    const double *bc = h->dist;
+    const float *ps = dist_ps(t, h->dist);
+    int32_t b0 = (lo + PBLK - 1) / PBLK, b1 = hi / PBLK; /* whole blocks [b0, b1) */
+    double s = 0.0;
+    if (b0 >= b1) {
+        for (int32_t r = lo; r < hi; r++) s += ps[r];
+    } else {
+        s = bc[b1] - bc[b0];
+        for (int32_t r = lo; r < b0 * PBLK; r++) s += ps[r];
+        for (int32_t r = b1 * PBLK; r < hi; r++) s += ps[r];
+    }
+    return s * h->inv_total;
+}
+
+/* Fills dist from raw logits z at temperature 1/inv: ps[r] =
+ * exp(z[sorted[r]]·inv - max), block cumulative sums, and returns the sum
+ * over the whole vocabulary (tokens outside the table included: the
+ * distribution is the model's, not renormalised over text tokens); *eog
+ * receives the unnormalised end-of-generation mass.  One max pass over the
+ * logits and one gather + exp pass over the table. */
+TUTTI_VEC_CLONES
+static double dist_fill(const fusion_trie *t, const float *z, float inv, double *dist, double *eog) {
+    double *bc = dist;
+    float *ps = (float *)(dist + n_blocks(t) + 1);
+    const int32_t *sorted = t->sorted;
+    int32_t ns = t->n_sorted, nb = n_blocks(t);
+    float mx = tutti_vec_max(z, t->n_vocab) * inv; /* inv > 0 */
+    if (!(mx > -INFINITY)) mx = 0.0f;               /* every logit -inf: all masses 0 */
+    /* gather (scalar) and exp (vectorised) as separate loops, block by
+     * block while the block is in L1: together they would not vectorise */
+    for (int32_t r0 = 0; r0 < ns; r0 += 1024) {
+        int32_t r1 = r0 + 1024 < ns ? r0 + 1024 : ns;
+        for (int32_t r = r0; r < r1; r++) ps[r] = z[sorted[r]];
+        for (int32_t r = r0; r < r1; r++) ps[r] = tutti_fast_exp(ps[r] * inv - mx);
+    }
+    double acc = 0.0;
+    bc[0] = 0.0;
+    for (int32_t b = 0; b < nb; b++) {
+        int32_t r0 = b * PBLK;
+        float bs = 0.0f;
+        if (r0 + PBLK <= ns) {
+            float a[16] = {0};
+            for (int j = 0; j < PBLK; j += 16)
+                for (int k = 0; k < 16; k++) a[k] += ps[r0 + j + k];
+            for (int k = 0; k < 16; k++) bs += a[k];
+        } else {
+            for (int32_t r = r0; r < ns; r++) bs += ps[r];
+        }
+        acc += bs;
+        bc[b + 1] = acc;
+    }
+    for (int32_t k = 0; k < t->n_unsorted; k++) acc += tutti_fast_exp(z[t->unsorted[k]] * inv - mx);
+    double pe = 0.0;
+    for (int32_t k = 0; k < t->n_eog; k++) pe += tutti_fast_exp(z[t->eog_ids[k]] * inv - mx);
+    *eog = pe;
+    return acc;
+}
+
+static void put_dist(fusion_bytes *s, double *c) {
     if (!c) return;
     if (s->n_spare == s->cap_spare) {
         int32_t nc = s->cap_spare ? s->cap_spare * 2 : 8;
@@ -78,14 +157,14 @@ static void put_cum(fusion_bytes *s, double *c) {
     s->spare[s->n_spare++] = c;
 }
 
-static double *get_cum(fusion_bytes *s) {
+static double *get_dist(fusion_bytes *s) {
     if (s->n_spare) return s->spare[--s->n_spare];
-    return malloc(sizeof(double) * (size_t)(s->trie->n_sorted + 1));
+    return malloc(sizeof(double) * dist_doubles(s->trie));
 }
 
 static void hyp_drop(fusion_bytes *s, hyp *h) {
     free(h->ids);
-    put_cum(s, h->cum);
+    put_dist(s, h->dist);
     memset(h, 0, sizeof *h);
 }
 
@@ -102,7 +181,6 @@ void fusion_bytes_free(fusion_bytes *s) {
     free(s->h);
     free(s->view);
     free(s->logits);
-    free(s->logp);
     free(s);
 }
 
@@ -115,10 +193,9 @@ fusion_bytes *fusion_bytes_new(fusion_member *m, const fusion_trie *trie, const 
     if (!(s->p.temp > 0)) s->p.temp = 1.0f;
     if (s->p.max_hyps < 1) s->p.max_hyps = 1;
     s->logits = malloc(sizeof(float) * (size_t)m->n_vocab);
-    s->logp = malloc(sizeof(float) * (size_t)m->n_vocab);
     s->cap_view = 256;
     s->view = malloc((size_t)s->cap_view);
-    if (!s->logits || !s->logp || !s->view) {
+    if (!s->logits || !s->view) {
         fusion_bytes_free(s);
         return tutti_set_error("byte alignment: out of memory"), NULL;
     }
@@ -167,25 +244,18 @@ static int view_push(fusion_bytes *s, uint8_t b) {
 
 int fusion_bytes_prepare(fusion_bytes *s) {
     const fusion_trie *t = s->trie;
+    float inv = 1.0f / s->p.temp;
     for (int32_t i = 0; i < s->n_h; i++) {
         hyp *h = &s->h[i];
-        if (h->cum) continue;
-        if (s->m->vt->logits(s->m, h->ids, h->n_ids, s->logits) < 0) return TUTTI_ERR;
-        fusion_log_softmax(s->logits, s->m->n_vocab, s->p.temp, s->logp);
-        double *c = get_cum(s);
-        if (!c) return tutti_set_error("byte alignment: out of memory");
-        /* double running sum: differences of far-apart entries stay exact to ~1e-16 */
-        double acc = 0.0;
-        c[0] = 0.0;
-        for (int32_t r = 0; r < t->n_sorted; r++) {
-            acc += (double)fusion_fast_exp(s->logp[t->sorted[r]]);
-            c[r + 1] = acc;
-        }
-        double pe = 0.0;
-        for (int32_t id = 0; id < t->n_vocab; id++)
-            if (t->is_eog[id]) pe += (double)fusion_fast_exp(s->logp[id]);
-        h->cum = c;
-        h->p_eog = pe;
+        if (h->dist) continue;
+        const float *z = fusion_member_logits_view(s->m, h->ids, h->n_ids, s->logits);
+        if (!z) return TUTTI_ERR;
+        double *d = get_dist(s);
+        if (!d) return tutti_set_error("byte alignment: out of memory");
+        double pe, total = dist_fill(t, z, inv, d, &pe);
+        h->dist = d;
+        h->inv_total = total > 0 ? 1.0 / total : 0.0;
+        h->p_eog = pe * h->inv_total;
     }
     return 0;
 }
@@ -203,7 +273,7 @@ int fusion_bytes_next(fusion_bytes *s, double *out) {
         const fusion_trie_node *nd = &t->node[h->node];
         for (int32_t c = 0; c < nd->n_child; c++) {
             const fusion_trie_node *ch = &t->node[t->child_node[nd->child0 + c]];
-            out[t->child_byte[nd->child0 + c]] += w * (h->cum[ch->hi] - h->cum[ch->lo]);
+            out[t->child_byte[nd->child0 + c]] += w * range_mass(t, h, ch->lo, ch->hi);
         }
         if (h->pos == s->n_view) out[FUSION_END] += w * h->p_eog;
     }
@@ -248,8 +318,9 @@ int fusion_bytes_commit(fusion_bytes *s, uint8_t b) {
         }
         const fusion_trie_node *nd = &t->node[c];
         /* tokens ending exactly here spawn hypotheses at the new position */
+        const float *ps = dist_ps(t, h->dist);
         for (int32_t r = nd->lo; r < nd->lo + nd->n_exact; r++) {
-            double p = h->cum[r + 1] - h->cum[r];
+            double p = (double)ps[r] * h->inv_total;
             if (!(p > 0)) continue;
             if (push_hyp(s, h->ids, h->n_ids, t->sorted[r], new_pos, 0, h->logp + log(p)) < 0) {
                 free(eff);
@@ -267,7 +338,7 @@ int fusion_bytes_commit(fusion_bytes *s, uint8_t b) {
             }
             eff[s->n_h - 1] = exp(h->logp + log(p) - mx);
         }
-        double rest = h->cum[nd->hi] - h->cum[nd->lo + nd->n_exact];
+        double rest = range_mass(t, h, nd->lo + nd->n_exact, nd->hi);
         h->node = c;
         eff[i] = rest > 0 ? exp(h->logp - mx) * rest : -1.0;
     }
@@ -396,7 +467,7 @@ int fusion_bytes_start_ids(fusion_bytes *s, const int32_t *ids, int32_t n) {
 int32_t fusion_bytes_need_tokens(const fusion_bytes *s) {
     int32_t need = 0;
     for (int32_t i = 0; i < s->n_h; i++)
-        if (!s->h[i].cum && s->h[i].n_ids > need) need = s->h[i].n_ids;
+        if (!s->h[i].dist && s->h[i].n_ids > need) need = s->h[i].n_ids;
     return need;
 }
 
@@ -423,11 +494,12 @@ fusion_bytes *fusion_bytes_clone(const fusion_bytes *s) {
     for (int32_t i = 0; i < s->n_h; i++) {
         const hyp *h = &s->h[i];
         if (push_hyp(c, h->ids, h->n_ids, -1, h->pos, h->node, h->logp) < 0) goto fail;
-        if (h->cum) {
+        if (h->dist) {
             hyp *d = &c->h[c->n_h - 1];
-            d->cum = get_cum(c);
-            if (!d->cum) goto oom;
-            memcpy(d->cum, h->cum, sizeof(double) * (size_t)(s->trie->n_sorted + 1));
+            d->dist = get_dist(c);
+            if (!d->dist) goto oom;
+            memcpy(d->dist, h->dist, sizeof(double) * dist_doubles(s->trie));
+            d->inv_total = h->inv_total;
             d->p_eog = h->p_eog;
         }
     }

@@ -33,6 +33,8 @@ void fusion_trie_free(fusion_trie *t) {
     free(t->child_byte);
     free(t->child_node);
     free(t->is_eog);
+    free(t->unsorted);
+    free(t->eog_ids);
     free(t->bytes);
     free(t->off);
     free(t);
@@ -84,6 +86,18 @@ fusion_trie *fusion_trie_build_pieces(int32_t n_vocab, const char *bytes, const 
     g_sort_off = t->off;
     qsort(t->sorted, (size_t)t->n_sorted, sizeof(int32_t), cmp_piece);
     for (int32_t r = 0; r < t->n_sorted; r++) t->rank[t->sorted[r]] = r;
+    /* the few tokens outside the sorted table (control, empty, end of
+     * generation), listed so that a distribution's normaliser and its
+     * end-of-generation mass need no pass over the whole vocabulary */
+    int32_t n_eog = 0;
+    for (int32_t i = 0; i < n_vocab; i++) n_eog += t->is_eog[i];
+    t->unsorted = malloc(sizeof(int32_t) * (size_t)(n_vocab - t->n_sorted + 1));
+    t->eog_ids = malloc(sizeof(int32_t) * (size_t)(n_eog + 1));
+    if (!t->unsorted || !t->eog_ids) goto oom;
+    for (int32_t i = 0; i < n_vocab; i++) {
+        if (t->rank[i] < 0) t->unsorted[t->n_unsorted++] = i;
+        if (t->is_eog[i]) t->eog_ids[t->n_eog++] = i;
+    }
 
     /* Breadth-first construction: nodes are appended in BFS order and the
      * node array doubles as the queue, so every node's children are

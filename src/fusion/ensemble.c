@@ -449,12 +449,14 @@ bool gen_text_ok(const gen_ctx *g, const char *bytes, size_t n, bool at_end) {
 typedef struct token_step {
     const int32_t *const *ids; /* [n_members] each member's sequence */
     const int32_t *n;          /* [n_members] */
-    float **logits;            /* [n_members][n_vocab] */
+    float **scratch;           /* [n_members][n_vocab], for members that cannot lend their logits */
+    const float **logits;      /* [n_members] out: each member's logits row (its own, or scratch) */
 } token_step;
 
 static int job_token_logits(tutti_ensemble *e, int32_t i, void *arg) {
     token_step *st = arg;
-    return e->m[i]->vt->logits(e->m[i], st->ids[i], st->n[i], st->logits[i]);
+    st->logits[i] = fusion_member_logits_view(e->m[i], st->ids[i], st->n[i], st->scratch[i]);
+    return st->logits[i] ? 0 : TUTTI_ERR;
 }
 
 static double member_forward_sum(const tutti_ensemble *e) {
@@ -526,9 +528,12 @@ static int token_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_s
         if (smp) tutti_set_error("generation: out of memory");
         goto done;
     }
-    float *logits[TUTTI_ENSEMBLE_MAX_MEMBERS], *logp[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    /* logits: each member's row, usually its session's own (no copy);
+     * logp: per-member log-probabilities, or scratch for the fusion */
+    const float *logits[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    float *scratch[TUTTI_ENSEMBLE_MAX_MEMBERS], *logp[TUTTI_ENSEMBLE_MAX_MEMBERS];
     for (int32_t i = 0; i < e->n; i++) {
-        logits[i] = bufs + (size_t)V * (size_t)i;
+        scratch[i] = bufs + (size_t)V * (size_t)i;
         logp[i] = bufs + (size_t)V * (size_t)(e->n + i);
     }
     float *fused = bufs + (size_t)V * (size_t)(2 * e->n);
@@ -545,7 +550,7 @@ static int token_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_s
         bool full = false;
         for (int32_t i = 0; i < e->n; i++) full |= n[i] > e->m[i]->n_ctx || n[i] >= cap[i];
         if (full) break;
-        token_step st = {(const int32_t *const *)ids, n, logits};
+        token_step st = {(const int32_t *const *)ids, n, scratch, logits};
         double t0 = ens_now_s();
         if (ens_run_members(e, job_token_logits, &st) < 0) {
             rc = TUTTI_ERR;
@@ -559,12 +564,15 @@ static int token_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_s
             fusion_rule_params rp = ens_rule_params(e);
             int r;
             if (e->rule == TUTTI_RULE_MIX || e->rule == TUTTI_RULE_PRODUCT) {
-                r = fusion_combine_logits(&rp, e->temp, e->n, (const float *const *)logits, V, fused, logp[0]);
+                /* logp[0] spans all n_members rows: the scratch it needs */
+                r = fusion_combine_logits(&rp, e->temp, e->n, logits, V, fused, logp[0]);
             } else {
-                for (int32_t i = 0; i < e->n; i++)
+                const float *lp[TUTTI_ENSEMBLE_MAX_MEMBERS];
+                for (int32_t i = 0; i < e->n; i++) {
                     if (e->w[i] != 0) fusion_log_softmax(logits[i], V, e->temp[i], logp[i]);
-                    else logp[i] = logits[i]; /* unused */
-                r = fusion_combine(&rp, e->n, (const float *const *)logp, V, fused, work, NULL);
+                    lp[i] = e->w[i] != 0 ? logp[i] : logits[i]; /* weight 0: unused */
+                }
+                r = fusion_combine(&rp, e->n, lp, V, fused, work, NULL);
             }
             if (r < 0) {
                 rc = TUTTI_ERR;
@@ -621,15 +629,16 @@ int fusion_token_fused(tutti_ensemble *e, const int32_t *ids, int32_t n, float *
         free(bufs), free(work);
         return tutti_set_error("fusion: out of memory");
     }
-    float *logits[TUTTI_ENSEMBLE_MAX_MEMBERS], *logp[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    float *scratch[TUTTI_ENSEMBLE_MAX_MEMBERS], *logp[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    const float *logits[TUTTI_ENSEMBLE_MAX_MEMBERS];
     for (int32_t i = 0; i < e->n; i++) {
-        logits[i] = bufs + (size_t)V * (size_t)i;
+        scratch[i] = bufs + (size_t)V * (size_t)i;
         logp[i] = bufs + (size_t)V * (size_t)(e->n + i);
     }
     const int32_t *seq[TUTTI_ENSEMBLE_MAX_MEMBERS];
     int32_t ns[TUTTI_ENSEMBLE_MAX_MEMBERS];
     for (int32_t i = 0; i < e->n; i++) seq[i] = ids, ns[i] = n;
-    token_step st = {seq, ns, logits};
+    token_step st = {seq, ns, scratch, logits};
     int rc = ens_run_members(e, job_token_logits, &st);
     if (rc == 0) {
         for (int32_t i = 0; i < e->n; i++) fusion_log_softmax(logits[i], V, e->temp[i], logp[i]);

@@ -32,38 +32,12 @@
 #include <math.h>
 
 #include "tutti.h"
+#include "util/fastmath.h"
 
-/* exp(x) for x <= 0 and log(x) for x > 0 written as plain branch-free
- * arithmetic so that the compiler vectorises the loops over a vocabulary
- * (libm's expf/logf are one call per element, and floorf is a call without
- * SSE4.1).  exp: x = n·ln2 + r, |r| <= ln2/2, degree-7 Taylor polynomial;
- * log: x = 2^e·m, m in [√½, √2), log m = 2 atanh((m-1)/(m+1)) to s^11.
- * Relative error < 3e-7 (float rounding level).  exp(-inf) = 0, exp of
- * x < -87 flushes to 0; log(0) = -inf. */
-static inline float fusion_fast_exp(float x) {
-    float xc = x < -87.0f ? -87.0f : x;
-    /* round to nearest with the 1.5·2^23 trick (no floorf call) */
-    float n = (xc * 1.44269504f + 12582912.0f) - 12582912.0f;
-    float r = xc - n * 0.693145752f - n * 1.42860677e-6f;
-    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.6666667e-1f + r * (4.1666668e-2f + r * (8.3333338e-3f + r * (1.3888889e-3f + r * 1.9841270e-4f))))));
-    union { int32_t i; float f; } u = {.i = ((int32_t)n + 127) << 23};
-    float y = p * u.f;
-    return x < -87.0f ? 0.0f : y;
-}
-
-static inline float fusion_fast_log(float x) {
-    union { float f; int32_t i; } u = {.f = x};
-    int32_t e = ((u.i >> 23) & 0xff) - 127;
-    u.i = (u.i & 0x007fffff) | 0x3f800000; /* m in [1, 2) */
-    float m = u.f;
-    int big = m > 1.41421356f;
-    m = big ? m * 0.5f : m;
-    float ef = (float)(e + big);
-    float s = (m - 1.0f) / (m + 1.0f), s2 = s * s;
-    float l = 2.0f * s * (1.0f + s2 * (0.33333334f + s2 * (0.2f + s2 * (0.14285715f + s2 * (0.11111111f + s2 * 0.09090909f)))));
-    float y = ef * 0.693145752f + (ef * 1.42860677e-6f + l);
-    return x > 0 ? y : (x == 0 ? -INFINITY : NAN);
-}
+/* exp(x) for x <= 0 and log(x) for x > 0 that vectorise (util/fastmath.h):
+ * relative error < 3e-7; exp(-inf) = 0, log(0) = -inf. */
+static inline float fusion_fast_exp(float x) { return tutti_fast_exp(x); }
+static inline float fusion_fast_log(float x) { return tutti_fast_log(x); }
 
 /* ------------------------------------------------------------------------ */
 /* Members */
@@ -80,6 +54,10 @@ typedef struct fusion_member_vt {
      * forcing for evaluation). */
     int (*logits_all)(fusion_member *m, const int32_t *ids, int32_t n, float *out);
     void (*free)(fusion_member *m);
+    /* As logits, without a copy: the member's own logits row [n_vocab], valid
+     * until the next call on m; NULL + error on failure.  Optional (NULL):
+     * use fusion_member_logits_view. */
+    const float *(*logits_view)(fusion_member *m, const int32_t *ids, int32_t n);
 } fusion_member_vt;
 
 struct fusion_member {
@@ -95,6 +73,14 @@ struct fusion_member {
     int64_t n_forward_tokens; /* tokens run through the model */
     int64_t n_forward_calls;  /* forward-pass batches */
 };
+
+/* Logits after ids[0..n) without a copy when the member can give its own
+ * row (vt->logits_view), else written to scratch[n_vocab].  NULL + error. */
+static inline const float *fusion_member_logits_view(fusion_member *m, const int32_t *ids, int32_t n,
+                                                     float *scratch) {
+    if (m->vt->logits_view) return m->vt->logits_view(m, ids, n);
+    return m->vt->logits(m, ids, n, scratch) < 0 ? NULL : scratch;
+}
 
 /* Local member: loads path.  n_sessions >= 1 sessions of n_ctx tokens with
  * n_threads threads each.  NULL + error on a missing or malformed file. */
@@ -129,6 +115,10 @@ typedef struct fusion_trie {
     int32_t *child_node;   /* [n_child_total] */
     int32_t max_len;       /* longest piece in bytes */
     bool *is_eog;          /* [n_vocab] end-of-generation tokens (the 257th outcome) */
+    int32_t *unsorted;     /* [n_unsorted] ids not in sorted (rank -1), ascending */
+    int32_t n_unsorted;
+    int32_t *eog_ids;      /* [n_eog] ids with is_eog, ascending */
+    int32_t n_eog;
     char *bytes;           /* concatenated pieces */
     int64_t *off;          /* [n_vocab+1] piece of id i = bytes[off[i] .. off[i+1]) */
     char prefix[8];        /* bytes the tokenizer puts before any text (SPM: " ") */
@@ -217,7 +207,8 @@ int fusion_combine(const fusion_rule_params *p, int32_t n_members, const float *
                    int32_t n, float *out, double *work, int32_t *chosen);
 /* MIX and PRODUCT straight from raw logits (member temperatures applied):
  * the same result as log-softmax per member + fusion_combine with fewer
- * passes over the vocabulary.  scratch: n floats.  Other rules: error. */
+ * passes over the vocabulary.  scratch: n_members * n floats.  Other
+ * rules: error. */
 int fusion_combine_logits(const fusion_rule_params *p, const float *temps, int32_t n_members,
                           const float *const *logits, int32_t n, float *out, float *scratch);
 /* log_softmax(logits / temp) into out (n floats). */

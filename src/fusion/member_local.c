@@ -75,9 +75,12 @@ static int run_suffix(local_member *lm, int32_t i, const int32_t *ids, int32_t k
     return 0;
 }
 
-static int local_logits(fusion_member *m, const int32_t *ids, int32_t n, float *out) {
+static const float *local_logits_view(fusion_member *m, const int32_t *ids, int32_t n) {
     local_member *lm = (local_member *)m;
-    if (n < 1) return tutti_set_error("member %s: no token to condition on (the model has no BOS; give a prompt)", m->name);
+    if (n < 1) {
+        tutti_set_error("member %s: no token to condition on (the model has no BOS; give a prompt)", m->name);
+        return NULL;
+    }
     /* Cost of answering on session i: the tokens to run, plus 4 per cached
      * token thrown away by the rewind (another hypothesis probably still
      * needs that timeline).  An unused session costs n. */
@@ -94,9 +97,8 @@ static int local_logits(fusion_member *m, const int32_t *ids, int32_t n, float *
             while (k < lim && ls->hist[k] == ids[k]) k++;
             if (k == n && ls->n_hist == n) {
                 /* exactly this sequence is cached: its last logits are current */
-                memcpy(out, tutti_session_logits(ls->s), sizeof(float) * (size_t)m->n_vocab);
                 ls->last_use = ++lm->clock;
-                return 0;
+                return tutti_session_logits(ls->s);
             }
             if (k > n - 1) k = n - 1;
             cost = (int64_t)(n - k) + 4 * (int64_t)(ls->n_hist - k);
@@ -106,9 +108,14 @@ static int local_logits(fusion_member *m, const int32_t *ids, int32_t n, float *
             best = i, best_k = k, best_cost = cost;
         }
     }
-    if (ensure_session(lm, best) < 0) return TUTTI_ERR;
-    if (run_suffix(lm, best, ids, best_k, n, NULL) < 0) return TUTTI_ERR;
-    memcpy(out, tutti_session_logits(lm->pool[best].s), sizeof(float) * (size_t)m->n_vocab);
+    if (ensure_session(lm, best) < 0 || run_suffix(lm, best, ids, best_k, n, NULL) < 0) return NULL;
+    return tutti_session_logits(lm->pool[best].s);
+}
+
+static int local_logits(fusion_member *m, const int32_t *ids, int32_t n, float *out) {
+    const float *z = local_logits_view(m, ids, n);
+    if (!z) return TUTTI_ERR;
+    memcpy(out, z, sizeof(float) * (size_t)m->n_vocab);
     return 0;
 }
 
@@ -134,7 +141,7 @@ static void local_free(fusion_member *m) {
     free(lm);
 }
 
-static const fusion_member_vt local_vt = {local_logits, local_logits_all, local_free};
+static const fusion_member_vt local_vt = {local_logits, local_logits_all, local_free, local_logits_view};
 
 fusion_member *fusion_member_local_new(const char *path, int32_t n_sessions, int32_t n_ctx, int32_t n_threads) {
     uint64_t h = 0;

