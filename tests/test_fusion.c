@@ -628,6 +628,43 @@ static void test_chat_prompt_ids(void **state) {
     chat_files_remove(&c);
 }
 
+/* A full context ends byte and span generation cleanly (as token alignment
+ * and tutti generate do): the text is what a large context gives, cut. */
+static void test_context_full_is_clean_stop(void **state) {
+    (void)state;
+    require_shared();
+    const char *models[2] = {M_STORIES, M_TOK361}; /* tok361: one token per character */
+    const char *prompt = "Once upon a time";
+    tutti_sampler_params sp = tutti_sampler_default_params();
+    sp.temp = 0;
+    for (int al = 0; al < 2; al++) {
+        sbuf out[2];
+        for (int k = 0; k < 2; k++) {
+            tutti_member_desc d[2];
+            for (int i = 0; i < 2; i++) d[i] = (tutti_member_desc){strdup(shared_path(models[i])), NAN, NAN};
+            tutti_ensemble_params p = tutti_ensemble_default_params();
+            p.members = d;
+            p.n_members = 2;
+            p.align = al ? TUTTI_ALIGN_SPAN : TUTTI_ALIGN_BYTE;
+            p.n_threads = 1;
+            p.n_ctx = k == 0 ? 24 : 0; /* 17 prompt tokens for tok361 */
+            tutti_ensemble *e = tutti_ensemble_new(&p);
+            for (int i = 0; i < 2; i++) free((char *)d[i].model_path);
+            assert_non_null(e);
+            out[k].n = 0;
+            out[k].b[0] = 0;
+            tutti_mask m = {.max_len = 40};
+            int rc = tutti_ensemble_generate(e, prompt, strlen(prompt), &sp, &m, sbuf_cb, &out[k], NULL);
+            if (rc < 0) printf("%s\n", tutti_last_error());
+            assert_int_equal(rc, 0);
+            tutti_ensemble_free(e);
+        }
+        printf("%s, n_ctx 24: \"%s\"; default context: \"%s\"\n", al ? "span" : "byte", out[0].b, out[1].b);
+        assert_true(out[0].n > 0 && out[0].n < out[1].n);
+        assert_memory_equal(out[0].b, out[1].b, out[0].n);
+    }
+}
+
 /* ---- bits per byte ---- */
 
 /* Token-level bits per byte straight from the model's logits: every chunk
@@ -978,6 +1015,7 @@ int main(void) {
         cmocka_unit_test(test_chat_run_is_generate_chat),
         cmocka_unit_test(test_chat_run_byte_members),
         cmocka_unit_test(test_chat_prompt_ids),
+        cmocka_unit_test(test_context_full_is_clean_stop),
         cmocka_unit_test(test_byte_bpb_matches_token_bpb),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_overhead_qwen3_vocab),

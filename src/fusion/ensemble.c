@@ -660,6 +660,12 @@ int ens_bytes_start(fusion_bytes *st, const gen_prompt *pr, int32_t i) {
     return pr->ids ? fusion_bytes_start_ids(st, pr->ids[i], pr->n_ids[i]) : fusion_bytes_start(st, pr->text, pr->len);
 }
 
+bool ens_bytes_ctx_full(const tutti_ensemble *e, fusion_bytes *const *st) {
+    for (int32_t i = 0; i < e->n; i++)
+        if (fusion_bytes_need_tokens(st[i]) > e->m[i]->n_ctx) return true;
+    return false;
+}
+
 static int job_bytes_start(tutti_ensemble *e, int32_t i, void *arg) {
     (void)e;
     byte_job *j = arg;
@@ -721,6 +727,10 @@ static int byte_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sa
     float fused[FUSION_N_BYTE_OUT];
     bool allowed[FUSION_N_BYTE_OUT];
     while (!g->stopped && (g->max_units <= 0 || g->n_units < g->max_units)) {
+        /* Context full is a clean stop, as in TOKEN alignment: the text so
+         * far needs a tokenization hypothesis longer than a member's
+         * context, so that member has no next-byte distribution. */
+        if (ens_bytes_ctx_full(e, st)) break;
         t0 = ens_now_s();
         if (ens_run_members(e, job_bytes_prepare, &j) < 0) {
             rc = TUTTI_ERR;

@@ -63,6 +63,9 @@ typedef struct gen_prompt {
 
 /* Starts member i's byte state after the prompt. */
 int ens_bytes_start(fusion_bytes *st, const gen_prompt *pr, int32_t i);
+/* true when some member's byte state needs a forward pass over more tokens
+ * than its context holds (generation stops there). */
+bool ens_bytes_ctx_full(const tutti_ensemble *e, fusion_bytes *const *st);
 
 /* Span alignment generation (span.c). */
 typedef struct gen_ctx gen_ctx;

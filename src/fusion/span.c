@@ -33,6 +33,8 @@ typedef struct span_ctx {
     draft d[TUTTI_ENSEMBLE_MAX_MEMBERS];
     int32_t n_d;
     double ll[TUTTI_ENSEMBLE_MAX_MEMBERS][TUTTI_ENSEMBLE_MAX_MEMBERS]; /* [member][draft] */
+    bool full[TUTTI_ENSEMBLE_MAX_MEMBERS][TUTTI_ENSEMBLE_MAX_MEMBERS]; /* scoring would overflow the member's context */
+    bool ctx_hit[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* the member's draft stopped at its context's end */
     const gen_prompt *pr;
     const gen_ctx *g;
 } span_ctx;
@@ -120,9 +122,15 @@ static int job_draft(tutti_ensemble *e, int32_t i, void *arg) {
     int32_t n = draft_context(e, c, i, &ids);
     if (n < 0) goto done;
     bool word = false;
-    for (int32_t k = 0; k < SPAN_MAX_TOKENS && n < m->n_ctx; k++) {
-        if (m->vt->logits(m, ids, n, logits) < 0) goto done;
-        fusion_log_softmax(logits, m->n_vocab, e->temp[i], lp);
+    c->ctx_hit[i] = false;
+    for (int32_t k = 0; k < SPAN_MAX_TOKENS; k++) {
+        if (n > m->n_ctx) { /* no logits after more tokens than the context holds */
+            c->ctx_hit[i] = true;
+            break;
+        }
+        const float *z = fusion_member_logits_view(m, ids, n, logits);
+        if (!z) goto done;
+        fusion_log_softmax(z, m->n_vocab, e->temp[i], lp);
         int32_t id = tutti_sampler_sample(c->smp[i], lp, m->n_vocab);
         if (id < 0) goto done;
         tutti_sampler_accept(c->smp[i], id);
@@ -151,19 +159,26 @@ done:
     return rc;
 }
 
-/* Member i scores every draft from a copy of its committed state. */
+/* Member i scores every draft from a copy of its committed state.  A
+ * draft whose scoring would need more tokens than the member's context
+ * holds is marked full (not scored). */
 static int job_score(tutti_ensemble *e, int32_t i, void *arg) {
-    (void)e;
     span_ctx *c = arg;
     double p[FUSION_N_BYTE_OUT];
     for (int32_t k = 0; k < c->n_d; k++) {
         fusion_bytes *s = fusion_bytes_clone(c->st[i]);
         if (!s) return TUTTI_ERR;
         c->cl[i][k] = s;
+        c->full[i][k] = false;
         double ll = 0;
         const draft *d = &c->d[k];
         for (int32_t b = 0; b <= d->n; b++) {
             if (b == d->n && !d->end) break;
+            if (fusion_bytes_need_tokens(s) > e->m[i]->n_ctx) {
+                c->full[i][k] = true;
+                ll = -INFINITY;
+                break;
+            }
             if (fusion_bytes_next(s, p) < 0) return TUTTI_ERR;
             int out = b < d->n ? (uint8_t)d->bytes[b] : FUSION_END;
             if (!(p[out] > 0)) {
@@ -212,7 +227,12 @@ int span_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sampler_p
     for (int32_t i = 0; i < e->n; i++) wsum += e->w[i];
     if (wsum == 0) wsum = 1;
     rc = 0;
+    /* A full context is a clean stop (as in TOKEN and BYTE alignment): when
+     * a member cannot evaluate the committed text, when every member's
+     * draft stops at its context's end, or when no draft can be scored
+     * within every member's context. */
     while (!g->stopped && (g->max_units <= 0 || g->n_units < g->max_units)) {
+        if (ens_bytes_ctx_full(e, c->st)) break;
         t0 = ens_now_s();
         if ((rc = ens_run_members(e, job_draft, c)) < 0) break;
         *t_phase += ens_now_s() - t0;
@@ -230,8 +250,9 @@ int span_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sampler_p
             if (!dup) all[n_all++] = d;
         }
         if (n_all == 0) {
-            bool any_end = false;
-            for (int32_t i = 0; i < e->n; i++) any_end |= c->d[i].end;
+            bool any_end = false, any_full = false;
+            for (int32_t i = 0; i < e->n; i++) any_end |= c->d[i].end, any_full |= c->ctx_hit[i];
+            if (any_full) break;
             if (!any_end && !(g->mask && (g->mask->n_allowed || g->mask->n_forbidden)))
                 rc = tutti_set_error("span: no member produced a draft");
             else if (!any_end)
@@ -249,6 +270,9 @@ int span_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sampler_p
         int32_t best = -1;
         double best_s = -INFINITY;
         for (int32_t k = 0; k < n_all; k++) {
+            bool full = false;
+            for (int32_t i = 0; i < e->n; i++) full |= c->full[i][k];
+            if (full) continue;
             double s;
             if (e->rule == TUTTI_RULE_MIX) {
                 double mx = -INFINITY, acc = 0;
@@ -264,6 +288,21 @@ int span_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sampler_p
             }
             s /= (double)(all[k].n + (all[k].end ? 1 : 0));
             if (best < 0 || s > best_s) best = k, best_s = s;
+        }
+        if (best < 0) { /* every draft would overflow some member's context */
+            free_clones(e, c, -1);
+            break;
+        }
+        /* a member that gives the chosen text probability 0 cannot follow it
+         * (its state stopped at the impossible byte): as in BYTE alignment,
+         * that is an error, not a silently wrong state */
+        for (int32_t i = 0; i < e->n && rc == 0; i++)
+            if (e->w[i] != 0 && c->ll[i][best] == -INFINITY)
+                rc = tutti_set_error("member %s: the chosen text has probability 0 (its tokens cannot "
+                                     "spell it)", e->m[i]->name);
+        if (rc < 0) {
+            free_clones(e, c, -1);
+            break;
         }
         free_clones(e, c, best);
         const draft *d = &all[best];
