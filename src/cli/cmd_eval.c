@@ -4,42 +4,14 @@
  *
  * The text is split into sentence-aligned chunks of at most 200 bytes, each
  * scored from BOS (as ../shared/oracle/bpb.py does with llama.cpp). */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/cli.h"
 #include "cli/ens_args.h"
 #include "tutti.h"
-
-/* Whole file into memory (NUL-terminated); NULL + message on error. */
-char *cli_read_text(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "tutti: cannot open text file %s: %s\n", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t k = fread(buf + n, 1, cap - n - 1, f);
-        n += k;
-        if (n + 1 < cap) break;
-        cap *= 2;
-        char *nb = realloc(buf, cap);
-        if (!nb) free(buf);
-        buf = nb;
-    }
-    fclose(f);
-    if (!buf) {
-        fprintf(stderr, "tutti: out of memory reading %s\n", path);
-        return NULL;
-    }
-    buf[n] = 0;
-    *len = n;
-    return buf;
-}
 
 static void json_str(FILE *out, const char *s) {
     fputc('"', out);
@@ -87,7 +59,7 @@ int tutti_cmd_eval(int argc, char **argv) {
         return 1;
     }
     size_t len;
-    char *text = cli_read_text(text_path, &len);
+    char *text = cli_read_file(text_path, &len);
     if (!text) return 1;
     tutti_ensemble *e = ens_args_build(a, "eval");
     if (!e) {

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/cli.h"
 #include "cli/ens_args.h"
 #include "tutti.h"
 
@@ -67,7 +68,7 @@ int tutti_cmd_fit(int argc, char **argv) {
         p = *e ? e + 1 : e;
     }
     size_t len;
-    char *text = cli_read_text(text_path, &len);
+    char *text = cli_read_file(text_path, &len);
     if (!text) return 1;
     tutti_ensemble *e = ens_args_build(&a, "fit");
     int rc = 1;

@@ -325,19 +325,7 @@ int tutti_cmd_run(int argc, char **argv) {
     char *buf = NULL;
     size_t plen = 0;
     if (prompt_file) {
-        FILE *f = fopen(prompt_file, "rb");
-        if (!f) {
-            fprintf(stderr, "tutti run: cannot open prompt file %s: %s\n", prompt_file, strerror(errno));
-            return 1;
-        }
-        fseek(f, 0, SEEK_END);
-        long sz = ftell(f);
-        fseek(f, 0, SEEK_SET);
-        buf = malloc(sz > 0 ? (size_t)sz + 1 : 1);
-        plen = buf && sz > 0 ? fread(buf, 1, (size_t)sz, f) : 0;
-        fclose(f);
-        if (!buf) return 1;
-        buf[plen] = 0;
+        if (!(buf = cli_read_file(prompt_file, &plen))) return 1;
         prompt = buf;
     } else if (prompt) {
         plen = strlen(prompt);

@@ -30,10 +30,6 @@ tutti_ensemble *ens_args_build(ens_args *a, const char *cmd);
 void ens_args_free(ens_args *a);
 const char *ens_args_help(void);
 
-/* Whole file into memory (NUL-terminated); NULL + message on error
- * (cmd_eval.c). */
-char *cli_read_text(const char *path, size_t *len);
-
 int tutti_cmd_run(int argc, char **argv);
 int tutti_cmd_eval(int argc, char **argv);
 int tutti_cmd_fit(int argc, char **argv);
