@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Side-by-side speed of tutti and llama.cpp (llama-bench) on the same files.
 
-usage: bench/run.py [-t THREADS] [-r REPS] [-p 512] [-n 128] [--shapes llama3.2-1b,qwen2.5-0.5b]
-                    [--types q8_0,q4_k_m] [--no-fused] [--tutti CMD] [--root /opt/llamacpp-oracle]
+usage: bench/run.py [-t THREADS] [-r REPS] [-p 512] [-n 128] [--interleave K]
+                    [--shapes llama3.2-1b,qwen2.5-0.5b] [--types q8_0,q4_k_m] [--no-fused]
+                    [--tutti CMD] [--root /opt/llamacpp-oracle]
 
 1. Makes the random-weight models if missing (bench/make_models.sh: the
    oracle's gen_bench_model.py writes F16, llama-quantize makes Q8_0 and
@@ -10,7 +11,8 @@ usage: bench/run.py [-t THREADS] [-r REPS] [-p 512] [-n 128] [--shapes llama3.2-
 2. Builds tutti (Release, build-bench/) unless --tutti gives the command.
 3. For each model: llama-bench -t T -p P -n N -r R (inside the chroot) and
    `tutti bench` with the same numbers, one after the other, each in its own
-   process; peak RSS of each is the child's maximum resident set
+   process, K rounds alternating the two (--interleave; on a shared machine
+   the medians of interleaved runs are what can be compared); peak RSS of each is the child's maximum resident set
    (getrusage RUSAGE_CHILDREN, measured the same way for both).
 4. Fused generation of three members (the shape's F16, Q8_0, Q4_K_M files)
    vs the sum of their single-model generation times (`tutti bench --fused`).
@@ -68,6 +70,7 @@ def main():
     ap.add_argument("-n", "--n-gen", type=int, default=128)
     ap.add_argument("--shapes", default="llama3.2-1b,qwen2.5-0.5b")
     ap.add_argument("--types", default="q8_0,q4_k_m")
+    ap.add_argument("--interleave", type=int, default=1, help="rounds of (llama-bench, tutti) per model")
     ap.add_argument("--no-fused", action="store_true")
     ap.add_argument("--tutti", default=None, help="command that runs tutti's bench subcommand "
                     "(default: build-bench/tutti bench, built here)")
@@ -95,19 +98,26 @@ def main():
     for shape in a.shapes.split(","):
         for ty in a.types.split(","):
             rel = f"/tmp/tutti-bench/{shape}-{ty}.gguf"
-            out, l_rss = run_child(["chroot", a.root, "llama-bench", "-m", rel, "-t", str(a.threads), "-p",
-                                    str(a.n_prompt), "-n", str(a.n_gen), "-r", str(a.reps), "-o", "json"])
-            lres = {}
-            for o in json.loads(out):
-                key = f"pp{o['n_prompt']}" if o["n_prompt"] else f"tg{o['n_gen']}"
-                lres[key] = (statistics.median(o.get("samples_ts") or [o["avg_ts"]]), o["stddev_ts"])
-            out, t_rss = run_child(tutti + ["-m", a.root + rel, "-t", str(a.threads), "-p", str(a.n_prompt),
-                                            "-n", str(a.n_gen), "-r", str(a.reps), "--json"])
-            tres = {}
-            for line in out.splitlines():
-                if line.startswith("{"):
-                    o = json.loads(line)
-                    tres[o["test"]] = (statistics.median(o.get("samples") or [o["tps"]]), o["tps_sd"])
+            # --interleave K: K rounds of (llama-bench, tutti), each with -r reps,
+            # so both see the same background load; t/s = median over all runs
+            lsamp, tsamp, l_rss, t_rss = {}, {}, 0.0, 0.0
+            for _ in range(a.interleave):
+                out, rss = run_child(["chroot", a.root, "llama-bench", "-m", rel, "-t", str(a.threads), "-p",
+                                      str(a.n_prompt), "-n", str(a.n_gen), "-r", str(a.reps), "-o", "json"])
+                l_rss = max(l_rss, rss)
+                for o in json.loads(out):
+                    key = f"pp{o['n_prompt']}" if o["n_prompt"] else f"tg{o['n_gen']}"
+                    lsamp.setdefault(key, []).extend(o.get("samples_ts") or [o["avg_ts"]])
+                out, rss = run_child(tutti + ["-m", a.root + rel, "-t", str(a.threads), "-p", str(a.n_prompt),
+                                              "-n", str(a.n_gen), "-r", str(a.reps), "--json"])
+                t_rss = max(t_rss, rss)
+                for line in out.splitlines():
+                    if line.startswith("{"):
+                        o = json.loads(line)
+                        tsamp.setdefault(o["test"], []).extend(o.get("samples") or [o["tps"]])
+            sd = lambda v: statistics.stdev(v) if len(v) > 1 else 0.0
+            lres = {k: (statistics.median(v), sd(v)) for k, v in lsamp.items()}
+            tres = {k: (statistics.median(v), sd(v)) for k, v in tsamp.items()}
             for key in (f"pp{a.n_prompt}", f"tg{a.n_gen}"):
                 if key not in lres or key not in tres:
                     continue
