@@ -665,6 +665,85 @@ static void test_context_full_is_clean_stop(void **state) {
     }
 }
 
+/* ---- masks over a token vocabulary ---- */
+
+/* Is text·piece allowed by the mask (the definition, written out)? */
+static bool mask_def(const tutti_mask *m, const char *text, const char *piece, size_t lp, bool eog) {
+    size_t lt = strlen(text);
+    if (m->n_allowed > 0) {
+        bool ok = false;
+        for (int k = 0; k < m->n_allowed && !ok; k++) {
+            const char *a = m->allowed[k];
+            size_t la = strlen(a);
+            if (la < lt + lp || strncmp(a, text, lt) || memcmp(a + lt, piece, lp)) continue;
+            ok = eog ? la == lt : true;
+        }
+        if (!ok) return false;
+    }
+    char buf[512];
+    memcpy(buf, text, lt);
+    memcpy(buf + lt, piece, lp);
+    for (int k = 0; k < m->n_forbidden; k++) {
+        size_t lf = strlen(m->forbidden[k]);
+        for (size_t end = lt + 1; end <= lt + lp; end++) /* occurrences ending in the piece */
+            if (end >= lf && !memcmp(buf + end - lf, m->forbidden[k], lf)) return false;
+    }
+    return true;
+}
+
+/* token_mask_apply rules out exactly the tokens the definition does, on
+ * stories260K's and Qwen3's vocabularies. */
+static void test_token_mask_definition(void **state) {
+    (void)state;
+    require_shared();
+    const char *vocabs[2] = {M_STORIES, "models/vocab/ggml-vocab-qwen3.gguf"};
+    const char *allowed[3] = {"Once upon a time", "Once there", "On"};
+    const char *forbidden[3] = {"the", "e t", " a"};
+    const char *texts[] = {"", "On", "Once", "Once ", "Once upon a ti", "Once upon a time", "xx th", "a the"};
+    for (int vi = 0; vi < 2; vi++) {
+        tutti_vocab *v = tutti_vocab_load(shared_path(vocabs[vi]));
+        assert_non_null(v);
+        fusion_trie *t = fusion_trie_build(v);
+        assert_non_null(t);
+        int32_t V = tutti_vocab_n_tokens(v);
+        float *dist = malloc(sizeof(float) * (size_t)V);
+        char piece[256];
+        int64_t n_checked = 0, n_out = 0;
+        for (int mi = 0; mi < 3; mi++) {
+            tutti_mask m = {0};
+            if (mi != 1) m.allowed = allowed, m.n_allowed = 3;
+            if (mi != 0) m.forbidden = forbidden, m.n_forbidden = 3;
+            token_mask tm;
+            assert_int_equal(token_mask_init(&tm, t, &m), 0);
+            for (size_t ti = 0; ti < sizeof texts / sizeof *texts; ti++) {
+                gen_ctx g = {.mask = &m};
+                assert_int_equal(gen_append(&g, texts[ti], strlen(texts[ti])), 0);
+                for (int32_t id = 0; id < V; id++) dist[id] = 0.0f;
+                token_mask_apply(&tm, &g, dist);
+                for (int32_t id = 0; id < V; id++) {
+                    bool eog = tutti_vocab_is_eog(v, id);
+                    int32_t lp = eog ? 0 : tutti_token_to_piece(v, id, false, piece, sizeof piece);
+                    assert_true(lp >= 0);
+                    bool want = mask_def(&m, texts[ti], piece, (size_t)lp, eog);
+                    if (want != (dist[id] == 0.0f))
+                        printf("%s mask %d text \"%s\": token %d \"%.*s\": want %d\n", vocabs[vi], mi, texts[ti], id,
+                               lp, piece, want);
+                    assert_true(want == (dist[id] == 0.0f));
+                    n_out += !want;
+                }
+                n_checked += V;
+                free(g.text);
+            }
+            token_mask_free(&tm);
+        }
+        printf("%s: %lld token decisions as defined (%lld ruled out)\n", vocabs[vi], (long long)n_checked,
+               (long long)n_out);
+        free(dist);
+        fusion_trie_free(t);
+        tutti_vocab_free(v);
+    }
+}
+
 /* ---- bits per byte ---- */
 
 /* Token-level bits per byte straight from the model's logits: every chunk
@@ -1016,6 +1095,7 @@ int main(void) {
         cmocka_unit_test(test_chat_run_byte_members),
         cmocka_unit_test(test_chat_prompt_ids),
         cmocka_unit_test(test_context_full_is_clean_stop),
+        cmocka_unit_test(test_token_mask_definition),
         cmocka_unit_test(test_byte_bpb_matches_token_bpb),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_overhead_qwen3_vocab),

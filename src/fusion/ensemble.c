@@ -444,6 +444,127 @@ bool gen_text_ok(const gen_ctx *g, const char *bytes, size_t n, bool at_end) {
     return true;
 }
 
+/* ---- the mask over a token vocabulary ---- */
+
+/* The same decisions as gen_text_ok for every token at once, through the
+ * byte-sorted piece table: the tokens whose piece starts with a string are
+ * one range of it.  allowed: a token may come when text·piece is a prefix
+ * of an allowed string, i.e. its piece equals the first L bytes of an
+ * allowed string's remainder (|remainder| lookups).  forbidden f: an
+ * occurrence ending inside the piece lies either inside the piece (the
+ * tokens containing f, listed once per generation) or straddles: the text
+ * ends with f[0..j) and the piece starts with f[j..) (one range per j).
+ * Cost per step: one pass over the vocabulary plus the ranges, instead of
+ * one gen_text_ok call per token (4.4 ms per token on 151,669 tokens). */
+void token_mask_free(token_mask *tm) {
+    if (tm->contains)
+        for (int32_t k = 0; k < tm->n_forbidden; k++) free(tm->contains[k]);
+    free(tm->contains);
+    free(tm->n_contains);
+    free(tm->keep);
+    memset(tm, 0, sizeof *tm);
+}
+
+static bool piece_contains(const char *p, int64_t lp, const char *f, size_t lf) {
+    for (int64_t i = 0; i + (int64_t)lf <= lp; i++)
+        if (p[i] == f[0] && !memcmp(p + i, f, lf)) return true;
+    return false;
+}
+
+int token_mask_init(token_mask *tm, const fusion_trie *t, const tutti_mask *mask) {
+    memset(tm, 0, sizeof *tm);
+    tm->t = t;
+    tm->mask = mask;
+    tm->keep = malloc((size_t)t->n_vocab);
+    if (!tm->keep) return tutti_set_error("generation: out of memory");
+    if (!mask || mask->n_forbidden <= 0) return 0;
+    tm->n_forbidden = mask->n_forbidden;
+    tm->contains = calloc((size_t)mask->n_forbidden, sizeof(int32_t *));
+    tm->n_contains = calloc((size_t)mask->n_forbidden, sizeof(int32_t));
+    if (!tm->contains || !tm->n_contains) goto oom;
+    for (int32_t k = 0; k < mask->n_forbidden; k++) {
+        const char *f = mask->forbidden[k];
+        size_t lf = strlen(f);
+        if (!lf) continue;
+        int32_t n = 0, cap = 16;
+        int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
+        if (!ids) goto oom;
+        for (int32_t id = 0; id < t->n_vocab; id++) {
+            int64_t o = t->off[id], lp = t->off[id + 1] - o;
+            if (!piece_contains(t->bytes + o, lp, f, lf)) continue;
+            if (n == cap) {
+                int32_t *ni = realloc(ids, sizeof(int32_t) * (size_t)(cap *= 2));
+                if (!ni) {
+                    free(ids);
+                    goto oom;
+                }
+                ids = ni;
+            }
+            ids[n++] = id;
+        }
+        tm->contains[k] = ids;
+        tm->n_contains[k] = n;
+    }
+    return 0;
+oom:
+    token_mask_free(tm);
+    return tutti_set_error("generation: out of memory");
+}
+
+/* Trie node of the tokens whose piece starts with s[0..n), or -1. */
+static int32_t trie_walk(const fusion_trie *t, const char *s, size_t n) {
+    int32_t node = 0;
+    for (size_t i = 0; i < n && node >= 0; i++) node = fusion_trie_child(t, node, (uint8_t)s[i]);
+    return node;
+}
+
+void token_mask_apply(const token_mask *tm, const gen_ctx *g, float *dist) {
+    const fusion_trie *t = tm->t;
+    const tutti_mask *m = tm->mask;
+    int32_t V = t->n_vocab;
+    if (!m) return;
+    if (m->n_allowed > 0) {
+        /* keep[id]: 1 for a text token that may come, 2 for the outcomes
+         * without bytes (end of generation, empty pieces) */
+        memset(tm->keep, 0, (size_t)V);
+        bool prefix = false, equal = false;
+        for (int32_t k = 0; k < m->n_allowed; k++) {
+            const char *a = m->allowed[k];
+            size_t la = strlen(a);
+            if (la < g->n_text || memcmp(a, g->text, g->n_text)) continue;
+            prefix = true;
+            equal |= la == g->n_text;
+            int32_t node = 0;
+            for (size_t l = g->n_text; l < la && node >= 0; l++) {
+                node = fusion_trie_child(t, node, (uint8_t)a[l]);
+                if (node < 0) break;
+                const fusion_trie_node *nd = &t->node[node];
+                for (int32_t r = nd->lo; r < nd->lo + nd->n_exact; r++) tm->keep[t->sorted[r]] = 1;
+            }
+        }
+        for (int32_t id = 0; id < V; id++) {
+            bool ok;
+            if (t->is_eog[id]) ok = equal;
+            else if (t->rank[id] < 0) ok = prefix; /* no bytes */
+            else ok = tm->keep[id] != 0;
+            if (!ok) dist[id] = -INFINITY;
+        }
+    }
+    for (int32_t k = 0; k < m->n_forbidden; k++) {
+        const char *f = m->forbidden[k];
+        size_t lf = strlen(f);
+        if (!lf) continue;
+        for (int32_t i = 0; i < tm->n_contains[k]; i++) dist[tm->contains[k][i]] = -INFINITY;
+        for (size_t j = 1; j < lf; j++) {
+            if (j > g->n_text || memcmp(g->text + g->n_text - j, f, j)) continue;
+            int32_t node = trie_walk(t, f + j, lf - j);
+            if (node < 0) continue;
+            const fusion_trie_node *nd = &t->node[node];
+            for (int32_t r = nd->lo; r < nd->hi; r++) dist[t->sorted[r]] = -INFINITY;
+        }
+    }
+}
+
 /* ---- TOKEN alignment ---- */
 
 typedef struct token_step {
@@ -519,6 +640,7 @@ static int token_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_s
     const tutti_vocab *vocab = e->m[0]->vocab;
     int32_t V = e->m[0]->n_vocab;
     int32_t *ids[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0}, n[TUTTI_ENSEMBLE_MAX_MEMBERS], cap[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    token_mask tm = {0};
     float *bufs = malloc(sizeof(float) * (size_t)V * (size_t)(e->n * 2 + 1));
     double *work = malloc(sizeof(double) * (size_t)V);
     char *piece = malloc(4096);
@@ -542,6 +664,11 @@ static int token_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_s
     for (int32_t k = 0; k < n[0]; k++) tutti_sampler_accept(smp, ids[0][k]);
     int32_t pass = passthrough_member(e);
     bool masked = g->mask && (g->mask->n_allowed > 0 || g->mask->n_forbidden > 0);
+    if (masked) {
+        /* the piece table of the (shared) vocabulary, built once per ensemble */
+        if (!e->trie[0] && !(e->trie[0] = fusion_trie_build(vocab))) goto done;
+        if (token_mask_init(&tm, e->trie[0], g->mask) < 0) goto done;
+    }
     rc = 0;
     while (!g->stopped && (g->max_units <= 0 || g->n_units < g->max_units)) {
         /* Context full is a clean stop, as in tutti generate: the logits
@@ -585,16 +712,7 @@ static int token_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_s
                 memcpy(fused, dist, sizeof(float) * (size_t)V);
                 dist = fused;
             }
-            for (int32_t id = 0; id < V; id++) {
-                if (fused[id] == -INFINITY) continue;
-                bool ok;
-                if (tutti_vocab_is_eog(vocab, id)) ok = gen_text_ok(g, "", 0, true);
-                else {
-                    int32_t k = tutti_token_to_piece(vocab, id, false, piece, 4096);
-                    ok = k >= 0 && gen_text_ok(g, piece, (size_t)k, false);
-                }
-                if (!ok) fused[id] = -INFINITY;
-            }
+            token_mask_apply(&tm, g, fused);
         }
         int32_t id = tutti_sampler_sample(smp, dist, V);
         if (id < 0 || dist[id] == -INFINITY) {
@@ -616,6 +734,7 @@ static int token_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_s
     }
 done:
     for (int32_t i = 0; i < e->n; i++) free(ids[i]);
+    token_mask_free(&tm);
     free(bufs), free(work), free(piece);
     tutti_sampler_free(smp);
     return rc;

@@ -95,4 +95,20 @@ void gen_flush(gen_ctx *g);
  * mask's allowed/forbidden lists; at_end: the text would end there. */
 bool gen_text_ok(const gen_ctx *g, const char *bytes, size_t n, bool at_end);
 
+/* The mask over a token vocabulary (TOKEN alignment): the decisions of
+ * gen_text_ok for every token of the trie's vocabulary at once.  init lists
+ * the tokens containing each forbidden string (once per generation); apply
+ * sets dist[id] = -inf for every token the mask rules out after g's text. */
+typedef struct token_mask {
+    const fusion_trie *t;
+    const tutti_mask *mask;
+    int32_t n_forbidden;
+    int32_t **contains;  /* [n_forbidden] ids whose piece contains the string */
+    int32_t *n_contains;
+    uint8_t *keep;       /* [n_vocab] scratch */
+} token_mask;
+int token_mask_init(token_mask *tm, const fusion_trie *t, const tutti_mask *mask);
+void token_mask_apply(const token_mask *tm, const gen_ctx *g, float *dist);
+void token_mask_free(token_mask *tm);
+
 #endif
