@@ -418,7 +418,7 @@ bool gen_text_ok(const gen_ctx *g, const char *bytes, size_t n, bool at_end) {
             const char *a = m->allowed[k];
             size_t la = strlen(a);
             if (g->n_text + n > la) continue;
-            if (memcmp(a, g->text, g->n_text) || memcmp(a + g->n_text, bytes, n)) continue;
+            if ((g->n_text && memcmp(a, g->text, g->n_text)) || (n && memcmp(a + g->n_text, bytes, n))) continue;
             if (at_end && g->n_text + n != la) continue;
             ok = true;
         }
@@ -524,14 +524,13 @@ void token_mask_apply(const token_mask *tm, const gen_ctx *g, float *dist) {
     int32_t V = t->n_vocab;
     if (!m) return;
     if (m->n_allowed > 0) {
-        /* keep[id]: 1 for a text token that may come, 2 for the outcomes
-         * without bytes (end of generation, empty pieces) */
+        /* keep[id]: the text tokens that may come */
         memset(tm->keep, 0, (size_t)V);
         bool prefix = false, equal = false;
         for (int32_t k = 0; k < m->n_allowed; k++) {
             const char *a = m->allowed[k];
             size_t la = strlen(a);
-            if (la < g->n_text || memcmp(a, g->text, g->n_text)) continue;
+            if (la < g->n_text || (g->n_text && memcmp(a, g->text, g->n_text))) continue;
             prefix = true;
             equal |= la == g->n_text;
             int32_t node = 0;

@@ -76,7 +76,8 @@ static int32_t draft_context(tutti_ensemble *e, span_ctx *c, int32_t i, int32_t 
         int32_t n = pr->n_ids[i];
         memcpy(ids, pr->ids[i], sizeof(int32_t) * (size_t)n);
         const fusion_trie *t = e->trie[i];
-        size_t skip = g->n_text >= (size_t)t->n_prefix && !memcmp(g->text, t->prefix, (size_t)t->n_prefix)
+        size_t skip = t->n_prefix > 0 && g->n_text >= (size_t)t->n_prefix &&
+                              !memcmp(g->text, t->prefix, (size_t)t->n_prefix)
                           ? (size_t)t->n_prefix
                           : 0;
         if (g->n_text > skip) {
