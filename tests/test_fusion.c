@@ -676,7 +676,7 @@ static bool mask_def(const tutti_mask *m, const char *text, const char *piece, s
             const char *a = m->allowed[k];
             size_t la = strlen(a);
             if (la < lt + lp || strncmp(a, text, lt) || memcmp(a + lt, piece, lp)) continue;
-            ok = eog ? la == lt : true;
+            ok = eog ? la == lt : lp > 0; /* a token without bytes cannot progress */
         }
         if (!ok) return false;
     }
@@ -742,6 +742,39 @@ static void test_token_mask_definition(void **state) {
         fusion_trie_free(t);
         tutti_vocab_free(v);
     }
+}
+
+/* Masks in generation (every alignment): the output stays a prefix of an
+ * allowed string, never contains a forbidden one. */
+static void test_generate_masks(void **state) {
+    (void)state;
+    require_shared();
+    const char *models[2] = {M_STORIES, M_TOK361};
+    const char *allowed[2] = {", there was a big dog.", ", a cat sat."};
+    const char *forbidden[2] = {" the", "girl"};
+    const char *prompt = "Once upon a time";
+    tutti_sampler_params sp = tutti_sampler_default_params();
+    sp.seed = 9;
+    for (int al = TUTTI_ALIGN_TOKEN; al <= TUTTI_ALIGN_SPAN; al++)
+        for (int mi = 0; mi < 2; mi++) {
+            tutti_ensemble *e = make_ens(models, al == TUTTI_ALIGN_TOKEN ? 1 : 2, NULL, (tutti_align)al,
+                                         TUTTI_RULE_MIX, -1);
+            assert_non_null(e);
+            tutti_mask m = {.max_len = 60};
+            if (mi == 0) m.allowed = allowed, m.n_allowed = 2;
+            else m.forbidden = forbidden, m.n_forbidden = 2;
+            sbuf got = {.n = 0};
+            got.b[0] = 0;
+            int rc = tutti_ensemble_generate(e, prompt, strlen(prompt), &sp, &m, sbuf_cb, &got, NULL);
+            if (rc < 0) printf("%s\n", tutti_last_error());
+            printf("%s, %s: \"%s\"\n", tutti_align_name((tutti_align)al), mi ? "forbidden" : "allowed", got.b);
+            assert_int_equal(rc, 0);
+            if (mi == 0)
+                assert_true(!strncmp(got.b, allowed[0], got.n) || !strncmp(got.b, allowed[1], got.n));
+            else
+                assert_true(got.n > 10 && !strstr(got.b, forbidden[0]) && !strstr(got.b, forbidden[1]));
+            tutti_ensemble_free(e);
+        }
 }
 
 /* ---- bits per byte ---- */
@@ -1096,6 +1129,7 @@ int main(void) {
         cmocka_unit_test(test_chat_prompt_ids),
         cmocka_unit_test(test_context_full_is_clean_stop),
         cmocka_unit_test(test_token_mask_definition),
+        cmocka_unit_test(test_generate_masks),
         cmocka_unit_test(test_byte_bpb_matches_token_bpb),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_overhead_qwen3_vocab),

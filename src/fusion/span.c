@@ -35,6 +35,8 @@ typedef struct span_ctx {
     double ll[TUTTI_ENSEMBLE_MAX_MEMBERS][TUTTI_ENSEMBLE_MAX_MEMBERS]; /* [member][draft] */
     bool full[TUTTI_ENSEMBLE_MAX_MEMBERS][TUTTI_ENSEMBLE_MAX_MEMBERS]; /* scoring would overflow the member's context */
     bool ctx_hit[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* the member's draft stopped at its context's end */
+    bool masked;                              /* allowed / forbidden strings: drafts obey them token by token */
+    token_mask tm[TUTTI_ENSEMBLE_MAX_MEMBERS];
     const gen_prompt *pr;
     const gen_ctx *g;
 } span_ctx;
@@ -116,7 +118,15 @@ static int job_draft(tutti_ensemble *e, int32_t i, void *arg) {
     int rc = TUTTI_ERR;
     draft *d = &c->d[i];
     d->n = 0, d->end = false;
-    if (!logits || !lp) {
+    /* with a mask, each draft token must keep committed text + draft so far
+     * allowed (the mask over this member's vocabulary) */
+    gen_ctx dg = {.mask = c->g->mask};
+    if (c->masked) {
+        dg.cap_text = c->g->n_text + SPAN_MAX_BYTES + 512;
+        dg.text = malloc(dg.cap_text);
+        if (dg.text && c->g->n_text) memcpy(dg.text, c->g->text, c->g->n_text);
+    }
+    if (!logits || !lp || (c->masked && !dg.text)) {
         tutti_set_error("span: out of memory");
         goto done;
     }
@@ -132,6 +142,14 @@ static int job_draft(tutti_ensemble *e, int32_t i, void *arg) {
         const float *z = fusion_member_logits_view(m, ids, n, logits);
         if (!z) goto done;
         fusion_log_softmax(z, m->n_vocab, e->temp[i], lp);
+        if (c->masked) {
+            memcpy(dg.text + c->g->n_text, d->bytes, (size_t)d->n);
+            dg.n_text = c->g->n_text + (size_t)d->n;
+            token_mask_apply(&c->tm[i], &dg, lp);
+            bool any = false;
+            for (int32_t t = 0; t < m->n_vocab && !any; t++) any = lp[t] > -INFINITY;
+            if (!any) break; /* the mask ends this draft here */
+        }
         int32_t id = tutti_sampler_sample(c->smp[i], lp, m->n_vocab);
         if (id < 0) goto done;
         tutti_sampler_accept(c->smp[i], id);
@@ -156,7 +174,7 @@ static int job_draft(tutti_ensemble *e, int32_t i, void *arg) {
     }
     rc = 0;
 done:
-    free(ids), free(logits), free(lp);
+    free(ids), free(logits), free(lp), free(dg.text);
     return rc;
 }
 
@@ -221,6 +239,10 @@ int span_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sampler_p
         c->smp[i] = tutti_sampler_new(&p);
         if (!c->st[i] || !c->smp[i]) goto done;
     }
+    c->masked = g->mask && (g->mask->n_allowed > 0 || g->mask->n_forbidden > 0);
+    if (c->masked)
+        for (int32_t i = 0; i < e->n; i++)
+            if (token_mask_init(&c->tm[i], e->trie[i], g->mask) < 0) goto done;
     double t0 = ens_now_s();
     if (ens_run_members(e, job_start, c) < 0) goto done;
     *t_phase += ens_now_s() - t0;
@@ -315,6 +337,7 @@ done:
     for (int32_t i = 0; i < e->n; i++) {
         fusion_bytes_free(c->st[i]);
         tutti_sampler_free(c->smp[i]);
+        token_mask_free(&c->tm[i]);
     }
     free(c);
     return rc;
