@@ -133,15 +133,23 @@ static void test_bad_input_exits_with_message(void **state) {
         {"logits -m MODEL --ids 1,99999 --out /dev/null", "1"},
         {"nosuchcommand", "2"},
         {"generate -m MODEL -p \"$(head -c 20000 /dev/zero | tr '\\0' a)\" -c 64", "1"},
+        {"run -m MODEL -m MODEL -p a -n 4 -w 1,nan", "1"},
+        {"run -m MODEL -m MODEL -p a -n 4 --temps 0,1", "1"},
+        {"run -m MODEL -m MODEL -p a -n 4 -w 1,2,3", "1"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char args[1024], cmd[4096];
-        const char *m = strstr(cases[i][0], "MODEL");
-        if (m)
-            snprintf(args, sizeof args, "%.*s%s%s", (int)(m - cases[i][0]), cases[i][0],
-                     shared_path("models/stories260K.gguf"), m + 5);
-        else
-            snprintf(args, sizeof args, "%s", cases[i][0]);
+        /* every MODEL stands for stories260K */
+        size_t len = 0;
+        for (const char *p = cases[i][0]; *p && len + 1 < sizeof args;) {
+            if (!strncmp(p, "MODEL", 5)) {
+                len += (size_t)snprintf(args + len, sizeof args - len, "%s", shared_path("models/stories260K.gguf"));
+                p += 5;
+            } else {
+                args[len++] = *p++;
+            }
+        }
+        args[len < sizeof args ? len : sizeof args - 1] = 0;
         snprintf(cmd, sizeof cmd, "%s %s 2>&1 >/dev/null", TUTTI_CLI, args);
         int st;
         char *err = run(cmd, &st);

@@ -50,8 +50,8 @@ static int parse_list(const char *opt, const char *s, float *out, int max) {
         char *e;
         errno = 0;
         double v = strtod(p, &e);
-        if (e == p || errno || (*e && *e != ',')) {
-            fprintf(stderr, "tutti: %s: \"%s\" is not a comma-separated list of numbers\n", opt, s);
+        if (e == p || errno || (*e && *e != ',') || !isfinite(v)) {
+            fprintf(stderr, "tutti: %s: \"%s\" is not a comma-separated list of finite numbers\n", opt, s);
             return -1;
         }
         if (n == max) {
@@ -191,7 +191,13 @@ tutti_ensemble *ens_args_build(ens_args *a, const char *cmd) {
                     k == 1 ? "" : "s", n, n == 1 ? "" : "s");
             return NULL;
         }
-        for (int i = 0; i < n; i++) a->desc[i].temp = v[i];
+        for (int i = 0; i < n; i++) {
+            if (!(v[i] > 0)) {
+                fprintf(stderr, "tutti %s: --temps: temperature %d is %g; each must be > 0\n", cmd, i + 1, (double)v[i]);
+                return NULL;
+            }
+            a->desc[i].temp = v[i];
+        }
     }
     tutti_ensemble_params p = tutti_ensemble_default_params();
     p.members = a->desc;

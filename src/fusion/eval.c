@@ -654,9 +654,10 @@ tutti_ensemble_file *tutti_ensemble_file_read(const char *path) {
         for (int k = 1; k < nt; k++) {
             char *e2;
             float v = strtof(tok[k], &e2);
-            if (e2 == tok[k] || *e2) {
-                tutti_set_error("ensemble file %s: line %d: %s \"%s\" is not a number", path, lineno,
-                                k == 1 ? "weight" : "temperature", tok[k]);
+            if (e2 == tok[k] || *e2 || !isfinite(v) || (k == 2 && !(v > 0))) {
+                tutti_set_error("ensemble file %s: line %d: %s \"%s\" is not %s", path, lineno,
+                                k == 1 ? "weight" : "temperature", tok[k],
+                                k == 1 ? "a finite number" : "a number > 0");
                 goto fail;
             }
             if (k == 1) m->weight = v;
