@@ -315,8 +315,13 @@ typedef int (*tutti_text_cb)(const char *bytes, size_t n, void *user);
  * member tokenizes it itself, BOS added as its vocabulary asks), sampling on
  * the fused distribution with sampler params sp (NULL = defaults; the same
  * options as single-model generation).  Stops at end of text, a stop string,
- * mask->max_len or when cb returns non-zero.  stats may be NULL.  Returns 0
- * or TUTTI_ERR (context full, a member failing, everything masked out). */
+ * mask->max_len, a full context (any member's) or when cb returns non-zero.
+ * In BYTE and SPAN alignment a member whose tokens cannot spell the text
+ * drawn from the fused distribution (possible under MIX, e.g. a character
+ * vocabulary without that character) leaves the generation, the others'
+ * weights renormalised.  stats may be NULL.  Returns 0 or TUTTI_ERR (a
+ * prompt longer than a member's context, a member failing, everything
+ * masked out). */
 int tutti_ensemble_generate(tutti_ensemble *ens, const char *prompt, size_t prompt_len,
                             const tutti_sampler_params *sp, const tutti_mask *mask,
                             tutti_text_cb cb, void *user, tutti_ensemble_stats *stats);

@@ -777,6 +777,37 @@ static void test_generate_masks(void **state) {
         }
 }
 
+/* A member whose tokens cannot spell a byte the others draw (possible under
+ * mix) leaves the generation instead of failing it: BabyLlama-tok105 has
+ * no '#', forced here through an allowed string. */
+static void test_member_that_cannot_spell_leaves(void **state) {
+    (void)state;
+    require_shared();
+    tutti_vocab *v = tutti_vocab_load(shared_path(M_TOK105));
+    assert_non_null(v);
+    char piece[64];
+    for (int32_t id = 0; id < tutti_vocab_n_tokens(v); id++) {
+        int32_t k = tutti_token_to_piece(v, id, false, piece, sizeof piece);
+        assert_true(k >= 0 && !memchr(piece, '#', (size_t)k)); /* the premise */
+    }
+    tutti_vocab_free(v);
+    const char *models[2] = {M_STORIES, M_TOK105};
+    const char *allowed[1] = {" there was a #1 dog."};
+    tutti_sampler_params sp = tutti_sampler_default_params();
+    sp.seed = 2;
+    for (int al = TUTTI_ALIGN_BYTE; al <= TUTTI_ALIGN_SPAN; al++) {
+        tutti_ensemble *e = make_ens(models, 2, NULL, (tutti_align)al, TUTTI_RULE_MIX, -1);
+        assert_non_null(e);
+        tutti_mask m = {.allowed = allowed, .n_allowed = 1, .max_len = 60};
+        sbuf got = {.n = 0};
+        int rc = tutti_ensemble_generate(e, "Once upon a time", 16, &sp, &m, sbuf_cb, &got, NULL);
+        if (rc < 0) printf("%s\n", tutti_last_error());
+        assert_int_equal(rc, 0);
+        assert_string_equal(got.b, allowed[0]);
+        tutti_ensemble_free(e);
+    }
+}
+
 /* ---- bits per byte ---- */
 
 /* Token-level bits per byte straight from the model's logits: every chunk
@@ -1130,6 +1161,7 @@ int main(void) {
         cmocka_unit_test(test_context_full_is_clean_stop),
         cmocka_unit_test(test_token_mask_definition),
         cmocka_unit_test(test_generate_masks),
+        cmocka_unit_test(test_member_that_cannot_spell_leaves),
         cmocka_unit_test(test_byte_bpb_matches_token_bpb),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_overhead_qwen3_vocab),

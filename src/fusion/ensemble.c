@@ -797,17 +797,33 @@ static int job_bytes_prepare(tutti_ensemble *e, int32_t i, void *arg) {
     return fusion_bytes_prepare(j->st[i]);
 }
 
-int fusion_bytes_fused(tutti_ensemble *e, fusion_bytes **st, float *out) {
-    float lp[TUTTI_ENSEMBLE_MAX_MEMBERS][FUSION_N_BYTE_OUT];
-    const float *rows[TUTTI_ENSEMBLE_MAX_MEMBERS];
-    double d[FUSION_N_BYTE_OUT], work[FUSION_N_BYTE_OUT];
+/* Next-byte log-probabilities of every member (-inf rows for members that
+ * left the generation), then their fusion under weights w. */
+static int bytes_rows(tutti_ensemble *e, fusion_bytes **st, const bool *dead, float (*lp)[FUSION_N_BYTE_OUT]) {
+    double d[FUSION_N_BYTE_OUT];
     for (int32_t i = 0; i < e->n; i++) {
+        if (dead && dead[i]) {
+            for (int b = 0; b < FUSION_N_BYTE_OUT; b++) lp[i][b] = -INFINITY;
+            continue;
+        }
         if (fusion_bytes_next(st[i], d) < 0) return TUTTI_ERR;
         for (int b = 0; b < FUSION_N_BYTE_OUT; b++) lp[i][b] = d[b] > 0 ? (float)log(d[b]) : -INFINITY;
-        rows[i] = lp[i];
     }
-    fusion_rule_params rp = ens_rule_params(e);
+    return 0;
+}
+
+static int bytes_combine(const tutti_ensemble *e, const float *w, float (*lp)[FUSION_N_BYTE_OUT], float *out) {
+    const float *rows[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    double work[FUSION_N_BYTE_OUT];
+    for (int32_t i = 0; i < e->n; i++) rows[i] = lp[i];
+    fusion_rule_params rp = {.rule = e->rule, .weights = w, .beta = e->beta};
     return fusion_combine(&rp, e->n, rows, FUSION_N_BYTE_OUT, out, work, NULL);
+}
+
+int fusion_bytes_fused(tutti_ensemble *e, fusion_bytes **st, float *out) {
+    float lp[TUTTI_ENSEMBLE_MAX_MEMBERS][FUSION_N_BYTE_OUT];
+    if (bytes_rows(e, st, NULL, lp) < 0) return TUTTI_ERR;
+    return bytes_combine(e, e->w, lp, out);
 }
 
 static int byte_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sampler_params *sp, gen_ctx *g,
@@ -843,8 +859,15 @@ static int byte_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sa
         }
     }
     rc = 0;
-    float fused[FUSION_N_BYTE_OUT];
+    float fused[FUSION_N_BYTE_OUT], lp[TUTTI_ENSEMBLE_MAX_MEMBERS][FUSION_N_BYTE_OUT];
     bool allowed[FUSION_N_BYTE_OUT];
+    /* A member that gives the drawn byte probability 0 (its tokens cannot
+     * spell the text, e.g. a character vocabulary without that character,
+     * possible under mix) has no conditional distribution any more: it
+     * leaves this generation (weight 0, the others renormalised). */
+    bool dead[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0};
+    float w[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    memcpy(w, e->w, sizeof(float) * (size_t)e->n);
     while (!g->stopped && (g->max_units <= 0 || g->n_units < g->max_units)) {
         /* Context full is a clean stop, as in TOKEN alignment: the text so
          * far needs a tokenization hypothesis longer than a member's
@@ -856,7 +879,7 @@ static int byte_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sa
             break;
         }
         *t_phase += ens_now_s() - t0;
-        if (fusion_bytes_fused(e, st, fused) < 0) {
+        if (bytes_rows(e, st, dead, lp) < 0 || bytes_combine(e, w, lp, fused) < 0) {
             rc = TUTTI_ERR;
             break;
         }
@@ -875,11 +898,14 @@ static int byte_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sa
         }
         tutti_sampler_accept(smp, b);
         if (b == FUSION_END) break;
-        for (int32_t i = 0; i < e->n; i++)
-            if (fusion_bytes_commit(st[i], (uint8_t)b) < 0) {
-                rc = TUTTI_ERR;
-                break;
+        for (int32_t i = 0; i < e->n && rc == 0; i++) {
+            if (dead[i]) continue;
+            if (lp[i][b] == -INFINITY) {
+                dead[i] = true, w[i] = 0;
+                continue;
             }
+            if (fusion_bytes_commit(st[i], (uint8_t)b) < 0) rc = TUTTI_ERR;
+        }
         if (rc < 0) break;
         fusion_utf8_push(&u, (uint8_t)b);
         char c = (char)b;

@@ -36,6 +36,8 @@ typedef struct span_ctx {
     bool full[TUTTI_ENSEMBLE_MAX_MEMBERS][TUTTI_ENSEMBLE_MAX_MEMBERS]; /* scoring would overflow the member's context */
     bool ctx_hit[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* the member's draft stopped at its context's end */
     bool masked;                              /* allowed / forbidden strings: drafts obey them token by token */
+    bool dead[TUTTI_ENSEMBLE_MAX_MEMBERS];    /* left the generation: its tokens cannot spell the text */
+    float w[TUTTI_ENSEMBLE_MAX_MEMBERS];      /* weights of this generation (0 once dead) */
     token_mask tm[TUTTI_ENSEMBLE_MAX_MEMBERS];
     const gen_prompt *pr;
     const gen_ctx *g;
@@ -118,6 +120,11 @@ static int job_draft(tutti_ensemble *e, int32_t i, void *arg) {
     int rc = TUTTI_ERR;
     draft *d = &c->d[i];
     d->n = 0, d->end = false;
+    c->ctx_hit[i] = false;
+    if (c->dead[i]) {
+        free(logits), free(lp);
+        return 0;
+    }
     /* with a mask, each draft token must keep committed text + draft so far
      * allowed (the mask over this member's vocabulary) */
     gen_ctx dg = {.mask = c->g->mask};
@@ -185,6 +192,11 @@ static int job_score(tutti_ensemble *e, int32_t i, void *arg) {
     span_ctx *c = arg;
     double p[FUSION_N_BYTE_OUT];
     for (int32_t k = 0; k < c->n_d; k++) {
+        c->full[i][k] = false;
+        if (c->dead[i]) {
+            c->ll[i][k] = -INFINITY;
+            continue;
+        }
         fusion_bytes *s = fusion_bytes_clone(c->st[i]);
         if (!s) return TUTTI_ERR;
         c->cl[i][k] = s;
@@ -212,10 +224,12 @@ static int job_score(tutti_ensemble *e, int32_t i, void *arg) {
     return 0;
 }
 
+/* Frees the scoring copies; member i's state becomes its copy that scored
+ * draft `keep` (unless it left the generation). */
 static void free_clones(tutti_ensemble *e, span_ctx *c, int32_t keep) {
     for (int32_t i = 0; i < e->n; i++)
         for (int32_t k = 0; k < TUTTI_ENSEMBLE_MAX_MEMBERS; k++) {
-            if (k == keep && c->cl[i][k]) {
+            if (k == keep && c->cl[i][k] && !c->dead[i]) {
                 fusion_bytes_free(c->st[i]);
                 c->st[i] = c->cl[i][k];
             } else {
@@ -246,9 +260,7 @@ int span_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sampler_p
     double t0 = ens_now_s();
     if (ens_run_members(e, job_start, c) < 0) goto done;
     *t_phase += ens_now_s() - t0;
-    double wsum = 0;
-    for (int32_t i = 0; i < e->n; i++) wsum += e->w[i];
-    if (wsum == 0) wsum = 1;
+    memcpy(c->w, e->w, sizeof(float) * (size_t)e->n);
     rc = 0;
     /* A full context is a clean stop (as in TOKEN and BYTE alignment): when
      * a member cannot evaluate the committed text, when every member's
@@ -291,7 +303,9 @@ int span_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sampler_p
         }
         *t_phase += ens_now_s() - t0;
         int32_t best = -1;
-        double best_s = -INFINITY;
+        double best_s = -INFINITY, wsum = 0;
+        for (int32_t i = 0; i < e->n; i++) wsum += c->w[i];
+        if (wsum == 0) wsum = 1;
         for (int32_t k = 0; k < n_all; k++) {
             bool full = false;
             for (int32_t i = 0; i < e->n; i++) full |= c->full[i][k];
@@ -300,14 +314,14 @@ int span_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sampler_p
             if (e->rule == TUTTI_RULE_MIX) {
                 double mx = -INFINITY, acc = 0;
                 for (int32_t i = 0; i < e->n; i++)
-                    if (e->w[i] > 0 && c->ll[i][k] > mx) mx = c->ll[i][k];
+                    if (c->w[i] > 0 && c->ll[i][k] > mx) mx = c->ll[i][k];
                 for (int32_t i = 0; i < e->n; i++)
-                    if (e->w[i] > 0 && mx > -INFINITY) acc += e->w[i] / wsum * exp(c->ll[i][k] - mx);
+                    if (c->w[i] > 0 && mx > -INFINITY) acc += c->w[i] / wsum * exp(c->ll[i][k] - mx);
                 s = mx > -INFINITY ? mx + log(acc) : -INFINITY;
             } else {
                 s = 0;
                 for (int32_t i = 0; i < e->n; i++)
-                    if (e->w[i] != 0) s += e->w[i] / wsum * c->ll[i][k];
+                    if (c->w[i] != 0) s += c->w[i] / wsum * c->ll[i][k];
             }
             s /= (double)(all[k].n + (all[k].end ? 1 : 0));
             if (best < 0 || s > best_s) best = k, best_s = s;
@@ -317,13 +331,15 @@ int span_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sampler_p
             break;
         }
         /* a member that gives the chosen text probability 0 cannot follow it
-         * (its state stopped at the impossible byte): as in BYTE alignment,
-         * that is an error, not a silently wrong state */
-        for (int32_t i = 0; i < e->n && rc == 0; i++)
-            if (e->w[i] != 0 && c->ll[i][best] == -INFINITY)
-                rc = tutti_set_error("member %s: the chosen text has probability 0 (its tokens cannot "
-                                     "spell it)", e->m[i]->name);
-        if (rc < 0) {
+         * (its copy stopped at the impossible byte): as in BYTE alignment it
+         * leaves the generation, the others' weights renormalised */
+        bool live = false;
+        for (int32_t i = 0; i < e->n; i++) {
+            if (!c->dead[i] && c->ll[i][best] == -INFINITY) c->dead[i] = true, c->w[i] = 0;
+            live |= !c->dead[i] && c->w[i] != 0;
+        }
+        if (!live) {
+            rc = tutti_set_error("span: no member can spell the chosen text");
             free_clones(e, c, -1);
             break;
         }
