@@ -140,7 +140,8 @@ def main():
                     o = json.loads(line)
                     mode = "members in turn, all threads each" if par == 1 else "members concurrently"
                     print(f"fused generation ({shape} F16 + Q8_0 + Q4_K_M, {o['units']} tokens, {mode}): "
-                          f"{o['fused_s']:.3f} s vs sum of the three single-model runs of the same length "
+                          f"{o['fused_s']:.3f} s (forward passes {o['fused_forward_s']:.3f} s, fusion "
+                          f"{o['fused_fusion_s']:.3f} s) vs sum of the three single-model runs of the same length "
                           f"{o['sum_single_s']:.3f} s = {o['ratio']:.3f}x; "
                           f"peak RSS {rss:.0f} MiB", flush=True)
 

@@ -210,7 +210,7 @@ int tutti_cmd_bench(int argc, char **argv) {
     /* fused generation first: its length (it may stop at an end-of-text
      * token) is the length of the single-model runs below */
     int fused_units = 0;
-    double fused_mean = 0, fused_sd = 0;
+    double fused_mean = 0, fused_sd = 0, fused_fwd = 0, fused_fusion = 0;
     if (fused && n_models >= 2 && n_tg > 0) {
         tutti_member_desc md[BENCH_MAX_MODELS];
         for (int mi = 0; mi < n_models; mi++)
@@ -241,7 +241,11 @@ int tutti_cmd_bench(int argc, char **argv) {
                 tutti_ensemble_free(ens);
                 return 1;
             }
-            if (r >= 0) st.v[st.n++] = es.t_total_s;
+            if (r >= 0) {
+                st.v[st.n++] = es.t_total_s;
+                fused_fwd += es.t_forward_s / reps;
+                fused_fusion += es.t_fusion_s / reps;
+            }
         }
         tutti_ensemble_free(ens);
         fused_units = es.n_units > 0 ? es.n_units : 1;
@@ -322,15 +326,16 @@ int tutti_cmd_bench(int argc, char **argv) {
         for (int mi = 0; mi < n_models; mi++) sum_single += single_gen_s[mi];
         if (json)
             printf("{\"test\":\"fused-tg%d\",\"members\":%d,\"threads\":%d,\"parallel\":%d,\"fused_s\":%.4f,"
-                   "\"fused_sd\":%.4f,\"sum_single_s\":%.4f,\"ratio\":%.3f,\"units\":%d,\"peak_rss_mib\":%.1f}\n",
-                   n_tg, n_models, n_threads, parallel, fused_mean, fused_sd, sum_single, fused_mean / sum_single,
-                   fused_units, peak_rss_mib());
+                   "\"fused_sd\":%.4f,\"fused_forward_s\":%.4f,\"fused_fusion_s\":%.4f,\"sum_single_s\":%.4f,"
+                   "\"ratio\":%.3f,\"units\":%d,\"peak_rss_mib\":%.1f}\n",
+                   n_tg, n_models, n_threads, parallel, fused_mean, fused_sd, fused_fwd, fused_fusion, sum_single,
+                   fused_mean / sum_single, fused_units, peak_rss_mib());
         else
             printf("\nfused generation, %d members, %d tokens (prompt \"%s\"), %d threads, parallel=%d:\n"
-                   "  fused %.3f ± %.3f s, sum of the members' single-model runs of the same length %.3f s, "
-                   "ratio %.3f\n",
-                   n_models, fused_units, fuse_prompt, n_threads, parallel, fused_mean, fused_sd, sum_single,
-                   fused_mean / sum_single);
+                   "  fused %.3f ± %.3f s (forward passes %.3f s, fusion/sampling %.3f s), sum of the members'\n"
+                   "  single-model runs of the same length %.3f s, ratio %.3f\n",
+                   n_models, fused_units, fuse_prompt, n_threads, parallel, fused_mean, fused_sd, fused_fwd,
+                   fused_fusion, sum_single, fused_mean / sum_single);
     }
     return rc;
 }
