@@ -305,6 +305,10 @@ typedef struct tutti_ensemble_stats {
     double t_fusion_s;      /* t_total_s - t_forward_s: alignment, fusion, mask, sampling */
     double t_member_s[TUTTI_ENSEMBLE_MAX_MEMBERS];       /* forward time per member */
     int64_t n_member_tokens[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* tokens each member ran */
+    /* BYTE alignment: member i left the generation because its tokens
+     * cannot spell the prompt or a drawn byte (weight 0 from then on, the
+     * others renormalised). */
+    bool member_left[TUTTI_ENSEMBLE_MAX_MEMBERS];
 } tutti_ensemble_stats;
 
 /* Receives output bytes as they are committed (never splits a UTF-8

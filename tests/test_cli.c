@@ -279,6 +279,27 @@ static void test_hostile_inputs(void **state) {
     }
 }
 
+/* Byte alignment: a member whose tokens cannot spell the prompt (the
+ * character-level BabyLlama-tok105 has no "🐶") leaves the generation
+ * instead of failing it; the others go on. */
+static void test_run_member_leaves(void **state) {
+    (void)state;
+    require_shared();
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s run -m %s -m %s -p 'Tom saw a \xf0\x9f\x90\xb6. He' -n 20 --seed 1 2>&1", TUTTI_CLI,
+             shared_path("models/stories260K.gguf"), shared_path("models/BabyLlama-tok105/babyllama-tok105.gguf"));
+    int st;
+    char *out = run(cmd, &st);
+    print_message("%s\n", out);
+    assert_int_equal(st, 0);
+    char *m2 = strstr(out, "member 2");
+    assert_non_null(m2);
+    assert_non_null(strstr(m2, "left: its tokens cannot spell the text"));
+    char *m1 = strstr(out, "member 1"), *left = strstr(m1, "left:");
+    assert_true(left > m2); /* member 1 stayed */
+    free(out);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_generate_greedy_matches_llama_cpp),
@@ -287,6 +308,7 @@ int main(void) {
         cmocka_unit_test(test_tokenize_inp_matches_reference),
         cmocka_unit_test(test_bad_input_exits_with_message),
         cmocka_unit_test(test_generate_chat),
+        cmocka_unit_test(test_run_member_leaves),
         cmocka_unit_test(test_hostile_inputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -393,9 +393,10 @@ int tutti_cmd_run(int argc, char **argv) {
         fprintf(stderr, "\n%s alignment, rule %s: %d %ss (%d bytes) in %.3f s\n", tutti_align_name(al),
                 tutti_rule_name(tutti_ensemble_rule(e)), st.n_units, unit, st.n_bytes, st.t_total_s);
         for (int i = 0; i < tutti_ensemble_n_members(e); i++)
-            fprintf(stderr, "  member %d %-40s w=%.3g tau=%.3g: %6lld tokens evaluated, forward %.3f s\n", i + 1,
+            fprintf(stderr, "  member %d %-40s w=%.3g tau=%.3g: %6lld tokens evaluated, forward %.3f s%s\n", i + 1,
                     tutti_ensemble_member_path(e, i), (double)tutti_ensemble_member_weight(e, i),
-                    (double)tutti_ensemble_member_temp(e, i), (long long)st.n_member_tokens[i], st.t_member_s[i]);
+                    (double)tutti_ensemble_member_temp(e, i), (long long)st.n_member_tokens[i], st.t_member_s[i],
+                    st.member_left[i] ? " (left: its tokens cannot spell the text)" : "");
         fprintf(stderr, "  fusion overhead (outside forward passes): %.3f s = %.3f ms per %s\n", st.t_fusion_s,
                 st.n_units ? 1e3 * st.t_fusion_s / st.n_units : 0.0, unit);
     }

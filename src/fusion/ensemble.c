@@ -773,6 +773,7 @@ int fusion_token_fused(tutti_ensemble *e, const int32_t *ids, int32_t n, float *
 typedef struct byte_job {
     fusion_bytes **st;
     const gen_prompt *pr;
+    bool *dead; /* members that left the generation (NULL: none may leave) */
 } byte_job;
 
 int ens_bytes_start(fusion_bytes *st, const gen_prompt *pr, int32_t i) {
@@ -785,15 +786,23 @@ bool ens_bytes_ctx_full(const tutti_ensemble *e, fusion_bytes *const *st) {
     return false;
 }
 
+/* A member whose tokens cannot spell the prompt (a character vocabulary
+ * without "€", say) leaves the generation at once instead of failing it. */
 static int job_bytes_start(tutti_ensemble *e, int32_t i, void *arg) {
     (void)e;
     byte_job *j = arg;
-    return ens_bytes_start(j->st[i], j->pr, i);
+    int rc = ens_bytes_start(j->st[i], j->pr, i);
+    if (rc < 0 && j->dead) {
+        j->dead[i] = true;
+        return 0;
+    }
+    return rc;
 }
 
 static int job_bytes_prepare(tutti_ensemble *e, int32_t i, void *arg) {
     (void)e;
     byte_job *j = arg;
+    if (j->dead && j->dead[i]) return 0;
     return fusion_bytes_prepare(j->st[i]);
 }
 
@@ -837,10 +846,27 @@ static int byte_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sa
         st[i] = fusion_bytes_new(e->m[i], e->trie[i], &bp);
         if (!st[i]) goto done;
     }
-    byte_job j = {st, pr};
+    /* A member that gives the drawn byte probability 0 (its tokens cannot
+     * spell the text, e.g. a character vocabulary without that character,
+     * possible under mix) has no conditional distribution any more: it
+     * leaves this generation (weight 0, the others renormalised). */
+    bool *dead = g->dead;
+    float w[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    memcpy(w, e->w, sizeof(float) * (size_t)e->n);
+    byte_job j = {st, pr, dead};
     double t0 = ens_now_s();
     if (ens_run_members(e, job_bytes_start, &j) < 0) goto done;
     *t_phase += ens_now_s() - t0;
+    int32_t n_alive = 0;
+    for (int32_t i = 0; i < e->n; i++) {
+        if (dead[i]) w[i] = 0;
+        else n_alive++;
+    }
+    if (n_alive == 0) {
+        tutti_set_error("byte alignment: no member's tokens can spell the prompt (every member has "
+                        "probability 0 for it)");
+        goto done;
+    }
     fusion_utf8 u;
     fusion_utf8_init(&u);
     if (!pr->ids) {
@@ -861,13 +887,6 @@ static int byte_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sa
     rc = 0;
     float fused[FUSION_N_BYTE_OUT], lp[TUTTI_ENSEMBLE_MAX_MEMBERS][FUSION_N_BYTE_OUT];
     bool allowed[FUSION_N_BYTE_OUT];
-    /* A member that gives the drawn byte probability 0 (its tokens cannot
-     * spell the text, e.g. a character vocabulary without that character,
-     * possible under mix) has no conditional distribution any more: it
-     * leaves this generation (weight 0, the others renormalised). */
-    bool dead[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0};
-    float w[TUTTI_ENSEMBLE_MAX_MEMBERS];
-    memcpy(w, e->w, sizeof(float) * (size_t)e->n);
     while (!g->stopped && (g->max_units <= 0 || g->n_units < g->max_units)) {
         /* Context full is a clean stop, as in TOKEN alignment: the text so
          * far needs a tokenization hypothesis longer than a member's
@@ -952,6 +971,7 @@ static int ens_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sam
         for (int32_t i = 0; i < e->n; i++) {
             stats->t_member_s[i] = e->m[i]->t_forward_s;
             stats->n_member_tokens[i] = e->m[i]->n_forward_tokens;
+            stats->member_left[i] = g.dead[i];
         }
     }
     free(g.text);

@@ -81,6 +81,7 @@ struct gen_ctx {
     size_t n_text, cap_text;
     size_t n_emitted;  /* bytes given to cb */
     bool stopped;      /* a stop string, cb or max_len ended generation */
+    bool dead[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* BYTE: members that left (their tokens cannot spell the text) */
     int32_t n_units;
     int32_t max_units;
 };
