@@ -164,28 +164,7 @@ static jstr jp_string(jp *p)
         }
         if (cp >= 0xD800 && cp < 0xE000)
             cp = 0xFFFD; /* lone surrogate */
-        char u[4];
-        size_t n;
-        if (cp < 0x80) {
-            u[0] = (char)cp;
-            n = 1;
-        } else if (cp < 0x800) {
-            u[0] = (char)(0xC0 | (cp >> 6));
-            u[1] = (char)(0x80 | (cp & 0x3F));
-            n = 2;
-        } else if (cp < 0x10000) {
-            u[0] = (char)(0xE0 | (cp >> 12));
-            u[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-            u[2] = (char)(0x80 | (cp & 0x3F));
-            n = 3;
-        } else {
-            u[0] = (char)(0xF0 | (cp >> 18));
-            u[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-            u[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-            u[3] = (char)(0x80 | (cp & 0x3F));
-            n = 4;
-        }
-        jbuf_put(p->c, &b, u, n);
+        jinja_put_utf8(p->c, &b, cp);
     }
     return jbuf_take(p->c, &b);
 }

@@ -252,6 +252,7 @@ bool jstr_eqz(jstr a, const char *z);
 
 void jbuf_put(jctx *c, struct jbuf *b, const char *p, size_t n);
 void jbuf_putz(jctx *c, struct jbuf *b, const char *z);
+void jinja_put_utf8(jctx *c, struct jbuf *b, uint32_t cp); /* UTF-8 of code point cp */
 /* The buffer contents as a string (arena memory); the buffer is reset. */
 jstr jbuf_take(jctx *c, struct jbuf *b);
 

@@ -76,8 +76,8 @@ static bool is_ws(char ch)
     return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\v' || ch == '\f';
 }
 
-/* Appends UTF-8 of code point cp. */
-static void put_utf8(jctx *c, struct jbuf *b, uint32_t cp)
+/* Appends UTF-8 of code point cp (declared in jinja.h). */
+void jinja_put_utf8(jctx *c, struct jbuf *b, uint32_t cp)
 {
     char u[4];
     size_t n;
@@ -163,7 +163,7 @@ static void lex_string(lexer *L)
             if (cp > 0x10FFFF)
                 lex_fail(L, L->i - 2, "\\U escape beyond U+10FFFF");
             L->i += (size_t)nd;
-            put_utf8(L->c, &b, cp);
+            jinja_put_utf8(L->c, &b, cp);
             continue;
         }
         default: {

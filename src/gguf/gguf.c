@@ -68,7 +68,7 @@ struct gguf_file {
 /* ------------------------------------------------------------------------ */
 /* small helpers                                                            */
 
-static size_t gguf_type_size(gguf_type t) {
+size_t gguf_type_size(gguf_type t) {
     switch (t) {
     case GGUF_TYPE_UINT8:
     case GGUF_TYPE_INT8:

@@ -106,5 +106,7 @@ const gguf_tensor_info *gguf_find_tensor(const gguf_file *f, const char *name);
 /* Helpers */
 bool gguf_str_eq(gguf_str s, const char *c);
 const char *gguf_type_name(gguf_type t);
+/* Bytes of one value of a fixed-size type; 0 for STRING and ARRAY. */
+size_t gguf_type_size(gguf_type t);
 
 #endif

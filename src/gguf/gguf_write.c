@@ -80,23 +80,6 @@ int gguf_writer_set_alignment(gguf_writer *w, uint32_t alignment) {
 int64_t gguf_writer_n_kv(const gguf_writer *w) { return w ? w->n_kv : 0; }
 int64_t gguf_writer_n_tensors(const gguf_writer *w) { return w ? w->n_tensors : 0; }
 
-static size_t elem_size(gguf_type t) {
-    switch (t) {
-    case GGUF_TYPE_UINT8:
-    case GGUF_TYPE_INT8:
-    case GGUF_TYPE_BOOL: return 1;
-    case GGUF_TYPE_UINT16:
-    case GGUF_TYPE_INT16: return 2;
-    case GGUF_TYPE_UINT32:
-    case GGUF_TYPE_INT32:
-    case GGUF_TYPE_FLOAT32: return 4;
-    case GGUF_TYPE_UINT64:
-    case GGUF_TYPE_INT64:
-    case GGUF_TYPE_FLOAT64: return 8;
-    default: return 0;
-    }
-}
-
 /* Takes ownership of blob (freed on failure too). */
 static int add_kv(gguf_writer *w, const char *key, size_t key_len, gguf_type type, uint8_t *blob,
                   size_t blob_len) {
@@ -144,7 +127,7 @@ static int add_kv(gguf_writer *w, const char *key, size_t key_len, gguf_type typ
 }
 
 static int add_scalar(gguf_writer *w, const char *key, gguf_type t, const void *v) {
-    size_t n = elem_size(t);
+    size_t n = gguf_type_size(t);
     uint8_t *blob = malloc(n);
     if (!blob) return tutti_set_error("gguf writer: out of memory");
     memcpy(blob, v, n);
@@ -186,7 +169,7 @@ int gguf_writer_add_str(gguf_writer *w, const char *key, const char *v) {
 
 static int add_arr_n(gguf_writer *w, const char *key, size_t key_len, gguf_type et,
                      const void *data, uint64_t n) {
-    size_t es = elem_size(et);
+    size_t es = gguf_type_size(et);
     if (es == 0)
         return tutti_set_error("gguf writer: key '%.*s': element type %s is not a fixed-size "
                                "scalar (use the string array functions)",
@@ -270,7 +253,7 @@ int gguf_writer_copy_kv(gguf_writer *w, const gguf_file *f, int64_t i) {
         free(tmp);
         return rc;
     }
-    size_t es = elem_size(t);
+    size_t es = gguf_type_size(t);
     uint8_t *blob = malloc(es ? es : 1);
     if (!blob) return tutti_set_error("gguf writer: out of memory");
     memcpy(blob, gguf_kv_data(f, i), es);
