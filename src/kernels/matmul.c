@@ -206,7 +206,7 @@ typedef struct fast_job {
     const float *x; /* float rows to convert (NULL when xq already holds them) */
     char *xq;       /* [n_tok][ldx] activation blocks */
     float *y;
-    int64_t n_chunks;
+    int64_t n_chunks, chunk_rows;
     atomic_int_fast64_t next;
 } fast_job;
 
@@ -229,13 +229,30 @@ static void fast_worker(void *arg, int ith, int nth) {
     for (;;) {
         const int64_t c = atomic_fetch_add(&j->next, 1);
         if (c >= j->n_chunks) break;
-        const int64_t r0 = c * MM_CHUNK_ROWS;
-        const int nr = (int)(j->n_rows - r0 < MM_CHUNK_ROWS ? j->n_rows - r0 : MM_CHUNK_ROWS);
-        const char *wc = j->w + (size_t)r0 * j->ldw;
+        const int64_t r0 = c * j->chunk_rows;
+        const int64_t r1 = r0 + j->chunk_rows < j->n_rows ? r0 + j->chunk_rows : j->n_rows;
         /* all tokens at once: the kernel tiles them, decoding each weight
-         * block once per 4 tokens (K-quants: once per chunk) */
-        vt->gemm(j->n_cols, wc, j->ldw, nr, j->xq, j->ldx, (int)j->n_tok, j->y + r0, (size_t)j->n_rows);
+         * block once per 4 tokens (K-quants: once per MM_CHUNK_ROWS) */
+        for (int64_t rs = r0; rs < r1; rs += MM_CHUNK_ROWS) {
+            const int nr = (int)(r1 - rs < MM_CHUNK_ROWS ? r1 - rs : MM_CHUNK_ROWS);
+            vt->gemm(j->n_cols, j->w + (size_t)rs * j->ldw, j->ldw, nr, j->xq, j->ldx, (int)j->n_tok, j->y + rs,
+                     (size_t)j->n_rows);
+        }
     }
+}
+
+/* Rows per work item.  A prompt uses MM_CHUNK_ROWS (the kernels' decode
+ * unit).  One token streams the weights once and is memory-bound: longer
+ * contiguous runs keep the hardware prefetcher on one stream per thread
+ * (every jump to a new chunk restarts it), while ~MM_ITEMS_PER_THREAD items
+ * per thread still let a thread that the OS delayed hand its share over. */
+#define MM_ITEMS_PER_THREAD 4
+static int64_t mm_chunk_rows(const tutti_threadpool *tp, int64_t n_rows, int64_t n_tok) {
+    if (n_tok > 1) return MM_CHUNK_ROWS;
+    const int64_t items = (int64_t)tutti_threadpool_n_threads(tp) * MM_ITEMS_PER_THREAD;
+    int64_t cr = (n_rows + items - 1) / items;
+    cr = (cr + MM_CHUNK_ROWS - 1) / MM_CHUNK_ROWS * MM_CHUNK_ROWS;
+    return cr < MM_CHUNK_ROWS ? MM_CHUNK_ROWS : cr;
 }
 
 void tutti_matmul(tutti_threadpool *tp, int wtype, const void *w, int64_t n_rows, int64_t n_cols,
@@ -254,8 +271,9 @@ void tutti_matmul(tutti_threadpool *tp, int wtype, const void *w, int64_t n_rows
         .n_cols = n_cols,
         .n_tok = n_tok,
         .y = y,
-        .n_chunks = (n_rows + MM_CHUNK_ROWS - 1) / MM_CHUNK_ROWS,
+        .chunk_rows = mm_chunk_rows(tp, n_rows, n_tok),
     };
+    j.n_chunks = (n_rows + j.chunk_rows - 1) / j.chunk_rows;
     atomic_init(&j.next, 0);
     char *owned = NULL;
     if (vt->vec_type == TUTTI_TYPE_F32) {
