@@ -258,12 +258,12 @@ static void test_hostile_inputs(void **state) {
     int n = 0;
 #define CASE(st, m, ...) (snprintf(cases[n].args, sizeof cases[n].args, __VA_ARGS__), cases[n].status = (st), \
                           cases[n].msg = (m), n++)
-    CASE(1, "NaN or infinite logits", "generate -m %s/ok-nan-weights.gguf -p the --temp 0", corpus);
-    CASE(1, "NaN or infinite logits", "generate -m %s/ok-nan-weights.gguf -p the --seed 1", corpus);
+    CASE(1, "NaN or infinite logits", "generate -m %s/ok-nan-weights.in -p the --temp 0", corpus);
+    CASE(1, "NaN or infinite logits", "generate -m %s/ok-nan-weights.in -p the --seed 1", corpus);
     CASE(1, "is a directory", "generate -m %s -f /tmp -n 2", stories);
-    CASE(2, "-m given twice", "generate -m %s -m %s/ok-base.gguf -p a", stories, corpus);
+    CASE(2, "-m given twice", "generate -m %s -m %s/ok-base.in -p a", stories, corpus);
     CASE(2, "in [1, 512]", "generate -m %s -p a -t 513", stories);
-    CASE(1, "has 50 rows but the vocabulary", "info -m %s/vocab-lt-embd.gguf", corpus);
+    CASE(1, "has 50 rows but the vocabulary", "info -m %s/vocab-lt-embd.in", corpus);
     CASE(1, "has no tensors", "info -m %s", shared_path("models/vocab/ggml-vocab-llama3.gguf"));
     CASE(2, "-m given twice", "info -m %s -m %s", stories, stories);
 #undef CASE

@@ -213,7 +213,7 @@ static void test_hostile_models(void **state) {
         void *buf = build(c, &size);
         if (dump) {
             char path[4096];
-            snprintf(path, sizeof path, "%s/%s.gguf", dump, c->name);
+            snprintf(path, sizeof path, "%s/%s.in", dump, c->name);
             FILE *f = fopen(path, "wb");
             assert_non_null(f);
             assert_int_equal(fwrite(buf, 1, size, f), size);

@@ -7,7 +7,7 @@
  *     (the generator also checks ggml's dequantize_row_* gives the same bits);
  *   - the quantized tensors of ../shared/ref/arch/llama-*.gguf, which
  *     llama-quantize made from llama-F32.gguf;
- *   - tests/data/quant/q_*.bin: ggml's quantize_row_*_ref (and gguf-py's
+ *   - tests/data/quant/q_*.dat: ggml's quantize_row_*_ref (and gguf-py's
  *     quantize where it has one) of the synthetic rows quant_input.f32;
  *   - the compiler's _Float16 conversion for every half bit pattern.
  * tests/data/quant/make_expected.sh regenerates the data in the oracle

@@ -13,7 +13,7 @@ Usage: make_expected.py IN_DIR OUT_DIR
                    tensor of that type (little-endian float32); the script
                    checks that ggml's dequantize_row_* gives the same bits
     quant_input.f32  synthetic rows (edge cases, see synthetic_input)
-    q_<type>.bin   ggml's quantize_row_<type>_ref of quant_input.f32; for the
+    q_<type>.dat   ggml's quantize_row_<type>_ref of quant_input.f32; for the
                    types gguf-py can quantize, the script checks it agrees
 
 manifest.txt lines (space separated; paths relative to ../shared):
@@ -180,7 +180,7 @@ for qtype in (T.Q8_0, T.Q8_K, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q4_K, T.Q5_K, T.
         py = None
     if py is not None and py != ref:
         raise SystemExit(f"{qtype.name}: gguf-py quantize differs from ggml quantize_row_*_ref")
-    out = f"q_{qtype.name}.bin"
+    out = f"q_{qtype.name}.dat"
     with open(os.path.join(OUT, out), "wb") as f:
         f.write(ref)
     manifest.append(f"quant {qtype.name} {int(qtype)} {x.size} {out}"
