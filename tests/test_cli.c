@@ -300,6 +300,30 @@ static void test_run_member_leaves(void **state) {
     free(out);
 }
 
+/* One member, token alignment: tutti run prints exactly what tutti generate
+ * prints (generated text only), greedy and seeded. */
+static void test_run_one_member_equals_generate(void **state) {
+    (void)state;
+    require_shared();
+    const char *opts[] = {"--temp 0 -n 40", "--seed 9 -n 40"};
+    for (int k = 0; k < 2; k++) {
+        char cmd[4096];
+        int st1, st2;
+        snprintf(cmd, sizeof cmd, "%s generate -m %s -p 'Lily and Ben' %s 2>/dev/null", TUTTI_CLI,
+                 shared_path("models/stories260K.gguf"), opts[k]);
+        char *want = run(cmd, &st1);
+        snprintf(cmd, sizeof cmd, "%s run -m %s --align token -p 'Lily and Ben' %s 2>/dev/null", TUTTI_CLI,
+                 shared_path("models/stories260K.gguf"), opts[k]);
+        char *got = run(cmd, &st2);
+        assert_int_equal(st1, 0);
+        assert_int_equal(st2, 0);
+        assert_true(strlen(want) > 20);
+        assert_string_equal(got, want);
+        free(want);
+        free(got);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_generate_greedy_matches_llama_cpp),
@@ -309,6 +333,7 @@ int main(void) {
         cmocka_unit_test(test_bad_input_exits_with_message),
         cmocka_unit_test(test_generate_chat),
         cmocka_unit_test(test_run_member_leaves),
+        cmocka_unit_test(test_run_one_member_equals_generate),
         cmocka_unit_test(test_hostile_inputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

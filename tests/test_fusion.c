@@ -491,8 +491,7 @@ static void test_chat_run_is_generate_chat(void **state) {
                 snprintf(errp, sizeof errp, "%s/run.out", c.dir);
                 size_t rn;
                 char *got = read_file(errp, &rn);
-                assert_true(rn >= 1 && got[rn - 1] == '\n');
-                got[rn - 1] = 0;
+                (void)rn;
                 printf("%s x%d %s: %d tokens%s\n", mi ? "llama" : "phi3", copies, o[k], n_gen,
                        ctx ? " (context full)" : n_gen < n_max ? " (end of turn)" : "");
                 assert_memory_equal(got, want, strlen(want) + 1);

@@ -374,17 +374,11 @@ int tutti_cmd_run(int argc, char **argv) {
         }
     tutti_ensemble_stats st;
     if (rc == 0 && n_gen > 0) {
-        /* chat: the prompt is not part of the text, so only the reply goes to stdout */
-        if (!chat) fwrite(prompt, 1, plen, stdout);
+        /* stdout holds the generated text only, exactly as tutti generate's */
         rc = chat ? tutti_ensemble_generate_ids(e, (const int32_t *const *)ids, n_ids, &sp, &m, write_cb, NULL, &st)
                   : tutti_ensemble_generate(e, prompt, plen, &sp, &m, write_cb, NULL, &st);
-    } else if (rc == 0 && !chat) {
-        fwrite(prompt, 1, plen, stdout);
     }
-    if (rc != -2) { /* -2: a --chat prompt failed (message printed), nothing was written */
-        fputc('\n', stdout);
-        fflush(stdout);
-    }
+    fflush(stdout);
     if (rc == TUTTI_ERR) {
         fprintf(stderr, "tutti run: %s\n", tutti_last_error());
     } else if (rc == 0 && n_gen > 0) {
