@@ -19,4 +19,5 @@ if [ -n "$missing" ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
 fi
 cmake -S "$(dirname "$0")/.." -B "$BUILD" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
-cmake --build "$BUILD" -j"$(nproc)"
+# build progress goes to stderr: stdout stays the generated text of the command that follows
+cmake --build "$BUILD" -j"$(nproc)" >&2
