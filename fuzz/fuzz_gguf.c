@@ -18,16 +18,6 @@
         if (!(c)) __builtin_trap();                                                                \
     } while (0)
 
-static size_t elem_size(gguf_type t) {
-    switch (t) {
-    case GGUF_TYPE_UINT8: case GGUF_TYPE_INT8: case GGUF_TYPE_BOOL: return 1;
-    case GGUF_TYPE_UINT16: case GGUF_TYPE_INT16: return 2;
-    case GGUF_TYPE_UINT32: case GGUF_TYPE_INT32: case GGUF_TYPE_FLOAT32: return 4;
-    case GGUF_TYPE_UINT64: case GGUF_TYPE_INT64: case GGUF_TYPE_FLOAT64: return 8;
-    default: return 0;
-    }
-}
-
 /* Reads every byte (through a volatile sink so it is not optimized away). */
 static void touch(const void *p, uint64_t n) {
     volatile uint8_t sink = 0;
@@ -71,13 +61,13 @@ int tutti_fuzz_gguf_one(const uint8_t *data, size_t size) {
                 }
                 CHECK(gguf_kv_str(f, i, n).len == 0);
             } else {
-                touch(gguf_kv_data(f, i), n * elem_size(et));
+                touch(gguf_kv_data(f, i), n * gguf_type_size(et));
             }
         } else if (t == GGUF_TYPE_STRING) {
             gguf_str s = gguf_kv_str(f, i, 0);
             touch(s.data, s.len);
         } else {
-            touch(gguf_kv_data(f, i), elem_size(t));
+            touch(gguf_kv_data(f, i), gguf_type_size(t));
         }
         char *k = cname(key);
         if (k) {

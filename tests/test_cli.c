@@ -12,22 +12,6 @@
 #include "gguf/gguf_write.h"
 
 /* Runs a shell command, captures stdout (malloc'd) and the exit status. */
-static char *run(const char *cmd, int *status) {
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    size_t cap = 1 << 16, n = 0;
-    char *out = malloc(cap);
-    size_t r;
-    while ((r = fread(out + n, 1, cap - n - 1, p)) > 0) {
-        n += r;
-        if (n + 1 >= cap) out = realloc(out, cap *= 2);
-    }
-    out[n] = 0;
-    int st = pclose(p);
-    *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    return out;
-}
-
 /* Value of "text" in the last line of a ref/models jsonl (no escapes other
  * than \" and \\ and \n in these files). */
 static char *ref_text(const char *jsonl) {
@@ -58,7 +42,7 @@ static void test_generate_greedy_matches_llama_cpp(void **state) {
     snprintf(cmd, sizeof cmd, "%s generate -m %s -p \"Once upon a time\" -n 48 --temp 0 2>/dev/null", TUTTI_CLI,
              shared_path("models/stories260K.gguf"));
     int st;
-    char *out = run(cmd, &st), *want = ref_text("ref/models/stories260K.p1.jsonl");
+    char *out = run_cmd(cmd, &st), *want = ref_text("ref/models/stories260K.p1.jsonl");
     assert_int_equal(st, 0);
     assert_string_equal(out, want);
     free(out);
@@ -72,7 +56,7 @@ static void test_generate_same_seed_same_text(void **state) {
     snprintf(cmd, sizeof cmd, "%s generate -m %s -p \"Lily and Ben\" -n 32 --seed 11 2>/dev/null", TUTTI_CLI,
              shared_path("models/stories260K.gguf"));
     int st1, st2;
-    char *a = run(cmd, &st1), *b = run(cmd, &st2);
+    char *a = run_cmd(cmd, &st1), *b = run_cmd(cmd, &st2);
     assert_int_equal(st1, 0);
     assert_true(strlen(a) > 10);
     assert_string_equal(a, b);
@@ -90,7 +74,7 @@ static void test_logits_match_reference(void **state) {
     snprintf(cmd, sizeof cmd, "%s logits -m %s -p \"$(cat %s)\" --out %s 2>/dev/null", TUTTI_CLI,
              shared_path("models/stories260K.gguf"), shared_path("ref/models/p2.txt"), out_path);
     int st;
-    free(run(cmd, &st));
+    free(run_cmd(cmd, &st));
     assert_int_equal(st, 0);
     size_t n_got, n_ref;
     char *got = read_file(out_path, &n_got), *ref = read_file(shared_path("ref/models/stories260K.p2.logits.f32"), &n_ref);
@@ -112,7 +96,7 @@ static void test_tokenize_inp_matches_reference(void **state) {
     snprintf(cmd, sizeof cmd, "%s tokenize -m %s --inp %s", TUTTI_CLI, shared_path("models/vocab/ggml-vocab-llama3.gguf"),
              shared_path("ref/tokenize/tokenizer-tests.inp"));
     int st;
-    char *out = run(cmd, &st), *want = read_file(shared_path("ref/tokenize/llama3.out"), NULL);
+    char *out = run_cmd(cmd, &st), *want = read_file(shared_path("ref/tokenize/llama3.out"), NULL);
     assert_int_equal(st, 0);
     assert_non_null(want);
     assert_string_equal(out, want);
@@ -152,7 +136,7 @@ static void test_bad_input_exits_with_message(void **state) {
         args[len < sizeof args ? len : sizeof args - 1] = 0;
         snprintf(cmd, sizeof cmd, "%s %s 2>&1 >/dev/null", TUTTI_CLI, args);
         int st;
-        char *err = run(cmd, &st);
+        char *err = run_cmd(cmd, &st);
         print_message("%s -> %d: %s", args, st, err);
         assert_int_equal(st, atoi(cases[i][1]));
         assert_true(strlen(err) > 10); /* says what was wrong */
@@ -201,13 +185,13 @@ static void test_generate_chat(void **state) {
     /* phi-3 renders "<|user|>\nhi<|end|>\n<|assistant|>\n": BOS + <|user|> + "\nhi" pieces
      * + <|end|> + "\n" + <|assistant|> + "\n"; the stderr line reports the count. */
     snprintf(cmd, sizeof cmd, "%s generate -m %s --chat -p hi -n 4 --temp 0 2>&1 >/dev/null", TUTTI_CLI, path);
-    char *err = run(cmd, &st);
+    char *err = run_cmd(cmd, &st);
     print_message("%s", err);
     assert_int_equal(st, 0);
     char *plain_cmd = cmd + 2048;
     snprintf(plain_cmd, 2048, "%s tokenize -m %s -p \"$(printf '<|user|>\\nhi<|end|>\\n<|assistant|>\\n')\" --special", TUTTI_CLI, path);
     int st2;
-    char *ids = run(plain_cmd, &st2);
+    char *ids = run_cmd(plain_cmd, &st2);
     assert_int_equal(st2, 0);
     int n_ids = 0;
     for (char *p = ids; *p; p++) n_ids += *p == ' ';
@@ -221,7 +205,7 @@ static void test_generate_chat(void **state) {
      * has exactly one <|end|> (id 4), the template's own. */
     snprintf(cmd, sizeof cmd, "%s generate -m %s --chat -p '<|end|>' -n 1 --temp 0 --verbose-prompt 2>&1 >/dev/null",
              TUTTI_CLI, path);
-    err = run(cmd, &st);
+    err = run_cmd(cmd, &st);
     assert_int_equal(st, 0);
     char *line = strstr(err, "prompt ids:");
     assert_non_null(line);
@@ -234,7 +218,7 @@ static void test_generate_chat(void **state) {
     free(err);
     /* a model without a template: a clear error */
     snprintf(cmd, sizeof cmd, "%s generate -m %s --chat -p hi 2>&1 >/dev/null", TUTTI_CLI, shared_path("models/stories260K.gguf"));
-    err = run(cmd, &st);
+    err = run_cmd(cmd, &st);
     assert_int_equal(st, 1);
     assert_non_null(strstr(err, "chat_template"));
     free(err);
@@ -271,7 +255,7 @@ static void test_hostile_inputs(void **state) {
         char cmd[16384];
         snprintf(cmd, sizeof cmd, "%s %s 2>&1 >/dev/null", TUTTI_CLI, cases[i].args);
         int st;
-        char *err = run(cmd, &st);
+        char *err = run_cmd(cmd, &st);
         if (st != cases[i].status || !strstr(err, cases[i].msg))
             fail_msg("tutti %s: exit %d (want %d), stderr '%s' (want '%s')", cases[i].args, st, cases[i].status,
                      err, cases[i].msg);
@@ -289,7 +273,7 @@ static void test_run_member_leaves(void **state) {
     snprintf(cmd, sizeof cmd, "%s run -m %s -m %s -p 'Tom saw a \xf0\x9f\x90\xb6. He' -n 20 --seed 1 2>&1", TUTTI_CLI,
              shared_path("models/stories260K.gguf"), shared_path("models/BabyLlama-tok105/babyllama-tok105.gguf"));
     int st;
-    char *out = run(cmd, &st);
+    char *out = run_cmd(cmd, &st);
     print_message("%s\n", out);
     assert_int_equal(st, 0);
     char *m2 = strstr(out, "member 2");
@@ -311,10 +295,10 @@ static void test_run_one_member_equals_generate(void **state) {
         int st1, st2;
         snprintf(cmd, sizeof cmd, "%s generate -m %s -p 'Lily and Ben' %s 2>/dev/null", TUTTI_CLI,
                  shared_path("models/stories260K.gguf"), opts[k]);
-        char *want = run(cmd, &st1);
+        char *want = run_cmd(cmd, &st1);
         snprintf(cmd, sizeof cmd, "%s run -m %s --align token -p 'Lily and Ben' %s 2>/dev/null", TUTTI_CLI,
                  shared_path("models/stories260K.gguf"), opts[k]);
-        char *got = run(cmd, &st2);
+        char *got = run_cmd(cmd, &st2);
         assert_int_equal(st1, 0);
         assert_int_equal(st2, 0);
         assert_true(strlen(want) > 20);

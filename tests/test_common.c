@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 const char *shared_path(const char *rel) {
     static char bufs[8][4096];
@@ -39,6 +40,21 @@ char *read_file(const char *path, size_t *len) {
     fclose(f);
     if (len) *len = (size_t)n;
     return buf;
+}
+
+char *run_cmd(const char *cmd, int *status) {
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t cap = 1 << 16, n = 0, r;
+    char *out = malloc(cap);
+    while ((r = fread(out + n, 1, cap - n - 1, p)) > 0) {
+        n += r;
+        if (n + 1 >= cap) out = realloc(out, cap *= 2);
+    }
+    out[n] = 0;
+    int st = pclose(p);
+    *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return out;
 }
 
 int parse_ids(const char *s, int32_t *ids, int n_max) {

@@ -15,6 +15,9 @@ const char *shared_path(const char *rel);
 void require_shared(void);
 /* Reads a whole file; NULL if it cannot (size in *len).  Caller frees. */
 char *read_file(const char *path, size_t *len);
+/* Runs a shell command; returns its stdout (malloc'd, NUL-terminated) and
+ * sets *status to its exit status (-1 if it did not exit normally). */
+char *run_cmd(const char *cmd, int *status);
 /* Parses "1,2,3" into ids; returns count. */
 int parse_ids(const char *s, int32_t *ids, int n_max);
 /* max over positions and ids of |log_softmax(a) - log_softmax(b)|, rows of n_vocab. */

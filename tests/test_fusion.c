@@ -393,21 +393,6 @@ static void write_chat_copy(const char *src, const char *tmpl, float eos_scale, 
     free(scaled);
 }
 
-static char *run_cmd(const char *cmd, int *status) {
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    size_t cap = 1 << 16, n = 0, r;
-    char *out = malloc(cap);
-    while ((r = fread(out + n, 1, cap - n - 1, p)) > 0) {
-        n += r;
-        if (n + 1 >= cap) out = realloc(out, cap *= 2);
-    }
-    out[n] = 0;
-    int st = pclose(p);
-    *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    return out;
-}
-
 typedef struct chat_files {
     char dir[64];
     char phi3[128];   /* phi3 test model (<|user|>, <|end|>, <|assistant|> are control tokens), phi-3 template */

@@ -201,16 +201,6 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
     return h;
 }
 
-static size_t scalar_size(gguf_type t) {
-    switch (t) {
-    case GGUF_TYPE_UINT8: case GGUF_TYPE_INT8: case GGUF_TYPE_BOOL: return 1;
-    case GGUF_TYPE_UINT16: case GGUF_TYPE_INT16: return 2;
-    case GGUF_TYPE_UINT32: case GGUF_TYPE_INT32: case GGUF_TYPE_FLOAT32: return 4;
-    case GGUF_TYPE_UINT64: case GGUF_TYPE_INT64: case GGUF_TYPE_FLOAT64: return 8;
-    default: return 0;
-    }
-}
-
 int fusion_vocab_hash_file(const char *path, uint64_t *out) {
     gguf_file *f = gguf_open(path);
     if (!f) return TUTTI_ERR;
@@ -249,11 +239,11 @@ int fusion_vocab_hash_file(const char *path, uint64_t *out) {
                     h = fnv(h, &s.len, sizeof s.len);
                     h = fnv(h, s.data, s.len);
                 }
-            } else if (scalar_size(et)) {
-                h = fnv(h, gguf_kv_data(f, i), (size_t)n * scalar_size(et));
+            } else if (gguf_type_size(et)) {
+                h = fnv(h, gguf_kv_data(f, i), (size_t)n * gguf_type_size(et));
             }
-        } else if (scalar_size(t)) {
-            h = fnv(h, gguf_kv_data(f, i), scalar_size(t));
+        } else if (gguf_type_size(t)) {
+            h = fnv(h, gguf_kv_data(f, i), gguf_type_size(t));
         }
         acc += h * 0x9e3779b97f4a7c15ull + (h >> 29);
         n_used++;
