@@ -11,8 +11,9 @@
  * flushes to 0.  tutti_fast_log(0) = -inf, negative or NaN input: NaN.
  *
  * TUTTI_VEC_CLONES on a function compiles it once per instruction set
- * (AVX-512, AVX2, baseline x86-64) and picks the best at load time (GCC and
- * clang target_clones, glibc ifunc): the build itself targets baseline
+ * (AVX-512, AVX2, baseline x86-64) and picks the best at load time (GCC's
+ * target_clones, glibc ifunc; clang 14 emits no resolver for clones called
+ * from other files, so clang builds get the baseline only): the build itself targets baseline
  * x86-64, where the loops run 4 floats wide.  Put it on the function that
  * holds the loops, and TUTTI_VEC_INLINE on the helpers it calls. */
 #ifndef TUTTI_UTIL_FASTMATH_H
@@ -22,7 +23,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__x86_64__) && defined(__has_attribute) && !defined(TUTTI_NO_CLONES)
+#if defined(__x86_64__) && defined(__has_attribute) && !defined(__clang__) && !defined(TUTTI_NO_CLONES)
 #if __has_attribute(target_clones)
 #define TUTTI_VEC_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
