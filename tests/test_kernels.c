@@ -172,8 +172,8 @@ typedef struct row_case {
     size_t ldw, ldx;
 } row_case;
 
-#define NR 5
-#define NC 9
+#define NR 11 /* > 8: a full 8-row K-quant panel and a partial one */
+#define NC 10
 
 static void make_case(int type, const tutti_vec_dot_traits *sc, int64_t n, row_case *rc) {
     rc->n = n;
