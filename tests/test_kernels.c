@@ -307,6 +307,85 @@ static void check_path(tutti_simd path) {
     g_paths_tested++;
 }
 
+/* 4: repacked Q4_K (Q4_K_X8, quant.h) on every path that has kernels for
+ * it: 16 random rows repacked, then the panel kernel for 8 and 16 rows and
+ * 1..NC tokens against the scalar Q4_K kernel on the original rows (same
+ * integer sums, float order differs: the tolerance of 3).  The internal
+ * id is not a file type, and shapes that do not fit are refused. */
+static void test_repack_q4_k(void **state) {
+    (void)state;
+    assert_null(tutti_type_get(TUTTI_TYPE_Q4_K_X8));
+    assert_int_equal(tutti_repack_type(TUTTI_TYPE_Q4_K), TUTTI_TYPE_Q4_K_X8);
+    assert_int_equal(tutti_repack_type(TUTTI_TYPE_Q6_K), -1);
+    assert_int_equal(tutti_repack_size(TUTTI_TYPE_Q4_K, 12, 256), 0);
+    assert_int_equal(tutti_repack_size(TUTTI_TYPE_Q4_K, 16, 300), 0);
+    assert_int_equal(tutti_repack_size(TUTTI_TYPE_Q8_0, 16, 256), 0);
+    assert_int_equal(tutti_repack(TUTTI_TYPE_Q4_K, NULL, NULL, 12, 256), -1);
+    const tutti_vec_dot_traits *sc = tutti_vec_dot_get_path(TUTTI_SIMD_SCALAR, TUTTI_TYPE_Q4_K);
+    assert_null(tutti_vec_dot_get_path(TUTTI_SIMD_SCALAR, TUTTI_TYPE_Q4_K_X8));
+    int tested = 0;
+    for (int path = 0; path < TUTTI_SIMD_COUNT; path++) {
+        const tutti_vec_dot_traits *k = tutti_vec_dot_get_path((tutti_simd)path, TUTTI_TYPE_Q4_K_X8);
+        if (!k) continue;
+        assert_int_equal(k->vec_type, TUTTI_TYPE_Q8_K);
+        const int64_t sizes[] = {256, 768, 3328};
+        for (int si = 0; si < 3; si++) {
+            const int64_t n = sizes[si], R = 16;
+            const size_t ldw = tutti_row_size(TUTTI_TYPE_Q4_K, n), ldx = tutti_row_size(TUTTI_TYPE_Q8_K, n);
+            assert_int_equal(tutti_row_size(TUTTI_TYPE_Q4_K_X8, n) * (size_t)R,
+                             tutti_repack_size(TUTTI_TYPE_Q4_K, R, n));
+            char *w = malloc(ldw * (size_t)R), *xq = malloc(ldx * NC);
+            float *x = malloc(sizeof(float) * (size_t)n);
+            void *wp = NULL;
+            assert_int_equal(posix_memalign(&wp, 64, tutti_repack_size(TUTTI_TYPE_Q4_K, R, n)), 0);
+            for (int r = 0; r < R; r++) fill_w(TUTTI_TYPE_Q4_K, w + r * ldw, n);
+            for (int c = 0; c < NC; c++) {
+                fill_x(x, n);
+                sc->from_float(x, xq + c * ldx, n);
+            }
+            assert_int_equal(tutti_repack(TUTTI_TYPE_Q4_K, w, wp, R, n), TUTTI_TYPE_Q4_K_X8);
+            float want[NC][16], mag[NC][16];
+            float *wd = malloc(sizeof(float) * (size_t)n), *xd = malloc(sizeof(float) * (size_t)n);
+            for (int r = 0; r < R; r++) {
+                assert_true(tutti_dequantize_row(TUTTI_TYPE_Q4_K, w + r * ldw, wd, n));
+                for (int c = 0; c < NC; c++) {
+                    decode_act(TUTTI_TYPE_Q8_K, xq + c * ldx, xd, n);
+                    double m = 0;
+                    for (int64_t i = 0; i < n; i++) m += fabs((double)wd[i] * xd[i]);
+                    mag[c][r] = (float)m;
+                    sc->vec_dot(n, &want[c][r], w + r * ldw, xq + c * ldx);
+                }
+            }
+            for (int nr = 8; nr <= R; nr += 8)
+                for (int nc = 1; nc <= NC; nc++) {
+                    float s[NC][17];
+                    memset(s, 0xff, sizeof s);
+                    k->gemm(n, wp, tutti_row_size(TUTTI_TYPE_Q4_K_X8, n), nr, xq, ldx, nc, &s[0][0], 17);
+                    for (int c = 0; c < nc; c++)
+                        for (int r = 0; r < nr; r++) {
+                            const double tol = 2e-5 * mag[c][r] + 1e-6;
+                            if (!(fabs((double)s[c][r] - want[c][r]) <= tol))
+                                fail_msg("%s q4_K_x8 n=%lld %dx%d [%d][%d]: %.9g vs scalar q4_K %.9g",
+                                         tutti_simd_name((tutti_simd)path), (long long)n, nr, nc, c, r, s[c][r],
+                                         want[c][r]);
+                        }
+                    if (isfinite(s[nc < NC ? nc : 0][nr < 16 ? nr : 0]) && (nc < NC || nr < 16))
+                        fail_msg("%s q4_K_x8 wrote outside its %dx%d tile", tutti_simd_name((tutti_simd)path), nr, nc);
+                }
+            free(w);
+            free(xq);
+            free(x);
+            free(wp);
+            free(wd);
+            free(xd);
+        }
+        tested++;
+    }
+#if defined(__x86_64__)
+    if (tutti_simd_available(TUTTI_SIMD_AVX2)) assert_true(tested > 0);
+#endif
+}
+
 static void test_paths_vs_scalar(void **state) {
     (void)state;
     for (int p = 0; p < TUTTI_SIMD_COUNT; p++) {
@@ -440,6 +519,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scalar_vs_reference),
         cmocka_unit_test(test_paths_vs_scalar),
+        cmocka_unit_test(test_repack_q4_k),
         cmocka_unit_test(test_forced_path),
         cmocka_unit_test(test_threadpool),
     };

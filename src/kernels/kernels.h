@@ -61,7 +61,9 @@ float *tutti_threadpool_scratch(tutti_threadpool *tp, size_t n_floats);
 /* y[t][r] = Σ_c W[r][c] · x̃[t][c]
  *   W: n_rows rows of n_cols elements of ggml type wtype, rows contiguous
  *      (row r at (char*)w + r * tutti_row_size(wtype, n_cols)); wtype must be
- *      tutti_type_supported() and n_cols a multiple of its block size.
+ *      tutti_type_supported() and n_cols a multiple of its block size; or a
+ *      repacked layout of quant.h (e.g. TUTTI_TYPE_Q4_K_X8, made by
+ *      tutti_repack when tutti_vec_dot_get has a kernel for it).
  *   x: float32 [n_tok][n_cols];  y: float32 [n_tok][n_rows] (overwritten)
  *   x̃: x rounded to the activation format llama.cpp uses with weights of
  *      this type (its "vec_dot type"), so that our numerics follow the

@@ -3,14 +3,13 @@
  * Fast path (every type, every kernel path): the activation rows are
  * converted once per call to the weight type's vec_dot format
  * (quant/vecdot.h: 8-bit blocks with llama.cpp's rounding, or F16 / BF16 /
- * F32), in parallel over rows, into the pool's scratch; then the weight
- * rows are cut into chunks of MM_CHUNK_ROWS that the threads take from a
- * shared atomic counter (so a thread slowed by another process on the
- * machine does not hold the others up), and each chunk is multiplied with
- * all activation rows by the path's tile kernel (4 rows x 4 tokens in
- * registers; K-quant rows decoded once per chunk): the chunk's rows stay in
- * L1/L2 while the token tiles stream past, so a prompt reads the weights
- * once.
+ * F32), in parallel over rows, into the pool's scratch; then the threads
+ * claim runs of weight rows from a shared atomic counter (guided: long runs
+ * first, short ones at the end; see claim_rows) and multiply each run with
+ * all activation rows by the path's tile kernel (several rows x 4 tokens in
+ * registers; K-quant rows decoded once per 8-row panel, or repacked into
+ * panels at load, quant.h): the run's rows stay in L1/L2 while the token
+ * tiles stream past, so a prompt reads the weights once.
  *
  * Reference path (kept as the fallback when no scratch memory can be had):
  * weights dequantized exactly to float, activations rounded through the
@@ -206,8 +205,7 @@ typedef struct fast_job {
     const float *x; /* float rows to convert (NULL when xq already holds them) */
     char *xq;       /* [n_tok][ldx] activation blocks */
     float *y;
-    int64_t n_chunks, chunk_rows;
-    atomic_int_fast64_t next;
+    atomic_int_fast64_t next; /* next activation row (conversion), then next weight row */
 } fast_job;
 
 static void convert_worker(void *arg, int ith, int nth) {
@@ -221,38 +219,43 @@ static void convert_worker(void *arg, int ith, int nth) {
     }
 }
 
-static void fast_worker(void *arg, int ith, int nth) {
-    (void)ith;
-    (void)nth;
-    fast_job *j = arg;
-    const tutti_vec_dot_traits *vt = j->vt;
+/* Guided self-scheduling over weight rows: a thread claims
+ * remaining / (2 * nth) rows (a multiple of MM_CHUNK_ROWS, the kernels'
+ * decode unit), so runs are long at first -- one token streams the weights
+ * once and is memory-bound, and a long contiguous run keeps the hardware
+ * prefetcher on one stream per thread -- and shrink towards the end, so
+ * the threads finish together (fixed chunks left a thread idle for up to a
+ * chunk) and a thread that the OS delayed hands its share over.  Returns
+ * the number of rows claimed (0: none left). */
+static int64_t claim_rows(fast_job *j, int nth, int64_t *r0) {
+    int_fast64_t cur = atomic_load(&j->next);
     for (;;) {
-        const int64_t c = atomic_fetch_add(&j->next, 1);
-        if (c >= j->n_chunks) break;
-        const int64_t r0 = c * j->chunk_rows;
-        const int64_t r1 = r0 + j->chunk_rows < j->n_rows ? r0 + j->chunk_rows : j->n_rows;
-        /* all tokens at once: the kernel tiles them, decoding each weight
-         * block once per 4 tokens (K-quants: once per MM_CHUNK_ROWS) */
-        for (int64_t rs = r0; rs < r1; rs += MM_CHUNK_ROWS) {
-            const int nr = (int)(r1 - rs < MM_CHUNK_ROWS ? r1 - rs : MM_CHUNK_ROWS);
-            vt->gemm(j->n_cols, j->w + (size_t)rs * j->ldw, j->ldw, nr, j->xq, j->ldx, (int)j->n_tok, j->y + rs,
-                     (size_t)j->n_rows);
+        if (cur >= j->n_rows) return 0;
+        int64_t n = (j->n_rows - cur) / (2 * (int64_t)nth);
+        n = (n + MM_CHUNK_ROWS - 1) / MM_CHUNK_ROWS * MM_CHUNK_ROWS;
+        if (n < MM_CHUNK_ROWS) n = MM_CHUNK_ROWS;
+        if (n > j->n_rows - cur) n = j->n_rows - cur;
+        if (atomic_compare_exchange_weak(&j->next, &cur, cur + n)) {
+            *r0 = cur;
+            return n;
         }
     }
 }
 
-/* Rows per work item.  A prompt uses MM_CHUNK_ROWS (the kernels' decode
- * unit).  One token streams the weights once and is memory-bound: longer
- * contiguous runs keep the hardware prefetcher on one stream per thread
- * (every jump to a new chunk restarts it), while ~MM_ITEMS_PER_THREAD items
- * per thread still let a thread that the OS delayed hand its share over. */
-#define MM_ITEMS_PER_THREAD 4
-static int64_t mm_chunk_rows(const tutti_threadpool *tp, int64_t n_rows, int64_t n_tok) {
-    if (n_tok > 1) return MM_CHUNK_ROWS;
-    const int64_t items = (int64_t)tutti_threadpool_n_threads(tp) * MM_ITEMS_PER_THREAD;
-    int64_t cr = (n_rows + items - 1) / items;
-    cr = (cr + MM_CHUNK_ROWS - 1) / MM_CHUNK_ROWS * MM_CHUNK_ROWS;
-    return cr < MM_CHUNK_ROWS ? MM_CHUNK_ROWS : cr;
+static void fast_worker(void *arg, int ith, int nth) {
+    (void)ith;
+    fast_job *j = arg;
+    const tutti_vec_dot_traits *vt = j->vt;
+    int64_t r0, nrow;
+    while ((nrow = claim_rows(j, nth, &r0)) > 0) {
+        /* all tokens at once: the kernel tiles them, decoding each weight
+         * block once per 4 tokens (K-quants: once per 8-row panel) */
+        for (int64_t rs = r0; rs < r0 + nrow; rs += MM_CHUNK_ROWS) {
+            const int nr = (int)(r0 + nrow - rs < MM_CHUNK_ROWS ? r0 + nrow - rs : MM_CHUNK_ROWS);
+            vt->gemm(j->n_cols, j->w + (size_t)rs * j->ldw, j->ldw, nr, j->xq, j->ldx, (int)j->n_tok, j->y + rs,
+                     (size_t)j->n_rows);
+        }
+    }
 }
 
 void tutti_matmul(tutti_threadpool *tp, int wtype, const void *w, int64_t n_rows, int64_t n_cols,
@@ -271,9 +274,7 @@ void tutti_matmul(tutti_threadpool *tp, int wtype, const void *w, int64_t n_rows
         .n_cols = n_cols,
         .n_tok = n_tok,
         .y = y,
-        .chunk_rows = mm_chunk_rows(tp, n_rows, n_tok),
     };
-    j.n_chunks = (n_rows + j.chunk_rows - 1) / j.chunk_rows;
     atomic_init(&j.next, 0);
     char *owned = NULL;
     if (vt->vec_type == TUTTI_TYPE_F32) {
@@ -283,6 +284,10 @@ void tutti_matmul(tutti_threadpool *tp, int wtype, const void *w, int64_t n_rows
         j.xq = tp ? (char *)tutti_threadpool_scratch(tp, (need + sizeof(float) - 1) / sizeof(float))
                   : (owned = malloc(need));
         if (!j.xq) {
+            if (wtype >= TUTTI_TYPE_COUNT) { /* repacked: no reference path; out of memory shows as NaN */
+                for (int64_t i = 0; i < n_rows * n_tok; i++) y[i] = NAN;
+                return;
+            }
             mm_reference(tp, wtype, w, n_rows, n_cols, x, n_tok, y);
             return;
         }
@@ -294,7 +299,7 @@ void tutti_matmul(tutti_threadpool *tp, int wtype, const void *w, int64_t n_rows
         atomic_store(&j.next, 0);
     }
     /* tiny products are not worth waking the pool for */
-    if (n_rows * n_cols * n_tok < 32768 || j.n_chunks < 2)
+    if (n_rows * n_cols * n_tok < 32768 || n_rows < 2 * MM_CHUNK_ROWS)
         fast_worker(&j, 0, 1);
     else
         tutti_threadpool_run_dynamic(tp, fast_worker, &j);

@@ -10,9 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "model/model.h"
 #include "quant/quant.h"
+#include "quant/vecdot.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
@@ -268,6 +271,46 @@ static int bind_tensors(tutti_model *m) {
     return TUTTI_OK;
 }
 
+/* ---- repacking ---- */
+
+/* Matmul weights whose type has an interleaved layout (quant.h) are copied
+ * into it when the kernel path has a kernel for it, as llama.cpp's CPU
+ * "repack" buffers do: the kernels then feed 8 rows per activation load.
+ * The pages of the original are given back to the kernel (madvise), so
+ * resident memory does not double; a tied output matrix keeps the original
+ * for the embedding lookups. */
+static int repack_weight(tutti_model *m, tutti_weight *w, bool keep_original) {
+    const int rt = tutti_repack_type(w->type);
+    const size_t bytes = tutti_repack_size(w->type, w->n_rows, w->n_cols);
+    if (rt < 0 || !bytes || !tutti_vec_dot_get(rt)) return TUTTI_OK;
+    void **list = realloc(m->repacked, sizeof *list * (size_t)(m->n_repacked + 1));
+    if (!list) return tutti_set_error("%s: out of memory repacking weights", m->path);
+    m->repacked = list;
+    void *dst = NULL;
+    if (posix_memalign(&dst, 64, bytes)) return tutti_set_error("%s: out of memory repacking weights (%zu bytes)", m->path, bytes);
+    m->repacked[m->n_repacked++] = dst;
+    tutti_repack(w->type, w->data, dst, w->n_rows, w->n_cols);
+    if (m->mapped && !keep_original) {
+        const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+        const uintptr_t a = ((uintptr_t)w->data + page - 1) / page * page;
+        const uintptr_t b = ((uintptr_t)w->data + tutti_row_size(w->type, w->n_cols) * (size_t)w->n_rows) / page * page;
+        if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED); /* advisory: failure only costs memory */
+    }
+    w->data = dst;
+    w->type = rt;
+    return TUTTI_OK;
+}
+
+static int repack_weights(tutti_model *m) {
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        tutti_layer *L = &m->layers[il];
+        tutti_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wqkv, &L->wo, &L->ffn_gate, &L->ffn_up, &L->ffn_down};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+            if (ws[i]->data && repack_weight(m, ws[i], false)) return TUTTI_ERR;
+    }
+    return repack_weight(m, &m->output, m->tied);
+}
+
 /* ---- public ---- */
 
 /* Loads from path (buf == NULL: mmap) or from the caller's buffer. */
@@ -321,6 +364,8 @@ static tutti_model *load(const char *path, const void *buf, size_t size, const t
                         path, m->hp.n_vocab, tutti_vocab_n_tokens(m->vocab));
         goto fail;
     }
+    m->mapped = !buf;
+    if (repack_weights(m)) goto fail;
     if (params->verbose) tutti_model_describe(m, stderr);
     return m;
 fail:
@@ -345,6 +390,8 @@ void tutti_model_free(tutti_model *model) {
     if (!model) return;
     tutti_vocab_free(model->vocab);
     free(model->layers);
+    for (int i = 0; i < model->n_repacked; i++) free(model->repacked[i]);
+    free(model->repacked);
     gguf_close(model->gguf);
     free(model->path);
     free(model);

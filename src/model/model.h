@@ -102,6 +102,9 @@ struct tutti_model {
     tutti_weight rope_freqs;   /* optional f32 [n_rot/2]: per-frequency divisors (Llama 3.1) */
     tutti_layer *layers;       /* [n_layer] */
     tutti_vocab *vocab;        /* owned (tokenizer.ggml.* of the same file) */
+    bool mapped;               /* weights point into an mmap of the file (not a caller's buffer) */
+    void **repacked;           /* owned copies of weights in repacked layouts (quant.h) */
+    int n_repacked;
 };
 
 /* A session: one timeline of tokens with its own KV cache and buffers.

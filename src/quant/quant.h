@@ -64,7 +64,8 @@ const tutti_type_traits *tutti_type_get(int type);
 bool tutti_type_supported(int type);
 /* Name for messages; "unknown(N)" style for bad ids (static storage). */
 const char *tutti_type_name(int type);
-/* Bytes of a row of n elements, or 0 if n is not a multiple of the block size. */
+/* Bytes of a row of n elements, or 0 if n is not a multiple of the block size.
+ * Also answers for the repacked layouts below (bytes per row on average). */
 size_t tutti_row_size(int type, int64_t n);
 
 /* Reference dequantization (scalar); returns false for unsupported types.
@@ -145,5 +146,39 @@ bool tutti_type_can_quantize(int type);
  * quantizer, n is negative or not a multiple of the block size, a pointer
  * is NULL while n > 0, or an input is NaN or infinite. */
 bool tutti_quantize_row_ref(int type, const float *x, void *dst, int64_t n);
+
+/* ------------------------------------------------------------------------ */
+/* Repacked weight layouts: internal, never in a file (ids past every ggml id,
+ * so tutti_type_get and the GGUF reader refuse them).
+ *
+ * Q4_K_X8: 8 consecutive Q4_K rows interleaved so that a SIMD kernel feeds one
+ * broadcast activation quad to all 8 rows at once, with each 32-bit lane
+ * belonging to one row (the idea of llama.cpp's block_q4_Kx8 repack; the
+ * layout here is our own).  A tensor of n_rows (a multiple of 8) x n_cols
+ * (a multiple of 256) becomes n_rows / 8 panels, each n_cols / 256 blocks in
+ * column order: 148 bytes per row and super-block (Q4_K: 144).  Only SIMD
+ * paths with a kernel for it use it (tutti_vec_dot_get), so the model
+ * loader repacks only then; row offsets into it must be multiples of 8. */
+enum { TUTTI_TYPE_Q4_K_X8 = TUTTI_TYPE_COUNT, TUTTI_TYPE_ALL_COUNT };
+
+typedef struct tutti_block_q4_Kx8 {
+    uint16_t d[8], dmin[8]; /* f16 super-block scale and min scale of rows 0..7 */
+    uint8_t sc[8][8];       /* [sub-block j][row]: 6-bit scale */
+    uint8_t m[8][8];        /* [sub-block j][row]: 6-bit min */
+    /* [p][row]: bytes 4p..4p+3 of the row's Q4_K qs: low nibbles are elements
+     * 64(p/8) + 4(p%8) + 0..3, high nibbles the same + 32 */
+    uint8_t qs[32][8][4];
+} tutti_block_q4_Kx8;
+
+/* The repacked layout of `type` (TUTTI_TYPE_Q4_K -> TUTTI_TYPE_Q4_K_X8), or -1. */
+int tutti_repack_type(int type);
+/* Bytes of `type` (n_rows x n_cols) repacked, or 0 when the type has no
+ * repacked layout or the shape does not fit it. */
+size_t tutti_repack_size(int type, int64_t n_rows, int64_t n_cols);
+/* Repacks the n_rows x n_cols tensor src of `type` into dst
+ * (tutti_repack_size bytes, any alignment; 32-byte alignment lets kernels
+ * use aligned loads).  Returns the repacked type id, or -1 when
+ * tutti_repack_size is 0. */
+int tutti_repack(int type, const void *src, void *dst, int64_t n_rows, int64_t n_cols);
 
 #endif

@@ -62,6 +62,8 @@ const char *tutti_type_name(int type) {
 }
 
 size_t tutti_row_size(int type, int64_t n) {
+    if (type == TUTTI_TYPE_Q4_K_X8)
+        return n < 0 || n % TUTTI_QK_K ? 0 : (size_t)(n / TUTTI_QK_K) * (sizeof(tutti_block_q4_Kx8) / 8);
     const tutti_type_traits *t = tutti_type_get(type);
     if (!t || n < 0 || n % t->block_size) return 0;
     return (size_t)(n / t->block_size) * t->type_size;

@@ -351,7 +351,7 @@ SCALAR_GEMM(iq4_xs)
 
 /* ---- dispatch ---------------------------------------------------------------- */
 
-static tutti_vec_dot_traits g_tab[TUTTI_SIMD_COUNT][TUTTI_TYPE_COUNT];
+static tutti_vec_dot_traits g_tab[TUTTI_SIMD_COUNT][TUTTI_TYPE_ALL_COUNT];
 static bool g_avail[TUTTI_SIMD_COUNT];
 static pthread_once_t g_tab_once = PTHREAD_ONCE_INIT;
 
@@ -460,9 +460,9 @@ tutti_simd tutti_simd_current(void) {
 }
 
 const tutti_vec_dot_traits *tutti_vec_dot_get_path(tutti_simd path, int wtype) {
-    if (!tutti_simd_available(path) || wtype < 0 || wtype >= TUTTI_TYPE_COUNT) return NULL;
+    if (!tutti_simd_available(path) || wtype < 0 || wtype >= TUTTI_TYPE_ALL_COUNT) return NULL;
     const tutti_vec_dot_traits *t = &g_tab[path][wtype];
-    return t->vec_dot ? t : NULL;
+    return t->gemm ? t : NULL;
 }
 
 const tutti_vec_dot_traits *tutti_vec_dot_get(int wtype) {

@@ -65,7 +65,7 @@ typedef void (*tutti_gemm_fn)(int64_t n, const void *w, size_t ldw, int nr, cons
 typedef struct tutti_vec_dot_traits {
     int vec_type;               /* TUTTI_TYPE_Q8_0 / Q8_1 / Q8_K / F16 / BF16 / F32 */
     tutti_from_float_fn from_float;
-    tutti_vec_dot_fn vec_dot;
+    tutti_vec_dot_fn vec_dot;   /* NULL for repacked layouts (quant.h): rows live in panels */
     tutti_gemm_fn gemm;         /* never NULL */
     tutti_simd path;            /* path whose vec_dot kernel this is */
 } tutti_vec_dot_traits;
@@ -89,7 +89,9 @@ int tutti_simd_init(void);
 tutti_simd tutti_simd_current(void);
 
 /* Kernels of weight type `wtype` on `path` (NULL if the type has no
- * kernel, e.g. unsupported types, or the path is unavailable).  The
+ * kernel, e.g. unsupported types, or the path is unavailable).  wtype may
+ * be a repacked layout of quant.h (TUTTI_TYPE_Q4_K_X8): non-NULL exactly
+ * when the path has kernels for it, which is when loaders should repack.  The
  * returned table is static. */
 const tutti_vec_dot_traits *tutti_vec_dot_get_path(tutti_simd path, int wtype);
 /* Same on the current path. */
