@@ -103,8 +103,8 @@ struct tutti_model {
     tutti_layer *layers;       /* [n_layer] */
     tutti_vocab *vocab;        /* owned (tokenizer.ggml.* of the same file) */
     bool mapped;               /* weights point into an mmap of the file (not a caller's buffer) */
-    void **repacked;           /* owned copies of weights in repacked layouts (quant.h) */
-    int n_repacked;
+    void **owned;              /* weights moved out of the mapping (place_weights in load.c) */
+    int n_owned;
 };
 
 /* A session: one timeline of tokens with its own KV cache and buffers.
