@@ -486,6 +486,83 @@ static void tp_dynamic_fn(void *arg, int ith, int nth) {
     }
 }
 
+/* 5: attention (kernels.h) against its definition computed in double, with
+ * the two f16 roundings ggml applies (q before q.k, probabilities before
+ * p.v): GQA head mapping, causal and sliding-window masks, soft-capping,
+ * token blocks with a remainder, pos0 > 0, head sizes with and without a
+ * multiple of 8 (the vector path and its scalar fallback), 1 and 3 threads. */
+static void attn_case(int nth, int n_head, int n_head_kv, int hd, int pos0, int n_tok, int n_swa, float softcap) {
+    const int n_ctx = pos0 + n_tok + 3, nq = n_head * hd, nk = n_head_kv * hd;
+    float *q = malloc(sizeof(float) * (size_t)n_tok * nq), *out = malloc(sizeof(float) * (size_t)n_tok * nq);
+    uint16_t *k = malloc(sizeof(uint16_t) * (size_t)n_ctx * nk), *v = malloc(sizeof(uint16_t) * (size_t)n_ctx * nk);
+    for (int i = 0; i < n_tok * nq; i++) q[i] = frand() * 2;
+    for (int i = 0; i < n_ctx * nk; i++) {
+        k[i] = tutti_f32_to_fp16(frand() * 2);
+        v[i] = tutti_f32_to_fp16(frand());
+    }
+    tutti_threadpool *tp = tutti_threadpool_new(nth);
+    assert_non_null(tp);
+    const size_t per = tutti_attn_scratch_floats(n_ctx, n_head, n_head_kv, hd, hd);
+    float *scratch = malloc(sizeof(float) * per * (size_t)nth);
+    const float scale = 1.0f / sqrtf((float)hd);
+    tutti_attn_params ap = {.n_tok = n_tok, .n_head = n_head, .n_head_kv = n_head_kv, .head_dim_k = hd,
+                            .head_dim_v = hd, .pos0 = pos0, .n_ctx = n_ctx, .n_swa = n_swa, .scale = scale,
+                            .softcap = softcap, .q = q, .k = k, .v = v, .out = out, .scratch = scratch};
+    tutti_attention(tp, &ap);
+    const int group = n_head / n_head_kv;
+    double *pr = malloc(sizeof(double) * (size_t)n_ctx);
+    for (int t = 0; t < n_tok; t++)
+        for (int h = 0; h < n_head; h++) {
+            const int pos = pos0 + t, j0 = n_swa > 0 && pos - n_swa + 1 > 0 ? pos - n_swa + 1 : 0;
+            const int kvh = h / group;
+            double mx = -INFINITY, sum = 0;
+            for (int j = j0; j <= pos; j++) {
+                double d = 0;
+                for (int e = 0; e < hd; e++)
+                    d += (double)tutti_fp16_to_f32(tutti_f32_to_fp16(q[(t * n_head + h) * hd + e])) *
+                         tutti_fp16_to_f32(k[j * nk + kvh * hd + e]);
+                d *= scale;
+                if (softcap > 0) d = softcap * tanh(d / softcap);
+                pr[j] = d;
+                if (d > mx) mx = d;
+            }
+            for (int j = j0; j <= pos; j++) sum += (pr[j] = exp(pr[j] - mx));
+            for (int j = j0; j <= pos; j++) pr[j] = tutti_fp16_to_f32(tutti_f32_to_fp16((float)(pr[j] / sum)));
+            for (int e = 0; e < hd; e++) {
+                double want = 0, mag = 0;
+                for (int j = j0; j <= pos; j++) {
+                    const double x = pr[j] * tutti_fp16_to_f32(v[j * nk + kvh * hd + e]);
+                    want += x;
+                    mag += fabs(x);
+                }
+                const float got = out[(t * n_head + h) * hd + e];
+                /* a probability may round to the neighbouring f16 value (float vs double softmax) */
+                if (!(fabs(got - want) <= 2e-3 * mag + 1e-5))
+                    fail_msg("attention %s nth=%d heads %d/%d hd=%d pos0=%d n_tok=%d swa=%d softcap=%g: "
+                             "out[t=%d][h=%d][%d] = %.7g, definition %.7g",
+                             tutti_kernels_backend(), nth, n_head, n_head_kv, hd, pos0, n_tok, n_swa, softcap, t, h,
+                             e, got, want);
+            }
+        }
+    free(pr);
+    free(scratch);
+    tutti_threadpool_free(tp);
+    free(q);
+    free(out);
+    free(k);
+    free(v);
+}
+
+static void test_attention(void **state) {
+    (void)state;
+    attn_case(1, 6, 2, 24, 0, 19, 0, 0);
+    attn_case(3, 6, 2, 24, 5, 19, 0, 0);
+    attn_case(2, 6, 2, 20, 5, 19, 7, 0);
+    attn_case(2, 4, 4, 64, 70, 9, 0, 30.0f);
+    attn_case(2, 8, 1, 16, 100, 1, 0, 0);  /* one token (generation), 8 heads on one KV head */
+    attn_case(2, 14, 2, 64, 3, 130, 50, 0); /* Qwen-like grouping, a window across chunks */
+}
+
 static void test_threadpool(void **state) {
     (void)state;
     for (int nt = 1; nt <= 4; nt++) {
@@ -522,6 +599,8 @@ int main(void) {
         cmocka_unit_test(test_repack_q4_k),
         cmocka_unit_test(test_forced_path),
         cmocka_unit_test(test_threadpool),
+        /* after test_forced_path: this one fixes the process's kernel path */
+        cmocka_unit_test(test_attention),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

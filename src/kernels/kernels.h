@@ -131,13 +131,15 @@ void tutti_softcap(float *x, int64_t n, float cap);
  *   out float32 [n_tok][n_head * head_dim_v]
  *   score(t, j) = scale · q_t · k_j, then softcap·tanh(score/softcap) if
  *   softcap > 0; key j is masked when n_swa > 0 and (pos0 + t) - j >= n_swa.
- *   scratch: float32 [n_threads][pos0 + n_tok + head_dim_k] (scores and the
- *   rounded query of one head)
+ *   scratch: float32 [n_threads][tutti_attn_scratch_floats(n_ctx, ...)]
+ *   (scores, rounded queries and converted key/value chunks of one work
+ *   item); n_ctx >= pos0 + n_tok
  * Numerics follow ggml's (non-flash) attention: q and the probabilities are
  * rounded to f16 before their products with the f16 cache. */
 typedef struct tutti_attn_params {
     int32_t n_tok, n_head, n_head_kv, head_dim_k, head_dim_v;
     int32_t pos0;
+    int32_t n_ctx;  /* sizes the per-thread scratch: >= pos0 + n_tok */
     int32_t n_swa;
     float scale;
     float softcap;
@@ -149,6 +151,9 @@ typedef struct tutti_attn_params {
 } tutti_attn_params;
 
 void tutti_attention(tutti_threadpool *tp, const tutti_attn_params *p);
+/* Floats of attention scratch one thread needs for contexts up to n_ctx. */
+size_t tutti_attn_scratch_floats(int32_t n_ctx, int32_t n_head, int32_t n_head_kv, int32_t head_dim_k,
+                                 int32_t head_dim_v);
 
 /* f16 <-> f32 for cache writes/reads (table-driven f16 -> f32). */
 void tutti_f32_to_f16_row(const float *x, uint16_t *y, int64_t n);

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "kernels/kernels.h"
 #include "quant/vecdot.h"
@@ -126,118 +127,213 @@ void tutti_rope(float *x, int64_t n_tok, int32_t n_heads, int32_t head_dim, int3
     }
 }
 
-/* ---- attention ---- */
+/* ---- attention ----
+ *
+ * Work item = one KV head and a block of up to ATTN_TB query tokens: its
+ * rows are those tokens x the n_head / n_head_kv query heads that read the
+ * KV head (GQA), so every key and value row converted from f16 serves all
+ * of them.  Keys are taken in chunks of ATTN_KC, converted to float once per
+ * item into the thread's scratch, then
+ *   1. scores of every row against the chunk (8 keys per pass, no
+ *      horizontal sum per key), into the row's score buffer;
+ *   2. per row: scale, soft-cap, softmax, probabilities rounded to f16;
+ *   3. the value chunk, converted likewise, accumulated into the rows'
+ *      outputs (the output block stays in registers across the chunk).
+ * Items go from the last token block to the first (the largest first), so
+ * the threads finish together under the causal mask. */
+#define ATTN_TB 8
+#define ATTN_KC 64
 
-/* The two inner loops of attention: a query row (already rounded to f16
- * values, held as float) dotted with an f16 key row, and an f16 value row
- * added with a weight into the output.  Scalar: float products summed in
- * double (ggml's scalar f16 dot).  AVX2 (used by the avx2 and avx512
- * paths): F16C conversion and float FMA in 16 lanes, as ggml's SIMD f16
- * dot sums in float lanes. */
-typedef float (*attn_dot_fn)(const float *q, const uint16_t *k, int32_t n);
-typedef void (*attn_axpy_fn)(float *o, float w, const uint16_t *v, int32_t n);
+typedef struct attn_fns {
+    void (*to_f32)(const uint16_t *x, float *y, int32_t n);             /* f16 -> float */
+    void (*round_f16)(float *x, int32_t n);                              /* x = f16(x) as float */
+    void (*dot8)(const float *q, const float *k, int32_t hd, float *s); /* s[i] = q . k[i*hd], i < 8 */
+    float (*dot1)(const float *q, const float *k, int32_t hd);
+    void (*acc)(float *o, const float *p, const float *v, int32_t n, int32_t hd); /* o += sum p[j] v[j*hd] */
+} attn_fns;
 
-static float attn_dot_scalar(const float *q, const uint16_t *k, int32_t n) {
-    double acc = 0;
-    for (int32_t d = 0; d < n; d++) acc += (double)(q[d] * g_f16_table[k[d]]);
-    return (float)acc;
+static void to_f32_scalar(const uint16_t *x, float *y, int32_t n) {
+    for (int32_t i = 0; i < n; i++) y[i] = g_f16_table[x[i]];
 }
-
-static void attn_axpy_scalar(float *o, float w, const uint16_t *v, int32_t n) {
-    for (int32_t d = 0; d < n; d++) o[d] += w * g_f16_table[v[d]];
+static void round_f16_scalar(float *x, int32_t n) {
+    for (int32_t i = 0; i < n; i++) x[i] = g_f16_table[tutti_f32_to_fp16(x[i])];
 }
+static float dot1_scalar(const float *q, const float *k, int32_t hd) {
+    float s = 0;
+    for (int32_t d = 0; d < hd; d++) s += q[d] * k[d];
+    return s;
+}
+static void dot8_scalar(const float *q, const float *k, int32_t hd, float *s) {
+    for (int i = 0; i < 8; i++) s[i] = dot1_scalar(q, k + (int64_t)i * hd, hd);
+}
+static void acc_scalar(float *o, const float *p, const float *v, int32_t n, int32_t hd) {
+    for (int32_t j = 0; j < n; j++)
+        for (int32_t d = 0; d < hd; d++) o[d] += p[j] * v[(int64_t)j * hd + d];
+}
+static const attn_fns g_attn_scalar = {to_f32_scalar, round_f16_scalar, dot8_scalar, dot1_scalar, acc_scalar};
 
 #ifdef OPS_X86
-__attribute__((target("avx2,fma,f16c"))) static float attn_dot_avx2(const float *q, const uint16_t *k, int32_t n) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-    int32_t d = 0;
-    for (; d + 16 <= n; d += 16) {
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + d))), a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8),
-                             _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + d + 8))), a1);
-    }
-    a0 = _mm256_add_ps(a0, a1);
-    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(a0), _mm256_extractf128_ps(a0, 1));
+#define AVX2_FN __attribute__((target("avx2,fma,f16c")))
+/* The vector paths need head_dim % 8 == 0 (every model we know: 64, 128, 256). */
+AVX2_FN static void to_f32_avx2(const uint16_t *x, float *y, int32_t n) {
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))));
+    for (; i < n; i++) y[i] = g_f16_table[x[i]];
+}
+AVX2_FN static void round_f16_avx2(float *x, int32_t n) {
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(x + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
+    for (; i < n; i++) x[i] = g_f16_table[tutti_f32_to_fp16(x[i])];
+}
+AVX2_FN static float dot1_avx2(const float *q, const float *k, int32_t hd) {
+    __m256 a = _mm256_setzero_ps();
+    for (int32_t d = 0; d < hd; d += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), a);
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
     s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
     s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
-    float r = _mm_cvtss_f32(s4);
-    for (; d < n; d++) r += q[d] * g_f16_table[k[d]];
-    return r;
+    return _mm_cvtss_f32(s4);
 }
-
-__attribute__((target("avx2,fma,f16c"))) static void attn_axpy_avx2(float *o, float w, const uint16_t *v, int32_t n) {
-    const __m256 wv = _mm256_set1_ps(w);
-    int32_t d = 0;
-    for (; d + 8 <= n; d += 8)
-        _mm256_storeu_ps(o + d, _mm256_fmadd_ps(wv, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + d))),
-                                                _mm256_loadu_ps(o + d)));
-    for (; d < n; d++) o[d] += w * g_f16_table[v[d]];
+AVX2_FN static void dot8_avx2(const float *q, const float *k, int32_t hd, float *s) {
+    __m256 a[8];
+    for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
+    for (int32_t d = 0; d < hd; d += 8) {
+        const __m256 qv = _mm256_loadu_ps(q + d);
+        for (int i = 0; i < 8; i++) a[i] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + (int64_t)i * hd + d), a[i]);
+    }
+    /* 8 vectors -> one vector of their 8 sums */
+    const __m256 h01 = _mm256_hadd_ps(a[0], a[1]), h23 = _mm256_hadd_ps(a[2], a[3]);
+    const __m256 h45 = _mm256_hadd_ps(a[4], a[5]), h67 = _mm256_hadd_ps(a[6], a[7]);
+    const __m256 h0123 = _mm256_hadd_ps(h01, h23), h4567 = _mm256_hadd_ps(h45, h67);
+    const __m256 lo = _mm256_permute2f128_ps(h0123, h4567, 0x20), hi = _mm256_permute2f128_ps(h0123, h4567, 0x31);
+    _mm256_storeu_ps(s, _mm256_add_ps(lo, hi));
 }
+AVX2_FN static void acc_avx2(float *o, const float *p, const float *v, int32_t n, int32_t hd) {
+    for (int32_t d0 = 0; d0 < hd; d0 += 64) { /* 8 registers of the output at a time */
+        const int nv = hd - d0 >= 64 ? 8 : (hd - d0) / 8;
+        __m256 a[8];
+        for (int i = 0; i < nv; i++) a[i] = _mm256_loadu_ps(o + d0 + 8 * i);
+        for (int32_t j = 0; j < n; j++) {
+            const __m256 pj = _mm256_set1_ps(p[j]);
+            const float *vj = v + (int64_t)j * hd + d0;
+            for (int i = 0; i < nv; i++) a[i] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 8 * i), a[i]);
+        }
+        for (int i = 0; i < nv; i++) _mm256_storeu_ps(o + d0 + 8 * i, a[i]);
+    }
+}
+static const attn_fns g_attn_avx2 = {to_f32_avx2, round_f16_avx2, dot8_avx2, dot1_avx2, acc_avx2};
 #endif
+
+size_t tutti_attn_scratch_floats(int32_t n_ctx, int32_t n_head, int32_t n_head_kv, int32_t head_dim_k,
+                                 int32_t head_dim_v) {
+    const size_t rows = (size_t)ATTN_TB * (size_t)(n_head / n_head_kv);
+    return rows * ((size_t)n_ctx + (size_t)head_dim_k) + (size_t)ATTN_KC * ((size_t)head_dim_k + (size_t)head_dim_v);
+}
 
 typedef struct attn_job {
     const tutti_attn_params *p;
-    attn_dot_fn dot;
-    attn_axpy_fn axpy;
-    atomic_int_fast64_t next; /* next (token, head) item to take */
+    const attn_fns *f;
+    size_t scratch_floats; /* per thread */
+    int32_t n_blocks;
+    atomic_int_fast64_t next; /* next item to take */
 } attn_job;
+
+static int32_t attn_first_key(const tutti_attn_params *p, int32_t pos) {
+    return p->n_swa > 0 && pos - p->n_swa + 1 > 0 ? pos - p->n_swa + 1 : 0;
+}
 
 static void attn_worker(void *arg, int ith, int nth) {
     (void)nth;
     attn_job *job = arg;
     const tutti_attn_params *p = job->p;
-    const int32_t group = p->n_head / p->n_head_kv;
-    const int64_t kstride = (int64_t)p->n_head_kv * p->head_dim_k;
-    const int64_t vstride = (int64_t)p->n_head_kv * p->head_dim_v;
-    float *sc = p->scratch + (size_t)ith * (size_t)(p->pos0 + p->n_tok + p->head_dim_k);
+    const attn_fns *f = job->f;
+    const int32_t group = p->n_head / p->n_head_kv, hdk = p->head_dim_k, hdv = p->head_dim_v;
+    const int64_t kstride = (int64_t)p->n_head_kv * hdk, vstride = (int64_t)p->n_head_kv * hdv;
+    const int64_t n_keys_max = (int64_t)p->pos0 + p->n_tok;
+    float *scr = p->scratch + (size_t)ith * job->scratch_floats;
+    float *S = scr;                                            /* [rows][n_keys_max] scores, then probabilities */
+    float *Q = S + (size_t)ATTN_TB * group * n_keys_max;       /* [rows][hdk] rounded queries */
+    float *KV = Q + (size_t)ATTN_TB * group * hdk;             /* [ATTN_KC][hdk or hdv] converted chunk */
 
-    const int64_t n_items = (int64_t)p->n_tok * p->n_head;
+    const int64_t n_items = (int64_t)p->n_head_kv * job->n_blocks;
     for (;;) {
-        /* items from a shared counter: a thread slowed down by another
-         * process does not hold up the rest (tutti_threadpool_run_dynamic) */
         const int64_t item = atomic_fetch_add(&job->next, 1);
         if (item >= n_items) break;
-        const int32_t t = (int32_t)(item / p->n_head), h = (int32_t)(item % p->n_head);
-        const int32_t kvh = h / group;
-        const int32_t pos = p->pos0 + t;
-        const int32_t j0 = p->n_swa > 0 && pos - p->n_swa + 1 > 0 ? pos - p->n_swa + 1 : 0;
-        const int32_t n = pos + 1 - j0;
-        const float *q = p->q + (int64_t)t * p->n_head * p->head_dim_k + (int64_t)h * p->head_dim_k;
-
-        /* q is rounded to f16 before the dot with the f16 keys, and the
-         * probabilities to f16 before weighting the f16 values, as ggml does
-         * (its f16 dot products take both operands in f16): with these two
-         * roundings F32 models match llama.cpp to ~3e-4 in log-softmax. */
-        float *qr = sc + (p->pos0 + p->n_tok); /* scratch row has room: see tutti_attn_params */
-        for (int32_t d = 0; d < p->head_dim_k; d++) qr[d] = g_f16_table[tutti_f32_to_fp16(q[d])];
-        for (int32_t j = 0; j < n; j++) {
-            const uint16_t *k = p->k + (int64_t)(j0 + j) * kstride + (int64_t)kvh * p->head_dim_k;
-            float s = job->dot(qr, k, p->head_dim_k) * p->scale;
-            if (p->softcap > 0) s = p->softcap * tanhf(s * (1.0f / p->softcap));
-            sc[j] = s;
+        const int32_t blk = job->n_blocks - 1 - (int32_t)(item / p->n_head_kv), kvh = (int32_t)(item % p->n_head_kv);
+        const int32_t t0 = blk * ATTN_TB, tb = p->n_tok - t0 < ATTN_TB ? p->n_tok - t0 : ATTN_TB;
+        const int32_t rows = tb * group;
+        /* keys any row of the item sees: [jlo, jhi) */
+        const int32_t jlo = attn_first_key(p, p->pos0 + t0), jhi = p->pos0 + t0 + tb;
+        const int64_t lds = jhi - jlo;
+        /* row r = (token t0 + r / group, head kvh * group + r % group) */
+        for (int32_t r = 0; r < rows; r++) {
+            const int32_t t = t0 + r / group, h = kvh * group + r % group;
+            float *qr = Q + (int64_t)r * hdk;
+            memcpy(qr, p->q + ((int64_t)t * p->n_head + h) * hdk, sizeof(float) * (size_t)hdk);
+            /* q rounded to f16 before the dot with the f16 keys, as ggml does */
+            f->round_f16(qr, hdk);
         }
-        tutti_softmax(sc, n);
-
-        float *o = p->out + (int64_t)t * p->n_head * p->head_dim_v + (int64_t)h * p->head_dim_v;
-        for (int32_t d = 0; d < p->head_dim_v; d++) o[d] = 0;
-        for (int32_t j = 0; j < n; j++) {
-            const uint16_t *v = p->v + (int64_t)(j0 + j) * vstride + (int64_t)kvh * p->head_dim_v;
-            const float w = g_f16_table[tutti_f32_to_fp16(sc[j])];
-            job->axpy(o, w, v, p->head_dim_v);
+        /* 1. scores */
+        for (int32_t c0 = jlo; c0 < jhi; c0 += ATTN_KC) {
+            const int32_t nc = jhi - c0 < ATTN_KC ? jhi - c0 : ATTN_KC;
+            for (int32_t j = 0; j < nc; j++)
+                f->to_f32(p->k + (int64_t)(c0 + j) * kstride + (int64_t)kvh * hdk, KV + (int64_t)j * hdk, hdk);
+            for (int32_t r = 0; r < rows; r++) {
+                const int32_t pos = p->pos0 + t0 + r / group;
+                const int32_t a = attn_first_key(p, pos) > c0 ? attn_first_key(p, pos) : c0;
+                const int32_t b = pos + 1 < c0 + nc ? pos + 1 : c0 + nc;
+                const float *qr = Q + (int64_t)r * hdk;
+                float *sr = S + (int64_t)r * lds - jlo;
+                int32_t j = a;
+                for (; j + 8 <= b; j += 8) f->dot8(qr, KV + (int64_t)(j - c0) * hdk, hdk, sr + j);
+                for (; j < b; j++) sr[j] = f->dot1(qr, KV + (int64_t)(j - c0) * hdk, hdk);
+            }
+        }
+        /* 2. probabilities */
+        for (int32_t r = 0; r < rows; r++) {
+            const int32_t pos = p->pos0 + t0 + r / group, a = attn_first_key(p, pos);
+            float *sr = S + (int64_t)r * lds - jlo + a;
+            const int32_t n = pos + 1 - a;
+            for (int32_t j = 0; j < n; j++) {
+                float s = sr[j] * p->scale;
+                if (p->softcap > 0) s = p->softcap * tanhf(s * (1.0f / p->softcap));
+                sr[j] = s;
+            }
+            tutti_softmax(sr, n);
+            f->round_f16(sr, n); /* probabilities in f16 before the f16 values, as ggml */
+            float *o = p->out + ((int64_t)(t0 + r / group) * p->n_head + kvh * group + r % group) * hdv;
+            memset(o, 0, sizeof(float) * (size_t)hdv);
+        }
+        /* 3. values */
+        for (int32_t c0 = jlo; c0 < jhi; c0 += ATTN_KC) {
+            const int32_t nc = jhi - c0 < ATTN_KC ? jhi - c0 : ATTN_KC;
+            for (int32_t j = 0; j < nc; j++)
+                f->to_f32(p->v + (int64_t)(c0 + j) * vstride + (int64_t)kvh * hdv, KV + (int64_t)j * hdv, hdv);
+            for (int32_t r = 0; r < rows; r++) {
+                const int32_t pos = p->pos0 + t0 + r / group;
+                const int32_t a = attn_first_key(p, pos) > c0 ? attn_first_key(p, pos) : c0;
+                const int32_t b = pos + 1 < c0 + nc ? pos + 1 : c0 + nc;
+                if (b <= a) continue;
+                float *o = p->out + ((int64_t)(t0 + r / group) * p->n_head + kvh * group + r % group) * hdv;
+                f->acc(o, S + (int64_t)r * lds - jlo + a, KV + (int64_t)(a - c0) * hdv, b - a, hdv);
+            }
         }
     }
 }
 
 void tutti_attention(tutti_threadpool *tp, const tutti_attn_params *p) {
     pthread_once(&g_f16_once, f16_table_init);
-    attn_job job = {p, attn_dot_scalar, attn_axpy_scalar, 0};
+    attn_job job = {
+        .p = p,
+        .f = &g_attn_scalar,
+        .scratch_floats = tutti_attn_scratch_floats(p->n_ctx, p->n_head, p->n_head_kv, p->head_dim_k, p->head_dim_v),
+        .n_blocks = (p->n_tok + ATTN_TB - 1) / ATTN_TB,
+    };
     atomic_init(&job.next, 0);
 #ifdef OPS_X86
     const tutti_simd path = tutti_simd_current();
-    if (path == TUTTI_SIMD_AVX2 || path == TUTTI_SIMD_AVX512) {
-        job.dot = attn_dot_avx2;
-        job.axpy = attn_axpy_avx2;
-    }
+    if ((path == TUTTI_SIMD_AVX2 || path == TUTTI_SIMD_AVX512) && p->head_dim_k % 8 == 0 && p->head_dim_v % 8 == 0)
+        job.f = &g_attn_avx2;
 #endif
     tutti_threadpool_run_dynamic(tp, attn_worker, &job);
 }

@@ -96,6 +96,7 @@ void tutti_forward_ubatch(tutti_session *s, const int32_t *ids, int32_t n, float
             .head_dim_k = hp->head_dim_k,
             .head_dim_v = hp->head_dim_v,
             .pos0 = pos0,
+            .n_ctx = s->n_ctx,
             .n_swa = L->n_swa,
             .scale = a->attn_scale_on_q ? 1.0f : hp->attn_scale,
             .softcap = hp->attn_softcap,

@@ -127,7 +127,7 @@ struct tutti_session {
     float *o;     /* branch output [n_embd] */
     float *gate;  /* [n_ff] (fused: [2*n_ff] before the split) */
     float *up;    /* [n_ff] */
-    float *attn_scratch; /* [n_threads][n_ctx + head_dim_k] */
+    float *attn_scratch; /* [n_threads][tutti_attn_scratch_floats(n_ctx, ...)] */
     float *logits;       /* [n_vocab]: last evaluated position */
     bool has_logits;
 };

@@ -75,8 +75,10 @@ tutti_session *tutti_session_new(const tutti_model *model, const tutti_session_p
     s->att = alloc3(ub, no, 1, sizeof(float));
     s->gate = alloc3(ub, 2, (size_t)hp->n_ff, sizeof(float)); /* room for a fused [gate; up] */
     s->up = alloc3(ub, (size_t)hp->n_ff, 1, sizeof(float));
-    s->attn_scratch = alloc3((size_t)tutti_threadpool_n_threads(s->tp), (size_t)s->n_ctx + (size_t)hp->head_dim_k, 1,
-                             sizeof(float));
+    s->attn_scratch = alloc3((size_t)tutti_threadpool_n_threads(s->tp),
+                             tutti_attn_scratch_floats(s->n_ctx, hp->n_head, hp->n_head_kv, hp->head_dim_k,
+                                                       hp->head_dim_v),
+                             1, sizeof(float));
     s->logits = alloc3((size_t)hp->n_vocab, 1, 1, sizeof(float));
     if (model->arch->fused_qkv) s->qkv = alloc3(ub, nq + nk + nv, 1, sizeof(float));
     /* the matmul's rounded copy of its input: widest input row is one of these */
