@@ -486,6 +486,45 @@ static void tp_dynamic_fn(void *arg, int ith, int nth) {
     }
 }
 
+/* 6: row kernels on this process's path against their definitions in
+ * double (softmax, SwiGLU: within a few float ulp) and the f16 row
+ * conversion against the scalar converter (bit-identical). */
+static void test_row_kernels(void **state) {
+    (void)state;
+    const int64_t sizes[] = {1, 7, 8, 33, 1000};
+    float x[1000], up[1000], orig[1000];
+    for (int si = 0; si < 5; si++) {
+        const int64_t n = sizes[si];
+        for (int64_t i = 0; i < n; i++) orig[i] = x[i] = frand() * 60 + (i % 11 == 3 ? -1e30f : 0);
+        tutti_softmax(x, n);
+        double mx = -INFINITY, sum = 0;
+        for (int64_t i = 0; i < n; i++) mx = orig[i] > mx ? orig[i] : mx;
+        for (int64_t i = 0; i < n; i++) sum += exp((double)orig[i] - mx);
+        for (int64_t i = 0; i < n; i++) {
+            const double want = exp((double)orig[i] - mx) / sum;
+            /* x - max is rounded to float first: relative error up to |x - max| 2^-24 */
+            if (!(fabs(x[i] - want) <= (5e-7 + 6e-8 * fabs(orig[i] - mx)) * want + 1e-30))
+                fail_msg("softmax %s n=%lld [%lld]: %.9g vs %.9g", tutti_kernels_backend(), (long long)n,
+                         (long long)i, x[i], want);
+        }
+        for (int64_t i = 0; i < n; i++) {
+            orig[i] = x[i] = frand() * (i % 5 == 0 ? 200 : 8);
+            up[i] = frand();
+        }
+        tutti_swiglu(x, up, n);
+        for (int64_t i = 0; i < n; i++) {
+            const double want = orig[i] / (1 + exp(-(double)orig[i])) * up[i];
+            if (!(fabs(x[i] - want) <= 1e-6 * fabs(want) + 1e-30))
+                fail_msg("swiglu %s n=%lld [%lld]: %.9g vs %.9g", tutti_kernels_backend(), (long long)n,
+                         (long long)i, x[i], want);
+        }
+        uint16_t h[1000];
+        for (int64_t i = 0; i < n; i++) x[i] = frand() * (i % 3 == 0 ? 1e5f : i % 3 == 1 ? 1e-6f : 1.0f);
+        tutti_f32_to_f16_row(x, h, n);
+        for (int64_t i = 0; i < n; i++) assert_int_equal(h[i], tutti_f32_to_fp16(x[i]));
+    }
+}
+
 /* 5: attention (kernels.h) against its definition computed in double, with
  * the two f16 roundings ggml applies (q before q.k, probabilities before
  * p.v): GQA head mapping, causal and sliding-window masks, soft-capping,
@@ -601,6 +640,7 @@ int main(void) {
         cmocka_unit_test(test_threadpool),
         /* after test_forced_path: this one fixes the process's kernel path */
         cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_row_kernels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

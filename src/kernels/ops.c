@@ -29,7 +29,90 @@ float tutti_f16_lookup(uint16_t h) {
     return g_f16_table[h];
 }
 
+/* The row kernels below have an AVX2 (F16C, FMA) version used on the avx2
+ * and avx512 kernel paths; the scalar code is the reference
+ * (TUTTI_KERNELS=scalar). */
+static bool use_avx2(void) {
+#ifdef OPS_X86
+    const tutti_simd path = tutti_simd_current();
+    return path == TUTTI_SIMD_AVX2 || path == TUTTI_SIMD_AVX512;
+#else
+    return false;
+#endif
+}
+
+#ifdef OPS_X86
+#define AVX2_FN __attribute__((target("avx2,fma,f16c")))
+
+/* e^x for 8 floats: x = n ln2 + r (Cody-Waite split of ln2, |r| <= ln2/2),
+ * e^r by its Taylor polynomial to degree 7 (truncation < 6e-9 relative), times
+ * 2^n built in the exponent bits.  Within 2 ulp of expf over
+ * [-87.33, 88.37]; 0 below (no denormals), +inf from 88.38 on. */
+AVX2_FN static inline __m256 exp8_avx2(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.33654f), hi = _mm256_set1_ps(88.38f);
+    const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+    const __m256 n =
+        _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 5040);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+AVX2_FN static void f32_to_f16_avx2(const float *x, uint16_t *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) y[i] = tutti_f32_to_fp16(x[i]);
+}
+
+AVX2_FN static void softmax_avx2(float *x, int64_t n, float mx) {
+    const __m256 m = _mm256_set1_ps(mx);
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 e = exp8_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), m));
+        _mm256_storeu_ps(x + i, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    float lanes[8];
+    _mm256_storeu_ps(lanes, acc);
+    double sum = 0;
+    for (int k = 0; k < 8; k++) sum += lanes[k];
+    for (; i < n; i++) sum += (x[i] = expf(x[i] - mx));
+    const __m256 inv = _mm256_set1_ps((float)(1.0 / sum));
+    for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
+    for (; i < n; i++) x[i] *= (float)(1.0 / sum);
+}
+
+AVX2_FN static void swiglu_avx2(float *gate, const float *up, int64_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f), neg = _mm256_set1_ps(-0.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 a = _mm256_loadu_ps(gate + i);
+        const __m256 e = exp8_avx2(_mm256_xor_ps(a, neg));
+        _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_div_ps(a, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + i)));
+    }
+    for (; i < n; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+#endif
+
 void tutti_f32_to_f16_row(const float *x, uint16_t *y, int64_t n) {
+#ifdef OPS_X86
+    if (use_avx2()) {
+        f32_to_f16_avx2(x, y, n);
+        return;
+    }
+#endif
     for (int64_t i = 0; i < n; i++) y[i] = tutti_f32_to_fp16(x[i]);
 }
 
@@ -59,6 +142,12 @@ void tutti_softmax(float *x, int64_t n) {
         for (int64_t i = 0; i < n; i++) x[i] = 0;
         return;
     }
+#ifdef OPS_X86
+    if (use_avx2()) {
+        softmax_avx2(x, n, mx);
+        return;
+    }
+#endif
     double sum = 0;
     for (int64_t i = 0; i < n; i++) {
         float e = expf(x[i] - mx);
@@ -70,6 +159,12 @@ void tutti_softmax(float *x, int64_t n) {
 }
 
 void tutti_swiglu(float *gate, const float *up, int64_t n) {
+#ifdef OPS_X86
+    if (use_avx2()) {
+        swiglu_avx2(gate, up, n);
+        return;
+    }
+#endif
     for (int64_t i = 0; i < n; i++) {
         float a = gate[i];
         gate[i] = a / (1.0f + expf(-a)) * up[i];
@@ -173,7 +268,6 @@ static void acc_scalar(float *o, const float *p, const float *v, int32_t n, int3
 static const attn_fns g_attn_scalar = {to_f32_scalar, round_f16_scalar, dot8_scalar, dot1_scalar, acc_scalar};
 
 #ifdef OPS_X86
-#define AVX2_FN __attribute__((target("avx2,fma,f16c")))
 /* The vector paths need head_dim % 8 == 0 (every model we know: 64, 128, 256). */
 AVX2_FN static void to_f32_avx2(const uint16_t *x, float *y, int32_t n) {
     int32_t i = 0;
