@@ -336,6 +336,20 @@ static int32_t attn_first_key(const tutti_attn_params *p, int32_t pos) {
     return p->n_swa > 0 && pos - p->n_swa + 1 > 0 ? pos - p->n_swa + 1 : 0;
 }
 
+/* Cache rows c0 .. c0 + nc - 1 of KV head kvh (hd values each) as float. */
+static void attn_load_chunk(const attn_fns *f, const uint16_t *cache, int64_t stride, int32_t kvh, int32_t hd,
+                            int32_t c0, int32_t nc, float *dst) {
+    for (int32_t j = 0; j < nc; j++)
+        f->to_f32(cache + (int64_t)(c0 + j) * stride + (int64_t)kvh * hd, dst + (int64_t)j * hd, hd);
+}
+
+/* The keys of chunk [c0, c0 + nc) that the query at position pos sees: [*a, *b) (empty when *b <= *a). */
+static void attn_chunk_keys(const tutti_attn_params *p, int32_t pos, int32_t c0, int32_t nc, int32_t *a, int32_t *b) {
+    const int32_t first = attn_first_key(p, pos);
+    *a = first > c0 ? first : c0;
+    *b = pos + 1 < c0 + nc ? pos + 1 : c0 + nc;
+}
+
 static void attn_worker(void *arg, int ith, int nth) {
     (void)nth;
     attn_job *job = arg;
@@ -370,12 +384,10 @@ static void attn_worker(void *arg, int ith, int nth) {
         /* 1. scores */
         for (int32_t c0 = jlo; c0 < jhi; c0 += ATTN_KC) {
             const int32_t nc = jhi - c0 < ATTN_KC ? jhi - c0 : ATTN_KC;
-            for (int32_t j = 0; j < nc; j++)
-                f->to_f32(p->k + (int64_t)(c0 + j) * kstride + (int64_t)kvh * hdk, KV + (int64_t)j * hdk, hdk);
+            attn_load_chunk(f, p->k, kstride, kvh, hdk, c0, nc, KV);
             for (int32_t r = 0; r < rows; r++) {
-                const int32_t pos = p->pos0 + t0 + r / group;
-                const int32_t a = attn_first_key(p, pos) > c0 ? attn_first_key(p, pos) : c0;
-                const int32_t b = pos + 1 < c0 + nc ? pos + 1 : c0 + nc;
+                int32_t a, b;
+                attn_chunk_keys(p, p->pos0 + t0 + r / group, c0, nc, &a, &b);
                 const float *qr = Q + (int64_t)r * hdk;
                 float *sr = S + (int64_t)r * lds - jlo;
                 int32_t j = a;
@@ -401,12 +413,10 @@ static void attn_worker(void *arg, int ith, int nth) {
         /* 3. values */
         for (int32_t c0 = jlo; c0 < jhi; c0 += ATTN_KC) {
             const int32_t nc = jhi - c0 < ATTN_KC ? jhi - c0 : ATTN_KC;
-            for (int32_t j = 0; j < nc; j++)
-                f->to_f32(p->v + (int64_t)(c0 + j) * vstride + (int64_t)kvh * hdv, KV + (int64_t)j * hdv, hdv);
+            attn_load_chunk(f, p->v, vstride, kvh, hdv, c0, nc, KV);
             for (int32_t r = 0; r < rows; r++) {
-                const int32_t pos = p->pos0 + t0 + r / group;
-                const int32_t a = attn_first_key(p, pos) > c0 ? attn_first_key(p, pos) : c0;
-                const int32_t b = pos + 1 < c0 + nc ? pos + 1 : c0 + nc;
+                int32_t a, b;
+                attn_chunk_keys(p, p->pos0 + t0 + r / group, c0, nc, &a, &b);
                 if (b <= a) continue;
                 float *o = p->out + ((int64_t)(t0 + r / group) * p->n_head + kvh * group + r % group) * hdv;
                 f->acc(o, S + (int64_t)r * lds - jlo + a, KV + (int64_t)(a - c0) * hdv, b - a, hdv);
