@@ -37,10 +37,31 @@ static inline float h2f(const uint8_t *p) { return tutti_fp16_to_f32(simd_rd_u16
         *s = vaddvq_f32(acc);                                                                     \
     }
 
-LEGACY_SIGNED(q8_0, 34, {
-    w0 = vld1q_s8((const int8_t *)(w + 2));
-    w1 = vld1q_s8((const int8_t *)(w + 18));
-})
+/* Q8_0 in the float order of the scalar vd_q8_0 (quant/vecdot.c), i.e. of
+ * llama.cpp's x86 kernels: lane k (of 8) takes the exact integer sum of
+ * elements 4k..4k+3 of each block through acc[k] = fma(d_w * d_x, isum_k,
+ * acc[k]), lanes added as ((0+4) + (2+6)) + ((1+5) + (3+7)).  Bit-identical
+ * to the scalar kernel; another order flips 8-bit activation roundings
+ * downstream (TinyStories-656K-Q8_0 p4: 0.176 in log-softmax). */
+static inline int32x4_t sum4_s8(int8x16_t a, int8x16_t b) { /* lane k: sum of a[i]*b[i], i = 4k..4k+3 */
+    return vpaddq_s32(vpaddlq_s16(vmull_s8(vget_low_s8(a), vget_low_s8(b))), vpaddlq_s16(vmull_high_s8(a, b)));
+}
+
+static void vd_q8_0(int64_t n, float *s, const void *vw, const void *vx) {
+    const uint8_t *w = vw, *x = vx;
+    float32x4_t acc0 = vdupq_n_f32(0), acc1 = vdupq_n_f32(0);
+    for (int64_t ib = 0; ib < n / 32; ib++, w += 34, x += SIMD_Q8_0_BYTES) {
+        const float32x4_t d = vdupq_n_f32(h2f(w) * h2f(x));
+        const int32x4_t g0 = sum4_s8(vld1q_s8((const int8_t *)(w + 2)), vld1q_s8((const int8_t *)(x + 2)));
+        const int32x4_t g1 = sum4_s8(vld1q_s8((const int8_t *)(w + 18)), vld1q_s8((const int8_t *)(x + 18)));
+        acc0 = vfmaq_f32(acc0, d, vcvtq_f32_s32(g0));
+        acc1 = vfmaq_f32(acc1, d, vcvtq_f32_s32(g1));
+    }
+    const float32x4_t t = vaddq_f32(acc0, acc1);                      /* 0+4, 1+5, 2+6, 3+7 */
+    const float32x2_t u = vadd_f32(vget_low_f32(t), vget_high_f32(t)); /* (0+4)+(2+6), (1+5)+(3+7) */
+    *s = vget_lane_f32(u, 0) + vget_lane_f32(u, 1);
+}
+
 LEGACY_SIGNED(q4_0, 18, {
     const uint8x16_t q = vld1q_u8(w + 2);
     w0 = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(q, vdupq_n_u8(15))), vdupq_n_s8(8));
