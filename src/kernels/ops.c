@@ -32,16 +32,12 @@ float tutti_f16_lookup(uint16_t h) {
 /* The row kernels below have an AVX2 (F16C, FMA) version used on the avx2
  * and avx512 kernel paths; the scalar code is the reference
  * (TUTTI_KERNELS=scalar). */
-static bool use_avx2(void) {
 #ifdef OPS_X86
+static bool use_avx2(void) {
     const tutti_simd path = tutti_simd_current();
     return path == TUTTI_SIMD_AVX2 || path == TUTTI_SIMD_AVX512;
-#else
-    return false;
-#endif
 }
 
-#ifdef OPS_X86
 #define AVX2_FN __attribute__((target("avx2,fma,f16c")))
 
 /* e^x for 8 floats: x = n ln2 + r (Cody-Waite split of ln2, |r| <= ln2/2),
