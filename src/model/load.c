@@ -273,38 +273,42 @@ static int bind_tensors(tutti_model *m) {
 
 /* ---- weight placement ---- */
 
-/* Where the matmul weights live.  Generation streams every weight once per
- * token, so they are moved out of the file mapping into anonymous memory
- * that is 2 MiB-aligned and advised as transparent huge pages (4 KiB pages
- * of the mapping cost a TLB miss every 4 KiB: +2-3% tokens/s measured on
- * Llama-1B Q4_K_M), and on the way a weight whose type has an interleaved
- * layout (quant.h) is repacked into it when the kernel path has kernels for
- * it, as llama.cpp's CPU "repack" buffers do (the kernels then feed 8 rows
- * per activation load).  The mapped pages are given back (madvise), so
- * resident memory does not double.  Tensors under 2 MiB, models loaded from
- * a caller's buffer and unrepacked weights of such models stay where they
- * are.  A tied output matrix (alias = token_embd) shares a plain copy, but
- * keeps the original for the embedding lookups when repacked. */
-static int place_weight(tutti_model *m, tutti_weight *w, tutti_weight *alias) {
-    const size_t huge = (size_t)2 << 20;
-    const size_t orig = tutti_row_size(w->type, w->n_cols) * (size_t)w->n_rows;
-    int rt = tutti_repack_type(w->type);
-    size_t bytes = rt >= 0 && tutti_vec_dot_get(rt) ? tutti_repack_size(w->type, w->n_rows, w->n_cols) : 0;
-    if (!bytes) {
-        rt = -1;
-        if (!m->mapped || orig < huge) return TUTTI_OK;
-        bytes = orig;
+/* Where the weights live.  Generation streams every weight once per token,
+ * so they are moved out of the file mapping into one anonymous arena that
+ * is 2 MiB-aligned and advised as transparent huge pages (4 KiB pages of
+ * the mapping cost a TLB miss every 4 KiB: +9% tokens/s measured on
+ * Llama-1B Q8_0, +2-3% on Q4_K_M).  One arena, not one allocation per
+ * tensor: huge pages are resident whole, so per-tensor allocations would
+ * each waste up to 2 MiB of resident memory.  All tensors move, small
+ * ones too (norms, biases): the page cache may hold the file in 2 MiB
+ * folios, and touching one 1 KiB norm would map a whole folio (measured:
+ * Qwen2.5-0.5B Q8_0 kept 140 MiB of the file resident for its 47 MiB of
+ * small matrices).  On the way, a weight whose type has an interleaved
+ * layout (quant.h) is repacked when the kernel path has kernels for it, as
+ * llama.cpp's CPU "repack" buffers do (the kernels then feed 8 rows per
+ * activation load).  The mapped pages are given back (madvise) slice by
+ * slice, so resident memory does not double, not even at the peak.  An
+ * untied token_embd stays mapped (lookups touch only the rows used), and
+ * so do the unrepacked weights of a model loaded from a caller's buffer.  A
+ * tied output matrix (alias = token_embd) shares a plain copy, but keeps
+ * the original for the embedding lookups when repacked. */
+/* Bytes w takes in the arena (0: stays where it is); *rt = repacked type or -1. */
+static size_t place_size(const tutti_model *m, const tutti_weight *w, int *rt) {
+    *rt = -1;
+    if (!w->data) return 0;
+    const int t = tutti_repack_type(w->type);
+    const size_t bytes = t >= 0 && tutti_vec_dot_get(t) ? tutti_repack_size(w->type, w->n_rows, w->n_cols) : 0;
+    if (bytes) {
+        *rt = t;
+        return bytes;
     }
-    void **list = realloc(m->owned, sizeof *list * (size_t)(m->n_owned + 1));
-    if (!list) return tutti_set_error("%s: out of memory placing weights", m->path);
-    m->owned = list;
-    void *dst = NULL;
-    if (posix_memalign(&dst, bytes >= huge ? huge : 64, bytes))
-        return tutti_set_error("%s: out of memory placing weights (%zu bytes)", m->path, bytes);
-    if (bytes >= huge) (void)madvise(dst, bytes, MADV_HUGEPAGE); /* advisory */
-    m->owned[m->n_owned++] = dst;
-    /* in slices of ~8 MiB whose source pages are given back at once: peak
-     * resident memory stays ~one slice above the model's size */
+    return m->mapped ? tutti_row_size(w->type, w->n_cols) * (size_t)w->n_rows : 0;
+}
+
+static void place_weight(tutti_model *m, tutti_weight *w, tutti_weight *alias, char *dst) {
+    int rt;
+    if (!place_size(m, w, &rt)) return;
+    /* in slices of ~8 MiB whose source pages are given back at once */
     const bool give_back = m->mapped && !(rt >= 0 && alias);
     const size_t src_row = tutti_row_size(w->type, w->n_cols);
     const size_t dst_row = rt >= 0 ? tutti_row_size(rt, w->n_cols) : src_row;
@@ -314,9 +318,9 @@ static int place_weight(tutti_model *m, tutti_weight *w, tutti_weight *alias) {
         const int64_t nr = w->n_rows - r < slice ? w->n_rows - r : slice;
         const char *src = (const char *)w->data + (size_t)r * src_row;
         if (rt >= 0)
-            tutti_repack(w->type, src, (char *)dst + (size_t)r * dst_row, nr, w->n_cols);
+            tutti_repack(w->type, src, dst + (size_t)r * dst_row, nr, w->n_cols);
         else
-            memcpy((char *)dst + (size_t)r * dst_row, src, (size_t)nr * src_row);
+            memcpy(dst + (size_t)r * dst_row, src, (size_t)nr * src_row);
         if (give_back) {
             const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
             const uintptr_t lo = ((uintptr_t)src + page - 1) / page * page;
@@ -329,17 +333,55 @@ static int place_weight(tutti_model *m, tutti_weight *w, tutti_weight *alias) {
         w->type = rt;
     else if (alias)
         alias->data = dst;
-    return TUTTI_OK;
+}
+
+#define LAYER_WEIGHTS 17
+
+/* The weights of the model but token_embd, output last (entries may be absent: data NULL). */
+static int model_weights(tutti_model *m, tutti_weight **out, int cap) {
+    int n = 0;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        tutti_layer *L = &m->layers[il];
+        tutti_weight *ws[LAYER_WEIGHTS] = {&L->attn_norm, &L->wq,    &L->wk,       &L->wv,
+                                           &L->wqkv,      &L->bq,    &L->bk,       &L->bv,
+                                           &L->q_norm,    &L->k_norm, &L->wo,      &L->post_attn_norm,
+                                           &L->ffn_norm,  &L->ffn_gate, &L->ffn_up, &L->ffn_down,
+                                           &L->post_ffn_norm};
+        for (int i = 0; i < LAYER_WEIGHTS && n < cap; i++) out[n++] = ws[i];
+    }
+    tutti_weight *top[] = {&m->output_norm, &m->rope_freqs, &m->output};
+    for (int i = 0; i < 3 && n < cap; i++) out[n++] = top[i];
+    return n;
 }
 
 static int place_weights(tutti_model *m) {
-    for (int il = 0; il < m->hp.n_layer; il++) {
-        tutti_layer *L = &m->layers[il];
-        tutti_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wqkv, &L->wo, &L->ffn_gate, &L->ffn_up, &L->ffn_down};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
-            if (ws[i]->data && place_weight(m, ws[i], NULL)) return TUTTI_ERR;
+    const int cap = LAYER_WEIGHTS * m->hp.n_layer + 3;
+    tutti_weight **ws = malloc(sizeof *ws * (size_t)cap);
+    if (!ws) return tutti_set_error("%s: out of memory", m->path);
+    const int n = model_weights(m, ws, cap);
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        int rt;
+        total += (place_size(m, ws[i], &rt) + 63) / 64 * 64;
     }
-    return place_weight(m, &m->output, m->tied ? &m->token_embd : NULL);
+    if (total) {
+        void *arena = NULL;
+        if (posix_memalign(&arena, (size_t)2 << 20, total)) {
+            free(ws);
+            return tutti_set_error("%s: out of memory for the weights (%zu MiB)", m->path, total >> 20);
+        }
+        (void)madvise(arena, total, MADV_HUGEPAGE); /* advisory */
+        m->weights_mem = arena;
+        char *at = arena;
+        for (int i = 0; i < n; i++) {
+            int rt;
+            const size_t sz = (place_size(m, ws[i], &rt) + 63) / 64 * 64;
+            place_weight(m, ws[i], ws[i] == &m->output && m->tied ? &m->token_embd : NULL, at);
+            at += sz;
+        }
+    }
+    free(ws);
+    return TUTTI_OK;
 }
 
 /* ---- public ---- */
@@ -421,8 +463,7 @@ void tutti_model_free(tutti_model *model) {
     if (!model) return;
     tutti_vocab_free(model->vocab);
     free(model->layers);
-    for (int i = 0; i < model->n_owned; i++) free(model->owned[i]);
-    free(model->owned);
+    free(model->weights_mem);
     gguf_close(model->gguf);
     free(model->path);
     free(model);

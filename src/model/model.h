@@ -103,8 +103,7 @@ struct tutti_model {
     tutti_layer *layers;       /* [n_layer] */
     tutti_vocab *vocab;        /* owned (tokenizer.ggml.* of the same file) */
     bool mapped;               /* weights point into an mmap of the file (not a caller's buffer) */
-    void **owned;              /* weights moved out of the mapping (place_weights in load.c) */
-    int n_owned;
+    void *weights_mem;         /* owned arena of the weights moved out of the mapping (load.c) */
 };
 
 /* A session: one timeline of tokens with its own KV cache and buffers.
