@@ -99,14 +99,20 @@ int32_t tutti_detokenize(const tutti_vocab *vocab, const int32_t *ids, int32_t n
 typedef struct tutti_model tutti_model;
 
 typedef struct tutti_model_params {
-    bool verbose; /* progress / summary to stderr while loading */
+    bool verbose;  /* progress / summary to stderr while loading */
+    bool use_mmap; /* true: the weights stay in the file mapping (instant load, pages read on
+                      first use, no repacking: slower generation); default false */
 } tutti_model_params;
 
 tutti_model_params tutti_model_default_params(void);
 
-/* Memory-maps a GGUF file and prepares the weights (kept mapped, not
- * copied).  Returns NULL on error: unreadable or malformed file, unsupported
- * architecture or tensor type (the message names the tensor and the type). */
+/* Memory-maps a GGUF file and prepares the weights: unless params->use_mmap,
+ * they are copied into huge-page memory owned by the model (repacked where
+ * the CPU's kernels have an interleaved layout) and the file's pages are
+ * released, so resident memory stays about the file's size; if that memory
+ * cannot be had, they stay mapped.  Returns NULL on error: unreadable or
+ * malformed file, unsupported architecture or tensor type (the message
+ * names the tensor and the type). */
 tutti_model *tutti_model_load(const char *path, const tutti_model_params *params);
 void tutti_model_free(tutti_model *model);
 

@@ -27,7 +27,10 @@ int cmd_info(int argc, char **argv) {
         fprintf(stderr, "tutti info: need -m MODEL\n");
         return 2;
     }
-    tutti_model *model = tutti_model_load(model_path, NULL);
+    /* metadata only: no need to copy the weights */
+    tutti_model_params mp = tutti_model_default_params();
+    mp.use_mmap = true;
+    tutti_model *model = tutti_model_load(model_path, &mp);
     if (!model) {
         fprintf(stderr, "tutti info: %s\n", tutti_last_error());
         return 1;

@@ -26,7 +26,7 @@
 #define MAX_LAYERS 4096
 
 tutti_model_params tutti_model_default_params(void) {
-    tutti_model_params p = {.verbose = false};
+    tutti_model_params p = {.verbose = false, .use_mmap = false};
     return p;
 }
 
@@ -367,8 +367,8 @@ static int place_weights(tutti_model *m) {
     if (total) {
         void *arena = NULL;
         if (posix_memalign(&arena, (size_t)2 << 20, total)) {
-            free(ws);
-            return tutti_set_error("%s: out of memory for the weights (%zu MiB)", m->path, total >> 20);
+            free(ws); /* no memory for a copy: the weights stay mapped (and unrepacked) */
+            return TUTTI_OK;
         }
         (void)madvise(arena, total, MADV_HUGEPAGE); /* advisory */
         m->weights_mem = arena;
@@ -438,7 +438,7 @@ static tutti_model *load(const char *path, const void *buf, size_t size, const t
         goto fail;
     }
     m->mapped = !buf;
-    if (place_weights(m)) goto fail;
+    if (!params->use_mmap && place_weights(m)) goto fail;
     if (params->verbose) tutti_model_describe(m, stderr);
     return m;
 fail:
