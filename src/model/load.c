@@ -305,9 +305,8 @@ static size_t place_size(const tutti_model *m, const tutti_weight *w, int *rt) {
     return m->mapped ? tutti_row_size(w->type, w->n_cols) * (size_t)w->n_rows : 0;
 }
 
-static void place_weight(tutti_model *m, tutti_weight *w, tutti_weight *alias, char *dst) {
-    int rt;
-    if (!place_size(m, w, &rt)) return;
+/* Copies (rt < 0) or repacks (into type rt) w to dst. */
+static void place_weight(const tutti_model *m, tutti_weight *w, tutti_weight *alias, char *dst, int rt) {
     /* in slices of ~8 MiB whose source pages are given back at once */
     const bool give_back = m->mapped && !(rt >= 0 && alias);
     const size_t src_row = tutti_row_size(w->type, w->n_cols);
@@ -375,9 +374,10 @@ static int place_weights(tutti_model *m) {
         char *at = arena;
         for (int i = 0; i < n; i++) {
             int rt;
-            const size_t sz = (place_size(m, ws[i], &rt) + 63) / 64 * 64;
-            place_weight(m, ws[i], ws[i] == &m->output && m->tied ? &m->token_embd : NULL, at);
-            at += sz;
+            const size_t sz = place_size(m, ws[i], &rt);
+            if (!sz) continue;
+            place_weight(m, ws[i], ws[i] == &m->output && m->tied ? &m->token_embd : NULL, at, rt);
+            at += (sz + 63) / 64 * 64;
         }
     }
     free(ws);
