@@ -69,6 +69,28 @@ int parse_ids(const char *s, int32_t *ids, int n_max) {
     return n;
 }
 
+int json_ids(const char *js, const char *key, int32_t *ids, int n_max) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":[", key);
+    const char *p = strstr(js, pat);
+    if (!p) return -1;
+    p += strlen(pat);
+    const char *end = strchr(p, ']');
+    if (!end) return -1;
+    int n = 0;
+    while (p < end && n < n_max) {
+        char *e;
+        const long v = strtol(p, &e, 10);
+        if (e == p) {
+            p++;
+            continue;
+        }
+        ids[n++] = (int32_t)v;
+        p = e;
+    }
+    return n;
+}
+
 static void log_softmax_row(const float *z, double *out, int n) {
     double mx = -INFINITY;
     for (int i = 0; i < n; i++) if (z[i] > mx) mx = z[i];

@@ -20,6 +20,9 @@ char *read_file(const char *path, size_t *len);
 char *run_cmd(const char *cmd, int *status);
 /* Parses "1,2,3" into ids; returns count. */
 int parse_ids(const char *s, int32_t *ids, int n_max);
+/* The ids of the JSON array `"key":[...]` in js; returns their count, or -1
+ * when js has no such array (or it is not closed). */
+int json_ids(const char *js, const char *key, int32_t *ids, int n_max);
 /* max over positions and ids of |log_softmax(a) - log_softmax(b)|, rows of n_vocab. */
 double max_logsoftmax_diff(const float *a, const float *b, int n_rows, int n_vocab);
 

@@ -78,15 +78,9 @@ static void read_ref(const model_case *c, ref_run *r) {
         const char *p;
         if ((p = strstr(line, "\"token\":")) && r->n_tokens < MAX_TOK) {
             r->tokens[r->n_tokens++] = (int32_t)strtol(p + 8, NULL, 10);
-        } else if ((p = strstr(line, "\"greedy\":["))) {
-            const char *end = strchr(p, ']');
-            assert_non_null(end);
-            char buf[1024];
-            size_t len = (size_t)(end - (p + 10));
-            assert_true(len < sizeof buf);
-            memcpy(buf, p + 10, len);
-            buf[len] = 0;
-            r->n_greedy = parse_ids(buf, r->greedy, N_GREEDY);
+        } else if (strstr(line, "\"greedy\":[")) {
+            r->n_greedy = json_ids(line, "greedy", r->greedy, N_GREEDY);
+            assert_true(r->n_greedy >= 0);
         }
         line = nl ? nl + 1 : NULL;
     }
