@@ -63,6 +63,12 @@ static inline void simd_q3k_scales(const uint8_t *sb, int8_t out[16]) {
 
 /* Generic tile product built from a vec_dot (used where a path has no
  * dedicated tile kernel). */
+/* Defines gemm_NAME, the table entry that runs vd_NAME over every (row, token) pair. */
+#define TUTTI_GEMM_FROM_VEC_DOT(NAME)                                                            \
+    static void gemm_##NAME(int64_t n, const void *w, size_t ldw, int nr, const void *vx,         \
+                            size_t ldx, int nc, float *s, size_t lds) {                          \
+        tutti_simd_gemm_from_vec_dot(vd_##NAME, n, w, ldw, nr, vx, ldx, nc, s, lds);              \
+    }
 void tutti_simd_gemm_from_vec_dot(tutti_vec_dot_fn vd, int64_t n, const void *w, size_t ldw,
                                   int nr, const void *vx, size_t ldx, int nc, float *s,
                                   size_t lds);

@@ -166,18 +166,13 @@ static void vd_f16(int64_t n, float *s, const void *vw, const void *vx) {
     *s = t;
 }
 
-#define GEMM(NAME)                                                                               \
-    static void gemm_##NAME(int64_t n, const void *w, size_t ldw, int nr, const void *vx,         \
-                            size_t ldx, int nc, float *s, size_t lds) {                          \
-        tutti_simd_gemm_from_vec_dot(vd_##NAME, n, w, ldw, nr, vx, ldx, nc, s, lds);              \
-    }
-GEMM(q8_0)
-GEMM(q4_0)
-GEMM(iq4_nl)
-GEMM(q4_k)
-GEMM(q6_k)
-GEMM(f32)
-GEMM(f16)
+TUTTI_GEMM_FROM_VEC_DOT(q8_0)
+TUTTI_GEMM_FROM_VEC_DOT(q4_0)
+TUTTI_GEMM_FROM_VEC_DOT(iq4_nl)
+TUTTI_GEMM_FROM_VEC_DOT(q4_k)
+TUTTI_GEMM_FROM_VEC_DOT(q6_k)
+TUTTI_GEMM_FROM_VEC_DOT(f32)
+TUTTI_GEMM_FROM_VEC_DOT(f16)
 
 void tutti_simd_fill_neon(tutti_vec_dot_traits *t) {
 #define SET(T, NAME)                                                                              \

@@ -327,27 +327,21 @@ void tutti_simd_gemm_from_vec_dot(tutti_vec_dot_fn vd, int64_t n, const void *w,
                (const char *)vx + (size_t)c * ldx);
 }
 
-/* One wrapper per scalar kernel so the table entry is a plain function. */
-#define SCALAR_GEMM(name)                                                                       \
-    static void gemm_##name(int64_t n, const void *w, size_t ldw, int nr, const void *vx,       \
-                            size_t ldx, int nc, float *s, size_t lds) {                         \
-        tutti_simd_gemm_from_vec_dot(vd_##name, n, w, ldw, nr, vx, ldx, nc, s, lds);            \
-    }
-SCALAR_GEMM(f32)
-SCALAR_GEMM(f16)
-SCALAR_GEMM(bf16)
-SCALAR_GEMM(q4_0)
-SCALAR_GEMM(q4_1)
-SCALAR_GEMM(q5_0)
-SCALAR_GEMM(q5_1)
-SCALAR_GEMM(q8_0)
-SCALAR_GEMM(iq4_nl)
-SCALAR_GEMM(q2_k)
-SCALAR_GEMM(q3_k)
-SCALAR_GEMM(q4_k)
-SCALAR_GEMM(q5_k)
-SCALAR_GEMM(q6_k)
-SCALAR_GEMM(iq4_xs)
+TUTTI_GEMM_FROM_VEC_DOT(f32)
+TUTTI_GEMM_FROM_VEC_DOT(f16)
+TUTTI_GEMM_FROM_VEC_DOT(bf16)
+TUTTI_GEMM_FROM_VEC_DOT(q4_0)
+TUTTI_GEMM_FROM_VEC_DOT(q4_1)
+TUTTI_GEMM_FROM_VEC_DOT(q5_0)
+TUTTI_GEMM_FROM_VEC_DOT(q5_1)
+TUTTI_GEMM_FROM_VEC_DOT(q8_0)
+TUTTI_GEMM_FROM_VEC_DOT(iq4_nl)
+TUTTI_GEMM_FROM_VEC_DOT(q2_k)
+TUTTI_GEMM_FROM_VEC_DOT(q3_k)
+TUTTI_GEMM_FROM_VEC_DOT(q4_k)
+TUTTI_GEMM_FROM_VEC_DOT(q5_k)
+TUTTI_GEMM_FROM_VEC_DOT(q6_k)
+TUTTI_GEMM_FROM_VEC_DOT(iq4_xs)
 
 /* ---- dispatch ---------------------------------------------------------------- */
 
