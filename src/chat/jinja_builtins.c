@@ -139,7 +139,7 @@ static jstr strip(jstr s, const jstr *chars, bool left, bool right)
             }
             b -= l;
         }
-    return (jstr){s.p + a, b - a};
+    return jstr_sub(s, a, b - a);
 }
 
 static jstr map_case(jctx *c, jstr s, int mode) /* 0 lower, 1 upper, 2 capitalize, 3 title */
@@ -152,7 +152,7 @@ static jstr map_case(jctx *c, jstr s, int mode) /* 0 lower, 1 upper, 2 capitaliz
         d[i] = (char)(ch < 0x80 ? (up ? toupper(ch) : tolower(ch)) : ch);
         word_start = !(isalnum(ch) || ch >= 0x80);
     }
-    return (jstr){d, s.n};
+    return (jstr){d, s.n, s.d}; /* one byte for one byte: the marks stay valid */
 }
 
 static size_t n_codepoints(jstr s)
@@ -181,29 +181,29 @@ static jv replace(jctx *c, jstr s, jstr old, jstr rep, int64_t count)
     if (old.n == 0) { /* Python: insert rep between every character */
         size_t k = 0;
         while (k <= s.n && (count < 0 || done < count)) {
-            jbuf_put(c, &b, rep.p, rep.n);
+            jbuf_puts(c, &b, rep);
             done++;
             if (k == s.n)
                 break;
             size_t l = 1;
             while (k + l < s.n && ((unsigned char)s.p[k + l] & 0xC0) == 0x80)
                 l++;
-            jbuf_put(c, &b, s.p + k, l);
+            jbuf_puts(c, &b, jstr_sub(s, k, l));
             k += l;
         }
         if (k < s.n)
-            jbuf_put(c, &b, s.p + k, s.n - k);
+            jbuf_puts(c, &b, jstr_sub(s, k, s.n - k));
         return jv_str(jbuf_take(c, &b));
     }
     const char *hit;
     while ((count < 0 || done < count) && (hit = find(s, old, i)) != NULL) {
         size_t at = (size_t)(hit - s.p);
-        jbuf_put(c, &b, s.p + i, at - i);
-        jbuf_put(c, &b, rep.p, rep.n);
+        jbuf_puts(c, &b, jstr_sub(s, i, at - i));
+        jbuf_puts(c, &b, rep);
         i = at + old.n;
         done++;
     }
-    jbuf_put(c, &b, s.p + i, s.n - i);
+    jbuf_puts(c, &b, jstr_sub(s, i, s.n - i));
     return jv_str(jbuf_take(c, &b));
 }
 
@@ -220,14 +220,14 @@ static jv split(jctx *c, const jargs *a, jstr s, const jv *sep, int64_t maxsplit
             if (i >= s.n)
                 break;
             if (maxsplit >= 0 && done >= maxsplit) {
-                jstr rest = strip((jstr){s.p + i, s.n - i}, NULL, false, true);
+                jstr rest = strip(jstr_sub(s, i, s.n - i), NULL, false, true);
                 jlist_push(c, r.u.l, jv_str(rest));
                 break;
             }
             size_t st = i;
             while (i < s.n && !ws_len(s.p + i, s.n - i))
                 i++;
-            jlist_push(c, r.u.l, jv_str((jstr){s.p + st, i - st}));
+            jlist_push(c, r.u.l, jv_str(jstr_sub(s, st, i - st)));
             done++;
         }
         return r;
@@ -241,11 +241,11 @@ static jv split(jctx *c, const jargs *a, jstr s, const jv *sep, int64_t maxsplit
     const char *hit;
     while ((maxsplit < 0 || done < maxsplit) && (hit = find(s, sep->u.s, i)) != NULL) {
         size_t at = (size_t)(hit - s.p);
-        jlist_push(c, r.u.l, jv_str((jstr){s.p + i, at - i}));
+        jlist_push(c, r.u.l, jv_str(jstr_sub(s, i, at - i)));
         i = at + sep->u.s.n;
         done++;
     }
-    jlist_push(c, r.u.l, jv_str((jstr){s.p + i, s.n - i}));
+    jlist_push(c, r.u.l, jv_str(jstr_sub(s, i, s.n - i)));
     return r;
 }
 
@@ -342,7 +342,7 @@ static jv attr_path(jctx *c, jv v, jstr path)
         size_t j = i;
         while (j < path.n && path.p[j] != '.')
             j++;
-        jstr part = {path.p + i, j - i};
+        jstr part = jstr_sub(path, i, j - i); /* a lookup key only */
         if (v.t == JV_DICT || v.t == JV_NS) {
             const jv *x = jdict_get(v.u.d, part);
             v = x ? *x : jv_undef();
@@ -374,7 +374,7 @@ static jv as_list(jctx *c, const jargs *a, jv v, const char *what)
             size_t l = 1;
             while (i + l < v.u.s.n && ((unsigned char)v.u.s.p[i + l] & 0xC0) == 0x80)
                 l++;
-            jlist_push(c, r.u.l, jv_str((jstr){v.u.s.p + i, l}));
+            jlist_push(c, r.u.l, jv_str(jstr_sub(v.u.s, i, l)));
             i += l;
         }
         return r;
@@ -709,7 +709,7 @@ jv jinja_filter(jctx *c, jstr name, jv v, const jargs *a)
             if (v.t == JV_STR) {
                 struct jbuf b = {0};
                 for (size_t i = 0; i < n; i++)
-                    jbuf_put(c, &b, r.u.l->v[i].u.s.p, r.u.l->v[i].u.s.n);
+                    jbuf_puts(c, &b, r.u.l->v[i].u.s);
                 return jv_str(jbuf_take(c, &b));
             }
             return r;
@@ -722,12 +722,11 @@ jv jinja_filter(jctx *c, jstr name, jv v, const jargs *a)
         struct jbuf b = {0};
         for (size_t i = 0; i < list.u.l->n; i++) {
             if (i)
-                jbuf_put(c, &b, sep.p, sep.n);
+                jbuf_puts(c, &b, sep);
             jv x = list.u.l->v[i];
             if (attr && attr->t == JV_STR)
                 x = attr_path(c, x, attr->u.s);
-            jstr s = jv_to_str(c, &x);
-            jbuf_put(c, &b, s.p, s.n);
+            jbuf_puts(c, &b, jv_to_str(c, &x));
         }
         return jv_str(jbuf_take(c, &b));
     }
@@ -772,7 +771,7 @@ jv jinja_filter(jctx *c, jstr name, jv v, const jargs *a)
                 FAIL(c, a, "%s: width out of range", what);
             char *p = jalloc(c, (size_t)wv->u.i + 1);
             memset(p, ' ', (size_t)wv->u.i);
-            pad = (jstr){p, (size_t)wv->u.i};
+            pad = (jstr){p, (size_t)wv->u.i, NULL};
         }
         bool first = arg_bool(a, 1, "first", false), blank = arg_bool(a, 2, "blank", false);
         struct jbuf b = {0};
@@ -784,10 +783,10 @@ jv jinja_filter(jctx *c, jstr name, jv v, const jargs *a)
                 j++;
             bool empty = j == i;
             if ((is_first ? first : true) && (blank || !empty))
-                jbuf_put(c, &b, pad.p, pad.n);
-            jbuf_put(c, &b, s.p + i, j - i);
+                jbuf_puts(c, &b, pad);
+            jbuf_puts(c, &b, jstr_sub(s, i, j - i));
             if (j < s.n)
-                jbuf_put(c, &b, "\n", 1);
+                jbuf_puts(c, &b, jstr_sub(s, j, 1)); /* the string's own newline */
             is_first = false;
             i = j + 1;
         }
@@ -804,7 +803,7 @@ jv jinja_filter(jctx *c, jstr name, jv v, const jargs *a)
         struct jbuf b = {0};
         for (int64_t k = 0; k < left; k++)
             jbuf_put(c, &b, " ", 1);
-        jbuf_put(c, &b, s.p, s.n);
+        jbuf_puts(c, &b, s);
         for (int64_t k = 0; k < total - left; k++)
             jbuf_put(c, &b, " ", 1);
         return jv_str(jbuf_take(c, &b));
@@ -852,7 +851,7 @@ jv jinja_method(jctx *c, jv obj, jstr name, const jargs *a)
             const char *h = find(s, sub, 0);
             if (!h && IS("index"))
                 FAIL(c, a, "index: substring not found");
-            return jv_int(h ? (int64_t)n_codepoints((jstr){s.p, (size_t)(h - s.p)}) : -1);
+            return jv_int(h ? (int64_t)n_codepoints(jstr_sub(s, 0, (size_t)(h - s.p))) : -1);
         }
         if (IS("join")) {
             const jv *l = jargs_get(a, 0, "iterable");
@@ -868,7 +867,7 @@ jv jinja_method(jctx *c, jv obj, jstr name, const jargs *a)
                 size_t j = i;
                 while (j < s.n && s.p[j] != '\n' && s.p[j] != '\r')
                     j++;
-                jlist_push(c, r.u.l, jv_str((jstr){s.p + i, j - i}));
+                jlist_push(c, r.u.l, jv_str(jstr_sub(s, i, j - i)));
                 if (j + 1 < s.n && s.p[j] == '\r' && s.p[j + 1] == '\n')
                     j++;
                 i = j + 1;
@@ -949,14 +948,16 @@ jv jinja_global_call(jctx *c, jstr name, const jargs *a, bool *found)
         }
         if (stp == 0)
             FAIL(c, a, "range() step must not be zero");
-        jv r = jv_list_new(c, 0);
-        for (int64_t i = start; stp > 0 ? i < stop : i > stop;) {
-            if (r.u.l->n >= 1000000)
-                FAIL(c, a, "range() longer than 1000000 items");
-            jlist_push(c, r.u.l, jv_int(i));
-            if (__builtin_add_overflow(i, stp, &i))
-                break;
-        }
+        /* count first: the list is allocated once, at its size */
+        uint64_t span = stp > 0 ? (stop > start ? (uint64_t)stop - (uint64_t)start : 0)
+                                : (start > stop ? (uint64_t)start - (uint64_t)stop : 0);
+        uint64_t step_abs = stp > 0 ? (uint64_t)stp : 0 - (uint64_t)stp;
+        uint64_t count = span ? (span - 1) / step_abs + 1 : 0;
+        if (count > 1000000)
+            FAIL(c, a, "range() longer than 1000000 items");
+        jv r = jv_list_new(c, (size_t)count);
+        for (uint64_t k = 0; k < count; k++)
+            jlist_push(c, r.u.l, jv_int((int64_t)((uint64_t)start + k * (uint64_t)stp)));
         return r;
     }
     if (jstr_eqz(name, "namespace") || jstr_eqz(name, "dict")) {
@@ -984,7 +985,7 @@ jv jinja_global_call(jctx *c, jstr name, const jargs *a, bool *found)
         struct tm tm;
         localtime_r(&t, &tm);
         size_t n = strftime(out, sizeof out, f, &tm);
-        return jv_str(jstr_dup(c, out, n));
+        return jv_str(jstr_taint(c, jstr_dup(c, out, n), jstr_has_data(fmt)));
     }
     *found = false;
     return jv_undef();

@@ -148,7 +148,7 @@ static jv eval_slice(jctx *c, const jnode *n, struct jscope *s)
     }
     struct jbuf b = {0};
     for (int64_t i = start; stp > 0 ? i < stop : i > stop; i += stp)
-        jbuf_put(c, &b, obj.u.s.p + offs[i], offs[i + 1] - offs[i]);
+        jbuf_puts(c, &b, jstr_sub(obj.u.s, offs[i], offs[i + 1] - offs[i]));
     return jv_str(jbuf_take(c, &b));
 }
 
@@ -203,7 +203,7 @@ static jv get_item(jctx *c, const jnode *n, jv obj, jv key)
                 i += len;
             if (i < 0 || i >= len)
                 return jv_undef();
-            return jv_str((jstr){obj.u.s.p + offs[i], offs[i + 1] - offs[i]});
+            return jv_str(jstr_sub(obj.u.s, offs[i], offs[i + 1] - offs[i]));
         }
         return jv_undef();
     }
@@ -345,7 +345,7 @@ static jv repeat(jctx *c, const jnode *n, jv seq, int64_t times)
             jctx_fail(c, n->line, n->col, "string repetition too long");
         struct jbuf b = {0};
         for (int64_t k = 0; k < times; k++)
-            jbuf_put(c, &b, seq.u.s.p, seq.u.s.n);
+            jbuf_puts(c, &b, seq.u.s);
         return jv_str(jbuf_take(c, &b));
     }
     if (seq.u.l->n && (uint64_t)times > (JINJA_MAX_ARENA / sizeof(jv)) / seq.u.l->n)
@@ -608,7 +608,7 @@ static jv iter_items(jctx *c, const jnode *n, jv it)
         size_t cnt = cp_offsets(c, it.u.s, &offs);
         jv r = jv_list_new(c, cnt);
         for (size_t i = 0; i < cnt; i++)
-            jlist_push(c, r.u.l, jv_str((jstr){it.u.s.p + offs[i], offs[i + 1] - offs[i]}));
+            jlist_push(c, r.u.l, jv_str(jstr_sub(it.u.s, offs[i], offs[i + 1] - offs[i])));
         return r;
     }
     jctx_fail(c, n->line, n->col, "cannot iterate over a %s", jv_type_name(&it));

@@ -267,7 +267,7 @@ static bool lex_tag(lexer *L, bool is_block, size_t tag_start, bool *plus_end)
             while (L->i < L->n && (isalnum((unsigned char)L->s[L->i]) || L->s[L->i] == '_'))
                 L->i++;
             jtok *t = push(L, JT_NAME, st);
-            t->s = (jstr){L->s + st, L->i - st};
+            t->s = (jstr){L->s + st, L->i - st, NULL};
             continue;
         }
         size_t len = 0;
@@ -289,7 +289,7 @@ static bool lex_tag(lexer *L, bool is_block, size_t tag_start, bool *plus_end)
         else if (ch == '}' && depth > 0)
             depth--;
         jtok *t = push(L, JT_OP, L->i);
-        t->s = (jstr){p, len};
+        t->s = (jstr){p, len, NULL};
         L->i += len;
     }
 }
@@ -331,7 +331,7 @@ static void emit_text(lexer *L, size_t a, size_t b, bool lstrip_all, bool rstrip
             b--;
     if (b > a) {
         jtok *t = push(L, JT_TEXT, a);
-        t->s = (jstr){L->s + a, b - a};
+        t->s = (jstr){L->s + a, b - a, NULL};
     }
 }
 

@@ -275,7 +275,9 @@ void jv_format_float(double f, char *buf, size_t n)
 
 static void json_str(jctx *c, struct jbuf *b, jstr s)
 {
-    jbuf_put(c, b, "\"", 1);
+    /* the quoted, escaped form of data is data as a whole */
+    bool data = jstr_has_data(s);
+    jbuf_put_as(c, b, "\"", 1, data);
     size_t run = 0;
     for (size_t i = 0; i < s.n; i++) {
         unsigned char ch = (unsigned char)s.p[i];
@@ -296,15 +298,15 @@ static void json_str(jctx *c, struct jbuf *b, jstr s)
             }
         }
         if (esc) {
-            jbuf_put(c, b, s.p + i - run, run);
+            jbuf_put_as(c, b, s.p + i - run, run, data);
             run = 0;
-            jbuf_putz(c, b, esc);
+            jbuf_put_as(c, b, esc, strlen(esc), data);
         } else {
             run++;
         }
     }
-    jbuf_put(c, b, s.p + s.n - run, run);
-    jbuf_put(c, b, "\"", 1);
+    jbuf_put_as(c, b, s.p + s.n - run, run, data);
+    jbuf_put_as(c, b, "\"", 1, data);
 }
 
 static void newline_indent(jctx *c, struct jbuf *b, int indent, int depth)
@@ -389,7 +391,7 @@ void jv_print(jctx *c, struct jbuf *b, const jv *v)
         jv_format_float(v->u.f, num, sizeof num);
         jbuf_putz(c, b, num);
         return;
-    case JV_STR: jbuf_put(c, b, v->u.s.p, v->u.s.n); return;
+    case JV_STR: jbuf_puts(c, b, v->u.s); return;
     case JV_LIST:
     case JV_DICT:
     case JV_NS: jv_to_json(c, b, v, -1, 0, 0, 0); return;
