@@ -16,8 +16,8 @@
  *
  * Semantics follow Jinja2 as configured by Hugging Face transformers for
  * chat templates (trim_blocks and lstrip_blocks on, a single trailing newline
- * dropped); where Python Jinja2 and @huggingface/jinja (the reference of our
- * tests) differ in how values print, we follow @huggingface/jinja. */
+ * dropped); values print as Python prints them (tests/data/chat/ holds
+ * Python jinja2's renderings of our case table). */
 #ifndef TUTTI_CHAT_JINJA_H
 #define TUTTI_CHAT_JINJA_H
 
@@ -52,6 +52,7 @@ typedef enum {
     JV_NS,    /* namespace(): a dict whose attributes can be assigned */
     JV_MACRO, /* a {% macro %} */
     JV_LOOP,  /* the `loop` variable of a for loop */
+    JV_FUNC,  /* a global function (range, raise_exception ...): name in u.s */
 } jv_type;
 
 struct jlist;
@@ -90,6 +91,7 @@ typedef struct jv {
 struct jlist {
     jv *v;
     size_t n, cap;
+    bool tuple; /* prints as (a, b) */
 };
 
 struct jdict {
@@ -309,8 +311,14 @@ const char *jv_type_name(const jv *v);
 /* Text of a value as {{ }} prints it (undefined and none print nothing). */
 void jv_print(jctx *c, struct jbuf *b, const jv *v);
 jstr jv_to_str(jctx *c, const jv *v);
-/* JSON text (tojson); indent < 0 means single line. */
-void jv_to_json(jctx *c, struct jbuf *b, const jv *v, int indent, int depth, int line, int col);
+/* JSON text as Python's json.dumps writes it (tojson). */
+typedef struct jjson_opts {
+    bool has_indent;  /* indent given (even 0 or ""): one item per line */
+    jstr indent;      /* per level */
+    jstr item_sep, key_sep;
+    bool sort_keys, ensure_ascii;
+} jjson_opts;
+void jv_to_json(jctx *c, struct jbuf *b, const jv *v, const jjson_opts *o, int depth, int line, int col);
 void jv_format_float(double f, char *buf, size_t n);
 
 /* builtins (jinja_builtins.c): a = operand, args/kwnames already evaluated */
@@ -327,6 +335,8 @@ jv jinja_method(jctx *c, jv obj, jstr name, const jargs *args);
 /* Global function (range, namespace, raise_exception, dict, strftime_now);
  * found = false when no such function exists. */
 jv jinja_global_call(jctx *c, jstr name, const jargs *args, bool *found);
+/* true for the names of the global functions (they are `defined`). */
+bool jinja_is_global(jstr name);
 /* Positional-or-keyword argument lookup: argument pos, or keyword kw, or NULL. */
 const jv *jargs_get(const jargs *a, size_t pos, const char *kw);
 

@@ -142,15 +142,22 @@ static jstr strip(jstr s, const jstr *chars, bool left, bool right)
     return jstr_sub(s, a, b - a);
 }
 
-static jstr map_case(jctx *c, jstr s, int mode) /* 0 lower, 1 upper, 2 capitalize, 3 title */
+/* mode 0 lower, 1 upper, 2 capitalize, 3 str.title() (a word starts after
+ * any uncased character, digits included: "x1y" -> "X1Y"), 4 Jinja2's title
+ * filter (words start after runs of whitespace and -({[<, each word is
+ * upper-cased first, lower-cased after: "they're" -> "They're"). */
+static jstr map_case(jctx *c, jstr s, int mode)
 {
     char *d = jalloc(c, s.n + 1);
     bool word_start = true;
     for (size_t i = 0; i < s.n; i++) {
         unsigned char ch = (unsigned char)s.p[i];
-        bool up = mode == 1 || (mode == 2 && i == 0) || (mode == 3 && word_start);
+        bool up = mode == 1 || (mode == 2 && i == 0) || (mode >= 3 && word_start);
         d[i] = (char)(ch < 0x80 ? (up ? toupper(ch) : tolower(ch)) : ch);
-        word_start = !(isalnum(ch) || ch >= 0x80);
+        if (mode == 3)
+            word_start = !(isalpha(ch) || ch >= 0x80);
+        else
+            word_start = isspace(ch) || (ch && strchr("-({[<", ch));
     }
     return (jstr){d, s.n, s.d}; /* one byte for one byte: the marks stay valid */
 }
@@ -393,6 +400,7 @@ static jv items_of(jctx *c, const jargs *a, jv v)
     jv r = jv_list_new(c, v.u.d->n);
     for (size_t i = 0; i < v.u.d->n; i++) {
         jv pair = jv_list_new(c, 2);
+        pair.u.l->tuple = true;
         jlist_push(c, pair.u.l, jv_str(v.u.d->k[i]));
         jlist_push(c, pair.u.l, v.u.d->v[i]);
         jlist_push(c, r.u.l, pair);
@@ -452,7 +460,7 @@ bool jinja_test(jctx *c, jstr name, const jv *v, const jargs *a)
     if (IS("mapping")) return v->t == JV_DICT;
     if (IS("iterable")) return v->t == JV_LIST || v->t == JV_STR || v->t == JV_DICT;
     if (IS("sequence")) return v->t == JV_LIST || v->t == JV_STR || v->t == JV_DICT;
-    if (IS("callable")) return v->t == JV_MACRO;
+    if (IS("callable")) return v->t == JV_MACRO || v->t == JV_FUNC;
     if (IS("odd") || IS("even") || IS("divisibleby")) {
         if (v->t != JV_INT)
             FAIL(c, a, "test '%.*s' needs an integer, got %s", (int)name.n, name.p, jv_type_name(v));
@@ -559,12 +567,37 @@ jv jinja_filter(jctx *c, jstr name, jv v, const jargs *a)
         return v;
     }
     if (IS("tojson")) {
-        const jv *ind = jargs_get(a, 0, "indent");
-        int indent = -1;
-        if (ind && ind->t == JV_INT)
-            indent = ind->u.i < 0 ? 0 : ind->u.i > 32 ? 32 : (int)ind->u.i;
+        /* transformers' tojson(x, ensure_ascii=False, indent=None,
+         * separators=None, sort_keys=False) = json.dumps(...) */
+        jjson_opts o = {.ensure_ascii = arg_bool(a, 0, "ensure_ascii", false),
+                        .sort_keys = arg_bool(a, 3, "sort_keys", false)};
+        const jv *ind = jargs_get(a, 1, "indent");
+        if (ind && ind->t != JV_NONE && ind->t != JV_UNDEF) {
+            o.has_indent = true;
+            if (ind->t == JV_STR) {
+                o.indent = ind->u.s;
+            } else if (ind->t == JV_INT || ind->t == JV_BOOL) {
+                int64_t w = ind->t == JV_INT ? ind->u.i : ind->u.b;
+                if (w > 64)
+                    FAIL(c, a, "%s: indent %lld is too wide", what, (long long)w);
+                char *sp = jalloc(c, 65);
+                memset(sp, ' ', w > 0 ? (size_t)w : 0);
+                o.indent = (jstr){sp, w > 0 ? (size_t)w : 0, NULL};
+            } else {
+                FAIL(c, a, "%s: indent must be an integer or a string, got %s", what, jv_type_name(ind));
+            }
+        }
+        o.item_sep = jstr_z(o.has_indent ? "," : ", ");
+        o.key_sep = jstr_z(": ");
+        const jv *sep = jargs_get(a, 2, "separators");
+        if (sep && sep->t != JV_NONE && sep->t != JV_UNDEF) {
+            if (sep->t != JV_LIST || sep->u.l->n != 2 || sep->u.l->v[0].t != JV_STR || sep->u.l->v[1].t != JV_STR)
+                FAIL(c, a, "%s: separators must be a pair of strings", what);
+            o.item_sep = sep->u.l->v[0].u.s;
+            o.key_sep = sep->u.l->v[1].u.s;
+        }
         struct jbuf b = {0};
-        jv_to_json(c, &b, &v, indent, 0, a->line, a->col);
+        jv_to_json(c, &b, &v, &o, 0, a->line, a->col);
         return jv_str(jbuf_take(c, &b));
     }
     if (IS("string"))
@@ -586,8 +619,6 @@ jv jinja_filter(jctx *c, jstr name, jv v, const jargs *a)
         const jv *d = jargs_get(a, 0, "default");
         return parse_number(c, v, fl, d ? *d : fl ? jv_float(0) : jv_int(0));
     }
-    if (IS("bool"))
-        return jv_bool(jv_truthy(&v));
     if (IS("abs")) {
         if (v.t == JV_INT) {
             if (v.u.i == INT64_MIN)
@@ -608,7 +639,7 @@ jv jinja_filter(jctx *c, jstr name, jv v, const jargs *a)
         double x = v.t == JV_INT ? (double)v.u.i : v.u.f, m = pow(10, (double)prec);
         double r = jstr_eqz(method, "floor") ? floor(x * m) / m
                    : jstr_eqz(method, "ceil") ? ceil(x * m) / m
-                                              : round(x * m) / m;
+                                              : nearbyint(x * m) / m; /* Python's round: half to even */
         return jv_float(r);
     }
     if (IS("items"))
@@ -751,7 +782,7 @@ jv jinja_filter(jctx *c, jstr name, jv v, const jargs *a)
     if (IS("upper")) return jv_str(map_case(c, s, 1));
     if (IS("lower")) return jv_str(map_case(c, s, 0));
     if (IS("capitalize")) return jv_str(map_case(c, map_case(c, s, 0), 2));
-    if (IS("title")) return jv_str(map_case(c, s, 3));
+    if (IS("title")) return jv_str(map_case(c, s, 4));
     if (IS("replace")) {
         jstr old = arg_str(c, a, 0, "old", what, NULL);
         jstr rep = arg_str(c, a, 1, "new", what, NULL);
@@ -923,6 +954,17 @@ jv jinja_method(jctx *c, jv obj, jstr name, const jargs *a)
 }
 
 /* ---- global functions -------------------------------------------------- */
+bool jinja_is_global(jstr name)
+{
+    /* Jinja2's default globals and the two transformers adds */
+    static const char *const names[] = {"range",  "dict",    "namespace", "lipsum",
+                                        "cycler", "joiner",  "raise_exception", "strftime_now"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (jstr_eqz(name, names[i]))
+            return true;
+    return false;
+}
+
 jv jinja_global_call(jctx *c, jstr name, const jargs *a, bool *found)
 {
     *found = true;

@@ -283,7 +283,7 @@ static jv eval_call(jctx *c, const jnode *n, struct jscope *s)
             jargs a = eval_args(c, n, s);
             return call_macro(c, n, v->u.m, &a, NULL);
         }
-        if (!v || v->t == JV_UNDEF) {
+        if (!v || v->t == JV_UNDEF || v->t == JV_FUNC) {
             jargs a = eval_args(c, n, s);
             bool found;
             jv r = jinja_global_call(c, f->s, &a, &found);
@@ -309,6 +309,11 @@ static jv eval_call(jctx *c, const jnode *n, struct jscope *s)
     if (v.t == JV_MACRO) {
         jargs a = eval_args(c, n, s);
         return call_macro(c, n, v.u.m, &a, NULL);
+    }
+    if (v.t == JV_FUNC) {
+        jargs a = eval_args(c, n, s);
+        bool found;
+        return jinja_global_call(c, v.u.s, &a, &found);
     }
     jctx_fail(c, n->line, n->col, "cannot call a %s", jv_type_name(&v));
 }
@@ -422,6 +427,54 @@ static jv arith(jctx *c, const jnode *n, jop op, jv a, jv b)
     return jv_int(r);
 }
 
+/* Python's printf-style str % args: %s, %d, %i and %%; args is a tuple of
+ * values or one value.  The format's bytes and each %s argument keep their
+ * marks. */
+static jv percent_format(jctx *c, const jnode *n, jstr fmt, jv args)
+{
+    size_t n_args = args.t == JV_LIST && args.u.l->tuple ? args.u.l->n : 1, used = 0;
+    const jv *argv = args.t == JV_LIST && args.u.l->tuple ? args.u.l->v : &args;
+    struct jbuf b = {0};
+    size_t i = 0, run = 0;
+    while (i < fmt.n) {
+        if (fmt.p[i] != '%') {
+            i++;
+            run++;
+            continue;
+        }
+        jbuf_puts(c, &b, jstr_sub(fmt, i - run, run));
+        run = 0;
+        char conv = i + 1 < fmt.n ? fmt.p[i + 1] : 0;
+        if (conv == '%') {
+            jbuf_puts(c, &b, jstr_sub(fmt, i, 1));
+            i += 2;
+            continue;
+        }
+        if (conv != 's' && conv != 'd' && conv != 'i')
+            jctx_fail(c, n->line, n->col, "'%%' formatting: only %%s, %%d and %%i are supported");
+        if (used >= n_args)
+            jctx_fail(c, n->line, n->col, "not enough arguments for format string");
+        const jv *v = &argv[used++];
+        if (conv == 's') {
+            jbuf_puts(c, &b, jv_to_str(c, v));
+        } else {
+            if (!numeric(v))
+                jctx_fail(c, n->line, n->col, "%%%c format: a number is required, not %s", conv, jv_type_name(v));
+            char num[32];
+            double f = as_f(v);
+            if (v->t == JV_FLOAT && !(fabs(f) < 9.2e18))
+                jctx_fail(c, n->line, n->col, "%%%c format: number out of range", conv);
+            snprintf(num, sizeof num, "%lld", v->t == JV_FLOAT ? (long long)f : (long long)as_i(v));
+            jbuf_putz(c, &b, num);
+        }
+        i += 2;
+    }
+    jbuf_puts(c, &b, jstr_sub(fmt, i - run, run));
+    if (used < n_args)
+        jctx_fail(c, n->line, n->col, "not all arguments converted during string formatting");
+    return jv_str(jbuf_take(c, &b));
+}
+
 static jv eval_binary(jctx *c, const jnode *n, struct jscope *s)
 {
     jv a = eval(c, n->a, s);
@@ -452,6 +505,8 @@ static jv eval_binary(jctx *c, const jnode *n, struct jscope *s)
                       jv_type_name(&a), jv_type_name(&b));
         return jv_bool(n->op == JOP_IN ? in : !in);
     }
+    case JOP_CONCAT: /* str() of each side: None prints "None", undefined "" (Jinja2) */
+        return jv_str(jstr_cat(c, jv_to_str(c, &a), jv_to_str(c, &b)));
     default: break;
     }
     if (a.t == JV_UNDEF || b.t == JV_UNDEF)
@@ -462,10 +517,6 @@ static jv eval_binary(jctx *c, const jnode *n, struct jscope *s)
     case JOP_LE: return jv_bool(jv_compare(c, &a, &b, n->line, n->col) <= 0);
     case JOP_GT: return jv_bool(jv_compare(c, &a, &b, n->line, n->col) > 0);
     case JOP_GE: return jv_bool(jv_compare(c, &a, &b, n->line, n->col) >= 0);
-    case JOP_CONCAT:
-        if (a.t == JV_NONE || b.t == JV_NONE)
-            jctx_fail(c, n->line, n->col, "'~' on a none value");
-        return jv_str(jstr_cat(c, jv_to_str(c, &a), jv_to_str(c, &b)));
     default: break;
     }
     if (numeric(&a) && numeric(&b))
@@ -479,10 +530,11 @@ static jv eval_binary(jctx *c, const jnode *n, struct jscope *s)
                 jlist_push(c, r.u.l, b.u.l->v[i]);
             return r;
         }
-        /* string + anything concatenates (as @huggingface/jinja does) */
-        if ((a.t == JV_STR || b.t == JV_STR) && a.t != JV_NONE && b.t != JV_NONE)
-            return jv_str(jstr_cat(c, jv_to_str(c, &a), jv_to_str(c, &b)));
+        if (a.t == JV_STR && b.t == JV_STR) /* Python: str + str only */
+            return jv_str(jstr_cat(c, a.u.s, b.u.s));
     }
+    if (n->op == JOP_MOD && a.t == JV_STR)
+        return percent_format(c, n, a.u.s, b);
     if (n->op == JOP_MUL) {
         if ((a.t == JV_STR || a.t == JV_LIST) && b.t == JV_INT)
             return repeat(c, n, a, b.u.i);
@@ -504,7 +556,7 @@ static jv eval(jctx *c, const jnode *n, struct jscope *s)
     case JN_LITERAL: r = n->val; break;
     case JN_NAME: {
         const jv *v = scope_get(s, n->s);
-        r = v ? *v : jv_undef();
+        r = v ? *v : jinja_is_global(n->s) ? (jv){.t = JV_FUNC, .u.s = n->s} : jv_undef();
         break;
     }
     case JN_LIST:
@@ -512,6 +564,7 @@ static jv eval(jctx *c, const jnode *n, struct jscope *s)
         r = jv_list_new(c, n->args.n);
         for (size_t i = 0; i < n->args.n; i++)
             jlist_push(c, r.u.l, eval(c, n->args.v[i], s));
+        r.u.l->tuple = n->t == JN_TUPLE;
         break;
     case JN_DICT:
         r = jv_dict_new(c, JV_DICT);
