@@ -352,8 +352,7 @@ int tutti_ensemble_generate(tutti_ensemble *ens, const char *prompt, size_t prom
 /* As tutti_ensemble_generate, with the prompt given to each member as token
  * ids of its own vocabulary: prompt_ids[i][0..n_prompt_ids[i]) for member i
  * ([n_members], n >= 1, ids in range; used as given: BOS is not added), e.g.
- * every member's own chat-template rendering (tutti_chat_render, tokenized
- * with special tokens).  The continuation is shared: in TOKEN alignment its
+ * every member's own chat prompt (tutti_chat_tokenize).  The continuation is shared: in TOKEN alignment its
  * token ids follow every member's prompt; in BYTE and SPAN alignment its
  * bytes follow each member's last prompt token directly (no tokenizer space
  * prefix is put in front of them).
@@ -432,7 +431,10 @@ int tutti_ensemble_file_write(const tutti_ensemble *ens, FILE *out);
  * Mistral and SmolLM: {{ }}, {% if/elif/else %}, {% for %} with loop.* and
  * else, {% set %} (also namespace() attributes and set blocks), {% macro %},
  * {% call %}, {% filter %}, break/continue, whitespace control, the usual
- * expressions, filters, tests and str/dict methods, raise_exception().
+ * expressions, filters, tests and str/dict methods, raise_exception(),
+ * strftime_now().  Values print as Python prints them (True, None, 1e-05,
+ * ['a', 1]) and tojson is json.dumps (ensure_ascii, indent, separators,
+ * sort_keys), as transformers renders; upper/lower/title map ASCII only.
  * Untrusted templates are safe: nesting, loop steps, memory and output size
  * are bounded, and every failure is an error, never a crash. */
 
@@ -449,7 +451,10 @@ typedef struct tutti_chat_message {
  * or NULL with tutti_last_error() set to "chat template: line L, column C:
  * reason" for a syntax error, an unsupported construct, a runtime error
  * (e.g. a raise_exception() call: "template raised an exception: MSG") or a
- * resource limit.  Thread-safe: no global state. */
+ * resource limit.  Thread-safe: no global state.
+ * Do not tokenize this text with parse_special: message text holding
+ * "<|im_end|>" would become that control token.  Prompts for a model come
+ * from tutti_chat_tokenize, which keeps message text out of control tokens. */
 char *tutti_chat_render(const char *tmpl, const tutti_chat_message *msgs, size_t n_msgs,
                         bool add_generation_prompt, const char *bos_token, const char *eos_token);
 

@@ -787,16 +787,80 @@ static void test_threads(void **state)
 
 /* ---- 6. chat prompts: caller data never becomes control tokens ---------- */
 /* Templates and the vocabularies they go with (../shared).  Gemma 3's
- * markers are not in any vocabulary there, so it runs on llama-spm, whose
- * <s>, </s> and <unk> are its control tokens. */
+ * markers are in no vocabulary there, so it runs on llama-spm's SPM
+ * vocabulary extended at test time with <start_of_turn>, <end_of_turn> and
+ * <start_of_image> as control tokens (as Gemma's GGUFs have them). */
 static const struct {
     const char *tmpl, *vocab;
 } CHAT_PAIRS[] = {
     {"qwen3", "qwen3"},
     {"llama3", "llama3"},
-    {"gemma3", "llama-spm"},
+    {"gemma3", "gemma-synth"},
     {"phi-3", "phi-3"},
 };
+
+/* llama-spm's vocabulary plus control tokens `extra`, written to path. */
+static void write_vocab_with_controls(const char *src, const char *const *extra, int n_extra, const char *path)
+{
+    gguf_file *f = gguf_open(src);
+    assert_non_null(f);
+    gguf_writer *w = gguf_writer_new();
+    int64_t k_tok = gguf_find_key(f, "tokenizer.ggml.tokens"), k_type = gguf_find_key(f, "tokenizer.ggml.token_type"),
+            k_score = gguf_find_key(f, "tokenizer.ggml.scores");
+    assert_true(k_tok >= 0 && k_type >= 0 && k_score >= 0);
+    uint64_t n = gguf_kv_arr_n(f, k_tok), m = n + (uint64_t)n_extra;
+    gguf_str *toks = calloc(m, sizeof *toks);
+    int32_t *types = calloc(m, sizeof *types);
+    float *scores = calloc(m, sizeof *scores);
+    assert_true(toks && types && scores);
+    assert_int_equal(gguf_kv_arr_type(f, k_type), GGUF_TYPE_INT32);
+    assert_int_equal(gguf_kv_arr_type(f, k_score), GGUF_TYPE_FLOAT32);
+    memcpy(types, gguf_kv_data(f, k_type), n * sizeof *types);
+    memcpy(scores, gguf_kv_data(f, k_score), n * sizeof *scores);
+    for (uint64_t i = 0; i < n; i++)
+        toks[i] = gguf_kv_str(f, k_tok, i);
+    for (int i = 0; i < n_extra; i++) {
+        toks[n + (uint64_t)i] = (gguf_str){extra[i], strlen(extra[i])};
+        types[n + (uint64_t)i] = 3; /* CONTROL */
+    }
+    for (int64_t i = 0; i < gguf_n_kv(f); i++) {
+        if (i == k_tok || i == k_type || i == k_score || gguf_str_eq(gguf_kv_key(f, i), "general.alignment"))
+            continue;
+        assert_int_equal(gguf_writer_copy_kv(w, f, i), 0);
+    }
+    assert_int_equal(gguf_writer_add_gstr_arr(w, "tokenizer.ggml.tokens", toks, m), 0);
+    assert_int_equal(gguf_writer_add_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, m), 0);
+    assert_int_equal(gguf_writer_add_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, m), 0);
+    assert_int_equal(gguf_writer_write(w, path), 0);
+    gguf_writer_free(w);
+    gguf_close(f);
+    free(toks);
+    free(types);
+    free(scores);
+}
+
+static tutti_vocab *load_pair_vocab(const char *name)
+{
+    char rel[256];
+    if (strcmp(name, "gemma-synth") != 0) {
+        snprintf(rel, sizeof rel, "models/vocab/ggml-vocab-%s.gguf", name);
+        return tutti_vocab_load(shared_path(rel));
+    }
+    static const char *const extra[] = {"<start_of_turn>", "<end_of_turn>", "<start_of_image>"};
+    char path[] = "/tmp/tutti_gemmavocabXXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    write_vocab_with_controls(shared_path("models/vocab/ggml-vocab-llama-spm.gguf"), extra, 3, path);
+    tutti_vocab *v = tutti_vocab_load(path);
+    unlink(path);
+    assert_non_null(v);
+    /* the markers must really be control tokens for the test to mean anything */
+    int32_t id;
+    assert_int_equal(tutti_tokenize(v, "<start_of_turn>", 15, false, true, &id, 1), 1);
+    assert_true(tutti_vocab_is_control(v, id));
+    return v;
+}
 
 /* Texts that try to end their message early and start a turn of their own:
  * the private-use characters the CLI once wrapped messages in (a U+E001
@@ -862,8 +926,7 @@ static void test_chat_tokenize_benign(void **state)
         snprintf(rel, sizeof rel, "ref/chat/%s.jinja", CHAT_PAIRS[p].tmpl);
         char *tmpl = read_file(shared_path(rel), NULL);
         assert_non_null(tmpl);
-        snprintf(rel, sizeof rel, "models/vocab/ggml-vocab-%s.gguf", CHAT_PAIRS[p].vocab);
-        tutti_vocab *v = tutti_vocab_load(shared_path(rel));
+        tutti_vocab *v = load_pair_vocab(CHAT_PAIRS[p].vocab);
         assert_non_null(v);
         char bos[64] = "", eos[64] = "";
         int32_t nb = tutti_token_to_piece(v, tutti_vocab_bos(v), true, bos, sizeof bos - 1);
@@ -958,8 +1021,7 @@ static void test_chat_tokenize_injection(void **state)
         snprintf(rel, sizeof rel, "ref/chat/%s.jinja", CHAT_PAIRS[p].tmpl);
         char *tmpl = read_file(shared_path(rel), NULL);
         assert_non_null(tmpl);
-        snprintf(rel, sizeof rel, "models/vocab/ggml-vocab-%s.gguf", CHAT_PAIRS[p].vocab);
-        tutti_vocab *v = tutti_vocab_load(shared_path(rel));
+        tutti_vocab *v = load_pair_vocab(CHAT_PAIRS[p].vocab);
         assert_non_null(v);
         bool lossless = !strcmp(tutti_vocab_type(v), "bpe");
         for (size_t f = 0; f < sizeof FORGES / sizeof FORGES[0]; f++) {
