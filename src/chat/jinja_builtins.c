@@ -256,6 +256,59 @@ static jv split(jctx *c, const jargs *a, jstr s, const jv *sep, int64_t maxsplit
     return r;
 }
 
+/* str.rsplit: as split, but the splits are made from the right. */
+static jv rsplit(jctx *c, const jargs *a, jstr s, const jv *sep, int64_t maxsplit)
+{
+    jv r = jv_list_new(c, 0);
+    if (maxsplit < 0 || (sep && sep->t == JV_STR && sep->u.s.n == 0))
+        return split(c, a, s, sep, maxsplit); /* the same pieces */
+    size_t end = s.n, l;
+    int64_t done = 0;
+    if (!sep || sep->t == JV_NONE || sep->t == JV_UNDEF) {
+        for (;;) {
+            while (end > 0 && (l = ws_len_back(s.p, end)))
+                end -= l;
+            if (end == 0)
+                break;
+            if (done >= maxsplit) {
+                jlist_push(c, r.u.l, jv_str(strip(jstr_sub(s, 0, end), NULL, true, false)));
+                break;
+            }
+            size_t st = end;
+            while (st > 0 && !ws_len_back(s.p, st))
+                st--;
+            jlist_push(c, r.u.l, jv_str(jstr_sub(s, st, end - st)));
+            end = st;
+            done++;
+        }
+    } else {
+        if (sep->t != JV_STR)
+            FAIL(c, a, "rsplit: separator must be a string, got %s", jv_type_name(sep));
+        jstr d = sep->u.s;
+        while (done < maxsplit) {
+            const char *hit = NULL;
+            for (size_t i = end >= d.n ? end - d.n + 1 : 0; i-- > 0;)
+                if (memcmp(s.p + i, d.p, d.n) == 0) {
+                    hit = s.p + i;
+                    break;
+                }
+            if (!hit)
+                break;
+            size_t at = (size_t)(hit - s.p);
+            jlist_push(c, r.u.l, jv_str(jstr_sub(s, at + d.n, end - at - d.n)));
+            end = at;
+            done++;
+        }
+        jlist_push(c, r.u.l, jv_str(jstr_sub(s, 0, end)));
+    }
+    for (size_t i = 0; i < r.u.l->n / 2; i++) { /* collected right to left */
+        jv t = r.u.l->v[i];
+        r.u.l->v[i] = r.u.l->v[r.u.l->n - 1 - i];
+        r.u.l->v[r.u.l->n - 1 - i] = t;
+    }
+    return r;
+}
+
 static bool prefix_match(jctx *c, const jargs *a, jstr s, const jv *p, bool suffix)
 {
     if (!p)
@@ -408,7 +461,7 @@ static jv items_of(jctx *c, const jargs *a, jv v)
     return r;
 }
 
-static jv parse_number(jctx *c, jv v, bool want_float, jv dflt)
+static jv parse_number(jctx *c, jv v, bool want_float, int base, jv dflt)
 {
     (void)c;
     switch (v.t) {
@@ -429,9 +482,11 @@ static jv parse_number(jctx *c, jv v, bool want_float, jv dflt)
         buf[s.n] = 0;
         char *end;
         if (!want_float) {
-            long long x = strtoll(buf, &end, 10);
+            long long x = strtoll(buf, &end, base);
             if (*end == 0)
                 return jv_int(x);
+            if (base != 10)
+                return dflt;
         }
         double f = strtod(buf, &end);
         if (*end != 0)
@@ -617,7 +672,10 @@ jv jinja_filter(jctx *c, jstr name, jv v, const jargs *a)
     if (IS("int") || IS("float")) {
         bool fl = IS("float");
         const jv *d = jargs_get(a, 0, "default");
-        return parse_number(c, v, fl, d ? *d : fl ? jv_float(0) : jv_int(0));
+        int64_t base = fl ? 10 : arg_int(c, a, 1, "base", what, 10);
+        if (base < 2 || base > 36)
+            FAIL(c, a, "%s: base must be in [2, 36]", what);
+        return parse_number(c, v, fl, (int)base, d ? *d : fl ? jv_float(0) : jv_int(0));
     }
     if (IS("abs")) {
         if (v.t == JV_INT) {
@@ -761,6 +819,9 @@ jv jinja_filter(jctx *c, jstr name, jv v, const jargs *a)
         }
         return jv_str(jbuf_take(c, &b));
     }
+    if (v.t == JV_UNDEF && (IS("trim") || IS("upper") || IS("lower") || IS("title") || IS("capitalize") ||
+                            IS("replace") || IS("indent") || IS("center") || IS("wordcount")))
+        v = jv_str(jstr_z("")); /* Jinja2's Undefined is "" as a string */
     if (v.t != JV_STR) {
         if (IS("first") || IS("last") || IS("reverse")) {
             if (v.t == JV_UNDEF)
@@ -860,6 +921,8 @@ jv jinja_method(jctx *c, jv obj, jstr name, const jargs *a)
         }
         if (IS("split"))
             return split(c, a, s, jargs_get(a, 0, "sep"), arg_int(c, a, 1, "maxsplit", "split", -1));
+        if (IS("rsplit"))
+            return rsplit(c, a, s, jargs_get(a, 0, "sep"), arg_int(c, a, 1, "maxsplit", "rsplit", -1));
         if (IS("startswith") || IS("endswith"))
             return jv_bool(prefix_match(c, a, s, jargs_get(a, 0, "prefix"), IS("endswith")));
         if (IS("upper")) return jv_str(map_case(c, s, 1));

@@ -170,6 +170,14 @@ static jv loop_attr(const struct jloop *L, jstr name)
     return jv_undef();
 }
 
+/* n->a evaluated to undefined and n needs a value from it. */
+static _Noreturn void undefined_fail(jctx *c, const jnode *n)
+{
+    if (n->a->t == JN_NAME)
+        jctx_fail(c, n->line, n->col, "'%.*s' is undefined", (int)n->a->s.n, n->a->s.p);
+    jctx_fail(c, n->line, n->col, "attribute or item of an undefined value");
+}
+
 static jv get_attr(jctx *c, jv obj, jstr name)
 {
     (void)c;
@@ -334,10 +342,11 @@ static int64_t as_i(const jv *v)
     return v->t == JV_INT ? v->u.i : (int64_t)v->u.b;
 }
 
+/* Python floats overflow to inf (and inf - inf is nan) except in **. */
 static jv float_result(jctx *c, const jnode *n, double r)
 {
-    if (!isfinite(r))
-        jctx_fail(c, n->line, n->col, "arithmetic result is not a finite number");
+    (void)c;
+    (void)n;
     return jv_float(r);
 }
 
@@ -386,6 +395,8 @@ static jv arith(jctx *c, const jnode *n, jop op, jv a, jv b)
             if (x == 0 && y < 0)
                 jctx_fail(c, n->line, n->col, "0 cannot be raised to a negative power");
             r = pow(x, y);
+            if (isinf(r) && isfinite(x) && isfinite(y))
+                jctx_fail(c, n->line, n->col, "numerical result out of range");
             if (!fl && y >= 0) {
                 if (!(fabs(r) < 9.2e18))
                     jctx_fail(c, n->line, n->col, "integer power overflows");
@@ -576,9 +587,17 @@ static jv eval(jctx *c, const jnode *n, struct jscope *s)
             jdict_set(c, r.u.d, k.u.s, eval(c, n->args.v[i + 1], s));
         }
         break;
-    case JN_ATTR: r = get_attr(c, eval(c, n->a, s), n->s); break;
+    case JN_ATTR: {
+        jv obj = eval(c, n->a, s);
+        if (obj.t == JV_UNDEF) /* Jinja2's Undefined: no attributes */
+            undefined_fail(c, n);
+        r = get_attr(c, obj, n->s);
+        break;
+    }
     case JN_INDEX: {
         jv obj = eval(c, n->a, s);
+        if (obj.t == JV_UNDEF)
+            undefined_fail(c, n);
         r = get_item(c, n, obj, eval(c, n->b, s));
         break;
     }

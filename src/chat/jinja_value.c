@@ -135,7 +135,7 @@ bool jv_equal(const jv *a, const jv *b)
     case JV_NONE: return true;
     case JV_STR: return jstr_eq(a->u.s, b->u.s);
     case JV_LIST:
-        if (a->u.l->n != b->u.l->n)
+        if (a->u.l->n != b->u.l->n || a->u.l->tuple != b->u.l->tuple) /* (1, 2) != [1, 2] */
             return false;
         for (size_t i = 0; i < a->u.l->n; i++)
             if (!jv_equal(&a->u.l->v[i], &b->u.l->v[i]))
