@@ -27,8 +27,21 @@ static char *render(const char *tmpl, size_t len, setup_fn setup, const void *ud
         free(c);
         return NULL;
     }
-    c->src = tmpl;
-    jinja_lex(c, tmpl, len);
+    /* Jinja2's lexer turns every \r\n and lone \r of the template (its text
+     * and its string literals) into \n; the variables are left alone */
+    char *src = jalloc(c, len + 1);
+    size_t n_src = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (tmpl[i] == '\r') {
+            src[n_src++] = '\n';
+            if (i + 1 < len && tmpl[i + 1] == '\n')
+                i++;
+        } else {
+            src[n_src++] = tmpl[i];
+        }
+    }
+    c->src = src;
+    jinja_lex(c, src, n_src);
     jnodes prog = jinja_parse(c);
     struct jscope *globals = jscope_new(c, NULL);
     c->globals = globals;

@@ -3,9 +3,9 @@
  * Scoping follows Jinja2: a for loop and a macro call open a new scope,
  * {% set %} assigns in the innermost scope (so a set inside a loop does not
  * leak out; namespace() objects are the way to carry state out), lookups walk
- * outwards.  Undefined names evaluate to `undefined` (printing nothing,
- * falsy, iterating as empty); operations that need a value (arithmetic,
- * ~ and + concatenation) fail on it, as in @huggingface/jinja. */
+ * outwards.  Undefined names evaluate to `undefined`, Jinja2's default
+ * Undefined: printing nothing, falsy, iterating as empty, "" for ~ and the
+ * string filters; arithmetic, attributes and items of it fail. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -187,8 +187,9 @@ static jv get_attr(jctx *c, jv obj, jstr name)
     }
     if (obj.t == JV_LOOP)
         return loop_attr(obj.u.loop, name);
-    /* Attributes of other values (including undefined) are undefined, as in
-     * @huggingface/jinja; methods are handled at the call site. */
+    /* Attributes of other values are undefined, as Jinja2's getattr gives
+     * them (the caller fails for an undefined obj); methods are handled at
+     * the call site. */
     return jv_undef();
 }
 

@@ -8,8 +8,8 @@
  *   - trim_blocks: the first "\n" after a block or comment tag is removed;
  *   - lstrip_blocks: spaces and tabs from the start of a line up to a block or
  *     comment tag are removed ("{%+" turns this off for one tag).
- * Text is passed through byte for byte otherwise (no newline normalisation,
- * as @huggingface/jinja). */
+ * Text is passed through byte for byte otherwise (chat.c has already turned
+ * \r\n and \r into \n, as Jinja2's lexer does). */
 #include <ctype.h>
 #include <stdlib.h>
 #include <stdio.h>

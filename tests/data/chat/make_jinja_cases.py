@@ -155,6 +155,8 @@ CASES = [
     ("a\n\n", {}),
     ("a{# c #}\nb {#- x -#} c", {}),
     ("{% raw %}{{ x }}{% endraw %}", {}),
+    ("a\r\nb\rc{{ 'x\r\ny' }}{{ m }}", {"m": "keep\r\n"}),
+    ("{% for i in [1] %}\r\n{{ i }}\r\n{% endfor %}\r\n", {}),
     ("  {%+ if true %}x{% endif %}", {}),
     ("{% for i in [1, 2] %}\n  {{ i }}\n{% endfor %}\n", {}),
     ("<{%- if true %} a {% endif -%}>", {}),
