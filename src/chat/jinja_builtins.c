@@ -819,9 +819,9 @@ jv jinja_filter(jctx *c, jstr name, jv v, const jargs *a)
         }
         return jv_str(jbuf_take(c, &b));
     }
-    if (v.t == JV_UNDEF && (IS("trim") || IS("upper") || IS("lower") || IS("title") || IS("capitalize") ||
-                            IS("replace") || IS("indent") || IS("center") || IS("wordcount")))
-        v = jv_str(jstr_z("")); /* Jinja2's Undefined is "" as a string */
+    if (v.t != JV_STR && (IS("trim") || IS("upper") || IS("lower") || IS("title") || IS("capitalize") ||
+                          IS("replace") || IS("indent") || IS("center") || IS("wordcount")))
+        v = jv_str(jv_to_str(c, &v)); /* Jinja2's string filters take str(value); undefined is "" */
     if (v.t != JV_STR) {
         if (IS("first") || IS("last") || IS("reverse")) {
             if (v.t == JV_UNDEF)

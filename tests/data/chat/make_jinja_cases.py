@@ -12,6 +12,7 @@ Each output line: {"template", "context" (JSON text of the variables),
 "expected" (text) or "error" (the exception's message)}.
 """
 import json
+import os
 import sys
 from datetime import datetime
 
@@ -193,9 +194,43 @@ CASES = [
 ]
 
 
+# The four real templates of ../shared/ref/chat/ on conversations that reach
+# their tool, think and multi-part branches (the template text is stored in
+# each line, so the table needs nothing else).
+SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../../shared/ref/chat")
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city \u00e9",
+                                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                          "required": ["city"]}}}]
+CONVERSATIONS = [
+    {"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": True},
+    {"messages": [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "  What is 2+2?  "}],
+     "add_generation_prompt": True},
+    {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "<think>\nhm\n</think>\n\nHello!"},
+                  {"role": "user", "content": "It's \"quoted\" \u00e9 \U0001F600\n"}], "add_generation_prompt": False},
+    {"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "Weather in Paris?"},
+                  {"role": "assistant", "content": "",
+                   "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris", "n": 1.0}}}]},
+                  {"role": "tool", "content": "22 C"}], "tools": TOOLS, "add_generation_prompt": True},
+    {"messages": [{"role": "user", "content": [{"type": "text", "text": " part one "}, {"type": "image"}]}],
+     "add_generation_prompt": True, "enable_thinking": False},
+]
+BOS = {"qwen3": None, "llama3": "<|begin_of_text|>", "gemma3": "<bos>", "phi-3": "<s>"}
+
+
+def shared_cases():
+    for name in ["qwen3", "llama3", "gemma3", "phi-3"]:
+        with open(os.path.join(SHARED, name + ".jinja"), encoding="utf-8") as f:
+            tmpl = f.read()
+        for conv in CONVERSATIONS:
+            ctx = dict(conv)
+            if BOS[name]:
+                ctx["bos_token"] = BOS[name]
+            yield tmpl, ctx
+
+
 def main():
     out = sys.stdout
-    for tmpl, ctx in CASES:
+    for tmpl, ctx in CASES + list(shared_cases()):
         rec = {"template": tmpl, "context": json.dumps(ctx)}
         try:
             rec["expected"] = env.from_string(tmpl).render(**ctx)
