@@ -77,6 +77,19 @@ const char *tutti_vocab_pre(const tutti_vocab *vocab);
 int32_t tutti_tokenize(const tutti_vocab *vocab, const char *text, size_t len, bool add_bos,
                        bool parse_special, int32_t *ids, int32_t n_max);
 
+/* As tutti_tokenize with parse_special on, except that a control or unknown
+ * token is read from its text only where that text lies entirely in bytes
+ * with is_data[i] == 0 (is_data: [len] bytes, borrowed; NULL = no data
+ * bytes, i.e. tutti_tokenize with parse_special).  Elsewhere the text is
+ * tokenized as plain text, exactly as parse_special off would, and
+ * user-defined tokens are found everywhere, as always.  The text is still
+ * partitioned and tokenized as one piece (llama.cpp's order), so where no
+ * control-token text lies in data bytes the ids equal tutti_tokenize's with
+ * parse_special.  Made for tutti_chat_render_marked's output: template
+ * scaffolding gives control tokens, message text never does. */
+int32_t tutti_tokenize_marked(const tutti_vocab *vocab, const char *text, size_t len, bool add_bos,
+                              const uint8_t *is_data, int32_t *ids, int32_t n_max);
+
 /* The exact bytes token `id` stands for in running text (SPM "▁" becomes a
  * space, byte tokens <0xNN> become that byte, byte-level BPE symbols are
  * mapped back to bytes; control tokens give their text only if
@@ -339,8 +352,7 @@ int tutti_ensemble_generate(tutti_ensemble *ens, const char *prompt, size_t prom
 /* As tutti_ensemble_generate, with the prompt given to each member as token
  * ids of its own vocabulary: prompt_ids[i][0..n_prompt_ids[i]) for member i
  * ([n_members], n >= 1, ids in range; used as given: BOS is not added), e.g.
- * every member's own chat-template rendering (tutti_chat_render, tokenized
- * with special tokens).  The continuation is shared: in TOKEN alignment its
+ * every member's own chat prompt (tutti_chat_tokenize).  The continuation is shared: in TOKEN alignment its
  * token ids follow every member's prompt; in BYTE and SPAN alignment its
  * bytes follow each member's last prompt token directly (no tokenizer space
  * prefix is put in front of them).
@@ -419,7 +431,10 @@ int tutti_ensemble_file_write(const tutti_ensemble *ens, FILE *out);
  * Mistral and SmolLM: {{ }}, {% if/elif/else %}, {% for %} with loop.* and
  * else, {% set %} (also namespace() attributes and set blocks), {% macro %},
  * {% call %}, {% filter %}, break/continue, whitespace control, the usual
- * expressions, filters, tests and str/dict methods, raise_exception().
+ * expressions, filters, tests and str/dict methods, raise_exception(),
+ * strftime_now().  Values print as Python prints them (True, None, 1e-05,
+ * ['a', 1]) and tojson is json.dumps (ensure_ascii, indent, separators,
+ * sort_keys), as transformers renders; upper/lower/title map ASCII only.
  * Untrusted templates are safe: nesting, loop steps, memory and output size
  * are bounded, and every failure is an error, never a crash. */
 
@@ -436,9 +451,50 @@ typedef struct tutti_chat_message {
  * or NULL with tutti_last_error() set to "chat template: line L, column C:
  * reason" for a syntax error, an unsupported construct, a runtime error
  * (e.g. a raise_exception() call: "template raised an exception: MSG") or a
- * resource limit.  Thread-safe: no global state. */
+ * resource limit.  Thread-safe: no global state.
+ * Do not tokenize this text with parse_special: message text holding
+ * "<|im_end|>" would become that control token.  Prompts for a model come
+ * from tutti_chat_tokenize, which keeps message text out of control tokens. */
 char *tutti_chat_render(const char *tmpl, const tutti_chat_message *msgs, size_t n_msgs,
                         bool add_generation_prompt, const char *bos_token, const char *eos_token);
+
+/* As tutti_chat_render, and says where each byte of the text came from.
+ * len (may be NULL) receives the text's length.  is_data (may be NULL)
+ * receives a malloc'd array of *len bytes (the caller frees it; non-NULL
+ * also for empty text): 1 where the byte came from the caller's data (a
+ * message's role or content), 0 where the template wrote it (its literals,
+ * bos_token/eos_token, numbers and other values it prints).  Data stays
+ * data through every filter, method and operator: slicing, concatenation,
+ * trim/split/replace keep each byte's mark; a transformation the engine
+ * cannot follow byte by byte (the quoted form in tojson or a printed list)
+ * marks its whole output as data.  No character of the data can change
+ * where data ends: there are no in-band markers.  On error: NULL, *is_data
+ * NULL. */
+char *tutti_chat_render_marked(const char *tmpl, const tutti_chat_message *msgs, size_t n_msgs,
+                               bool add_generation_prompt, const char *bos_token, const char *eos_token,
+                               size_t *len, uint8_t **is_data);
+
+/* The prompt of a conversation as token ids of `vocab`: tmpl rendered with
+ * msgs (bos_token/eos_token = the texts of the vocabulary's BOS/EOS tokens,
+ * when it has them), then tokenized with tutti_tokenize_marked, so that the
+ * template's own control-token text ("<|im_start|>", "<|eot_id|>" ...)
+ * becomes control tokens while no role or content ever does, whatever bytes
+ * it holds.  BOS is put in front when the vocabulary asks for it and the
+ * template did not write it.  Returns malloc'd ids (*n_ids of them; the
+ * caller frees them), or NULL with tutti_last_error() set (the template's
+ * errors as tutti_chat_render's, "chat tokenize: ..." for the rest).
+ * rendered (may be NULL) receives the malloc'd rendering, for display. */
+int32_t *tutti_chat_tokenize(const tutti_vocab *vocab, const char *tmpl, const tutti_chat_message *msgs,
+                             size_t n_msgs, bool add_generation_prompt, int32_t *n_ids, char **rendered);
+
+/* As tutti_chat_tokenize, with the template's variables given as a JSON
+ * object (ctx_json, NUL-terminated: messages with any fields, tools,
+ * add_generation_prompt, enable_thinking ...; objects become dicts, arrays
+ * lists).  Every string in it, keys included, is caller data.  bos_token and
+ * eos_token are the vocabulary's unless ctx_json sets them (then they are
+ * data too). */
+int32_t *tutti_chat_tokenize_json(const tutti_vocab *vocab, const char *tmpl, const char *ctx_json,
+                                  int32_t *n_ids, char **rendered);
 
 #ifdef __cplusplus
 }

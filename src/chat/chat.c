@@ -9,8 +9,13 @@
 
 typedef void (*setup_fn)(jctx *c, struct jscope *s, const void *ud);
 
-static char *render(const char *tmpl, size_t len, setup_fn setup, const void *ud)
+/* Renders; returns the malloc'd text (NUL-terminated, *len bytes) and, when
+ * marks is not NULL, a malloc'd [*len] array: 1 for bytes of caller data. */
+static char *render(const char *tmpl, size_t len, setup_fn setup, const void *ud, size_t *out_len,
+                    uint8_t **marks)
 {
+    if (marks)
+        *marks = NULL;
     if (!tmpl)
         return tutti_set_error("chat template: template is NULL"), NULL;
     jctx *c = calloc(1, sizeof *c);
@@ -22,20 +27,47 @@ static char *render(const char *tmpl, size_t len, setup_fn setup, const void *ud
         free(c);
         return NULL;
     }
-    c->src = tmpl;
-    jinja_lex(c, tmpl, len);
+    /* Jinja2's lexer turns every \r\n and lone \r of the template (its text
+     * and its string literals) into \n; the variables are left alone */
+    char *src = jalloc(c, len + 1);
+    size_t n_src = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (tmpl[i] == '\r') {
+            src[n_src++] = '\n';
+            if (i + 1 < len && tmpl[i + 1] == '\n')
+                i++;
+        } else {
+            src[n_src++] = tmpl[i];
+        }
+    }
+    c->src = src;
+    jinja_lex(c, src, n_src);
     jnodes prog = jinja_parse(c);
     struct jscope *globals = jscope_new(c, NULL);
     c->globals = globals;
     setup(c, globals, ud);
     jinja_exec(c, &prog, globals);
-    char *out = malloc(c->out.n + 1);
-    if (out) {
-        if (c->out.n)
-            memcpy(out, c->out.p, c->out.n);
-        out[c->out.n] = 0;
+    size_t n = c->out.n;
+    char *out = malloc(n + 1);
+    uint8_t *m = marks ? malloc(n ? n : 1) : NULL;
+    if (out && (!marks || m)) {
+        if (n)
+            memcpy(out, c->out.p, n);
+        out[n] = 0;
+        if (m) {
+            if (c->out.d && n)
+                memcpy(m, c->out.d, n);
+            else if (n)
+                memset(m, 0, n);
+            *marks = m;
+        }
+        if (out_len)
+            *out_len = n;
     } else {
-        tutti_set_error("chat template: out of memory for %zu bytes of output", c->out.n);
+        free(out);
+        free(m);
+        out = NULL;
+        tutti_set_error("chat template: out of memory for %zu bytes of output", n);
     }
     jarena_free(&c->arena);
     free(c);
@@ -58,8 +90,10 @@ static void setup_messages(jctx *c, struct jscope *s, const void *ud)
         if (!m->msgs[i].role)
             jctx_fail(c, 0, 0, "message %zu has no role (NULL)", i);
         jv d = jv_dict_new(c, JV_DICT);
-        jdict_set(c, d.u.d, jstr_z("role"), jv_strz(c, m->msgs[i].role));
-        jdict_set(c, d.u.d, jstr_z("content"), m->msgs[i].content ? jv_strz(c, m->msgs[i].content) : jv_none());
+        /* roles and contents are caller data: never template text */
+        const char *role = m->msgs[i].role, *content = m->msgs[i].content;
+        jdict_set(c, d.u.d, jstr_z("role"), jv_str(jstr_data(c, role, strlen(role))));
+        jdict_set(c, d.u.d, jstr_z("content"), content ? jv_str(jstr_data(c, content, strlen(content))) : jv_none());
         jlist_push(c, list.u.l, d);
     }
     jscope_set(c, s, jstr_z("messages"), list);
@@ -73,10 +107,20 @@ static void setup_messages(jctx *c, struct jscope *s, const void *ud)
 char *tutti_chat_render(const char *tmpl, const tutti_chat_message *msgs, size_t n_msgs,
                         bool add_generation_prompt, const char *bos_token, const char *eos_token)
 {
+    return tutti_chat_render_marked(tmpl, msgs, n_msgs, add_generation_prompt, bos_token, eos_token, NULL,
+                                    NULL);
+}
+
+char *tutti_chat_render_marked(const char *tmpl, const tutti_chat_message *msgs, size_t n_msgs,
+                               bool add_generation_prompt, const char *bos_token, const char *eos_token,
+                               size_t *len, uint8_t **is_data)
+{
+    if (is_data)
+        *is_data = NULL;
     if (n_msgs && !msgs)
         return tutti_set_error("chat template: %zu messages but msgs is NULL", n_msgs), NULL;
     msg_setup m = {msgs, n_msgs, add_generation_prompt, bos_token, eos_token};
-    return render(tmpl, tmpl ? strlen(tmpl) : 0, setup_messages, &m);
+    return render(tmpl, tmpl ? strlen(tmpl) : 0, setup_messages, &m, len, is_data);
 }
 
 /* ---- JSON context --------------------------------------------------------- */
@@ -166,7 +210,9 @@ static jstr jp_string(jp *p)
             cp = 0xFFFD; /* lone surrogate */
         jinja_put_utf8(p->c, &b, cp);
     }
-    return jbuf_take(p->c, &b);
+    /* every string of the JSON context (values and keys) is caller data */
+    jstr s = jbuf_take(p->c, &b);
+    return jstr_taint(p->c, s, true);
 }
 
 static jv jp_value(jp *p)
@@ -271,9 +317,19 @@ static jv jp_value(jp *p)
     return r;
 }
 
+typedef struct json_setup {
+    const char *json;
+    const char *bos, *eos; /* template text (from the vocabulary), or NULL */
+} json_setup;
+
 static void setup_json(jctx *c, struct jscope *s, const void *ud)
 {
-    const char *json = ud;
+    const json_setup *js = ud;
+    if (js->bos)
+        jscope_set(c, s, jstr_z("bos_token"), jv_strz(c, js->bos));
+    if (js->eos)
+        jscope_set(c, s, jstr_z("eos_token"), jv_strz(c, js->eos));
+    const char *json = js->json;
     if (!json)
         return;
     jp p = {.c = c, .s = json, .i = 0, .n = strlen(json)};
@@ -289,5 +345,13 @@ static void setup_json(jctx *c, struct jscope *s, const void *ud)
 
 char *tutti_chat_render_json(const char *tmpl, size_t len, const char *ctx_json)
 {
-    return render(tmpl, len, setup_json, ctx_json);
+    json_setup js = {ctx_json, NULL, NULL};
+    return render(tmpl, len, setup_json, &js, NULL, NULL);
+}
+
+char *tutti_chat_render_json_marked(const char *tmpl, size_t len, const char *ctx_json, const char *bos_token,
+                                    const char *eos_token, size_t *out_len, uint8_t **is_data)
+{
+    json_setup js = {ctx_json, bos_token, eos_token};
+    return render(tmpl, len, setup_json, &js, out_len, is_data);
 }

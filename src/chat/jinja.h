@@ -16,8 +16,8 @@
  *
  * Semantics follow Jinja2 as configured by Hugging Face transformers for
  * chat templates (trim_blocks and lstrip_blocks on, a single trailing newline
- * dropped); where Python Jinja2 and @huggingface/jinja (the reference of our
- * tests) differ in how values print, we follow @huggingface/jinja. */
+ * dropped); values print as Python prints them (tests/data/chat/ holds
+ * Python jinja2's renderings of our case table). */
 #ifndef TUTTI_CHAT_JINJA_H
 #define TUTTI_CHAT_JINJA_H
 
@@ -52,6 +52,7 @@ typedef enum {
     JV_NS,    /* namespace(): a dict whose attributes can be assigned */
     JV_MACRO, /* a {% macro %} */
     JV_LOOP,  /* the `loop` variable of a for loop */
+    JV_FUNC,  /* a global function (range, raise_exception ...): name in u.s */
 } jv_type;
 
 struct jlist;
@@ -59,9 +60,18 @@ struct jdict;
 struct jmacro;
 struct jloop;
 
+/* A string and where its bytes came from.  d == NULL: every byte is
+ * template text (literals, numbers printed by the engine); otherwise d[i] != 0
+ * marks byte i as caller data (message contents, roles, JSON context values
+ * and keys).  The marks travel with the bytes through slicing, concatenation,
+ * trimming, splitting and every builtin; a builtin that cannot follow bytes
+ * one to one marks its whole result as data when any input byte was.  The
+ * rendered text keeps the marks, so that the tokenizer can refuse to read
+ * control tokens out of data (tutti_chat_tokenize). */
 typedef struct jstr {
     const char *p;
     size_t n;
+    const unsigned char *d;
 } jstr;
 
 typedef struct jv {
@@ -81,6 +91,7 @@ typedef struct jv {
 struct jlist {
     jv *v;
     size_t n, cap;
+    bool tuple; /* prints as (a, b) */
 };
 
 struct jdict {
@@ -211,6 +222,7 @@ struct jscope {
 
 struct jbuf {
     char *p;
+    unsigned char *d; /* data marks, [cap]; NULL until a data byte is put */
     size_t n, cap;
 };
 
@@ -242,18 +254,33 @@ _Noreturn void jctx_fail(jctx *c, int line, int col, const char *fmt, ...)
 
 void *jalloc(jctx *c, size_t n); /* zeroed, never NULL (fails the render) */
 void jarena_free(struct jarena *a);
-jstr jstr_dup(jctx *c, const char *p, size_t n);
-jstr jstr_cat(jctx *c, jstr a, jstr b);
-jstr jstr_z(const char *z);
+jstr jstr_dup(jctx *c, const char *p, size_t n); /* template text */
+jstr jstr_cat(jctx *c, jstr a, jstr b);          /* keeps both sides' marks */
+jstr jstr_z(const char *z);                      /* template text, not copied */
+/* s[off..off+n) with its marks (off + n <= s.n). */
+jstr jstr_sub(jstr s, size_t off, size_t n);
+/* true when any byte of s is caller data. */
+bool jstr_has_data(jstr s);
+/* A copy of p[0..n) whose every byte is caller data. */
+jstr jstr_data(jctx *c, const char *p, size_t n);
+/* s itself if `data` is false, else s with every byte marked as data: for
+ * results that a builtin computed from data in a way it does not track. */
+jstr jstr_taint(jctx *c, jstr s, bool data);
 /* First occurrence of nd[0..nn) in h[0..hn) (memmem, which C11 lacks). */
 const char *jmemfind(const char *h, size_t hn, const char *nd, size_t nn);
 bool jstr_eq(jstr a, jstr b);
 bool jstr_eqz(jstr a, const char *z);
 
+/* Appends template text (bytes the engine itself writes). */
 void jbuf_put(jctx *c, struct jbuf *b, const char *p, size_t n);
 void jbuf_putz(jctx *c, struct jbuf *b, const char *z);
+/* Appends a string value with its marks. */
+void jbuf_puts(jctx *c, struct jbuf *b, jstr s);
+/* Appends p[0..n) marked as data when `data` (escaped forms of data). */
+void jbuf_put_as(jctx *c, struct jbuf *b, const char *p, size_t n, bool data);
 void jinja_put_utf8(jctx *c, struct jbuf *b, uint32_t cp); /* UTF-8 of code point cp */
-/* The buffer contents as a string (arena memory); the buffer is reset. */
+/* The buffer contents as a string (arena memory, marks kept); the buffer is
+ * reset. */
 jstr jbuf_take(jctx *c, struct jbuf *b);
 
 void jinja_lex(jctx *c, const char *src, size_t len);
@@ -284,8 +311,14 @@ const char *jv_type_name(const jv *v);
 /* Text of a value as {{ }} prints it (undefined and none print nothing). */
 void jv_print(jctx *c, struct jbuf *b, const jv *v);
 jstr jv_to_str(jctx *c, const jv *v);
-/* JSON text (tojson); indent < 0 means single line. */
-void jv_to_json(jctx *c, struct jbuf *b, const jv *v, int indent, int depth, int line, int col);
+/* JSON text as Python's json.dumps writes it (tojson). */
+typedef struct jjson_opts {
+    bool has_indent;  /* indent given (even 0 or ""): one item per line */
+    jstr indent;      /* per level */
+    jstr item_sep, key_sep;
+    bool sort_keys, ensure_ascii;
+} jjson_opts;
+void jv_to_json(jctx *c, struct jbuf *b, const jv *v, const jjson_opts *o, int depth, int line, int col);
 void jv_format_float(double f, char *buf, size_t n);
 
 /* builtins (jinja_builtins.c): a = operand, args/kwnames already evaluated */
@@ -302,6 +335,8 @@ jv jinja_method(jctx *c, jv obj, jstr name, const jargs *args);
 /* Global function (range, namespace, raise_exception, dict, strftime_now);
  * found = false when no such function exists. */
 jv jinja_global_call(jctx *c, jstr name, const jargs *args, bool *found);
+/* true for the names of the global functions (they are `defined`). */
+bool jinja_is_global(jstr name);
 /* Positional-or-keyword argument lookup: argument pos, or keyword kw, or NULL. */
 const jv *jargs_get(const jargs *a, size_t pos, const char *kw);
 

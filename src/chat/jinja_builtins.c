@@ -139,20 +139,27 @@ static jstr strip(jstr s, const jstr *chars, bool left, bool right)
             }
             b -= l;
         }
-    return (jstr){s.p + a, b - a};
+    return jstr_sub(s, a, b - a);
 }
 
-static jstr map_case(jctx *c, jstr s, int mode) /* 0 lower, 1 upper, 2 capitalize, 3 title */
+/* mode 0 lower, 1 upper, 2 capitalize, 3 str.title() (a word starts after
+ * any uncased character, digits included: "x1y" -> "X1Y"), 4 Jinja2's title
+ * filter (words start after runs of whitespace and -({[<, each word is
+ * upper-cased first, lower-cased after: "they're" -> "They're"). */
+static jstr map_case(jctx *c, jstr s, int mode)
 {
     char *d = jalloc(c, s.n + 1);
     bool word_start = true;
     for (size_t i = 0; i < s.n; i++) {
         unsigned char ch = (unsigned char)s.p[i];
-        bool up = mode == 1 || (mode == 2 && i == 0) || (mode == 3 && word_start);
+        bool up = mode == 1 || (mode == 2 && i == 0) || (mode >= 3 && word_start);
         d[i] = (char)(ch < 0x80 ? (up ? toupper(ch) : tolower(ch)) : ch);
-        word_start = !(isalnum(ch) || ch >= 0x80);
+        if (mode == 3)
+            word_start = !(isalpha(ch) || ch >= 0x80);
+        else
+            word_start = isspace(ch) || (ch && strchr("-({[<", ch));
     }
-    return (jstr){d, s.n};
+    return (jstr){d, s.n, s.d}; /* one byte for one byte: the marks stay valid */
 }
 
 static size_t n_codepoints(jstr s)
@@ -181,29 +188,29 @@ static jv replace(jctx *c, jstr s, jstr old, jstr rep, int64_t count)
     if (old.n == 0) { /* Python: insert rep between every character */
         size_t k = 0;
         while (k <= s.n && (count < 0 || done < count)) {
-            jbuf_put(c, &b, rep.p, rep.n);
+            jbuf_puts(c, &b, rep);
             done++;
             if (k == s.n)
                 break;
             size_t l = 1;
             while (k + l < s.n && ((unsigned char)s.p[k + l] & 0xC0) == 0x80)
                 l++;
-            jbuf_put(c, &b, s.p + k, l);
+            jbuf_puts(c, &b, jstr_sub(s, k, l));
             k += l;
         }
         if (k < s.n)
-            jbuf_put(c, &b, s.p + k, s.n - k);
+            jbuf_puts(c, &b, jstr_sub(s, k, s.n - k));
         return jv_str(jbuf_take(c, &b));
     }
     const char *hit;
     while ((count < 0 || done < count) && (hit = find(s, old, i)) != NULL) {
         size_t at = (size_t)(hit - s.p);
-        jbuf_put(c, &b, s.p + i, at - i);
-        jbuf_put(c, &b, rep.p, rep.n);
+        jbuf_puts(c, &b, jstr_sub(s, i, at - i));
+        jbuf_puts(c, &b, rep);
         i = at + old.n;
         done++;
     }
-    jbuf_put(c, &b, s.p + i, s.n - i);
+    jbuf_puts(c, &b, jstr_sub(s, i, s.n - i));
     return jv_str(jbuf_take(c, &b));
 }
 
@@ -220,14 +227,14 @@ static jv split(jctx *c, const jargs *a, jstr s, const jv *sep, int64_t maxsplit
             if (i >= s.n)
                 break;
             if (maxsplit >= 0 && done >= maxsplit) {
-                jstr rest = strip((jstr){s.p + i, s.n - i}, NULL, false, true);
+                jstr rest = strip(jstr_sub(s, i, s.n - i), NULL, false, true);
                 jlist_push(c, r.u.l, jv_str(rest));
                 break;
             }
             size_t st = i;
             while (i < s.n && !ws_len(s.p + i, s.n - i))
                 i++;
-            jlist_push(c, r.u.l, jv_str((jstr){s.p + st, i - st}));
+            jlist_push(c, r.u.l, jv_str(jstr_sub(s, st, i - st)));
             done++;
         }
         return r;
@@ -241,11 +248,64 @@ static jv split(jctx *c, const jargs *a, jstr s, const jv *sep, int64_t maxsplit
     const char *hit;
     while ((maxsplit < 0 || done < maxsplit) && (hit = find(s, sep->u.s, i)) != NULL) {
         size_t at = (size_t)(hit - s.p);
-        jlist_push(c, r.u.l, jv_str((jstr){s.p + i, at - i}));
+        jlist_push(c, r.u.l, jv_str(jstr_sub(s, i, at - i)));
         i = at + sep->u.s.n;
         done++;
     }
-    jlist_push(c, r.u.l, jv_str((jstr){s.p + i, s.n - i}));
+    jlist_push(c, r.u.l, jv_str(jstr_sub(s, i, s.n - i)));
+    return r;
+}
+
+/* str.rsplit: as split, but the splits are made from the right. */
+static jv rsplit(jctx *c, const jargs *a, jstr s, const jv *sep, int64_t maxsplit)
+{
+    jv r = jv_list_new(c, 0);
+    if (maxsplit < 0 || (sep && sep->t == JV_STR && sep->u.s.n == 0))
+        return split(c, a, s, sep, maxsplit); /* the same pieces */
+    size_t end = s.n, l;
+    int64_t done = 0;
+    if (!sep || sep->t == JV_NONE || sep->t == JV_UNDEF) {
+        for (;;) {
+            while (end > 0 && (l = ws_len_back(s.p, end)))
+                end -= l;
+            if (end == 0)
+                break;
+            if (done >= maxsplit) {
+                jlist_push(c, r.u.l, jv_str(strip(jstr_sub(s, 0, end), NULL, true, false)));
+                break;
+            }
+            size_t st = end;
+            while (st > 0 && !ws_len_back(s.p, st))
+                st--;
+            jlist_push(c, r.u.l, jv_str(jstr_sub(s, st, end - st)));
+            end = st;
+            done++;
+        }
+    } else {
+        if (sep->t != JV_STR)
+            FAIL(c, a, "rsplit: separator must be a string, got %s", jv_type_name(sep));
+        jstr d = sep->u.s;
+        while (done < maxsplit) {
+            const char *hit = NULL;
+            for (size_t i = end >= d.n ? end - d.n + 1 : 0; i-- > 0;)
+                if (memcmp(s.p + i, d.p, d.n) == 0) {
+                    hit = s.p + i;
+                    break;
+                }
+            if (!hit)
+                break;
+            size_t at = (size_t)(hit - s.p);
+            jlist_push(c, r.u.l, jv_str(jstr_sub(s, at + d.n, end - at - d.n)));
+            end = at;
+            done++;
+        }
+        jlist_push(c, r.u.l, jv_str(jstr_sub(s, 0, end)));
+    }
+    for (size_t i = 0; i < r.u.l->n / 2; i++) { /* collected right to left */
+        jv t = r.u.l->v[i];
+        r.u.l->v[i] = r.u.l->v[r.u.l->n - 1 - i];
+        r.u.l->v[r.u.l->n - 1 - i] = t;
+    }
     return r;
 }
 
@@ -342,7 +402,7 @@ static jv attr_path(jctx *c, jv v, jstr path)
         size_t j = i;
         while (j < path.n && path.p[j] != '.')
             j++;
-        jstr part = {path.p + i, j - i};
+        jstr part = jstr_sub(path, i, j - i); /* a lookup key only */
         if (v.t == JV_DICT || v.t == JV_NS) {
             const jv *x = jdict_get(v.u.d, part);
             v = x ? *x : jv_undef();
@@ -374,7 +434,7 @@ static jv as_list(jctx *c, const jargs *a, jv v, const char *what)
             size_t l = 1;
             while (i + l < v.u.s.n && ((unsigned char)v.u.s.p[i + l] & 0xC0) == 0x80)
                 l++;
-            jlist_push(c, r.u.l, jv_str((jstr){v.u.s.p + i, l}));
+            jlist_push(c, r.u.l, jv_str(jstr_sub(v.u.s, i, l)));
             i += l;
         }
         return r;
@@ -393,6 +453,7 @@ static jv items_of(jctx *c, const jargs *a, jv v)
     jv r = jv_list_new(c, v.u.d->n);
     for (size_t i = 0; i < v.u.d->n; i++) {
         jv pair = jv_list_new(c, 2);
+        pair.u.l->tuple = true;
         jlist_push(c, pair.u.l, jv_str(v.u.d->k[i]));
         jlist_push(c, pair.u.l, v.u.d->v[i]);
         jlist_push(c, r.u.l, pair);
@@ -400,7 +461,7 @@ static jv items_of(jctx *c, const jargs *a, jv v)
     return r;
 }
 
-static jv parse_number(jctx *c, jv v, bool want_float, jv dflt)
+static jv parse_number(jctx *c, jv v, bool want_float, int base, jv dflt)
 {
     (void)c;
     switch (v.t) {
@@ -421,9 +482,11 @@ static jv parse_number(jctx *c, jv v, bool want_float, jv dflt)
         buf[s.n] = 0;
         char *end;
         if (!want_float) {
-            long long x = strtoll(buf, &end, 10);
+            long long x = strtoll(buf, &end, base);
             if (*end == 0)
                 return jv_int(x);
+            if (base != 10)
+                return dflt;
         }
         double f = strtod(buf, &end);
         if (*end != 0)
@@ -452,7 +515,7 @@ bool jinja_test(jctx *c, jstr name, const jv *v, const jargs *a)
     if (IS("mapping")) return v->t == JV_DICT;
     if (IS("iterable")) return v->t == JV_LIST || v->t == JV_STR || v->t == JV_DICT;
     if (IS("sequence")) return v->t == JV_LIST || v->t == JV_STR || v->t == JV_DICT;
-    if (IS("callable")) return v->t == JV_MACRO;
+    if (IS("callable")) return v->t == JV_MACRO || v->t == JV_FUNC;
     if (IS("odd") || IS("even") || IS("divisibleby")) {
         if (v->t != JV_INT)
             FAIL(c, a, "test '%.*s' needs an integer, got %s", (int)name.n, name.p, jv_type_name(v));
@@ -559,12 +622,37 @@ jv jinja_filter(jctx *c, jstr name, jv v, const jargs *a)
         return v;
     }
     if (IS("tojson")) {
-        const jv *ind = jargs_get(a, 0, "indent");
-        int indent = -1;
-        if (ind && ind->t == JV_INT)
-            indent = ind->u.i < 0 ? 0 : ind->u.i > 32 ? 32 : (int)ind->u.i;
+        /* transformers' tojson(x, ensure_ascii=False, indent=None,
+         * separators=None, sort_keys=False) = json.dumps(...) */
+        jjson_opts o = {.ensure_ascii = arg_bool(a, 0, "ensure_ascii", false),
+                        .sort_keys = arg_bool(a, 3, "sort_keys", false)};
+        const jv *ind = jargs_get(a, 1, "indent");
+        if (ind && ind->t != JV_NONE && ind->t != JV_UNDEF) {
+            o.has_indent = true;
+            if (ind->t == JV_STR) {
+                o.indent = ind->u.s;
+            } else if (ind->t == JV_INT || ind->t == JV_BOOL) {
+                int64_t w = ind->t == JV_INT ? ind->u.i : ind->u.b;
+                if (w > 64)
+                    FAIL(c, a, "%s: indent %lld is too wide", what, (long long)w);
+                char *sp = jalloc(c, 65);
+                memset(sp, ' ', w > 0 ? (size_t)w : 0);
+                o.indent = (jstr){sp, w > 0 ? (size_t)w : 0, NULL};
+            } else {
+                FAIL(c, a, "%s: indent must be an integer or a string, got %s", what, jv_type_name(ind));
+            }
+        }
+        o.item_sep = jstr_z(o.has_indent ? "," : ", ");
+        o.key_sep = jstr_z(": ");
+        const jv *sep = jargs_get(a, 2, "separators");
+        if (sep && sep->t != JV_NONE && sep->t != JV_UNDEF) {
+            if (sep->t != JV_LIST || sep->u.l->n != 2 || sep->u.l->v[0].t != JV_STR || sep->u.l->v[1].t != JV_STR)
+                FAIL(c, a, "%s: separators must be a pair of strings", what);
+            o.item_sep = sep->u.l->v[0].u.s;
+            o.key_sep = sep->u.l->v[1].u.s;
+        }
         struct jbuf b = {0};
-        jv_to_json(c, &b, &v, indent, 0, a->line, a->col);
+        jv_to_json(c, &b, &v, &o, 0, a->line, a->col);
         return jv_str(jbuf_take(c, &b));
     }
     if (IS("string"))
@@ -584,10 +672,11 @@ jv jinja_filter(jctx *c, jstr name, jv v, const jargs *a)
     if (IS("int") || IS("float")) {
         bool fl = IS("float");
         const jv *d = jargs_get(a, 0, "default");
-        return parse_number(c, v, fl, d ? *d : fl ? jv_float(0) : jv_int(0));
+        int64_t base = fl ? 10 : arg_int(c, a, 1, "base", what, 10);
+        if (base < 2 || base > 36)
+            FAIL(c, a, "%s: base must be in [2, 36]", what);
+        return parse_number(c, v, fl, (int)base, d ? *d : fl ? jv_float(0) : jv_int(0));
     }
-    if (IS("bool"))
-        return jv_bool(jv_truthy(&v));
     if (IS("abs")) {
         if (v.t == JV_INT) {
             if (v.u.i == INT64_MIN)
@@ -608,7 +697,7 @@ jv jinja_filter(jctx *c, jstr name, jv v, const jargs *a)
         double x = v.t == JV_INT ? (double)v.u.i : v.u.f, m = pow(10, (double)prec);
         double r = jstr_eqz(method, "floor") ? floor(x * m) / m
                    : jstr_eqz(method, "ceil") ? ceil(x * m) / m
-                                              : round(x * m) / m;
+                                              : nearbyint(x * m) / m; /* Python's round: half to even */
         return jv_float(r);
     }
     if (IS("items"))
@@ -709,7 +798,7 @@ jv jinja_filter(jctx *c, jstr name, jv v, const jargs *a)
             if (v.t == JV_STR) {
                 struct jbuf b = {0};
                 for (size_t i = 0; i < n; i++)
-                    jbuf_put(c, &b, r.u.l->v[i].u.s.p, r.u.l->v[i].u.s.n);
+                    jbuf_puts(c, &b, r.u.l->v[i].u.s);
                 return jv_str(jbuf_take(c, &b));
             }
             return r;
@@ -722,15 +811,17 @@ jv jinja_filter(jctx *c, jstr name, jv v, const jargs *a)
         struct jbuf b = {0};
         for (size_t i = 0; i < list.u.l->n; i++) {
             if (i)
-                jbuf_put(c, &b, sep.p, sep.n);
+                jbuf_puts(c, &b, sep);
             jv x = list.u.l->v[i];
             if (attr && attr->t == JV_STR)
                 x = attr_path(c, x, attr->u.s);
-            jstr s = jv_to_str(c, &x);
-            jbuf_put(c, &b, s.p, s.n);
+            jbuf_puts(c, &b, jv_to_str(c, &x));
         }
         return jv_str(jbuf_take(c, &b));
     }
+    if (v.t != JV_STR && (IS("trim") || IS("upper") || IS("lower") || IS("title") || IS("capitalize") ||
+                          IS("replace") || IS("indent") || IS("center") || IS("wordcount")))
+        v = jv_str(jv_to_str(c, &v)); /* Jinja2's string filters take str(value); undefined is "" */
     if (v.t != JV_STR) {
         if (IS("first") || IS("last") || IS("reverse")) {
             if (v.t == JV_UNDEF)
@@ -752,7 +843,7 @@ jv jinja_filter(jctx *c, jstr name, jv v, const jargs *a)
     if (IS("upper")) return jv_str(map_case(c, s, 1));
     if (IS("lower")) return jv_str(map_case(c, s, 0));
     if (IS("capitalize")) return jv_str(map_case(c, map_case(c, s, 0), 2));
-    if (IS("title")) return jv_str(map_case(c, s, 3));
+    if (IS("title")) return jv_str(map_case(c, s, 4));
     if (IS("replace")) {
         jstr old = arg_str(c, a, 0, "old", what, NULL);
         jstr rep = arg_str(c, a, 1, "new", what, NULL);
@@ -772,7 +863,7 @@ jv jinja_filter(jctx *c, jstr name, jv v, const jargs *a)
                 FAIL(c, a, "%s: width out of range", what);
             char *p = jalloc(c, (size_t)wv->u.i + 1);
             memset(p, ' ', (size_t)wv->u.i);
-            pad = (jstr){p, (size_t)wv->u.i};
+            pad = (jstr){p, (size_t)wv->u.i, NULL};
         }
         bool first = arg_bool(a, 1, "first", false), blank = arg_bool(a, 2, "blank", false);
         struct jbuf b = {0};
@@ -784,10 +875,10 @@ jv jinja_filter(jctx *c, jstr name, jv v, const jargs *a)
                 j++;
             bool empty = j == i;
             if ((is_first ? first : true) && (blank || !empty))
-                jbuf_put(c, &b, pad.p, pad.n);
-            jbuf_put(c, &b, s.p + i, j - i);
+                jbuf_puts(c, &b, pad);
+            jbuf_puts(c, &b, jstr_sub(s, i, j - i));
             if (j < s.n)
-                jbuf_put(c, &b, "\n", 1);
+                jbuf_puts(c, &b, jstr_sub(s, j, 1)); /* the string's own newline */
             is_first = false;
             i = j + 1;
         }
@@ -804,7 +895,7 @@ jv jinja_filter(jctx *c, jstr name, jv v, const jargs *a)
         struct jbuf b = {0};
         for (int64_t k = 0; k < left; k++)
             jbuf_put(c, &b, " ", 1);
-        jbuf_put(c, &b, s.p, s.n);
+        jbuf_puts(c, &b, s);
         for (int64_t k = 0; k < total - left; k++)
             jbuf_put(c, &b, " ", 1);
         return jv_str(jbuf_take(c, &b));
@@ -830,6 +921,8 @@ jv jinja_method(jctx *c, jv obj, jstr name, const jargs *a)
         }
         if (IS("split"))
             return split(c, a, s, jargs_get(a, 0, "sep"), arg_int(c, a, 1, "maxsplit", "split", -1));
+        if (IS("rsplit"))
+            return rsplit(c, a, s, jargs_get(a, 0, "sep"), arg_int(c, a, 1, "maxsplit", "rsplit", -1));
         if (IS("startswith") || IS("endswith"))
             return jv_bool(prefix_match(c, a, s, jargs_get(a, 0, "prefix"), IS("endswith")));
         if (IS("upper")) return jv_str(map_case(c, s, 1));
@@ -852,7 +945,7 @@ jv jinja_method(jctx *c, jv obj, jstr name, const jargs *a)
             const char *h = find(s, sub, 0);
             if (!h && IS("index"))
                 FAIL(c, a, "index: substring not found");
-            return jv_int(h ? (int64_t)n_codepoints((jstr){s.p, (size_t)(h - s.p)}) : -1);
+            return jv_int(h ? (int64_t)n_codepoints(jstr_sub(s, 0, (size_t)(h - s.p))) : -1);
         }
         if (IS("join")) {
             const jv *l = jargs_get(a, 0, "iterable");
@@ -868,7 +961,7 @@ jv jinja_method(jctx *c, jv obj, jstr name, const jargs *a)
                 size_t j = i;
                 while (j < s.n && s.p[j] != '\n' && s.p[j] != '\r')
                     j++;
-                jlist_push(c, r.u.l, jv_str((jstr){s.p + i, j - i}));
+                jlist_push(c, r.u.l, jv_str(jstr_sub(s, i, j - i)));
                 if (j + 1 < s.n && s.p[j] == '\r' && s.p[j + 1] == '\n')
                     j++;
                 i = j + 1;
@@ -924,6 +1017,17 @@ jv jinja_method(jctx *c, jv obj, jstr name, const jargs *a)
 }
 
 /* ---- global functions -------------------------------------------------- */
+bool jinja_is_global(jstr name)
+{
+    /* Jinja2's default globals and the two transformers adds */
+    static const char *const names[] = {"range",  "dict",    "namespace", "lipsum",
+                                        "cycler", "joiner",  "raise_exception", "strftime_now"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (jstr_eqz(name, names[i]))
+            return true;
+    return false;
+}
+
 jv jinja_global_call(jctx *c, jstr name, const jargs *a, bool *found)
 {
     *found = true;
@@ -949,14 +1053,16 @@ jv jinja_global_call(jctx *c, jstr name, const jargs *a, bool *found)
         }
         if (stp == 0)
             FAIL(c, a, "range() step must not be zero");
-        jv r = jv_list_new(c, 0);
-        for (int64_t i = start; stp > 0 ? i < stop : i > stop;) {
-            if (r.u.l->n >= 1000000)
-                FAIL(c, a, "range() longer than 1000000 items");
-            jlist_push(c, r.u.l, jv_int(i));
-            if (__builtin_add_overflow(i, stp, &i))
-                break;
-        }
+        /* count first: the list is allocated once, at its size */
+        uint64_t span = stp > 0 ? (stop > start ? (uint64_t)stop - (uint64_t)start : 0)
+                                : (start > stop ? (uint64_t)start - (uint64_t)stop : 0);
+        uint64_t step_abs = stp > 0 ? (uint64_t)stp : 0 - (uint64_t)stp;
+        uint64_t count = span ? (span - 1) / step_abs + 1 : 0;
+        if (count > 1000000)
+            FAIL(c, a, "range() longer than 1000000 items");
+        jv r = jv_list_new(c, (size_t)count);
+        for (uint64_t k = 0; k < count; k++)
+            jlist_push(c, r.u.l, jv_int((int64_t)((uint64_t)start + k * (uint64_t)stp)));
         return r;
     }
     if (jstr_eqz(name, "namespace") || jstr_eqz(name, "dict")) {
@@ -984,7 +1090,7 @@ jv jinja_global_call(jctx *c, jstr name, const jargs *a, bool *found)
         struct tm tm;
         localtime_r(&t, &tm);
         size_t n = strftime(out, sizeof out, f, &tm);
-        return jv_str(jstr_dup(c, out, n));
+        return jv_str(jstr_taint(c, jstr_dup(c, out, n), jstr_has_data(fmt)));
     }
     *found = false;
     return jv_undef();

@@ -68,7 +68,7 @@ jstr jstr_dup(jctx *c, const char *p, size_t n)
     char *d = jalloc(c, n + 1);
     if (n)
         memcpy(d, p, n);
-    return (jstr){d, n};
+    return (jstr){d, n, NULL};
 }
 
 jstr jstr_cat(jctx *c, jstr a, jstr b)
@@ -80,7 +80,50 @@ jstr jstr_cat(jctx *c, jstr a, jstr b)
         memcpy(d, a.p, a.n);
     if (b.n)
         memcpy(d + a.n, b.p, b.n);
-    return (jstr){d, a.n + b.n};
+    jstr r = {d, a.n + b.n, NULL};
+    if (jstr_has_data(a) || jstr_has_data(b)) {
+        unsigned char *m = jalloc(c, r.n + 1);
+        if (a.d && a.n)
+            memcpy(m, a.d, a.n);
+        if (b.d && b.n)
+            memcpy(m + a.n, b.d, b.n);
+        r.d = m;
+    }
+    return r;
+}
+
+jstr jstr_sub(jstr s, size_t off, size_t n)
+{
+    return (jstr){s.p + off, n, s.d ? s.d + off : NULL};
+}
+
+bool jstr_has_data(jstr s)
+{
+    if (!s.d)
+        return false;
+    for (size_t i = 0; i < s.n; i++)
+        if (s.d[i])
+            return true;
+    return false;
+}
+
+jstr jstr_data(jctx *c, const char *p, size_t n)
+{
+    jstr r = jstr_dup(c, p, n);
+    unsigned char *m = jalloc(c, n + 1);
+    memset(m, 1, n);
+    r.d = m;
+    return r;
+}
+
+jstr jstr_taint(jctx *c, jstr s, bool data)
+{
+    if (!data)
+        return s;
+    unsigned char *m = jalloc(c, s.n + 1);
+    memset(m, 1, s.n);
+    s.d = m;
+    return s;
 }
 
 const char *jmemfind(const char *h, size_t hn, const char *nd, size_t nn)
@@ -102,7 +145,7 @@ const char *jmemfind(const char *h, size_t hn, const char *nd, size_t nn)
 
 jstr jstr_z(const char *z)
 {
-    return (jstr){z, strlen(z)};
+    return (jstr){z, strlen(z), NULL};
 }
 
 bool jstr_eq(jstr a, jstr b)
@@ -118,11 +161,10 @@ bool jstr_eqz(jstr a, const char *z)
 
 /* Buffers grow inside the arena (old blocks are abandoned, at most doubling
  * the footprint) so that an error unwinding through a half-built string
- * leaks nothing. */
-void jbuf_put(jctx *c, struct jbuf *b, const char *p, size_t n)
+ * leaks nothing.  The mark array is made the first time a data byte comes
+ * (arena memory is zeroed: everything before it is template text). */
+static void jbuf_grow(jctx *c, struct jbuf *b, size_t n, bool need_marks)
 {
-    if (n == 0)
-        return;
     if (n > JINJA_MAX_OUTPUT || b->n + n > JINJA_MAX_OUTPUT)
         jctx_fail(c, 0, 0, "rendered text longer than %u MiB", JINJA_MAX_OUTPUT >> 20);
     if (b->n + n + 1 > b->cap) {
@@ -133,10 +175,49 @@ void jbuf_put(jctx *c, struct jbuf *b, const char *p, size_t n)
         if (b->n)
             memcpy(q, b->p, b->n);
         b->p = q;
+        if (b->d) {
+            unsigned char *m = jalloc(c, cap);
+            if (b->n)
+                memcpy(m, b->d, b->n);
+            b->d = m;
+        }
         b->cap = cap;
     }
+    if (need_marks && !b->d)
+        b->d = jalloc(c, b->cap);
+}
+
+void jbuf_put(jctx *c, struct jbuf *b, const char *p, size_t n)
+{
+    jbuf_put_as(c, b, p, n, false);
+}
+
+void jbuf_put_as(jctx *c, struct jbuf *b, const char *p, size_t n, bool data)
+{
+    if (n == 0)
+        return;
+    jbuf_grow(c, b, n, data);
     memcpy(b->p + b->n, p, n);
+    if (b->d)
+        memset(b->d + b->n, data ? 1 : 0, n);
     b->n += n;
+    b->p[b->n] = 0;
+}
+
+void jbuf_puts(jctx *c, struct jbuf *b, jstr s)
+{
+    if (s.n == 0)
+        return;
+    bool data = jstr_has_data(s);
+    jbuf_grow(c, b, s.n, data);
+    memcpy(b->p + b->n, s.p, s.n);
+    if (b->d) {
+        if (data)
+            memcpy(b->d + b->n, s.d, s.n);
+        else
+            memset(b->d + b->n, 0, s.n);
+    }
+    b->n += s.n;
     b->p[b->n] = 0;
 }
 
@@ -148,8 +229,9 @@ void jbuf_putz(jctx *c, struct jbuf *b, const char *z)
 jstr jbuf_take(jctx *c, struct jbuf *b)
 {
     (void)c;
-    jstr s = {b->p ? b->p : "", b->n};
+    jstr s = {b->p ? b->p : "", b->n, b->d};
     b->p = NULL;
+    b->d = NULL;
     b->n = b->cap = 0;
     return s;
 }

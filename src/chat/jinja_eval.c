@@ -3,9 +3,9 @@
  * Scoping follows Jinja2: a for loop and a macro call open a new scope,
  * {% set %} assigns in the innermost scope (so a set inside a loop does not
  * leak out; namespace() objects are the way to carry state out), lookups walk
- * outwards.  Undefined names evaluate to `undefined` (printing nothing,
- * falsy, iterating as empty); operations that need a value (arithmetic,
- * ~ and + concatenation) fail on it, as in @huggingface/jinja. */
+ * outwards.  Undefined names evaluate to `undefined`, Jinja2's default
+ * Undefined: printing nothing, falsy, iterating as empty, "" for ~ and the
+ * string filters; arithmetic, attributes and items of it fail. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -148,7 +148,7 @@ static jv eval_slice(jctx *c, const jnode *n, struct jscope *s)
     }
     struct jbuf b = {0};
     for (int64_t i = start; stp > 0 ? i < stop : i > stop; i += stp)
-        jbuf_put(c, &b, obj.u.s.p + offs[i], offs[i + 1] - offs[i]);
+        jbuf_puts(c, &b, jstr_sub(obj.u.s, offs[i], offs[i + 1] - offs[i]));
     return jv_str(jbuf_take(c, &b));
 }
 
@@ -170,6 +170,14 @@ static jv loop_attr(const struct jloop *L, jstr name)
     return jv_undef();
 }
 
+/* n->a evaluated to undefined and n needs a value from it. */
+static _Noreturn void undefined_fail(jctx *c, const jnode *n)
+{
+    if (n->a->t == JN_NAME)
+        jctx_fail(c, n->line, n->col, "'%.*s' is undefined", (int)n->a->s.n, n->a->s.p);
+    jctx_fail(c, n->line, n->col, "attribute or item of an undefined value");
+}
+
 static jv get_attr(jctx *c, jv obj, jstr name)
 {
     (void)c;
@@ -179,8 +187,9 @@ static jv get_attr(jctx *c, jv obj, jstr name)
     }
     if (obj.t == JV_LOOP)
         return loop_attr(obj.u.loop, name);
-    /* Attributes of other values (including undefined) are undefined, as in
-     * @huggingface/jinja; methods are handled at the call site. */
+    /* Attributes of other values are undefined, as Jinja2's getattr gives
+     * them (the caller fails for an undefined obj); methods are handled at
+     * the call site. */
     return jv_undef();
 }
 
@@ -203,7 +212,7 @@ static jv get_item(jctx *c, const jnode *n, jv obj, jv key)
                 i += len;
             if (i < 0 || i >= len)
                 return jv_undef();
-            return jv_str((jstr){obj.u.s.p + offs[i], offs[i + 1] - offs[i]});
+            return jv_str(jstr_sub(obj.u.s, offs[i], offs[i + 1] - offs[i]));
         }
         return jv_undef();
     }
@@ -283,7 +292,7 @@ static jv eval_call(jctx *c, const jnode *n, struct jscope *s)
             jargs a = eval_args(c, n, s);
             return call_macro(c, n, v->u.m, &a, NULL);
         }
-        if (!v || v->t == JV_UNDEF) {
+        if (!v || v->t == JV_UNDEF || v->t == JV_FUNC) {
             jargs a = eval_args(c, n, s);
             bool found;
             jv r = jinja_global_call(c, f->s, &a, &found);
@@ -310,6 +319,11 @@ static jv eval_call(jctx *c, const jnode *n, struct jscope *s)
         jargs a = eval_args(c, n, s);
         return call_macro(c, n, v.u.m, &a, NULL);
     }
+    if (v.t == JV_FUNC) {
+        jargs a = eval_args(c, n, s);
+        bool found;
+        return jinja_global_call(c, v.u.s, &a, &found);
+    }
     jctx_fail(c, n->line, n->col, "cannot call a %s", jv_type_name(&v));
 }
 
@@ -329,10 +343,11 @@ static int64_t as_i(const jv *v)
     return v->t == JV_INT ? v->u.i : (int64_t)v->u.b;
 }
 
+/* Python floats overflow to inf (and inf - inf is nan) except in **. */
 static jv float_result(jctx *c, const jnode *n, double r)
 {
-    if (!isfinite(r))
-        jctx_fail(c, n->line, n->col, "arithmetic result is not a finite number");
+    (void)c;
+    (void)n;
     return jv_float(r);
 }
 
@@ -345,7 +360,7 @@ static jv repeat(jctx *c, const jnode *n, jv seq, int64_t times)
             jctx_fail(c, n->line, n->col, "string repetition too long");
         struct jbuf b = {0};
         for (int64_t k = 0; k < times; k++)
-            jbuf_put(c, &b, seq.u.s.p, seq.u.s.n);
+            jbuf_puts(c, &b, seq.u.s);
         return jv_str(jbuf_take(c, &b));
     }
     if (seq.u.l->n && (uint64_t)times > (JINJA_MAX_ARENA / sizeof(jv)) / seq.u.l->n)
@@ -381,6 +396,8 @@ static jv arith(jctx *c, const jnode *n, jop op, jv a, jv b)
             if (x == 0 && y < 0)
                 jctx_fail(c, n->line, n->col, "0 cannot be raised to a negative power");
             r = pow(x, y);
+            if (isinf(r) && isfinite(x) && isfinite(y))
+                jctx_fail(c, n->line, n->col, "numerical result out of range");
             if (!fl && y >= 0) {
                 if (!(fabs(r) < 9.2e18))
                     jctx_fail(c, n->line, n->col, "integer power overflows");
@@ -422,6 +439,54 @@ static jv arith(jctx *c, const jnode *n, jop op, jv a, jv b)
     return jv_int(r);
 }
 
+/* Python's printf-style str % args: %s, %d, %i and %%; args is a tuple of
+ * values or one value.  The format's bytes and each %s argument keep their
+ * marks. */
+static jv percent_format(jctx *c, const jnode *n, jstr fmt, jv args)
+{
+    size_t n_args = args.t == JV_LIST && args.u.l->tuple ? args.u.l->n : 1, used = 0;
+    const jv *argv = args.t == JV_LIST && args.u.l->tuple ? args.u.l->v : &args;
+    struct jbuf b = {0};
+    size_t i = 0, run = 0;
+    while (i < fmt.n) {
+        if (fmt.p[i] != '%') {
+            i++;
+            run++;
+            continue;
+        }
+        jbuf_puts(c, &b, jstr_sub(fmt, i - run, run));
+        run = 0;
+        char conv = i + 1 < fmt.n ? fmt.p[i + 1] : 0;
+        if (conv == '%') {
+            jbuf_puts(c, &b, jstr_sub(fmt, i, 1));
+            i += 2;
+            continue;
+        }
+        if (conv != 's' && conv != 'd' && conv != 'i')
+            jctx_fail(c, n->line, n->col, "'%%' formatting: only %%s, %%d and %%i are supported");
+        if (used >= n_args)
+            jctx_fail(c, n->line, n->col, "not enough arguments for format string");
+        const jv *v = &argv[used++];
+        if (conv == 's') {
+            jbuf_puts(c, &b, jv_to_str(c, v));
+        } else {
+            if (!numeric(v))
+                jctx_fail(c, n->line, n->col, "%%%c format: a number is required, not %s", conv, jv_type_name(v));
+            char num[32];
+            double f = as_f(v);
+            if (v->t == JV_FLOAT && !(fabs(f) < 9.2e18))
+                jctx_fail(c, n->line, n->col, "%%%c format: number out of range", conv);
+            snprintf(num, sizeof num, "%lld", v->t == JV_FLOAT ? (long long)f : (long long)as_i(v));
+            jbuf_putz(c, &b, num);
+        }
+        i += 2;
+    }
+    jbuf_puts(c, &b, jstr_sub(fmt, i - run, run));
+    if (used < n_args)
+        jctx_fail(c, n->line, n->col, "not all arguments converted during string formatting");
+    return jv_str(jbuf_take(c, &b));
+}
+
 static jv eval_binary(jctx *c, const jnode *n, struct jscope *s)
 {
     jv a = eval(c, n->a, s);
@@ -452,6 +517,8 @@ static jv eval_binary(jctx *c, const jnode *n, struct jscope *s)
                       jv_type_name(&a), jv_type_name(&b));
         return jv_bool(n->op == JOP_IN ? in : !in);
     }
+    case JOP_CONCAT: /* str() of each side: None prints "None", undefined "" (Jinja2) */
+        return jv_str(jstr_cat(c, jv_to_str(c, &a), jv_to_str(c, &b)));
     default: break;
     }
     if (a.t == JV_UNDEF || b.t == JV_UNDEF)
@@ -462,10 +529,6 @@ static jv eval_binary(jctx *c, const jnode *n, struct jscope *s)
     case JOP_LE: return jv_bool(jv_compare(c, &a, &b, n->line, n->col) <= 0);
     case JOP_GT: return jv_bool(jv_compare(c, &a, &b, n->line, n->col) > 0);
     case JOP_GE: return jv_bool(jv_compare(c, &a, &b, n->line, n->col) >= 0);
-    case JOP_CONCAT:
-        if (a.t == JV_NONE || b.t == JV_NONE)
-            jctx_fail(c, n->line, n->col, "'~' on a none value");
-        return jv_str(jstr_cat(c, jv_to_str(c, &a), jv_to_str(c, &b)));
     default: break;
     }
     if (numeric(&a) && numeric(&b))
@@ -479,10 +542,11 @@ static jv eval_binary(jctx *c, const jnode *n, struct jscope *s)
                 jlist_push(c, r.u.l, b.u.l->v[i]);
             return r;
         }
-        /* string + anything concatenates (as @huggingface/jinja does) */
-        if ((a.t == JV_STR || b.t == JV_STR) && a.t != JV_NONE && b.t != JV_NONE)
-            return jv_str(jstr_cat(c, jv_to_str(c, &a), jv_to_str(c, &b)));
+        if (a.t == JV_STR && b.t == JV_STR) /* Python: str + str only */
+            return jv_str(jstr_cat(c, a.u.s, b.u.s));
     }
+    if (n->op == JOP_MOD && a.t == JV_STR)
+        return percent_format(c, n, a.u.s, b);
     if (n->op == JOP_MUL) {
         if ((a.t == JV_STR || a.t == JV_LIST) && b.t == JV_INT)
             return repeat(c, n, a, b.u.i);
@@ -504,7 +568,7 @@ static jv eval(jctx *c, const jnode *n, struct jscope *s)
     case JN_LITERAL: r = n->val; break;
     case JN_NAME: {
         const jv *v = scope_get(s, n->s);
-        r = v ? *v : jv_undef();
+        r = v ? *v : jinja_is_global(n->s) ? (jv){.t = JV_FUNC, .u.s = n->s} : jv_undef();
         break;
     }
     case JN_LIST:
@@ -512,6 +576,7 @@ static jv eval(jctx *c, const jnode *n, struct jscope *s)
         r = jv_list_new(c, n->args.n);
         for (size_t i = 0; i < n->args.n; i++)
             jlist_push(c, r.u.l, eval(c, n->args.v[i], s));
+        r.u.l->tuple = n->t == JN_TUPLE;
         break;
     case JN_DICT:
         r = jv_dict_new(c, JV_DICT);
@@ -523,9 +588,17 @@ static jv eval(jctx *c, const jnode *n, struct jscope *s)
             jdict_set(c, r.u.d, k.u.s, eval(c, n->args.v[i + 1], s));
         }
         break;
-    case JN_ATTR: r = get_attr(c, eval(c, n->a, s), n->s); break;
+    case JN_ATTR: {
+        jv obj = eval(c, n->a, s);
+        if (obj.t == JV_UNDEF) /* Jinja2's Undefined: no attributes */
+            undefined_fail(c, n);
+        r = get_attr(c, obj, n->s);
+        break;
+    }
     case JN_INDEX: {
         jv obj = eval(c, n->a, s);
+        if (obj.t == JV_UNDEF)
+            undefined_fail(c, n);
         r = get_item(c, n, obj, eval(c, n->b, s));
         break;
     }
@@ -608,7 +681,7 @@ static jv iter_items(jctx *c, const jnode *n, jv it)
         size_t cnt = cp_offsets(c, it.u.s, &offs);
         jv r = jv_list_new(c, cnt);
         for (size_t i = 0; i < cnt; i++)
-            jlist_push(c, r.u.l, jv_str((jstr){it.u.s.p + offs[i], offs[i + 1] - offs[i]}));
+            jlist_push(c, r.u.l, jv_str(jstr_sub(it.u.s, offs[i], offs[i + 1] - offs[i])));
         return r;
     }
     jctx_fail(c, n->line, n->col, "cannot iterate over a %s", jv_type_name(&it));

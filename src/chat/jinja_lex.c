@@ -8,8 +8,8 @@
  *   - trim_blocks: the first "\n" after a block or comment tag is removed;
  *   - lstrip_blocks: spaces and tabs from the start of a line up to a block or
  *     comment tag are removed ("{%+" turns this off for one tag).
- * Text is passed through byte for byte otherwise (no newline normalisation,
- * as @huggingface/jinja). */
+ * Text is passed through byte for byte otherwise (chat.c has already turned
+ * \r\n and \r into \n, as Jinja2's lexer does). */
 #include <ctype.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -267,7 +267,7 @@ static bool lex_tag(lexer *L, bool is_block, size_t tag_start, bool *plus_end)
             while (L->i < L->n && (isalnum((unsigned char)L->s[L->i]) || L->s[L->i] == '_'))
                 L->i++;
             jtok *t = push(L, JT_NAME, st);
-            t->s = (jstr){L->s + st, L->i - st};
+            t->s = (jstr){L->s + st, L->i - st, NULL};
             continue;
         }
         size_t len = 0;
@@ -289,7 +289,7 @@ static bool lex_tag(lexer *L, bool is_block, size_t tag_start, bool *plus_end)
         else if (ch == '}' && depth > 0)
             depth--;
         jtok *t = push(L, JT_OP, L->i);
-        t->s = (jstr){p, len};
+        t->s = (jstr){p, len, NULL};
         L->i += len;
     }
 }
@@ -331,7 +331,7 @@ static void emit_text(lexer *L, size_t a, size_t b, bool lstrip_all, bool rstrip
             b--;
     if (b > a) {
         jtok *t = push(L, JT_TEXT, a);
-        t->s = (jstr){L->s + a, b - a};
+        t->s = (jstr){L->s + a, b - a, NULL};
     }
 }
 

@@ -1,10 +1,11 @@
 /* Values of the Jinja engine: construction, truthiness, comparison,
  * printing and JSON.
  *
- * Printing follows @huggingface/jinja (our reference): booleans print as
- * "true"/"false", lists and dicts as JSON, floats like JavaScript numbers
- * with integral values keeping one decimal ("3.0"); undefined and none print
- * nothing in {{ }}.  Truthiness and equality follow Python. */
+ * Printing follows Python, as Jinja2 under transformers prints: str() of
+ * the value, so True/False, None, floats as repr() (1.0, 1e-05, inf), lists,
+ * tuples and dicts as repr() with quoted strings; undefined prints nothing.
+ * JSON is json.dumps' text (tojson).  Truthiness and equality follow
+ * Python. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,7 +103,8 @@ bool jv_truthy(const jv *v)
     case JV_DICT: return v->u.d->n > 0;
     case JV_NS:
     case JV_MACRO:
-    case JV_LOOP: return true;
+    case JV_LOOP:
+    case JV_FUNC: return true;
     }
     return false;
 }
@@ -133,7 +135,7 @@ bool jv_equal(const jv *a, const jv *b)
     case JV_NONE: return true;
     case JV_STR: return jstr_eq(a->u.s, b->u.s);
     case JV_LIST:
-        if (a->u.l->n != b->u.l->n)
+        if (a->u.l->n != b->u.l->n || a->u.l->tuple != b->u.l->tuple) /* (1, 2) != [1, 2] */
             return false;
         for (size_t i = 0; i < a->u.l->n; i++)
             if (!jv_equal(&a->u.l->v[i], &b->u.l->v[i]))
@@ -151,6 +153,7 @@ bool jv_equal(const jv *a, const jv *b)
     case JV_NS: return a->u.d == b->u.d;
     case JV_MACRO: return a->u.m == b->u.m;
     case JV_LOOP: return a->u.loop == b->u.loop;
+    case JV_FUNC: return jstr_eq(a->u.s, b->u.s);
     default: return false;
     }
 }
@@ -196,55 +199,58 @@ const char *jv_type_name(const jv *v)
     case JV_NS: return "namespace";
     case JV_MACRO: return "macro";
     case JV_LOOP: return "loop";
+    case JV_FUNC: return "function";
     }
     return "?";
 }
 
-/* Shortest decimal that reads back as f, laid out like JavaScript's
- * Number.prototype.toString (fixed for 1e-7 <= |f| < 1e21, else exponent),
- * but integral values keep ".0" as Python floats print. */
-void jv_format_float(double f, char *buf, size_t n)
+/* Shortest decimal digits that read back as f (f finite, non-zero):
+ * digits[] without a point, *exp10 the power of ten of the first digit. */
+static size_t shortest_digits(double f, char *digits, size_t cap, int *exp10)
+{
+    char e[40];
+    for (int p = 1; p <= 17; p++) {
+        snprintf(e, sizeof e, "%.*e", p - 1, f);
+        if (strtod(e, NULL) == f)
+            break;
+    }
+    /* e = [-]d[.ddd]e[+-]XX */
+    const char *s = e + (e[0] == '-');
+    size_t nd = 0;
+    for (; *s && *s != 'e'; s++)
+        if (*s != '.' && nd < cap - 1)
+            digits[nd++] = *s;
+    *exp10 = atoi(s + 1);
+    while (nd > 1 && digits[nd - 1] == '0')
+        nd--;
+    digits[nd] = 0;
+    return nd;
+}
+
+/* Python's repr(float): the shortest digits that read back, fixed notation
+ * for 1e-4 <= |f| < 1e16 (integral values keep ".0"), else d.ddde+XX with
+ * at least two exponent digits; inf, nan.  JSON (json.dumps) is the same
+ * except for the non-finite values, "Infinity" / "NaN". */
+static void py_float(double f, bool json, char *buf, size_t n)
 {
     if (isnan(f)) {
-        snprintf(buf, n, "NaN");
+        snprintf(buf, n, json ? "NaN" : "nan");
         return;
     }
     if (isinf(f)) {
-        snprintf(buf, n, f < 0 ? "-Infinity" : "Infinity");
+        snprintf(buf, n, "%s%s", f < 0 ? "-" : "", json ? "Infinity" : "inf");
         return;
     }
     if (f == 0) {
         snprintf(buf, n, signbit(f) ? "-0.0" : "0.0");
         return;
     }
-    if (f == floor(f) && fabs(f) < 1e21) {
-        snprintf(buf, n, "%.1f", f);
-        return;
-    }
-    char e[40];
-    int p;
-    for (p = 1; p <= 17; p++) {
-        snprintf(e, sizeof e, "%.*e", p - 1, f);
-        if (strtod(e, NULL) == f)
-            break;
-    }
-    /* e = [-]d[.ddd]e[+-]XX */
-    bool neg = e[0] == '-';
-    const char *s = e + neg;
-    char digits[24];
-    size_t nd = 0;
-    for (; *s && *s != 'e'; s++)
-        if (*s != '.' && nd < sizeof digits - 1)
-            digits[nd++] = *s;
-    digits[nd] = 0;
-    int exp10 = atoi(s + 1);
-    while (nd > 1 && digits[nd - 1] == '0')
-        digits[--nd] = 0;
-    char out[64];
-    size_t o = 0;
-    if (neg)
+    char digits[24], out[64];
+    int exp10;
+    size_t nd = shortest_digits(f, digits, sizeof digits, &exp10), o = 0;
+    if (f < 0)
         out[o++] = '-';
-    if (exp10 >= -7 && exp10 < 21) {
+    if (exp10 >= -4 && exp10 < 16) {
         if (exp10 < 0) {
             out[o++] = '0';
             out[o++] = '.';
@@ -253,11 +259,14 @@ void jv_format_float(double f, char *buf, size_t n)
             for (size_t k = 0; k < nd; k++)
                 out[o++] = digits[k];
         } else {
-            for (int k = 0; k <= exp10 || k < (int)nd; k++) {
-                if (k == exp10 + 1)
-                    out[o++] = '.';
+            for (int k = 0; k <= exp10; k++)
                 out[o++] = k < (int)nd ? digits[k] : '0';
-            }
+            out[o++] = '.';
+            if ((int)nd > exp10 + 1)
+                for (size_t k = (size_t)exp10 + 1; k < nd; k++)
+                    out[o++] = digits[k];
+            else
+                out[o++] = '0';
         }
         out[o] = 0;
     } else {
@@ -268,19 +277,165 @@ void jv_format_float(double f, char *buf, size_t n)
                 out[o++] = digits[k];
         }
         out[o] = 0;
-        snprintf(out + o, sizeof out - o, "e%c%d", exp10 < 0 ? '-' : '+', abs(exp10));
+        snprintf(out + o, sizeof out - o, "e%c%02d", exp10 < 0 ? '-' : '+', abs(exp10));
     }
     snprintf(buf, n, "%s", out);
 }
 
-static void json_str(jctx *c, struct jbuf *b, jstr s)
+void jv_format_float(double f, char *buf, size_t n)
 {
-    jbuf_put(c, b, "\"", 1);
-    size_t run = 0;
+    py_float(f, false, buf, n);
+}
+
+/* One UTF-8 character at s[0..n): its code point and length; an invalid
+ * byte gives -1 and length 1. */
+static int32_t utf8_at(const unsigned char *s, size_t n, size_t *len)
+{
+    unsigned char c0 = s[0];
+    size_t l = c0 < 0x80 ? 1 : (c0 >> 5) == 6 ? 2 : (c0 >> 4) == 14 ? 3 : (c0 >> 3) == 30 ? 4 : 0;
+    *len = 1;
+    if (l == 0 || l > n)
+        return l == 1 ? c0 : -1;
+    int32_t cp = l == 1 ? c0 : l == 2 ? c0 & 0x1F : l == 3 ? c0 & 0x0F : c0 & 0x07;
+    for (size_t k = 1; k < l; k++) {
+        if ((s[k] >> 6) != 2)
+            return -1;
+        cp = (cp << 6) | (s[k] & 0x3F);
+    }
+    static const int32_t min[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min[l] || cp > 0x10FFFF || (cp >= 0xD800 && cp < 0xE000))
+        return -1;
+    *len = l;
+    return cp;
+}
+
+/* str.isprintable() for the code points we can name without Unicode's
+ * tables: ASCII and C1 controls, the space separators other than ' ',
+ * format characters (soft hyphen, zero-width and bidi marks, BOM), line and
+ * paragraph separators, the private use areas.  Others count as printable. */
+static bool py_printable(int32_t cp)
+{
+    if (cp < 0x20 || (cp >= 0x7F && cp <= 0xA0) || cp == 0xAD)
+        return false;
+    if (cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200F) || (cp >= 0x2028 && cp <= 0x202F) ||
+        (cp >= 0x205F && cp <= 0x206F) || cp == 0x3000 || cp == 0xFEFF || (cp >= 0xFFF9 && cp <= 0xFFFB))
+        return false;
+    if ((cp >= 0xE000 && cp <= 0xF8FF) || cp >= 0xF0000)
+        return false;
+    return true;
+}
+
+/* Python's repr(str): single quotes unless the text has ' and no ". */
+static void py_repr_str(jctx *c, struct jbuf *b, jstr s)
+{
+    bool data = jstr_has_data(s); /* the quoted form of data is data as a whole */
+    bool sq = false, dq = false;
     for (size_t i = 0; i < s.n; i++) {
-        unsigned char ch = (unsigned char)s.p[i];
+        sq |= s.p[i] == '\'';
+        dq |= s.p[i] == '"';
+    }
+    char q = sq && !dq ? '"' : '\'';
+    jbuf_put_as(c, b, &q, 1, data);
+    size_t i = 0;
+    while (i < s.n) {
+        size_t l;
+        int32_t cp = utf8_at((const unsigned char *)s.p + i, s.n - i, &l);
+        char e[16];
         const char *esc = NULL;
-        char u[8];
+        if (cp == q || cp == '\\') {
+            e[0] = '\\';
+            e[1] = (char)cp;
+            e[2] = 0;
+            esc = e;
+        } else if (cp == '\n') {
+            esc = "\\n";
+        } else if (cp == '\r') {
+            esc = "\\r";
+        } else if (cp == '\t') {
+            esc = "\\t";
+        } else if (cp < 0) { /* Python's strings hold no invalid UTF-8: show the byte */
+            snprintf(e, sizeof e, "\\x%02x", (unsigned char)s.p[i]);
+            esc = e;
+        } else if (!py_printable(cp)) {
+            snprintf(e, sizeof e, cp < 0x100 ? "\\x%02x" : cp < 0x10000 ? "\\u%04x" : "\\U%08x", (unsigned)cp);
+            esc = e;
+        }
+        if (esc)
+            jbuf_put_as(c, b, esc, strlen(esc), data);
+        else
+            jbuf_put_as(c, b, s.p + i, l, data);
+        i += l;
+    }
+    jbuf_put_as(c, b, &q, 1, data);
+}
+
+/* Python's repr() of a value inside a printed container. */
+static void py_repr(jctx *c, struct jbuf *b, const jv *v, int depth)
+{
+    char num[64];
+    if (depth > JINJA_MAX_DEPTH)
+        jctx_fail(c, 0, 0, "value nested too deeply to print");
+    switch (v->t) {
+    case JV_UNDEF: jbuf_putz(c, b, "Undefined"); return;
+    case JV_NONE: jbuf_putz(c, b, "None"); return;
+    case JV_BOOL: jbuf_putz(c, b, v->u.b ? "True" : "False"); return;
+    case JV_INT:
+        snprintf(num, sizeof num, "%lld", (long long)v->u.i);
+        jbuf_putz(c, b, num);
+        return;
+    case JV_FLOAT:
+        py_float(v->u.f, false, num, sizeof num);
+        jbuf_putz(c, b, num);
+        return;
+    case JV_STR: py_repr_str(c, b, v->u.s); return;
+    case JV_LIST: {
+        bool tuple = v->u.l->tuple;
+        jbuf_putz(c, b, tuple ? "(" : "[");
+        for (size_t i = 0; i < v->u.l->n; i++) {
+            if (i)
+                jbuf_putz(c, b, ", ");
+            py_repr(c, b, &v->u.l->v[i], depth + 1);
+        }
+        if (tuple && v->u.l->n == 1)
+            jbuf_putz(c, b, ",");
+        jbuf_putz(c, b, tuple ? ")" : "]");
+        return;
+    }
+    case JV_DICT:
+    case JV_NS: {
+        if (v->t == JV_NS)
+            jbuf_putz(c, b, "<Namespace ");
+        jbuf_putz(c, b, "{");
+        for (size_t i = 0; i < v->u.d->n; i++) {
+            if (i)
+                jbuf_putz(c, b, ", ");
+            py_repr_str(c, b, v->u.d->k[i]);
+            jbuf_putz(c, b, ": ");
+            py_repr(c, b, &v->u.d->v[i], depth + 1);
+        }
+        jbuf_putz(c, b, "}");
+        if (v->t == JV_NS)
+            jbuf_putz(c, b, ">");
+        return;
+    }
+    case JV_MACRO:
+    case JV_LOOP:
+    case JV_FUNC: jctx_fail(c, 0, 0, "cannot print a %s", jv_type_name(v));
+    }
+}
+
+/* ---- JSON: Python's json.dumps ------------------------------------------ */
+static void json_str(jctx *c, struct jbuf *b, jstr s, bool ascii)
+{
+    /* the quoted, escaped form of data is data as a whole */
+    bool data = jstr_has_data(s);
+    jbuf_put_as(c, b, "\"", 1, data);
+    size_t i = 0;
+    while (i < s.n) {
+        unsigned char ch = (unsigned char)s.p[i];
+        char u[16];
+        const char *esc = NULL;
+        size_t l = 1;
         switch (ch) {
         case '"': esc = "\\\""; break;
         case '\\': esc = "\\\\"; break;
@@ -293,34 +448,67 @@ static void json_str(jctx *c, struct jbuf *b, jstr s)
             if (ch < 0x20) {
                 snprintf(u, sizeof u, "\\u%04x", ch);
                 esc = u;
+            } else if (ch >= 0x80) {
+                int32_t cp = utf8_at((const unsigned char *)s.p + i, s.n - i, &l);
+                if (ascii) {
+                    if (cp < 0)
+                        cp = 0xFFFD;
+                    if (cp >= 0x10000)
+                        snprintf(u, sizeof u, "\\u%04x\\u%04x", 0xD800 + ((cp - 0x10000) >> 10),
+                                 0xDC00 + ((cp - 0x10000) & 0x3FF));
+                    else
+                        snprintf(u, sizeof u, "\\u%04x", (unsigned)cp);
+                    esc = u;
+                }
             }
         }
-        if (esc) {
-            jbuf_put(c, b, s.p + i - run, run);
-            run = 0;
-            jbuf_putz(c, b, esc);
-        } else {
-            run++;
-        }
+        if (esc)
+            jbuf_put_as(c, b, esc, strlen(esc), data);
+        else
+            jbuf_put_as(c, b, s.p + i, l, data);
+        i += l;
     }
-    jbuf_put(c, b, s.p + s.n - run, run);
-    jbuf_put(c, b, "\"", 1);
+    jbuf_put_as(c, b, "\"", 1, data);
 }
 
-static void newline_indent(jctx *c, struct jbuf *b, int indent, int depth)
+static void newline_indent(jctx *c, struct jbuf *b, const jjson_opts *o, int depth)
 {
     jbuf_put(c, b, "\n", 1);
-    for (int k = 0; k < indent * depth; k++)
-        jbuf_put(c, b, " ", 1);
+    for (int k = 0; k < depth; k++)
+        jbuf_puts(c, b, o->indent);
 }
 
-void jv_to_json(jctx *c, struct jbuf *b, const jv *v, int indent, int depth, int line, int col)
+/* Key order of a dict for sort_keys: indices sorted by key bytes (UTF-8
+ * byte order is code point order, as Python compares). */
+static size_t *key_order(jctx *c, const struct jdict *d, bool sort)
+{
+    size_t *ix = jalloc(c, (d->n ? d->n : 1) * sizeof *ix);
+    for (size_t i = 0; i < d->n; i++)
+        ix[i] = i;
+    if (!sort)
+        return ix;
+    for (size_t i = 1; i < d->n; i++) { /* insertion sort: stable, dicts are small */
+        size_t x = ix[i], j = i;
+        while (j > 0) {
+            jstr a = d->k[ix[j - 1]], k = d->k[x];
+            size_t m = a.n < k.n ? a.n : k.n;
+            int r = m ? memcmp(a.p, k.p, m) : 0;
+            if (r < 0 || (r == 0 && a.n <= k.n))
+                break;
+            ix[j] = ix[j - 1];
+            j--;
+        }
+        ix[j] = x;
+    }
+    return ix;
+}
+
+void jv_to_json(jctx *c, struct jbuf *b, const jv *v, const jjson_opts *o, int depth, int line, int col)
 {
     char num[64];
     if (depth > JINJA_MAX_DEPTH)
         jctx_fail(c, line, col, "value nested too deeply for tojson");
     switch (v->t) {
-    case JV_UNDEF:
     case JV_NONE: jbuf_putz(c, b, "null"); return;
     case JV_BOOL: jbuf_putz(c, b, v->u.b ? "true" : "false"); return;
     case JV_INT:
@@ -328,73 +516,66 @@ void jv_to_json(jctx *c, struct jbuf *b, const jv *v, int indent, int depth, int
         jbuf_putz(c, b, num);
         return;
     case JV_FLOAT:
-        /* JSON.stringify: integral floats print without ".0" */
-        if (isfinite(v->u.f) && v->u.f == floor(v->u.f) && fabs(v->u.f) < 1e21)
-            snprintf(num, sizeof num, "%.0f", v->u.f == 0 ? 0.0 : v->u.f);
-        else if (!isfinite(v->u.f))
-            snprintf(num, sizeof num, "null");
-        else
-            jv_format_float(v->u.f, num, sizeof num);
+        py_float(v->u.f, true, num, sizeof num);
         jbuf_putz(c, b, num);
         return;
-    case JV_STR: json_str(c, b, v->u.s); return;
+    case JV_STR: json_str(c, b, v->u.s, o->ensure_ascii); return;
     case JV_LIST: {
+        if (v->u.l->n == 0) {
+            jbuf_putz(c, b, "[]");
+            return;
+        }
         jbuf_put(c, b, "[", 1);
         for (size_t i = 0; i < v->u.l->n; i++) {
             if (i)
-                jbuf_putz(c, b, indent > 0 ? "," : ", ");
-            if (indent > 0)
-                newline_indent(c, b, indent, depth + 1);
-            jv_to_json(c, b, &v->u.l->v[i], indent, depth + 1, line, col);
+                jbuf_puts(c, b, o->item_sep);
+            if (o->has_indent)
+                newline_indent(c, b, o, depth + 1);
+            jv_to_json(c, b, &v->u.l->v[i], o, depth + 1, line, col);
         }
-        if (indent > 0 && v->u.l->n)
-            newline_indent(c, b, indent, depth);
+        if (o->has_indent)
+            newline_indent(c, b, o, depth);
         jbuf_put(c, b, "]", 1);
         return;
     }
-    case JV_DICT:
-    case JV_NS: {
-        jbuf_put(c, b, "{", 1);
-        for (size_t i = 0; i < v->u.d->n; i++) {
-            if (i)
-                jbuf_putz(c, b, indent > 0 ? "," : ", ");
-            if (indent > 0)
-                newline_indent(c, b, indent, depth + 1);
-            json_str(c, b, v->u.d->k[i]);
-            jbuf_putz(c, b, ": ");
-            jv_to_json(c, b, &v->u.d->v[i], indent, depth + 1, line, col);
+    case JV_DICT: {
+        const struct jdict *d = v->u.d;
+        if (d->n == 0) {
+            jbuf_putz(c, b, "{}");
+            return;
         }
-        if (indent > 0 && v->u.d->n)
-            newline_indent(c, b, indent, depth);
+        size_t *ix = key_order(c, d, o->sort_keys);
+        jbuf_put(c, b, "{", 1);
+        for (size_t i = 0; i < d->n; i++) {
+            if (i)
+                jbuf_puts(c, b, o->item_sep);
+            if (o->has_indent)
+                newline_indent(c, b, o, depth + 1);
+            json_str(c, b, d->k[ix[i]], o->ensure_ascii);
+            jbuf_puts(c, b, o->key_sep);
+            jv_to_json(c, b, &d->v[ix[i]], o, depth + 1, line, col);
+        }
+        if (o->has_indent)
+            newline_indent(c, b, o, depth);
         jbuf_put(c, b, "}", 1);
         return;
     }
+    case JV_UNDEF:
+    case JV_NS:
     case JV_MACRO:
-    case JV_LOOP: jctx_fail(c, line, col, "cannot convert a %s to JSON", jv_type_name(v));
+    case JV_LOOP:
+    case JV_FUNC:
+        jctx_fail(c, line, col, "tojson: object of type %s is not JSON serializable", jv_type_name(v));
     }
 }
 
+/* {{ v }}: Python's str(v); undefined prints nothing. */
 void jv_print(jctx *c, struct jbuf *b, const jv *v)
 {
-    char num[64];
     switch (v->t) {
-    case JV_UNDEF:
-    case JV_NONE: return;
-    case JV_BOOL: jbuf_putz(c, b, v->u.b ? "true" : "false"); return;
-    case JV_INT:
-        snprintf(num, sizeof num, "%lld", (long long)v->u.i);
-        jbuf_putz(c, b, num);
-        return;
-    case JV_FLOAT:
-        jv_format_float(v->u.f, num, sizeof num);
-        jbuf_putz(c, b, num);
-        return;
-    case JV_STR: jbuf_put(c, b, v->u.s.p, v->u.s.n); return;
-    case JV_LIST:
-    case JV_DICT:
-    case JV_NS: jv_to_json(c, b, v, -1, 0, 0, 0); return;
-    case JV_MACRO:
-    case JV_LOOP: jctx_fail(c, 0, 0, "cannot print a %s", jv_type_name(v));
+    case JV_UNDEF: return;
+    case JV_STR: jbuf_puts(c, b, v->u.s); return;
+    default: py_repr(c, b, v, 0); return;
     }
 }
 

@@ -44,19 +44,31 @@ static const char *find_bytes(const char *hay, size_t hl, const char *needle, si
 /* C-locale isspace, as llama.cpp's LSTRIP/RSTRIP use. */
 static bool is_space(unsigned char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
 
+/* true when any of data[off..off+n) is set. */
+static bool any_data(const uint8_t *data, size_t off, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (data[off + i]) return true;
+    return false;
+}
+
 /* Splits text on the special tokens, longest first: every occurrence of a
  * token's text in a raw fragment becomes that token, the text around it stays
  * raw (minus whitespace next to it for LSTRIP/RSTRIP tokens).  Control and
- * unknown tokens take part only with parse_special; user-defined tokens
- * always do (as in Hugging Face tokenizers' added tokens). */
+ * unknown tokens take part only with parse_special, and, when a data mask is
+ * given, only where their text lies entirely in bytes with data[i] == 0 (an
+ * occurrence touching a data byte stays raw text, and the search goes on
+ * from its next byte, so a later occurrence can still match); user-defined
+ * tokens always do (as in Hugging Face tokenizers' added tokens).  Fragments
+ * keep offsets into text, so the mask needs no bookkeeping of its own. */
 static bool partition(const tutti_vocab *v, const char *text, size_t len, bool parse_special,
-                      frag_list *out) {
+                      const uint8_t *data, frag_list *out) {
     frag_list a = {0}, b = {0};
     if (len && !fl_push(&a, (frag){-1, 0, len})) goto oom;
     for (int32_t k = 0; k < v->n_special; k++) {
         int32_t id = v->special[k];
         const tok_entry *t = &v->tokens[id];
-        if (!parse_special && (t->attr & (TUTTI_TOKEN_ATTR_CONTROL | TUTTI_TOKEN_ATTR_UNKNOWN))) continue;
+        bool restricted = (t->attr & (TUTTI_TOKEN_ATTR_CONTROL | TUTTI_TOKEN_ATTR_UNKNOWN)) != 0;
+        if (!parse_special && restricted) continue;
         const char *tt = v->arena + t->text_off;
         size_t tl = t->text_len;
         b.n = 0;
@@ -66,14 +78,18 @@ static bool partition(const tutti_vocab *v, const char *text, size_t len, bool p
                 if (!fl_push(&b, f)) goto oom;
                 continue;
             }
-            size_t base = f.off, blen = f.len;
+            size_t base = f.off, end = f.off + f.len, from = base;
             for (;;) {
-                const char *m = blen >= tl ? find_bytes(text + base, blen, tt, tl) : NULL;
+                const char *m = end - from >= tl ? find_bytes(text + from, end - from, tt, tl) : NULL;
                 if (!m) {
-                    if (blen && !fl_push(&b, (frag){-1, base, blen})) goto oom;
+                    if (end > base && !fl_push(&b, (frag){-1, base, end - base})) goto oom;
                     break;
                 }
                 size_t mpos = (size_t)(m - text);
+                if (restricted && data && any_data(data, mpos, tl)) {
+                    from = mpos + 1; /* data: plain text here */
+                    continue;
+                }
                 if (mpos > base) {
                     size_t ll = mpos - base;
                     if (t->attr & TUTTI_TOKEN_ATTR_LSTRIP)
@@ -81,15 +97,11 @@ static bool partition(const tutti_vocab *v, const char *text, size_t len, bool p
                     if (ll && !fl_push(&b, (frag){-1, base, ll})) goto oom;
                 }
                 if (!fl_push(&b, (frag){id, 0, 0})) goto oom;
-                size_t roff = mpos + tl, rlen = base + blen - roff;
+                size_t roff = mpos + tl;
                 if (t->attr & TUTTI_TOKEN_ATTR_RSTRIP)
-                    while (rlen > 0 && is_space((unsigned char)text[roff])) {
-                        roff++;
-                        rlen--;
-                    }
-                base = roff;
-                blen = rlen;
-                if (!blen) break;
+                    while (roff < end && is_space((unsigned char)text[roff])) roff++;
+                base = from = roff;
+                if (base == end) break;
             }
         }
         frag_list t2 = a;
@@ -108,9 +120,9 @@ oom:
 
 /* Tokenizes into buf; false on error (message set). */
 static bool tokenize_all(const tutti_vocab *v, const char *text, size_t len, bool add_bos,
-                         bool parse_special, id_buf *out) {
+                         bool parse_special, const uint8_t *data, id_buf *out) {
     frag_list fl = {0};
-    if (!partition(v, text, len, parse_special, &fl)) return false;
+    if (!partition(v, text, len, parse_special, data, &fl)) return false;
     bool ok = true;
     if (add_bos && v->bos >= 0) id_push(out, v->bos);
     if (v->kind == TOK_SPM) {
@@ -172,21 +184,21 @@ static bool tokenize_all(const tutti_vocab *v, const char *text, size_t len, boo
     return ok;
 }
 
-int32_t tutti_tokenize(const tutti_vocab *v, const char *text, size_t len, bool add_bos,
-                       bool parse_special, int32_t *ids, int32_t n_max) {
+static int32_t tokenize_api(const char *fn, const tutti_vocab *v, const char *text, size_t len, bool add_bos,
+                            bool parse_special, const uint8_t *data, int32_t *ids, int32_t n_max) {
     if (!v || (!text && len) || n_max < 0 || (!ids && n_max > 0)) {
-        tutti_set_error("tutti_tokenize: invalid arguments (vocab %s, text %s, n_max %d)",
-                        v ? "set" : "NULL", text ? "set" : "NULL", n_max);
+        tutti_set_error("%s: invalid arguments (vocab %s, text %s, n_max %d)", fn, v ? "set" : "NULL",
+                        text ? "set" : "NULL", n_max);
         return TUTTI_TOKENIZE_FAILED;
     }
     id_buf out = {0};
-    if (!tokenize_all(v, text ? text : "", len, add_bos, parse_special, &out)) {
+    if (!tokenize_all(v, text ? text : "", len, add_bos, parse_special, len ? data : NULL, &out)) {
         free(out.ids);
         return TUTTI_TOKENIZE_FAILED;
     }
     if (out.n > (size_t)INT32_MAX) {
         free(out.ids);
-        tutti_set_error("tutti_tokenize: %zu tokens do not fit in an int32_t count", out.n);
+        tutti_set_error("%s: %zu tokens do not fit in an int32_t count", fn, out.n);
         return TUTTI_TOKENIZE_FAILED;
     }
     int32_t n = (int32_t)out.n;
@@ -197,6 +209,16 @@ int32_t tutti_tokenize(const tutti_vocab *v, const char *text, size_t len, bool 
     if (n) memcpy(ids, out.ids, (size_t)n * sizeof *ids);
     free(out.ids);
     return n;
+}
+
+int32_t tutti_tokenize(const tutti_vocab *v, const char *text, size_t len, bool add_bos,
+                       bool parse_special, int32_t *ids, int32_t n_max) {
+    return tokenize_api("tutti_tokenize", v, text, len, add_bos, parse_special, NULL, ids, n_max);
+}
+
+int32_t tutti_tokenize_marked(const tutti_vocab *v, const char *text, size_t len, bool add_bos,
+                              const uint8_t *is_data, int32_t *ids, int32_t n_max) {
+    return tokenize_api("tutti_tokenize_marked", v, text, len, add_bos, true, is_data, ids, n_max);
 }
 
 int32_t tutti_token_to_piece(const tutti_vocab *v, int32_t id, bool render_special, char *buf,
