@@ -83,19 +83,29 @@ static int load_hparams(tutti_model *m) {
     if (hp->n_head % hp->n_head_kv != 0)
         return tutti_set_error("%s: attention.head_count (%d) is not a multiple of attention.head_count_kv (%d)",
                                m->path, hp->n_head, hp->n_head_kv);
+    /* llama.cpp's defaults: both head sizes n_embd/n_head (value_length does
+     * not follow key_length), rope over the whole key head. */
     if (get_dim(m, "attention.key_length", false, hp->n_embd / hp->n_head, &hp->head_dim_k) ||
-        get_dim(m, "attention.value_length", false, hp->head_dim_k, &hp->head_dim_v) ||
+        get_dim(m, "attention.value_length", false, hp->n_embd / hp->n_head, &hp->head_dim_v) ||
         get_dim(m, "rope.dimension_count", false, hp->head_dim_k, &hp->n_rot))
         return TUTTI_ERR;
-    if (hp->head_dim_k == 0)
+    if (hp->head_dim_k == 0 || hp->head_dim_v == 0)
         return tutti_set_error("%s: cannot derive the head size: embedding_length %d < head_count %d and no "
-                               "attention.key_length",
+                               "attention.key_length/value_length",
                                m->path, hp->n_embd, hp->n_head);
+    if ((int64_t)hp->n_head * hp->head_dim_k > MAX_DIM || (int64_t)hp->n_head * hp->head_dim_v > MAX_DIM)
+        return tutti_set_error("%s: head_count × head size is too large", m->path);
+    /* every supported architecture's attention needs equal key and value heads */
+    if (hp->head_dim_v != hp->head_dim_k)
+        return tutti_set_error("%s: attention.value_length %d differs from attention.key_length %d (value_length "
+                               "defaults to embedding_length/head_count = %d when absent)",
+                               m->path, hp->head_dim_v, hp->head_dim_k, hp->n_embd / hp->n_head);
+    if (m->arch->rot_full && hp->n_rot != hp->head_dim_k)
+        return tutti_set_error("%s: rope.dimension_count = %d must equal the head size %d for architecture %s",
+                               m->path, hp->n_rot, hp->head_dim_k, m->arch->name);
     if (hp->n_rot > hp->head_dim_k || hp->n_rot % 2)
         return tutti_set_error("%s: rope.dimension_count = %d must be even and at most the head size %d", m->path,
                                hp->n_rot, hp->head_dim_k);
-    if ((int64_t)hp->n_head * hp->head_dim_k > MAX_DIM || (int64_t)hp->n_head * hp->head_dim_v > MAX_DIM)
-        return tutti_set_error("%s: head_count × head size is too large", m->path);
 
     char key[256];
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", m->arch->name);
@@ -106,10 +116,20 @@ static int load_hparams(tutti_model *m) {
     if (!(hp->rms_eps > 0) || hp->rms_eps > 1)
         return tutti_set_error("%s: %s = %g is out of range (0, 1]", m->path, key, hp->rms_eps);
 
+    /* Mixture-of-experts files carry expert tensors this dense pass has no use for. */
+    snprintf(key, sizeof key, "%s.expert_count", m->arch->name);
+    uint32_t n_expert = 0;
+    if (gguf_find_key(m->gguf, key) >= 0 && (!gguf_get_u32(m->gguf, key, &n_expert) || n_expert > 0))
+        return tutti_set_error("%s: %s is set: mixture-of-experts models are not supported", m->path, key);
+
+    /* gemma3's local layers: base 10000 unless rope.freq_base_swa says otherwise */
+    hp->attn_softcap = hp->final_softcap = 0;
     if (get_float(m, "rope.freq_base", 10000.0f, &hp->rope_base) ||
-        get_float(m, "rope.freq_base_swa", hp->rope_base, &hp->rope_base_swa) ||
-        get_float(m, "attn_logit_softcapping", 0, &hp->attn_softcap) ||
-        get_float(m, "final_logit_softcapping", 0, &hp->final_softcap))
+        get_float(m, "rope.freq_base_swa", m->arch->swa_local_rope_base ? 10000.0f : hp->rope_base,
+                  &hp->rope_base_swa) ||
+        (m->arch->softcap && (get_float(m, "attn_logit_softcapping", 50.0f, &hp->attn_softcap) ||
+                              get_float(m, "final_logit_softcapping", 30.0f, &hp->final_softcap))) ||
+        (m->arch->final_softcap_key && get_float(m, "final_logit_softcapping", 0, &hp->final_softcap)))
         return TUTTI_ERR;
     if (!(hp->rope_base > 0) || !(hp->rope_base_swa > 0))
         return tutti_set_error("%s: rope.freq_base must be positive", m->path);
@@ -127,21 +147,31 @@ static int load_hparams(tutti_model *m) {
     if (!has_type || gguf_str_eq(st, "linear")) {
         float factor;
         if (get_float(m, "rope.scaling.factor", 0, &factor)) return TUTTI_ERR;
+        if (factor == 0 && get_float(m, "rope.scale_linear", 0, &factor)) return TUTTI_ERR; /* the old key */
         if (factor < 0) return tutti_set_error("%s: rope.scaling.factor = %g must be positive", m->path, factor);
         if (factor > 0 && factor != 1.0f) hp->rope_scale = 1.0f / factor;
     }
+    if (get_float(m, "rope.scaling.attn_factor", 1.0f, &hp->rope_attn_factor)) return TUTTI_ERR;
+    if (!(hp->rope_attn_factor > 0))
+        return tutti_set_error("%s: rope.scaling.attn_factor = %g must be positive", m->path, hp->rope_attn_factor);
+    if (get_dim(m, "rope.scaling.original_context_length", false, hp->n_ctx_train, &hp->n_ctx_orig))
+        return TUTTI_ERR;
 
     hp->n_swa = 0;
-    if (m->arch->swa_pattern > 0 && get_dim(m, "attention.sliding_window", false, 0, &hp->n_swa)) return TUTTI_ERR;
+    if (m->arch->swa_pattern > 0 &&
+        get_dim(m, "attention.sliding_window", false, m->arch->swa_default, &hp->n_swa))
+        return TUTTI_ERR;
 
-    /* Standard scaled dot-product attention: 1/sqrt(d_k). */
-    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim_k);
+    /* Scaled dot-product attention: 1/sqrt(d_k), but 1/sqrt(n_embd/n_head)
+     * for the Gemma 27B models (told by their layer count, as llama.cpp does). */
+    const bool scale_embd = m->arch->n_layer_scale_embd > 0 && hp->n_layer == m->arch->n_layer_scale_embd;
+    hp->attn_scale = 1.0f / sqrtf((float)(scale_embd ? hp->n_embd / hp->n_head : hp->head_dim_k));
     return TUTTI_OK;
 }
 
 /* ---- tensors ---- */
 
-enum { W_REQUIRED = 0, W_OPTIONAL = 1, W_F32 = 2 };
+enum { W_REQUIRED = 0, W_OPTIONAL = 1, W_F32 = 2, W_ABSENT = 4 /* present = unsupported feature */ };
 
 static void fmt_shape(char *buf, size_t n, const int64_t *ne, uint32_t n_dims) {
     size_t o = 0;
@@ -156,6 +186,10 @@ static void fmt_shape(char *buf, size_t n, const int64_t *ne, uint32_t n_dims) {
 static int bind(const tutti_model *m, tutti_weight *w, const char *name, int64_t ne0, int64_t ne1, int flags) {
     memset(w, 0, sizeof *w);
     const gguf_tensor_info *t = gguf_find_tensor(m->gguf, name);
+    if (t && (flags & W_ABSENT))
+        return tutti_set_error("%s: tensor '%s' is present but its feature is not supported by tutti for "
+                               "architecture %s",
+                               m->path, name, m->arch->name);
     if (!t) {
         if (flags & W_OPTIONAL) return TUTTI_OK;
         return tutti_set_error("%s: tensor '%s' is missing (required for architecture %s)", m->path, name,
@@ -238,19 +272,13 @@ static int bind_layer(tutti_model *m, int il) {
     return TUTTI_OK;
 }
 
-/* Tensors that change the computation in ways not implemented: refusing
- * them beats silently computing something else. */
-static const char *const g_unsupported_tensors[] = {
-    "rope_factors_long.weight",  /* Phi-3 LongRoPE (128k variants) */
-    "rope_factors_short.weight",
-};
-
 static int bind_tensors(tutti_model *m) {
     tutti_hparams *hp = &m->hp;
-    for (size_t i = 0; i < sizeof g_unsupported_tensors / sizeof g_unsupported_tensors[0]; i++)
-        if (gguf_find_tensor(m->gguf, g_unsupported_tensors[i]))
-            return tutti_set_error("%s: tensor '%s' is present but its feature is not supported by tutti", m->path,
-                                   g_unsupported_tensors[i]);
+    /* Phi-3 LongRoPE divisors (llama.cpp reads them for phi3 only) */
+    const int lr = m->arch->longrope ? W_OPTIONAL | W_F32 : W_OPTIONAL | W_F32 | W_ABSENT;
+    if (bind(m, &m->rope_long, "rope_factors_long.weight", hp->n_rot / 2, 0, lr) ||
+        bind(m, &m->rope_short, "rope_factors_short.weight", hp->n_rot / 2, 0, lr))
+        return TUTTI_ERR;
     if (bind(m, &m->token_embd, "token_embd.weight", hp->n_embd, -1, W_REQUIRED)) return TUTTI_ERR;
     if (m->token_embd.n_rows < 1 || m->token_embd.n_rows > INT32_MAX)
         return tutti_set_error("%s: tensor 'token_embd.weight' has %" PRId64 " rows (vocabulary size)", m->path,

@@ -57,6 +57,11 @@ tutti_session *tutti_session_new(const tutti_model *model, const tutti_session_p
     }
     s->model = model;
     s->n_ctx = p.n_ctx;
+    /* llama.cpp: rope_freqs if present, else Phi-3's long factors when the
+     * context exceeds the original one, else the short ones */
+    s->rope_factors = model->rope_freqs.data      ? model->rope_freqs.data
+                      : s->n_ctx > hp->n_ctx_orig ? model->rope_long.data
+                                                  : model->rope_short.data;
     s->n_ubatch = p.n_ctx < MAX_UBATCH ? p.n_ctx : MAX_UBATCH;
     const size_t ub = (size_t)s->n_ubatch;
     const size_t nq = (size_t)hp->n_head * hp->head_dim_k, nk = (size_t)hp->n_head_kv * hp->head_dim_k,
