@@ -41,7 +41,9 @@ enum {
     F_QKV_BIAS = 1 << 1,   /* attn_q/k/v.bias */
     F_QK_NORM = 1 << 2,    /* attn_q_norm / attn_k_norm */
     F_POST_NORMS = 1 << 3, /* post_attention_norm / post_ffw_norm */
-    F_FUSED = 1 << 4,      /* attn_qkv and [gate; up] in ffn_up (phi3) */
+    F_FUSED_QKV = 1 << 4,  /* attn_qkv instead of attn_q/k/v (phi3) */
+    F_FUSED_UP = 1 << 7,   /* [gate; up] in ffn_up, no ffn_gate (phi3) */
+#define F_FUSED (F_FUSED_QKV | F_FUSED_UP)
     F_LONGROPE = 1 << 5,   /* rope_factors_long / rope_factors_short */
     F_ROPE_FREQS = 1 << 6, /* rope_freqs (Llama 3.1) */
 };
@@ -53,7 +55,8 @@ typedef struct spec {
     unsigned flags;
     float qk_gain; /* multiplies the q and k weights: larger scores make softcapping and scale visible */
     /* extra metadata "key=type:value" separated by ';' (key without the
-     * "<arch>." prefix; type u32, f32 or str) */
+     * "<arch>." prefix; type u32, f32 or str); "-key" leaves out one of the
+     * keys written by default (context_length, attention.layer_norm_rms_epsilon) */
     const char *kv;
     const char *rule; /* what the row checks (printed) */
     const char *error; /* NULL: compare logits; else tutti must refuse the file with this text */
@@ -149,6 +152,57 @@ static const spec g_specs[] = {
     {"phi3-longrope-long", "phi3", 64, 4, 4, 16, 128, 2, F_FUSED | F_LONGROPE, 2.0f,
      "context_length=u32:4096;rope.scaling.original_context_length=u32:32;rope.scaling.attn_factor=f32:1.19",
      "phi3 longrope: long factors when n_ctx > original context", NULL},
+    /* ---- second round ---- */
+    {"gemma2-swa-base", "gemma2", 64, 4, 2, 32, 128, 4, F_TIED | F_POST_NORMS, 2.0f,
+     "attention.head_count_kv=u32:2;attention.key_length=u32:32;attention.value_length=u32:32;"
+     "attention.sliding_window=u32:6;rope.freq_base=f32:20000;rope.freq_base_swa=f32:500",
+     "gemma2: rope.freq_base_swa", NULL},
+    {"gemma2-output", "gemma2", 64, 4, 2, 32, 128, 2, F_POST_NORMS, 2.0f,
+     "attention.head_count_kv=u32:2;attention.key_length=u32:32;attention.value_length=u32:32",
+     "gemma2 refuses an output.weight (llama.cpp: unused tensor)", "output.weight"},
+    {"gemma3-pattern", "gemma3", 64, 4, 2, 32, 128, 6, F_TIED | F_QK_NORM | F_POST_NORMS, 3.0f,
+     "attention.head_count_kv=u32:2;attention.key_length=u32:32;attention.value_length=u32:32;"
+     "attention.sliding_window=u32:8;rope.freq_base=f32:1000000;attention.sliding_window_pattern=u32:3",
+     "gemma3: attention.sliding_window_pattern", NULL},
+    {"qwen2-partial-rot", "qwen2", 64, 4, 2, 16, 128, 2, F_TIED | F_QKV_BIAS, 2.0f,
+     "attention.head_count_kv=u32:2;rope.dimension_count=u32:8",
+     "qwen2: rope.dimension_count must equal head_dim", "rope.dimension_count"},
+    {"phi3-longrope-type", "phi3", 64, 4, 4, 16, 128, 2, F_FUSED | F_LONGROPE, 2.0f,
+     "context_length=u32:4096;rope.scaling.original_context_length=u32:32;rope.scaling.attn_factor=f32:1.19;"
+     "rope.scaling.type=str:longrope",
+     "phi3: rope.scaling.type longrope", NULL},
+    {"phi3-separate-qkv", "phi3", 64, 4, 4, 16, 128, 2, F_FUSED_UP, 2.0f, "",
+     "phi3 with attn_q/k/v instead of attn_qkv", NULL},
+    {"llama-yarn", "llama", 64, 4, 2, 16, 128, 2, 0, 2.0f,
+     "attention.head_count_kv=u32:2;rope.scaling.type=str:yarn;rope.scaling.factor=f32:4;"
+     "rope.scaling.original_context_length=u32:128",
+     "llama: yarn rope scaling (blend of interpolated and original frequencies, magnitude 1 + 0.1 ln 4)", NULL},
+    {"gemma3-output", "gemma3", 64, 4, 2, 32, 128, 2, F_QK_NORM | F_POST_NORMS, 2.0f,
+     "attention.head_count_kv=u32:2;attention.key_length=u32:32;attention.value_length=u32:32;"
+     "attention.sliding_window=u32:8",
+     "gemma3 uses an output.weight when present", NULL},
+    {"gemma2-pattern", "gemma2", 64, 4, 2, 32, 128, 4, F_TIED | F_POST_NORMS, 2.0f,
+     "attention.head_count_kv=u32:2;attention.key_length=u32:32;attention.value_length=u32:32;"
+     "attention.sliding_window=u32:6;attention.sliding_window_pattern=u32:3",
+     "gemma2: attention.sliding_window_pattern", NULL},
+    {"qwen3-partial-rot", "qwen3", 64, 4, 2, 16, 128, 2, F_TIED | F_QK_NORM, 2.0f,
+     "attention.head_count_kv=u32:2;rope.dimension_count=u32:8", "qwen3: rope.dimension_count must equal head_dim", "rope.dimension_count"},
+    {"gemma2-partial-rot", "gemma2", 64, 4, 2, 16, 128, 2, F_TIED | F_POST_NORMS, 2.0f,
+     "attention.head_count_kv=u32:2;rope.dimension_count=u32:8", "gemma2: partial rotary", NULL},
+    {"gemma3-partial-rot", "gemma3", 64, 4, 2, 16, 128, 2, F_TIED | F_QK_NORM | F_POST_NORMS, 2.0f,
+     "attention.head_count_kv=u32:2;rope.dimension_count=u32:8;attention.sliding_window=u32:8",
+     "gemma3: partial rotary", NULL},
+    {"phi3-partial-rot", "phi3", 64, 4, 4, 16, 128, 2, F_FUSED, 2.0f, "rope.dimension_count=u32:8",
+     "phi3: partial rotary", NULL},
+    {"qwen2-yarn", "qwen2", 64, 4, 2, 16, 128, 2, F_TIED | F_QKV_BIAS, 2.0f,
+     "attention.head_count_kv=u32:2;rope.freq_base=f32:1000000;rope.scaling.type=str:yarn;"
+     "rope.scaling.factor=f32:4;rope.scaling.original_context_length=u32:16",
+     "qwen2: yarn rope scaling (Qwen2.5 long-context files), neox", NULL},
+    {"llama-no-ctx", "llama", 64, 4, 2, 16, 128, 2, 0, 1.0f, "attention.head_count_kv=u32:2;-context_length",
+     "llama: context_length is required", "context_length"},
+    {"llama-no-eps", "llama", 64, 4, 2, 16, 128, 2, 0, 1.0f,
+     "attention.head_count_kv=u32:2;-attention.layer_norm_rms_epsilon",
+     "llama: attention.layer_norm_rms_epsilon is required", "layer_norm_rms_epsilon"},
 };
 #define N_SPECS (sizeof g_specs / sizeof g_specs[0])
 
@@ -239,20 +293,22 @@ static void write_model(const spec *sp, const char *path) {
     snprintf(item, sizeof item, "random %s", sp->name);
     assert_int_equal(gguf_writer_add_str(g.w, "general.name", item), 0);
     /* the keys llama.cpp requires */
-    if (!kv_has(sp, "context_length")) add_kv(g.w, a, "context_length=u32:512");
+    if (!kv_has(sp, "context_length") && !strstr(sp->kv, "-context_length"))
+        add_kv(g.w, a, "context_length=u32:512");
 #define KV_U32(k, v) (snprintf(item, sizeof item, k "=u32:%d", (v)), add_kv(g.w, a, item))
     KV_U32("embedding_length", sp->n_embd);
     KV_U32("block_count", sp->n_layer);
     KV_U32("feed_forward_length", sp->n_ff);
     KV_U32("attention.head_count", sp->n_head);
 #undef KV_U32
-    add_kv(g.w, a, "attention.layer_norm_rms_epsilon=f32:0.000001");
+    if (!strstr(sp->kv, "-attention.layer_norm_rms_epsilon"))
+        add_kv(g.w, a, "attention.layer_norm_rms_epsilon=f32:0.000001");
     /* the row's own keys */
     for (const char *p = sp->kv; *p;) {
         const char *e = strchr(p, ';');
         size_t n = e ? (size_t)(e - p) : strlen(p);
         snprintf(item, sizeof item, "%.*s", (int)n, p);
-        add_kv(g.w, a, item);
+        if (item[0] != '-') add_kv(g.w, a, item);
         p += n + (e ? 1 : 0);
     }
     (void)key;
@@ -276,7 +332,7 @@ static void write_model(const spec *sp, const char *path) {
     for (int il = 0; il < sp->n_layer; il++) {
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d." s, il), n)
         gen_vector(&g, NAME("attn_norm.weight"), E, 1.0f, 0.2f);
-        if (sp->flags & F_FUSED) {
+        if (sp->flags & F_FUSED_QKV) {
             gen_matrix(&g, NAME("attn_qkv.weight"), q + 2 * kv, E, sp->qk_gain);
         } else {
             gen_matrix(&g, NAME("attn_q.weight"), q, E, sp->qk_gain);
@@ -298,7 +354,7 @@ static void write_model(const spec *sp, const char *path) {
             gen_vector(&g, NAME("post_ffw_norm.weight"), E, 1.0f, 0.2f);
         }
         gen_vector(&g, NAME("ffn_norm.weight"), E, 1.0f, 0.2f);
-        if (sp->flags & F_FUSED) {
+        if (sp->flags & F_FUSED_UP) {
             gen_matrix(&g, NAME("ffn_up.weight"), 2 * F, E, 1.0f);
         } else {
             gen_matrix(&g, NAME("ffn_gate.weight"), F, E, 1.0f);

@@ -122,7 +122,7 @@ static int load_hparams(tutti_model *m) {
     if (gguf_find_key(m->gguf, key) >= 0 && (!gguf_get_u32(m->gguf, key, &n_expert) || n_expert > 0))
         return tutti_set_error("%s: %s is set: mixture-of-experts models are not supported", m->path, key);
 
-    /* gemma3's local layers: base 10000 unless rope.freq_base_swa says otherwise */
+    /* local layers' rope base: rope.freq_base_swa, default rope.freq_base (gemma3: 10000) */
     hp->attn_softcap = hp->final_softcap = 0;
     if (get_float(m, "rope.freq_base", 10000.0f, &hp->rope_base) ||
         get_float(m, "rope.freq_base_swa", m->arch->swa_local_rope_base ? 10000.0f : hp->rope_base,
@@ -141,10 +141,17 @@ static int load_hparams(tutti_model *m) {
     snprintf(key, sizeof key, "%s.rope.scaling.type", m->arch->name);
     gguf_str st;
     bool has_type = gguf_get_str(m->gguf, key, &st);
-    if (has_type && !gguf_str_eq(st, "none") && !gguf_str_eq(st, "linear"))
-        return tutti_set_error("%s: %s = '%.*s' is not supported (only 'linear' and 'none')", m->path, key,
-                               (int)(st.len > 64 ? 64 : st.len), st.data);
-    if (!has_type || gguf_str_eq(st, "linear")) {
+    /* "longrope" (Phi-3): the factors are tensors; like llama.cpp, a
+     * rope.scaling.factor still scales positions as with "linear" */
+    const bool longrope = has_type && gguf_str_eq(st, "longrope") && m->arch->longrope;
+    /* YaRN: not with sliding-window layers (their own base and scale) */
+    const bool yarn = has_type && gguf_str_eq(st, "yarn") && m->arch->swa_pattern == 0;
+    if (has_type && !gguf_str_eq(st, "none") && !gguf_str_eq(st, "linear") && !longrope && !yarn)
+        return tutti_set_error("%s: %s = '%.*s' is not supported for architecture %s (only 'linear', 'none'%s)",
+                               m->path, key, (int)(st.len > 64 ? 64 : st.len), st.data, m->arch->name,
+                               m->arch->longrope ? ", 'longrope', 'yarn'" : m->arch->swa_pattern ? "" : ", 'yarn'");
+    hp->yarn_scale = 0;
+    if (!has_type || gguf_str_eq(st, "linear") || longrope || yarn) {
         float factor;
         if (get_float(m, "rope.scaling.factor", 0, &factor)) return TUTTI_ERR;
         if (factor == 0 && get_float(m, "rope.scale_linear", 0, &factor)) return TUTTI_ERR; /* the old key */
@@ -154,13 +161,30 @@ static int load_hparams(tutti_model *m) {
     if (get_float(m, "rope.scaling.attn_factor", 1.0f, &hp->rope_attn_factor)) return TUTTI_ERR;
     if (!(hp->rope_attn_factor > 0))
         return tutti_set_error("%s: rope.scaling.attn_factor = %g must be positive", m->path, hp->rope_attn_factor);
+    if (yarn && hp->rope_scale != 1.0f) {
+        /* ggml's YaRN: magnitude 1 + 0.1 ln(factor) on the rotated dims, the
+         * position scale moves into per-frequency blends (session.c) */
+        hp->yarn_scale = hp->rope_scale;
+        hp->rope_attn_factor *= 1.0f + 0.1f * logf(1.0f / hp->rope_scale);
+        hp->rope_scale = 1.0f;
+    }
     if (get_dim(m, "rope.scaling.original_context_length", false, hp->n_ctx_train, &hp->n_ctx_orig))
         return TUTTI_ERR;
 
     hp->n_swa = 0;
-    if (m->arch->swa_pattern > 0 &&
-        get_dim(m, "attention.sliding_window", false, m->arch->swa_default, &hp->n_swa))
-        return TUTTI_ERR;
+    hp->swa_pattern = m->arch->swa_pattern;
+    if (m->arch->swa_pattern > 0) {
+        if (get_dim(m, "attention.sliding_window", false, m->arch->swa_default, &hp->n_swa)) return TUTTI_ERR;
+        snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", m->arch->name);
+        uint32_t p;
+        if (gguf_find_key(m->gguf, key) >= 0) {
+            if (!gguf_get_u32(m->gguf, key, &p) || p > MAX_LAYERS)
+                return tutti_set_error("%s: metadata key %s must be one unsigned integer up to %d (per-layer "
+                                       "arrays are not supported)",
+                                       m->path, key, MAX_LAYERS);
+            hp->swa_pattern = (int32_t)p;
+        }
+    }
 
     /* Scaled dot-product attention: 1/sqrt(d_k), but 1/sqrt(n_embd/n_head)
      * for the Gemma 27B models (told by their layer count, as llama.cpp does). */
@@ -231,7 +255,10 @@ static int bind_layer(tutti_model *m, int il) {
     char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d." s, il), n)
     if (bind(m, &L->attn_norm, NAME("attn_norm.weight"), n_embd, 0, W_F32)) return TUTTI_ERR;
-    if (a->fused_qkv) {
+    /* phi3: fused attn_qkv, or attn_q/k/v as llama.cpp also accepts */
+    const bool fused = a->fused_qkv && (gguf_find_tensor(m->gguf, NAME("attn_qkv.weight")) ||
+                                        !gguf_find_tensor(m->gguf, NAME("attn_q.weight")));
+    if (fused) {
         if (bind(m, &L->wqkv, NAME("attn_qkv.weight"), n_embd, nq + nk + nv, W_REQUIRED)) return TUTTI_ERR;
     } else {
         if (bind(m, &L->wq, NAME("attn_q.weight"), n_embd, nq, W_REQUIRED) ||
@@ -264,10 +291,10 @@ static int bind_layer(tutti_model *m, int il) {
 #undef NAME
 
     /* Sliding window: local layers are il % p < p - 1 (see tutti_arch). */
-    const int p = a->swa_pattern;
-    const bool local = p > 0 && hp->n_swa > 0 && il % p < p - 1;
+    const int p = hp->swa_pattern;
+    const bool local = a->swa_pattern > 0 && hp->n_swa > 0 && (p == 0 || il % p < p - 1);
     L->n_swa = local ? hp->n_swa : 0;
-    L->rope_base = local && a->swa_local_rope_base ? hp->rope_base_swa : hp->rope_base;
+    L->rope_base = local ? hp->rope_base_swa : hp->rope_base;
     L->rope_scale = local && a->swa_local_rope_base ? 1.0f : hp->rope_scale;
     return TUTTI_OK;
 }
@@ -285,7 +312,8 @@ static int bind_tensors(tutti_model *m) {
                                m->token_embd.n_rows);
     hp->n_vocab = (int32_t)m->token_embd.n_rows;
     if (bind(m, &m->output_norm, "output_norm.weight", hp->n_embd, 0, W_F32) ||
-        bind(m, &m->output, "output.weight", hp->n_embd, hp->n_vocab, W_OPTIONAL) ||
+        bind(m, &m->output, "output.weight", hp->n_embd, hp->n_vocab,
+             m->arch->no_output ? W_OPTIONAL | W_ABSENT : W_OPTIONAL) ||
         bind(m, &m->rope_freqs, "rope_freqs.weight", hp->n_rot / 2, 0, W_OPTIONAL | W_F32))
         return TUTTI_ERR;
     if (!m->output.data) {
@@ -517,10 +545,17 @@ void tutti_model_describe(const tutti_model *model, FILE *out) {
             hp->head_dim_k, hp->head_dim_v, hp->n_rot, hp->rms_eps, hp->rope_base,
             model->rope_freqs.data ? " with rope_freqs factors" : "", hp->rope_scale,
             model->arch->rope_mode == TUTTI_ROPE_NEOX ? ", neox" : ", normal");
+    if (hp->yarn_scale > 0 || hp->rope_attn_factor != 1.0f || model->rope_long.data)
+        fprintf(out, "  rope scaling:%s attn_factor %g, original context %d%s\n",
+                hp->yarn_scale > 0 ? " yarn," : "", hp->rope_attn_factor, hp->n_ctx_orig,
+                model->rope_long.data ? ", longrope factors (long above the original context)" : "");
     if (hp->n_swa) {
-        fprintf(out, "  sliding window %d on layers il %% %d < %d", hp->n_swa, model->arch->swa_pattern,
-                model->arch->swa_pattern - 1);
-        if (model->arch->swa_local_rope_base) fprintf(out, ", their rope base %g", hp->rope_base_swa);
+        if (hp->swa_pattern == 0)
+            fprintf(out, "  sliding window %d on every layer", hp->n_swa);
+        else
+            fprintf(out, "  sliding window %d on layers il %% %d < %d", hp->n_swa, hp->swa_pattern,
+                    hp->swa_pattern - 1);
+        fprintf(out, ", their rope base %g", hp->rope_base_swa);
         fprintf(out, "\n");
     }
     if (hp->attn_softcap > 0 || hp->final_softcap > 0)

@@ -31,11 +31,14 @@ a[0:41:5].astype("<f4").tofile(sys.argv[2])
 PY
     echo "$n: logits"
   else
-    # dumplogits is quiet: llama-completion says why
+    # dumplogits is quiet: llama-completion's log says why
+    chroot "$ROOT" llama-completion -m "/tmp/arch-rules/$n.gguf" -n 1 -p a --no-warmup \
+      --log-file "/tmp/arch-rules/$n.log" < /dev/null > "$TMP/$n.out" 2>&1 || true
     { echo "llama.cpp (oracle /oracle/dumplogits) refused this file:"; tail -n 2 "$TMP/$n.err";
-      chroot "$ROOT" llama-completion -m "/tmp/arch-rules/$n.gguf" -n 1 -p a --no-warmup 2>&1 |
-        grep -E " E |error|assert" | head -n 3 | sed -e 's/^[0-9.]* //'; } > "$HERE/$n.fail" || true
+      cat "$TMP/$n.log" "$TMP/$n.out" 2> /dev/null | grep -E " E |error|assert" | head -n 2 |
+        sed -e 's/^[0-9.]* //'; } > "$HERE/$n.fail" || true
+    rm -f "$TMP/$n.log" "$TMP/$n.out"
     echo "$n: refused: $(tail -n 1 "$TMP/$n.err")"
   fi
-  rm -f "$TMP/$n.gguf" "$TMP/$n.all.f32"
+  rm -f "$TMP/$n.gguf" "$TMP/$n.all.f32" "$TMP/$n.err"
 done
