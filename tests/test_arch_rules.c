@@ -5,7 +5,8 @@
  * vocabulary of ../shared/ref/arch/ARCH-F16.gguf): model files are never
  * committed.  What is committed is llama.cpp's answer on exactly that file
  * (tests/data/arch/NAME.logits.f32: the logits of positions 0, 5, ..., 40 of
- * ref/arch/input.ids, or NAME.fail when llama.cpp refuses the file), made by
+ * ref/arch/input.ids, or NAME.fail when llama.cpp refuses the file or
+ * computes non-finite logits; tutti must then refuse it with a clear error), made by
  * tests/data/arch/make_refs.sh, which writes the same files with
  * `test_arch_rules --write NAME PATH` and runs the oracle on them.
  *
@@ -198,6 +199,18 @@ static const spec g_specs[] = {
      "attention.head_count_kv=u32:2;rope.freq_base=f32:1000000;rope.scaling.type=str:yarn;"
      "rope.scaling.factor=f32:4;rope.scaling.original_context_length=u32:16",
      "qwen2: yarn rope scaling (Qwen2.5 long-context files), neox", NULL},
+    {"gemma2-rope-linear", "gemma2", 64, 4, 2, 32, 128, 4, F_TIED | F_POST_NORMS, 2.0f,
+     "attention.head_count_kv=u32:2;attention.key_length=u32:32;attention.value_length=u32:32;"
+     "attention.sliding_window=u32:6;rope.scaling.type=str:linear;rope.scaling.factor=f32:4",
+     "gemma2: linear rope scaling on local and global layers alike", NULL},
+    {"gemma3-window0", "gemma3", 64, 4, 2, 32, 128, 7, F_TIED | F_QK_NORM | F_POST_NORMS, 3.0f,
+     "attention.head_count_kv=u32:2;attention.key_length=u32:32;attention.value_length=u32:32;"
+     "attention.sliding_window=u32:0;rope.freq_base=f32:1000000",
+     "gemma3: attention.sliding_window 0 = no window", NULL},
+    {"gemma2-window0", "gemma2", 64, 4, 2, 32, 128, 2, F_TIED | F_POST_NORMS, 2.0f,
+     "attention.head_count_kv=u32:2;attention.key_length=u32:32;attention.value_length=u32:32;"
+     "attention.sliding_window=u32:0",
+     "gemma2: attention.sliding_window 0 masks every key (llama.cpp: NaN logits)", "sliding_window"},
     {"llama-no-ctx", "llama", 64, 4, 2, 16, 128, 2, 0, 1.0f, "attention.head_count_kv=u32:2;-context_length",
      "llama: context_length is required", "context_length"},
     {"llama-no-eps", "llama", 64, 4, 2, 16, 128, 2, 0, 1.0f,

@@ -174,9 +174,15 @@ static int load_hparams(tutti_model *m) {
     hp->n_swa = 0;
     hp->swa_pattern = m->arch->swa_pattern;
     if (m->arch->swa_pattern > 0) {
-        if (get_dim(m, "attention.sliding_window", false, m->arch->swa_default, &hp->n_swa)) return TUTTI_ERR;
-        snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", m->arch->name);
+        /* 0: no window (gemma3; gemma2 would mask every key, llama.cpp computes NaN) */
+        snprintf(key, sizeof key, "%s.attention.sliding_window", m->arch->name);
         uint32_t p;
+        if (gguf_find_key(m->gguf, key) >= 0 && gguf_get_u32(m->gguf, key, &p) && p == 0 &&
+            m->arch->swa_default == 0)
+            hp->n_swa = 0;
+        else if (get_dim(m, "attention.sliding_window", false, m->arch->swa_default, &hp->n_swa))
+            return TUTTI_ERR;
+        snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", m->arch->name);
         if (gguf_find_key(m->gguf, key) >= 0) {
             if (!gguf_get_u32(m->gguf, key, &p) || p > MAX_LAYERS)
                 return tutti_set_error("%s: metadata key %s must be one unsigned integer up to %d (per-layer "

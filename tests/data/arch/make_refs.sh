@@ -7,8 +7,8 @@
 # test makes (test_arch_rules --write NAME PATH) into the chroot, runs
 # llama.cpp's /oracle/dumplogits on ../shared/ref/arch/input.ids and keeps
 # the logits of positions 0, 5, ..., 40 as NAME.logits.f32 (raw little-endian
-# float32 [9][512]), or, when llama.cpp refuses the file, its message as
-# NAME.fail.
+# float32 [9][512]), or, when llama.cpp refuses the file (or computes NaN),
+# its message as NAME.fail.
 set -euo pipefail
 BIN=$(realpath "$1"); shift
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -24,12 +24,16 @@ for n in "${NAMES[@]}"; do
   rm -f "$HERE/$n.logits.f32" "$HERE/$n.fail"
   if chroot "$ROOT" /oracle/dumplogits -m "/tmp/arch-rules/$n.gguf" --ids "$IDS" --top 1 \
        --out "/tmp/arch-rules/$n.all.f32" > /dev/null 2> "$TMP/$n.err"; then
-    /usr/bin/python3 - "$TMP/$n.all.f32" "$HERE/$n.logits.f32" <<'PY'
+    if /usr/bin/python3 - "$TMP/$n.all.f32" "$HERE/$n.logits.f32" <<'PY'
 import sys, numpy as np
 a = np.fromfile(sys.argv[1], dtype="<f4").reshape(41, 512)
+if not np.isfinite(a).all(): sys.exit(3)  # llama.cpp ran but computed NaN/inf: a refusal too
 a[0:41:5].astype("<f4").tofile(sys.argv[2])
 PY
-    echo "$n: logits"
+    then echo "$n: logits"
+    else echo "llama.cpp (oracle /oracle/dumplogits) ran this file but its logits are not finite (NaN/inf)" > "$HERE/$n.fail"
+      echo "$n: NaN logits"
+    fi
   else
     # dumplogits is quiet: llama-completion's log says why
     chroot "$ROOT" llama-completion -m "/tmp/arch-rules/$n.gguf" -n 1 -p a --no-warmup \
