@@ -211,6 +211,8 @@ static const spec g_specs[] = {
      "attention.head_count_kv=u32:2;attention.key_length=u32:32;attention.value_length=u32:32;"
      "attention.sliding_window=u32:0",
      "gemma2: attention.sliding_window 0 masks every key (llama.cpp: NaN logits)", "sliding_window"},
+    {"phi3-tied", "phi3", 64, 4, 4, 16, 128, 2, F_FUSED | F_TIED, 2.0f, "",
+     "phi3: tied output when output.weight is absent", NULL},
     {"llama-no-ctx", "llama", 64, 4, 2, 16, 128, 2, 0, 1.0f, "attention.head_count_kv=u32:2;-context_length",
      "llama: context_length is required", "context_length"},
     {"llama-no-eps", "llama", 64, 4, 2, 16, 128, 2, 0, 1.0f,
