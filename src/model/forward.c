@@ -7,7 +7,7 @@
  *   per layer:  h = rmsnorm(x)                       attn_norm
  *               q, k, v = h·Wq, h·Wk, h·Wv [+ biases] (or fused Wqkv)
  *               q, k = rmsnorm per head               (qk_norm)
- *               q, k = rope(q, k)                     normal / neox, per-layer base
+ *               q, k = rope(q, k)                     normal / neox, per-layer base [· attn_factor]
  *               cache ← k, v (f16)
  *               a = softmax(q·kᵀ·scale [softcap] [window]) · v
  *               x += [rmsnorm](a·Wo)                  (post_norms)
@@ -76,11 +76,18 @@ void tutti_forward_ubatch(tutti_session *s, const int32_t *ids, int32_t n, float
             tutti_rmsnorm(s->q, L->q_norm.data, s->q, (int64_t)n * hp->n_head, hp->head_dim_k, hp->rms_eps);
             tutti_rmsnorm(s->k, L->k_norm.data, s->k, (int64_t)n * hp->n_head_kv, hp->head_dim_k, hp->rms_eps);
         }
-        const float *ff = m->rope_freqs.data;
+        const float *ff = s->rope_factors;
         tutti_rope(s->q, n, hp->n_head, hp->head_dim_k, hp->n_rot, pos0, L->rope_base, L->rope_scale, ff,
                    a->rope_mode);
         tutti_rope(s->k, n, hp->n_head_kv, hp->head_dim_k, hp->n_rot, pos0, L->rope_base, L->rope_scale, ff,
                    a->rope_mode);
+        if (hp->rope_attn_factor != 1.0f) {
+            /* ggml's rope multiplies cos and sin by attn_factor: the rotated dims grow, the rest pass */
+            for (int64_t h = 0; h < (int64_t)n * hp->n_head; h++)
+                for (int32_t i = 0; i < hp->n_rot; i++) s->q[h * hp->head_dim_k + i] *= hp->rope_attn_factor;
+            for (int64_t h = 0; h < (int64_t)n * hp->n_head_kv; h++)
+                for (int32_t i = 0; i < hp->n_rot; i++) s->k[h * hp->head_dim_k + i] *= hp->rope_attn_factor;
+        }
         if (a->attn_scale_on_q)
             for (int64_t i = 0; i < (int64_t)n * nq; i++) s->q[i] *= hp->attn_scale;
 

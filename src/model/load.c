@@ -83,19 +83,29 @@ static int load_hparams(tutti_model *m) {
     if (hp->n_head % hp->n_head_kv != 0)
         return tutti_set_error("%s: attention.head_count (%d) is not a multiple of attention.head_count_kv (%d)",
                                m->path, hp->n_head, hp->n_head_kv);
+    /* llama.cpp's defaults: both head sizes n_embd/n_head (value_length does
+     * not follow key_length), rope over the whole key head. */
     if (get_dim(m, "attention.key_length", false, hp->n_embd / hp->n_head, &hp->head_dim_k) ||
-        get_dim(m, "attention.value_length", false, hp->head_dim_k, &hp->head_dim_v) ||
+        get_dim(m, "attention.value_length", false, hp->n_embd / hp->n_head, &hp->head_dim_v) ||
         get_dim(m, "rope.dimension_count", false, hp->head_dim_k, &hp->n_rot))
         return TUTTI_ERR;
-    if (hp->head_dim_k == 0)
+    if (hp->head_dim_k == 0 || hp->head_dim_v == 0)
         return tutti_set_error("%s: cannot derive the head size: embedding_length %d < head_count %d and no "
-                               "attention.key_length",
+                               "attention.key_length/value_length",
                                m->path, hp->n_embd, hp->n_head);
+    if ((int64_t)hp->n_head * hp->head_dim_k > MAX_DIM || (int64_t)hp->n_head * hp->head_dim_v > MAX_DIM)
+        return tutti_set_error("%s: head_count × head size is too large", m->path);
+    /* every supported architecture's attention needs equal key and value heads */
+    if (hp->head_dim_v != hp->head_dim_k)
+        return tutti_set_error("%s: attention.value_length %d differs from attention.key_length %d (value_length "
+                               "defaults to embedding_length/head_count = %d when absent)",
+                               m->path, hp->head_dim_v, hp->head_dim_k, hp->n_embd / hp->n_head);
+    if (m->arch->rot_full && hp->n_rot != hp->head_dim_k)
+        return tutti_set_error("%s: rope.dimension_count = %d must equal the head size %d for architecture %s",
+                               m->path, hp->n_rot, hp->head_dim_k, m->arch->name);
     if (hp->n_rot > hp->head_dim_k || hp->n_rot % 2)
         return tutti_set_error("%s: rope.dimension_count = %d must be even and at most the head size %d", m->path,
                                hp->n_rot, hp->head_dim_k);
-    if ((int64_t)hp->n_head * hp->head_dim_k > MAX_DIM || (int64_t)hp->n_head * hp->head_dim_v > MAX_DIM)
-        return tutti_set_error("%s: head_count × head size is too large", m->path);
 
     char key[256];
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", m->arch->name);
@@ -106,10 +116,20 @@ static int load_hparams(tutti_model *m) {
     if (!(hp->rms_eps > 0) || hp->rms_eps > 1)
         return tutti_set_error("%s: %s = %g is out of range (0, 1]", m->path, key, hp->rms_eps);
 
+    /* Mixture-of-experts files carry expert tensors this dense pass has no use for. */
+    snprintf(key, sizeof key, "%s.expert_count", m->arch->name);
+    uint32_t n_expert = 0;
+    if (gguf_find_key(m->gguf, key) >= 0 && (!gguf_get_u32(m->gguf, key, &n_expert) || n_expert > 0))
+        return tutti_set_error("%s: %s is set: mixture-of-experts models are not supported", m->path, key);
+
+    /* local layers' rope base: rope.freq_base_swa, default rope.freq_base (gemma3: 10000) */
+    hp->attn_softcap = hp->final_softcap = 0;
     if (get_float(m, "rope.freq_base", 10000.0f, &hp->rope_base) ||
-        get_float(m, "rope.freq_base_swa", hp->rope_base, &hp->rope_base_swa) ||
-        get_float(m, "attn_logit_softcapping", 0, &hp->attn_softcap) ||
-        get_float(m, "final_logit_softcapping", 0, &hp->final_softcap))
+        get_float(m, "rope.freq_base_swa", m->arch->swa_local_rope_base ? 10000.0f : hp->rope_base,
+                  &hp->rope_base_swa) ||
+        (m->arch->softcap && (get_float(m, "attn_logit_softcapping", 50.0f, &hp->attn_softcap) ||
+                              get_float(m, "final_logit_softcapping", 30.0f, &hp->final_softcap))) ||
+        (m->arch->final_softcap_key && get_float(m, "final_logit_softcapping", 0, &hp->final_softcap)))
         return TUTTI_ERR;
     if (!(hp->rope_base > 0) || !(hp->rope_base_swa > 0))
         return tutti_set_error("%s: rope.freq_base must be positive", m->path);
@@ -121,27 +141,67 @@ static int load_hparams(tutti_model *m) {
     snprintf(key, sizeof key, "%s.rope.scaling.type", m->arch->name);
     gguf_str st;
     bool has_type = gguf_get_str(m->gguf, key, &st);
-    if (has_type && !gguf_str_eq(st, "none") && !gguf_str_eq(st, "linear"))
-        return tutti_set_error("%s: %s = '%.*s' is not supported (only 'linear' and 'none')", m->path, key,
-                               (int)(st.len > 64 ? 64 : st.len), st.data);
-    if (!has_type || gguf_str_eq(st, "linear")) {
+    /* "longrope" (Phi-3): the factors are tensors; like llama.cpp, a
+     * rope.scaling.factor still scales positions as with "linear" */
+    const bool longrope = has_type && gguf_str_eq(st, "longrope") && m->arch->longrope;
+    /* YaRN: not with sliding-window layers (their own base and scale) */
+    const bool yarn = has_type && gguf_str_eq(st, "yarn") && m->arch->swa_pattern == 0;
+    if (has_type && !gguf_str_eq(st, "none") && !gguf_str_eq(st, "linear") && !longrope && !yarn)
+        return tutti_set_error("%s: %s = '%.*s' is not supported for architecture %s (only 'linear', 'none'%s)",
+                               m->path, key, (int)(st.len > 64 ? 64 : st.len), st.data, m->arch->name,
+                               m->arch->longrope ? ", 'longrope', 'yarn'" : m->arch->swa_pattern ? "" : ", 'yarn'");
+    hp->yarn_scale = 0;
+    if (!has_type || gguf_str_eq(st, "linear") || longrope || yarn) {
         float factor;
         if (get_float(m, "rope.scaling.factor", 0, &factor)) return TUTTI_ERR;
+        if (factor == 0 && get_float(m, "rope.scale_linear", 0, &factor)) return TUTTI_ERR; /* the old key */
         if (factor < 0) return tutti_set_error("%s: rope.scaling.factor = %g must be positive", m->path, factor);
         if (factor > 0 && factor != 1.0f) hp->rope_scale = 1.0f / factor;
     }
+    if (get_float(m, "rope.scaling.attn_factor", 1.0f, &hp->rope_attn_factor)) return TUTTI_ERR;
+    if (!(hp->rope_attn_factor > 0))
+        return tutti_set_error("%s: rope.scaling.attn_factor = %g must be positive", m->path, hp->rope_attn_factor);
+    if (yarn && hp->rope_scale != 1.0f) {
+        /* ggml's YaRN: magnitude 1 + 0.1 ln(factor) on the rotated dims, the
+         * position scale moves into per-frequency blends (session.c) */
+        hp->yarn_scale = hp->rope_scale;
+        hp->rope_attn_factor *= 1.0f + 0.1f * logf(1.0f / hp->rope_scale);
+        hp->rope_scale = 1.0f;
+    }
+    if (get_dim(m, "rope.scaling.original_context_length", false, hp->n_ctx_train, &hp->n_ctx_orig))
+        return TUTTI_ERR;
 
     hp->n_swa = 0;
-    if (m->arch->swa_pattern > 0 && get_dim(m, "attention.sliding_window", false, 0, &hp->n_swa)) return TUTTI_ERR;
+    hp->swa_pattern = m->arch->swa_pattern;
+    if (m->arch->swa_pattern > 0) {
+        /* 0: no window (gemma3; gemma2 would mask every key, llama.cpp computes NaN) */
+        snprintf(key, sizeof key, "%s.attention.sliding_window", m->arch->name);
+        uint32_t p;
+        if (gguf_find_key(m->gguf, key) >= 0 && gguf_get_u32(m->gguf, key, &p) && p == 0 &&
+            m->arch->swa_default == 0)
+            hp->n_swa = 0;
+        else if (get_dim(m, "attention.sliding_window", false, m->arch->swa_default, &hp->n_swa))
+            return TUTTI_ERR;
+        snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", m->arch->name);
+        if (gguf_find_key(m->gguf, key) >= 0) {
+            if (!gguf_get_u32(m->gguf, key, &p) || p > MAX_LAYERS)
+                return tutti_set_error("%s: metadata key %s must be one unsigned integer up to %d (per-layer "
+                                       "arrays are not supported)",
+                                       m->path, key, MAX_LAYERS);
+            hp->swa_pattern = (int32_t)p;
+        }
+    }
 
-    /* Standard scaled dot-product attention: 1/sqrt(d_k). */
-    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim_k);
+    /* Scaled dot-product attention: 1/sqrt(d_k), but 1/sqrt(n_embd/n_head)
+     * for the Gemma 27B models (told by their layer count, as llama.cpp does). */
+    const bool scale_embd = m->arch->n_layer_scale_embd > 0 && hp->n_layer == m->arch->n_layer_scale_embd;
+    hp->attn_scale = 1.0f / sqrtf((float)(scale_embd ? hp->n_embd / hp->n_head : hp->head_dim_k));
     return TUTTI_OK;
 }
 
 /* ---- tensors ---- */
 
-enum { W_REQUIRED = 0, W_OPTIONAL = 1, W_F32 = 2 };
+enum { W_REQUIRED = 0, W_OPTIONAL = 1, W_F32 = 2, W_ABSENT = 4 /* present = unsupported feature */ };
 
 static void fmt_shape(char *buf, size_t n, const int64_t *ne, uint32_t n_dims) {
     size_t o = 0;
@@ -156,6 +216,10 @@ static void fmt_shape(char *buf, size_t n, const int64_t *ne, uint32_t n_dims) {
 static int bind(const tutti_model *m, tutti_weight *w, const char *name, int64_t ne0, int64_t ne1, int flags) {
     memset(w, 0, sizeof *w);
     const gguf_tensor_info *t = gguf_find_tensor(m->gguf, name);
+    if (t && (flags & W_ABSENT))
+        return tutti_set_error("%s: tensor '%s' is present but its feature is not supported by tutti for "
+                               "architecture %s",
+                               m->path, name, m->arch->name);
     if (!t) {
         if (flags & W_OPTIONAL) return TUTTI_OK;
         return tutti_set_error("%s: tensor '%s' is missing (required for architecture %s)", m->path, name,
@@ -197,7 +261,10 @@ static int bind_layer(tutti_model *m, int il) {
     char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d." s, il), n)
     if (bind(m, &L->attn_norm, NAME("attn_norm.weight"), n_embd, 0, W_F32)) return TUTTI_ERR;
-    if (a->fused_qkv) {
+    /* phi3: fused attn_qkv, or attn_q/k/v as llama.cpp also accepts */
+    const bool fused = a->fused_qkv && (gguf_find_tensor(m->gguf, NAME("attn_qkv.weight")) ||
+                                        !gguf_find_tensor(m->gguf, NAME("attn_q.weight")));
+    if (fused) {
         if (bind(m, &L->wqkv, NAME("attn_qkv.weight"), n_embd, nq + nk + nv, W_REQUIRED)) return TUTTI_ERR;
     } else {
         if (bind(m, &L->wq, NAME("attn_q.weight"), n_embd, nq, W_REQUIRED) ||
@@ -230,34 +297,29 @@ static int bind_layer(tutti_model *m, int il) {
 #undef NAME
 
     /* Sliding window: local layers are il % p < p - 1 (see tutti_arch). */
-    const int p = a->swa_pattern;
-    const bool local = p > 0 && hp->n_swa > 0 && il % p < p - 1;
+    const int p = hp->swa_pattern;
+    const bool local = a->swa_pattern > 0 && hp->n_swa > 0 && (p == 0 || il % p < p - 1);
     L->n_swa = local ? hp->n_swa : 0;
-    L->rope_base = local && a->swa_local_rope_base ? hp->rope_base_swa : hp->rope_base;
+    L->rope_base = local ? hp->rope_base_swa : hp->rope_base;
     L->rope_scale = local && a->swa_local_rope_base ? 1.0f : hp->rope_scale;
     return TUTTI_OK;
 }
 
-/* Tensors that change the computation in ways not implemented: refusing
- * them beats silently computing something else. */
-static const char *const g_unsupported_tensors[] = {
-    "rope_factors_long.weight",  /* Phi-3 LongRoPE (128k variants) */
-    "rope_factors_short.weight",
-};
-
 static int bind_tensors(tutti_model *m) {
     tutti_hparams *hp = &m->hp;
-    for (size_t i = 0; i < sizeof g_unsupported_tensors / sizeof g_unsupported_tensors[0]; i++)
-        if (gguf_find_tensor(m->gguf, g_unsupported_tensors[i]))
-            return tutti_set_error("%s: tensor '%s' is present but its feature is not supported by tutti", m->path,
-                                   g_unsupported_tensors[i]);
+    /* Phi-3 LongRoPE divisors (llama.cpp reads them for phi3 only) */
+    const int lr = m->arch->longrope ? W_OPTIONAL | W_F32 : W_OPTIONAL | W_F32 | W_ABSENT;
+    if (bind(m, &m->rope_long, "rope_factors_long.weight", hp->n_rot / 2, 0, lr) ||
+        bind(m, &m->rope_short, "rope_factors_short.weight", hp->n_rot / 2, 0, lr))
+        return TUTTI_ERR;
     if (bind(m, &m->token_embd, "token_embd.weight", hp->n_embd, -1, W_REQUIRED)) return TUTTI_ERR;
     if (m->token_embd.n_rows < 1 || m->token_embd.n_rows > INT32_MAX)
         return tutti_set_error("%s: tensor 'token_embd.weight' has %" PRId64 " rows (vocabulary size)", m->path,
                                m->token_embd.n_rows);
     hp->n_vocab = (int32_t)m->token_embd.n_rows;
     if (bind(m, &m->output_norm, "output_norm.weight", hp->n_embd, 0, W_F32) ||
-        bind(m, &m->output, "output.weight", hp->n_embd, hp->n_vocab, W_OPTIONAL) ||
+        bind(m, &m->output, "output.weight", hp->n_embd, hp->n_vocab,
+             m->arch->no_output ? W_OPTIONAL | W_ABSENT : W_OPTIONAL) ||
         bind(m, &m->rope_freqs, "rope_freqs.weight", hp->n_rot / 2, 0, W_OPTIONAL | W_F32))
         return TUTTI_ERR;
     if (!m->output.data) {
@@ -489,10 +551,17 @@ void tutti_model_describe(const tutti_model *model, FILE *out) {
             hp->head_dim_k, hp->head_dim_v, hp->n_rot, hp->rms_eps, hp->rope_base,
             model->rope_freqs.data ? " with rope_freqs factors" : "", hp->rope_scale,
             model->arch->rope_mode == TUTTI_ROPE_NEOX ? ", neox" : ", normal");
+    if (hp->yarn_scale > 0 || hp->rope_attn_factor != 1.0f || model->rope_long.data)
+        fprintf(out, "  rope scaling:%s attn_factor %g, original context %d%s\n",
+                hp->yarn_scale > 0 ? " yarn," : "", hp->rope_attn_factor, hp->n_ctx_orig,
+                model->rope_long.data ? ", longrope factors (long above the original context)" : "");
     if (hp->n_swa) {
-        fprintf(out, "  sliding window %d on layers il %% %d < %d", hp->n_swa, model->arch->swa_pattern,
-                model->arch->swa_pattern - 1);
-        if (model->arch->swa_local_rope_base) fprintf(out, ", their rope base %g", hp->rope_base_swa);
+        if (hp->swa_pattern == 0)
+            fprintf(out, "  sliding window %d on every layer", hp->n_swa);
+        else
+            fprintf(out, "  sliding window %d on layers il %% %d < %d", hp->n_swa, hp->swa_pattern,
+                    hp->swa_pattern - 1);
+        fprintf(out, ", their rope base %g", hp->rope_base_swa);
         fprintf(out, "\n");
     }
     if (hp->attn_softcap > 0 || hp->final_softcap > 0)

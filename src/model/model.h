@@ -31,8 +31,25 @@ typedef struct tutti_arch {
     /* Sliding-window layer pattern: 0 = no sliding window; p > 0 = layer il
      * is local (window n_swa) when il % p < p - 1 and global otherwise
      * (gemma2: 2, gemma3: 6 = five local, one global). */
-    int swa_pattern;
-    bool swa_local_rope_base;   /* local layers use rope.freq_base_swa (gemma3) */
+    int swa_pattern;            /* default of attention.sliding_window_pattern */
+    /* Local layers use rope.freq_base_swa in both Gemmas; this flag: its
+     * default is 10000 (not rope.freq_base) and local layers are not
+     * position-scaled (gemma3). */
+    bool swa_local_rope_base;
+    int32_t swa_default;        /* attention.sliding_window when absent (gemma2: 4096; 0 = no window) */
+    /* Soft-capping as llama.cpp reads it: gemma2 caps attention scores and
+     * final logits (attn_logit_softcapping / final_logit_softcapping,
+     * defaults 50 and 30); gemma3 caps the final logits only when the key is
+     * there; the other architectures ignore both keys. */
+    bool softcap;
+    bool final_softcap_key;
+    /* block_count of the size whose query scale is 1/sqrt(n_embd/n_head)
+     * instead of 1/sqrt(head_dim) (Gemma 2 and 3 27B, after gemma_pytorch's
+     * query_pre_attn_scalar; llama.cpp decides the size by layer count). */
+    int32_t n_layer_scale_embd;
+    bool rot_full;              /* rope.dimension_count must equal head_dim (llama, qwen2, qwen3) */
+    bool no_output;             /* output.weight is refused: the output is always token_embd (gemma2) */
+    bool longrope;              /* rope_factors_long/short tensors (Phi-3 LongRoPE) */
     /* The 1/sqrt(head_dim) attention scale multiplies q (after rope) instead
      * of the scores (Gemma, Phi-3 in llama.cpp); the same in exact
      * arithmetic, but it decides what gets rounded to f16. */
@@ -84,7 +101,15 @@ typedef struct tutti_hparams {
     float rope_base;      /* rope.freq_base (default 10000) */
     float rope_base_swa;  /* rope.freq_base_swa (local layers, gemma3) */
     float rope_scale;     /* position multiplier = 1 / rope.scaling.factor (linear) */
+    float rope_attn_factor; /* rope.scaling.attn_factor: multiplies the rotated q and k dims (default 1;
+                               YaRN multiplies it by 1 + 0.1 ln(factor)) */
+    float yarn_scale;     /* rope.scaling.type yarn: 1 / rope.scaling.factor (0 = no YaRN; rope_scale is
+                             then 1 and the session folds the YaRN blend into its rope factors) */
+    int32_t n_ctx_orig;   /* rope.scaling.original_context_length (default n_ctx_train): a session
+                             with n_ctx above it uses Phi-3's long rope factors */
     int32_t n_swa;        /* attention.sliding_window (0 = none) */
+    int32_t swa_pattern;  /* attention.sliding_window_pattern p: layer il is local when il % p < p - 1
+                             (p = 0: every layer) */
     float attn_softcap;   /* attn_logit_softcapping (0 = off) */
     float final_softcap;  /* final_logit_softcapping (0 = off) */
     float attn_scale;     /* multiplier of q·k (1/sqrt(head_dim_k)) */
@@ -100,6 +125,7 @@ struct tutti_model {
     tutti_weight output;       /* [n_vocab][n_embd]; == token_embd when tied */
     bool tied;
     tutti_weight rope_freqs;   /* optional f32 [n_rot/2]: per-frequency divisors (Llama 3.1) */
+    tutti_weight rope_long, rope_short; /* optional f32 [n_rot/2]: Phi-3 LongRoPE divisors */
     tutti_layer *layers;       /* [n_layer] */
     tutti_vocab *vocab;        /* owned (tokenizer.ggml.* of the same file) */
     bool mapped;               /* weights point into an mmap of the file (not a caller's buffer) */
@@ -128,6 +154,9 @@ struct tutti_session {
     float *up;    /* [n_ff] */
     float *attn_scratch; /* [n_threads][tutti_attn_scratch_floats(n_ctx, ...)] */
     float *logits;       /* [n_vocab]: last evaluated position */
+    const float *rope_factors; /* rope frequency divisors [n_rot/2] or NULL (rope_freqs, or Phi-3's
+                                  long/short by n_ctx > n_ctx_orig, as llama.cpp; with YaRN: yarn_factors) */
+    float *yarn_factors;       /* owned [n_rot/2] when the model uses YaRN */
     bool has_logits;
 };
 

@@ -2,6 +2,7 @@
  * tutti_session_* calls.  All memory is allocated in tutti_session_new; eval
  * allocates nothing. */
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -26,6 +27,36 @@ static void *alloc3(size_t a, size_t b, size_t c, size_t size) {
     n *= c;
     if (n == 0) n = 1;
     return calloc(n, size);
+}
+
+/* YaRN as ggml's rope computes it (ext_factor 1, beta_fast 32, beta_slow 1):
+ * rotation i turns by theta_i · (s·(1 - mix_i) + mix_i), s = 1/factor,
+ * mix_i = 1 - clamp((i - lo) / max(0.001, hi - lo), 0, 1), where lo and hi
+ * are the rotations with 32 and 1 turns over the original context.  That
+ * blend does not depend on the position, so it becomes a frequency divisor
+ * of the existing ones. */
+static float yarn_corr_dim(int n_rot, int n_ctx_orig, float n_turns, float base) {
+    return (float)n_rot * logf((float)n_ctx_orig / (n_turns * 6.28318531f)) / (2.0f * logf(base));
+}
+
+static int yarn_factors(tutti_session *s) {
+    const tutti_hparams *hp = &s->model->hp;
+    const int n = hp->n_rot / 2;
+    s->yarn_factors = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    if (!s->yarn_factors) return tutti_set_error("tutti_session_new: out of memory");
+    float lo = floorf(yarn_corr_dim(hp->n_rot, hp->n_ctx_orig, 32.0f, hp->rope_base));
+    float hi = ceilf(yarn_corr_dim(hp->n_rot, hp->n_ctx_orig, 1.0f, hp->rope_base));
+    if (lo < 0) lo = 0;
+    if (hi > hp->n_rot - 1) hi = (float)(hp->n_rot - 1);
+    for (int i = 0; i < n; i++) {
+        float y = ((float)i - lo) / (hi - lo > 0.001f ? hi - lo : 0.001f);
+        y = y < 0 ? 0 : y > 1 ? 1 : y;
+        const float mix = 1.0f - y;
+        const float ff = s->rope_factors ? s->rope_factors[i] : 1.0f;
+        s->yarn_factors[i] = ff / (hp->yarn_scale * (1.0f - mix) + mix);
+    }
+    s->rope_factors = s->yarn_factors;
+    return TUTTI_OK;
 }
 
 tutti_session *tutti_session_new(const tutti_model *model, const tutti_session_params *params) {
@@ -57,6 +88,12 @@ tutti_session *tutti_session_new(const tutti_model *model, const tutti_session_p
     }
     s->model = model;
     s->n_ctx = p.n_ctx;
+    /* llama.cpp: rope_freqs if present, else Phi-3's long factors when the
+     * context exceeds the original one, else the short ones */
+    s->rope_factors = model->rope_freqs.data      ? model->rope_freqs.data
+                      : s->n_ctx > hp->n_ctx_orig ? model->rope_long.data
+                                                  : model->rope_short.data;
+    if (hp->yarn_scale > 0 && yarn_factors(s)) goto fail;
     s->n_ubatch = p.n_ctx < MAX_UBATCH ? p.n_ctx : MAX_UBATCH;
     const size_t ub = (size_t)s->n_ubatch;
     const size_t nq = (size_t)hp->n_head * hp->head_dim_k, nk = (size_t)hp->n_head_kv * hp->head_dim_k,
@@ -118,6 +155,7 @@ void tutti_session_free(tutti_session *s) {
     free(s->up);
     free(s->attn_scratch);
     free(s->logits);
+    free(s->yarn_factors);
     free(s);
 }
 
