@@ -178,7 +178,7 @@ int tutti_cmd_bench(int argc, char **argv) {
     int n_models = models.n;
     const char *const *model_paths = models.v;
     if (tutti_simd_init() != TUTTI_OK) {
-        fprintf(stderr, "tutti bench: %s\n", tutti_last_error());
+        cli_error("%s", tutti_last_error());
         return 1;
     }
     const char *kpath = tutti_simd_name(tutti_simd_current());
@@ -205,7 +205,7 @@ int tutti_cmd_bench(int argc, char **argv) {
         ep.parallel = parallel;
         tutti_ensemble *ens = tutti_ensemble_new(&ep);
         if (!ens) {
-            fprintf(stderr, "tutti bench: ensemble: %s\n", tutti_last_error());
+            cli_error("ensemble: %s", tutti_last_error());
             return 1;
         }
         tutti_sampler_params smp = tutti_sampler_default_params();
@@ -217,7 +217,7 @@ int tutti_cmd_bench(int argc, char **argv) {
         for (int r = -1; r < reps; r++) {
             if (tutti_ensemble_generate(ens, fuse_prompt, strlen(fuse_prompt), &smp, &mask, NULL, NULL, &es) !=
                 TUTTI_OK) {
-                fprintf(stderr, "tutti bench: fused generation: %s\n", tutti_last_error());
+                cli_error("fused generation: %s", tutti_last_error());
                 tutti_ensemble_free(ens);
                 return 1;
             }
@@ -240,7 +240,7 @@ int tutti_cmd_bench(int argc, char **argv) {
         tutti_model_params mp = tutti_model_default_params();
         tutti_model *m = tutti_model_load(model_paths[mi], &mp);
         if (!m) {
-            fprintf(stderr, "tutti bench: %s\n", tutti_last_error());
+            cli_error("%s", tutti_last_error());
             rc = 1;
             break;
         }
@@ -250,7 +250,7 @@ int tutti_cmd_bench(int argc, char **argv) {
         sp.n_ctx = n_pp + n_tg > 0 ? n_pp + n_tg : 16;
         tutti_session *s = tutti_session_new(m, &sp);
         if (!s) {
-            fprintf(stderr, "tutti bench: %s: %s\n", model_paths[mi], tutti_last_error());
+            cli_error("%s: %s", model_paths[mi], tutti_last_error());
             rc = 1;
             break;
         }
@@ -262,7 +262,7 @@ int tutti_cmd_bench(int argc, char **argv) {
             for (int r = -1; r < reps; r++) { /* r = -1: warm-up */
                 const double tps = test == 0 ? run_pp(s, m, n, ids) : run_tg(s, m, n);
                 if (tps < 0) {
-                    fprintf(stderr, "tutti bench: %s: %s\n", model_paths[mi], tutti_last_error());
+                    cli_error("%s: %s", model_paths[mi], tutti_last_error());
                     rc = 1;
                     break;
                 }
@@ -301,7 +301,7 @@ int tutti_cmd_bench(int argc, char **argv) {
                                      ? run_single_gen(m, n_threads, fuse_prompt, fused_units, false)
                                      : run_single_gen(m, n_threads, fuse_prompt, (int)member_tokens[mi], true);
                 if (t < 0) {
-                    fprintf(stderr, "tutti bench: %s: %s\n", model_paths[mi], tutti_last_error());
+                    cli_error("%s: %s", model_paths[mi], tutti_last_error());
                     rc = 1;
                 } else if (r >= 0) {
                     sum += t;

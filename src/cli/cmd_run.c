@@ -21,17 +21,7 @@
 
 static const char *g_rules[5], *g_aligns[5];
 
-const char ens_file_help[] =
-    "Ensemble file (-e FILE; `tutti fit` writes one):\n"
-    "  one member per line: MODEL [WEIGHT [TEMP]]  (WEIGHT a finite number, default uniform;\n"
-    "                       TEMP > 0, default 1), fields separated by spaces or tabs\n"
-    "  rule NAME            mix | product | gate | contrastive (--rule overrides it)\n"
-    "  align NAME           auto | token | byte | span (--align overrides it)\n"
-    "  # ...                a comment, anywhere on a line (also inside quotes: a path cannot\n"
-    "                       hold '#'); blank lines are skipped\n"
-    "  \"a b/c.gguf\" 0.5      double quotes keep spaces in a path (no escapes inside)\n"
-    "A relative MODEL path is relative to the ensemble file's folder. At most 16 members.\n"
-    "Members given with -m come after the file's; -w and --temps give values for all of them.\n";
+const char ens_file_help[] = ENS_FILE_HELP;
 
 void ens_args_init(ens_args *a) {
     memset(a, 0, sizeof *a);
@@ -184,7 +174,9 @@ int tutti_cmd_run(int argc, char **argv) {
         .description = "Fused generation of several models. The generated text alone goes to stdout; the seed,\n"
                        "speed (tokens/s) and per-member timings go to stderr.",
         .opts = opts,
-        .epilog = ens_file_help,
+        .epilog = "Ctrl-C stops the generation after the current token or byte: the text so far and the\n"
+                  "timings are printed and the exit status is 130. Exit status 2: bad flags or values;\n"
+                  "1: runtime error.\n\n" ENS_FILE_HELP,
     };
     int pr = cli_parse(&spec, argc, argv);
     if (pr != CLI_RUN) return pr;

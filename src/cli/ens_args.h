@@ -31,7 +31,19 @@ int ens_args_check(ens_args *a);
 /* Builds the ensemble (message printed on error). */
 tutti_ensemble *ens_args_build(ens_args *a, const char *cmd);
 void ens_args_free(ens_args *a);
-/* The ensemble file format, for --help. */
+/* The ensemble file format (the reader is tutti_ensemble_file_read in
+ * src/fusion/eval.c), for --help. */
+#define ENS_FILE_HELP                                                                          \
+    "Ensemble file (-e FILE; `tutti fit` writes one):\n"                                       \
+    "  one member per line: MODEL [WEIGHT [TEMP]]  (WEIGHT a finite number, default uniform;\n" \
+    "                       TEMP > 0, default 1), fields separated by spaces or tabs\n"        \
+    "  rule NAME            mix | product | gate | contrastive (--rule overrides it)\n"        \
+    "  align NAME           auto | token | byte | span (--align overrides it)\n"               \
+    "  # ...                a comment, anywhere on a line (also inside quotes: a path cannot\n" \
+    "                       hold '#'); blank lines are skipped\n"                              \
+    "  \"a b/c.gguf\" 0.5     double quotes keep spaces in a path (no escapes inside)\n"       \
+    "A relative MODEL path is relative to the ensemble file's folder. At most 16 members.\n"   \
+    "Members given with -m come after the file's; -w and --temps give values for all of them.\n"
 extern const char ens_file_help[];
 
 int tutti_cmd_run(int argc, char **argv);

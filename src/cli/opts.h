@@ -20,8 +20,28 @@
  * with cli_usage_error (exit 2); runtime failures use cli_error (exit 1).
  *
  * Tables nest: CLI_INCLUDE(table) splices another table in (e.g. the
- * sampling flags shared by generate and run), CLI_SECTION("title") starts a
- * titled group in --help. */
+ * ensemble flags of run/eval/fit, ens_args.h), CLI_SECTION("title") starts a
+ * titled group in --help; cli.h has the groups every command shares
+ * (CLI_SAMPLING_OPTS, CLI_THREADS_OPT, CLI_CTX_OPT).  Example (a server):
+ *
+ *     const char *model = NULL, *host = "127.0.0.1";
+ *     int32_t port = 8080, n_ctx = CLI_CTX_UNSET, n_threads = 0;
+ *     cli_opt opts[] = {
+ *         {"-m,--model", "FILE", CLI_T_STR, 0, 0, &model, "GGUF model file", "none", NULL, CLI_ONCE},
+ *         CLI_STR("--host", "ADDR", &host, "address to listen on", NULL),
+ *         CLI_INT("--port", "N", &port, 1, 65535, "TCP port", NULL),
+ *         CLI_THREADS_OPT(&n_threads),
+ *         CLI_CTX_OPT(&n_ctx, " per slot"),
+ *         CLI_END,
+ *     };
+ *     const cli_spec spec = {.name = "serve", .usage = "-m MODEL [options]",
+ *                            .description = "An HTTP server ...", .opts = opts};
+ *     int r = cli_parse(&spec, argc, argv);
+ *     if (r != CLI_RUN) return r;
+ *     if (!model) return cli_usage_error("need -m MODEL");
+ *
+ * Defaults shown by --help: opt.def when set, else the destination's value
+ * (so initialise destinations before cli_parse). */
 #ifndef TUTTI_CLI_OPTS_H
 #define TUTTI_CLI_OPTS_H
 
