@@ -388,6 +388,22 @@ static void test_flag_forms(void **state) {
     assert_null(strstr(err, "warning"));
     free(a);
     free(err);
+    /* TinyStories-656K's greedy story ends (EOS) after 108 tokens; --ignore-eos goes on */
+    const char *ts = shared_path("models/TinyStories-656K-Q8_0.gguf");
+    free(tutti(&st, &err, "generate -m %s -p 'Once upon a time' -n 140 --temp 0", ts));
+    assert_int_equal(st, 0);
+    g = strstr(err, "generated ");
+    assert_non_null(g);
+    int n_plain = atoi(g + 10);
+    free(err);
+    free(tutti(&st, &err, "generate -m %s -p 'Once upon a time' -n 140 --temp 0 --ignore-eos", ts));
+    assert_int_equal(st, 0);
+    g = strstr(err, "generated ");
+    assert_non_null(g);
+    print_message("656K greedy: %d tokens, --ignore-eos: %d\n", n_plain, atoi(g + 10));
+    assert_true(n_plain < 140);
+    assert_int_equal(atoi(g + 10), 140);
+    free(err);
     /* bench takes llama-bench's long names */
     a = tutti(&st, &err, "bench -m %s --n-prompt 8 --n-gen 4 --repetitions 1 --threads 1 --json", stories());
     assert_int_equal(st, 0);
@@ -860,6 +876,12 @@ static void test_eval_progress(void **state) {
     assert_int_equal(st, 0);
     assert_non_null(strstr(err, "tutti eval: scoring "));
     assert_non_null(strstr(err, " s\n"));
+    free(err);
+    free(tutti(&st, &err, "fit -m %s -m %s --text %s -t 1 --temp-grid 1", stories(),
+               shared_path("models/TinyStories-656K-Q8_0.gguf"), text));
+    print_message("%s", err);
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(err, "tutti fit: fitting on "));
     free(err);
     free(tutti(&st, &err, "eval -m %s -m %s --text %s -t 1 --quiet", stories(),
                shared_path("models/TinyStories-656K-Q8_0.gguf"), text));
