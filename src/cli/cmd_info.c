@@ -157,6 +157,8 @@ static void print_text(const cJSON *d, FILE *out) {
     if (np > 0) fprintf(out, "parameters: %.0f (%.3g M)\n", np, np / 1e6);
     else fprintf(out, "parameters: none (vocabulary-only file)\n");
     const cJSON *t = cJSON_GetObjectItem(d, "tokenizer");
+    if (cJSON_GetObjectItem(t, "error"))
+        fprintf(out, "tokenizer: cannot be loaded (%s)\n", cJSON_GetObjectItem(t, "error")->valuestring);
     if (cJSON_GetObjectItem(t, "type")) {
         fprintf(out, "tokenizer: %s (pre-tokenizer %s), %d tokens\n", cJSON_GetObjectItem(t, "type")->valuestring,
                 cJSON_GetObjectItem(t, "pre")->valuestring, (int)cJSON_GetObjectItem(t, "n_tokens")->valuedouble);
@@ -212,10 +214,11 @@ int cmd_info(int argc, char **argv) {
             cli_error("%s", tutti_last_error());
             goto done;
         }
-    } else if (!(vocab = tutti_vocab_load(model_path))) {
-        cli_error("%s (a file without tensors must at least hold a tokenizer)", tutti_last_error());
-        goto done;
     }
+    char vocab_err[1024] = "";
+    if (!model && !(vocab = tutti_vocab_load(model_path)))
+        /* still show the metadata; the tokenizer's problem is the error */
+        snprintf(vocab_err, sizeof vocab_err, "%s", tutti_last_error());
     const tutti_vocab *v = model ? tutti_model_vocab(model) : vocab;
     gguf_str ts;
     if (gguf_get_str(f, "tokenizer.chat_template", &ts) && (tmpl = malloc(ts.len + 1))) {
@@ -223,6 +226,7 @@ int cmd_info(int argc, char **argv) {
         tmpl[ts.len] = 0;
     }
     cJSON *d = describe(model_path, f, v, tmpl);
+    if (vocab_err[0]) cJSON_AddStringToObject(cJSON_GetObjectItem(d, "tokenizer"), "error", vocab_err);
     if (json) {
         if (model) {
             cJSON_AddStringToObject(d, "architecture", tutti_model_arch(model));
@@ -241,6 +245,7 @@ int cmd_info(int argc, char **argv) {
     }
     cJSON_Delete(d);
     rc = fflush(stdout) == 0 ? 0 : cli_error("cannot write the output");
+    if (vocab_err[0]) rc = cli_error("%s", vocab_err);
 done:
     free(tmpl);
     tutti_vocab_free(vocab);
