@@ -2,6 +2,9 @@
  * binary, TUTTI_CLI), compared with llama.cpp's reference outputs. */
 #include "test_common.h"
 
+#include <signal.h>
+#include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +13,7 @@
 
 #include "gguf/gguf.h"
 #include "gguf/gguf_write.h"
+#include <cJSON.h>
 
 /* Runs a shell command, captures stdout (malloc'd) and the exit status. */
 /* Value of "text" in the last line of a ref/models jsonl (no escapes other
@@ -34,6 +38,31 @@ static char *ref_text(const char *jsonl) {
     free(s);
     return out;
 }
+
+
+/* Runs `tutti ARGS` (printf-style; MODEL, BABY stand for nothing: give full
+ * paths), returns stdout (malloc'd); stderr goes to *err (malloc'd), the
+ * exit status to *st. */
+static char *tutti(int *st, char **err, const char *fmt, ...) {
+    char args[12288], cmd[16384], errp[] = "/tmp/tutti_cli_errXXXXXX";
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    int fd = mkstemp(errp);
+    assert_true(fd >= 0);
+    close(fd);
+    snprintf(cmd, sizeof cmd, "%s %s 2>%s", TUTTI_CLI, args, errp);
+    char *out = run_cmd(cmd, st);
+    char *e = read_file(errp, NULL);
+    unlink(errp);
+    assert_non_null(e);
+    if (err) *err = e;
+    else free(e);
+    return out;
+}
+
+static const char *stories(void) { return shared_path("models/stories260K.gguf"); }
 
 static void test_generate_greedy_matches_llama_cpp(void **state) {
     (void)state;
@@ -117,9 +146,11 @@ static void test_bad_input_exits_with_message(void **state) {
         {"logits -m MODEL --ids 1,99999 --out /dev/null", "1"},
         {"nosuchcommand", "2"},
         {"generate -m MODEL -p \"$(head -c 20000 /dev/zero | tr '\\0' a)\" -c 64", "1"},
-        {"run -m MODEL -m MODEL -p a -n 4 -w 1,nan", "1"},
-        {"run -m MODEL -m MODEL -p a -n 4 --temps 0,1", "1"},
-        {"run -m MODEL -m MODEL -p a -n 4 -w 1,2,3", "1"},
+        /* bad values are usage errors (2) in every command */
+        {"run -m MODEL -m MODEL -p a -n 4 -w 1,nan", "2"},
+        {"run -m MODEL -m MODEL -p a -n 4 --temps 0,1", "2"},
+        {"run -m MODEL -m MODEL -p a -n 4 -w 1,2,3", "2"},
+        {"run -m MODEL -p a --temp abc", "2"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char args[1024], cmd[4096];
@@ -248,7 +279,6 @@ static void test_hostile_inputs(void **state) {
     CASE(2, "-m given twice", "generate -m %s -m %s/ok-base.in -p a", stories, corpus);
     CASE(2, "in [1, 512]", "generate -m %s -p a -t 513", stories);
     CASE(1, "has 50 rows but the vocabulary", "info -m %s/vocab-lt-embd.in", corpus);
-    CASE(1, "has no tensors", "info -m %s", shared_path("models/vocab/ggml-vocab-llama3.gguf"));
     CASE(2, "-m given twice", "info -m %s -m %s", stories, stories);
 #undef CASE
     for (int i = 0; i < n; i++) {
@@ -308,6 +338,559 @@ static void test_run_one_member_equals_generate(void **state) {
     }
 }
 
+
+/* Issue 9: the same flag names in every command (llama.cpp's, the old ones
+ * as aliases), the --flag=value form, -n -1, -c 0, -s. */
+static void test_flag_forms(void **state) {
+    (void)state;
+    require_shared();
+    int st;
+    char *err;
+    /* --flag=value and -s are the same as --flag value and --seed */
+    char *a = tutti(&st, NULL, "generate -m %s -p 'Lily and Ben' -n 24 --seed 5", stories());
+    assert_int_equal(st, 0);
+    char *b = tutti(&st, NULL, "generate --model=%s --prompt='Lily and Ben' --n-predict=24 -s 5", stories());
+    assert_int_equal(st, 0);
+    assert_true(strlen(a) > 10);
+    assert_string_equal(a, b);
+    free(b);
+    b = tutti(&st, NULL, "run -m %s --align=token -p 'Lily and Ben' -n 24 --seed=5 --ctx-size 256", stories());
+    assert_int_equal(st, 0);
+    assert_string_equal(a, b);
+    free(a);
+    free(b);
+    /* the same bad value gets the same message from every command */
+    const char *cmds[] = {"generate -m %s -p a", "run -m %s -p a", "eval -m %s --text /dev/null",
+                          "fit -m %s --text /dev/null", "bench -m %s", "logits -m %s -p a -o /dev/null"};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        char fmt[256];
+        snprintf(fmt, sizeof fmt, "%s -t 0", cmds[i]);
+        free(tutti(&st, &err, fmt, stories()));
+        print_message("%s -> %d %s", fmt, st, err);
+        assert_int_equal(st, 2);
+        assert_non_null(strstr(err, "-t needs an integer in [1, 512], got '0'"));
+        free(err);
+        snprintf(fmt, sizeof fmt, "%s --threads=x", cmds[i]);
+        free(tutti(&st, &err, fmt, stories()));
+        assert_int_equal(st, 2);
+        assert_non_null(strstr(err, "--threads needs an integer in [1, 512], got 'x'"));
+        free(err);
+    }
+    /* -c 0: the trained context (2048); -n -1 with --ignore-eos: until it is full */
+    a = tutti(&st, &err, "generate -m %s -p 'Once upon a time' -n -1 -c 0 --ignore-eos --temp 0", stories());
+    print_message("%s", err);
+    assert_int_equal(st, 0);
+    char *p = strstr(err, "prompt 5 tokens"), *g = strstr(err, "generated ");
+    assert_non_null(p);
+    assert_non_null(g);
+    /* the last token is drawn from the logits of position 2047 and printed, not evaluated */
+    assert_int_equal(atoi(g + 10), 2048 - 5 + 1);
+    assert_null(strstr(err, "warning"));
+    free(a);
+    free(err);
+    /* TinyStories-656K's greedy story ends (EOS) after 108 tokens; --ignore-eos goes on */
+    const char *ts = shared_path("models/TinyStories-656K-Q8_0.gguf");
+    free(tutti(&st, &err, "generate -m %s -p 'Once upon a time' -n 140 --temp 0", ts));
+    assert_int_equal(st, 0);
+    g = strstr(err, "generated ");
+    assert_non_null(g);
+    int n_plain = atoi(g + 10);
+    free(err);
+    free(tutti(&st, &err, "generate -m %s -p 'Once upon a time' -n 140 --temp 0 --ignore-eos", ts));
+    assert_int_equal(st, 0);
+    g = strstr(err, "generated ");
+    assert_non_null(g);
+    print_message("656K greedy: %d tokens, --ignore-eos: %d\n", n_plain, atoi(g + 10));
+    assert_true(n_plain < 140);
+    assert_int_equal(atoi(g + 10), 140);
+    free(err);
+    /* bench takes llama-bench's long names */
+    a = tutti(&st, &err, "bench -m %s --n-prompt 8 --n-gen 4 --repetitions 1 --threads 1 --json", stories());
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(a, "\"test\":\"pp8\""));
+    free(a);
+    free(err);
+}
+
+/* The seed comes from getrandom(2), is printed ("seed: N"), and repeats the run. */
+static void test_seed_printed_and_repeatable(void **state) {
+    (void)state;
+    require_shared();
+    const char *cmds[] = {"generate -m %s -p 'Lily and Ben' -n 32", "run -m %s --align token -p 'Lily and Ben' -n 32"};
+    for (int c = 0; c < 2; c++) {
+        int st;
+        char *e1, *e2, *e3;
+        char *o1 = tutti(&st, &e1, cmds[c], stories());
+        assert_int_equal(st, 0);
+        char *o2 = tutti(&st, &e2, cmds[c], stories());
+        assert_int_equal(st, 0);
+        char *s1 = strstr(e1, "seed: "), *s2 = strstr(e2, "seed: ");
+        assert_non_null(s1);
+        assert_non_null(s2);
+        unsigned long long n1 = strtoull(s1 + 6, NULL, 10), n2 = strtoull(s2 + 6, NULL, 10);
+        print_message("seeds %llu %llu\n", n1, n2);
+        assert_true(n1 != n2); /* two runs in the same second still differ */
+        char fmt[256];
+        snprintf(fmt, sizeof fmt, "%s --seed %llu", cmds[c], n1);
+        char *o3 = tutti(&st, &e3, fmt, stories());
+        assert_int_equal(st, 0);
+        assert_string_equal(o3, o1);
+        assert_non_null(strstr(e3, "seed: "));
+        assert_int_equal(strtoull(strstr(e3, "seed: ") + 6, NULL, 10), n1);
+        free(o1), free(o2), free(o3), free(e1), free(e2), free(e3);
+    }
+}
+
+static void test_ctx_warning(void **state) {
+    (void)state;
+    require_shared();
+    int st;
+    char *err;
+    /* stories260K's trained context is 2048 (llama.cpp: print_info n_ctx_train = 2048) */
+    free(tutti(&st, &err, "generate -m %s -p a -n 2 -c 4096", stories()));
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(err, "warning: -c 4096 exceeds"));
+    assert_non_null(strstr(err, "2048"));
+    free(err);
+    free(tutti(&st, &err, "generate -m %s -p a -n 2 -c 2048", stories()));
+    assert_null(strstr(err, "warning"));
+    free(err);
+    free(tutti(&st, &err, "run -m %s -m %s -p a -n 2 -c 3000", stories(),
+               shared_path("models/BabyLlama-tok105/babyllama-tok105.gguf")));
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(err, "warning: -c 3000 exceeds member 1"));
+    free(err);
+}
+
+/* Prompt text as llama.cpp builds it (escapes, -f's trailing newline),
+ * compared with llama-completion's own prompt tokens
+ * (tests/data/cli/make_refs.sh). */
+static void test_prompt_text_matches_llama_cpp(void **state) {
+    (void)state;
+    require_shared();
+    char *refs = read_file(TUTTI_SOURCE_DIR "/tests/data/cli/prompt_ids.txt", NULL);
+    assert_non_null(refs);
+    char dir[] = "/tmp/tutti_cli_promptXXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char f1[600], f2[600];
+    snprintf(f1, sizeof f1, "%s/f1.txt", dir);
+    snprintf(f2, sizeof f2, "%s/f2.txt", dir);
+    FILE *f = fopen(f1, "w");
+    fputs("Once\\nupon a \\x41 time\\t\"x\"\n", f);
+    fclose(f);
+    f = fopen(f2, "w");
+    fputs("a b\n\n", f);
+    fclose(f);
+    struct {
+        const char *name;
+        char args[700];
+    } cases[] = {
+        {"p_escapes", "-p 'Tom\\nsaw \\x41\\x4g \\\"x\\\" \\q\\\\ \\t|\\x 1|\\x2'"},
+        {"p_trailing_backslash", "-p 'end\\'"},
+        {"p_no_escape", "--no-escape -p 'a\\nb\\x41'"},
+        {"f_escapes", ""},
+        {"f_two_newlines", ""},
+    };
+    snprintf(cases[3].args, sizeof cases[3].args, "-f %s", f1);
+    snprintf(cases[4].args, sizeof cases[4].args, "-f %s", f2);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "%s:", cases[i].name);
+        char *line = strstr(refs, key);
+        assert_non_null(line);
+        line += strlen(key);
+        char want[1024];
+        snprintf(want, sizeof want, "%.*s", (int)(strchr(line, '\n') - line), line);
+        int st;
+        char *err;
+        /* tokenize and generate --verbose-prompt see the same prompt */
+        char *got = tutti(&st, NULL, "tokenize -m %s %s", stories(), cases[i].args);
+        assert_int_equal(st, 0);
+        *strchr(got, '\n') = 0;
+        print_message("%s: %s | llama.cpp: %s\n", cases[i].name, got, want);
+        assert_string_equal(got, want);
+        free(got);
+        free(tutti(&st, &err, "generate -m %s %s -n 1 --verbose-prompt", stories(), cases[i].args));
+        assert_int_equal(st, 0);
+        char *pl = strstr(err, "prompt ids:");
+        assert_non_null(pl);
+        *strchr(pl, '\n') = 0;
+        assert_string_equal(pl + 11, want);
+        free(err);
+    }
+    unlink(f1);
+    unlink(f2);
+    rmdir(dir);
+    free(refs);
+    /* the BOS text with --special after the BOS the model adds: llama.cpp's warning */
+    int st;
+    char *err;
+    free(tutti(&st, &err, "generate -m %s -p '<s>Once' --special -n 1", stories()));
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(err, "2 BOS tokens"));
+    free(err);
+    free(tutti(&st, &err, "generate -m %s -p '<s>Once' -n 1", stories()));
+    assert_null(strstr(err, "2 BOS"));
+    free(err);
+}
+
+/* --stop cuts llama.cpp's greedy text at the stop string (not printed). */
+static void test_generate_stop(void **state) {
+    (void)state;
+    require_shared();
+    char *want = ref_text("ref/models/stories260K.p1.jsonl");
+    /* the last one with an escape: "red\x20ball" is "red ball" */
+    const char *stops[] = {"Lily", "play", "red\\x20ball"};
+    for (int k = 0; k < 3; k++) {
+        char stop[16];
+        snprintf(stop, sizeof stop, "%s", k == 2 ? "red ball" : stops[k]);
+        char *at = strstr(want, stop);
+        assert_non_null(at);
+        int st;
+        char *got = tutti(&st, NULL, "generate -m %s -p 'Once upon a time' -n 48 --temp 0 --stop '%s' --stop zzzz",
+                          stories(), stops[k]);
+        assert_int_equal(st, 0);
+        print_message("--stop %s: '%s'\n", stops[k], got);
+        assert_int_equal(strlen(got), (size_t)(at - want));
+        assert_memory_equal(got, want, (size_t)(at - want));
+        free(got);
+    }
+    free(want);
+}
+
+/* Ctrl-C: the current token finishes, the text so far and the timings are
+ * printed, exit 130. */
+static void test_sigint_stops_cleanly(void **state) {
+    (void)state;
+    require_shared();
+    const char *argvs[][16] = {
+        {"tutti", "generate", "-m", NULL, "-p", "Once", "-n", "-1", "-c", "400000", "--ignore-eos", "-t", "1", NULL},
+        {"tutti", "run", "-m", NULL, "--align", "token", "-p", "Once", "-n", "-1", "-c", "400000", "-t", "1", NULL},
+    };
+    for (int c = 0; c < 2; c++) {
+        char errp[] = "/tmp/tutti_cli_sigXXXXXX";
+        int efd = mkstemp(errp), pfd[2];
+        assert_true(efd >= 0);
+        assert_int_equal(pipe(pfd), 0);
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            char *av[16];
+            for (int i = 0; i < 16; i++) av[i] = argvs[c][i] ? (char *)argvs[c][i] : NULL;
+            av[3] = (char *)stories();
+            dup2(pfd[1], 1);
+            dup2(efd, 2);
+            close(pfd[0]);
+            execv(TUTTI_CLI, av);
+            _exit(99);
+        }
+        close(pfd[1]);
+        char buf[1 << 16];
+        size_t n = 0;
+        ssize_t r = read(pfd[0], buf, sizeof buf - 1); /* the generation has begun */
+        assert_true(r > 0);
+        n = (size_t)r;
+        usleep(200000);
+        kill(pid, SIGINT);
+        while (n < sizeof buf - 1 && (r = read(pfd[0], buf + n, sizeof buf - 1 - n)) > 0) n += (size_t)r;
+        buf[n] = 0;
+        close(pfd[0]);
+        int ws;
+        waitpid(pid, &ws, 0);
+        char *err = read_file(errp, NULL);
+        unlink(errp);
+        close(efd);
+        print_message("%s: %zu bytes out, stderr: %s\n", argvs[c][1], n, err);
+        assert_true(WIFEXITED(ws));
+        assert_int_equal(WEXITSTATUS(ws), 130);
+        assert_true(n > 0);
+        assert_non_null(strstr(err, "interrupted"));
+        assert_non_null(strstr(err, "tokens/s"));
+        free(err);
+    }
+}
+
+static void test_quiet_version_help(void **state) {
+    (void)state;
+    require_shared();
+    int st;
+    char *err;
+    char *out = tutti(&st, &err, "generate -m %s -p 'Lily and Ben' -n 16 --quiet", stories());
+    assert_int_equal(st, 0);
+    assert_true(strlen(out) > 10);
+    assert_string_equal(err, "");
+    free(out);
+    free(err);
+    out = tutti(&st, &err, "run -m %s -m %s -p 'Lily' -n 16 --quiet", stories(),
+                shared_path("models/BabyLlama-tok105/babyllama-tok105.gguf"));
+    assert_int_equal(st, 0);
+    assert_string_equal(err, "");
+    free(out);
+    free(err);
+    const char *cmds[] = {"", "generate", "run", "eval", "fit", "bench", "logits", "tokenize", "info"};
+    char *first = NULL;
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        out = tutti(&st, NULL, "%s --version", cmds[i]);
+        assert_int_equal(st, 0);
+        assert_true(!strncmp(out, "tutti ", 6));
+        if (!first) first = strdup(out);
+        assert_string_equal(out, first);
+        free(out);
+        if (!*cmds[i]) continue;
+        /* every flag line of --help gives its default */
+        out = tutti(&st, NULL, "%s --help", cmds[i]);
+        assert_int_equal(st, 0);
+        int n_flags = 0;
+        for (char *l = out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+            if (strncmp(l, "  -", 3) && strncmp(l, "      --", 8)) continue;
+            char *e = strchr(l, '\n');
+            size_t len = e ? (size_t)(e - l) : strlen(l);
+            /* a flag's help may go on over several lines: up to the next flag */
+            char *next = e;
+            while (next && next[1] == ' ' && !(next[1 + 2] == '-' || !strncmp(next + 1, "      --", 8))) {
+                next = strchr(next + 1, '\n');
+                if (!next) break;
+            }
+            size_t span = next ? (size_t)(next - l) : strlen(l);
+            char one[2048];
+            snprintf(one, sizeof one, "%.*s", (int)(span < sizeof one - 1 ? span : sizeof one - 1), l);
+            bool builtin = strstr(one, "--help") || strstr(one, "--version") || strstr(one, "--quiet") ||
+                           strstr(one, "--no-");
+            if (!builtin && !strstr(one, "(default: ")) fail_msg("tutti %s --help: no default in '%s'", cmds[i], one);
+            n_flags++;
+            (void)len;
+        }
+        print_message("%s --help: %d flags\n", cmds[i], n_flags);
+        assert_true(n_flags >= 4);
+        free(out);
+    }
+    free(first);
+}
+
+/* One prefix per message: "tutti CMD: ...", never twice, never "error: error:". */
+static void test_messages_have_one_prefix(void **state) {
+    (void)state;
+    require_shared();
+    struct {
+        const char *cmd, *fmt;
+    } cases[] = {
+        {"run", "run -m %s --rule nope -p a"},
+        {"run", "run -m %s -p a -n x"},
+        {"run", "run -m /nonexistent.gguf -p a"},
+        {"run", "run -e /nonexistent.ens -p a"},
+        {"eval", "eval -m %s --text /nonexistent"},
+        {"eval", "eval -m /nonexistent.gguf --text /dev/null"},
+        {"fit", "fit -m %s --text /dev/null --temp-grid 0,x"},
+        {"bench", "bench -m %s -p x"},
+        {"generate", "generate -m /nonexistent.gguf -p a"},
+        {"info", "info -m /nonexistent.gguf"},
+        {"tokenize", "tokenize -m /nonexistent.gguf -p a"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int st;
+        char *err;
+        free(tutti(&st, &err, cases[i].fmt, stories()));
+        char want[64], twice[128];
+        snprintf(want, sizeof want, "tutti %s: ", cases[i].cmd);
+        snprintf(twice, sizeof twice, "tutti %s: tutti", cases[i].cmd);
+        print_message("%s -> %d: %s", cases[i].fmt, st, err);
+        assert_true(st == 1 || st == 2);
+        if (strncmp(err, want, strlen(want))) fail_msg("'%s' does not start with '%s'", err, want);
+        assert_null(strstr(err, twice));
+        assert_null(strstr(err, "error: error"));
+        assert_null(strstr(err + 1, "tutti: "));
+        free(err);
+    }
+}
+
+/* tutti info: a vocabulary-only file, and --json (parsed by cJSON).
+ * Expected values: Llama 3's published special ids (BOS 128000
+ * <|begin_of_text|>, EOS 128001, EOT 128009 <|eot_id|>) and llama.cpp's
+ * print_info for stories260K (model params = 292.80 K, BOS 1 '<s>', EOS 2). */
+static void test_info(void **state) {
+    (void)state;
+    require_shared();
+    int st;
+    char *err;
+    const char *l3 = shared_path("models/vocab/ggml-vocab-llama3.gguf");
+    char *out = tutti(&st, &err, "info -m %s", l3);
+    print_message("%s%s", out, err);
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(out, "bos: 128000 '<|begin_of_text|>'"));
+    assert_non_null(strstr(out, "eot: 128009 '<|eot_id|>'"));
+    assert_non_null(strstr(out, "add_bos: true"));
+    assert_non_null(strstr(out, "chat template ("));
+    assert_non_null(strstr(out, "general.name: "));
+    free(out);
+    free(err);
+    out = tutti(&st, NULL, "info -m %s --json", l3);
+    assert_int_equal(st, 0);
+    cJSON *j = cJSON_Parse(out);
+    assert_non_null(j);
+    cJSON *tok = cJSON_GetObjectItem(j, "tokenizer");
+    assert_int_equal((int)cJSON_GetObjectItem(tok, "bos_id")->valuedouble, 128000);
+    assert_int_equal((int)cJSON_GetObjectItem(tok, "eos_id")->valuedouble, 128001);
+    assert_int_equal((int)cJSON_GetObjectItem(tok, "eot_id")->valuedouble, 128009);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItem(tok, "add_bos")));
+    /* the template exactly as stored in the file */
+    gguf_file *g = gguf_open(l3);
+    gguf_str ts;
+    assert_true(gguf_get_str(g, "tokenizer.chat_template", &ts));
+    const cJSON *ct = cJSON_GetObjectItem(j, "chat_template");
+    assert_true(cJSON_IsString(ct));
+    assert_int_equal(strlen(ct->valuestring), ts.len);
+    assert_memory_equal(ct->valuestring, ts.data, ts.len);
+    gguf_close(g);
+    assert_int_equal((int)cJSON_GetObjectItem(j, "n_params")->valuedouble, 0);
+    cJSON_Delete(j);
+    free(out);
+    out = tutti(&st, NULL, "info -m %s --json", stories());
+    assert_int_equal(st, 0);
+    j = cJSON_Parse(out);
+    assert_non_null(j);
+    assert_int_equal((int)cJSON_GetObjectItem(j, "n_params")->valuedouble, 292800);
+    tok = cJSON_GetObjectItem(j, "tokenizer");
+    assert_int_equal((int)cJSON_GetObjectItem(tok, "bos_id")->valuedouble, 1);
+    assert_string_equal(cJSON_GetObjectItem(tok, "bos")->valuestring, "<s>");
+    assert_int_equal((int)cJSON_GetObjectItem(tok, "eos_id")->valuedouble, 2);
+    assert_true(cJSON_IsNull(cJSON_GetObjectItem(j, "chat_template")));
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "general"), "general.architecture")->valuestring,
+                        "llama");
+    cJSON_Delete(j);
+    free(out);
+    out = tutti(&st, NULL, "info -m %s", stories());
+    assert_non_null(strstr(out, "chat template: none"));
+    assert_non_null(strstr(out, "parameters: 292800"));
+    free(out);
+}
+
+/* JSON output stays valid for any file name (quotes, backslashes, control
+ * characters); ensemble files as documented (relative paths, quotes,
+ * comments, rule/align lines); bench --fused --align. */
+static void test_json_and_ensemble_files(void **state) {
+    (void)state;
+    require_shared();
+    char dir[] = "/tmp/tutti_cli_jsonXXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char odd[700], ens[700], link2[700];
+    snprintf(odd, sizeof odd, "%s/a\"b\\c\td.gguf", dir);
+    snprintf(link2, sizeof link2, "%s/my model.gguf", dir);
+    assert_int_equal(symlink(stories(), odd), 0);
+    assert_int_equal(symlink(shared_path("models/BabyLlama-tok105/babyllama-tok105.gguf"), link2), 0);
+    char text[700];
+    snprintf(text, sizeof text, "%s/t.txt", dir);
+    FILE *f = fopen(text, "w");
+    fputs("Tom had a red ball. He liked to play with it in the park.\n", f);
+    fclose(f);
+    int st;
+    char *err;
+    char *out = tutti(&st, &err, "bench -m '%s' -p 8 -n 4 -r 1 -t 1 --json", odd);
+    print_message("%s%s", out, err);
+    assert_int_equal(st, 0);
+    int lines = 0;
+    for (char *l = out; *l; lines++) {
+        char *e = strchr(l, '\n');
+        assert_non_null(e);
+        *e = 0;
+        cJSON *j = cJSON_Parse(l);
+        if (!j) fail_msg("not JSON: %s", l);
+        assert_string_equal(cJSON_GetObjectItem(j, "model")->valuestring, strrchr(odd, '/') + 1);
+        cJSON_Delete(j);
+        l = e + 1;
+    }
+    assert_int_equal(lines, 2);
+    free(out);
+    free(err);
+    out = tutti(&st, NULL, "eval -m '%s' --text %s --json", odd, text);
+    assert_int_equal(st, 0);
+    cJSON *j = cJSON_Parse(out);
+    assert_non_null(j);
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "members"), 0), "model")->valuestring,
+                        odd);
+    cJSON_Delete(j);
+    free(out);
+    /* an ensemble file: relative paths (to the file's folder), quotes, comments, rule/align */
+    snprintf(ens, sizeof ens, "%s/team.ens", dir);
+    f = fopen(ens, "w");
+    fprintf(f, "# two members\n\n  rule product   # the rule\nalign byte\n\"my model.gguf\" 0.25 1.5\n%s 0.75\n",
+            stories());
+    fclose(f);
+    out = tutti(&st, &err, "eval -e %s --text %s --json", ens, text);
+    print_message("%s%s", out, err);
+    assert_int_equal(st, 0);
+    j = cJSON_Parse(out);
+    assert_non_null(j);
+    cJSON *m = cJSON_GetObjectItem(j, "members");
+    assert_int_equal(cJSON_GetArraySize(m), 2);
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(m, 0), "model")->valuestring, link2);
+    assert_true(fabs(cJSON_GetObjectItem(cJSON_GetArrayItem(m, 0), "temp")->valuedouble - 1.5) < 1e-6);
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "ensemble"), "rule")->valuestring, "product");
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "ensemble"), "align")->valuestring, "byte");
+    cJSON_Delete(j);
+    free(out);
+    free(err);
+    /* the format is documented where users look */
+    out = tutti(&st, NULL, "run --help");
+    assert_non_null(strstr(out, "Ensemble file"));
+    assert_non_null(strstr(out, "relative to the ensemble file's folder"));
+    assert_non_null(strstr(out, "rule NAME"));
+    free(out);
+    /* bench --fused --align byte over two vocabularies */
+    out = tutti(&st, &err, "bench -m %s -m '%s' --fused --align byte -p 0 -n 8 -r 1 -t 1 --json", stories(), link2);
+    print_message("%s%s", out, err);
+    assert_int_equal(st, 0);
+    char *last = strstr(out, "{\"test\":\"fused");
+    assert_non_null(last);
+    j = cJSON_Parse(last);
+    assert_non_null(j);
+    assert_string_equal(cJSON_GetObjectItem(j, "align")->valuestring, "byte");
+    assert_true(cJSON_GetObjectItem(j, "ratio")->valuedouble > 0);
+    cJSON_Delete(j);
+    free(out);
+    free(err);
+    unlink(odd);
+    unlink(link2);
+    unlink(text);
+    unlink(ens);
+    rmdir(dir);
+}
+
+/* eval and fit say they are working when they take longer than a second. */
+static void test_eval_progress(void **state) {
+    (void)state;
+    require_shared();
+    char text[] = "/tmp/tutti_cli_evalXXXXXX";
+    int fd = mkstemp(text);
+    assert_true(fd >= 0);
+    close(fd);
+    char cmd[2048];
+    const char *dev = shared_path("eval/stories-dev.txt");
+    snprintf(cmd, sizeof cmd, "cat %s %s > %s", dev, dev, text);
+    int st;
+    free(run_cmd(cmd, &st));
+    char *err;
+    /* about 3 s on one thread */
+    free(tutti(&st, &err, "eval -m %s -m %s --text %s -t 1", stories(), shared_path("models/TinyStories-656K-Q8_0.gguf"),
+               text));
+    print_message("%s", err);
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(err, "tutti eval: scoring "));
+    assert_non_null(strstr(err, " s\n"));
+    free(err);
+    free(tutti(&st, &err, "fit -m %s -m %s --text %s -t 1 --temp-grid 1", stories(),
+               shared_path("models/TinyStories-656K-Q8_0.gguf"), text));
+    print_message("%s", err);
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(err, "tutti fit: fitting on "));
+    free(err);
+    free(tutti(&st, &err, "eval -m %s -m %s --text %s -t 1 --quiet", stories(),
+               shared_path("models/TinyStories-656K-Q8_0.gguf"), text));
+    assert_int_equal(st, 0);
+    assert_string_equal(err, "");
+    free(err);
+    unlink(text);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_generate_greedy_matches_llama_cpp),
@@ -319,6 +902,17 @@ int main(void) {
         cmocka_unit_test(test_run_member_leaves),
         cmocka_unit_test(test_run_one_member_equals_generate),
         cmocka_unit_test(test_hostile_inputs),
+        cmocka_unit_test(test_flag_forms),
+        cmocka_unit_test(test_seed_printed_and_repeatable),
+        cmocka_unit_test(test_ctx_warning),
+        cmocka_unit_test(test_prompt_text_matches_llama_cpp),
+        cmocka_unit_test(test_generate_stop),
+        cmocka_unit_test(test_sigint_stops_cleanly),
+        cmocka_unit_test(test_quiet_version_help),
+        cmocka_unit_test(test_messages_have_one_prefix),
+        cmocka_unit_test(test_info),
+        cmocka_unit_test(test_json_and_ensemble_files),
+        cmocka_unit_test(test_eval_progress),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

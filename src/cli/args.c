@@ -1,5 +1,4 @@
 #include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,58 +8,6 @@
 #include "cli/cli.h"
 
 const char *cli_cmd = "";
-
-bool cli_str(int argc, char **argv, int *i, const char **out) {
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "tutti %s: %s needs a value\n", cli_cmd, argv[*i]);
-        return false;
-    }
-    *out = argv[++*i];
-    return true;
-}
-
-bool cli_int(int argc, char **argv, int *i, int64_t lo, int64_t hi, int32_t *out) {
-    const char *flag = argv[*i], *v;
-    if (!cli_str(argc, argv, i, &v)) return false;
-    char *end;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (errno || end == v || *end || x < lo || x > hi) {
-        fprintf(stderr, "tutti %s: %s needs an integer in [%lld, %lld], got '%s'\n", cli_cmd, flag,
-                (long long)lo, (long long)hi, v);
-        return false;
-    }
-    *out = (int32_t)x;
-    return true;
-}
-
-bool cli_u64(int argc, char **argv, int *i, uint64_t *out) {
-    const char *flag = argv[*i], *v;
-    if (!cli_str(argc, argv, i, &v)) return false;
-    char *end;
-    errno = 0;
-    unsigned long long x = strtoull(v, &end, 10);
-    if (errno || end == v || *end || v[0] == '-') {
-        fprintf(stderr, "tutti %s: %s needs a non-negative integer, got '%s'\n", cli_cmd, flag, v);
-        return false;
-    }
-    *out = x;
-    return true;
-}
-
-bool cli_float(int argc, char **argv, int *i, float lo, float hi, float *out) {
-    const char *flag = argv[*i], *v;
-    if (!cli_str(argc, argv, i, &v)) return false;
-    char *end;
-    errno = 0;
-    float x = strtof(v, &end);
-    if (errno || end == v || *end || !(x >= lo && x <= hi)) {
-        fprintf(stderr, "tutti %s: %s needs a number in [%g, %g], got '%s'\n", cli_cmd, flag, lo, hi, v);
-        return false;
-    }
-    *out = x;
-    return true;
-}
 
 bool cli_ids(const char *s, int32_t **ids, int32_t *n) {
     int32_t cap = 16, m = 0;
@@ -94,14 +41,14 @@ bool cli_ids(const char *s, int32_t **ids, int32_t *n) {
 char *cli_read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        fprintf(stderr, "tutti %s: cannot open %s: %s\n", cli_cmd, path, strerror(errno));
+        cli_error("cannot open %s: %s", path, strerror(errno));
         return NULL;
     }
     /* fopen succeeds on a directory and fread then just returns 0: without
      * this check a directory would read as an empty text. */
     struct stat st;
     if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "tutti %s: %s is a directory, not a file\n", cli_cmd, path);
+        cli_error("%s is a directory, not a file", path);
         fclose(f);
         return NULL;
     }
@@ -119,14 +66,14 @@ char *cli_read_file(const char *path, size_t *len) {
         if (r == 0) break;
     }
     if (buf && ferror(f)) {
-        fprintf(stderr, "tutti %s: error reading %s: %s\n", cli_cmd, path, strerror(errno));
+        cli_error("error reading %s: %s", path, strerror(errno));
         free(buf);
         fclose(f);
         return NULL;
     }
     fclose(f);
     if (!buf) {
-        fprintf(stderr, "tutti %s: out of memory reading %s\n", cli_cmd, path);
+        cli_error("out of memory reading %s", path);
         return NULL;
     }
     buf[n] = 0;
@@ -146,7 +93,7 @@ int32_t *cli_tokenize(const tutti_vocab *vocab, const char *text, size_t len, bo
         n = ids ? tutti_tokenize(vocab, text, len, add_bos, parse_special, ids, cap) : TUTTI_ERR_SIZE;
     }
     if (n < 0) {
-        fprintf(stderr, "tutti %s: tokenizing failed: %s\n", cli_cmd, tutti_last_error());
+        cli_error("tokenizing failed: %s", tutti_last_error());
         free(ids);
         return NULL;
     }

@@ -10,15 +10,17 @@
  * deviation of tokens/s are printed (llama-bench does the same).  The
  * session has n_ctx = pp + tg, like llama-bench's context.
  *
- * With --fused and several -m (same vocabulary), it also times a fused
- * generation of the members (token alignment, MIX rule, greedy, up to tg
- * tokens; it may stop earlier at an end-of-text token) and compares its
- * wall time with the sum over members of their single-model greedy
- * generation times for the same prompt and the same number of tokens as the
- * fused run produced, all after a warm-up, means of the repetitions.
+ * With --fused and several -m, it also times a fused generation of the
+ * members (--align, default token: same vocabulary; MIX rule, greedy, up to
+ * tg units; it may stop earlier at end of text) and compares its wall time
+ * with the sum over members of their single-model greedy generation times
+ * for the same prompt and the same number of tokens as the fused run
+ * produced (byte/span alignment: as many tokens as each member ran in the
+ * fused run), all after a warm-up, means of the repetitions.
  *
  * Peak RSS is the process's maximum resident set (getrusage), mapped weight
  * pages included, as for llama-bench when it mmaps the file. */
+#include <cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +28,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "cli/cli.h"
 #include "quant/vecdot.h"
 #include "tutti.h"
 
@@ -43,31 +46,6 @@ static double peak_rss_mib(void) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     return (double)ru.ru_maxrss / 1024.0; /* Linux: KiB */
-}
-
-static void usage(FILE *out) {
-    fprintf(out,
-            "usage: tutti bench -m MODEL.gguf [-m MODEL2.gguf ...] [options]\n"
-            "  -t N        threads (default 2)\n"
-            "  -p N        prompt-processing test: one batch of N tokens (default 512; 0 = skip)\n"
-            "  -n N        generation test: N single-token evals (default 128; 0 = skip)\n"
-            "  -r N        repetitions after one warm-up (default 3)\n"
-            "  --fused     also time fused generation of all -m members (same vocabulary)\n"
-            "              against the sum of their single-model generation times\n"
-            "  --parallel N  ensemble scheduling: 0 default, 1 members in turn, 2 concurrent\n"
-            "  --json      one JSON object per line instead of a table\n"
-            "TUTTI_KERNELS=scalar|avx2|avx512|neon forces a kernel path.\n");
-}
-
-static int parse_int(const char *opt, const char *v, int lo, int hi, int *out) {
-    char *end = NULL;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || !*v || *end || x < lo || x > hi) {
-        fprintf(stderr, "tutti bench: %s needs an integer in %d..%d, got '%s'\n", opt, lo, hi, v ? v : "");
-        return -1;
-    }
-    *out = (int)x;
-    return 0;
 }
 
 static uint64_t g_seed = 88172645463325252ULL;
@@ -118,8 +96,10 @@ static double run_tg(tutti_session *s, const tutti_model *m, int n_tg) {
 }
 
 /* Greedy single-model generation of n tokens after a prompt (the single-
- * model counterpart of the fused run); returns wall seconds or < 0. */
-static double run_single_gen(const tutti_model *m, int n_threads, const char *prompt, int n_gen) {
+ * model counterpart of the fused run); returns wall seconds or < 0.  With
+ * total, n_gen counts the prompt's tokens too (byte/span alignment: the
+ * tokens the member ran in the fused run). */
+static double run_single_gen(const tutti_model *m, int n_threads, const char *prompt, int n_gen, bool total) {
     tutti_session_params sp = tutti_session_default_params();
     sp.n_threads = n_threads;
     sp.n_ctx = 512 + n_gen;
@@ -129,7 +109,8 @@ static double run_single_gen(const tutti_model *m, int n_threads, const char *pr
     int32_t ids[512];
     const int32_t n = tutti_tokenize(v, prompt, strlen(prompt), tutti_vocab_add_bos(v), false, ids, 512);
     double t = -1;
-    if (n > 0) {
+    if (total) n_gen = n_gen - n > 1 ? n_gen - n : 1;
+    if (n > 0 && n + n_gen <= sp.n_ctx) {
         const double t0 = now_s();
         int ok = tutti_session_eval(s, ids, n, NULL) == TUTTI_OK;
         const int32_t n_vocab = tutti_model_n_vocab(m);
@@ -146,60 +127,58 @@ static double run_single_gen(const tutti_model *m, int n_threads, const char *pr
     return t;
 }
 
+static double round3(double x) { return isfinite(x) ? round(x * 1e3) / 1e3 : x; }
+
+/* One JSON object per line (cJSON escapes every string). */
+static void print_json(cJSON *o) {
+    char *s = cJSON_PrintUnformatted(o);
+    if (s) printf("%s\n", s);
+    free(s);
+    cJSON_Delete(o);
+}
+
 static const char *base_name(const char *p) {
     const char *s = strrchr(p, '/');
     return s ? s + 1 : p;
 }
 
 int tutti_cmd_bench(int argc, char **argv) {
-    const char *models[BENCH_MAX_MODELS];
-    int n_models = 0, n_threads = 2, n_pp = 512, n_tg = 128, reps = 3, parallel = 0;
+    cli_strs models = {.n = 0};
+    int32_t n_threads = 2, n_pp = 512, n_tg = 128, reps = 3, parallel = 0;
+    int align = TUTTI_ALIGN_TOKEN;
     bool fused = false, json = false;
-    /* argv[0] is the first option (main.c strips "tutti bench") */
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") && v) {
-            if (n_models == BENCH_MAX_MODELS) {
-                fprintf(stderr, "tutti bench: at most %d models\n", BENCH_MAX_MODELS);
-                return 2;
-            }
-            models[n_models++] = v;
-            i++;
-        } else if (!strcmp(a, "-t") && v) {
-            if (parse_int(a, v, 1, 512, &n_threads)) return 2;
-            i++;
-        } else if (!strcmp(a, "-p") && v) {
-            if (parse_int(a, v, 0, 65536, &n_pp)) return 2;
-            i++;
-        } else if (!strcmp(a, "-n") && v) {
-            if (parse_int(a, v, 0, 65536, &n_tg)) return 2;
-            i++;
-        } else if (!strcmp(a, "-r") && v) {
-            if (parse_int(a, v, 1, 64, &reps)) return 2;
-            i++;
-        } else if (!strcmp(a, "--parallel") && v) {
-            if (parse_int(a, v, 0, 2, &parallel)) return 2;
-            i++;
-        } else if (!strcmp(a, "--fused")) {
-            fused = true;
-        } else if (!strcmp(a, "--json")) {
-            json = true;
-        } else {
-            fprintf(stderr, "tutti bench: unknown or incomplete option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (n_models == 0) {
-        usage(stderr);
-        return 2;
-    }
+    static const char *aligns[5];
+    for (int k = 0; k < 4; k++) aligns[k] = tutti_align_name((tutti_align)k);
+    const cli_opt opts[] = {
+        CLI_STRS("-m,--model", "FILE", &models, "a GGUF model (repeat to bench several; up to 8)"),
+        CLI_INT("-t,--threads", "N", &n_threads, 1, CLI_MAX_THREADS, "worker threads", NULL),
+        CLI_INT("-p,--n-prompt", "N", &n_pp, 0, 65536, "prompt-processing test: one batch of N tokens, 0 = skip", NULL),
+        CLI_INT("-n,--n-gen", "N", &n_tg, 0, 65536, "generation test: N single-token evals, 0 = skip", NULL),
+        CLI_INT("-r,--repetitions", "N", &reps, 1, 64, "repetitions after one warm-up", NULL),
+        CLI_FLAG("--fused", &fused, "also time fused generation of all -m members against the sum\n"
+                                    "of their single-model generation times"),
+        CLI_CHOICE("--align", "ALIGN", &align, aligns, "--fused: auto | token | byte | span", NULL),
+        CLI_INT("--parallel", "N", &parallel, 0, 2, "--fused: 0 default, 1 members in turn, 2 concurrently", NULL),
+        CLI_FLAG("--json", &json, "one JSON object per line instead of a table"),
+        CLI_END,
+    };
+    const cli_spec spec = {
+        .name = "bench",
+        .usage = "-m MODEL.gguf [-m MODEL2.gguf ...] [options]",
+        .description = "Prompt-processing and generation speed (tokens/s) and peak RSS, measured as llama-bench\n"
+                       "does (same flag names: -p, -n, -r, -t).",
+        .opts = opts,
+        .epilog = "TUTTI_KERNELS=scalar|avx2|avx512|neon forces a kernel path.",
+    };
+    int pr = cli_parse(&spec, argc, argv);
+    if (pr != CLI_RUN) return pr;
+    if (models.n == 0) return cli_usage_error("need -m MODEL (see tutti bench --help)");
+    if (models.n > BENCH_MAX_MODELS) return cli_usage_error("at most %d models", BENCH_MAX_MODELS);
+    if (fused && models.n < 2) return cli_usage_error("--fused needs at least two -m members");
+    int n_models = models.n;
+    const char *const *model_paths = models.v;
     if (tutti_simd_init() != TUTTI_OK) {
-        fprintf(stderr, "tutti bench: %s\n", tutti_last_error());
+        cli_error("%s", tutti_last_error());
         return 1;
     }
     const char *kpath = tutti_simd_name(tutti_simd_current());
@@ -210,22 +189,23 @@ int tutti_cmd_bench(int argc, char **argv) {
     /* fused generation first: its length (it may stop at an end-of-text
      * token) is the length of the single-model runs below */
     int fused_units = 0;
+    int64_t member_tokens[BENCH_MAX_MODELS] = {0};
     double fused_mean = 0, fused_sd = 0, fused_fwd = 0, fused_fusion = 0;
     if (fused && n_models >= 2 && n_tg > 0) {
         tutti_member_desc md[BENCH_MAX_MODELS];
         for (int mi = 0; mi < n_models; mi++)
-            md[mi] = (tutti_member_desc){.model_path = models[mi], .weight = NAN, .temp = NAN};
+            md[mi] = (tutti_member_desc){.model_path = model_paths[mi], .weight = NAN, .temp = NAN};
         tutti_ensemble_params ep = tutti_ensemble_default_params();
         ep.members = md;
         ep.n_members = n_models;
         ep.rule = TUTTI_RULE_MIX;
-        ep.align = TUTTI_ALIGN_TOKEN;
+        ep.align = (tutti_align)align;
         ep.n_threads = n_threads;
         ep.n_ctx = 512 + n_tg;
         ep.parallel = parallel;
         tutti_ensemble *ens = tutti_ensemble_new(&ep);
         if (!ens) {
-            fprintf(stderr, "tutti bench: ensemble: %s\n", tutti_last_error());
+            cli_error("ensemble: %s", tutti_last_error());
             return 1;
         }
         tutti_sampler_params smp = tutti_sampler_default_params();
@@ -237,7 +217,7 @@ int tutti_cmd_bench(int argc, char **argv) {
         for (int r = -1; r < reps; r++) {
             if (tutti_ensemble_generate(ens, fuse_prompt, strlen(fuse_prompt), &smp, &mask, NULL, NULL, &es) !=
                 TUTTI_OK) {
-                fprintf(stderr, "tutti bench: fused generation: %s\n", tutti_last_error());
+                cli_error("fused generation: %s", tutti_last_error());
                 tutti_ensemble_free(ens);
                 return 1;
             }
@@ -249,6 +229,7 @@ int tutti_cmd_bench(int argc, char **argv) {
         }
         tutti_ensemble_free(ens);
         fused_units = es.n_units > 0 ? es.n_units : 1;
+        for (int mi = 0; mi < n_models; mi++) member_tokens[mi] = es.n_member_tokens[mi];
         stat_mean_sd(&st, &fused_mean, &fused_sd);
     }
 
@@ -257,9 +238,9 @@ int tutti_cmd_bench(int argc, char **argv) {
     double single_gen_s[BENCH_MAX_MODELS] = {0};
     for (int mi = 0; mi < n_models && rc == 0; mi++) {
         tutti_model_params mp = tutti_model_default_params();
-        tutti_model *m = tutti_model_load(models[mi], &mp);
+        tutti_model *m = tutti_model_load(model_paths[mi], &mp);
         if (!m) {
-            fprintf(stderr, "tutti bench: %s\n", tutti_last_error());
+            cli_error("%s", tutti_last_error());
             rc = 1;
             break;
         }
@@ -269,7 +250,7 @@ int tutti_cmd_bench(int argc, char **argv) {
         sp.n_ctx = n_pp + n_tg > 0 ? n_pp + n_tg : 16;
         tutti_session *s = tutti_session_new(m, &sp);
         if (!s) {
-            fprintf(stderr, "tutti bench: %s: %s\n", models[mi], tutti_last_error());
+            cli_error("%s: %s", model_paths[mi], tutti_last_error());
             rc = 1;
             break;
         }
@@ -281,7 +262,7 @@ int tutti_cmd_bench(int argc, char **argv) {
             for (int r = -1; r < reps; r++) { /* r = -1: warm-up */
                 const double tps = test == 0 ? run_pp(s, m, n, ids) : run_tg(s, m, n);
                 if (tps < 0) {
-                    fprintf(stderr, "tutti bench: %s: %s\n", models[mi], tutti_last_error());
+                    cli_error("%s: %s", model_paths[mi], tutti_last_error());
                     rc = 1;
                     break;
                 }
@@ -291,13 +272,21 @@ int tutti_cmd_bench(int argc, char **argv) {
             double mean, sd;
             stat_mean_sd(&st, &mean, &sd);
             if (json) {
-                printf("{\"model\":\"%s\",\"kernels\":\"%s\",\"threads\":%d,\"test\":\"%s%d\",\"tps\":%.3f,"
-                       "\"tps_sd\":%.3f,\"samples\":[",
-                       base_name(models[mi]), kpath, n_threads, test == 0 ? "pp" : "tg", n, mean, sd);
-                for (int k = 0; k < st.n; k++) printf("%s%.3f", k ? "," : "", st.v[k]);
-                printf("],\"peak_rss_mib\":%.1f}\n", peak_rss_mib());
+                char test_name[32];
+                snprintf(test_name, sizeof test_name, "%s%d", test == 0 ? "pp" : "tg", n);
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddStringToObject(o, "model", base_name(model_paths[mi]));
+                cJSON_AddStringToObject(o, "kernels", kpath);
+                cJSON_AddNumberToObject(o, "threads", n_threads);
+                cJSON_AddStringToObject(o, "test", test_name);
+                cJSON_AddNumberToObject(o, "tps", round3(mean));
+                cJSON_AddNumberToObject(o, "tps_sd", round3(sd));
+                cJSON *sa = cJSON_AddArrayToObject(o, "samples");
+                for (int k = 0; k < st.n; k++) cJSON_AddItemToArray(sa, cJSON_CreateNumber(round3(st.v[k])));
+                cJSON_AddNumberToObject(o, "peak_rss_mib", round3(peak_rss_mib()));
+                print_json(o);
             } else
-                printf("| %s | %s | %d | %s%d | %.2f ± %.2f | %.1f |\n", base_name(models[mi]), kpath, n_threads,
+                printf("| %s | %s | %d | %s%d | %.2f ± %.2f | %.1f |\n", base_name(model_paths[mi]), kpath, n_threads,
                        test == 0 ? "pp" : "tg", n, mean, sd, peak_rss_mib());
             fflush(stdout);
         }
@@ -308,9 +297,11 @@ int tutti_cmd_bench(int argc, char **argv) {
              * first, mean of the repetitions */
             double sum = 0;
             for (int r = -1; r < reps && rc == 0; r++) {
-                const double t = run_single_gen(m, n_threads, fuse_prompt, fused_units);
+                const double t = align == TUTTI_ALIGN_TOKEN
+                                     ? run_single_gen(m, n_threads, fuse_prompt, fused_units, false)
+                                     : run_single_gen(m, n_threads, fuse_prompt, (int)member_tokens[mi], true);
                 if (t < 0) {
-                    fprintf(stderr, "tutti bench: %s: %s\n", models[mi], tutti_last_error());
+                    cli_error("%s: %s", model_paths[mi], tutti_last_error());
                     rc = 1;
                 } else if (r >= 0) {
                     sum += t;
@@ -324,17 +315,30 @@ int tutti_cmd_bench(int argc, char **argv) {
     if (rc == 0 && fused_units > 0) {
         double sum_single = 0;
         for (int mi = 0; mi < n_models; mi++) sum_single += single_gen_s[mi];
-        if (json)
-            printf("{\"test\":\"fused-tg%d\",\"members\":%d,\"threads\":%d,\"parallel\":%d,\"fused_s\":%.4f,"
-                   "\"fused_sd\":%.4f,\"fused_forward_s\":%.4f,\"fused_fusion_s\":%.4f,\"sum_single_s\":%.4f,"
-                   "\"ratio\":%.3f,\"units\":%d,\"peak_rss_mib\":%.1f}\n",
-                   n_tg, n_models, n_threads, parallel, fused_mean, fused_sd, fused_fwd, fused_fusion, sum_single,
-                   fused_mean / sum_single, fused_units, peak_rss_mib());
-        else
-            printf("\nfused generation, %d members, %d tokens (prompt \"%s\"), %d threads, parallel=%d:\n"
+        if (json) {
+            char test_name[32];
+            snprintf(test_name, sizeof test_name, "fused-tg%d", n_tg);
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "test", test_name);
+            cJSON_AddNumberToObject(o, "members", n_models);
+            cJSON_AddStringToObject(o, "align", tutti_align_name((tutti_align)align));
+            cJSON_AddNumberToObject(o, "threads", n_threads);
+            cJSON_AddNumberToObject(o, "parallel", parallel);
+            cJSON_AddNumberToObject(o, "fused_s", fused_mean);
+            cJSON_AddNumberToObject(o, "fused_sd", fused_sd);
+            cJSON_AddNumberToObject(o, "fused_forward_s", fused_fwd);
+            cJSON_AddNumberToObject(o, "fused_fusion_s", fused_fusion);
+            cJSON_AddNumberToObject(o, "sum_single_s", sum_single);
+            cJSON_AddNumberToObject(o, "ratio", round3(fused_mean / sum_single));
+            cJSON_AddNumberToObject(o, "units", fused_units);
+            cJSON_AddNumberToObject(o, "peak_rss_mib", round3(peak_rss_mib()));
+            print_json(o);
+        } else
+            printf("\n%s-aligned fused generation, %d members, %d %ss (prompt \"%s\"), %d threads, parallel=%d:\n"
                    "  fused %.3f ± %.3f s (forward passes %.3f s, fusion/sampling %.3f s), sum of the members'\n"
                    "  single-model runs of the same length %.3f s, ratio %.3f\n",
-                   n_models, fused_units, fuse_prompt, n_threads, parallel, fused_mean, fused_sd, fused_fwd,
+                   tutti_align_name((tutti_align)align), n_models, fused_units,
+                   align == TUTTI_ALIGN_TOKEN ? "token" : "byte", fuse_prompt, n_threads, parallel, fused_mean, fused_sd, fused_fwd,
                    fused_fusion, sum_single, fused_mean / sum_single);
     }
     return rc;

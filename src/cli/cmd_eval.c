@@ -4,6 +4,7 @@
  *
  * The text is split into sentence-aligned chunks of at most 200 bytes, each
  * scored from BOS (as ../shared/oracle/bpb.py does with llama.cpp). */
+#include <cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,54 +14,40 @@
 #include "cli/ens_args.h"
 #include "tutti.h"
 
-static void json_str(FILE *out, const char *s) {
-    fputc('"', out);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') fprintf(out, "\\%c", c);
-        else if (c < 0x20) fprintf(out, "\\u%04x", c);
-        else fputc(c, out);
-    }
-    fputc('"', out);
-}
-
 int tutti_cmd_eval(int argc, char **argv) {
     ens_args args;
     ens_args *a = &args;
     ens_args_init(a);
     const char *text_path = NULL;
     bool json = false;
-    for (int i = 0; i < argc; i++) {
-        int r = ens_args_take(a, argc, argv, &i);
-        if (r < 0) return 2;
-        if (r > 0) continue;
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: tutti eval --text FILE -m A.gguf [-m ...] [options] [--json]\n"
-                   "Bits per byte of every member alone (token level) and of the ensemble.\n%s"
-                   "  --text FILE           text to score (chunks of <= 200 bytes, each from BOS)\n"
-                   "  --json                {\"members\":[{\"model\":...,\"bits_per_byte\":...}],\"ensemble\":{...}}\n",
-                   ens_args_help());
-            return 0;
-        } else if (!strcmp(argv[i], "--text")) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "tutti eval: --text needs a file\n");
-                return 1;
-            }
-            text_path = argv[++i];
-        } else if (!strcmp(argv[i], "--json")) {
-            json = true;
-        } else {
-            fprintf(stderr, "tutti eval: unknown option %s (see tutti eval --help)\n", argv[i]);
-            return 2;
-        }
-    }
-    if (!text_path) {
-        fprintf(stderr, "tutti eval: give the text to score with --text FILE\n");
-        return 1;
+    const cli_opt opts[] = {
+        CLI_STR("--text,-f,--file", "FILE", &text_path, "text to score (chunks of <= 200 bytes, each from BOS)", "none"),
+        CLI_FLAG("--json", &json, "one JSON object: {\"members\":[{\"model\",\"bits_per_byte\",...}],\n"
+                                  "\"ensemble\":{\"bits_per_byte\",\"rule\",\"align\"},\"chunks\",\"bytes\"}"),
+        CLI_INCLUDE(a->opts),
+        CLI_END,
+    };
+    const cli_spec spec = {
+        .name = "eval",
+        .usage = "--text FILE (-m A.gguf [-m ...] | -e ENSEMBLE_FILE) [options]",
+        .description = "Bits per byte of every member alone (token level) and of the ensemble on a text.\n"
+                       "Progress goes to stderr when it takes longer than a second.",
+        .opts = opts,
+        .epilog = ens_file_help,
+    };
+    int pr = cli_parse(&spec, argc, argv);
+    if (pr != CLI_RUN) return pr;
+    if (!text_path) return cli_usage_error("give the text to score with --text FILE");
+    if ((pr = ens_args_check(a)) != CLI_RUN) {
+        ens_args_free(a);
+        return pr;
     }
     size_t len;
     char *text = cli_read_file(text_path, &len);
-    if (!text) return 1;
+    if (!text) {
+        ens_args_free(a);
+        return 1;
+    }
     tutti_ensemble *e = ens_args_build(a, "eval");
     if (!e) {
         free(text);
@@ -68,22 +55,34 @@ int tutti_cmd_eval(int argc, char **argv) {
         return 1;
     }
     tutti_bpb_result r;
+    char what[96];
+    snprintf(what, sizeof what, "scoring %zu bytes with %d members", len, (int)tutti_ensemble_n_members(e));
+    cli_progress_start(what);
     int rc = tutti_ensemble_eval_bpb(e, text, len, &r);
+    cli_progress_stop();
     if (rc < 0) {
         fprintf(stderr, "tutti eval: %s\n", tutti_last_error());
     } else if (json) {
-        printf("{\"members\":[");
+        cJSON *root = cJSON_CreateObject(), *mem = cJSON_AddArrayToObject(root, "members");
         for (int i = 0; i < r.n_members; i++) {
-            printf("%s{\"model\":", i ? "," : "");
-            json_str(stdout, tutti_ensemble_member_path(e, i));
-            printf(",\"bits_per_byte\":%.6f", r.member_bpb[i]);
-            if (!isnan(r.member_byte_bpb[i])) printf(",\"byte_bits_per_byte\":%.6f", r.member_byte_bpb[i]);
-            printf(",\"weight\":%.6g,\"temp\":%.6g}", (double)tutti_ensemble_member_weight(e, i),
-                   (double)tutti_ensemble_member_temp(e, i));
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "model", tutti_ensemble_member_path(e, i));
+            cJSON_AddNumberToObject(o, "bits_per_byte", r.member_bpb[i]);
+            if (!isnan(r.member_byte_bpb[i])) cJSON_AddNumberToObject(o, "byte_bits_per_byte", r.member_byte_bpb[i]);
+            cJSON_AddNumberToObject(o, "weight", tutti_ensemble_member_weight(e, i));
+            cJSON_AddNumberToObject(o, "temp", tutti_ensemble_member_temp(e, i));
+            cJSON_AddItemToArray(mem, o);
         }
-        printf("],\"ensemble\":{\"bits_per_byte\":%.6f,\"rule\":\"%s\",\"align\":\"%s\"},\"chunks\":%d,\"bytes\":%lld}\n",
-               r.ensemble_bpb, tutti_rule_name(tutti_ensemble_rule(e)), tutti_align_name(tutti_ensemble_align(e)),
-               r.n_chunks, (long long)r.n_bytes);
+        cJSON *en = cJSON_AddObjectToObject(root, "ensemble");
+        cJSON_AddNumberToObject(en, "bits_per_byte", r.ensemble_bpb);
+        cJSON_AddStringToObject(en, "rule", tutti_rule_name(tutti_ensemble_rule(e)));
+        cJSON_AddStringToObject(en, "align", tutti_align_name(tutti_ensemble_align(e)));
+        cJSON_AddNumberToObject(root, "chunks", r.n_chunks);
+        cJSON_AddNumberToObject(root, "bytes", (double)r.n_bytes);
+        char *js = cJSON_PrintUnformatted(root);
+        if (js) printf("%s\n", js);
+        free(js);
+        cJSON_Delete(root);
     } else {
         printf("%d chunks, %lld bytes\n", r.n_chunks, (long long)r.n_bytes);
         for (int i = 0; i < r.n_members; i++) {

@@ -20,61 +20,54 @@
 int tutti_cmd_fit(int argc, char **argv) {
     ens_args a;
     ens_args_init(&a);
-    const char *text_path = NULL, *grid_s = "0.8,0.9,1,1.1,1.25", *out_path = NULL;
-    for (int i = 0; i < argc; i++) {
-        int r = ens_args_take(&a, argc, argv, &i);
-        if (r < 0) return 2;
-        if (r > 0) continue;
-        const char *o = argv[i];
-        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
-            printf("usage: tutti fit --text FILE -m A.gguf [-m ...] [options]\n"
-                   "Fits weights and temperatures minimising the ensemble's bits per byte on FILE and\n"
-                   "prints them as an ensemble file (use it with -e).\n%s"
-                   "  --text FILE           training text (chunks of <= 200 bytes, each from BOS)\n"
-                   "  --temp-grid LIST      candidate member temperatures (default 0.8,0.9,1,1.1,1.25;\n"
-                   "                        \"1\" fits weights only)\n"
-                   "  -o FILE               write the ensemble file there instead of stdout\n",
-                   ens_args_help());
-            return 0;
-        } else if (!strcmp(o, "--text") || !strcmp(o, "--temp-grid") || !strcmp(o, "-o")) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "tutti fit: %s needs a value\n", o);
-                return 1;
-            }
-            const char *v = argv[++i];
-            if (!strcmp(o, "-o")) out_path = v;
-            else if (!strcmp(o, "--text")) text_path = v;
-            else grid_s = v;
-        } else {
-            fprintf(stderr, "tutti fit: unknown option %s (see tutti fit --help)\n", o);
-            return 2;
-        }
+    const char *text_path = NULL, *out_path = NULL;
+    cli_floats grid_f = {.n = 0};
+    const cli_opt opts[] = {
+        CLI_STR("--text,-f,--file", "FILE", &text_path, "training text (chunks of <= 200 bytes, each from BOS)", "none"),
+        CLI_FLOATS("--temp-grid", "LIST", &grid_f, 1e-3, 1e3,
+                   "candidate member temperatures (\"1\" fits weights only)", "0.8,0.9,1,1.1,1.25"),
+        CLI_STR("-o,--out", "FILE", &out_path, "write the ensemble file there instead of stdout", "stdout"),
+        CLI_INCLUDE(a.opts),
+        CLI_END,
+    };
+    const cli_spec spec = {
+        .name = "fit",
+        .usage = "--text FILE (-m A.gguf [-m ...] | -e ENSEMBLE_FILE) [options]",
+        .description = "Fits weights and temperatures minimising the ensemble's bits per byte on FILE and\n"
+                       "prints them as an ensemble file (use it with -e). Figures and progress (when it\n"
+                       "takes longer than a second) go to stderr.",
+        .opts = opts,
+        .epilog = ens_file_help,
+    };
+    int pr = cli_parse(&spec, argc, argv);
+    if (pr != CLI_RUN) return pr;
+    if (!text_path) return cli_usage_error("give the training text with --text FILE");
+    float grid[CLI_MAX_FLOATS] = {0.8f, 0.9f, 1.0f, 1.1f, 1.25f};
+    int n_grid = 5;
+    if (grid_f.n) {
+        memcpy(grid, grid_f.v, sizeof(float) * (size_t)grid_f.n);
+        n_grid = grid_f.n;
     }
-    if (!text_path) {
-        fprintf(stderr, "tutti fit: give the training text with --text FILE\n");
-        return 1;
-    }
-    float grid[32];
-    int n_grid = 0;
-    for (const char *p = grid_s; *p;) {
-        char *e;
-        errno = 0;
-        double v = strtod(p, &e);
-        if (e == p || errno || (*e && *e != ',') || !(v > 0) || n_grid == 32) {
-            fprintf(stderr, "tutti fit: --temp-grid: \"%s\" is not a list of up to 32 positive numbers\n", grid_s);
-            return 1;
-        }
-        grid[n_grid++] = (float)v;
-        p = *e ? e + 1 : e;
+    if ((pr = ens_args_check(&a)) != CLI_RUN) {
+        ens_args_free(&a);
+        return pr;
     }
     size_t len;
     char *text = cli_read_file(text_path, &len);
-    if (!text) return 1;
+    if (!text) {
+        ens_args_free(&a);
+        return 1;
+    }
     tutti_ensemble *e = ens_args_build(&a, "fit");
     int rc = 1;
     if (e) {
         tutti_fit_result fr;
-        if (tutti_ensemble_fit(e, text, len, grid, n_grid, &fr) < 0) {
+        char what[96];
+        snprintf(what, sizeof what, "fitting on %zu bytes with %d members", len, (int)tutti_ensemble_n_members(e));
+        cli_progress_start(what);
+        int fit_rc = tutti_ensemble_fit(e, text, len, grid, n_grid, &fr);
+        cli_progress_stop();
+        if (fit_rc < 0) {
             fprintf(stderr, "tutti fit: %s\n", tutti_last_error());
         } else {
             fprintf(stderr, "fit (%s, %s) on %s: uniform weights %.4f bits/byte, fitted %.4f bits/byte\n",

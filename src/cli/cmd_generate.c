@@ -3,35 +3,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli/cli.h"
-
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: tutti generate -m MODEL -p TEXT [options]\n"
-            "Generates a continuation of TEXT with one model. The generated text alone goes to\n"
-            "stdout; loading progress and speed (tokens/s) go to stderr.\n\n"
-            "  -m, --model FILE      GGUF model file\n"
-            "  -p, --prompt TEXT     prompt (BOS is added when the model's metadata asks for it)\n"
-            "  -f, --file FILE       read the prompt from FILE instead\n"
-            "  -n, --n-predict N     tokens to generate (default 128); stops early at end of text\n"
-            "      --temp T          temperature, 0 = greedy (default 0.8)\n"
-            "      --top-k K         keep the K most likely tokens, 0 = off (default 40)\n"
-            "      --top-p P         nucleus sampling, 1 = off (default 0.95)\n"
-            "      --min-p P         drop tokens below P x the top probability, 0 = off (default 0.05)\n"
-            "      --repeat-penalty R  penalise the last --repeat-last-n tokens, 1 = off (default 1)\n"
-            "      --repeat-last-n N (default 64)\n"
-            "      --seed S          random seed (default: from the clock, printed on stderr)\n"
-            "  -t, --threads N       worker threads (default: all cores)\n"
-            "  -c, --ctx-size N      context length in tokens (default: min(trained, 4096))\n"
-            "      --special         parse control-token text in the prompt (e.g. <|eot_id|>)\n"
-            "      --chat            the prompt is a user message, formatted with the model's own\n"
-            "                        chat template; generation stops at the end-of-turn token\n"
-            "      --system TEXT     with --chat: a system message before the user message\n"
-            "      --verbose-prompt  print the prompt's token ids on stderr\n"
-            "  -h, --help            this text\n");
-}
 
 /* NaN or +inf logits mean broken weights or an overflow; sampling from them
  * (greedy or not) would print garbage with exit status 0. */
@@ -41,133 +14,202 @@ static bool logits_finite(const float *logits, int32_t n) {
     return true;
 }
 
+/* Holds back output that may be the start of a --stop string and cuts the
+ * text at the first stop string (which is not printed). */
+typedef struct stop_buf {
+    char *text; /* everything generated */
+    size_t len, cap, printed;
+    const cli_strs *stop;
+    bool stopped;
+} stop_buf;
+
+static void stop_emit(stop_buf *b, const char *piece, size_t n, bool final) {
+    if (n) {
+        if (b->len + n + 1 > b->cap) {
+            size_t cap = (b->len + n + 1) * 2;
+            char *t = realloc(b->text, cap);
+            if (!t) { /* cannot track: print as is */
+                fwrite(piece, 1, n, stdout);
+                return;
+            }
+            b->text = t;
+            b->cap = cap;
+        }
+        memcpy(b->text + b->len, piece, n);
+        b->len += n;
+        b->text[b->len] = 0;
+    }
+    size_t upto = b->len;
+    for (int k = 0; k < b->stop->n; k++) {
+        const char *s = b->stop->v[k];
+        size_t sl = strlen(s);
+        if (!sl) continue;
+        /* a match can start at most sl - 1 bytes before the unprinted text */
+        size_t from = b->printed >= sl ? b->printed - sl + 1 : 0;
+        for (size_t i = from; i + sl <= b->len; i++)
+            if (!memcmp(b->text + i, s, sl)) {
+                if (i < upto) upto = i;
+                b->stopped = true;
+                break;
+            }
+    }
+    if (!b->stopped && !final) /* keep back a tail that is a prefix of a stop string */
+        for (int k = 0; k < b->stop->n; k++) {
+            size_t sl = strlen(b->stop->v[k]);
+            for (size_t h = sl > 1 ? sl - 1 : 0; h > 0; h--)
+                if (h <= b->len && !memcmp(b->text + b->len - h, b->stop->v[k], h)) {
+                    if (b->len - h < upto) upto = b->len - h;
+                    break;
+                }
+        }
+    if (upto > b->printed) {
+        fwrite(b->text + b->printed, 1, upto - b->printed, stdout);
+        b->printed = upto;
+    }
+    fflush(stdout);
+}
+
 int cmd_generate(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *system = NULL;
-    bool chat = false, verbose_prompt = false;
-    int32_t n_predict = 128, n_threads = 0, n_ctx = 0;
-    bool parse_special = false, seed_set = false;
+    bool chat = false, verbose_prompt = false, escape = true, ignore_eos = false;
+    int32_t n_predict = 128, n_threads = 0, n_ctx = CLI_CTX_UNSET;
+    bool parse_special = false;
+    cli_strs stop = {.n = 0};
     tutti_sampler_params sp = tutti_sampler_default_params();
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        bool ok = true;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (model_path) {
-                fprintf(stderr, "tutti generate: -m given twice; generate runs one model (tutti run fuses several)\n");
-                return 2;
-            }
-            ok = cli_str(argc, argv, &i, &model_path);
+    sp.seed = CLI_SEED_RANDOM;
+    cli_opt opts[] = {
+        {"-m,--model", "FILE", CLI_T_STR, 0, 0, &model_path, "GGUF model file", "none", NULL, CLI_ONCE},
+        CLI_STR("-p,--prompt", "TEXT", &prompt, "prompt (BOS is added when the model's metadata asks for it)", "none"),
+        CLI_STR("-f,--file", "FILE", &prompt_file, "read the prompt from FILE (one trailing newline is dropped)", "none"),
+        CLI_FLAG("-e,--escape", &escape, "process escapes (\\n \\r \\t \\' \\\" \\\\ \\xHH) in the prompt and --stop"),
+        CLI_FLAG_OFF("--no-escape", &escape, "take the prompt and --stop strings literally"),
+        CLI_INT("-n,--n-predict", "N", &n_predict, -1, 1 << 24,
+                "tokens to generate; -1 = until end of text or a full context", NULL),
+        CLI_THREADS_OPT(&n_threads),
+        CLI_CTX_OPT(&n_ctx, ""),
+        CLI_STRS("--stop", "TEXT", &stop, "stop when the output contains TEXT (not printed; repeatable)"),
+        CLI_FLAG("--ignore-eos", &ignore_eos, "never sample end-of-generation tokens (generate all -n tokens)"),
+        CLI_FLAG("--special", &parse_special, "parse control-token text in the prompt (e.g. <|eot_id|>)"),
+        CLI_FLAG("--chat", &chat, "the prompt is a user message, formatted with the model's own\n"
+                                   "chat template; generation stops at the end-of-turn token"),
+        CLI_STR("--system", "TEXT", &system, "with --chat: a system message before the user message", "none"),
+        CLI_FLAG("--verbose-prompt", &verbose_prompt, "print the prompt's token ids on stderr"),
+        CLI_SECTION("sampling"),
+        CLI_SAMPLING_OPTS(&sp),
+        CLI_END,
+    };
+    const cli_spec spec = {
+        .name = "generate",
+        .usage = "-m MODEL (-p TEXT | -f FILE) [options]",
+        .description = "Generates a continuation of the prompt with one model. The generated text alone goes to\n"
+                       "stdout; the seed, loading progress and speed (tokens/s) go to stderr.",
+        .opts = opts,
+        .epilog = "Ctrl-C stops the generation after the current token: the text so far and the timings\n"
+                  "are printed and the exit status is 130. Exit status 2: bad flags or values; 1: runtime\n"
+                  "error (unreadable model, prompt longer than the context, ...).",
+    };
+    int pr = cli_parse(&spec, argc, argv);
+    if (pr != CLI_RUN) return pr;
+    if (!model_path) return cli_usage_error("need -m MODEL (see tutti generate --help)");
+    if (!prompt && !prompt_file) return cli_usage_error("need -p TEXT or -f FILE (see tutti generate --help)");
+    if (prompt && prompt_file) return cli_usage_error("-p and -f both give the prompt; use one");
+    if (system && !chat) return cli_usage_error("--system needs --chat");
+    char *stop_owned[CLI_MAX_STRS] = {0};
+    if (escape)
+        for (int k = 0; k < stop.n; k++) {
+            if (!(stop_owned[k] = strdup(stop.v[k]))) return cli_error("out of memory");
+            cli_process_escapes(stop_owned[k], strlen(stop_owned[k]));
+            stop.v[k] = stop_owned[k];
         }
-        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) ok = cli_str(argc, argv, &i, &prompt);
-        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) ok = cli_str(argc, argv, &i, &prompt_file);
-        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) ok = cli_int(argc, argv, &i, 0, 1 << 24, &n_predict);
-        else if (!strcmp(a, "--temp")) ok = cli_float(argc, argv, &i, 0.0f, 100.0f, &sp.temp);
-        else if (!strcmp(a, "--top-k")) ok = cli_int(argc, argv, &i, 0, 1 << 30, &sp.top_k);
-        else if (!strcmp(a, "--top-p")) ok = cli_float(argc, argv, &i, 1e-6f, 1.0f, &sp.top_p);
-        else if (!strcmp(a, "--min-p")) ok = cli_float(argc, argv, &i, 0.0f, 1.0f, &sp.min_p);
-        else if (!strcmp(a, "--repeat-penalty")) ok = cli_float(argc, argv, &i, 1e-3f, 100.0f, &sp.repeat_penalty);
-        else if (!strcmp(a, "--repeat-last-n")) ok = cli_int(argc, argv, &i, 0, 1 << 20, &sp.repeat_last_n);
-        else if (!strcmp(a, "--seed")) ok = seed_set = cli_u64(argc, argv, &i, &sp.seed);
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = cli_int(argc, argv, &i, 1, CLI_MAX_THREADS, &n_threads);
-        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) ok = cli_int(argc, argv, &i, 1, 1 << 24, &n_ctx);
-        else if (!strcmp(a, "--special")) parse_special = true;
-        else if (!strcmp(a, "--chat")) chat = true;
-        else if (!strcmp(a, "--verbose-prompt")) verbose_prompt = true;
-        else if (!strcmp(a, "--system")) ok = cli_str(argc, argv, &i, &system);
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        else {
-            fprintf(stderr, "tutti generate: unknown option '%s' (see tutti generate --help)\n", a);
-            return 2;
-        }
-        if (!ok) return 2;
-    }
-    if (!model_path || (!prompt && !prompt_file) || (prompt && prompt_file)) {
-        fprintf(stderr, "tutti generate: need -m MODEL and one of -p TEXT or -f FILE (see --help)\n");
-        return 2;
-    }
-    if (system && !chat) {
-        fprintf(stderr, "tutti generate: --system needs --chat\n");
-        return 2;
-    }
-    if (!seed_set) sp.seed = (uint64_t)time(NULL);
 
     int rc = 1;
-    char *file_text = NULL;
     size_t prompt_len = 0;
-    if (prompt_file) {
-        if (!(file_text = cli_read_file(prompt_file, &prompt_len))) return 1;
-        prompt = file_text;
-    } else {
-        prompt_len = strlen(prompt);
-    }
+    char *text = cli_prompt_text(prompt, prompt_file, escape, &prompt_len);
     tutti_model *model = NULL;
     tutti_session *sess = NULL;
     tutti_sampler *smp = NULL;
     int32_t *ids = NULL, n_ids = 0;
+    float *biased = NULL;
+    stop_buf out = {.stop = &stop};
+    if (!text) goto done;
 
     double t0 = cli_now();
     tutti_model_params mp = tutti_model_default_params();
-    mp.verbose = true;
+    mp.verbose = !cli_quiet;
     if (!(model = tutti_model_load(model_path, &mp))) {
-        fprintf(stderr, "tutti generate: %s\n", tutti_last_error());
+        cli_error("%s", tutti_last_error());
         goto done;
     }
     double t_load = cli_now() - t0;
     const tutti_vocab *vocab = tutti_model_vocab(model);
     if (chat)
-        ids = cli_chat_tokens(model, system, prompt, &n_ids);
+        ids = cli_chat_tokens(model, system, text, &n_ids);
     else
-        ids = cli_tokenize(vocab, prompt, prompt_len, tutti_vocab_add_bos(vocab), parse_special, &n_ids);
+        ids = cli_tokenize(vocab, text, prompt_len, tutti_vocab_add_bos(vocab), parse_special, &n_ids);
     if (!ids) goto done;
     if (n_ids == 0) {
-        fprintf(stderr, "tutti generate: the prompt gives no tokens and the model adds no BOS; give a non-empty prompt\n");
+        cli_error("the prompt gives no tokens and the model adds no BOS; give a non-empty prompt");
         goto done;
     }
+    if (!chat) cli_warn_double_bos(vocab, ids, n_ids);
     tutti_session_params cp = tutti_session_default_params();
-    cp.n_ctx = n_ctx;
+    cp.n_ctx = cli_ctx_for(model, n_ctx, NULL);
     cp.n_threads = n_threads;
     if (!(sess = tutti_session_new(model, &cp))) {
-        fprintf(stderr, "tutti generate: %s\n", tutti_last_error());
+        cli_error("%s", tutti_last_error());
         goto done;
     }
     if (n_ids > tutti_session_n_ctx(sess)) {
-        fprintf(stderr, "tutti generate: the prompt is %d tokens, longer than the context (%d); raise -c or shorten the prompt\n",
-                n_ids, tutti_session_n_ctx(sess));
+        cli_error("the prompt is %d tokens, longer than the context (%d); raise -c or shorten the prompt", n_ids,
+                  tutti_session_n_ctx(sess));
         goto done;
     }
+    sp.seed = cli_seed_resolve(sp.seed); /* printed once the run can go ahead */
     if (!(smp = tutti_sampler_new(&sp))) {
-        fprintf(stderr, "tutti generate: %s\n", tutti_last_error());
+        cli_error("%s", tutti_last_error());
         goto done;
     }
-    fprintf(stderr, "tutti generate: %s loaded in %.2f s; prompt %d tokens; seed %llu\n", model_path, t_load,
-            n_ids, (unsigned long long)sp.seed);
+    int32_t n_vocab = tutti_model_n_vocab(model);
+    if (ignore_eos && !(biased = malloc(sizeof(float) * (size_t)n_vocab))) {
+        cli_error("out of memory");
+        goto done;
+    }
+    cli_info("tutti generate: %s loaded in %.2f s; prompt %d tokens\n", model_path, t_load, n_ids);
     if (verbose_prompt) {
         fprintf(stderr, "prompt ids:");
         for (int32_t i = 0; i < n_ids; i++) fprintf(stderr, " %d", ids[i]);
         fprintf(stderr, "\n");
     }
     for (int32_t i = 0; i < n_ids; i++) tutti_sampler_accept(smp, ids[i]);
+    cli_catch_sigint();
 
     double t1 = cli_now();
     if (tutti_session_eval(sess, ids, n_ids, NULL) != TUTTI_OK) {
-        fprintf(stderr, "tutti generate: %s\n", tutti_last_error());
+        cli_error("%s", tutti_last_error());
         goto done;
     }
     double t_prompt = cli_now() - t1, t2 = cli_now();
-    int32_t n_gen = 0, n_vocab = tutti_model_n_vocab(model);
+    int32_t n_gen = 0;
     int32_t piece_cap = 256;
     char *piece = malloc((size_t)piece_cap);
     rc = 0;
-    while (piece && n_gen < n_predict) {
-        if (!logits_finite(tutti_session_logits(sess), n_vocab)) {
-            fprintf(stderr, "tutti generate: the model produced NaN or infinite logits at position %d (broken "
-                            "weights?)\n",
-                    tutti_session_n_past(sess) - 1);
+    while (piece && (n_predict < 0 || n_gen < n_predict) && !cli_interrupted()) {
+        const float *logits = tutti_session_logits(sess);
+        if (!logits_finite(logits, n_vocab)) {
+            cli_error("\nthe model produced NaN or infinite logits at position %d (broken weights?)",
+                      tutti_session_n_past(sess) - 1);
             rc = 1;
             break;
         }
-        int32_t tok = tutti_sampler_sample(smp, tutti_session_logits(sess), n_vocab);
+        if (biased) { /* --ignore-eos: end-of-generation tokens cannot be drawn */
+            memcpy(biased, logits, sizeof(float) * (size_t)n_vocab);
+            for (int32_t t = 0; t < n_vocab; t++)
+                if (tutti_vocab_is_eog(vocab, t)) biased[t] = -INFINITY;
+            logits = biased;
+        }
+        int32_t tok = tutti_sampler_sample(smp, logits, n_vocab);
         if (tok < 0) {
-            fprintf(stderr, "tutti generate: %s\n", tutti_last_error());
+            cli_error("%s", tutti_last_error());
             rc = 1;
             break;
         }
@@ -180,31 +222,38 @@ int cmd_generate(int argc, char **argv) {
             piece = p;
             len = tutti_token_to_piece(vocab, tok, false, piece, piece_cap);
         }
-        if (len > 0) fwrite(piece, 1, (size_t)len, stdout);
-        fflush(stdout);
         n_gen++;
-        if (n_gen == n_predict) break;
+        stop_emit(&out, piece, len > 0 ? (size_t)len : 0, false);
+        if (out.stopped || n_gen == n_predict) break;
         if (tutti_session_n_past(sess) >= tutti_session_n_ctx(sess)) {
-            fprintf(stderr, "\ntutti generate: context full (%d tokens); raise -c for longer output\n",
-                    tutti_session_n_ctx(sess));
+            if (n_predict >= 0) /* -n -1 asks for exactly this end */
+                cli_warn("\ncontext full (%d tokens); raise -c for longer output", tutti_session_n_ctx(sess));
             break;
         }
         if (tutti_session_eval(sess, &tok, 1, NULL) != TUTTI_OK) {
-            fprintf(stderr, "tutti generate: %s\n", tutti_last_error());
+            cli_error("%s", tutti_last_error());
             rc = 1;
             break;
         }
     }
     free(piece);
+    stop_emit(&out, NULL, 0, true);
     double t_gen = cli_now() - t2;
-    fprintf(stderr, "\ntutti generate: prompt %d tokens in %.3f s (%.1f tokens/s); generated %d tokens in %.3f s (%.1f tokens/s)\n",
-            n_ids, t_prompt, n_ids / (t_prompt > 0 ? t_prompt : 1e-9), n_gen, t_gen,
-            n_gen / (t_gen > 0 ? t_gen : 1e-9));
+    if (cli_interrupted()) {
+        cli_info("\ntutti generate: interrupted (Ctrl-C)\n");
+        rc = CLI_EXIT_INTERRUPTED;
+    }
+    cli_info("\ntutti generate: prompt %d tokens in %.3f s (%.1f tokens/s); generated %d tokens in %.3f s (%.1f tokens/s)\n",
+             n_ids, t_prompt, n_ids / (t_prompt > 0 ? t_prompt : 1e-9), n_gen, t_gen,
+             n_gen / (t_gen > 0 ? t_gen : 1e-9));
 done:
     tutti_sampler_free(smp);
     tutti_session_free(sess);
     tutti_model_free(model);
     free(ids);
-    free(file_text);
+    free(text);
+    free(biased);
+    free(out.text);
+    for (int k = 0; k < CLI_MAX_STRS; k++) free(stop_owned[k]);
     return rc;
 }

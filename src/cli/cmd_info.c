@@ -1,41 +1,255 @@
-/* tutti info: what tutti read from a GGUF file. */
+/* tutti info: what tutti reads from a GGUF file — its general.* metadata,
+ * parameter count, tokenizer (special ids, add_bos, chat template) and, for
+ * a full model, the hyper-parameters and tensors.  Works on vocabulary-only
+ * files (the tokenizer part alone).  --json gives the same as one object,
+ * written with cJSON. */
+#include <cJSON.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
+#include "gguf/gguf.h"
+#include "tokenizer/tokenizer.h"
+
+/* A scalar metadata value as JSON (NULL for strings and arrays). */
+static cJSON *scalar_json(gguf_type t, const void *p) {
+    union {
+        uint8_t u8;
+        int8_t i8;
+        uint16_t u16;
+        int16_t i16;
+        uint32_t u32;
+        int32_t i32;
+        float f32;
+        uint64_t u64;
+        int64_t i64;
+        double f64;
+        bool b;
+    } v;
+    size_t n = gguf_type_size(t);
+    if (!n || n > sizeof v) return NULL;
+    memcpy(&v, p, n);
+    switch (t) {
+    case GGUF_TYPE_UINT8: return cJSON_CreateNumber(v.u8);
+    case GGUF_TYPE_INT8: return cJSON_CreateNumber(v.i8);
+    case GGUF_TYPE_UINT16: return cJSON_CreateNumber(v.u16);
+    case GGUF_TYPE_INT16: return cJSON_CreateNumber(v.i16);
+    case GGUF_TYPE_UINT32: return cJSON_CreateNumber(v.u32);
+    case GGUF_TYPE_INT32: return cJSON_CreateNumber(v.i32);
+    case GGUF_TYPE_FLOAT32: return isfinite(v.f32) ? cJSON_CreateNumber(v.f32) : cJSON_CreateNull();
+    case GGUF_TYPE_UINT64: return cJSON_CreateNumber((double)v.u64);
+    case GGUF_TYPE_INT64: return cJSON_CreateNumber((double)v.i64);
+    case GGUF_TYPE_FLOAT64: return isfinite(v.f64) ? cJSON_CreateNumber(v.f64) : cJSON_CreateNull();
+    case GGUF_TYPE_BOOL: return cJSON_CreateBool(v.b != 0);
+    default: return NULL;
+    }
+}
+
+static cJSON *str_json(gguf_str s) {
+    /* metadata strings may hold NUL bytes: cut there, as tutti_model_meta_str */
+    char *c = malloc(s.len + 1);
+    if (!c) return cJSON_CreateNull();
+    memcpy(c, s.data, s.len);
+    c[s.len] = 0;
+    cJSON *j = cJSON_CreateString(c);
+    free(c);
+    return j;
+}
+
+/* Value i as JSON; arrays of more than 64 elements become {"type","n"}. */
+static cJSON *kv_json(const gguf_file *f, int64_t i) {
+    gguf_type t = gguf_kv_type(f, i);
+    if (t == GGUF_TYPE_STRING) return str_json(gguf_kv_str(f, i, 0));
+    if (t != GGUF_TYPE_ARRAY) return scalar_json(t, gguf_kv_data(f, i));
+    gguf_type et = gguf_kv_arr_type(f, i);
+    uint64_t n = gguf_kv_arr_n(f, i);
+    if (n > 64 || et == GGUF_TYPE_ARRAY) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "array_of", gguf_type_name(et));
+        cJSON_AddNumberToObject(o, "n", (double)n);
+        return o;
+    }
+    cJSON *a = cJSON_CreateArray();
+    const char *base = et == GGUF_TYPE_STRING ? NULL : gguf_kv_data(f, i);
+    for (uint64_t j = 0; j < n; j++)
+        cJSON_AddItemToArray(a, et == GGUF_TYPE_STRING ? str_json(gguf_kv_str(f, i, j))
+                                                       : scalar_json(et, base + j * gguf_type_size(et)));
+    return a;
+}
+
+/* The id and text of a special token. */
+static void add_token(cJSON *o, const char *key, const tutti_vocab *v, int32_t id) {
+    char k[32];
+    snprintf(k, sizeof k, "%s_id", key);
+    if (id < 0) {
+        cJSON_AddNullToObject(o, k);
+        cJSON_AddNullToObject(o, key);
+        return;
+    }
+    cJSON_AddNumberToObject(o, k, id);
+    char buf[256];
+    int32_t n = tutti_token_to_piece(v, id, true, buf, sizeof buf - 1);
+    buf[n > 0 ? n : 0] = 0;
+    cJSON_AddStringToObject(o, key, buf);
+}
+
+/* Text form of a JSON value on one line (strings without quotes). */
+static void print_value(const cJSON *j, FILE *out) {
+    if (cJSON_IsString(j)) {
+        fputs(j->valuestring, out);
+        return;
+    }
+    char *s = cJSON_PrintUnformatted(j);
+    if (s) fputs(s, out);
+    free(s);
+}
+
+static cJSON *describe(const char *path, const gguf_file *f, const tutti_vocab *v, char *tmpl) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "file", path);
+    cJSON_AddNumberToObject(root, "gguf_version", gguf_version(f));
+    cJSON_AddNumberToObject(root, "n_tensors", (double)gguf_n_tensors(f));
+    cJSON *gen = cJSON_AddObjectToObject(root, "general");
+    for (int64_t i = 0; i < gguf_n_kv(f); i++) {
+        gguf_str k = gguf_kv_key(f, i);
+        if (k.len < 8 || memcmp(k.data, "general.", 8) || k.len > 255) continue;
+        char key[256];
+        snprintf(key, sizeof key, "%.*s", (int)k.len, k.data);
+        cJSON *val = kv_json(f, i);
+        if (val) cJSON_AddItemToObject(gen, key, val);
+    }
+    double n_params = 0;
+    for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+        const gguf_tensor_info *t = gguf_tensor(f, i);
+        double e = 1;
+        for (uint32_t d = 0; d < t->n_dims; d++) e *= (double)t->ne[d];
+        n_params += e;
+    }
+    cJSON_AddNumberToObject(root, "n_params", n_params);
+    cJSON *tok = cJSON_AddObjectToObject(root, "tokenizer");
+    if (v) {
+        cJSON_AddStringToObject(tok, "type", tutti_vocab_type(v));
+        cJSON_AddStringToObject(tok, "pre", tutti_vocab_pre(v));
+        cJSON_AddNumberToObject(tok, "n_tokens", tutti_vocab_n_tokens(v));
+        add_token(tok, "bos", v, tutti_vocab_bos(v));
+        add_token(tok, "eos", v, tutti_vocab_eos(v));
+        add_token(tok, "eot", v, tutti_vocab_eot(v));
+        cJSON_AddBoolToObject(tok, "add_bos", tutti_vocab_add_bos(v));
+    }
+    if (tmpl) cJSON_AddStringToObject(root, "chat_template", tmpl);
+    else cJSON_AddNullToObject(root, "chat_template");
+    return root;
+}
+
+static void print_text(const cJSON *d, FILE *out) {
+    fprintf(out, "file: %s (GGUF v%d, %d tensors)\n", cJSON_GetObjectItem(d, "file")->valuestring,
+            (int)cJSON_GetObjectItem(d, "gguf_version")->valuedouble,
+            (int)cJSON_GetObjectItem(d, "n_tensors")->valuedouble);
+    const cJSON *g;
+    cJSON_ArrayForEach(g, cJSON_GetObjectItem(d, "general")) {
+        fprintf(out, "%s: ", g->string);
+        print_value(g, out);
+        fputc('\n', out);
+    }
+    double np = cJSON_GetObjectItem(d, "n_params")->valuedouble;
+    if (np > 0) fprintf(out, "parameters: %.0f (%.3g M)\n", np, np / 1e6);
+    else fprintf(out, "parameters: none (vocabulary-only file)\n");
+    const cJSON *t = cJSON_GetObjectItem(d, "tokenizer");
+    if (cJSON_GetObjectItem(t, "error"))
+        fprintf(out, "tokenizer: cannot be loaded (%s)\n", cJSON_GetObjectItem(t, "error")->valuestring);
+    if (cJSON_GetObjectItem(t, "type")) {
+        fprintf(out, "tokenizer: %s (pre-tokenizer %s), %d tokens\n", cJSON_GetObjectItem(t, "type")->valuestring,
+                cJSON_GetObjectItem(t, "pre")->valuestring, (int)cJSON_GetObjectItem(t, "n_tokens")->valuedouble);
+        const char *names[] = {"bos", "eos", "eot"};
+        for (int i = 0; i < 3; i++) {
+            char k[16];
+            snprintf(k, sizeof k, "%s_id", names[i]);
+            const cJSON *id = cJSON_GetObjectItem(t, k);
+            if (cJSON_IsNumber(id)) fprintf(out, "  %s: %d '%s'\n", names[i], (int)id->valuedouble,
+                                            cJSON_GetObjectItem(t, names[i])->valuestring);
+            else fprintf(out, "  %s: none\n", names[i]);
+        }
+        fprintf(out, "  add_bos: %s\n", cJSON_IsTrue(cJSON_GetObjectItem(t, "add_bos")) ? "true" : "false");
+    }
+    const cJSON *ct = cJSON_GetObjectItem(d, "chat_template");
+    if (cJSON_IsString(ct))
+        fprintf(out, "chat template (%zu bytes):\n%s\n", strlen(ct->valuestring), ct->valuestring);
+    else
+        fprintf(out, "chat template: none (no tokenizer.chat_template; --chat is refused)\n");
+}
 
 int cmd_info(int argc, char **argv) {
     const char *model_path = NULL;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) {
-            if (model_path) {
-                fprintf(stderr, "tutti info: -m given twice; info describes one model per call\n");
-                return 2;
-            }
-            if (!cli_str(argc, argv, &i, &model_path)) return 2;
-        } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: tutti info -m MODEL\n"
-                   "Prints the architecture, every hyper-parameter tutti uses, tensor types and\n"
-                   "sizes, and the tokenizer of a GGUF model.\n");
-            return 0;
-        } else {
-            fprintf(stderr, "tutti info: unknown option '%s' (see tutti info --help)\n", argv[i]);
-            return 2;
+    bool json = false;
+    cli_opt opts[] = {
+        {"-m,--model", "FILE", CLI_T_STR, 0, 0, &model_path, "GGUF model or vocabulary-only file", "none", NULL,
+         CLI_ONCE},
+        CLI_FLAG("--json", &json, "one JSON object instead of text"),
+        CLI_END,
+    };
+    const cli_spec spec = {
+        .name = "info",
+        .usage = "-m MODEL [--json]",
+        .description = "Prints a GGUF file's general.* metadata, parameter count, tokenizer (BOS/EOS/EOT ids,\n"
+                       "add_bos, chat template or its absence) and, for a full model, every hyper-parameter\n"
+                       "tutti uses, tensor types and sizes. Works on vocabulary-only files.",
+        .opts = opts,
+    };
+    int pr = cli_parse(&spec, argc, argv);
+    if (pr != CLI_RUN) return pr;
+    if (!model_path) return cli_usage_error("need -m MODEL");
+    gguf_file *f = gguf_open(model_path);
+    if (!f) return cli_error("%s", tutti_last_error());
+    tutti_model *model = NULL;
+    tutti_vocab *vocab = NULL;
+    char *tmpl = NULL;
+    int rc = 1;
+    if (gguf_n_tensors(f) > 0) {
+        /* a model: load it (validates every tensor); metadata only, so no copy */
+        tutti_model_params mp = tutti_model_default_params();
+        mp.use_mmap = true;
+        if (!(model = tutti_model_load(model_path, &mp))) {
+            cli_error("%s", tutti_last_error());
+            goto done;
         }
     }
-    if (!model_path) {
-        fprintf(stderr, "tutti info: need -m MODEL\n");
-        return 2;
+    char vocab_err[1024] = "";
+    if (!model && !(vocab = tutti_vocab_load(model_path)))
+        /* still show the metadata; the tokenizer's problem is the error */
+        snprintf(vocab_err, sizeof vocab_err, "%s", tutti_last_error());
+    const tutti_vocab *v = model ? tutti_model_vocab(model) : vocab;
+    gguf_str ts;
+    if (gguf_get_str(f, "tokenizer.chat_template", &ts) && (tmpl = malloc(ts.len + 1))) {
+        memcpy(tmpl, ts.data, ts.len);
+        tmpl[ts.len] = 0;
     }
-    /* metadata only: no need to copy the weights */
-    tutti_model_params mp = tutti_model_default_params();
-    mp.use_mmap = true;
-    tutti_model *model = tutti_model_load(model_path, &mp);
-    if (!model) {
-        fprintf(stderr, "tutti info: %s\n", tutti_last_error());
-        return 1;
+    cJSON *d = describe(model_path, f, v, tmpl);
+    if (vocab_err[0]) cJSON_AddStringToObject(cJSON_GetObjectItem(d, "tokenizer"), "error", vocab_err);
+    if (json) {
+        if (model) {
+            cJSON_AddStringToObject(d, "architecture", tutti_model_arch(model));
+            cJSON_AddNumberToObject(d, "n_ctx_train", tutti_model_n_ctx_train(model));
+            cJSON_AddNumberToObject(d, "n_vocab", tutti_model_n_vocab(model));
+        }
+        char *s = cJSON_PrintUnformatted(d);
+        if (s) printf("%s\n", s);
+        free(s);
+    } else {
+        print_text(d, stdout);
+        if (model) {
+            printf("\n");
+            tutti_model_describe(model, stdout);
+        }
     }
-    tutti_model_describe(model, stdout);
+    cJSON_Delete(d);
+    rc = fflush(stdout) == 0 ? 0 : cli_error("cannot write the output");
+    if (vocab_err[0]) rc = cli_error("%s", vocab_err);
+done:
+    free(tmpl);
+    tutti_vocab_free(vocab);
     tutti_model_free(model);
-    return 0;
+    gguf_close(f);
+    return rc;
 }

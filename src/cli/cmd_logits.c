@@ -7,40 +7,37 @@
 
 #include "cli/cli.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: tutti logits -m MODEL (-p TEXT | --ids 1,2,3) --out FILE [-t THREADS]\n"
-            "Runs the prompt through the model in one batch and writes the logits of every\n"
-            "position as raw little-endian float32 [n_tokens][n_vocab] to FILE.\n"
-            "With -p, BOS is added as the model's metadata says; --ids are used as given.\n");
-}
-
 int cmd_logits(int argc, char **argv) {
-    const char *model_path = NULL, *prompt = NULL, *ids_arg = NULL, *out = NULL;
+    const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *ids_arg = NULL, *out = NULL;
     int32_t n_threads = 0;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        bool ok = true;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) ok = cli_str(argc, argv, &i, &model_path);
-        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) ok = cli_str(argc, argv, &i, &prompt);
-        else if (!strcmp(a, "--ids")) ok = cli_str(argc, argv, &i, &ids_arg);
-        else if (!strcmp(a, "--out") || !strcmp(a, "-o")) ok = cli_str(argc, argv, &i, &out);
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = cli_int(argc, argv, &i, 1, CLI_MAX_THREADS, &n_threads);
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        else {
-            fprintf(stderr, "tutti logits: unknown option '%s' (see tutti logits --help)\n", a);
-            return 2;
-        }
-        if (!ok) return 2;
-    }
-    if (!model_path || !out || (!prompt == !ids_arg)) {
-        fprintf(stderr, "tutti logits: need -m MODEL, --out FILE and exactly one of -p TEXT or --ids LIST\n");
-        return 2;
-    }
+    bool escape = true, special = false;
+    cli_opt opts[] = {
+        {"-m,--model", "FILE", CLI_T_STR, 0, 0, &model_path, "GGUF model file", "none", NULL, CLI_ONCE},
+        CLI_STR("-p,--prompt", "TEXT", &prompt, "text to run (BOS added as the model's metadata says)", "none"),
+        CLI_STR("-f,--file", "FILE", &prompt_file, "read the text from FILE (one trailing newline is dropped)", "none"),
+        CLI_FLAG("-e,--escape", &escape, "process escapes (\\n \\t \\xHH ...) in the prompt"),
+        CLI_FLAG_OFF("--no-escape", &escape, "take the prompt literally"),
+        CLI_FLAG("--special", &special, "parse control-token text in the prompt"),
+        CLI_STR("--ids", "LIST", &ids_arg, "comma-separated token ids, used as given (no BOS added)", "none"),
+        CLI_STR("-o,--out", "FILE", &out, "output file (raw float32)", "none"),
+        CLI_THREADS_OPT(&n_threads),
+        CLI_END,
+    };
+    const cli_spec spec = {
+        .name = "logits",
+        .usage = "-m MODEL (-p TEXT | -f FILE | --ids 1,2,3) -o FILE [options]",
+        .description = "Runs the prompt through the model in one batch and writes the logits of every\n"
+                       "position as raw little-endian float32 [n_tokens][n_vocab] to FILE (the context is\n"
+                       "exactly the prompt's length).",
+        .opts = opts,
+    };
+    int pr = cli_parse(&spec, argc, argv);
+    if (pr != CLI_RUN) return pr;
+    if (!model_path || !out || (!!prompt + !!prompt_file + !!ids_arg) != 1)
+        return cli_usage_error("need -m MODEL, -o FILE and exactly one of -p TEXT, -f FILE or --ids LIST");
     int32_t *ids = NULL, n = 0;
     if (ids_arg && !cli_ids(ids_arg, &ids, &n)) {
-        fprintf(stderr, "tutti logits: --ids needs comma-separated non-negative token ids, got '%s'\n", ids_arg);
-        return 2;
+        return cli_usage_error("--ids needs comma-separated non-negative token ids, got '%s'", ids_arg);
     }
     int rc = 1;
     float *logits = NULL;
@@ -48,14 +45,21 @@ int cmd_logits(int argc, char **argv) {
     tutti_session *sess = NULL;
     tutti_model *model = tutti_model_load(model_path, NULL);
     if (!model) {
-        fprintf(stderr, "tutti logits: %s\n", tutti_last_error());
+        cli_error("%s", tutti_last_error());
         goto done;
     }
     const tutti_vocab *vocab = tutti_model_vocab(model);
-    if (prompt && !(ids = cli_tokenize(vocab, prompt, strlen(prompt), tutti_vocab_add_bos(vocab), false, &n)))
-        goto done;
+    if (!ids_arg) {
+        size_t len;
+        char *text = cli_prompt_text(prompt, prompt_file, escape, &len);
+        if (!text) goto done;
+        ids = cli_tokenize(vocab, text, len, tutti_vocab_add_bos(vocab), special, &n);
+        free(text);
+        if (!ids) goto done;
+        cli_warn_double_bos(vocab, ids, n);
+    }
     if (n == 0) {
-        fprintf(stderr, "tutti logits: no tokens to evaluate\n");
+        cli_error("no tokens to evaluate");
         goto done;
     }
     tutti_session_params cp = tutti_session_default_params();
@@ -63,27 +67,27 @@ int cmd_logits(int argc, char **argv) {
     cp.n_ctx = n;
     int32_t n_vocab = tutti_model_n_vocab(model);
     if (!(sess = tutti_session_new(model, &cp))) {
-        fprintf(stderr, "tutti logits: %s\n", tutti_last_error());
+        cli_error("%s", tutti_last_error());
         goto done;
     }
     logits = malloc(sizeof(float) * (size_t)n * (size_t)n_vocab);
     if (!logits) {
-        fprintf(stderr, "tutti logits: out of memory for %d x %d logits\n", n, n_vocab);
+        cli_error("out of memory for %d x %d logits", n, n_vocab);
         goto done;
     }
     if (tutti_session_eval(sess, ids, n, logits) != TUTTI_OK) {
-        fprintf(stderr, "tutti logits: %s\n", tutti_last_error());
+        cli_error("%s", tutti_last_error());
         goto done;
     }
     if (!(f = fopen(out, "wb")) || fwrite(logits, sizeof(float) * (size_t)n_vocab, (size_t)n, f) != (size_t)n) {
-        fprintf(stderr, "tutti logits: cannot write %s\n", out);
+        cli_error("cannot write %s", out);
         goto done;
     }
-    fprintf(stderr, "tutti logits: wrote %d x %d float32 to %s\n", n, n_vocab, out);
+    cli_info("tutti logits: wrote %d x %d float32 to %s\n", n, n_vocab, out);
     rc = 0;
 done:
     if (f && fclose(f) != 0 && rc == 0) {
-        fprintf(stderr, "tutti logits: cannot write %s\n", out);
+        cli_error("cannot write %s", out);
         rc = 1;
     }
     free(logits);

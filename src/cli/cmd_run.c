@@ -19,185 +19,87 @@
 
 /* ---- ensemble flags shared by run / eval / fit ---- */
 
+static const char *g_rules[5], *g_aligns[5];
+
+const char ens_file_help[] = ENS_FILE_HELP;
+
 void ens_args_init(ens_args *a) {
     memset(a, 0, sizeof *a);
     a->rule = a->align = -1;
     a->prune = -1;
+    a->n_ctx = CLI_CTX_UNSET;
+    for (int k = 0; k < 4; k++) {
+        g_rules[k] = tutti_rule_name((tutti_fusion_rule)k);
+        g_aligns[k] = tutti_align_name((tutti_align)k);
+    }
+    const cli_opt t[] = {
+        CLI_SECTION("ensemble"),
+        CLI_STRS("-m,--model", "FILE", &a->models, "a member's GGUF file (repeat: one -m per member)"),
+        CLI_STR("-e,--ensemble", "FILE", &a->ens_file, "members from an ensemble file (format below)", "none"),
+        CLI_FLOATS("-w,--weights", "W1,W2,...", &a->weights, -1e30, 1e30, "member weights, one per member",
+                   "uniform"),
+        CLI_FLOATS("--temps", "T1,T2,...", &a->temps, 1e-6, 1e6, "member temperatures tau_i, one per member", "1"),
+        CLI_CHOICE("--rule", "RULE", &a->rule, g_rules, "mix | product | gate | contrastive",
+                   "the ensemble file's, else mix"),
+        CLI_CHOICE("--align", "ALIGN", &a->align, g_aligns,
+                   "auto | token | byte | span (auto: token if the vocabularies\nare identical, else byte)",
+                   "the ensemble file's, else auto"),
+        CLI_THREADS_OPT(&a->n_threads),
+        CLI_INT("--parallel", "N", &a->parallel, 0, 2, "0 default, 1 members one after the other, 2 concurrently",
+                NULL),
+        CLI_CTX_OPT(&a->n_ctx, " per member"),
+        CLI_DOUBLE("--prune", "X", &a->prune, 0, 0.999999,
+                   "byte alignment: hypothesis pruning share, 0 = exact", "1e-4"),
+        CLI_INT("--max-hyps", "N", &a->max_hyps, 1, 4096, "byte alignment: hypotheses per member", "8"),
+        CLI_FLOAT("--beta", "X", &a->beta, 1e-6, 1, "contrastive plausibility cut", "0.1"),
+        CLI_END,
+    };
+    memcpy(a->opts, t, sizeof t);
 }
 
 void ens_args_free(ens_args *a) { tutti_ensemble_file_free(a->file); }
 
-const char *ens_args_help(void) {
-    return "  -m FILE.gguf          a member (repeat: one -m per member)\n"
-           "  -e, --ensemble FILE   members from an ensemble file (MODEL WEIGHT TEMP per line)\n"
-           "  -w W1,W2,...          member weights (one per member; default uniform)\n"
-           "  --temps T1,T2,...     member temperatures tau_i (default 1)\n"
-           "  --rule R              mix | product | gate | contrastive (default mix)\n"
-           "  --align A             auto | token | byte | span (default auto: token if the\n"
-           "                        vocabularies are identical, else byte)\n"
-           "  -t, --threads N       worker threads (default: all cores)\n"
-           "  --parallel N          0 default, 1 members one after the other, 2 concurrently\n"
-           "  -c, --ctx N           context per member in tokens\n"
-           "  --prune X             byte alignment: hypothesis pruning share (default 1e-4, 0 = exact)\n"
-           "  --max-hyps N          byte alignment: hypotheses per member (default 8)\n"
-           "  --beta X              contrastive plausibility cut (default 0.1)\n";
-}
-
-static int parse_list(const char *opt, const char *s, float *out, int max) {
-    int n = 0;
-    const char *p = s;
-    while (*p) {
-        char *e;
-        errno = 0;
-        double v = strtod(p, &e);
-        if (e == p || errno || (*e && *e != ',') || !isfinite(v)) {
-            fprintf(stderr, "tutti: %s: \"%s\" is not a comma-separated list of finite numbers\n", opt, s);
-            return -1;
-        }
-        if (n == max) {
-            fprintf(stderr, "tutti: %s: more than %d values\n", opt, max);
-            return -1;
-        }
-        out[n++] = (float)v;
-        p = *e ? e + 1 : e;
+int ens_args_check(ens_args *a) {
+    int n = a->models.n;
+    if (a->ens_file) {
+        if (!(a->file = tutti_ensemble_file_read(a->ens_file))) return cli_error("%s", tutti_last_error());
+        n += a->file->n_members;
     }
-    return n;
-}
-
-static const char *need_value(int argc, char **argv, int *i) {
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "tutti: %s needs a value\n", argv[*i]);
-        return NULL;
-    }
-    return argv[++*i];
-}
-
-static int parse_int_opt(const char *opt, const char *v, int lo, int hi, int *out) {
-    char *e;
-    errno = 0;
-    long x = strtol(v, &e, 10);
-    if (e == v || *e || errno || x < lo || x > hi) {
-        fprintf(stderr, "tutti: %s: \"%s\" is not an integer in [%d, %d]\n", opt, v, lo, hi);
-        return -1;
-    }
-    *out = (int)x;
-    return 0;
-}
-
-static int parse_float_opt(const char *opt, const char *v, double *out) {
-    char *e;
-    errno = 0;
-    double x = strtod(v, &e);
-    if (e == v || *e || errno || isnan(x)) {
-        fprintf(stderr, "tutti: %s: \"%s\" is not a number\n", opt, v);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
-int ens_args_take(ens_args *a, int argc, char **argv, int *i) {
-    const char *o = argv[*i], *v;
-    double d;
-    if (!strcmp(o, "-m") || !strcmp(o, "--model")) {
-        if (!(v = need_value(argc, argv, i))) return -1;
-        if (a->n_models == TUTTI_ENSEMBLE_MAX_MEMBERS) {
-            fprintf(stderr, "tutti: at most %d members\n", TUTTI_ENSEMBLE_MAX_MEMBERS);
-            return -1;
-        }
-        a->models[a->n_models++] = v;
-    } else if (!strcmp(o, "-e") || !strcmp(o, "--ensemble")) {
-        if (!(a->ens_file = need_value(argc, argv, i))) return -1;
-    } else if (!strcmp(o, "-w") || !strcmp(o, "--weights")) {
-        if (!(a->weights = need_value(argc, argv, i))) return -1;
-    } else if (!strcmp(o, "--temps")) {
-        if (!(a->temps = need_value(argc, argv, i))) return -1;
-    } else if (!strcmp(o, "--rule")) {
-        if (!(v = need_value(argc, argv, i))) return -1;
-        if ((a->rule = tutti_rule_parse(v)) < 0) {
-            fprintf(stderr, "tutti: --rule: \"%s\" is not one of mix, product, gate, contrastive\n", v);
-            return -1;
-        }
-    } else if (!strcmp(o, "--align")) {
-        if (!(v = need_value(argc, argv, i))) return -1;
-        if ((a->align = tutti_align_parse(v)) < 0) {
-            fprintf(stderr, "tutti: --align: \"%s\" is not one of auto, token, byte, span\n", v);
-            return -1;
-        }
-    } else if (!strcmp(o, "-t") || !strcmp(o, "--threads")) {
-        if (!(v = need_value(argc, argv, i)) || parse_int_opt(o, v, 1, 512, &a->n_threads) < 0) return -1;
-    } else if (!strcmp(o, "--parallel")) {
-        if (!(v = need_value(argc, argv, i)) || parse_int_opt(o, v, 0, 2, &a->parallel) < 0) return -1;
-    } else if (!strcmp(o, "-c") || !strcmp(o, "--ctx")) {
-        if (!(v = need_value(argc, argv, i)) || parse_int_opt(o, v, 0, 1 << 20, &a->n_ctx) < 0) return -1;
-    } else if (!strcmp(o, "--max-hyps")) {
-        if (!(v = need_value(argc, argv, i)) || parse_int_opt(o, v, 1, 4096, &a->max_hyps) < 0) return -1;
-    } else if (!strcmp(o, "--prune")) {
-        if (!(v = need_value(argc, argv, i)) || parse_float_opt(o, v, &d) < 0) return -1;
-        if (d < 0 || d >= 1) {
-            fprintf(stderr, "tutti: --prune must be in [0, 1)\n");
-            return -1;
-        }
-        a->prune = d;
-    } else if (!strcmp(o, "--beta")) {
-        if (!(v = need_value(argc, argv, i)) || parse_float_opt(o, v, &d) < 0) return -1;
-        a->beta = (float)d;
-    } else {
-        return 0;
-    }
-    return 1;
+    if (n == 0) return cli_usage_error("no members: give -m MODEL.gguf (one per member) or -e ENSEMBLE_FILE");
+    if (n > TUTTI_ENSEMBLE_MAX_MEMBERS)
+        return cli_usage_error("%d members; at most %d", n, TUTTI_ENSEMBLE_MAX_MEMBERS);
+    if (a->weights.n && a->weights.n != n)
+        return cli_usage_error("-w gives %d weight%s but the ensemble has %d member%s", a->weights.n,
+                               a->weights.n == 1 ? "" : "s", n, n == 1 ? "" : "s");
+    if (a->temps.n && a->temps.n != n)
+        return cli_usage_error("--temps gives %d temperature%s but the ensemble has %d member%s", a->temps.n,
+                               a->temps.n == 1 ? "" : "s", n, n == 1 ? "" : "s");
+    return CLI_RUN;
 }
 
 tutti_ensemble *ens_args_build(ens_args *a, const char *cmd) {
     int n = 0;
     int rule = a->rule, align = a->align;
-    if (a->ens_file) {
-        a->file = tutti_ensemble_file_read(a->ens_file);
-        if (!a->file) {
-            fprintf(stderr, "tutti %s: %s\n", cmd, tutti_last_error());
-            return NULL;
-        }
+    (void)cmd; /* messages carry the command's name (cli_cmd) */
+    if (a->file) { /* read by ens_args_check */
         for (int i = 0; i < a->file->n_members && n < TUTTI_ENSEMBLE_MAX_MEMBERS; i++) a->desc[n++] = a->file->members[i];
         if (rule < 0) rule = a->file->rule;
         if (align < 0) align = a->file->align;
     }
-    for (int i = 0; i < a->n_models; i++) {
-        if (n == TUTTI_ENSEMBLE_MAX_MEMBERS) {
-            fprintf(stderr, "tutti %s: at most %d members\n", cmd, TUTTI_ENSEMBLE_MAX_MEMBERS);
-            return NULL;
-        }
-        a->desc[n++] = (tutti_member_desc){.model_path = a->models[i], .weight = NAN, .temp = NAN};
-    }
-    if (n == 0) {
-        fprintf(stderr, "tutti %s: no members: give -m MODEL.gguf (one per member) or -e ENSEMBLE_FILE\n", cmd);
-        return NULL;
-    }
-    float v[TUTTI_ENSEMBLE_MAX_MEMBERS + 1];
-    if (a->weights) {
-        int k = parse_list("-w", a->weights, v, TUTTI_ENSEMBLE_MAX_MEMBERS + 1);
-        if (k < 0) return NULL;
-        if (k != n) {
-            fprintf(stderr, "tutti %s: -w gives %d weight%s but the ensemble has %d member%s\n", cmd, k,
-                    k == 1 ? "" : "s", n, n == 1 ? "" : "s");
-            return NULL;
-        }
-        for (int i = 0; i < n; i++) a->desc[i].weight = v[i];
-    }
-    if (a->temps) {
-        int k = parse_list("--temps", a->temps, v, TUTTI_ENSEMBLE_MAX_MEMBERS + 1);
-        if (k < 0) return NULL;
-        if (k != n) {
-            fprintf(stderr, "tutti %s: --temps gives %d temperature%s but the ensemble has %d member%s\n", cmd, k,
-                    k == 1 ? "" : "s", n, n == 1 ? "" : "s");
-            return NULL;
-        }
+    for (int i = 0; i < a->models.n && n < TUTTI_ENSEMBLE_MAX_MEMBERS; i++)
+        a->desc[n++] = (tutti_member_desc){.model_path = a->models.v[i], .weight = NAN, .temp = NAN};
+    /* counts checked by ens_args_check */
+    for (int i = 0; i < a->weights.n && i < n; i++) a->desc[i].weight = a->weights.v[i];
+    for (int i = 0; i < a->temps.n && i < n; i++) a->desc[i].temp = a->temps.v[i];
+    int32_t n_ctx = a->n_ctx;
+    if (n_ctx == 0) { /* -c 0: the smallest trained context, so that no member runs past its own */
         for (int i = 0; i < n; i++) {
-            if (!(v[i] > 0)) {
-                fprintf(stderr, "tutti %s: --temps: temperature %d is %g; each must be > 0\n", cmd, i + 1, (double)v[i]);
-                return NULL;
-            }
-            a->desc[i].temp = v[i];
+            int32_t t = cli_ctx_train_of_file(a->desc[i].model_path);
+            if (t > 0 && (n_ctx == 0 || t < n_ctx)) n_ctx = t;
         }
+        if (n_ctx > CLI_MAX_CTX) n_ctx = CLI_MAX_CTX;
+    } else if (n_ctx == CLI_CTX_UNSET) {
+        n_ctx = 0; /* each member: min(trained, 4096) */
     }
     tutti_ensemble_params p = tutti_ensemble_default_params();
     p.members = a->desc;
@@ -206,144 +108,103 @@ tutti_ensemble *ens_args_build(ens_args *a, const char *cmd) {
     if (align >= 0) p.align = (tutti_align)align;
     p.n_threads = a->n_threads;
     p.parallel = a->parallel;
-    p.n_ctx = a->n_ctx;
+    p.n_ctx = n_ctx;
     if (a->max_hyps > 0) p.max_hyps = a->max_hyps;
     if (a->prune >= 0) p.prune = a->prune;
     if (a->beta > 0) p.beta = a->beta;
     tutti_ensemble *e = tutti_ensemble_new(&p);
-    if (!e) fprintf(stderr, "tutti %s: %s\n", cmd, tutti_last_error());
+    if (!e) {
+        cli_error("%s", tutti_last_error());
+        return NULL;
+    }
+    if (a->n_ctx > 0)
+        for (int i = 0; i < tutti_ensemble_n_members(e); i++) {
+            char label[600];
+            snprintf(label, sizeof label, "member %d (%s)", i + 1, tutti_ensemble_member_path(e, i));
+            cli_ctx_for(tutti_ensemble_member_model(e, i), a->n_ctx, label);
+        }
     return e;
 }
 
 /* ---- run ---- */
 
-static void usage(FILE *out) {
-    fprintf(out,
-            "usage: tutti run -m A.gguf -m B.gguf [-m ...] [options] -p TEXT\n"
-            "Fused generation of several models; text on stdout, timings on stderr.\n"
-            "%s"
-            "  -p, --prompt TEXT     prompt (raw text; each member tokenizes it itself)\n"
-            "  -f, --file FILE       prompt from a file\n"
-            "  -n N                  tokens (token alignment) or bytes (byte/span) to generate (default 128)\n"
-            "  --temp T              sampling temperature on the fused distribution (<= 0 greedy)\n"
-            "  --top-k N, --top-p P, --min-p P, --repeat-penalty X, --repeat-last-n N, --seed S\n"
-            "  --stop S              stop when the output contains S (repeat)\n"
-            "  --allow S             the output must be (a prefix of) one of these strings (repeat)\n"
-            "  --forbid S            the output never contains S (repeat)\n"
-            "  --chat                the prompt is a user message: every member gets its own chat\n"
-            "                        template's rendering (tokenized with its own tokenizer); the\n"
-            "                        generated text is shared and ends at end of turn (token\n"
-            "                        alignment: an end-of-generation token; byte: the end-of-text\n"
-            "                        outcome, each member's end-of-generation mass)\n"
-            "  --system TEXT         with --chat: a system message before the user message\n"
-            "  --verbose-prompt      print every member's prompt token ids on stderr\n",
-            ens_args_help());
-}
-
 static int write_cb(const char *b, size_t n, void *u) {
     (void)u;
     fwrite(b, 1, n, stdout);
     fflush(stdout);
-    return 0;
+    return cli_interrupted(); /* Ctrl-C: stop after this unit */
 }
-
-#define MAX_STRS 64
 
 int tutti_cmd_run(int argc, char **argv) {
     ens_args a;
     ens_args_init(&a);
     tutti_sampler_params sp = tutti_sampler_default_params();
+    sp.seed = CLI_SEED_RANDOM;
     const char *prompt = NULL, *prompt_file = NULL, *system = NULL;
-    bool seed_set = false, chat = false, verbose_prompt = false;
-    int n_gen = 128;
-    const char *stop[MAX_STRS], *allow[MAX_STRS], *forbid[MAX_STRS];
-    int n_stop = 0, n_allow = 0, n_forbid = 0;
-    for (int i = 0; i < argc; i++) {
-        int r = ens_args_take(&a, argc, argv, &i);
-        if (r < 0) return 2;
-        if (r > 0) continue;
-        const char *o = argv[i], *v;
-        double d;
-        int k;
-        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(o, "--chat")) {
-            chat = true;
-        } else if (!strcmp(o, "--verbose-prompt")) {
-            verbose_prompt = true;
-        } else if (!strcmp(o, "--system")) {
-            if (!(system = need_value(argc, argv, &i))) return 1;
-        } else if (!strcmp(o, "-p") || !strcmp(o, "--prompt")) {
-            if (!(prompt = need_value(argc, argv, &i))) return 1;
-        } else if (!strcmp(o, "-f") || !strcmp(o, "--file")) {
-            if (!(prompt_file = need_value(argc, argv, &i))) return 1;
-        } else if (!strcmp(o, "-n") || !strcmp(o, "--n-predict")) {
-            if (!(v = need_value(argc, argv, &i)) || parse_int_opt(o, v, 0, 1 << 24, &n_gen) < 0) return 1;
-        } else if (!strcmp(o, "--temp")) {
-            if (!(v = need_value(argc, argv, &i)) || parse_float_opt(o, v, &d) < 0) return 1;
-            sp.temp = (float)d;
-        } else if (!strcmp(o, "--top-k")) {
-            if (!(v = need_value(argc, argv, &i)) || parse_int_opt(o, v, 0, 1 << 30, &k) < 0) return 1;
-            sp.top_k = k;
-        } else if (!strcmp(o, "--top-p")) {
-            if (!(v = need_value(argc, argv, &i)) || parse_float_opt(o, v, &d) < 0) return 1;
-            sp.top_p = (float)d;
-        } else if (!strcmp(o, "--min-p")) {
-            if (!(v = need_value(argc, argv, &i)) || parse_float_opt(o, v, &d) < 0) return 1;
-            sp.min_p = (float)d;
-        } else if (!strcmp(o, "--repeat-penalty")) {
-            if (!(v = need_value(argc, argv, &i)) || parse_float_opt(o, v, &d) < 0) return 1;
-            sp.repeat_penalty = (float)d;
-        } else if (!strcmp(o, "--repeat-last-n")) {
-            if (!(v = need_value(argc, argv, &i)) || parse_int_opt(o, v, 0, 1 << 20, &k) < 0) return 1;
-            sp.repeat_last_n = k;
-        } else if (!strcmp(o, "--seed") || !strcmp(o, "-s")) {
-            if (!(v = need_value(argc, argv, &i))) return 1;
-            char *e;
-            errno = 0;
-            unsigned long long s = strtoull(v, &e, 10);
-            if (e == v || *e || errno) {
-                fprintf(stderr, "tutti run: --seed: \"%s\" is not a non-negative integer\n", v);
-                return 1;
-            }
-            sp.seed = s;
-            seed_set = true;
-        } else if (!strcmp(o, "--stop") || !strcmp(o, "--allow") || !strcmp(o, "--forbid")) {
-            if (!(v = need_value(argc, argv, &i))) return 1;
-            const char **arr = o[2] == 's' ? stop : o[2] == 'a' ? allow : forbid;
-            int *cnt = o[2] == 's' ? &n_stop : o[2] == 'a' ? &n_allow : &n_forbid;
-            if (*cnt == MAX_STRS) {
-                fprintf(stderr, "tutti run: at most %d %s strings\n", MAX_STRS, o + 2);
-                return 1;
-            }
-            arr[(*cnt)++] = v;
-        } else {
-            fprintf(stderr, "tutti run: unknown option %s (see tutti run --help)\n", o);
-            return 2;
-        }
+    bool chat = false, verbose_prompt = false, escape = true;
+    int32_t n_gen = 128;
+    cli_strs stop_s = {.n = 0}, allow_s = {.n = 0}, forbid_s = {.n = 0};
+    const cli_opt opts[] = {
+        CLI_STR("-p,--prompt", "TEXT", &prompt, "prompt (raw text; each member tokenizes it itself)", "none"),
+        CLI_STR("-f,--file", "FILE", &prompt_file, "read the prompt from FILE (one trailing newline is dropped)", "none"),
+        CLI_FLAG("--escape", &escape, "process escapes (\\n \\r \\t \\' \\\" \\\\ \\xHH) in the prompt and --stop\n"
+                                      "(-e is --ensemble here)"),
+        CLI_FLAG_OFF("--no-escape", &escape, "take the prompt and --stop strings literally"),
+        CLI_INT("-n,--n-predict", "N", &n_gen, -1, 1 << 24,
+                "tokens (token alignment) or bytes (byte/span) to generate;\n-1 = until end of text or a full context",
+                NULL),
+        CLI_STRS("--stop", "TEXT", &stop_s, "stop when the output contains TEXT (not printed; repeatable)"),
+        CLI_STRS("--allow", "TEXT", &allow_s, "the output must be (a prefix of) one of these strings (repeatable)"),
+        CLI_STRS("--forbid", "TEXT", &forbid_s, "the output never contains TEXT (repeatable)"),
+        CLI_FLAG("--chat", &chat, "the prompt is a user message: every member gets its own chat\n"
+                                   "template's rendering (tokenized with its own tokenizer); the\n"
+                                   "generated text is shared and ends at end of turn (token\n"
+                                   "alignment: an end-of-generation token; byte: the end-of-text\n"
+                                   "outcome, each member's end-of-generation mass)"),
+        CLI_STR("--system", "TEXT", &system, "with --chat: a system message before the user message", "none"),
+        CLI_FLAG("--verbose-prompt", &verbose_prompt, "print every member's prompt token ids on stderr"),
+        CLI_INCLUDE(a.opts),
+        CLI_SECTION("sampling (on the fused distribution)"),
+        CLI_SAMPLING_OPTS(&sp),
+        CLI_END,
+    };
+    const cli_spec spec = {
+        .name = "run",
+        .usage = "(-m A.gguf -m B.gguf ... | -e ENSEMBLE_FILE) (-p TEXT | -f FILE) [options]",
+        .description = "Fused generation of several models. The generated text alone goes to stdout; the seed,\n"
+                       "speed (tokens/s) and per-member timings go to stderr.",
+        .opts = opts,
+        .epilog = "Ctrl-C stops the generation after the current token or byte: the text so far and the\n"
+                  "timings are printed and the exit status is 130. Exit status 2: bad flags or values;\n"
+                  "1: runtime error.\n\n" ENS_FILE_HELP,
+    };
+    int pr = cli_parse(&spec, argc, argv);
+    if (pr != CLI_RUN) return pr;
+    if (system && !chat) return cli_usage_error("--system needs --chat");
+    if (prompt && prompt_file) return cli_usage_error("-p and -f both give the prompt; use one");
+    if ((pr = ens_args_check(&a)) != CLI_RUN) {
+        ens_args_free(&a);
+        return pr;
     }
-    if (system && !chat) {
-        fprintf(stderr, "tutti run: --system needs --chat\n");
-        return 2;
+    /* escapes apply to --stop as to the prompt (llama.cpp: reverse prompts) */
+    char *owned[CLI_MAX_STRS] = {0};
+    for (int k = 0; escape && k < stop_s.n; k++) {
+        if ((owned[k] = strdup(stop_s.v[k]))) cli_process_escapes(owned[k], strlen(owned[k]));
+        if (owned[k]) stop_s.v[k] = owned[k];
     }
-    if (!seed_set) sp.seed = (uint64_t)time(NULL); /* as tutti generate */
-    char *buf = NULL;
+    const char **stop = stop_s.v, **allow = allow_s.v, **forbid = forbid_s.v;
+    int n_stop = stop_s.n, n_allow = allow_s.n, n_forbid = forbid_s.n;
     size_t plen = 0;
-    if (prompt_file) {
-        if (!(buf = cli_read_file(prompt_file, &plen))) return 1;
-        prompt = buf;
-    } else if (prompt) {
-        plen = strlen(prompt);
-    } else {
-        prompt = "";
-    }
-    tutti_ensemble *e = ens_args_build(&a, "run");
+    char *buf = cli_prompt_text(prompt, prompt_file, escape, &plen);
+    tutti_ensemble *e = buf ? ens_args_build(&a, "run") : NULL;
     if (!e) {
         free(buf);
         ens_args_free(&a);
+        for (int k = 0; k < CLI_MAX_STRS; k++) free(owned[k]);
         return 1;
     }
+    prompt = buf;
+    sp.seed = cli_seed_resolve(sp.seed);
     tutti_mask m = {.allowed = allow, .n_allowed = n_allow, .forbidden = forbid, .n_forbidden = n_forbid,
                     .stop = stop, .n_stop = n_stop, .max_len = n_gen};
     int n_mem = tutti_ensemble_n_members(e);
@@ -373,7 +234,8 @@ int tutti_cmd_run(int argc, char **argv) {
             fprintf(stderr, "\n");
         }
     tutti_ensemble_stats st;
-    if (rc == 0 && n_gen > 0) {
+    cli_catch_sigint();
+    if (rc == 0 && n_gen != 0) {
         /* stdout holds the generated text only, exactly as tutti generate's */
         rc = chat ? tutti_ensemble_generate_ids(e, (const int32_t *const *)ids, n_ids, &sp, &m, write_cb, NULL, &st)
                   : tutti_ensemble_generate(e, prompt, plen, &sp, &m, write_cb, NULL, &st);
@@ -381,22 +243,27 @@ int tutti_cmd_run(int argc, char **argv) {
     fflush(stdout);
     if (rc == TUTTI_ERR) {
         fprintf(stderr, "tutti run: %s\n", tutti_last_error());
-    } else if (rc == 0 && n_gen > 0) {
+    } else if (rc == 0 && n_gen != 0) {
         tutti_align al = tutti_ensemble_align(e);
         const char *unit = al == TUTTI_ALIGN_TOKEN ? "token" : "byte";
-        fprintf(stderr, "\n%s alignment, rule %s: %d %ss (%d bytes) in %.3f s\n", tutti_align_name(al),
-                tutti_rule_name(tutti_ensemble_rule(e)), st.n_units, unit, st.n_bytes, st.t_total_s);
+        if (cli_interrupted()) cli_info("\ntutti run: interrupted (Ctrl-C)\n");
+        double t = st.t_total_s > 0 ? st.t_total_s : 1e-9;
+        cli_info("\n%s alignment, rule %s: %d %ss (%d bytes) in %.3f s (%.1f %ss/s)\n", tutti_align_name(al),
+                 tutti_rule_name(tutti_ensemble_rule(e)), st.n_units, unit, st.n_bytes, st.t_total_s,
+                 st.n_units / t, unit);
         for (int i = 0; i < tutti_ensemble_n_members(e); i++)
-            fprintf(stderr, "  member %d %-40s w=%.3g tau=%.3g: %6lld tokens evaluated, forward %.3f s%s\n", i + 1,
-                    tutti_ensemble_member_path(e, i), (double)tutti_ensemble_member_weight(e, i),
-                    (double)tutti_ensemble_member_temp(e, i), (long long)st.n_member_tokens[i], st.t_member_s[i],
-                    st.member_left[i] ? " (left: its tokens cannot spell the text)" : "");
-        fprintf(stderr, "  fusion overhead (outside forward passes): %.3f s = %.3f ms per %s\n", st.t_fusion_s,
+            cli_info("  member %d %-40s w=%.3g tau=%.3g: %6lld tokens evaluated, forward %.3f s (%.1f tokens/s)%s\n",
+                     i + 1, tutti_ensemble_member_path(e, i), (double)tutti_ensemble_member_weight(e, i),
+                     (double)tutti_ensemble_member_temp(e, i), (long long)st.n_member_tokens[i], st.t_member_s[i],
+                     st.t_member_s[i] > 0 ? (double)st.n_member_tokens[i] / st.t_member_s[i] : 0.0,
+                     st.member_left[i] ? " (left: its tokens cannot spell the text)" : "");
+        cli_info("  fusion overhead (outside forward passes): %.3f s = %.3f ms per %s\n", st.t_fusion_s,
                 st.n_units ? 1e3 * st.t_fusion_s / st.n_units : 0.0, unit);
     }
     for (int i = 0; i < n_mem; i++) free(ids[i]);
     tutti_ensemble_free(e);
     ens_args_free(&a);
     free(buf);
-    return rc < 0 ? 1 : 0;
+    for (int k = 0; k < CLI_MAX_STRS; k++) free(owned[k]);
+    return rc < 0 ? 1 : cli_interrupted() ? CLI_EXIT_INTERRUPTED : 0;
 }

@@ -5,54 +5,56 @@
 
 #include "cli/cli.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: tutti tokenize -m MODEL (-p TEXT | --inp FILE) [--no-bos] [--special]\n"
-            "With -p: prints the ids of TEXT on one line (BOS as the model's metadata says).\n"
-            "With --inp: FILE holds strings separated by \"\\n__ggml_vocab_test__\\n\"; prints one\n"
-            "line per string, each id preceded by a space, without BOS and without special-token\n"
-            "parsing (the format of llama.cpp's tokenizer tests).\n"
-            "MODEL may be a vocabulary-only GGUF.\n");
-}
-
 static void print_ids(const int32_t *ids, int32_t n) {
     for (int32_t i = 0; i < n; i++) printf(" %d", ids[i]);
     putchar('\n');
 }
 
 int cmd_tokenize(int argc, char **argv) {
-    const char *model_path = NULL, *prompt = NULL, *inp = NULL;
-    bool no_bos = false, special = false;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        bool ok = true;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) ok = cli_str(argc, argv, &i, &model_path);
-        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) ok = cli_str(argc, argv, &i, &prompt);
-        else if (!strcmp(a, "--inp")) ok = cli_str(argc, argv, &i, &inp);
-        else if (!strcmp(a, "--no-bos")) no_bos = true;
-        else if (!strcmp(a, "--special")) special = true;
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        else {
-            fprintf(stderr, "tutti tokenize: unknown option '%s' (see tutti tokenize --help)\n", a);
-            return 2;
-        }
-        if (!ok) return 2;
-    }
-    if (!model_path || (!prompt == !inp)) {
-        fprintf(stderr, "tutti tokenize: need -m MODEL and exactly one of -p TEXT or --inp FILE\n");
-        return 2;
-    }
+    const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *inp = NULL;
+    bool no_bos = false, special = false, escape = true;
+    cli_opt opts[] = {
+        {"-m,--model", "FILE", CLI_T_STR, 0, 0, &model_path, "GGUF model or vocabulary-only file", "none", NULL,
+         CLI_ONCE},
+        CLI_STR("-p,--prompt", "TEXT", &prompt, "text to tokenize (BOS as the model's metadata says)", "none"),
+        CLI_STR("-f,--file", "FILE", &prompt_file, "tokenize the text of FILE (one trailing newline is dropped)",
+                "none"),
+        CLI_FLAG("-e,--escape", &escape, "process escapes (\\n \\t \\xHH ...) in -p/-f text"),
+        CLI_FLAG_OFF("--no-escape", &escape, "take the -p/-f text literally"),
+        CLI_STR("--inp", "FILE", &inp, "strings separated by \"\\n__ggml_vocab_test__\\n\" (llama.cpp's tokenizer\n"
+                                       "tests): one line per string, no BOS, no special tokens, no escapes", "none"),
+        CLI_FLAG("--no-bos", &no_bos, "never add BOS"),
+        CLI_FLAG("--special", &special, "parse control-token text (e.g. <|eot_id|>) as those tokens"),
+        CLI_END,
+    };
+    const cli_spec spec = {
+        .name = "tokenize",
+        .usage = "-m MODEL (-p TEXT | -f FILE | --inp FILE) [options]",
+        .description = "Prints token ids: of -p/-f text on one line; of every --inp string one line each,\n"
+                       "each id preceded by a space. MODEL may be a vocabulary-only GGUF.",
+        .opts = opts,
+    };
+    int pr = cli_parse(&spec, argc, argv);
+    if (pr != CLI_RUN) return pr;
+    if (!model_path || (!!prompt + !!prompt_file + !!inp) != 1)
+        return cli_usage_error("need -m MODEL and exactly one of -p TEXT, -f FILE or --inp FILE");
     tutti_vocab *vocab = tutti_vocab_load(model_path);
     if (!vocab) {
-        fprintf(stderr, "tutti tokenize: %s\n", tutti_last_error());
-        return 1;
+        return cli_error("%s", tutti_last_error());
     }
     int rc = 0;
-    if (prompt) {
-        int32_t n, *ids = cli_tokenize(vocab, prompt, strlen(prompt), !no_bos && tutti_vocab_add_bos(vocab), special, &n);
-        if (ids) print_ids(ids, n);
-        else rc = 1;
+    if (!inp) {
+        size_t len;
+        char *text = cli_prompt_text(prompt, prompt_file, escape, &len);
+        int32_t n, *ids = text ? cli_tokenize(vocab, text, len, !no_bos && tutti_vocab_add_bos(vocab), special, &n) : NULL;
+        if (ids) {
+            if (!no_bos) cli_warn_double_bos(vocab, ids, n);
+            print_ids(ids, n);
+        } else {
+            rc = 1;
+        }
         free(ids);
+        free(text);
     } else {
         size_t len;
         char *text = cli_read_file(inp, &len);

@@ -1,34 +1,50 @@
 /* Ensemble flags shared by `tutti run`, `tutti eval` and `tutti fit`
- * (implemented in cmd_run.c). */
+ * (implemented in cmd_run.c): one flag table, included in each command's
+ * own table with CLI_INCLUDE(a.opts). */
 #ifndef TUTTI_CLI_ENS_ARGS_H
 #define TUTTI_CLI_ENS_ARGS_H
 
 #include <stddef.h>
 
+#include "cli/opts.h"
 #include "tutti.h"
 
 typedef struct ens_args {
-    const char *models[TUTTI_ENSEMBLE_MAX_MEMBERS];
-    int n_models;
-    const char *ens_file;
-    const char *weights; /* "0.5,0.3" */
-    const char *temps;
-    int rule, align;     /* -1 = not given */
-    int n_threads, parallel, n_ctx, max_hyps;
+    cli_strs models;         /* -m, one per member */
+    const char *ens_file;    /* -e/--ensemble */
+    cli_floats weights, temps;
+    int rule, align;         /* -1 = not given */
+    int32_t n_threads, parallel, n_ctx, max_hyps;
     double prune;
     float beta;
+    cli_opt opts[20];        /* the flag table, pointing into this struct */
     tutti_ensemble_file *file;
     tutti_member_desc desc[TUTTI_ENSEMBLE_MAX_MEMBERS];
 } ens_args;
 
+/* Defaults and the flag table (a must not move afterwards). */
 void ens_args_init(ens_args *a);
-/* Consumes argv[*i] (and its value) if it is an ensemble flag: returns 1,
- * 0 if not an ensemble flag, -1 on a bad value (message printed). */
-int ens_args_take(ens_args *a, int argc, char **argv, int *i);
+/* After cli_parse: reads the ensemble file and checks the member count and
+ * the -w/--temps counts.  CLI_RUN, or the exit status after a message (2
+ * for inconsistent flags, 1 for an unreadable ensemble file). */
+int ens_args_check(ens_args *a);
 /* Builds the ensemble (message printed on error). */
 tutti_ensemble *ens_args_build(ens_args *a, const char *cmd);
 void ens_args_free(ens_args *a);
-const char *ens_args_help(void);
+/* The ensemble file format (the reader is tutti_ensemble_file_read in
+ * src/fusion/eval.c), for --help. */
+#define ENS_FILE_HELP                                                                          \
+    "Ensemble file (-e FILE; `tutti fit` writes one):\n"                                       \
+    "  one member per line: MODEL [WEIGHT [TEMP]]  (WEIGHT a finite number, default uniform;\n" \
+    "                       TEMP > 0, default 1), fields separated by spaces or tabs\n"        \
+    "  rule NAME            mix | product | gate | contrastive (--rule overrides it)\n"        \
+    "  align NAME           auto | token | byte | span (--align overrides it)\n"               \
+    "  # ...                a comment, anywhere on a line (also inside quotes: a path cannot\n" \
+    "                       hold '#'); blank lines are skipped\n"                              \
+    "  \"a b/c.gguf\" 0.5     double quotes keep spaces in a path (no escapes inside)\n"       \
+    "A relative MODEL path is relative to the ensemble file's folder. At most 16 members.\n"   \
+    "Members given with -m come after the file's; -w and --temps give values for all of them.\n"
+extern const char ens_file_help[];
 
 int tutti_cmd_run(int argc, char **argv);
 int tutti_cmd_eval(int argc, char **argv);
