@@ -376,6 +376,44 @@ typedef struct tutti_bpb_result {
 
 int tutti_ensemble_eval_bpb(tutti_ensemble *ens, const char *text, size_t len, tutti_bpb_result *out);
 
+/* Multiple-choice accuracy with lm-evaluation-harness's multiple_choice
+ * semantics: for each item the log-likelihood of every choice given the
+ * context, LL(choice) = LL(context + choice) - LL(context), each text scored
+ * from BOS (every member alone at token level over its canonical
+ * tokenization, the ensemble through its alignment, rule, weights and
+ * temperatures).  acc counts items whose label has the highest LL, acc_norm
+ * those whose label has the highest LL per UTF-8 byte of the choice (ties go
+ * to the lower index, as numpy's argmax).  Items: context and choices are
+ * NUL-terminated UTF-8 (borrowed), 2 <= n_choices <= TUTTI_MAX_CHOICES, label
+ * in [0, n_choices). */
+#define TUTTI_MAX_CHOICES 16
+
+typedef struct tutti_choice_item {
+    const char *context;
+    const char *const *choices; /* [n_choices] */
+    int32_t n_choices;
+    int32_t label;
+} tutti_choice_item;
+
+typedef struct tutti_choices_result {
+    int32_t n_members;
+    int32_t n_items;
+    double member_acc[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    double member_acc_norm[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    double ensemble_acc;
+    double ensemble_acc_norm;
+} tutti_choices_result;
+
+/* Scores items[0..n_items) into out.  ll (may be NULL) receives every
+ * log-likelihood in nats: ll[(item * TUTTI_MAX_CHOICES + choice) *
+ * (n_members + 1) + k], k < n_members a member alone, k = n_members the
+ * ensemble; caller-allocated with n_items * TUTTI_MAX_CHOICES * (n_members +
+ * 1) doubles.  progress (may be NULL) is called after each item.  Returns 0
+ * or TUTTI_ERR (a malformed item, naming it; a member failing). */
+int tutti_ensemble_eval_choices(tutti_ensemble *ens, const tutti_choice_item *items, int32_t n_items,
+                                tutti_choices_result *out, double *ll,
+                                void (*progress)(int32_t done, int32_t total, void *user), void *user);
+
 /* Finds weights (and temperatures from a grid) minimising the ensemble's
  * bits per byte on text under the current rule and alignment, and sets them
  * on the ensemble.  temps: grid of candidate temperatures ([n_temps]; NULL =

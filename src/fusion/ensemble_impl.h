@@ -51,6 +51,12 @@ fusion_rule_params ens_rule_params(const tutti_ensemble *e);
 int fusion_token_fused(tutti_ensemble *e, const int32_t *ids, int32_t n, float *out);
 int fusion_bytes_fused(tutti_ensemble *e, fusion_bytes **st, float *out);
 
+/* Negative log-likelihood (nats) of text[0..len) scored as one piece from
+ * BOS: member_nll[n_members] each member alone at token level (its canonical
+ * tokenization, tau 1), *ens_nll the ensemble under its rule, alignment,
+ * weights and temperatures (eval.c).  Used by choice scoring. */
+int fusion_text_nll(tutti_ensemble *e, const char *text, size_t len, double *member_nll, double *ens_nll);
+
 /* The prompt of a generation: raw text that every member tokenizes itself
  * (ids == NULL), or token ids of each member's own vocabulary,
  * ids[i][0..n_ids[i]) (tutti_ensemble_generate_ids). */

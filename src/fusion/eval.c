@@ -230,9 +230,22 @@ static void text_data_free(text_data *d) {
     free(d->span_start);
 }
 
-static int text_data_init(tutti_ensemble *e, const char *text, size_t len, text_data *d) {
+/* max_chunk > 0: the text split into sentence-aligned chunks of at most
+ * that many bytes (bits per byte); 0: the whole text is one chunk (choice
+ * scoring, where context + choice is one text scored from BOS). */
+static int text_data_init(tutti_ensemble *e, const char *text, size_t len, int max_chunk, text_data *d) {
     memset(d, 0, sizeof *d);
-    d->n_chunks = fusion_split_chunks(text, len, 200, &d->chunks);
+    if (max_chunk > 0) {
+        d->n_chunks = fusion_split_chunks(text, len, max_chunk, &d->chunks);
+    } else if (len > 0) {
+        d->chunks = malloc(sizeof(char *));
+        if (d->chunks) d->chunks[0] = malloc(len + 1);
+        if (!d->chunks || !d->chunks[0]) return free(d->chunks), d->chunks = NULL, tutti_set_error("eval: out of memory");
+        memcpy(d->chunks[0], text, len);
+        d->chunks[0][len] = 0;
+        if (strlen(d->chunks[0]) != len) return tutti_set_error("eval: the text holds a NUL byte");
+        d->n_chunks = 1;
+    }
     if (d->n_chunks < 0) return TUTTI_ERR;
     if (d->n_chunks == 0) return tutti_set_error("eval: the text has no chunks to score (empty?)");
     for (int c = 0; c < d->n_chunks; c++) d->n_bytes += (int64_t)strlen(d->chunks[c]);
@@ -342,7 +355,7 @@ int tutti_ensemble_eval_bpb(tutti_ensemble *e, const char *text, size_t len, tut
     memset(out, 0, sizeof *out);
     text_data d;
     float *rows[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0};
-    int rc = text_data_init(e, text, len, &d);
+    int rc = text_data_init(e, text, len, 200, &d);
     if (rc < 0) goto done;
     out->n_members = e->n;
     out->n_chunks = d.n_chunks;
@@ -371,6 +384,25 @@ int tutti_ensemble_eval_bpb(tutti_ensemble *e, const char *text, size_t len, tut
     if ((rc = ensemble_nll(e, &d, rows, e->w, &nll)) < 0) goto done;
     out->ensemble_bpb = nll / ln2n;
 done:
+    for (int32_t i = 0; i < e->n; i++) free(rows[i]);
+    text_data_free(&d);
+    return rc;
+}
+
+int fusion_text_nll(tutti_ensemble *e, const char *text, size_t len, double *member_nll, double *ens_nll) {
+    for (int32_t i = 0; i < e->n; i++) {
+        if (fusion_token_nll(e->m[i], text, len, 1.0f, &member_nll[i]) < 0) {
+            tutti_error_prefix("member %d (%s)", i + 1, e->path[i]);
+            return TUTTI_ERR;
+        }
+    }
+    *ens_nll = 0;
+    if (len == 0) return 0;
+    text_data d;
+    float *rows[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0};
+    int rc = text_data_init(e, text, len, 0, &d);
+    if (rc == 0 && d.n_rows > 0 && (rc = compute_tables(e, &d, e->temp, rows)) == 0)
+        rc = ensemble_nll(e, &d, rows, e->w, ens_nll);
     for (int32_t i = 0; i < e->n; i++) free(rows[i]);
     text_data_free(&d);
     return rc;
@@ -485,7 +517,7 @@ int tutti_ensemble_fit(tutti_ensemble *e, const char *text, size_t len, const fl
     for (int32_t t = 0; t < n_temps; t++)
         if (!(temps[t] > 0)) return tutti_set_error("fit: temperature grid value %g is not > 0", (double)temps[t]);
     text_data d;
-    int rc = text_data_init(e, text, len, &d);
+    int rc = text_data_init(e, text, len, 200, &d);
     int32_t n = e->n;
     /* tables[t][i] */
     float **tab = calloc((size_t)n_temps * (size_t)n + 1, sizeof(float *));
