@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fusion/ensemble_impl.h"
 #include "test_common.h"
-#include "tutti.h"
 
 static tutti_ensemble *make_ens(const char *const *rel, int n, tutti_align align, tutti_fusion_rule rule) {
     tutti_member_desc d[TUTTI_ENSEMBLE_MAX_MEMBERS];
@@ -79,6 +79,29 @@ static void test_ll_is_direct_computation(void **state) {
         printf("choice %d: LL %.6f, direct %.6f, ensemble %.6f\n", c, ll[c * 2], want, ll[c * 2 + 1]);
         assert_true(fabs(ll[c * 2] - want) < 1e-3);     /* the member alone */
         assert_true(fabs(ll[c * 2 + 1] - want) < 1e-3); /* a one-member TOKEN ensemble is the member */
+    }
+    tutti_ensemble_free(e);
+}
+
+/* BYTE alignment scores choices from cloned byte states of the context:
+ * the same as scoring context + choice and the context as whole texts. */
+static void test_branches_equal_whole_texts(void **state) {
+    (void)state;
+    require_shared();
+    const char *rel[] = {"models/stories260K.gguf", "models/BabyLlama-tok361/babyllama-tok361.gguf"};
+    tutti_ensemble *e = make_ens(rel, 2, TUTTI_ALIGN_BYTE, TUTTI_RULE_MIX);
+    assert_non_null(e);
+    const char *ctx = "Tom dropped his ice cream. He";
+    const char *cont[] = {" began to cry.", " was glad.", " ran"};
+    double br[3], m[TUTTI_ENSEMBLE_MAX_MEMBERS], whole, c0;
+    assert_int_equal(fusion_branches_nll(e, ctx, cont, 3, br), 0);
+    assert_int_equal(fusion_text_nll(e, ctx, strlen(ctx), m, &c0), 0);
+    for (int c = 0; c < 3; c++) {
+        char full[128];
+        snprintf(full, sizeof full, "%s%s", ctx, cont[c]);
+        assert_int_equal(fusion_text_nll(e, full, strlen(full), m, &whole), 0);
+        printf("%s: branch %.6f, whole - context %.6f\n", cont[c], br[c], whole - c0);
+        assert_true(fabs(br[c] - (whole - c0)) < 1e-3);
     }
     tutti_ensemble_free(e);
 }
@@ -170,6 +193,7 @@ static void test_bad_items(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ll_is_direct_computation),
+        cmocka_unit_test(test_branches_equal_whole_texts),
         cmocka_unit_test(test_cloze_members_match_llamacpp),
         cmocka_unit_test(test_bad_items),
     };

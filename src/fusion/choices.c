@@ -35,6 +35,13 @@ int tutti_ensemble_eval_choices(tutti_ensemble *e, const tutti_choice_item *item
             if (!q->choices[c] || !q->choices[c][0])
                 return tutti_set_error("choices: item %d: choice %d is empty", it + 1, c + 1);
     }
+    if (e->adapt_on)
+        return tutti_set_error("choices: every item is scored from BOS with the ensemble's weights; weights that "
+                               "follow the text (adapt) apply to running text only: turn adapt off");
+    /* BYTE alignment scores the choices from the context's byte states (built
+     * once per item); TOKEN and SPAN score context + choice and the context
+     * as whole texts (their units may straddle the boundary). */
+    const bool branches = e->align == TUTTI_ALIGN_BYTE;
     int rc = 0;
     size_t lctx = 0;
     char *buf = NULL;
@@ -42,7 +49,20 @@ int tutti_ensemble_eval_choices(tutti_ensemble *e, const tutti_choice_item *item
         const tutti_choice_item *q = &items[it];
         double ctx_m[TUTTI_ENSEMBLE_MAX_MEMBERS], ctx_e;
         lctx = strlen(q->context);
-        if ((rc = fusion_text_nll(e, q->context, lctx, ctx_m, &ctx_e)) < 0) break;
+        double br[TUTTI_MAX_CHOICES];
+        if (branches) {
+            if ((rc = fusion_branches_nll(e, q->context, q->choices, q->n_choices, br)) < 0) break;
+            for (int32_t i = 0; i < e->n && rc == 0; i++) {
+                if (fusion_token_nll(e->m[i], q->context, lctx, 1.0f, &ctx_m[i]) < 0) {
+                    tutti_error_prefix("member %d (%s)", i + 1, e->path[i]);
+                    rc = TUTTI_ERR;
+                }
+            }
+            ctx_e = 0;
+        } else {
+            rc = fusion_text_nll(e, q->context, lctx, ctx_m, &ctx_e);
+        }
+        if (rc < 0) break;
         double v[TUTTI_MAX_CHOICES][TUTTI_ENSEMBLE_MAX_MEMBERS + 1];
         double vn[TUTTI_MAX_CHOICES][TUTTI_ENSEMBLE_MAX_MEMBERS + 1];
         for (int32_t c = 0; c < q->n_choices && rc == 0; c++) {
@@ -55,8 +75,17 @@ int tutti_ensemble_eval_choices(tutti_ensemble *e, const tutti_choice_item *item
             buf = nb;
             memcpy(buf, q->context, lctx);
             memcpy(buf + lctx, q->choices[c], lc + 1);
-            double m[TUTTI_ENSEMBLE_MAX_MEMBERS], en;
-            if ((rc = fusion_text_nll(e, buf, lctx + lc, m, &en)) < 0) break;
+            double m[TUTTI_ENSEMBLE_MAX_MEMBERS], en = br[c];
+            if (branches) {
+                for (int32_t i = 0; i < e->n && rc == 0; i++)
+                    if (fusion_token_nll(e->m[i], buf, lctx + lc, 1.0f, &m[i]) < 0) {
+                        tutti_error_prefix("member %d (%s)", i + 1, e->path[i]);
+                        rc = TUTTI_ERR;
+                    }
+            } else {
+                rc = fusion_text_nll(e, buf, lctx + lc, m, &en);
+            }
+            if (rc < 0) break;
             for (int32_t k = 0; k < K; k++) {
                 double x = k < e->n ? ctx_m[k] - m[k] : ctx_e - en; /* LL = -(nll(full) - nll(ctx)) */
                 v[c][k] = x;
