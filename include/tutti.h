@@ -302,6 +302,20 @@ int tutti_ensemble_set_weights(tutti_ensemble *ens, const float *weights, const 
 /* Changes the rule (the alignment is fixed at creation). */
 int tutti_ensemble_set_rule(tutti_ensemble *ens, tutti_fusion_rule rule);
 
+/* Weights that follow the text (MIX, or SPAN alignment's span mixture):
+ * after every committed unit (token, byte or span) each member's weight
+ * becomes its posterior given the probability it gave that unit (the exact
+ * mixture of whole sequences), then a share alpha in [0, 1] goes back to the
+ * given weights (fixed share, Herbster and Warmuth 1998): alpha 0 is Bayes'
+ * rule, alpha 1 the static weights every step, a small alpha (1e-3..1e-2)
+ * lets the ensemble move to the member that knows the current subject.
+ * alpha < 0 turns it off (the default).  In generation and in eval (where
+ * the weights carry over from chunk to chunk: the text is one stream).
+ * Error for another rule or an alpha above 1. */
+int tutti_ensemble_set_adapt(tutti_ensemble *ens, double alpha);
+/* The alpha in use, or -1 when off. */
+double tutti_ensemble_adapt(const tutti_ensemble *ens);
+
 /* One mask for the whole ensemble, applied to the fused distribution (per
  * token in TOKEN alignment, per byte in BYTE and SPAN alignment).  All
  * pointers borrowed; NULL/0 = off. */
@@ -388,16 +402,58 @@ typedef struct tutti_bpb_result {
 
 int tutti_ensemble_eval_bpb(tutti_ensemble *ens, const char *text, size_t len, tutti_bpb_result *out);
 
+/* Multiple-choice accuracy with lm-evaluation-harness's multiple_choice
+ * semantics: for each item the log-likelihood of every choice given the
+ * context, LL(choice) = LL(context + choice) - LL(context), each text scored
+ * from BOS (every member alone at token level over its canonical
+ * tokenization, the ensemble through its alignment, rule, weights and
+ * temperatures).  acc counts items whose label has the highest LL, acc_norm
+ * those whose label has the highest LL per UTF-8 byte of the choice (ties go
+ * to the lower index, as numpy's argmax).  Items: context and choices are
+ * NUL-terminated UTF-8 (borrowed), 2 <= n_choices <= TUTTI_MAX_CHOICES, label
+ * in [0, n_choices). */
+#define TUTTI_MAX_CHOICES 16
+
+typedef struct tutti_choice_item {
+    const char *context;
+    const char *const *choices; /* [n_choices] */
+    int32_t n_choices;
+    int32_t label;
+} tutti_choice_item;
+
+typedef struct tutti_choices_result {
+    int32_t n_members;
+    int32_t n_items;
+    double member_acc[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    double member_acc_norm[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    double ensemble_acc;
+    double ensemble_acc_norm;
+} tutti_choices_result;
+
+/* Scores items[0..n_items) into out.  ll (may be NULL) receives every
+ * log-likelihood in nats: ll[(item * TUTTI_MAX_CHOICES + choice) *
+ * (n_members + 1) + k], k < n_members a member alone, k = n_members the
+ * ensemble; caller-allocated with n_items * TUTTI_MAX_CHOICES * (n_members +
+ * 1) doubles.  progress (may be NULL) is called after each item.  Returns 0
+ * or TUTTI_ERR (a malformed item, naming it; a member failing). */
+int tutti_ensemble_eval_choices(tutti_ensemble *ens, const tutti_choice_item *items, int32_t n_items,
+                                tutti_choices_result *out, double *ll,
+                                void (*progress)(int32_t done, int32_t total, void *user), void *user);
+
 /* Finds weights (and temperatures from a grid) minimising the ensemble's
  * bits per byte on text under the current rule and alignment, and sets them
  * on the ensemble.  temps: grid of candidate temperatures ([n_temps]; NULL =
  * {1}).  Rules MIX and PRODUCT (and SPAN, which fits a span-level mixture);
  * GATE has no weights to fit (they only switch members on/off) and
- * CONTRASTIVE is refused.  out (may be NULL) receives the bits per byte of
+ * CONTRASTIVE is refused.  With adapt on, the weights fitted statically
+ * become the prior and the fixed-share alpha is fitted too (a log grid
+ * from 0 to 1) and set.  out (may be NULL) receives the bits per byte of
  * uniform weights (tau = 1) and of the fitted setting. */
 typedef struct tutti_fit_result {
     double uniform_bpb;
-    double fitted_bpb;
+    double fitted_bpb;  /* the fitted setting (with adapt: the fitted alpha) */
+    double static_bpb;  /* the fitted weights and temperatures without adapt */
+    double adapt_alpha; /* fixed-share alpha fitted when adapt was on (tutti_ensemble_set_adapt), else -1 */
     float weights[TUTTI_ENSEMBLE_MAX_MEMBERS];
     float temps[TUTTI_ENSEMBLE_MAX_MEMBERS];
 } tutti_fit_result;
@@ -408,12 +464,13 @@ int tutti_ensemble_fit(tutti_ensemble *ens, const char *text, size_t len, const 
 /* Ensemble files: one member per line, `MODEL_PATH WEIGHT TEMP` (weight and
  * temperature optional; a path with spaces goes in double quotes; relative
  * paths are relative to the file's folder), plus optional lines
- * `rule NAME` and `align NAME`; `#` starts a comment. */
+ * `rule NAME`, `align NAME` and `adapt ALPHA`; `#` starts a comment. */
 typedef struct tutti_ensemble_file {
     tutti_member_desc *members; /* [n_members], paths owned by this struct */
     int32_t n_members;
     int rule;  /* tutti_fusion_rule, or -1 if the file does not say */
     int align; /* tutti_align, or -1 */
+    double adapt; /* fixed-share alpha of a line `adapt ALPHA` (tutti_ensemble_set_adapt), or -1 */
 } tutti_ensemble_file;
 
 /* NULL + error (naming the line) on a malformed file. */

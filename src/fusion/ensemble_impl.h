@@ -24,6 +24,8 @@ struct tutti_ensemble {
     int32_t max_hyps;
     int32_t n_ctx;
     bool parallel;        /* members' forward passes on one thread each, concurrently */
+    bool adapt_on;        /* MIX weights follow the text (adapt.c) */
+    double adapt_alpha;   /* fixed-share alpha in [0, 1] */
     /* worker pool (parallel): one thread per member */
     pthread_t th[TUTTI_ENSEMBLE_MAX_MEMBERS];
     bool th_started;
@@ -50,6 +52,28 @@ fusion_rule_params ens_rule_params(const tutti_ensemble *e);
  * state per member (BYTE alignment), out[257].  Used by tests. */
 int fusion_token_fused(tutti_ensemble *e, const int32_t *ids, int32_t n, float *out);
 int fusion_bytes_fused(tutti_ensemble *e, fusion_bytes **st, float *out);
+
+/* Negative log-likelihood (nats) of text[0..len) scored as one piece from
+ * BOS: member_nll[n_members] each member alone at token level (its canonical
+ * tokenization, tau 1), *ens_nll the ensemble under its rule, alignment,
+ * weights and temperatures (eval.c).  Used by choice scoring. */
+int fusion_text_nll(tutti_ensemble *e, const char *text, size_t len, double *member_nll, double *ens_nll);
+
+/* Weights that follow the text (adapt.c): prior[n] = w normalised over
+ * the members with w > 0; fusion_adapt_update turns the mixture weights
+ * w[n] (sum 1) into those after a unit to which member i gave log-probability
+ * logp[i] (fixed share toward prior with alpha), and returns the mixture's
+ * log-probability of that unit, log (Σ w_i p_i / Σ w_i) over the members
+ * present (gone[i] false; gone may be NULL) (-inf: every member gave 0,
+ * weights unchanged). */
+void fusion_adapt_prior(const tutti_ensemble *e, const float *w, double *prior);
+double fusion_adapt_update(const tutti_ensemble *e, double alpha, const double *prior, double *w,
+                           const double *logp, const bool *gone);
+
+/* BYTE alignment: the ensemble's negative log-likelihood (nats) of each
+ * continuation cont[c] given prefix, nll[n_cont], with the prefix's byte
+ * states built once and cloned (static weights; eval.c). */
+int fusion_branches_nll(tutti_ensemble *e, const char *prefix, const char *const *cont, int n_cont, double *nll);
 
 /* The prompt of a generation: raw text that every member tokenizes itself
  * (ids == NULL), or token ids of each member's own vocabulary,

@@ -116,6 +116,12 @@ int fusion_token_nll(fusion_member *m, const char *text, size_t len, float temp,
         free(ids);
         return 0;
     }
+    if (n > m->n_ctx) {
+        /* the member cannot condition on the whole text: no score (NAN) */
+        free(ids);
+        *nll = NAN;
+        return 0;
+    }
     float *rows = malloc(sizeof(float) * (size_t)n * (size_t)m->n_vocab);
     float *lp = malloc(sizeof(float) * (size_t)m->n_vocab);
     int rc = TUTTI_ERR;
@@ -136,20 +142,84 @@ done:
     return rc;
 }
 
+/* Rows of text[0..len) from byte state st on (see fusion_byte_table). */
+static int byte_rows(fusion_member *m, fusion_bytes *st, const char *text, size_t len, float *out) {
+    int rc = 0;
+    double d[FUSION_N_BYTE_OUT];
+    for (size_t i = 0; rc == 0 && i < len; i++) {
+        /* A member whose context cannot hold the text so far, or whose
+         * tokens cannot spell it (a character vocabulary without this
+         * character), has no distribution from here to the end of the
+         * chunk: its rows are -inf there.  The rules give such a member no
+         * say (mix: no mass, product: "rules out everything"), and weights
+         * that follow the text drop it until the text returns to what it
+         * can write. */
+        bool gone = fusion_bytes_need_tokens(st) > m->n_ctx;
+        if (!gone) {
+            if ((rc = fusion_bytes_next(st, d)) < 0) break;
+            float *row = out + i * FUSION_N_BYTE_OUT;
+            for (int b = 0; b < FUSION_N_BYTE_OUT; b++) row[b] = d[b] > 0 ? (float)log(d[b]) : -INFINITY;
+        }
+        if (gone || !(d[(uint8_t)text[i]] > 0)) {
+            for (size_t k = gone ? i : i + 1; k < len; k++)
+                for (int b = 0; b < FUSION_N_BYTE_OUT; b++) out[k * FUSION_N_BYTE_OUT + b] = -INFINITY;
+            break;
+        }
+        if (i + 1 < len) rc = fusion_bytes_commit(st, (uint8_t)text[i]);
+    }
+    return rc;
+}
+
 int fusion_byte_table(fusion_member *m, const fusion_trie *trie, const fusion_bytes_params *bp, const char *text,
                       size_t len, float *out) {
     fusion_bytes *st = fusion_bytes_new(m, trie, bp);
     if (!st) return TUTTI_ERR;
     int rc = fusion_bytes_start(st, "", 0);
+    if (rc == 0) rc = byte_rows(m, st, text, len, out);
+    fusion_bytes_free(st);
+    return rc;
+}
+
+/* Rows of fusion_byte_table for several continuations of one prefix: the
+ * byte state after prefix[0..plen) is built once, then cloned for each
+ * continuation cont[c] (rows only for the continuation's bytes, written one
+ * continuation after the other to out).  Equal to the rows of
+ * fusion_byte_table(prefix + cont[c]) at the continuation's offsets: the
+ * byte state after the same bytes is the same.  A member gone in the prefix
+ * (context full, cannot spell it) gets -inf rows everywhere. */
+static int byte_table_branches(fusion_member *m, const fusion_trie *trie, const fusion_bytes_params *bp,
+                               const char *prefix, size_t plen, const char *const *cont, int n_cont, float *out) {
+    size_t total = 0;
+    for (int c = 0; c < n_cont; c++) total += strlen(cont[c]);
+    fusion_bytes *st = fusion_bytes_new(m, trie, bp);
+    if (!st) return TUTTI_ERR;
+    int rc = fusion_bytes_start(st, "", 0);
     double d[FUSION_N_BYTE_OUT];
-    for (size_t i = 0; rc == 0 && i < len; i++) {
-        rc = fusion_bytes_next(st, d);
-        if (rc < 0) break;
-        float *row = out + i * FUSION_N_BYTE_OUT;
-        for (int b = 0; b < FUSION_N_BYTE_OUT; b++) row[b] = d[b] > 0 ? (float)log(d[b]) : -INFINITY;
-        if (i + 1 < len) rc = fusion_bytes_commit(st, (uint8_t)text[i]);
+    bool gone = false;
+    for (size_t i = 0; rc == 0 && i < plen && !gone; i++) {
+        if ((gone = fusion_bytes_need_tokens(st) > m->n_ctx)) break;
+        if ((rc = fusion_bytes_next(st, d)) < 0) break;
+        if ((gone = !(d[(uint8_t)prefix[i]] > 0))) break;
+        rc = fusion_bytes_commit(st, (uint8_t)prefix[i]);
+    }
+    size_t r = 0;
+    for (int c = 0; rc == 0 && c < n_cont; c++) {
+        size_t len = strlen(cont[c]);
+        if (gone) {
+            for (size_t k = 0; k < len * FUSION_N_BYTE_OUT; k++) out[r * FUSION_N_BYTE_OUT + k] = -INFINITY;
+        } else {
+            fusion_bytes *b = fusion_bytes_clone(st);
+            if (!b) {
+                rc = TUTTI_ERR;
+                break;
+            }
+            rc = byte_rows(m, b, cont[c], len, out + r * FUSION_N_BYTE_OUT);
+            fusion_bytes_free(b);
+        }
+        r += len;
     }
     fusion_bytes_free(st);
+    (void)total;
     return rc;
 }
 
@@ -230,9 +300,22 @@ static void text_data_free(text_data *d) {
     free(d->span_start);
 }
 
-static int text_data_init(tutti_ensemble *e, const char *text, size_t len, text_data *d) {
+/* max_chunk > 0: the text split into sentence-aligned chunks of at most
+ * that many bytes (bits per byte); 0: the whole text is one chunk (choice
+ * scoring, where context + choice is one text scored from BOS). */
+static int text_data_init(tutti_ensemble *e, const char *text, size_t len, int max_chunk, text_data *d) {
     memset(d, 0, sizeof *d);
-    d->n_chunks = fusion_split_chunks(text, len, 200, &d->chunks);
+    if (max_chunk > 0) {
+        d->n_chunks = fusion_split_chunks(text, len, max_chunk, &d->chunks);
+    } else if (len > 0) {
+        d->chunks = malloc(sizeof(char *));
+        if (d->chunks) d->chunks[0] = malloc(len + 1);
+        if (!d->chunks || !d->chunks[0]) return free(d->chunks), d->chunks = NULL, tutti_set_error("eval: out of memory");
+        memcpy(d->chunks[0], text, len);
+        d->chunks[0][len] = 0;
+        if (strlen(d->chunks[0]) != len) return tutti_set_error("eval: the text holds a NUL byte");
+        d->n_chunks = 1;
+    }
     if (d->n_chunks < 0) return TUTTI_ERR;
     if (d->n_chunks == 0) return tutti_set_error("eval: the text has no chunks to score (empty?)");
     for (int c = 0; c < d->n_chunks; c++) d->n_bytes += (int64_t)strlen(d->chunks[c]);
@@ -298,9 +381,70 @@ static void span_logp(const text_data *d, const float *rows, double *sp) {
     }
 }
 
+/* true when a member has no distribution at this row (every outcome -inf:
+ * BYTE/SPAN tables of a member whose context is full or whose tokens cannot
+ * spell the text, fusion_byte_table); token rows always have one. */
+static bool row_gone(const float *row, int width) {
+    if (width != FUSION_N_BYTE_OUT) return false;
+    for (int b = 0; b < width; b++)
+        if (row[b] > -INFINITY) return false;
+    return true;
+}
+
+/* Per-unit log-probabilities of the true outcome, lp[i * n_units + u], and
+ * whether member i is gone there, gone[i * n_units + u] (malloc'd). */
+static int unit_logp(const tutti_ensemble *e, const text_data *d, float *const *rows, double **lp, bool **gone,
+                     int64_t *n_units) {
+    bool span = e->align == TUTTI_ALIGN_SPAN;
+    int64_t nu = span ? d->n_spans : d->n_rows;
+    *n_units = nu;
+    *lp = malloc(sizeof(double) * (size_t)(nu ? nu : 1) * (size_t)e->n);
+    *gone = malloc(sizeof(bool) * (size_t)(nu ? nu : 1) * (size_t)e->n);
+    if (!*lp || !*gone) {
+        free(*lp), free(*gone);
+        return tutti_set_error("eval: out of memory");
+    }
+    for (int32_t i = 0; i < e->n; i++) {
+        if (span) span_logp(d, rows[i], *lp + (size_t)i * (size_t)nu);
+        for (int64_t k = 0; k < nu; k++) {
+            int64_t r = span ? d->span_start[k] : k;
+            if (!span) (*lp)[i * nu + k] = rows[i][k * d->width + d->y[k]];
+            (*gone)[i * nu + k] = row_gone(rows[i] + r * d->width, d->width);
+        }
+    }
+    return 0;
+}
+
+/* The mixture with weights that follow the text (adapt.c). */
+static double adapt_nll(const tutti_ensemble *e, double alpha, const float *w0, const double *lp, const bool *gone,
+                        int64_t n_units) {
+    double prior[TUTTI_ENSEMBLE_MAX_MEMBERS], w[TUTTI_ENSEMBLE_MAX_MEMBERS], l[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    bool g[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    fusion_adapt_prior(e, w0, prior);
+    for (int32_t i = 0; i < e->n; i++) w[i] = prior[i];
+    double nll = 0;
+    for (int64_t u = 0; u < n_units; u++) {
+        for (int32_t i = 0; i < e->n; i++) l[i] = lp[i * n_units + u], g[i] = gone[i * n_units + u];
+        nll -= fusion_adapt_update(e, alpha, prior, w, l, g);
+    }
+    return nll;
+}
+
 /* Ensemble negative log-likelihood (nats) from the tables with weights w. */
 static int ensemble_nll(tutti_ensemble *e, const text_data *d, float *const *rows, const float *w, double *nll) {
     *nll = 0;
+    if (e->adapt_on) {
+        if (e->rule != TUTTI_RULE_MIX && e->align != TUTTI_ALIGN_SPAN)
+            return tutti_set_error("adapt: weights that follow the text need the mix rule, not %s",
+                                   tutti_rule_name(e->rule));
+        double *lp;
+        bool *gone;
+        int64_t nu;
+        if (unit_logp(e, d, rows, &lp, &gone, &nu) < 0) return TUTTI_ERR;
+        *nll = adapt_nll(e, e->adapt_alpha, w, lp, gone, nu);
+        free(lp), free(gone);
+        return 0;
+    }
     if (e->align == TUTTI_ALIGN_SPAN) {
         double ws = 0;
         for (int32_t i = 0; i < e->n; i++) ws += w[i];
@@ -309,11 +453,16 @@ static int ensemble_nll(tutti_ensemble *e, const text_data *d, float *const *row
         if (!sp) return tutti_set_error("eval: out of memory");
         for (int32_t i = 0; i < e->n; i++) span_logp(d, rows[i], sp + (size_t)i * (size_t)d->n_spans);
         for (int64_t s = 0; s < d->n_spans; s++) {
-            double mx = -INFINITY, acc = 0;
+            double mx = -INFINITY, acc = 0, wa = 0;
+            const int64_t r0 = d->span_start[s];
+            for (int32_t i = 0; i < e->n; i++) {
+                if (!(w[i] > 0) || row_gone(rows[i] + r0 * d->width, d->width)) continue;
+                wa += w[i];
+                if (sp[i * d->n_spans + s] > mx) mx = sp[i * d->n_spans + s];
+            }
             for (int32_t i = 0; i < e->n; i++)
-                if (w[i] > 0 && sp[i * d->n_spans + s] > mx) mx = sp[i * d->n_spans + s];
-            for (int32_t i = 0; i < e->n; i++)
-                if (w[i] > 0) acc += w[i] / ws * exp(sp[i * d->n_spans + s] - mx);
+                if (w[i] > 0 && !row_gone(rows[i] + r0 * d->width, d->width))
+                    acc += w[i] / wa * exp(sp[i * d->n_spans + s] - mx);
             *nll -= mx + log(acc);
         }
         free(sp);
@@ -328,8 +477,14 @@ static int ensemble_nll(tutti_ensemble *e, const text_data *d, float *const *row
     fusion_rule_params rp = {.rule = e->rule, .weights = w, .beta = e->beta};
     const float *r[TUTTI_ENSEMBLE_MAX_MEMBERS];
     int rc = 0;
+    float wr[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    rp.weights = wr;
     for (int64_t k = 0; k < d->n_rows; k++) {
-        for (int32_t i = 0; i < e->n; i++) r[i] = rows[i] + (size_t)k * (size_t)d->width;
+        /* a member gone at this row has weight 0 there (the others renormalised) */
+        for (int32_t i = 0; i < e->n; i++) {
+            r[i] = rows[i] + (size_t)k * (size_t)d->width;
+            wr[i] = row_gone(r[i], d->width) ? 0.0f : w[i];
+        }
         if ((rc = fusion_combine(&rp, e->n, r, d->width, out, work, NULL)) < 0) break;
         *nll -= out[d->y[k]];
     }
@@ -342,7 +497,7 @@ int tutti_ensemble_eval_bpb(tutti_ensemble *e, const char *text, size_t len, tut
     memset(out, 0, sizeof *out);
     text_data d;
     float *rows[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0};
-    int rc = text_data_init(e, text, len, &d);
+    int rc = text_data_init(e, text, len, 200, &d);
     if (rc < 0) goto done;
     out->n_members = e->n;
     out->n_chunks = d.n_chunks;
@@ -376,6 +531,70 @@ done:
     return rc;
 }
 
+int fusion_text_nll(tutti_ensemble *e, const char *text, size_t len, double *member_nll, double *ens_nll) {
+    for (int32_t i = 0; i < e->n; i++) {
+        if (fusion_token_nll(e->m[i], text, len, 1.0f, &member_nll[i]) < 0) {
+            tutti_error_prefix("member %d (%s)", i + 1, e->path[i]);
+            return TUTTI_ERR;
+        }
+    }
+    *ens_nll = 0;
+    if (len == 0) return 0;
+    text_data d;
+    float *rows[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0};
+    int rc = text_data_init(e, text, len, 0, &d);
+    if (rc == 0 && d.n_rows > 0 && (rc = compute_tables(e, &d, e->temp, rows)) == 0)
+        rc = ensemble_nll(e, &d, rows, e->w, ens_nll);
+    for (int32_t i = 0; i < e->n; i++) free(rows[i]);
+    text_data_free(&d);
+    return rc;
+}
+
+typedef struct branch_job {
+    const char *prefix;
+    const char *const *cont;
+    int n_cont;
+    float *rows[TUTTI_ENSEMBLE_MAX_MEMBERS];
+} branch_job;
+
+static int job_branches(tutti_ensemble *e, int32_t i, void *arg) {
+    branch_job *j = arg;
+    fusion_bytes_params bp = ens_bytes_params(e, i);
+    if (byte_table_branches(e->m[i], e->trie[i], &bp, j->prefix, strlen(j->prefix), j->cont, j->n_cont,
+                            j->rows[i]) < 0) {
+        tutti_error_prefix("member %d (%s)", i + 1, e->path[i]);
+        return TUTTI_ERR;
+    }
+    return 0;
+}
+
+int fusion_branches_nll(tutti_ensemble *e, const char *prefix, const char *const *cont, int n_cont, double *nll) {
+    if (e->align != TUTTI_ALIGN_BYTE) return tutti_set_error("eval: continuations are scored in byte alignment only");
+    size_t total = 0;
+    for (int c = 0; c < n_cont; c++) total += strlen(cont[c]);
+    branch_job j = {.prefix = prefix, .cont = cont, .n_cont = n_cont};
+    int rc = 0;
+    for (int32_t i = 0; i < e->n && rc == 0; i++)
+        if (!(j.rows[i] = malloc(sizeof(float) * (total ? total : 1) * FUSION_N_BYTE_OUT)))
+            rc = tutti_set_error("eval: out of memory");
+    int32_t *y = malloc(sizeof(int32_t) * (total ? total : 1));
+    if (!y && rc == 0) rc = tutti_set_error("eval: out of memory");
+    if (rc == 0) rc = ens_run_members(e, job_branches, &j);
+    size_t r = 0;
+    for (int c = 0; c < n_cont && rc == 0; c++) {
+        size_t len = strlen(cont[c]);
+        for (size_t k = 0; k < len; k++) y[r + k] = (uint8_t)cont[c][k];
+        text_data d = {.n_rows = (int64_t)len, .y = y + r, .width = FUSION_N_BYTE_OUT};
+        float *rows[TUTTI_ENSEMBLE_MAX_MEMBERS];
+        for (int32_t i = 0; i < e->n; i++) rows[i] = j.rows[i] + r * FUSION_N_BYTE_OUT;
+        rc = ensemble_nll(e, &d, rows, e->w, &nll[c]);
+        r += len;
+    }
+    for (int32_t i = 0; i < e->n; i++) free(j.rows[i]);
+    free(y);
+    return rc;
+}
+
 /* ---- fitting ---- */
 
 /* Objective and gradient wrt w (normalised weights) for mix / product
@@ -389,15 +608,24 @@ static double objective(const tutti_ensemble *e, const text_data *d, float *cons
     if (span || e->rule == TUTTI_RULE_MIX) {
         int64_t nr = span ? d->n_spans : d->n_rows;
         for (int64_t k = 0; k < nr; k++) {
-            double p[TUTTI_ENSEMBLE_MAX_MEMBERS], mx = -INFINITY;
+            /* the mixture over the members present at this unit, renormalised:
+             * L = -log Σ_A w_i p_i + log Σ_A w_i */
+            double p[TUTTI_ENSEMBLE_MAX_MEMBERS], mx = -INFINITY, wa = 0;
+            bool present[TUTTI_ENSEMBLE_MAX_MEMBERS];
+            int64_t r0 = span ? d->span_start[k] : k;
             for (int32_t i = 0; i < n; i++) {
+                present[i] = !row_gone(rows[i] + r0 * d->width, d->width);
                 p[i] = span ? sp[i * nr + k] : rows[i][k * d->width + d->y[k]];
+                if (!present[i]) continue;
+                wa += w[i];
                 if (p[i] > mx) mx = p[i];
             }
+            if (!(wa > 0) || mx == -INFINITY) continue; /* no member can score it: no weight changes that */
             double q = 0;
-            for (int32_t i = 0; i < n; i++) q += w[i] * (p[i] = exp(p[i] - mx));
-            L -= mx + log(q);
-            for (int32_t i = 0; i < n; i++) g[i] -= p[i] / q;
+            for (int32_t i = 0; i < n; i++) q += present[i] ? w[i] * (p[i] = exp(p[i] - mx)) : 0;
+            L -= mx + log(q) - log(wa);
+            for (int32_t i = 0; i < n; i++)
+                if (present[i]) g[i] -= p[i] / q - 1 / wa;
         }
         return L;
     }
@@ -484,8 +712,11 @@ int tutti_ensemble_fit(tutti_ensemble *e, const char *text, size_t len, const fl
     if (!temps || n_temps <= 0) temps = &one, n_temps = 1;
     for (int32_t t = 0; t < n_temps; t++)
         if (!(temps[t] > 0)) return tutti_set_error("fit: temperature grid value %g is not > 0", (double)temps[t]);
+    /* weights and temperatures are fitted statically; the adapt alpha after */
+    bool adapt = e->adapt_on;
+    e->adapt_on = false;
     text_data d;
-    int rc = text_data_init(e, text, len, &d);
+    int rc = text_data_init(e, text, len, 200, &d);
     int32_t n = e->n;
     /* tables[t][i] */
     float **tab = calloc((size_t)n_temps * (size_t)n + 1, sizeof(float *));
@@ -560,12 +791,29 @@ int tutti_ensemble_fit(tutti_ensemble *e, const char *text, size_t len, const fl
     }
     /* the reported figure goes through the same code path as eval */
     if ((rc = ensemble_nll(e, &d, cur, wf, &nll)) < 0) goto restore;
+    double static_nll = nll, alpha = -1;
+    if (adapt) {
+        /* fixed-share alpha on a log grid, the fitted weights as the prior */
+        static const double grid[] = {0, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1};
+        double *lp;
+        bool *gone;
+        int64_t nu;
+        if ((rc = unit_logp(e, &d, cur, &lp, &gone, &nu)) < 0) goto restore;
+        for (size_t g = 0; g < sizeof grid / sizeof grid[0]; g++) {
+            double L = adapt_nll(e, grid[g], wf, lp, gone, nu);
+            if (alpha < 0 || L < nll) nll = L, alpha = grid[g];
+        }
+        free(lp), free(gone);
+        e->adapt_alpha = alpha;
+    }
     e->rule = saved_rule;
     if ((rc = tutti_ensemble_set_weights(e, wf, tf)) < 0) goto done;
     if (out) {
         memset(out, 0, sizeof *out);
         out->uniform_bpb = uniform_bpb;
         out->fitted_bpb = nll / ln2n;
+        out->static_bpb = static_nll / ln2n;
+        out->adapt_alpha = alpha;
         memcpy(out->weights, wf, sizeof(float) * (size_t)n);
         memcpy(out->temps, tf, sizeof(float) * (size_t)n);
     }
@@ -573,6 +821,7 @@ int tutti_ensemble_fit(tutti_ensemble *e, const char *text, size_t len, const fl
 restore:
     e->rule = saved_rule;
 done:
+    e->adapt_on = adapt;
     if (tab)
         for (int32_t k = 0; k < n_temps * n; k++) free(tab[k]);
     free(tab);
@@ -597,6 +846,7 @@ tutti_ensemble_file *tutti_ensemble_file_read(const char *path) {
     if (slash && (size_t)(slash - path) < sizeof dir - 1) memcpy(dir, path, (size_t)(slash - path + 1)), dir[slash - path + 1] = 0;
     if (!ef) goto oom;
     ef->rule = ef->align = -1;
+    ef->adapt = -1;
     ef->members = calloc(TUTTI_ENSEMBLE_MAX_MEMBERS, sizeof(tutti_member_desc));
     if (!ef->members) goto oom;
     int lineno = 0;
@@ -632,6 +882,16 @@ tutti_ensemble_file *tutti_ensemble_file_read(const char *path) {
             tutti_set_error("ensemble file %s: line %d: expected `MODEL [WEIGHT [TEMP]]`, found extra text \"%s\"",
                             path, lineno, p);
             goto fail;
+        }
+        if (!strcmp(tok[0], "adapt")) {
+            char *e2 = NULL;
+            double a = nt == 2 ? strtod(tok[1], &e2) : -1;
+            if (nt != 2 || e2 == tok[1] || *e2 || !(a >= 0 && a <= 1)) {
+                tutti_set_error("ensemble file %s: line %d: adapt needs a fixed-share alpha in [0, 1]", path, lineno);
+                goto fail;
+            }
+            ef->adapt = a;
+            continue;
         }
         if (!strcmp(tok[0], "rule") || !strcmp(tok[0], "align")) {
             bool is_rule = tok[0][0] == 'r';
@@ -697,6 +957,7 @@ void tutti_ensemble_file_free(tutti_ensemble_file *ef) {
 int tutti_ensemble_file_write(const tutti_ensemble *e, FILE *out) {
     fprintf(out, "# tutti ensemble: MODEL WEIGHT TEMP per line\n");
     fprintf(out, "rule %s\nalign %s\n", tutti_rule_name(e->rule), tutti_align_name(e->align));
+    if (e->adapt_on) fprintf(out, "adapt %.6g\n", e->adapt_alpha);
     for (int32_t i = 0; i < e->n; i++) {
         bool q = strpbrk(e->path[i], " \t#") != NULL;
         fprintf(out, "%s%s%s %.6g %.4g\n", q ? "\"" : "", e->path[i], q ? "\"" : "", (double)e->w[i],

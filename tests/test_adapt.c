@@ -1,0 +1,166 @@
+/* Weights that follow the text (fixed share over the members' posterior,
+ * src/fusion/adapt.c): the update on a hand-computable sequence, its limits
+ * (alpha 0 is the exact mixture of whole sequences, computed here from the
+ * members' own token-level log-likelihoods; alpha 1 is the static mixture),
+ * the ensemble-file line, and what it gains on ../shared/eval/mixed-dev.txt. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fusion/ensemble_impl.h"
+#include "test_common.h"
+
+static tutti_ensemble *make_ens(const char *const *rel, int n, tutti_align align) {
+    tutti_member_desc d[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    char *paths[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    for (int i = 0; i < n; i++) {
+        paths[i] = strdup(shared_path(rel[i]));
+        d[i] = (tutti_member_desc){paths[i], NAN, NAN};
+    }
+    tutti_ensemble_params p = tutti_ensemble_default_params();
+    p.members = d;
+    p.n_members = n;
+    p.align = align;
+    p.n_threads = 1;
+    tutti_ensemble *e = tutti_ensemble_new(&p);
+    if (!e) printf("ensemble: %s\n", tutti_last_error());
+    for (int i = 0; i < n; i++) free(paths[i]);
+    return e;
+}
+
+static const char *SAME_VOCAB[] = {"models/stories260K.gguf", "models/stories260K-ft/stories260K-dreams.gguf"};
+
+static void test_update_by_hand(void **state) {
+    (void)state;
+    require_shared();
+    tutti_ensemble *e = make_ens(SAME_VOCAB, 2, TUTTI_ALIGN_TOKEN);
+    assert_non_null(e);
+    double prior[2] = {0.5, 0.5}, w[2] = {0.5, 0.5};
+    double l1[2] = {log(0.8), log(0.2)}, l2[2] = {log(0.5), log(1.0)};
+    /* alpha 0: Bayes.  unit 1: mixture 0.5, posterior (0.8, 0.2) */
+    assert_true(fabs(fusion_adapt_update(e, 0, prior, w, l1, NULL) - log(0.5)) < 1e-12);
+    assert_true(fabs(w[0] - 0.8) < 1e-12 && fabs(w[1] - 0.2) < 1e-12);
+    /* unit 2: mixture 0.8*0.5 + 0.2*1 = 0.6, posterior (0.4/0.6, 0.2/0.6) */
+    assert_true(fabs(fusion_adapt_update(e, 0, prior, w, l2, NULL) - log(0.6)) < 1e-12);
+    assert_true(fabs(w[0] - 2.0 / 3) < 1e-12 && fabs(w[1] - 1.0 / 3) < 1e-12);
+    /* alpha 0.1 toward the prior: 0.9 * (0.8, 0.2) + 0.1 * (0.5, 0.5) */
+    w[0] = w[1] = 0.5;
+    fusion_adapt_update(e, 0.1, prior, w, l1, NULL);
+    assert_true(fabs(w[0] - 0.77) < 1e-12 && fabs(w[1] - 0.23) < 1e-12);
+    /* alpha 1: the prior every step */
+    fusion_adapt_update(e, 1, prior, w, l2, NULL);
+    assert_true(fabs(w[0] - 0.5) < 1e-12 && fabs(w[1] - 0.5) < 1e-12);
+    /* a member with prior 0 stays at 0; a unit nobody can produce keeps the weights */
+    double p0[2] = {1, 0}, w0[2] = {1, 0}, none[2] = {-INFINITY, -INFINITY};
+    fusion_adapt_update(e, 0.3, p0, w0, l1, NULL);
+    assert_true(w0[1] == 0 && fabs(w0[0] - 1) < 1e-12);
+    assert_true(fusion_adapt_update(e, 0.3, p0, w0, none, NULL) == -INFINITY && w0[0] == 1);
+    /* member 2 gone (no distribution at this unit): the mixture is member 1's
+     * probability, member 2's posterior 0, then alpha of the prior back */
+    double wg[2] = {0.5, 0.5};
+    bool gone[2] = {false, true};
+    assert_true(fabs(fusion_adapt_update(e, 0.2, prior, wg, l1, gone) - log(0.8)) < 1e-12);
+    assert_true(fabs(wg[0] - 0.9) < 1e-12 && fabs(wg[1] - 0.1) < 1e-12);
+    /* range checks */
+    assert_int_equal(tutti_ensemble_set_adapt(e, 1.5), TUTTI_ERR);
+    assert_int_equal(tutti_ensemble_set_rule(e, TUTTI_RULE_PRODUCT), 0);
+    assert_int_equal(tutti_ensemble_set_adapt(e, 0.01), TUTTI_ERR);
+    assert_non_null(strstr(tutti_last_error(), "mix"));
+    tutti_ensemble_free(e);
+}
+
+static void test_limits_on_real_text(void **state) {
+    (void)state;
+    require_shared();
+    size_t len;
+    char *text = read_file(shared_path("eval/stories-dev.txt"), &len);
+    assert_non_null(text);
+    tutti_ensemble *e = make_ens(SAME_VOCAB, 2, TUTTI_ALIGN_TOKEN);
+    assert_non_null(e);
+    tutti_bpb_result stat, bayes, one;
+    assert_int_equal(tutti_ensemble_eval_bpb(e, text, len, &stat), 0);
+    assert_int_equal(tutti_ensemble_set_adapt(e, 0), 0);
+    assert_int_equal(tutti_ensemble_eval_bpb(e, text, len, &bayes), 0);
+    assert_int_equal(tutti_ensemble_set_adapt(e, 1), 0);
+    assert_int_equal(tutti_ensemble_eval_bpb(e, text, len, &one), 0);
+    /* alpha 0: -log(0.5 exp(-N1) + 0.5 exp(-N2)) with N_i each member's own
+     * token-level log-loss of the whole text (the same tokenization) */
+    double ln2n = log(2.0) * (double)stat.n_bytes;
+    double n1 = stat.member_bpb[0] * ln2n, n2 = stat.member_bpb[1] * ln2n, mn = n1 < n2 ? n1 : n2;
+    double want = (mn - log(0.5 * exp(mn - n1) + 0.5 * exp(mn - n2))) / ln2n;
+    printf("members %.6f %.6f, static mix %.6f, adapt 0 %.6f (sequence mixture %.6f), adapt 1 %.6f\n",
+           stat.member_bpb[0], stat.member_bpb[1], stat.ensemble_bpb, bayes.ensemble_bpb, want, one.ensemble_bpb);
+    assert_true(fabs(bayes.ensemble_bpb - want) < 1e-4 * want);
+    assert_true(fabs(one.ensemble_bpb - stat.ensemble_bpb) < 1e-6 * stat.ensemble_bpb);
+    tutti_ensemble_free(e);
+    free(text);
+}
+
+static void test_file_line(void **state) {
+    (void)state;
+    require_shared();
+    char path[] = "/tmp/tutti-adapt-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    fprintf(f, "%s 0.5\n%s 0.5\nadapt 0.01\n", shared_path(SAME_VOCAB[0]), shared_path(SAME_VOCAB[1]));
+    fclose(f);
+    tutti_ensemble_file *ef = tutti_ensemble_file_read(path);
+    assert_non_null(ef);
+    assert_true(fabs(ef->adapt - 0.01) < 1e-12);
+    tutti_ensemble_file_free(ef);
+    f = fopen(path, "w");
+    fprintf(f, "%s\nadapt 2\n", shared_path(SAME_VOCAB[0]));
+    fclose(f);
+    assert_null(tutti_ensemble_file_read(path));
+    assert_non_null(strstr(tutti_last_error(), "line 2"));
+    unlink(path);
+}
+
+/* The specialists of ../shared/eval/mixed-dev.txt (stories, "AI dream" text,
+ * Tang poems) in byte alignment: weights that follow the text must beat
+ * every member and the fitted static mixture. */
+static void test_mixed_domains(void **state) {
+    (void)state;
+    require_shared();
+    size_t len;
+    char *text = read_file(shared_path("eval/mixed-dev.txt"), &len);
+    assert_non_null(text);
+    const char *rel[] = {"models/stories260K.gguf", "models/aidreams260K/aidreams260K.gguf",
+                         "models/zh-poem/zh-poem-750K.gguf"};
+    tutti_ensemble *e = make_ens(rel, 3, TUTTI_ALIGN_BYTE);
+    assert_non_null(e);
+    tutti_fit_result fs, fa;
+    int rc0 = tutti_ensemble_fit(e, text, len, NULL, 0, &fs);
+    if (rc0) printf("fit: %s\n", tutti_last_error());
+    assert_int_equal(rc0, 0);
+    assert_int_equal(tutti_ensemble_set_adapt(e, 0), 0);
+    rc0 = tutti_ensemble_fit(e, text, len, NULL, 0, &fa);
+    if (rc0) printf("fit: %s\n", tutti_last_error());
+    assert_int_equal(rc0, 0);
+    tutti_bpb_result r;
+    rc0 = tutti_ensemble_eval_bpb(e, text, len, &r);
+    if (rc0) printf("eval: %s\n", tutti_last_error());
+    assert_int_equal(rc0, 0);
+    printf("mixed-dev: uniform %.4f, fitted static %.4f, adapt (alpha %g) %.4f; members (byte)",
+           fs.uniform_bpb, fs.fitted_bpb, fa.adapt_alpha, r.ensemble_bpb);
+    for (int i = 0; i < 3; i++) printf(" %.4f", r.member_byte_bpb[i]);
+    printf("\n");
+    assert_true(fabs(r.ensemble_bpb - fa.fitted_bpb) < 1e-9);
+    assert_true(r.ensemble_bpb < fs.fitted_bpb);
+    for (int i = 0; i < 3; i++) assert_true(r.ensemble_bpb < r.member_byte_bpb[i]);
+    tutti_ensemble_free(e);
+    free(text);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_update_by_hand),
+        cmocka_unit_test(test_limits_on_real_text),
+        cmocka_unit_test(test_file_line),
+        cmocka_unit_test(test_mixed_domains),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
