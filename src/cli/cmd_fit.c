@@ -72,7 +72,10 @@ int tutti_cmd_fit(int argc, char **argv) {
         } else {
             fprintf(stderr, "fit (%s, %s) on %s: uniform weights %.4f bits/byte, fitted %.4f bits/byte\n",
                     tutti_rule_name(tutti_ensemble_rule(e)), tutti_align_name(tutti_ensemble_align(e)), text_path,
-                    fr.uniform_bpb, fr.fitted_bpb);
+                    fr.uniform_bpb, fr.static_bpb);
+            if (fr.adapt_alpha >= 0)
+                fprintf(stderr, "fit: weights that follow the text (--adapt), fixed-share alpha %g: %.4f bits/byte\n",
+                        fr.adapt_alpha, fr.fitted_bpb);
             FILE *out = out_path ? fopen(out_path, "w") : stdout;
             if (!out) {
                 fprintf(stderr, "tutti fit: cannot write %s: %s\n", out_path, strerror(errno));

@@ -27,6 +27,7 @@ void ens_args_init(ens_args *a) {
     memset(a, 0, sizeof *a);
     a->rule = a->align = -1;
     a->prune = -1;
+    a->adapt_alpha = -1;
     a->n_ctx = CLI_CTX_UNSET;
     for (int k = 0; k < 4; k++) {
         g_rules[k] = tutti_rule_name((tutti_fusion_rule)k);
@@ -52,6 +53,12 @@ void ens_args_init(ens_args *a) {
                    "byte alignment: hypothesis pruning share, 0 = exact", "1e-4"),
         CLI_INT("--max-hyps", "N", &a->max_hyps, 1, 4096, "byte alignment: hypotheses per member", "8"),
         CLI_FLOAT("--beta", "X", &a->beta, 1e-6, 1, "contrastive plausibility cut", "0.1"),
+        CLI_FLAG("--adapt", &a->adapt,
+                 "mix: weights follow the text (posterior over members with fixed share;\n"
+                 "the given or fitted weights are the prior; fit fits ALPHA)"),
+        CLI_DOUBLE("--adapt-alpha", "ALPHA", &a->adapt_alpha, 0, 1,
+                   "fixed-share alpha of --adapt: 0 = Bayes, 1 = static weights (implies --adapt)",
+                   "the ensemble file's, else 0.01"),
         CLI_END,
     };
     memcpy(a->opts, t, sizeof t);
@@ -115,6 +122,12 @@ tutti_ensemble *ens_args_build(ens_args *a, const char *cmd) {
     tutti_ensemble *e = tutti_ensemble_new(&p);
     if (!e) {
         cli_error("%s", tutti_last_error());
+        return NULL;
+    }
+    double alpha = a->adapt_alpha >= 0 ? a->adapt_alpha : a->file && a->file->adapt >= 0 ? a->file->adapt : -1;
+    if ((a->adapt || alpha >= 0) && tutti_ensemble_set_adapt(e, alpha >= 0 ? alpha : 0.01) < 0) {
+        cli_error("%s", tutti_last_error());
+        tutti_ensemble_free(e);
         return NULL;
     }
     if (a->n_ctx > 0)

@@ -17,7 +17,9 @@ typedef struct ens_args {
     int32_t n_threads, parallel, n_ctx, max_hyps;
     double prune;
     float beta;
-    cli_opt opts[20];        /* the flag table, pointing into this struct */
+    bool adapt;              /* --adapt */
+    double adapt_alpha;      /* --adapt-alpha (-1 = not given) */
+    cli_opt opts[24];        /* the flag table, pointing into this struct */
     tutti_ensemble_file *file;
     tutti_member_desc desc[TUTTI_ENSEMBLE_MAX_MEMBERS];
 } ens_args;
@@ -39,6 +41,7 @@ void ens_args_free(ens_args *a);
     "                       TEMP > 0, default 1), fields separated by spaces or tabs\n"        \
     "  rule NAME            mix | product | gate | contrastive (--rule overrides it)\n"        \
     "  align NAME           auto | token | byte | span (--align overrides it)\n"               \
+    "  adapt ALPHA          mix weights follow the text, fixed-share ALPHA in [0,1] (fit --adapt)\n" \
     "  # ...                a comment, anywhere on a line (also inside quotes: a path cannot\n" \
     "                       hold '#'); blank lines are skipped\n"                              \
     "  \"a b/c.gguf\" 0.5     double quotes keep spaces in a path (no escapes inside)\n"       \
