@@ -624,20 +624,75 @@ static void put64(uint8_t *m, size_t size, size_t off, uint64_t v) { put_n(m, si
  * these tests to dir/<what>.gguf: the files fed to llama.cpp to confirm that
  * it refuses them too (scripts/oracle_gguf_refusals.sh), and the seeds in
  * fuzz/corpus/gguf/. */
-static void dump_case(const uint8_t *buf, size_t size, const char *prefix, const char *what) {
-    const char *dir = getenv("TUTTI_GGUF_DUMP");
-    if (!dir) return;
-    char name[128], path[4096];
-    size_t n = 0;
-    for (const char *c = what; *c && n + 1 < sizeof name; c++)
+static const char *case_file(const char *prefix, const char *what) {
+    static char name[160];
+    size_t n = (size_t)snprintf(name, sizeof name, "%s-", prefix);
+    for (const char *c = what; *c && n + 6 < sizeof name; c++)
         name[n++] = (char)((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_' ? *c
                            : (*c >= 'A' && *c <= 'Z') ? *c - 'A' + 'a' : '-');
-    name[n] = 0;
-    snprintf(path, sizeof path, "%s/%s-%s.gguf", dir, prefix, name);
-    FILE *fp = fopen(path, "wb");
-    assert_non_null(fp);
-    assert_int_equal(fwrite(buf, 1, size, fp), size);
-    fclose(fp);
+    memcpy(name + n, ".gguf", 6);
+    return name;
+}
+
+/* llama.cpp's verdict on case `file` from tests/data/gguf_oracle/gguf_cases.txt
+ * (written by run.sh in that folder): the lines after "== file: " up to the
+ * next case, or NULL when the file has no such case. */
+static const char *oracle_verdict(const char *file, char *out, size_t cap) {
+    static char *text;
+    if (!text) {
+        size_t len;
+        text = read_file(TUTTI_SOURCE_DIR "/tests/data/gguf_oracle/gguf_cases.txt", &len);
+        if (!text) fail_msg("tests/data/gguf_oracle/gguf_cases.txt is missing");
+    }
+    char head[200];
+    snprintf(head, sizeof head, "== %s: ", file);
+    const char *p = strstr(text, head);
+    if (!p) return NULL;
+    const char *e = strstr(p + 1, "\n==");
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    if (n >= cap) n = cap - 1;
+    memcpy(out, p, n);
+    out[n] = 0;
+    return out;
+}
+
+/* Refusals of the file itself (ggml's reader, or llama.cpp's checks of the
+ * tensor data bounds and names), as opposed to a model-level refusal. */
+static bool oracle_refuses_file(const char *v) {
+    return strstr(v, "\n  gguf: ") || strstr(v, "data is not within the file bounds") ||
+           strstr(v, "is duplicated");
+}
+
+/* Files tutti refuses although ggml reads them (each one on purpose). */
+static const char *const g_stricter_than_ggml[] = {
+    "bad-key-with-nul.gguf", /* ggml would look the key up under its prefix */
+};
+
+static void dump_case(const uint8_t *buf, size_t size, const char *prefix, const char *what) {
+    const char *file = case_file(prefix, what);
+    const char *dir = getenv("TUTTI_GGUF_DUMP");
+    if (dir) { /* writing the files for a new verdict: nothing to check against */
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, file);
+        FILE *fp = fopen(path, "wb");
+        assert_non_null(fp);
+        assert_int_equal(fwrite(buf, 1, size, fp), size);
+        fclose(fp);
+        return;
+    }
+    /* every case is checked against llama.cpp's recorded verdict */
+    char v[2048];
+    if (!oracle_verdict(file, v, sizeof v))
+        fail_msg("%s: no llama.cpp verdict in tests/data/gguf_oracle/gguf_cases.txt (run run.sh there)", file);
+    bool stricter = false;
+    for (size_t i = 0; i < sizeof g_stricter_than_ggml / sizeof *g_stricter_than_ggml; i++)
+        stricter = stricter || !strcmp(file, g_stricter_than_ggml[i]);
+    if (prefix[0] == 'b' && !stricter && !oracle_refuses_file(v))
+        fail_msg("%s: refused here, but llama.cpp reads it: %s", file, v);
+    if (prefix[0] == 'b' && stricter && oracle_refuses_file(v))
+        fail_msg("%s: listed as stricter than ggml, but llama.cpp refuses it too: %s", file, v);
+    if (prefix[0] == 'o' && oracle_refuses_file(v))
+        fail_msg("%s: accepted here, but llama.cpp refuses it: %s", file, v);
 }
 
 /* Opens an exact-size heap copy of buf (so ASan sees any overread) and
