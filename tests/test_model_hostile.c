@@ -323,9 +323,133 @@ static void test_hostile_models(void **state) {
     }
 }
 
+/* ------------------------------------------------------------------------ */
+/* The tensor sets of real architectures: the ref/arch models with tensors
+ * added or removed, exactly as tests/data/gguf_oracle/tensor_sets.py makes
+ * them for llama.cpp; tutti must load the variants llama.cpp loads and refuse
+ * the ones it refuses (tensor_sets.txt), but for the features tutti does not
+ * implement (biases llama.cpp adds to Llama: refused rather than ignored). */
+
+typedef struct variant {
+    const char *name;
+    const char *drop[3]; /* tensor names; "*suffix" drops it in every layer */
+    struct {
+        const char *name;
+        int64_t ne0, ne1; /* sizes, or -D_* for the base model's; ne1 == 0: 1-D */
+    } add[3];
+} variant;
+
+enum { D_EMBD = 1, D_VOCAB, D_NQ, D_NK, D_FF };
+
+static const variant g_variants[] = {
+    {"base", {NULL}, {{NULL, 0, 0}}},
+    {"plus-qkv-bias", {NULL}, {{"blk.0.attn_q.bias", -D_NQ, 0}, {"blk.0.attn_k.bias", -D_NK, 0}, {"blk.0.attn_v.bias", -D_NK, 0}}},
+    {"plus-wo-bias", {NULL}, {{"blk.0.attn_output.bias", -D_EMBD, 0}}},
+    {"plus-ffn-up-bias", {NULL}, {{"blk.0.ffn_up.bias", -D_FF, 0}}},
+    {"plus-rope-freqs", {NULL}, {{"rope_freqs.weight", 32, 0}}},
+    {"plus-unknown", {NULL}, {{"foo.weight", 4, 0}}},
+    {"plus-q-norm", {NULL}, {{"blk.0.attn_q_norm.weight", 64, 0}, {"blk.0.attn_k_norm.weight", 64, 0}}},
+    {"plus-post-norm", {NULL}, {{"blk.0.post_attention_norm.weight", -D_EMBD, 0}, {"blk.0.post_ffw_norm.weight", -D_EMBD, 0}}},
+    {"plus-layer", {NULL}, {{"blk.99.attn_norm.weight", -D_EMBD, 0}}},
+    {"minus-output", {"output.weight"}, {{NULL, 0, 0}}},
+    {"plus-output", {NULL}, {{"output.weight", -D_EMBD, -D_VOCAB}}},
+    {"minus-qkv-bias", {"*attn_q.bias", "*attn_k.bias", "*attn_v.bias"}, {{NULL, 0, 0}}},
+    {"minus-q-norm", {"*attn_q_norm.weight", "*attn_k_norm.weight"}, {{NULL, 0, 0}}},
+    {"minus-post-norm", {"*post_attention_norm.weight"}, {{NULL, 0, 0}}},
+};
+
+/* Variants llama.cpp loads and tutti refuses: features tutti does not compute. */
+static const char *const g_unimplemented[] = {"llama-plus-wo-bias", "llama-plus-ffn-up-bias"};
+
+static bool dropped(const variant *v, const char *name) {
+    for (int i = 0; i < 3 && v->drop[i]; i++) {
+        const char *d = v->drop[i];
+        size_t n = strlen(name), k = strlen(d + 1);
+        if (d[0] == '*' ? n >= k && !strcmp(name + n - k, d + 1) : !strcmp(name, d)) return true;
+    }
+    return false;
+}
+
+static void test_arch_tensor_sets_match_llamacpp(void **state) {
+    (void)state;
+    require_shared();
+    size_t len;
+    char *verdicts = read_file(TUTTI_SOURCE_DIR "/tests/data/gguf_oracle/tensor_sets.txt", &len);
+    if (!verdicts) fail_msg("tests/data/gguf_oracle/tensor_sets.txt is missing");
+    const char *archs[] = {"llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"};
+    float *ones = malloc(sizeof(float) << 20);
+    assert_non_null(ones);
+    for (int i = 0; i < 1 << 20; i++) ones[i] = 1.0f;
+    int n_checked = 0;
+    for (size_t a = 0; a < sizeof archs / sizeof *archs; a++) {
+        char base[128];
+        snprintf(base, sizeof base, "ref/arch/%s-F16.gguf", archs[a]);
+        gguf_file *f = gguf_open(shared_path(base));
+        if (!f) fail_msg("%s", tutti_last_error());
+        const gguf_tensor_info *te = gguf_find_tensor(f, "token_embd.weight"),
+                               *tq = gguf_find_tensor(f, "blk.0.attn_q.weight"),
+                               *tk = gguf_find_tensor(f, "blk.0.attn_k.weight"),
+                               *td = gguf_find_tensor(f, "blk.0.ffn_down.weight");
+        const int64_t dims[] = {0, te->ne[0], te->ne[1], tq ? tq->ne[1] : 0, tk ? tk->ne[1] : 0, td->ne[0]};
+        for (size_t k = 0; k < sizeof g_variants / sizeof *g_variants; k++) {
+            const variant *v = &g_variants[k];
+            char name[128], head[160];
+            snprintf(name, sizeof name, "%s-%s", archs[a], v->name);
+            snprintf(head, sizeof head, "== %s.gguf: ", name);
+            const char *p = strstr(verdicts, head);
+            if (!p) continue; /* the variant does not apply (tensor_sets.py skips it) */
+            const bool llama_loads = !strncmp(p + strlen(head), "LOADED", 6);
+            gguf_writer *w = gguf_writer_new();
+            assert_non_null(w);
+            for (int64_t i = 0; i < gguf_n_kv(f); i++)
+                if (!gguf_str_eq(gguf_kv_key(f, i), "general.alignment"))
+                    assert_int_equal(gguf_writer_copy_kv(w, f, i), 0);
+            for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+                const gguf_tensor_info *t = gguf_tensor(f, i);
+                char tn[64];
+                snprintf(tn, sizeof tn, "%.*s", (int)t->name.len, t->name.data);
+                if (dropped(v, tn)) continue;
+                assert_int_equal(gguf_writer_add_tensor(w, tn, t->type, t->n_dims, t->ne, t->data), 0);
+            }
+            for (int i = 0; i < 3 && v->add[i].name; i++) {
+                const int64_t n0 = v->add[i].ne0, n1 = v->add[i].ne1;
+                int64_t ne[2] = {n0 < 0 ? dims[-n0] : n0, n1 < 0 ? dims[-n1] : n1 ? n1 : 1};
+                assert_true(ne[0] * ne[1] <= 1 << 20);
+                assert_int_equal(gguf_writer_add_tensor(w, v->add[i].name, TUTTI_TYPE_F32, n1 ? 2 : 1, ne, ones),
+                                 0);
+            }
+            void *buf;
+            size_t size;
+            assert_int_equal(gguf_writer_write_buffer(w, &buf, &size), 0);
+            gguf_writer_free(w);
+            tutti_model *m = tutti_model_load_buffer(buf, size, name, NULL);
+            bool unimplemented = false;
+            for (size_t u = 0; u < sizeof g_unimplemented / sizeof *g_unimplemented; u++)
+                unimplemented = unimplemented || !strcmp(name, g_unimplemented[u]);
+            if (unimplemented) {
+                if (m || !llama_loads) fail_msg("%s: expected llama.cpp to load it and tutti to refuse it", name);
+                if (!strstr(tutti_last_error(), "is not used by architecture"))
+                    fail_msg("%s: %s", name, tutti_last_error());
+            } else if (llama_loads && !m) {
+                fail_msg("%s: llama.cpp loads it, tutti refuses: %s", name, tutti_last_error());
+            } else if (!llama_loads && m) {
+                fail_msg("%s: llama.cpp refuses it, tutti loads it", name);
+            }
+            tutti_model_free(m);
+            free(buf);
+            n_checked++;
+        }
+        gguf_close(f);
+    }
+    assert_int_equal(n_checked, 60); /* every variant of tensor_sets.txt */
+    free(ones);
+    free(verdicts);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hostile_models),
+        cmocka_unit_test(test_arch_tensor_sets_match_llamacpp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
