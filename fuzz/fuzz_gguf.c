@@ -26,8 +26,8 @@ static void touch(const void *p, uint64_t n) {
     (void)sink;
 }
 
-/* NUL-terminated copy of a name; NULL when it has an embedded NUL (then a C
- * string lookup would legitimately find something else). */
+/* NUL-terminated copy of a name; NULL when it has an embedded NUL (the
+ * reader promises none: see the CHECKs) or when out of memory. */
 static char *cname(gguf_str s) {
     if (memchr(s.data, 0, (size_t)s.len)) return NULL;
     char *c = malloc((size_t)s.len + 1);
@@ -47,6 +47,8 @@ int tutti_fuzz_gguf_one(const uint8_t *data, size_t size) {
     for (int64_t i = 0; i < gguf_n_kv(f); i++) {
         gguf_str key = gguf_kv_key(f, i);
         touch(key.data, key.len);
+        /* keys are non-empty C strings (as ggml requires) */
+        CHECK(key.len > 0 && !memchr(key.data, 0, (size_t)key.len));
         gguf_type t = gguf_kv_type(f, i);
         CHECK((unsigned)t < GGUF_TYPE_COUNT);
         (void)gguf_type_name(t);
@@ -88,11 +90,14 @@ int tutti_fuzz_gguf_one(const uint8_t *data, size_t size) {
     (void)gguf_kv_key(f, gguf_n_kv(f));
     (void)gguf_kv_type(f, -1);
 
+    uint64_t expect = 0; /* ggml's layout: each tensor where the previous padded one ends */
     for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
         const gguf_tensor_info *t = gguf_tensor(f, i);
         CHECK(t != NULL);
         touch(t->name.data, t->name.len);
-        CHECK(t->n_dims >= 1 && t->n_dims <= GGUF_MAX_DIMS);
+        CHECK(t->name.len < 64 && !memchr(t->name.data, 0, (size_t)t->name.len));
+        CHECK(t->n_dims <= GGUF_MAX_DIMS); /* 0: a scalar */
+        for (uint32_t d = t->n_dims; d < GGUF_MAX_DIMS; d++) CHECK(t->ne[d] == 1);
         const tutti_type_traits *tt = tutti_type_get(t->type);
         CHECK(tt != NULL);
         uint64_t rows = 1;
@@ -103,6 +108,8 @@ int tutti_fuzz_gguf_one(const uint8_t *data, size_t size) {
         CHECK(t->ne[0] % tt->block_size == 0);
         CHECK(t->size == (uint64_t)(t->ne[0] / tt->block_size) * tt->type_size * rows);
         CHECK(t->offset % a == 0);
+        CHECK(t->offset == expect);
+        expect += (t->size + a - 1) / a * a;
         CHECK((const uint8_t *)t->data >= data &&
               (uint64_t)((const uint8_t *)t->data - data) + t->size <= size);
         touch(t->data, t->size);

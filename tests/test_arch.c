@@ -212,7 +212,7 @@ static void expect_load_error(const mutation *mu, const char *const *needles) {
 static void test_error_shape(void **state) {
     (void)state;
     mutation mu = {.tensor = "blk.1.attn_k.weight", .ne1 = 64, .type = -1};
-    const char *needles[] = {"blk.1.attn_k.weight", "expected shape [256, 128]", "found [256, 64]", NULL};
+    const char *needles[] = {"blk.1.attn_k.weight", "has wrong shape; expected [256, 128], got [256, 64]", NULL};
     expect_load_error(&mu, needles);
 }
 

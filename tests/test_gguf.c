@@ -620,10 +620,86 @@ static void put_n(uint8_t *m, size_t size, size_t off, const void *v, size_t n) 
 static void put32(uint8_t *m, size_t size, size_t off, uint32_t v) { put_n(m, size, off, &v, 4); }
 static void put64(uint8_t *m, size_t size, size_t off, uint64_t v) { put_n(m, size, off, &v, 8); }
 
+/* TUTTI_GGUF_DUMP=dir writes every malformed (and hand-built valid) file of
+ * these tests to dir/<what>.gguf: the files fed to llama.cpp to confirm that
+ * it refuses them too (scripts/oracle_gguf_refusals.sh), and the seeds in
+ * fuzz/corpus/gguf/. */
+static const char *case_file(const char *prefix, const char *what) {
+    static char name[160];
+    size_t n = (size_t)snprintf(name, sizeof name, "%s-", prefix);
+    for (const char *c = what; *c && n + 6 < sizeof name; c++)
+        name[n++] = (char)((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_' ? *c
+                           : (*c >= 'A' && *c <= 'Z') ? *c - 'A' + 'a' : '-');
+    memcpy(name + n, ".gguf", 6);
+    return name;
+}
+
+/* llama.cpp's verdict on case `file` from tests/data/gguf_oracle/gguf_cases.txt
+ * (written by run.sh in that folder): the lines after "== file: " up to the
+ * next case, or NULL when the file has no such case. */
+static const char *oracle_verdict(const char *file, char *out, size_t cap) {
+    static char *text;
+    if (!text) {
+        size_t len;
+        text = read_file(TUTTI_SOURCE_DIR "/tests/data/gguf_oracle/gguf_cases.txt", &len);
+        if (!text) fail_msg("tests/data/gguf_oracle/gguf_cases.txt is missing");
+    }
+    char head[200];
+    snprintf(head, sizeof head, "== %s: ", file);
+    const char *p = strstr(text, head);
+    if (!p) return NULL;
+    const char *e = strstr(p + 1, "\n==");
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    if (n >= cap) n = cap - 1;
+    memcpy(out, p, n);
+    out[n] = 0;
+    return out;
+}
+
+/* Refusals of the file itself (ggml's reader, or llama.cpp's checks of the
+ * tensor data bounds and names), as opposed to a model-level refusal. */
+static bool oracle_refuses_file(const char *v) {
+    return strstr(v, "\n  gguf: ") || strstr(v, "data is not within the file bounds") ||
+           strstr(v, "is duplicated");
+}
+
+/* Files tutti refuses although ggml reads them (each one on purpose). */
+static const char *const g_stricter_than_ggml[] = {
+    "bad-key-with-nul.gguf", /* ggml would look the key up under its prefix */
+};
+
+static void dump_case(const uint8_t *buf, size_t size, const char *prefix, const char *what) {
+    const char *file = case_file(prefix, what);
+    const char *dir = getenv("TUTTI_GGUF_DUMP");
+    if (dir) { /* writing the files for a new verdict: nothing to check against */
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, file);
+        FILE *fp = fopen(path, "wb");
+        assert_non_null(fp);
+        assert_int_equal(fwrite(buf, 1, size, fp), size);
+        fclose(fp);
+        return;
+    }
+    /* every case is checked against llama.cpp's recorded verdict */
+    char v[2048];
+    if (!oracle_verdict(file, v, sizeof v))
+        fail_msg("%s: no llama.cpp verdict in tests/data/gguf_oracle/gguf_cases.txt (run run.sh there)", file);
+    bool stricter = false;
+    for (size_t i = 0; i < sizeof g_stricter_than_ggml / sizeof *g_stricter_than_ggml; i++)
+        stricter = stricter || !strcmp(file, g_stricter_than_ggml[i]);
+    if (prefix[0] == 'b' && !stricter && !oracle_refuses_file(v))
+        fail_msg("%s: refused here, but llama.cpp reads it: %s", file, v);
+    if (prefix[0] == 'b' && stricter && oracle_refuses_file(v))
+        fail_msg("%s: listed as stricter than ggml, but llama.cpp refuses it too: %s", file, v);
+    if (prefix[0] == 'o' && oracle_refuses_file(v))
+        fail_msg("%s: accepted here, but llama.cpp refuses it: %s", file, v);
+}
+
 /* Opens an exact-size heap copy of buf (so ASan sees any overread) and
  * requires failure with a message containing every one of the needles. */
 static void expect_fail_n(const uint8_t *buf, size_t size, const char *what, const char *n1,
                           const char *n2) {
+    if (n1 || n2) dump_case(buf, size, "bad", what); /* not the truncations */
     uint8_t *copy = malloc(size ? size : 1);
     assert_non_null(copy);
     memcpy(copy, buf, size);
@@ -667,6 +743,9 @@ static void test_malformed_header(void **state) {
     RESET();
     put32(m, b.size, 4, 4);
     expect_fail_n(m, b.size, "version 4", "version", "4");
+    RESET();
+    put32(m, b.size, 4, 0);
+    expect_fail_n(m, b.size, "version 0", "version", "0");
     RESET();
     put32(m, b.size, 4, 0x03000000u);
     expect_fail_n(m, b.size, "big-endian", "version", "big-endian");
@@ -724,8 +803,24 @@ static void test_malformed_kv(void **state) {
     put64(m, b.size, after(&b, "k.arr") + 8, 1ull << 61);
     expect_fail_n(m, b.size, "array too long", "k.arr", "array");
     RESET();
-    put64(m, b.size, after(&b, "k.sar") + 8, 1ull << 40);
+    put64(m, b.size, after(&b, "k.sar") + 8, 1ull << 29);
     expect_fail_n(m, b.size, "string array too long", "k.sar", "string array");
+    /* ggml's limits, whatever the file size: 2^30 bytes, 2^30 elements */
+    RESET();
+    put64(m, b.size, after(&b, "k.sar") + 8, (1ull << 30) + 1);
+    expect_fail_n(m, b.size, "string array max", "k.sar", "exceeds the maximum");
+    RESET();
+    put64(m, b.size, after(&b, "k.arr") + 8, (1ull << 30) + 1);
+    expect_fail_n(m, b.size, "array max", "k.arr", "exceeds the maximum");
+    RESET();
+    put64(m, b.size, after(&b, "k.str") + 4, (1ull << 30) + 1);
+    expect_fail_n(m, b.size, "string max", "k.str", "exceeds the maximum");
+    RESET();
+    put64(m, b.size, after(&b, "k.aaa") - 5 - 8, 0);
+    expect_fail_n(m, b.size, "empty key", "kv[1]", "key is empty");
+    RESET();
+    put_n(m, b.size, after(&b, "k.aaa") - 2, "", 1);
+    expect_fail_n(m, b.size, "key with NUL", "k.", "NUL");
     RESET();
     put64(m, b.size, after(&b, "k.sar") + 8 + 8, 1u << 20); /* first element's length */
     expect_fail_n(m, b.size, "array element past end", "k.sar", "element 0");
@@ -756,11 +851,11 @@ static void test_malformed_tensors(void **state) {
     /* layout after a name: u32 n_dims, n_dims x u64 ne, u32 type, u64 offset */
 #define RESET() memcpy(m, b.buf, b.size)
     RESET();
-    put32(m, b.size, ta, 0);
-    expect_fail_n(m, b.size, "n_dims 0", "t.aaa", "n_dims 0");
-    RESET();
     put32(m, b.size, ta, 5);
     expect_fail_n(m, b.size, "n_dims 5", "t.aaa", "n_dims 5");
+    RESET();
+    put32(m, b.size, ta, 0xFFFFFFFFu);
+    expect_fail_n(m, b.size, "n_dims max", "t.aaa", "n_dims 4294967295");
     RESET();
     put64(m, b.size, ta + 4, 1ull << 40);
     put64(m, b.size, ta + 12, 1ull << 40);
@@ -768,6 +863,13 @@ static void test_malformed_tensors(void **state) {
     RESET();
     put64(m, b.size, ta + 4, 1ull << 63);
     expect_fail_n(m, b.size, "ne negative", "t.aaa", "negative");
+    RESET();
+    put64(m, b.size, ta + 12, UINT64_MAX); /* ne[1] = -1 */
+    expect_fail_n(m, b.size, "ne1 negative", "t.aaa", "ne[1] = -1 is negative");
+    RESET();
+    put64(m, b.size, ta + 4, INT64_MAX); /* one dimension reaching INT64_MAX */
+    put64(m, b.size, ta + 12, 1);
+    expect_fail_n(m, b.size, "ne int64 max", "t.aaa", "overflows int64");
     RESET();
     put64(m, b.size, tb + 4, 33);
     expect_fail_n(m, b.size, "ne[0] % block", "t.aab", "block size");
@@ -782,26 +884,158 @@ static void test_malformed_tensors(void **state) {
     put32(m, b.size, ta + 20, 1000);
     expect_fail_n(m, b.size, "type id 1000", "t.aaa", "type id 1000");
     RESET();
+    put32(m, b.size, ta + 20, 0xFFFFFFFFu);
+    expect_fail_n(m, b.size, "type id -1", "t.aaa", "type id -1");
+    RESET();
+    put32(m, b.size, ta + 20, 36); /* IQ4_NL_4_4, removed */
+    expect_fail_n(m, b.size, "type id 36", "t.aaa", "removed");
+    /* ggml: tensor i's data starts where tensor i-1's padded data ends */
+    RESET();
     put64(m, b.size, tb + 24, 33);
-    expect_fail_n(m, b.size, "offset misaligned", "t.aab", "alignment");
+    expect_fail_n(m, b.size, "offset misaligned", "t.aab", "data offset 33, expected 32");
+    RESET();
+    put64(m, b.size, tb + 24, 64); /* aligned, but leaves a gap */
+    expect_fail_n(m, b.size, "offset gap", "t.aab", "data offset 64, expected 32");
+    RESET();
+    put64(m, b.size, tb + 24, 0); /* overlaps t.aaa */
+    expect_fail_n(m, b.size, "offset overlap", "t.aab", "data offset 0, expected 32");
+    RESET();
+    put64(m, b.size, ta + 24, 96); /* t.aab's data first */
+    put64(m, b.size, tb + 24, 0);
+    expect_fail_n(m, b.size, "offsets swapped", "t.aaa", "data offset 96, expected 0");
     RESET();
     put64(m, b.size, tb + 24, 1ull << 20);
-    expect_fail_n(m, b.size, "offset past end", "t.aab", "outside the file");
+    expect_fail_n(m, b.size, "offset past end", "t.aab", "expected 32");
     RESET();
     put64(m, b.size, tb + 24, UINT64_MAX - 31);
     expect_fail_n(m, b.size, "offset max", "t.aab", NULL);
     RESET();
-    put64(m, b.size, ta + 12, 100); /* ne[1]: data runs past the end */
-    expect_fail_n(m, b.size, "size past end", "t.aaa", "outside the file");
+    put64(m, b.size, ta + 12, 100); /* t.aaa grows: t.aab's offset is then wrong */
+    expect_fail_n(m, b.size, "first tensor grows", "t.aab", "expected 1600");
+    RESET();
+    put64(m, b.size, tb + 12, 100); /* the last tensor's data runs past the end */
+    expect_fail_n(m, b.size, "size past end", "t.aab", "not within the file bounds");
     RESET();
     memcpy(m + tb - 5, "t.aaa", 5);
     expect_fail_n(m, b.size, "duplicate tensor", "t.aaa", "duplicate tensor");
+    /* names are C strings for ggml: "t.a\0a" and "t.a\0b" are both "t.a" */
     RESET();
-    put64(m, b.size, ta - 5 - 8, 0); /* empty name: the rest then misparses */
-    expect_fail_n(m, b.size, "empty name", "tensor[0]", NULL);
+    put_n(m, b.size, ta - 2, "", 1);
+    put_n(m, b.size, tb - 2, "", 1);
+    expect_fail_n(m, b.size, "duplicate after nul", "t.a", "duplicate tensor");
+    RESET();
+    put64(m, b.size, ta - 5 - 8, 64); /* name length 64 (the name runs into the next fields) */
+    expect_fail_n(m, b.size, "name length 64", "tensor[0]", "longer than 63");
 #undef RESET
     free(m);
     free(b.buf);
+}
+
+/* Hand-assembled files, for layouts the writer cannot produce. */
+typedef struct raw {
+    uint8_t b[1024];
+    size_t n;
+} raw;
+static void raw_put(raw *r, const void *p, size_t n) {
+    assert_true(r->n + n <= sizeof r->b);
+    memcpy(r->b + r->n, p, n);
+    r->n += n;
+}
+static void raw_u32(raw *r, uint32_t v) { raw_put(r, &v, 4); }
+static void raw_u64(raw *r, uint64_t v) { raw_put(r, &v, 8); }
+static void raw_str(raw *r, const char *s, size_t n) {
+    raw_u64(r, n);
+    raw_put(r, s, n);
+}
+static void raw_pad(raw *r, size_t a) {
+    while (r->n % a) r->b[r->n++] = 0;
+}
+static void raw_header(raw *r, uint64_t n_tensors) {
+    r->n = 0;
+    raw_put(r, "GGUF", 4);
+    raw_u32(r, 3);
+    raw_u64(r, n_tensors);
+    raw_u64(r, 1);
+    raw_str(r, "general.architecture", 20); /* every model file's first key */
+    raw_u32(r, GGUF_TYPE_STRING);
+    raw_str(r, "llama", 5);
+}
+/* A tensor info: name (len bytes), n_dims, ne, F32, offset. */
+static void raw_tensor(raw *r, const char *name, size_t len, uint32_t n_dims, const int64_t *ne,
+                       uint64_t offset) {
+    raw_str(r, name, len);
+    raw_u32(r, n_dims);
+    for (uint32_t d = 0; d < n_dims; d++) raw_u64(r, (uint64_t)ne[d]);
+    raw_u32(r, TUTTI_TYPE_F32);
+    raw_u64(r, offset);
+}
+
+static gguf_file *open_ok(const raw *r, const char *what) {
+    dump_case(r->b, r->n, "ok", what);
+    gguf_file *f = gguf_open_buffer(r->b, r->n, what);
+    if (!f) fail_msg("%s: refused: %s", what, tutti_last_error());
+    return f;
+}
+
+/* What ggml accepts and tutti must accept too: scalars (n_dims 0), empty
+ * tensor names, names cut at a NUL; and the data section rules around them. */
+static void test_layout_edge_cases(void **state) {
+    (void)state;
+    raw r;
+    const int64_t ne3[1] = {3}, ne0[1] = {0};
+
+    /* a scalar (n_dims 0: one element), an empty name, a name with a NUL */
+    raw_header(&r, 3);
+    raw_tensor(&r, "s", 1, 0, NULL, 0);
+    raw_tensor(&r, "", 0, 1, ne3, 32);
+    raw_tensor(&r, "v\0junk", 6, 1, ne3, 64);
+    raw_pad(&r, 32);
+    const float data[24] = {7.0f, [8] = 1.0f, 2.0f, 3.0f, [16] = 4.0f, 5.0f, 6.0f};
+    raw_put(&r, data, sizeof data - 5 * 4); /* the last tensor's padding may be missing */
+    gguf_file *f = open_ok(&r, "scalar-empty-nul-names");
+    const gguf_tensor_info *t = gguf_tensor(f, 0);
+    assert_int_equal(t->n_dims, 0);
+    assert_true(t->ne[0] == 1 && t->ne[1] == 1 && t->ne[2] == 1 && t->ne[3] == 1);
+    assert_int_equal(t->size, 4);
+    assert_true(*(const float *)t->data == 7.0f);
+    t = gguf_find_tensor(f, "");
+    assert_ptr_equal(t, gguf_tensor(f, 1));
+    assert_int_equal(t->size, 12);
+    t = gguf_find_tensor(f, "v");
+    assert_ptr_equal(t, gguf_tensor(f, 2));
+    assert_int_equal(t->name.len, 1);
+    assert_true(((const float *)t->data)[2] == 6.0f);
+    gguf_close(f);
+
+    /* zero-size tensors take no room: the next one starts at the same offset */
+    raw_header(&r, 2);
+    raw_tensor(&r, "e", 1, 1, ne0, 0);
+    raw_tensor(&r, "v", 1, 1, ne3, 0);
+    raw_pad(&r, 32);
+    raw_put(&r, data, 12);
+    f = open_ok(&r, "zero-size-tensor");
+    assert_int_equal(gguf_tensor(f, 0)->size, 0);
+    assert_ptr_equal(gguf_tensor(f, 0)->data, gguf_tensor(f, 1)->data);
+    gguf_close(f);
+
+    /* ...but the data section itself must start inside the file */
+    raw_header(&r, 1);
+    raw_tensor(&r, "e", 1, 1, ne0, 0);
+    size_t infos_end = r.n;
+    assert_true(infos_end % 32 != 0);
+    expect_fail_n(r.b, infos_end, "data section past end", "data section", "past the end");
+    /* a file without tensors needs no data section (vocabulary-only files) */
+    raw_header(&r, 0);
+    f = open_ok(&r, "no-tensors-no-padding");
+    gguf_close(f);
+
+    /* a zero-size tensor cannot hide a gap either */
+    raw_header(&r, 2);
+    raw_tensor(&r, "e", 1, 1, ne0, 32);
+    raw_tensor(&r, "v", 1, 1, ne3, 32);
+    raw_pad(&r, 32);
+    raw_put(&r, data, sizeof data);
+    expect_fail_n(r.b, r.n, "zero-size tensor offset", "'e'", "data offset 32, expected 0");
 }
 
 static void test_open_errors(void **state) {
@@ -840,6 +1074,7 @@ int main(void) {
         cmocka_unit_test(test_malformed_header),
         cmocka_unit_test(test_malformed_kv),
         cmocka_unit_test(test_malformed_tensors),
+        cmocka_unit_test(test_layout_edge_cases),
         cmocka_unit_test(test_open_errors),
     };
     return cmocka_run_group_tests(tests, setup_tmpdir, teardown_tmpdir);

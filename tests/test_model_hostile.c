@@ -7,9 +7,15 @@
  * or, for the cases marked "loads", load it and evaluate tokens without
  * reading out of bounds (the sanitizer CI build checks that).
  *
+ * Every case is also held against llama.cpp's verdict on the same file
+ * (tests/data/gguf_oracle/hostile.txt, made by run.sh there in the oracle
+ * chroot): it must refuse what tutti refuses and load what tutti loads,
+ * unless the case says why not (.diverges: tutti refuses metadata llama.cpp
+ * takes, or a tensor it does not implement).
+ *
  * The same builder wrote fuzz/corpus/model/ (the seeds of fuzz/fuzz_model.c):
  *   TUTTI_HOSTILE_DUMP=fuzz/corpus/model build/tests/test_model_hostile
- * writes every case there as <name>.gguf. */
+ * writes every case there as <name>.in. */
 #include "test_common.h"
 
 #include <math.h>
@@ -46,7 +52,19 @@ typedef struct hostile {
     bool nan_weights;       /* every weight NaN */
     bool embd_1d;           /* token_embd written as one dimension */
     const char *tok_model;  /* tokenizer.ggml.model (NULL = "llama") */
+    struct {
+        const char *name;
+        int64_t ne0, ne1;   /* ne1 == 0: 1-D */
+    } extra[3];             /* tensors added (f32, after the others) */
+    const char *reshape;    /* tensor written with ne1 = reshape_ne1 (a 1-D one becomes 2-D) */
+    int64_t reshape_ne1;
+    size_t truncate;        /* bytes cut off the end of the file */
+    const char *diverges;   /* why llama.cpp decides otherwise (NULL: it loads exactly the "loads" cases;
+                               tests/data/gguf_oracle/hostile.txt holds its verdicts) */
 } hostile;
+
+/* Gemma 2 requires its two post-norms per layer. */
+#define GEMMA2_NORMS {"blk.0.post_attention_norm.weight", N_EMBD, 0}, {"blk.0.post_ffw_norm.weight", N_EMBD, 0}
 
 static const hostile g_cases[] = {
     {.name = "ok-base"},
@@ -56,35 +74,62 @@ static const hostile g_cases[] = {
     {.name = "n_head_kv-0", .expect = "head_count_kv = 0", .head_count_kv = 0x7fffffff + 1LL},
     {.name = "n_head_kv-not-dividing", .expect = "not a multiple of attention.head_count_kv", .head_count = 2,
      .head_count_kv = 3},
-    {.name = "n_embd-mismatch", .expect = "token_embd.weight': expected shape [24", .embedding_length = 24},
+    {.name = "n_embd-mismatch", .expect = "tensor 'token_embd.weight' has wrong shape; expected [24, 40], got [16, 40]",
+     .embedding_length = 24},
     {.name = "n_embd-smaller-than-heads", .expect = "head size", .embedding_length = 1, .key_length = -1},
     {.name = "block_count-huge", .expect = "block_count = 1000000", .block_count = 1000000},
-    {.name = "block_count-too-many", .expect = "blk.1.attn_norm.weight' is missing", .block_count = 4000},
-    {.name = "context_length-0", .expect = "context_length = 0", .context_length = 0x7fffffff + 1LL},
-    {.name = "context_length-huge", .expect = "context_length = 4294967295", .context_length = 0xffffffffLL},
+    {.name = "block_count-too-many", .expect = "missing tensor 'blk.1.attn_norm.weight'", .block_count = 4000},
+    {.name = "context_length-0", .expect = "context_length = 0", .diverges = "metadata: llama.cpp takes 0", .context_length = 0x7fffffff + 1LL},
+    {.name = "context_length-huge", .expect = "context_length = 4294967295", .diverges = "metadata", .context_length = 0xffffffffLL},
     {.name = "rope-odd", .expect = "rope.dimension_count = 7", .rope_dims = 7},
     {.name = "rope-gt-head", .expect = "rope.dimension_count = 10", .rope_dims = 10},
     {.name = "key_length-huge", .expect = "too large", .key_length = 1 << 20},
-    {.name = "n_ff-mismatch", .expect = "ffn_gate.weight': expected shape", .feed_forward_length = 33},
-    {.name = "rms_eps-nan", .expect = "not finite", .rms_eps = NAN, .rms_eps_set = true},
-    {.name = "rms_eps-0", .expect = "out of range", .rms_eps = -0.0f, .rms_eps_set = true},
+    {.name = "n_ff-mismatch", .expect = "tensor 'blk.0.ffn_gate.weight' has wrong shape; expected [16, 33], got [16, 32]", .feed_forward_length = 33},
+    {.name = "rms_eps-nan", .expect = "not finite", .diverges = "metadata", .rms_eps = NAN, .rms_eps_set = true},
+    {.name = "rms_eps-0", .expect = "out of range", .diverges = "metadata", .rms_eps = -0.0f, .rms_eps_set = true},
     {.name = "vocab-gt-embd", .expect = "tokens", .embd_rows = 30},
     {.name = "vocab-lt-embd", .expect = "tokens", .embd_rows = 50},
-    {.name = "bos-out-of-range", .expect = "bos_token_id: token id 1000", .bos = 1000},
-    {.name = "ok-eos-negative", .eos = -5}, /* negative = no such token, as in llama.cpp */
+    {.name = "bos-out-of-range", .expect = "bos_token_id: token id 1000", .diverges = "tokenizer", .bos = 1000},
+    {.name = "ok-eos-negative", .eos = -5, .diverges = "llama.cpp wants token ids as u32"}, /* negative = no such token, as in llama.cpp */
     {.name = "tokens-empty", .expect = "not a usable vocabulary size", .n_tokens = -1},
-    {.name = "missing-wq", .expect = "blk.0.attn_q.weight' is missing", .skip = "blk.0.attn_q.weight"},
-    {.name = "missing-output_norm", .expect = "output_norm.weight' is missing", .skip = "output_norm.weight"},
-    {.name = "missing-token_embd", .expect = "token_embd.weight' is missing", .skip = "token_embd.weight"},
-    {.name = "type-i16", .expect = "cannot compute with", .retype = "blk.0.ffn_up.weight", .type = TUTTI_TYPE_I16},
-    {.name = "type-i32", .expect = "cannot compute with", .retype = "blk.0.attn_k.weight", .type = TUTTI_TYPE_I32},
-    {.name = "norm-f16", .expect = "expected f32", .retype = "blk.0.attn_norm.weight", .type = TUTTI_TYPE_F16},
-    {.name = "output-wrong-rows", .expect = "output.weight': expected shape", .output_rows = 39},
-    {.name = "output-wrong-cols", .expect = "output.weight': expected shape", .output_rows = 40,
+    {.name = "missing-wq", .expect = "missing tensor 'blk.0.attn_q.weight'", .skip = "blk.0.attn_q.weight"},
+    {.name = "missing-output_norm", .expect = "missing tensor 'output_norm.weight'", .skip = "output_norm.weight"},
+    {.name = "missing-token_embd", .expect = "missing tensor 'token_embd.weight'", .skip = "token_embd.weight"},
+    {.name = "type-i16", .expect = "cannot compute with", .diverges = "tutti computes fewer types", .retype = "blk.0.ffn_up.weight", .type = TUTTI_TYPE_I16},
+    {.name = "type-i32", .expect = "cannot compute with", .diverges = "tutti computes fewer types", .retype = "blk.0.attn_k.weight", .type = TUTTI_TYPE_I32},
+    {.name = "norm-f16", .expect = "expected f32", .diverges = "tutti wants f32 norms", .retype = "blk.0.attn_norm.weight", .type = TUTTI_TYPE_F16},
+    {.name = "output-wrong-rows", .expect = "tensor 'output.weight' has wrong shape; expected [16, 40], got [16, 39]",
+     .output_rows = 39},
+    {.name = "output-wrong-cols", .expect = "tensor 'output.weight' has wrong shape; expected [16, 40], got [8, 40]", .output_rows = 40,
      .output_cols = 8},
     {.name = "embd-1d", .expect = "has 1 rows but the vocabulary", .embd_1d = true},
     {.name = "arch-unknown", .expect = "not supported", .arch = "mamba"},
     {.name = "tok-model-unknown", .expect = "tokenizer", .tok_model = "wordpiece-x"},
+    /* llama.cpp's shape rule: dimensions past the expected ones must be 1 */
+    {.name = "ok-norm-2d-1", .reshape = "blk.0.attn_norm.weight", .reshape_ne1 = 1},
+    {.name = "norm-2d", .expect = "tensor 'blk.0.attn_norm.weight' has wrong shape; expected [16], got [16, 2]",
+     .reshape = "blk.0.attn_norm.weight", .reshape_ne1 = 2},
+    /* llama.cpp's loader: every tensor of the file must be used (n_created == n_tensors) */
+    {.name = "extra-unknown", .expect = "tensor 'foo.weight' is not used by architecture llama",
+     .extra = {{"foo.weight", 4, 0}}},
+    {.name = "extra-layer", .expect = "tensor 'blk.1.attn_norm.weight' is not used by architecture llama",
+     .extra = {{"blk.1.attn_norm.weight", N_EMBD, 0}}},
+    /* llama.cpp would add this bias; tutti does not implement it: refused, not ignored */
+    {.name = "extra-wo-bias", .expect = "tensor 'blk.0.attn_output.bias' is not used by architecture llama",
+     .extra = {{"blk.0.attn_output.bias", N_EMBD, 0}}, .diverges = "llama.cpp adds this bias"},
+    /* which optional tensors llama.cpp takes depends on the architecture */
+    {.name = "ok-rope-freqs", .extra = {{"rope_freqs.weight", HEAD_DIM / 2, 0}}},
+    {.name = "ok-qkv-bias",
+     .extra = {{"blk.0.attn_q.bias", N_HEAD * HEAD_DIM, 0}, {"blk.0.attn_k.bias", N_HEAD_KV * HEAD_DIM, 0},
+               {"blk.0.attn_v.bias", N_HEAD_KV * HEAD_DIM, 0}}},
+    {.name = "ok-qwen2", .arch = "qwen2"},
+    {.name = "qwen2-rope-freqs", .expect = "tensor 'rope_freqs.weight' is not used by architecture qwen2",
+     .arch = "qwen2", .extra = {{"rope_freqs.weight", HEAD_DIM / 2, 0}}},
+    {.name = "ok-gemma2", .arch = "gemma2", .extra = {GEMMA2_NORMS}},
+    {.name = "gemma2-output", .expect = "tensor 'output.weight' is not used by architecture gemma2",
+     .arch = "gemma2", .output_rows = 40, .extra = {GEMMA2_NORMS}},
+    /* llama.cpp's loader: "tensor '...' data is not within the file bounds" */
+    {.name = "truncated", .expect = "tensor 'blk.0.ffn_down.weight': data [", .truncate = 8},
 };
 #define N_CASES (sizeof g_cases / sizeof g_cases[0])
 
@@ -106,6 +151,10 @@ static int add_dim(gguf_writer *w, const char *key, int64_t v, int64_t base) {
     v = pick(v, base);
     if (v == 0x80000000LL) v = 0; /* explicit zero */
     return gguf_writer_add_u32(w, key, (uint32_t)v);
+}
+
+static int add_id(gguf_writer *w, const char *key, int64_t v) {
+    return v < 0 ? gguf_writer_add_i32(w, key, (int32_t)v) : gguf_writer_add_u32(w, key, (uint32_t)v);
 }
 
 /* Builds case c into a malloc'ed buffer. */
@@ -149,8 +198,9 @@ static void *build(const hostile *c, size_t *size) {
     assert_int_equal(gguf_writer_add_str_arr(w, "tokenizer.ggml.tokens", (const char *const *)toks, (uint64_t)n_tok), 0);
     assert_int_equal(gguf_writer_add_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, (uint64_t)n_tok), 0);
     assert_int_equal(gguf_writer_add_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, (uint64_t)n_tok), 0);
-    if (c->bos != -1) assert_int_equal(gguf_writer_add_i32(w, "tokenizer.ggml.bos_token_id", (int32_t)pick(c->bos, 1)), 0);
-    if (c->eos != -1) assert_int_equal(gguf_writer_add_i32(w, "tokenizer.ggml.eos_token_id", (int32_t)pick(c->eos, 2)), 0);
+    /* token ids as u32, the type llama.cpp requires (a negative one as i32) */
+    if (c->bos != -1) assert_int_equal(add_id(w, "tokenizer.ggml.bos_token_id", pick(c->bos, 1)), 0);
+    if (c->eos != -1) assert_int_equal(add_id(w, "tokenizer.ggml.eos_token_id", pick(c->eos, 2)), 0);
 
     /* tensors (all data in one arena, borrowed by the writer until written) */
     const int64_t n_vocab = pick(c->embd_rows, n_base_tok);
@@ -158,7 +208,7 @@ static void *build(const hostile *c, size_t *size) {
     struct {
         const char *name;
         int64_t ne0, ne1; /* ne1 == 0: 1-D */
-    } ts[16];
+    } ts[20];
     int nt = 0;
 #define T(n, a, b) (ts[nt].name = (n), ts[nt].ne0 = (a), ts[nt].ne1 = (b), nt++)
     T("token_embd.weight", N_EMBD, c->embd_1d ? 0 : n_vocab);
@@ -173,6 +223,9 @@ static void *build(const hostile *c, size_t *size) {
     T("blk.0.ffn_gate.weight", N_EMBD, N_FF);
     T("blk.0.ffn_up.weight", N_EMBD, N_FF);
     T("blk.0.ffn_down.weight", N_FF, N_EMBD);
+    for (int i = 0; i < 3 && c->extra[i].name; i++) T(c->extra[i].name, c->extra[i].ne0, c->extra[i].ne1);
+    for (int i = 0; i < nt; i++)
+        if (c->reshape && !strcmp(c->reshape, ts[i].name)) ts[i].ne1 = c->reshape_ne1;
 #undef T
     size_t total = 0;
     for (int i = 0; i < nt; i++) total += (size_t)(ts[i].ne0 * (ts[i].ne1 ? ts[i].ne1 : 1));
@@ -195,6 +248,8 @@ static void *build(const hostile *c, size_t *size) {
     }
     void *buf = NULL;
     assert_int_equal(gguf_writer_write_buffer(w, &buf, size), 0);
+    assert_true(c->truncate < *size);
+    *size -= c->truncate;
     gguf_writer_free(w);
     free(arena);
     for (int64_t i = 0; i < n_base_tok; i++) free(toks[i]);
@@ -202,6 +257,21 @@ static void *build(const hostile *c, size_t *size) {
     free(scores);
     free(types);
     return buf;
+}
+
+/* llama.cpp's verdict on case `name` (tests/data/gguf_oracle/hostile.txt,
+ * written by run.sh there): true if it loaded the model, false if it refused
+ * it (or crashed); fails when the case has no verdict. */
+static bool oracle_loads(const char *name) {
+    static char *text;
+    size_t len;
+    if (!text && !(text = read_file(TUTTI_SOURCE_DIR "/tests/data/gguf_oracle/hostile.txt", &len)))
+        fail_msg("tests/data/gguf_oracle/hostile.txt is missing");
+    char head[200];
+    snprintf(head, sizeof head, "== %s.in: ", name);
+    const char *p = strstr(text, head);
+    if (!p) fail_msg("case %s has no llama.cpp verdict (run tests/data/gguf_oracle/run.sh)", name);
+    return strncmp(p + strlen(head), "LOADED", 6) == 0;
 }
 
 static void test_hostile_models(void **state) {
@@ -219,6 +289,11 @@ static void test_hostile_models(void **state) {
             assert_int_equal(fwrite(buf, 1, size, f), size);
             fclose(f);
         }
+        /* llama.cpp refuses what tutti refuses, and loads what it loads, unless the case says why not */
+        if (!dump && oracle_loads(c->name) != !c->expect && !c->diverges)
+            fail_msg("case %s: llama.cpp %s it", c->name, c->expect ? "loads" : "refuses");
+        if (!dump && oracle_loads(c->name) == !c->expect && c->diverges)
+            fail_msg("case %s: marked as diverging (%s), but llama.cpp agrees", c->name, c->diverges);
         tutti_model *m = tutti_model_load_buffer(buf, size, c->name, NULL);
         if (c->expect) {
             if (m) fail_msg("case %s: loaded, expected an error containing '%s'", c->name, c->expect);
@@ -248,9 +323,133 @@ static void test_hostile_models(void **state) {
     }
 }
 
+/* ------------------------------------------------------------------------ */
+/* The tensor sets of real architectures: the ref/arch models with tensors
+ * added or removed, exactly as tests/data/gguf_oracle/tensor_sets.py makes
+ * them for llama.cpp; tutti must load the variants llama.cpp loads and refuse
+ * the ones it refuses (tensor_sets.txt), but for the features tutti does not
+ * implement (biases llama.cpp adds to Llama: refused rather than ignored). */
+
+typedef struct variant {
+    const char *name;
+    const char *drop[3]; /* tensor names; "*suffix" drops it in every layer */
+    struct {
+        const char *name;
+        int64_t ne0, ne1; /* sizes, or -D_* for the base model's; ne1 == 0: 1-D */
+    } add[3];
+} variant;
+
+enum { D_EMBD = 1, D_VOCAB, D_NQ, D_NK, D_FF };
+
+static const variant g_variants[] = {
+    {"base", {NULL}, {{NULL, 0, 0}}},
+    {"plus-qkv-bias", {NULL}, {{"blk.0.attn_q.bias", -D_NQ, 0}, {"blk.0.attn_k.bias", -D_NK, 0}, {"blk.0.attn_v.bias", -D_NK, 0}}},
+    {"plus-wo-bias", {NULL}, {{"blk.0.attn_output.bias", -D_EMBD, 0}}},
+    {"plus-ffn-up-bias", {NULL}, {{"blk.0.ffn_up.bias", -D_FF, 0}}},
+    {"plus-rope-freqs", {NULL}, {{"rope_freqs.weight", 32, 0}}},
+    {"plus-unknown", {NULL}, {{"foo.weight", 4, 0}}},
+    {"plus-q-norm", {NULL}, {{"blk.0.attn_q_norm.weight", 64, 0}, {"blk.0.attn_k_norm.weight", 64, 0}}},
+    {"plus-post-norm", {NULL}, {{"blk.0.post_attention_norm.weight", -D_EMBD, 0}, {"blk.0.post_ffw_norm.weight", -D_EMBD, 0}}},
+    {"plus-layer", {NULL}, {{"blk.99.attn_norm.weight", -D_EMBD, 0}}},
+    {"minus-output", {"output.weight"}, {{NULL, 0, 0}}},
+    {"plus-output", {NULL}, {{"output.weight", -D_EMBD, -D_VOCAB}}},
+    {"minus-qkv-bias", {"*attn_q.bias", "*attn_k.bias", "*attn_v.bias"}, {{NULL, 0, 0}}},
+    {"minus-q-norm", {"*attn_q_norm.weight", "*attn_k_norm.weight"}, {{NULL, 0, 0}}},
+    {"minus-post-norm", {"*post_attention_norm.weight"}, {{NULL, 0, 0}}},
+};
+
+/* Variants llama.cpp loads and tutti refuses: features tutti does not compute. */
+static const char *const g_unimplemented[] = {"llama-plus-wo-bias", "llama-plus-ffn-up-bias"};
+
+static bool dropped(const variant *v, const char *name) {
+    for (int i = 0; i < 3 && v->drop[i]; i++) {
+        const char *d = v->drop[i];
+        size_t n = strlen(name), k = strlen(d + 1);
+        if (d[0] == '*' ? n >= k && !strcmp(name + n - k, d + 1) : !strcmp(name, d)) return true;
+    }
+    return false;
+}
+
+static void test_arch_tensor_sets_match_llamacpp(void **state) {
+    (void)state;
+    require_shared();
+    size_t len;
+    char *verdicts = read_file(TUTTI_SOURCE_DIR "/tests/data/gguf_oracle/tensor_sets.txt", &len);
+    if (!verdicts) fail_msg("tests/data/gguf_oracle/tensor_sets.txt is missing");
+    const char *archs[] = {"llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"};
+    float *ones = malloc(sizeof(float) << 20);
+    assert_non_null(ones);
+    for (int i = 0; i < 1 << 20; i++) ones[i] = 1.0f;
+    int n_checked = 0;
+    for (size_t a = 0; a < sizeof archs / sizeof *archs; a++) {
+        char base[128];
+        snprintf(base, sizeof base, "ref/arch/%s-F16.gguf", archs[a]);
+        gguf_file *f = gguf_open(shared_path(base));
+        if (!f) fail_msg("%s", tutti_last_error());
+        const gguf_tensor_info *te = gguf_find_tensor(f, "token_embd.weight"),
+                               *tq = gguf_find_tensor(f, "blk.0.attn_q.weight"),
+                               *tk = gguf_find_tensor(f, "blk.0.attn_k.weight"),
+                               *td = gguf_find_tensor(f, "blk.0.ffn_down.weight");
+        const int64_t dims[] = {0, te->ne[0], te->ne[1], tq ? tq->ne[1] : 0, tk ? tk->ne[1] : 0, td->ne[0]};
+        for (size_t k = 0; k < sizeof g_variants / sizeof *g_variants; k++) {
+            const variant *v = &g_variants[k];
+            char name[128], head[160];
+            snprintf(name, sizeof name, "%s-%s", archs[a], v->name);
+            snprintf(head, sizeof head, "== %s.gguf: ", name);
+            const char *p = strstr(verdicts, head);
+            if (!p) continue; /* the variant does not apply (tensor_sets.py skips it) */
+            const bool llama_loads = !strncmp(p + strlen(head), "LOADED", 6);
+            gguf_writer *w = gguf_writer_new();
+            assert_non_null(w);
+            for (int64_t i = 0; i < gguf_n_kv(f); i++)
+                if (!gguf_str_eq(gguf_kv_key(f, i), "general.alignment"))
+                    assert_int_equal(gguf_writer_copy_kv(w, f, i), 0);
+            for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+                const gguf_tensor_info *t = gguf_tensor(f, i);
+                char tn[64];
+                snprintf(tn, sizeof tn, "%.*s", (int)t->name.len, t->name.data);
+                if (dropped(v, tn)) continue;
+                assert_int_equal(gguf_writer_add_tensor(w, tn, t->type, t->n_dims, t->ne, t->data), 0);
+            }
+            for (int i = 0; i < 3 && v->add[i].name; i++) {
+                const int64_t n0 = v->add[i].ne0, n1 = v->add[i].ne1;
+                int64_t ne[2] = {n0 < 0 ? dims[-n0] : n0, n1 < 0 ? dims[-n1] : n1 ? n1 : 1};
+                assert_true(ne[0] * ne[1] <= 1 << 20);
+                assert_int_equal(gguf_writer_add_tensor(w, v->add[i].name, TUTTI_TYPE_F32, n1 ? 2 : 1, ne, ones),
+                                 0);
+            }
+            void *buf;
+            size_t size;
+            assert_int_equal(gguf_writer_write_buffer(w, &buf, &size), 0);
+            gguf_writer_free(w);
+            tutti_model *m = tutti_model_load_buffer(buf, size, name, NULL);
+            bool unimplemented = false;
+            for (size_t u = 0; u < sizeof g_unimplemented / sizeof *g_unimplemented; u++)
+                unimplemented = unimplemented || !strcmp(name, g_unimplemented[u]);
+            if (unimplemented) {
+                if (m || !llama_loads) fail_msg("%s: expected llama.cpp to load it and tutti to refuse it", name);
+                if (!strstr(tutti_last_error(), "is not used by architecture"))
+                    fail_msg("%s: %s", name, tutti_last_error());
+            } else if (llama_loads && !m) {
+                fail_msg("%s: llama.cpp loads it, tutti refuses: %s", name, tutti_last_error());
+            } else if (!llama_loads && m) {
+                fail_msg("%s: llama.cpp refuses it, tutti loads it", name);
+            }
+            tutti_model_free(m);
+            free(buf);
+            n_checked++;
+        }
+        gguf_close(f);
+    }
+    assert_int_equal(n_checked, 60); /* every variant of tensor_sets.txt */
+    free(ones);
+    free(verdicts);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hostile_models),
+        cmocka_unit_test(test_arch_tensor_sets_match_llamacpp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,12 +24,20 @@
 /* ggml's GGML_MAX_NAME is 64 including the NUL: no file llama.cpp accepts has
  * a longer tensor name, and the model loader may rely on that bound. */
 #define GGUF_MAX_TENSOR_NAME 63u
+/* ggml's gguf.cpp refuses longer strings and arrays (GGUF_MAX_STRING_LENGTH,
+ * GGUF_MAX_ARRAY_ELEMENTS), whatever the file size. */
+#define GGUF_MAX_STRING_LENGTH (1ull << 30)
+#define GGUF_MAX_ARRAY_ELEMENTS (1ull << 30)
+/* ggml's GGML_TYPE_COUNT (ggml 0.27, the oracle): type ids below it that
+ * tutti's quant layer does not know are either removed from ggml (block size
+ * 0, refused by ggml too) or newer than tutti (accepted by ggml). */
+#define GGUF_GGML_TYPE_COUNT 43
 /* Smallest encodings, used to bound counts before allocating:
  * kv = key length (8) + type (4) + smallest value (1);
- * tensor info = name length (8) + 1 name byte + n_dims (4) + one ne (8)
- *               + type (4) + offset (8). */
+ * tensor info = name length (8) + an empty name + n_dims (4) + no ne (a
+ *               scalar) + type (4) + offset (8). */
 #define GGUF_MIN_KV_BYTES 13u
-#define GGUF_MIN_TENSOR_INFO_BYTES 33u
+#define GGUF_MIN_TENSOR_INFO_BYTES 24u
 
 typedef struct gguf_kv {
     gguf_str key;
@@ -181,6 +189,11 @@ static bool rd_u64(reader *r, uint64_t *v, const char *what, const char *ctx) {
 static bool rd_str(reader *r, gguf_str *s, const char *what, const char *ctx) {
     uint64_t len;
     if (!rd_u64(r, &len, what, ctx)) return false;
+    if (len > GGUF_MAX_STRING_LENGTH)
+        return tutti_set_error("%s: %s%s%s: string length %llu exceeds the maximum %llu",
+                               r->name, ctx ? ctx : "", ctx ? ": " : "", what,
+                               (unsigned long long)len, GGUF_MAX_STRING_LENGTH),
+               false;
     if (len > remaining(r))
         return tutti_set_error("%s: %s%s%s: string length %llu exceeds the %zu bytes remaining "
                                "at offset %zu",
@@ -201,7 +214,12 @@ static bool parse_kv(gguf_file *f, reader *r, int64_t i) {
     char ctx[160];
     snprintf(ctx, sizeof ctx, "kv[%lld]", (long long)i);
     if (!rd_str(r, &kv->key, "key", ctx)) return false;
+    if (kv->key.len == 0) return tutti_set_error("%s: %s: key is empty", r->name, ctx), false;
     snprintf(ctx, sizeof ctx, "key '%.*s'", NAME_ARG(kv->key));
+    /* llama.cpp looks keys up as C strings, so it would find this one under
+     * its prefix: refused rather than read differently. */
+    if (memchr(kv->key.data, 0, (size_t)kv->key.len))
+        return tutti_set_error("%s: %s: key contains a NUL byte", r->name, ctx), false;
 
     if (index_find(f, &f->kv_index, kv_name, kv->key.data, (size_t)kv->key.len) >= 0)
         return tutti_set_error("%s: %s: duplicate key", r->name, ctx), false;
@@ -231,6 +249,10 @@ static bool parse_kv(gguf_file *f, reader *r, int64_t i) {
         if (!rd_u64(r, &n, "array length", ctx)) return false;
         kv->arr_type = (gguf_type)et;
         kv->arr_n = n;
+        if (n > GGUF_MAX_ARRAY_ELEMENTS)
+            return tutti_set_error("%s: %s: array of %llu elements exceeds the maximum of %llu",
+                                   r->name, ctx, (unsigned long long)n, GGUF_MAX_ARRAY_ELEMENTS),
+                   false;
         if (et == GGUF_TYPE_STRING) {
             /* each element takes at least its 8-byte length */
             if (n > remaining(r) / 8)
@@ -270,47 +292,78 @@ static bool parse_kv(gguf_file *f, reader *r, int64_t i) {
     return true;
 }
 
+/* The checks and their order follow ggml's gguf_init_from_file_impl (gguf.cpp),
+ * so that every tensor info llama.cpp refuses is refused here, and every one
+ * it accepts is accepted unless tutti cannot size it (a ggml type newer than
+ * tutti's quant layer). */
 static bool parse_tensor(gguf_file *f, reader *r, int64_t i) {
     gguf_tensor_info *t = &f->tensors[i];
     char ctx[160];
     snprintf(ctx, sizeof ctx, "tensor[%lld]", (long long)i);
     if (!rd_str(r, &t->name, "name", ctx)) return false;
-    if (t->name.len == 0) return tutti_set_error("%s: %s: empty tensor name", r->name, ctx), false;
     if (t->name.len > GGUF_MAX_TENSOR_NAME)
         return tutti_set_error("%s: %s: tensor name of %llu bytes is longer than %u", r->name, ctx,
                                (unsigned long long)t->name.len, GGUF_MAX_TENSOR_NAME),
                false;
+    /* ggml keeps names as C strings (ggml_set_name): a name is what precedes
+     * its first NUL, for lookups and for the duplicate check alike.  An empty
+     * name is legal GGUF (a model loader then finds it unused). */
+    const void *nul = memchr(t->name.data, 0, (size_t)t->name.len);
+    if (nul) t->name.len = (uint64_t)((const char *)nul - t->name.data);
     snprintf(ctx, sizeof ctx, "tensor '%.*s'", NAME_ARG(t->name));
-    if (index_find(f, &f->tensor_index, tensor_name, t->name.data, (size_t)t->name.len) >= 0)
-        return tutti_set_error("%s: %s: duplicate tensor name", r->name, ctx), false;
+    int64_t dup = index_find(f, &f->tensor_index, tensor_name, t->name.data, (size_t)t->name.len);
+    if (dup >= 0)
+        return tutti_set_error("%s: %s: duplicate tensor name (tensors %lld and %lld)", r->name,
+                               ctx, (long long)dup, (long long)i),
+               false;
 
     if (!rd_u32(r, &t->n_dims, "n_dims", ctx)) return false;
-    if (t->n_dims < 1 || t->n_dims > GGUF_MAX_DIMS)
-        return tutti_set_error("%s: %s: n_dims %u out of range 1..%d", r->name, ctx, t->n_dims,
+    /* n_dims 0 is a scalar for ggml (every ne 1), not an error */
+    if (t->n_dims > GGUF_MAX_DIMS)
+        return tutti_set_error("%s: %s: n_dims %u is more than %d", r->name, ctx, t->n_dims,
                                GGUF_MAX_DIMS),
                false;
-    int64_t nelem = 1;
     for (int d = 0; d < GGUF_MAX_DIMS; d++) t->ne[d] = 1;
     for (uint32_t d = 0; d < t->n_dims; d++) {
         uint64_t ne;
         if (!rd_u64(r, &ne, "ne", ctx)) return false;
         if (ne > (uint64_t)INT64_MAX)
-            return tutti_set_error("%s: %s: ne[%u] = %llu is negative as int64", r->name, ctx, d,
-                                   (unsigned long long)ne),
+            return tutti_set_error("%s: %s: ne[%u] = %lld is negative", r->name, ctx, d,
+                                   (long long)(int64_t)ne),
                    false;
         t->ne[d] = (int64_t)ne;
-        if (t->ne[d] != 0 && nelem > INT64_MAX / t->ne[d])
-            return tutti_set_error("%s: %s: element count overflows (ne[%u] = %lld)", r->name, ctx,
-                                   d, (long long)t->ne[d]),
-                   false;
-        nelem *= t->ne[d];
     }
+    /* ggml: the element count and every partial product must stay below
+     * INT64_MAX (checked with divisions, so nothing overflows here); a
+     * tensor with a zero dimension has no elements and passes. */
+    const int64_t *ne = t->ne;
+    if (ne[0] > 0 && ne[1] > 0 && ne[2] > 0 && ne[3] > 0 &&
+        (INT64_MAX / ne[1] <= ne[0] || INT64_MAX / ne[2] <= ne[0] * ne[1] ||
+         INT64_MAX / ne[3] <= ne[0] * ne[1] * ne[2]))
+        return tutti_set_error("%s: %s: element count of shape [%lld, %lld, %lld, %lld] "
+                               "overflows int64",
+                               r->name, ctx, (long long)ne[0], (long long)ne[1], (long long)ne[2],
+                               (long long)ne[3]),
+               false;
     uint32_t type;
     if (!rd_u32(r, &type, "type", ctx)) return false;
     t->type = (int)type;
-    const tutti_type_traits *tt = tutti_type_get((int)type);
-    if (type > INT32_MAX || !tt)
-        return tutti_set_error("%s: %s: unknown ggml tensor type id %u", r->name, ctx, type), false;
+    const tutti_type_traits *tt = type < GGUF_GGML_TYPE_COUNT ? tutti_type_get((int)type) : NULL;
+    if (!tt) {
+        if (type >= GGUF_GGML_TYPE_COUNT)
+            return tutti_set_error("%s: %s: invalid ggml type id %d (valid: 0..%d)", r->name, ctx,
+                                   (int32_t)type, GGUF_GGML_TYPE_COUNT - 1),
+                   false;
+        static const uint8_t removed[GGUF_GGML_TYPE_COUNT] = {[4] = 1, [5] = 1, [31] = 1, [32] = 1,
+                                                             [33] = 1, [36] = 1, [37] = 1, [38] = 1};
+        if (removed[type])
+            return tutti_set_error("%s: %s: ggml type id %u was removed from ggml (block size 0)",
+                                   r->name, ctx, type),
+                   false;
+        return tutti_set_error("%s: %s: ggml type id %u is newer than tutti (not supported)",
+                               r->name, ctx, type),
+               false;
+    }
     if (t->ne[0] % tt->block_size != 0)
         return tutti_set_error("%s: %s: ne[0] = %lld is not a multiple of the %s block size %lld",
                                r->name, ctx, (long long)t->ne[0], tt->name,
@@ -322,11 +375,12 @@ static bool parse_tensor(gguf_file *f, reader *r, int64_t i) {
         return tutti_set_error("%s: %s: byte size overflows", r->name, ctx), false;
     uint64_t bytes = row * tt->type_size;
     for (uint32_t d = 1; d < GGUF_MAX_DIMS; d++) {
-        uint64_t ne = (uint64_t)t->ne[d];
-        if (ne != 0 && bytes > UINT64_MAX / ne)
+        uint64_t n = (uint64_t)t->ne[d];
+        if (n != 0 && bytes > UINT64_MAX / n)
             return tutti_set_error("%s: %s: byte size overflows", r->name, ctx), false;
-        bytes *= ne;
+        bytes *= n;
     }
+    if (bytes > SIZE_MAX) return tutti_set_error("%s: %s: byte size overflows", r->name, ctx), false;
     t->size = bytes;
     if (!rd_u64(r, &t->offset, "offset", ctx)) return false;
     index_insert(&f->tensor_index, t->name.data, (size_t)t->name.len, i);
@@ -420,18 +474,39 @@ static bool parse(gguf_file *f) {
     size_t pos = r.pos;
     size_t data_off = pos + (a - pos % a) % a;
     if (data_off < pos) return tutti_set_error("%s: data section offset overflows", f->path), false;
+    if (f->n_tensors > 0 && data_off > f->size)
+        return tutti_set_error("%s: data section: starts at offset %zu, past the end of the file "
+                               "(%zu bytes; truncated?)",
+                               f->path, data_off, f->size),
+               false;
     f->data_offset = data_off;
+    /* ggml requires the tensors' data in the order of their infos, each one
+     * padded to the alignment: tensor i starts where tensor i-1's padded
+     * bytes end (so no two overlap and every offset is aligned). */
+    uint64_t expect = 0;
     for (int64_t i = 0; i < f->n_tensors; i++) {
         gguf_tensor_info *t = &f->tensors[i];
-        if (t->offset % a != 0)
-            return tutti_set_error("%s: tensor '%.*s': offset %llu is not a multiple of the "
-                                   "alignment %zu",
-                                   f->path, NAME_ARG(t->name), (unsigned long long)t->offset, a),
+        if (t->offset != expect)
+            return tutti_set_error("%s: tensor '%.*s': data offset %llu, expected %llu (tensor "
+                                   "data must follow the order of the tensor infos, each tensor "
+                                   "padded to the alignment %zu)",
+                                   f->path, NAME_ARG(t->name), (unsigned long long)t->offset,
+                                   (unsigned long long)expect, a),
                    false;
-        if (data_off > f->size || t->offset > f->size - data_off ||
-            t->size > f->size - data_off - t->offset)
+        uint64_t padded = t->size + (a - t->size % a) % a;
+        if (padded < t->size || padded > SIZE_MAX - expect)
+            return tutti_set_error("%s: tensor '%.*s': data size %llu overflows after padding",
+                                   f->path, NAME_ARG(t->name), (unsigned long long)t->size),
+                   false;
+        expect += padded;
+    }
+    /* llama.cpp's model loader: each tensor's unpadded bytes must be in the
+     * file (the last tensor's padding may be missing) */
+    for (int64_t i = 0; i < f->n_tensors; i++) {
+        gguf_tensor_info *t = &f->tensors[i];
+        if (t->offset > f->size - data_off || t->size > f->size - data_off - t->offset)
             return tutti_set_error("%s: tensor '%.*s': data [%llu, +%llu) at data section offset "
-                                   "%zu lies outside the file (%zu bytes; truncated?)",
+                                   "%zu is not within the file bounds (%zu bytes; truncated?)",
                                    f->path, NAME_ARG(t->name), (unsigned long long)t->offset,
                                    (unsigned long long)t->size, data_off, f->size),
                    false;

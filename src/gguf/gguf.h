@@ -7,12 +7,20 @@
  *   padding to general.alignment (default 32), tensor data.
  *   Strings are u64 length + bytes (not NUL-terminated). Little-endian only.
  *
- * gguf_open validates everything against the file size before returning:
- * every length, count, offset and tensor byte range; alignment a power of
- * two; tensor data ranges inside the file and aligned; unknown value types
- * and versions refused (big-endian files show up as an absurd version and are
- * refused with a message saying so).  After a successful open no accessor
- * can read out of bounds.  Errors name the file, the field and the problem.
+ * gguf_open validates everything against the file size before returning,
+ * with (at least) the rules of ggml's reader, gguf.cpp, so that a file
+ * llama.cpp refuses is refused here: version 2 or 3 (big-endian files show
+ * up as an absurd version and are refused with a message saying so); keys
+ * non-empty, unique and without NUL bytes; known value types, no nested
+ * arrays; strings and arrays at most 2^30 bytes / elements and inside the
+ * file; general.alignment a u32 nonzero power of two; tensor names shorter
+ * than 64 bytes (a name ends at its first NUL, as in ggml) and unique; at
+ * most 4 dimensions (0 = a scalar), each >= 0, element count below
+ * INT64_MAX; a ggml type id, ne[0] a multiple of its block size; the data of
+ * tensor i at offset (sum of the sizes of tensors 0..i-1, each padded to the
+ * alignment), i.e. in info order without gaps, and inside the file.  After a
+ * successful open no accessor can read out of bounds.  Errors name the file,
+ * the key or tensor, and the problem.
  *
  * Tensor element types are ggml type ids (enum tutti_type in quant/quant.h);
  * the reader only needs their block sizes to compute byte sizes and refuses

@@ -201,7 +201,7 @@ static int load_hparams(tutti_model *m) {
 
 /* ---- tensors ---- */
 
-enum { W_REQUIRED = 0, W_OPTIONAL = 1, W_F32 = 2, W_ABSENT = 4 /* present = unsupported feature */ };
+enum { W_REQUIRED = 0, W_OPTIONAL = 1, W_F32 = 2 };
 
 static void fmt_shape(char *buf, size_t n, const int64_t *ne, uint32_t n_dims) {
     size_t o = 0;
@@ -211,18 +211,25 @@ static void fmt_shape(char *buf, size_t n, const int64_t *ne, uint32_t n_dims) {
     if (o < n) snprintf(buf + o, n - o, "]");
 }
 
+/* Binding state: the model being filled and which of the file's tensors a
+ * weight took (llama.cpp's loader refuses a file with tensors it did not
+ * create: every tensor must be used exactly once). */
+typedef struct binder {
+    tutti_model *m;
+    uint8_t *used; /* one flag per tensor of the file */
+} binder;
+
 /* Binds tensor `name` with expected shape [ne0] (ne1 == 0) or [ne0, ne1];
- * ne1 < 0 accepts any row count (read back from the file). */
-static int bind(const tutti_model *m, tutti_weight *w, const char *name, int64_t ne0, int64_t ne1, int flags) {
+ * ne1 < 0 accepts any row count (read back from the file).  The shape rule
+ * is llama.cpp's (check_tensor_dims): every dimension equal, the ones past
+ * the expected shape 1. */
+static int bind(binder *b, tutti_weight *w, const char *name, int64_t ne0, int64_t ne1, int flags) {
+    const tutti_model *m = b->m;
     memset(w, 0, sizeof *w);
     const gguf_tensor_info *t = gguf_find_tensor(m->gguf, name);
-    if (t && (flags & W_ABSENT))
-        return tutti_set_error("%s: tensor '%s' is present but its feature is not supported by tutti for "
-                               "architecture %s",
-                               m->path, name, m->arch->name);
     if (!t) {
         if (flags & W_OPTIONAL) return TUTTI_OK;
-        return tutti_set_error("%s: tensor '%s' is missing (required for architecture %s)", m->path, name,
+        return tutti_set_error("%s: missing tensor '%s' (required for architecture %s)", m->path, name,
                                m->arch->name);
     }
     int64_t want[GGUF_MAX_DIMS] = {ne0, ne1 < 0 ? t->ne[1] : (ne1 == 0 ? 1 : ne1), 1, 1};
@@ -230,10 +237,10 @@ static int bind(const tutti_model *m, tutti_weight *w, const char *name, int64_t
     bool ok = true;
     for (int i = 0; i < GGUF_MAX_DIMS; i++) ok = ok && t->ne[i] == want[i];
     if (!ok) {
-        char a[128], b[128];
+        char a[128], c[128];
         fmt_shape(a, sizeof a, want, want_dims);
-        fmt_shape(b, sizeof b, t->ne, t->n_dims ? t->n_dims : 1);
-        return tutti_set_error("%s: tensor '%s': expected shape %s, found %s", m->path, name, a, b);
+        fmt_shape(c, sizeof c, t->ne, t->n_dims ? t->n_dims : 1);
+        return tutti_set_error("%s: tensor '%s' has wrong shape; expected %s, got %s", m->path, name, a, c);
     }
     if (!tutti_type_supported(t->type))
         return tutti_set_error("%s: tensor '%s' has type %s, which tutti cannot compute with", m->path, name,
@@ -244,6 +251,7 @@ static int bind(const tutti_model *m, tutti_weight *w, const char *name, int64_t
     if (tutti_row_size(t->type, t->ne[0]) == 0)
         return tutti_set_error("%s: tensor '%s': row of %" PRId64 " elements is not a whole number of %s blocks",
                                m->path, name, t->ne[0], tutti_type_name(t->type));
+    b->used[t - gguf_tensor(m->gguf, 0)] = 1;
     w->data = t->data;
     w->type = t->type;
     w->n_cols = t->ne[0];
@@ -251,7 +259,19 @@ static int bind(const tutti_model *m, tutti_weight *w, const char *name, int64_t
     return TUTTI_OK;
 }
 
-static int bind_layer(tutti_model *m, int il) {
+/* Optional tensors that llama.cpp's loader (libllama 0.7.0, the oracle)
+ * creates per architecture; a file holding one it does not create is
+ * refused there ("wrong number of tensors"), and here as unused.  Learnt by
+ * loading variants of the ref/arch models in the oracle:
+ * tests/data/gguf_oracle/tensor_sets.txt.  q/k/v biases: every architecture
+ * with separate q/k/v; output.weight: all but Gemma 2 (always tied);
+ * rope_freqs: Llama only. */
+static bool arch_takes_qkv_bias(const tutti_arch *a) { return !a->fused_qkv; }
+static bool arch_takes_output(const tutti_arch *a) { return !a->no_output; }
+static bool arch_takes_rope_freqs(const tutti_arch *a) { return strcmp(a->name, "llama") == 0; }
+
+static int bind_layer(binder *b, int il) {
+    tutti_model *m = b->m;
     const tutti_hparams *hp = &m->hp;
     const tutti_arch *a = m->arch;
     tutti_layer *L = &m->layers[il];
@@ -260,40 +280,40 @@ static int bind_layer(tutti_model *m, int il) {
                   no = (int64_t)hp->n_head * hp->head_dim_v;
     char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d." s, il), n)
-    if (bind(m, &L->attn_norm, NAME("attn_norm.weight"), n_embd, 0, W_F32)) return TUTTI_ERR;
+    if (bind(b, &L->attn_norm, NAME("attn_norm.weight"), n_embd, 0, W_F32)) return TUTTI_ERR;
     /* phi3: fused attn_qkv, or attn_q/k/v as llama.cpp also accepts */
     const bool fused = a->fused_qkv && (gguf_find_tensor(m->gguf, NAME("attn_qkv.weight")) ||
                                         !gguf_find_tensor(m->gguf, NAME("attn_q.weight")));
     if (fused) {
-        if (bind(m, &L->wqkv, NAME("attn_qkv.weight"), n_embd, nq + nk + nv, W_REQUIRED)) return TUTTI_ERR;
+        if (bind(b, &L->wqkv, NAME("attn_qkv.weight"), n_embd, nq + nk + nv, W_REQUIRED)) return TUTTI_ERR;
     } else {
-        if (bind(m, &L->wq, NAME("attn_q.weight"), n_embd, nq, W_REQUIRED) ||
-            bind(m, &L->wk, NAME("attn_k.weight"), n_embd, nk, W_REQUIRED) ||
-            bind(m, &L->wv, NAME("attn_v.weight"), n_embd, nv, W_REQUIRED))
+        if (bind(b, &L->wq, NAME("attn_q.weight"), n_embd, nq, W_REQUIRED) ||
+            bind(b, &L->wk, NAME("attn_k.weight"), n_embd, nk, W_REQUIRED) ||
+            bind(b, &L->wv, NAME("attn_v.weight"), n_embd, nv, W_REQUIRED))
             return TUTTI_ERR;
     }
-    /* Biases are optional everywhere (Qwen2 has them, Llama usually not). */
-    if (bind(m, &L->bq, NAME("attn_q.bias"), nq, 0, W_OPTIONAL | W_F32) ||
-        bind(m, &L->bk, NAME("attn_k.bias"), nk, 0, W_OPTIONAL | W_F32) ||
-        bind(m, &L->bv, NAME("attn_v.bias"), nv, 0, W_OPTIONAL | W_F32))
+    /* Biases are optional (Qwen2 has them, Llama usually not). */
+    if (arch_takes_qkv_bias(a) && (bind(b, &L->bq, NAME("attn_q.bias"), nq, 0, W_OPTIONAL | W_F32) ||
+                                   bind(b, &L->bk, NAME("attn_k.bias"), nk, 0, W_OPTIONAL | W_F32) ||
+                                   bind(b, &L->bv, NAME("attn_v.bias"), nv, 0, W_OPTIONAL | W_F32)))
         return TUTTI_ERR;
-    if (a->qk_norm && (bind(m, &L->q_norm, NAME("attn_q_norm.weight"), hp->head_dim_k, 0, W_F32) ||
-                       bind(m, &L->k_norm, NAME("attn_k_norm.weight"), hp->head_dim_k, 0, W_F32)))
+    if (a->qk_norm && (bind(b, &L->q_norm, NAME("attn_q_norm.weight"), hp->head_dim_k, 0, W_F32) ||
+                       bind(b, &L->k_norm, NAME("attn_k_norm.weight"), hp->head_dim_k, 0, W_F32)))
         return TUTTI_ERR;
-    if (bind(m, &L->wo, NAME("attn_output.weight"), no, n_embd, W_REQUIRED)) return TUTTI_ERR;
-    if (a->post_norms && (bind(m, &L->post_attn_norm, NAME("post_attention_norm.weight"), n_embd, 0, W_F32) ||
-                          bind(m, &L->post_ffn_norm, NAME("post_ffw_norm.weight"), n_embd, 0, W_F32)))
+    if (bind(b, &L->wo, NAME("attn_output.weight"), no, n_embd, W_REQUIRED)) return TUTTI_ERR;
+    if (a->post_norms && (bind(b, &L->post_attn_norm, NAME("post_attention_norm.weight"), n_embd, 0, W_F32) ||
+                          bind(b, &L->post_ffn_norm, NAME("post_ffw_norm.weight"), n_embd, 0, W_F32)))
         return TUTTI_ERR;
-    if (bind(m, &L->ffn_norm, NAME("ffn_norm.weight"), n_embd, 0, W_F32)) return TUTTI_ERR;
+    if (bind(b, &L->ffn_norm, NAME("ffn_norm.weight"), n_embd, 0, W_F32)) return TUTTI_ERR;
     if (a->fused_gate_up) {
-        if (bind(m, &L->ffn_up, NAME("ffn_up.weight"), n_embd, 2 * (int64_t)hp->n_ff, W_REQUIRED))
+        if (bind(b, &L->ffn_up, NAME("ffn_up.weight"), n_embd, 2 * (int64_t)hp->n_ff, W_REQUIRED))
             return TUTTI_ERR;
     } else {
-        if (bind(m, &L->ffn_gate, NAME("ffn_gate.weight"), n_embd, hp->n_ff, W_REQUIRED) ||
-            bind(m, &L->ffn_up, NAME("ffn_up.weight"), n_embd, hp->n_ff, W_REQUIRED))
+        if (bind(b, &L->ffn_gate, NAME("ffn_gate.weight"), n_embd, hp->n_ff, W_REQUIRED) ||
+            bind(b, &L->ffn_up, NAME("ffn_up.weight"), n_embd, hp->n_ff, W_REQUIRED))
             return TUTTI_ERR;
     }
-    if (bind(m, &L->ffn_down, NAME("ffn_down.weight"), hp->n_ff, n_embd, W_REQUIRED)) return TUTTI_ERR;
+    if (bind(b, &L->ffn_down, NAME("ffn_down.weight"), hp->n_ff, n_embd, W_REQUIRED)) return TUTTI_ERR;
 #undef NAME
 
     /* Sliding window: local layers are il % p < p - 1 (see tutti_arch). */
@@ -305,22 +325,26 @@ static int bind_layer(tutti_model *m, int il) {
     return TUTTI_OK;
 }
 
-static int bind_tensors(tutti_model *m) {
+/* Binds every weight of the model (b->used marks the tensors taken; a
+ * tensor nobody takes is refused afterwards, as llama.cpp does). */
+static int bind_all(binder *b) {
+    tutti_model *m = b->m;
     tutti_hparams *hp = &m->hp;
     /* Phi-3 LongRoPE divisors (llama.cpp reads them for phi3 only) */
-    const int lr = m->arch->longrope ? W_OPTIONAL | W_F32 : W_OPTIONAL | W_F32 | W_ABSENT;
-    if (bind(m, &m->rope_long, "rope_factors_long.weight", hp->n_rot / 2, 0, lr) ||
-        bind(m, &m->rope_short, "rope_factors_short.weight", hp->n_rot / 2, 0, lr))
+    if (m->arch->longrope &&
+        (bind(b, &m->rope_long, "rope_factors_long.weight", hp->n_rot / 2, 0, W_OPTIONAL | W_F32) ||
+         bind(b, &m->rope_short, "rope_factors_short.weight", hp->n_rot / 2, 0, W_OPTIONAL | W_F32)))
         return TUTTI_ERR;
-    if (bind(m, &m->token_embd, "token_embd.weight", hp->n_embd, -1, W_REQUIRED)) return TUTTI_ERR;
+    if (bind(b, &m->token_embd, "token_embd.weight", hp->n_embd, -1, W_REQUIRED)) return TUTTI_ERR;
     if (m->token_embd.n_rows < 1 || m->token_embd.n_rows > INT32_MAX)
         return tutti_set_error("%s: tensor 'token_embd.weight' has %" PRId64 " rows (vocabulary size)", m->path,
                                m->token_embd.n_rows);
     hp->n_vocab = (int32_t)m->token_embd.n_rows;
-    if (bind(m, &m->output_norm, "output_norm.weight", hp->n_embd, 0, W_F32) ||
-        bind(m, &m->output, "output.weight", hp->n_embd, hp->n_vocab,
-             m->arch->no_output ? W_OPTIONAL | W_ABSENT : W_OPTIONAL) ||
-        bind(m, &m->rope_freqs, "rope_freqs.weight", hp->n_rot / 2, 0, W_OPTIONAL | W_F32))
+    if (bind(b, &m->output_norm, "output_norm.weight", hp->n_embd, 0, W_F32) ||
+        (arch_takes_output(m->arch) &&
+         bind(b, &m->output, "output.weight", hp->n_embd, hp->n_vocab, W_OPTIONAL)) ||
+        (arch_takes_rope_freqs(m->arch) &&
+         bind(b, &m->rope_freqs, "rope_freqs.weight", hp->n_rot / 2, 0, W_OPTIONAL | W_F32)))
         return TUTTI_ERR;
     if (!m->output.data) {
         m->output = m->token_embd; /* tied embeddings */
@@ -329,8 +353,30 @@ static int bind_tensors(tutti_model *m) {
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers) return tutti_set_error("%s: out of memory", m->path);
     for (int il = 0; il < hp->n_layer; il++)
-        if (bind_layer(m, il)) return TUTTI_ERR;
+        if (bind_layer(b, il)) return TUTTI_ERR;
     return TUTTI_OK;
+}
+
+/* Binds the weights, then refuses the file if any of its tensors was left
+ * over (as llama.cpp's loader does). */
+static int bind_tensors(tutti_model *m) {
+    const int64_t n_tensors = gguf_n_tensors(m->gguf);
+    binder bd = {m, calloc((size_t)n_tensors + 1, 1)};
+    if (!bd.used) return tutti_set_error("%s: out of memory", m->path);
+    int rc = bind_all(&bd);
+    /* llama.cpp: done_getting_tensors, n_created == n_tensors */
+    for (int64_t i = 0; rc == TUTTI_OK && i < n_tensors; i++) {
+        if (bd.used[i]) continue;
+        int64_t n_used = 0;
+        for (int64_t j = 0; j < n_tensors; j++) n_used += bd.used[j];
+        const gguf_tensor_info *t = gguf_tensor(m->gguf, i);
+        rc = tutti_set_error("%s: tensor '%.*s' is not used by architecture %s (wrong number of tensors: the "
+                             "file has %" PRId64 ", the model takes %" PRId64 "); an unknown tensor, or a feature "
+                             "tutti does not implement",
+                             m->path, (int)t->name.len, t->name.data, m->arch->name, n_tensors, n_used);
+    }
+    free(bd.used);
+    return rc;
 }
 
 /* ---- weight placement ---- */
