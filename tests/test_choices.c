@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fusion/ensemble_impl.h"
 #include "test_common.h"
@@ -190,12 +191,67 @@ static void test_bad_items(void **state) {
     tutti_ensemble_free(e);
 }
 
+/* The CLI: eval --choices --json --plot on the first items of cloze-dev. */
+static void test_cli_choices_json_plot(void **state) {
+    (void)state;
+    require_shared();
+    char items[] = "/tmp/tutti-choices-XXXXXX";
+    int fd = mkstemp(items);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    fprintf(f, "{\"context\": \"Lily was very thirsty. She drank\", \"choices\": [\" a cold glass of water.\", "
+               "\" a big box of crayons.\"], \"label\": 0}\n\n"
+               "{\"context\": \"Tom fell and hurt his knee. He began to\", \"choices\": [\" cry.\", \" fly.\", "
+               "\" sing.\"], \"label\": 0}\n");
+    fclose(f);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s eval --choices %s -m %s --json --plot %s.svg 2>/dev/null", TUTTI_CLI, items,
+             shared_path("models/stories260K.gguf"), items);
+    int st;
+    char *out = run_cmd(cmd, &st);
+    assert_int_equal(st, 0);
+    cJSON *j = cJSON_Parse(out);
+    assert_non_null(j);
+    cJSON *m0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "members"), 0);
+    cJSON *en = cJSON_GetObjectItem(j, "ensemble");
+    assert_non_null(cJSON_GetObjectItem(m0, "acc"));
+    assert_non_null(cJSON_GetObjectItem(m0, "acc_norm"));
+    assert_non_null(cJSON_GetObjectItem(en, "acc"));
+    assert_int_equal(cJSON_GetObjectItem(j, "items")->valueint, 2);
+    /* one member in TOKEN alignment: the ensemble is the member */
+    assert_true(cJSON_GetObjectItem(m0, "acc")->valuedouble == cJSON_GetObjectItem(en, "acc")->valuedouble);
+    cJSON_Delete(j);
+    free(out);
+    char svg_path[64];
+    snprintf(svg_path, sizeof svg_path, "%s.svg", items);
+    size_t len;
+    char *svg = read_file(svg_path, &len);
+    assert_non_null(svg);
+    assert_non_null(strstr(svg, "<svg"));
+    assert_non_null(strstr(svg, "</svg>"));
+    assert_non_null(strstr(svg, "stories260K.gguf"));
+    assert_non_null(strstr(svg, "acc_norm"));
+    free(svg);
+    unlink(svg_path);
+    /* a malformed line: exit 1 naming the line */
+    f = fopen(items, "w");
+    fprintf(f, "{\"context\": \"x\", \"choices\": [\" a\", \" b\"], \"label\": 0}\n{\"context\": 3}\n");
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s eval --choices %s -m %s 2>&1", TUTTI_CLI, items, shared_path("models/stories260K.gguf"));
+    out = run_cmd(cmd, &st);
+    assert_int_equal(st, 1);
+    assert_non_null(strstr(out, "line 2"));
+    free(out);
+    unlink(items);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ll_is_direct_computation),
         cmocka_unit_test(test_branches_equal_whole_texts),
         cmocka_unit_test(test_cloze_members_match_llamacpp),
         cmocka_unit_test(test_bad_items),
+        cmocka_unit_test(test_cli_choices_json_plot),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
