@@ -14,6 +14,7 @@ int cmd_generate(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_info(int argc, char **argv);
+int cmd_merge(int argc, char **argv);
 
 /* Flag helpers: argv[*i] is the flag; they consume its value (argv[*i + 1]),
  * advance *i and return false after printing "tutti CMD: FLAG needs ..." to
