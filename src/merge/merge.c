@@ -26,6 +26,7 @@
 #include "util/error.h"
 
 #define NAME_MAX_LEN 64
+#define MAX_SOURCES 64 /* models of one slice (fixed arrays below) */
 
 tutti_merge_params tutti_merge_default_params(void) {
     return (tutti_merge_params){.type = NULL, .seed = 0, .name = NULL, .verbose = false};
@@ -82,6 +83,7 @@ typedef struct merge_run {
     plan_tensor *plan;
     int64_t n_plan, cap_plan;
     const char *arch;
+    char arch_buf[64];
     int out_type;
     long page;
 } merge_run;
@@ -119,8 +121,8 @@ static int check_arch_vocab(merge_run *r) {
     gguf_str a0;
     if (!gguf_get_str(r->files[0], "general.architecture", &a0))
         return tutti_set_error("merge: %s: no general.architecture", r->paths[0]);
-    static char arch[64];
-    snprintf(arch, sizeof arch, "%.*s", (int)(a0.len < 63 ? a0.len : 63), a0.data);
+    char *arch = r->arch_buf;
+    snprintf(r->arch_buf, sizeof r->arch_buf, "%.*s", (int)(a0.len < 63 ? a0.len : 63), a0.data);
     r->arch = arch;
     int64_t t0 = gguf_find_key(r->files[0], "tokenizer.ggml.tokens");
     for (int i = 1; i < r->n_files; i++) {
@@ -266,6 +268,7 @@ static int make_slices(merge_run *r) {
         for (int i = 0; i < n; i++)
             if (c->base_model && base < 0 && !strcmp(c->models[i].model, c->base_model)) base = i;
         int n_src = n + (c->base_model && base < 0);
+        if (n_src > MAX_SOURCES) return tutti_set_error("merge: at most %d models", MAX_SOURCES);
         r->slices = calloc(1, sizeof *r->slices);
         if (!r->slices) return tutti_set_error("merge: out of memory");
         r->n_slices = 1;
@@ -289,6 +292,7 @@ static int make_slices(merge_run *r) {
     for (int k = 0; k < c->n_slices; k++) {
         const merge_slice *ms = &c->slices[k];
         out_slice *s = &r->slices[k];
+        if (ms->n_src > MAX_SOURCES) return tutti_set_error("merge: slice %d: at most %d sources", k + 1, MAX_SOURCES);
         s->src = calloc((size_t)ms->n_src, sizeof *s->src);
         if (!s->src) return tutti_set_error("merge: out of memory");
         s->n_src = ms->n_src;
@@ -342,7 +346,7 @@ static int build_plan(merge_run *r) {
         }
     }
     char buf[NAME_MAX_LEN];
-    const char *names[64];
+    const char *names[MAX_SOURCES];
     gguf_file *f0 = r->files[s0->src[0].file];
     /* pre-layer tensors (token embedding, rope_freqs): t = 0 */
     for (int64_t i = 0; i < gguf_n_tensors(f0); i++) {
@@ -352,7 +356,7 @@ static int build_plan(merge_run *r) {
         if (add_plan(r, rest, 0, 0.0, names)) return TUTTI_ERR;
     }
     int out_layer = 0;
-    char in_names[64][NAME_MAX_LEN + 16], out_name[NAME_MAX_LEN + 16];
+    char in_names[MAX_SOURCES][NAME_MAX_LEN + 16], out_name[NAME_MAX_LEN + 16];
     for (int k = 0; k < r->n_slices; k++) {
         const out_slice *s = &r->slices[k];
         gguf_file *fr = r->files[s->src[0].file];
@@ -420,7 +424,8 @@ static int fill_tensor(void *ctx, int64_t index, void *buf, uint64_t size) {
     int n_in = pt->copy_first ? 1 : s->n_src;
     float **in = calloc((size_t)n_in, sizeof *in);
     float *out = malloc(sizeof(float) * (size_t)(n ? n : 1));
-    double w[64], dens[64], gam[64], eps[64];
+    double w[MAX_SOURCES], dens[MAX_SOURCES], gam[MAX_SOURCES], eps[MAX_SOURCES];
+    for (int i = 0; i < MAX_SOURCES; i++) w[i] = dens[i] = gam[i] = eps[i] = NAN;
     int rc = in && out ? 0 : tutti_set_error("merge: out of memory (tensor %s, %lld elements)", pt->name, (long long)n);
     for (int i = 0; rc == 0 && i < n_in; i++) {
         in[i] = malloc(sizeof(float) * (size_t)(n ? n : 1));
@@ -440,12 +445,13 @@ static int fill_tensor(void *ctx, int64_t index, void *buf, uint64_t size) {
         .name = pt->name, .seed = r->p->seed,
     };
     if (rc == 0) {
-        double t, lambda, scale, nz, rs, fl, rw, fw;
-        rc = param_of(r, pt, NULL, "t", &t) || param_of(r, pt, NULL, "lambda", &lambda) ||
-                     param_of(r, pt, NULL, "scale", &scale) || param_of(r, pt, NULL, "normalize", &nz) ||
-                     param_of(r, pt, NULL, "rescale", &rs) || param_of(r, pt, NULL, "nuslerp_flatten", &fl) ||
-                     param_of(r, pt, NULL, "nuslerp_row_wise", &rw) || param_of(r, pt, NULL, "filter_wise", &fw)
-                 ? TUTTI_ERR : 0;
+        /* the method's global parameters: slice, then global level */
+        static const char *const gnames[] = {"t", "lambda", "scale", "normalize", "rescale", "nuslerp_flatten",
+                                             "nuslerp_row_wise", "filter_wise"};
+        double g[8];
+        for (int k = 0; k < 8; k++) g[k] = NAN;
+        for (int k = 0; rc == 0 && k < 8; k++) rc = param_of(r, pt, NULL, gnames[k], &g[k]);
+        double t = g[0], lambda = g[1], scale = g[2], nz = g[3], rs = g[4], fl = g[5], rw = g[6], fw = g[7];
         merge_method m = r->cfg->method;
         bool def_norm = m == MM_LINEAR || m == MM_TIES || m == MM_DELLA;
         bool def_rescale = m == MM_DARE_TIES || m == MM_DARE_LINEAR || m == MM_DELLA || m == MM_DELLA_LINEAR;
