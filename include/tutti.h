@@ -553,6 +553,79 @@ int32_t *tutti_chat_tokenize(const tutti_vocab *vocab, const char *tmpl, const t
 int32_t *tutti_chat_tokenize_json(const tutti_vocab *vocab, const char *tmpl, const char *ctx_json,
                                   int32_t *n_ids, char **rendered);
 
+/* ------------------------------------------------------------------------ */
+/* Model merging (src/merge/): mergekit's methods on GGUF files.
+ *
+ * A merge configuration is mergekit's YAML format: merge_method, base_model,
+ * models (each `model: PATH` with optional `parameters:`) or slices
+ * (`sources:` of `model` + `layer_range: [lo, hi)`), global `parameters:`,
+ * dtype / out_dtype.  A parameter is a number or bool, a list of numbers (a
+ * gradient: interpolated at t = layer / (n_layers - 1); the token embedding
+ * gets t = 0, the final norm and output t = 1), or a list of
+ * `{filter: S, value: V}` whose first entry with S a substring of the
+ * tensor's Hugging Face name (self_attn, mlp, input_layernorm, q_proj, ...;
+ * the GGUF name also matches) applies.  Lookup order: the source's
+ * parameters, the slice's, the global ones (mergekit's ConfigReader).
+ *
+ * Methods and their parameters (mergekit's names, defaults and semantics):
+ *   linear (weight; normalize = true), slerp (t; two models, base_model is
+ *   the t = 0 end; lerp when the normalized tensors are (anti)colinear,
+ *   |cos| > 0.9995; t = 0 and t = 1 give the endpoints exactly), nuslerp
+ *   (weight; nuslerp_flatten = true, nuslerp_row_wise = false; optional
+ *   base_model: slerp of the task vectors), task_arithmetic (weight; lambda,
+ *   normalize = false), ties (density, weight; normalize = true: magnitude
+ *   trim, sign election by the sum, disjoint mean), dare_linear, dare_ties
+ *   (density, weight; rescale = true: L1 norm of the task vector restored),
+ *   della, della_linear (density, epsilon = 0.15, lambda), breadcrumbs,
+ *   breadcrumbs_ties (density, gamma = 0.01), model_stock (filter_wise =
+ *   false; base + >= 2 models), passthrough (slices; scale).
+ * Random masks are reproducible: same seed, same file.
+ *
+ * Every input tensor type tutti reads is dequantized to float32 one tensor at
+ * a time; the result is written in out_type through tutti's quantizers (the
+ * same bytes llama-quantize --pure writes from the float32 merge) while the
+ * file is streamed: peak memory is a few float32 tensors.  Checked before any
+ * work, each a clear error: architectures, tensor sets and shapes, token
+ * lists (vocabularies) must agree; a tied output (no output.weight) counts as
+ * the token embedding.  The output keeps the base model's metadata (the
+ * first model's without a base), with general.name, block_count rewritten
+ * for passthrough, and the merge recorded in tutti.merge.method,
+ * tutti.merge.models and tutti.merge.config. */
+
+typedef struct tutti_merge_config tutti_merge_config;
+
+/* Parses a mergekit YAML configuration (len bytes of text; untrusted: every
+ * malformed, unknown or out-of-range entry is an error naming the line).
+ * Model paths are used as written.  NULL on error (tutti_last_error). */
+tutti_merge_config *tutti_merge_config_parse(const char *yaml, size_t len);
+/* An empty configuration for `method` (the command-line form), to be filled
+ * with the calls below.  NULL for an unknown method. */
+tutti_merge_config *tutti_merge_config_new(const char *method);
+/* Appends a model; weight is its `weight` parameter (NAN: none). */
+int tutti_merge_config_add_model(tutti_merge_config *c, const char *path, double weight);
+int tutti_merge_config_set_base(tutti_merge_config *c, const char *path);
+/* A global numeric parameter (t, density, lambda, epsilon, gamma, normalize
+ * as 0/1, ...).  0 or TUTTI_ERR for an unknown name. */
+int tutti_merge_config_set_param(tutti_merge_config *c, const char *name, double value);
+void tutti_merge_config_free(tutti_merge_config *c);
+
+typedef struct tutti_merge_params {
+    const char *type;  /* type of the 2-D weights: "F32", "F16", "BF16", "Q8_0", "Q4_0",
+                          "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K" (any case); NULL:
+                          the configuration's out_dtype / dtype, else F16.  Vectors (norms,
+                          biases) stay F32; rows a block size does not divide fall back as
+                          in llama-quantize (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, else F16) */
+    uint64_t seed;     /* of the random masks (dare_*, della*) */
+    const char *name;  /* general.name of the output; NULL: "merge of ..." */
+    bool verbose;      /* one line per tensor on stderr */
+} tutti_merge_params;
+
+tutti_merge_params tutti_merge_default_params(void); /* type NULL, seed 0 */
+
+/* Merges into out_path (created; removed again on failure).  0 or TUTTI_ERR
+ * with tutti_last_error() saying which check or tensor failed. */
+int tutti_merge(const tutti_merge_config *c, const char *out_path, const tutti_merge_params *p);
+
 #ifdef __cplusplus
 }
 #endif

@@ -15,6 +15,7 @@ int cmd_generate(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_info(int argc, char **argv);
+int cmd_merge(int argc, char **argv);
 
 /* Parses "1,2,3" (ids) into a malloc'd array; false on a malformed list. */
 bool cli_ids(const char *s, int32_t **ids, int32_t *n);

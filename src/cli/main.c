@@ -19,6 +19,7 @@ static const struct {
     {"run", tutti_cmd_run, "fused generation with an ensemble of models"},
     {"eval", tutti_cmd_eval, "bits per byte of each member and of the ensemble on a text"},
     {"fit", tutti_cmd_fit, "fit ensemble weights and temperatures on a text"},
+    {"merge", cmd_merge, "merge models of one architecture into one GGUF file (mergekit's methods)"},
     {"bench", tutti_cmd_bench, "prompt-processing and generation speed (tokens/s), like llama-bench"},
 };
 

@@ -28,6 +28,8 @@ typedef struct wtensor {
     int type;
     uint64_t size;
     const void *data;
+    gguf_tensor_fill_fn fill; /* when set, data is produced at write time */
+    void *fill_ctx;
 } wtensor;
 
 static const char k_alignment[] = "general.alignment";
@@ -260,8 +262,8 @@ int gguf_writer_copy_kv(gguf_writer *w, const gguf_file *f, int64_t i) {
     return add_kv(w, key.data, (size_t)key.len, t, blob, es);
 }
 
-int gguf_writer_add_tensor(gguf_writer *w, const char *name, int type, uint32_t n_dims,
-                           const int64_t *ne, const void *data) {
+static int add_tensor(gguf_writer *w, const char *name, int type, uint32_t n_dims,
+                      const int64_t *ne, const void *data, gguf_tensor_fill_fn fill, void *fill_ctx) {
     if (!w || !name || !ne) return tutti_set_error("gguf writer: NULL argument to add_tensor");
     size_t name_len = strlen(name);
     if (name_len == 0 || name_len > 63)
@@ -286,7 +288,7 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, int type, uint32_t 
             return tutti_set_error("gguf writer: tensor '%s': size overflows", name);
         bytes *= (uint64_t)ne[d];
     }
-    if (bytes && !data) return tutti_set_error("gguf writer: tensor '%s': NULL data", name);
+    if (bytes && !data && !fill) return tutti_set_error("gguf writer: tensor '%s': NULL data", name);
     for (int64_t i = 0; i < w->n_tensors; i++)
         if (w->tensors[i].name_len == name_len && memcmp(w->tensors[i].name, name, name_len) == 0)
             return tutti_set_error("gguf writer: tensor '%s': duplicate tensor name", name);
@@ -301,9 +303,20 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, int type, uint32_t 
     if (!nm) return tutti_set_error("gguf writer: out of memory");
     memcpy(nm, name, name_len + 1);
     wtensor *t = &w->tensors[w->n_tensors++];
-    *t = (wtensor){nm, name_len, n_dims, {1, 1, 1, 1}, type, bytes, data};
+    *t = (wtensor){nm, name_len, n_dims, {1, 1, 1, 1}, type, bytes, data, fill, fill_ctx};
     for (uint32_t d = 0; d < n_dims; d++) t->ne[d] = ne[d];
     return 0;
+}
+
+int gguf_writer_add_tensor(gguf_writer *w, const char *name, int type, uint32_t n_dims,
+                           const int64_t *ne, const void *data) {
+    return add_tensor(w, name, type, n_dims, ne, data, NULL, NULL);
+}
+
+int gguf_writer_add_tensor_fill(gguf_writer *w, const char *name, int type, uint32_t n_dims,
+                                const int64_t *ne, gguf_tensor_fill_fn fill, void *ctx) {
+    if (!fill) return tutti_set_error("gguf writer: tensor '%s': NULL fill function", name ? name : "");
+    return add_tensor(w, name, type, n_dims, ne, NULL, fill, ctx);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -352,6 +365,19 @@ int gguf_writer_write_stream(const gguf_writer *w, FILE *fp, const char *name) {
         ok = ok && wr_pad(fp, pos, w->alignment);
         for (int64_t i = 0; ok && i < w->n_tensors; i++) {
             const wtensor *t = &w->tensors[i];
+            if (t->fill && t->size) {
+                void *buf = malloc((size_t)t->size);
+                if (!buf) return tutti_set_error("%s: tensor '%s': out of memory (%llu bytes)", name,
+                                                 t->name, (unsigned long long)t->size);
+                if (t->fill(t->fill_ctx, i, buf, t->size) != 0) {
+                    free(buf);
+                    return TUTTI_ERR; /* the producer said why */
+                }
+                ok = wr(fp, buf, (size_t)t->size);
+                free(buf);
+                ok = ok && wr_pad(fp, t->size, w->alignment);
+                continue;
+            }
             ok = wr(fp, t->data, (size_t)t->size) && wr_pad(fp, t->size, w->alignment);
         }
     }

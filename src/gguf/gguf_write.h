@@ -68,6 +68,17 @@ int gguf_writer_copy_kv(gguf_writer *w, const gguf_file *f, int64_t i);
 int gguf_writer_add_tensor(gguf_writer *w, const char *name, int type, uint32_t n_dims,
                            const int64_t *ne, const void *data);
 
+/* The same, with the data produced at write time instead of borrowed:
+ * fill(ctx, index, buf, size) must write the tensor's `size` bytes into buf
+ * (a writer-owned buffer of exactly that size, freed right after) and return
+ * 0, or TUTTI_ERR with tutti_last_error set to abort the write.  index is the
+ * tensor's position among this writer's tensors.  Tensors are filled one at a
+ * time in insertion order, so a caller can stream a model whose tensors are
+ * computed one by one (tutti merge) with one tensor's bytes in memory. */
+typedef int (*gguf_tensor_fill_fn)(void *ctx, int64_t index, void *buf, uint64_t size);
+int gguf_writer_add_tensor_fill(gguf_writer *w, const char *name, int type, uint32_t n_dims,
+                                const int64_t *ne, gguf_tensor_fill_fn fill, void *ctx);
+
 int64_t gguf_writer_n_kv(const gguf_writer *w);
 int64_t gguf_writer_n_tensors(const gguf_writer *w);
 

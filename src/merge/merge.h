@@ -1,0 +1,156 @@
+/* Model merging — the `merge` layer (internal header).
+ *
+ * config.c     the configuration (mergekit's MergeConfiguration) and its
+ *              parameter lookup (mergekit's ConfigReader / evaluate_setting)
+ * yaml.c       the YAML front end (libyaml document API)
+ * names.c      GGUF tensor names -> Hugging Face names (what filters match)
+ * sparsify.c   task-vector sparsification (magnitude, random, outliers,
+ *              DELLA) and the counter-based random generator
+ * methods.c    one output tensor from the input tensors, per method
+ * merge.c      checks, plan, streaming write (tutti_merge) */
+#ifndef TUTTI_MERGE_H
+#define TUTTI_MERGE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tutti.h"
+
+/* A parameter setting: mergekit's ScalarOrGradient or a list of
+ * ConditionalParameter. */
+typedef enum merge_set_kind {
+    MSET_NUM,   /* number or bool (bool as 0/1, is_bool set) */
+    MSET_STR,   /* string scalar */
+    MSET_GRAD,  /* list of numbers: interpolated over t */
+    MSET_SEL,   /* list of strings/bools: picked by t */
+    MSET_COND,  /* list of {filter, value} */
+} merge_set_kind;
+
+typedef struct merge_setting merge_setting;
+typedef struct merge_cond {
+    char *filter; /* NULL or "*": always matches */
+    merge_setting *value;
+} merge_cond;
+
+struct merge_setting {
+    merge_set_kind kind;
+    bool is_bool;
+    double num;
+    char *str;
+    double *nums; /* GRAD: n; SEL: strings in strs */
+    char **strs;
+    int n;
+    merge_cond *conds;
+};
+
+typedef struct merge_param {
+    char *name;
+    merge_setting *set;
+} merge_param;
+
+typedef struct merge_params {
+    merge_param *p;
+    int n;
+} merge_params;
+
+typedef struct merge_source {
+    char *model;
+    int lo, hi;      /* layer_range [lo, hi); hi < 0: all layers (models form) */
+    merge_params params;
+} merge_source;
+
+typedef struct merge_slice {
+    merge_source *src;
+    int n_src;
+    char *base_model; /* NULL: the configuration's */
+    merge_params params;
+} merge_slice;
+
+typedef enum merge_method {
+    MM_LINEAR, MM_SLERP, MM_NUSLERP, MM_TASK_ARITHMETIC, MM_TIES, MM_DARE_TIES, MM_DARE_LINEAR,
+    MM_DELLA, MM_DELLA_LINEAR, MM_BREADCRUMBS, MM_BREADCRUMBS_TIES, MM_MODEL_STOCK,
+    MM_PASSTHROUGH, MM_COUNT
+} merge_method;
+
+struct tutti_merge_config {
+    merge_method method;
+    char *base_model;
+    char *dtype, *out_dtype;
+    merge_params params;
+    merge_source *models; /* the `models:` form */
+    int n_models;
+    merge_slice *slices;  /* the `slices:` form */
+    int n_slices;
+    char *text;           /* the YAML text (or a generated summary), recorded in the output */
+};
+
+const char *merge_method_name(merge_method m);
+int merge_method_from_name(const char *s); /* -1 when unknown */
+
+/* Evaluates a setting for tensor hf_name at gradient position t.  Returns
+ * false when the setting does not apply (no condition matched); *is_num says
+ * whether the value is a number (else *str is set). */
+bool merge_setting_eval(const merge_setting *s, const char *hf_name, const char *gguf_name, double t,
+                        double *num, const char **str);
+void merge_setting_free(merge_setting *s);
+void merge_params_free(merge_params *p);
+/* 1 for a numeric parameter name, 2 for a boolean one, 0 unknown. */
+int merge_param_kind(const char *name);
+/* Output type from the configuration's out_dtype / dtype (ggml type id), or
+ * -1 when it names none. */
+int merge_config_out_type(const tutti_merge_config *c);
+/* ggml type id of a mergekit dtype string (float32, float16, bfloat16), or -1. */
+int merge_dtype_type(const char *s);
+/* Adds (or replaces) a numeric parameter. */
+int merge_params_set_num(merge_params *p, const char *name, double v, bool is_bool);
+
+/* A parameter of one tensor: looked up in source, slice and global
+ * parameters (any may be NULL) in that order.  Returns true and sets *out
+ * when found (bools as 0/1); false when absent everywhere; a string value
+ * for a numeric parameter is an error (*err set). */
+bool merge_lookup(const merge_params *source, const merge_params *slice, const merge_params *global,
+                  const char *name, const char *hf_name, const char *gguf_name, double t, double *out,
+                  bool *err);
+
+/* Hugging Face name of a GGUF tensor name for architecture arch (into buf). */
+void merge_hf_name(const char *arch, const char *gguf_name, char *buf, size_t size);
+
+/* ---- math ---- */
+
+/* Counter-based uniform in [0, 1): element i of the mask of output tensor
+ * `name`, source `source`, seed `seed` (see merge_ref.py's uniforms()). */
+uint64_t merge_rng_key(const char *name, uint64_t seed, int source);
+double merge_rng_uniform(uint64_t key, int64_t i);
+
+typedef enum merge_sparsify_kind { MSP_NONE, MSP_MAGNITUDE, MSP_RANDOM, MSP_OUTLIERS, MSP_DELLA } merge_sparsify_kind;
+
+/* Sparsifies delta (n floats, rows x (n / rows)) in place (dropped elements
+ * become 0) and sets *factor to the rescaling that restores the L1 norm of
+ * the task vector when rescale (mergekit's RescaleNorm.l1), else 1: the
+ * sparsified delta is delta[i] * *factor, applied in double by the caller.
+ * density >= 1 leaves delta whole.  Returns 0 or TUTTI_ERR (epsilon out of
+ * range, out of memory). */
+int merge_sparsify(merge_sparsify_kind kind, float *delta, int64_t n, int64_t rows, double density,
+                   double gamma, double epsilon, bool rescale, uint64_t key, double *factor);
+
+/* One merge of n floats per input: the per-tensor parameters of each input
+ * (weight etc.; NAN when absent) and the global ones. */
+typedef struct merge_tensor_args {
+    merge_method method;
+    int n_in;
+    const float *const *in; /* n_in inputs */
+    int base;               /* index of the base model among in, or -1 */
+    int64_t n, rows;        /* elements; rows = n / ne[0] (vectors of ne[0]) */
+    int64_t ne0;
+    int64_t outer;          /* ne[n_dims - 1] (nuslerp_row_wise vectors run along it) */
+    const double *weight, *density, *gamma, *epsilon; /* per input */
+    double t, lambda, scale;
+    bool normalize, rescale, flatten, row_wise, filter_wise;
+    const char *name;  /* output tensor name (random masks) */
+    uint64_t seed;
+} merge_tensor_args;
+
+/* Computes the merged tensor into out (n floats).  0 or TUTTI_ERR. */
+int merge_tensor(const merge_tensor_args *a, float *out);
+
+#endif
