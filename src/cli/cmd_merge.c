@@ -3,8 +3,7 @@
  *   tutti merge --config merge.yaml -o OUT.gguf [--type T]
  *   tutti merge -m A -m B --method slerp --t 0.5 -o OUT.gguf
  *
- * All option parsing is in parse_args (one function, the shared flag helpers
- * of args.c) so that it ports to a common parser. */
+ * Flags through the shared parser (opts.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,111 +11,91 @@
 #include <strings.h>
 
 #include "cli/cli.h"
+#include "cli/opts.h"
 
 #define MAX_MODELS 64
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: tutti merge --config merge.yaml -o OUT.gguf [--type T] [--seed N] [--name NAME] [-v]\n"
-            "       tutti merge -m A.gguf -m B.gguf [-m ...] --method METHOD [--base A.gguf]\n"
-            "                   [--weights 0.5,0.5] [--t T] [--density D] [--lambda L] [--epsilon E]\n"
-            "                   [--gamma G] [--normalize 0|1] [--rescale 0|1] -o OUT.gguf [--type T]\n"
-            "Merges models of one architecture and one vocabulary into one GGUF file, with\n"
-            "mergekit's configuration format and methods: linear, slerp, nuslerp, task_arithmetic,\n"
-            "ties, dare_linear, dare_ties, della, della_linear, breadcrumbs, breadcrumbs_ties,\n"
-            "model_stock, passthrough (see README.md).  Tensors are streamed one at a time.\n"
-            "  --type T    F32, F16 (default), BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K\n"
-            "  --seed N    seed of the random masks of dare_* and della* (same seed, same file)\n"
-            "  --base M    base_model (slerp: the t = 0 end; task vectors are taken from it)\n");
-}
+/* Output types --type accepts (the project's quantizers). */
+static const char *const g_types[] = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1",
+                                      "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", NULL};
+/* Numeric merge parameters of the command-line form (mergekit's names). */
+static const char *const g_params[] = {"t", "density", "lambda", "epsilon", "gamma", "normalize", "rescale", "scale"};
+#define N_PARAMS (int)(sizeof g_params / sizeof g_params[0])
 
 typedef struct merge_args {
-    const char *config, *out, *method, *base, *weights, *type, *name;
-    const char *models[MAX_MODELS];
-    int n_models;
-    /* global numeric parameters of the command-line form, NAN when not given */
-    const char *param_names[8];
-    float param_values[8];
+    const char *config, *out, *method, *base, *name;
+    int type;          /* index in g_types, -1 = F16 (default) */
+    cli_strs models;
+    cli_floats weights;
+    /* global numeric parameters of the command-line form: the given ones */
+    const char *param_names[N_PARAMS];
+    float param_values[N_PARAMS];
     int n_params;
     uint64_t seed;
-    bool verbose, help;
+    bool verbose;
 } merge_args;
 
-/* Parses argv into a; returns 0, or 2 after printing the usage error. */
+/* Parses argv into a with the shared parser; CLI_RUN, or the exit status
+ * (0 after --help, 2 after a usage error). */
 static int parse_args(int argc, char **argv, merge_args *a) {
-    static const char *const num_flags[] = {"--t", "--density", "--lambda", "--epsilon", "--gamma", "--normalize",
-                                            "--rescale", "--scale"};
-    for (int i = 0; i < argc; i++) {
-        const char *s = argv[i];
-        bool ok = true, matched = false;
-        if (!strcmp(s, "--config") || !strcmp(s, "-c")) ok = cli_str(argc, argv, &i, &a->config), matched = true;
-        else if (!strcmp(s, "-o") || !strcmp(s, "--out")) ok = cli_str(argc, argv, &i, &a->out), matched = true;
-        else if (!strcmp(s, "--method")) ok = cli_str(argc, argv, &i, &a->method), matched = true;
-        else if (!strcmp(s, "--base")) ok = cli_str(argc, argv, &i, &a->base), matched = true;
-        else if (!strcmp(s, "--weights") || !strcmp(s, "-w")) ok = cli_str(argc, argv, &i, &a->weights), matched = true;
-        else if (!strcmp(s, "--type")) ok = cli_str(argc, argv, &i, &a->type), matched = true;
-        else if (!strcmp(s, "--name")) ok = cli_str(argc, argv, &i, &a->name), matched = true;
-        else if (!strcmp(s, "--seed")) ok = cli_u64(argc, argv, &i, &a->seed), matched = true;
-        else if (!strcmp(s, "-v") || !strcmp(s, "--verbose")) a->verbose = true, matched = true;
-        else if (!strcmp(s, "-h") || !strcmp(s, "--help")) a->help = true, matched = true;
-        else if (!strcmp(s, "-m") || !strcmp(s, "--model")) {
-            matched = true;
-            if (a->n_models == MAX_MODELS) {
-                fprintf(stderr, "tutti merge: at most %d models\n", MAX_MODELS);
-                return 2;
-            }
-            ok = cli_str(argc, argv, &i, &a->models[a->n_models]);
-            if (ok) a->n_models++;
-        } else {
-            for (size_t k = 0; k < sizeof num_flags / sizeof *num_flags && !matched; k++) {
-                if (strcmp(s, num_flags[k])) continue;
-                matched = true;
-                for (int j = 0; j < a->n_params; j++)
-                    if (!strcmp(a->param_names[j], s + 2)) {
-                        fprintf(stderr, "tutti merge: %s given twice\n", s);
-                        return 2;
-                    }
-                a->param_names[a->n_params] = s + 2;
-                ok = cli_float(argc, argv, &i, -1e6f, 1e6f, &a->param_values[a->n_params]);
-                if (ok) a->n_params++;
-            }
-        }
-        if (!matched) {
-            fprintf(stderr, "tutti merge: unknown option '%s' (see tutti merge --help)\n", s);
-            return 2;
-        }
-        if (!ok) return 2;
-    }
-    if (a->help) return 0;
-    if (a->type) {
-        static const char *const types[] = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1",
-                                            "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"};
-        bool known = false;
-        for (size_t k = 0; k < sizeof types / sizeof *types; k++) known |= !strcasecmp(a->type, types[k]);
-        if (!known) {
-            fprintf(stderr, "tutti merge: --type must be one of F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, "
-                            "Q4_K, Q5_K, Q6_K, got '%s' (mixtures like Q4_K_M: llama-quantize)\n", a->type);
-            return 2;
-        }
-    }
-    if (!a->out) {
-        fprintf(stderr, "tutti merge: need -o OUT.gguf\n");
-        return 2;
-    }
-    if (!a->config == !a->n_models) {
-        fprintf(stderr, "tutti merge: need either --config FILE or models (-m A -m B --method M)\n");
-        return 2;
-    }
-    if (a->config && (a->method || a->base || a->weights || a->n_params)) {
-        fprintf(stderr, "tutti merge: --method, --base, --weights and parameter flags belong to the -m form; "
-                        "with --config the file says them\n");
-        return 2;
-    }
-    if (a->n_models && !a->method) {
-        fprintf(stderr, "tutti merge: -m needs --method (linear, slerp, ties, ...)\n");
-        return 2;
-    }
-    return 0;
+    double pv[N_PARAMS];
+    for (int k = 0; k < N_PARAMS; k++) pv[k] = NAN;
+    a->type = -1;
+    const cli_opt opts[] = {
+        CLI_SECTION("configuration file"),
+        CLI_STR("--config", "FILE", &a->config, "mergekit YAML configuration (merge_method, models/slices, ...)",
+                "none"),
+        CLI_STR("-o,--out", "FILE", &a->out, "the merged GGUF file", "none"),
+        CLI_CHOICE("--type", "TYPE", &a->type, g_types,
+                   "tensor type of the output: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,\n"
+                   "Q5_K, Q6_K (mixtures like Q4_K_M: llama-quantize)",
+                   "F16"),
+        CLI_SEED("--seed", &a->seed, "seed of the random masks of dare_* and della* (same seed, same file)"),
+        CLI_STR("--name", "NAME", &a->name, "general.name of the output", "the base model's"),
+        CLI_FLAG("-v,--verbose", &a->verbose, "one line per tensor on stderr"),
+        CLI_SECTION("command-line form (instead of --config)"),
+        CLI_STRS("-m,--model", "FILE", &a->models, "a model to merge (repeat)"),
+        CLI_STR("--method", "METHOD", &a->method,
+                "linear, slerp, nuslerp, task_arithmetic, ties, dare_linear, dare_ties, della,\n"
+                "della_linear, breadcrumbs, breadcrumbs_ties, model_stock, passthrough",
+                "none"),
+        CLI_STR("--base", "FILE", &a->base, "base_model (slerp: the t = 0 end; task vectors are taken from it)",
+                "slerp: the first -m; others: none"),
+        CLI_FLOATS("-w,--weights", "W1,W2,...", &a->weights, -1e6, 1e6, "weight of each -m model",
+                   "linear/nuslerp: equal; task vectors: 1"),
+        CLI_DOUBLE("--t", "T", &pv[0], -1e6, 1e6, "slerp/nuslerp interpolation t", "none"),
+        CLI_DOUBLE("--density", "D", &pv[1], -1e6, 1e6, "ties/dare/della/breadcrumbs kept fraction", "none"),
+        CLI_DOUBLE("--lambda", "L", &pv[2], -1e6, 1e6, "task-vector scale", "none"),
+        CLI_DOUBLE("--epsilon", "E", &pv[3], -1e6, 1e6, "della's magnitude window", "none"),
+        CLI_DOUBLE("--gamma", "G", &pv[4], -1e6, 1e6, "breadcrumbs' cut of the largest values", "none"),
+        CLI_DOUBLE("--normalize", "0|1", &pv[5], 0, 1, "divide by the sum of the weights", "per method"),
+        CLI_DOUBLE("--rescale", "0|1", &pv[6], 0, 1, "dare: restore the task vector's L1 norm", "per method"),
+        CLI_DOUBLE("--scale", "S", &pv[7], -1e6, 1e6, "passthrough scale", "none"),
+        CLI_END,
+    };
+    const cli_spec spec = {
+        .name = "merge",
+        .usage = "(--config merge.yaml | -m A.gguf -m B.gguf [-m ...] --method METHOD) -o OUT.gguf [options]",
+        .description = "Merges models of one architecture and one vocabulary into one GGUF file, with\n"
+                       "mergekit's configuration format and methods (see docs/merge-study.md). Tensors\n"
+                       "are streamed one at a time, any input type, output through tutti's quantizers.",
+        .opts = opts,
+    };
+    int r = cli_parse(&spec, argc, argv);
+    if (r != CLI_RUN) return r;
+    for (int k = 0; k < N_PARAMS; k++)
+        if (!isnan(pv[k])) a->param_names[a->n_params] = g_params[k], a->param_values[a->n_params++] = (float)pv[k];
+    if (!a->out) return cli_usage_error("need -o OUT.gguf");
+    if (!a->config == !a->models.n)
+        return cli_usage_error("need either --config FILE or models (-m A -m B --method M)");
+    if (a->config && (a->method || a->base || a->weights.n || a->n_params))
+        return cli_usage_error("--method, --base, --weights and parameter flags belong to the -m form; "
+                               "with --config the file says them");
+    if (a->models.n && !a->method) return cli_usage_error("-m needs --method (linear, slerp, ties, ...)");
+    if (a->weights.n && a->weights.n != a->models.n)
+        return cli_usage_error("--weights needs %d comma-separated numbers (one per -m), got %d", a->models.n,
+                               a->weights.n);
+    return CLI_RUN;
 }
 
 /* The configuration of the -m form; NULL after printing why (*status set). */
@@ -124,51 +103,34 @@ static tutti_merge_config *config_from_flags(const merge_args *a, int *status) {
     *status = 2;
     tutti_merge_config *c = tutti_merge_config_new(a->method);
     if (!c) {
-        fprintf(stderr, "tutti merge: %s\n", tutti_last_error());
+        cli_error("%s", tutti_last_error());
         return NULL;
     }
     double w[MAX_MODELS];
     for (int i = 0; i < MAX_MODELS; i++) w[i] = NAN;
-    if (a->weights) {
-        const char *p = a->weights;
-        int n = 0;
-        while (*p) {
-            char *end;
-            double v = strtod(p, &end);
-            if (end == p || (*end && *end != ',') || n == MAX_MODELS || !isfinite(v)) {
-                n = -1;
-                break;
-            }
-            w[n++] = v;
-            p = *end ? end + 1 : end;
-        }
-        if (n != a->n_models) {
-            fprintf(stderr, "tutti merge: --weights needs %d comma-separated numbers (one per -m), got '%s'\n",
-                    a->n_models, a->weights);
-            tutti_merge_config_free(c);
-            return NULL;
-        }
+    if (a->weights.n) {
+        for (int i = 0; i < a->weights.n; i++) w[i] = a->weights.v[i];
     } else if (!strcmp(a->method, "linear") || !strcmp(a->method, "nuslerp")) {
-        for (int i = 0; i < a->n_models; i++) w[i] = 1.0; /* equal weights */
+        for (int i = 0; i < a->models.n; i++) w[i] = 1.0; /* equal weights */
     } else {
         /* task-vector methods: weight 1 for every model but the base */
         bool base_seen = false;
-        for (int i = 0; i < a->n_models; i++) {
-            bool is_base = !base_seen && a->base && !strcmp(a->base, a->models[i]);
+        for (int i = 0; i < a->models.n; i++) {
+            bool is_base = !base_seen && a->base && !strcmp(a->base, a->models.v[i]);
             base_seen |= is_base;
             w[i] = is_base ? NAN : 1.0;
         }
     }
-    for (int i = 0; i < a->n_models; i++)
-        if (tutti_merge_config_add_model(c, a->models[i], w[i])) goto fail;
+    for (int i = 0; i < a->models.n; i++)
+        if (tutti_merge_config_add_model(c, a->models.v[i], w[i])) goto fail;
     const char *base = a->base;
-    if (!base && !strcmp(a->method, "slerp")) base = a->models[0]; /* t = 0 is the first model */
+    if (!base && !strcmp(a->method, "slerp")) base = a->models.v[0]; /* t = 0 is the first model */
     if (base && tutti_merge_config_set_base(c, base)) goto fail;
     for (int i = 0; i < a->n_params; i++)
         if (tutti_merge_config_set_param(c, a->param_names[i], a->param_values[i])) goto fail;
     return c;
 fail:
-    fprintf(stderr, "tutti merge: %s\n", tutti_last_error());
+    cli_error("%s", tutti_last_error());
     tutti_merge_config_free(c);
     return NULL;
 }
@@ -176,11 +138,7 @@ fail:
 int cmd_merge(int argc, char **argv) {
     merge_args a = {0};
     int st = parse_args(argc, argv, &a);
-    if (st) return st;
-    if (a.help) {
-        usage(stdout);
-        return 0;
-    }
+    if (st != CLI_RUN) return st;
     tutti_merge_config *c = NULL;
     if (a.config) {
         size_t len;
@@ -189,14 +147,14 @@ int cmd_merge(int argc, char **argv) {
         c = tutti_merge_config_parse(text, len);
         free(text);
         if (!c) {
-            fprintf(stderr, "tutti merge: %s: %s\n", a.config, tutti_last_error());
+            cli_error("%s: %s", a.config, tutti_last_error());
             return 1;
         }
     } else if (!(c = config_from_flags(&a, &st))) {
         return st;
     }
     tutti_merge_params p = tutti_merge_default_params();
-    p.type = a.type;
+    p.type = a.type >= 0 ? g_types[a.type] : NULL;
     p.seed = a.seed;
     p.name = a.name;
     p.verbose = a.verbose;
@@ -204,9 +162,9 @@ int cmd_merge(int argc, char **argv) {
     int rc = tutti_merge(c, a.out, &p);
     tutti_merge_config_free(c);
     if (rc) {
-        fprintf(stderr, "tutti merge: %s\n", tutti_last_error());
+        cli_error("%s", tutti_last_error());
         return 1;
     }
-    fprintf(stderr, "tutti merge: wrote %s in %.2f s\n", a.out, cli_now() - t0);
+    cli_info("tutti merge: wrote %s in %.2f s\n", a.out, cli_now() - t0);
     return 0;
 }
