@@ -27,6 +27,7 @@ int tutti_fuzz_gguf_one(const uint8_t *data, size_t size) __attribute__((weak));
 int tutti_fuzz_tokenizer_one(const uint8_t *data, size_t size) __attribute__((weak));
 int tutti_fuzz_chat_one(const uint8_t *data, size_t size) __attribute__((weak));
 int tutti_fuzz_model_one(const uint8_t *data, size_t size) __attribute__((weak));
+int tutti_fuzz_http_one(const uint8_t *data, size_t size) __attribute__((weak));
 
 static const struct {
     const char *name;
@@ -36,6 +37,7 @@ static const struct {
     {"tokenizer", tutti_fuzz_tokenizer_one},
     {"chat", tutti_fuzz_chat_one},
     {"model", tutti_fuzz_model_one},
+    {"http", tutti_fuzz_http_one},
 };
 #define N_HARNESSES (sizeof g_harnesses / sizeof g_harnesses[0])
 

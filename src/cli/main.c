@@ -6,6 +6,7 @@
 #include "cli/ens_args.h"
 
 int tutti_cmd_bench(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 static const struct {
     const char *name;
@@ -20,6 +21,7 @@ static const struct {
     {"eval", tutti_cmd_eval, "bits per byte of each member and of the ensemble on a text"},
     {"fit", tutti_cmd_fit, "fit ensemble weights and temperatures on a text"},
     {"bench", tutti_cmd_bench, "prompt-processing and generation speed (tokens/s), like llama-bench"},
+    {"serve", cmd_serve, "OpenAI-compatible HTTP server for models and ensembles"},
 };
 
 static void usage(FILE *f) {
