@@ -448,6 +448,10 @@ int server_main(const server_opts *o) {
     fprintf(stderr, "tutti serve: listening on http://%s:%d\n", o->host, di ? di->port : o->port);
     char err[2048];
     int rc = 0;
+    /* test hook: keeps the server in its loading state a while, so that the
+     * tests can see /health answer 503 */
+    const char *delay = getenv("TUTTI_SERVE_TEST_LOAD_DELAY_MS");
+    if (delay && atoi(delay) > 0) usleep((useconds_t)atoi(delay) * 1000u);
     if (srv_registry_load(&s->reg, o, err, sizeof err) < 0) {
         fprintf(stderr, "tutti serve: %s\n", err);
         rc = 1;

@@ -111,8 +111,13 @@ static void sse_event(srv_job *j, char *json) {
     pthread_cond_broadcast(&j->cv);
 }
 
+/* test hook (TUTTI_SERVE_TEST_PIECE_DELAY_MS): the tiny test models finish
+ * a generation faster than a test can disconnect in the middle of it */
+static int g_piece_delay_ms;
+
 static int text_cb(const char *bytes, size_t n, void *user) {
     srv_job *j = user;
+    if (g_piece_delay_ms > 0) usleep((useconds_t)g_piece_delay_ms * 1000u);
     pthread_mutex_lock(&j->mu);
     if (j->cancelled || peer_closed(j)) {
         j->cancelled = true;
@@ -300,11 +305,13 @@ static void *slot_main(void *arg) {
 }
 
 int srv_slots_start(srv_server *s, char *err, size_t cap) {
+    const char *d = getenv("TUTTI_SERVE_TEST_PIECE_DELAY_MS");
+    g_piece_delay_ms = d ? atoi(d) : 0;
     pthread_mutex_init(&s->qmu, NULL);
     pthread_cond_init(&s->qcv, NULL);
     s->n_slots = s->opts.parallel;
-    s->q_cap = s->opts.queue > 0 ? s->opts.queue : 1;
-    s->queue = calloc((size_t)s->q_cap, sizeof *s->queue);
+    s->q_cap = s->opts.queue > 0 ? s->opts.queue : 0; /* 0: no waiting, 503 when every slot is busy */
+    s->queue = calloc((size_t)(s->q_cap > 0 ? s->q_cap : 1), sizeof *s->queue);
     s->slots = calloc((size_t)s->n_slots, sizeof *s->slots);
     if (!s->queue || !s->slots) return snprintf(err, cap, "out of memory"), -1;
     for (int i = 0; i < s->n_slots; i++) {
