@@ -6,7 +6,7 @@ set -e
 BUILD=${1:-build}
 # (dash exits on a failing `shift`, even with `|| true`: test first)
 if [ $# -gt 0 ]; then shift; fi
-PKGS="build-essential cmake pkg-config libpcre2-dev libcmocka-dev libcjson-dev"
+PKGS="build-essential cmake pkg-config libpcre2-dev libcmocka-dev libcjson-dev libmicrohttpd-dev"
 missing=""
 for p in $PKGS; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

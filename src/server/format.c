@@ -78,10 +78,11 @@ static cJSON *usage(const srv_job *j) {
     cJSON_AddNumberToObject(u, "completion_tokens", (double)j->n_units);
     cJSON_AddNumberToObject(u, "total_tokens", (double)(j->n_prompt + j->n_units));
     /* tutti's own: the unit of completion_tokens (bytes in byte and span
-     * alignment), and per member the prompt's tokens and how many of them
+     * alignment), the time spent generating, and per member the prompt's tokens and how many of them
      * ran through the forward pass (the rest came from the slot's KV cache) */
     cJSON *t = cJSON_AddObjectToObject(u, "tutti");
     cJSON_AddStringToObject(t, "unit", j->unit);
+    cJSON_AddNumberToObject(t, "generation_seconds", j->t_gen_s);
     cJSON *pt = cJSON_AddArrayToObject(t, "prompt_tokens");
     cJSON *pe = cJSON_AddArrayToObject(t, "prompt_tokens_evaluated");
     for (int i = 0; i < j->spec.n; i++) {

@@ -148,6 +148,7 @@ struct srv_job {
     int choice;               /* the choice being generated */
     bool role_sent;
     int64_t n_units;
+    double t_gen_s;           /* wall time inside the generations */
     const char *unit;         /* "token" or "byte" */
     int64_t prompt_eval[TUTTI_ENSEMBLE_MAX_MEMBERS];
     bool done;

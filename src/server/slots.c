@@ -251,6 +251,7 @@ static void run_job(srv_slot *sl, srv_job *j) {
         pthread_mutex_lock(&j->mu);
         j->finish[c] = finish;
         j->n_units += st.n_units;
+        j->t_gen_s += st.t_total_s;
         if (c == 0)
             for (int i = 0; i < j->spec.n; i++) j->prompt_eval[i] = st.n_prompt_evaluated[i];
         cancelled = j->cancelled;
