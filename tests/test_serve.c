@@ -683,6 +683,33 @@ static void test_queue_disconnect(void **state) {
     assert_int_equal(stop(&s), 0);
 }
 
+/* usage errors exit 2, runtime errors 1 */
+static void test_cli_usage(void **state) {
+    (void)state;
+    require_shared();
+    char cmd[4096];
+    int st;
+    const char *usage[] = {"", "--port 70000 -m x.gguf", "--parallel 0 -m x.gguf", "--bogus", "-m"};
+    for (size_t k = 0; k < sizeof usage / sizeof *usage; k++) {
+        snprintf(cmd, sizeof cmd, "%s serve %s 2>&1", TUTTI_CLI, usage[k]);
+        free(run_cmd(cmd, &st));
+        if (st != 2) fail_msg("`tutti serve %s` exited %d, want 2", usage[k], st);
+    }
+    snprintf(cmd, sizeof cmd, "%s serve --port 0 --host not-an-address -m %s 2>&1", TUTTI_CLI, shared_path(M_STORIES));
+    free(run_cmd(cmd, &st));
+    assert_int_equal(st, 2);
+    snprintf(cmd, sizeof cmd, "%s serve --port 0 -m /nonexistent/model.gguf 2>&1", TUTTI_CLI);
+    char *out = run_cmd(cmd, &st);
+    assert_int_equal(st, 1);
+    assert_non_null(strstr(out, "/nonexistent/model.gguf"));
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s serve --help", TUTTI_CLI);
+    out = run_cmd(cmd, &st);
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(out, "--parallel"));
+    free(out);
+}
+
 int main(void) {
     const struct CMUnitTest shared_server[] = {
         cmocka_unit_test(test_health_models_metrics), cmocka_unit_test(test_equals_cli),
@@ -693,6 +720,7 @@ int main(void) {
     const struct CMUnitTest own_server[] = {
         cmocka_unit_test(test_loading_auth),
         cmocka_unit_test(test_queue_disconnect),
+        cmocka_unit_test(test_cli_usage),
     };
     int rc = cmocka_run_group_tests(shared_server, setup, teardown);
     rc |= cmocka_run_group_tests(own_server, NULL, NULL);

@@ -1,5 +1,6 @@
 /* Request body parsing for `tutti serve` (see request.h). */
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -275,7 +276,12 @@ int srv_request_parse(const char *body, size_t len, srv_kind kind, srv_request *
     if (errlen) err[0] = 0;
     perr e = {err, errlen, param};
     const char *end = NULL;
+    /* cJSON records a failed parse in a global too: one parse at a time
+     * keeps concurrent connections from racing on it */
+    static pthread_mutex_t parse_mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&parse_mu);
     cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, false);
+    pthread_mutex_unlock(&parse_mu);
     if (!root) {
         size_t pos = end && end >= body && end <= body + len ? (size_t)(end - body) : 0;
         return bad(&e, NULL, "malformed JSON in the request body at byte %zu", pos);
