@@ -311,6 +311,12 @@ static void test_health_models_metrics(void **state) {
         cJSON_ArrayForEach(m, cJSON_GetObjectItemCaseSensitive(j, "data")) found |= !strcmp(jstr(m, "id"), want[k]);
         if (!found) fail_msg("/v1/models lacks %s: %s", want[k], b);
     }
+    /* the alignment in use: four vocabularies fuse per byte, one model per token */
+    assert_string_equal(jstr(j, "data.0.id"), "default");
+    assert_string_equal(jstr(j, "data.0.tutti.align"), "byte");
+    const cJSON *m;
+    cJSON_ArrayForEach(m, cJSON_GetObjectItemCaseSensitive(j, "data"))
+        if (!strcmp(jstr(m, "id"), "stories260K")) assert_string_equal(jstr(m, "tutti.align"), "token");
     cJSON_Delete(j);
     free(b);
     const char *names[] = {"tutti_requests_total", "tutti_generated_tokens_total", "tutti_tokens_per_second",

@@ -94,7 +94,7 @@ static enum MHD_Result do_models(srv_server *s, struct MHD_Connection *c) {
         cJSON *mem = cJSON_AddArrayToObject(t, "members");
         for (int k = 0; k < sp->n; k++) cJSON_AddItemToArray(mem, cJSON_CreateString(s->reg.files[sp->file[k]].name));
         cJSON_AddStringToObject(t, "rule", tutti_rule_name((tutti_fusion_rule)sp->rule));
-        cJSON_AddStringToObject(t, "align", tutti_align_name((tutti_align)sp->align));
+        cJSON_AddStringToObject(t, "align", tutti_align_name((tutti_align)(sp->align_used >= 0 ? sp->align_used : sp->align)));
         int32_t ctx = INT32_MAX;
         for (int k = 0; k < sp->n; k++)
             if (s->reg.files[sp->file[k]].n_ctx < ctx) ctx = s->reg.files[sp->file[k]].n_ctx;
@@ -281,7 +281,7 @@ static enum MHD_Result do_generate(srv_server *s, struct MHD_Connection *c, conn
     /* max_tokens counts the ensemble's units: tokens, or bytes in byte and
      * span alignment (a member's context fills up at most one token per
      * byte); capped at what the context holds */
-    bool bytes = j->spec.n > 1 && j->spec.align != TUTTI_ALIGN_TOKEN;
+    bool bytes = j->spec.align_used >= 0 ? j->spec.align_used != TUTTI_ALIGN_TOKEN : j->spec.align != TUTTI_ALIGN_TOKEN;
     int64_t cap = bytes ? (int64_t)room * 8 : room;
     int64_t want = r->max_tokens >= 0 ? r->max_tokens : kind == SRV_COMPLETION ? 16 : cap;
     j->max_units = (int32_t)(want < cap ? want : cap);
@@ -460,7 +460,7 @@ int server_main(const server_opts *o) {
     /* named ensembles are checked now (vocabularies vs alignment, weights),
      * not at their first request */
     for (int i = 0; i < s->reg.n_specs; i++) {
-        const srv_spec *sp = &s->reg.specs[i];
+        srv_spec *sp = &s->reg.specs[i];
         if (sp->n < 2) continue;
         tutti_member_desc desc[TUTTI_ENSEMBLE_MAX_MEMBERS];
         const tutti_model *models[TUTTI_ENSEMBLE_MAX_MEMBERS];
@@ -472,6 +472,7 @@ int server_main(const server_opts *o) {
             rc = 1;
             goto out;
         }
+        s->reg.specs[i].align_used = tutti_ensemble_align(e);
         tutti_ensemble_free(e);
     }
     if (srv_slots_start(s, err, sizeof err) < 0) {

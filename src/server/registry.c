@@ -127,6 +127,8 @@ static srv_spec *add_spec(srv_registry *reg, const char *name, char *err, size_t
 
 void srv_spec_make_key(srv_spec *s) {
     size_t o = 0;
+    /* one member always fuses per token; more are resolved at start-up */
+    s->align_used = s->n == 1 ? TUTTI_ALIGN_TOKEN : s->align != TUTTI_ALIGN_AUTO ? s->align : -1;
     o += (size_t)snprintf(s->key + o, sizeof s->key - o, "r%d a%d", s->rule, s->align);
     for (int i = 0; i < s->n && o < sizeof s->key; i++)
         o += (size_t)snprintf(s->key + o, sizeof s->key - o, " %d:%a:%a", s->file[i], (double)s->w[i], (double)s->t[i]);

@@ -65,6 +65,7 @@ typedef struct srv_spec {
     float w[TUTTI_ENSEMBLE_MAX_MEMBERS];  /* NAN: default */
     float t[TUTTI_ENSEMBLE_MAX_MEMBERS];  /* NAN: 1 */
     int rule, align;
+    int align_used;       /* the alignment the ensemble resolved (AUTO decided), -1 if not known yet */
     char key[1024];       /* identity for the slots' ensemble caches */
 } srv_spec;
 
