@@ -85,7 +85,16 @@ static int stop(server *s) {
     kill(s->pid, SIGTERM);
     for (int t = 0; t < 600; t++) {
         int st;
-        if (waitpid(s->pid, &st, WNOHANG) == s->pid) return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+        if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
+            int rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+            if (rc == 0) { /* keep the log of a failed stop for debugging */
+                char cmd[300];
+                snprintf(cmd, sizeof cmd, "rm -rf '%s'", s->dir);
+                int ignored;
+                free(run_cmd(cmd, &ignored));
+            }
+            return rc;
+        }
         sleep_ms(50);
     }
     kill(s->pid, SIGKILL);
@@ -283,11 +292,20 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     (void)state;
+    /* graceful stop: the log says so before the exit */
+    kill(g_s.pid, SIGTERM);
+    bool said = false;
+    for (int t = 0; t < 200 && !said; t++) {
+        size_t n;
+        char *log = read_file(g_s.log, &n);
+        said = log && strstr(log, "shutting down");
+        free(log);
+        if (!said) sleep_ms(25);
+    }
     int rc = stop(&g_s);
-    size_t n;
-    char *log = read_file(g_s.log, &n);
-    bool said = log && strstr(log, "shutting down");
-    free(log);
+    char cfg[512];
+    snprintf(cfg, sizeof cfg, "/tmp/tutti_test_serve_cfg_%d.json", (int)getpid());
+    unlink(cfg);
     /* graceful stop on SIGTERM: exit status 0 after saying so */
     return rc == 0 && said ? 0 : -1;
 }
