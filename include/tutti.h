@@ -274,6 +274,13 @@ typedef struct tutti_ensemble_params {
                           live mass (default 1e-4; 0 = exact) */
     int32_t max_hyps;  /* byte alignment: at most this many hypotheses per member (default 8) */
     bool verbose;      /* load summaries to stderr */
+    /* Optional, borrowed: models[i] is member i's model, already loaded from
+     * members[i].model_path with tutti_model_load (an entry may be NULL: that
+     * member's file is loaded).  The ensemble then uses it instead of loading
+     * the file again, so several ensembles (e.g. one per server slot) share
+     * one read-only copy of the weights, each with its own sessions and KV
+     * caches.  Every given model must outlive the ensemble.  NULL = load all. */
+    const tutti_model *const *models;
 } tutti_ensemble_params;
 
 tutti_ensemble_params tutti_ensemble_default_params(void);
@@ -342,6 +349,13 @@ typedef struct tutti_ensemble_stats {
      * cannot spell the prompt or a drawn byte (weight 0 from then on, the
      * others renormalised). */
     bool member_left[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    /* Prompt tokens member i ran through its forward pass in this generation
+     * (the count up to its first next-token distribution; SPAN: up to the
+     * end of the first draft).  An ensemble keeps its members' KV caches
+     * between generations and reuses the longest common prefix of token ids,
+     * so a prompt that extends the previous generation's (a chat growing by
+     * one turn) evaluates only the new tokens. */
+    int64_t n_prompt_evaluated[TUTTI_ENSEMBLE_MAX_MEMBERS];
 } tutti_ensemble_stats;
 
 /* Receives output bytes as they are committed (never splits a UTF-8

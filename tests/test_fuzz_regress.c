@@ -28,6 +28,7 @@ int tutti_fuzz_tokenizer_one(const uint8_t *data, size_t size) __attribute__((we
 int tutti_fuzz_chat_one(const uint8_t *data, size_t size) __attribute__((weak));
 int tutti_fuzz_model_one(const uint8_t *data, size_t size) __attribute__((weak));
 int tutti_fuzz_merge_yaml_one(const uint8_t *data, size_t size) __attribute__((weak));
+int tutti_fuzz_http_one(const uint8_t *data, size_t size) __attribute__((weak));
 
 static const struct {
     const char *name;
@@ -38,6 +39,7 @@ static const struct {
     {"chat", tutti_fuzz_chat_one},
     {"model", tutti_fuzz_model_one},
     {"merge_yaml", tutti_fuzz_merge_yaml_one},
+    {"http", tutti_fuzz_http_one},
 };
 #define N_HARNESSES (sizeof g_harnesses / sizeof g_harnesses[0])
 

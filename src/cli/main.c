@@ -6,6 +6,7 @@
 #include "cli/ens_args.h"
 
 int tutti_cmd_bench(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 static const struct {
     const char *name;
@@ -21,6 +22,7 @@ static const struct {
     {"fit", tutti_cmd_fit, "fit ensemble weights and temperatures on a text"},
     {"merge", cmd_merge, "merge models of one architecture into one GGUF file (mergekit's methods)"},
     {"bench", tutti_cmd_bench, "prompt-processing and generation speed (tokens/s), like llama-bench"},
+    {"serve", cmd_serve, "OpenAI-compatible HTTP server for models and ensembles"},
 };
 
 static void usage(FILE *f) {

@@ -99,6 +99,12 @@ int ens_run_members(tutti_ensemble *e, member_job fn, void *arg) {
     return 0;
 }
 
+void ens_prompt_done(tutti_ensemble *e) {
+    if (e->prompt_marked) return;
+    for (int32_t i = 0; i < e->n; i++) e->prompt_eval[i] = e->m[i]->n_forward_tokens;
+    e->prompt_marked = true;
+}
+
 /* ---- creation ---- */
 
 /* Sequential vs parallel members, measured on the shared 2-core machine
@@ -244,7 +250,8 @@ tutti_ensemble *tutti_ensemble_new(const tutti_ensemble_params *params) {
     int32_t per = e->parallel ? (n_threads / e->n > 0 ? n_threads / e->n : 1) : n_threads;
     int32_t n_sessions = e->align == TUTTI_ALIGN_TOKEN ? 1 : e->max_hyps + 2;
     for (int32_t i = 0; i < e->n; i++) {
-        e->m[i] = fusion_member_local_new(e->path[i], n_sessions, params->n_ctx, per);
+        e->m[i] = fusion_member_local_new_shared(e->path[i], params->models ? params->models[i] : NULL, n_sessions,
+                                                 params->n_ctx, per);
         if (!e->m[i]) {
             tutti_error_prefix("member %d", i + 1);
             goto fail;
@@ -684,6 +691,7 @@ static int token_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_s
             break;
         }
         *t_phase += ens_now_s() - t0;
+        ens_prompt_done(e);
         const float *dist;
         if (pass >= 0) {
             dist = logits[pass];
@@ -898,6 +906,7 @@ static int byte_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sa
             break;
         }
         *t_phase += ens_now_s() - t0;
+        ens_prompt_done(e);
         if (bytes_rows(e, st, dead, lp) < 0 || bytes_combine(e, w, lp, fused) < 0) {
             rc = TUTTI_ERR;
             break;
@@ -948,7 +957,9 @@ static int ens_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sam
     for (int32_t i = 0; i < e->n; i++) {
         e->m[i]->t_forward_s = 0;
         e->m[i]->n_forward_tokens = 0;
+        e->m[i]->new_generation = true;
     }
+    e->prompt_marked = false;
     double t0 = ens_now_s(), t_phase = 0;
     int rc;
     switch (e->align) {
@@ -972,6 +983,7 @@ static int ens_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sam
             stats->t_member_s[i] = e->m[i]->t_forward_s;
             stats->n_member_tokens[i] = e->m[i]->n_forward_tokens;
             stats->member_left[i] = g.dead[i];
+            stats->n_prompt_evaluated[i] = e->prompt_marked ? e->prompt_eval[i] : e->m[i]->n_forward_tokens;
         }
     }
     free(g.text);

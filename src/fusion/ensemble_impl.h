@@ -38,7 +38,15 @@ struct tutti_ensemble {
     void *job_arg;
     int rc[TUTTI_ENSEMBLE_MAX_MEMBERS];
     char err[TUTTI_ENSEMBLE_MAX_MEMBERS][512];
+    /* forward tokens of each member up to its first next-token distribution
+     * in the current generation (tutti_ensemble_stats.n_prompt_evaluated) */
+    int64_t prompt_eval[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    bool prompt_marked;
 };
+
+/* Called after each forward phase: the first call of a generation records
+ * the members' forward-token counts as their prompt evaluation. */
+void ens_prompt_done(tutti_ensemble *e);
 
 /* Runs fn(e, i, arg) for every member i, concurrently when e->parallel.
  * Returns 0 or the first member's error (message carried to this thread). */

@@ -72,6 +72,11 @@ struct fusion_member {
     double t_forward_s;       /* wall time inside forward passes */
     int64_t n_forward_tokens; /* tokens run through the model */
     int64_t n_forward_calls;  /* forward-pass batches */
+    /* set at the start of each generation: what the member cached beyond
+     * the new prompt's common prefix belongs to a finished generation, so
+     * the next request may rewind any cached sequence for free (a server
+     * slot's next prompt then reuses its longest common prefix) */
+    bool new_generation;
 };
 
 /* Logits after ids[0..n) without a copy when the member can give its own
@@ -86,6 +91,10 @@ static inline const float *fusion_member_logits_view(fusion_member *m, const int
  * n_threads threads each.  NULL + error on a missing or malformed file. */
 fusion_member *fusion_member_local_new(const char *path, int32_t n_sessions, int32_t n_ctx,
                                        int32_t n_threads);
+/* As fusion_member_local_new with a model already loaded from path
+ * (borrowed, read-only, must outlive the member): only the sessions are new. */
+fusion_member *fusion_member_local_new_shared(const char *path, const tutti_model *model, int32_t n_sessions,
+                                              int32_t n_ctx, int32_t n_threads);
 /* The model of a local member (NULL for other kinds). */
 tutti_model *fusion_member_local_model(fusion_member *m);
 

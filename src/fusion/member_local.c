@@ -6,6 +6,7 @@
  * is rewound to the shared prefix and only the new suffix is run.  In TOKEN
  * alignment the pool has one session and every request extends the last one
  * by one token, which is exactly incremental decoding. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -24,6 +25,7 @@ typedef struct local_session {
 typedef struct local_member {
     fusion_member base;
     tutti_model *model;
+    bool owns_model;     /* false: borrowed (fusion_member_local_new_shared) */
     local_session *pool; /* [n_pool], sessions created on first use */
     int32_t n_pool;
     int32_t n_ctx;
@@ -105,12 +107,13 @@ static const float *local_logits_view(fusion_member *m, const int32_t *ids, int3
             if (k == n && ls->n_hist == n) {
                 /* exactly this sequence is cached: its last logits are current */
                 ls->last_use = ++lm->clock;
+                m->new_generation = false;
                 return tutti_session_logits(ls->s);
             }
             if (k > n - 1) k = n - 1;
             int32_t older = 0; /* sessions (unused ones included) used less recently than this one */
             for (int32_t j = 0; j < lm->n_pool; j++) older += !lm->pool[j].s || lm->pool[j].last_use < ls->last_use;
-            int64_t price = older < n_cold ? 4 : 32;
+            int64_t price = m->new_generation ? 0 : older < n_cold ? 4 : 32;
             cost = (int64_t)(n - k) + price * (int64_t)(ls->n_hist - k);
         }
         if (cost < best_cost ||
@@ -118,6 +121,7 @@ static const float *local_logits_view(fusion_member *m, const int32_t *ids, int3
             best = i, best_k = k, best_cost = cost;
         }
     }
+    m->new_generation = false;
     if (ensure_session(lm, best) < 0 || run_suffix(lm, best, ids, best_k, n, NULL) < 0) return NULL;
     return tutti_session_logits(lm->pool[best].s);
 }
@@ -147,13 +151,18 @@ static void local_free(fusion_member *m) {
         free(lm->pool[i].hist);
     }
     free(lm->pool);
-    tutti_model_free(lm->model);
+    if (lm->owns_model) tutti_model_free(lm->model);
     free(lm);
 }
 
 static const fusion_member_vt local_vt = {local_logits, local_logits_all, local_free, local_logits_view};
 
 fusion_member *fusion_member_local_new(const char *path, int32_t n_sessions, int32_t n_ctx, int32_t n_threads) {
+    return fusion_member_local_new_shared(path, NULL, n_sessions, n_ctx, n_threads);
+}
+
+fusion_member *fusion_member_local_new_shared(const char *path, const tutti_model *model, int32_t n_sessions,
+                                              int32_t n_ctx, int32_t n_threads) {
     uint64_t h = 0;
     if (fusion_vocab_hash_file(path, &h) < 0) return NULL;
     local_member *lm = calloc(1, sizeof *lm);
@@ -163,7 +172,9 @@ fusion_member *fusion_member_local_new(const char *path, int32_t n_sessions, int
     snprintf(lm->base.name, sizeof lm->base.name, "%s", slash ? slash + 1 : path);
     lm->base.vocab_hash = h;
     tutti_model_params mp = tutti_model_default_params();
-    lm->model = tutti_model_load(path, &mp);
+    /* a shared model is only read (the sessions hold all mutable state) */
+    lm->owns_model = model == NULL;
+    lm->model = model ? (tutti_model *)(uintptr_t)model : tutti_model_load(path, &mp);
     if (!lm->model) {
         free(lm);
         return NULL;

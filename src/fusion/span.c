@@ -271,6 +271,7 @@ int span_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sampler_p
         t0 = ens_now_s();
         if ((rc = ens_run_members(e, job_draft, c)) < 0) break;
         *t_phase += ens_now_s() - t0;
+        ens_prompt_done(e);
         /* distinct drafts that the mask allows, cut to the length limit */
         draft all[TUTTI_ENSEMBLE_MAX_MEMBERS];
         int32_t n_all = 0;

@@ -1,0 +1,91 @@
+/* `tutti serve`: the OpenAI-compatible HTTP server (src/server/).  All of
+ * its flags go through the shared parser (opts.h), with the same names as
+ * `tutti run` for the ensemble (--parallel counts slots, as in llama-server). */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/opts.h"
+#include "server/server.h"
+
+static const char *g_rules[5], *g_aligns[5];
+
+/* Parses argv into o with the shared parser (opts.h): CLI_RUN, or the exit
+ * status (0 after --help/--version, 2 after a usage error). */
+static int serve_parse_args(int argc, char **argv, server_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->rule = o->align = -1;
+    o->prune = -1;
+    o->host = "127.0.0.1";
+    o->port = 8080;
+    o->parallel = 1;
+    o->queue = 16;
+    o->n_ctx = CLI_CTX_UNSET;
+    int32_t max_body = 1 << 20;
+    for (int k = 0; k < 4; k++) {
+        g_rules[k] = tutti_rule_name((tutti_fusion_rule)k);
+        g_aligns[k] = tutti_align_name((tutti_align)k);
+    }
+    cli_strs models = {.n = 0};
+    cli_floats weights = {.n = 0}, temps = {.n = 0};
+    const cli_opt opts[] = {
+        CLI_SECTION("models"),
+        CLI_STRS("-m,--model", "FILE", &models, "a member of 'default', also served alone (repeat)"),
+        CLI_STR("-e,--ensemble", "FILE", &o->ens_file, "members of 'default' from an ensemble file", "none"),
+        CLI_STR("--config", "FILE", &o->config, "JSON: more models, renames, named ensembles (README)", "none"),
+        CLI_STR("--chat-template", "FILE", &o->chat_template_file,
+                "Jinja chat template for every model (overrides theirs)", "the models' own"),
+        CLI_FLOATS("-w,--weights", "W1,W2,...", &weights, -1e30, 1e30, "weights of 'default', one per member",
+                   "uniform"),
+        CLI_FLOATS("--temps", "T1,T2,...", &temps, 1e-6, 1e6, "member temperatures of 'default'", "1"),
+        CLI_CHOICE("--rule", "RULE", &o->rule, g_rules, "mix | product | gate | contrastive", "mix"),
+        CLI_CHOICE("--align", "ALIGN", &o->align, g_aligns, "auto | token | byte | span", "auto"),
+        CLI_FLOAT("--beta", "X", &o->beta, 1e-6, 1, "contrastive plausibility cut", "0.1"),
+        CLI_DOUBLE("--prune", "X", &o->prune, 0, 0.999999, "byte alignment: hypothesis pruning share", "1e-4"),
+        CLI_INT("--max-hyps", "N", &o->max_hyps, 1, 4096, "byte alignment: hypotheses per member", "8"),
+        CLI_SECTION("server"),
+        CLI_STR("--host", "ADDR", &o->host, "address to bind (loopback unless told otherwise)", NULL),
+        CLI_INT("--port", "N", &o->port, 0, 65535, "TCP port; 0 = any free port (printed on stderr)", NULL),
+        CLI_STR("--api-key", "KEY", &o->api_key, "require 'Authorization: Bearer KEY' (all but /health)", "none"),
+        CLI_INT("--parallel,-np", "N", &o->parallel, 1, 256, "slots generating at once (as llama-server)", NULL),
+        CLI_INT("--queue", "N", &o->queue, 0, 1 << 16, "requests waiting for a slot before 503", NULL),
+        CLI_INT("--max-body", "BYTES", &max_body, 64, 1 << 30, "request body limit", NULL),
+        CLI_CTX_OPT(&o->n_ctx, " per member and slot"),
+        CLI_INT("-t,--threads", "N", &o->n_threads, 1, CLI_MAX_THREADS, "threads per slot", "cores / slots"),
+        CLI_END,
+    };
+    const cli_spec spec = {
+        .name = "serve",
+        .usage = "(-m A.gguf [-m ...] | -e ENSEMBLE | --config FILE) [options]",
+        .description = "OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions, /v1/models,\n"
+                       "/health, /metrics. Model names: 'default' (the ensemble of every -m member, or of\n"
+                       "the -e file), every file alone under its name without .gguf, and the --config\n"
+                       "file's named ensembles. SIGINT/SIGTERM stop it gracefully.",
+        .opts = opts,
+    };
+    int r = cli_parse(&spec, argc, argv);
+    if (r != CLI_RUN) return r;
+    if (models.n > TUTTI_ENSEMBLE_MAX_MEMBERS) return cli_usage_error("at most %d -m", TUTTI_ENSEMBLE_MAX_MEMBERS);
+    for (int i = 0; i < models.n; i++) o->models[o->n_models++] = models.v[i];
+    if (weights.n > TUTTI_ENSEMBLE_MAX_MEMBERS || temps.n > TUTTI_ENSEMBLE_MAX_MEMBERS)
+        return cli_usage_error("-w and --temps take at most %d values", TUTTI_ENSEMBLE_MAX_MEMBERS);
+    memcpy(o->weights, weights.v, sizeof(float) * (size_t)weights.n);
+    o->n_weights = weights.n;
+    memcpy(o->temps, temps.v, sizeof(float) * (size_t)temps.n);
+    o->n_temps = temps.n;
+    o->max_body = (size_t)max_body;
+    if (o->api_key && !o->api_key[0]) return cli_usage_error("--api-key needs a non-empty key");
+    if (!o->n_models && !o->ens_file && !o->config)
+        return cli_usage_error("no models: give -m MODEL.gguf (repeat), -e ENSEMBLE or --config FILE");
+    return CLI_RUN;
+}
+
+int cmd_serve(int argc, char **argv) {
+    server_opts o;
+    int r = serve_parse_args(argc, argv, &o);
+    if (r != CLI_RUN) return r;
+    return server_main(&o);
+}

@@ -1,0 +1,57 @@
+/* Chat messages -> one member's prompt token ids.  All chat-to-ids work of
+ * the server is here (server_chat_tokens) so that a new chat-rendering API
+ * replaces one function: the model's tokenizer.chat_template (or the
+ * --chat-template override) through tutti_chat_tokenize, as the CLI's
+ * --chat does: the template's control-token text becomes control tokens,
+ * message text never does. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/server.h"
+
+static void set_err(char *err, size_t cap, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, cap, fmt, ap);
+    va_end(ap);
+}
+
+/* tutti_tokenize with a growing buffer; malloc'd ids or NULL. */
+int32_t *server_tokenize(const tutti_vocab *vocab, const char *text, size_t len, bool add_bos, bool special,
+                         int32_t *n_out) {
+    size_t c = len + 8;
+    if (c > (size_t)INT32_MAX / 2) return NULL;
+    int32_t cap = (int32_t)c;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
+    int32_t n = ids ? tutti_tokenize(vocab, text, len, add_bos, special, ids, cap) : TUTTI_ERR_SIZE;
+    if (n < 0 && n != TUTTI_ERR_SIZE && ids) {
+        cap = -n;
+        free(ids);
+        ids = malloc(sizeof(int32_t) * (size_t)cap);
+        n = ids ? tutti_tokenize(vocab, text, len, add_bos, special, ids, cap) : TUTTI_ERR_SIZE;
+    }
+    if (n < 0) {
+        free(ids);
+        return NULL;
+    }
+    *n_out = n;
+    return ids;
+}
+
+int32_t *server_chat_tokens(const tutti_model *model, const char *tmpl_override, const tutti_chat_message *msgs,
+                            size_t n_msgs, int32_t *n_out, char *err, size_t errlen) {
+    char *tmpl = tmpl_override ? strdup(tmpl_override) : tutti_model_meta_str(model, "tokenizer.chat_template");
+    if (!tmpl) {
+        set_err(err, errlen, "the model has no chat template (tokenizer.chat_template); use /v1/completions, or "
+                             "start the server with --chat-template FILE");
+        return NULL;
+    }
+    /* the library renders and tokenizes so that no role or content can
+     * become a control token (tutti_chat_tokenize: per-byte provenance) */
+    int32_t *ids = tutti_chat_tokenize(tutti_model_vocab(model), tmpl, msgs, n_msgs, true, n_out, NULL);
+    free(tmpl);
+    if (!ids) set_err(err, errlen, "%s", tutti_last_error());
+    return ids;
+}

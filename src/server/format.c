@@ -1,0 +1,149 @@
+/* JSON bodies of `tutti serve`'s responses (OpenAI's shapes) and SSE chunks. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "server/format.h"
+
+char *srv_utf8_clean(const char *s, size_t n) {
+    char *o = malloc(n * 3 + 1);
+    if (!o) return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)s[i];
+        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        bool ok = len > 0 && i + len <= n && c != 0;
+        for (size_t j = 1; ok && j < len; j++) ok = ((unsigned char)s[i + j] & 0xC0) == 0x80;
+        if (ok && len > 1) {
+            /* overlong forms, surrogates and code points past U+10FFFF */
+            uint32_t cp = c & (0x7F >> len);
+            for (size_t j = 1; j < len; j++) cp = (cp << 6) | ((unsigned char)s[i + j] & 0x3F);
+            ok = !((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+                   (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF);
+        }
+        if (ok) {
+            memcpy(o + k, s + i, len);
+            k += len, i += len;
+        } else {
+            memcpy(o + k, "\xEF\xBF\xBD", 3); /* U+FFFD */
+            k += 3, i += 1;
+        }
+    }
+    o[k] = 0;
+    return o;
+}
+
+static const char *type_of(int status) {
+    switch (status) {
+    case 401: return "authentication_error";
+    case 404: return "not_found_error";
+    case 413: return "invalid_request_error";
+    case 429:
+    case 503: return "server_error";
+    default: return status >= 500 ? "server_error" : "invalid_request_error";
+    }
+}
+
+char *srv_error_json(int status, const char *message, const char *param, const char *code) {
+    cJSON *root = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(root, "error");
+    char *m = srv_utf8_clean(message, strlen(message));
+    cJSON_AddStringToObject(e, "message", m ? m : "error");
+    free(m);
+    cJSON_AddStringToObject(e, "type", type_of(status));
+    if (param) cJSON_AddStringToObject(e, "param", param);
+    else cJSON_AddNullToObject(e, "param");
+    if (code) cJSON_AddStringToObject(e, "code", code);
+    else cJSON_AddNullToObject(e, "code");
+    char *s = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return s;
+}
+
+static cJSON *base_object(const srv_job *j, bool chunk) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", j->id);
+    cJSON_AddStringToObject(o, "object", j->req.kind == SRV_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                                                                 : "text_completion");
+    cJSON_AddNumberToObject(o, "created", (double)j->created);
+    cJSON_AddStringToObject(o, "model", j->model_name);
+    cJSON_AddStringToObject(o, "system_fingerprint", "tutti");
+    return o;
+}
+
+static cJSON *usage(const srv_job *j) {
+    cJSON *u = cJSON_CreateObject();
+    cJSON_AddNumberToObject(u, "prompt_tokens", j->n_prompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", (double)j->n_units);
+    cJSON_AddNumberToObject(u, "total_tokens", (double)(j->n_prompt + j->n_units));
+    /* tutti's own: the unit of completion_tokens (bytes in byte and span
+     * alignment), the time spent generating, and per member the prompt's tokens and how many of them
+     * ran through the forward pass (the rest came from the slot's KV cache) */
+    cJSON *t = cJSON_AddObjectToObject(u, "tutti");
+    cJSON_AddStringToObject(t, "unit", j->unit);
+    cJSON_AddNumberToObject(t, "generation_seconds", j->t_gen_s);
+    cJSON *pt = cJSON_AddArrayToObject(t, "prompt_tokens");
+    cJSON *pe = cJSON_AddArrayToObject(t, "prompt_tokens_evaluated");
+    for (int i = 0; i < j->spec.n; i++) {
+        cJSON_AddItemToArray(pt, cJSON_CreateNumber(j->n_ids[i]));
+        cJSON_AddItemToArray(pe, cJSON_CreateNumber((double)j->prompt_eval[i]));
+    }
+    return u;
+}
+
+static char *print_free(cJSON *o) {
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+char *srv_chunk_json(const srv_job *j, int choice, const char *text, size_t n, const char *finish, bool role) {
+    cJSON *o = base_object(j, true);
+    cJSON *ch = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(ch, c);
+    cJSON_AddNumberToObject(c, "index", choice);
+    char *t = text ? srv_utf8_clean(text, n) : NULL;
+    if (j->req.kind == SRV_CHAT) {
+        cJSON *d = cJSON_AddObjectToObject(c, "delta");
+        if (role) cJSON_AddStringToObject(d, "role", "assistant");
+        if (t) cJSON_AddStringToObject(d, "content", t);
+    } else {
+        cJSON_AddStringToObject(c, "text", t ? t : "");
+        cJSON_AddNullToObject(c, "logprobs");
+    }
+    free(t);
+    if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
+    else cJSON_AddNullToObject(c, "finish_reason");
+    return print_free(o);
+}
+
+char *srv_usage_chunk_json(const srv_job *j) {
+    cJSON *o = base_object(j, true);
+    cJSON_AddArrayToObject(o, "choices");
+    cJSON_AddItemToObject(o, "usage", usage(j));
+    return print_free(o);
+}
+
+char *srv_final_json(const srv_job *j) {
+    cJSON *o = base_object(j, false);
+    cJSON *ch = cJSON_AddArrayToObject(o, "choices");
+    for (int k = 0; k < j->req.n; k++) {
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddItemToArray(ch, c);
+        cJSON_AddNumberToObject(c, "index", k);
+        char *t = srv_utf8_clean(j->text[k] ? j->text[k] : "", j->n_text[k]);
+        if (j->req.kind == SRV_CHAT) {
+            cJSON *m = cJSON_AddObjectToObject(c, "message");
+            cJSON_AddStringToObject(m, "role", "assistant");
+            cJSON_AddStringToObject(m, "content", t ? t : "");
+        } else {
+            cJSON_AddStringToObject(c, "text", t ? t : "");
+        }
+        free(t);
+        cJSON_AddNullToObject(c, "logprobs");
+        cJSON_AddStringToObject(c, "finish_reason", j->finish[k] ? j->finish[k] : "stop");
+    }
+    cJSON_AddItemToObject(o, "usage", usage(j));
+    return print_free(o);
+}

@@ -1,0 +1,393 @@
+/* Served models: every loaded file alone (under its file name without
+ * .gguf), "default" (the command line's ensemble), and the config file's
+ * named ensembles.
+ *
+ * Config file (--config FILE, JSON):
+ *   {
+ *     "models":    [ {"path": "a.gguf", "name": "small"} ],
+ *     "ensembles": [ {"name": "fused", "members": ["small", "b"],
+ *                     "weights": [0.7, 0.3], "temperatures": [1, 1.2],
+ *                     "rule": "product", "align": "byte"} ]
+ *   }
+ * "models" loads more files or renames command-line ones (same file: the
+ * entry's name replaces the file name); relative paths are relative to the
+ * config file's folder.  Ensemble members are served names of single models;
+ * weights, temperatures, rule and align are optional (defaults as
+ * `tutti run`).  Without -m/-e, "default" is the first config ensemble (or
+ * the first model). */
+#include <errno.h>
+#include <libgen.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "server/server.h"
+
+static int fail(char *err, size_t cap, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, cap, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static char *file_stem(const char *path) {
+    const char *b = strrchr(path, '/');
+    b = b ? b + 1 : path;
+    size_t n = strlen(b);
+    if (n > 5 && !strcmp(b + n - 5, ".gguf")) n -= 5;
+    char *s = malloc(n + 1);
+    if (s) memcpy(s, b, n), s[n] = 0;
+    return s;
+}
+
+static bool same_file(const char *a, const char *b) {
+    char ra[PATH_MAX], rb[PATH_MAX];
+    if (!realpath(a, ra) || !realpath(b, rb)) return !strcmp(a, b);
+    return !strcmp(ra, rb);
+}
+
+int srv_registry_file_index(const srv_registry *reg, const char *name) {
+    for (int i = 0; i < reg->n_files; i++)
+        if (!strcmp(reg->files[i].name, name)) return i;
+    return -1;
+}
+
+static bool name_taken(const srv_registry *reg, const char *name) {
+    if (srv_registry_file_index(reg, name) >= 0) return true;
+    for (int i = 0; i < reg->n_specs; i++)
+        if (!strcmp(reg->specs[i].name, name)) return true;
+    return false;
+}
+
+/* Adds (or finds) a file; returns its index or -1. */
+static int add_file(srv_registry *reg, const char *path, const char *name, char *err, size_t cap) {
+    for (int i = 0; i < reg->n_files; i++)
+        if (same_file(reg->files[i].path, path)) {
+            if (name && strcmp(name, reg->files[i].name)) {
+                if (name_taken(reg, name)) return fail(err, cap, "model name '%s' is used twice", name);
+                free(reg->files[i].name);
+                reg->files[i].name = strdup(name);
+            }
+            return i;
+        }
+    if (reg->n_files == 64) return fail(err, cap, "at most 64 model files");
+    srv_file *f = realloc(reg->files, sizeof *f * (size_t)(reg->n_files + 1));
+    if (!f) return fail(err, cap, "out of memory");
+    reg->files = f;
+    srv_file *nf = &f[reg->n_files];
+    memset(nf, 0, sizeof *nf);
+    char *stem = name ? strdup(name) : file_stem(path);
+    if (!stem) return fail(err, cap, "out of memory");
+    /* two files with the same stem: the later ones get -2, -3, ... */
+    for (int k = 2; name_taken(reg, stem); k++) {
+        if (name) {
+            free(stem);
+            return fail(err, cap, "model name '%s' is used twice", name);
+        }
+        char *base = file_stem(path), buf[512];
+        snprintf(buf, sizeof buf, "%s-%d", base ? base : "model", k);
+        free(base);
+        free(stem);
+        stem = strdup(buf);
+        if (!stem) return fail(err, cap, "out of memory");
+    }
+    tutti_model_params mp = tutti_model_default_params();
+    fprintf(stderr, "tutti serve: loading %s\n", path);
+    nf->model = tutti_model_load(path, &mp);
+    if (!nf->model) {
+        free(stem);
+        return fail(err, cap, "%s: %s", path, tutti_last_error());
+    }
+    nf->path = strdup(path);
+    nf->name = stem;
+    int32_t tr = tutti_model_n_ctx_train(nf->model);
+    /* -c N, -c 0 (the trained context), or by default min(trained, 4096) */
+    nf->n_ctx = reg->n_ctx_opt > 0 ? reg->n_ctx_opt
+              : reg->n_ctx_opt == 0 && tr > 0 ? (tr < (1 << 22) ? tr : (1 << 22))
+              : (tr > 0 && tr < 4096 ? tr : 4096);
+    return reg->n_files++;
+}
+
+static srv_spec *add_spec(srv_registry *reg, const char *name, char *err, size_t cap) {
+    if (name_taken(reg, name)) return fail(err, cap, "model name '%s' is used twice", name), NULL;
+    srv_spec *s = realloc(reg->specs, sizeof *s * (size_t)(reg->n_specs + 1));
+    if (!s) return fail(err, cap, "out of memory"), NULL;
+    reg->specs = s;
+    srv_spec *n = &s[reg->n_specs++];
+    memset(n, 0, sizeof *n);
+    n->name = strdup(name);
+    n->rule = TUTTI_RULE_MIX;
+    n->align = TUTTI_ALIGN_AUTO;
+    for (int i = 0; i < TUTTI_ENSEMBLE_MAX_MEMBERS; i++) n->w[i] = n->t[i] = NAN;
+    return n;
+}
+
+void srv_spec_make_key(srv_spec *s) {
+    size_t o = 0;
+    /* one member always fuses per token; more are resolved at start-up */
+    s->align_used = s->n == 1 ? TUTTI_ALIGN_TOKEN : s->align != TUTTI_ALIGN_AUTO ? s->align : -1;
+    o += (size_t)snprintf(s->key + o, sizeof s->key - o, "r%d a%d", s->rule, s->align);
+    for (int i = 0; i < s->n && o < sizeof s->key; i++)
+        o += (size_t)snprintf(s->key + o, sizeof s->key - o, " %d:%a:%a", s->file[i], (double)s->w[i], (double)s->t[i]);
+}
+
+static int float_array(const cJSON *a, int n, float *out) {
+    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != n) return -1;
+    int k = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, a) {
+        if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble)) return -1;
+        out[k++] = (float)it->valuedouble;
+    }
+    return 0;
+}
+
+static int load_config(srv_registry *reg, const char *path, char *err, size_t cap, int *first_spec) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return fail(err, cap, "--config: cannot open %s: %s", path, strerror(errno));
+    char *buf = NULL;
+    size_t n = 0, c = 0;
+    for (;;) {
+        if (n + 4096 > c) {
+            char *b = realloc(buf, c = (c + 4096) * 2);
+            if (!b) break;
+            buf = b;
+        }
+        size_t r = fread(buf + n, 1, c - n, f);
+        n += r;
+        if (!r) break;
+    }
+    fclose(f);
+    if (!buf) return fail(err, cap, "--config: out of memory");
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(buf, n, &end, false);
+    if (!root) {
+        size_t pos = end && end >= buf && end <= buf + n ? (size_t)(end - buf) : 0;
+        free(buf);
+        return fail(err, cap, "--config %s: malformed JSON at byte %zu", path, pos);
+    }
+    free(buf);
+    int rc = 0;
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *d = dirname(dir);
+    const cJSON *models = cJSON_GetObjectItemCaseSensitive(root, "models");
+    const cJSON *ens = cJSON_GetObjectItemCaseSensitive(root, "ensembles");
+    if (!cJSON_IsObject(root) || (models && !cJSON_IsArray(models)) || (ens && !cJSON_IsArray(ens))) {
+        rc = fail(err, cap, "--config %s: must be an object with optional arrays 'models' and 'ensembles'", path);
+        goto done;
+    }
+    const cJSON *it;
+    int k = 0;
+    cJSON_ArrayForEach(it, models) {
+        k++;
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(it, "path");
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(it, "name");
+        if (!cJSON_IsString(p) || (nm && !cJSON_IsString(nm)) || (nm && !nm->valuestring[0])) {
+            rc = fail(err, cap, "--config %s: models[%d] needs a string 'path' and an optional non-empty 'name'",
+                      path, k - 1);
+            goto done;
+        }
+        char full[PATH_MAX * 2];
+        if (p->valuestring[0] == '/') snprintf(full, sizeof full, "%s", p->valuestring);
+        else snprintf(full, sizeof full, "%s/%s", d, p->valuestring);
+        if (add_file(reg, full, nm ? nm->valuestring : NULL, err, cap) < 0) {
+            rc = -1;
+            goto done;
+        }
+    }
+    k = 0;
+    cJSON_ArrayForEach(it, ens) {
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(it, "name");
+        const cJSON *mem = cJSON_GetObjectItemCaseSensitive(it, "members");
+        if (!cJSON_IsString(nm) || !nm->valuestring[0] || !cJSON_IsArray(mem) || cJSON_GetArraySize(mem) < 1 ||
+            cJSON_GetArraySize(mem) > TUTTI_ENSEMBLE_MAX_MEMBERS) {
+            rc = fail(err, cap, "--config %s: ensembles[%d] needs a 'name' and 'members' (1 to %d model names)", path,
+                      k, TUTTI_ENSEMBLE_MAX_MEMBERS);
+            goto done;
+        }
+        srv_spec *s = add_spec(reg, nm->valuestring, err, cap);
+        if (!s) {
+            rc = -1;
+            goto done;
+        }
+        if (*first_spec < 0) *first_spec = reg->n_specs - 1;
+        const cJSON *m;
+        cJSON_ArrayForEach(m, mem) {
+            int fi = cJSON_IsString(m) ? srv_registry_file_index(reg, m->valuestring) : -1;
+            if (fi < 0) {
+                rc = fail(err, cap, "--config %s: ensemble '%s': member %s is not a loaded model's name", path,
+                          nm->valuestring, cJSON_IsString(m) ? m->valuestring : "(not a string)");
+                goto done;
+            }
+            s->file[s->n++] = fi;
+        }
+        const cJSON *w = cJSON_GetObjectItemCaseSensitive(it, "weights");
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(it, "temperatures");
+        const cJSON *r = cJSON_GetObjectItemCaseSensitive(it, "rule");
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(it, "align");
+        if ((w && float_array(w, s->n, s->w) < 0) || (t && float_array(t, s->n, s->t) < 0)) {
+            rc = fail(err, cap, "--config %s: ensemble '%s': weights and temperatures need one number per member",
+                      path, nm->valuestring);
+            goto done;
+        }
+        if ((r && (!cJSON_IsString(r) || (s->rule = tutti_rule_parse(r->valuestring)) < 0)) ||
+            (a && (!cJSON_IsString(a) || (s->align = tutti_align_parse(a->valuestring)) < 0))) {
+            rc = fail(err, cap, "--config %s: ensemble '%s': unknown rule or align", path, nm->valuestring);
+            goto done;
+        }
+        srv_spec_make_key(s);
+        k++;
+    }
+done:
+    cJSON_Delete(root);
+    return rc;
+}
+
+int srv_registry_load(srv_registry *reg, const server_opts *o, char *err, size_t cap) {
+    memset(reg, 0, sizeof *reg);
+    reg->n_ctx_opt = o->n_ctx;
+    reg->beta = o->beta;
+    reg->prune = o->prune;
+    reg->max_hyps = o->max_hyps;
+    if (o->chat_template_file) {
+        FILE *f = fopen(o->chat_template_file, "rb");
+        if (!f) return fail(err, cap, "--chat-template: cannot open %s: %s", o->chat_template_file, strerror(errno));
+        size_t c = 1 << 20;
+        char *t = malloc(c + 1);
+        size_t n = t ? fread(t, 1, c, f) : 0;
+        bool more = t && fgetc(f) != EOF;
+        fclose(f);
+        if (!t || more) {
+            free(t);
+            return fail(err, cap, "--chat-template %s: larger than 1 MiB", o->chat_template_file);
+        }
+        t[n] = 0;
+        reg->chat_template = t;
+    }
+    /* the command line's ensemble: -e members first, then -m (as tutti run) */
+    int members[TUTTI_ENSEMBLE_MAX_MEMBERS], n_mem = 0;
+    float fw[TUTTI_ENSEMBLE_MAX_MEMBERS], ft[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    int rule = o->rule, align = o->align;
+    if (o->ens_file) {
+        tutti_ensemble_file *ef = tutti_ensemble_file_read(o->ens_file);
+        if (!ef) return fail(err, cap, "-e %s: %s", o->ens_file, tutti_last_error());
+        for (int i = 0; i < ef->n_members && n_mem < TUTTI_ENSEMBLE_MAX_MEMBERS; i++) {
+            int fi = add_file(reg, ef->members[i].model_path, NULL, err, cap);
+            if (fi < 0) {
+                tutti_ensemble_file_free(ef);
+                return -1;
+            }
+            fw[n_mem] = ef->members[i].weight, ft[n_mem] = ef->members[i].temp;
+            members[n_mem++] = fi;
+        }
+        if (rule < 0) rule = ef->rule;
+        if (align < 0) align = ef->align;
+        tutti_ensemble_file_free(ef);
+    }
+    for (int i = 0; i < o->n_models; i++) {
+        if (n_mem == TUTTI_ENSEMBLE_MAX_MEMBERS) return fail(err, cap, "at most %d members", TUTTI_ENSEMBLE_MAX_MEMBERS);
+        int fi = add_file(reg, o->models[i], NULL, err, cap);
+        if (fi < 0) return -1;
+        fw[n_mem] = ft[n_mem] = NAN;
+        members[n_mem++] = fi;
+    }
+    if (o->n_weights && o->n_weights != n_mem)
+        return fail(err, cap, "-w gives %d weights for %d members", o->n_weights, n_mem);
+    if (o->n_temps && o->n_temps != n_mem)
+        return fail(err, cap, "--temps gives %d temperatures for %d members", o->n_temps, n_mem);
+    int first_spec = -1;
+    /* "default" is reserved before the config's names */
+    if (n_mem > 0) {
+        srv_spec *s = add_spec(reg, "default", err, cap);
+        if (!s) return -1;
+        s->n = n_mem;
+        for (int i = 0; i < n_mem; i++) {
+            s->file[i] = members[i];
+            s->w[i] = o->n_weights ? o->weights[i] : fw[i];
+            s->t[i] = o->n_temps ? o->temps[i] : ft[i];
+        }
+        if (rule >= 0) s->rule = rule;
+        if (align >= 0) s->align = align;
+        srv_spec_make_key(s);
+    }
+    if (o->config && load_config(reg, o->config, err, cap, &first_spec) < 0) return -1;
+    if (reg->n_files == 0) return fail(err, cap, "no models: give -m MODEL.gguf, -e ENSEMBLE or --config FILE");
+    if (n_mem == 0) {
+        srv_spec d;
+        if (first_spec >= 0) d = reg->specs[first_spec];
+        else {
+            memset(&d, 0, sizeof d);
+            d.n = 1, d.file[0] = 0, d.rule = TUTTI_RULE_MIX, d.align = TUTTI_ALIGN_AUTO, d.w[0] = d.t[0] = NAN;
+        }
+        srv_spec *s = add_spec(reg, "default", err, cap);
+        if (!s) return -1;
+        char *nm = s->name;
+        *s = d;
+        s->name = nm;
+        srv_spec_make_key(s);
+    }
+    /* every file alone under its name */
+    for (int i = 0; i < reg->n_files; i++) {
+        srv_spec tmp;
+        memset(&tmp, 0, sizeof tmp);
+        srv_spec *s = realloc(reg->specs, sizeof *s * (size_t)(reg->n_specs + 1));
+        if (!s) return fail(err, cap, "out of memory");
+        reg->specs = s;
+        s = &reg->specs[reg->n_specs++];
+        *s = tmp;
+        s->name = strdup(reg->files[i].name);
+        s->n = 1, s->file[0] = i, s->rule = TUTTI_RULE_MIX, s->align = TUTTI_ALIGN_AUTO;
+        s->w[0] = s->t[0] = NAN;
+        srv_spec_make_key(s);
+    }
+    return 0;
+}
+
+void srv_registry_free(srv_registry *reg) {
+    for (int i = 0; i < reg->n_files; i++) {
+        tutti_model_free(reg->files[i].model);
+        free(reg->files[i].path);
+        free(reg->files[i].name);
+    }
+    for (int i = 0; i < reg->n_specs; i++) free(reg->specs[i].name);
+    free(reg->files);
+    free(reg->specs);
+    free(reg->chat_template);
+    memset(reg, 0, sizeof *reg);
+}
+
+const srv_spec *srv_registry_find(const srv_registry *reg, const char *name) {
+    for (int i = 0; i < reg->n_specs; i++)
+        if (!strcmp(reg->specs[i].name, name)) return &reg->specs[i];
+    return NULL;
+}
+
+void srv_spec_params(const srv_registry *reg, const srv_spec *s, int n_threads, tutti_member_desc *desc,
+                     const tutti_model **models, tutti_ensemble_params *p) {
+    *p = tutti_ensemble_default_params();
+    for (int i = 0; i < s->n; i++) {
+        const srv_file *f = &reg->files[s->file[i]];
+        desc[i] = (tutti_member_desc){.model_path = f->path, .weight = s->w[i], .temp = s->t[i]};
+        models[i] = f->model;
+    }
+    p->members = desc;
+    p->n_members = s->n;
+    p->models = models;
+    p->rule = (tutti_fusion_rule)s->rule;
+    p->align = (tutti_align)s->align;
+    if (reg->beta > 0) p->beta = reg->beta;
+    if (reg->prune >= 0) p->prune = reg->prune;
+    if (reg->max_hyps > 0) p->max_hyps = reg->max_hyps;
+    p->n_ctx = reg->n_ctx_opt > 0 ? reg->n_ctx_opt : 0;
+    if (reg->n_ctx_opt == 0) /* -c 0: the smallest trained context of the members */
+        for (int k = 0; k < s->n; k++)
+            if (p->n_ctx == 0 || reg->files[s->file[k]].n_ctx < p->n_ctx) p->n_ctx = reg->files[s->file[k]].n_ctx;
+    p->n_threads = n_threads;
+}

@@ -1,0 +1,428 @@
+/* Slots, the bounded queue and generation jobs of `tutti serve`.
+ *
+ * Each of the --parallel slots is one worker thread with its own ensembles
+ * (one per served model name it has run, built on the registry's loaded
+ * models, so weights are shared read-only and the sessions are the slot's).
+ * An ensemble keeps its members' KV caches between requests and reuses the
+ * longest common prefix of token ids (fusion/member_local.c), so a chat
+ * growing by one turn evaluates only the new turn; a new job goes to the
+ * idle slot whose cache for that model shares the longest prompt prefix.
+ * Jobs beyond the slots wait in a ring of --queue entries; beyond that 503.
+ *
+ * Cancellation: the text callback runs once per committed piece of text
+ * (a token, or a UTF-8 character in byte alignment); it checks the job's
+ * flag and whether the client's socket has been closed, and stops the
+ * generation, which frees the slot. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "server/format.h"
+#include "server/server.h"
+
+#define SLOT_CACHE 8
+
+typedef struct cache_ent {
+    char key[1024];
+    tutti_ensemble *e;
+    uint64_t last_use;
+    char *last;      /* member 1's last prompt (text, or ids as bytes) for slot choice */
+    size_t n_last;
+} cache_ent;
+
+struct srv_slot {
+    srv_server *s;
+    int id;
+    pthread_t th;
+    bool started;
+    cache_ent cache[SLOT_CACHE];
+    uint64_t clock;
+    srv_job *job;    /* assigned, not yet finished */
+};
+
+srv_job *srv_job_new(void) {
+    srv_job *j = calloc(1, sizeof *j);
+    if (!j) return NULL;
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    j->refs = 1;
+    j->fd = -1;
+    j->status = 200;
+    j->unit = "token";
+    return j;
+}
+
+void srv_job_unref(srv_job *j) {
+    if (!j) return;
+    pthread_mutex_lock(&j->mu);
+    int r = --j->refs;
+    pthread_mutex_unlock(&j->mu);
+    if (r > 0) return;
+    srv_request_free(&j->req);
+    for (int i = 0; i < TUTTI_ENSEMBLE_MAX_MEMBERS; i++) free(j->ids[i]);
+    for (int i = 0; i < SRV_MAX_N; i++) free(j->text[i]);
+    free(j->out);
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    free(j);
+}
+
+void srv_job_client_gone(srv_job *j) {
+    pthread_mutex_lock(&j->mu);
+    j->fd = -1;
+    if (!j->done) j->cancelled = true;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* true when the peer has closed its side (call with j->mu held). */
+static bool peer_closed(srv_job *j) {
+    if (j->fd < 0) return j->cancelled;
+    char c;
+    ssize_t r = recv(j->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+static int append(char **buf, size_t *n, size_t *cap, const char *s, size_t k) {
+    if (*n + k + 1 > *cap) {
+        size_t c = (*cap + k + 1) * 2;
+        char *b = realloc(*buf, c);
+        if (!b) return -1;
+        *buf = b, *cap = c;
+    }
+    memcpy(*buf + *n, s, k);
+    *n += k;
+    (*buf)[*n] = 0;
+    return 0;
+}
+
+/* Appends one SSE event "data: JSON\n\n" (j->mu held). */
+static void sse_event(srv_job *j, char *json) {
+    if (!json) return;
+    append(&j->out, &j->n_out, &j->cap_out, "data: ", 6);
+    append(&j->out, &j->n_out, &j->cap_out, json, strlen(json));
+    append(&j->out, &j->n_out, &j->cap_out, "\n\n", 2);
+    free(json);
+    pthread_cond_broadcast(&j->cv);
+}
+
+/* test hook (TUTTI_SERVE_TEST_PIECE_DELAY_MS): the tiny test models finish
+ * a generation faster than a test can disconnect in the middle of it */
+static int g_piece_delay_ms;
+
+static int text_cb(const char *bytes, size_t n, void *user) {
+    srv_job *j = user;
+    if (g_piece_delay_ms > 0) usleep((useconds_t)g_piece_delay_ms * 1000u);
+    pthread_mutex_lock(&j->mu);
+    if (j->cancelled || peer_closed(j)) {
+        j->cancelled = true;
+        pthread_mutex_unlock(&j->mu);
+        return 1;
+    }
+    int c = j->choice;
+    if (j->req.stream) {
+        sse_event(j, srv_chunk_json(j, c, bytes, n, NULL, !j->role_sent));
+        j->role_sent = true;
+    } else {
+        append(&j->text[c], &j->n_text[c], &j->cap_text[c], bytes, n);
+    }
+    pthread_mutex_unlock(&j->mu);
+    return 0;
+}
+
+static void finish_job(srv_job *j, int status, const char *msg) {
+    pthread_mutex_lock(&j->mu);
+    if (status != 200) {
+        j->status = status;
+        snprintf(j->error, sizeof j->error, "%s", msg);
+        if (j->req.stream) {
+            /* headers are out already: the error goes in the stream */
+            sse_event(j, srv_error_json(status, msg, NULL, NULL));
+        }
+    }
+    if (j->req.stream) {
+        if (status == 200 && j->req.include_usage) sse_event(j, srv_usage_chunk_json(j));
+        append(&j->out, &j->n_out, &j->cap_out, "data: [DONE]\n\n", 14);
+    }
+    j->done = true;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* member 1's prompt as bytes, to compare prefixes */
+static void job_prompt_bytes(const srv_job *j, const char **p, size_t *n) {
+    if (j->req.kind == SRV_CHAT) *p = (const char *)j->ids[0], *n = sizeof(int32_t) * (size_t)j->n_ids[0];
+    else *p = j->req.prompt, *n = j->req.prompt_len;
+}
+
+static size_t common_prefix(const char *a, size_t na, const char *b, size_t nb) {
+    size_t k = 0, m = na < nb ? na : nb;
+    while (k < m && a[k] == b[k]) k++;
+    return k;
+}
+
+static tutti_ensemble *slot_ensemble(srv_slot *sl, srv_job *j, char *err, size_t cap) {
+    srv_server *s = sl->s;
+    cache_ent *c = NULL, *lru = &sl->cache[0];
+    for (int i = 0; i < SLOT_CACHE; i++) {
+        if (sl->cache[i].e && !strcmp(sl->cache[i].key, j->spec.key)) c = &sl->cache[i];
+        if (!sl->cache[i].e || (lru->e && sl->cache[i].last_use < lru->last_use)) lru = &sl->cache[i];
+    }
+    if (!c) {
+        c = lru;
+        if (c->e) {
+            tutti_ensemble_free(c->e);
+            c->e = NULL;
+        }
+        tutti_member_desc desc[TUTTI_ENSEMBLE_MAX_MEMBERS];
+        const tutti_model *models[TUTTI_ENSEMBLE_MAX_MEMBERS];
+        tutti_ensemble_params p;
+        int nt = s->opts.n_threads > 0 ? s->opts.n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN) / s->n_slots;
+        srv_spec_params(&s->reg, &j->spec, nt > 0 ? nt : 1, desc, models, &p);
+        c->e = tutti_ensemble_new(&p);
+        if (!c->e) {
+            snprintf(err, cap, "model '%s': %s", j->model_name, tutti_last_error());
+            return NULL;
+        }
+        snprintf(c->key, sizeof c->key, "%s", j->spec.key);
+    }
+    c->last_use = ++sl->clock;
+    const char *p;
+    size_t n;
+    job_prompt_bytes(j, &p, &n);
+    char *cp = malloc(n ? n : 1);
+    if (cp) {
+        memcpy(cp, p, n);
+        free(c->last);
+        c->last = cp, c->n_last = n;
+    }
+    return c->e;
+}
+
+static void run_job(srv_slot *sl, srv_job *j) {
+    srv_server *s = sl->s;
+    char err[1024];
+    pthread_mutex_lock(&j->mu);
+    bool gone = j->cancelled || peer_closed(j);
+    if (gone) j->cancelled = true;
+    pthread_mutex_unlock(&j->mu);
+    if (gone) {
+        pthread_mutex_lock(&s->metrics.mu);
+        s->metrics.cancelled++;
+        pthread_mutex_unlock(&s->metrics.mu);
+        finish_job(j, 200, NULL);
+        return;
+    }
+    tutti_ensemble *e = slot_ensemble(sl, j, err, sizeof err);
+    if (!e) {
+        finish_job(j, 400, err);
+        return;
+    }
+    if (j->max_units <= 0) { /* max_tokens 0: nothing to generate */
+        for (int c = 0; c < j->req.n; c++) j->finish[c] = "length";
+        finish_job(j, 200, NULL);
+        return;
+    }
+    j->unit = tutti_ensemble_align(e) == TUTTI_ALIGN_TOKEN ? "token" : "byte";
+    tutti_mask m = {.stop = (const char *const *)j->req.stop, .n_stop = j->req.n_stop, .max_len = j->max_units};
+    int rc = 0;
+    for (int c = 0; c < j->req.n && rc == 0; c++) {
+        pthread_mutex_lock(&j->mu);
+        j->choice = c;
+        j->role_sent = false;
+        bool cancelled = j->cancelled;
+        pthread_mutex_unlock(&j->mu);
+        if (cancelled) break;
+        tutti_sampler_params sp = j->req.sp;
+        sp.seed += (uint64_t)c; /* choice k draws with seed + k */
+        tutti_ensemble_stats st;
+        memset(&st, 0, sizeof st);
+        if (j->req.kind == SRV_CHAT)
+            rc = tutti_ensemble_generate_ids(e, (const int32_t *const *)j->ids, j->n_ids, &sp, &m, text_cb, j, &st);
+        else
+            rc = tutti_ensemble_generate(e, j->req.prompt, j->req.prompt_len, &sp, &m, text_cb, j, &st);
+        if (rc < 0) snprintf(err, sizeof err, "generation failed: %s", tutti_last_error());
+        const char *finish = st.n_units >= j->max_units ? "length" : "stop";
+        pthread_mutex_lock(&j->mu);
+        j->finish[c] = finish;
+        j->n_units += st.n_units;
+        j->t_gen_s += st.t_total_s;
+        if (c == 0)
+            for (int i = 0; i < j->spec.n; i++) j->prompt_eval[i] = st.n_prompt_evaluated[i];
+        cancelled = j->cancelled;
+        if (rc == 0 && !cancelled && j->req.stream) {
+            if (!j->role_sent && j->req.kind == SRV_CHAT) sse_event(j, srv_chunk_json(j, c, "", 0, NULL, true));
+            sse_event(j, srv_chunk_json(j, c, NULL, 0, finish, false));
+        }
+        pthread_mutex_unlock(&j->mu);
+        /* metrics */
+        srv_metrics *mt = &s->metrics;
+        pthread_mutex_lock(&mt->mu);
+        mt->gen_units += st.n_units;
+        mt->gen_seconds += st.t_total_s;
+        if (st.t_total_s > 0 && st.n_units > 0) mt->last_tokens_per_s = st.n_units / st.t_total_s;
+        for (int i = 0; i < j->spec.n; i++) {
+            int f = j->spec.file[i];
+            mt->member_forward_s[f] += st.t_member_s[i];
+            mt->member_tokens[f] += st.n_member_tokens[i];
+            mt->prompt_tokens += j->n_ids[i];
+            int64_t ev = st.n_prompt_evaluated[i] < j->n_ids[i] ? st.n_prompt_evaluated[i] : j->n_ids[i];
+            mt->prompt_evaluated += ev;
+            mt->prompt_reused += j->n_ids[i] - ev;
+        }
+        if (cancelled) mt->cancelled++;
+        pthread_mutex_unlock(&mt->mu);
+    }
+    finish_job(j, rc < 0 ? 500 : 200, err);
+}
+
+static void *slot_main(void *arg) {
+    srv_slot *sl = arg;
+    srv_server *s = sl->s;
+    pthread_mutex_lock(&s->qmu);
+    for (;;) {
+        while (!sl->job && !s->stopping && s->q_len == 0) pthread_cond_wait(&s->qcv, &s->qmu);
+        if (!sl->job && s->q_len > 0) {
+            sl->job = s->queue[s->q_head];
+            s->q_head = (s->q_head + 1) % s->q_cap;
+            s->q_len--;
+        }
+        if (!sl->job) break; /* stopping */
+        srv_job *j = sl->job;
+        pthread_mutex_unlock(&s->qmu);
+        run_job(sl, j);
+        srv_job_unref(j);
+        pthread_mutex_lock(&s->qmu);
+        sl->job = NULL;
+        s->busy--;
+    }
+    pthread_mutex_unlock(&s->qmu);
+    return NULL;
+}
+
+int srv_slots_start(srv_server *s, char *err, size_t cap) {
+    const char *d = getenv("TUTTI_SERVE_TEST_PIECE_DELAY_MS");
+    g_piece_delay_ms = d ? atoi(d) : 0;
+    pthread_mutex_init(&s->qmu, NULL);
+    pthread_cond_init(&s->qcv, NULL);
+    s->n_slots = s->opts.parallel;
+    s->q_cap = s->opts.queue > 0 ? s->opts.queue : 0; /* 0: no waiting, 503 when every slot is busy */
+    s->queue = calloc((size_t)(s->q_cap > 0 ? s->q_cap : 1), sizeof *s->queue);
+    s->slots = calloc((size_t)s->n_slots, sizeof *s->slots);
+    if (!s->queue || !s->slots) return snprintf(err, cap, "out of memory"), -1;
+    for (int i = 0; i < s->n_slots; i++) {
+        s->slots[i].s = s;
+        s->slots[i].id = i;
+        if (pthread_create(&s->slots[i].th, NULL, slot_main, &s->slots[i]) != 0)
+            return snprintf(err, cap, "cannot start slot threads"), -1;
+        s->slots[i].started = true;
+    }
+    return 0;
+}
+
+void srv_slots_stop(srv_server *s) {
+    if (!s->slots) return;
+    pthread_mutex_lock(&s->qmu);
+    s->stopping = 1;
+    while (s->q_len > 0) {
+        srv_job *j = s->queue[s->q_head];
+        s->q_head = (s->q_head + 1) % s->q_cap;
+        s->q_len--;
+        finish_job(j, 503, "the server is shutting down");
+        srv_job_unref(j);
+    }
+    for (int i = 0; i < s->n_slots; i++)
+        if (s->slots[i].job) {
+            srv_job *j = s->slots[i].job;
+            pthread_mutex_lock(&j->mu);
+            j->cancelled = true;
+            pthread_mutex_unlock(&j->mu);
+        }
+    pthread_cond_broadcast(&s->qcv);
+    pthread_mutex_unlock(&s->qmu);
+    for (int i = 0; i < s->n_slots; i++) {
+        srv_slot *sl = &s->slots[i];
+        if (sl->started) pthread_join(sl->th, NULL);
+        sl->started = false;
+        for (int k = 0; k < SLOT_CACHE; k++) {
+            tutti_ensemble_free(sl->cache[k].e);
+            free(sl->cache[k].last);
+        }
+    }
+}
+
+void srv_slots_free(srv_server *s) {
+    if (!s->slots) return;
+    free(s->slots);
+    free(s->queue);
+    s->slots = NULL;
+    pthread_mutex_destroy(&s->qmu);
+    pthread_cond_destroy(&s->qcv);
+}
+
+int srv_submit(srv_server *s, srv_job *j) {
+    pthread_mutex_lock(&s->qmu);
+    if (s->stopping) {
+        pthread_mutex_unlock(&s->qmu);
+        return 503;
+    }
+    /* the idle slot whose cache for this model shares the longest prefix */
+    const char *p;
+    size_t n;
+    job_prompt_bytes(j, &p, &n);
+    srv_slot *best = NULL;
+    size_t best_k = 0;
+    for (int i = 0; i < s->n_slots; i++) {
+        srv_slot *sl = &s->slots[i];
+        if (sl->job) continue;
+        size_t k = 0;
+        bool has = false;
+        for (int c = 0; c < SLOT_CACHE; c++)
+            if (sl->cache[c].e && !strcmp(sl->cache[c].key, j->spec.key)) {
+                has = true;
+                k = common_prefix(sl->cache[c].last, sl->cache[c].n_last, p, n) + 1;
+            }
+        (void)has;
+        if (!best || k > best_k) best = sl, best_k = k;
+    }
+    pthread_mutex_lock(&j->mu);
+    j->refs++;
+    pthread_mutex_unlock(&j->mu);
+    if (best) {
+        best->job = j;
+        s->busy++;
+    } else if (s->q_len < s->q_cap) {
+        s->queue[(s->q_head + s->q_len) % s->q_cap] = j;
+        s->q_len++;
+        s->busy++; /* counted from queueing: busy - running = waiting */
+    } else {
+        pthread_mutex_unlock(&s->qmu);
+        pthread_mutex_lock(&j->mu);
+        j->refs--;
+        pthread_mutex_unlock(&j->mu);
+        return 503;
+    }
+    pthread_cond_broadcast(&s->qcv);
+    pthread_mutex_unlock(&s->qmu);
+    return 0;
+}
+
+int srv_queue_len(srv_server *s) {
+    pthread_mutex_lock(&s->qmu);
+    int n = s->q_len;
+    pthread_mutex_unlock(&s->qmu);
+    return n;
+}
+
+int srv_slots_busy(srv_server *s) {
+    pthread_mutex_lock(&s->qmu);
+    int n = 0;
+    for (int i = 0; i < s->n_slots; i++) n += s->slots[i].job != NULL;
+    pthread_mutex_unlock(&s->qmu);
+    return n;
+}

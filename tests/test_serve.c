@@ -1,0 +1,752 @@
+/* `tutti serve` end to end: starts the server (the built CLI) on a free
+ * loopback port with the story models from ../shared and talks to it with
+ * the curl command and with the official `openai` npm package
+ * (tests/serve/, installed by `npm ci` there; .ci/run does it).
+ *
+ * References: the served text must equal `tutti generate` (one model) and
+ * `tutti run` (fused) output byte for byte for the same seed and settings,
+ * streamed or not; the KV reuse check counts tokens from the tokenizer's
+ * own token counts (usage), not from the server's expectations. */
+#include "test_common.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define M_STORIES "models/stories260K.gguf"
+#define M_TINY "models/TinyStories-656K-Q8_0.gguf"
+#define M_B105 "models/BabyLlama-tok105/babyllama-tok105.gguf"
+#define M_B361 "models/BabyLlama-tok361/babyllama-tok361.gguf"
+#define TEMPLATE TUTTI_SOURCE_DIR "/tests/serve/chat_template.jinja"
+#define PROMPT "Once upon a time"
+
+typedef struct server {
+    pid_t pid;
+    int port;
+    char log[256];
+    char dir[200];
+} server;
+
+static int g_seq;
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static char *four_models(void) {
+    static char buf[4096];
+    snprintf(buf, sizeof buf, "-m %s -m %s -m %s -m %s", shared_path(M_STORIES), shared_path(M_TINY),
+             shared_path(M_B105), shared_path(M_B361));
+    return buf;
+}
+
+/* Starts `tutti serve --port 0 ARGS` (env: extra environment, may be "");
+ * waits for "ready" (or only for "listening" when !wait_ready). */
+static void start(server *s, const char *env, const char *args, bool wait_ready) {
+    require_shared();
+    memset(s, 0, sizeof *s);
+    snprintf(s->dir, sizeof s->dir, "/tmp/tutti_test_serve_%d_%d", (int)getpid(), g_seq++);
+    mkdir(s->dir, 0700);
+    snprintf(s->log, sizeof s->log, "%s/server.log", s->dir);
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "exec env %s %s serve --port 0 %s 2>%s >/dev/null", env, TUTTI_CLI, args, s->log);
+    s->pid = fork();
+    assert_true(s->pid >= 0);
+    if (s->pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    for (int t = 0; t < 1200; t++) {
+        size_t n;
+        char *log = read_file(s->log, &n);
+        const char *l = log ? strstr(log, "listening on http://127.0.0.1:") : NULL;
+        if (l && !s->port) s->port = atoi(l + strlen("listening on http://127.0.0.1:"));
+        bool ok = s->port && (!wait_ready || (log && strstr(log, "tutti serve: ready")));
+        int st;
+        if (!ok && waitpid(s->pid, &st, WNOHANG) == s->pid) fail_msg("tutti serve exited early:\n%s", log ? log : "");
+        free(log);
+        if (ok) return;
+        sleep_ms(50);
+    }
+    fail_msg("tutti serve did not start within 60 s (log %s)", s->log);
+}
+
+/* SIGTERM, then the exit status (fails after 30 s). */
+static int stop(server *s) {
+    kill(s->pid, SIGTERM);
+    for (int t = 0; t < 600; t++) {
+        int st;
+        if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
+            int rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+            if (rc == 0) { /* keep the log of a failed stop for debugging */
+                char cmd[300];
+                snprintf(cmd, sizeof cmd, "rm -rf '%s'", s->dir);
+                int ignored;
+                free(run_cmd(cmd, &ignored));
+            }
+            return rc;
+        }
+        sleep_ms(50);
+    }
+    kill(s->pid, SIGKILL);
+    waitpid(s->pid, NULL, 0);
+    fail_msg("tutti serve did not stop within 30 s of SIGTERM");
+    return -1;
+}
+
+/* One request with the curl command; returns the body, *status = HTTP code. */
+static char *http(server *s, const char *method, const char *path, const char *body, const char *extra, int *status) {
+    char bf[300], of[300], cmd[4096];
+    snprintf(bf, sizeof bf, "%s/body_%d", s->dir, g_seq);
+    snprintf(of, sizeof of, "%s/out_%d", s->dir, g_seq++);
+    if (body) {
+        FILE *f = fopen(bf, "wb");
+        assert_non_null(f);
+        fwrite(body, 1, strlen(body), f);
+        fclose(f);
+    }
+    snprintf(cmd, sizeof cmd,
+             "curl -sS -X %s -o %s -w '%%{http_code}' -H 'Content-Type: application/json' %s%s %s "
+             "'http://127.0.0.1:%d%s'",
+             method, of, body ? "--data-binary @" : "", body ? bf : "", extra ? extra : "", s->port, path);
+    int rc;
+    char *code = run_cmd(cmd, &rc);
+    assert_non_null(code);
+    *status = atoi(code);
+    free(code);
+    size_t n;
+    char *out = read_file(of, &n);
+    return out ? out : strdup("");
+}
+
+static cJSON *post_json(server *s, const char *path, const char *body, int want_status) {
+    int st;
+    char *out = http(s, "POST", path, body, NULL, &st);
+    if (st != want_status) fail_msg("POST %s %s: status %d, want %d: %s", path, body, st, want_status, out);
+    cJSON *j = cJSON_Parse(out);
+    if (!j) fail_msg("POST %s: not JSON: %s", path, out);
+    free(out);
+    return j;
+}
+
+static const char *jstr(const cJSON *o, const char *path) {
+    /* "a.b.0.c" */
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", path);
+    const cJSON *cur = o;
+    for (char *tok = strtok(buf, "."); tok && cur; tok = strtok(NULL, "."))
+        cur = (tok[0] >= '0' && tok[0] <= '9') ? cJSON_GetArrayItem(cur, atoi(tok))
+                                               : cJSON_GetObjectItemCaseSensitive(cur, tok);
+    return cJSON_IsString(cur) ? cur->valuestring : NULL;
+}
+
+static double jnum(const cJSON *o, const char *path) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", path);
+    const cJSON *cur = o;
+    for (char *tok = strtok(buf, "."); tok && cur; tok = strtok(NULL, "."))
+        cur = (tok[0] >= '0' && tok[0] <= '9') ? cJSON_GetArrayItem(cur, atoi(tok))
+                                               : cJSON_GetObjectItemCaseSensitive(cur, tok);
+    if (!cJSON_IsNumber(cur)) fail_msg("no number at %s", path);
+    return cur->valuedouble;
+}
+
+/* Checks OpenAI's error object and returns a copy of the message. */
+static void expect_error(server *s, const char *method, const char *path, const char *body, const char *extra,
+                         int want, const char *want_in_msg, const char *want_param, const char *want_code) {
+    int st;
+    char *out = http(s, method, path, body, extra, &st);
+    if (st != want) fail_msg("%s %s %s: status %d, want %d: %s", method, path, body ? body : "", st, want, out);
+    cJSON *j = cJSON_Parse(out);
+    if (!j) fail_msg("error body is not JSON: %s", out);
+    const char *msg = jstr(j, "error.message"), *type = jstr(j, "error.type");
+    if (!msg || !type) fail_msg("not an OpenAI error object: %s", out);
+    if (want_in_msg && !strstr(msg, want_in_msg)) fail_msg("error message '%s' lacks '%s'", msg, want_in_msg);
+    if (want_param && (!jstr(j, "error.param") || strcmp(jstr(j, "error.param"), want_param)))
+        fail_msg("error param of %s: %s", body ? body : path, out);
+    if (want_code && (!jstr(j, "error.code") || strcmp(jstr(j, "error.code"), want_code)))
+        fail_msg("error code of %s: %s, want %s", body ? body : path, out, want_code);
+    cJSON_Delete(j);
+    free(out);
+}
+
+/* CLI output (stdout) of `tutti CMD ARGS`. */
+static char *cli(const char *args) {
+    char cmd[16384];
+    snprintf(cmd, sizeof cmd, "%s %s 2>/dev/null", TUTTI_CLI, args);
+    int st;
+    char *out = run_cmd(cmd, &st);
+    if (st != 0) fail_msg("%s failed (%d)", cmd, st);
+    return out;
+}
+
+static bool utf8_ok(const char *s) {
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        int k = *p < 0x80 ? 0 : (*p >> 5) == 6 ? 1 : (*p >> 4) == 14 ? 2 : (*p >> 3) == 30 ? 3 : -1;
+        if (k < 0) return false;
+        for (int i = 1; i <= k; i++)
+            if ((p[i] & 0xC0) != 0x80) return false;
+        p += k + 1;
+    }
+    return true;
+}
+
+/* Streams a request: concatenated text of choice 0 (chat: delta.content),
+ * its finish_reason and the number of chunks; checks the SSE framing, that
+ * no chunk splits a UTF-8 character and that [DONE] ends the stream. */
+static char *stream_text(server *s, const char *path, const char *body, char *finish, int *n_chunks) {
+    int st;
+    char *out = http(s, "POST", path, body, "-N", &st);
+    if (st != 200) fail_msg("stream %s: status %d: %s", body, st, out);
+    size_t cap = strlen(out) + 1, n = 0;
+    char *text = calloc(cap, 1);
+    bool done = false;
+    *n_chunks = 0;
+    finish[0] = 0;
+    for (char *ev = out; ev && *ev;) {
+        char *next = strstr(ev, "\n\n");
+        if (next) *next = 0, next += 2;
+        if (strncmp(ev, "data: ", 6)) fail_msg("SSE event without 'data: ': %s", ev);
+        assert_false(done); /* nothing after [DONE] */
+        if (!strcmp(ev + 6, "[DONE]")) {
+            done = true;
+        } else {
+            cJSON *j = cJSON_Parse(ev + 6);
+            if (!j) fail_msg("chunk is not JSON: %s", ev + 6);
+            if (cJSON_GetObjectItemCaseSensitive(j, "error")) fail_msg("error in stream: %s", ev + 6);
+            const char *t = strstr(path, "chat") ? jstr(j, "choices.0.delta.content") : jstr(j, "choices.0.text");
+            if (t) {
+                assert_true(utf8_ok(t));
+                memcpy(text + n, t, strlen(t));
+                n += strlen(t);
+            }
+            const char *f = jstr(j, "choices.0.finish_reason");
+            if (f) snprintf(finish, 16, "%s", f);
+            (*n_chunks)++;
+            cJSON_Delete(j);
+        }
+        ev = next;
+    }
+    assert_true(done);
+    free(out);
+    return text;
+}
+
+static char *completion_text(server *s, const char *body) {
+    cJSON *j = post_json(s, "/v1/completions", body, 200);
+    const char *t = jstr(j, "choices.0.text");
+    assert_non_null(t);
+    char *r = strdup(t);
+    cJSON_Delete(j);
+    return r;
+}
+
+static void expect_same(const char *what, const char *want, const char *got) {
+    if (strcmp(want, got)) fail_msg("%s differs from the CLI:\n  CLI:    [%s]\n  served: [%s]", what, want, got);
+}
+
+/* Value of a Prometheus sample line "NAME VALUE" (-1 if absent). */
+static double metric(server *s, const char *name) {
+    int st;
+    char *m = http(s, "GET", "/metrics", NULL, NULL, &st);
+    assert_int_equal(st, 200);
+    double v = -1;
+    size_t ln = strlen(name);
+    for (char *l = m; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+        if (!strncmp(l, name, ln) && l[ln] == ' ') v = atof(l + ln + 1);
+    free(m);
+    return v;
+}
+
+/* ---- one server for most tests: the four story models ---- */
+
+static server g_s;
+
+static int setup(void **state) {
+    (void)state;
+    char args[8192], cfg[512];
+    /* the config file: a renamed model and a named ensemble */
+    snprintf(cfg, sizeof cfg, "/tmp/tutti_test_serve_cfg_%d.json", (int)getpid());
+    FILE *f = fopen(cfg, "w");
+    if (!f) return -1;
+    fprintf(f, "{\"models\": [{\"path\": \"%s\", \"name\": \"tiny\"}],\n"
+               " \"ensembles\": [{\"name\": \"pair\", \"members\": [\"stories260K\", \"babyllama-tok361\"],\n"
+               "   \"weights\": [0.7, 0.3], \"rule\": \"product\", \"align\": \"byte\"}]}\n",
+            shared_path(M_TINY));
+    fclose(f);
+    snprintf(args, sizeof args, "%s --config %s --chat-template %s -t 1 --parallel 2 --max-body 65536", four_models(),
+             cfg, TEMPLATE);
+    start(&g_s, "", args, true);
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    /* graceful stop: the log says so before the exit */
+    kill(g_s.pid, SIGTERM);
+    bool said = false;
+    for (int t = 0; t < 200 && !said; t++) {
+        size_t n;
+        char *log = read_file(g_s.log, &n);
+        said = log && strstr(log, "shutting down");
+        free(log);
+        if (!said) sleep_ms(25);
+    }
+    int rc = stop(&g_s);
+    char cfg[512];
+    snprintf(cfg, sizeof cfg, "/tmp/tutti_test_serve_cfg_%d.json", (int)getpid());
+    unlink(cfg);
+    /* graceful stop on SIGTERM: exit status 0 after saying so */
+    return rc == 0 && said ? 0 : -1;
+}
+
+static void test_health_models_metrics(void **state) {
+    (void)state;
+    int st;
+    char *b = http(&g_s, "GET", "/health", NULL, NULL, &st);
+    assert_int_equal(st, 200);
+    assert_non_null(strstr(b, "\"ok\""));
+    free(b);
+    b = http(&g_s, "GET", "/v1/models", NULL, NULL, &st);
+    assert_int_equal(st, 200);
+    cJSON *j = cJSON_Parse(b);
+    assert_non_null(j);
+    assert_string_equal(jstr(j, "object"), "list");
+    const char *want[] = {"default", "stories260K", "tiny", "babyllama-tok105", "babyllama-tok361", "pair"};
+    for (size_t k = 0; k < sizeof want / sizeof *want; k++) {
+        bool found = false;
+        const cJSON *m;
+        cJSON_ArrayForEach(m, cJSON_GetObjectItemCaseSensitive(j, "data")) found |= !strcmp(jstr(m, "id"), want[k]);
+        if (!found) fail_msg("/v1/models lacks %s: %s", want[k], b);
+    }
+    /* the alignment in use: four vocabularies fuse per byte, one model per token */
+    assert_string_equal(jstr(j, "data.0.id"), "default");
+    assert_string_equal(jstr(j, "data.0.tutti.align"), "byte");
+    const cJSON *m;
+    cJSON_ArrayForEach(m, cJSON_GetObjectItemCaseSensitive(j, "data"))
+        if (!strcmp(jstr(m, "id"), "stories260K")) assert_string_equal(jstr(m, "tutti.align"), "token");
+    cJSON_Delete(j);
+    free(b);
+    const char *names[] = {"tutti_requests_total", "tutti_generated_tokens_total", "tutti_tokens_per_second",
+                           "tutti_queue_length", "tutti_member_forward_seconds_total",
+                           "tutti_prompt_tokens_evaluated_total", "tutti_prompt_tokens_reused_total"};
+    b = http(&g_s, "GET", "/metrics", NULL, NULL, &st);
+    assert_int_equal(st, 200);
+    for (size_t k = 0; k < sizeof names / sizeof *names; k++)
+        if (!strstr(b, names[k])) fail_msg("/metrics lacks %s", names[k]);
+    assert_non_null(strstr(b, "tutti_requests_total{endpoint=\"/v1/models\",code=\"200\"}"));
+    free(b);
+}
+
+/* One model: equal to `tutti generate`; fused: equal to `tutti run`;
+ * non-streamed, streamed, and again on the warm slot. */
+static void test_equals_cli(void **state) {
+    (void)state;
+    char args[8192], body[1024];
+    snprintf(args, sizeof args, "generate -m %s -p '" PROMPT "' -n 40 --seed 5 -t 1 --temp 0.9 --top-k 20",
+             shared_path(M_STORIES));
+    char *want1 = cli(args);
+    snprintf(body, sizeof body,
+             "{\"model\":\"stories260K\",\"prompt\":\"" PROMPT "\",\"max_tokens\":40,\"seed\":5,"
+             "\"temperature\":0.9,\"top_k\":20}");
+    for (int rep = 0; rep < 2; rep++) {
+        char *got = completion_text(&g_s, body);
+        expect_same("one model", want1, got);
+        free(got);
+    }
+    snprintf(body, sizeof body,
+             "{\"model\":\"stories260K\",\"prompt\":\"" PROMPT "\",\"max_tokens\":40,\"seed\":5,"
+             "\"temperature\":0.9,\"top_k\":20,\"stream\":true}");
+    char fin[16];
+    int n_chunks;
+    char *got = stream_text(&g_s, "/v1/completions", body, fin, &n_chunks);
+    expect_same("one model, streamed", want1, got);
+    assert_string_equal(fin, "length");
+    assert_true(n_chunks >= 10); /* streamed piece by piece, not at the end */
+    free(got);
+    free(want1);
+
+    snprintf(args, sizeof args, "run %s -p '" PROMPT "' -n 120 --seed 11 -t 1 --top-p 0.9 --min-p 0.02",
+             four_models());
+    char *want4 = cli(args);
+    snprintf(body, sizeof body,
+             "{\"prompt\":\"" PROMPT "\",\"max_tokens\":120,\"seed\":11,\"top_p\":0.9,\"min_p\":0.02}");
+    for (int rep = 0; rep < 2; rep++) {
+        got = completion_text(&g_s, body);
+        expect_same("four models fused", want4, got);
+        free(got);
+    }
+    snprintf(body, sizeof body,
+             "{\"model\":\"default\",\"prompt\":\"" PROMPT "\",\"max_tokens\":120,\"seed\":11,\"top_p\":0.9,"
+             "\"min_p\":0.02,\"stream\":true}");
+    got = stream_text(&g_s, "/v1/completions", body, fin, &n_chunks);
+    expect_same("four models fused, streamed", want4, got);
+    free(got);
+    free(want4);
+
+    /* the config's named ensemble and the same one inline */
+    snprintf(args, sizeof args,
+             "run -m %s -m %s -w 0.7,0.3 --rule product --align byte -p '" PROMPT "' -n 60 --seed 2 -t 1",
+             shared_path(M_STORIES), shared_path(M_B361));
+    char *want2 = cli(args);
+    got = completion_text(&g_s, "{\"model\":\"pair\",\"prompt\":\"" PROMPT "\",\"max_tokens\":60,\"seed\":2}");
+    expect_same("config ensemble", want2, got);
+    free(got);
+    got = completion_text(&g_s, "{\"model\":\"mine\",\"prompt\":\"" PROMPT "\",\"max_tokens\":60,\"seed\":2,"
+                                "\"tutti\":{\"members\":[\"stories260K\",\"babyllama-tok361\"],\"weights\":[0.7,0.3],"
+                                "\"rule\":\"product\",\"align\":\"byte\"}}");
+    expect_same("inline ensemble", want2, got);
+    free(got);
+    free(want2);
+}
+
+static void test_request_options(void **state) {
+    (void)state;
+    /* stop: the text ends before the stop string */
+    char *full = completion_text(&g_s, "{\"model\":\"stories260K\",\"prompt\":\"" PROMPT "\",\"max_tokens\":40,"
+                                       "\"temperature\":0}");
+    char *cut = strstr(full + 3, " ");
+    assert_non_null(cut);
+    char stop[8] = {0};
+    memcpy(stop, cut, 3);
+    char body[1024];
+    snprintf(body, sizeof body,
+             "{\"model\":\"stories260K\",\"prompt\":\"" PROMPT "\",\"max_tokens\":40,\"temperature\":0,"
+             "\"stop\":[\"%s\"],\"unknown_field\":{\"x\":[1,2]}}",
+             stop);
+    cJSON *j = post_json(&g_s, "/v1/completions", body, 200);
+    const char *t = jstr(j, "choices.0.text");
+    assert_non_null(t);
+    assert_int_equal(strlen(t), (size_t)(cut - full));
+    assert_memory_equal(t, full, strlen(t));
+    assert_string_equal(jstr(j, "choices.0.finish_reason"), "stop");
+    cJSON_Delete(j);
+    /* n = 2: two choices, the first as with n = 1 */
+    j = post_json(&g_s, "/v1/completions",
+                  "{\"model\":\"stories260K\",\"prompt\":\"" PROMPT "\",\"max_tokens\":40,\"temperature\":0,\"n\":2}",
+                  200);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(j, "choices")), 2);
+    assert_string_equal(jstr(j, "choices.0.text"), full);
+    assert_int_equal((int)jnum(j, "choices.1.index"), 1);
+    cJSON_Delete(j);
+    free(full);
+    /* max_tokens far beyond the context: capped (babyllama's context is 256) */
+    j = post_json(&g_s, "/v1/completions",
+                  "{\"model\":\"babyllama-tok105\",\"prompt\":\"" PROMPT "\",\"max_tokens\":100000000}", 200);
+    assert_true(jnum(j, "usage.completion_tokens") + jnum(j, "usage.prompt_tokens") <= 256);
+    cJSON_Delete(j);
+    /* max_tokens 0 */
+    j = post_json(&g_s, "/v1/completions", "{\"model\":\"stories260K\",\"prompt\":\"x\",\"max_tokens\":0}", 200);
+    assert_string_equal(jstr(j, "choices.0.text"), "");
+    assert_string_equal(jstr(j, "choices.0.finish_reason"), "length");
+    cJSON_Delete(j);
+}
+
+static void test_errors(void **state) {
+    (void)state;
+    /* the '}' at byte 15 is where the parser stops */
+    expect_error(&g_s, "POST", "/v1/completions", "{\"prompt\": \"x\",}", NULL, 400, "at byte 15", NULL, NULL);
+    expect_error(&g_s, "POST", "/v1/completions", "", NULL, 400, "malformed JSON", NULL, NULL);
+    expect_error(&g_s, "POST", "/v1/completions", "[1]", NULL, 400, "JSON object", NULL, NULL);
+    expect_error(&g_s, "POST", "/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":\"10\"}", NULL, 400, NULL,
+                 "max_tokens", NULL);
+    expect_error(&g_s, "POST", "/v1/completions", "{\"prompt\":\"x\",\"temperature\":-1}", NULL, 400, NULL,
+                 "temperature", NULL);
+    expect_error(&g_s, "POST", "/v1/completions", "{\"prompt\":\"x\",\"stop\":[1]}", NULL, 400, NULL, "stop", NULL);
+    expect_error(&g_s, "POST", "/v1/completions", "{\"prompt\":\"x\",\"stream\":1}", NULL, 400, NULL, "stream", NULL);
+    expect_error(&g_s, "POST", "/v1/completions", "{\"prompt\":\"x\",\"n\":0}", NULL, 400, NULL, "n", NULL);
+    expect_error(&g_s, "POST", "/v1/completions", "{\"max_tokens\":3}", NULL, 400, "required", "prompt", NULL);
+    expect_error(&g_s, "POST", "/v1/completions", "{\"prompt\":[1,2,3]}", NULL, 400, "token-id", "prompt", NULL);
+    expect_error(&g_s, "POST", "/v1/chat/completions", "{\"messages\":[]}", NULL, 400, NULL, "messages", NULL);
+    expect_error(&g_s, "POST", "/v1/chat/completions", "{\"messages\":[{\"content\":\"x\"}]}", NULL, 400, "role",
+                 "messages", NULL);
+    expect_error(&g_s, "POST", "/v1/completions", "{\"model\":\"nope\",\"prompt\":\"x\"}", NULL, 404, "nope", "model",
+                 "model_not_found");
+    expect_error(&g_s, "POST", "/v1/completions",
+                 "{\"prompt\":\"x\",\"tutti\":{\"members\":[\"stories260K\",\"nope\"]}}", NULL, 404, "nope", "tutti",
+                 "model_not_found");
+    expect_error(&g_s, "POST", "/v1/completions",
+                 "{\"prompt\":\"x\",\"tutti\":{\"members\":[\"stories260K\",\"tiny\"],\"align\":\"token\"}}", NULL, 400,
+                 "different vocabularies", NULL, NULL);
+    expect_error(&g_s, "POST", "/v1/chat/completions",
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"}}",
+                 NULL, 400, "not supported", "response_format", NULL);
+    expect_error(&g_s, "POST", "/v1/completions",
+                 "{\"prompt\":\"x\",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}}", NULL, 400,
+                 "not supported", "response_format", NULL);
+    expect_error(&g_s, "POST", "/v1/chat/completions",
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true}", NULL, 400, "logprobs",
+                 "logprobs", NULL);
+    expect_error(&g_s, "POST", "/v1/completions", "{\"prompt\":\"x\",\"logprobs\":2}", NULL, 400, "logprobs",
+                 "logprobs", NULL);
+    expect_error(&g_s, "GET", "/v1/nothing", NULL, NULL, 404, "no such endpoint", NULL, NULL);
+    expect_error(&g_s, "GET", "/v1/completions", NULL, NULL, 405, "POST", NULL, NULL);
+    expect_error(&g_s, "POST", "/v1/models", "{}", NULL, 405, "GET", NULL, NULL);
+    /* a prompt longer than a member's context (babyllama: 256 tokens) */
+    size_t n = 3000;
+    char *big = malloc(n + 64);
+    strcpy(big, "{\"model\":\"babyllama-tok105\",\"prompt\":\"");
+    size_t o = strlen(big);
+    for (size_t i = 0; i < 1200; i++) big[o++] = i % 2 ? ' ' : 'a';
+    strcpy(big + o, "\"}");
+    expect_error(&g_s, "POST", "/v1/completions", big, NULL, 400, "context", "prompt", "context_length_exceeded");
+    free(big);
+    /* a body over --max-body (65536) */
+    n = 70000;
+    big = malloc(n + 64);
+    strcpy(big, "{\"prompt\":\"");
+    o = strlen(big);
+    memset(big + o, 'a', n);
+    strcpy(big + o + n, "\"}");
+    expect_error(&g_s, "POST", "/v1/completions", big, NULL, 413, "larger than", NULL, NULL);
+    free(big);
+}
+
+/* A chat growing by one turn evaluates only the new tokens: greedy, one
+ * model (token alignment).  The slot's cache holds turn 1's prompt and its
+ * reply but the last generated token (drawn, never evaluated), so turn 2
+ * must evaluate exactly n2 - (n1 + k - 1) tokens when the reply re-tokenizes
+ * as generated. */
+static void test_chat_kv_reuse(void **state) {
+    (void)state;
+    const char *m1 = "{\"role\":\"user\",\"content\":\"Tell me a story.\"}";
+    char body[4096];
+    snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"messages\":[%s],\"max_tokens\":30,\"temperature\":0}", m1);
+    cJSON *a = post_json(&g_s, "/v1/chat/completions", body, 200);
+    assert_string_equal(jstr(a, "object"), "chat.completion");
+    assert_string_equal(jstr(a, "choices.0.message.role"), "assistant");
+    int n1 = (int)jnum(a, "usage.prompt_tokens"), k = (int)jnum(a, "usage.completion_tokens");
+    cJSON *reply = cJSON_CreateString(jstr(a, "choices.0.message.content"));
+    char *rj = cJSON_PrintUnformatted(reply);
+    double reused0 = metric(&g_s, "tutti_prompt_tokens_reused_total");
+    snprintf(body, sizeof body,
+             "{\"model\":\"stories260K\",\"messages\":[%s,{\"role\":\"assistant\",\"content\":%s},"
+             "{\"role\":\"user\",\"content\":\"More.\"}],\"max_tokens\":30,\"temperature\":0}",
+             m1, rj);
+    cJSON *b = post_json(&g_s, "/v1/chat/completions", body, 200);
+    int n2 = (int)jnum(b, "usage.prompt_tokens");
+    int ev = (int)jnum(b, "usage.tutti.prompt_tokens_evaluated.0");
+    assert_true(n2 > n1 + k);
+    if (ev != n2 - (n1 + k - 1)) fail_msg("turn 2: %d of %d prompt tokens evaluated, want %d", ev, n2, n2 - (n1 + k - 1));
+    double reused1 = metric(&g_s, "tutti_prompt_tokens_reused_total");
+    assert_true(reused1 - reused0 >= n1 + k - 1);
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+    /* fused (byte alignment): every member reuses most of its prompt */
+    snprintf(body, sizeof body, "{\"messages\":[%s],\"max_tokens\":30,\"temperature\":0}", m1);
+    a = post_json(&g_s, "/v1/chat/completions", body, 200);
+    cJSON_Delete(reply);
+    free(rj);
+    reply = cJSON_CreateString(jstr(a, "choices.0.message.content"));
+    rj = cJSON_PrintUnformatted(reply);
+    snprintf(body, sizeof body,
+             "{\"messages\":[%s,{\"role\":\"assistant\",\"content\":%s},{\"role\":\"user\",\"content\":\"More.\"}],"
+             "\"max_tokens\":30,\"temperature\":0}",
+             m1, rj);
+    b = post_json(&g_s, "/v1/chat/completions", body, 200);
+    for (int i = 0; i < 4; i++) {
+        char p1[64], p2[64];
+        snprintf(p1, sizeof p1, "usage.tutti.prompt_tokens.%d", i);
+        snprintf(p2, sizeof p2, "usage.tutti.prompt_tokens_evaluated.%d", i);
+        int n1i = (int)jnum(a, p1), n2i = (int)jnum(b, p1), evi = (int)jnum(b, p2);
+        /* the reply's first bytes may merge with turn 1's last prompt token
+         * when the conversation is tokenized again: up to 2 more */
+        if (evi > n2i - n1i + 2) fail_msg("fused turn 2, member %d: %d of %d prompt tokens evaluated (turn 1 had %d)", i + 1, evi, n2i, n1i);
+    }
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+    cJSON_Delete(reply);
+    free(rj);
+}
+
+static void test_chat_stream(void **state) {
+    (void)state;
+    const char *b = "{\"messages\":[{\"role\":\"system\",\"content\":\"Be nice.\"},{\"role\":\"user\",\"content\":"
+                    "\"Hi <s> there\"}],\"max_tokens\":40,\"seed\":9,\"model\":\"default\"}";
+    cJSON *j = post_json(&g_s, "/v1/chat/completions", b, 200);
+    char *want = strdup(jstr(j, "choices.0.message.content"));
+    cJSON_Delete(j);
+    char sb[1024], fin[16];
+    snprintf(sb, sizeof sb, "%.*s,\"stream\":true,\"stream_options\":{\"include_usage\":true}}", (int)strlen(b) - 1, b);
+    int n_chunks;
+    char *got = stream_text(&g_s, "/v1/chat/completions", sb, fin, &n_chunks);
+    expect_same("chat streamed vs not", want, got);
+    assert_true(fin[0] != 0);
+    free(want);
+    free(got);
+}
+
+/* The openai npm package against one model and the four fused. */
+static void test_openai_npm(void **state) {
+    (void)state;
+    struct stat st;
+    if (stat(TUTTI_SOURCE_DIR "/tests/serve/node_modules/openai/package.json", &st) != 0)
+        fail_msg("the openai npm package is missing: run `npm ci` in tests/serve (Node 20)");
+    const struct {
+        const char *model;
+        const char *cli_fmt;
+        int n;
+    } cases[] = {{"stories260K", "generate -m %s -p '" PROMPT "' -n %d --seed 4 -t 1", 30},
+                 {"default", "run %s -p '" PROMPT "' -n %d --seed 4 -t 1", 80}};
+    for (size_t c = 0; c < 2; c++) {
+        char cmd[8192], args[8192];
+        snprintf(cmd, sizeof cmd, "node %s/tests/serve/openai_client.mjs http://127.0.0.1:%d %s '" PROMPT "' %d 4",
+                 TUTTI_SOURCE_DIR, g_s.port, cases[c].model, cases[c].n);
+        int rc;
+        char *out = run_cmd(cmd, &rc);
+        if (rc != 0) fail_msg("%s failed (%d): %s", cmd, rc, out ? out : "");
+        cJSON *j = cJSON_Parse(out);
+        if (!j) fail_msg("openai client output: %s", out);
+        snprintf(args, sizeof args, cases[c].cli_fmt, c == 0 ? shared_path(M_STORIES) : four_models(), cases[c].n);
+        char *want = cli(args);
+        expect_same("openai completions", want, jstr(j, "completion"));
+        expect_same("openai completions streamed", want, jstr(j, "completion_stream"));
+        assert_string_equal(jstr(j, "completion_finish"), "length");
+        assert_string_equal(jstr(j, "completion_stream_finish"), "length");
+        assert_string_equal(jstr(j, "chat_role"), "assistant");
+        assert_non_null(jstr(j, "chat"));
+        expect_same("openai chat streamed vs not", jstr(j, "chat"), jstr(j, "chat_stream"));
+        assert_non_null(jstr(j, "chat_stream_finish"));
+        assert_int_equal((int)jnum(j, "error_status"), 404);
+        assert_string_equal(jstr(j, "error_code"), "model_not_found");
+        free(want);
+        cJSON_Delete(j);
+        free(out);
+    }
+}
+
+/* ---- servers of their own ---- */
+
+static void test_loading_auth(void **state) {
+    (void)state;
+    server s;
+    char args[4096];
+    snprintf(args, sizeof args, "-m %s --api-key s3cret -t 1", shared_path(M_STORIES));
+    start(&s, "TUTTI_SERVE_TEST_LOAD_DELAY_MS=3000", args, false);
+    /* loading: 503 until the models are in */
+    expect_error(&s, "GET", "/health", NULL, NULL, 503, "loading", NULL, NULL);
+    expect_error(&s, "POST", "/v1/completions", "{\"prompt\":\"x\"}", "-H 'Authorization: Bearer s3cret'", 503,
+                 "loading", NULL, NULL);
+    int st = 0;
+    for (int t = 0; t < 600 && st != 200; t++) {
+        free(http(&s, "GET", "/health", NULL, NULL, &st));
+        if (st != 200) sleep_ms(50);
+    }
+    assert_int_equal(st, 200);
+    expect_error(&s, "POST", "/v1/completions", "{\"prompt\":\"x\"}", NULL, 401, "API key", NULL, "invalid_api_key");
+    expect_error(&s, "POST", "/v1/completions", "{\"prompt\":\"x\"}", "-H 'Authorization: Bearer wrong'", 401,
+                 "API key", NULL, "invalid_api_key");
+    expect_error(&s, "GET", "/v1/models", NULL, "-H 'Authorization: Bearer s3cret2'", 401, NULL, NULL, NULL);
+    char *b = http(&s, "POST", "/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":3}",
+                   "-H 'Authorization: Bearer s3cret'", &st);
+    assert_int_equal(st, 200);
+    free(b);
+    /* a story model has no chat template, and this server has no override */
+    expect_error(&s, "POST", "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+                 "-H 'Authorization: Bearer s3cret'", 400, "chat_template", NULL, NULL);
+    assert_int_equal(stop(&s), 0);
+}
+
+/* One slot, no queue: a second request while the first streams is a 503;
+ * a client that disconnects mid-stream stops its generation and frees the
+ * slot. */
+static void test_queue_disconnect(void **state) {
+    (void)state;
+    server s;
+    char args[8192];
+    snprintf(args, sizeof args, "%s -t 1 --parallel 1 --queue 0", four_models());
+    /* 20 ms per piece of text: greedy, the generation would run to the
+     * contexts' end (~1000 bytes, 20 s) */
+    start(&s, "TUTTI_SERVE_TEST_PIECE_DELAY_MS=20", args, true);
+    char cmd[4096];
+    /* a long fused generation (byte alignment, up to the 256-token contexts) */
+    snprintf(cmd, sizeof cmd,
+             "curl -sN -o %s/long.out http://127.0.0.1:%d/v1/completions -H 'Content-Type: application/json' "
+             "--data-binary '{\"prompt\":\"" PROMPT "\",\"max_tokens\":100000,\"temperature\":0,\"stream\":true}' </dev/null >/dev/null 2>&1 & echo $!",
+             s.dir, s.port);
+    int rc;
+    char *pid = run_cmd(cmd, &rc);
+    pid_t cp = atoi(pid);
+    free(pid);
+    assert_true(cp > 0);
+    for (int t = 0; t < 200 && metric(&s, "tutti_slots_busy") < 1; t++) sleep_ms(20);
+    assert_int_equal((int)metric(&s, "tutti_slots_busy"), 1);
+    expect_error(&s, "POST", "/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":2}", NULL, 503, "busy", NULL, NULL);
+    sleep_ms(200);
+    kill(cp, SIGKILL); /* the client goes away mid-stream */
+    waitpid(cp, NULL, 0);
+    int t = 0;
+    for (; t < 100 && metric(&s, "tutti_slots_busy") > 0; t++) sleep_ms(10);
+    if (metric(&s, "tutti_slots_busy") > 0) fail_msg("the slot is still busy 1 s after the client left");
+    assert_int_equal((int)metric(&s, "tutti_requests_cancelled_total"), 1);
+    /* it stopped long before the contexts were full (~1000 bytes) */
+    double units = metric(&s, "tutti_generated_tokens_total");
+    if (!(units > 0 && units < 150)) fail_msg("%g bytes generated for a client that left after ~0.3 s", units);
+    size_t n;
+    char path[512];
+    snprintf(path, sizeof path, "%s/long.out", s.dir);
+    char *got = read_file(path, &n);
+    assert_non_null(got);
+    assert_null(strstr(got, "[DONE]"));
+    free(got);
+    /* the slot serves the next request */
+    int st;
+    char *b = http(&s, "POST", "/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":2}", NULL, &st);
+    assert_int_equal(st, 200);
+    free(b);
+    assert_int_equal(stop(&s), 0);
+}
+
+/* usage errors exit 2, runtime errors 1 */
+static void test_cli_usage(void **state) {
+    (void)state;
+    require_shared();
+    char cmd[4096];
+    int st;
+    const char *usage[] = {"", "--port 70000 -m x.gguf", "--parallel 0 -m x.gguf", "--bogus", "-m"};
+    for (size_t k = 0; k < sizeof usage / sizeof *usage; k++) {
+        snprintf(cmd, sizeof cmd, "%s serve %s 2>&1", TUTTI_CLI, usage[k]);
+        free(run_cmd(cmd, &st));
+        if (st != 2) fail_msg("`tutti serve %s` exited %d, want 2", usage[k], st);
+    }
+    snprintf(cmd, sizeof cmd, "%s serve --port 0 --host not-an-address -m %s 2>&1", TUTTI_CLI, shared_path(M_STORIES));
+    free(run_cmd(cmd, &st));
+    assert_int_equal(st, 2);
+    snprintf(cmd, sizeof cmd, "%s serve --port 0 -m /nonexistent/model.gguf 2>&1", TUTTI_CLI);
+    char *out = run_cmd(cmd, &st);
+    assert_int_equal(st, 1);
+    assert_non_null(strstr(out, "/nonexistent/model.gguf"));
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s serve --help", TUTTI_CLI);
+    out = run_cmd(cmd, &st);
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(out, "--parallel"));
+    free(out);
+}
+
+int main(void) {
+    const struct CMUnitTest shared_server[] = {
+        cmocka_unit_test(test_health_models_metrics), cmocka_unit_test(test_equals_cli),
+        cmocka_unit_test(test_request_options),       cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_chat_kv_reuse),         cmocka_unit_test(test_chat_stream),
+        cmocka_unit_test(test_openai_npm),
+    };
+    const struct CMUnitTest own_server[] = {
+        cmocka_unit_test(test_loading_auth),
+        cmocka_unit_test(test_queue_disconnect),
+        cmocka_unit_test(test_cli_usage),
+    };
+    int rc = cmocka_run_group_tests(shared_server, setup, teardown);
+    rc |= cmocka_run_group_tests(own_server, NULL, NULL);
+    return rc;
+}
