@@ -21,6 +21,16 @@ if [ -n "$missing" ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
 fi
+# tests/test_serve.c drives `tutti serve` with the official openai npm
+# package: installed from the committed lock file when it is missing or the
+# lock file changed (Node.js and npm come with the machine)
+SERVE_TESTS="$(dirname "$0")/../tests/serve"
+if command -v npm >/dev/null && { [ ! -f "$SERVE_TESTS/node_modules/.lock-installed" ] ||
+     ! cmp -s "$SERVE_TESTS/package-lock.json" "$SERVE_TESTS/node_modules/.lock-installed"; }; then
+  echo "bootstrap: npm ci in tests/serve (openai client for the server tests)" >&2
+  (cd "$SERVE_TESTS" && npm ci --no-audit --no-fund --prefer-offline >/dev/null &&
+     cp package-lock.json node_modules/.lock-installed)
+fi
 cmake -S "$(dirname "$0")/.." -B "$BUILD" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
 # build progress goes to stderr: stdout stays the generated text of the command that follows
 cmake --build "$BUILD" -j"$(nproc)" >&2
