@@ -6,6 +6,8 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "cli/grammar_args.h"
+#include "grammar/constrain.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -30,7 +32,9 @@ static void usage(FILE *f) {
             "                        chat template; generation stops at the end-of-turn token\n"
             "      --system TEXT     with --chat: a system message before the user message\n"
             "      --verbose-prompt  print the prompt's token ids on stderr\n"
-            "  -h, --help            this text\n");
+            "%s"
+            "  -h, --help            this text\n",
+            cli_grammar_help());
 }
 
 /* NaN or +inf logits mean broken weights or an overflow; sampling from them
@@ -47,9 +51,13 @@ int cmd_generate(int argc, char **argv) {
     int32_t n_predict = 128, n_threads = 0, n_ctx = 0;
     bool parse_special = false, seed_set = false;
     tutti_sampler_params sp = tutti_sampler_default_params();
+    cli_grammar ga = {0};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         bool ok = true;
+        int gr = cli_grammar_take(&ga, "generate", argc, argv, &i);
+        if (gr < 0) return 2;
+        if (gr > 0) continue;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (model_path) {
                 fprintf(stderr, "tutti generate: -m given twice; generate runs one model (tutti run fuses several)\n");
@@ -89,6 +97,11 @@ int cmd_generate(int argc, char **argv) {
         return 2;
     }
     if (!seed_set) sp.seed = (uint64_t)time(NULL);
+    bool g_failed;
+    tutti_grammar *grammar = cli_grammar_build(&ga, "generate", &g_failed);
+    if (g_failed) return 1;
+    gr_constraint gc = {0};
+    float *row = NULL;
 
     int rc = 1;
     char *file_text = NULL;
@@ -146,6 +159,16 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "\n");
     }
     for (int32_t i = 0; i < n_ids; i++) tutti_sampler_accept(smp, ids[i]);
+    /* the grammar masks the logits before sampling; one it makes impossible
+     * to start is an error before the prompt's forward pass */
+    if (grammar) {
+        int32_t nv = tutti_model_n_vocab(model);
+        if (gr_constraint_init(&gc, grammar, vocab) < 0 || !(row = calloc((size_t)nv, sizeof(float))) ||
+            gr_constraint_mask_tokens(&gc, row) < 0) {
+            fprintf(stderr, "tutti generate: %s\n", row ? tutti_last_error() : "out of memory");
+            goto done;
+        }
+    }
 
     double t1 = cli_now();
     if (tutti_session_eval(sess, ids, n_ids, NULL) != TUTTI_OK) {
@@ -165,7 +188,18 @@ int cmd_generate(int argc, char **argv) {
             rc = 1;
             break;
         }
-        int32_t tok = tutti_sampler_sample(smp, tutti_session_logits(sess), n_vocab);
+        const float *dist = tutti_session_logits(sess);
+        if (gc.m) {
+            if (gr_constraint_done(&gc)) break; /* complete, nothing may follow */
+            memcpy(row, dist, sizeof(float) * (size_t)n_vocab);
+            if (gr_constraint_mask_tokens(&gc, row) < 0) {
+                fprintf(stderr, "tutti generate: %s\n", tutti_last_error());
+                rc = 1;
+                break;
+            }
+            dist = row;
+        }
+        int32_t tok = tutti_sampler_sample(smp, dist, n_vocab);
         if (tok < 0) {
             fprintf(stderr, "tutti generate: %s\n", tutti_last_error());
             rc = 1;
@@ -179,6 +213,11 @@ int cmd_generate(int argc, char **argv) {
             if (!p) break;
             piece = p;
             len = tutti_token_to_piece(vocab, tok, false, piece, piece_cap);
+        }
+        if (gr_constraint_accept(&gc, piece, len > 0 ? (size_t)len : 0) < 0) {
+            fprintf(stderr, "tutti generate: %s\n", tutti_last_error());
+            rc = 1;
+            break;
         }
         if (len > 0) fwrite(piece, 1, (size_t)len, stdout);
         fflush(stdout);
@@ -200,7 +239,12 @@ int cmd_generate(int argc, char **argv) {
     fprintf(stderr, "\ntutti generate: prompt %d tokens in %.3f s (%.1f tokens/s); generated %d tokens in %.3f s (%.1f tokens/s)\n",
             n_ids, t_prompt, n_ids / (t_prompt > 0 ? t_prompt : 1e-9), n_gen, t_gen,
             n_gen / (t_gen > 0 ? t_gen : 1e-9));
+    if (gc.m && rc == 0 && !tutti_grammar_matcher_is_complete(gc.m))
+        fprintf(stderr, "tutti generate: stopped before the grammar was complete (raise -n or -c)\n");
 done:
+    gr_constraint_free(&gc);
+    free(row);
+    tutti_grammar_free(grammar);
     tutti_sampler_free(smp);
     tutti_session_free(sess);
     tutti_model_free(model);

@@ -15,6 +15,7 @@
 
 #include "cli/cli.h"
 #include "cli/ens_args.h"
+#include "cli/grammar_args.h"
 #include "tutti.h"
 
 /* ---- ensemble flags shared by run / eval / fit ---- */
@@ -236,8 +237,9 @@ static void usage(FILE *out) {
             "                        alignment: an end-of-generation token; byte: the end-of-text\n"
             "                        outcome, each member's end-of-generation mass)\n"
             "  --system TEXT         with --chat: a system message before the user message\n"
-            "  --verbose-prompt      print every member's prompt token ids on stderr\n",
-            ens_args_help());
+            "  --verbose-prompt      print every member's prompt token ids on stderr\n"
+            "%s",
+            ens_args_help(), cli_grammar_help());
 }
 
 static int write_cb(const char *b, size_t n, void *u) {
@@ -258,9 +260,12 @@ int tutti_cmd_run(int argc, char **argv) {
     int n_gen = 128;
     const char *stop[MAX_STRS], *allow[MAX_STRS], *forbid[MAX_STRS];
     int n_stop = 0, n_allow = 0, n_forbid = 0;
+    cli_grammar ga = {0};
     for (int i = 0; i < argc; i++) {
         int r = ens_args_take(&a, argc, argv, &i);
         if (r < 0) return 2;
+        if (r > 0) continue;
+        if ((r = cli_grammar_take(&ga, "run", argc, argv, &i)) < 0) return 2;
         if (r > 0) continue;
         const char *o = argv[i], *v;
         double d;
@@ -328,10 +333,16 @@ int tutti_cmd_run(int argc, char **argv) {
         return 2;
     }
     if (!seed_set) sp.seed = (uint64_t)time(NULL); /* as tutti generate */
+    bool g_failed;
+    tutti_grammar *grammar = cli_grammar_build(&ga, "run", &g_failed); /* before loading: fail fast */
+    if (g_failed) return 1;
     char *buf = NULL;
     size_t plen = 0;
     if (prompt_file) {
-        if (!(buf = cli_read_file(prompt_file, &plen))) return 1;
+        if (!(buf = cli_read_file(prompt_file, &plen))) {
+            tutti_grammar_free(grammar);
+            return 1;
+        }
         prompt = buf;
     } else if (prompt) {
         plen = strlen(prompt);
@@ -342,10 +353,11 @@ int tutti_cmd_run(int argc, char **argv) {
     if (!e) {
         free(buf);
         ens_args_free(&a);
+        tutti_grammar_free(grammar);
         return 1;
     }
     tutti_mask m = {.allowed = allow, .n_allowed = n_allow, .forbidden = forbid, .n_forbidden = n_forbid,
-                    .stop = stop, .n_stop = n_stop, .max_len = n_gen};
+                    .stop = stop, .n_stop = n_stop, .max_len = n_gen, .grammar = grammar};
     int n_mem = tutti_ensemble_n_members(e);
     int32_t *ids[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0}, n_ids[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0};
     int rc = 0;
@@ -397,6 +409,7 @@ int tutti_cmd_run(int argc, char **argv) {
     for (int i = 0; i < n_mem; i++) free(ids[i]);
     tutti_ensemble_free(e);
     ens_args_free(&a);
+    tutti_grammar_free(grammar);
     free(buf);
     return rc < 0 ? 1 : 0;
 }
