@@ -139,7 +139,7 @@ typedef struct prim {
 } prim;
 
 static const prim k_prims[] = {
-    {"space", "| \" \" | \"\\n\"{1,2} [ \\t]{0,20}", ""},
+    {"space", "| \" \" | \"\\n\" [ \\t]{0,20}", ""}, /* llama.cpp 0.7.0 (the oracle) */
     {"boolean", "(\"true\" | \"false\") space", "space"},
     {"decimal-part", "[0-9]{1,16}", ""},
     {"integral-part", "[0] | [1-9] [0-9]{0,15}", ""},
