@@ -186,6 +186,14 @@ bool gr_class_meets(const tutti_grammar *g, int32_t cls, uint32_t lo, uint32_t h
     return false;
 }
 
+bool gr_class_covers(const tutti_grammar *g, int32_t cls, uint32_t lo, uint32_t hi) {
+    const gr_class *c = &g->classes[cls];
+    const gr_range *r = g->ranges + c->r0;
+    for (int32_t i = 0; i < c->n; i++)
+        if (r[i].lo <= lo && r[i].hi >= hi) return true; /* ranges are merged: one must hold it all */
+    return false;
+}
+
 void gr_grammar_free_parts(tutti_grammar *g) {
     for (int32_t i = 0; i < g->n_rules; i++) {
         for (int32_t a = 0; a < g->rules[i].n_alts; a++) free(g->rules[i].alts[a].e);

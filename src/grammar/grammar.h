@@ -88,6 +88,8 @@ int gr_rule_add_alt(tutti_grammar *g, int32_t rule, gr_seq *seq); /* takes seq's
 int32_t gr_class_new(tutti_grammar *g, const gr_range *r, int32_t n, bool negate);
 bool gr_class_has(const tutti_grammar *g, int32_t cls, uint32_t cp);
 bool gr_class_meets(const tutti_grammar *g, int32_t cls, uint32_t lo, uint32_t hi);
+/* every code point of [lo, hi] is in the class */
+bool gr_class_covers(const tutti_grammar *g, int32_t cls, uint32_t lo, uint32_t hi);
 void gr_grammar_free_parts(tutti_grammar *g);
 
 /* ---- matcher (matcher.c) ---- */

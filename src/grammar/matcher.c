@@ -229,7 +229,15 @@ static int32_t closure_run(tutti_grammar_matcher *m, int32_t nw) {
 
 /* ---- transitions ---- */
 
-/* State after a complete code point cp from the stacks ids[0..n). */
+/* A pending character whose every completion is a valid code point that
+ * every kept stack's class holds: its exact bytes no longer matter, only
+ * how many are still to come.  Such states share v = GM_ANY, which keeps
+ * the automaton from growing one state per lead byte (JSON strings accept
+ * any non-ASCII character). */
+#define GM_ANY 0xFFFFFFFFu
+
+/* State after a complete code point cp (GM_ANY: one every stack holds) from
+ * the stacks ids[0..n). */
 static int32_t advance_cp(tutti_grammar_matcher *m, const int32_t *ids, int32_t n, uint32_t cp) {
     new_stamp(m);
     int32_t nw = 0;
@@ -237,7 +245,7 @@ static int32_t advance_cp(tutti_grammar_matcher *m, const int32_t *ids, int32_t 
         int32_t node = ids[i];
         if (node == 0) continue;
         const gr_elem *e = &m->g->elems[m->stk[node].pos];
-        if (!gr_class_has(m->g, e->arg, cp)) continue;
+        if (cp != GM_ANY && !gr_class_has(m->g, e->arg, cp)) continue;
         int32_t nx = stack_after(m, node);
         if (work_push(m, &nw, nx) < 0) return -3;
     }
@@ -280,9 +288,13 @@ int32_t gm_step_slow(tutti_grammar_matcher *m, int32_t s, uint8_t b) {
             r = -1;
             goto done;
         }
-        v = (cur.v << 6) | (b & 0x3Fu);
         rem = (uint8_t)(cur.rem - 1);
         len = cur.len;
+        if (cur.v == GM_ANY) { /* any continuation byte, every stack follows */
+            r = rem == 0 ? advance_cp(m, ids, cur.n, GM_ANY) : state_get(m, ids, cur.n, GM_ANY, rem, len);
+            goto done;
+        }
+        v = (cur.v << 6) | (b & 0x3Fu);
         if (rem == 0) {
             if (v < k_min_cp[len] || v > k_max_cp[len] || (v >= 0xD800 && v <= 0xDFFF)) r = -1;
             else r = advance_cp(m, ids, cur.n, v);
@@ -296,12 +308,16 @@ int32_t gm_step_slow(tutti_grammar_matcher *m, int32_t s, uint8_t b) {
         if (lo < k_min_cp[len]) lo = k_min_cp[len];
         if (hi > k_max_cp[len]) hi = k_max_cp[len];
         int32_t k = 0;
+        bool all = lo == (v << (6 * rem)) && hi == (lo | ((1u << (6 * rem)) - 1)) && (hi < 0xD800 || lo > 0xDFFF);
         if (lo <= hi)
             for (int32_t i = 0; i < cur.n; i++) {
                 if (ids[i] == 0) continue;
-                if (gr_class_meets(m->g, m->g->elems[m->stk[ids[i]].pos].arg, lo, hi)) ids[k++] = ids[i];
+                int32_t cls = m->g->elems[m->stk[ids[i]].pos].arg;
+                if (!gr_class_meets(m->g, cls, lo, hi)) continue;
+                ids[k++] = ids[i];
+                all = all && gr_class_covers(m->g, cls, lo, hi);
             }
-        r = k ? state_get(m, ids, k, v, rem, len) : -1;
+        r = k ? state_get(m, ids, k, all ? GM_ANY : v, rem, len) : -1;
     }
 done:
     if (ids != stack_buf) free(ids);
