@@ -116,7 +116,7 @@ int32_t gr_class_new(tutti_grammar *g, const gr_range *rin, int32_t n, bool nega
     /* sorted, merged, complemented if negated, surrogates removed */
     gr_range *tmp = malloc(sizeof(gr_range) * (size_t)(n + 2) * 4);
     if (!tmp) return tutti_set_error("grammar: out of memory");
-    memcpy(tmp, rin, sizeof(gr_range) * (size_t)n);
+    if (n) memcpy(tmp, rin, sizeof(gr_range) * (size_t)n);
     qsort(tmp, (size_t)n, sizeof *tmp, cmp_range);
     int32_t m = 0;
     for (int32_t i = 0; i < n; i++) {
