@@ -117,7 +117,10 @@ static int add_name(conv *c, const char *n) {
 static void fresh_name(conv *c, const char *hint, char *out, size_t cap) {
     char base[128];
     size_t k = 0;
-    for (const char *p = hint; *p && k + 1 < sizeof base; p++) {
+    /* room for a "-N" suffix within cap: a cut suffix would repeat forever */
+    size_t lim = cap > 24 ? cap - 16 : 8;
+    if (lim > sizeof base) lim = sizeof base;
+    for (const char *p = hint; *p && k + 1 < lim; p++) {
         char ch = *p;
         bool w = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
         base[k++] = w ? ch : '-';
