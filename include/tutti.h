@@ -201,6 +201,101 @@ int32_t tutti_sampler_sample(tutti_sampler *sampler, const float *logits, int32_
 void tutti_sampler_accept(tutti_sampler *sampler, int32_t id);
 
 /* ------------------------------------------------------------------------ */
+/* Grammars: constrained generation (the `grammar` layer).
+ *
+ * A grammar is GBNF, llama.cpp's format:
+ *   name ::= alternatives     rules (names [a-zA-Z0-9_-]+); the start rule is `root`
+ *   a | b   ( ... )           alternatives, groups
+ *   "lit"  [a-z]  [^"\\]  .   literals, character classes (ranges, negation), any character
+ *   x*  x+  x?  x{m}  x{m,}  x{m,n}   repetition
+ *   # comment; escapes \xhh \uhhhh \Uhhhhhhhh \t \n \r \\ \" \[ \] \- \^ \/
+ * Classes hold Unicode code points: the text is matched as UTF-8 bytes and
+ * only valid UTF-8 is accepted.  Generation under a grammar produces text
+ * the grammar accepts, ending exactly when the grammar is complete and the
+ * distribution picks the end, or when nothing can follow. */
+
+typedef struct tutti_grammar tutti_grammar;
+
+/* Parses GBNF text[0..len).  NULL + error "grammar: line L, column C:
+ * reason" on a syntax error or an undefined rule; also refused: no `root`
+ * rule, a rule defined twice, left recursion (the message names the rule
+ * chain), repetition bounds above 10000, and a root that admits no string
+ * at all.  Free with tutti_grammar_free.  Immutable: one grammar may serve
+ * several matchers on several threads. */
+tutti_grammar *tutti_grammar_parse(const char *text, size_t len);
+void tutti_grammar_free(tutti_grammar *g);
+
+/* JSON schema text[0..len) (parsed with cJSON) -> GBNF, the rule shapes of
+ * llama.cpp's json-schema-to-grammar (same whitespace rule, same
+ * primitives; object properties in schema order).  Covers type (also lists),
+ * properties / required / additionalProperties, items / prefixItems /
+ * minItems / maxItems, enum / const, minLength / maxLength / pattern
+ * (regex subset: literals, . [] [^] classes, \d \w \s, groups, |, * + ?
+ * {m,n}, anchored ^...$) / format (date, time, date-time, uuid), integer
+ * minimum / maximum / exclusiveMinimum / exclusiveMaximum, anyOf / oneOf /
+ * allOf (of objects), $ref to #/$defs/... or #/definitions/...; also
+ * accepted and ignored like llama.cpp: title, description, $schema, $id,
+ * $comment, default, examples.  Any other keyword is an error naming it and
+ * its JSON pointer, never silently ignored.  Returns malloc'd NUL-terminated
+ * GBNF (the caller frees it) or NULL + error. */
+char *tutti_json_schema_to_gbnf(const char *schema, size_t len);
+/* The same, parsed: NULL + error. */
+tutti_grammar *tutti_grammar_from_json_schema(const char *schema, size_t len);
+/* A grammar for any JSON value (llama.cpp's grammars/json.gbnf shape, any
+ * top-level value, whitespace between tokens). */
+tutti_grammar *tutti_grammar_json(void);
+/* Its GBNF text (static). */
+const char *tutti_grammar_json_gbnf(void);
+
+/* A grammar's position in a text: the state after the bytes accepted so
+ * far, plus the memoised automaton (its states and transitions, built as
+ * they are first needed) and the cached token masks.  One thread at a
+ * time. */
+typedef struct tutti_grammar_matcher tutti_grammar_matcher;
+
+tutti_grammar_matcher *tutti_grammar_matcher_new(const tutti_grammar *g); /* g borrowed, must outlive it */
+void tutti_grammar_matcher_free(tutti_grammar_matcher *m);
+/* Back to the start of the text. */
+void tutti_grammar_matcher_reset(tutti_grammar_matcher *m);
+/* Accepts bytes[0..n): 0, or TUTTI_ERR naming the first rejected byte's
+ * offset (the state is then unchanged). */
+int tutti_grammar_matcher_accept(tutti_grammar_matcher *m, const char *bytes, size_t n);
+/* Accepts the longest accepted prefix of bytes[0..n) and returns its length. */
+size_t tutti_grammar_matcher_accept_prefix(tutti_grammar_matcher *m, const char *bytes, size_t n);
+/* true when the text so far is a complete sentence of the grammar. */
+bool tutti_grammar_matcher_is_complete(const tutti_grammar_matcher *m);
+/* true when some byte may follow. */
+bool tutti_grammar_matcher_can_continue(tutti_grammar_matcher *m);
+/* allowed[257]: allowed[b] for each next byte b, allowed[256] = the text may
+ * end here (is_complete).  0 or TUTTI_ERR (out of memory). */
+int tutti_grammar_matcher_allowed_bytes(tutti_grammar_matcher *m, bool *allowed);
+/* The current state as a number (valid for this matcher only) and back:
+ * to try text and return. */
+int32_t tutti_grammar_matcher_state(const tutti_grammar_matcher *m);
+int tutti_grammar_matcher_set_state(tutti_grammar_matcher *m, int32_t state);
+/* States built so far (automaton size). */
+int32_t tutti_grammar_matcher_n_states(const tutti_grammar_matcher *m);
+
+/* A vocabulary's token pieces (tutti_token_to_piece without control text)
+ * as a byte trie, for token masks.  Immutable; share it. */
+typedef struct tutti_grammar_vocab tutti_grammar_vocab;
+tutti_grammar_vocab *tutti_grammar_vocab_new(const tutti_vocab *vocab);
+/* From raw pieces: pieces[i][0..lens[i]) for token i, eog[i] marks
+ * end-of-generation tokens (NULL: none).  Copies nothing: the pieces are
+ * read during the call only. */
+tutti_grammar_vocab *tutti_grammar_vocab_from_pieces(int32_t n_vocab, const char *const *pieces, const int32_t *lens,
+                                                     const bool *eog);
+void tutti_grammar_vocab_free(tutti_grammar_vocab *v);
+int32_t tutti_grammar_vocab_n_tokens(const tutti_grammar_vocab *v);
+/* Sets logits[id] = -inf ([n_vocab] row, in place) for every token the
+ * grammar rejects next: a token is allowed when the grammar accepts all of
+ * its bytes from the current state; end-of-generation tokens exactly when
+ * the text is complete; tokens without bytes never.  Returns the number of
+ * allowed tokens (0: nothing can follow), or TUTTI_ERR.  The matcher caches
+ * the mask per state (for one vocabulary at a time). */
+int32_t tutti_grammar_matcher_mask(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, float *logits);
+
+/* ------------------------------------------------------------------------ */
 /* Ensembles: several models, one generation (the `fusion` layer).
  *
  * Every member is a loaded model with its own tokenizer and KV cache, a
@@ -335,6 +430,10 @@ typedef struct tutti_mask {
     const char *const *stop;      /* generation stops after one of these; it is not output */
     int32_t n_stop;
     int32_t max_len;              /* generated units (tokens in TOKEN, bytes in BYTE/SPAN); <= 0: n_ctx */
+    const tutti_grammar *grammar; /* NULL = off; else the output is accepted by it (TOKEN: tokens whose
+                                     bytes it accepts; BYTE: allowed next bytes; SPAN: drafts cut at the
+                                     first rejected byte), renormalised after the fusion rule, and ends
+                                     only where it is complete (or nothing can follow) */
 } tutti_mask;
 
 typedef struct tutti_ensemble_stats {

@@ -26,6 +26,7 @@ typedef int (*fuzz_one_fn)(const uint8_t *data, size_t size);
 int tutti_fuzz_gguf_one(const uint8_t *data, size_t size) __attribute__((weak));
 int tutti_fuzz_tokenizer_one(const uint8_t *data, size_t size) __attribute__((weak));
 int tutti_fuzz_chat_one(const uint8_t *data, size_t size) __attribute__((weak));
+int tutti_fuzz_grammar_one(const uint8_t *data, size_t size) __attribute__((weak));
 int tutti_fuzz_model_one(const uint8_t *data, size_t size) __attribute__((weak));
 int tutti_fuzz_merge_yaml_one(const uint8_t *data, size_t size) __attribute__((weak));
 int tutti_fuzz_http_one(const uint8_t *data, size_t size) __attribute__((weak));
@@ -37,6 +38,7 @@ static const struct {
     {"gguf", tutti_fuzz_gguf_one},
     {"tokenizer", tutti_fuzz_tokenizer_one},
     {"chat", tutti_fuzz_chat_one},
+    {"grammar", tutti_fuzz_grammar_one},
     {"model", tutti_fuzz_model_one},
     {"merge_yaml", tutti_fuzz_merge_yaml_one},
     {"http", tutti_fuzz_http_one},

@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/grammar_args.h"
+#include "grammar/constrain.h"
 
 /* NaN or +inf logits mean broken weights or an overflow; sampling from them
  * (greedy or not) would print garbage with exit status 0. */
@@ -77,6 +79,7 @@ int cmd_generate(int argc, char **argv) {
     cli_strs stop = {.n = 0};
     tutti_sampler_params sp = tutti_sampler_default_params();
     sp.seed = CLI_SEED_RANDOM;
+    cli_grammar ga = {0};
     cli_opt opts[] = {
         {"-m,--model", "FILE", CLI_T_STR, 0, 0, &model_path, "GGUF model file", "none", NULL, CLI_ONCE},
         CLI_STR("-p,--prompt", "TEXT", &prompt, "prompt (BOS is added when the model's metadata asks for it)", "none"),
@@ -96,6 +99,7 @@ int cmd_generate(int argc, char **argv) {
         CLI_FLAG("--verbose-prompt", &verbose_prompt, "print the prompt's token ids on stderr"),
         CLI_SECTION("sampling"),
         CLI_SAMPLING_OPTS(&sp),
+        CLI_GRAMMAR_OPTS(&ga),
         CLI_END,
     };
     const cli_spec spec = {
@@ -122,6 +126,11 @@ int cmd_generate(int argc, char **argv) {
             stop.v[k] = stop_owned[k];
         }
 
+    int gst;
+    tutti_grammar *grammar = cli_grammar_build(&ga, &gst); /* before loading: fail fast */
+    if (gst) return gst;
+    gr_constraint gc = {0};
+    float *row = NULL;
     int rc = 1;
     size_t prompt_len = 0;
     char *text = cli_prompt_text(prompt, prompt_file, escape, &prompt_len);
@@ -174,6 +183,13 @@ int cmd_generate(int argc, char **argv) {
         cli_error("out of memory");
         goto done;
     }
+    /* the grammar masks the logits before sampling; one it makes impossible
+     * to start is an error before the prompt's forward pass */
+    if (grammar && (gr_constraint_init(&gc, grammar, vocab) < 0 || !(row = calloc((size_t)n_vocab, sizeof(float))) ||
+                    gr_constraint_mask_tokens(&gc, row) < 0)) {
+        cli_error("%s", row ? tutti_last_error() : "out of memory");
+        goto done;
+    }
     cli_info("tutti generate: %s loaded in %.2f s; prompt %d tokens\n", model_path, t_load, n_ids);
     if (verbose_prompt) {
         fprintf(stderr, "prompt ids:");
@@ -207,6 +223,16 @@ int cmd_generate(int argc, char **argv) {
                 if (tutti_vocab_is_eog(vocab, t)) biased[t] = -INFINITY;
             logits = biased;
         }
+        if (gc.m) {
+            if (gr_constraint_done(&gc)) break; /* complete, nothing may follow */
+            if (logits != row) memcpy(row, logits, sizeof(float) * (size_t)n_vocab);
+            if (gr_constraint_mask_tokens(&gc, row) < 0) {
+                cli_error("%s", tutti_last_error());
+                rc = 1;
+                break;
+            }
+            logits = row;
+        }
         int32_t tok = tutti_sampler_sample(smp, logits, n_vocab);
         if (tok < 0) {
             cli_error("%s", tutti_last_error());
@@ -221,6 +247,11 @@ int cmd_generate(int argc, char **argv) {
             if (!p) break;
             piece = p;
             len = tutti_token_to_piece(vocab, tok, false, piece, piece_cap);
+        }
+        if (gr_constraint_accept(&gc, piece, len > 0 ? (size_t)len : 0) < 0) {
+            cli_error("%s", tutti_last_error());
+            rc = 1;
+            break;
         }
         n_gen++;
         stop_emit(&out, piece, len > 0 ? (size_t)len : 0, false);
@@ -239,6 +270,8 @@ int cmd_generate(int argc, char **argv) {
     free(piece);
     stop_emit(&out, NULL, 0, true);
     double t_gen = cli_now() - t2;
+    if (gc.m && rc == 0 && !cli_interrupted() && !tutti_grammar_matcher_is_complete(gc.m))
+        cli_warn("stopped before the grammar was complete (raise -n or -c)");
     if (cli_interrupted()) {
         cli_info("\ntutti generate: interrupted (Ctrl-C)\n");
         rc = CLI_EXIT_INTERRUPTED;
@@ -247,6 +280,9 @@ int cmd_generate(int argc, char **argv) {
              n_ids, t_prompt, n_ids / (t_prompt > 0 ? t_prompt : 1e-9), n_gen, t_gen,
              n_gen / (t_gen > 0 ? t_gen : 1e-9));
 done:
+    gr_constraint_free(&gc);
+    free(row);
+    tutti_grammar_free(grammar);
     tutti_sampler_free(smp);
     tutti_session_free(sess);
     tutti_model_free(model);

@@ -15,6 +15,7 @@
 
 #include "cli/cli.h"
 #include "cli/ens_args.h"
+#include "cli/grammar_args.h"
 #include "tutti.h"
 
 /* ---- ensemble flags shared by run / eval / fit ---- */
@@ -157,6 +158,7 @@ int tutti_cmd_run(int argc, char **argv) {
     bool chat = false, verbose_prompt = false, escape = true;
     int32_t n_gen = 128;
     cli_strs stop_s = {.n = 0}, allow_s = {.n = 0}, forbid_s = {.n = 0};
+    cli_grammar ga = {0};
     const cli_opt opts[] = {
         CLI_STR("-p,--prompt", "TEXT", &prompt, "prompt (raw text; each member tokenizes it itself)", "none"),
         CLI_STR("-f,--file", "FILE", &prompt_file, "read the prompt from FILE (one trailing newline is dropped)", "none"),
@@ -179,6 +181,7 @@ int tutti_cmd_run(int argc, char **argv) {
         CLI_INCLUDE(a.opts),
         CLI_SECTION("sampling (on the fused distribution)"),
         CLI_SAMPLING_OPTS(&sp),
+        CLI_GRAMMAR_OPTS(&ga),
         CLI_END,
     };
     const cli_spec spec = {
@@ -195,7 +198,11 @@ int tutti_cmd_run(int argc, char **argv) {
     if (pr != CLI_RUN) return pr;
     if (system && !chat) return cli_usage_error("--system needs --chat");
     if (prompt && prompt_file) return cli_usage_error("-p and -f both give the prompt; use one");
+    int gst;
+    tutti_grammar *grammar = cli_grammar_build(&ga, &gst); /* before loading: fail fast */
+    if (gst) return gst;
     if ((pr = ens_args_check(&a)) != CLI_RUN) {
+        tutti_grammar_free(grammar);
         ens_args_free(&a);
         return pr;
     }
@@ -212,6 +219,7 @@ int tutti_cmd_run(int argc, char **argv) {
     tutti_ensemble *e = buf ? ens_args_build(&a, "run") : NULL;
     if (!e) {
         free(buf);
+        tutti_grammar_free(grammar);
         ens_args_free(&a);
         for (int k = 0; k < CLI_MAX_STRS; k++) free(owned[k]);
         return 1;
@@ -219,7 +227,7 @@ int tutti_cmd_run(int argc, char **argv) {
     prompt = buf;
     sp.seed = cli_seed_resolve(sp.seed);
     tutti_mask m = {.allowed = allow, .n_allowed = n_allow, .forbidden = forbid, .n_forbidden = n_forbid,
-                    .stop = stop, .n_stop = n_stop, .max_len = n_gen};
+                    .stop = stop, .n_stop = n_stop, .max_len = n_gen, .grammar = grammar};
     int n_mem = tutti_ensemble_n_members(e);
     int32_t *ids[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0}, n_ids[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0};
     int rc = 0;
@@ -276,6 +284,7 @@ int tutti_cmd_run(int argc, char **argv) {
     for (int i = 0; i < n_mem; i++) free(ids[i]);
     tutti_ensemble_free(e);
     ens_args_free(&a);
+    tutti_grammar_free(grammar);
     free(buf);
     for (int k = 0; k < CLI_MAX_STRS; k++) free(owned[k]);
     return rc < 0 ? 1 : cli_interrupted() ? CLI_EXIT_INTERRUPTED : 0;

@@ -676,6 +676,11 @@ static int token_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_s
         if (!e->trie[0] && !(e->trie[0] = fusion_trie_build(vocab))) goto done;
         if (token_mask_init(&tm, e->trie[0], g->mask) < 0) goto done;
     }
+    /* a grammar no token can start is an error before any forward pass */
+    if (g->gc.m) {
+        memset(fused, 0, sizeof(float) * (size_t)V);
+        if (gr_constraint_mask_tokens(&g->gc, fused) < 0) goto done;
+    }
     rc = 0;
     while (!g->stopped && (g->max_units <= 0 || g->n_units < g->max_units)) {
         /* Context full is a clean stop, as in tutti generate: the logits
@@ -683,7 +688,7 @@ static int token_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_s
          * (or at its buffer's end) has nothing more to say. */
         bool full = false;
         for (int32_t i = 0; i < e->n; i++) full |= n[i] > e->m[i]->n_ctx || n[i] >= cap[i];
-        if (full) break;
+        if (full || gr_constraint_done(&g->gc)) break; /* the grammar lets nothing follow */
         token_step st = {(const int32_t *const *)ids, n, scratch, logits};
         double t0 = ens_now_s();
         if (ens_run_members(e, job_token_logits, &st) < 0) {
@@ -722,6 +727,16 @@ static int token_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_s
             }
             token_mask_apply(&tm, g, fused);
         }
+        if (g->gc.m) { /* the grammar, after the rule, before sampling (which renormalises) */
+            if (dist != fused) {
+                memcpy(fused, dist, sizeof(float) * (size_t)V);
+                dist = fused;
+            }
+            if (gr_constraint_mask_tokens(&g->gc, fused) < 0) {
+                rc = TUTTI_ERR;
+                break;
+            }
+        }
         int32_t id = tutti_sampler_sample(smp, dist, V);
         if (id < 0 || dist[id] == -INFINITY) {
             rc = tutti_set_error("generation: the mask rules out every token");
@@ -735,7 +750,7 @@ static int token_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_s
         if (k < 0) k = 0;
         for (int32_t i = 0; i < e->n; i++) ids[i][n[i]++] = id;
         g->n_units++;
-        if (gen_append(g, piece, (size_t)k) < 0) {
+        if (gr_constraint_accept(&g->gc, piece, (size_t)k) < 0 || gen_append(g, piece, (size_t)k) < 0) {
             rc = TUTTI_ERR;
             break;
         }
@@ -899,7 +914,7 @@ static int byte_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sa
         /* Context full is a clean stop, as in TOKEN alignment: the text so
          * far needs a tokenization hypothesis longer than a member's
          * context, so that member has no next-byte distribution. */
-        if (ens_bytes_ctx_full(e, st)) break;
+        if (ens_bytes_ctx_full(e, st) || gr_constraint_done(&g->gc)) break;
         t0 = ens_now_s();
         if (ens_run_members(e, job_bytes_prepare, &j) < 0) {
             rc = TUTTI_ERR;
@@ -918,6 +933,10 @@ static int byte_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sa
                 char c = (char)b;
                 if (!gen_text_ok(g, &c, b == FUSION_END ? 0 : 1, b == FUSION_END)) fused[b] = -INFINITY;
             }
+        }
+        if (gr_constraint_mask_bytes(&g->gc, fused) < 0) {
+            rc = TUTTI_ERR;
+            break;
         }
         int32_t b = tutti_sampler_sample(smp, fused, FUSION_N_BYTE_OUT);
         if (b < 0 || fused[b] == -INFINITY) {
@@ -938,7 +957,7 @@ static int byte_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sa
         fusion_utf8_push(&u, (uint8_t)b);
         char c = (char)b;
         g->n_units++;
-        if (gen_append(g, &c, 1) < 0) {
+        if (gr_constraint_accept(&g->gc, &c, 1) < 0 || gen_append(g, &c, 1) < 0) {
             rc = TUTTI_ERR;
             break;
         }
@@ -962,12 +981,16 @@ static int ens_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sam
     e->prompt_marked = false;
     double t0 = ens_now_s(), t_phase = 0;
     int rc;
+    if (mask && mask->grammar &&
+        gr_constraint_init(&g.gc, mask->grammar, e->align == TUTTI_ALIGN_TOKEN ? e->m[0]->vocab : NULL) < 0)
+        return TUTTI_ERR;
     switch (e->align) {
     case TUTTI_ALIGN_TOKEN: rc = token_generate(e, pr, &spd, &g, &t_phase); break;
     case TUTTI_ALIGN_SPAN: rc = span_generate(e, pr, &spd, &g, &t_phase); break;
     default: rc = byte_generate(e, pr, &spd, &g, &t_phase); break;
     }
     gen_flush(&g);
+    gr_constraint_free(&g.gc);
     double t_total = ens_now_s() - t0;
     if (stats) {
         memset(stats, 0, sizeof *stats);

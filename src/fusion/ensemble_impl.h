@@ -6,6 +6,7 @@
 #include <pthread.h>
 
 #include "fusion/fusion.h"
+#include "grammar/constrain.h"
 
 typedef int (*member_job)(tutti_ensemble *e, int32_t i, void *arg);
 
@@ -116,6 +117,7 @@ struct gen_ctx {
     bool dead[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* BYTE: members that left (their tokens cannot spell the text) */
     int32_t n_units;
     int32_t max_units;
+    gr_constraint gc;  /* mask->grammar following the text (TOKEN: with member 1's vocabulary) */
 };
 
 /* Appends bytes to the generated text, emits what can no longer be part of

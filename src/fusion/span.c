@@ -39,6 +39,7 @@ typedef struct span_ctx {
     bool dead[TUTTI_ENSEMBLE_MAX_MEMBERS];    /* left the generation: its tokens cannot spell the text */
     float w[TUTTI_ENSEMBLE_MAX_MEMBERS];      /* weights of this generation (0 once dead) */
     token_mask tm[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    gr_constraint gc[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* mask->grammar over each member's vocabulary */
     const gen_prompt *pr;
     const gen_ctx *g;
 } span_ctx;
@@ -139,6 +140,8 @@ static int job_draft(tutti_ensemble *e, int32_t i, void *arg) {
     }
     int32_t n = draft_context(e, c, i, &ids);
     if (n < 0) goto done;
+    /* drafts follow the grammar token by token from the committed text's state */
+    int32_t gs0 = c->gc[i].m ? tutti_grammar_matcher_state(c->gc[i].m) : 0;
     bool word = false;
     c->ctx_hit[i] = false;
     for (int32_t k = 0; k < SPAN_MAX_TOKENS; k++) {
@@ -157,6 +160,11 @@ static int job_draft(tutti_ensemble *e, int32_t i, void *arg) {
             for (int32_t t = 0; t < m->n_vocab && !any; t++) any = lp[t] > -INFINITY;
             if (!any) break; /* the mask ends this draft here */
         }
+        if (c->gc[i].m) {
+            int32_t na = tutti_grammar_matcher_mask(c->gc[i].m, c->gc[i].v, lp);
+            if (na < 0) goto restore;
+            if (na == 0) break;
+        }
         int32_t id = tutti_sampler_sample(c->smp[i], lp, m->n_vocab);
         if (id < 0) goto done;
         tutti_sampler_accept(c->smp[i], id);
@@ -168,6 +176,7 @@ static int job_draft(tutti_ensemble *e, int32_t i, void *arg) {
         char piece[256];
         int32_t pl = tutti_token_to_piece(m->vocab, id, false, piece, sizeof piece);
         if (pl < 0) pl = 0;
+        if (c->gc[i].m && tutti_grammar_matcher_accept(c->gc[i].m, piece, (size_t)pl) < 0) goto restore;
         bool cut = false;
         for (int32_t b = 0; b < pl; b++) {
             if (is_space(piece[b]) && word) {
@@ -180,6 +189,8 @@ static int job_draft(tutti_ensemble *e, int32_t i, void *arg) {
         if (cut || d->n >= SPAN_MAX_BYTES) break;
     }
     rc = 0;
+restore:
+    if (c->gc[i].m) tutti_grammar_matcher_set_state(c->gc[i].m, gs0);
 done:
     free(ids), free(logits), free(lp), free(dg.text);
     return rc;
@@ -257,6 +268,9 @@ int span_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sampler_p
     if (c->masked)
         for (int32_t i = 0; i < e->n; i++)
             if (token_mask_init(&c->tm[i], e->trie[i], g->mask) < 0) goto done;
+    if (g->gc.m)
+        for (int32_t i = 0; i < e->n; i++)
+            if (gr_constraint_init(&c->gc[i], g->mask->grammar, e->m[i]->vocab) < 0) goto done;
     double t0 = ens_now_s();
     if (ens_run_members(e, job_start, c) < 0) goto done;
     *t_phase += ens_now_s() - t0;
@@ -267,7 +281,7 @@ int span_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sampler_p
      * draft stops at its context's end, or when no draft can be scored
      * within every member's context. */
     while (!g->stopped && (g->max_units <= 0 || g->n_units < g->max_units)) {
-        if (ens_bytes_ctx_full(e, c->st)) break;
+        if (ens_bytes_ctx_full(e, c->st) || gr_constraint_done(&g->gc)) break;
         t0 = ens_now_s();
         if ((rc = ens_run_members(e, job_draft, c)) < 0) break;
         *t_phase += ens_now_s() - t0;
@@ -278,6 +292,13 @@ int span_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sampler_p
         for (int32_t i = 0; i < e->n; i++) {
             draft d = c->d[i];
             if (g->max_units > 0 && d.n > g->max_units - g->n_units) d.n = g->max_units - g->n_units, d.end = false;
+            if (g->gc.m) { /* cut at the first byte the grammar rejects; end only where it is complete */
+                int32_t s0 = tutti_grammar_matcher_state(g->gc.m);
+                size_t k = tutti_grammar_matcher_accept_prefix(g->gc.m, d.bytes, (size_t)d.n);
+                if (k < (size_t)d.n) d.n = (int32_t)k, d.end = false;
+                if (d.end && !tutti_grammar_matcher_is_complete(g->gc.m)) d.end = false;
+                tutti_grammar_matcher_set_state(g->gc.m, s0);
+            }
             if (d.n == 0 && !d.end) continue;
             if (!gen_text_ok(g, d.bytes, (size_t)d.n, d.end)) continue;
             bool dup = false;
@@ -289,7 +310,7 @@ int span_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sampler_p
             bool any_end = false, any_full = false;
             for (int32_t i = 0; i < e->n; i++) any_end |= c->d[i].end, any_full |= c->ctx_hit[i];
             if (any_full) break;
-            if (!any_end && !(g->mask && (g->mask->n_allowed || g->mask->n_forbidden)))
+            if (!any_end && !(g->mask && (g->mask->n_allowed || g->mask->n_forbidden || g->mask->grammar)))
                 rc = tutti_set_error("span: no member produced a draft");
             else if (!any_end)
                 rc = tutti_set_error("span: the mask rules out every draft");
@@ -347,6 +368,8 @@ int span_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sampler_p
         free_clones(e, c, best);
         const draft *d = &all[best];
         g->n_units += d->n;
+        for (int32_t i = 0; i < e->n && rc == 0; i++) rc = gr_constraint_accept(&c->gc[i], d->bytes, (size_t)d->n);
+        if (rc < 0 || (rc = gr_constraint_accept(&g->gc, d->bytes, (size_t)d->n)) < 0) break;
         if ((rc = gen_append(g, d->bytes, (size_t)d->n)) < 0) break;
         if (d->end) break;
     }
@@ -355,6 +378,7 @@ done:
         fusion_bytes_free(c->st[i]);
         tutti_sampler_free(c->smp[i]);
         token_mask_free(&c->tm[i]);
+        gr_constraint_free(&c->gc[i]);
     }
     free(c);
     return rc;

@@ -1,0 +1,177 @@
+/* Token-mask speed of the grammar layer on a large vocabulary.
+ *
+ *   grammar_bench VOCAB.gguf grammar_cases.json OUTDIR
+ *
+ * For each case (a JSON schema and valid instances, grammar_cases.py) the
+ * schema is compiled to a grammar, each instance is tokenized with the
+ * vocabulary and replayed token by token on one thread: per token the time
+ * of tutti_grammar_matcher_mask on a full logits row (the trie walk, or the
+ * cached mask, and writing -inf) plus accepting the token's bytes.  "cold"
+ * is the first replay on a fresh matcher (every state and mask computed as
+ * generation would meet them), "warm" a second replay.  Writes OUTDIR/NAME.gbnf
+ * and OUTDIR/NAME.ids (the same token sequences, one instance per line) for
+ * llama_grammar_bench.c, which times llama.cpp's grammar sampler on them. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "tutti.h"
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static char *slurp(const char *p, size_t *n) {
+    FILE *f = fopen(p, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long l = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)l + 1);
+    *n = fread(b, 1, (size_t)l, f);
+    b[*n] = 0;
+    fclose(f);
+    return b;
+}
+
+typedef struct stats {
+    double mean, p50, p99, max;
+} stats;
+
+static stats summarize(double *t, int n) {
+    stats s = {0};
+    if (!n) return s;
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += t[i];
+    qsort(t, (size_t)n, sizeof *t, cmp_d);
+    s.mean = sum / n, s.p50 = t[n / 2], s.p99 = t[(int)(0.99 * (n - 1))], s.max = t[n - 1];
+    return s;
+}
+
+/* Replays ids on m, timing mask+accept per token into t; returns the count
+ * or -1 if a token was rejected. */
+static int replay(tutti_grammar_matcher *m, const tutti_grammar_vocab *gv, const tutti_vocab *v, const int32_t *ids,
+                  int n, const float *base, float *row, int32_t V, double *t) {
+    char piece[512];
+    for (int k = 0; k <= n; k++) {
+        memcpy(row, base, sizeof(float) * (size_t)V);
+        double t0 = now();
+        int32_t na = tutti_grammar_matcher_mask(m, gv, row);
+        if (k == n) { /* the end: an end-of-generation token must be allowed */
+            int32_t eos = tutti_vocab_eos(v);
+            return na > 0 && eos >= 0 && row[eos] > -INFINITY ? n : -1;
+        }
+        int32_t l = tutti_token_to_piece(v, ids[k], false, piece, sizeof piece);
+        if (na <= 0 || l <= 0 || row[ids[k]] == -INFINITY || tutti_grammar_matcher_accept(m, piece, (size_t)l) < 0) {
+            fprintf(stderr, "token %d (id %d) rejected: %s\n", k, ids[k], tutti_last_error());
+            return -1;
+        }
+        t[k] = now() - t0;
+    }
+    return n;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 4) {
+        fprintf(stderr, "usage: grammar_bench VOCAB.gguf grammar_cases.json OUTDIR\n");
+        return 2;
+    }
+    tutti_vocab *v = tutti_vocab_load(argv[1]);
+    if (!v) {
+        fprintf(stderr, "%s\n", tutti_last_error());
+        return 1;
+    }
+    int32_t V = tutti_vocab_n_tokens(v);
+    double t0 = now();
+    tutti_grammar_vocab *gv = tutti_grammar_vocab_new(v);
+    double t_trie = now() - t0;
+    printf("vocabulary %s: %d tokens, trie built in %.1f ms (once per vocabulary)\n\n", argv[1], V, 1e3 * t_trie);
+    size_t n;
+    char *txt = slurp(argv[2], &n);
+    cJSON *cases = txt ? cJSON_Parse(txt) : NULL;
+    if (!gv || !cases) {
+        fprintf(stderr, "cannot read %s\n", argv[2]);
+        return 1;
+    }
+    float *base = malloc(sizeof(float) * (size_t)V), *row = malloc(sizeof(float) * (size_t)V);
+    srand(1);
+    for (int32_t i = 0; i < V; i++) base[i] = (float)rand() / (float)RAND_MAX * 10.0f;
+    double *all_cold = malloc(sizeof(double) * 200000);
+    int n_all = 0;
+    printf("%-17s %7s %6s %7s | %-31s | %-31s\n", "case", "compile", "tokens", "states", "cold us: mean  p50   p99   max",
+           "warm us: mean  p50   p99   max");
+    for (cJSON *c = cases->child; c; c = c->next) {
+        const char *name = cJSON_GetObjectItem(c, "name")->valuestring;
+        cJSON *schema = cJSON_GetObjectItem(c, "schema");
+        double tc = now();
+        char *gbnf;
+        if (cJSON_IsNull(schema)) {
+            gbnf = strdup(tutti_grammar_json_gbnf());
+        } else {
+            char *s = cJSON_PrintUnformatted(schema);
+            gbnf = tutti_json_schema_to_gbnf(s, strlen(s));
+            free(s);
+        }
+        tutti_grammar *g = gbnf ? tutti_grammar_parse(gbnf, strlen(gbnf)) : NULL;
+        tutti_grammar_matcher *m = g ? tutti_grammar_matcher_new(g) : NULL;
+        tc = now() - tc;
+        if (!m) {
+            fprintf(stderr, "%s: %s\n", name, tutti_last_error());
+            return 1;
+        }
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s.gbnf", argv[3], name);
+        FILE *fg = fopen(path, "w");
+        fputs(gbnf, fg);
+        fclose(fg);
+        snprintf(path, sizeof path, "%s/%s.ids", argv[3], name);
+        FILE *fi = fopen(path, "w");
+        double *cold = malloc(sizeof(double) * 100000), *warm = malloc(sizeof(double) * 100000);
+        int nc = 0, nw = 0;
+        for (cJSON *in = cJSON_GetObjectItem(c, "instances")->child; in; in = in->next) {
+            char *text = cJSON_PrintUnformatted(in);
+            int32_t *ids = malloc(sizeof(int32_t) * (strlen(text) + 8));
+            int k = tutti_tokenize(v, text, strlen(text), false, false, ids, (int32_t)strlen(text) + 8);
+            for (int i = 0; i < k; i++) fprintf(fi, "%s%d", i ? " " : "", ids[i]);
+            fprintf(fi, "\n");
+            tutti_grammar_matcher_reset(m);
+            if (replay(m, gv, v, ids, k, base, row, V, cold + nc) < 0) {
+                fprintf(stderr, "%s: the grammar rejects the instance %s\n", name, text);
+                return 1;
+            }
+            nc += k;
+            tutti_grammar_matcher_reset(m);
+            replay(m, gv, v, ids, k, base, row, V, warm + nw);
+            nw += k;
+            free(ids), free(text);
+        }
+        fclose(fi);
+        memcpy(all_cold + n_all, cold, sizeof(double) * (size_t)nc);
+        n_all += nc;
+        stats sc = summarize(cold, nc), sw = summarize(warm, nw);
+        printf("%-17s %5.2fms %6d %7d | %6.1f %5.1f %6.1f %7.1f | %6.1f %5.1f %6.1f %7.1f\n", name, 1e3 * tc, nc,
+               tutti_grammar_matcher_n_states(m), 1e6 * sc.mean, 1e6 * sc.p50, 1e6 * sc.p99, 1e6 * sc.max,
+               1e6 * sw.mean, 1e6 * sw.p50, 1e6 * sw.p99, 1e6 * sw.max);
+        free(cold), free(warm), free(gbnf);
+        tutti_grammar_matcher_free(m);
+        tutti_grammar_free(g);
+    }
+    stats s = summarize(all_cold, n_all);
+    printf("\nall cases, cold: %d tokens, mean %.1f us, p50 %.1f us, p99 %.1f us, max %.1f us per token\n", n_all,
+           1e6 * s.mean, 1e6 * s.p50, 1e6 * s.p99, 1e6 * s.max);
+    free(all_cold), free(base), free(row), free(txt);
+    cJSON_Delete(cases);
+    tutti_grammar_vocab_free(gv);
+    tutti_vocab_free(v);
+    return 0;
+}

@@ -1,0 +1,49 @@
+/* Grammar flags (see grammar_args.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/grammar_args.h"
+
+tutti_grammar *cli_grammar_build(const cli_grammar *g, int *status) {
+    *status = 0;
+    int n = (g->grammar != NULL) + (g->grammar_file != NULL) + (g->json_schema != NULL) + g->json;
+    if (n == 0) return NULL;
+    if (n > 1) {
+        *status = cli_usage_error("--grammar, --grammar-file, --json-schema and --json: give one");
+        return NULL;
+    }
+    const char *flag = g->json ? "--json" : g->grammar ? "--grammar" : g->grammar_file ? "--grammar-file"
+                                                                                        : "--json-schema";
+    const char *text = g->grammar ? g->grammar : g->grammar_file ? g->grammar_file : g->json_schema;
+    tutti_grammar *gr = NULL;
+    char *file = NULL;
+    size_t len = 0;
+    if (g->json) {
+        gr = tutti_grammar_json();
+    } else {
+        bool from_file = g->grammar_file != NULL;
+        if (g->json_schema) {
+            const char *p = text;
+            while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+            from_file = *p != '{' && strcmp(p, "true") != 0;
+        }
+        if (from_file) {
+            if (!(file = cli_read_file(text, &len))) {
+                *status = 1;
+                return NULL;
+            }
+            text = file;
+        } else {
+            len = strlen(text);
+        }
+        gr = g->json_schema ? tutti_grammar_from_json_schema(text, len) : tutti_grammar_parse(text, len);
+    }
+    if (!gr) {
+        *status = cli_error("%s%s%s: %s", flag, file ? " " : "",
+                            file ? (g->grammar_file ? g->grammar_file : g->json_schema) : "", tutti_last_error());
+    }
+    free(file);
+    return gr;
+}

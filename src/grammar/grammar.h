@@ -1,0 +1,163 @@
+/* The `grammar` layer (internal): GBNF grammars (llama.cpp's format), JSON
+ * schema to GBNF, and a byte-level matcher with a memoised automaton.
+ * Public entry points are the "Grammars" section of include/tutti.h.
+ *
+ * Pieces, top to bottom:
+ *   gbnf.c        parser: text -> rules of alternatives of element
+ *                 sequences; repetitions and groups become generated rules
+ *                 (as llama.cpp does), so the matcher knows only three
+ *                 element kinds: END, CLASS (a set of code points), REF.
+ *   compile.c     checks (undefined rules, root, left recursion, a language
+ *                 that is empty) and the flat element array.
+ *   matcher.c     states = sets of stacks of element positions (llama.cpp's
+ *                 model), hash-consed: a stack is a persistent list node
+ *                 (position, parent), a state the sorted set of its stacks
+ *                 plus the bytes of an unfinished UTF-8 character.  The
+ *                 transition (state, byte) is computed once and memoised,
+ *                 so after warm-up matching is one table lookup per byte.
+ *   vocab_mask.c  a vocabulary's token pieces as a byte trie in preorder;
+ *                 the tokens allowed in a state are found by one scan of the
+ *                 trie that skips every subtree whose prefix the grammar
+ *                 rejects; the result is cached per state as a bitmap.
+ *   json_schema.c JSON schema -> GBNF text (the rule shapes of llama.cpp's
+ *                 json-schema-to-grammar: same whitespace, same primitives).
+ */
+#ifndef TUTTI_GRAMMAR_H
+#define TUTTI_GRAMMAR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tutti.h"
+
+#define GR_MAX_CP 0x10FFFFu
+
+enum { GR_END = 0, GR_CLASS = 1, GR_REF = 2 };
+
+typedef struct gr_elem {
+    int32_t type; /* GR_END, GR_CLASS, GR_REF */
+    int32_t arg;  /* class id or rule id */
+} gr_elem;
+
+typedef struct gr_range {
+    uint32_t lo, hi; /* inclusive code points */
+} gr_range;
+
+/* A set of code points: sorted, disjoint, non-adjacent ranges (negations are
+ * complemented at parse time; surrogates D800-DFFF never belong). */
+typedef struct gr_class {
+    int32_t r0, n;
+} gr_class;
+
+typedef struct gr_seq {
+    gr_elem *e;
+    int32_t n, cap;
+} gr_seq;
+
+typedef struct gr_rule {
+    char *name;
+    gr_seq *alts;
+    int32_t n_alts, cap_alts;
+    bool defined;
+    int32_t ref_line, ref_col; /* first reference (for "undefined rule") */
+} gr_rule;
+
+struct tutti_grammar {
+    gr_rule *rules;
+    int32_t n_rules, cap_rules;
+    gr_range *ranges;
+    int32_t n_ranges, cap_ranges;
+    gr_class *classes;
+    int32_t n_classes, cap_classes;
+    /* flat form (compile.c): every alternative is elems[start..] up to an
+     * END; rule r's alternatives start at alt_pos[rule_alt0[r] ..
+     * rule_alt0[r] + rule_nalt[r]) */
+    gr_elem *elems;
+    int32_t n_elems;
+    int32_t *alt_pos, *rule_alt0, *rule_nalt;
+    int32_t root;
+};
+
+/* Builder helpers (gbnf.c). */
+int32_t gr_rule_get(tutti_grammar *g, const char *name, size_t n, bool create);
+int32_t gr_rule_new_anon(tutti_grammar *g, const char *base);
+int gr_seq_push(gr_seq *s, int32_t type, int32_t arg);
+int gr_rule_add_alt(tutti_grammar *g, int32_t rule, gr_seq *seq); /* takes seq's elements */
+/* Class from ranges (any order, may overlap), negated or not. */
+int32_t gr_class_new(tutti_grammar *g, const gr_range *r, int32_t n, bool negate);
+bool gr_class_has(const tutti_grammar *g, int32_t cls, uint32_t cp);
+bool gr_class_meets(const tutti_grammar *g, int32_t cls, uint32_t lo, uint32_t hi);
+/* every code point of [lo, hi] is in the class */
+bool gr_class_covers(const tutti_grammar *g, int32_t cls, uint32_t lo, uint32_t hi);
+void gr_grammar_free_parts(tutti_grammar *g);
+
+/* ---- matcher (matcher.c) ---- */
+
+typedef struct gm_stack {
+    int32_t pos, parent; /* element to match next; parent stack (0 = the empty stack) */
+} gm_stack;
+
+typedef struct gm_state {
+    int64_t off;         /* stack ids in m->pool[off .. off + n), sorted */
+    int32_t n;
+    uint32_t v;          /* unfinished UTF-8 character: value of its bytes so far */
+    uint8_t rem, len;    /* continuation bytes still needed (0: none pending), its length */
+    bool accept;         /* the empty stack is in the set and no character is pending */
+    int32_t *trans;      /* [256] next state, -1 rejected, -2 not computed yet; NULL until asked */
+    int32_t mask;        /* token-mask cache slot (vocab_mask.c), -1 none */
+} gm_state;
+
+/* A cached token mask: the ids of the smaller side (allowed or rejected). */
+typedef struct gm_mask {
+    int32_t *ids;
+    int32_t n;
+    bool allowed_list; /* ids are the allowed tokens (else the rejected ones) */
+    int32_t n_allowed;
+} gm_mask;
+
+struct tutti_grammar_matcher {
+    const tutti_grammar *g;
+    gm_stack *stk;
+    int32_t n_stk, cap_stk;
+    int32_t *stk_hash;
+    int32_t stk_hcap;
+    gm_state *st;
+    int32_t n_st, cap_st;
+    int32_t *st_hash;
+    int32_t st_hcap;
+    int32_t *pool;
+    int64_t n_pool, cap_pool;
+    int32_t initial, cur;
+    /* closure scratch */
+    uint32_t *visit;
+    int32_t cap_visit;
+    uint32_t stamp;
+    int32_t *work, *out;
+    int32_t cap_work, cap_out;
+    /* token masks, valid for one grammar vocabulary */
+    const tutti_grammar_vocab *gv;
+    gm_mask *masks;
+    int32_t n_masks, cap_masks;
+    size_t mask_bytes;
+    int32_t *walk;      /* [max piece length + 1] states along the trie path */
+    float *save;        /* [n_vocab] */
+    int32_t *ids_tmp;   /* [n_vocab] */
+};
+
+/* Next state after byte b: >= 0, -1 rejected, -3 out of memory. */
+int32_t gm_step_slow(tutti_grammar_matcher *m, int32_t s, uint8_t b);
+static inline int32_t gm_step(tutti_grammar_matcher *m, int32_t s, uint8_t b) {
+    const int32_t *t = m->st[s].trans;
+    if (t && t[b] != -2) return t[b];
+    return gm_step_slow(m, s, b);
+}
+
+/* Checks and flattens (compile.c); errors name the rule. */
+int gr_compile(tutti_grammar *g);
+
+/* UTF-8 decode of one character from s[0..n): code point and length, or
+ * length 0 for invalid input. */
+int gr_utf8_decode(const unsigned char *s, size_t n, uint32_t *cp);
+
+#endif
