@@ -11,7 +11,7 @@ tutti_grammar *cli_grammar_build(const cli_grammar *g, int *status) {
     int n = (g->grammar != NULL) + (g->grammar_file != NULL) + (g->json_schema != NULL) + g->json;
     if (n == 0) return NULL;
     if (n > 1) {
-        *status = cli_usage_error("--grammar, --grammar-file, --json-schema and --json: give one");
+        *status = cli_usage_error("--grammar, --grammar-file, --json-schema and --json: give one grammar");
         return NULL;
     }
     const char *flag = g->json ? "--json" : g->grammar ? "--grammar" : g->grammar_file ? "--grammar-file"
