@@ -412,6 +412,27 @@ static void test_equals_cli(void **state) {
 
 static void test_request_options(void **state) {
     (void)state;
+    /* response_format: the output is JSON valid against the schema (greedy and sampled) */
+    for (int k = 0; k < 2; k++) {
+        char *js = completion_text(
+            &g_s, k == 0 ? "{\"model\":\"stories260K\",\"prompt\":\"" PROMPT "\",\"max_tokens\":200,\"temperature\":0,"
+                           "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"p\",\"schema\":"
+                           "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":12},"
+                           "\"age\":{\"type\":\"integer\"}},\"required\":[\"name\",\"age\"],\"additionalProperties\":false}}}}"
+                         : "{\"model\":\"stories260K\",\"prompt\":\"" PROMPT "\",\"max_tokens\":200,\"seed\":5,"
+                           "\"response_format\":{\"type\":\"json_object\"}}");
+        cJSON *o = cJSON_Parse(js);
+        if (!o) fail_msg("response_format: not JSON: %s", js);
+        assert_true(cJSON_IsObject(o));
+        if (k == 0) {
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name"), *age = cJSON_GetObjectItemCaseSensitive(o, "age");
+            assert_true(cJSON_IsString(name) && strlen(name->valuestring) <= 12);
+            assert_true(cJSON_IsNumber(age) && age->valuedouble == (double)(long long)age->valuedouble);
+            assert_int_equal(cJSON_GetArraySize(o), 2);
+        }
+        cJSON_Delete(o);
+        free(js);
+    }
     /* stop: the text ends before the stop string */
     char *full = completion_text(&g_s, "{\"model\":\"stories260K\",\"prompt\":\"" PROMPT "\",\"max_tokens\":40,"
                                        "\"temperature\":0}");
@@ -478,12 +499,15 @@ static void test_errors(void **state) {
     expect_error(&g_s, "POST", "/v1/completions",
                  "{\"prompt\":\"x\",\"tutti\":{\"members\":[\"stories260K\",\"tiny\"],\"align\":\"token\"}}", NULL, 400,
                  "different vocabularies", NULL, NULL);
-    expect_error(&g_s, "POST", "/v1/chat/completions",
-                 "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"}}",
-                 NULL, 400, "not supported", "response_format", NULL);
     expect_error(&g_s, "POST", "/v1/completions",
                  "{\"prompt\":\"x\",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}}", NULL, 400,
-                 "not supported", "response_format", NULL);
+                 "needs", "response_format", NULL);
+    expect_error(&g_s, "POST", "/v1/completions",
+                 "{\"prompt\":\"x\",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":"
+                 "{\"type\":\"object\",\"frob\":1}}}}",
+                 NULL, 400, "unsupported keyword 'frob'", "response_format", NULL);
+    expect_error(&g_s, "POST", "/v1/completions", "{\"prompt\":\"x\",\"response_format\":{\"type\":\"xml\"}}", NULL,
+                 400, "not one of", "response_format", NULL);
     expect_error(&g_s, "POST", "/v1/chat/completions",
                  "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true}", NULL, 400, "logprobs",
                  "logprobs", NULL);

@@ -257,9 +257,27 @@ static int parse_fields(perr *e, const cJSON *root, srv_request *r) {
     if (rf) {
         const cJSON *type = cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
         if (!cJSON_IsString(type)) return bad(e, "response_format", "'response_format' must be an object with a 'type'");
-        if (strcmp(type->valuestring, "text"))
-            return bad(e, "response_format", "response_format '%.40s' is not supported yet (no grammar-constrained "
-                                             "generation); only 'text'", type->valuestring);
+        /* json_object: any JSON object; json_schema: JSON valid against
+         * json_schema.schema; both through the grammar layer, applied to the
+         * fused distribution (tutti_mask.grammar) */
+        const char *t = type->valuestring;
+        if (!strcmp(t, "json_object")) {
+            static const char obj[] = "{\"type\": \"object\"}";
+            if (!(r->grammar = tutti_grammar_from_json_schema(obj, sizeof obj - 1)))
+                return bad(e, "response_format", "%s", tutti_last_error());
+        } else if (!strcmp(t, "json_schema")) {
+            const cJSON *js = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
+            const cJSON *schema = cJSON_IsObject(js) ? cJSON_GetObjectItemCaseSensitive(js, "schema") : NULL;
+            if (!cJSON_IsObject(schema) && !cJSON_IsBool(schema))
+                return bad(e, "response_format", "response_format json_schema needs {\"json_schema\": {\"schema\": {...}}}");
+            char *txt = cJSON_PrintUnformatted(schema);
+            if (!txt) return bad(e, "response_format", "out of memory");
+            r->grammar = tutti_grammar_from_json_schema(txt, strlen(txt));
+            free(txt);
+            if (!r->grammar) return bad(e, "response_format", "json_schema: %s", tutti_last_error());
+        } else if (strcmp(t, "text")) {
+            return bad(e, "response_format", "response_format type '%.40s' is not one of text, json_object, json_schema", t);
+        }
     }
     return parse_inline(e, root, &r->ens);
 }
@@ -294,6 +312,8 @@ int srv_request_parse(const char *body, size_t len, srv_kind kind, srv_request *
 }
 
 void srv_request_free(srv_request *r) {
+    tutti_grammar_free(r->grammar);
+    r->grammar = NULL;
     if (!r) return;
     free(r->model);
     free(r->prompt);

@@ -4,7 +4,7 @@
  * Rules: unknown fields are ignored; a JSON null counts as absent (clients
  * send explicit nulls); a known field of the wrong type or out of range is
  * a 400 naming the field; features not implemented yet (logprobs,
- * response_format json_object / json_schema, token-id prompts) are a clear
+ * token-id prompts) are a clear
  * 400, never silently ignored. */
 #ifndef TUTTI_SERVER_REQUEST_H
 #define TUTTI_SERVER_REQUEST_H
@@ -55,6 +55,7 @@ typedef struct srv_request {
     bool include_usage;  /* stream_options.include_usage */
     int n;               /* choices, 1..SRV_MAX_N */
     srv_inline_ens ens;
+    tutti_grammar *grammar; /* response_format json_object / json_schema (owned), NULL: text */
 } srv_request;
 
 /* Parses body[0..len) as a request of `kind`.  Returns 0, or an HTTP status

@@ -229,7 +229,8 @@ static void run_job(srv_slot *sl, srv_job *j) {
         return;
     }
     j->unit = tutti_ensemble_align(e) == TUTTI_ALIGN_TOKEN ? "token" : "byte";
-    tutti_mask m = {.stop = (const char *const *)j->req.stop, .n_stop = j->req.n_stop, .max_len = j->max_units};
+    tutti_mask m = {.stop = (const char *const *)j->req.stop, .n_stop = j->req.n_stop, .max_len = j->max_units,
+                    .grammar = j->req.grammar};
     int rc = 0;
     for (int c = 0; c < j->req.n && rc == 0; c++) {
         pthread_mutex_lock(&j->mu);
