@@ -97,5 +97,5 @@ int tutti_cmd_eval(int argc, char **argv) {
     tutti_ensemble_free(e);
     ens_args_free(a);
     free(text);
-    return rc < 0 ? 1 : 0;
+    return rc == TUTTI_ERR_UNSUPPORTED ? 2 : rc < 0 ? 1 : 0;
 }

@@ -74,8 +74,10 @@ int tutti_cmd_fit(int argc, char **argv) {
     int rc = 1;
     if (e) {
         tutti_fit_result fr;
-        if (tutti_ensemble_fit(e, text, len, grid, n_grid, &fr) < 0) {
+        int frc = tutti_ensemble_fit(e, text, len, grid, n_grid, &fr);
+        if (frc < 0) {
             fprintf(stderr, "tutti fit: %s\n", tutti_last_error());
+            if (frc == TUTTI_ERR_UNSUPPORTED) rc = 2;
         } else {
             fprintf(stderr, "fit (%s, %s) on %s: uniform weights %.4f bits/byte, fitted %.4f bits/byte\n",
                     tutti_rule_name(tutti_ensemble_rule(e)), tutti_align_name(tutti_ensemble_align(e)), text_path,

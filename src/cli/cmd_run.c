@@ -224,7 +224,9 @@ static void usage(FILE *out) {
             "%s"
             "  -p, --prompt TEXT     prompt (raw text; each member tokenizes it itself)\n"
             "  -f, --file FILE       prompt from a file\n"
-            "  -n N                  tokens (token alignment) or bytes (byte/span) to generate (default 128)\n"
+            "  -n N                  tokens to generate (default 128), counted with member 1's tokenizer in\n"
+            "                        every alignment: byte/span output is the longest text member 1\n"
+            "                        tokenizes into at most N tokens (ending between UTF-8 characters)\n"
             "  --temp T              sampling temperature on the fused distribution (<= 0 greedy)\n"
             "  --top-k N, --top-p P, --min-p P, --repeat-penalty X, --repeat-last-n N, --seed S\n"
             "  --stop S              stop when the output contains S (repeat)\n"
@@ -238,6 +240,13 @@ static void usage(FILE *out) {
             "  --system TEXT         with --chat: a system message before the user message\n"
             "  --verbose-prompt      print every member's prompt token ids on stderr\n",
             ens_args_help());
+}
+
+/* Members leaving and contexts filling up, on stderr as they happen. */
+static void notice_cb(const char *msg, void *u) {
+    (void)u;
+    fflush(stdout);
+    fprintf(stderr, "\ntutti run: %s\n", msg);
 }
 
 static int write_cb(const char *b, size_t n, void *u) {
@@ -344,8 +353,9 @@ int tutti_cmd_run(int argc, char **argv) {
         ens_args_free(&a);
         return 1;
     }
+    tutti_ensemble_set_notice(e, notice_cb, NULL);
     tutti_mask m = {.allowed = allow, .n_allowed = n_allow, .forbidden = forbid, .n_forbidden = n_forbid,
-                    .stop = stop, .n_stop = n_stop, .max_len = n_gen};
+                    .stop = stop, .n_stop = n_stop, .max_tokens = n_gen};
     int n_mem = tutti_ensemble_n_members(e);
     int32_t *ids[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0}, n_ids[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0};
     int rc = 0;
@@ -390,7 +400,9 @@ int tutti_cmd_run(int argc, char **argv) {
             fprintf(stderr, "  member %d %-40s w=%.3g tau=%.3g: %6lld tokens evaluated, forward %.3f s%s\n", i + 1,
                     tutti_ensemble_member_path(e, i), (double)tutti_ensemble_member_weight(e, i),
                     (double)tutti_ensemble_member_temp(e, i), (long long)st.n_member_tokens[i], st.t_member_s[i],
-                    st.member_left[i] ? " (left: its tokens cannot spell the text)" : "");
+                    !st.member_left[i] ? ""
+                    : st.member_left_reason[i] == TUTTI_LEFT_PRUNED ? " (left: its hypotheses were pruned)"
+                                                                    : " (left: its tokens cannot spell the text)");
         fprintf(stderr, "  fusion overhead (outside forward passes): %.3f s = %.3f ms per %s\n", st.t_fusion_s,
                 st.n_units ? 1e3 * st.t_fusion_s / st.n_units : 0.0, unit);
     }
