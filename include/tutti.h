@@ -187,7 +187,11 @@ typedef struct tutti_sampler_params {
 tutti_sampler_params tutti_sampler_default_params(void);
 tutti_sampler *tutti_sampler_new(const tutti_sampler_params *params);
 void tutti_sampler_free(tutti_sampler *sampler);
-/* Picks an index in [0, n) from logits (not modified). Returns -1 on error. */
+/* Picks an index in [0, n) from logits (not modified; -inf = masked out).
+ * Returns -1 with an error for NaN or +inf logits and when nothing is left
+ * to draw (every logit -inf), never an arbitrary id.  Cost: no sort of the
+ * vocabulary on any path (top-k: a heap; top-p: a binned selection; every
+ * filter off: an inverse CDF over the unsorted probabilities). */
 int32_t tutti_sampler_sample(tutti_sampler *sampler, const float *logits, int32_t n);
 /* Records a chosen id for the repetition penalty. */
 void tutti_sampler_accept(tutti_sampler *sampler, int32_t id);
