@@ -286,6 +286,12 @@ static int32_t draw_all(const float *z, int32_t n, float mx, float inv_t, double
  * few linear passes.  Exactly the set the full sort's prefix gives, up to
  * the rounding of the mass sums. */
 #define TP_BINS 256
+/* Bin of a logit d nats below the top; clamped in float first (a float ->
+ * int conversion out of range is undefined). */
+static inline int32_t tp_bin(float d, float scale) {
+    float f = d * scale;
+    return f < 1.0f ? 0 : f >= (float)(TP_BINS - 1) ? TP_BINS - 1 : (int32_t)f;
+}
 static int32_t top_p_select(cand *c, float *w, int32_t m, float zhi, double need) {
     int32_t lo = 0, hi = m; /* [0, lo) kept; the answer ends inside [lo, hi) */
     float top = zhi;
@@ -296,8 +302,7 @@ static int32_t top_p_select(cand *c, float *w, int32_t m, float zhi, double need
         int32_t cnt[TP_BINS] = {0};
         float scale = (float)TP_BINS / (top - bot);
         for (int32_t i = lo; i < hi; i++) {
-            int32_t k = (int32_t)((top - c[i].z) * scale);
-            k = k < 0 ? 0 : k >= TP_BINS ? TP_BINS - 1 : k;
+            int32_t k = tp_bin(top - c[i].z, scale);
             mass[k] += w[i], cnt[k]++;
         }
         int32_t B = 0;
@@ -307,8 +312,7 @@ static int32_t top_p_select(cand *c, float *w, int32_t m, float zhi, double need
         int32_t p = lo;
         for (int32_t pass = 0; pass < 2; pass++)
             for (int32_t i = p; i < hi; i++) {
-                int32_t k = (int32_t)((top - c[i].z) * scale);
-                k = k < 0 ? 0 : k >= TP_BINS ? TP_BINS - 1 : k;
+                int32_t k = tp_bin(top - c[i].z, scale);
                 if (pass == 0 ? k < B : k == B) {
                     cand tc = c[i];
                     float tw = w[i];
