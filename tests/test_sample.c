@@ -430,9 +430,11 @@ static void test_speed_151669(void **state) {
     double t_def = us_per_sample(&def, z);
     printf("us per sample, 151669 logits: filters off %.1f, top-k 40 %.1f, top-p 0.9 %.1f, default chain %.1f\n",
            t_off, t_k40, t_tp, t_def);
-    assert_true(t_off < 5 * t_k40 + 50);
     free(z);
     free(ids);
+#if !defined(__SANITIZE_ADDRESS__) /* instrumented builds have other relative costs */
+    assert_true(t_off < 5 * t_k40 + 50);
+#endif
 }
 
 static void test_errors(void **state) {
