@@ -31,6 +31,11 @@ extern "C" {
 
 #define TUTTI_OK 0
 #define TUTTI_ERR (-1)
+/* A request these inputs cannot be given (a combination of options the
+ * function cannot do, e.g. bits per byte of the contrastive rule): the
+ * caller's usage, where TUTTI_ERR is a failure at run time.  The CLI exits
+ * 2 for it. */
+#define TUTTI_ERR_UNSUPPORTED (-2)
 /* Error return of the size-returning tokenizer calls (tutti_tokenize,
  * tutti_token_to_piece, tutti_detokenize), where every other negative value
  * -n means "n needed": INT32_MIN can never be a needed size. */
@@ -195,7 +200,11 @@ typedef struct tutti_sampler_params {
 tutti_sampler_params tutti_sampler_default_params(void);
 tutti_sampler *tutti_sampler_new(const tutti_sampler_params *params);
 void tutti_sampler_free(tutti_sampler *sampler);
-/* Picks an index in [0, n) from logits (not modified). Returns -1 on error. */
+/* Picks an index in [0, n) from logits (not modified; -inf = masked out).
+ * Returns -1 with an error for NaN or +inf logits and when nothing is left
+ * to draw (every logit -inf), never an arbitrary id.  Cost: no sort of the
+ * vocabulary on any path (top-k: a heap; top-p: a binned selection; every
+ * filter off: an inverse CDF over the unsorted probabilities). */
 int32_t tutti_sampler_sample(tutti_sampler *sampler, const float *logits, int32_t n);
 /* Records a chosen id for the repetition penalty. */
 void tutti_sampler_accept(tutti_sampler *sampler, int32_t id);
@@ -434,6 +443,11 @@ typedef struct tutti_mask {
                                      bytes it accepts; BYTE: allowed next bytes; SPAN: drafts cut at the
                                      first rejected byte), renormalised after the fusion rule, and ends
                                      only where it is complete (or nothing can follow) */
+    int32_t max_tokens;           /* > 0: at most this many tokens of member 1's tokenizer, in every
+                                     alignment: TOKEN counts generated ids; BYTE and SPAN stop with the
+                                     longest generated text that member 1 tokenizes (on its own, no BOS, as
+                                     tutti_tokenize) into at most max_tokens tokens, ending between two
+                                     UTF-8 characters */
 } tutti_mask;
 
 typedef struct tutti_ensemble_stats {
@@ -444,9 +458,11 @@ typedef struct tutti_ensemble_stats {
     double t_fusion_s;      /* t_total_s - t_forward_s: alignment, fusion, mask, sampling */
     double t_member_s[TUTTI_ENSEMBLE_MAX_MEMBERS];       /* forward time per member */
     int64_t n_member_tokens[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* tokens each member ran */
-    /* BYTE alignment: member i left the generation because its tokens
-     * cannot spell the prompt or a drawn byte (weight 0 from then on, the
-     * others renormalised). */
+    /* BYTE and SPAN alignment: member i left the generation (weight 0 from
+     * then on, the others renormalised) because its tokens cannot spell the
+     * prompt or the drawn text (TUTTI_LEFT_SPELL), or because pruning
+     * (tutti_ensemble_params.prune / max_hyps) dropped every tokenization
+     * hypothesis that could (TUTTI_LEFT_PRUNED); 0 = stayed. */
     bool member_left[TUTTI_ENSEMBLE_MAX_MEMBERS];
     /* Prompt tokens member i ran through its forward pass in this generation
      * (the count up to its first next-token distribution; SPAN: up to the
@@ -455,10 +471,24 @@ typedef struct tutti_ensemble_stats {
      * so a prompt that extends the previous generation's (a chat growing by
      * one turn) evaluates only the new tokens. */
     int64_t n_prompt_evaluated[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    int32_t member_left_reason[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* TUTTI_LEFT_*, 0 = stayed */
+    /* The member whose full context ended the generation (0-based), -1 if
+     * none did.  NaN/+inf logits are not a stop but an error. */
+    int32_t ctx_full_member;
 } tutti_ensemble_stats;
 
+#define TUTTI_LEFT_SPELL 1
+#define TUTTI_LEFT_PRUNED 2
+
+/* Receives one line of text (no newline) about a generation as it happens:
+ * a member leaving (and why) or a member's context filling up. */
+typedef void (*tutti_notice_cb)(const char *msg, void *user);
+/* Sets the notice receiver of later generations (NULL: none). */
+void tutti_ensemble_set_notice(tutti_ensemble *ens, tutti_notice_cb cb, void *user);
+
 /* Receives output bytes as they are committed (never splits a UTF-8
- * character in BYTE alignment); return non-zero to stop. */
+ * character: an incomplete character is held back, and one left incomplete
+ * at the end of generation is not output); return non-zero to stop. */
 typedef int (*tutti_text_cb)(const char *bytes, size_t n, void *user);
 
 /* Generates a fused continuation of prompt[0..prompt_len) (raw text; each
@@ -471,7 +501,9 @@ typedef int (*tutti_text_cb)(const char *bytes, size_t n, void *user);
  * vocabulary without that character) leaves the generation, the others'
  * weights renormalised.  stats may be NULL.  Returns 0 or TUTTI_ERR (a
  * prompt longer than a member's context, a member failing, everything
- * masked out). */
+ * masked out, NaN/+inf logits: "member 2 (b.gguf): logits contain NaN at
+ * position P").  A context that fills up mid-way is a clean stop
+ * (stats->ctx_full_member, and a notice). */
 int tutti_ensemble_generate(tutti_ensemble *ens, const char *prompt, size_t prompt_len,
                             const tutti_sampler_params *sp, const tutti_mask *mask,
                             tutti_text_cb cb, void *user, tutti_ensemble_stats *stats);
@@ -502,7 +534,12 @@ int tutti_ensemble_generate_ids(tutti_ensemble *ens, const int32_t *const *promp
  * canonical tokenization, like llama.cpp perplexity) and the ensemble
  * under its rule, alignment, weights and temperatures.  The text is split
  * into sentence-aligned chunks of at most 200 bytes, each scored from BOS
- * (../shared/oracle/bpb.py).  bits per byte = Σ -log2 p / Σ chunk bytes. */
+ * (../shared/oracle/bpb.py).  bits per byte = Σ -log2 p / Σ chunk bytes.
+ * Returns 0, TUTTI_ERR, or TUTTI_ERR_UNSUPPORTED for what has no
+ * likelihood to score: the contrastive rule (a decoding rule: the true text
+ * may lie outside its plausibility set, infinitely many bits) and SPAN
+ * alignment with a rule other than mix (span selection scores drafts, it
+ * defines a distribution only as the span-level mixture). */
 typedef struct tutti_bpb_result {
     int32_t n_members;
     int32_t n_chunks;
@@ -558,9 +595,9 @@ int tutti_ensemble_eval_choices(tutti_ensemble *ens, const tutti_choice_item *it
  * on the ensemble.  temps: grid of candidate temperatures ([n_temps]; NULL =
  * {1}).  Rules MIX and PRODUCT (and SPAN, which fits a span-level mixture);
  * GATE has no weights to fit (they only switch members on/off) and
- * CONTRASTIVE is refused.  With adapt on, the weights fitted statically
- * become the prior and the fixed-share alpha is fitted too (a log grid
- * from 0 to 1) and set.  out (may be NULL) receives the bits per byte of
+ * CONTRASTIVE is refused (both TUTTI_ERR_UNSUPPORTED).  With adapt on, the
+ * weights fitted statically become the prior and the fixed-share alpha is
+ * fitted too (a log grid from 0 to 1) and set.  out (may be NULL) receives the bits per byte of
  * uniform weights (tau = 1) and of the fitted setting. */
 typedef struct tutti_fit_result {
     double uniform_bpb;
@@ -576,8 +613,10 @@ int tutti_ensemble_fit(tutti_ensemble *ens, const char *text, size_t len, const 
 
 /* Ensemble files: one member per line, `MODEL_PATH WEIGHT TEMP` (weight and
  * temperature optional; a path with spaces goes in double quotes; relative
- * paths are relative to the file's folder), plus optional lines
- * `rule NAME`, `align NAME` and `adapt ALPHA`; `#` starts a comment. */
+ * paths are relative to the file's folder; tutti_ensemble_file_write writes
+ * absolute paths, so a file means the same models wherever it is put), plus
+ * optional lines `rule NAME`, `align NAME` and `adapt ALPHA`; `#` starts a
+ * comment. */
 typedef struct tutti_ensemble_file {
     tutti_member_desc *members; /* [n_members], paths owned by this struct */
     int32_t n_members;

@@ -273,7 +273,7 @@ static void test_byte_marginal_bruteforce(void **state) {
     assert_true(worst < 1e-6); /* float log-softmax rounding */
     assert_true(fusion_bytes_pruned(st) == 0.0);
     /* a byte no token can produce is an error, not a crash */
-    assert_int_equal(fusion_bytes_commit(st, 'z'), TUTTI_ERR);
+    assert_int_equal(fusion_bytes_commit(st, 'z'), FUSION_ERR_SPELL);
     fusion_bytes_free(st);
     fusion_trie_free(t);
 }

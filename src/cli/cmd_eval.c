@@ -141,8 +141,9 @@ int tutti_cmd_eval(int argc, char **argv) {
         cli_progress_start(what);
         int erc = tutti_ensemble_eval_bpb(e, text, len, &r);
         cli_progress_stop();
-        if (erc < 0) {
-            cli_error("%s", tutti_last_error());
+        if (erc < 0) { /* a combination eval cannot score is a usage error */
+            rc = erc == TUTTI_ERR_UNSUPPORTED ? cli_usage_error("%s", tutti_last_error())
+                                              : cli_error("%s", tutti_last_error());
             goto done;
         }
     }

@@ -68,6 +68,7 @@ int tutti_cmd_fit(int argc, char **argv) {
         int fit_rc = tutti_ensemble_fit(e, text, len, grid, n_grid, &fr);
         cli_progress_stop();
         if (fit_rc < 0) {
+            if (fit_rc == TUTTI_ERR_UNSUPPORTED) rc = 2;
             fprintf(stderr, "tutti fit: %s\n", tutti_last_error());
         } else {
             fprintf(stderr, "fit (%s, %s) on %s: uniform weights %.4f bits/byte, fitted %.4f bits/byte\n",

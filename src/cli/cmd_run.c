@@ -142,6 +142,13 @@ tutti_ensemble *ens_args_build(ens_args *a, const char *cmd) {
 
 /* ---- run ---- */
 
+/* Members leaving and contexts filling up, on stderr as they happen. */
+static void notice_cb(const char *msg, void *u) {
+    (void)u;
+    fflush(stdout);
+    fprintf(stderr, "\ntutti run: %s\n", msg);
+}
+
 static int write_cb(const char *b, size_t n, void *u) {
     (void)u;
     fwrite(b, 1, n, stdout);
@@ -166,7 +173,9 @@ int tutti_cmd_run(int argc, char **argv) {
                                       "(-e is --ensemble here)"),
         CLI_FLAG_OFF("--no-escape", &escape, "take the prompt and --stop strings literally"),
         CLI_INT("-n,--n-predict", "N", &n_gen, -1, 1 << 24,
-                "tokens (token alignment) or bytes (byte/span) to generate;\n-1 = until end of text or a full context",
+                "tokens to generate, counted with member 1's tokenizer in every alignment\n"
+                "(byte/span: the longest text member 1 tokenizes into at most N tokens,\n"
+                "ending between UTF-8 characters); -1 = until end of text or a full context",
                 NULL),
         CLI_STRS("--stop", "TEXT", &stop_s, "stop when the output contains TEXT (not printed; repeatable)"),
         CLI_STRS("--allow", "TEXT", &allow_s, "the output must be (a prefix of) one of these strings (repeatable)"),
@@ -226,8 +235,9 @@ int tutti_cmd_run(int argc, char **argv) {
     }
     prompt = buf;
     sp.seed = cli_seed_resolve(sp.seed);
+    tutti_ensemble_set_notice(e, notice_cb, NULL);
     tutti_mask m = {.allowed = allow, .n_allowed = n_allow, .forbidden = forbid, .n_forbidden = n_forbid,
-                    .stop = stop, .n_stop = n_stop, .max_len = n_gen, .grammar = grammar};
+                    .stop = stop, .n_stop = n_stop, .max_tokens = n_gen, .grammar = grammar};
     int n_mem = tutti_ensemble_n_members(e);
     int32_t *ids[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0}, n_ids[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0};
     int rc = 0;
@@ -277,7 +287,9 @@ int tutti_cmd_run(int argc, char **argv) {
                      i + 1, tutti_ensemble_member_path(e, i), (double)tutti_ensemble_member_weight(e, i),
                      (double)tutti_ensemble_member_temp(e, i), (long long)st.n_member_tokens[i], st.t_member_s[i],
                      st.t_member_s[i] > 0 ? (double)st.n_member_tokens[i] / st.t_member_s[i] : 0.0,
-                     st.member_left[i] ? " (left: its tokens cannot spell the text)" : "");
+                     !st.member_left[i] ? ""
+                     : st.member_left_reason[i] == TUTTI_LEFT_PRUNED ? " (left: its hypotheses were pruned)"
+                                                                     : " (left: its tokens cannot spell the text)");
         cli_info("  fusion overhead (outside forward passes): %.3f s = %.3f ms per %s\n", st.t_fusion_s,
                 st.n_units ? 1e3 * st.t_fusion_s / st.n_units : 0.0, unit);
     }

@@ -249,7 +249,7 @@ int fusion_bytes_prepare(fusion_bytes *s) {
         hyp *h = &s->h[i];
         if (h->dist) continue;
         const float *z = fusion_member_logits_view(s->m, h->ids, h->n_ids, s->logits);
-        if (!z) return TUTTI_ERR;
+        if (!z) return s->m->err_kind < 0 ? s->m->err_kind : TUTTI_ERR;
         double *d = get_dist(s);
         if (!d) return tutti_set_error("byte alignment: out of memory");
         double pe, total = dist_fill(t, z, inv, d, &pe);
@@ -261,7 +261,8 @@ int fusion_bytes_prepare(fusion_bytes *s) {
 }
 
 int fusion_bytes_next(fusion_bytes *s, double *out) {
-    if (fusion_bytes_prepare(s) < 0) return TUTTI_ERR;
+    int prc = fusion_bytes_prepare(s);
+    if (prc < 0) return prc;
     const fusion_trie *t = s->trie;
     for (int b = 0; b < FUSION_N_BYTE_OUT; b++) out[b] = 0.0;
     double mx = -INFINITY;
@@ -279,9 +280,11 @@ int fusion_bytes_next(fusion_bytes *s, double *out) {
     }
     double sum = 0.0;
     for (int b = 0; b < FUSION_N_BYTE_OUT; b++) sum += out[b];
-    if (!(sum > 0))
-        return tutti_set_error("member %s: no token can continue the text (after %d bytes)", s->m->name,
-                               s->n_view - s->n_prefix);
+    if (!(sum > 0)) {
+        tutti_set_error("member %s: no token can continue the text (after %d bytes)", s->m->name,
+                        s->n_view - s->n_prefix);
+        return FUSION_ERR_SPELL;
+    }
     for (int b = 0; b < FUSION_N_BYTE_OUT; b++) out[b] /= sum;
     return 0;
 }
@@ -297,7 +300,8 @@ static int cmp_ranked(const void *a, const void *b) {
 }
 
 int fusion_bytes_commit(fusion_bytes *s, uint8_t b) {
-    if (fusion_bytes_prepare(s) < 0) return TUTTI_ERR;
+    int prc = fusion_bytes_prepare(s);
+    if (prc < 0) return prc;
     const fusion_trie *t = s->trie;
     int32_t n_old = s->n_h;
     int32_t new_pos = s->n_view + 1;
@@ -352,8 +356,9 @@ int fusion_bytes_commit(fusion_bytes *s, uint8_t b) {
         if (eff[i] > 0) total += eff[i];
     if (!(total > 0)) {
         free(eff);
-        return tutti_set_error("member %s: the text has probability 0 (byte 0x%02x at offset %d cannot be "
-                               "covered by its tokens)", s->m->name, b, s->n_view - 1 - s->n_prefix);
+        tutti_set_error("member %s: the text has probability 0 (byte 0x%02x at offset %d cannot be covered by "
+                        "its tokens)", s->m->name, b, s->n_view - 1 - s->n_prefix);
+        return FUSION_ERR_SPELL;
     }
     /* prune: relative share below p.prune, then keep the max_hyps heaviest */
     ranked *rk = malloc(sizeof(ranked) * (size_t)(n_eff ? n_eff : 1));
@@ -370,6 +375,34 @@ int fusion_bytes_commit(fusion_bytes *s, uint8_t b) {
         qsort(rk, (size_t)n_rk, sizeof *rk, cmp_ranked);
         for (int32_t k = s->p.max_hyps; k < n_rk; k++) s->pruned += rk[k].mass / total;
         n_rk = s->p.max_hyps;
+    }
+    /* Never prune the last hypothesis that spells the committed bytes
+     * exactly (a token boundary at the end of the view).  Mid-token
+     * hypotheses can only continue with the bytes of their pending tokens;
+     * with every boundary hypothesis gone, the member would give probability
+     * 0 to any other next byte (and to end of text) although its tokens can
+     * spell it, and leave the generation for a reason that is not true (a
+     * boundary whose token is unlikely next to a long token still in
+     * progress, e.g. "ti" inside "time", falls below 1e-4 of the mass). */
+    int32_t best_b = -1;
+    bool kept_b = false;
+    for (int32_t k = 0; k < n_rk; k++) kept_b |= s->h[rk[k].i].pos == new_pos;
+    if (!kept_b) {
+        for (int32_t i = 0; i < n_eff; i++)
+            if (eff[i] > 0 && s->h[i].pos == new_pos && (best_b < 0 || eff[i] > eff[best_b])) best_b = i;
+        if (best_b >= 0) {
+            int32_t slot = n_rk;
+            if (n_rk >= s->p.max_hyps) { /* take the lightest kept one's place */
+                slot = 0;
+                for (int32_t k = 1; k < n_rk; k++)
+                    if (rk[k].mass < rk[slot].mass) slot = k;
+                s->pruned += rk[slot].mass / total;
+            } else {
+                n_rk++;
+            }
+            rk[slot] = (ranked){eff[best_b], best_b};
+            s->pruned -= eff[best_b] / total;
+        }
     }
     bool *keep = calloc((size_t)(n_eff ? n_eff : 1), sizeof(bool));
     if (!keep) {
@@ -394,8 +427,10 @@ int fusion_bytes_commit(fusion_bytes *s, uint8_t b) {
 }
 
 int fusion_bytes_commit_n(fusion_bytes *s, const char *bytes, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (fusion_bytes_commit(s, (uint8_t)bytes[i]) < 0) return TUTTI_ERR;
+    for (size_t i = 0; i < n; i++) {
+        int rc = fusion_bytes_commit(s, (uint8_t)bytes[i]);
+        if (rc < 0) return rc;
+    }
     return 0;
 }
 
@@ -407,8 +442,8 @@ int fusion_bytes_start(fusion_bytes *s, const char *text, size_t n) {
     s->n_prefix = t->n_prefix;
     if (s->bos >= 0) {
         if (push_hyp(s, NULL, 0, s->bos, 0, 0, 0.0) < 0) return TUTTI_ERR;
-        if (fusion_bytes_commit_n(s, t->prefix, (size_t)t->n_prefix) < 0) return TUTTI_ERR;
-        return fusion_bytes_commit_n(s, text, n);
+        int rc = fusion_bytes_commit_n(s, t->prefix, (size_t)t->n_prefix);
+        return rc < 0 ? rc : fusion_bytes_commit_n(s, text, n);
     }
     /* No BOS: the first token has no distribution to come from.  Take the
      * canonical tokenization of all but the text's last token as given. */
@@ -421,7 +456,8 @@ int fusion_bytes_start(fusion_bytes *s, const char *text, size_t n) {
     int32_t k = tutti_tokenize(s->m->vocab, text, n, false, false, ids, cap);
     if (k <= 0) {
         free(ids);
-        return tutti_set_error("member %s: cannot tokenize the prompt", s->m->name);
+        tutti_set_error("member %s: cannot tokenize the prompt", s->m->name);
+        return FUSION_ERR_SPELL;
     }
     int32_t keep = k > 1 ? k - 1 : 1;
     int64_t nb = 0;
@@ -443,7 +479,8 @@ int fusion_bytes_start(fusion_bytes *s, const char *text, size_t n) {
     }
     if (!ok) {
         free(ids);
-        return tutti_set_error("member %s: the prompt's tokens do not spell the prompt", s->m->name);
+        tutti_set_error("member %s: the prompt's tokens do not spell the prompt", s->m->name);
+        return FUSION_ERR_SPELL;
     }
     int rc = push_hyp(s, ids, keep, -1, s->n_view, 0, 0.0);
     free(ids);

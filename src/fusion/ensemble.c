@@ -9,6 +9,8 @@
  * see the numbers in the comment at default_parallel() below; the faster
  * one is the default. */
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -257,6 +259,10 @@ tutti_ensemble *tutti_ensemble_new(const tutti_ensemble_params *params) {
             goto fail;
         }
         e->m[i]->vocab_hash = h[i];
+        /* messages say "member 2 (b.gguf): ..." */
+        char file[256];
+        snprintf(file, sizeof file, "%s", e->m[i]->name);
+        snprintf(e->m[i]->name, sizeof e->m[i]->name, "%d (%.200s)", i + 1, file);
         if (e->align != TUTTI_ALIGN_TOKEN) {
             e->trie[i] = fusion_trie_build(e->m[i]->vocab);
             if (!e->trie[i]) {
@@ -328,6 +334,12 @@ int tutti_ensemble_set_weights(tutti_ensemble *e, const float *w, const float *t
     return 0;
 }
 
+void tutti_ensemble_set_notice(tutti_ensemble *e, tutti_notice_cb cb, void *user) {
+    if (!e) return;
+    e->notice = cb;
+    e->notice_user = user;
+}
+
 int tutti_ensemble_set_rule(tutti_ensemble *e, tutti_fusion_rule rule) {
     if ((unsigned)rule > TUTTI_RULE_CONTRASTIVE) return tutti_set_error("ensemble: unknown rule %d", rule);
     if (rule == TUTTI_RULE_CONTRASTIVE && e->n < 2)
@@ -379,6 +391,42 @@ static int emit(gen_ctx *g, size_t upto) {
     return 0;
 }
 
+/* Tokens of member 1's tokenizer in text[0..n) (-1 on error). */
+static int32_t count_tokens(gen_ctx *g, size_t n) {
+    if (g->cap_count < n + 8) {
+        int32_t *ni = realloc(g->count_ids, sizeof(int32_t) * (n + 8) * 2);
+        if (!ni) return -1;
+        g->count_ids = ni, g->cap_count = (n + 8) * 2;
+    }
+    return tutti_tokenize(g->count_vocab, g->text, n, false, false, g->count_ids, (int32_t)g->cap_count);
+}
+
+/* -n in BYTE/SPAN alignment: once member 1 tokenizes the text into more
+ * than max_tokens tokens, the text is cut back to the longest prefix ending
+ * between two characters that it tokenizes into at most max_tokens, and
+ * generation stops.  Counting starts when the text could hold that many
+ * (a byte adds at most a token or two), so short outputs cost nothing. */
+static void token_limit(gen_ctx *g) {
+    if (g->max_tokens <= 0 || !g->count_vocab || g->n_text < g->next_check) return;
+    if (utf8_tail(g->text, g->n_text)) return; /* count between characters only */
+    int32_t c = count_tokens(g, g->n_text);
+    if (c < 0) return;
+    if (c <= g->max_tokens) {
+        g->next_check = g->n_text + (size_t)(g->max_tokens - c) / 2;
+        return;
+    }
+    size_t k = g->n_text;
+    while (k > g->n_emitted) {
+        k--;
+        while (k > g->n_emitted && ((uint8_t)g->text[k] & 0xC0) == 0x80) k--; /* a character start */
+        int32_t ck = count_tokens(g, k);
+        if (ck >= 0 && ck <= g->max_tokens) break;
+    }
+    g->n_text = k;
+    g->text[k] = 0;
+    g->stopped = true;
+}
+
 int gen_append(gen_ctx *g, const char *bytes, size_t n) {
     if (g->n_text + n + 1 > g->cap_text) {
         size_t nc = (g->cap_text + n + 1) * 2;
@@ -390,6 +438,8 @@ int gen_append(gen_ctx *g, const char *bytes, size_t n) {
     memcpy(g->text + g->n_text, bytes, n);
     g->n_text += n;
     g->text[g->n_text] = 0;
+    token_limit(g);
+    if (g->n_text < old) old = g->n_text;
     size_t hold = 0;
     if (g->mask)
         for (int32_t k = 0; k < g->mask->n_stop; k++) {
@@ -414,7 +464,8 @@ int gen_append(gen_ctx *g, const char *bytes, size_t n) {
     return emit(g, g->n_text - hold);
 }
 
-void gen_flush(gen_ctx *g) { emit(g, g->n_text); }
+/* An incomplete UTF-8 character at the very end is never output. */
+void gen_flush(gen_ctx *g) { emit(g, g->n_text - utf8_tail(g->text, g->n_text)); }
 
 bool gen_text_ok(const gen_ctx *g, const char *bytes, size_t n, bool at_end) {
     const tutti_mask *m = g->mask;
@@ -686,9 +737,14 @@ static int token_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_s
         /* Context full is a clean stop, as in tutti generate: the logits
          * after n tokens need n positions, so a member at n_ctx + 1 tokens
          * (or at its buffer's end) has nothing more to say. */
-        bool full = false;
-        for (int32_t i = 0; i < e->n; i++) full |= n[i] > e->m[i]->n_ctx || n[i] >= cap[i];
-        if (full || gr_constraint_done(&g->gc)) break; /* the grammar lets nothing follow */
+        int32_t full = -1;
+        for (int32_t i = 0; i < e->n && full < 0; i++)
+            if (n[i] > e->m[i]->n_ctx || n[i] >= cap[i]) full = i;
+        if (full >= 0) {
+            if (n[full] > e->m[full]->n_ctx) ens_note_ctx_full(e, g, full);
+            break;
+        }
+        if (gr_constraint_done(&g->gc)) break; /* the grammar lets nothing follow */
         token_step st = {(const int32_t *const *)ids, n, scratch, logits};
         double t0 = ens_now_s();
         if (ens_run_members(e, job_token_logits, &st) < 0) {
@@ -803,23 +859,68 @@ int ens_bytes_start(fusion_bytes *st, const gen_prompt *pr, int32_t i) {
     return pr->ids ? fusion_bytes_start_ids(st, pr->ids[i], pr->n_ids[i]) : fusion_bytes_start(st, pr->text, pr->len);
 }
 
-bool ens_bytes_ctx_full(const tutti_ensemble *e, fusion_bytes *const *st) {
+int32_t ens_bytes_ctx_full(const tutti_ensemble *e, fusion_bytes *const *st) {
     for (int32_t i = 0; i < e->n; i++)
-        if (fusion_bytes_need_tokens(st[i]) > e->m[i]->n_ctx) return true;
-    return false;
+        if (fusion_bytes_need_tokens(st[i]) > e->m[i]->n_ctx) return i;
+    return -1;
+}
+
+static void notice(tutti_ensemble *e, const char *fmt, ...) TUTTI_PRINTF(2, 3);
+static void notice(tutti_ensemble *e, const char *fmt, ...) {
+    if (!e->notice) return;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    e->notice(msg, e->notice_user);
+}
+
+void ens_note_ctx_full(tutti_ensemble *e, gen_ctx *g, int32_t i) {
+    if (g->ctx_full >= 0) return;
+    g->ctx_full = i;
+    notice(e, "member %s: context full (%d tokens) after %zu generated bytes; generation stops here (raise -c "
+              "for longer output)", e->m[i]->name, e->m[i]->n_ctx, g->n_text);
+}
+
+void ens_note_left(tutti_ensemble *e, gen_ctx *g, fusion_bytes *st, int32_t i, int b) {
+    if (g->dead[i]) return;
+    g->dead[i] = true;
+    const fusion_trie *t = e->trie[i];
+    bool has_byte = b < 0; /* b: -1 the prompt, -2 the text a span round chose */
+    for (int64_t k = 0; !has_byte && k < t->off[t->n_vocab]; k++) has_byte = (uint8_t)t->bytes[k] == (uint8_t)b;
+    /* pruned: some token holds the byte and hypotheses were dropped; the
+     * kept boundary hypothesis (bytestate.c) makes this rare */
+    bool pruned = b >= 0 && has_byte && st && fusion_bytes_pruned(st) > 0;
+    g->left_why[i] = pruned ? TUTTI_LEFT_PRUNED : TUTTI_LEFT_SPELL;
+    if (b == -1)
+        notice(e, "member %s leaves the generation: its tokens cannot spell the prompt", e->m[i]->name);
+    else if (b < 0)
+        notice(e, "member %s leaves the generation after %zu bytes: its tokens cannot spell the chosen span",
+               e->m[i]->name, g->n_text);
+    else if (pruned)
+        notice(e, "member %s leaves the generation after %zu bytes: pruning (--prune, --max-hyps) dropped every "
+                  "tokenization hypothesis that continues with byte 0x%02x", e->m[i]->name, g->n_text, b);
+    else
+        notice(e, "member %s leaves the generation after %zu bytes: its tokens cannot spell byte 0x%02x%s",
+               e->m[i]->name, g->n_text, b, has_byte ? " here" : " (no token contains it)");
 }
 
 /* A member whose tokens cannot spell the prompt (a character vocabulary
- * without "€", say) leaves the generation at once instead of failing it. */
+ * without "€", say) leaves the generation at once instead of failing it;
+ * any other failure (context full, NaN logits) is an error.  The prompt
+ * filling a context is the caller's to fix: named in the message. */
 static int job_bytes_start(tutti_ensemble *e, int32_t i, void *arg) {
-    (void)e;
     byte_job *j = arg;
     int rc = ens_bytes_start(j->st[i], j->pr, i);
-    if (rc < 0 && j->dead) {
+    if (rc == FUSION_ERR_SPELL && j->dead) {
         j->dead[i] = true;
         return 0;
     }
-    return rc;
+    if (rc == FUSION_ERR_CTX)
+        return tutti_set_error("member %s: the prompt needs more than its context of %d tokens; raise -c or "
+                               "shorten the prompt", e->m[i]->name, e->m[i]->n_ctx);
+    return rc < 0 ? TUTTI_ERR : 0;
 }
 
 static int job_bytes_prepare(tutti_ensemble *e, int32_t i, void *arg) {
@@ -874,17 +975,20 @@ static int byte_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sa
      * possible under mix) has no conditional distribution any more: it
      * leaves this generation (weight 0, the others renormalised). */
     bool *dead = g->dead;
+    bool dead0[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0};
     float w[TUTTI_ENSEMBLE_MAX_MEMBERS];
     memcpy(w, e->w, sizeof(float) * (size_t)e->n);
-    byte_job j = {st, pr, dead};
+    byte_job j = {st, pr, dead0};
     double t0 = ens_now_s();
     if (ens_run_members(e, job_bytes_start, &j) < 0) goto done;
     *t_phase += ens_now_s() - t0;
     int32_t n_alive = 0;
     for (int32_t i = 0; i < e->n; i++) {
+        if (dead0[i]) ens_note_left(e, g, NULL, i, -1);
         if (dead[i]) w[i] = 0;
         else n_alive++;
     }
+    j.dead = dead;
     if (n_alive == 0) {
         tutti_set_error("byte alignment: no member's tokens can spell the prompt (every member has "
                         "probability 0 for it)");
@@ -914,7 +1018,12 @@ static int byte_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sa
         /* Context full is a clean stop, as in TOKEN alignment: the text so
          * far needs a tokenization hypothesis longer than a member's
          * context, so that member has no next-byte distribution. */
-        if (ens_bytes_ctx_full(e, st) || gr_constraint_done(&g->gc)) break;
+        int32_t full = ens_bytes_ctx_full(e, st);
+        if (full >= 0) {
+            ens_note_ctx_full(e, g, full);
+            break;
+        }
+        if (gr_constraint_done(&g->gc)) break;
         t0 = ens_now_s();
         if (ens_run_members(e, job_bytes_prepare, &j) < 0) {
             rc = TUTTI_ERR;
@@ -948,7 +1057,8 @@ static int byte_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sa
         for (int32_t i = 0; i < e->n && rc == 0; i++) {
             if (dead[i]) continue;
             if (lp[i][b] == -INFINITY) {
-                dead[i] = true, w[i] = 0;
+                ens_note_left(e, g, st[i], i, b);
+                w[i] = 0;
                 continue;
             }
             if (fusion_bytes_commit(st[i], (uint8_t)b) < 0) rc = TUTTI_ERR;
@@ -971,8 +1081,16 @@ done:
 static int ens_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sampler_params *sp,
                         const tutti_mask *mask, tutti_text_cb cb, void *user, tutti_ensemble_stats *stats) {
     tutti_sampler_params spd = sp ? *sp : tutti_sampler_default_params();
-    gen_ctx g = {.mask = mask, .cb = cb, .user = user};
+    gen_ctx g = {.mask = mask, .cb = cb, .user = user, .ctx_full = -1};
     g.max_units = mask && mask->max_len > 0 ? mask->max_len : 0;
+    if (mask && mask->max_tokens > 0) {
+        if (e->align == TUTTI_ALIGN_TOKEN) {
+            if (g.max_units <= 0 || mask->max_tokens < g.max_units) g.max_units = mask->max_tokens;
+        } else {
+            g.count_vocab = e->m[0]->vocab;
+            g.max_tokens = mask->max_tokens;
+        }
+    }
     for (int32_t i = 0; i < e->n; i++) {
         e->m[i]->t_forward_s = 0;
         e->m[i]->n_forward_tokens = 0;
@@ -1007,9 +1125,12 @@ static int ens_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sam
             stats->n_member_tokens[i] = e->m[i]->n_forward_tokens;
             stats->member_left[i] = g.dead[i];
             stats->n_prompt_evaluated[i] = e->prompt_marked ? e->prompt_eval[i] : e->m[i]->n_forward_tokens;
+            stats->member_left_reason[i] = g.dead[i] ? g.left_why[i] : 0;
         }
+        stats->ctx_full_member = g.ctx_full;
     }
     free(g.text);
+    free(g.count_ids);
     return rc;
 }
 

@@ -24,6 +24,8 @@ struct tutti_ensemble {
     double prune;
     int32_t max_hyps;
     int32_t n_ctx;
+    tutti_notice_cb notice; /* tutti_ensemble_set_notice */
+    void *notice_user;
     bool parallel;        /* members' forward passes on one thread each, concurrently */
     bool adapt_on;        /* MIX weights follow the text (adapt.c) */
     double adapt_alpha;   /* fixed-share alpha in [0, 1] */
@@ -94,14 +96,21 @@ typedef struct gen_prompt {
     const int32_t *n_ids;
 } gen_prompt;
 
+typedef struct gen_ctx gen_ctx;
+
 /* Starts member i's byte state after the prompt. */
 int ens_bytes_start(fusion_bytes *st, const gen_prompt *pr, int32_t i);
-/* true when some member's byte state needs a forward pass over more tokens
- * than its context holds (generation stops there). */
-bool ens_bytes_ctx_full(const tutti_ensemble *e, fusion_bytes *const *st);
+/* The first member whose byte state needs a forward pass over more tokens
+ * than its context holds (generation stops there), or -1. */
+int32_t ens_bytes_ctx_full(const tutti_ensemble *e, fusion_bytes *const *st);
+/* Records that member i's full context ended the generation (g->ctx_full)
+ * and sends the notice. */
+void ens_note_ctx_full(tutti_ensemble *e, gen_ctx *g, int32_t i);
+/* Member i leaves a BYTE/SPAN generation: g->dead, the reason, a notice.
+ * b: the byte it could not follow (-1: the prompt). */
+void ens_note_left(tutti_ensemble *e, gen_ctx *g, fusion_bytes *st, int32_t i, int b);
 
 /* Span alignment generation (span.c). */
-typedef struct gen_ctx gen_ctx;
 int span_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sampler_params *sp, gen_ctx *g,
                   double *t_phase);
 
@@ -114,10 +123,19 @@ struct gen_ctx {
     size_t n_text, cap_text;
     size_t n_emitted;  /* bytes given to cb */
     bool stopped;      /* a stop string, cb or max_len ended generation */
-    bool dead[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* BYTE: members that left (their tokens cannot spell the text) */
+    bool dead[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* BYTE/SPAN: members that left the generation */
+    int32_t left_why[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* TUTTI_LEFT_* */
+    int32_t ctx_full;  /* member whose full context stopped the generation, -1 */
     int32_t n_units;
     int32_t max_units;
     gr_constraint gc;  /* mask->grammar following the text (TOKEN: with member 1's vocabulary) */
+    /* BYTE/SPAN: tutti_mask.max_tokens, counted by re-tokenizing the text
+     * with member 1's tokenizer (count_vocab) from byte next_check on */
+    const tutti_vocab *count_vocab;
+    int32_t max_tokens;
+    size_t next_check;
+    int32_t *count_ids; /* scratch for the counts */
+    size_t cap_count;
 };
 
 /* Appends bytes to the generated text, emits what can no longer be part of

@@ -6,9 +6,11 @@
  * temperature; every weight setting is then scored from the tables alone.
  * TOKEN alignment does the same with [n_tokens][n_vocab] tables, SPAN with
  * one log-probability per member and word-level span. */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fusion/ensemble_impl.h"
 #include "util/error.h"
@@ -243,7 +245,7 @@ static int job_byte_tables(tutti_ensemble *e, int32_t i, void *arg) {
     for (int c = 0; c < j->n_chunks; c++) {
         size_t len = strlen(j->chunks[c]);
         if (fusion_byte_table(e->m[i], e->trie[i], &bp, j->chunks[c], len, j->rows[i] + r * FUSION_N_BYTE_OUT) < 0) {
-            tutti_error_prefix("member %d (%s), chunk %d", i + 1, e->path[i], c + 1);
+            tutti_error_prefix("chunk %d", c + 1); /* the message names the member */
             return TUTTI_ERR;
         }
         r += (int64_t)len;
@@ -495,6 +497,16 @@ static int ensemble_nll(tutti_ensemble *e, const text_data *d, float *const *row
 int tutti_ensemble_eval_bpb(tutti_ensemble *e, const char *text, size_t len, tutti_bpb_result *out) {
     if (!e || !text || !out) return tutti_set_error("eval: missing argument");
     memset(out, 0, sizeof *out);
+    if (e->rule == TUTTI_RULE_CONTRASTIVE) {
+        tutti_set_error("the contrastive rule has no likelihood to score (the true text can fall outside "
+                        "its plausibility set: infinitely many bits); use mix, product or gate");
+        return TUTTI_ERR_UNSUPPORTED;
+    }
+    if (e->align == TUTTI_ALIGN_SPAN && e->rule != TUTTI_RULE_MIX) {
+        tutti_set_error("span alignment scores only the span-level mixture (--rule mix); span generation "
+                        "with --rule %s ranks drafts but defines no probability to score", tutti_rule_name(e->rule));
+        return TUTTI_ERR_UNSUPPORTED;
+    }
     text_data d;
     float *rows[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0};
     int rc = text_data_init(e, text, len, 200, &d);
@@ -507,7 +519,7 @@ int tutti_ensemble_eval_bpb(tutti_ensemble *e, const char *text, size_t len, tut
         double s = 0, c;
         for (int k = 0; k < d.n_chunks; k++) {
             if ((rc = fusion_token_nll(e->m[i], d.chunks[k], strlen(d.chunks[k]), 1.0f, &c)) < 0) {
-                tutti_error_prefix("member %d (%s)", i + 1, e->path[i]);
+                if (e->m[i]->err_kind != FUSION_ERR_NONFINITE) tutti_error_prefix("member %d (%s)", i + 1, e->path[i]);
                 goto done;
             }
             s += c;
@@ -704,10 +716,14 @@ static double fit_weights(const tutti_ensemble *e, const text_data *d, float *co
 int tutti_ensemble_fit(tutti_ensemble *e, const char *text, size_t len, const float *temps, int32_t n_temps,
                        tutti_fit_result *out) {
     if (!e || !text) return tutti_set_error("fit: missing argument");
-    if (e->rule == TUTTI_RULE_CONTRASTIVE)
-        return tutti_set_error("fit: the contrastive rule has no likelihood to fit weights on; use mix or product");
-    if (e->rule == TUTTI_RULE_GATE && e->align != TUTTI_ALIGN_SPAN)
-        return tutti_set_error("fit: the gate rule has no weights to fit; use mix or product");
+    if (e->rule == TUTTI_RULE_CONTRASTIVE) {
+        tutti_set_error("fit: the contrastive rule has no likelihood to fit weights on; use mix or product");
+        return TUTTI_ERR_UNSUPPORTED;
+    }
+    if (e->rule == TUTTI_RULE_GATE && e->align != TUTTI_ALIGN_SPAN) {
+        tutti_set_error("fit: the gate rule has no weights to fit; use mix or product");
+        return TUTTI_ERR_UNSUPPORTED;
+    }
     static const float one = 1.0f;
     if (!temps || n_temps <= 0) temps = &one, n_temps = 1;
     for (int32_t t = 0; t < n_temps; t++)
@@ -959,9 +975,23 @@ int tutti_ensemble_file_write(const tutti_ensemble *e, FILE *out) {
     fprintf(out, "rule %s\nalign %s\n", tutti_rule_name(e->rule), tutti_align_name(e->align));
     if (e->adapt_on) fprintf(out, "adapt %.6g\n", e->adapt_alpha);
     for (int32_t i = 0; i < e->n; i++) {
-        bool q = strpbrk(e->path[i], " \t#") != NULL;
-        fprintf(out, "%s%s%s %.6g %.4g\n", q ? "\"" : "", e->path[i], q ? "\"" : "", (double)e->w[i],
-                (double)e->temp[i]);
+        /* Absolute paths: the reader resolves relative ones against the
+         * file's folder, and the writer does not know where the file goes
+         * (a FILE *), so a path relative to the working directory would
+         * name another file (or none) once read back. */
+        char abs[PATH_MAX];
+        const char *p = e->path[i];
+        if (realpath(e->path[i], abs)) p = abs;
+        else if (e->path[i][0] != '/') {
+            char cwd[PATH_MAX];
+            if (getcwd(cwd, sizeof cwd) && (size_t)snprintf(abs, sizeof abs, "%s/%s", cwd, e->path[i]) < sizeof abs)
+                p = abs;
+        }
+        if (strchr(p, '"') || strchr(p, '\n'))
+            return tutti_set_error("ensemble file: member %d's path %s cannot be written (it holds a quote or a "
+                                   "newline)", i + 1, p);
+        bool q = strpbrk(p, " \t#") != NULL;
+        fprintf(out, "%s%s%s %.6g %.4g\n", q ? "\"" : "", p, q ? "\"" : "", (double)e->w[i], (double)e->temp[i]);
     }
     return ferror(out) ? tutti_set_error("ensemble file: write error") : 0;
 }

@@ -39,6 +39,14 @@
 static inline float fusion_fast_exp(float x) { return tutti_fast_exp(x); }
 static inline float fusion_fast_log(float x) { return tutti_fast_log(x); }
 
+/* Error kinds (negative statuses besides TUTTI_ERR) that let the
+ * alignments tell why a member failed: its tokens cannot spell the text
+ * (it may leave a byte/span generation), its context is full (generation
+ * stops), or its logits are NaN/+inf (an error).  The message is set too. */
+#define FUSION_ERR_SPELL (-2)
+#define FUSION_ERR_CTX (-3)
+#define FUSION_ERR_NONFINITE (-4)
+
 /* ------------------------------------------------------------------------ */
 /* Members */
 
@@ -66,7 +74,9 @@ struct fusion_member {
     int32_t n_vocab;          /* logits per position */
     int32_t n_ctx;            /* longest token sequence it can condition on */
     int32_t bos;              /* token every sequence starts with, -1 if the vocabulary adds none */
-    char name[256];           /* for messages and reports (file name) */
+    char name[256];           /* for messages, after "member ": the file name; in an ensemble
+                                 "2 (b.gguf)" (its 1-based index and file name) */
+    int err_kind;             /* FUSION_ERR_* of the last failed call (TUTTI_ERR otherwise) */
     uint64_t vocab_hash;      /* vocabulary identity (tokens, merges, scores, types, model) */
     /* statistics, accumulated by the implementation */
     double t_forward_s;       /* wall time inside forward passes */
@@ -188,7 +198,7 @@ int fusion_bytes_prepare(fusion_bytes *s);
 /* Writes P(next outcome | committed) for the 256 bytes and end of text,
  * normalised (out[257]); calls prepare first if needed. */
 int fusion_bytes_next(fusion_bytes *s, double *out);
-/* Commits one byte (not END).  Fails if the byte has zero probability under
+/* Commits one byte (not END).  Fails (FUSION_ERR_SPELL) if the byte has zero probability under
  * every live hypothesis. */
 int fusion_bytes_commit(fusion_bytes *s, uint8_t b);
 int fusion_bytes_commit_n(fusion_bytes *s, const char *bytes, size_t n);

@@ -7,6 +7,7 @@
  * alignment the pool has one session and every request extends the last one
  * by one token, which is exactly incremental decoding. */
 #include <stdint.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -57,9 +58,12 @@ static int ensure_session(local_member *lm, int32_t i) {
 /* Runs ids[k..n) on session i after rewinding it to k. */
 static int run_suffix(local_member *lm, int32_t i, const int32_t *ids, int32_t k, int32_t n, float *all) {
     local_session *ls = &lm->pool[i];
-    if (n > lm->n_ctx)
+    lm->base.err_kind = TUTTI_ERR;
+    if (n > lm->n_ctx) {
+        lm->base.err_kind = FUSION_ERR_CTX;
         return tutti_set_error("member %s: context full (%d tokens needed, n_ctx %d)", lm->base.name, n,
                                lm->n_ctx);
+    }
     if (ls->n_hist > k && tutti_session_rewind(ls->s, k) < 0) return TUTTI_ERR;
     ls->n_hist = k;
     double t0 = now_s();
@@ -74,6 +78,24 @@ static int run_suffix(local_member *lm, int32_t i, const int32_t *ids, int32_t k
     memcpy(ls->hist + k, ids + k, sizeof(int32_t) * (size_t)(n - k));
     ls->n_hist = n;
     ls->last_use = ++lm->clock;
+    /* NaN or +inf logits (broken weights, an overflow) are an error here,
+     * where they come from, as in tutti generate: every alignment, eval and
+     * fit would otherwise turn them into silent garbage or an innocent-looking
+     * "cannot spell the text".  One vectorised pass per new row. */
+    int32_t V = lm->base.n_vocab;
+    for (int32_t r = all ? 0 : n - k - 1; r < n - k; r++) {
+        const float *row = all ? all + (size_t)r * (size_t)V : tutti_session_logits(ls->s);
+        int32_t bad = tutti_first_nonfinite(row, V);
+        if (bad >= 0) {
+            lm->base.err_kind = FUSION_ERR_NONFINITE;
+            /* the cache holds positions computed from broken values: forget them */
+            tutti_session_rewind(ls->s, 0);
+            ls->n_hist = 0;
+            return tutti_set_error("member %s: logits contain %s at position %d (token id %d; broken "
+                                   "weights or an overflow)", lm->base.name, isnan(row[bad]) ? "NaN" : "+inf",
+                                   k + r, bad);
+        }
+    }
     return 0;
 }
 

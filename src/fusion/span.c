@@ -45,9 +45,12 @@ typedef struct span_ctx {
 } span_ctx;
 
 static int job_start(tutti_ensemble *e, int32_t i, void *arg) {
-    (void)e;
     span_ctx *c = arg;
-    return ens_bytes_start(c->st[i], c->pr, i);
+    int rc = ens_bytes_start(c->st[i], c->pr, i);
+    if (rc == FUSION_ERR_CTX)
+        return tutti_set_error("member %s: the prompt needs more than its context of %d tokens; raise -c or "
+                               "shorten the prompt", e->m[i]->name, e->m[i]->n_ctx);
+    return rc < 0 ? TUTTI_ERR : 0;
 }
 
 static bool is_space(char ch) { return ch == ' ' || ch == '\n'; }
@@ -281,7 +284,12 @@ int span_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sampler_p
      * draft stops at its context's end, or when no draft can be scored
      * within every member's context. */
     while (!g->stopped && (g->max_units <= 0 || g->n_units < g->max_units)) {
-        if (ens_bytes_ctx_full(e, c->st) || gr_constraint_done(&g->gc)) break;
+        int32_t full_m = ens_bytes_ctx_full(e, c->st);
+        if (full_m >= 0) {
+            ens_note_ctx_full(e, g, full_m);
+            break;
+        }
+        if (gr_constraint_done(&g->gc)) break;
         t0 = ens_now_s();
         if ((rc = ens_run_members(e, job_draft, c)) < 0) break;
         *t_phase += ens_now_s() - t0;
@@ -309,7 +317,14 @@ int span_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sampler_p
         if (n_all == 0) {
             bool any_end = false, any_full = false;
             for (int32_t i = 0; i < e->n; i++) any_end |= c->d[i].end, any_full |= c->ctx_hit[i];
-            if (any_full) break;
+            if (any_full) {
+                for (int32_t i = 0; i < e->n; i++)
+                    if (c->ctx_hit[i]) {
+                        ens_note_ctx_full(e, g, i);
+                        break;
+                    }
+                break;
+            }
             if (!any_end && !(g->mask && (g->mask->n_allowed || g->mask->n_forbidden || g->mask->grammar)))
                 rc = tutti_set_error("span: no member produced a draft");
             else if (!any_end)
@@ -349,6 +364,8 @@ int span_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sampler_p
             if (best < 0 || s > best_s) best = k, best_s = s;
         }
         if (best < 0) { /* every draft would overflow some member's context */
+            for (int32_t i = 0; i < e->n && g->ctx_full < 0; i++)
+                if (c->full[i][0]) ens_note_ctx_full(e, g, i);
             free_clones(e, c, -1);
             break;
         }
@@ -357,7 +374,10 @@ int span_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sampler_p
          * leaves the generation, the others' weights renormalised */
         bool live = false;
         for (int32_t i = 0; i < e->n; i++) {
-            if (!c->dead[i] && c->ll[i][best] == -INFINITY) c->dead[i] = true, c->w[i] = 0;
+            if (!c->dead[i] && c->ll[i][best] == -INFINITY) {
+                ens_note_left(e, g, c->cl[i][best], i, -2);
+                c->dead[i] = true, c->w[i] = 0;
+            }
             live |= !c->dead[i] && c->w[i] != 0;
         }
         if (!live) {

@@ -8,7 +8,9 @@
  *   log: x = 2^e·m, m in [√½, √2), log m = 2 atanh((m-1)/(m+1)) to s^11.
  * Relative error < 3e-7 (float rounding level).  tutti_fast_exp is for
  * x <= 0 (probabilities relative to a maximum): exp(-inf) = 0 and x < -87
- * flushes to 0.  tutti_fast_log(0) = -inf, negative or NaN input: NaN.
+ * flushes to 0; x > 88 gives +inf (exp(88.72) is FLT_MAX, so (88, 88.72]
+ * overflows early); NaN gives NaN.  No input is undefined behaviour.
+ * tutti_fast_log(0) = -inf, log(+inf) = +inf, negative or NaN input: NaN.
  *
  * TUTTI_VEC_CLONES on a function compiles it once per instruction set
  * (AVX-512, AVX2, baseline x86-64) and picks the best at load time (GCC's
@@ -40,14 +42,21 @@
 #endif
 
 TUTTI_VEC_INLINE float tutti_fast_exp(float x) {
-    float xc = x < -87.0f ? -87.0f : x;
+    /* Clamp before the float -> int conversion of n: converting NaN or a
+     * value out of int32's range is undefined behaviour, and exponents
+     * outside [-126, 127] would overflow the shift.  NaN fails both
+     * comparisons and is clamped to -87 here (its result is chosen below). */
+    float xc = x >= -87.0f ? x : -87.0f;
+    xc = xc <= 88.0f ? xc : 88.0f;
     /* round to nearest with the 1.5·2^23 trick (no floorf call) */
     float n = (xc * 1.44269504f + 12582912.0f) - 12582912.0f;
     float r = xc - n * 0.693145752f - n * 1.42860677e-6f;
     float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.6666667e-1f + r * (4.1666668e-2f + r * (8.3333338e-3f + r * (1.3888889e-3f + r * 1.9841270e-4f))))));
-    union { int32_t i; float f; } u = {.i = ((int32_t)n + 127) << 23};
+    union { uint32_t i; float f; } u = {.i = (uint32_t)((int32_t)n + 127) << 23};
     float y = p * u.f;
-    return x < -87.0f ? 0.0f : y;
+    y = x < -87.0f ? 0.0f : y;
+    y = x > 88.0f ? INFINITY : y;
+    return x == x ? y : x; /* NaN in, NaN out */
 }
 
 TUTTI_VEC_INLINE float tutti_fast_log(float x) {
@@ -61,6 +70,7 @@ TUTTI_VEC_INLINE float tutti_fast_log(float x) {
     float s = (m - 1.0f) / (m + 1.0f), s2 = s * s;
     float l = 2.0f * s * (1.0f + s2 * (0.33333334f + s2 * (0.2f + s2 * (0.14285715f + s2 * (0.11111111f + s2 * 0.09090909f)))));
     float y = ef * 0.693145752f + (ef * 1.42860677e-6f + l);
+    y = x < INFINITY ? y : x; /* +inf */
     return x > 0 ? y : (x == 0 ? -INFINITY : NAN);
 }
 
@@ -99,6 +109,17 @@ TUTTI_VEC_INLINE int tutti_any_gt16(const float *x, float t) {
     }
     return (any[0] | any[1] | any[2] | any[3]) != 0;
 }
+/* Whether any of x[0..16) is NaN or +inf (-inf is a masked outcome, allowed). */
+TUTTI_VEC_INLINE int tutti_any_bad16(const float *x) {
+    const tutti_v4f inf = {INFINITY, INFINITY, INFINITY, INFINITY};
+    tutti_v4i ok = {-1, -1, -1, -1};
+    for (int a = 0; a < 4; a++) {
+        tutti_v4f v;
+        memcpy(&v, x + 4 * a, sizeof v);
+        ok &= v < inf; /* false for NaN and +inf */
+    }
+    return (ok[0] & ok[1] & ok[2] & ok[3]) == 0;
+}
 /* Whether any of x[0..16) is == t. */
 TUTTI_VEC_INLINE int tutti_any_eq16(const float *x, float t) {
     const tutti_v4f tv = {t, t, t, t};
@@ -126,6 +147,23 @@ TUTTI_VEC_INLINE int tutti_any_eq16(const float *x, float t) {
     for (int k = 0; k < 16; k++) any |= x[k] == t;
     return any;
 }
+TUTTI_VEC_INLINE int tutti_any_bad16(const float *x) {
+    int any = 0;
+    for (int k = 0; k < 16; k++) any |= !(x[k] < INFINITY);
+    return any;
+}
 #endif
+
+/* Index of the first NaN or +inf in x[0..n), -1 when there is none (-inf
+ * is allowed: a masked outcome).  Logits like that come from broken weights
+ * or an overflow; every consumer of logits (sampler, fusion members) checks
+ * with this one vectorised pass instead of sampling garbage. */
+TUTTI_VEC_INLINE int32_t tutti_first_nonfinite(const float *x, int32_t n) {
+    int32_t i = 0;
+    while (i + 16 <= n && !tutti_any_bad16(x + i)) i += 16;
+    for (; i < n; i++)
+        if (!(x[i] < INFINITY)) return i;
+    return -1;
+}
 
 #endif
