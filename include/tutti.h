@@ -475,6 +475,9 @@ typedef struct tutti_ensemble_stats {
     /* The member whose full context ended the generation (0-based), -1 if
      * none did.  NaN/+inf logits are not a stop but an error. */
     int32_t ctx_full_member;
+    /* The generation ended at mask->max_len or mask->max_tokens (a client's
+     * "length" finish), not at end of text, a stop string or a full context. */
+    bool at_limit;
 } tutti_ensemble_stats;
 
 #define TUTTI_LEFT_SPELL 1

@@ -155,12 +155,105 @@ static void test_mixed_domains(void **state) {
     free(text);
 }
 
+typedef struct sbuf {
+    char b[4096];
+    size_t n;
+} sbuf;
+
+static int collect(const char *bytes, size_t n, void *u) {
+    sbuf *s = u;
+    if (s->n + n < sizeof s->b) memcpy(s->b + s->n, bytes, n), s->n += n;
+    s->b[s->n] = 0;
+    return 0;
+}
+
+static void gen(tutti_ensemble *e, const char *prompt, int n_units, sbuf *out) {
+    tutti_sampler_params sp = tutti_sampler_default_params();
+    sp.temp = 0;
+    tutti_mask m = {.max_len = n_units};
+    out->n = 0;
+    out->b[0] = 0;
+    assert_int_equal(tutti_ensemble_generate(e, prompt, strlen(prompt), &sp, &m, collect, out, NULL), 0);
+}
+
+/* Generation: alpha 1 is the static mixture (every alignment); alpha 0 in
+ * token alignment is greedy decoding of the exact mixture of whole
+ * sequences, computed here from each member's own session logits. */
+static void test_generation(void **state) {
+    (void)state;
+    require_shared();
+    const char *prompt = "Once upon a time";
+    tutti_align aligns[] = {TUTTI_ALIGN_TOKEN, TUTTI_ALIGN_BYTE, TUTTI_ALIGN_SPAN};
+    for (int a = 0; a < 3; a++) {
+        tutti_ensemble *e = make_ens(SAME_VOCAB, 2, aligns[a]);
+        assert_non_null(e);
+        sbuf st, one;
+        gen(e, prompt, 60, &st);
+        assert_int_equal(tutti_ensemble_set_adapt(e, 1), 0);
+        gen(e, prompt, 60, &one);
+        assert_string_equal(st.b, one.b);
+        tutti_ensemble_free(e);
+    }
+    /* the reference: both members step by step, weights = prior x sequence likelihood */
+    tutti_ensemble *e = make_ens(SAME_VOCAB, 2, TUTTI_ALIGN_TOKEN);
+    assert_non_null(e);
+    assert_int_equal(tutti_ensemble_set_adapt(e, 0), 0);
+    sbuf got;
+    const int N = 40;
+    gen(e, prompt, N, &got);
+    tutti_session *ss[2];
+    const tutti_model *m0 = tutti_ensemble_member_model(e, 0);
+    const tutti_vocab *v = tutti_model_vocab(m0);
+    int32_t V = tutti_model_n_vocab(m0);
+    for (int i = 0; i < 2; i++) {
+        tutti_session_params p = tutti_session_default_params();
+        p.n_threads = 1;
+        ss[i] = tutti_session_new(tutti_ensemble_member_model(e, i), &p);
+    }
+    int32_t ids[64];
+    int32_t n = tutti_tokenize(v, prompt, strlen(prompt), true, false, ids, 64);
+    for (int i = 0; i < 2; i++) assert_int_equal(tutti_session_eval(ss[i], ids, n, NULL), 0);
+    double seq[2] = {log(0.5), log(0.5)};
+    char want[4096] = "";
+    size_t nw = 0;
+    double *lp[2] = {malloc(sizeof(double) * (size_t)V), malloc(sizeof(double) * (size_t)V)};
+    for (int t = 0; t < N; t++) {
+        for (int i = 0; i < 2; i++) {
+            const float *l = tutti_session_logits(ss[i]);
+            double mx = -INFINITY, z = 0;
+            for (int32_t x = 0; x < V; x++) mx = l[x] > mx ? l[x] : mx;
+            for (int32_t x = 0; x < V; x++) z += exp(l[x] - mx);
+            for (int32_t x = 0; x < V; x++) lp[i][x] = l[x] - mx - log(z);
+        }
+        double mx = seq[0] > seq[1] ? seq[0] : seq[1];
+        double w0 = exp(seq[0] - mx), w1 = exp(seq[1] - mx), ws = w0 + w1;
+        int32_t best = 0;
+        double bp = -1;
+        for (int32_t x = 0; x < V; x++) {
+            double p = (w0 * exp(lp[0][x]) + w1 * exp(lp[1][x])) / ws;
+            if (p > bp) bp = p, best = x;
+        }
+        if (tutti_vocab_is_eog(v, best)) break;
+        seq[0] += lp[0][best], seq[1] += lp[1][best];
+        char piece[64];
+        int32_t k = tutti_token_to_piece(v, best, false, piece, sizeof piece);
+        memcpy(want + nw, piece, (size_t)k), nw += (size_t)k, want[nw] = 0;
+        for (int i = 0; i < 2; i++) assert_int_equal(tutti_session_eval(ss[i], &best, 1, NULL), 0);
+    }
+    printf("adapt 0 (sequence mixture) greedy: [%s]\nreference:                          [%s]\n", got.b, want);
+    assert_string_equal(got.b, want);
+    free(lp[0]), free(lp[1]);
+    for (int i = 0; i < 2; i++) tutti_session_free(ss[i]);
+    tutti_ensemble_free(e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_update_by_hand),
         cmocka_unit_test(test_limits_on_real_text),
         cmocka_unit_test(test_file_line),
         cmocka_unit_test(test_mixed_domains),
+        cmocka_unit_test(test_generation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

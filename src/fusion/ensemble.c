@@ -425,6 +425,7 @@ static void token_limit(gen_ctx *g) {
     g->n_text = k;
     g->text[k] = 0;
     g->stopped = true;
+    g->at_limit = true;
 }
 
 int gen_append(gen_ctx *g, const char *bytes, size_t n) {
@@ -720,7 +721,11 @@ static int token_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_s
     if (token_prompts(e, pr, g->max_units, ids, n, cap) < 0) goto done;
     /* as tutti generate: the prompt (member 1's) counts for the repetition penalty */
     for (int32_t k = 0; k < n[0]; k++) tutti_sampler_accept(smp, ids[0][k]);
-    int32_t pass = passthrough_member(e);
+    fusion_adapt ad;
+    fusion_adapt_begin(e, &ad);
+    float aw[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* weights of this step (adapt) */
+    memcpy(aw, e->w, sizeof(float) * (size_t)e->n);
+    int32_t pass = ad.on ? -1 : passthrough_member(e);
     bool masked = g->mask && (g->mask->n_allowed > 0 || g->mask->n_forbidden > 0);
     if (masked) {
         /* the piece table of the (shared) vocabulary, built once per ensemble */
@@ -758,6 +763,7 @@ static int token_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_s
             dist = logits[pass];
         } else {
             fusion_rule_params rp = ens_rule_params(e);
+            rp.weights = aw;
             int r;
             if (e->rule == TUTTI_RULE_MIX || e->rule == TUTTI_RULE_PRODUCT) {
                 /* logp[0] spans all n_members rows: the scratch it needs */
@@ -799,6 +805,16 @@ static int token_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_s
             break;
         }
         tutti_sampler_accept(smp, id);
+        if (ad.on) { /* each member's log-probability of the drawn token at its temperature */
+            double lpid[TUTTI_ENSEMBLE_MAX_MEMBERS];
+            for (int32_t i = 0; i < e->n; i++) {
+                double t = e->temp[i] > 0 ? e->temp[i] : 1.0, mx = -INFINITY, z = 0;
+                for (int32_t x = 0; x < V; x++) mx = logits[i][x] > mx ? logits[i][x] : mx;
+                for (int32_t x = 0; x < V; x++) z += exp(((double)logits[i][x] - mx) / t);
+                lpid[i] = ((double)logits[i][id] - mx) / t - log(z);
+            }
+            fusion_adapt_step(e, &ad, lpid, NULL, aw);
+        }
         /* end of text or end of turn: every vocabulary is the same, so one
          * end-of-generation token ends every member's turn */
         if (tutti_vocab_is_eog(vocab, id)) break;
@@ -978,6 +994,8 @@ static int byte_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sa
     bool dead0[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0};
     float w[TUTTI_ENSEMBLE_MAX_MEMBERS];
     memcpy(w, e->w, sizeof(float) * (size_t)e->n);
+    fusion_adapt ad;
+    fusion_adapt_begin(e, &ad);
     byte_job j = {st, pr, dead0};
     double t0 = ens_now_s();
     if (ens_run_members(e, job_bytes_start, &j) < 0) goto done;
@@ -1064,6 +1082,11 @@ static int byte_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sa
             if (fusion_bytes_commit(st[i], (uint8_t)b) < 0) rc = TUTTI_ERR;
         }
         if (rc < 0) break;
+        if (ad.on) { /* weights that follow the text: the members' probabilities of byte b */
+            double lpb[TUTTI_ENSEMBLE_MAX_MEMBERS];
+            for (int32_t i = 0; i < e->n; i++) lpb[i] = dead[i] ? -INFINITY : lp[i][b];
+            fusion_adapt_step(e, &ad, lpb, dead, w);
+        }
         fusion_utf8_push(&u, (uint8_t)b);
         char c = (char)b;
         g->n_units++;
@@ -1128,6 +1151,7 @@ static int ens_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sam
             stats->member_left_reason[i] = g.dead[i] ? g.left_why[i] : 0;
         }
         stats->ctx_full_member = g.ctx_full;
+        stats->at_limit = g.at_limit || (g.max_units > 0 && g.n_units >= g.max_units);
     }
     free(g.text);
     free(g.count_ids);

@@ -86,6 +86,19 @@ double fusion_adapt_update(const tutti_ensemble *e, double alpha, const double *
  * states built once and cloned (static weights; eval.c). */
 int fusion_branches_nll(tutti_ensemble *e, const char *prefix, const char *const *cont, int n_cont, double *nll);
 
+/* Generation with weights that follow the text: begin takes the prior
+ * from the ensemble's weights; after each committed unit, step updates the
+ * mixture weights from each member's log-probability of it (gone members:
+ * weight 0) and writes the weights the next unit is fused with to w[n].
+ * Both do nothing when adapt is off. */
+typedef struct fusion_adapt {
+    bool on;
+    double alpha;
+    double prior[TUTTI_ENSEMBLE_MAX_MEMBERS], w[TUTTI_ENSEMBLE_MAX_MEMBERS];
+} fusion_adapt;
+void fusion_adapt_begin(const tutti_ensemble *e, fusion_adapt *a);
+void fusion_adapt_step(const tutti_ensemble *e, fusion_adapt *a, const double *logp, const bool *gone, float *w);
+
 /* The prompt of a generation: raw text that every member tokenizes itself
  * (ids == NULL), or token ids of each member's own vocabulary,
  * ids[i][0..n_ids[i]) (tutti_ensemble_generate_ids). */
@@ -133,6 +146,7 @@ struct gen_ctx {
      * with member 1's tokenizer (count_vocab) from byte next_check on */
     const tutti_vocab *count_vocab;
     int32_t max_tokens;
+    bool at_limit;      /* stopped by max_tokens (token_limit) */
     size_t next_check;
     int32_t *count_ids; /* scratch for the counts */
     size_t cap_count;

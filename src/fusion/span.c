@@ -38,6 +38,7 @@ typedef struct span_ctx {
     bool masked;                              /* allowed / forbidden strings: drafts obey them token by token */
     bool dead[TUTTI_ENSEMBLE_MAX_MEMBERS];    /* left the generation: its tokens cannot spell the text */
     float w[TUTTI_ENSEMBLE_MAX_MEMBERS];      /* weights of this generation (0 once dead) */
+    fusion_adapt ad;                          /* weights that follow the text */
     token_mask tm[TUTTI_ENSEMBLE_MAX_MEMBERS];
     gr_constraint gc[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* mask->grammar over each member's vocabulary */
     const gen_prompt *pr;
@@ -278,6 +279,7 @@ int span_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sampler_p
     if (ens_run_members(e, job_start, c) < 0) goto done;
     *t_phase += ens_now_s() - t0;
     memcpy(c->w, e->w, sizeof(float) * (size_t)e->n);
+    fusion_adapt_begin(e, &c->ad);
     rc = 0;
     /* A full context is a clean stop (as in TOKEN and BYTE alignment): when
      * a member cannot evaluate the committed text, when every member's
@@ -384,6 +386,11 @@ int span_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sampler_p
             rc = tutti_set_error("span: no member can spell the chosen text");
             free_clones(e, c, -1);
             break;
+        }
+        if (c->ad.on) { /* weights that follow the text: each member's probability of the span */
+            double lps[TUTTI_ENSEMBLE_MAX_MEMBERS];
+            for (int32_t i = 0; i < e->n; i++) lps[i] = c->ll[i][best];
+            fusion_adapt_step(e, &c->ad, lps, c->dead, c->w);
         }
         free_clones(e, c, best);
         const draft *d = &all[best];

@@ -278,11 +278,9 @@ static enum MHD_Result do_generate(srv_server *s, struct MHD_Connection *c, conn
         if (f->n_ctx - j->n_ids[i] < room) room = f->n_ctx - j->n_ids[i];
     }
     j->n_prompt = j->n_ids[0];
-    /* max_tokens counts the ensemble's units: tokens, or bytes in byte and
-     * span alignment (a member's context fills up at most one token per
-     * byte); capped at what the context holds */
-    bool bytes = j->spec.align_used >= 0 ? j->spec.align_used != TUTTI_ALIGN_TOKEN : j->spec.align != TUTTI_ALIGN_TOKEN;
-    int64_t cap = bytes ? (int64_t)room * 8 : room;
+    /* max_tokens counts tokens of member 1's tokenizer in every alignment
+     * (as tutti run -n); capped at what the context holds */
+    int64_t cap = room;
     int64_t want = r->max_tokens >= 0 ? r->max_tokens : kind == SRV_COMPLETION ? 16 : cap;
     j->max_units = (int32_t)(want < cap ? want : cap);
     if (!r->seed_set) r->sp.seed = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ __atomic_add_fetch(&g_counter, 1, __ATOMIC_RELAXED);

@@ -229,7 +229,7 @@ static void run_job(srv_slot *sl, srv_job *j) {
         return;
     }
     j->unit = tutti_ensemble_align(e) == TUTTI_ALIGN_TOKEN ? "token" : "byte";
-    tutti_mask m = {.stop = (const char *const *)j->req.stop, .n_stop = j->req.n_stop, .max_len = j->max_units,
+    tutti_mask m = {.stop = (const char *const *)j->req.stop, .n_stop = j->req.n_stop, .max_tokens = j->max_units,
                     .grammar = j->req.grammar};
     int rc = 0;
     for (int c = 0; c < j->req.n && rc == 0; c++) {
@@ -248,7 +248,7 @@ static void run_job(srv_slot *sl, srv_job *j) {
         else
             rc = tutti_ensemble_generate(e, j->req.prompt, j->req.prompt_len, &sp, &m, text_cb, j, &st);
         if (rc < 0) snprintf(err, sizeof err, "generation failed: %s", tutti_last_error());
-        const char *finish = st.n_units >= j->max_units ? "length" : "stop";
+        const char *finish = st.at_limit ? "length" : "stop";
         pthread_mutex_lock(&j->mu);
         j->finish[c] = finish;
         j->n_units += st.n_units;
