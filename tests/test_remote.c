@@ -433,6 +433,34 @@ static void test_real_llama_server(void **state) {
     waitpid(pid, NULL, 0);
 }
 
+/* Ensemble files: URL#MODEL keeps its '#', comments still work, a relative
+ * vocab=PATH is relative to the file's folder. */
+static void test_ensemble_file(void **state) {
+    (void)state;
+    require_shared();
+    char out[512];
+    assert_int_equal(fusion_remote_spec_resolve("http://h:1#m;vocab=v.gguf;top=5", "/d/", out, sizeof out), 0);
+    assert_string_equal(out, "http://h:1#m;vocab=/d/v.gguf;top=5");
+    assert_int_equal(fusion_remote_spec_resolve("http://h:1#m;vocab=/abs/v.gguf", "/d/", out, sizeof out), 0);
+    assert_string_equal(out, "http://h:1#m;vocab=/abs/v.gguf");
+    char path[128];
+    snprintf(path, sizeof path, "/tmp/tutti_remote_%d.ens", (int)getpid());
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "# remote and local\nrule mix # the rule\nhttp://127.0.0.1:9#fake;vocab=%s 0.25 # remote\n%s 0.75\n",
+            shared_path("models/stories260K.gguf"), shared_path("models/stories260K.gguf"));
+    fclose(f);
+    tutti_ensemble_file *ef = tutti_ensemble_file_read(path);
+    unlink(path);
+    assert_non_null(ef);
+    assert_int_equal(ef->n_members, 2);
+    char want[1024];
+    snprintf(want, sizeof want, "http://127.0.0.1:9#fake;vocab=%s", shared_path("models/stories260K.gguf"));
+    assert_string_equal(ef->members[0].model_path, want);
+    assert_true(ef->members[0].weight == 0.25f);
+    tutti_ensemble_file_free(ef);
+}
+
 int main(void) {
     srandom((unsigned)time(NULL) ^ (unsigned)getpid());
     const struct CMUnitTest tests[] = {
@@ -441,6 +469,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_spec_errors, teardown), cmocka_unit_test_teardown(test_garbage, teardown),
         cmocka_unit_test_teardown(test_ensemble_and_death, teardown), cmocka_unit_test_teardown(test_api_key, teardown),
         cmocka_unit_test_teardown(test_real_llama_server, teardown),
+        cmocka_unit_test_teardown(test_ensemble_file, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

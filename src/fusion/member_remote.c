@@ -189,11 +189,7 @@ static void excerpt(const char *s, size_t n, char *out, size_t cap) {
 
 /* POST/GET and parse: the JSON root, or NULL + error (transport, HTTP
  * status, not JSON). */
-static cJSON *request_json(remote_member *rm, const char *path, const char *body, int *status) {
-    const char *resp;
-    size_t n;
-    int rc = remote_http_request(rm->http, path, body, &resp, &n);
-    if (status) *status = rc;
+static cJSON *json_answer(remote_member *rm, const char *path, int rc, const char *resp, size_t n) {
     if (rc < 0) return NULL;
     if (rc != 200) {
         char ex[128];
@@ -208,6 +204,14 @@ static cJSON *request_json(remote_member *rm, const char *path, const char *body
         tutti_set_error("%s%s: the answer is not JSON: \"%s\"", remote_http_base(rm->http), path, ex);
     }
     return j;
+}
+
+static cJSON *request_json(remote_member *rm, const char *path, const char *body, int *status) {
+    const char *resp = NULL;
+    size_t n = 0;
+    int rc = remote_http_request(rm->http, path, body, &resp, &n);
+    if (status) *status = rc;
+    return json_answer(rm, path, rc, resp, n);
 }
 
 static int body_reserve(remote_member *rm, size_t need) {
@@ -283,6 +287,7 @@ static int fetch(remote_member *rm, const int32_t *ids, int32_t n, float *out) {
     for (int32_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= V) return tutti_set_error("member %s: token id %d out of range", m->name, ids[i]);
     if (body_reserve(rm, (size_t)n * 12 + strlen(rm->model) * 6 + 256) < 0) return TUTTI_ERR;
+    double t0 = now_s();
     char *p = rm->body;
     const char *path;
     if (rm->api == API_LLAMA) {
@@ -310,8 +315,12 @@ static int fetch(remote_member *rm, const int32_t *ids, int32_t n, float *out) {
         sprintf(p, ",\"max_tokens\":1,\"temperature\":0,\"logprobs\":%d,\"echo\":false,\"stream\":false}",
                 rm->top_k);
     }
-    double t0 = now_s();
-    cJSON *root = request_json(rm, path, rm->body, NULL);
+    double t1 = now_s();
+    const char *resp;
+    size_t nresp;
+    int status = remote_http_request(rm->http, path, rm->body, &resp, &nresp);
+    double t2 = now_s();
+    cJSON *root = json_answer(rm, path, status, resp, nresp);
     if (!root) return TUTTI_ERR;
     int rc = 0;
     bool classic;
@@ -375,8 +384,9 @@ static int fetch(remote_member *rm, const int32_t *ids, int32_t n, float *out) {
     }
 done:
     cJSON_Delete(root);
-    double dt = now_s() - t0;
+    double t3 = now_s(), dt = t3 - t0;
     if (rc == 0) {
+        rm->st.t_client_s += (t1 - t0) + (t3 - t2);
         rm->st.n_requests++;
         rm->st.t_request_s += dt;
         m->t_forward_s += dt;
@@ -413,10 +423,12 @@ static void remote_free(fusion_member *m) {
     if (!rm) return;
     const fusion_remote_stats *st = &rm->st;
     if (st->n_requests > 0)
-        fprintf(stderr, "tutti: member %s: %lld requests, %.3f ms each (server compute %.3f ms, added %.3f ms); "
+        fprintf(stderr, "tutti: member %s: %lld requests, %.3f ms each (server compute %.3f ms, added %.3f ms, of "
+                        "which %.3f ms here); "
                         "top %d, approximated mass per step %.3g (max %.3g)\n", m->name, (long long)st->n_requests,
                 1e3 * st->t_request_s / (double)st->n_requests, 1e3 * st->t_server_s / (double)st->n_requests,
-                1e3 * (st->t_request_s - st->t_server_s) / (double)st->n_requests, st->top_k,
+                1e3 * (st->t_request_s - st->t_server_s) / (double)st->n_requests,
+                1e3 * st->t_client_s / (double)st->n_requests, st->top_k,
                 st->approx_mass / (double)st->n_requests, st->approx_mass_max);
     remote_http_free(rm->http);
     tutti_vocab_free(rm->vocab);
@@ -664,6 +676,23 @@ fusion_member *fusion_member_remote_new(const char *spec_s, int32_t n_ctx) {
 fail:
     remote_free(&rm->base);
     return NULL;
+}
+
+int fusion_remote_spec_resolve(const char *s, const char *dir, char *out, size_t cap) {
+    const char *v = strstr(s, ";vocab=");
+    if (!v) v = strstr(s, "#vocab=");
+    size_t n = strlen(s);
+    if (!v || !dir || !*dir || v[7] == '/') {
+        if (n >= cap) return tutti_set_error("remote member spec too long");
+        memcpy(out, s, n + 1);
+        return 0;
+    }
+    size_t head = (size_t)(v - s) + 7, dl = strlen(dir);
+    if (n + dl >= cap) return tutti_set_error("remote member spec too long");
+    memcpy(out, s, head);
+    memcpy(out + head, dir, dl);
+    memcpy(out + head + dl, s + head, n - head + 1);
+    return 0;
 }
 
 /* ---- dispatch for the ensemble ---- */

@@ -17,6 +17,10 @@
 /* true when path names a remote member (starts with http:// or https://). */
 bool fusion_is_remote_spec(const char *path);
 
+/* spec with a relative vocab=PATH made relative to dir (an ensemble
+ * file's folder, "" = unchanged), into out[cap].  -1 + error if too long. */
+int fusion_remote_spec_resolve(const char *spec, const char *dir, char *out, size_t cap);
+
 /* Connects to the server of spec, loads and verifies the vocabulary.
  * n_ctx > 0 caps the context (never more tokens than that are sent), else
  * the server's context is used.  NULL + error naming the URL when the server
@@ -31,6 +35,7 @@ typedef struct fusion_remote_stats {
     int64_t n_requests;     /* next-token requests answered */
     double t_request_s;     /* wall time of those requests (ours: send, wait, parse) */
     double t_server_s;      /* the server's own compute for them (its "timings") */
+    double t_client_s;      /* of t_request_s, in our code: writing the request, parsing the answer */
     double approx_mass;     /* summed mass not given by the server (1 - sum of top-k) */
     double approx_mass_max; /* largest of those */
     int32_t top_k;          /* probabilities asked per request */
