@@ -6,7 +6,8 @@ It replays llama.cpp's logits: --logits F (float32 rows of n_vocab, as in
 request whose prompt (token ids) is tokens[0..n) gets the log-softmax of row
 n-1, its --top best entries (or n_probs if smaller), in llama-server's
 /completion format (completion_probabilities[0].top_logprobs by id) or its
-/v1/completions format (its "content" list, by id).  /tokenize and /detokenize answer the probe
+/v1/completions format (its "content" list, by id), or with --classic
+OpenAI's ({token text: logprob}, texts from the probe file's token_texts).  /tokenize and /detokenize answer the probe
 text from --probe (tests/data/remote/probe.json, made by llama-server).
 
 Failure modes (--mode): ok; die=N (the process exits after N next-token
@@ -27,6 +28,7 @@ ap.add_argument("--top", type=int, default=1 << 30)
 ap.add_argument("--mode", default="ok")
 ap.add_argument("--key", default="")
 ap.add_argument("--n-ctx", type=int, default=2048)
+ap.add_argument("--classic", action="store_true")
 a = ap.parse_args()
 
 V = a.n_vocab
@@ -100,7 +102,11 @@ class H(BaseHTTPRequestHandler):
             top[0] = (V + 7, top[0][1])
         ent = [{"id": i, "token": "t%d" % i, "logprob": lp} for i, lp in top]
         timings = {"prompt_n": 1, "prompt_ms": 0.0, "predicted_ms": 0.0}
-        if api == "llama":
+        if api == "openai" and a.classic:
+            texts = probe["token_texts"]
+            body = {"choices": [{"text": "", "logprobs": {"tokens": [texts[str(top[0][0])]],
+                                                           "top_logprobs": [{texts[str(i)]: lp for i, lp in top}]}}]}
+        elif api == "llama":
             body = {"content": "", "completion_probabilities": [{"id": top[0][0], "logprob": top[0][1],
                                                                  "top_logprobs": ent}], "timings": timings}
         else:

@@ -173,6 +173,19 @@ static void test_fake_full(void **state) {
     assert_true(d < 1e-4);
     assert_true(mass == 0);
     m->vt->free(m);
+    /* never more context than the user gave: n_ctx 3 refuses 4 tokens
+     * without asking the server */
+    m = fusion_member_remote_new(sp, 3);
+    assert_non_null(m);
+    assert_int_equal(m->n_ctx, 3);
+    float z[NV];
+    assert_int_equal(m->vt->logits(m, TOKS, 3, z), 0);
+    assert_true(m->vt->logits(m, TOKS, 4, z) < 0);
+    assert_non_null(strstr(tutti_last_error(), "context full"));
+    fusion_remote_stats st;
+    assert_int_equal(fusion_member_remote_stats(m, &st), 0);
+    assert_int_equal(st.n_requests, 1);
+    m->vt->free(m);
     server_stop(&s);
 }
 
@@ -217,6 +230,15 @@ static void test_fake_openai(void **state) {
     char sp[1024];
     spec(sp, sizeof sp, s.port, ";api=openai;top=20");
     fusion_member *m = fusion_member_remote_new(sp, 0);
+    assert_non_null(m);
+    assert_true(top_diff(m, 20, NULL) < 1e-4);
+    m->vt->free(m);
+    server_stop(&s);
+    /* classic OpenAI answers name tokens by text: mapped through the vocabulary */
+    const char *extra[] = {"--classic", NULL};
+    s = fake_start(extra);
+    spec(sp, sizeof sp, s.port, ";api=openai;top=20");
+    m = fusion_member_remote_new(sp, 0);
     assert_non_null(m);
     assert_true(top_diff(m, 20, NULL) < 1e-4);
     m->vt->free(m);

@@ -483,7 +483,10 @@ static int build_pieces(remote_member *rm) {
     return 0;
 }
 
-/* The lowest id whose piece is exactly s[0..n), or -1. */
+/* The id whose piece is exactly s[0..n), or -1.  Where several have that
+ * text (SPM's byte token <0x61> and "a"), the highest: byte-fallback and
+ * control tokens come first in the vocabularies, and a server naming a
+ * token by its text means the ordinary one. */
 static int32_t piece_lookup(remote_member *rm, const char *s, size_t n) {
     if (!rm->by_piece && build_pieces(rm) < 0) return -1;
     int32_t lo = 0, hi = rm->base.n_vocab;
@@ -495,12 +498,14 @@ static int32_t piece_lookup(remote_member *rm, const char *s, size_t n) {
         if (c < 0) lo = mid + 1;
         else hi = mid;
     }
-    if (lo < rm->base.n_vocab) {
+    int32_t found = -1;
+    for (; lo < rm->base.n_vocab; lo++) {
         int32_t id = rm->by_piece[lo];
         size_t l = (size_t)(rm->piece_off[id + 1] - rm->piece_off[id]);
-        if (l == n && !memcmp(rm->pieces + rm->piece_off[id], s, n)) return id;
+        if (l != n || memcmp(rm->pieces + rm->piece_off[id], s, n)) break;
+        found = id; /* equal pieces are sorted by id */
     }
-    return -1;
+    return found;
 }
 
 /* ---- start: API, context, vocabulary check ---- */

@@ -22,5 +22,10 @@ def post(base, path, obj):
 base = sys.argv[1]
 toks = post(base, "/tokenize", {"content": PROBE, "add_special": True})["tokens"]
 det = post(base, "/detokenize", {"tokens": toks})["content"]
-json.dump({"content": PROBE, "tokens": toks, "detokenized": det}, sys.stdout, ensure_ascii=True)
+# every token's text as llama-server names it in its top_logprobs (what a
+# classic OpenAI server answers with, {text: logprob}): all n_vocab of them
+r = post(base, "/completion", {"prompt": [1], "n_predict": 1, "n_probs": 1 << 20, "samplers": []})
+texts = {str(e["id"]): e["token"] for e in r["completion_probabilities"][0]["top_logprobs"]}
+json.dump({"content": PROBE, "tokens": toks, "detokenized": det, "token_texts": texts}, sys.stdout,
+          ensure_ascii=True, sort_keys=True)
 print()
