@@ -13,7 +13,8 @@ text from --probe (tests/data/remote/probe.json, made by llama-server).
 Failure modes (--mode): ok; die=N (the process exits after N next-token
 answers: connections are refused from then on); garbage (next-token answers
 are not JSON); badjson (JSON with a token id out of range); hang (next-token
-answers never come).  --key K: answer 401 unless "Authorization: Bearer K".
+answers never come); notok (no /tokenize or /detokenize, as many OpenAI-style
+servers).  --key K: answer 401 unless "Authorization: Bearer K".
 Binds 127.0.0.1 on a free port and writes it to --port-file."""
 import argparse, json, math, os, struct, sys, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -123,6 +124,8 @@ class H(BaseHTTPRequestHandler):
             req = json.loads(data)
         except ValueError:
             return self.send(400, '{"error":"bad json"}')
+        if a.mode == "notok" and self.path in ("/tokenize", "/detokenize"):
+            return self.send(404, '{"error":"not found"}')
         if self.path == "/tokenize":
             if req.get("content") != probe["content"]:
                 return self.send(400, '{"error":"fake server: only the probe text can be tokenized"}')

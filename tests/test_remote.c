@@ -388,6 +388,16 @@ static void test_ensemble_and_death(void **state) {
         tutti_ensemble_free(e);
         server_stop(&s);
     }
+
+    /* a server whose tokenizer cannot be checked is never token-aligned */
+    const char *extra[] = {"--mode", "notok", NULL};
+    s = fake_start(extra);
+    spec(sp, sizeof sp, s.port, NULL);
+    e = tutti_ensemble_new(&p);
+    assert_non_null(e);
+    assert_int_equal(tutti_ensemble_align(e), TUTTI_ALIGN_BYTE);
+    tutti_ensemble_free(e);
+    server_stop(&s);
 }
 
 /* The API key goes in the Authorization header (from TUTTI_API_KEY) and

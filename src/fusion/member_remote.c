@@ -608,7 +608,7 @@ static int check_vocab(remote_member *rm, const char *vocab_path) {
     return 1;
 }
 
-fusion_member *fusion_member_remote_new(const char *spec_s, int32_t n_ctx) {
+static fusion_member *remote_new(const char *spec_s, int32_t n_ctx, bool quiet) {
     spec sp;
     if (parse_spec(spec_s, &sp) < 0) return NULL;
     if (!*sp.vocab) {
@@ -671,11 +671,10 @@ fusion_member *fusion_member_remote_new(const char *spec_s, int32_t n_ctx) {
         tutti_error_prefix("remote member %s", rm->base.name);
         goto fail;
     }
-    if (v == 0) {
+    if (v == 0 && !quiet)
         fprintf(stderr, "tutti: member %s: the server has no /tokenize, so vocab=%s cannot be checked against it; "
                         "the member is byte-aligned with every other\n", rm->base.name, sp.vocab);
-        h = h * 0x9e3779b97f4a7c15ull + 0x5bd1e995u; /* a hash of its own */
-    }
+    if (v == 0) h = h * 0x9e3779b97f4a7c15ull + 0x5bd1e995u; /* a hash of its own */
     rm->base.vocab_hash = h;
     return &rm->base;
 fail:
@@ -700,6 +699,8 @@ int fusion_remote_spec_resolve(const char *s, const char *dir, char *out, size_t
     return 0;
 }
 
+fusion_member *fusion_member_remote_new(const char *spec_s, int32_t n_ctx) { return remote_new(spec_s, n_ctx, false); }
+
 /* ---- dispatch for the ensemble ---- */
 
 fusion_member *fusion_member_open(const char *path, int32_t n_sessions, int32_t n_ctx, int32_t n_threads) {
@@ -710,7 +711,7 @@ fusion_member *fusion_member_open(const char *path, int32_t n_sessions, int32_t 
 int fusion_member_vocab_hash(const char *path, uint64_t *out) {
     if (!fusion_is_remote_spec(path)) return fusion_vocab_hash_file(path, out);
     /* the identity is only known once the server has been asked */
-    fusion_member *m = fusion_member_remote_new(path, 0);
+    fusion_member *m = remote_new(path, 0, true); /* the member made next says what it finds */
     if (!m) return TUTTI_ERR;
     *out = m->vocab_hash;
     m->vt->free(m);
