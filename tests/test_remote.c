@@ -389,6 +389,28 @@ static void test_ensemble_and_death(void **state) {
         server_stop(&s);
     }
 
+    /* leaving works in byte and span alignment too */
+    for (int al = TUTTI_ALIGN_BYTE; al <= TUTTI_ALIGN_SPAN; al++) {
+        const char *extra[] = {"--mode", "die=2", NULL};
+        s = fake_start(extra);
+        spec(sp, sizeof sp, s.port, ";on_fail=leave;timeout=2000");
+        tutti_ensemble_params pa = p;
+        pa.align = (tutti_align)al;
+        e = tutti_ensemble_new(&pa);
+        assert_non_null(e);
+        size_t got = 0;
+        tutti_mask mask = {0};
+        mask.max_len = 12;
+        tutti_sampler_params smp = tutti_sampler_default_params();
+        smp.temp = 0;
+        assert_int_equal(tutti_ensemble_generate(e, "Once upon a time", 16, &smp, &mask, count_cb, &got, NULL), 0);
+        assert_true(got > 0);
+        assert_true(fusion_member_has_left(e->m[0]));
+        assert_true(tutti_ensemble_member_weight(e, 0) == 0);
+        tutti_ensemble_free(e);
+        server_stop(&s);
+    }
+
     /* a server whose tokenizer cannot be checked is never token-aligned */
     const char *extra[] = {"--mode", "notok", NULL};
     s = fake_start(extra);
