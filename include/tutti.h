@@ -359,7 +359,7 @@ int tutti_rule_parse(const char *name);
 int tutti_align_parse(const char *name);
 
 typedef struct tutti_member_desc {
-    const char *model_path; /* GGUF file */
+    const char *model_path; /* GGUF file, or a remote member "http://HOST:PORT#MODEL;vocab=PATH[;...]" (README "Remote members") */
     float weight;           /* NAN = default (uniform; contrastive: 1 for member 1, -0.5 for the others) */
     float temp;             /* tau_i > 0; NAN or 0 = 1 */
 } tutti_member_desc;

@@ -42,8 +42,10 @@ void ens_args_free(ens_args *a);
     "  rule NAME            mix | product | gate | contrastive (--rule overrides it)\n"        \
     "  align NAME           auto | token | byte | span (--align overrides it)\n"               \
     "  adapt ALPHA          mix weights follow the text, fixed-share ALPHA in [0,1] (fit --adapt)\n" \
-    "  # ...                a comment, anywhere on a line (also inside quotes: a path cannot\n" \
-    "                       hold '#'); blank lines are skipped\n"                              \
+    "  # ...                a comment: '#' at the start of a line or after a blank, to the\n" \
+    "                       end of the line (also inside quotes); blank lines are skipped\n"  \
+    "  URL#MODEL;vocab=PATH a remote member (README \"Remote members\"; PATH relative to\n"     \
+    "                       the file's folder)\n"                                             \
     "  \"a b/c.gguf\" 0.5     double quotes keep spaces in a path (no escapes inside)\n"       \
     "A relative MODEL path is relative to the ensemble file's folder. At most 16 members.\n"   \
     "Members given with -m come after the file's; -w and --temps give values for all of them.\n"

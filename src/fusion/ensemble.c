@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "fusion/ensemble_impl.h"
+#include "fusion/member_remote.h"
 #include "util/error.h"
 
 double ens_now_s(void) {
@@ -86,7 +87,7 @@ int ens_run_members(tutti_ensemble *e, member_job fn, void *arg) {
     if (!e->parallel || e->n == 1) {
         for (int32_t i = 0; i < e->n; i++)
             if (fn(e, i, arg) < 0) return TUTTI_ERR;
-        return 0;
+        return ens_drop_left(e);
     }
     pthread_mutex_lock(&e->mu);
     e->job = fn;
@@ -98,7 +99,18 @@ int ens_run_members(tutti_ensemble *e, member_job fn, void *arg) {
     pthread_mutex_unlock(&e->mu);
     for (int32_t i = 0; i < e->n; i++)
         if (e->rc[i] < 0) return tutti_set_error("%s", e->err[i]);
-    return 0;
+    return ens_drop_left(e);
+}
+
+/* A remote member that lost its server (on_fail=leave) gets weight 0 for
+ * good; the rules renormalise over the others. */
+int ens_drop_left(tutti_ensemble *e) {
+    bool any = false;
+    for (int32_t i = 0; i < e->n; i++) {
+        if (fusion_member_has_left(e->m[i])) e->w[i] = 0;
+        any |= e->w[i] != 0;
+    }
+    return any ? 0 : tutti_set_error("ensemble: every member has left (their servers failed)");
 }
 
 void ens_prompt_done(tutti_ensemble *e) {
@@ -207,7 +219,7 @@ tutti_ensemble *tutti_ensemble_new(const tutti_ensemble_params *params) {
             tutti_set_error("ensemble: out of memory");
             goto fail;
         }
-        if (access(d->model_path, R_OK) != 0) {
+        if (!fusion_is_remote_spec(d->model_path) && access(d->model_path, R_OK) != 0) {
             tutti_set_error("member %d: cannot open model file %s: %s", i + 1, d->model_path, strerror(errno));
             goto fail;
         }
@@ -226,7 +238,7 @@ tutti_ensemble *tutti_ensemble_new(const tutti_ensemble_params *params) {
     /* vocabulary identity decides the alignment */
     uint64_t h[TUTTI_ENSEMBLE_MAX_MEMBERS];
     for (int32_t i = 0; i < e->n; i++)
-        if (fusion_vocab_hash_file(e->path[i], &h[i]) < 0) {
+        if (fusion_member_vocab_hash(e->path[i], &h[i]) < 0) {
             tutti_error_prefix("member %d", i + 1);
             goto fail;
         }
@@ -252,8 +264,8 @@ tutti_ensemble *tutti_ensemble_new(const tutti_ensemble_params *params) {
     int32_t per = e->parallel ? (n_threads / e->n > 0 ? n_threads / e->n : 1) : n_threads;
     int32_t n_sessions = e->align == TUTTI_ALIGN_TOKEN ? 1 : e->max_hyps + 2;
     for (int32_t i = 0; i < e->n; i++) {
-        e->m[i] = fusion_member_local_new_shared(e->path[i], params->models ? params->models[i] : NULL, n_sessions,
-                                                 params->n_ctx, per);
+        e->m[i] = fusion_member_open(e->path[i], params->models ? params->models[i] : NULL, n_sessions,
+                                     params->n_ctx, per);
         if (!e->m[i]) {
             tutti_error_prefix("member %d", i + 1);
             goto fail;
@@ -758,6 +770,8 @@ static int token_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_s
         }
         *t_phase += ens_now_s() - t0;
         ens_prompt_done(e);
+        for (int32_t i = 0; i < e->n; i++) /* a remote member that lost its server: weight 0 */
+            if (fusion_member_has_left(e->m[i])) aw[i] = 0;
         const float *dist;
         if (pass >= 0) {
             dist = logits[pass];
@@ -1049,6 +1063,8 @@ static int byte_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sa
         }
         *t_phase += ens_now_s() - t0;
         ens_prompt_done(e);
+        for (int32_t i = 0; i < e->n; i++)
+            if (fusion_member_has_left(e->m[i])) w[i] = 0;
         if (bytes_rows(e, st, dead, lp) < 0 || bytes_combine(e, w, lp, fused) < 0) {
             rc = TUTTI_ERR;
             break;

@@ -54,6 +54,9 @@ void ens_prompt_done(tutti_ensemble *e);
 /* Runs fn(e, i, arg) for every member i, concurrently when e->parallel.
  * Returns 0 or the first member's error (message carried to this thread). */
 int ens_run_members(tutti_ensemble *e, member_job fn, void *arg);
+/* Gives weight 0 to members that have left (fusion_member_has_left); error
+ * when no weight is left.  ens_run_members calls it after every job. */
+int ens_drop_left(tutti_ensemble *e);
 double ens_now_s(void);
 fusion_bytes_params ens_bytes_params(const tutti_ensemble *e, int32_t i);
 fusion_rule_params ens_rule_params(const tutti_ensemble *e);

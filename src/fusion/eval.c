@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "fusion/ensemble_impl.h"
+#include "fusion/member_remote.h"
 #include "util/error.h"
 
 /* ---- chunks (../shared/oracle/bpb.py) ---- */
@@ -869,8 +870,13 @@ tutti_ensemble_file *tutti_ensemble_file_read(const char *path) {
     while (fgets(line, sizeof line, f)) {
         lineno++;
         len = strlen(line);
-        char *h = strchr(line, '#');
-        if (h) *h = 0;
+        /* '#' starts a comment where a field could start (line start, after
+         * a blank), so a remote member's URL#MODEL keeps its '#' */
+        for (char *q = line; *q; q++)
+            if (*q == '#' && (q == line || q[-1] == ' ' || q[-1] == '\t')) {
+                *q = 0;
+                break;
+            }
         char *p = line;
         while (*p == ' ' || *p == '\t') p++;
         char *end = p + strlen(p);
@@ -940,7 +946,12 @@ tutti_ensemble_file *tutti_ensemble_file_read(const char *path) {
             else m->temp = v;
         }
         char full[8192];
-        if (tok[0][0] != '/' && dir[0]) snprintf(full, sizeof full, "%s%s", dir, tok[0]);
+        if (fusion_is_remote_spec(tok[0])) {
+            if (fusion_remote_spec_resolve(tok[0], dir, full, sizeof full) < 0) {
+                tutti_error_prefix("ensemble file %s: line %d", path, lineno);
+                goto fail;
+            }
+        } else if (tok[0][0] != '/' && dir[0]) snprintf(full, sizeof full, "%s%s", dir, tok[0]);
         else snprintf(full, sizeof full, "%s", tok[0]);
         m->model_path = strdup(full);
         if (!m->model_path) goto oom;

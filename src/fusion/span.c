@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "fusion/ensemble_impl.h"
+#include "fusion/member_remote.h"
 #include "util/error.h"
 
 #define SPAN_MAX_BYTES 64
@@ -300,6 +301,10 @@ int span_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sampler_p
         draft all[TUTTI_ENSEMBLE_MAX_MEMBERS];
         int32_t n_all = 0;
         for (int32_t i = 0; i < e->n; i++) {
+            if (fusion_member_has_left(e->m[i])) { /* its server failed (on_fail=leave): no draft, weight 0 */
+                c->w[i] = 0;
+                continue;
+            }
             draft d = c->d[i];
             if (g->max_units > 0 && d.n > g->max_units - g->n_units) d.n = g->max_units - g->n_units, d.end = false;
             if (g->gc.m) { /* cut at the first byte the grammar rejects; end only where it is complete */
@@ -341,6 +346,8 @@ int span_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sampler_p
             break;
         }
         *t_phase += ens_now_s() - t0;
+        for (int32_t i = 0; i < e->n; i++)
+            if (fusion_member_has_left(e->m[i])) c->w[i] = 0;
         int32_t best = -1;
         double best_s = -INFINITY, wsum = 0;
         for (int32_t i = 0; i < e->n; i++) wsum += c->w[i];

@@ -1,0 +1,720 @@
+/* Remote member: next-token distributions from a model server over HTTP.
+ *
+ * APIs.  llama-server's native API (api=llama, found by GET /props): the
+ * context goes as token ids to POST /completion with n_predict 1 and
+ * n_probs K; the answer's completion_probabilities[0].top_logprobs are the
+ * log-probabilities of the K most likely next tokens, by id, taken from the
+ * raw logits (post_sampling_probs off, no samplers), so they are the
+ * model's distribution.  OpenAI-style servers (api=openai): POST
+ * /v1/completions with max_tokens 1, temperature 0 and logprobs K; the top
+ * tokens come back by id (llama-server's own /v1 form) or by token text
+ * (classic OpenAI), which is mapped to ids through the local vocabulary.
+ *
+ * Vocabulary.  The fusion layer needs the member's tokenizer as a
+ * tutti_vocab (TOKEN alignment compares vocabularies, the byte trie of BYTE
+ * alignment needs every token's bytes), and a server does not hand one out.
+ * So the spec names a local GGUF file with the tokenizer (vocab=PATH, a
+ * vocab-only GGUF is enough), and it is checked at start: a probe text is
+ * tokenized by the server (/tokenize) and locally, and the ids must be the
+ * same, then /detokenize must give back the probe's bytes.  Only then does
+ * the member carry the file's vocabulary hash (so TOKEN alignment with a
+ * local model of that vocabulary is allowed); a server without /tokenize
+ * gets a hash of its own (BYTE alignment) and a note on stderr.
+ *
+ * Partial distributions.  With K < n_vocab the server gives the top K only.
+ * The rest of the mass, r = 1 - sum(top K), is either spread uniformly over
+ * the other n_vocab - K tokens (rest=uniform, the default: no token becomes
+ * impossible, the distribution stays normalised) or dropped, renormalising
+ * over the top K (rest=renorm; across members this is UniTE's union of
+ * top-k, Yao et al. 2024: the fusion renormalises over the tokens some
+ * member kept).  r is added to the member's statistics (approximated mass).
+ *
+ * Failures.  Each request has a timeout.  on_fail=stop (default): an error
+ * stops the run.  on_fail=leave: the member says so on stderr, answers
+ * uniform logits from then on and fusion_member_has_left() turns true; the
+ * ensemble then gives it weight 0 (the others renormalised). */
+#include "fusion/member_remote.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "remote/http.h"
+#include "util/error.h"
+
+enum { API_AUTO, API_LLAMA, API_OPENAI };
+enum { REST_UNIFORM, REST_RENORM };
+
+/* Bytes with many kinds of token: words, digits, punctuation, newline,
+ * quotes, multi-byte UTF-8 (byte fallback in small SPM vocabularies). */
+static const char PROBE[] = "Once upon a time, Lily said: \"Look! 42 cats.\"\nThe end. caf\xc3\xa9 \xe2\x82\xac\xf0\x9f\x98\x80";
+
+typedef struct remote_member {
+    fusion_member base;
+    tutti_vocab *vocab;
+    remote_http *http;
+    char *model;        /* MODEL of the spec ("" when none) */
+    int api;
+    int rest;
+    bool leave;         /* on_fail=leave */
+    bool left;
+    int32_t top_k;
+    char *body;         /* request scratch */
+    size_t body_cap;
+    uint8_t *seen;      /* [n_vocab] scratch */
+    int32_t *by_piece;  /* ids sorted by piece (classic OpenAI answers), lazily */
+    char *pieces;
+    int64_t *piece_off;
+    fusion_remote_stats st;
+} remote_member;
+
+static const fusion_member_vt remote_vt;
+
+bool fusion_is_remote_spec(const char *path) {
+    return path && (!strncmp(path, "http://", 7) || !strncmp(path, "https://", 8));
+}
+
+bool fusion_member_has_left(const fusion_member *m) {
+    return m && m->vt == &remote_vt && ((const remote_member *)m)->left;
+}
+
+int fusion_member_remote_stats(const fusion_member *m, fusion_remote_stats *out) {
+    if (!m || m->vt != &remote_vt) return TUTTI_ERR;
+    *out = ((const remote_member *)m)->st;
+    return 0;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- spec ---- */
+
+typedef struct spec {
+    char base[1024];
+    char model[256];
+    char vocab[1024];
+    int api, rest;
+    int32_t top_k;
+    long timeout_ms;
+    bool leave;
+} spec;
+
+static int parse_long(const char *v, long lo, long hi, long *out) {
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (!*v || *end || x < lo || x > hi) return -1;
+    *out = x;
+    return 0;
+}
+
+static int parse_spec(const char *s, spec *sp) {
+    memset(sp, 0, sizeof *sp);
+    sp->timeout_ms = 10000;
+    const char *hash = strchr(s, '#');
+    size_t bl = hash ? (size_t)(hash - s) : strlen(s);
+    if (bl >= sizeof sp->base) return tutti_set_error("remote member: URL too long");
+    memcpy(sp->base, s, bl);
+    const char *hostp = strstr(sp->base, "://");
+    if (!hostp || !hostp[3] || hostp[3] == '/')
+        return tutti_set_error("remote member %s: no host in the URL", sp->base);
+    if (!hash) return 0;
+    char frag[4096];
+    if (strlen(hash + 1) >= sizeof frag) return tutti_set_error("remote member %s: spec too long", sp->base);
+    snprintf(frag, sizeof frag, "%s", hash + 1);
+    int idx = 0;
+    for (char *save = NULL, *it = strtok_r(frag, ";", &save); it; it = strtok_r(NULL, ";", &save), idx++) {
+        char *eq = strchr(it, '=');
+        if (!eq) {
+            if (idx != 0)
+                return tutti_set_error("remote member %s: '%s' is not KEY=VALUE (the model name comes first)",
+                                       sp->base, it);
+            if (strlen(it) >= sizeof sp->model) return tutti_set_error("remote member %s: model name too long", sp->base);
+            snprintf(sp->model, sizeof sp->model, "%s", it);
+            continue;
+        }
+        *eq = 0;
+        const char *k = it, *v = eq + 1;
+        long x;
+        if (!strcmp(k, "MODEL") || !strcmp(k, "model")) {
+            if (strlen(v) >= sizeof sp->model) return tutti_set_error("remote member %s: model name too long", sp->base);
+            snprintf(sp->model, sizeof sp->model, "%s", v);
+        } else if (!strcmp(k, "vocab")) {
+            if (strlen(v) >= sizeof sp->vocab) return tutti_set_error("remote member %s: vocab path too long", sp->base);
+            snprintf(sp->vocab, sizeof sp->vocab, "%s", v);
+        } else if (!strcmp(k, "api")) {
+            if (!strcmp(v, "llama")) sp->api = API_LLAMA;
+            else if (!strcmp(v, "openai")) sp->api = API_OPENAI;
+            else if (!strcmp(v, "auto")) sp->api = API_AUTO;
+            else return tutti_set_error("remote member %s: api=%s: expected llama, openai or auto", sp->base, v);
+        } else if (!strcmp(k, "rest")) {
+            if (!strcmp(v, "uniform")) sp->rest = REST_UNIFORM;
+            else if (!strcmp(v, "renorm")) sp->rest = REST_RENORM;
+            else return tutti_set_error("remote member %s: rest=%s: expected uniform or renorm", sp->base, v);
+        } else if (!strcmp(k, "top")) {
+            if (parse_long(v, 1, 1 << 24, &x) < 0)
+                return tutti_set_error("remote member %s: top=%s: expected a positive integer", sp->base, v);
+            sp->top_k = (int32_t)x;
+        } else if (!strcmp(k, "timeout")) {
+            if (parse_long(v, 1, 86400000L, &x) < 0)
+                return tutti_set_error("remote member %s: timeout=%s: expected milliseconds > 0", sp->base, v);
+            sp->timeout_ms = x;
+        } else if (!strcmp(k, "on_fail")) {
+            if (!strcmp(v, "leave")) sp->leave = true;
+            else if (!strcmp(v, "stop")) sp->leave = false;
+            else return tutti_set_error("remote member %s: on_fail=%s: expected stop or leave", sp->base, v);
+        } else {
+            return tutti_set_error("remote member %s: unknown option '%s' (known: vocab, api, top, rest, timeout, "
+                                   "on_fail)", sp->base, k);
+        }
+    }
+    return 0;
+}
+
+/* ---- JSON helpers ---- */
+
+/* A short, printable excerpt of a response for error messages. */
+static void excerpt(const char *s, size_t n, char *out, size_t cap) {
+    size_t k = 0;
+    for (size_t i = 0; i < n && k + 1 < cap && k < 120; i++) out[k++] = (s[i] >= 32 && s[i] < 127) ? s[i] : '.';
+    out[k] = 0;
+}
+
+/* POST/GET and parse: the JSON root, or NULL + error (transport, HTTP
+ * status, not JSON). */
+static cJSON *json_answer(remote_member *rm, const char *path, int rc, const char *resp, size_t n) {
+    if (rc < 0) return NULL;
+    if (rc != 200) {
+        char ex[128];
+        excerpt(resp, n, ex, sizeof ex);
+        tutti_set_error("%s%s: HTTP status %d%s%s", remote_http_base(rm->http), path, rc, n ? ": " : "", ex);
+        return NULL;
+    }
+    cJSON *j = cJSON_ParseWithLength(resp, n);
+    if (!j) {
+        char ex[128];
+        excerpt(resp, n, ex, sizeof ex);
+        tutti_set_error("%s%s: the answer is not JSON: \"%s\"", remote_http_base(rm->http), path, ex);
+    }
+    return j;
+}
+
+static cJSON *request_json(remote_member *rm, const char *path, const char *body, int *status) {
+    const char *resp = NULL;
+    size_t n = 0;
+    int rc = remote_http_request(rm->http, path, body, &resp, &n);
+    if (status) *status = rc;
+    return json_answer(rm, path, rc, resp, n);
+}
+
+static int body_reserve(remote_member *rm, size_t need) {
+    if (need <= rm->body_cap) return 0;
+    size_t c = rm->body_cap ? rm->body_cap : 1024;
+    while (c < need) c *= 2;
+    char *b = realloc(rm->body, c);
+    if (!b) return tutti_set_error("member %s: out of memory", rm->base.name);
+    rm->body = b, rm->body_cap = c;
+    return 0;
+}
+
+/* Appends ids as a JSON array. */
+static size_t put_ids(char *p, const int32_t *ids, int32_t n) {
+    size_t k = 0;
+    p[k++] = '[';
+    for (int32_t i = 0; i < n; i++) k += (size_t)sprintf(p + k, i ? ",%d" : "%d", ids[i]);
+    p[k++] = ']';
+    p[k] = 0;
+    return k;
+}
+
+/* ---- next-token request ---- */
+
+static int32_t piece_lookup(remote_member *rm, const char *s, size_t n);
+
+/* Reads one entry {id|token, logprob} into (*id, *lp). */
+static int read_entry(remote_member *rm, const cJSON *e, int32_t *id, double *lp) {
+    const cJSON *jid = cJSON_GetObjectItemCaseSensitive(e, "id");
+    const cJSON *jlp = cJSON_GetObjectItemCaseSensitive(e, "logprob");
+    if (!cJSON_IsNumber(jlp)) return -1;
+    *lp = jlp->valuedouble;
+    if (cJSON_IsNumber(jid)) {
+        double d = jid->valuedouble;
+        if (!(d >= 0 && d < rm->base.n_vocab) || d != floor(d)) return -2;
+        *id = (int32_t)d;
+        return 0;
+    }
+    const cJSON *tok = cJSON_GetObjectItemCaseSensitive(e, "token");
+    if (!cJSON_IsString(tok)) return -1;
+    *id = piece_lookup(rm, tok->valuestring, strlen(tok->valuestring));
+    return *id < 0 ? -3 : 0;
+}
+
+/* Finds the array of top entries in a response. */
+static const cJSON *top_list(const remote_member *rm, const cJSON *root, bool *classic) {
+    *classic = false;
+    if (rm->api == API_LLAMA) {
+        const cJSON *cp = cJSON_GetObjectItemCaseSensitive(root, "completion_probabilities");
+        const cJSON *first = cJSON_IsArray(cp) ? cJSON_GetArrayItem(cp, 0) : NULL;
+        return first ? cJSON_GetObjectItemCaseSensitive(first, "top_logprobs") : NULL;
+    }
+    const cJSON *ch = cJSON_GetObjectItemCaseSensitive(root, "choices");
+    const cJSON *c0 = cJSON_IsArray(ch) ? cJSON_GetArrayItem(ch, 0) : NULL;
+    const cJSON *lp = c0 ? cJSON_GetObjectItemCaseSensitive(c0, "logprobs") : NULL;
+    if (!lp) return NULL;
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(lp, "content");
+    if (cJSON_IsArray(content)) { /* llama-server's /v1 form: by id */
+        const cJSON *f = cJSON_GetArrayItem(content, 0);
+        return f ? cJSON_GetObjectItemCaseSensitive(f, "top_logprobs") : NULL;
+    }
+    const cJSON *tl = cJSON_GetObjectItemCaseSensitive(lp, "top_logprobs"); /* classic: [{text: lp}] */
+    *classic = true;
+    return cJSON_IsArray(tl) ? cJSON_GetArrayItem(tl, 0) : NULL;
+}
+
+static int fetch(remote_member *rm, const int32_t *ids, int32_t n, float *out) {
+    fusion_member *m = &rm->base;
+    int32_t V = m->n_vocab;
+    if (n < 1) return tutti_set_error("member %s: no token to condition on (give a prompt)", m->name);
+    if (n > m->n_ctx)
+        return tutti_set_error("member %s: context full (%d tokens needed, n_ctx %d)", m->name, n, m->n_ctx);
+    for (int32_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= V) return tutti_set_error("member %s: token id %d out of range", m->name, ids[i]);
+    if (body_reserve(rm, (size_t)n * 12 + strlen(rm->model) * 6 + 256) < 0) return TUTTI_ERR;
+    double t0 = now_s();
+    char *p = rm->body;
+    const char *path;
+    if (rm->api == API_LLAMA) {
+        path = "/completion";
+        p += sprintf(p, "{\"prompt\":");
+        p += put_ids(p, ids, n);
+        /* no samplers and pre-sampling probabilities: the model's own
+         * distribution; cache_prompt reuses the server's KV cache for the
+         * shared prefix, so a step costs one token of compute there */
+        sprintf(p, ",\"n_predict\":1,\"n_probs\":%d,\"samplers\":[],\"post_sampling_probs\":false,"
+                   "\"cache_prompt\":true,\"return_tokens\":false,\"stream\":false}", rm->top_k);
+    } else {
+        path = "/v1/completions";
+        p += sprintf(p, "{");
+        if (*rm->model) {
+            cJSON *s = cJSON_CreateString(rm->model);
+            char *q = s ? cJSON_PrintUnformatted(s) : NULL;
+            cJSON_Delete(s);
+            if (!q) return tutti_set_error("member %s: out of memory", m->name);
+            p += sprintf(p, "\"model\":%s,", q);
+            cJSON_free(q);
+        }
+        p += sprintf(p, "\"prompt\":");
+        p += put_ids(p, ids, n);
+        sprintf(p, ",\"max_tokens\":1,\"temperature\":0,\"logprobs\":%d,\"echo\":false,\"stream\":false}",
+                rm->top_k);
+    }
+    double t1 = now_s();
+    const char *resp;
+    size_t nresp;
+    int status = remote_http_request(rm->http, path, rm->body, &resp, &nresp);
+    double t2 = now_s();
+    cJSON *root = json_answer(rm, path, status, resp, nresp);
+    if (!root) return TUTTI_ERR;
+    int rc = 0;
+    bool classic;
+    const cJSON *list = top_list(rm, root, &classic);
+    memset(rm->seen, 0, (size_t)V);
+    int32_t k = 0;
+    double mass = 0;
+    for (int32_t i = 0; i < V; i++) out[i] = -INFINITY;
+    if (!list || (classic ? !cJSON_IsObject(list) : !cJSON_IsArray(list)) || !cJSON_GetArraySize(list)) {
+        rc = tutti_set_error("%s%s: the answer has no top log-probabilities for the next token",
+                             remote_http_base(rm->http), path);
+        goto done;
+    }
+    const cJSON *e;
+    cJSON_ArrayForEach(e, list) {
+        int32_t id = -1;
+        double lp = 0;
+        int r;
+        if (classic) {
+            if (!cJSON_IsNumber(e) || !e->string) r = -1;
+            else {
+                lp = e->valuedouble;
+                id = piece_lookup(rm, e->string, strlen(e->string));
+                r = id < 0 ? -3 : 0;
+            }
+        } else {
+            r = read_entry(rm, e, &id, &lp);
+        }
+        if (r == -3) continue; /* a token text the vocabulary does not have: its mass counts as approximated */
+        if (r < 0 || isnan(lp) || lp > 1e-3 || (id >= 0 && rm->seen[id])) {
+            rc = tutti_set_error("%s%s: malformed top log-probability entry %d (%s)", remote_http_base(rm->http),
+                                 path, k, r == -2 ? "token id out of range" : r < 0 ? "missing id or logprob" :
+                                 (id >= 0 && rm->seen[id]) ? "token listed twice" : "not a log-probability");
+            goto done;
+        }
+        rm->seen[id] = 1;
+        out[id] = lp > 0 ? 0.0f : (float)lp;
+        mass += exp(lp > 0 ? 0 : lp);
+        k++;
+    }
+    if (k == 0) {
+        rc = tutti_set_error("%s%s: none of the answer's tokens is in the vocabulary", remote_http_base(rm->http),
+                             path);
+        goto done;
+    }
+    double r = k >= V ? 0 : (mass < 1 ? 1 - mass : 0);
+    if (k < V && rm->rest == REST_UNIFORM && r > 0) {
+        float fill = (float)log(r / (double)(V - k));
+        for (int32_t i = 0; i < V; i++)
+            if (!rm->seen[i]) out[i] = fill;
+    }
+    rm->st.approx_mass += r;
+    if (r > rm->st.approx_mass_max) rm->st.approx_mass_max = r;
+    /* the server's own compute, to tell our overhead from its work */
+    const cJSON *tm = cJSON_GetObjectItemCaseSensitive(root, "timings");
+    if (cJSON_IsObject(tm)) {
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(tm, "prompt_ms");
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(tm, "predicted_ms");
+        double ms = (cJSON_IsNumber(a) ? a->valuedouble : 0) + (cJSON_IsNumber(b) ? b->valuedouble : 0);
+        if (ms > 0 && ms < 1e9) rm->st.t_server_s += ms * 1e-3;
+    }
+done:
+    cJSON_Delete(root);
+    double t3 = now_s(), dt = t3 - t0;
+    if (rc == 0) {
+        rm->st.t_client_s += (t1 - t0) + (t3 - t2);
+        rm->st.n_requests++;
+        rm->st.t_request_s += dt;
+        m->t_forward_s += dt;
+        m->n_forward_tokens += 1;
+        m->n_forward_calls++;
+    }
+    return rc;
+}
+
+static int remote_logits(fusion_member *m, const int32_t *ids, int32_t n, float *out) {
+    remote_member *rm = (remote_member *)m;
+    if (!rm->left) {
+        if (fetch(rm, ids, n, out) == 0) return 0;
+        if (!rm->leave) return TUTTI_ERR;
+        /* tell the user once; the message names the URL, never the key */
+        fprintf(stderr, "tutti: member %s leaves the ensemble (weight 0, the others renormalised): %s\n", m->name,
+                tutti_last_error());
+        rm->left = true;
+    }
+    for (int32_t i = 0; i < m->n_vocab; i++) out[i] = 0.0f;
+    return 0;
+}
+
+static int remote_logits_all(fusion_member *m, const int32_t *ids, int32_t n, float *out) {
+    /* the completion API gives the next token only: one request per
+     * prefix; the server's prompt cache makes each one a single token */
+    for (int32_t i = 1; i <= n; i++)
+        if (remote_logits(m, ids, i, out + (size_t)(i - 1) * (size_t)m->n_vocab) < 0) return TUTTI_ERR;
+    return 0;
+}
+
+static void remote_free(fusion_member *m) {
+    remote_member *rm = (remote_member *)m;
+    if (!rm) return;
+    const fusion_remote_stats *st = &rm->st;
+    if (st->n_requests > 0)
+        fprintf(stderr, "tutti: member %s: %lld requests, %.3f ms each (server compute %.3f ms, added %.3f ms, of "
+                        "which %.3f ms here); "
+                        "top %d, approximated mass per step %.3g (max %.3g)\n", m->name, (long long)st->n_requests,
+                1e3 * st->t_request_s / (double)st->n_requests, 1e3 * st->t_server_s / (double)st->n_requests,
+                1e3 * (st->t_request_s - st->t_server_s) / (double)st->n_requests,
+                1e3 * st->t_client_s / (double)st->n_requests, st->top_k,
+                st->approx_mass / (double)st->n_requests, st->approx_mass_max);
+    remote_http_free(rm->http);
+    tutti_vocab_free(rm->vocab);
+    free(rm->model), free(rm->body), free(rm->seen);
+    free(rm->by_piece), free(rm->pieces), free(rm->piece_off);
+    free(rm);
+}
+
+static const fusion_member_vt remote_vt = {remote_logits, remote_logits_all, remote_free, NULL};
+
+/* ---- piece -> id (classic OpenAI answers name tokens by text) ---- */
+
+static const remote_member *g_sort_rm; /* qsort has no context argument: set under g_sort_mu */
+static pthread_mutex_t g_sort_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int cmp_piece(const void *a, const void *b) {
+    const remote_member *rm = g_sort_rm;
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    int64_t lx = rm->piece_off[x + 1] - rm->piece_off[x], ly = rm->piece_off[y + 1] - rm->piece_off[y];
+    int c = memcmp(rm->pieces + rm->piece_off[x], rm->pieces + rm->piece_off[y], (size_t)(lx < ly ? lx : ly));
+    if (c) return c;
+    if (lx != ly) return lx < ly ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+static int build_pieces(remote_member *rm) {
+    int32_t V = rm->base.n_vocab;
+    rm->piece_off = malloc(sizeof(int64_t) * ((size_t)V + 1));
+    rm->by_piece = malloc(sizeof(int32_t) * (size_t)V);
+    size_t cap = (size_t)V * 8 + 64, n = 0;
+    rm->pieces = malloc(cap);
+    if (!rm->piece_off || !rm->by_piece || !rm->pieces) return tutti_set_error("out of memory");
+    for (int32_t i = 0; i < V; i++) {
+        rm->piece_off[i] = (int64_t)n;
+        for (;;) {
+            int32_t k = tutti_token_to_piece(rm->vocab, i, true, rm->pieces + n, (int32_t)(cap - n > 1 << 20 ? 1 << 20 : cap - n));
+            if (k >= 0) {
+                n += (size_t)k;
+                break;
+            }
+            char *np = realloc(rm->pieces, cap * 2);
+            if (!np) return tutti_set_error("out of memory");
+            rm->pieces = np, cap *= 2;
+        }
+        rm->by_piece[i] = i;
+    }
+    rm->piece_off[V] = (int64_t)n;
+    pthread_mutex_lock(&g_sort_mu);
+    g_sort_rm = rm;
+    qsort(rm->by_piece, (size_t)V, sizeof(int32_t), cmp_piece);
+    pthread_mutex_unlock(&g_sort_mu);
+    return 0;
+}
+
+/* The id whose piece is exactly s[0..n), or -1.  Where several have that
+ * text (SPM's byte token <0x61> and "a"), the highest: byte-fallback and
+ * control tokens come first in the vocabularies, and a server naming a
+ * token by its text means the ordinary one. */
+static int32_t piece_lookup(remote_member *rm, const char *s, size_t n) {
+    if (!rm->by_piece && build_pieces(rm) < 0) return -1;
+    int32_t lo = 0, hi = rm->base.n_vocab;
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo) / 2, id = rm->by_piece[mid];
+        size_t l = (size_t)(rm->piece_off[id + 1] - rm->piece_off[id]);
+        int c = memcmp(rm->pieces + rm->piece_off[id], s, l < n ? l : n);
+        if (!c) c = l < n ? -1 : l > n;
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    int32_t found = -1;
+    for (; lo < rm->base.n_vocab; lo++) {
+        int32_t id = rm->by_piece[lo];
+        size_t l = (size_t)(rm->piece_off[id + 1] - rm->piece_off[id]);
+        if (l != n || memcmp(rm->pieces + rm->piece_off[id], s, n)) break;
+        found = id; /* equal pieces are sorted by id */
+    }
+    return found;
+}
+
+/* ---- start: API, context, vocabulary check ---- */
+
+static int json_int(const cJSON *o, const char *k, int64_t *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble < 1e15)) return -1;
+    *out = (int64_t)v->valuedouble;
+    return 0;
+}
+
+/* The server's context (tokens) and vocabulary size where it says them
+ * (0 = not said). */
+static int probe_server(remote_member *rm, int64_t *n_ctx, int64_t *n_vocab) {
+    *n_ctx = 0, *n_vocab = 0;
+    int status = 0;
+    cJSON *props = request_json(rm, "/props", NULL, &status);
+    if (status < 0) return TUTTI_ERR; /* not reachable at all */
+    if (props) {
+        const cJSON *dgs = cJSON_GetObjectItemCaseSensitive(props, "default_generation_settings");
+        if (cJSON_IsObject(dgs)) {
+            if (rm->api == API_AUTO) rm->api = API_LLAMA;
+            int64_t c;
+            if (json_int(dgs, "n_ctx", &c) == 0) *n_ctx = c;
+        }
+        cJSON_Delete(props);
+    }
+    if (rm->api == API_AUTO) rm->api = API_OPENAI;
+    cJSON *models = request_json(rm, "/v1/models", NULL, &status);
+    if (models) {
+        const cJSON *data = cJSON_GetObjectItemCaseSensitive(models, "data");
+        const cJSON *d;
+        cJSON_ArrayForEach(d, data) {
+            const cJSON *id = cJSON_GetObjectItemCaseSensitive(d, "id");
+            if (*rm->model && (!cJSON_IsString(id) || strcmp(id->valuestring, rm->model))) continue;
+            const cJSON *meta = cJSON_GetObjectItemCaseSensitive(d, "meta");
+            int64_t c;
+            if (cJSON_IsObject(meta)) {
+                if (json_int(meta, "n_vocab", &c) == 0) *n_vocab = c;
+                if (!*n_ctx && json_int(meta, "n_ctx", &c) == 0) *n_ctx = c;
+            }
+            break;
+        }
+        cJSON_Delete(models);
+    }
+    return 0;
+}
+
+/* 1: the server tokenizes the probe exactly as the local vocabulary and
+ * gives its bytes back; 0: the server has no /tokenize (cannot check);
+ * error: they differ, or garbage. */
+static int check_vocab(remote_member *rm, const char *vocab_path) {
+    int32_t loc[256];
+    int32_t nl = tutti_tokenize(rm->vocab, PROBE, sizeof PROBE - 1, tutti_vocab_add_bos(rm->vocab), false, loc, 256);
+    if (nl < 0) return tutti_set_error("vocabulary %s: cannot tokenize the probe text", vocab_path);
+    int status = 0;
+    cJSON *q = cJSON_CreateObject();
+    if (!q || !cJSON_AddStringToObject(q, "content", PROBE) || !cJSON_AddBoolToObject(q, "add_special", true) ||
+        (*rm->model && !cJSON_AddStringToObject(q, "model", rm->model))) {
+        cJSON_Delete(q);
+        return tutti_set_error("out of memory");
+    }
+    char *body = cJSON_PrintUnformatted(q);
+    cJSON_Delete(q);
+    if (!body) return tutti_set_error("out of memory");
+    cJSON *r = request_json(rm, "/tokenize", body, &status);
+    cJSON_free(body);
+    if (!r) return status == 404 || status == 405 ? 0 : TUTTI_ERR;
+    const cJSON *toks = cJSON_GetObjectItemCaseSensitive(r, "tokens");
+    int ok = cJSON_IsArray(toks) ? 1 : -1;
+    int32_t nr = ok > 0 ? cJSON_GetArraySize(toks) : 0;
+    if (ok > 0 && nr != nl) ok = 0;
+    for (int32_t i = 0; ok > 0 && i < nr; i++) {
+        const cJSON *t = cJSON_GetArrayItem(toks, i);
+        if (cJSON_IsObject(t)) t = cJSON_GetObjectItemCaseSensitive(t, "id"); /* with_pieces form */
+        if (!cJSON_IsNumber(t) || t->valuedouble != loc[i]) ok = 0;
+    }
+    cJSON_Delete(r);
+    if (ok < 0) return tutti_set_error("%s/tokenize: the answer has no \"tokens\" array", remote_http_base(rm->http));
+    if (!ok)
+        return tutti_set_error("%s: the server's tokenizer differs from vocab=%s (the probe text gives %d tokens "
+                               "there and %d here, or other ids); give the GGUF file of the served model",
+                               remote_http_base(rm->http), vocab_path, nr, nl);
+    /* the bytes of the ids: llama-server's /detokenize (not every server has it) */
+    char idbuf[256 * 12 + 32];
+    size_t k = (size_t)sprintf(idbuf, "{\"tokens\":");
+    put_ids(idbuf + k, loc, nl);
+    strcat(idbuf, "}");
+    r = request_json(rm, "/detokenize", idbuf, &status);
+    if (!r) return status == 404 || status == 405 ? 1 : TUTTI_ERR;
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(r, "content");
+    /* the server renders BOS as text and may keep the SPM leading space:
+     * the probe must be the end of what it gives */
+    size_t lp = sizeof PROBE - 1, lc = cJSON_IsString(c) ? strlen(c->valuestring) : 0;
+    bool same = cJSON_IsString(c) && lc >= lp && !memcmp(c->valuestring + lc - lp, PROBE, lp);
+    cJSON_Delete(r);
+    if (!same)
+        return tutti_set_error("%s/detokenize: the probe's tokens do not give its bytes back (vocab=%s differs "
+                               "from the server's)", remote_http_base(rm->http), vocab_path);
+    return 1;
+}
+
+static fusion_member *remote_new(const char *spec_s, int32_t n_ctx, bool quiet) {
+    spec sp;
+    if (parse_spec(spec_s, &sp) < 0) return NULL;
+    if (!*sp.vocab) {
+        tutti_set_error("remote member %s: needs the server's vocabulary: add ;vocab=PATH (a GGUF file with its "
+                        "tokenizer; a vocab-only GGUF is enough), e.g. %s#%s;vocab=model.gguf",
+                        sp.base, sp.base, *sp.model ? sp.model : "MODEL");
+        return NULL;
+    }
+    uint64_t h = 0;
+    if (fusion_vocab_hash_file(sp.vocab, &h) < 0) {
+        tutti_error_prefix("remote member %s: vocab", sp.base);
+        return NULL;
+    }
+    remote_member *rm = calloc(1, sizeof *rm);
+    if (!rm) return tutti_set_error("out of memory"), NULL;
+    rm->base.vt = &remote_vt;
+    snprintf(rm->base.name, sizeof rm->base.name, "%.180s%s%.60s", sp.base, *sp.model ? "#" : "", sp.model);
+    rm->api = sp.api, rm->rest = sp.rest, rm->leave = sp.leave;
+    rm->model = strdup(sp.model);
+    rm->vocab = tutti_vocab_load(sp.vocab);
+    if (!rm->model || !rm->vocab) {
+        if (!rm->vocab) tutti_error_prefix("remote member %s: vocab=%s", sp.base, sp.vocab);
+        else tutti_set_error("out of memory");
+        goto fail;
+    }
+    rm->base.vocab = rm->vocab;
+    rm->base.n_vocab = tutti_vocab_n_tokens(rm->vocab);
+    rm->base.bos = tutti_vocab_add_bos(rm->vocab) ? tutti_vocab_bos(rm->vocab) : -1;
+    rm->seen = malloc((size_t)rm->base.n_vocab + 1);
+    if (!rm->seen) {
+        tutti_set_error("out of memory");
+        goto fail;
+    }
+    /* the key comes from the environment only (never from the spec, which
+     * ends up in messages and ensemble files) */
+    const char *key = getenv("TUTTI_API_KEY");
+    if (!key || !*key) key = getenv("OPENAI_API_KEY");
+    rm->http = remote_http_new(sp.base, sp.timeout_ms, key);
+    if (!rm->http) goto fail;
+    int64_t s_ctx, s_vocab;
+    if (probe_server(rm, &s_ctx, &s_vocab) < 0) {
+        tutti_error_prefix("remote member %s: cannot reach the server", rm->base.name);
+        goto fail;
+    }
+    if (s_vocab && s_vocab != rm->base.n_vocab) {
+        tutti_set_error("remote member %s: the server's model has %lld tokens, vocab=%s has %d", rm->base.name,
+                        (long long)s_vocab, sp.vocab, rm->base.n_vocab);
+        goto fail;
+    }
+    /* never more context than the user gave (n_ctx), nor than the server holds */
+    int64_t c = s_ctx > 0 ? s_ctx : 4096;
+    if (n_ctx > 0 && n_ctx < c) c = n_ctx;
+    rm->base.n_ctx = (int32_t)(c > (1 << 30) ? (1 << 30) : c);
+    int32_t def_k = rm->api == API_LLAMA ? rm->base.n_vocab : 20;
+    rm->top_k = sp.top_k > 0 ? sp.top_k : def_k;
+    if (rm->top_k > rm->base.n_vocab) rm->top_k = rm->base.n_vocab;
+    rm->st.top_k = rm->top_k;
+    int v = check_vocab(rm, sp.vocab);
+    if (v < 0) {
+        tutti_error_prefix("remote member %s", rm->base.name);
+        goto fail;
+    }
+    if (v == 0 && !quiet)
+        fprintf(stderr, "tutti: member %s: the server has no /tokenize, so vocab=%s cannot be checked against it; "
+                        "the member is byte-aligned with every other\n", rm->base.name, sp.vocab);
+    if (v == 0) h = h * 0x9e3779b97f4a7c15ull + 0x5bd1e995u; /* a hash of its own */
+    rm->base.vocab_hash = h;
+    return &rm->base;
+fail:
+    remote_free(&rm->base);
+    return NULL;
+}
+
+int fusion_remote_spec_resolve(const char *s, const char *dir, char *out, size_t cap) {
+    const char *v = strstr(s, ";vocab=");
+    if (!v) v = strstr(s, "#vocab=");
+    size_t n = strlen(s);
+    if (!v || !dir || !*dir || v[7] == '/') {
+        if (n >= cap) return tutti_set_error("remote member spec too long");
+        memcpy(out, s, n + 1);
+        return 0;
+    }
+    size_t head = (size_t)(v - s) + 7, dl = strlen(dir);
+    if (n + dl >= cap) return tutti_set_error("remote member spec too long");
+    memcpy(out, s, head);
+    memcpy(out + head, dir, dl);
+    memcpy(out + head + dl, s + head, n - head + 1);
+    return 0;
+}
+
+fusion_member *fusion_member_remote_new(const char *spec_s, int32_t n_ctx) { return remote_new(spec_s, n_ctx, false); }
+
+/* ---- dispatch for the ensemble ---- */
+
+fusion_member *fusion_member_open(const char *path, const tutti_model *shared, int32_t n_sessions, int32_t n_ctx,
+                                  int32_t n_threads) {
+    if (fusion_is_remote_spec(path)) return fusion_member_remote_new(path, n_ctx);
+    return fusion_member_local_new_shared(path, shared, n_sessions, n_ctx, n_threads);
+}
+
+int fusion_member_vocab_hash(const char *path, uint64_t *out) {
+    if (!fusion_is_remote_spec(path)) return fusion_vocab_hash_file(path, out);
+    /* the identity is only known once the server has been asked */
+    fusion_member *m = remote_new(path, 0, true); /* the member made next says what it finds */
+    if (!m) return TUTTI_ERR;
+    *out = m->vocab_hash;
+    m->vt->free(m);
+    return 0;
+}
