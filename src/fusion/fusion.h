@@ -86,6 +86,10 @@ static inline const float *fusion_member_logits_view(fusion_member *m, const int
  * n_threads threads each.  NULL + error on a missing or malformed file. */
 fusion_member *fusion_member_local_new(const char *path, int32_t n_sessions, int32_t n_ctx,
                                        int32_t n_threads);
+/* Member index of n_members: local, or on another MPI rank when the
+ * placement (src/mpi/tutti_mpi.h) says so (member_mpi.c).  NULL + error. */
+fusion_member *fusion_member_placed_new(int32_t index, int32_t n_members, const char *path, int32_t n_sessions,
+                                        int32_t n_ctx, int32_t n_threads);
 /* The model of a local member (NULL for other kinds). */
 tutti_model *fusion_member_local_model(fusion_member *m);
 

@@ -1,0 +1,396 @@
+/* MPI start-up, placement, the member-rank server and shutdown (see
+ * tutti_mpi.h).  Compiled only when CMake finds MPI (TUTTI_HAVE_MPI). */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fusion/fusion.h"
+#include "mpi/proto.h"
+#include "mpi/tutti_mpi.h"
+#include "util/error.h"
+
+MPI_Comm tmpi_comm = MPI_COMM_NULL;
+static int g_rank, g_size = 1;
+static int g_place[TUTTI_ENSEMBLE_MAX_MEMBERS], g_n_place = -1;
+static double g_timeout = 120;
+static volatile int g_fault;
+
+/* ---- rank 0: live remote members, traffic ---- */
+
+typedef struct reg_entry {
+    int rank, tag;
+    int32_t index;
+    char name[64];
+} reg_entry;
+static reg_entry g_reg[256];
+static int g_n_reg;
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static int64_t g_sent, g_recv, g_n_req;
+static double g_rtt;
+
+void tmpi_register(int rank, int tag, const char *name, int32_t index) {
+    pthread_mutex_lock(&g_mu);
+    if (g_n_reg < (int)(sizeof g_reg / sizeof *g_reg)) {
+        reg_entry *r = &g_reg[g_n_reg++];
+        r->rank = rank, r->tag = tag, r->index = index;
+        snprintf(r->name, sizeof r->name, "%s", name);
+    }
+    pthread_mutex_unlock(&g_mu);
+}
+
+void tmpi_unregister(int rank, int tag) {
+    pthread_mutex_lock(&g_mu);
+    for (int i = 0; i < g_n_reg; i++)
+        if (g_reg[i].rank == rank && g_reg[i].tag == tag) {
+            g_reg[i] = g_reg[--g_n_reg];
+            break;
+        }
+    pthread_mutex_unlock(&g_mu);
+}
+
+void tmpi_members_on(int rank, char *buf, size_t cap) {
+    size_t o = 0;
+    buf[0] = 0;
+    pthread_mutex_lock(&g_mu);
+    for (int i = 0; i < g_n_reg && o + 1 < cap; i++)
+        if (g_reg[i].rank == rank) {
+            int k = snprintf(buf + o, cap - o, "%smember %d (%s)", o ? ", " : "", g_reg[i].index + 1, g_reg[i].name);
+            if (k < 0) break;
+            o += (size_t)k;
+        }
+    pthread_mutex_unlock(&g_mu);
+    if (o >= cap) o = cap - 1;
+    if (!o) snprintf(buf, cap, "no member");
+}
+
+void tmpi_count(int64_t sent, int64_t recv, double rtt_s) {
+    pthread_mutex_lock(&g_mu);
+    g_sent += sent, g_recv += recv, g_n_req++, g_rtt += rtt_s;
+    pthread_mutex_unlock(&g_mu);
+}
+
+double tmpi_timeout_s(void) { return g_timeout; }
+
+int tmpi_wait(MPI_Request *req, double deadline, int rank, const char *what) {
+    int flag = 0;
+    for (long spins = 0;; spins++) {
+        int rc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) {
+            char es[MPI_MAX_ERROR_STRING];
+            int len = 0;
+            MPI_Error_string(rc, es, &len);
+            char who[512];
+            tmpi_members_on(rank, who, sizeof who);
+            g_fault = 1;
+            return tutti_set_error("mpi: rank %d (%s): %s failed: %s", rank, who, what, es);
+        }
+        if (flag) return 0;
+        /* spin first (a row arrives within tens of microseconds on one
+         * host), then sleep briefly so an idle wait does not eat a core */
+        if (spins > 2000) {
+            if (MPI_Wtime() > deadline) {
+                char who[512];
+                tmpi_members_on(rank, who, sizeof who);
+                g_fault = 1;
+                return tutti_set_error("mpi: rank %d (%s) did not answer within %g s (%s): the rank died or "
+                                       "hangs (TUTTI_MPI_TIMEOUT sets the limit)",
+                                       rank, who, g_timeout, what);
+            }
+            struct timespec ts = {0, 20000};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+int tmpi_fail(int rank, const char *what) {
+    char who[512];
+    tmpi_members_on(rank, who, sizeof who);
+    g_fault = 1;
+    return tutti_set_error("mpi: rank %d (%s): %s failed", rank, who, what);
+}
+
+/* ---- placement ---- */
+
+int tutti_mpi_size(void) { return g_size; }
+
+int tutti_mpi_member_rank(int32_t i, int32_t n) {
+    if (g_n_place >= 0) {
+        if (g_n_place != n)
+            return tutti_set_error("--place lists %d ranks for %d members (one rank per member)", g_n_place, n);
+        return g_place[i];
+    }
+    if (g_size <= 1) return 0;
+    return 1 + i % (g_size - 1);
+}
+
+static int parse_place(const char *s) {
+    g_n_place = 0;
+    const char *p = s;
+    while (*p) {
+        char *e;
+        long v = strtol(p, &e, 10);
+        if (e == p || (*e && *e != ',') || v < 0 || v >= g_size) {
+            fprintf(stderr, "tutti: --place \"%s\": expected comma-separated ranks in [0, %d) (%d ranks run)\n", s,
+                    g_size, g_size);
+            return -1;
+        }
+        if (g_n_place == TUTTI_ENSEMBLE_MAX_MEMBERS) {
+            fprintf(stderr, "tutti: --place: more than %d members\n", TUTTI_ENSEMBLE_MAX_MEMBERS);
+            return -1;
+        }
+        g_place[g_n_place++] = (int)v;
+        p = *e ? e + 1 : e;
+    }
+    if (!g_n_place) {
+        fprintf(stderr, "tutti: --place: empty list\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- member ranks ---- */
+
+typedef struct srv_member {
+    fusion_member *m;
+    int tag;
+    pthread_t th;
+    int32_t *mirror, n_mirror, cap_mirror;
+    bool done;
+} srv_member;
+
+static void srv_reply_err(srv_member *s, const char *msg) {
+    tmpi_reply r = {.status = -1, .count = (int32_t)strlen(msg) + 1};
+    s->n_mirror = 0;
+    MPI_Send(&r, sizeof r, MPI_BYTE, 0, s->tag, tmpi_comm);
+    MPI_Send(msg, r.count, MPI_CHAR, 0, s->tag, tmpi_comm);
+}
+
+static void *srv_member_main(void *arg) {
+    srv_member *s = arg;
+    int32_t *buf = NULL;
+    int cap = 0;
+    float *all = NULL;
+    size_t cap_all = 0;
+    for (;;) {
+        MPI_Message msg;
+        MPI_Status st;
+        int cnt = 0;
+        if (MPI_Mprobe(0, s->tag, tmpi_comm, &msg, &st) != MPI_SUCCESS) break;
+        MPI_Get_count(&st, MPI_INT32_T, &cnt);
+        if (cnt > cap) {
+            int32_t *nb = realloc(buf, sizeof(int32_t) * (size_t)cnt);
+            if (!nb) break;
+            buf = nb, cap = cnt;
+        }
+        if (MPI_Mrecv(buf, cnt, MPI_INT32_T, &msg, &st) != MPI_SUCCESS) break;
+        if (cnt < 3 || buf[0] == TMPI_OP_FREE) break;
+        int32_t op = buf[0], n = buf[1], k = buf[2];
+        if (k < 0 || k > s->n_mirror || n < k || n - k != cnt - 3 || (op != TMPI_OP_LOGITS && op != TMPI_OP_ALL)) {
+            srv_reply_err(s, "mpi: malformed request");
+            continue;
+        }
+        if (n > s->cap_mirror) {
+            int32_t nc = n * 2;
+            int32_t *nm = realloc(s->mirror, sizeof(int32_t) * (size_t)nc);
+            if (!nm) {
+                srv_reply_err(s, "mpi: member rank out of memory");
+                continue;
+            }
+            s->mirror = nm, s->cap_mirror = nc;
+        }
+        memcpy(s->mirror + k, buf + 3, sizeof(int32_t) * (size_t)(n - k));
+        s->n_mirror = n;
+        fusion_member *m = s->m;
+        const float *row = NULL;
+        size_t count = 0;
+        if (op == TMPI_OP_LOGITS) {
+            row = m->vt->logits_view ? m->vt->logits_view(m, s->mirror, n) : NULL;
+            count = (size_t)m->n_vocab;
+        } else {
+            count = (size_t)n * (size_t)m->n_vocab;
+            if (count > cap_all) {
+                float *na = realloc(all, sizeof(float) * count);
+                if (!na) {
+                    srv_reply_err(s, "mpi: member rank out of memory");
+                    continue;
+                }
+                all = na, cap_all = count;
+            }
+            row = m->vt->logits_all(m, s->mirror, n, all) < 0 ? NULL : all;
+        }
+        if (!row) {
+            srv_reply_err(s, tutti_last_error());
+            continue;
+        }
+        tmpi_reply r = {.status = 0, .count = (int32_t)count, .t_forward_s = m->t_forward_s,
+                        .n_forward_tokens = m->n_forward_tokens, .n_forward_calls = m->n_forward_calls};
+        MPI_Send(&r, sizeof r, MPI_BYTE, 0, s->tag, tmpi_comm);
+        MPI_Send(row, (int)count, MPI_FLOAT, 0, s->tag, tmpi_comm);
+    }
+    free(buf);
+    free(all);
+    s->done = true;
+    return NULL;
+}
+
+static int serve(void) {
+    srv_member *mem[256] = {0};
+    int n_mem = 0;
+    char *buf = NULL;
+    int cap = 0;
+    for (;;) {
+        MPI_Message msg;
+        MPI_Status st;
+        int cnt = 0;
+        if (MPI_Mprobe(0, TMPI_TAG_CTRL, tmpi_comm, &msg, &st) != MPI_SUCCESS) break;
+        MPI_Get_count(&st, MPI_BYTE, &cnt);
+        if (cnt + 1 > cap) {
+            char *nb = realloc(buf, (size_t)cnt + 1);
+            if (!nb) break;
+            buf = nb, cap = cnt + 1;
+        }
+        if (MPI_Mrecv(buf, cnt, MPI_BYTE, &msg, &st) != MPI_SUCCESS) break;
+        int32_t op = 0;
+        if (cnt >= (int)sizeof op) memcpy(&op, buf, sizeof op);
+        if (op != TMPI_LOAD || cnt < (int)sizeof(tmpi_load)) break; /* QUIT (or garbage): stop serving */
+        tmpi_load ld;
+        memcpy(&ld, buf, sizeof ld);
+        tmpi_loaded out = {0};
+        const char *err = NULL;
+        if (ld.path_len < 1 || (int)sizeof ld + ld.path_len != cnt || n_mem == 256) {
+            err = "mpi: malformed load request";
+        } else {
+            char *path = buf + sizeof ld;
+            path[ld.path_len] = 0;
+            srv_member *s = calloc(1, sizeof *s);
+            fusion_member *m = s ? fusion_member_local_new(path, ld.n_sessions, ld.n_ctx, ld.n_threads) : NULL;
+            if (!m) {
+                if (!s) tutti_set_error("mpi: out of memory");
+                free(s);
+                err = tutti_last_error();
+            } else {
+                s->m = m;
+                s->tag = TMPI_TAG_MEMBER + n_mem;
+                if (pthread_create(&s->th, NULL, srv_member_main, s) != 0) {
+                    m->vt->free(m);
+                    free(s);
+                    err = "mpi: cannot start a member thread";
+                } else {
+                    out.handle = n_mem;
+                    out.n_vocab = m->n_vocab, out.n_ctx = m->n_ctx, out.bos = m->bos;
+                    mem[n_mem++] = s;
+                }
+            }
+        }
+        /* the error text is copied before anything else can overwrite it */
+        char ebuf[1024] = "";
+        if (err) {
+            snprintf(ebuf, sizeof ebuf, "%s", err);
+            out.status = -1;
+            out.err_len = (int32_t)strlen(ebuf) + 1;
+        }
+        MPI_Send(&out, sizeof out, MPI_BYTE, 0, TMPI_TAG_CTRL_REPLY, tmpi_comm);
+        if (err) MPI_Send(ebuf, out.err_len, MPI_CHAR, 0, TMPI_TAG_CTRL_REPLY, tmpi_comm);
+    }
+    /* rank 0 sent FREE to every member it still held before QUIT */
+    for (int i = 0; i < n_mem; i++) {
+        pthread_join(mem[i]->th, NULL);
+        mem[i]->m->vt->free(mem[i]->m);
+        free(mem[i]->mirror);
+        free(mem[i]);
+    }
+    free(buf);
+    return 0;
+}
+
+/* ---- start / stop ---- */
+
+static bool launched_by_mpirun(void) {
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK") || getenv("MPI_LOCALNRANKS");
+}
+
+int tutti_mpi_start(int *argc, char **argv) {
+    const char *place = NULL;
+    int j = 1;
+    for (int i = 1; i < *argc; i++) {
+        if (!strcmp(argv[i], "--place")) {
+            if (i + 1 >= *argc) {
+                fprintf(stderr, "tutti: --place needs a value (comma-separated ranks, one per member)\n");
+                return 2;
+            }
+            place = argv[++i];
+            continue;
+        }
+        argv[j++] = argv[i];
+    }
+    *argc = j;
+    argv[j] = NULL;
+    const char *to = getenv("TUTTI_MPI_TIMEOUT");
+    if (to && *to) {
+        char *e;
+        double v = strtod(to, &e);
+        if (*e || !(v > 0)) {
+            fprintf(stderr, "tutti: TUTTI_MPI_TIMEOUT=%s: expected a positive number of seconds\n", to);
+            return 2;
+        }
+        g_timeout = v;
+    }
+    if (launched_by_mpirun()) {
+        int provided = 0;
+        if (MPI_Init_thread(argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+            fprintf(stderr, "tutti: mpi: MPI_Init_thread failed\n");
+            return 1;
+        }
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+        MPI_Comm_dup(MPI_COMM_WORLD, &tmpi_comm);
+        MPI_Comm_set_errhandler(tmpi_comm, MPI_ERRORS_RETURN);
+        MPI_Comm_rank(tmpi_comm, &g_rank);
+        MPI_Comm_size(tmpi_comm, &g_size);
+        if (provided < MPI_THREAD_MULTIPLE) {
+            /* members on different ranks run on rank 0's worker threads at
+             * the same time: without MPI_THREAD_MULTIPLE only one rank works */
+            if (g_rank == 0)
+                fprintf(stderr, "tutti: mpi: this MPI library gives no MPI_THREAD_MULTIPLE; run with "
+                                "--parallel 1 (members one after the other)\n");
+        }
+        if (g_rank != 0) {
+            int rc = serve();
+            MPI_Comm_free(&tmpi_comm);
+            MPI_Finalize();
+            return rc;
+        }
+    }
+    if (place && parse_place(place) < 0) {
+        tutti_mpi_stop(0);
+        return 2;
+    }
+    return -1;
+}
+
+int tutti_mpi_stop(int rc) {
+    if (tmpi_comm == MPI_COMM_NULL || g_rank != 0) return rc;
+    if (g_n_req > 0)
+        fprintf(stderr, "tutti: mpi: %lld requests, %.1f bytes sent and %.1f received per request, mean round trip "
+                        "%.1f us\n",
+                (long long)g_n_req, (double)g_sent / (double)g_n_req, (double)g_recv / (double)g_n_req,
+                1e6 * g_rtt / (double)g_n_req);
+    if (g_fault) {
+        /* a peer is dead or stuck: MPI_Finalize could wait for it forever;
+         * leaving without it makes mpirun end the other ranks */
+        return rc ? rc : 1;
+    }
+    /* members the command did not free (error paths): release them */
+    for (int i = 0; i < g_n_reg; i++) {
+        int32_t req[3] = {TMPI_OP_FREE, 0, 0};
+        MPI_Send(req, 3, MPI_INT32_T, g_reg[i].rank, g_reg[i].tag, tmpi_comm);
+    }
+    for (int r = 1; r < g_size; r++) {
+        int32_t q = TMPI_QUIT;
+        MPI_Send(&q, sizeof q, MPI_BYTE, r, TMPI_TAG_CTRL, tmpi_comm);
+    }
+    MPI_Comm_free(&tmpi_comm);
+    MPI_Finalize();
+    return rc;
+}
