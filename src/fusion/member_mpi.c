@@ -69,9 +69,11 @@ static int remote_call(mpi_member *mm, int32_t op, const int32_t *ids, int32_t n
     if (MPI_Irecv(&r, sizeof r, MPI_BYTE, mm->rank, mm->tag, tmpi_comm, &rq[1]) != MPI_SUCCESS ||
         MPI_Isend(mm->req, len, MPI_INT32_T, mm->rank, mm->tag, tmpi_comm, &rq[0]) != MPI_SUCCESS)
         return tmpi_fail(mm->rank, "posting a request");
-    if (tmpi_wait(&rq[0], deadline, mm->rank, "sending a request") < 0 ||
-        tmpi_wait(&rq[1], deadline, mm->rank, "waiting for logits") < 0)
-        return TUTTI_ERR;
+    tmpi_inflight(mm->rank, 1);
+    int wrc = tmpi_wait(&rq[0], deadline, mm->rank, "sending a request") < 0 ||
+              tmpi_wait(&rq[1], deadline, mm->rank, "waiting for logits") < 0;
+    tmpi_inflight(mm->rank, -1);
+    if (wrc) return TUTTI_ERR;
     /* the member rank now holds ids[0..n) (or nothing after an error) */
     memcpy(mm->sent + k, ids + k, sizeof(int32_t) * (size_t)(n - k));
     mm->n_sent = n;

@@ -1,6 +1,8 @@
 /* MPI start-up, placement, the member-rank server and shutdown (see
  * tutti_mpi.h).  Compiled only when CMake finds MPI (TUTTI_HAVE_MPI). */
 #include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +18,11 @@ static int g_rank, g_size = 1;
 static int g_place[TUTTI_ENSEMBLE_MAX_MEMBERS], g_n_place = -1;
 static double g_timeout = 120;
 static volatile int g_fault;
+/* per member rank: requests waiting for it, a fault seen, and the text the
+ * SIGTERM handler writes (precomputed: a handler may only call write) */
+#define TMPI_MAX_RANKS 64
+static volatile sig_atomic_t g_inflight[TMPI_MAX_RANKS], g_dead[TMPI_MAX_RANKS];
+static char g_killmsg[TMPI_MAX_RANKS][640];
 
 /* ---- rank 0: live remote members, traffic ---- */
 
@@ -30,6 +37,8 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static int64_t g_sent, g_recv, g_n_req;
 static double g_rtt;
 
+static void update_killmsg(int rank);
+
 void tmpi_register(int rank, int tag, const char *name, int32_t index) {
     pthread_mutex_lock(&g_mu);
     if (g_n_reg < (int)(sizeof g_reg / sizeof *g_reg)) {
@@ -38,6 +47,11 @@ void tmpi_register(int rank, int tag, const char *name, int32_t index) {
         snprintf(r->name, sizeof r->name, "%s", name);
     }
     pthread_mutex_unlock(&g_mu);
+    update_killmsg(rank);
+}
+
+void tmpi_inflight(int rank, int delta) {
+    if (rank > 0 && rank < TMPI_MAX_RANKS) __atomic_add_fetch(&g_inflight[rank], delta, __ATOMIC_SEQ_CST);
 }
 
 void tmpi_unregister(int rank, int tag) {
@@ -71,6 +85,34 @@ void tmpi_count(int64_t sent, int64_t recv, double rtt_s) {
     pthread_mutex_unlock(&g_mu);
 }
 
+static void update_killmsg(int rank) {
+    if (rank <= 0 || rank >= TMPI_MAX_RANKS) return;
+    char who[512];
+    tmpi_members_on(rank, who, sizeof who);
+    snprintf(g_killmsg[rank], sizeof g_killmsg[rank],
+             "tutti: mpi: the launcher ended the job while rank %d (%s) had not answered: that rank died\n", rank,
+             who);
+}
+
+/* mpirun ends every rank (SIGTERM, then SIGKILL) when one dies: say which
+ * rank rank 0 was waiting for, then leave with status 1. */
+static void on_sigterm(int sig) {
+    (void)sig;
+    int any = 0;
+    for (int r = 1; r < TMPI_MAX_RANKS && r < g_size; r++)
+        if (g_inflight[r] > 0 && g_killmsg[r][0]) {
+            ssize_t w = write(2, g_killmsg[r], strlen(g_killmsg[r]));
+            (void)w;
+            any = 1;
+        }
+    if (!any) {
+        static const char m[] = "tutti: mpi: the launcher ended the job (a rank died or was killed)\n";
+        ssize_t w = write(2, m, sizeof m - 1);
+        (void)w;
+    }
+    _exit(1);
+}
+
 double tmpi_timeout_s(void) { return g_timeout; }
 
 int tmpi_wait(MPI_Request *req, double deadline, int rank, const char *what) {
@@ -84,6 +126,7 @@ int tmpi_wait(MPI_Request *req, double deadline, int rank, const char *what) {
             char who[512];
             tmpi_members_on(rank, who, sizeof who);
             g_fault = 1;
+            if (rank > 0 && rank < TMPI_MAX_RANKS) g_dead[rank] = 1;
             return tutti_set_error("mpi: rank %d (%s): %s failed: %s", rank, who, what, es);
         }
         if (flag) return 0;
@@ -94,6 +137,7 @@ int tmpi_wait(MPI_Request *req, double deadline, int rank, const char *what) {
                 char who[512];
                 tmpi_members_on(rank, who, sizeof who);
                 g_fault = 1;
+                if (rank > 0 && rank < TMPI_MAX_RANKS) g_dead[rank] = 1;
                 return tutti_set_error("mpi: rank %d (%s) did not answer within %g s (%s): the rank died or "
                                        "hangs (TUTTI_MPI_TIMEOUT sets the limit)",
                                        rank, who, g_timeout, what);
@@ -108,6 +152,7 @@ int tmpi_fail(int rank, const char *what) {
     char who[512];
     tmpi_members_on(rank, who, sizeof who);
     g_fault = 1;
+    if (rank > 0 && rank < TMPI_MAX_RANKS) g_dead[rank] = 1;
     return tutti_set_error("mpi: rank %d (%s): %s failed", rank, who, what);
 }
 
@@ -167,6 +212,24 @@ static void srv_reply_err(srv_member *s, const char *msg) {
     MPI_Send(msg, r.count, MPI_CHAR, 0, s->tag, tmpi_comm);
 }
 
+/* Fault injection for the tests (tests/test_mpi.sh): TUTTI_MPI_TEST_FAULT=
+ * "kill:N@R" makes member rank R kill itself with SIGKILL (as kill -9
+ * would) on its N-th request, "hang:N@R" makes it stop answering there. */
+static void test_fault(void) {
+    static long n_req;
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    const char *f = getenv("TUTTI_MPI_TEST_FAULT");
+    if (!f) return;
+    pthread_mutex_lock(&mu);
+    long n = ++n_req;
+    pthread_mutex_unlock(&mu);
+    const char *colon = strchr(f, ':'), *at = strchr(f, '@');
+    if (!colon || !at || atol(colon + 1) != n || atol(at + 1) != g_rank) return;
+    if (!strncmp(f, "kill:", 5)) raise(SIGKILL);
+    if (!strncmp(f, "hang:", 5))
+        for (;;) pause();
+}
+
 static void *srv_member_main(void *arg) {
     srv_member *s = arg;
     int32_t *buf = NULL;
@@ -200,6 +263,7 @@ static void *srv_member_main(void *arg) {
             }
             s->mirror = nm, s->cap_mirror = nc;
         }
+        test_fault();
         memcpy(s->mirror + k, buf + 3, sizeof(int32_t) * (size_t)(n - k));
         s->n_mirror = n;
         fusion_member *m = s->m;
@@ -235,7 +299,10 @@ static void *srv_member_main(void *arg) {
     return NULL;
 }
 
+/* 0 after a normal QUIT, 1 when rank 0 saw a fault (leave without
+ * MPI_Finalize: it would wait for the dead rank). */
 static int serve(void) {
+    int quit_fault = 0;
     srv_member *mem[256] = {0};
     int n_mem = 0;
     char *buf = NULL;
@@ -254,7 +321,12 @@ static int serve(void) {
         if (MPI_Mrecv(buf, cnt, MPI_BYTE, &msg, &st) != MPI_SUCCESS) break;
         int32_t op = 0;
         if (cnt >= (int)sizeof op) memcpy(&op, buf, sizeof op);
-        if (op != TMPI_LOAD || cnt < (int)sizeof(tmpi_load)) break; /* QUIT (or garbage): stop serving */
+        if (op != TMPI_LOAD || cnt < (int)sizeof(tmpi_load)) { /* QUIT (or garbage): stop serving */
+            int32_t q[2] = {0, 0};
+            if (cnt >= (int)sizeof q) memcpy(q, buf, sizeof q);
+            quit_fault = q[1] != 0;
+            break;
+        }
         tmpi_load ld;
         memcpy(&ld, buf, sizeof ld);
         tmpi_loaded out = {0};
@@ -294,6 +366,7 @@ static int serve(void) {
         MPI_Send(&out, sizeof out, MPI_BYTE, 0, TMPI_TAG_CTRL_REPLY, tmpi_comm);
         if (err) MPI_Send(ebuf, out.err_len, MPI_CHAR, 0, TMPI_TAG_CTRL_REPLY, tmpi_comm);
     }
+    if (quit_fault) return 1;
     /* rank 0 sent FREE to every member it still held before QUIT */
     for (int i = 0; i < n_mem; i++) {
         pthread_join(mem[i]->th, NULL);
@@ -356,11 +429,18 @@ int tutti_mpi_start(int *argc, char **argv) {
                                 "--parallel 1 (members one after the other)\n");
         }
         if (g_rank != 0) {
-            int rc = serve();
+            if (serve() != 0) {
+                fflush(NULL);
+                _exit(1); /* member threads may still wait on rank 0 */
+            }
             MPI_Comm_free(&tmpi_comm);
             MPI_Finalize();
-            return rc;
+            return 0;
         }
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_sigterm;
+        sigaction(SIGTERM, &sa, NULL);
     }
     if (place && parse_place(place) < 0) {
         tutti_mpi_stop(0);
@@ -377,8 +457,16 @@ int tutti_mpi_stop(int rc) {
                 (long long)g_n_req, (double)g_sent / (double)g_n_req, (double)g_recv / (double)g_n_req,
                 1e6 * g_rtt / (double)g_n_req);
     if (g_fault) {
-        /* a peer is dead or stuck: MPI_Finalize could wait for it forever;
-         * leaving without it makes mpirun end the other ranks */
+        /* A peer is dead or stuck: MPI_Finalize could wait for it forever.
+         * Tell the healthy ranks to leave too (without finalising), then
+         * leave; mpirun ends whatever remains. */
+        for (int r = 1; r < g_size; r++) {
+            if (r < TMPI_MAX_RANKS && g_dead[r]) continue;
+            int32_t q[2] = {TMPI_QUIT, 1};
+            MPI_Request rq;
+            if (MPI_Isend(q, sizeof q, MPI_BYTE, r, TMPI_TAG_CTRL, tmpi_comm, &rq) == MPI_SUCCESS)
+                tmpi_wait(&rq, MPI_Wtime() + 2, r, "releasing the rank");
+        }
         return rc ? rc : 1;
     }
     /* members the command did not free (error paths): release them */
@@ -387,8 +475,8 @@ int tutti_mpi_stop(int rc) {
         MPI_Send(req, 3, MPI_INT32_T, g_reg[i].rank, g_reg[i].tag, tmpi_comm);
     }
     for (int r = 1; r < g_size; r++) {
-        int32_t q = TMPI_QUIT;
-        MPI_Send(&q, sizeof q, MPI_BYTE, r, TMPI_TAG_CTRL, tmpi_comm);
+        int32_t q[2] = {TMPI_QUIT, 0};
+        MPI_Send(q, sizeof q, MPI_BYTE, r, TMPI_TAG_CTRL, tmpi_comm);
     }
     MPI_Comm_free(&tmpi_comm);
     MPI_Finalize();

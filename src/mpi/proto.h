@@ -4,7 +4,8 @@
  * Control (rank 0 -> member rank, tag TMPI_TAG_CTRL, MPI_BYTE):
  *   LOAD: tmpi_load header + path bytes; answer on TMPI_TAG_CTRL_REPLY: a
  *         tmpi_loaded, followed (status < 0) by the error text.
- *   QUIT: the int32 TMPI_QUIT; the rank finalises and exits.
+ *   QUIT: int32 {TMPI_QUIT, fault}; the rank finalises and exits (fault:
+ *         exits without MPI_Finalize, a peer is dead).
  * Member requests (tag TMPI_TAG_MEMBER + handle, MPI_INT32_T):
  *   [op, n, k, ids[k..n)]: the sequence is the first k ids of the previous
  *   request's sequence followed by the ids sent (both ends keep a mirror of
@@ -57,6 +58,8 @@ void tmpi_register(int rank, int tag, const char *name, int32_t index);
 void tmpi_unregister(int rank, int tag);
 /* "member 2 (B.gguf), member 3 (C.gguf)" for the members on rank. */
 void tmpi_members_on(int rank, char *buf, size_t cap);
+/* Requests waiting for rank (+1 before a wait, -1 after). */
+void tmpi_inflight(int rank, int delta);
 /* Traffic counters (rank 0). */
 void tmpi_count(int64_t sent, int64_t recv, double rtt_s);
 
