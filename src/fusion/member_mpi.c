@@ -48,6 +48,9 @@ static int remote_call(mpi_member *mm, int32_t op, const int32_t *ids, int32_t n
     if (n < 1)
         return tutti_set_error("member %s: no token to condition on (the model has no BOS; give a prompt)",
                                mm->base.name);
+    if (count > (size_t)INT32_MAX)
+        return tutti_set_error("member %s: %d positions of %d logits are too many for one MPI message; evaluate "
+                               "shorter chunks", mm->base.name, n, mm->base.n_vocab);
     int32_t k = 0, lim = mm->n_sent < n ? mm->n_sent : n;
     while (k < lim && mm->sent[k] == ids[k]) k++;
     int32_t len = 3 + n - k;
@@ -79,20 +82,30 @@ static int remote_call(mpi_member *mm, int32_t op, const int32_t *ids, int32_t n
     mm->n_sent = n;
     int64_t got = (int64_t)sizeof r;
     if (r.status < 0) {
-        char msg[1024] = "";
-        int cnt = r.count > 0 && r.count < (int)sizeof msg ? r.count : (int)sizeof msg - 1;
-        MPI_Request q;
+        /* the error text (the member rank's tutti_last_error) */
         mm->n_sent = 0;
-        if (MPI_Irecv(msg, r.count > cnt ? r.count : cnt, MPI_CHAR, mm->rank, mm->tag, tmpi_comm, &q) != MPI_SUCCESS ||
-            tmpi_wait(&q, deadline, mm->rank, "waiting for an error message") < 0)
+        if (r.count < 1 || r.count > (1 << 20)) return tmpi_fail(mm->rank, "a malformed error answer");
+        char *msg = malloc((size_t)r.count + 1);
+        MPI_Request q;
+        if (!msg) return tutti_set_error("member %s: out of memory", mm->base.name);
+        if (MPI_Irecv(msg, r.count, MPI_CHAR, mm->rank, mm->tag, tmpi_comm, &q) != MPI_SUCCESS) {
+            free(msg);
+            return tmpi_fail(mm->rank, "receiving an error message");
+        }
+        if (tmpi_wait(&q, deadline, mm->rank, "waiting for an error message") < 0) {
+            free(msg); /* (a pending receive into it would be a fault anyway: the run ends) */
             return TUTTI_ERR;
-        msg[sizeof msg - 1] = 0;
-        return tutti_set_error("rank %d: %s", mm->rank, msg);
+        }
+        msg[r.count] = 0;
+        tutti_set_error("rank %d: %s", mm->rank, msg);
+        free(msg);
+        return TUTTI_ERR;
     }
     if ((size_t)r.count != count) {
+        /* the logits message that follows would be taken for the next
+         * answer: the conversation with this rank cannot go on */
         mm->n_sent = 0;
-        return tutti_set_error("member %s on rank %d: answered %d floats, expected %zu", mm->base.name, mm->rank,
-                               r.count, count);
+        return tmpi_fail(mm->rank, "an answer of the wrong size");
     }
     MPI_Request q;
     if (MPI_Irecv(out, (int)count, MPI_FLOAT, mm->rank, mm->tag, tmpi_comm, &q) != MPI_SUCCESS ||

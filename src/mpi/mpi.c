@@ -292,6 +292,10 @@ static void *srv_member_main(void *arg) {
             count = (size_t)m->n_vocab;
         } else {
             count = (size_t)n * (size_t)m->n_vocab;
+            if (count > (size_t)INT32_MAX) {
+                srv_reply_err(s, "mpi: too many logits for one message");
+                continue;
+            }
             if (count > cap_all) {
                 float *na = realloc(all, sizeof(float) * count);
                 if (!na) {
