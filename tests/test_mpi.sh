@@ -50,6 +50,19 @@ head -c 500 "$S/eval/stories-dev.txt" >"$W/ev.txt"
 same "eval bits per byte (byte), 3 ranks" 3 "" eval --text "$W/ev.txt" $BYTE -t 3
 same "eval bits per byte (token), 2 ranks, --place 1,1,0" 2 1,1,0 eval --text "$W/ev.txt" $TOK -t 3
 
+# Members on different ranks compute at the same time: with every answer
+# slowed by 40 ms, two members on two ranks take about half as long with
+# the ensemble's parallel members (one rank-0 thread each, MPI_THREAD_MULTIPLE)
+# as one after the other (--parallel 1).
+conc() {
+  TUTTI_MPI_TEST_FAULT=delay:40 run_mpi 3 "$T" run -m $M/stories260K.gguf -m $M/stories260K-ft/stories260K-dreams.gguf \
+    -p "Once upon" -n 12 -t 2 --temp 0 --parallel "$1" 2>&1 >/dev/null | sed -n 's/.* in \([0-9.]*\) s$/\1/p'
+}
+tp=$(conc 2) ts=$(conc 1)
+if [ -n "$tp" ] && [ -n "$ts" ] && awk -v p="$tp" -v s="$ts" 'BEGIN { exit !(p < 0.75 * s && s > 0.8) }'; then
+  echo "ok   members on ranks 1 and 2 run concurrently: $tp s parallel, $ts s one after the other"
+else echo "FAIL concurrency: parallel \"$tp\" s, sequential \"$ts\" s (expected parallel < 0.75 x sequential)"; fail=1; fi
+
 # expect_fault NAME PATTERN LIMIT_S NP CMD...: non-zero exit within LIMIT_S,
 # PATTERN in stderr
 expect_fault() {
@@ -71,21 +84,22 @@ TUTTI_MPI_TEST_FAULT=kill:30@1 TUTTI_MPI_TIMEOUT=5 expect_fault "rank 1 killed m
 TUTTI_MPI_TEST_FAULT=hang:30@2 TUTTI_MPI_TIMEOUT=2 expect_fault "rank 2 hangs mid-generation" \
   "rank 2 (member 2 (TinyStories-656K-Q8_0.gguf)) did not answer within 2 s" 30 3 "$T" run $BYTE -p Once -n 200 -t 3 --place 1,2,1
 # kill -9 from outside while an evaluation runs
-head -c 3000 "$S/eval/stories-dev.txt" >"$W/ev3.txt"
+for i in 1 2 3 4 5; do cat "$S/eval/stories-dev.txt"; done >"$W/ev3.txt"
 t0=$(date +%s)
 TUTTI_TEST_TAG=$$ TUTTI_MPI_TIMEOUT=5 run_mpi 3 "$T" eval --text "$W/ev3.txt" $BYTE -t 3 >"$W/k.out" 2>"$W/k.err" &
 mp=$!
 # rank 1 of this job: the process whose environment has both markers
 victim=""
-sleep 2
+sleep 3  # (past MPI_Init and the loading of the members)
 for e in /proc/[0-9]*/environ; do
   env=$({ tr '\0' '\n' <"$e"; } 2>/dev/null) || continue
   echo "$env" | grep -qx "TUTTI_TEST_TAG=$$" && echo "$env" | grep -qx OMPI_COMM_WORLD_RANK=1 &&
     victim=${e#/proc/} && victim=${victim%/environ}
 done
+kill -0 "$mp" 2>/dev/null || victim=""  # (the evaluation must still be running)
 if [ -z "$victim" ]; then echo "FAIL kill -9: no rank 1 process found"; fail=1; kill "$mp"; else
   kill -9 "$victim"; wait "$mp"; rc=$? dt=$(($(date +%s) - t0))
-  if [ $rc -eq 0 ] || [ $rc -eq 124 ] || [ $dt -gt 60 ] || ! grep -q "rank 1 (member 1 (stories260K.gguf)" "$W/k.err"; then
+  if [ $rc -eq 0 ] || [ $rc -eq 124 ] || [ $dt -gt 60 ] || ! grep -q "rank 1 (member 1 (stories260K.gguf), member 3 (babyllama-tok361.gguf)) died" "$W/k.err"; then
     echo "FAIL kill -9 of rank 1 during eval: exit $rc after $dt s"; cat "$W/k.err"; fail=1
   else echo "ok   kill -9 of rank 1 during eval: exit $rc after $dt s: $(grep 'rank 1 (' "$W/k.err" | head -1)"; fi
 fi

@@ -168,9 +168,14 @@ static int remote_load(mpi_member *mm, const char *path, int32_t n_sessions, int
     if (MPI_Isend(buf, (int)len, MPI_BYTE, mm->rank, TMPI_TAG_CTRL, tmpi_comm, &q) != MPI_SUCCESS ||
         tmpi_wait(&q, deadline, mm->rank, "sending a load request") < 0)
         goto done;
-    if (MPI_Irecv(&out, sizeof out, MPI_BYTE, mm->rank, TMPI_TAG_CTRL_REPLY, tmpi_comm, &q) != MPI_SUCCESS ||
-        tmpi_wait(&q, deadline, mm->rank, "loading the model") < 0)
+    if (MPI_Irecv(&out, sizeof out, MPI_BYTE, mm->rank, TMPI_TAG_CTRL_REPLY, tmpi_comm, &q) != MPI_SUCCESS) {
+        tmpi_fail(mm->rank, "posting a receive");
         goto done;
+    }
+    tmpi_inflight(mm->rank, 1);
+    int wrc = tmpi_wait(&q, deadline, mm->rank, "loading the model");
+    tmpi_inflight(mm->rank, -1);
+    if (wrc < 0) goto done;
     if (out.status < 0) {
         if (MPI_Irecv(msg, (int)sizeof msg - 1, MPI_CHAR, mm->rank, TMPI_TAG_CTRL_REPLY, tmpi_comm, &q) ==
                 MPI_SUCCESS &&
@@ -179,6 +184,8 @@ static int remote_load(mpi_member *mm, const char *path, int32_t n_sessions, int
         goto done;
     }
     mm->tag = TMPI_TAG_MEMBER + out.handle;
+    out.host[sizeof out.host - 1] = 0;
+    tmpi_set_pid(mm->rank, out.pid, out.host);
     mm->base.n_vocab = out.n_vocab;
     mm->base.n_ctx = out.n_ctx;
     mm->base.bos = out.bos;

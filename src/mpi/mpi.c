@@ -1,5 +1,6 @@
 /* MPI start-up, placement, the member-rank server and shutdown (see
  * tutti_mpi.h).  Compiled only when CMake finds MPI (TUTTI_HAVE_MPI). */
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -23,6 +24,13 @@ static volatile int g_fault;
 #define TMPI_MAX_RANKS 64
 static volatile sig_atomic_t g_inflight[TMPI_MAX_RANKS], g_dead[TMPI_MAX_RANKS];
 static char g_killmsg[TMPI_MAX_RANKS][640];
+static pid_t g_pid[TMPI_MAX_RANKS]; /* member ranks on this host, 0 if unknown or elsewhere */
+
+void tmpi_set_pid(int rank, int32_t pid, const char *host) {
+    char me[64] = "";
+    gethostname(me, sizeof me - 1);
+    if (rank > 0 && rank < TMPI_MAX_RANKS) g_pid[rank] = strncmp(me, host, sizeof me) == 0 ? (pid_t)pid : 0;
+}
 
 /* ---- rank 0: live remote members, traffic ---- */
 
@@ -90,7 +98,7 @@ static void update_killmsg(int rank) {
     char who[512];
     tmpi_members_on(rank, who, sizeof who);
     snprintf(g_killmsg[rank], sizeof g_killmsg[rank],
-             "tutti: mpi: the launcher ended the job while rank %d (%s) had not answered: that rank died\n", rank,
+             "tutti: mpi: the launcher ended the job: rank %d (%s) died or stopped answering\n", rank,
              who);
 }
 
@@ -99,7 +107,15 @@ static void update_killmsg(int rank) {
 static void on_sigterm(int sig) {
     (void)sig;
     int any = 0;
+    /* ranks on this host whose process is gone (kill(pid, 0) is
+     * async-signal-safe), else the ranks rank 0 was waiting for */
     for (int r = 1; r < TMPI_MAX_RANKS && r < g_size; r++)
+        if (g_pid[r] > 0 && kill(g_pid[r], 0) < 0 && errno == ESRCH && g_killmsg[r][0]) {
+            ssize_t w = write(2, g_killmsg[r], strlen(g_killmsg[r]));
+            (void)w;
+            any = 1;
+        }
+    for (int r = 1; r < TMPI_MAX_RANKS && r < g_size && !any; r++)
         if (g_inflight[r] > 0 && g_killmsg[r][0]) {
             ssize_t w = write(2, g_killmsg[r], strlen(g_killmsg[r]));
             (void)w;
@@ -214,12 +230,18 @@ static void srv_reply_err(srv_member *s, const char *msg) {
 
 /* Fault injection for the tests (tests/test_mpi.sh): TUTTI_MPI_TEST_FAULT=
  * "kill:N@R" makes member rank R kill itself with SIGKILL (as kill -9
- * would) on its N-th request, "hang:N@R" makes it stop answering there. */
+ * would) on its N-th request, "hang:N@R" makes it stop answering there,
+ * "delay:MS" slows every answer of every member rank by MS milliseconds. */
 static void test_fault(void) {
     static long n_req;
     static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
     const char *f = getenv("TUTTI_MPI_TEST_FAULT");
     if (!f) return;
+    if (!strncmp(f, "delay:", 6)) { /* every answer takes MS more milliseconds */
+        struct timespec ts = {atol(f + 6) / 1000, (atol(f + 6) % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+        return;
+    }
     pthread_mutex_lock(&mu);
     long n = ++n_req;
     pthread_mutex_unlock(&mu);
@@ -374,6 +396,8 @@ static int serve(void) {
                 } else {
                     out.handle = n_mem;
                     out.n_vocab = m->n_vocab, out.n_ctx = m->n_ctx, out.bos = m->bos;
+                    out.pid = (int32_t)getpid();
+                    gethostname(out.host, sizeof out.host - 1);
                     mem[n_mem++] = s;
                 }
             }

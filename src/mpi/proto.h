@@ -32,6 +32,8 @@ typedef struct tmpi_load {
 typedef struct tmpi_loaded {
     int32_t status; /* 0, or < 0 and the error text follows */
     int32_t handle, n_vocab, n_ctx, bos, err_len;
+    int32_t pid;    /* the member rank's process and host, for fault reports */
+    char host[64];
 } tmpi_loaded;
 
 typedef struct tmpi_reply {
@@ -55,6 +57,9 @@ int tmpi_fail(int rank, const char *what);
 /* Rank 0's table of live remote members (for the fault message and so that
  * tutti_mpi_stop can release them). */
 void tmpi_register(int rank, int tag, const char *name, int32_t index);
+/* The process of rank (from its load answer): when it is on this host,
+ * rank 0 can tell that it is gone. */
+void tmpi_set_pid(int rank, int32_t pid, const char *host);
 void tmpi_unregister(int rank, int tag);
 /* "member 2 (B.gguf), member 3 (C.gguf)" for the members on rank. */
 void tmpi_members_on(int rank, char *buf, size_t cap);
