@@ -90,12 +90,18 @@ TUTTI_TEST_TAG=$$ TUTTI_MPI_TIMEOUT=5 run_mpi 3 "$T" eval --text "$W/ev3.txt" $B
 mp=$!
 # rank 1 of this job: the process whose environment has both markers
 victim=""
-sleep 3  # (past MPI_Init and the loading of the members)
-for e in /proc/[0-9]*/environ; do
-  env=$({ tr '\0' '\n' <"$e"; } 2>/dev/null) || continue
-  echo "$env" | grep -qx "TUTTI_TEST_TAG=$$" && echo "$env" | grep -qx OMPI_COMM_WORLD_RANK=1 &&
-    victim=${e#/proc/} && victim=${victim%/environ}
+for i in $(seq 1 300); do
+  sleep 0.1
+  for e in /proc/[0-9]*/environ; do
+    env=$({ tr '\0' '\n' <"$e"; } 2>/dev/null) || continue
+    echo "$env" | grep -qx "TUTTI_TEST_TAG=$$" && echo "$env" | grep -qx OMPI_COMM_WORLD_RANK=1 &&
+      victim=${e#/proc/} && victim=${victim%/environ}
+  done
+  # its members are loaded (the model files are mapped): the evaluation is under way
+  [ -n "$victim" ] && grep -q babyllama-tok361.gguf "/proc/$victim/maps" 2>/dev/null && break
+  victim=""
 done
+sleep 1
 kill -0 "$mp" 2>/dev/null || victim=""  # (the evaluation must still be running)
 if [ -z "$victim" ]; then echo "FAIL kill -9: no rank 1 process found"; fail=1; kill "$mp"; else
   kill -9 "$victim"; wait "$mp"; rc=$? dt=$(($(date +%s) - t0))
