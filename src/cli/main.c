@@ -4,6 +4,7 @@
 
 #include "cli/cli.h"
 #include "cli/ens_args.h"
+#include "mpi/tutti_mpi.h"
 
 int tutti_cmd_bench(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
@@ -35,7 +36,15 @@ static void usage(FILE *f) {
                "error, 2 bad flags or values, 130 generation stopped by Ctrl-C.\n");
 }
 
+static int dispatch(int argc, char **argv);
+
+/* Under mpirun every rank but 0 serves its members and returns here (src/mpi). */
 int main(int argc, char **argv) {
+    int r = tutti_mpi_start(&argc, argv);
+    return r >= 0 ? r : tutti_mpi_stop(dispatch(argc, argv));
+}
+
+static int dispatch(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

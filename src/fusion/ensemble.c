@@ -264,8 +264,8 @@ tutti_ensemble *tutti_ensemble_new(const tutti_ensemble_params *params) {
     int32_t per = e->parallel ? (n_threads / e->n > 0 ? n_threads / e->n : 1) : n_threads;
     int32_t n_sessions = e->align == TUTTI_ALIGN_TOKEN ? 1 : e->max_hyps + 2;
     for (int32_t i = 0; i < e->n; i++) {
-        e->m[i] = fusion_member_open(e->path[i], params->models ? params->models[i] : NULL, n_sessions,
-                                     params->n_ctx, per);
+        e->m[i] = fusion_member_placed_new(i, e->n, e->path[i], params->models ? params->models[i] : NULL,
+                                           n_sessions, params->n_ctx, per);
         if (!e->m[i]) {
             tutti_error_prefix("member %d", i + 1);
             goto fail;

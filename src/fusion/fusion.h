@@ -105,6 +105,12 @@ fusion_member *fusion_member_local_new(const char *path, int32_t n_sessions, int
  * (borrowed, read-only, must outlive the member): only the sessions are new. */
 fusion_member *fusion_member_local_new_shared(const char *path, const tutti_model *model, int32_t n_sessions,
                                               int32_t n_ctx, int32_t n_threads);
+/* Member index of n_members: on another MPI rank when the placement
+ * (src/mpi/tutti_mpi.h) says so (member_mpi.c), else in this process
+ * (fusion_member_open: remote for a URL, local otherwise, borrowing shared
+ * when not NULL).  NULL + error. */
+fusion_member *fusion_member_placed_new(int32_t index, int32_t n_members, const char *path, const tutti_model *shared,
+                                        int32_t n_sessions, int32_t n_ctx, int32_t n_threads);
 /* The model of a local member (NULL for other kinds). */
 tutti_model *fusion_member_local_model(fusion_member *m);
 

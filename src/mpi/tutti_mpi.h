@@ -1,0 +1,45 @@
+/* The `mpi` layer (internal): an ensemble over MPI ranks.
+ *
+ *   mpirun -np K tutti run -m A.gguf -m B.gguf ... [--place 0,1,1]
+ *
+ * Rank 0 runs the command as usual: the generation loop, the fusion rule,
+ * the mask and the sampler.  Every other rank is a member server: it loads
+ * the models rank 0 places on it and answers "logits after this token
+ * sequence" (and "logits of every position" for eval) for them.  On rank 0
+ * such a member is one more implementation of the fusion_member vtable
+ * (src/fusion/member_mpi.c), so the fusion code does not know where a
+ * member runs.
+ *
+ * Placement: --place R1,R2,... gives the rank of each member (0 = in rank
+ * 0's own process).  Default under mpirun with K > 1 ranks: round robin
+ * over ranks 1..K-1 (member i on rank 1 + i mod (K-1)), so rank 0 only
+ * fuses and samples.  Without mpirun (or K = 1) every member is local.
+ *
+ * Faults: every wait on rank 0 is an MPI_Test poll with a deadline
+ * (TUTTI_MPI_TIMEOUT seconds, default 120): a rank that dies or stops
+ * answering is reported with its rank and members, and the command fails
+ * (exit 1) instead of hanging.  The communicator returns errors
+ * (MPI_ERRORS_RETURN); library code never calls MPI_Abort. */
+#ifndef TUTTI_MPI_H
+#define TUTTI_MPI_H
+
+#include <stdint.h>
+
+/* Called first by main(): removes --place LIST from argv, initialises MPI
+ * (MPI_THREAD_MULTIPLE) when the process was started by mpirun.  Returns -1
+ * on rank 0 or without MPI (go on with the command); otherwise the exit
+ * status for main to return (a member rank that served until rank 0
+ * finished, or 2 for bad usage). */
+int tutti_mpi_start(int *argc, char **argv);
+/* Called by main() with the command's exit status on rank 0: releases the
+ * member ranks and finalises MPI (skipped after a fault: a dead peer would
+ * hang MPI_Finalize).  Returns the status to exit with. */
+int tutti_mpi_stop(int rc);
+
+/* Rank that holds member i of n (0 = this process); -1 + error when the
+ * placement does not fit the members. */
+int tutti_mpi_member_rank(int32_t i, int32_t n);
+/* Number of ranks (1 without MPI). */
+int tutti_mpi_size(void);
+
+#endif

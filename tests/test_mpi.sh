@@ -1,0 +1,127 @@
+#!/bin/sh
+# Ensembles over MPI ranks (src/mpi, src/fusion/member_mpi.c).
+#   test_mpi.sh MPIEXEC TUTTI SHARED_DIR
+# Each fused generation / evaluation under `mpirun -np 2..3` (members on
+# other ranks, several placements) must print exactly the bytes of the same
+# command in one process; a member rank killed with SIGKILL or hanging, a
+# missing model and a model a member rank cannot load must end the run with
+# an error naming the rank, within the timeout and before any text.
+set -u
+MPIEXEC=$1 T=$2 S=$3
+M=$S/models
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+fail=0
+run_mpi() { np=$1; shift; timeout 120 "$MPIEXEC" --oversubscribe --allow-run-as-root -np "$np" "$@"; }
+
+for f in stories260K.gguf stories260K-ft/stories260K-dreams.gguf stories260K-ft/stories260K-poems.gguf \
+    TinyStories-656K-Q8_0.gguf BabyLlama-tok361/babyllama-tok361.gguf; do
+  [ -f "$M/$f" ] || { echo "test_mpi: missing $M/$f (shared models)"; exit 1; }
+done
+TOK="-m $M/stories260K.gguf -m $M/stories260K-ft/stories260K-dreams.gguf -m $M/stories260K-ft/stories260K-poems.gguf"
+BYTE="-m $M/stories260K.gguf -m $M/TinyStories-656K-Q8_0.gguf -m $M/BabyLlama-tok361/babyllama-tok361.gguf"
+BYTE2="-m $M/stories260K.gguf -m $M/BabyLlama-tok361/babyllama-tok361.gguf"
+
+# same CMD ARGS in one process and under mpirun -np NP [--place P]
+same() {
+  name=$1 np=$2 place=$3; shift 3
+  "$T" "$@" >"$W/one.out" 2>"$W/one.err" || { echo "FAIL $name: single-process run failed"; cat "$W/one.err"; fail=1; return; }
+  if [ -n "$place" ]; then run_mpi "$np" "$T" "$@" --place "$place" >"$W/mpi.out" 2>"$W/mpi.err"
+  else run_mpi "$np" "$T" "$@" >"$W/mpi.out" 2>"$W/mpi.err"; fi
+  rc=$?
+  if [ $rc -ne 0 ]; then echo "FAIL $name: mpirun exit $rc"; cat "$W/mpi.err"; fail=1; return; fi
+  if ! grep -q "tutti: mpi: [0-9]* requests" "$W/mpi.err"; then echo "FAIL $name: no member ran remotely"; fail=1; return; fi
+  if ! [ -s "$W/one.out" ] || ! cmp -s "$W/one.out" "$W/mpi.out"; then
+    echo "FAIL $name: output differs from the single-process run"; diff "$W/one.out" "$W/mpi.out" | head; fail=1; return
+  fi
+  echo "ok   $name: $(wc -c <"$W/mpi.out") bytes identical; $(grep 'tutti: mpi:' "$W/mpi.err" | sed 's/tutti: mpi: //')"
+}
+
+same "token greedy, 3 ranks, round robin" 3 "" run $TOK -p "Once upon" -n 40 -t 3 --temp 0
+same "token greedy, 2 ranks, --place 0,1,1" 2 0,1,1 run $TOK -p "Once upon" -n 40 -t 3 --temp 0
+same "token seeded, 3 ranks, --place 1,2,1" 3 1,2,1 run $TOK -p "Once upon" -n 40 -t 3 --temp 0.9 --seed 5
+same "token seeded product, 2 ranks, 2 members" 2 "" run -m $M/stories260K.gguf -m $M/stories260K-ft/stories260K-dreams.gguf \
+  -p "Once upon" -n 40 -t 2 --rule product --temp 0.8 --seed 11
+same "byte greedy, 3 ranks, round robin" 3 "" run $BYTE -p "Once upon" -n 80 -t 3 --temp 0
+same "byte greedy, 2 ranks, --place 1,0,1" 2 1,0,1 run $BYTE -p "Once upon" -n 80 -t 3 --temp 0
+same "byte seeded, 2 ranks, 2 members" 2 "" run $BYTE2 -p "The dog" -n 80 -t 2 --temp 0.8 --seed 3
+same "byte seeded, 3 ranks, --place 2,1,0" 3 2,1,0 run $BYTE -p "The dog" -n 80 -t 3 --temp 0.7 --seed 9
+head -c 500 "$S/eval/stories-dev.txt" >"$W/ev.txt"
+same "eval bits per byte (byte), 3 ranks" 3 "" eval --text "$W/ev.txt" $BYTE -t 3
+same "eval bits per byte (token), 2 ranks, --place 1,1,0" 2 1,1,0 eval --text "$W/ev.txt" $TOK -t 3
+
+# Members on different ranks compute at the same time: with every answer
+# slowed by 40 ms, two members on two ranks take about half as long with
+# the ensemble's parallel members (one rank-0 thread each, MPI_THREAD_MULTIPLE)
+# as one after the other (--parallel 1).
+conc() {
+  TUTTI_MPI_TEST_FAULT=delay:40 run_mpi 3 "$T" run -m $M/stories260K.gguf -m $M/stories260K-ft/stories260K-dreams.gguf \
+    -p "Once upon" -n 12 -t 2 --temp 0 --parallel "$1" 2>&1 >/dev/null | sed -n 's/.* in \([0-9.]*\) s$/\1/p'
+}
+tp=$(conc 2) ts=$(conc 1)
+if [ -n "$tp" ] && [ -n "$ts" ] && awk -v p="$tp" -v s="$ts" 'BEGIN { exit !(p < 0.75 * s && s > 0.8) }'; then
+  echo "ok   members on ranks 1 and 2 run concurrently: $tp s parallel, $ts s one after the other"
+else echo "FAIL concurrency: parallel \"$tp\" s, sequential \"$ts\" s (expected parallel < 0.75 x sequential)"; fail=1; fi
+
+# expect_fault NAME PATTERN LIMIT_S NP CMD...: non-zero exit within LIMIT_S,
+# PATTERN in stderr
+expect_fault() {
+  name=$1 pat=$2 lim=$3 np=$4; shift 4
+  t0=$(date +%s)
+  run_mpi "$np" "$@" >"$W/f.out" 2>"$W/f.err"
+  rc=$? dt=$(($(date +%s) - t0))
+  if [ $rc -eq 0 ] || [ $rc -eq 124 ]; then echo "FAIL $name: exit $rc (expected an error exit, no hang)"; cat "$W/f.err"; fail=1; return; fi
+  if [ $dt -gt "$lim" ]; then echo "FAIL $name: took $dt s (limit $lim s)"; fail=1; return; fi
+  if ! grep -q "$pat" "$W/f.err"; then echo "FAIL $name: stderr lacks \"$pat\""; cat "$W/f.err"; fail=1; return; fi
+  echo "ok   $name: exit $rc after $dt s: $(grep "$pat" "$W/f.err" | head -1)"
+}
+
+# a member rank killed (SIGKILL) on its 30th request: mpirun ends the job,
+# rank 0 names the rank and its members first
+TUTTI_MPI_TEST_FAULT=kill:30@1 TUTTI_MPI_TIMEOUT=5 expect_fault "rank 1 killed mid-generation" \
+  "rank 1 (member 1 (stories260K.gguf), member 3 (babyllama-tok361.gguf))" 30 3 "$T" run $BYTE -p Once -n 200 -t 3
+# a member rank that stops answering: rank 0's timeout
+TUTTI_MPI_TEST_FAULT=hang:30@2 TUTTI_MPI_TIMEOUT=2 expect_fault "rank 2 hangs mid-generation" \
+  "rank 2 (member 2 (TinyStories-656K-Q8_0.gguf)) did not answer within 2 s" 30 3 "$T" run $BYTE -p Once -n 200 -t 3 --place 1,2,1
+# kill -9 from outside while an evaluation runs
+for i in 1 2 3 4 5; do cat "$S/eval/stories-dev.txt"; done >"$W/ev3.txt"
+t0=$(date +%s)
+TUTTI_TEST_TAG=$$ TUTTI_MPI_TIMEOUT=5 run_mpi 3 "$T" eval --text "$W/ev3.txt" $BYTE -t 3 >"$W/k.out" 2>"$W/k.err" &
+mp=$!
+# rank 1 of this job: the process whose environment has both markers
+victim=""
+for i in $(seq 1 300); do
+  sleep 0.1
+  for e in /proc/[0-9]*/environ; do
+    env=$({ tr '\0' '\n' <"$e"; } 2>/dev/null) || continue
+    echo "$env" | grep -qx "TUTTI_TEST_TAG=$$" && echo "$env" | grep -qx OMPI_COMM_WORLD_RANK=1 &&
+      victim=${e#/proc/} && victim=${victim%/environ}
+  done
+  # its members are loaded (the model files are mapped): the evaluation is under way
+  [ -n "$victim" ] && grep -q babyllama-tok361.gguf "/proc/$victim/maps" 2>/dev/null && break
+  victim=""
+done
+sleep 1
+kill -0 "$mp" 2>/dev/null || victim=""  # (the evaluation must still be running)
+if [ -z "$victim" ]; then echo "FAIL kill -9: no rank 1 process found"; fail=1; kill "$mp"; else
+  kill -9 "$victim"; wait "$mp"; rc=$? dt=$(($(date +%s) - t0))
+  if [ $rc -eq 0 ] || [ $rc -eq 124 ] || [ $dt -gt 60 ] || ! grep -q "rank 1 (member 1 (stories260K.gguf), member 3 (babyllama-tok361.gguf)) died" "$W/k.err"; then
+    echo "FAIL kill -9 of rank 1 during eval: exit $rc after $dt s"; cat "$W/k.err"; fail=1
+  else echo "ok   kill -9 of rank 1 during eval: exit $rc after $dt s: $(grep 'rank 1 (' "$W/k.err" | head -1)"; fi
+fi
+
+# a missing model: clear error, no text
+expect_fault "missing model file" "cannot open model file $W/nothere.gguf" 30 2 "$T" run -m $M/stories260K.gguf \
+  -m "$W/nothere.gguf" -p Once -n 10
+# a model rank 1 cannot load (vocabulary only): the error names the rank, before any text
+expect_fault "rank 1 cannot load its model" "rank 1 cannot load .*ggml-vocab-llama-spm.gguf" 30 2 "$T" run \
+  -m $M/stories260K.gguf -m $M/vocab/ggml-vocab-llama-spm.gguf -p Once -n 10 --place 0,1
+[ -s "$W/f.out" ] && { echo "FAIL rank 1 cannot load: text was printed"; fail=1; }
+# bad placements are usage errors
+run_mpi 2 "$T" run $TOK -p Once -n 5 --place 0,5,1 >/dev/null 2>"$W/p.err"; rc=$?
+grep -q "expected comma-separated ranks in \[0, 2)" "$W/p.err" && [ $rc -ne 0 ] && echo "ok   --place out of range" ||
+  { echo "FAIL --place 0,5,1 on 2 ranks: exit $rc"; cat "$W/p.err"; fail=1; }
+run_mpi 2 "$T" run $TOK -p Once -n 5 --place 0,1 >/dev/null 2>"$W/p.err"; rc=$?
+grep -q "place lists 2 ranks for 3 members" "$W/p.err" && [ $rc -ne 0 ] && echo "ok   --place too short" ||
+  { echo "FAIL --place 0,1 for 3 members: exit $rc"; cat "$W/p.err"; fail=1; }
+exit $fail
