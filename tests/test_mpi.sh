@@ -56,7 +56,7 @@ same "eval bits per byte (token), 2 ranks, --place 1,1,0" 2 1,1,0 eval --text "$
 # as one after the other (--parallel 1).
 conc() {
   TUTTI_MPI_TEST_FAULT=delay:40 run_mpi 3 "$T" run -m $M/stories260K.gguf -m $M/stories260K-ft/stories260K-dreams.gguf \
-    -p "Once upon" -n 12 -t 2 --temp 0 --parallel "$1" 2>&1 >/dev/null | sed -n 's/.* in \([0-9.]*\) s$/\1/p'
+    -p "Once upon" -n 12 -t 2 --temp 0 --parallel "$1" 2>&1 >/dev/null | sed -n 's/.*alignment.* in \([0-9.]*\) s .*/\1/p'
 }
 tp=$(conc 2) ts=$(conc 1)
 if [ -n "$tp" ] && [ -n "$ts" ] && awk -v p="$tp" -v s="$ts" 'BEGIN { exit !(p < 0.75 * s && s > 0.8) }'; then
