@@ -39,6 +39,8 @@ MODELS=("$B" "$D" "$P" "$W"/linear.gguf "$W"/slerp.gguf "$W"/nuslerp.gguf "$W"/t
 TEXTS=("$S/eval/mixed-dev.txt" "$W/mixed-stories.txt" "$W/mixed-dreams.txt" "$W/mixed-poems.txt" "$S/eval/stories-dev.txt")
 # fusion: weights and temperatures fitted on mixed-dev.txt (the dev text itself: optimistic), rule mix
 "$T" fit --text "$S/eval/mixed-dev.txt" -m "$B" -m "$D" -m "$P" --align token -o "$W/fused.ens" 2>/dev/null
+# and with weights that follow the text (--adapt: the fitted weights are the prior, alpha fitted)
+"$T" fit --text "$S/eval/mixed-dev.txt" -m "$B" -m "$D" -m "$P" --align token --adapt -o "$W/adapt.ens" 2>/dev/null
 for x in "${TEXTS[@]}"; do
   echo "== $(basename "$x")"
   for ((i = 0; i < ${#MODELS[@]}; i += 8)); do  # members per ensemble are limited: groups of 8
@@ -51,5 +53,8 @@ for m in r["members"]: print("%-22s %.3f" % (os.path.basename(m["model"]).replac
   "$T" eval --text "$x" -e "$W/fused.ens" --align token --json 2>/dev/null | /usr/bin/python3 -c '
 import json, sys
 print("%-22s %.3f" % ("fusion (fitted mix)", json.load(sys.stdin)["ensemble"]["bits_per_byte"]))'
+  "$T" eval --text "$x" -e "$W/adapt.ens" --align token --json 2>/dev/null | /usr/bin/python3 -c '
+import json, sys
+print("%-22s %.3f" % ("fusion (--adapt)", json.load(sys.stdin)["ensemble"]["bits_per_byte"]))'
 done
-cat "$W/fused.ens"
+cat "$W/fused.ens" "$W/adapt.ens"
