@@ -203,6 +203,10 @@ static int32_t local_logits_batch(fusion_member *m, int32_t n_seq, const int32_t
         int rc = tutti_session_eval_multi(ss, sid, sn, n_run);
         lm->base.t_forward_s += now_s() - t0;
         if (rc < 0) {
+            /* whatever ran is not in hist: back to the prefixes hist holds */
+            for (int32_t i = 0; i < answered; i++)
+                if (kk[i] < n[i] && tutti_session_n_past(lm->pool[pick[i]].s) > kk[i])
+                    (void)tutti_session_rewind(lm->pool[pick[i]].s, kk[i]);
             tutti_error_prefix("member %s", m->name);
             goto out;
         }
