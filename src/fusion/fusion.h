@@ -103,8 +103,9 @@ int fusion_member_local_set_threads(fusion_member *m, int32_t n_threads);
 /* Scheduling calibration for local members m[0..n): seconds per step (one
  * one-token forward pass of every member) when they run concurrently with
  * n_threads_each threads each (*t_par) and one after the other with
- * n_threads_all each (*t_seq).  About 0.2 s plus a warm-up step per member
- * and mode (which also pages the weights in). */
+ * n_threads_all each (*t_seq): the fastest of three alternating rounds of
+ * about 30 ms (at least one step) per mode, after a warm-up step per
+ * member and mode (which also pages the weights in). */
 int fusion_members_calibrate(fusion_member *const *m, int32_t n, int32_t n_threads_each, int32_t n_threads_all,
                              double *t_seq, double *t_par);
 
