@@ -458,7 +458,9 @@ typedef struct tutti_ensemble_stats {
     double t_fusion_s;      /* t_total_s - t_forward_s: alignment, fusion, mask, sampling */
     double t_member_s[TUTTI_ENSEMBLE_MAX_MEMBERS];       /* forward time per member */
     int64_t n_member_tokens[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* tokens each member ran */
-    /* BYTE and SPAN alignment: member i left the generation (weight 0 from
+    int64_t n_member_passes[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* forward passes each member ran (BYTE: all
+                                                            hypotheses evaluated at one byte are one pass) */
+        /* BYTE and SPAN alignment: member i left the generation (weight 0 from
      * then on, the others renormalised) because its tokens cannot spell the
      * prompt or the drawn text (TUTTI_LEFT_SPELL), or because pruning
      * (tutti_ensemble_params.prune / max_hyps) dropped every tokenization

@@ -1150,6 +1150,61 @@ static void test_overhead_qwen3_vocab(void **state) {
     remove(path);
 }
 
+/* ---- batched hypotheses (issue 12) ---- */
+
+/* The member's batched call (all hypotheses that need logits at one byte in
+ * one forward pass) gives the same next-byte distributions as one pass per
+ * hypothesis, exactly (prune 0), in fewer forward passes. */
+static void check_batch_is_single(const char *rel, const char *text) {
+    fusion_member *a = fusion_member_local_new(shared_path(rel), 16, 0, 1);
+    fusion_member *b = fusion_member_local_new(shared_path(rel), 16, 0, 1);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_non_null(a->vt->logits_batch);
+    fusion_member_vt single = *b->vt;
+    single.logits_batch = NULL; /* one logits_view call per hypothesis */
+    b->vt = &single;
+    fusion_trie *tr = fusion_trie_build(a->vocab);
+    fusion_bytes_params bp = {.temp = 1.0f, .prune = 0, .max_hyps = 100000};
+    fusion_bytes *sa = fusion_bytes_new(a, tr, &bp), *sb = fusion_bytes_new(b, tr, &bp);
+    assert_int_equal(fusion_bytes_start(sa, "", 0), 0);
+    assert_int_equal(fusion_bytes_start(sb, "", 0), 0);
+    double worst = 0;
+    int32_t most = 0;
+    for (size_t i = 0; i <= strlen(text); i++) {
+        double pa[257], pb[257];
+        assert_int_equal(fusion_bytes_next(sa, pa), 0);
+        assert_int_equal(fusion_bytes_next(sb, pb), 0);
+        for (int k = 0; k < 257; k++) worst = fmax(worst, fabs(pa[k] - pb[k]));
+        assert_int_equal(fusion_bytes_n_hyps(sa), fusion_bytes_n_hyps(sb));
+        if (fusion_bytes_n_hyps(sa) > most) most = fusion_bytes_n_hyps(sa);
+        if (text[i]) {
+            assert_int_equal(fusion_bytes_commit(sa, (uint8_t)text[i]), 0);
+            assert_int_equal(fusion_bytes_commit(sb, (uint8_t)text[i]), 0);
+        }
+    }
+    printf("%s: \"%s\" (up to %d hypotheses): batched %lld passes / %lld tokens, one per hypothesis %lld / %lld; "
+           "max |diff| = %.3g\n", rel, text, most, (long long)a->n_forward_calls, (long long)a->n_forward_tokens,
+           (long long)b->n_forward_calls, (long long)b->n_forward_tokens, worst);
+    assert_true(worst <= 1e-9);
+    assert_true(most > 1);
+    assert_true(a->n_forward_calls < b->n_forward_calls);
+    fusion_bytes_free(sa);
+    fusion_bytes_free(sb);
+    fusion_trie_free(tr);
+    a->vt->free(a);
+    b->vt->free(b);
+}
+
+static void test_byte_batch_is_single(void **state) {
+    (void)state;
+    require_shared();
+    /* prune 0 keeps every tokenization: their number grows exponentially
+     * with the text, so a short one */
+    check_batch_is_single(M_STORIES, "Once upon a");
+    check_batch_is_single(M_656K, "Once upon a"); /* Q8_0 weights: the quantised batched kernels */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_token_one_member_is_generate),
@@ -1167,6 +1222,9 @@ int main(void) {
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_overhead_qwen3_vocab),
         cmocka_unit_test(test_ensemble_beats_best_member),
+        cmocka_unit_test(test_byte_batch_is_single),
     };
+    /* TUTTI_TEST_FILTER=name runs the matching tests only (while working on one) */
+    if (getenv("TUTTI_TEST_FILTER")) cmocka_set_test_filter(getenv("TUTTI_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -116,6 +116,7 @@ tutti_ensemble *ens_args_build(ens_args *a, const char *cmd) {
     if (align >= 0) p.align = (tutti_align)align;
     p.n_threads = a->n_threads;
     p.parallel = a->parallel;
+    p.verbose = !cli_quiet; /* the scheduling choice on stderr */
     p.n_ctx = n_ctx;
     if (a->max_hyps > 0) p.max_hyps = a->max_hyps;
     if (a->prune >= 0) p.prune = a->prune;
@@ -283,9 +284,11 @@ int tutti_cmd_run(int argc, char **argv) {
                  tutti_rule_name(tutti_ensemble_rule(e)), st.n_units, unit, st.n_bytes, st.t_total_s,
                  st.n_units / t, unit);
         for (int i = 0; i < tutti_ensemble_n_members(e); i++)
-            cli_info("  member %d %-40s w=%.3g tau=%.3g: %6lld tokens evaluated, forward %.3f s (%.1f tokens/s)%s\n",
+            cli_info("  member %d %-40s w=%.3g tau=%.3g: %6lld tokens evaluated in %lld forward passes, forward %.3f s "
+                     "(%.1f tokens/s)%s\n",
                      i + 1, tutti_ensemble_member_path(e, i), (double)tutti_ensemble_member_weight(e, i),
-                     (double)tutti_ensemble_member_temp(e, i), (long long)st.n_member_tokens[i], st.t_member_s[i],
+                     (double)tutti_ensemble_member_temp(e, i), (long long)st.n_member_tokens[i],
+                     (long long)st.n_member_passes[i], st.t_member_s[i],
                      st.t_member_s[i] > 0 ? (double)st.n_member_tokens[i] / st.t_member_s[i] : 0.0,
                      !st.member_left[i] ? ""
                      : st.member_left_reason[i] == TUTTI_LEFT_PRUNED ? " (left: its hypotheses were pruned)"

@@ -242,22 +242,62 @@ static int view_push(fusion_bytes *s, uint8_t b) {
     return 0;
 }
 
-int fusion_bytes_prepare(fusion_bytes *s) {
-    const fusion_trie *t = s->trie;
-    float inv = 1.0f / s->p.temp;
-    for (int32_t i = 0; i < s->n_h; i++) {
-        hyp *h = &s->h[i];
-        if (h->dist) continue;
-        const float *z = fusion_member_logits_view(s->m, h->ids, h->n_ids, s->logits);
-        if (!z) return s->m->err_kind < 0 ? s->m->err_kind : TUTTI_ERR;
-        double *d = get_dist(s);
-        if (!d) return tutti_set_error("byte alignment: out of memory");
-        double pe, total = dist_fill(t, z, inv, d, &pe);
-        h->dist = d;
-        h->inv_total = total > 0 ? 1.0 / total : 0.0;
-        h->p_eog = pe * h->inv_total;
-    }
+static int hyp_fill(fusion_bytes *s, hyp *h, const float *z) {
+    double *d = get_dist(s);
+    if (!d) return tutti_set_error("byte alignment: out of memory");
+    double pe, total = dist_fill(s->trie, z, 1.0f / s->p.temp, d, &pe);
+    h->dist = d;
+    h->inv_total = total > 0 ? 1.0 / total : 0.0;
+    h->p_eog = pe * h->inv_total;
     return 0;
+}
+
+/* Every hypothesis without a distribution needs the member's logits after
+ * its path.  A member that batches (logits_batch) gets them all at once, so
+ * it reads its weights once per committed byte rather than once per
+ * hypothesis; the result is the same distribution per hypothesis. */
+int fusion_bytes_prepare(fusion_bytes *s) {
+    int32_t n_need = 0;
+    for (int32_t i = 0; i < s->n_h; i++) n_need += !s->h[i].dist;
+    if (!n_need) return 0;
+    if (n_need == 1 || !s->m->vt->logits_batch) {
+        for (int32_t i = 0; i < s->n_h; i++) {
+            hyp *h = &s->h[i];
+            if (h->dist) continue;
+            const float *z = fusion_member_logits_view(s->m, h->ids, h->n_ids, s->logits);
+            /* the member's kind of failure (context full, non-finite) goes up */
+            if (!z) return s->m->err_kind < 0 ? s->m->err_kind : TUTTI_ERR;
+            if (hyp_fill(s, h, z) < 0) return TUTTI_ERR;
+        }
+        return 0;
+    }
+    int32_t *idx = malloc(sizeof(int32_t) * 2 * (size_t)n_need);
+    const int32_t **ids = malloc(sizeof(int32_t *) * (size_t)n_need);
+    const float **rows = malloc(sizeof(float *) * (size_t)n_need);
+    int rc = 0;
+    if (!idx || !ids || !rows) {
+        rc = tutti_set_error("byte alignment: out of memory");
+        goto out;
+    }
+    int32_t *n = idx + n_need, k = 0;
+    for (int32_t i = 0; i < s->n_h; i++)
+        if (!s->h[i].dist) idx[k] = i, ids[k] = s->h[i].ids, n[k] = s->h[i].n_ids, k++;
+    for (int32_t done = 0; done < n_need;) {
+        int32_t got = s->m->vt->logits_batch(s->m, n_need - done, ids + done, n + done, rows + done);
+        if (got < 1) {
+            rc = s->m->err_kind < 0 ? s->m->err_kind : TUTTI_ERR;
+            goto out;
+        }
+        for (int32_t j = done; j < done + got; j++)
+            if (hyp_fill(s, &s->h[idx[j]], rows[j]) < 0) {
+                rc = TUTTI_ERR;
+                goto out;
+            }
+        done += got;
+    }
+out:
+    free(idx), free(ids), free(rows);
+    return rc;
 }
 
 int fusion_bytes_next(fusion_bytes *s, double *out) {

@@ -283,6 +283,18 @@ tutti_ensemble *tutti_ensemble_new(const tutti_ensemble_params *params) {
             }
         }
     }
+    if (params->parallel == 0 && e->parallel) {
+        /* the default: measure both schedules on this machine, now */
+        double t_seq = 0, t_par = 0;
+        if (fusion_members_calibrate(e->m, e->n, per, n_threads, &t_seq, &t_par) < 0) goto fail;
+        e->parallel = t_par <= t_seq;
+        if (params->verbose)
+            fprintf(stderr, "ensemble: members %s (measured per step: concurrently, %d thread(s) each, %.3f ms; "
+                    "in turn, %d threads each, %.3f ms)\n", e->parallel ? "concurrently" : "in turn", per,
+                    1e3 * t_par, n_threads, 1e3 * t_seq);
+        for (int32_t i = 0; i < e->n && !e->parallel; i++)
+            if (fusion_member_local_set_threads(e->m[i], n_threads) < 0) goto fail;
+    }
     if (e->align == TUTTI_ALIGN_TOKEN)
         for (int32_t i = 1; i < e->n; i++)
             if (e->m[i]->n_vocab != e->m[0]->n_vocab) {
@@ -1134,6 +1146,7 @@ static int ens_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sam
         e->m[i]->t_forward_s = 0;
         e->m[i]->n_forward_tokens = 0;
         e->m[i]->new_generation = true;
+        e->m[i]->n_forward_calls = 0;
     }
     e->prompt_marked = false;
     double t0 = ens_now_s(), t_phase = 0;
@@ -1162,6 +1175,7 @@ static int ens_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sam
         for (int32_t i = 0; i < e->n; i++) {
             stats->t_member_s[i] = e->m[i]->t_forward_s;
             stats->n_member_tokens[i] = e->m[i]->n_forward_tokens;
+            stats->n_member_passes[i] = e->m[i]->n_forward_calls;
             stats->member_left[i] = g.dead[i];
             stats->n_prompt_evaluated[i] = e->prompt_marked ? e->prompt_eval[i] : e->m[i]->n_forward_tokens;
             stats->member_left_reason[i] = g.dead[i] ? g.left_why[i] : 0;

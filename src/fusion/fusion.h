@@ -66,6 +66,15 @@ typedef struct fusion_member_vt {
      * until the next call on m; NULL + error on failure.  Optional (NULL):
      * use fusion_member_logits_view. */
     const float *(*logits_view)(fusion_member *m, const int32_t *ids, int32_t n);
+    /* Logits after each of several sequences ids[i][0..n[i]) (distinct), in
+     * as few forward passes as the member can (a local member batches them
+     * through one matmul per weight: the weights are read once, not once
+     * per sequence).  Answers the first k <= n_seq sequences (k >= 1) and
+     * returns k: rows[i] (i < k) is the member's own logits row [n_vocab],
+     * all valid together until the next call on m.  TUTTI_ERR on failure.
+     * Optional (NULL): one logits_view call per sequence. */
+    int32_t (*logits_batch)(fusion_member *m, int32_t n_seq, const int32_t *const *ids, const int32_t *n,
+                            const float **rows);
 } fusion_member_vt;
 
 struct fusion_member {
@@ -113,6 +122,17 @@ fusion_member *fusion_member_placed_new(int32_t index, int32_t n_members, const 
                                         int32_t n_sessions, int32_t n_ctx, int32_t n_threads);
 /* The model of a local member (NULL for other kinds). */
 tutti_model *fusion_member_local_model(fusion_member *m);
+/* Recreates a local member's sessions with n_threads threads each (its
+ * cached timelines are lost). */
+int fusion_member_local_set_threads(fusion_member *m, int32_t n_threads);
+/* Scheduling calibration for local members m[0..n): seconds per step (one
+ * one-token forward pass of every member) when they run concurrently with
+ * n_threads_each threads each (*t_par) and one after the other with
+ * n_threads_all each (*t_seq): the fastest of three alternating rounds of
+ * about 30 ms (at least one step) per mode, after a warm-up step per
+ * member and mode (which also pages the weights in). */
+int fusion_members_calibrate(fusion_member *const *m, int32_t n, int32_t n_threads_each, int32_t n_threads_all,
+                             double *t_seq, double *t_par);
 
 /* Hash of the tokenizer metadata of a GGUF file (tokenizer.ggml.model, .pre,
  * .tokens, .merges, .scores, .token_type, bos/eos ids).  Two members fuse

@@ -14,6 +14,7 @@
 
 #include "fusion/fusion.h"
 #include "gguf/gguf.h"
+#include "model/model.h"
 #include "util/error.h"
 
 typedef struct local_session {
@@ -99,26 +100,25 @@ static int run_suffix(local_member *lm, int32_t i, const int32_t *ids, int32_t k
     return 0;
 }
 
-static const float *local_logits_view(fusion_member *m, const int32_t *ids, int32_t n) {
-    local_member *lm = (local_member *)m;
-    if (n < 1) {
-        tutti_set_error("member %s: no token to condition on (the model has no BOS; give a prompt)", m->name);
-        return NULL;
-    }
-    /* Cost of answering on session i: the tokens to run, plus a price per
-     * cached token thrown away by the rewind.  Sessions used recently most
-     * likely hold the timeline of a live tokenization hypothesis that will
-     * be extended again, so rewinding them costs 32 per token; the least
-     * recently used quarter of the pool is probably stale and costs 4.  An
-     * unused session costs n.  (A flat price of 4 made two hypotheses that
-     * diverge a few tokens back take turns on one session, each replaying
-     * its suffix on every byte: about 11 tokens per forward pass on
-     * stories260K, against 1 now.) */
+/* Session to answer ids[0..n) on: exactly cached (*k = n, then its logits
+ * are current), or the cheapest to rewind and extend among those not
+ * taken[] (NULL: none taken); -1 when every session is taken.
+ *
+ * Cost of session i: the tokens to run, plus a price per cached token
+ * thrown away by the rewind.  Sessions used recently most likely hold the
+ * timeline of a live tokenization hypothesis that will be extended again,
+ * so rewinding them costs 32 per token; the least recently used quarter of
+ * the pool is probably stale and costs 4.  An unused session costs n.  (A
+ * flat price of 4 made two hypotheses that diverge a few tokens back take
+ * turns on one session, each replaying its suffix on every byte: about 11
+ * tokens per forward pass on stories260K, against 1 now.) */
+static int32_t pick_session(const local_member *lm, const int32_t *ids, int32_t n, const bool *taken, int32_t *k_out) {
     int32_t n_cold = lm->n_pool / 4 > 1 ? lm->n_pool / 4 : 1;
     int32_t best = -1, best_k = 0;
     int64_t best_cost = INT64_MAX;
     for (int32_t i = 0; i < lm->n_pool; i++) {
-        local_session *ls = &lm->pool[i];
+        const local_session *ls = &lm->pool[i];
+        if (taken && taken[i]) continue;
         int32_t k = 0;
         int64_t cost;
         if (!ls->s) {
@@ -127,15 +127,13 @@ static const float *local_logits_view(fusion_member *m, const int32_t *ids, int3
             int32_t lim = ls->n_hist < n ? ls->n_hist : n;
             while (k < lim && ls->hist[k] == ids[k]) k++;
             if (k == n && ls->n_hist == n) {
-                /* exactly this sequence is cached: its last logits are current */
-                ls->last_use = ++lm->clock;
-                m->new_generation = false;
-                return tutti_session_logits(ls->s);
+                *k_out = n;
+                return i;
             }
             if (k > n - 1) k = n - 1;
             int32_t older = 0; /* sessions (unused ones included) used less recently than this one */
             for (int32_t j = 0; j < lm->n_pool; j++) older += !lm->pool[j].s || lm->pool[j].last_use < ls->last_use;
-            int64_t price = m->new_generation ? 0 : older < n_cold ? 4 : 32;
+            int64_t price = lm->base.new_generation ? 0 : older < n_cold ? 4 : 32;
             cost = (int64_t)(n - k) + price * (int64_t)(ls->n_hist - k);
         }
         if (cost < best_cost ||
@@ -143,9 +141,132 @@ static const float *local_logits_view(fusion_member *m, const int32_t *ids, int3
             best = i, best_k = k, best_cost = cost;
         }
     }
+    *k_out = best_k;
+    return best;
+}
+
+/* Session i holds exactly ids[0..n). */
+static bool holds(const local_session *ls, const int32_t *ids, int32_t n) {
+    return ls->s && ls->n_hist == n && memcmp(ls->hist, ids, sizeof(int32_t) * (size_t)n) == 0;
+}
+
+static const float *local_logits_view(fusion_member *m, const int32_t *ids, int32_t n) {
+    local_member *lm = (local_member *)m;
+    if (n < 1) {
+        tutti_set_error("member %s: no token to condition on (the model has no BOS; give a prompt)", m->name);
+        return NULL;
+    }
+    int32_t k = 0, best = pick_session(lm, ids, n, NULL, &k);
     m->new_generation = false;
-    if (ensure_session(lm, best) < 0 || run_suffix(lm, best, ids, best_k, n, NULL) < 0) return NULL;
+    if (k == n) {
+        /* exactly this sequence is cached: its last logits are current */
+        lm->pool[best].last_use = ++lm->clock;
+        return tutti_session_logits(lm->pool[best].s);
+    }
+    if (ensure_session(lm, best) < 0 || run_suffix(lm, best, ids, k, n, NULL) < 0) return NULL;
     return tutti_session_logits(lm->pool[best].s);
+}
+
+/* Sequences answered by their own session each: the ones already cached
+ * first (their sessions are kept out of the assignment), then one session
+ * per sequence in order, rewound to the longest shared prefix; all the
+ * suffixes then run as one batch (tutti_session_eval_multi). */
+static int32_t local_logits_batch(fusion_member *m, int32_t n_seq, const int32_t *const *ids, const int32_t *n,
+                                  const float **rows) {
+    local_member *lm = (local_member *)m;
+    lm->base.err_kind = TUTTI_ERR;
+    if (n_seq < 1) return tutti_set_error("member %s: empty batch", m->name);
+    if (n_seq == 1) {
+        rows[0] = local_logits_view(m, ids[0], n[0]);
+        return rows[0] ? 1 : TUTTI_ERR;
+    }
+    bool taken_stack[64];
+    int32_t pick_stack[64], k_stack[64];
+    bool *taken = lm->n_pool <= 64 ? taken_stack : calloc((size_t)lm->n_pool, sizeof(bool));
+    int32_t *pick = n_seq <= 64 ? pick_stack : malloc(sizeof(int32_t) * (size_t)n_seq * 2);
+    int32_t *kk = n_seq <= 64 ? k_stack : pick ? pick + n_seq : NULL;
+    tutti_session **ss = malloc(sizeof(tutti_session *) * (size_t)n_seq);
+    const int32_t **sid = malloc(sizeof(int32_t *) * (size_t)n_seq);
+    int32_t *sn = malloc(sizeof(int32_t) * (size_t)n_seq);
+    int32_t done = TUTTI_ERR;
+    if (!taken || !pick || !kk || !ss || !sid || !sn) {
+        tutti_set_error("member %s: out of memory", m->name);
+        goto out;
+    }
+    if (taken == taken_stack) memset(taken, 0, sizeof taken_stack);
+    for (int32_t i = 0; i < n_seq; i++) {
+        if (n[i] < 1) {
+            tutti_set_error("member %s: no token to condition on (the model has no BOS; give a prompt)", m->name);
+            goto out;
+        }
+        if (n[i] > lm->n_ctx) {
+            lm->base.err_kind = FUSION_ERR_CTX;
+            tutti_set_error("member %s: context full (%d tokens needed, n_ctx %d)", m->name, n[i], lm->n_ctx);
+            goto out;
+        }
+        pick[i] = -1;
+        for (int32_t j = 0; j < lm->n_pool && pick[i] < 0; j++)
+            if (!taken[j] && holds(&lm->pool[j], ids[i], n[i])) pick[i] = j, kk[i] = n[i], taken[j] = true;
+    }
+    int32_t n_run = 0, answered = 0;
+    for (; answered < n_seq; answered++) {
+        int32_t i = answered;
+        if (pick[i] < 0) {
+            pick[i] = pick_session(lm, ids[i], n[i], taken, &kk[i]);
+            if (pick[i] < 0) break; /* every session is taken: the rest next call */
+            taken[pick[i]] = true;
+            if (ensure_session(lm, pick[i]) < 0) goto out;
+        }
+        local_session *ls = &lm->pool[pick[i]];
+        ls->last_use = ++lm->clock;
+        if (kk[i] == n[i]) continue;
+        if (ls->n_hist > kk[i] && tutti_session_rewind(ls->s, kk[i]) < 0) goto out;
+        ls->n_hist = kk[i];
+        ss[n_run] = ls->s, sid[n_run] = ids[i] + kk[i], sn[n_run] = n[i] - kk[i];
+        n_run++;
+    }
+    if (n_run) {
+        double t0 = now_s();
+        int rc = tutti_session_eval_multi(ss, sid, sn, n_run);
+        lm->base.t_forward_s += now_s() - t0;
+        if (rc < 0) {
+            /* whatever ran is not in hist: back to the prefixes hist holds */
+            for (int32_t i = 0; i < answered; i++)
+                if (kk[i] < n[i] && tutti_session_n_past(lm->pool[pick[i]].s) > kk[i])
+                    (void)tutti_session_rewind(lm->pool[pick[i]].s, kk[i]);
+            tutti_error_prefix("member %s", m->name);
+            goto out;
+        }
+        lm->base.n_forward_calls += rc;
+    }
+    m->new_generation = false;
+    for (int32_t i = 0; i < answered; i++) {
+        local_session *ls = &lm->pool[pick[i]];
+        if (kk[i] < n[i]) {
+            memcpy(ls->hist + kk[i], ids[i] + kk[i], sizeof(int32_t) * (size_t)(n[i] - kk[i]));
+            ls->n_hist = n[i];
+            lm->base.n_forward_tokens += n[i] - kk[i];
+        }
+        rows[i] = tutti_session_logits(ls->s);
+        /* NaN or +inf logits are an error where they come from (as run_suffix) */
+        int32_t bad = tutti_first_nonfinite(rows[i], m->n_vocab);
+        if (bad >= 0) {
+            lm->base.err_kind = FUSION_ERR_NONFINITE;
+            for (int32_t j = 0; j < answered; j++) { /* forget positions computed from broken values */
+                tutti_session_rewind(lm->pool[pick[j]].s, 0);
+                lm->pool[pick[j]].n_hist = 0;
+            }
+            tutti_set_error("member %s: logits contain %s at position %d (token id %d; broken weights or an "
+                            "overflow)", m->name, isnan(rows[i][bad]) ? "NaN" : "+inf", n[i] - 1, bad);
+            goto out;
+        }
+    }
+    done = answered;
+out:
+    if (taken != taken_stack) free(taken);
+    if (pick != pick_stack) free(pick);
+    free(ss), free(sid), free(sn);
+    return done;
 }
 
 static int local_logits(fusion_member *m, const int32_t *ids, int32_t n, float *out) {
@@ -177,7 +298,8 @@ static void local_free(fusion_member *m) {
     free(lm);
 }
 
-static const fusion_member_vt local_vt = {local_logits, local_logits_all, local_free, local_logits_view};
+static const fusion_member_vt local_vt = {local_logits, local_logits_all, local_free, local_logits_view,
+                                          local_logits_batch};
 
 fusion_member *fusion_member_local_new(const char *path, int32_t n_sessions, int32_t n_ctx, int32_t n_threads) {
     return fusion_member_local_new_shared(path, NULL, n_sessions, n_ctx, n_threads);
@@ -285,4 +407,110 @@ int fusion_vocab_hash_file(const char *path, uint64_t *out) {
     if (!n_used) return tutti_set_error("model %s: no tokenizer.ggml.* metadata (no vocabulary)", path);
     *out = acc ^ (uint64_t)n_used;
     return 0;
+}
+
+/* ---- scheduling calibration ---- */
+
+#include <math.h>
+#include <pthread.h>
+
+typedef struct calib_job {
+    tutti_session *s;
+    int32_t tok, reps;
+    int rc;
+} calib_job;
+
+/* reps one-token steps at position 0: the weights are read once per step,
+ * as in generation (attention over a short context is negligible). */
+static int calib_steps(tutti_session *s, int32_t tok, int32_t reps) {
+    for (int32_t r = 0; r < reps; r++)
+        if (tutti_session_rewind(s, 0) < 0 || tutti_session_eval(s, &tok, 1, NULL) < 0) return TUTTI_ERR;
+    return 0;
+}
+
+static void *calib_main(void *arg) {
+    calib_job *j = arg;
+    j->rc = calib_steps(j->s, j->tok, j->reps);
+    return NULL;
+}
+
+int fusion_members_calibrate(fusion_member *const *m, int32_t n, int32_t n_threads_each, int32_t n_threads_all,
+                             double *t_seq, double *t_par) {
+    if (n < 1 || n > 64) return tutti_set_error("calibration: %d members", n);
+    tutti_session *seq[64] = {0}, *par[64] = {0};
+    calib_job job[64];
+    pthread_t th[64];
+    int rc = TUTTI_ERR;
+    double warm = 0;
+    for (int32_t i = 0; i < n; i++) {
+        tutti_model *model = fusion_member_local_model(m[i]);
+        if (!model) {
+            tutti_set_error("calibration: member %s is not local", m[i]->name);
+            goto out;
+        }
+        tutti_session_params sp = tutti_session_default_params();
+        sp.n_ctx = 8;
+        sp.n_threads = n_threads_all;
+        seq[i] = tutti_session_new(model, &sp);
+        sp.n_threads = n_threads_each;
+        par[i] = tutti_session_new(model, &sp);
+        if (!seq[i] || !par[i]) goto out;
+        int32_t tok = m[i]->bos >= 0 ? m[i]->bos : 0;
+        /* warm-up: page in the weights (and time a step for the rep count) */
+        double t0 = now_s();
+        if (calib_steps(seq[i], tok, 1) < 0 || calib_steps(par[i], tok, 1) < 0) goto out;
+        warm += now_s() - t0;
+    }
+    /* three rounds that alternate the two modes (so a drift in the machine's
+     * load hits both), about 30 ms of steps per mode and round, at least one;
+     * the fastest round of each mode counts */
+    int32_t reps = warm > 0 ? (int32_t)(0.03 / warm) : 32;
+    reps = reps < 1 ? 1 : reps > 32 ? 32 : reps;
+    *t_seq = *t_par = INFINITY;
+    for (int round = 0; round < 3; round++) {
+        double t0 = now_s();
+        for (int32_t i = 0; i < n; i++)
+            if (calib_steps(seq[i], m[i]->bos >= 0 ? m[i]->bos : 0, reps) < 0) goto out;
+        double ts = (now_s() - t0) / reps;
+        if (ts < *t_seq) *t_seq = ts;
+        t0 = now_s();
+        int32_t started = 0;
+        for (int32_t i = 0; i < n; i++) {
+            job[i] = (calib_job){par[i], m[i]->bos >= 0 ? m[i]->bos : 0, reps, 0};
+            if (pthread_create(&th[i], NULL, calib_main, &job[i]) != 0) break;
+            started++;
+        }
+        for (int32_t i = 0; i < started; i++) pthread_join(th[i], NULL);
+        double tp = (now_s() - t0) / reps;
+        if (tp < *t_par) *t_par = tp;
+        if (started < n) {
+            tutti_set_error("calibration: cannot start threads");
+            goto out;
+        }
+        for (int32_t i = 0; i < n; i++)
+            if (job[i].rc < 0) goto out;
+    }
+    rc = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (job[i].rc < 0) rc = TUTTI_ERR;
+out:
+    for (int32_t i = 0; i < n; i++) {
+        tutti_session_free(seq[i]);
+        tutti_session_free(par[i]);
+    }
+    return rc;
+}
+
+int fusion_member_local_set_threads(fusion_member *m, int32_t n_threads) {
+    if (!fusion_member_local_model(m)) return tutti_set_error("member %s: not local", m->name);
+    local_member *lm = (local_member *)m;
+    if (lm->sp.n_threads == n_threads) return 0;
+    lm->sp.n_threads = n_threads;
+    /* sessions are recreated on first use with the new thread count */
+    for (int32_t i = 0; i < lm->n_pool; i++) {
+        tutti_session_free(lm->pool[i].s);
+        free(lm->pool[i].hist);
+        lm->pool[i] = (local_session){0};
+    }
+    return ensure_session(lm, 0);
 }

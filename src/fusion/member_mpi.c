@@ -148,7 +148,7 @@ static void mpi_free(fusion_member *m) {
     free(mm);
 }
 
-static const fusion_member_vt mpi_vt = {mpi_logits, mpi_logits_all, mpi_free, mpi_logits_view};
+static const fusion_member_vt mpi_vt = {mpi_logits, mpi_logits_all, mpi_free, mpi_logits_view, NULL};
 
 static pthread_mutex_t g_ctrl = PTHREAD_MUTEX_INITIALIZER;
 

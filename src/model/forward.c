@@ -32,6 +32,16 @@ static void add_bias(float *x, const tutti_weight *b, int64_t n_tok, int64_t n) 
 }
 
 void tutti_forward_ubatch(tutti_session *s, const int32_t *ids, int32_t n, float *out) {
+    const tutti_fwd_seg seg = {s, ids, n};
+    tutti_forward_segments(s, &seg, 1, out, NULL);
+}
+
+/* Several timelines in one pass: every token of every segment goes through
+ * the same matmuls (the weights are read once for the whole batch, which is
+ * what a one-token step costs on a model larger than the caches), and only
+ * rope, the cache writes and attention are done per segment, at that
+ * segment's own positions and over its own session's cache. */
+void tutti_forward_segments(tutti_session *s, const tutti_fwd_seg *seg, int32_t n_seg, float *out, float *rows) {
     const tutti_model *m = s->model;
     const tutti_hparams *hp = &m->hp;
     const tutti_arch *a = m->arch;
@@ -40,11 +50,15 @@ void tutti_forward_ubatch(tutti_session *s, const int32_t *ids, int32_t n, float
     const int64_t nk = (int64_t)hp->n_head_kv * hp->head_dim_k;
     const int64_t nv = (int64_t)hp->n_head_kv * hp->head_dim_v;
     const int64_t n_ff = hp->n_ff;
-    const int32_t pos0 = s->n_past;
+    const int64_t no = (int64_t)hp->n_head * hp->head_dim_v;
+    int32_t n = 0;
+    for (int32_t j = 0; j < n_seg; j++) n += seg[j].n;
 
     /* token embeddings */
+    for (int32_t j = 0, t = 0; j < n_seg; j++)
+        for (int32_t i = 0; i < seg[j].n; i++, t++)
+            tutti_get_row(m->token_embd.type, m->token_embd.data, n_embd, seg[j].ids[i], s->x + t * n_embd);
     for (int32_t t = 0; t < n; t++) {
-        tutti_get_row(m->token_embd.type, m->token_embd.data, n_embd, ids[t], s->x + t * n_embd);
         if (a->embd_scale) {
             const float sc = sqrtf((float)n_embd);
             for (int64_t i = 0; i < n_embd; i++) s->x[t * n_embd + i] *= sc;
@@ -77,43 +91,48 @@ void tutti_forward_ubatch(tutti_session *s, const int32_t *ids, int32_t n, float
             tutti_rmsnorm(s->k, L->k_norm.data, s->k, (int64_t)n * hp->n_head_kv, hp->head_dim_k, hp->rms_eps);
         }
         const float *ff = s->rope_factors;
-        tutti_rope(s->q, n, hp->n_head, hp->head_dim_k, hp->n_rot, pos0, L->rope_base, L->rope_scale, ff,
-                   a->rope_mode);
-        tutti_rope(s->k, n, hp->n_head_kv, hp->head_dim_k, hp->n_rot, pos0, L->rope_base, L->rope_scale, ff,
-                   a->rope_mode);
-        if (hp->rope_attn_factor != 1.0f) {
-            /* ggml's rope multiplies cos and sin by attn_factor: the rotated dims grow, the rest pass */
-            for (int64_t h = 0; h < (int64_t)n * hp->n_head; h++)
-                for (int32_t i = 0; i < hp->n_rot; i++) s->q[h * hp->head_dim_k + i] *= hp->rope_attn_factor;
-            for (int64_t h = 0; h < (int64_t)n * hp->n_head_kv; h++)
-                for (int32_t i = 0; i < hp->n_rot; i++) s->k[h * hp->head_dim_k + i] *= hp->rope_attn_factor;
+        for (int32_t j = 0, t0 = 0; j < n_seg; t0 += seg[j].n, j++) {
+            tutti_session *ss = seg[j].s;
+            const int32_t nt = seg[j].n, pos0 = ss->n_past;
+            float *q = s->q + (int64_t)t0 * nq, *k = s->k + (int64_t)t0 * nk;
+            tutti_rope(q, nt, hp->n_head, hp->head_dim_k, hp->n_rot, pos0, L->rope_base, L->rope_scale, ff,
+                       a->rope_mode);
+            tutti_rope(k, nt, hp->n_head_kv, hp->head_dim_k, hp->n_rot, pos0, L->rope_base, L->rope_scale, ff,
+                       a->rope_mode);
+            if (hp->rope_attn_factor != 1.0f) {
+                /* ggml's rope multiplies cos and sin by attn_factor: the rotated dims grow, the rest pass */
+                for (int64_t h = 0; h < (int64_t)nt * hp->n_head; h++)
+                    for (int32_t i = 0; i < hp->n_rot; i++) q[h * hp->head_dim_k + i] *= hp->rope_attn_factor;
+                for (int64_t h = 0; h < (int64_t)nt * hp->n_head_kv; h++)
+                    for (int32_t i = 0; i < hp->n_rot; i++) k[h * hp->head_dim_k + i] *= hp->rope_attn_factor;
+            }
+            if (a->attn_scale_on_q)
+                for (int64_t i = 0; i < (int64_t)nt * nq; i++) q[i] *= hp->attn_scale;
+
+            uint16_t *kc = ss->k_cache + (size_t)il * ss->n_ctx * nk;
+            uint16_t *vc = ss->v_cache + (size_t)il * ss->n_ctx * nv;
+            tutti_f32_to_f16_row(k, kc + (size_t)pos0 * nk, (int64_t)nt * nk);
+            tutti_f32_to_f16_row(s->v + (int64_t)t0 * nv, vc + (size_t)pos0 * nv, (int64_t)nt * nv);
+
+            tutti_attn_params ap = {
+                .n_tok = nt,
+                .n_head = hp->n_head,
+                .n_head_kv = hp->n_head_kv,
+                .head_dim_k = hp->head_dim_k,
+                .head_dim_v = hp->head_dim_v,
+                .pos0 = pos0,
+                .n_ctx = ss->n_ctx,
+                .n_swa = L->n_swa,
+                .scale = a->attn_scale_on_q ? 1.0f : hp->attn_scale,
+                .softcap = hp->attn_softcap,
+                .q = q,
+                .k = kc,
+                .v = vc,
+                .out = s->att + (int64_t)t0 * no,
+                .scratch = s->attn_scratch,
+            };
+            tutti_attention(s->tp, &ap);
         }
-        if (a->attn_scale_on_q)
-            for (int64_t i = 0; i < (int64_t)n * nq; i++) s->q[i] *= hp->attn_scale;
-
-        uint16_t *kc = s->k_cache + (size_t)il * s->n_ctx * nk;
-        uint16_t *vc = s->v_cache + (size_t)il * s->n_ctx * nv;
-        tutti_f32_to_f16_row(s->k, kc + (size_t)pos0 * nk, (int64_t)n * nk);
-        tutti_f32_to_f16_row(s->v, vc + (size_t)pos0 * nv, (int64_t)n * nv);
-
-        tutti_attn_params ap = {
-            .n_tok = n,
-            .n_head = hp->n_head,
-            .n_head_kv = hp->n_head_kv,
-            .head_dim_k = hp->head_dim_k,
-            .head_dim_v = hp->head_dim_v,
-            .pos0 = pos0,
-            .n_ctx = s->n_ctx,
-            .n_swa = L->n_swa,
-            .scale = a->attn_scale_on_q ? 1.0f : hp->attn_scale,
-            .softcap = hp->attn_softcap,
-            .q = s->q,
-            .k = kc,
-            .v = vc,
-            .out = s->att,
-            .scratch = s->attn_scratch,
-        };
-        tutti_attention(s->tp, &ap);
         matmul_w(s, &L->wo, s->att, n, s->o);
         if (L->post_attn_norm.data)
             tutti_rmsnorm(s->o, L->post_attn_norm.data, s->o, n, n_embd, hp->rms_eps);
@@ -142,12 +161,25 @@ void tutti_forward_ubatch(tutti_session *s, const int32_t *ids, int32_t n, float
         for (int64_t i = 0; i < (int64_t)n * n_embd; i++) s->x[i] += s->o[i];
     }
 
-    /* ---- output: all rows into `out`, or only the last into s->logits ---- */
-    const int32_t first = out ? 0 : n - 1;
-    const int32_t rows = n - first;
-    tutti_rmsnorm(s->x + (int64_t)first * n_embd, m->output_norm.data, s->h, rows, n_embd, hp->rms_eps);
-    float *dst = out ? out : s->logits;
-    matmul_w(s, &m->output, s->h, rows, dst);
-    if (hp->final_softcap > 0) tutti_softcap(dst, (int64_t)rows * hp->n_vocab, hp->final_softcap);
-    if (out) memcpy(s->logits, out + (int64_t)(n - 1) * hp->n_vocab, sizeof(float) * (size_t)hp->n_vocab);
+    /* ---- output: all rows into `out`, or the last row of every segment:
+     * one segment's into s->logits, several into rows[n_seg][n_vocab] and
+     * each into its own session's logits ---- */
+    if (out) {
+        tutti_rmsnorm(s->x, m->output_norm.data, s->h, n, n_embd, hp->rms_eps);
+        matmul_w(s, &m->output, s->h, n, out);
+        if (hp->final_softcap > 0) tutti_softcap(out, (int64_t)n * hp->n_vocab, hp->final_softcap);
+        for (int32_t j = 0, t0 = 0; j < n_seg; t0 += seg[j].n, j++)
+            memcpy(seg[j].s->logits, out + (int64_t)(t0 + seg[j].n - 1) * hp->n_vocab,
+                   sizeof(float) * (size_t)hp->n_vocab);
+        return;
+    }
+    for (int32_t j = 0, t0 = 0; j < n_seg; t0 += seg[j].n, j++)
+        tutti_rmsnorm(s->x + (int64_t)(t0 + seg[j].n - 1) * n_embd, m->output_norm.data, s->h + (int64_t)j * n_embd,
+                      1, n_embd, hp->rms_eps);
+    float *dst = n_seg == 1 ? seg[0].s->logits : rows;
+    matmul_w(s, &m->output, s->h, n_seg, dst);
+    if (hp->final_softcap > 0) tutti_softcap(dst, (int64_t)n_seg * hp->n_vocab, hp->final_softcap);
+    if (n_seg > 1)
+        for (int32_t j = 0; j < n_seg; j++)
+            memcpy(seg[j].s->logits, rows + (int64_t)j * hp->n_vocab, sizeof(float) * (size_t)hp->n_vocab);
 }

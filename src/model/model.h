@@ -157,6 +157,8 @@ struct tutti_session {
     const float *rope_factors; /* rope frequency divisors [n_rot/2] or NULL (rope_freqs, or Phi-3's
                                   long/short by n_ctx > n_ctx_orig, as llama.cpp; with YaRN: yarn_factors) */
     float *yarn_factors;       /* owned [n_rot/2] when the model uses YaRN */
+    float *rows;               /* [cap_rows][n_vocab]: last rows of a multi-sequence pass */
+    int32_t cap_rows;
     bool has_logits;
 };
 
@@ -170,5 +172,30 @@ tutti_model *tutti_model_load_buffer(const void *buf, size_t size, const char *n
  * the K/V rows, advances nothing (the caller does).  If out is non-NULL it
  * receives all n rows of logits; the last row always goes to s->logits. */
 void tutti_forward_ubatch(tutti_session *s, const int32_t *ids, int32_t n, float *out);
+
+/* One timeline's part of a multi-sequence forward pass: ids[0..n) appended
+ * to session s at its n_past. */
+typedef struct tutti_fwd_seg {
+    tutti_session *s;
+    const int32_t *ids;
+    int32_t n;
+} tutti_fwd_seg;
+
+/* Forward pass of n_seg timelines as one batch: the matmuls run once over
+ * all Σ n tokens (the weights are read once), rope, cache writes and
+ * attention per segment in its own session.  Activations, scratch and the
+ * thread pool are s's: every seg[j].s has s's model and n_ctx, and Σ n <=
+ * s->n_ubatch.  The last row of each segment goes to seg[j].s->logits; out
+ * (non-NULL) receives all Σ n rows in order; otherwise rows (n_seg > 1)
+ * is scratch of n_seg * n_vocab floats.  Advances nothing. */
+void tutti_forward_segments(tutti_session *s, const tutti_fwd_seg *seg, int32_t n_seg, float *out, float *rows);
+
+/* Evaluates ids[i][0..n[i]) on session ss[i] for every i < n_seq (sessions
+ * distinct, of one model and one n_ctx), batching the sequences into as few
+ * forward passes as the micro-batch size allows (tutti_forward_segments).
+ * Each session's logits are then its last row, as after tutti_session_eval.
+ * Returns the number of forward passes run, or TUTTI_ERR (nothing is run
+ * when an argument is invalid). */
+int tutti_session_eval_multi(tutti_session *const *ss, const int32_t *const *ids, const int32_t *n, int32_t n_seq);
 
 #endif

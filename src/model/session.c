@@ -156,6 +156,7 @@ void tutti_session_free(tutti_session *s) {
     free(s->attn_scratch);
     free(s->logits);
     free(s->yarn_factors);
+    free(s->rows);
     free(s);
 }
 
@@ -184,6 +185,62 @@ int tutti_session_eval(tutti_session *s, const int32_t *ids, int32_t n, float *l
     }
     s->has_logits = true;
     return TUTTI_OK;
+}
+
+int tutti_session_eval_multi(tutti_session *const *ss, const int32_t *const *ids, const int32_t *n, int32_t n_seq) {
+    if (n_seq < 1 || !ss || !ids || !n) return tutti_set_error("tutti_session_eval_multi: no sequences");
+    for (int32_t i = 0; i < n_seq; i++) {
+        tutti_session *s = ss[i];
+        if (!s || n[i] < 1 || !ids[i])
+            return tutti_set_error("tutti_session_eval_multi: sequence %d is empty or has no session", i);
+        if (s->model != ss[0]->model || s->n_ctx != ss[0]->n_ctx)
+            return tutti_set_error("tutti_session_eval_multi: sessions of different models or contexts");
+        for (int32_t j = 0; j < i; j++)
+            if (ss[j] == s) return tutti_set_error("tutti_session_eval_multi: session given twice");
+        if ((int64_t)s->n_past + n[i] > s->n_ctx)
+            return tutti_set_error("tutti_session_eval_multi: context full: n_past %d + %d new tokens > n_ctx %d",
+                                   s->n_past, n[i], s->n_ctx);
+        for (int32_t k = 0; k < n[i]; k++)
+            if (ids[i][k] < 0 || ids[i][k] >= s->model->hp.n_vocab)
+                return tutti_set_error("tutti_session_eval_multi: token id %d is out of range (n_vocab %d)",
+                                       ids[i][k], s->model->hp.n_vocab);
+    }
+    tutti_session *s0 = ss[0];
+    const int32_t ub = s0->n_ubatch, n_vocab = s0->model->hp.n_vocab;
+    if (n_seq > 1 && s0->cap_rows < n_seq) {
+        float *r = realloc(s0->rows, sizeof(float) * (size_t)n_seq * (size_t)n_vocab);
+        if (!r) return tutti_set_error("tutti_session_eval_multi: out of memory");
+        s0->rows = r, s0->cap_rows = n_seq;
+    }
+    tutti_fwd_seg *seg = malloc(sizeof *seg * (size_t)n_seq);
+    if (!seg) return tutti_set_error("tutti_session_eval_multi: out of memory");
+    int n_pass = 0;
+    for (int32_t i = 0; i < n_seq;) {
+        if (n[i] > ub) { /* longer than a micro-batch: on its own */
+            if (tutti_session_eval(ss[i], ids[i], n[i], NULL) < 0) {
+                free(seg);
+                return TUTTI_ERR;
+            }
+            n_pass += (n[i] + ub - 1) / ub;
+            i++;
+            continue;
+        }
+        int32_t k = 0, tok = 0;
+        while (i + k < n_seq && n[i + k] <= ub && tok + n[i + k] <= ub) {
+            seg[k] = (tutti_fwd_seg){ss[i + k], ids[i + k], n[i + k]};
+            tok += n[i + k];
+            k++;
+        }
+        tutti_forward_segments(s0, seg, k, NULL, s0->rows);
+        for (int32_t j = 0; j < k; j++) {
+            seg[j].s->n_past += seg[j].n;
+            seg[j].s->has_logits = true;
+        }
+        n_pass++;
+        i += k;
+    }
+    free(seg);
+    return n_pass;
 }
 
 const float *tutti_session_logits(const tutti_session *s) { return s && s->has_logits ? s->logits : NULL; }

@@ -1,0 +1,34 @@
+#!/bin/sh
+# Byte-aligned fusion of three members with different vocabularies against
+# each member alone writing the same text (issue 12).
+#   bench/fused_bytes.sh TUTTI THREADS NBYTES M1 M2 M3
+# Prints the fused command's stderr (per-member forward tokens and times),
+# the fused wall time, and each member's `tutti generate` wall time for as
+# many tokens as its own tokenizer needs to spell the fused text.
+# Heavy twins: chroot /opt/llamacpp-oracle python3 /oracle/make_heavy.py IN OUT 500
+set -eu
+T=$1 TH=$2 N=$3; shift 3
+P="Once upon a time"
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+now() { date +%s.%N; }
+args=""; for m in "$@"; do args="$args -m $m"; done
+t0=$(now)
+# shellcheck disable=SC2086
+"$T" run $args --align byte -n "$N" --temp 0 -t "$TH" -p "$P" >"$tmp/out" 2>"$tmp/err"
+t1=$(now)
+cat "$tmp/err" >&2
+printf 'fused: %s bytes in %.2f s\n' "$(wc -c <"$tmp/out")" "$(echo "$t1 - $t0" | bc -l)"
+sum=0
+for m in "$@"; do
+    full=$(printf '%s' "$P"; cat "$tmp/out")
+    np=$("$T" tokenize -m "$m" -p "$P" --quiet | wc -w)
+    nf=$("$T" tokenize -m "$m" -p "$full" --quiet | wc -w)
+    k=$((nf - np))
+    t0=$(now)
+    "$T" generate -m "$m" -p "$P" -n "$k" --temp 0 -t "$TH" --ignore-eos >"$tmp/alone" 2>/dev/null
+    t1=$(now)
+    dt=$(echo "$t1 - $t0" | bc -l)
+    sum=$(echo "$sum + $dt" | bc -l)
+    printf 'alone %s: %d tokens (its tokenization of the fused text) in %.2f s\n' "$(basename "$m")" "$k" "$dt"
+done
+printf 'sum alone: %.2f s\n' "$sum"
