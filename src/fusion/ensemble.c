@@ -283,7 +283,9 @@ tutti_ensemble *tutti_ensemble_new(const tutti_ensemble_params *params) {
             }
         }
     }
-    if (params->parallel == 0 && e->parallel) {
+    bool all_local = true; /* remote and MPI members wait on I/O: they run concurrently */
+    for (int32_t i = 0; i < e->n; i++) all_local &= fusion_member_local_model(e->m[i]) != NULL;
+    if (params->parallel == 0 && e->parallel && all_local) {
         /* the default: measure both schedules on this machine, now */
         double t_seq = 0, t_par = 0;
         if (fusion_members_calibrate(e->m, e->n, per, n_threads, &t_seq, &t_par) < 0) goto fail;
