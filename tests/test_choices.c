@@ -12,24 +12,7 @@
 #include "fusion/ensemble_impl.h"
 #include "test_common.h"
 
-static tutti_ensemble *make_ens(const char *const *rel, int n, tutti_align align, tutti_fusion_rule rule) {
-    tutti_member_desc d[TUTTI_ENSEMBLE_MAX_MEMBERS];
-    char *paths[TUTTI_ENSEMBLE_MAX_MEMBERS];
-    for (int i = 0; i < n; i++) {
-        paths[i] = strdup(shared_path(rel[i]));
-        d[i] = (tutti_member_desc){paths[i], NAN, NAN};
-    }
-    tutti_ensemble_params p = tutti_ensemble_default_params();
-    p.members = d;
-    p.n_members = n;
-    p.align = align;
-    p.rule = rule;
-    p.n_threads = 1;
-    tutti_ensemble *e = tutti_ensemble_new(&p);
-    if (!e) printf("ensemble: %s\n", tutti_last_error());
-    for (int i = 0; i < n; i++) free(paths[i]);
-    return e;
-}
+#define make_ens(rel, n, align, rule) test_ensemble((rel), (n), (align), (rule))
 
 /* Σ log p(token_k | tokens_<k) over the tokenization of text from BOS, in
  * double, straight from the logits of one forward pass. */

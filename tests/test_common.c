@@ -1,4 +1,5 @@
 #include "test_common.h"
+#include "tutti.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -114,4 +115,23 @@ double max_logsoftmax_diff(const float *a, const float *b, int n_rows, int n_voc
     free(la);
     free(lb);
     return worst;
+}
+
+tutti_ensemble *test_ensemble(const char *const *rel, int n, int align, int rule) {
+    tutti_member_desc d[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    char *paths[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    for (int i = 0; i < n; i++) {
+        paths[i] = strdup(shared_path(rel[i])); /* shared_path rotates its buffers */
+        d[i] = (tutti_member_desc){paths[i], NAN, NAN};
+    }
+    tutti_ensemble_params p = tutti_ensemble_default_params();
+    p.members = d;
+    p.n_members = n;
+    p.align = (tutti_align)align;
+    p.rule = (tutti_fusion_rule)rule;
+    p.n_threads = 1;
+    tutti_ensemble *e = tutti_ensemble_new(&p);
+    if (!e) printf("ensemble: %s\n", tutti_last_error());
+    for (int i = 0; i < n; i++) free(paths[i]);
+    return e;
 }

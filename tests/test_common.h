@@ -26,4 +26,10 @@ int json_ids(const char *js, const char *key, int32_t *ids, int n_max);
 /* max over positions and ids of |log_softmax(a) - log_softmax(b)|, rows of n_vocab. */
 double max_logsoftmax_diff(const float *a, const float *b, int n_rows, int n_vocab);
 
+/* An ensemble of the ../shared models rel[0..n) (paths relative to
+ * ../shared), default weights, the given tutti_align and tutti_fusion_rule,
+ * one thread; NULL (reason printed) on failure. */
+struct tutti_ensemble;
+struct tutti_ensemble *test_ensemble(const char *const *rel, int n, int align, int rule);
+
 #endif
