@@ -1155,27 +1155,6 @@ static void test_chat_tokenize_json_injection(void **state)
  * the phi3 test model (its vocabulary has <|user|>, <|end|>, <|assistant|>,
  * <|system|> as control tokens) with phi-3's template and, for the system
  * message, a template that prints system messages too. */
-static void write_with_template(const char *src, const char *tmpl, const char *path)
-{
-    gguf_file *f = gguf_open(src);
-    assert_non_null(f);
-    gguf_writer *w = gguf_writer_new();
-    for (int64_t i = 0; i < gguf_n_kv(f); i++) {
-        if (gguf_str_eq(gguf_kv_key(f, i), "general.alignment"))
-            continue;
-        assert_int_equal(gguf_writer_copy_kv(w, f, i), 0);
-    }
-    assert_int_equal(gguf_writer_add_str(w, "tokenizer.chat_template", tmpl), 0);
-    for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
-        const gguf_tensor_info *t = gguf_tensor(f, i);
-        char name[128];
-        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.data);
-        assert_int_equal(gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data), 0);
-    }
-    assert_int_equal(gguf_writer_write(w, path), 0);
-    gguf_writer_free(w);
-    gguf_close(f);
-}
 
 /* Control ids of the "prompt ids:" line of a CLI run's stderr. */
 static void cli_prompt_controls(const tutti_vocab *v, const char *cmd, const char *tag, char *out, size_t cap)

@@ -1,5 +1,7 @@
 #include "test_common.h"
 #include "tutti.h"
+#include "gguf/gguf.h"
+#include "gguf/gguf_write.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -134,4 +136,24 @@ tutti_ensemble *test_ensemble(const char *const *rel, int n, int align, int rule
     if (!e) printf("ensemble: %s\n", tutti_last_error());
     for (int i = 0; i < n; i++) free(paths[i]);
     return e;
+}
+
+void write_with_template(const char *src, const char *tmpl, const char *path) {
+    gguf_file *f = gguf_open(src);
+    assert_non_null(f);
+    gguf_writer *w = gguf_writer_new();
+    for (int64_t i = 0; i < gguf_n_kv(f); i++) {
+        if (gguf_str_eq(gguf_kv_key(f, i), "general.alignment")) continue;
+        assert_int_equal(gguf_writer_copy_kv(w, f, i), 0);
+    }
+    assert_int_equal(gguf_writer_add_str(w, "tokenizer.chat_template", tmpl), 0);
+    for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+        const gguf_tensor_info *t = gguf_tensor(f, i);
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.data);
+        assert_int_equal(gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data), 0);
+    }
+    assert_int_equal(gguf_writer_write(w, path), 0);
+    gguf_writer_free(w);
+    gguf_close(f);
 }

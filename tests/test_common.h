@@ -26,6 +26,9 @@ int json_ids(const char *js, const char *key, int32_t *ids, int n_max);
 /* max over positions and ids of |log_softmax(a) - log_softmax(b)|, rows of n_vocab. */
 double max_logsoftmax_diff(const float *a, const float *b, int n_rows, int n_vocab);
 
+/* Copy of GGUF file src with tokenizer.chat_template set to tmpl, written
+ * to path (fails the test on error). */
+void write_with_template(const char *src, const char *tmpl, const char *path);
 /* An ensemble of the ../shared models rel[0..n) (paths relative to
  * ../shared), default weights, the given tutti_align and tutti_fusion_rule,
  * one thread; NULL (reason printed) on failure. */
