@@ -491,6 +491,43 @@ typedef void (*tutti_notice_cb)(const char *msg, void *user);
 /* Sets the notice receiver of later generations (NULL: none). */
 void tutti_ensemble_set_notice(tutti_ensemble *ens, tutti_notice_cb cb, void *user);
 
+/* One sampling step of a fused generation, as a step receiver sees it
+ * (tutti_ensemble_set_step_cb): the fused distribution the sampler drew
+ * from and what was drawn.  This is what OpenAI-style `logprobs` report.
+ *   align       TUTTI_ALIGN_TOKEN: outcomes are member 1's token ids;
+ *               TUTTI_ALIGN_BYTE: 257 outcomes, bytes 0..255 and 256 = end
+ *               of text.  SPAN alignment reports no steps.
+ *   n_outcomes  member 1's n_vocab, or 257.
+ *   logprobs    [n_outcomes] natural-log probabilities of the fused
+ *               distribution after the rule, the mask, the grammar and (in
+ *               BYTE) the UTF-8 validity rule, renormalised to sum to 1 over
+ *               what remains (-INFINITY: ruled out).  Before the sampler's
+ *               own temperature, penalties and top-k/top-p/min-p filters, as
+ *               OpenAI's logprobs are independent of temperature.  Borrowed,
+ *               valid during the call only.
+ *   chosen      the outcome drawn.
+ *   bytes       what the step commits to the text (the token's piece without
+ *               rendering control tokens, one byte, or nothing at the end),
+ *               before stop strings are applied; n_bytes of them.
+ *   unit        0-based index of the step in this generation. */
+typedef struct tutti_step {
+    tutti_align align;
+    int32_t n_outcomes;
+    const float *logprobs;
+    int32_t chosen;
+    const char *bytes;
+    size_t n_bytes;
+    int32_t unit;
+} tutti_step;
+/* Receives every step of later generations, before its bytes reach the text
+ * callback; the end-of-generation step (chosen = an end-of-generation token
+ * or 256) is reported too, with n_bytes 0.  Return non-zero to stop the
+ * generation after this step. */
+typedef int (*tutti_step_cb)(const tutti_step *step, void *user);
+/* Sets the step receiver of later generations (NULL: none, which costs
+ * nothing; with one, each step pays one pass over the fused row). */
+void tutti_ensemble_set_step_cb(tutti_ensemble *ens, tutti_step_cb cb, void *user);
+
 /* Receives output bytes as they are committed (never splits a UTF-8
  * character: an incomplete character is held back, and one left incomplete
  * at the end of generation is not output); return non-zero to stop. */

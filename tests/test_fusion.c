@@ -1205,6 +1205,151 @@ static void test_byte_batch_is_single(void **state) {
     check_batch_is_single(M_656K, "Once upon a"); /* Q8_0 weights: the quantised batched kernels */
 }
 
+
+/* ---- step receiver (logprobs): the reported rows against the members' own
+ * logits, computed here through sessions ---- */
+
+typedef struct step_log {
+    int n;
+    int32_t chosen[64];
+    float row[64][512]; /* first 512 outcomes of each step */
+    int32_t n_out;
+    char text[1024];
+    size_t n_text;
+    double sum_p;      /* sum of exp(logprobs) of the last step */
+} step_log;
+
+static int step_rec(const tutti_step *st, void *u) {
+    step_log *l = u;
+    assert_int_equal(st->unit, l->n);
+    if (l->n < 64) {
+        l->chosen[l->n] = st->chosen;
+        for (int32_t x = 0; x < 512 && x < st->n_outcomes; x++) l->row[l->n][x] = st->logprobs[x];
+    }
+    l->n_out = st->n_outcomes;
+    double z = 0;
+    for (int32_t x = 0; x < st->n_outcomes; x++) z += exp((double)st->logprobs[x]);
+    l->sum_p = z;
+    assert_true(fabs(z - 1) < 1e-4);
+    assert_true(st->logprobs[st->chosen] > -INFINITY);
+    if (l->n_text + st->n_bytes < sizeof l->text) memcpy(l->text + l->n_text, st->bytes, st->n_bytes);
+    l->n_text += st->n_bytes;
+    l->text[l->n_text < sizeof l->text ? l->n_text : sizeof l->text - 1] = 0;
+    l->n++;
+    return 0;
+}
+
+static void softmax_row(tutti_session *s, int32_t V, double *p) {
+    const float *z = tutti_session_logits(s);
+    double mx = -INFINITY, sum = 0;
+    for (int32_t t = 0; t < V; t++) mx = fmax(mx, z[t]);
+    for (int32_t t = 0; t < V; t++) sum += p[t] = exp(z[t] - mx);
+    for (int32_t t = 0; t < V; t++) p[t] /= sum;
+}
+
+static void test_step_logprobs_token(void **state) {
+    (void)state;
+    require_shared();
+    const char *models[2] = {"ref/arch/llama-F32.gguf", "ref/arch/qwen3-F16.gguf"};
+    const float w[2] = {0.7f, 0.3f};
+    const char *prompt = "Once upon a time";
+    tutti_ensemble *e = make_ens(models, 2, w, TUTTI_ALIGN_TOKEN, TUTTI_RULE_MIX, -1);
+    assert_non_null(e);
+    step_log *l = calloc(1, sizeof *l);
+    tutti_ensemble_set_step_cb(e, step_rec, l);
+    tutti_sampler_params sp = tutti_sampler_default_params();
+    sp.temp = 0;
+    sbuf got = {.n = 0};
+    tutti_mask m = {.max_len = 12};
+    assert_int_equal(tutti_ensemble_generate(e, prompt, strlen(prompt), &sp, &m, sbuf_cb, &got, NULL), 0);
+    assert_true(l->n >= 1);
+    assert_string_equal(l->text, got.b);
+    /* reference: each model's softmax after the prompt and the chosen ids */
+    tutti_model *md[2];
+    tutti_session *ss[2];
+    int32_t V = 0;
+    for (int i = 0; i < 2; i++) {
+        tutti_model_params mp = tutti_model_default_params();
+        md[i] = tutti_model_load(shared_path(models[i]), &mp);
+        assert_non_null(md[i]);
+        ss[i] = tutti_session_new(md[i], NULL);
+        assert_non_null(ss[i]);
+        V = tutti_model_n_vocab(md[i]);
+    }
+    assert_int_equal(l->n_out, V);
+    const tutti_vocab *v = tutti_model_vocab(md[0]);
+    int32_t ids[64];
+    int32_t n = tutti_tokenize(v, prompt, strlen(prompt), tutti_vocab_add_bos(v), false, ids, 64);
+    assert_true(n > 0);
+    double *p0 = malloc(sizeof(double) * (size_t)V), *p1 = malloc(sizeof(double) * (size_t)V);
+    for (int i = 0; i < 2; i++) assert_int_equal(tutti_session_eval(ss[i], ids, n, NULL), 0);
+    double worst = 0;
+    for (int k = 0; k < l->n && k < 64; k++) {
+        softmax_row(ss[0], V, p0);
+        softmax_row(ss[1], V, p1);
+        int32_t best = 0;
+        for (int32_t t = 0; t < V; t++) {
+            double q = w[0] * p0[t] + w[1] * p1[t];
+            if (q > w[0] * p0[best] + w[1] * p1[best]) best = t;
+            if (t < 512) worst = fmax(worst, fabs(exp((double)l->row[k][t]) - q));
+        }
+        assert_int_equal(l->chosen[k], best); /* greedy draws the mode of the reported row */
+        for (int i = 0; i < 2; i++) assert_int_equal(tutti_session_eval(ss[i], &l->chosen[k], 1, NULL), 0);
+    }
+    printf("token mix: %d steps, max |p - (0.7 p1 + 0.3 p2)| = %.3g\n", l->n, worst);
+    assert_true(worst < 1e-5);
+    for (int i = 0; i < 2; i++) tutti_session_free(ss[i]), tutti_model_free(md[i]);
+    free(p0), free(p1), free(l);
+    tutti_ensemble_free(e);
+}
+
+/* BYTE alignment after token ids: the first step's row is the exact
+ * next-byte marginal of the model (byte_reference, by enumeration), less
+ * the bytes that cannot start a UTF-8 character, renormalised. */
+static void test_step_logprobs_byte(void **state) {
+    (void)state;
+    require_shared();
+    tutti_ensemble *e = make_ens(&M_STORIES, 1, NULL, TUTTI_ALIGN_BYTE, TUTTI_RULE_MIX, 0);
+    assert_non_null(e);
+    tutti_model_params mp = tutti_model_default_params();
+    tutti_model *m = tutti_model_load(shared_path(M_STORIES), &mp);
+    assert_non_null(m);
+    const tutti_vocab *v = tutti_model_vocab(m);
+    const char *prompt = "Once upon a time, there was a little";
+    int32_t ids[64];
+    int32_t n = tutti_tokenize(v, prompt, strlen(prompt), tutti_vocab_add_bos(v), false, ids, 64);
+    assert_true(n > 0);
+    double ref[257];
+    byte_reference(m, ids, n, -1, ref);
+    step_log *l = calloc(1, sizeof *l);
+    tutti_ensemble_set_step_cb(e, step_rec, l);
+    tutti_sampler_params sp = tutti_sampler_default_params();
+    sp.seed = 11;
+    sbuf got = {.n = 0};
+    tutti_mask mk = {.max_len = 24};
+    const int32_t *pid[1] = {ids};
+    assert_int_equal(tutti_ensemble_generate_ids(e, pid, &n, &sp, &mk, sbuf_cb, &got, NULL), 0);
+    assert_int_equal(l->n_out, 257);
+    assert_true(l->n >= 1);
+    assert_true(strncmp(l->text, got.b, got.n) == 0); /* the text is the steps' bytes (less a held-back tail) */
+    double z = 0;
+    for (int b = 0; b < 257; b++) {
+        bool starts = b == 256 || b < 0x80 || (b >= 0xC2 && b <= 0xF4);
+        if (!starts) assert_true(l->row[0][b] == -INFINITY);
+        else z += ref[b];
+    }
+    double worst = 0;
+    for (int b = 0; b < 257; b++) {
+        bool starts = b == 256 || b < 0x80 || (b >= 0xC2 && b <= 0xF4);
+        if (starts) worst = fmax(worst, fabs(exp((double)l->row[0][b]) - ref[b] / z));
+    }
+    printf("byte: %d steps, max |p - marginal| = %.3g\n", l->n, worst);
+    assert_true(worst < 1e-5);
+    free(l);
+    tutti_model_free(m);
+    tutti_ensemble_free(e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_token_one_member_is_generate),
@@ -1223,6 +1368,8 @@ int main(void) {
         cmocka_unit_test(test_overhead_qwen3_vocab),
         cmocka_unit_test(test_ensemble_beats_best_member),
         cmocka_unit_test(test_byte_batch_is_single),
+        cmocka_unit_test(test_step_logprobs_token),
+        cmocka_unit_test(test_step_logprobs_byte),
     };
     /* TUTTI_TEST_FILTER=name runs the matching tests only (while working on one) */
     if (getenv("TUTTI_TEST_FILTER")) cmocka_set_test_filter(getenv("TUTTI_TEST_FILTER"));

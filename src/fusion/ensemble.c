@@ -171,6 +171,7 @@ void tutti_ensemble_free(tutti_ensemble *e) {
         fusion_trie_free(e->trie[i]);
         free(e->path[i]);
     }
+    free(e->step_buf);
     free(e);
 }
 
@@ -366,6 +367,12 @@ void tutti_ensemble_set_notice(tutti_ensemble *e, tutti_notice_cb cb, void *user
     e->notice_user = user;
 }
 
+void tutti_ensemble_set_step_cb(tutti_ensemble *e, tutti_step_cb cb, void *user) {
+    if (!e) return;
+    e->step_cb = cb;
+    e->step_user = user;
+}
+
 int tutti_ensemble_set_rule(tutti_ensemble *e, tutti_fusion_rule rule) {
     if ((unsigned)rule > TUTTI_RULE_CONTRASTIVE) return tutti_set_error("ensemble: unknown rule %d", rule);
     if (rule == TUTTI_RULE_CONTRASTIVE && e->n < 2)
@@ -489,6 +496,27 @@ int gen_append(gen_ctx *g, const char *bytes, size_t n) {
     size_t u = utf8_tail(g->text, g->n_text);
     if (u > hold) hold = u;
     return emit(g, g->n_text - hold);
+}
+
+int ens_report_step(tutti_ensemble *e, gen_ctx *g, const float *dist, int32_t n, int32_t chosen,
+                    const char *bytes, size_t n_bytes) {
+    if (!e->step_cb) return 0;
+    if (e->step_cap < n) {
+        float *nb = realloc(e->step_buf, sizeof(float) * (size_t)n);
+        if (!nb) return tutti_set_error("generation: out of memory");
+        e->step_buf = nb, e->step_cap = n;
+    }
+    /* log-sum-exp in double: the row may be raw logits (one member passed
+     * through) or masked log-probabilities that no longer sum to 1 */
+    double mx = -INFINITY, z = 0;
+    for (int32_t x = 0; x < n; x++) mx = dist[x] > mx ? dist[x] : mx;
+    for (int32_t x = 0; x < n; x++)
+        if (dist[x] > -INFINITY) z += exp((double)dist[x] - mx);
+    double lz = mx + log(z);
+    for (int32_t x = 0; x < n; x++) e->step_buf[x] = dist[x] > -INFINITY ? (float)((double)dist[x] - lz) : -INFINITY;
+    tutti_step st = {e->align, n, e->step_buf, chosen, bytes, n_bytes, g->n_units};
+    if (e->step_cb(&st, e->step_user)) g->stopped = true;
+    return 0;
 }
 
 /* An incomplete UTF-8 character at the very end is never output. */
@@ -845,9 +873,14 @@ static int token_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_s
         }
         /* end of text or end of turn: every vocabulary is the same, so one
          * end-of-generation token ends every member's turn */
-        if (tutti_vocab_is_eog(vocab, id)) break;
-        int32_t k = tutti_token_to_piece(vocab, id, false, piece, 4096);
+        bool eog = tutti_vocab_is_eog(vocab, id);
+        int32_t k = eog ? 0 : tutti_token_to_piece(vocab, id, false, piece, 4096);
         if (k < 0) k = 0;
+        if (ens_report_step(e, g, dist, V, id, piece, (size_t)k) < 0) {
+            rc = TUTTI_ERR;
+            break;
+        }
+        if (eog) break;
         for (int32_t i = 0; i < e->n; i++) ids[i][n[i]++] = id;
         g->n_units++;
         if (gr_constraint_accept(&g->gc, piece, (size_t)k) < 0 || gen_append(g, piece, (size_t)k) < 0) {
@@ -1101,6 +1134,11 @@ static int byte_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sa
             break;
         }
         tutti_sampler_accept(smp, b);
+        char c = (char)b;
+        if (ens_report_step(e, g, fused, FUSION_N_BYTE_OUT, b, &c, b == FUSION_END ? 0 : 1) < 0) {
+            rc = TUTTI_ERR;
+            break;
+        }
         if (b == FUSION_END) break;
         for (int32_t i = 0; i < e->n && rc == 0; i++) {
             if (dead[i]) continue;
@@ -1118,7 +1156,6 @@ static int byte_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sa
             fusion_adapt_step(e, &ad, lpb, dead, w);
         }
         fusion_utf8_push(&u, (uint8_t)b);
-        char c = (char)b;
         g->n_units++;
         if (gr_constraint_accept(&g->gc, &c, 1) < 0 || gen_append(g, &c, 1) < 0) {
             rc = TUTTI_ERR;

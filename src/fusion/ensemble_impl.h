@@ -26,6 +26,10 @@ struct tutti_ensemble {
     int32_t n_ctx;
     tutti_notice_cb notice; /* tutti_ensemble_set_notice */
     void *notice_user;
+    tutti_step_cb step_cb; /* tutti_ensemble_set_step_cb */
+    void *step_user;
+    float *step_buf;       /* [step_cap] renormalised row for step_cb */
+    int32_t step_cap;
     bool parallel;        /* members' forward passes on one thread each, concurrently */
     bool adapt_on;        /* MIX weights follow the text (adapt.c) */
     double adapt_alpha;   /* fixed-share alpha in [0, 1] */
@@ -159,6 +163,12 @@ struct gen_ctx {
  * a stop string, detects stop strings (sets stopped, trims the stop
  * string).  Returns 0 or TUTTI_ERR. */
 int gen_append(gen_ctx *g, const char *bytes, size_t n);
+/* Gives step unit g->n_units to e's step receiver (tutti_ensemble_set_step_cb),
+ * if any: dist[0..n) is the row the sampler draws from (log-probabilities or
+ * logits, any offset; -inf = ruled out), renormalised here.  A receiver
+ * asking to stop sets g->stopped.  Returns 0 or TUTTI_ERR (out of memory). */
+int ens_report_step(tutti_ensemble *e, gen_ctx *g, const float *dist, int32_t n, int32_t chosen,
+                    const char *bytes, size_t n_bytes);
 /* Emits everything still held back (at the end of generation). */
 void gen_flush(gen_ctx *g);
 /* true if the generated text followed by bytes[0..n) is allowed by the
