@@ -1,5 +1,7 @@
-/* Internal layout of tutti_ensemble, shared by ensemble.c (creation,
- * generation), eval.c (bits per byte, fitting) and span.c. */
+/* Internal layout of tutti_ensemble, shared by ensemble.c (creation), the
+ * generation loop (gen.c, gen_output.c) and its alignments (align.h:
+ * align_token.c, align_byte.c, align_span.c), and eval.c (bits per byte,
+ * fitting). */
 #ifndef TUTTI_FUSION_ENSEMBLE_IMPL_H
 #define TUTTI_FUSION_ENSEMBLE_IMPL_H
 
@@ -130,11 +132,7 @@ void ens_note_ctx_full(tutti_ensemble *e, gen_ctx *g, int32_t i);
  * b: the byte it could not follow (-1: the prompt). */
 void ens_note_left(tutti_ensemble *e, gen_ctx *g, fusion_bytes *st, int32_t i, int b);
 
-/* Span alignment generation (span.c). */
-int span_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sampler_params *sp, gen_ctx *g,
-                  double *t_phase);
-
-/* Output and mask state shared by the alignments (ensemble.c). */
+/* Output and mask state shared by the alignments (gen_output.c). */
 struct gen_ctx {
     const tutti_mask *mask;
     tutti_text_cb cb;

@@ -9,12 +9,13 @@
  * next-byte log-probabilities (bytestate.c), which marginalises over all
  * tokenizations.  The draft with the best fused log-likelihood per byte
  * wins: PRODUCT/GATE/CONTRASTIVE use Σ w_i log P_i / Σ w_i, MIX uses
- * log Σ w_i P_i / Σ w_i.  Cost: N drafts × N scorings per span. */
+ * log Σ w_i P_i / Σ w_i.  Cost: N drafts × N scorings per span.  Each round
+ * is one step of the generation loop (align.h): its outcomes are the drafts. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "fusion/ensemble_impl.h"
+#include "fusion/align.h"
 #include "fusion/member_remote.h"
 #include "util/error.h"
 
@@ -28,6 +29,10 @@ typedef struct draft {
 } draft;
 
 typedef struct span_ctx {
+    fusion_align base;
+    tutti_sampler_params sp;                  /* each member's drafting sampler: seed + its index */
+    float score[TUTTI_ENSEMBLE_MAX_MEMBERS];  /* this round's drafts' fused log-likelihood per byte */
+    int32_t best;
     fusion_bytes *st[TUTTI_ENSEMBLE_MAX_MEMBERS];
     fusion_bytes *cl[TUTTI_ENSEMBLE_MAX_MEMBERS][TUTTI_ENSEMBLE_MAX_MEMBERS]; /* [member][draft] */
     tutti_sampler *smp[TUTTI_ENSEMBLE_MAX_MEMBERS];
@@ -43,7 +48,6 @@ typedef struct span_ctx {
     token_mask tm[TUTTI_ENSEMBLE_MAX_MEMBERS];
     gr_constraint gc[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* mask->grammar over each member's vocabulary */
     const gen_prompt *pr;
-    const gen_ctx *g;
 } span_ctx;
 
 static int job_start(tutti_ensemble *e, int32_t i, void *arg) {
@@ -69,7 +73,7 @@ static bool is_space(char ch) { return ch == ' ' || ch == '\n'; }
  * malloc'd with room for SPAN_MAX_TOKENS more. */
 static int32_t draft_context(tutti_ensemble *e, span_ctx *c, int32_t i, int32_t **ids_out) {
     fusion_member *m = e->m[i];
-    const gen_ctx *g = c->g;
+    const gen_ctx *g = c->base.g;
     const gen_prompt *pr = c->pr;
     *ids_out = NULL;
     if (pr->ids) {
@@ -133,11 +137,11 @@ static int job_draft(tutti_ensemble *e, int32_t i, void *arg) {
     }
     /* with a mask, each draft token must keep committed text + draft so far
      * allowed (the mask over this member's vocabulary) */
-    gen_ctx dg = {.mask = c->g->mask};
+    gen_ctx dg = {.mask = c->base.g->mask};
     if (c->masked) {
-        dg.cap_text = c->g->n_text + SPAN_MAX_BYTES + 512;
+        dg.cap_text = c->base.g->n_text + SPAN_MAX_BYTES + 512;
         dg.text = malloc(dg.cap_text);
-        if (dg.text && c->g->n_text) memcpy(dg.text, c->g->text, c->g->n_text);
+        if (dg.text && c->base.g->n_text) memcpy(dg.text, c->base.g->text, c->base.g->n_text);
     }
     if (!logits || !lp || (c->masked && !dg.text)) {
         tutti_set_error("span: out of memory");
@@ -158,8 +162,8 @@ static int job_draft(tutti_ensemble *e, int32_t i, void *arg) {
         if (!z) goto done;
         fusion_log_softmax(z, m->n_vocab, e->temp[i], lp);
         if (c->masked) {
-            memcpy(dg.text + c->g->n_text, d->bytes, (size_t)d->n);
-            dg.n_text = c->g->n_text + (size_t)d->n;
+            memcpy(dg.text + c->base.g->n_text, d->bytes, (size_t)d->n);
+            dg.n_text = c->base.g->n_text + (size_t)d->n;
             token_mask_apply(&c->tm[i], &dg, lp);
             bool any = false;
             for (int32_t t = 0; t < m->n_vocab && !any; t++) any = lp[t] > -INFINITY;
@@ -255,159 +259,195 @@ static void free_clones(tutti_ensemble *e, span_ctx *c, int32_t keep) {
         }
 }
 
-int span_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sampler_params *sp, gen_ctx *g,
-                  double *t_phase) {
-    span_ctx *c = calloc(1, sizeof *c);
-    if (!c) return tutti_set_error("span: out of memory");
-    c->pr = pr, c->g = g;
-    int rc = TUTTI_ERR;
+static int span_start(fusion_align *a, const gen_prompt *pr, tutti_sampler *smp) {
+    (void)smp;
+    span_ctx *c = (span_ctx *)a;
+    tutti_ensemble *e = a->e;
+    gen_ctx *g = a->g;
+    c->pr = pr;
     for (int32_t i = 0; i < e->n; i++) {
         fusion_bytes_params bp = ens_bytes_params(e, i);
         c->st[i] = fusion_bytes_new(e->m[i], e->trie[i], &bp);
-        tutti_sampler_params p = *sp;
-        p.seed = sp->seed + (uint64_t)i;
+        tutti_sampler_params p = c->sp;
+        p.seed = c->sp.seed + (uint64_t)i;
         c->smp[i] = tutti_sampler_new(&p);
-        if (!c->st[i] || !c->smp[i]) goto done;
+        if (!c->st[i] || !c->smp[i]) return TUTTI_ERR;
     }
     c->masked = g->mask && (g->mask->n_allowed > 0 || g->mask->n_forbidden > 0);
     if (c->masked)
         for (int32_t i = 0; i < e->n; i++)
-            if (token_mask_init(&c->tm[i], e->trie[i], g->mask) < 0) goto done;
+            if (token_mask_init(&c->tm[i], e->trie[i], g->mask) < 0) return TUTTI_ERR;
     if (g->gc.m)
         for (int32_t i = 0; i < e->n; i++)
-            if (gr_constraint_init(&c->gc[i], g->mask->grammar, e->m[i]->vocab) < 0) goto done;
+            if (gr_constraint_init(&c->gc[i], g->mask->grammar, e->m[i]->vocab) < 0) return TUTTI_ERR;
     double t0 = ens_now_s();
-    if (ens_run_members(e, job_start, c) < 0) goto done;
-    *t_phase += ens_now_s() - t0;
+    if (ens_run_members(e, job_start, c) < 0) return TUTTI_ERR;
+    a->t_phase += ens_now_s() - t0;
     memcpy(c->w, e->w, sizeof(float) * (size_t)e->n);
     fusion_adapt_begin(e, &c->ad);
-    rc = 0;
-    /* A full context is a clean stop (as in TOKEN and BYTE alignment): when
-     * a member cannot evaluate the committed text, when every member's
-     * draft stops at its context's end, or when no draft can be scored
-     * within every member's context. */
-    while (!g->stopped && (g->max_units <= 0 || g->n_units < g->max_units)) {
-        int32_t full_m = ens_bytes_ctx_full(e, c->st);
-        if (full_m >= 0) {
-            ens_note_ctx_full(e, g, full_m);
-            break;
+    return 0;
+}
+
+/* A full context is a clean stop (as in TOKEN and BYTE alignment): when a
+ * member cannot evaluate the committed text, when every member's draft
+ * stops at its context's end (step), or when no draft can be scored within
+ * every member's context (step). */
+static bool span_ctx_full(fusion_align *a) {
+    span_ctx *c = (span_ctx *)a;
+    int32_t full_m = ens_bytes_ctx_full(a->e, c->st);
+    if (full_m < 0) return false;
+    ens_note_ctx_full(a->e, a->g, full_m);
+    return true;
+}
+
+/* One round: every member drafts, the distinct drafts the mask allows are
+ * scored by every member; *row[n_d] the drafts' fused log-likelihoods per
+ * byte (-inf: would overflow a context), the best one in c->best. */
+static int span_step(fusion_align *a, const float **row, int32_t *n_row) {
+    span_ctx *c = (span_ctx *)a;
+    tutti_ensemble *e = a->e;
+    gen_ctx *g = a->g;
+    double t0 = ens_now_s();
+    if (ens_run_members(e, job_draft, c) < 0) return TUTTI_ERR;
+    a->t_phase += ens_now_s() - t0;
+    ens_prompt_done(e);
+    /* distinct drafts that the mask allows, cut to the length limit */
+    draft all[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    int32_t n_all = 0;
+    for (int32_t i = 0; i < e->n; i++) {
+        if (fusion_member_has_left(e->m[i])) { /* its server failed (on_fail=leave): no draft, weight 0 */
+            c->w[i] = 0;
+            continue;
         }
-        if (gr_constraint_done(&g->gc)) break;
-        t0 = ens_now_s();
-        if ((rc = ens_run_members(e, job_draft, c)) < 0) break;
-        *t_phase += ens_now_s() - t0;
-        ens_prompt_done(e);
-        /* distinct drafts that the mask allows, cut to the length limit */
-        draft all[TUTTI_ENSEMBLE_MAX_MEMBERS];
-        int32_t n_all = 0;
-        for (int32_t i = 0; i < e->n; i++) {
-            if (fusion_member_has_left(e->m[i])) { /* its server failed (on_fail=leave): no draft, weight 0 */
-                c->w[i] = 0;
-                continue;
-            }
-            draft d = c->d[i];
-            if (g->max_units > 0 && d.n > g->max_units - g->n_units) d.n = g->max_units - g->n_units, d.end = false;
-            if (g->gc.m) { /* cut at the first byte the grammar rejects; end only where it is complete */
-                int32_t s0 = tutti_grammar_matcher_state(g->gc.m);
-                size_t k = tutti_grammar_matcher_accept_prefix(g->gc.m, d.bytes, (size_t)d.n);
-                if (k < (size_t)d.n) d.n = (int32_t)k, d.end = false;
-                if (d.end && !tutti_grammar_matcher_is_complete(g->gc.m)) d.end = false;
-                tutti_grammar_matcher_set_state(g->gc.m, s0);
-            }
-            if (d.n == 0 && !d.end) continue;
-            if (!gen_text_ok(g, d.bytes, (size_t)d.n, d.end)) continue;
-            bool dup = false;
-            for (int32_t k = 0; k < n_all && !dup; k++)
-                dup = all[k].n == d.n && all[k].end == d.end && !memcmp(all[k].bytes, d.bytes, (size_t)d.n);
-            if (!dup) all[n_all++] = d;
+        draft d = c->d[i];
+        if (g->max_units > 0 && d.n > g->max_units - g->n_units) d.n = g->max_units - g->n_units, d.end = false;
+        if (g->gc.m) { /* cut at the first byte the grammar rejects; end only where it is complete */
+            int32_t s0 = tutti_grammar_matcher_state(g->gc.m);
+            size_t k = tutti_grammar_matcher_accept_prefix(g->gc.m, d.bytes, (size_t)d.n);
+            if (k < (size_t)d.n) d.n = (int32_t)k, d.end = false;
+            if (d.end && !tutti_grammar_matcher_is_complete(g->gc.m)) d.end = false;
+            tutti_grammar_matcher_set_state(g->gc.m, s0);
         }
-        if (n_all == 0) {
-            bool any_end = false, any_full = false;
-            for (int32_t i = 0; i < e->n; i++) any_end |= c->d[i].end, any_full |= c->ctx_hit[i];
-            if (any_full) {
-                for (int32_t i = 0; i < e->n; i++)
-                    if (c->ctx_hit[i]) {
-                        ens_note_ctx_full(e, g, i);
-                        break;
-                    }
-                break;
-            }
-            if (!any_end && !(g->mask && (g->mask->n_allowed || g->mask->n_forbidden || g->mask->grammar)))
-                rc = tutti_set_error("span: no member produced a draft");
-            else if (!any_end)
-                rc = tutti_set_error("span: the mask rules out every draft");
-            break;
-        }
-        memcpy(c->d, all, sizeof(draft) * (size_t)n_all);
-        c->n_d = n_all;
-        t0 = ens_now_s();
-        if ((rc = ens_run_members(e, job_score, c)) < 0) {
-            free_clones(e, c, -1);
-            break;
-        }
-        *t_phase += ens_now_s() - t0;
-        for (int32_t i = 0; i < e->n; i++)
-            if (fusion_member_has_left(e->m[i])) c->w[i] = 0;
-        int32_t best = -1;
-        double best_s = -INFINITY, wsum = 0;
-        for (int32_t i = 0; i < e->n; i++) wsum += c->w[i];
-        if (wsum == 0) wsum = 1;
-        for (int32_t k = 0; k < n_all; k++) {
-            bool full = false;
-            for (int32_t i = 0; i < e->n; i++) full |= c->full[i][k];
-            if (full) continue;
-            double s;
-            if (e->rule == TUTTI_RULE_MIX) {
-                double mx = -INFINITY, acc = 0;
-                for (int32_t i = 0; i < e->n; i++)
-                    if (c->w[i] > 0 && c->ll[i][k] > mx) mx = c->ll[i][k];
-                for (int32_t i = 0; i < e->n; i++)
-                    if (c->w[i] > 0 && mx > -INFINITY) acc += c->w[i] / wsum * exp(c->ll[i][k] - mx);
-                s = mx > -INFINITY ? mx + log(acc) : -INFINITY;
-            } else {
-                s = 0;
-                for (int32_t i = 0; i < e->n; i++)
-                    if (c->w[i] != 0) s += c->w[i] / wsum * c->ll[i][k];
-            }
-            s /= (double)(all[k].n + (all[k].end ? 1 : 0));
-            if (best < 0 || s > best_s) best = k, best_s = s;
-        }
-        if (best < 0) { /* every draft would overflow some member's context */
-            for (int32_t i = 0; i < e->n && g->ctx_full < 0; i++)
-                if (c->full[i][0]) ens_note_ctx_full(e, g, i);
-            free_clones(e, c, -1);
-            break;
-        }
-        /* a member that gives the chosen text probability 0 cannot follow it
-         * (its copy stopped at the impossible byte): as in BYTE alignment it
-         * leaves the generation, the others' weights renormalised */
-        bool live = false;
-        for (int32_t i = 0; i < e->n; i++) {
-            if (!c->dead[i] && c->ll[i][best] == -INFINITY) {
-                ens_note_left(e, g, c->cl[i][best], i, -2);
-                c->dead[i] = true, c->w[i] = 0;
-            }
-            live |= !c->dead[i] && c->w[i] != 0;
-        }
-        if (!live) {
-            rc = tutti_set_error("span: no member can spell the chosen text");
-            free_clones(e, c, -1);
-            break;
-        }
-        if (c->ad.on) { /* weights that follow the text: each member's probability of the span */
-            double lps[TUTTI_ENSEMBLE_MAX_MEMBERS];
-            for (int32_t i = 0; i < e->n; i++) lps[i] = c->ll[i][best];
-            fusion_adapt_step(e, &c->ad, lps, c->dead, c->w);
-        }
-        free_clones(e, c, best);
-        const draft *d = &all[best];
-        g->n_units += d->n;
-        for (int32_t i = 0; i < e->n && rc == 0; i++) rc = gr_constraint_accept(&c->gc[i], d->bytes, (size_t)d->n);
-        if (rc < 0 || (rc = gr_constraint_accept(&g->gc, d->bytes, (size_t)d->n)) < 0) break;
-        if ((rc = gen_append(g, d->bytes, (size_t)d->n)) < 0) break;
-        if (d->end) break;
+        if (d.n == 0 && !d.end) continue;
+        if (!gen_text_ok(g, d.bytes, (size_t)d.n, d.end)) continue;
+        bool dup = false;
+        for (int32_t k = 0; k < n_all && !dup; k++)
+            dup = all[k].n == d.n && all[k].end == d.end && !memcmp(all[k].bytes, d.bytes, (size_t)d.n);
+        if (!dup) all[n_all++] = d;
     }
-done:
+    if (n_all == 0) {
+        bool any_end = false, any_full = false;
+        for (int32_t i = 0; i < e->n; i++) any_end |= c->d[i].end, any_full |= c->ctx_hit[i];
+        if (any_full) {
+            for (int32_t i = 0; i < e->n; i++)
+                if (c->ctx_hit[i]) {
+                    ens_note_ctx_full(e, g, i);
+                    break;
+                }
+            return ALIGN_STOP;
+        }
+        if (!any_end && !(g->mask && (g->mask->n_allowed || g->mask->n_forbidden || g->mask->grammar)))
+            return tutti_set_error("span: no member produced a draft");
+        if (!any_end) return tutti_set_error("span: the mask rules out every draft");
+        return ALIGN_STOP;
+    }
+    memcpy(c->d, all, sizeof(draft) * (size_t)n_all);
+    c->n_d = n_all;
+    t0 = ens_now_s();
+    if (ens_run_members(e, job_score, c) < 0) {
+        free_clones(e, c, -1);
+        return TUTTI_ERR;
+    }
+    a->t_phase += ens_now_s() - t0;
+    for (int32_t i = 0; i < e->n; i++)
+        if (fusion_member_has_left(e->m[i])) c->w[i] = 0;
+    int32_t best = -1;
+    double best_s = -INFINITY, wsum = 0;
+    for (int32_t i = 0; i < e->n; i++) wsum += c->w[i];
+    if (wsum == 0) wsum = 1;
+    for (int32_t k = 0; k < n_all; k++) {
+        bool full = false;
+        c->score[k] = -INFINITY;
+        for (int32_t i = 0; i < e->n; i++) full |= c->full[i][k];
+        if (full) continue;
+        double s;
+        if (e->rule == TUTTI_RULE_MIX) {
+            double mx = -INFINITY, acc = 0;
+            for (int32_t i = 0; i < e->n; i++)
+                if (c->w[i] > 0 && c->ll[i][k] > mx) mx = c->ll[i][k];
+            for (int32_t i = 0; i < e->n; i++)
+                if (c->w[i] > 0 && mx > -INFINITY) acc += c->w[i] / wsum * exp(c->ll[i][k] - mx);
+            s = mx > -INFINITY ? mx + log(acc) : -INFINITY;
+        } else {
+            s = 0;
+            for (int32_t i = 0; i < e->n; i++)
+                if (c->w[i] != 0) s += c->w[i] / wsum * c->ll[i][k];
+        }
+        s /= (double)(all[k].n + (all[k].end ? 1 : 0));
+        c->score[k] = (float)s;
+        if (best < 0 || s > best_s) best = k, best_s = s;
+    }
+    if (best < 0) { /* every draft would overflow some member's context */
+        for (int32_t i = 0; i < e->n && g->ctx_full < 0; i++)
+            if (c->full[i][0]) ens_note_ctx_full(e, g, i);
+        free_clones(e, c, -1);
+        return ALIGN_STOP;
+    }
+    c->best = best;
+    *row = c->score;
+    *n_row = n_all;
+    return 0;
+}
+
+/* The draft with the best fused log-likelihood per byte (the first of equals). */
+static int32_t span_choose(fusion_align *a, const float *row, int32_t n) {
+    (void)row, (void)n;
+    return ((span_ctx *)a)->best;
+}
+
+static size_t span_bytes(fusion_align *a, int32_t k, const char **bytes, bool *end) {
+    span_ctx *c = (span_ctx *)a;
+    *bytes = c->d[k].bytes;
+    *end = false; /* a draft that ends the text is committed first (span_commit) */
+    return (size_t)c->d[k].n;
+}
+
+static int span_commit(fusion_align *a, int32_t best, int32_t *units) {
+    span_ctx *c = (span_ctx *)a;
+    tutti_ensemble *e = a->e;
+    gen_ctx *g = a->g;
+    /* a member that gives the chosen text probability 0 cannot follow it
+     * (its copy stopped at the impossible byte): as in BYTE alignment it
+     * leaves the generation, the others' weights renormalised */
+    bool live = false;
+    for (int32_t i = 0; i < e->n; i++) {
+        if (!c->dead[i] && c->ll[i][best] == -INFINITY) {
+            ens_note_left(e, g, c->cl[i][best], i, -2);
+            c->dead[i] = true, c->w[i] = 0;
+        }
+        live |= !c->dead[i] && c->w[i] != 0;
+    }
+    if (!live) {
+        free_clones(e, c, -1);
+        return tutti_set_error("span: no member can spell the chosen text");
+    }
+    if (c->ad.on) { /* weights that follow the text: each member's probability of the span */
+        double lps[TUTTI_ENSEMBLE_MAX_MEMBERS];
+        for (int32_t i = 0; i < e->n; i++) lps[i] = c->ll[i][best];
+        fusion_adapt_step(e, &c->ad, lps, c->dead, c->w);
+    }
+    free_clones(e, c, best);
+    const draft *d = &c->d[best];
+    *units = d->n;
+    for (int32_t i = 0; i < e->n; i++)
+        if (gr_constraint_accept(&c->gc[i], d->bytes, (size_t)d->n) < 0) return TUTTI_ERR;
+    return d->end ? ALIGN_STOP : 0;
+}
+
+static void span_free(fusion_align *a) {
+    span_ctx *c = (span_ctx *)a;
+    tutti_ensemble *e = a->e;
+    free_clones(e, c, -1);
     for (int32_t i = 0; i < e->n; i++) {
         fusion_bytes_free(c->st[i]);
         tutti_sampler_free(c->smp[i]);
@@ -415,5 +455,25 @@ done:
         gr_constraint_free(&c->gc[i]);
     }
     free(c);
-    return rc;
+}
+
+static const align_ops span_ops = {
+    .kind = ALIGN_OUT_SPANS,
+    .unit = "draft",
+    .report = false,
+    .start = span_start,
+    .ctx_full = span_ctx_full,
+    .step = span_step,
+    .choose = span_choose,
+    .bytes = span_bytes,
+    .commit = span_commit,
+    .free = span_free,
+};
+
+fusion_align *align_span_new(tutti_ensemble *e, gen_ctx *g, const tutti_sampler_params *sp) {
+    span_ctx *c = calloc(1, sizeof *c);
+    if (!c) return tutti_set_error("span: out of memory"), NULL;
+    c->base = (fusion_align){.ops = &span_ops, .e = e, .g = g};
+    c->sp = *sp;
+    return &c->base;
 }

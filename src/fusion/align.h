@@ -1,0 +1,74 @@
+/* The step interface of the alignments (TOKEN align_token.c, BYTE
+ * align_byte.c, SPAN align_span.c) under the one generation loop (gen.c).
+ *
+ * A generation is: start after the prompt, then per step: stop if a
+ * member's context cannot hold the next step (ctx_full) or the grammar lets
+ * nothing follow; step() runs the members' forward passes and fuses them
+ * into one row over this step's outcomes (member 1's tokens, the 257 byte
+ * outcomes, or the span drafts); the loop applies the mask (the
+ * alignment's own, on a writable copy) and the grammar, reports the step
+ * (ens_report_step), draws the outcome (the sampler, or choose()), and
+ * commits it: every member follows the outcome (members that cannot
+ * leave), weights that follow the text update (adapt), and the loop
+ * appends its bytes (stop strings, -n, max_len). */
+#ifndef TUTTI_FUSION_ALIGN_H
+#define TUTTI_FUSION_ALIGN_H
+
+#include "fusion/ensemble_impl.h"
+
+/* step / commit: a clean end of the generation (not an error) */
+#define ALIGN_STOP 1
+
+typedef enum align_outcomes {
+    ALIGN_OUT_TOKENS, /* row[n_vocab] over member 1's token ids: grammar token masks */
+    ALIGN_OUT_BYTES,  /* row[257]: grammar byte masks */
+    ALIGN_OUT_SPANS,  /* row over drafts that already follow mask and grammar */
+} align_outcomes;
+
+typedef struct fusion_align fusion_align;
+
+typedef struct align_ops {
+    align_outcomes kind;
+    const char *unit; /* "token", "byte": in "the mask rules out every ..." */
+    bool report;      /* steps go to ens_report_step */
+    /* Starts every member after the prompt; gives the prompt's units to
+     * smp (the repetition penalty; smp is NULL with choose).  0 / TUTTI_ERR. */
+    int (*start)(fusion_align *a, const gen_prompt *pr, tutti_sampler *smp);
+    /* true when a member cannot evaluate the next step within its context
+     * (the notice sent, ens_note_ctx_full): a clean stop. */
+    bool (*ctx_full)(fusion_align *a);
+    /* Forward passes and fusion: *row[*n] is the fused row (log-probabilities
+     * or logits, any offset, -inf = impossible), valid until the next call;
+     * it is a->work when the alignment's mask applies (a->masked).  0,
+     * ALIGN_STOP or TUTTI_ERR. */
+    int (*step)(fusion_align *a, const float **row, int32_t *n);
+    /* Optional (with a->masked): rules out the outcomes the mask forbids
+     * after the text so far, in a->work. */
+    void (*mask)(fusion_align *a, float *row);
+    /* Optional: the alignment picks the outcome (instead of a sampler). */
+    int32_t (*choose)(fusion_align *a, const float *row, int32_t n);
+    /* The bytes outcome x writes (*bytes valid until the next call); *end:
+     * x ends the generation here, not committed. */
+    size_t (*bytes)(fusion_align *a, int32_t x, const char **bytes, bool *end);
+    /* Every member follows outcome x; *units: what x counts for max_units.
+     * 0, ALIGN_STOP (x is the last: its bytes are appended, then the
+     * generation ends) or TUTTI_ERR. */
+    int (*commit)(fusion_align *a, int32_t x, int32_t *units);
+    void (*free)(fusion_align *a);
+} align_ops;
+
+struct fusion_align {
+    const align_ops *ops;
+    tutti_ensemble *e;
+    gen_ctx *g;
+    double t_phase;  /* wall time of the members' forward phases */
+    bool masked;     /* ops->mask applies each step */
+    float *work;     /* writable row of the widest step (the loop's mask and grammar) */
+};
+
+/* Each returns a started-to-be alignment (not yet started) or NULL + error. */
+fusion_align *align_token_new(tutti_ensemble *e, gen_ctx *g);
+fusion_align *align_byte_new(tutti_ensemble *e, gen_ctx *g);
+fusion_align *align_span_new(tutti_ensemble *e, gen_ctx *g, const tutti_sampler_params *sp);
+
+#endif

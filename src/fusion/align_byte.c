@@ -1,0 +1,242 @@
+/* BYTE alignment: every member's exact next-byte distribution
+ * (bytestate.c: the mass of its tokenization hypotheses, prefix by prefix)
+ * fused over the 257 byte outcomes; members with any vocabularies (align.h
+ * for the step interface). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fusion/align.h"
+#include "fusion/member_remote.h"
+#include "util/error.h"
+
+typedef struct byte_job {
+    fusion_bytes **st;
+    const gen_prompt *pr;
+    bool *dead; /* members that left the generation (NULL: none may leave) */
+} byte_job;
+
+int ens_bytes_start(fusion_bytes *st, const gen_prompt *pr, int32_t i) {
+    return pr->ids ? fusion_bytes_start_ids(st, pr->ids[i], pr->n_ids[i]) : fusion_bytes_start(st, pr->text, pr->len);
+}
+
+int32_t ens_bytes_ctx_full(const tutti_ensemble *e, fusion_bytes *const *st) {
+    for (int32_t i = 0; i < e->n; i++)
+        if (fusion_bytes_need_tokens(st[i]) > e->m[i]->n_ctx) return i;
+    return -1;
+}
+
+
+/* A member whose tokens cannot spell the prompt (a character vocabulary
+ * without "€", say) leaves the generation at once instead of failing it;
+ * any other failure (context full, NaN logits) is an error.  The prompt
+ * filling a context is the caller's to fix: named in the message. */
+static int job_bytes_start(tutti_ensemble *e, int32_t i, void *arg) {
+    byte_job *j = arg;
+    int rc = ens_bytes_start(j->st[i], j->pr, i);
+    if (rc == FUSION_ERR_SPELL && j->dead) {
+        j->dead[i] = true;
+        return 0;
+    }
+    if (rc == FUSION_ERR_CTX)
+        return tutti_set_error("member %s: the prompt needs more than its context of %d tokens; raise -c or "
+                               "shorten the prompt", e->m[i]->name, e->m[i]->n_ctx);
+    return rc < 0 ? TUTTI_ERR : 0;
+}
+
+static int job_bytes_prepare(tutti_ensemble *e, int32_t i, void *arg) {
+    (void)e;
+    byte_job *j = arg;
+    if (j->dead && j->dead[i]) return 0;
+    return fusion_bytes_prepare(j->st[i]);
+}
+
+/* Next-byte log-probabilities of every member (-inf rows for members that
+ * left the generation), then their fusion under weights w. */
+static int bytes_rows(tutti_ensemble *e, fusion_bytes **st, const bool *dead, float (*lp)[FUSION_N_BYTE_OUT]) {
+    double d[FUSION_N_BYTE_OUT];
+    for (int32_t i = 0; i < e->n; i++) {
+        if (dead && dead[i]) {
+            for (int b = 0; b < FUSION_N_BYTE_OUT; b++) lp[i][b] = -INFINITY;
+            continue;
+        }
+        if (fusion_bytes_next(st[i], d) < 0) return TUTTI_ERR;
+        for (int b = 0; b < FUSION_N_BYTE_OUT; b++) lp[i][b] = d[b] > 0 ? (float)log(d[b]) : -INFINITY;
+    }
+    return 0;
+}
+
+static int bytes_combine(const tutti_ensemble *e, const float *w, float (*lp)[FUSION_N_BYTE_OUT], float *out) {
+    const float *rows[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    double work[FUSION_N_BYTE_OUT];
+    for (int32_t i = 0; i < e->n; i++) rows[i] = lp[i];
+    fusion_rule_params rp = {.rule = e->rule, .weights = w, .beta = e->beta};
+    return fusion_combine(&rp, e->n, rows, FUSION_N_BYTE_OUT, out, work, NULL);
+}
+
+int fusion_bytes_fused(tutti_ensemble *e, fusion_bytes **st, float *out) {
+    float lp[TUTTI_ENSEMBLE_MAX_MEMBERS][FUSION_N_BYTE_OUT];
+    if (bytes_rows(e, st, NULL, lp) < 0) return TUTTI_ERR;
+    return bytes_combine(e, e->w, lp, out);
+}
+
+typedef struct byte_align {
+    fusion_align base;
+    fusion_bytes *st[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    byte_job j;
+    float w[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* weights of this step (0: left; adapt) */
+    fusion_adapt ad;
+    fusion_utf8 u;
+    char c; /* the drawn byte */
+    float fused[FUSION_N_BYTE_OUT], lp[TUTTI_ENSEMBLE_MAX_MEMBERS][FUSION_N_BYTE_OUT];
+} byte_align;
+
+static int byte_start(fusion_align *a, const gen_prompt *pr, tutti_sampler *smp) {
+    byte_align *s = (byte_align *)a;
+    tutti_ensemble *e = a->e;
+    gen_ctx *g = a->g;
+    for (int32_t i = 0; i < e->n; i++) {
+        fusion_bytes_params bp = ens_bytes_params(e, i);
+        s->st[i] = fusion_bytes_new(e->m[i], e->trie[i], &bp);
+        if (!s->st[i]) return TUTTI_ERR;
+    }
+    /* A member that gives the drawn byte probability 0 (its tokens cannot
+     * spell the text, e.g. a character vocabulary without that character,
+     * possible under mix) has no conditional distribution any more: it
+     * leaves this generation (weight 0, the others renormalised). */
+    bool *dead = g->dead;
+    bool dead0[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0};
+    memcpy(s->w, e->w, sizeof(float) * (size_t)e->n);
+    fusion_adapt_begin(e, &s->ad);
+    s->j = (byte_job){s->st, pr, dead0};
+    double t0 = ens_now_s();
+    if (ens_run_members(e, job_bytes_start, &s->j) < 0) return TUTTI_ERR;
+    a->t_phase += ens_now_s() - t0;
+    int32_t n_alive = 0;
+    for (int32_t i = 0; i < e->n; i++) {
+        if (dead0[i]) ens_note_left(e, g, NULL, i, -1);
+        if (dead[i]) s->w[i] = 0;
+        else n_alive++;
+    }
+    s->j.dead = dead;
+    if (n_alive == 0)
+        return tutti_set_error("byte alignment: no member's tokens can spell the prompt (every member has "
+                               "probability 0 for it)");
+    fusion_utf8_init(&s->u);
+    if (!pr->ids) {
+        for (size_t k = 0; k < pr->len; k++) {
+            fusion_utf8_push(&s->u, (uint8_t)pr->text[k]);
+            tutti_sampler_accept(smp, (uint8_t)pr->text[k]);
+        }
+    } else {
+        /* token-id prompts: member 1's prompt text (control tokens render
+         * as nothing) counts for the repetition penalty; the continuation
+         * starts a new UTF-8 character */
+        char piece[256];
+        for (int32_t k = 0; k < pr->n_ids[0]; k++) {
+            int32_t pl = tutti_token_to_piece(e->m[0]->vocab, pr->ids[0][k], false, piece, sizeof piece);
+            for (int32_t b = 0; b < pl; b++) tutti_sampler_accept(smp, (uint8_t)piece[b]);
+        }
+    }
+    return 0;
+}
+
+/* Context full is a clean stop, as in TOKEN alignment: the text so far
+ * needs a tokenization hypothesis longer than a member's context, so that
+ * member has no next-byte distribution. */
+static bool byte_ctx_full(fusion_align *a) {
+    byte_align *s = (byte_align *)a;
+    int32_t full = ens_bytes_ctx_full(a->e, s->st);
+    if (full < 0) return false;
+    ens_note_ctx_full(a->e, a->g, full);
+    return true;
+}
+
+static int byte_step(fusion_align *a, const float **row, int32_t *n) {
+    byte_align *s = (byte_align *)a;
+    tutti_ensemble *e = a->e;
+    double t0 = ens_now_s();
+    if (ens_run_members(e, job_bytes_prepare, &s->j) < 0) return TUTTI_ERR;
+    a->t_phase += ens_now_s() - t0;
+    ens_prompt_done(e);
+    for (int32_t i = 0; i < e->n; i++)
+        if (fusion_member_has_left(e->m[i])) s->w[i] = 0;
+    if (bytes_rows(e, s->st, s->j.dead, s->lp) < 0 || bytes_combine(e, s->w, s->lp, s->fused) < 0)
+        return TUTTI_ERR;
+    *row = s->fused;
+    *n = FUSION_N_BYTE_OUT;
+    return 0;
+}
+
+/* UTF-8 validity and the allowed / forbidden strings, byte by byte */
+static void byte_mask(fusion_align *a, float *fused) {
+    byte_align *s = (byte_align *)a;
+    gen_ctx *g = a->g;
+    bool allowed[FUSION_N_BYTE_OUT];
+    fusion_utf8_allowed(&s->u, allowed);
+    for (int b = 0; b < FUSION_N_BYTE_OUT; b++) {
+        if (!allowed[b]) fused[b] = -INFINITY;
+        else if (g->mask && fused[b] > -INFINITY) {
+            char c = (char)b;
+            if (!gen_text_ok(g, &c, b == FUSION_END ? 0 : 1, b == FUSION_END)) fused[b] = -INFINITY;
+        }
+    }
+}
+
+static size_t byte_bytes(fusion_align *a, int32_t b, const char **bytes, bool *end) {
+    byte_align *s = (byte_align *)a;
+    s->c = (char)b;
+    *end = b == FUSION_END;
+    *bytes = &s->c;
+    return *end ? 0 : 1;
+}
+
+static int byte_commit(fusion_align *a, int32_t b, int32_t *units) {
+    byte_align *s = (byte_align *)a;
+    tutti_ensemble *e = a->e;
+    bool *dead = a->g->dead;
+    for (int32_t i = 0; i < e->n; i++) {
+        if (dead[i]) continue;
+        if (s->lp[i][b] == -INFINITY) {
+            ens_note_left(e, a->g, s->st[i], i, b);
+            s->w[i] = 0;
+            continue;
+        }
+        if (fusion_bytes_commit(s->st[i], (uint8_t)b) < 0) return TUTTI_ERR;
+    }
+    if (s->ad.on) { /* weights that follow the text: the members' probabilities of byte b */
+        double lpb[TUTTI_ENSEMBLE_MAX_MEMBERS];
+        for (int32_t i = 0; i < e->n; i++) lpb[i] = dead[i] ? -INFINITY : s->lp[i][b];
+        fusion_adapt_step(e, &s->ad, lpb, dead, s->w);
+    }
+    fusion_utf8_push(&s->u, (uint8_t)b);
+    *units = 1;
+    return 0;
+}
+
+static void byte_free(fusion_align *a) {
+    byte_align *s = (byte_align *)a;
+    for (int32_t i = 0; i < a->e->n; i++) fusion_bytes_free(s->st[i]);
+    free(s);
+}
+
+static const align_ops byte_ops = {
+    .kind = ALIGN_OUT_BYTES,
+    .unit = "byte",
+    .report = true,
+    .start = byte_start,
+    .ctx_full = byte_ctx_full,
+    .step = byte_step,
+    .mask = byte_mask,
+    .bytes = byte_bytes,
+    .commit = byte_commit,
+    .free = byte_free,
+};
+
+fusion_align *align_byte_new(tutti_ensemble *e, gen_ctx *g) {
+    byte_align *s = calloc(1, sizeof *s);
+    if (!s) return tutti_set_error("generation: out of memory"), NULL;
+    s->base = (fusion_align){.ops = &byte_ops, .e = e, .g = g, .masked = true};
+    s->base.work = s->fused;
+    return &s->base;
+}

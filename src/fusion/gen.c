@@ -1,0 +1,161 @@
+/* Generation: the one loop over the alignments' steps (align.h), with the
+ * mask, the grammar, step reports, sampling, stop strings and limits in
+ * one place, and the run's statistics. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fusion/align.h"
+#include "util/error.h"
+
+static double member_forward_sum(const tutti_ensemble *e) {
+    double s = 0;
+    for (int32_t i = 0; i < e->n; i++) s += e->m[i]->t_forward_s;
+    return s;
+}
+
+static int gen_loop(fusion_align *a, const gen_prompt *pr, const tutti_sampler_params *sp) {
+    const align_ops *ops = a->ops;
+    tutti_ensemble *e = a->e;
+    gen_ctx *g = a->g;
+    tutti_sampler *smp = NULL;
+    if (!ops->choose && !(smp = tutti_sampler_new(sp))) return TUTTI_ERR;
+    int rc = ops->start(a, pr, smp) < 0 ? TUTTI_ERR : 0;
+    while (rc == 0 && !g->stopped && (g->max_units <= 0 || g->n_units < g->max_units)) {
+        if (ops->ctx_full(a)) break;
+        if (gr_constraint_done(&g->gc)) break; /* the grammar lets nothing follow */
+        const float *row;
+        int32_t n;
+        int r = ops->step(a, &row, &n);
+        if (r != 0) {
+            rc = r < 0 ? TUTTI_ERR : 0;
+            break;
+        }
+        /* the mask and the grammar, after the rule, before sampling (which
+         * renormalises), on a writable copy of the row */
+        bool gr = ops->kind == ALIGN_OUT_BYTES || (ops->kind == ALIGN_OUT_TOKENS && g->gc.m);
+        if ((a->masked || gr) && row != a->work) {
+            memcpy(a->work, row, sizeof(float) * (size_t)n);
+            row = a->work;
+        }
+        if (a->masked) ops->mask(a, a->work);
+        if (gr && (ops->kind == ALIGN_OUT_TOKENS ? gr_constraint_mask_tokens(&g->gc, a->work)
+                                                 : gr_constraint_mask_bytes(&g->gc, a->work)) < 0) {
+            rc = TUTTI_ERR;
+            break;
+        }
+        int32_t x = ops->choose ? ops->choose(a, row, n) : tutti_sampler_sample(smp, row, n);
+        if (x < 0 || (!ops->choose && row[x] == -INFINITY)) {
+            rc = tutti_set_error("generation: the mask rules out every %s", ops->unit);
+            break;
+        }
+        if (smp) tutti_sampler_accept(smp, x);
+        const char *bytes;
+        bool end;
+        size_t nb = ops->bytes(a, x, &bytes, &end);
+        if (ops->report && ens_report_step(e, g, row, n, x, bytes, nb) < 0) {
+            rc = TUTTI_ERR;
+            break;
+        }
+        if (end) break;
+        int32_t units = 0;
+        r = ops->commit(a, x, &units);
+        if (r < 0) {
+            rc = TUTTI_ERR;
+            break;
+        }
+        g->n_units += units;
+        if (gr_constraint_accept(&g->gc, bytes, nb) < 0 || gen_append(g, bytes, nb) < 0) {
+            rc = TUTTI_ERR;
+            break;
+        }
+        if (r == ALIGN_STOP) break;
+    }
+    tutti_sampler_free(smp);
+    return rc;
+}
+
+static int ens_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sampler_params *sp,
+                        const tutti_mask *mask, tutti_text_cb cb, void *user, tutti_ensemble_stats *stats) {
+    tutti_sampler_params spd = sp ? *sp : tutti_sampler_default_params();
+    gen_ctx g = {.mask = mask, .cb = cb, .user = user, .ctx_full = -1};
+    g.max_units = mask && mask->max_len > 0 ? mask->max_len : 0;
+    if (mask && mask->max_tokens > 0) {
+        if (e->align == TUTTI_ALIGN_TOKEN) {
+            if (g.max_units <= 0 || mask->max_tokens < g.max_units) g.max_units = mask->max_tokens;
+        } else {
+            g.count_vocab = e->m[0]->vocab;
+            g.max_tokens = mask->max_tokens;
+        }
+    }
+    for (int32_t i = 0; i < e->n; i++) {
+        e->m[i]->t_forward_s = 0;
+        e->m[i]->n_forward_tokens = 0;
+        e->m[i]->new_generation = true;
+        e->m[i]->n_forward_calls = 0;
+    }
+    e->prompt_marked = false;
+    double t0 = ens_now_s(), t_phase = 0;
+    int rc;
+    if (mask && mask->grammar &&
+        gr_constraint_init(&g.gc, mask->grammar, e->align == TUTTI_ALIGN_TOKEN ? e->m[0]->vocab : NULL) < 0)
+        return TUTTI_ERR;
+    fusion_align *a = e->align == TUTTI_ALIGN_TOKEN  ? align_token_new(e, &g)
+                      : e->align == TUTTI_ALIGN_SPAN ? align_span_new(e, &g, &spd)
+                                                     : align_byte_new(e, &g);
+    if (a) {
+        rc = gen_loop(a, pr, &spd);
+        t_phase = a->t_phase;
+        a->ops->free(a);
+    } else {
+        rc = TUTTI_ERR;
+    }
+    gen_flush(&g);
+    gr_constraint_free(&g.gc);
+    double t_total = ens_now_s() - t0;
+    if (stats) {
+        memset(stats, 0, sizeof *stats);
+        stats->n_units = g.n_units;
+        stats->n_bytes = (int32_t)g.n_text;
+        stats->t_total_s = t_total;
+        /* time on the members' critical path: their summed forward time when
+         * they run one after the other, the wall time of the forward phases
+         * when they run concurrently */
+        stats->t_forward_s = (!e->parallel || e->n == 1) ? member_forward_sum(e) : t_phase;
+        stats->t_fusion_s = t_total - stats->t_forward_s;
+        for (int32_t i = 0; i < e->n; i++) {
+            stats->t_member_s[i] = e->m[i]->t_forward_s;
+            stats->n_member_tokens[i] = e->m[i]->n_forward_tokens;
+            stats->n_member_passes[i] = e->m[i]->n_forward_calls;
+            stats->member_left[i] = g.dead[i];
+            stats->n_prompt_evaluated[i] = e->prompt_marked ? e->prompt_eval[i] : e->m[i]->n_forward_tokens;
+            stats->member_left_reason[i] = g.dead[i] ? g.left_why[i] : 0;
+        }
+        stats->ctx_full_member = g.ctx_full;
+        stats->at_limit = g.at_limit || (g.max_units > 0 && g.n_units >= g.max_units);
+    }
+    free(g.text);
+    free(g.count_ids);
+    return rc;
+}
+
+int tutti_ensemble_generate(tutti_ensemble *e, const char *prompt, size_t prompt_len,
+                            const tutti_sampler_params *sp, const tutti_mask *mask, tutti_text_cb cb, void *user,
+                            tutti_ensemble_stats *stats) {
+    if (!e) return tutti_set_error("generation: no ensemble");
+    if (!prompt) prompt = "", prompt_len = 0;
+    gen_prompt pr = {.text = prompt, .len = prompt_len};
+    return ens_generate(e, &pr, sp, mask, cb, user, stats);
+}
+
+int tutti_ensemble_generate_ids(tutti_ensemble *e, const int32_t *const *prompt_ids, const int32_t *n_prompt_ids,
+                                const tutti_sampler_params *sp, const tutti_mask *mask, tutti_text_cb cb,
+                                void *user, tutti_ensemble_stats *stats) {
+    if (!e) return tutti_set_error("generation: no ensemble");
+    if (!prompt_ids || !n_prompt_ids) return tutti_set_error("generation: no token-id prompts");
+    for (int32_t i = 0; i < e->n; i++)
+        if (!prompt_ids[i] || n_prompt_ids[i] < 1)
+            return tutti_set_error("generation: member %d (%s): empty token-id prompt", i + 1, e->path[i]);
+    gen_prompt pr = {.ids = prompt_ids, .n_ids = n_prompt_ids};
+    return ens_generate(e, &pr, sp, mask, cb, user, stats);
+}
