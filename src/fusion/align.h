@@ -50,7 +50,8 @@ typedef struct align_ops {
     /* The bytes outcome x writes (*bytes valid until the next call); *end:
      * x ends the generation here, not committed. */
     size_t (*bytes)(fusion_align *a, int32_t x, const char **bytes, bool *end);
-    /* Every member follows outcome x; *units: what x counts for max_units.
+    /* Every member follows outcome x; *units: what x counts for max_units;
+     * with a->ad.on each member's log-probability of x in a->unit_logp.
      * 0, ALIGN_STOP (x is the last: its bytes are appended, then the
      * generation ends) or TUTTI_ERR. */
     int (*commit)(fusion_align *a, int32_t x, int32_t *units);
@@ -64,6 +65,14 @@ struct fusion_align {
     double t_phase;  /* wall time of the members' forward phases */
     bool masked;     /* ops->mask applies each step */
     float *work;     /* writable row of the widest step (the loop's mask and grammar) */
+    /* weights of this step: e->w at the start, 0 for members that left;
+     * with adapt (the loop, after every commit) the posterior from each
+     * member's log-probability of the committed unit, which commit leaves in
+     * unit_logp (gone: the members that left, or NULL) */
+    float w[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    fusion_adapt ad;
+    double unit_logp[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    const bool *gone;
 };
 
 /* Each returns a started-to-be alignment (not yet started) or NULL + error. */

@@ -84,8 +84,6 @@ typedef struct byte_align {
     fusion_align base;
     fusion_bytes *st[TUTTI_ENSEMBLE_MAX_MEMBERS];
     byte_job j;
-    float w[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* weights of this step (0: left; adapt) */
-    fusion_adapt ad;
     fusion_utf8 u;
     char c; /* the drawn byte */
     float fused[FUSION_N_BYTE_OUT], lp[TUTTI_ENSEMBLE_MAX_MEMBERS][FUSION_N_BYTE_OUT];
@@ -106,8 +104,6 @@ static int byte_start(fusion_align *a, const gen_prompt *pr, tutti_sampler *smp)
      * leaves this generation (weight 0, the others renormalised). */
     bool *dead = g->dead;
     bool dead0[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0};
-    memcpy(s->w, e->w, sizeof(float) * (size_t)e->n);
-    fusion_adapt_begin(e, &s->ad);
     s->j = (byte_job){s->st, pr, dead0};
     double t0 = ens_now_s();
     if (ens_run_members(e, job_bytes_start, &s->j) < 0) return TUTTI_ERR;
@@ -115,7 +111,7 @@ static int byte_start(fusion_align *a, const gen_prompt *pr, tutti_sampler *smp)
     int32_t n_alive = 0;
     for (int32_t i = 0; i < e->n; i++) {
         if (dead0[i]) ens_note_left(e, g, NULL, i, -1);
-        if (dead[i]) s->w[i] = 0;
+        if (dead[i]) a->w[i] = 0;
         else n_alive++;
     }
     s->j.dead = dead;
@@ -160,8 +156,8 @@ static int byte_step(fusion_align *a, const float **row, int32_t *n) {
     a->t_phase += ens_now_s() - t0;
     ens_prompt_done(e);
     for (int32_t i = 0; i < e->n; i++)
-        if (fusion_member_has_left(e->m[i])) s->w[i] = 0;
-    if (bytes_rows(e, s->st, s->j.dead, s->lp) < 0 || bytes_combine(e, s->w, s->lp, s->fused) < 0)
+        if (fusion_member_has_left(e->m[i])) a->w[i] = 0;
+    if (bytes_rows(e, s->st, s->j.dead, s->lp) < 0 || bytes_combine(e, a->w, s->lp, s->fused) < 0)
         return TUTTI_ERR;
     *row = s->fused;
     *n = FUSION_N_BYTE_OUT;
@@ -199,16 +195,14 @@ static int byte_commit(fusion_align *a, int32_t b, int32_t *units) {
         if (dead[i]) continue;
         if (s->lp[i][b] == -INFINITY) {
             ens_note_left(e, a->g, s->st[i], i, b);
-            s->w[i] = 0;
+            a->w[i] = 0;
             continue;
         }
         if (fusion_bytes_commit(s->st[i], (uint8_t)b) < 0) return TUTTI_ERR;
     }
-    if (s->ad.on) { /* weights that follow the text: the members' probabilities of byte b */
-        double lpb[TUTTI_ENSEMBLE_MAX_MEMBERS];
-        for (int32_t i = 0; i < e->n; i++) lpb[i] = dead[i] ? -INFINITY : s->lp[i][b];
-        fusion_adapt_step(e, &s->ad, lpb, dead, s->w);
-    }
+    /* weights that follow the text: the members' probabilities of byte b */
+    for (int32_t i = 0; i < e->n; i++) a->unit_logp[i] = dead[i] ? -INFINITY : s->lp[i][b];
+    a->gone = dead;
     fusion_utf8_push(&s->u, (uint8_t)b);
     *units = 1;
     return 0;

@@ -43,8 +43,6 @@ typedef struct span_ctx {
     bool ctx_hit[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* the member's draft stopped at its context's end */
     bool masked;                              /* allowed / forbidden strings: drafts obey them token by token */
     bool dead[TUTTI_ENSEMBLE_MAX_MEMBERS];    /* left the generation: its tokens cannot spell the text */
-    float w[TUTTI_ENSEMBLE_MAX_MEMBERS];      /* weights of this generation (0 once dead) */
-    fusion_adapt ad;                          /* weights that follow the text */
     token_mask tm[TUTTI_ENSEMBLE_MAX_MEMBERS];
     gr_constraint gc[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* mask->grammar over each member's vocabulary */
     const gen_prompt *pr;
@@ -283,8 +281,6 @@ static int span_start(fusion_align *a, const gen_prompt *pr, tutti_sampler *smp)
     double t0 = ens_now_s();
     if (ens_run_members(e, job_start, c) < 0) return TUTTI_ERR;
     a->t_phase += ens_now_s() - t0;
-    memcpy(c->w, e->w, sizeof(float) * (size_t)e->n);
-    fusion_adapt_begin(e, &c->ad);
     return 0;
 }
 
@@ -316,7 +312,7 @@ static int span_step(fusion_align *a, const float **row, int32_t *n_row) {
     int32_t n_all = 0;
     for (int32_t i = 0; i < e->n; i++) {
         if (fusion_member_has_left(e->m[i])) { /* its server failed (on_fail=leave): no draft, weight 0 */
-            c->w[i] = 0;
+            c->base.w[i] = 0;
             continue;
         }
         draft d = c->d[i];
@@ -360,10 +356,10 @@ static int span_step(fusion_align *a, const float **row, int32_t *n_row) {
     }
     a->t_phase += ens_now_s() - t0;
     for (int32_t i = 0; i < e->n; i++)
-        if (fusion_member_has_left(e->m[i])) c->w[i] = 0;
+        if (fusion_member_has_left(e->m[i])) c->base.w[i] = 0;
     int32_t best = -1;
     double best_s = -INFINITY, wsum = 0;
-    for (int32_t i = 0; i < e->n; i++) wsum += c->w[i];
+    for (int32_t i = 0; i < e->n; i++) wsum += c->base.w[i];
     if (wsum == 0) wsum = 1;
     for (int32_t k = 0; k < n_all; k++) {
         bool full = false;
@@ -374,14 +370,14 @@ static int span_step(fusion_align *a, const float **row, int32_t *n_row) {
         if (e->rule == TUTTI_RULE_MIX) {
             double mx = -INFINITY, acc = 0;
             for (int32_t i = 0; i < e->n; i++)
-                if (c->w[i] > 0 && c->ll[i][k] > mx) mx = c->ll[i][k];
+                if (c->base.w[i] > 0 && c->ll[i][k] > mx) mx = c->ll[i][k];
             for (int32_t i = 0; i < e->n; i++)
-                if (c->w[i] > 0 && mx > -INFINITY) acc += c->w[i] / wsum * exp(c->ll[i][k] - mx);
+                if (c->base.w[i] > 0 && mx > -INFINITY) acc += c->base.w[i] / wsum * exp(c->ll[i][k] - mx);
             s = mx > -INFINITY ? mx + log(acc) : -INFINITY;
         } else {
             s = 0;
             for (int32_t i = 0; i < e->n; i++)
-                if (c->w[i] != 0) s += c->w[i] / wsum * c->ll[i][k];
+                if (c->base.w[i] != 0) s += c->base.w[i] / wsum * c->ll[i][k];
         }
         s /= (double)(all[k].n + (all[k].end ? 1 : 0));
         c->score[k] = (float)s;
@@ -423,19 +419,17 @@ static int span_commit(fusion_align *a, int32_t best, int32_t *units) {
     for (int32_t i = 0; i < e->n; i++) {
         if (!c->dead[i] && c->ll[i][best] == -INFINITY) {
             ens_note_left(e, g, c->cl[i][best], i, -2);
-            c->dead[i] = true, c->w[i] = 0;
+            c->dead[i] = true, c->base.w[i] = 0;
         }
-        live |= !c->dead[i] && c->w[i] != 0;
+        live |= !c->dead[i] && c->base.w[i] != 0;
     }
     if (!live) {
         free_clones(e, c, -1);
         return tutti_set_error("span: no member can spell the chosen text");
     }
-    if (c->ad.on) { /* weights that follow the text: each member's probability of the span */
-        double lps[TUTTI_ENSEMBLE_MAX_MEMBERS];
-        for (int32_t i = 0; i < e->n; i++) lps[i] = c->ll[i][best];
-        fusion_adapt_step(e, &c->ad, lps, c->dead, c->w);
-    }
+    /* weights that follow the text: each member's probability of the span */
+    for (int32_t i = 0; i < e->n; i++) a->unit_logp[i] = c->ll[i][best];
+    a->gone = c->dead;
     free_clones(e, c, best);
     const draft *d = &c->d[best];
     *units = d->n;

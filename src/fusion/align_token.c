@@ -83,8 +83,6 @@ typedef struct token_align {
      * logp: per-member log-probabilities, or scratch for the fusion */
     const float *logits[TUTTI_ENSEMBLE_MAX_MEMBERS];
     float *scratch[TUTTI_ENSEMBLE_MAX_MEMBERS], *logp[TUTTI_ENSEMBLE_MAX_MEMBERS];
-    fusion_adapt ad;
-    float aw[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* weights of this step (adapt) */
     int32_t pass;
 } token_align;
 
@@ -95,9 +93,7 @@ static int token_start(fusion_align *a, const gen_prompt *pr, tutti_sampler *smp
     if (token_prompts(e, pr, g->max_units, t->ids, t->n, t->cap) < 0) return TUTTI_ERR;
     /* as tutti generate: the prompt (member 1's) counts for the repetition penalty */
     for (int32_t k = 0; k < t->n[0]; k++) tutti_sampler_accept(smp, t->ids[0][k]);
-    fusion_adapt_begin(e, &t->ad);
-    memcpy(t->aw, e->w, sizeof(float) * (size_t)e->n);
-    t->pass = t->ad.on ? -1 : passthrough_member(e);
+    t->pass = a->ad.on ? -1 : passthrough_member(e);
     a->masked = g->mask && (g->mask->n_allowed > 0 || g->mask->n_forbidden > 0);
     if (a->masked) {
         /* the piece table of the (shared) vocabulary, built once per ensemble */
@@ -137,14 +133,14 @@ static int token_step_row(fusion_align *a, const float **row, int32_t *n_out) {
     a->t_phase += ens_now_s() - t0;
     ens_prompt_done(e);
     for (int32_t i = 0; i < e->n; i++) /* a remote member that lost its server: weight 0 */
-        if (fusion_member_has_left(e->m[i])) t->aw[i] = 0;
+        if (fusion_member_has_left(e->m[i])) a->w[i] = 0;
     *n_out = V;
     if (t->pass >= 0) {
         *row = t->logits[t->pass];
         return 0;
     }
     fusion_rule_params rp = ens_rule_params(e);
-    rp.weights = t->aw;
+    rp.weights = a->w;
     int r;
     if (e->rule == TUTTI_RULE_MIX || e->rule == TUTTI_RULE_PRODUCT) {
         /* logp[0] spans all n_members rows: the scratch it needs */
@@ -183,17 +179,14 @@ static int token_commit(fusion_align *a, int32_t id, int32_t *units) {
     token_align *t = (token_align *)a;
     tutti_ensemble *e = a->e;
     int32_t V = t->V;
-    if (t->ad.on) { /* each member's log-probability of the drawn token at its temperature */
-        double lpid[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    if (a->ad.on) /* each member's log-probability of the drawn token at its temperature */
         for (int32_t i = 0; i < e->n; i++) {
             const float *z = t->logits[i];
             double tau = e->temp[i] > 0 ? e->temp[i] : 1.0, mx = -INFINITY, s = 0;
             for (int32_t x = 0; x < V; x++) mx = z[x] > mx ? z[x] : mx;
             for (int32_t x = 0; x < V; x++) s += exp(((double)z[x] - mx) / tau);
-            lpid[i] = ((double)z[id] - mx) / tau - log(s);
+            a->unit_logp[i] = ((double)z[id] - mx) / tau - log(s);
         }
-        fusion_adapt_step(e, &t->ad, lpid, NULL, t->aw);
-    }
     for (int32_t i = 0; i < e->n; i++) t->ids[i][t->n[i]++] = id;
     *units = 1;
     return 0;

@@ -20,6 +20,8 @@ static int gen_loop(fusion_align *a, const gen_prompt *pr, const tutti_sampler_p
     gen_ctx *g = a->g;
     tutti_sampler *smp = NULL;
     if (!ops->choose && !(smp = tutti_sampler_new(sp))) return TUTTI_ERR;
+    memcpy(a->w, e->w, sizeof(float) * (size_t)e->n);
+    fusion_adapt_begin(e, &a->ad);
     int rc = ops->start(a, pr, smp) < 0 ? TUTTI_ERR : 0;
     while (rc == 0 && !g->stopped && (g->max_units <= 0 || g->n_units < g->max_units)) {
         if (ops->ctx_full(a)) break;
@@ -64,6 +66,7 @@ static int gen_loop(fusion_align *a, const gen_prompt *pr, const tutti_sampler_p
             rc = TUTTI_ERR;
             break;
         }
+        if (a->ad.on) fusion_adapt_step(e, &a->ad, a->unit_logp, a->gone, a->w);
         g->n_units += units;
         if (gr_constraint_accept(&g->gc, bytes, nb) < 0 || gen_append(g, bytes, nb) < 0) {
             rc = TUTTI_ERR;
