@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "test_common.h"
@@ -372,6 +374,90 @@ static void test_cli_limits(void **state) {
     }
 }
 
+/* ---- the scheduling calibration is cached (issue 12): a second start with
+ * the same members and threads reads the first one's measurement, and the
+ * cached numbers decide the schedule; another thread count or a changed
+ * model file is another key. */
+static tutti_ensemble *make_ens_threads(const char *a, const char *b, int n_threads) {
+    tutti_member_desc d[2] = {{a, NAN, NAN}, {b, NAN, NAN}};
+    tutti_ensemble_params p = tutti_ensemble_default_params();
+    p.members = d;
+    p.n_members = 2;
+    p.align = TUTTI_ALIGN_BYTE;
+    p.n_threads = n_threads;
+    tutti_ensemble *e = tutti_ensemble_new(&p);
+    if (!e) printf("ensemble: %s\n", tutti_last_error());
+    return e;
+}
+
+static void test_schedule_cache(void **state) {
+    (void)state;
+    char dir[] = "/tmp/tutti-sched-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char *old = getenv("XDG_CACHE_HOME") ? strdup(getenv("XDG_CACHE_HOME")) : NULL;
+    setenv("XDG_CACHE_HOME", dir, 1);
+    char *a = strdup(shared_path(M_STORIES)), *b = strdup(shared_path(M_TOK361));
+    const char *paths[2] = {a, b};
+    uint64_t key, key3;
+    assert_int_equal(fusion_schedule_cache_key(paths, 2, 1, 2, &key), 0);
+    assert_int_equal(fusion_schedule_cache_key(paths, 2, 1, 3, &key3), 0);
+    assert_true(key != key3);
+    double ts = 0, tp = 0;
+    char path[4096];
+    assert_false(fusion_schedule_cache_get(key, &ts, &tp, path, sizeof path));
+    /* the first start measures and stores */
+    tutti_ensemble *e = make_ens_threads(a, b, 2);
+    assert_non_null(e);
+    tutti_ensemble_free(e);
+    assert_true(fusion_schedule_cache_get(key, &ts, &tp, path, sizeof path));
+    assert_true(ts > 0 && tp > 0);
+    /* the cached numbers decide: in turn faster, then concurrently faster */
+    fusion_schedule_cache_put(key, 1e-3, 2e-3, path, sizeof path);
+    e = make_ens_threads(a, b, 2);
+    assert_non_null(e);
+    assert_false(e->parallel);
+    tutti_ensemble_free(e);
+    fusion_schedule_cache_put(key, 2e-3, 1e-3, path, sizeof path);
+    e = make_ens_threads(a, b, 2);
+    assert_non_null(e);
+    assert_true(e->parallel);
+    tutti_ensemble_free(e);
+    /* a changed model file (here: a copy with another mtime) is another key */
+    char cp[512];
+    snprintf(cp, sizeof cp, "%s/m.gguf", dir);
+    FILE *in = fopen(a, "rb"), *out = fopen(cp, "wb");
+    assert_non_null(in);
+    assert_non_null(out);
+    char buf[65536];
+    size_t k;
+    while ((k = fread(buf, 1, sizeof buf, in)) > 0) assert_int_equal(fwrite(buf, 1, k, out), k);
+    fclose(in), fclose(out);
+    const char *cpaths[2] = {cp, b};
+    uint64_t kc1, kc2;
+    assert_int_equal(fusion_schedule_cache_key(cpaths, 2, 1, 2, &kc1), 0);
+    struct timespec t[2] = {{1000000000, 0}, {1000000000, 0}};
+    assert_int_equal(utimensat(AT_FDCWD, cp, t, 0), 0);
+    assert_int_equal(fusion_schedule_cache_key(cpaths, 2, 1, 2, &kc2), 0);
+    assert_true(kc1 != kc2 && kc1 != key);
+    /* a malformed cache file is a miss, not an error */
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("zz not a line\n\x01\x02\n", f);
+    fclose(f);
+    assert_false(fusion_schedule_cache_get(key, &ts, &tp, path, sizeof path));
+    e = make_ens_threads(a, b, 2);
+    assert_non_null(e);
+    tutti_ensemble_free(e);
+    assert_true(fusion_schedule_cache_get(key, &ts, &tp, path, sizeof path));
+    remove(path), remove(cp);
+    char sub[512];
+    snprintf(sub, sizeof sub, "%s/tutti", dir);
+    rmdir(sub), rmdir(dir);
+    if (old) setenv("XDG_CACHE_HOME", old, 1), free(old);
+    else unsetenv("XDG_CACHE_HOME");
+    free(a), free(b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nan_member_is_an_error),
@@ -382,6 +468,7 @@ int main(void) {
         cmocka_unit_test(test_eval_refuses),
         cmocka_unit_test(test_max_tokens_and_utf8),
         cmocka_unit_test(test_cli_limits),
+        cmocka_unit_test(test_schedule_cache),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -290,12 +290,19 @@ tutti_ensemble *tutti_ensemble_new(const tutti_ensemble_params *params) {
     if (params->parallel == 0 && e->parallel && all_local) {
         /* the default: measure both schedules on this machine, now */
         double t_seq = 0, t_par = 0;
-        if (fusion_members_calibrate(e->m, e->n, per, n_threads, &t_seq, &t_par) < 0) goto fail;
+        uint64_t key = 0;
+        char cpath[4096] = "";
+        bool have_key = fusion_schedule_cache_key((const char *const *)e->path, e->n, per, n_threads, &key) == 0;
+        bool cached = have_key && fusion_schedule_cache_get(key, &t_seq, &t_par, cpath, sizeof cpath);
+        if (!cached) {
+            if (fusion_members_calibrate(e->m, e->n, per, n_threads, &t_seq, &t_par) < 0) goto fail;
+            if (have_key) fusion_schedule_cache_put(key, t_seq, t_par, cpath, sizeof cpath);
+        }
         e->parallel = t_par <= t_seq;
         if (params->verbose)
-            fprintf(stderr, "ensemble: members %s (measured per step: concurrently, %d thread(s) each, %.3f ms; "
-                    "in turn, %d threads each, %.3f ms)\n", e->parallel ? "concurrently" : "in turn", per,
-                    1e3 * t_par, n_threads, 1e3 * t_seq);
+            fprintf(stderr, "ensemble: members %s (%s per step: concurrently, %d thread(s) each, %.3f ms; "
+                    "in turn, %d threads each, %.3f ms)\n", e->parallel ? "concurrently" : "in turn",
+                    cached ? "cached measurement" : "measured", per, 1e3 * t_par, n_threads, 1e3 * t_seq);
         for (int32_t i = 0; i < e->n && !e->parallel; i++)
             if (fusion_member_local_set_threads(e->m[i], n_threads) < 0) goto fail;
     }

@@ -53,6 +53,15 @@ struct tutti_ensemble {
     bool prompt_marked;
 };
 
+/* The scheduling calibration cached per machine, member files and thread
+ * counts (schedule_cache.c).  key: -1 when a path cannot be resolved; get:
+ * true with the cached seconds per step; put stores them (errors ignored);
+ * path[cap] receives the cache file's name. */
+int fusion_schedule_cache_key(const char *const *paths, int32_t n, int32_t threads_each, int32_t threads_all,
+                              uint64_t *key);
+bool fusion_schedule_cache_get(uint64_t key, double *t_seq, double *t_par, char *path, size_t cap);
+void fusion_schedule_cache_put(uint64_t key, double t_seq, double t_par, char *path, size_t cap);
+
 /* Called after each forward phase: the first call of a generation records
  * the members' forward-token counts as their prompt evaluation. */
 void ens_prompt_done(tutti_ensemble *e);
