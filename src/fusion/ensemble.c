@@ -1156,11 +1156,13 @@ static int ens_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sam
     if (mask && mask->grammar &&
         gr_constraint_init(&g.gc, mask->grammar, e->align == TUTTI_ALIGN_TOKEN ? e->m[0]->vocab : NULL) < 0)
         return TUTTI_ERR;
-    switch (e->align) {
+    float w_given[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* --route: this request's weights from the prompt (route.c) */
+    if ((rc = fusion_route_begin(e, pr, w_given)) == 0) switch (e->align) {
     case TUTTI_ALIGN_TOKEN: rc = token_generate(e, pr, &spd, &g, &t_phase); break;
     case TUTTI_ALIGN_SPAN: rc = span_generate(e, pr, &spd, &g, &t_phase); break;
     default: rc = byte_generate(e, pr, &spd, &g, &t_phase); break;
     }
+    fusion_route_end(e, w_given);
     gen_flush(&g);
     gr_constraint_free(&g.gc);
     double t_total = ens_now_s() - t0;
