@@ -427,6 +427,37 @@ int tutti_ensemble_set_adapt(tutti_ensemble *ens, double alpha);
 /* The alpha in use, or -1 when off. */
 double tutti_ensemble_adapt(const tutti_ensemble *ens);
 
+/* Routing (PackLLM-sim: Mavromatis, Karypis and Karypis 2024, "Pack of
+ * LLMs: Model Fusion at Test-Time via Perplexity Optimization",
+ * arXiv:2404.11531): at the start of every generation (and for every
+ * choice item, the context being the prompt) the weights are set once from
+ * each member's perplexity on the prompt,
+ *
+ *   w_i = w0_i exp(-l_i / tau) / sum_j w0_j exp(-l_j / tau)
+ *
+ * l_i = member i's negative log-likelihood of the prompt in nats per UTF-8
+ * byte (its own canonical tokenization from BOS, at its temperature: the
+ * members' tokens differ, so the paper's mean per token becomes a mean per
+ * byte), w0 the given or fitted weights (uniform: the paper's softmax; a
+ * member with weight 0 stays at 0).  At tau = 1/n_bytes this is the
+ * Bayesian posterior after the prompt; a fixed tau does not sharpen with
+ * the prompt's length (meant for long prompts).  The given weights come
+ * back after the generation.  Cost: one forward pass over the prompt per
+ * member.  tau > 0 (finite) turns it on, tau < 0 off (the default); error
+ * for tau = 0 or a rule other than MIX and PRODUCT. */
+int tutti_ensemble_set_route(tutti_ensemble *ens, double tau);
+/* The tau in use, or -1 when off. */
+double tutti_ensemble_route(const tutti_ensemble *ens);
+/* The routing weights for prompt[0..len) (UTF-8, no NUL) at temperature tau
+ * (> 0, nats per byte) from the ensemble's current weights, whether or not
+ * routing is on: weights[n_members] (sum 1) and, when nll_per_byte is not
+ * NULL, each member's l_i [n_members] (NAN: the prompt is longer than its
+ * context; that member gets weight 0; an empty prompt: 0 for all, the given
+ * weights).  Returns 0, or TUTTI_ERR (bad tau, a member failing, no member
+ * with weight > 0 able to score the prompt). */
+int tutti_ensemble_route_weights(tutti_ensemble *ens, const char *prompt, size_t len, double tau,
+                                 float *weights, double *nll_per_byte);
+
 /* One mask for the whole ensemble, applied to the fused distribution (per
  * token in TOKEN alignment, per byte in BYTE and SPAN alignment).  All
  * pointers borrowed; NULL/0 = off. */
@@ -657,14 +688,15 @@ int tutti_ensemble_fit(tutti_ensemble *ens, const char *text, size_t len, const 
  * temperature optional; a path with spaces goes in double quotes; relative
  * paths are relative to the file's folder; tutti_ensemble_file_write writes
  * absolute paths, so a file means the same models wherever it is put), plus
- * optional lines `rule NAME`, `align NAME` and `adapt ALPHA`; `#` starts a
- * comment. */
+ * optional lines `rule NAME`, `align NAME`, `adapt ALPHA` and `route TAU`;
+ * `#` starts a comment. */
 typedef struct tutti_ensemble_file {
     tutti_member_desc *members; /* [n_members], paths owned by this struct */
     int32_t n_members;
     int rule;  /* tutti_fusion_rule, or -1 if the file does not say */
     int align; /* tutti_align, or -1 */
     double adapt; /* fixed-share alpha of a line `adapt ALPHA` (tutti_ensemble_set_adapt), or -1 */
+    double route; /* tau of a line `route TAU` (tutti_ensemble_set_route), or -1 */
 } tutti_ensemble_file;
 
 /* NULL + error (naming the line) on a malformed file. */

@@ -14,36 +14,6 @@
 
 #define make_ens(rel, n, align, rule) test_ensemble((rel), (n), (align), (rule))
 
-/* Σ log p(token_k | tokens_<k) over the tokenization of text from BOS, in
- * double, straight from the logits of one forward pass. */
-static double direct_ll(const char *model_path, const char *text) {
-    tutti_model_params mp = tutti_model_default_params();
-    tutti_model *m = tutti_model_load(model_path, &mp);
-    assert_non_null(m);
-    const tutti_vocab *v = tutti_model_vocab(m);
-    int32_t ids[1024];
-    int32_t n = tutti_tokenize(v, text, strlen(text), tutti_vocab_add_bos(v), false, ids, 1024);
-    assert_true(n >= 1);
-    tutti_session_params sp = tutti_session_default_params();
-    sp.n_threads = 1;
-    tutti_session *s = tutti_session_new(m, &sp);
-    int32_t V = tutti_model_n_vocab(m);
-    float *logits = malloc(sizeof(float) * (size_t)n * (size_t)V);
-    assert_int_equal(tutti_session_eval(s, ids, n, logits), 0);
-    double ll = 0;
-    for (int32_t k = 0; k + 1 < n; k++) {
-        const float *row = logits + (size_t)k * (size_t)V;
-        double mx = -INFINITY, z = 0;
-        for (int32_t t = 0; t < V; t++) mx = row[t] > mx ? row[t] : mx;
-        for (int32_t t = 0; t < V; t++) z += exp((double)row[t] - mx);
-        ll += (double)row[ids[k + 1]] - mx - log(z);
-    }
-    free(logits);
-    tutti_session_free(s);
-    tutti_model_free(m);
-    return ll;
-}
-
 static void test_ll_is_direct_computation(void **state) {
     (void)state;
     require_shared();
@@ -55,11 +25,11 @@ static void test_ll_is_direct_computation(void **state) {
     double ll[TUTTI_MAX_CHOICES * 2];
     tutti_choices_result r;
     assert_int_equal(tutti_ensemble_eval_choices(e, &it, 1, &r, ll, NULL, NULL), 0);
-    double ctx = direct_ll(shared_path(rel[0]), it.context);
+    double ctx = test_direct_ll(shared_path(rel[0]), it.context);
     for (int c = 0; c < 3; c++) {
         char full[256];
         snprintf(full, sizeof full, "%s%s", it.context, choices[c]);
-        double want = direct_ll(shared_path(rel[0]), full) - ctx;
+        double want = test_direct_ll(shared_path(rel[0]), full) - ctx;
         printf("choice %d: LL %.6f, direct %.6f, ensemble %.6f\n", c, ll[c * 2], want, ll[c * 2 + 1]);
         assert_true(fabs(ll[c * 2] - want) < 1e-3);     /* the member alone */
         assert_true(fabs(ll[c * 2 + 1] - want) < 1e-3); /* a one-member TOKEN ensemble is the member */
@@ -87,6 +57,76 @@ static void test_branches_equal_whole_texts(void **state) {
         printf("%s: branch %.6f, whole - context %.6f\n", cont[c], br[c], whole - c0);
         assert_true(fabs(br[c] - (whole - c0)) < 1e-3);
     }
+    tutti_ensemble_free(e);
+}
+
+static double lse2(double a, double b) {
+    double m = a > b ? a : b;
+    return m + log(exp(a - m) + exp(b - m));
+}
+
+/* The posterior after the context (adapt alpha 0 over the item from BOS)
+ * is the exact mixture of the members as sequence models:
+ * LL = log Σ w_i p_i(ctx + choice) - log Σ w_i p_i(ctx), computed here from
+ * each member's own logits.  TOKEN alignment (shared vocabulary): exact;
+ * BYTE alignment: the members' byte-level probabilities add the mass of the
+ * non-canonical tokenizations (small for these members), so a looser bound,
+ * still far below the static per-byte mixture's distance from it. */
+static void test_posterior_is_sequence_mixture(void **state) {
+    (void)state;
+    require_shared();
+    const char *same[] = {"models/stories260K.gguf", "models/stories260K-ft/stories260K-dreams.gguf"};
+    const char *diff[] = {"models/BabyLlama-tok105/babyllama-tok105.gguf",
+                          "models/BabyLlama-tok361/babyllama-tok361.gguf"};
+    const char *choices[] = {" began to cry.", " was very glad.", " ate the moon."};
+    tutti_choice_item it = {"Tom dropped his ice cream on the ground. He", choices, 3, 0};
+    for (int pass = 0; pass < 2; pass++) {
+        const char *const *rel = pass == 0 ? same : diff;
+        const int align = pass == 0 ? TUTTI_ALIGN_TOKEN : TUTTI_ALIGN_BYTE;
+        const double tol = pass == 0 ? 1e-3 : 0.03;
+        tutti_ensemble *e = make_ens(rel, 2, align, TUTTI_RULE_MIX);
+        assert_non_null(e);
+        const float w[2] = {0.7f, 0.3f};
+        assert_int_equal(tutti_ensemble_set_weights(e, w, NULL), 0);
+        double ctx[2];
+        for (int i = 0; i < 2; i++) ctx[i] = test_direct_ll(shared_path(rel[i]), it.context);
+        double ll_static[TUTTI_MAX_CHOICES * 3], ll[TUTTI_MAX_CHOICES * 3];
+        tutti_choices_result r;
+        assert_int_equal(tutti_ensemble_eval_choices(e, &it, 1, &r, ll_static, NULL, NULL), 0);
+        assert_int_equal(tutti_ensemble_set_adapt(e, 0), 0);
+        assert_int_equal(tutti_ensemble_eval_choices(e, &it, 1, &r, ll, NULL, NULL), 0);
+        double far = 0;
+        for (int c = 0; c < 3; c++) {
+            char full[256];
+            snprintf(full, sizeof full, "%s%s", it.context, choices[c]);
+            double lw0 = log(0.7), lw1 = log(0.3);
+            double want = lse2(lw0 + test_direct_ll(shared_path(rel[0]), full),
+                               lw1 + test_direct_ll(shared_path(rel[1]), full)) -
+                          lse2(lw0 + ctx[0], lw1 + ctx[1]);
+            printf("%s %s: posterior %.6f, direct %.6f, static %.6f\n", align == TUTTI_ALIGN_TOKEN ? "token" : "byte",
+                   choices[c], ll[c * 3 + 2], want, ll_static[c * 3 + 2]);
+            assert_true(fabs(ll[c * 3 + 2] - want) < tol);
+            if (fabs(ll_static[c * 3 + 2] - want) > far) far = fabs(ll_static[c * 3 + 2] - want);
+        }
+        assert_true(far > 10 * tol); /* the static mixture is another quantity */
+        tutti_ensemble_free(e);
+    }
+}
+
+/* route + adapt both set the weights from the context: refused */
+static void test_route_and_adapt_refused(void **state) {
+    (void)state;
+    require_shared();
+    const char *rel[] = {"models/stories260K.gguf", "models/stories260K-ft/stories260K-dreams.gguf"};
+    tutti_ensemble *e = make_ens(rel, 2, TUTTI_ALIGN_TOKEN, TUTTI_RULE_MIX);
+    assert_non_null(e);
+    const char *two[] = {" a", " b"};
+    tutti_choice_item it = {"x", two, 2, 0};
+    tutti_choices_result r;
+    assert_int_equal(tutti_ensemble_set_adapt(e, 0), 0);
+    assert_int_equal(tutti_ensemble_set_route(e, 0.25), 0);
+    assert_int_equal(tutti_ensemble_eval_choices(e, &it, 1, &r, NULL, NULL, NULL), TUTTI_ERR);
+    assert_non_null(strstr(tutti_last_error(), "route and adapt"));
     tutti_ensemble_free(e);
 }
 
@@ -148,9 +188,19 @@ static void test_cloze_members_match_llamacpp(void **state) {
             assert_true(fabs(r.member_acc[i] - acc[i]) < 1e-9);
             assert_true(fabs(r.member_acc_norm[i] - acc_norm[i]) < (i == 1 ? 0.026 : 1e-9));
         }
-        printf("ensemble (%s, byte): acc %.3f acc_norm %.3f\n", tutti_rule_name(rules[ri]), r.ensemble_acc,
-               r.ensemble_acc_norm);
+        printf("ensemble (%s, byte, static weights): acc %.3f acc_norm %.3f\n", tutti_rule_name(rules[ri]),
+               r.ensemble_acc, r.ensemble_acc_norm);
         assert_true(r.ensemble_acc > 0.25 && r.ensemble_acc_norm > 0.25); /* above chance */
+        if (rules[ri] == TUTTI_RULE_MIX) {
+            /* the posterior after the context (eval --choices' default for
+             * mix): at least the best member's acc_norm (llama.cpp: 0.550),
+             * where the static per-byte mixture has 0.450 */
+            assert_int_equal(tutti_ensemble_set_adapt(e, 0), 0);
+            assert_int_equal(tutti_ensemble_eval_choices(e, c.items, c.n, &r, NULL, NULL, NULL), 0);
+            printf("ensemble (mix, byte, posterior after the context): acc %.3f acc_norm %.3f\n", r.ensemble_acc,
+                   r.ensemble_acc_norm);
+            assert_true(r.ensemble_acc_norm >= 0.550 - 1e-9);
+        }
         tutti_ensemble_free(e);
     }
     cloze_free(&c);
@@ -232,6 +282,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ll_is_direct_computation),
         cmocka_unit_test(test_branches_equal_whole_texts),
+        cmocka_unit_test(test_posterior_is_sequence_mixture),
+        cmocka_unit_test(test_route_and_adapt_refused),
         cmocka_unit_test(test_cloze_members_match_llamacpp),
         cmocka_unit_test(test_bad_items),
         cmocka_unit_test(test_cli_choices_json_plot),

@@ -157,3 +157,33 @@ void write_with_template(const char *src, const char *tmpl, const char *path) {
     gguf_writer_free(w);
     gguf_close(f);
 }
+
+/* Σ log p(token_k | tokens_<k) over the tokenization of text from BOS, in
+ * double, straight from the logits of one forward pass. */
+double test_direct_ll(const char *model_path, const char *text) {
+    tutti_model_params mp = tutti_model_default_params();
+    tutti_model *m = tutti_model_load(model_path, &mp);
+    assert_non_null(m);
+    const tutti_vocab *v = tutti_model_vocab(m);
+    int32_t ids[4096];
+    int32_t n = tutti_tokenize(v, text, strlen(text), tutti_vocab_add_bos(v), false, ids, 4096);
+    assert_true(n >= 1);
+    tutti_session_params sp = tutti_session_default_params();
+    sp.n_threads = 1;
+    tutti_session *s = tutti_session_new(m, &sp);
+    int32_t V = tutti_model_n_vocab(m);
+    float *logits = malloc(sizeof(float) * (size_t)n * (size_t)V);
+    assert_int_equal(tutti_session_eval(s, ids, n, logits), 0);
+    double ll = 0;
+    for (int32_t k = 0; k + 1 < n; k++) {
+        const float *row = logits + (size_t)k * (size_t)V;
+        double mx = -INFINITY, z = 0;
+        for (int32_t t = 0; t < V; t++) mx = row[t] > mx ? row[t] : mx;
+        for (int32_t t = 0; t < V; t++) z += exp((double)row[t] - mx);
+        ll += (double)row[ids[k + 1]] - mx - log(z);
+    }
+    free(logits);
+    tutti_session_free(s);
+    tutti_model_free(m);
+    return ll;
+}

@@ -34,5 +34,9 @@ void write_with_template(const char *src, const char *tmpl, const char *path);
  * one thread; NULL (reason printed) on failure. */
 struct tutti_ensemble;
 struct tutti_ensemble *test_ensemble(const char *const *rel, int n, int align, int rule);
+/* Σ log p(token_k | tokens_<k) (nats) over model_path's canonical
+ * tokenization of text from BOS, in double straight from the session API's
+ * logits (one forward pass; up to 4096 tokens). */
+double test_direct_ll(const char *model_path, const char *text);
 
 #endif

@@ -2,7 +2,7 @@
  * alone and of the ensemble.
  *
  *   tutti eval [--text FILE] [--choices FILE.jsonl] -m A.gguf [-m ...] [-w ...] [--rule ...]
- *              [--align ...] [--adapt] [--json] [--plot FILE.svg]
+ *              [--align ...] [--adapt] [--route] [--choices-static] [--json] [--plot FILE.svg]
  *
  * The text is split into sentence-aligned chunks of at most 200 bytes, each
  * scored from BOS (as ../shared/oracle/bpb.py does with llama.cpp).  Choice
@@ -95,13 +95,17 @@ int tutti_cmd_eval(int argc, char **argv) {
     ens_args *a = &args;
     ens_args_init(a);
     const char *text_path = NULL, *choices_path = NULL, *plot_path = NULL;
-    bool json = false;
+    bool json = false, choices_static = false;
     const cli_opt opts[] = {
         CLI_STR("--text,-f,--file", "FILE", &text_path, "text to score (chunks of <= 200 bytes, each from BOS)", "none"),
         CLI_STR("--choices", "FILE.jsonl", &choices_path,
                 "multiple-choice items, one JSON object a line: {\"context\", \"choices\": [...],\n"
                 "\"label\"}: acc and acc_norm (LL per byte of the choice), lm-evaluation-harness style",
                 "none"),
+        CLI_FLAG("--choices-static", &choices_static,
+                 "mix: score choices with the given weights per unit (byte, token, span)\n"
+                 "instead of the posterior over members after the context (the exact\n"
+                 "sequence mixture, the default for mix; --adapt/--route choose others)"),
         CLI_FLAG("--json", &json, "one JSON object: {\"members\":[{\"model\",\"bits_per_byte\",\"acc\",\"acc_norm\",...}],\n"
                                   "\"ensemble\":{\"bits_per_byte\",\"acc\",\"acc_norm\",\"rule\",\"align\"},...}"),
         CLI_STR("--plot", "FILE.svg", &plot_path, "draw every member's and the ensemble's figures as bar charts", "none"),
@@ -147,15 +151,40 @@ int tutti_cmd_eval(int argc, char **argv) {
             goto done;
         }
     }
+    /* How the ensemble weighs the members for a choice item (each scored
+     * from BOS): mix defaults to the posterior after the context (adapt
+     * with alpha 0 over the item: the exact sequence mixture) */
+    char choice_how[64] = "";
+    const char *choice_weights = "static";
     if (cf.n) {
-        double adapt = tutti_ensemble_adapt(e);
-        tutti_ensemble_set_adapt(e, -1); /* each item is scored from BOS with the prior weights */
+        double adapt = tutti_ensemble_adapt(e), tau = tutti_ensemble_route(e);
+        if (adapt >= 0 && tau > 0) {
+            rc = cli_usage_error("--route and --adapt both set the weights from the context; give one of them");
+            goto done;
+        }
+        if (choices_static && (adapt >= 0 || tau > 0)) {
+            rc = cli_usage_error("--choices-static scores with the given weights: drop --%s", tau > 0 ? "route" : "adapt");
+            goto done;
+        }
+        if (tau > 0) {
+            choice_weights = "route";
+            snprintf(choice_how, sizeof choice_how, ", route tau %g", tau);
+        } else if (adapt > 0) {
+            choice_weights = "adapt";
+            snprintf(choice_how, sizeof choice_how, ", adapt %g from BOS", adapt);
+        } else if (adapt == 0 || (!choices_static && tutti_ensemble_rule(e) == TUTTI_RULE_MIX)) {
+            choice_weights = "posterior";
+            snprintf(choice_how, sizeof choice_how, ", posterior after the context");
+            tutti_ensemble_set_adapt(e, 0);
+        } else {
+            snprintf(choice_how, sizeof choice_how, ", static weights");
+        }
         char what[96];
         snprintf(what, sizeof what, "scoring %d choice items with %d members", cf.n, (int)tutti_ensemble_n_members(e));
         cli_progress_start(what);
         int crc = tutti_ensemble_eval_choices(e, cf.items, cf.n, &cr, NULL, NULL, NULL);
         cli_progress_stop();
-        if (adapt >= 0) tutti_ensemble_set_adapt(e, adapt);
+        tutti_ensemble_set_adapt(e, adapt);
         if (crc < 0) {
             cli_error("%s", tutti_last_error());
             goto done;
@@ -185,10 +214,12 @@ int tutti_cmd_eval(int argc, char **argv) {
         if (cf.n) {
             cJSON_AddNumberToObject(en, "acc", cr.ensemble_acc);
             cJSON_AddNumberToObject(en, "acc_norm", cr.ensemble_acc_norm);
+            cJSON_AddStringToObject(en, "choice_weights", choice_weights);
         }
         cJSON_AddStringToObject(en, "rule", tutti_rule_name(tutti_ensemble_rule(e)));
         cJSON_AddStringToObject(en, "align", tutti_align_name(tutti_ensemble_align(e)));
         if (adapt >= 0) cJSON_AddNumberToObject(en, "adapt_alpha", adapt);
+        if (tutti_ensemble_route(e) > 0) cJSON_AddNumberToObject(en, "route_tau", tutti_ensemble_route(e));
         if (text) {
             cJSON_AddNumberToObject(root, "chunks", r.n_chunks);
             cJSON_AddNumberToObject(root, "bytes", (double)r.n_bytes);
@@ -219,8 +250,8 @@ int tutti_cmd_eval(int argc, char **argv) {
             for (int i = 0; i < nm; i++)
                 printf("member %d %s: acc %.4f acc_norm %.4f\n", i + 1, tutti_ensemble_member_path(e, i),
                        cr.member_acc[i], cr.member_acc_norm[i]);
-            printf("ensemble (%s, %s): acc %.4f acc_norm %.4f\n", tutti_rule_name(tutti_ensemble_rule(e)),
-                   tutti_align_name(tutti_ensemble_align(e)), cr.ensemble_acc, cr.ensemble_acc_norm);
+            printf("ensemble (%s, %s%s): acc %.4f acc_norm %.4f\n", tutti_rule_name(tutti_ensemble_rule(e)),
+                   tutti_align_name(tutti_ensemble_align(e)), choice_how, cr.ensemble_acc, cr.ensemble_acc_norm);
         }
     }
     rc = 0;

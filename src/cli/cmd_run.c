@@ -29,6 +29,7 @@ void ens_args_init(ens_args *a) {
     a->rule = a->align = -1;
     a->prune = -1;
     a->adapt_alpha = -1;
+    a->route_tau = -1;
     a->n_ctx = CLI_CTX_UNSET;
     for (int k = 0; k < 4; k++) {
         g_rules[k] = tutti_rule_name((tutti_fusion_rule)k);
@@ -60,6 +61,12 @@ void ens_args_init(ens_args *a) {
         CLI_DOUBLE("--adapt-alpha", "ALPHA", &a->adapt_alpha, 0, 1,
                    "fixed-share alpha of --adapt: 0 = Bayes, 1 = static weights (implies --adapt)",
                    "the ensemble file's, else 0.01"),
+        CLI_FLAG("--route", &a->route,
+                 "mix, product: weights set once per request from each member's perplexity\n"
+                 "on the prompt (PackLLM): w_i ~ w0_i exp(-nats per byte_i / TAU)"),
+        CLI_DOUBLE("--route-tau", "TAU", &a->route_tau, 1e-6, 1e6,
+                   "temperature of --route in nats per byte (implies --route; 1/bytes of the\n"
+                   "prompt would be the Bayes posterior)", "the ensemble file's, else 0.25"),
         CLI_END,
     };
     memcpy(a->opts, t, sizeof t);
@@ -128,6 +135,12 @@ tutti_ensemble *ens_args_build(ens_args *a, const char *cmd) {
     }
     double alpha = a->adapt_alpha >= 0 ? a->adapt_alpha : a->file && a->file->adapt >= 0 ? a->file->adapt : -1;
     if ((a->adapt || alpha >= 0) && tutti_ensemble_set_adapt(e, alpha >= 0 ? alpha : 0.01) < 0) {
+        cli_error("%s", tutti_last_error());
+        tutti_ensemble_free(e);
+        return NULL;
+    }
+    double tau = a->route_tau > 0 ? a->route_tau : a->file && a->file->route > 0 ? a->file->route : -1;
+    if ((a->route || tau > 0) && tutti_ensemble_set_route(e, tau > 0 ? tau : 0.25) < 0) {
         cli_error("%s", tutti_last_error());
         tutti_ensemble_free(e);
         return NULL;

@@ -19,7 +19,9 @@ typedef struct ens_args {
     float beta;
     bool adapt;              /* --adapt */
     double adapt_alpha;      /* --adapt-alpha (-1 = not given) */
-    cli_opt opts[24];        /* the flag table, pointing into this struct */
+    bool route;              /* --route */
+    double route_tau;        /* --route-tau (-1 = not given) */
+    cli_opt opts[26];        /* the flag table, pointing into this struct */
     tutti_ensemble_file *file;
     tutti_member_desc desc[TUTTI_ENSEMBLE_MAX_MEMBERS];
 } ens_args;
@@ -42,6 +44,7 @@ void ens_args_free(ens_args *a);
     "  rule NAME            mix | product | gate | contrastive (--rule overrides it)\n"        \
     "  align NAME           auto | token | byte | span (--align overrides it)\n"               \
     "  adapt ALPHA          mix weights follow the text, fixed-share ALPHA in [0,1] (fit --adapt)\n" \
+    "  route TAU            weights from the prompt's perplexities, TAU > 0 nats/byte (--route)\n" \
     "  # ...                a comment: '#' at the start of a line or after a blank, to the\n" \
     "                       end of the line (also inside quotes); blank lines are skipped\n"  \
     "  URL#MODEL;vocab=PATH a remote member (README \"Remote members\"; PATH relative to\n"     \

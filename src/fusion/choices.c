@@ -2,7 +2,15 @@
  * type): LL(choice) = LL(context + choice) - LL(context), every text scored
  * from BOS, the answer the highest LL (acc) or the highest LL per byte of the
  * choice (acc_norm, normalised by UTF-8 bytes as ../shared/eval/README
- * defines it).  LL(context) is computed once per item. */
+ * defines it).  LL(context) is computed once per item.
+ *
+ * The ensemble's LL follows its settings: static weights per unit; with
+ * adapt the weights follow the item's text from BOS (alpha 0: the exact
+ * sequence mixture, LL = log Σ w_i p_i(context + choice) - log Σ w_i
+ * p_i(context), i.e. the choice scored with the posterior over members
+ * after the context, which lets the member that models this context best
+ * speak); with route the weights are set from the context's perplexities
+ * (route.c) and static over the choice. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,9 +43,8 @@ int tutti_ensemble_eval_choices(tutti_ensemble *e, const tutti_choice_item *item
             if (!q->choices[c] || !q->choices[c][0])
                 return tutti_set_error("choices: item %d: choice %d is empty", it + 1, c + 1);
     }
-    if (e->adapt_on)
-        return tutti_set_error("choices: every item is scored from BOS with the ensemble's weights; weights that "
-                               "follow the text (adapt) apply to running text only: turn adapt off");
+    if (e->adapt_on && e->route_tau > 0)
+        return tutti_set_error("choices: route and adapt both set the weights from the context; use one of them");
     /* BYTE alignment scores the choices from the context's byte states (built
      * once per item); TOKEN and SPAN score context + choice and the context
      * as whole texts (their units may straddle the boundary). */
@@ -45,10 +52,19 @@ int tutti_ensemble_eval_choices(tutti_ensemble *e, const tutti_choice_item *item
     int rc = 0;
     size_t lctx = 0;
     char *buf = NULL;
+    float w_given[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    memcpy(w_given, e->w, sizeof(float) * (size_t)e->n);
     for (int32_t it = 0; it < n_items && rc == 0; it++) {
         const tutti_choice_item *q = &items[it];
         double ctx_m[TUTTI_ENSEMBLE_MAX_MEMBERS], ctx_e;
         lctx = strlen(q->context);
+        /* route: this item's weights from the context (the prompt) */
+        if (e->route_tau > 0) {
+            memcpy(e->w, w_given, sizeof(float) * (size_t)e->n);
+            float w[TUTTI_ENSEMBLE_MAX_MEMBERS];
+            if ((rc = tutti_ensemble_route_weights(e, q->context, lctx, e->route_tau, w, NULL)) < 0) break;
+            memcpy(e->w, w, sizeof(float) * (size_t)e->n);
+        }
         double br[TUTTI_MAX_CHOICES];
         if (branches) {
             if ((rc = fusion_branches_nll(e, q->context, q->choices, q->n_choices, br)) < 0) break;
@@ -112,6 +128,7 @@ int tutti_ensemble_eval_choices(tutti_ensemble *e, const tutti_choice_item *item
         if (progress) progress(it + 1, n_items, user);
     }
     free(buf);
+    memcpy(e->w, w_given, sizeof(float) * (size_t)e->n);
     if (rc < 0) return rc;
     out->n_members = e->n;
     out->n_items = n_items;

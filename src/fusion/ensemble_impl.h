@@ -35,6 +35,7 @@ struct tutti_ensemble {
     bool parallel;        /* members' forward passes on one thread each, concurrently */
     bool adapt_on;        /* MIX weights follow the text (adapt.c) */
     double adapt_alpha;   /* fixed-share alpha in [0, 1] */
+    double route_tau;     /* > 0: weights from the prompt's perplexities (route.c), else off */
     /* worker pool (parallel): one thread per member */
     pthread_t th[TUTTI_ENSEMBLE_MAX_MEMBERS];
     bool th_started;
@@ -126,6 +127,13 @@ typedef struct gen_prompt {
     const int32_t *const *ids;
     const int32_t *n_ids;
 } gen_prompt;
+
+/* Routing (route.c): begin copies the given weights to w_given[n] and,
+ * with route on, replaces the ensemble's weights by those computed from
+ * the prompt (a notice names them); end puts the given weights back.
+ * Called at the start and the end of every generation. */
+int fusion_route_begin(tutti_ensemble *e, const gen_prompt *pr, float *w_given);
+void fusion_route_end(tutti_ensemble *e, const float *w_given);
 
 typedef struct gen_ctx gen_ctx;
 

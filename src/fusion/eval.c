@@ -191,7 +191,8 @@ int fusion_byte_table(fusion_member *m, const fusion_trie *trie, const fusion_by
  * byte state after the same bytes is the same.  A member gone in the prefix
  * (context full, cannot spell it) gets -inf rows everywhere. */
 static int byte_table_branches(fusion_member *m, const fusion_trie *trie, const fusion_bytes_params *bp,
-                               const char *prefix, size_t plen, const char *const *cont, int n_cont, float *out) {
+                               const char *prefix, size_t plen, const char *const *cont, int n_cont, float *out,
+                               double *plp, bool *pgone) {
     size_t total = 0;
     for (int c = 0; c < n_cont; c++) total += strlen(cont[c]);
     fusion_bytes *st = fusion_bytes_new(m, trie, bp);
@@ -199,9 +200,16 @@ static int byte_table_branches(fusion_member *m, const fusion_trie *trie, const 
     int rc = fusion_bytes_start(st, "", 0);
     double d[FUSION_N_BYTE_OUT];
     bool gone = false;
+    /* plp[i], pgone[i]: the log-probability of the prefix's byte i and
+     * whether the member has no distribution there (as unit_logp reads the
+     * rows of fusion_byte_table: the byte it cannot follow still counts,
+     * with probability 0; from the next byte on it is gone) */
+    for (size_t i = 0; i < plen; i++) plp[i] = -INFINITY, pgone[i] = true;
     for (size_t i = 0; rc == 0 && i < plen && !gone; i++) {
         if ((gone = fusion_bytes_need_tokens(st) > m->n_ctx)) break;
         if ((rc = fusion_bytes_next(st, d)) < 0) break;
+        pgone[i] = false;
+        plp[i] = d[(uint8_t)prefix[i]] > 0 ? log(d[(uint8_t)prefix[i]]) : -INFINITY;
         if ((gone = !(d[(uint8_t)prefix[i]] > 0))) break;
         rc = fusion_bytes_commit(st, (uint8_t)prefix[i]);
     }
@@ -568,13 +576,15 @@ typedef struct branch_job {
     const char *const *cont;
     int n_cont;
     float *rows[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    double *plp[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* [strlen(prefix)] per member */
+    bool *pgone[TUTTI_ENSEMBLE_MAX_MEMBERS];
 } branch_job;
 
 static int job_branches(tutti_ensemble *e, int32_t i, void *arg) {
     branch_job *j = arg;
     fusion_bytes_params bp = ens_bytes_params(e, i);
     if (byte_table_branches(e->m[i], e->trie[i], &bp, j->prefix, strlen(j->prefix), j->cont, j->n_cont,
-                            j->rows[i]) < 0) {
+                            j->rows[i], j->plp[i], j->pgone[i]) < 0) {
         tutti_error_prefix("member %d (%s)", i + 1, e->path[i]);
         return TUTTI_ERR;
     }
@@ -585,25 +595,55 @@ int fusion_branches_nll(tutti_ensemble *e, const char *prefix, const char *const
     if (e->align != TUTTI_ALIGN_BYTE) return tutti_set_error("eval: continuations are scored in byte alignment only");
     size_t total = 0;
     for (int c = 0; c < n_cont; c++) total += strlen(cont[c]);
+    size_t plen = strlen(prefix);
     branch_job j = {.prefix = prefix, .cont = cont, .n_cont = n_cont};
     int rc = 0;
-    for (int32_t i = 0; i < e->n && rc == 0; i++)
-        if (!(j.rows[i] = malloc(sizeof(float) * (total ? total : 1) * FUSION_N_BYTE_OUT)))
-            rc = tutti_set_error("eval: out of memory");
+    for (int32_t i = 0; i < e->n && rc == 0; i++) {
+        j.rows[i] = malloc(sizeof(float) * (total ? total : 1) * FUSION_N_BYTE_OUT);
+        j.plp[i] = malloc(sizeof(double) * (plen ? plen : 1));
+        j.pgone[i] = malloc(sizeof(bool) * (plen ? plen : 1));
+        if (!j.rows[i] || !j.plp[i] || !j.pgone[i]) rc = tutti_set_error("eval: out of memory");
+    }
     int32_t *y = malloc(sizeof(int32_t) * (total ? total : 1));
     if (!y && rc == 0) rc = tutti_set_error("eval: out of memory");
     if (rc == 0) rc = ens_run_members(e, job_branches, &j);
+    /* weights that follow the text: the posterior after the prefix is the
+     * prior of every continuation (alpha 0: the exact mixture of whole
+     * sequences, log Σ w_i p_i(prefix + cont) - log Σ w_i p_i(prefix)) */
+    double prior[TUTTI_ENSEMBLE_MAX_MEMBERS], wp[TUTTI_ENSEMBLE_MAX_MEMBERS], l[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    bool g[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    if (rc == 0 && e->adapt_on) {
+        fusion_adapt_prior(e, e->w, prior);
+        memcpy(wp, prior, sizeof(double) * (size_t)e->n);
+        for (size_t k = 0; k < plen; k++) {
+            for (int32_t i = 0; i < e->n; i++) l[i] = j.plp[i][k], g[i] = j.pgone[i][k];
+            fusion_adapt_update(e, e->adapt_alpha, prior, wp, l, g);
+        }
+    }
     size_t r = 0;
     for (int c = 0; c < n_cont && rc == 0; c++) {
         size_t len = strlen(cont[c]);
         for (size_t k = 0; k < len; k++) y[r + k] = (uint8_t)cont[c][k];
-        text_data d = {.n_rows = (int64_t)len, .y = y + r, .width = FUSION_N_BYTE_OUT};
         float *rows[TUTTI_ENSEMBLE_MAX_MEMBERS];
         for (int32_t i = 0; i < e->n; i++) rows[i] = j.rows[i] + r * FUSION_N_BYTE_OUT;
-        rc = ensemble_nll(e, &d, rows, e->w, &nll[c]);
+        if (e->adapt_on) {
+            double w[TUTTI_ENSEMBLE_MAX_MEMBERS];
+            memcpy(w, wp, sizeof(double) * (size_t)e->n);
+            nll[c] = 0;
+            for (size_t k = 0; k < len; k++) {
+                for (int32_t i = 0; i < e->n; i++) {
+                    const float *row = rows[i] + k * FUSION_N_BYTE_OUT;
+                    l[i] = row[y[r + k]], g[i] = row_gone(row, FUSION_N_BYTE_OUT);
+                }
+                nll[c] -= fusion_adapt_update(e, e->adapt_alpha, prior, w, l, g);
+            }
+        } else {
+            text_data d = {.n_rows = (int64_t)len, .y = y + r, .width = FUSION_N_BYTE_OUT};
+            rc = ensemble_nll(e, &d, rows, e->w, &nll[c]);
+        }
         r += len;
     }
-    for (int32_t i = 0; i < e->n; i++) free(j.rows[i]);
+    for (int32_t i = 0; i < e->n; i++) free(j.rows[i]), free(j.plp[i]), free(j.pgone[i]);
     free(y);
     return rc;
 }
@@ -864,6 +904,7 @@ tutti_ensemble_file *tutti_ensemble_file_read(const char *path) {
     if (!ef) goto oom;
     ef->rule = ef->align = -1;
     ef->adapt = -1;
+    ef->route = -1;
     ef->members = calloc(TUTTI_ENSEMBLE_MAX_MEMBERS, sizeof(tutti_member_desc));
     if (!ef->members) goto oom;
     int lineno = 0;
@@ -904,6 +945,17 @@ tutti_ensemble_file *tutti_ensemble_file_read(const char *path) {
             tutti_set_error("ensemble file %s: line %d: expected `MODEL [WEIGHT [TEMP]]`, found extra text \"%s\"",
                             path, lineno, p);
             goto fail;
+        }
+        if (!strcmp(tok[0], "route")) {
+            char *e2 = NULL;
+            double t = nt == 2 ? strtod(tok[1], &e2) : -1;
+            if (nt != 2 || e2 == tok[1] || *e2 || !(t > 0) || !isfinite(t)) {
+                tutti_set_error("ensemble file %s: line %d: route needs a temperature tau > 0 (nats per byte)", path,
+                                lineno);
+                goto fail;
+            }
+            ef->route = t;
+            continue;
         }
         if (!strcmp(tok[0], "adapt")) {
             char *e2 = NULL;
@@ -985,6 +1037,7 @@ int tutti_ensemble_file_write(const tutti_ensemble *e, FILE *out) {
     fprintf(out, "# tutti ensemble: MODEL WEIGHT TEMP per line\n");
     fprintf(out, "rule %s\nalign %s\n", tutti_rule_name(e->rule), tutti_align_name(e->align));
     if (e->adapt_on) fprintf(out, "adapt %.6g\n", e->adapt_alpha);
+    if (e->route_tau > 0) fprintf(out, "route %.6g\n", e->route_tau);
     for (int32_t i = 0; i < e->n; i++) {
         /* Absolute paths: the reader resolves relative ones against the
          * file's folder, and the writer does not know where the file goes

@@ -103,16 +103,20 @@ static int ens_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sam
     if (mask && mask->grammar &&
         gr_constraint_init(&g.gc, mask->grammar, e->align == TUTTI_ALIGN_TOKEN ? e->m[0]->vocab : NULL) < 0)
         return TUTTI_ERR;
-    fusion_align *a = e->align == TUTTI_ALIGN_TOKEN  ? align_token_new(e, &g)
-                      : e->align == TUTTI_ALIGN_SPAN ? align_span_new(e, &g, &spd)
-                                                     : align_byte_new(e, &g);
-    if (a) {
-        rc = gen_loop(a, pr, &spd);
-        t_phase = a->t_phase;
-        a->ops->free(a);
-    } else {
-        rc = TUTTI_ERR;
+    float w_given[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* --route: this request's weights from the prompt (route.c) */
+    if ((rc = fusion_route_begin(e, pr, w_given)) == 0) {
+        fusion_align *a = e->align == TUTTI_ALIGN_TOKEN  ? align_token_new(e, &g)
+                          : e->align == TUTTI_ALIGN_SPAN ? align_span_new(e, &g, &spd)
+                                                         : align_byte_new(e, &g);
+        if (a) {
+            rc = gen_loop(a, pr, &spd);
+            t_phase = a->t_phase;
+            a->ops->free(a);
+        } else {
+            rc = TUTTI_ERR;
+        }
     }
+    fusion_route_end(e, w_given);
     gen_flush(&g);
     gr_constraint_free(&g.gc);
     double t_total = ens_now_s() - t0;
