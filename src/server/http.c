@@ -251,6 +251,10 @@ static enum MHD_Result do_generate(srv_server *s, struct MHD_Connection *c, conn
                               "the model '%s' does not exist (see /v1/models)", name);
         j->spec = *sp;
     }
+    if (r->logprobs >= 0 && (j->spec.align == TUTTI_ALIGN_SPAN || j->spec.align_used == TUTTI_ALIGN_SPAN))
+        return send_error(s, c, ep, 400, "logprobs", NULL,
+                          "logprobs need token or byte alignment: model '%s' fuses in span alignment, whose steps "
+                          "have no per-token distribution", name);
     /* every member's prompt: its own chat rendering, or the text it will
      * tokenize itself (counted here to check the context) */
     int32_t room = INT32_MAX;

@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "server/logprobs.h"
 #include "server/request.h"
 #include "tutti.h"
 
@@ -153,6 +154,10 @@ struct srv_job {
     double t_gen_s;           /* wall time inside the generations */
     const char *unit;         /* "token" or "byte" */
     int64_t prompt_eval[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    /* logprobs (req.logprobs >= 0): each choice's entries */
+    srv_lp lp[SRV_MAX_N];
+    const tutti_vocab *lp_vocab; /* member 1's, for token texts */
+    bool lp_oom;
     bool done;
     int status;               /* 200, or an HTTP error status */
     char error[1024];

@@ -65,7 +65,7 @@ void srv_job_unref(srv_job *j) {
     if (r > 0) return;
     srv_request_free(&j->req);
     for (int i = 0; i < TUTTI_ENSEMBLE_MAX_MEMBERS; i++) free(j->ids[i]);
-    for (int i = 0; i < SRV_MAX_N; i++) free(j->text[i]);
+    for (int i = 0; i < SRV_MAX_N; i++) free(j->text[i]), srv_lp_free(&j->lp[i]);
     free(j->out);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
@@ -125,13 +125,26 @@ static int text_cb(const char *bytes, size_t n, void *user) {
         return 1;
     }
     int c = j->choice;
+    j->lp[c].emitted += n;
     if (j->req.stream) {
-        sse_event(j, srv_chunk_json(j, c, bytes, n, NULL, !j->role_sent));
+        size_t to = j->req.logprobs >= 0 ? srv_lp_ready(&j->lp[c], j->lp[c].emitted, false) : 0;
+        sse_event(j, srv_chunk_json(j, c, bytes, n, NULL, !j->role_sent, to));
         j->role_sent = true;
     } else {
         append(&j->text[c], &j->n_text[c], &j->cap_text[c], bytes, n);
     }
     pthread_mutex_unlock(&j->mu);
+    return 0;
+}
+
+/* The fused distribution of each step, for logprobs (worker thread only;
+ * the connection reads the entries once the job is done). */
+static int step_cb(const tutti_step *st, void *user) {
+    srv_job *j = user;
+    if (srv_lp_step(&j->lp[j->choice], st, j->lp_vocab, j->req.logprobs) < 0) {
+        j->lp_oom = true;
+        return 1;
+    }
     return 0;
 }
 
@@ -229,6 +242,14 @@ static void run_job(srv_slot *sl, srv_job *j) {
         return;
     }
     j->unit = tutti_ensemble_align(e) == TUTTI_ALIGN_TOKEN ? "token" : "byte";
+    if (j->req.logprobs >= 0 && tutti_ensemble_align(e) == TUTTI_ALIGN_SPAN) {
+        finish_job(j, 400, "logprobs need token or byte alignment (this ensemble fuses spans, whose steps have no "
+                           "per-token distribution)");
+        return;
+    }
+    /* the slot's ensemble is reused: set (or clear) the receiver per job */
+    j->lp_vocab = tutti_model_vocab(s->reg.files[j->spec.file[0]].model);
+    tutti_ensemble_set_step_cb(e, j->req.logprobs >= 0 ? step_cb : NULL, j);
     tutti_mask m = {.stop = (const char *const *)j->req.stop, .n_stop = j->req.n_stop, .max_tokens = j->max_units,
                     .grammar = j->req.grammar};
     int rc = 0;
@@ -248,6 +269,7 @@ static void run_job(srv_slot *sl, srv_job *j) {
         else
             rc = tutti_ensemble_generate(e, j->req.prompt, j->req.prompt_len, &sp, &m, text_cb, j, &st);
         if (rc < 0) snprintf(err, sizeof err, "generation failed: %s", tutti_last_error());
+        if (rc == 0 && j->lp_oom) rc = -1, snprintf(err, sizeof err, "logprobs: out of memory");
         const char *finish = st.at_limit ? "length" : "stop";
         pthread_mutex_lock(&j->mu);
         j->finish[c] = finish;
@@ -257,8 +279,11 @@ static void run_job(srv_slot *sl, srv_job *j) {
             for (int i = 0; i < j->spec.n; i++) j->prompt_eval[i] = st.n_prompt_evaluated[i];
         cancelled = j->cancelled;
         if (rc == 0 && !cancelled && j->req.stream) {
-            if (!j->role_sent && j->req.kind == SRV_CHAT) sse_event(j, srv_chunk_json(j, c, "", 0, NULL, true));
-            sse_event(j, srv_chunk_json(j, c, NULL, 0, finish, false));
+            if (!j->role_sent && j->req.kind == SRV_CHAT)
+                sse_event(j, srv_chunk_json(j, c, "", 0, NULL, true, j->lp[c].sent));
+            /* the final chunk: entries of a token cut by a stop string */
+            size_t to = j->req.logprobs >= 0 ? srv_lp_ready(&j->lp[c], j->lp[c].emitted, true) : 0;
+            sse_event(j, srv_chunk_json(j, c, NULL, 0, finish, false, to));
         }
         pthread_mutex_unlock(&j->mu);
         /* metrics */
