@@ -59,6 +59,7 @@ typedef struct remote_member {
     tutti_vocab *vocab;
     remote_http *http;
     char *model;        /* MODEL of the spec ("" when none) */
+    char *model_json;   /* it as a JSON string, NULL when none */
     int api;
     int rest;
     bool leave;         /* on_fail=leave */
@@ -292,7 +293,10 @@ static int fetch(remote_member *rm, const int32_t *ids, int32_t n, float *out) {
     const char *path;
     if (rm->api == API_LLAMA) {
         path = "/completion";
-        p += sprintf(p, "{\"prompt\":");
+        p += sprintf(p, "{");
+        /* llama-server ignores "model"; tutti serve picks the model by it */
+        if (rm->model_json) p += sprintf(p, "\"model\":%s,", rm->model_json);
+        p += sprintf(p, "\"prompt\":");
         p += put_ids(p, ids, n);
         /* no samplers and pre-sampling probabilities: the model's own
          * distribution; cache_prompt reuses the server's KV cache for the
@@ -302,14 +306,7 @@ static int fetch(remote_member *rm, const int32_t *ids, int32_t n, float *out) {
     } else {
         path = "/v1/completions";
         p += sprintf(p, "{");
-        if (*rm->model) {
-            cJSON *s = cJSON_CreateString(rm->model);
-            char *q = s ? cJSON_PrintUnformatted(s) : NULL;
-            cJSON_Delete(s);
-            if (!q) return tutti_set_error("member %s: out of memory", m->name);
-            p += sprintf(p, "\"model\":%s,", q);
-            cJSON_free(q);
-        }
+        if (rm->model_json) p += sprintf(p, "\"model\":%s,", rm->model_json);
         p += sprintf(p, "\"prompt\":");
         p += put_ids(p, ids, n);
         sprintf(p, ",\"max_tokens\":1,\"temperature\":0,\"logprobs\":%d,\"echo\":false,\"stream\":false}",
@@ -433,6 +430,7 @@ static void remote_free(fusion_member *m) {
     remote_http_free(rm->http);
     tutti_vocab_free(rm->vocab);
     free(rm->model), free(rm->body), free(rm->seen);
+    cJSON_free(rm->model_json);
     free(rm->by_piece), free(rm->pieces), free(rm->piece_off);
     free(rm);
 }
@@ -590,8 +588,9 @@ static int check_vocab(remote_member *rm, const char *vocab_path) {
                                "there and %d here, or other ids); give the GGUF file of the served model",
                                remote_http_base(rm->http), vocab_path, nr, nl);
     /* the bytes of the ids: llama-server's /detokenize (not every server has it) */
-    char idbuf[256 * 12 + 32];
-    size_t k = (size_t)sprintf(idbuf, "{\"tokens\":");
+    char idbuf[256 * 12 + 2048];
+    size_t k = (size_t)snprintf(idbuf, 1600, "{%s%s%s\"tokens\":", rm->model_json ? "\"model\":" : "",
+                                rm->model_json ? rm->model_json : "", rm->model_json ? "," : "");
     put_ids(idbuf + k, loc, nl);
     strcat(idbuf, "}");
     r = request_json(rm, "/detokenize", idbuf, &status);
@@ -628,6 +627,15 @@ static fusion_member *remote_new(const char *spec_s, int32_t n_ctx, bool quiet) 
     snprintf(rm->base.name, sizeof rm->base.name, "%.180s%s%.60s", sp.base, *sp.model ? "#" : "", sp.model);
     rm->api = sp.api, rm->rest = sp.rest, rm->leave = sp.leave;
     rm->model = strdup(sp.model);
+    if (*sp.model) {
+        cJSON *js = cJSON_CreateString(sp.model);
+        rm->model_json = js ? cJSON_PrintUnformatted(js) : NULL;
+        cJSON_Delete(js);
+        if (!rm->model_json) {
+            tutti_set_error("out of memory");
+            goto fail;
+        }
+    }
     rm->vocab = tutti_vocab_load(sp.vocab);
     if (!rm->model || !rm->vocab) {
         if (!rm->vocab) tutti_error_prefix("remote member %s: vocab=%s", sp.base, sp.vocab);

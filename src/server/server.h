@@ -57,6 +57,10 @@ typedef struct srv_file {
     char *name;           /* served name of the model alone */
     tutti_model *model;
     int32_t n_ctx;        /* its sessions' context */
+    /* native /completion: each token's JSON '"id":I,"token":"T","bytes":[..]',
+     * built once (native.c) */
+    char *nat_frag;
+    int64_t *nat_off;     /* [n_vocab + 1] */
 } srv_file;
 
 /* A served model name: an ensemble over loaded files. */
@@ -111,7 +115,7 @@ int32_t *server_chat_tokens(const tutti_model *model, const char *tmpl_override,
 
 typedef struct srv_metrics {
     pthread_mutex_t mu;
-    int64_t requests[8][6];  /* [endpoint][status class 2xx 4xx 5xx ...] see http.c */
+    int64_t requests[12][6];  /* [endpoint][status class 2xx 4xx 5xx ...] see http.c */
     int64_t prompt_tokens, prompt_evaluated, prompt_reused;
     int64_t gen_units;
     double gen_seconds;
@@ -158,6 +162,12 @@ struct srv_job {
     srv_lp lp[SRV_MAX_N];
     const tutti_vocab *lp_vocab; /* member 1's, for token texts */
     bool lp_oom;
+    /* llama-server's POST /completion (native.h): the next token's distribution */
+    bool native;
+    int nat_file;
+    int32_t *nat_ids, n_nat_ids;
+    int32_t n_probs, n_predict;
+    char *nat_out;            /* the answer's JSON */
     bool done;
     int status;               /* 200, or an HTTP error status */
     char error[1024];
