@@ -1075,6 +1075,97 @@ static void test_logprobs(void **state) {
     assert_int_equal(stop(&s), 0);
 }
 
+/* llama-server's endpoints (src/server/native.c): /completion's n_probs
+ * against the model's own log-softmax (C API), /tokenize against the
+ * tokenizer, /detokenize back, /props, and their errors. */
+static void test_native(void **state) {
+    (void)state;
+    server s;
+    char args[4096];
+    snprintf(args, sizeof args, "-m %s -m %s -t 1", shared_path(M_STORIES), shared_path(M_B361));
+    start(&s, "", args, true);
+    tutti_model *m = tutti_model_load(shared_path(M_STORIES), NULL);
+    assert_non_null(m);
+    const tutti_vocab *v = tutti_model_vocab(m);
+    int32_t ids[64], V = tutti_vocab_n_tokens(v);
+    int32_t n = tutti_tokenize(v, PROMPT, strlen(PROMPT), true, false, ids, 64);
+    assert_true(n > 1);
+    /* /tokenize: the tokenizer's ids; with_pieces: their texts */
+    cJSON *j = post_json(&s, "/tokenize", "{\"model\":\"stories260K\",\"content\":\"" PROMPT "\",\"add_special\":true}", 200);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "tokens");
+    assert_int_equal(cJSON_GetArraySize(t), n);
+    for (int32_t i = 0; i < n; i++) assert_int_equal((int)cJSON_GetArrayItem(t, i)->valuedouble, ids[i]);
+    cJSON_Delete(j);
+    j = post_json(&s, "/tokenize", "{\"model\":\"stories260K\",\"content\":\"Once\",\"with_pieces\":true}", 200);
+    assert_string_equal(jstr(j, "tokens.0.piece"), " Once");
+    cJSON_Delete(j);
+    char body[2048];
+    int k = snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"tokens\":[");
+    for (int32_t i = 0; i < n; i++) k += snprintf(body + k, sizeof body - (size_t)k, i ? ",%d" : "%d", ids[i]);
+    snprintf(body + k, sizeof body - (size_t)k, "]}");
+    j = post_json(&s, "/detokenize", body, 200);
+    assert_string_equal(jstr(j, "content"), PROMPT);
+    cJSON_Delete(j);
+    /* /completion: every token's logprob is the model's own log-softmax */
+    tutti_session_params sp = tutti_session_default_params();
+    sp.n_threads = 1;
+    tutti_session *ss = tutti_session_new(m, &sp);
+    assert_int_equal(tutti_session_eval(ss, ids, n, NULL), 0);
+    double *ls = malloc(sizeof(double) * (size_t)V);
+    log_softmax(tutti_session_logits(ss), V, ls);
+    k = snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"n_predict\":1,\"n_probs\":%d,\"prompt\":[", V);
+    for (int32_t i = 0; i < n; i++) k += snprintf(body + k, sizeof body - (size_t)k, i ? ",%d" : "%d", ids[i]);
+    snprintf(body + k, sizeof body - (size_t)k, "]}");
+    for (int rep = 0; rep < 2; rep++) { /* the second reuses the slot's cached prefix */
+        j = post_json(&s, "/completion", body, 200);
+        const cJSON *top = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "completion_probabilities"), 0), "top_logprobs");
+        assert_int_equal(cJSON_GetArraySize(top), V);
+        double prev = INFINITY;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, top) {
+            int id = (int)jnum(e, "id");
+            double l = jnum(e, "logprob");
+            assert_true(id >= 0 && id < V && l <= prev);
+            prev = l;
+            if (fabs(l - ls[id]) > 1e-5) fail_msg("token %d: /completion %.7f, the model's own %.7f", id, l, ls[id]);
+        }
+        assert_int_equal((int)jnum(j, "completion_probabilities.0.id"), (int)jnum(j, "completion_probabilities.0.top_logprobs.0.id"));
+        if (rep == 1) assert_int_equal((int)jnum(j, "timings.prompt_n"), 1);
+        cJSON_Delete(j);
+    }
+    free(ls);
+    tutti_session_free(ss);
+    tutti_model_free(m);
+    j = post_json(&s, "/completion", "{\"model\":\"stories260K\",\"prompt\":\"" PROMPT "\",\"n_probs\":3}", 200);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(
+                         cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "completion_probabilities"), 0),
+                         "top_logprobs")), 3);
+    cJSON_Delete(j);
+    int st;
+    char *props = http(&s, "GET", "/props", NULL, NULL, &st);
+    assert_int_equal(st, 200);
+    j = cJSON_Parse(props);
+    assert_true(jnum(j, "default_generation_settings.n_ctx") > 0);
+    cJSON_Delete(j);
+    free(props);
+    j = post_json(&s, "/tokenize", "{\"model\":\"stories260K\",\"content\":\"x\"}", 200);
+    cJSON_Delete(j);
+    /* errors */
+    expect_error(&s, "POST", "/completion", "{\"prompt\":[1,2]}", NULL, 400, "ensemble", NULL, NULL);
+    expect_error(&s, "POST", "/completion", "{\"model\":\"nope\",\"prompt\":[1]}", NULL, 404, "does not exist", NULL, NULL);
+    expect_error(&s, "POST", "/completion", "{\"model\":\"stories260K\",\"prompt\":[1,99999]}", NULL, 400, "token id", NULL, NULL);
+    expect_error(&s, "POST", "/completion", "{\"model\":\"stories260K\",\"prompt\":[1],\"n_predict\":5}", NULL, 400, "n_predict", NULL, NULL);
+    expect_error(&s, "POST", "/completion", "{\"model\":\"stories260K\",\"prompt\":[1],\"n_probs\":-1}", NULL, 400, "n_probs", NULL, NULL);
+    expect_error(&s, "POST", "/completion", "{\"model\":\"stories260K\",\"prompt\":[]}", NULL, 400, "empty", NULL, NULL);
+    expect_error(&s, "POST", "/completion", "{\"model\":\"stories260K\",\"prompt\":[1],\"stream\":true}", NULL, 400, "stream", NULL, NULL);
+    expect_error(&s, "POST", "/completion", "{\"model\":", NULL, 400, "malformed JSON", NULL, NULL);
+    expect_error(&s, "POST", "/tokenize", "{\"model\":\"stories260K\",\"content\":3}", NULL, 400, "content", NULL, NULL);
+    expect_error(&s, "POST", "/detokenize", "{\"model\":\"stories260K\",\"tokens\":[\"a\"]}", NULL, 400, "token", NULL, NULL);
+    expect_error(&s, "GET", "/tokenize", NULL, NULL, 405, "POST", NULL, NULL);
+    assert_int_equal(stop(&s), 0);
+}
+
 /* usage errors exit 2, runtime errors 1 */
 static void test_cli_usage(void **state) {
     (void)state;
@@ -1114,6 +1205,7 @@ int main(void) {
         cmocka_unit_test(test_queue_disconnect),
         cmocka_unit_test(test_cli_usage),
         cmocka_unit_test(test_logprobs),
+        cmocka_unit_test(test_native),
     };
     int rc = cmocka_run_group_tests(shared_server, setup, teardown);
     rc |= cmocka_run_group_tests(own_server, NULL, NULL);
