@@ -301,7 +301,7 @@ static int build_frags(srv_file *f) {
         cJSON_Delete(s);
         free(clean);
         if (!js) goto oom;
-        size_t need = strlen(js) + 32 + 4 * (size_t)k;
+        size_t need = strlen(js) + 64 + 4 * (size_t)k; /* "id":I,"token": ,"bytes":[ ] and the bytes */
         if (n + need > cap) {
             while (n + need > cap) cap *= 2;
             char *nb = realloc(buf, cap);
