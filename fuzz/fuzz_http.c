@@ -68,6 +68,7 @@ int tutti_fuzz_http_one(const uint8_t *data, size_t size) {
         CHECK(r.kind == kind && r.n >= 1 && r.n <= SRV_MAX_N && r.n_stop >= 0 && r.n_stop <= SRV_MAX_STOP);
         for (int i = 0; i < r.n_stop; i++) CHECK(r.stop[i] && r.stop[i][0]);
         CHECK(r.max_tokens >= -1);
+        CHECK(r.logprobs >= -1 && r.logprobs <= SRV_MAX_TOP_LOGPROBS);
         if (kind == SRV_CHAT) {
             CHECK(r.n_msgs >= 1 && r.msgs);
             for (int i = 0; i < r.n_msgs; i++) CHECK(r.msgs[i].role && r.msgs[i].role[0]);

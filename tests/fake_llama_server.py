@@ -14,7 +14,8 @@ Failure modes (--mode): ok; die=N (the process exits after N next-token
 answers: connections are refused from then on); garbage (next-token answers
 are not JSON); badjson (JSON with a token id out of range); hang (next-token
 answers never come); notok (no /tokenize or /detokenize, as many OpenAI-style
-servers).  --key K: answer 401 unless "Authorization: Bearer K".
+servers); dup (a token listed twice); odd, oddkey (valid JSON in unusual
+shapes).  --key K: answer 401 unless "Authorization: Bearer K".
 Binds 127.0.0.1 on a free port and writes it to --port-file."""
 import argparse, json, math, os, struct, sys, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -113,6 +114,28 @@ class H(BaseHTTPRequestHandler):
         else:
             body = {"choices": [{"text": "", "logprobs": {"content": [{"id": top[0][0], "top_logprobs": ent}]}}],
                     "timings": timings}
+        if a.mode == "dup" and api == "llama":
+            ent.append(dict(ent[0]))
+        if a.mode in ("odd", "oddkey") and api == "llama":
+            # valid JSON in shapes a scanner might trip on: pretty-printed,
+            # keys reordered, escapes in texts, nested values, a second
+            # completion_probabilities element; oddkey: also one entry whose
+            # "id" key is written with a \u escape (only a full JSON parser
+            # reads it)
+            for e in ent:
+                e["token"] = "\u00e9\"\\/\n%d" % e["id"]
+                e["bytes"] = [195, 169, [1, {"x": [True, None, -1.5e-3]}]]
+            ent = [dict(reversed(list(e.items()))) for e in ent]
+            body = {"timings": dict(timings, extra={"a": [1, 2]}), "tokens": [],
+                    "completion_probabilities": [{"top_logprobs": ent, "id": top[0][0], "logprob": top[0][1]},
+                                                 {"id": 0, "top_logprobs": []}],
+                    "stop": False, "content": "x\"y"}
+            text = json.dumps(body, indent=2)
+            if a.mode == "oddkey":
+                k = '"id": %d\n' % ent[3]["id"]
+                assert k in text
+                text = text.replace(k, '"\\u0069d": %d\n' % ent[3]["id"], 1)
+            return self.send(200, text)
         self.send(200, json.dumps(body))
 
     def do_POST(self):

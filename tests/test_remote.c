@@ -303,9 +303,24 @@ static void test_spec_errors(void **state) {
 static void test_garbage(void **state) {
     (void)state;
     require_shared();
-    const char *modes[] = {"garbage", "badjson"};
-    const char *want[] = {"not JSON", "out of range"};
+    /* valid answers in unusual shapes: the scanner reads them or hands them
+     * to cJSON, either way the reference's rows */
+    load_ref();
+    const char *odd[] = {"odd", "oddkey"};
     for (int k = 0; k < 2; k++) {
+        const char *extra[] = {"--mode", odd[k], NULL};
+        server s = fake_start(extra);
+        char sp[1024];
+        spec(sp, sizeof sp, s.port, NULL);
+        fusion_member *m = fusion_member_remote_new(sp, 0);
+        assert_non_null(m);
+        assert_true(top_diff(m, NV, NULL) < 1e-4);
+        m->vt->free(m);
+        server_stop(&s);
+    }
+    const char *modes[] = {"garbage", "badjson", "dup"};
+    const char *want[] = {"not JSON", "out of range", "listed twice"};
+    for (int k = 0; k < 3; k++) {
         const char *extra[] = {"--mode", modes[k], NULL};
         server s = fake_start(extra);
         char sp[1024];
@@ -494,6 +509,107 @@ static void test_real_llama_server(void **state) {
     waitpid(pid, NULL, 0);
 }
 
+/* tutti serve as the remote member (llama-server's native API of
+ * src/server/native.c): its per-step distribution matches llama.cpp's own
+ * logits, and a fused run with one local and one remote copy of
+ * stories260K gives the all-local run's text byte for byte (greedy and
+ * seeded; token alignment, which the vocabulary check via /tokenize allows,
+ * and byte alignment).  With top=16 only, the text and the approximated
+ * mass are reported. */
+static void test_tutti_serve_member(void **state) {
+    (void)state;
+    load_ref();
+    const char *model = shared_path("models/stories260K.gguf");
+    char log[256], cmd[8192];
+    snprintf(log, sizeof log, "/tmp/tutti_remote_serve_%d.log", (int)getpid());
+    unlink(log);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stdout) || !freopen(log, "w", stderr)) _exit(127);
+        execl(TUTTI_CLI, TUTTI_CLI, "serve", "--port", "0", "-m", model, "-t", "1", (char *)NULL);
+        _exit(127);
+    }
+    track(pid);
+    int port = 0;
+    for (int t = 0; t < 600; t++) {
+        size_t n;
+        char *l = read_file(log, &n);
+        const char *p = l ? strstr(l, "listening on http://127.0.0.1:") : NULL;
+        if (p) port = atoi(p + strlen("listening on http://127.0.0.1:"));
+        bool ready = l && strstr(l, "tutti serve: ready");
+        free(l);
+        if (port && ready) break;
+        usleep(50000);
+    }
+    assert_true(port > 0);
+    char sp[1024];
+    snprintf(sp, sizeof sp, "http://127.0.0.1:%d#stories260K;vocab=%s", port, model);
+    fusion_member *m = fusion_member_remote_new(sp, 0);
+    assert_non_null(m);
+    double d = top_diff(m, NV, NULL);
+    printf("  tutti serve as a remote member: max |log p - llama.cpp| = %.3g\n", d);
+    /* the engine's own distance to llama.cpp on F32 stories260K (whole
+     * vocabulary, tail included: 3e-4 measured; test_models allows 0.02);
+     * the transport itself is checked exactly by the runs below */
+    assert_true(d < 1e-3);
+    m->vt->free(m);
+    const char *cases[] = {"--temp 0", "--seed 7", "--temp 0 --align byte", "--seed 7 --align byte"};
+    int st;
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        char errf[300];
+        snprintf(errf, sizeof errf, "%s.run", log);
+        snprintf(cmd, sizeof cmd, "%s run -m '%s' -m %s -p 'Once upon a time' -n 60 -t 1 %s 2>%s", TUTTI_CLI, sp, model,
+                 cases[c], errf);
+        char *remote = run_cmd(cmd, &st);
+        assert_int_equal(st, 0);
+        size_t n;
+        char *err = read_file(errf, &n);
+        assert_non_null(err);
+        if (!strstr(cases[c], "byte") && !strstr(err, "token alignment"))
+            fail_msg("the remote copy of the same model was not token-aligned:\n%s", err);
+        free(err);
+        snprintf(cmd, sizeof cmd, "%s run -m %s -m %s -p 'Once upon a time' -n 60 -t 1 %s 2>/dev/null", TUTTI_CLI, model,
+                 model, cases[c]);
+        char *local = run_cmd(cmd, &st);
+        assert_int_equal(st, 0);
+        if (strcmp(remote, local) || strlen(local) < 60)
+            fail_msg("%s: local+remote differs from local+local:\n  remote: [%s]\n  local:  [%s]", cases[c], remote, local);
+        free(remote);
+        free(local);
+    }
+    /* the top 16 only (rest spread uniformly): reported, not required equal */
+    for (int r = 0; r < 2; r++) {
+        char errf[300];
+        snprintf(errf, sizeof errf, "%s.top", log);
+        snprintf(cmd, sizeof cmd, "%s run -m '%s;top=16%s' -m %s -p 'Once upon a time' -n 60 -t 1 --temp 0 2>%s",
+                 TUTTI_CLI, sp, r ? ";rest=renorm" : "", model, errf);
+        char *topk = run_cmd(cmd, &st);
+        assert_int_equal(st, 0);
+        size_t n;
+        char *err = read_file(errf, &n);
+        const char *mass = err ? strstr(err, "approximated mass per step ") : NULL;
+        assert_non_null(mass);
+        double mm = atof(mass + strlen("approximated mass per step "));
+        assert_true(mm > 0 && mm < 0.5);
+        snprintf(cmd, sizeof cmd, "%s run -m %s -m %s -p 'Once upon a time' -n 60 -t 1 --temp 0 2>/dev/null", TUTTI_CLI,
+                 model, model);
+        char *local = run_cmd(cmd, &st);
+        const char *e = strchr(mass, '\n');
+        printf("  top=16 rest=%s: %s the full-distribution text; %.*s\n", r ? "renorm" : "uniform",
+               strcmp(topk, local) ? "differs from" : "equals", e ? (int)(e - mass) : 80, mass);
+        free(err), free(topk), free(local);
+        unlink(errf);
+    }
+    kill(pid, SIGTERM);
+    waitpid(pid, &st, 0);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    unlink(log);
+    char f2[300];
+    snprintf(f2, sizeof f2, "%s.run", log);
+    unlink(f2);
+}
+
 /* Ensemble files: URL#MODEL keeps its '#', comments still work, a relative
  * vocab=PATH is relative to the file's folder. */
 static void test_ensemble_file(void **state) {
@@ -531,6 +647,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_ensemble_and_death, teardown), cmocka_unit_test_teardown(test_api_key, teardown),
         cmocka_unit_test_teardown(test_real_llama_server, teardown),
         cmocka_unit_test_teardown(test_ensemble_file, teardown),
+        cmocka_unit_test_teardown(test_tutti_serve_member, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,9 +8,11 @@
  * streamed or not; the KV reuse check counts tokens from the tokenizer's
  * own token counts (usage), not from the server's expectations. */
 #include "test_common.h"
+#include "tutti.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -268,6 +270,245 @@ static double metric(server *s, const char *name) {
     return v;
 }
 
+/* ---- logprobs of the fused distribution ---- */
+
+#define M_DREAMS "models/stories260K-ft/stories260K-dreams.gguf"
+
+/* log-softmax in double of logits[0..n) into out */
+static void log_softmax(const float *logits, int32_t n, double *out) {
+    double mx = -INFINITY, z = 0;
+    for (int32_t i = 0; i < n; i++) mx = logits[i] > mx ? logits[i] : mx;
+    for (int32_t i = 0; i < n; i++) z += exp((double)logits[i] - mx);
+    for (int32_t i = 0; i < n; i++) out[i] = (double)logits[i] - mx - log(z);
+}
+
+/* The reference for TOKEN-aligned logprobs, independent of the server and
+ * of the fusion layer: each member's own logits for the context (its own
+ * session, C API), softmax, the weighted mix sum_i w_i p_i / sum_i w_i, and
+ * greedy decoding.  lp is a legacy completions logprobs object (temperature
+ * 0): every entry's token is the argmax's piece, its logprob that of the
+ * reference within 1e-4, its top_logprobs the reference's top_n (same
+ * texts, same values); the entries' tokens concatenate to text. */
+static void check_token_logprobs(const char *const *paths, const double *w, int n_m, const cJSON *lp, const char *text,
+                                 int top_n) {
+    tutti_model *m[4];
+    tutti_session *ss[4];
+    tutti_session_params sp = tutti_session_default_params();
+    sp.n_ctx = 256, sp.n_threads = 1;
+    for (int i = 0; i < n_m; i++) {
+        assert_non_null(m[i] = tutti_model_load(shared_path(paths[i]), NULL));
+        assert_non_null(ss[i] = tutti_session_new(m[i], &sp));
+    }
+    const tutti_vocab *v = tutti_model_vocab(m[0]);
+    int32_t V = tutti_vocab_n_tokens(v), ids[64];
+    int32_t n = tutti_tokenize(v, PROMPT, strlen(PROMPT), tutti_vocab_add_bos(v), false, ids, 64);
+    assert_true(n > 0);
+    for (int i = 0; i < n_m; i++) assert_int_equal(tutti_session_eval(ss[i], ids, n, NULL), 0);
+    const cJSON *toks = cJSON_GetObjectItemCaseSensitive(lp, "tokens");
+    const cJSON *tlp = cJSON_GetObjectItemCaseSensitive(lp, "token_logprobs");
+    const cJSON *top = cJSON_GetObjectItemCaseSensitive(lp, "top_logprobs");
+    int n_e = cJSON_GetArraySize(toks);
+    assert_true(n_e > 3);
+    assert_int_equal(cJSON_GetArraySize(tlp), n_e);
+    assert_int_equal(cJSON_GetArraySize(top), n_e);
+    double *ls = malloc(sizeof(double) * (size_t)V), *mix = malloc(sizeof(double) * (size_t)V);
+    char cat[4096] = "";
+    for (int e = 0; e < n_e; e++) {
+        double wsum = 0;
+        for (int32_t x = 0; x < V; x++) mix[x] = 0;
+        for (int i = 0; i < n_m; i++) {
+            log_softmax(tutti_session_logits(ss[i]), V, ls);
+            for (int32_t x = 0; x < V; x++) mix[x] += w[i] * exp(ls[x]);
+            wsum += w[i];
+        }
+        int32_t best = 0;
+        for (int32_t x = 0; x < V; x++) {
+            mix[x] = log(mix[x] / wsum);
+            if (mix[x] > mix[best]) best = x;
+        }
+        char piece[256];
+        int32_t k = tutti_token_to_piece(v, best, false, piece, sizeof piece - 1);
+        assert_true(k >= 0);
+        piece[k] = 0;
+        const char *got = cJSON_GetArrayItem(toks, e)->valuestring;
+        if (strcmp(got, piece)) fail_msg("entry %d: token '%s', the reference's argmax is '%s'", e, got, piece);
+        double gl = cJSON_GetArrayItem(tlp, e)->valuedouble;
+        if (fabs(gl - mix[best]) > 1e-4) fail_msg("entry %d ('%s'): logprob %.7f, reference %.7f", e, piece, gl, mix[best]);
+        strncat(cat, got, sizeof cat - strlen(cat) - 1);
+        /* the reference's top_n, most likely first */
+        const cJSON *d = cJSON_GetArrayItem(top, e);
+        assert_int_equal(cJSON_GetArraySize(d), top_n);
+        double prev = INFINITY;
+        for (int t = 0; t < top_n; t++) {
+            int32_t b = -1;
+            for (int32_t x = 0; x < V; x++)
+                if (mix[x] < prev && (b < 0 || mix[x] > mix[b])) b = x;
+            prev = mix[b];
+            k = tutti_token_to_piece(v, b, true, piece, sizeof piece - 1);
+            piece[k] = 0;
+            const cJSON *a = cJSON_GetObjectItemCaseSensitive(d, piece);
+            if (!cJSON_IsNumber(a)) fail_msg("entry %d: top_logprobs lacks the reference's #%d '%s'", e, t + 1, piece);
+            if (fabs(a->valuedouble - mix[b]) > 1e-4)
+                fail_msg("entry %d: top '%s' %.7f, reference %.7f", e, piece, a->valuedouble, mix[b]);
+        }
+        for (int i = 0; i < n_m; i++) assert_int_equal(tutti_session_eval(ss[i], &best, 1, NULL), 0);
+    }
+    expect_same("logprobs tokens concatenated vs text", text, cat);
+    free(ls), free(mix);
+    for (int i = 0; i < n_m; i++) tutti_session_free(ss[i]), tutti_model_free(m[i]);
+}
+
+/* Entries of a chat logprobs.content array: bytes concatenate to text,
+ * token = the bytes' text, alternatives sorted, at most top_n, the chosen one
+ * among them when it is likelier than their last (BYTE: one character per
+ * entry; its first byte's alternative is at least as likely as it). */
+static void check_chat_entries(const cJSON *content, const char *text, int top_n, bool byte) {
+    assert_true(cJSON_IsArray(content));
+    size_t n = 0, tl = strlen(text);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, content) {
+        const cJSON *bytes = cJSON_GetObjectItemCaseSensitive(e, "bytes"), *b;
+        const char *tok = jstr(e, "token");
+        double l = jnum(e, "logprob");
+        assert_true(l <= 1e-6);
+        char buf[256];
+        size_t k = 0;
+        cJSON_ArrayForEach(b, bytes) buf[k++] = (char)(int)b->valuedouble;
+        buf[k] = 0;
+        assert_true(k > 0);
+        if (n + k > tl || memcmp(text + n, buf, k)) fail_msg("entry bytes '%s' at %zu do not follow the text [%s]", buf, n, text);
+        if (strncmp(tok, "bytes:", 6)) assert_string_equal(tok, buf);
+        if (byte) { /* one whole character */
+            unsigned char c0 = (unsigned char)buf[0];
+            size_t want = c0 < 0x80 ? 1 : (c0 >> 5) == 6 ? 2 : (c0 >> 4) == 14 ? 3 : 4;
+            assert_int_equal(k, want);
+        }
+        n += k;
+        const cJSON *top = cJSON_GetObjectItemCaseSensitive(e, "top_logprobs"), *a;
+        assert_true(cJSON_IsArray(top));
+        assert_true(cJSON_GetArraySize(top) <= top_n);
+        double prev = INFINITY, last = INFINITY;
+        bool has = false;
+        cJSON_ArrayForEach(a, top) {
+            double al = jnum(a, "logprob");
+            assert_true(al <= prev);
+            prev = last = al;
+            const char *at = jstr(a, "token");
+            if (at && !strcmp(at, tok)) {
+                has = true;
+                assert_true(fabs(al - l) < 1e-9);
+            }
+            if (byte && cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(a, "bytes")) &&
+                (int)jnum(a, "bytes.0") == (unsigned char)buf[0])
+                assert_true(al >= l - 1e-6); /* the first byte's mass holds the character's */
+        }
+        /* the chosen one is among the alternatives when it is likelier than their last */
+        if (top_n > 0 && !has && (l > last + 1e-6 || cJSON_GetArraySize(top) < top_n) && !(byte && k > 1))
+            fail_msg("the chosen '%s' (%g) is missing from its top_logprobs (last %g)", tok, l, last);
+    }
+    if (n != tl) fail_msg("the entries cover %zu of the text's %zu bytes [%s]", n, tl, text);
+}
+
+/* Streams body and returns its choice 0's logprobs entries, gathered from
+ * every chunk (chat: content entries; completions: {token, logprob, top,
+ * offset} per entry), and the text in *text. */
+static cJSON *stream_entries(server *s, const char *path, const char *body, char **text) {
+    int st;
+    bool chat = strstr(path, "chat") != NULL;
+    char *out = http(s, "POST", path, body, "-N", &st);
+    if (st != 200) fail_msg("stream %s: %d %s", body, st, out);
+    cJSON *all = cJSON_CreateArray();
+    size_t cap = strlen(out) + 1, n = 0;
+    *text = calloc(cap, 1);
+    for (char *ev = out; ev && *ev;) {
+        char *next = strstr(ev, "\n\n");
+        if (next) *next = 0, next += 2;
+        if (strcmp(ev, "data: [DONE]")) {
+            cJSON *j = cJSON_Parse(ev + 6);
+            assert_non_null(j);
+            const char *t = chat ? jstr(j, "choices.0.delta.content") : jstr(j, "choices.0.text");
+            if (t) memcpy(*text + n, t, strlen(t)), n += strlen(t);
+            const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0);
+            const cJSON *lp = c0 ? cJSON_GetObjectItemCaseSensitive(c0, "logprobs") : NULL;
+            if (cJSON_IsObject(lp)) {
+                if (chat) {
+                    const cJSON *e;
+                    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(lp, "content"))
+                        cJSON_AddItemToArray(all, cJSON_Duplicate(e, true));
+                } else {
+                    const cJSON *toks = cJSON_GetObjectItemCaseSensitive(lp, "tokens");
+                    for (int i = 0; i < cJSON_GetArraySize(toks); i++) {
+                        cJSON *o = cJSON_CreateObject();
+                        cJSON_AddItemToObject(o, "token", cJSON_Duplicate(cJSON_GetArrayItem(toks, i), true));
+                        const char *keys[3] = {"token_logprobs", "top_logprobs", "text_offset"};
+                        for (int k = 0; k < 3; k++)
+                            cJSON_AddItemToObject(o, keys[k], cJSON_Duplicate(cJSON_GetArrayItem(
+                                                      cJSON_GetObjectItemCaseSensitive(lp, keys[k]), i), true));
+                        cJSON_AddItemToArray(all, o);
+                    }
+                }
+            }
+            cJSON_Delete(j);
+        }
+        ev = next;
+    }
+    free(out);
+    return all;
+}
+
+/* Two arrays of logprobs entries: the same texts and bytes, log-probabilities
+ * within tol (a slot that reuses a cached prefix evaluates it in other
+ * batch shapes, which moves the last float digits). */
+static bool entries_equal(const cJSON *a, const cJSON *b, double tol) {
+    if (cJSON_IsNumber(a) && cJSON_IsNumber(b)) return fabs(a->valuedouble - b->valuedouble) <= tol;
+    if (cJSON_IsArray(a) || cJSON_IsObject(a)) {
+        if (a->type != b->type || cJSON_GetArraySize(a) != cJSON_GetArraySize(b)) return false;
+        const cJSON *x = a->child, *y = b->child;
+        for (; x && y; x = x->next, y = y->next)
+            if ((x->string || y->string) && (!x->string || !y->string || strcmp(x->string, y->string))) return false;
+            else if (!entries_equal(x, y, tol)) return false;
+        return true;
+    }
+    return cJSON_Compare(a, b, true);
+}
+
+/* legacy logprobs object -> the per-entry form of stream_entries */
+static cJSON *legacy_entries(const cJSON *lp) {
+    cJSON *all = cJSON_CreateArray();
+    const cJSON *toks = cJSON_GetObjectItemCaseSensitive(lp, "tokens");
+    for (int i = 0; i < cJSON_GetArraySize(toks); i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToObject(o, "token", cJSON_Duplicate(cJSON_GetArrayItem(toks, i), true));
+        const char *keys[3] = {"token_logprobs", "top_logprobs", "text_offset"};
+        for (int k = 0; k < 3; k++)
+            cJSON_AddItemToObject(o, keys[k],
+                                  cJSON_Duplicate(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(lp, keys[k]), i), true));
+        cJSON_AddItemToArray(all, o);
+    }
+    return all;
+}
+
+/* non-streamed body vs the same streamed: the same entries and text */
+static void expect_stream_same_entries(server *s, const char *path, const char *body) {
+    bool chat = strstr(path, "chat") != NULL;
+    cJSON *j = post_json(s, path, body, 200);
+    const char *text = chat ? jstr(j, "choices.0.message.content") : jstr(j, "choices.0.text");
+    const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0);
+    const cJSON *lp = cJSON_GetObjectItemCaseSensitive(c0, "logprobs");
+    assert_true(cJSON_IsObject(lp));
+    cJSON *want = chat ? cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(lp, "content"), true) : legacy_entries(lp);
+    char sb[4096], *stext;
+    snprintf(sb, sizeof sb, "%.*s,\"stream\":true}", (int)strlen(body) - 1, body);
+    cJSON *got = stream_entries(s, path, sb, &stext);
+    expect_same("streamed text", text, stext);
+    if (!entries_equal(want, got, 1e-5)) {
+        char *a = cJSON_PrintUnformatted(want), *b = cJSON_PrintUnformatted(got);
+        fail_msg("streamed logprobs differ:\n  %s\n  %s", a, b);
+    }
+    cJSON_Delete(want), cJSON_Delete(got), cJSON_Delete(j);
+    free(stext);
+}
+
 /* ---- one server for most tests: the four story models ---- */
 
 static server g_s;
@@ -508,11 +749,27 @@ static void test_errors(void **state) {
                  NULL, 400, "unsupported keyword 'frob'", "response_format", NULL);
     expect_error(&g_s, "POST", "/v1/completions", "{\"prompt\":\"x\",\"response_format\":{\"type\":\"xml\"}}", NULL,
                  400, "not one of", "response_format", NULL);
-    expect_error(&g_s, "POST", "/v1/chat/completions",
-                 "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true}", NULL, 400, "logprobs",
+    /* logprobs: OpenAI's types and limits (0..20), span alignment refused */
+    const char *M1 = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],";
+    char lb[512];
+    snprintf(lb, sizeof lb, "%s\"logprobs\":1}", M1);
+    expect_error(&g_s, "POST", "/v1/chat/completions", lb, NULL, 400, "true or false", "logprobs", NULL);
+    snprintf(lb, sizeof lb, "%s\"logprobs\":true,\"top_logprobs\":21}", M1);
+    expect_error(&g_s, "POST", "/v1/chat/completions", lb, NULL, 400, "top_logprobs", "top_logprobs", NULL);
+    snprintf(lb, sizeof lb, "%s\"logprobs\":true,\"top_logprobs\":\"3\"}", M1);
+    expect_error(&g_s, "POST", "/v1/chat/completions", lb, NULL, 400, "number", "top_logprobs", NULL);
+    snprintf(lb, sizeof lb, "%s\"top_logprobs\":3}", M1);
+    expect_error(&g_s, "POST", "/v1/chat/completions", lb, NULL, 400, "needs 'logprobs': true", "top_logprobs", NULL);
+    expect_error(&g_s, "POST", "/v1/completions", "{\"prompt\":\"x\",\"logprobs\":21}", NULL, 400, "logprobs",
                  "logprobs", NULL);
-    expect_error(&g_s, "POST", "/v1/completions", "{\"prompt\":\"x\",\"logprobs\":2}", NULL, 400, "logprobs",
+    expect_error(&g_s, "POST", "/v1/completions", "{\"prompt\":\"x\",\"logprobs\":1.5}", NULL, 400, "integer",
                  "logprobs", NULL);
+    expect_error(&g_s, "POST", "/v1/completions", "{\"prompt\":\"x\",\"logprobs\":true}", NULL, 400, "number",
+                 "logprobs", NULL);
+    expect_error(&g_s, "POST", "/v1/completions",
+                 "{\"prompt\":\"x\",\"logprobs\":2,\"tutti\":{\"members\":[\"stories260K\",\"babyllama-tok361\"],"
+                 "\"align\":\"span\"}}",
+                 NULL, 400, "logprobs need token or byte alignment", "logprobs", NULL);
     expect_error(&g_s, "GET", "/v1/nothing", NULL, NULL, 404, "no such endpoint", NULL, NULL);
     expect_error(&g_s, "GET", "/v1/completions", NULL, NULL, 405, "POST", NULL, NULL);
     expect_error(&g_s, "POST", "/v1/models", "{}", NULL, 405, "GET", NULL, NULL);
@@ -641,6 +898,19 @@ static void test_openai_npm(void **state) {
         assert_non_null(jstr(j, "chat"));
         expect_same("openai chat streamed vs not", jstr(j, "chat"), jstr(j, "chat_stream"));
         assert_non_null(jstr(j, "chat_stream_finish"));
+        /* logprobs through the package: entries cover the text (TOKEN for
+         * one model, one per character for the four fused in BYTE), the
+         * streamed ones equal */
+        check_chat_entries(cJSON_GetObjectItemCaseSensitive(j, "lp_content"), jstr(j, "lp_text"), 3, c == 1);
+        expect_same("openai logprobs text streamed vs not", jstr(j, "lp_text"), jstr(j, "lp_stream_text"));
+        if (!entries_equal(cJSON_GetObjectItemCaseSensitive(j, "lp_content"),
+                           cJSON_GetObjectItemCaseSensitive(j, "lp_stream_content"), 1e-5))
+            fail_msg("openai: streamed logprobs differ from the plain ones");
+        const cJSON *ct = cJSON_GetObjectItemCaseSensitive(j, "completion_lp_tokens"), *it;
+        char cat[8192] = "";
+        cJSON_ArrayForEach(it, ct) strncat(cat, it->valuestring, sizeof cat - strlen(cat) - 1);
+        expect_same("openai completion logprobs tokens vs text", jstr(j, "completion_lp_text"), cat);
+        expect_same("openai completion with logprobs vs CLI", want, jstr(j, "completion_lp_text"));
         assert_int_equal((int)jnum(j, "error_status"), 404);
         assert_string_equal(jstr(j, "error_code"), "model_not_found");
         free(want);
@@ -731,6 +1001,171 @@ static void test_queue_disconnect(void **state) {
     assert_int_equal(stop(&s), 0);
 }
 
+static void test_logprobs(void **state) {
+    (void)state;
+    server s;
+    char args[4096], body[4096];
+    snprintf(args, sizeof args, "-m %s -m %s -m %s --chat-template %s -t 1", shared_path(M_STORIES),
+             shared_path(M_DREAMS), shared_path(M_B361), TEMPLATE);
+    start(&s, "", args, true);
+    /* one model: log-softmax of its own logits */
+    const char *one[] = {M_STORIES};
+    double w1[] = {1};
+    snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"prompt\":\"" PROMPT "\",\"max_tokens\":24,"
+                                "\"temperature\":0,\"logprobs\":5}");
+    cJSON *j = post_json(&s, "/v1/completions", body, 200);
+    check_token_logprobs(one, w1, 1, cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(
+                                         cJSON_GetObjectItemCaseSensitive(j, "choices"), 0), "logprobs"),
+                         jstr(j, "choices.0.text"), 5);
+    assert_int_equal((int)jnum(j, "choices.0.logprobs.text_offset.0"), 0);
+    cJSON_Delete(j);
+    expect_stream_same_entries(&s, "/v1/completions", body);
+    /* two members with one vocabulary, fused in TOKEN alignment: the mix of
+     * their own distributions */
+    const char *two[] = {M_STORIES, M_DREAMS};
+    double w2[] = {0.7, 0.3};
+    snprintf(body, sizeof body, "{\"prompt\":\"" PROMPT "\",\"max_tokens\":24,\"temperature\":0,\"logprobs\":4,"
+                                "\"tutti\":{\"members\":[\"stories260K\",\"stories260K-dreams\"],\"weights\":[0.7,0.3],"
+                                "\"rule\":\"mix\",\"align\":\"token\"}}");
+    j = post_json(&s, "/v1/completions", body, 200);
+    check_token_logprobs(two, w2, 2, cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(
+                                         cJSON_GetObjectItemCaseSensitive(j, "choices"), 0), "logprobs"),
+                         jstr(j, "choices.0.text"), 4);
+    cJSON_Delete(j);
+    /* BYTE alignment (two vocabularies), sampled: one entry per character,
+     * streamed = not streamed; chat and completions */
+    const char *ens = "\"tutti\":{\"members\":[\"stories260K\",\"babyllama-tok361\"],\"align\":\"byte\"}";
+    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell me a story\"}],\"max_tokens\":30,"
+                                "\"seed\":11,\"temperature\":0.9,\"logprobs\":true,\"top_logprobs\":5,%s}", ens);
+    j = post_json(&s, "/v1/chat/completions", body, 200);
+    check_chat_entries(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(
+                           cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0), "logprobs"), "content"),
+                       jstr(j, "choices.0.message.content"), 5, true);
+    cJSON_Delete(j);
+    expect_stream_same_entries(&s, "/v1/chat/completions", body);
+    snprintf(body, sizeof body, "{\"prompt\":\"" PROMPT "\",\"max_tokens\":20,\"seed\":3,\"logprobs\":3,%s}", ens);
+    expect_stream_same_entries(&s, "/v1/completions", body);
+    /* one model in chat, TOKEN: tokens' bytes are the message's */
+    snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],"
+                                "\"max_tokens\":30,\"seed\":5,\"logprobs\":true,\"top_logprobs\":3}");
+    j = post_json(&s, "/v1/chat/completions", body, 200);
+    check_chat_entries(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(
+                           cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0), "logprobs"), "content"),
+                       jstr(j, "choices.0.message.content"), 3, false);
+    cJSON_Delete(j);
+    expect_stream_same_entries(&s, "/v1/chat/completions", body);
+    /* a stop string inside a token (greedy: ", there was a ..."; "re w" cuts
+     * " there" to " the"): the entries end with the text, cut token included */
+    snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"prompt\":\"" PROMPT "\",\"max_tokens\":10,"
+                                "\"temperature\":0,\"stop\":\"re w\",\"logprobs\":2}");
+    j = post_json(&s, "/v1/completions", body, 200);
+    const char *t = jstr(j, "choices.0.text");
+    assert_string_equal(t, ", the");
+    const cJSON *toks = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0), "logprobs"), "tokens");
+    assert_int_equal(cJSON_GetArraySize(toks), 2);
+    assert_string_equal(cJSON_GetArrayItem(toks, 1)->valuestring, " the");
+    cJSON_Delete(j);
+    expect_stream_same_entries(&s, "/v1/completions", body);
+    /* no logprobs asked: null, as before */
+    j = post_json(&s, "/v1/completions", "{\"model\":\"stories260K\",\"prompt\":\"x\",\"max_tokens\":3}", 200);
+    assert_true(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0), "logprobs")));
+    cJSON_Delete(j);
+    assert_int_equal(stop(&s), 0);
+}
+
+/* llama-server's endpoints (src/server/native.c): /completion's n_probs
+ * against the model's own log-softmax (C API), /tokenize against the
+ * tokenizer, /detokenize back, /props, and their errors. */
+static void test_native(void **state) {
+    (void)state;
+    server s;
+    char args[4096];
+    snprintf(args, sizeof args, "-m %s -m %s -t 1", shared_path(M_STORIES), shared_path(M_B361));
+    start(&s, "", args, true);
+    tutti_model *m = tutti_model_load(shared_path(M_STORIES), NULL);
+    assert_non_null(m);
+    const tutti_vocab *v = tutti_model_vocab(m);
+    int32_t ids[64], V = tutti_vocab_n_tokens(v);
+    int32_t n = tutti_tokenize(v, PROMPT, strlen(PROMPT), true, false, ids, 64);
+    assert_true(n > 1);
+    /* /tokenize: the tokenizer's ids; with_pieces: their texts */
+    cJSON *j = post_json(&s, "/tokenize", "{\"model\":\"stories260K\",\"content\":\"" PROMPT "\",\"add_special\":true}", 200);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "tokens");
+    assert_int_equal(cJSON_GetArraySize(t), n);
+    for (int32_t i = 0; i < n; i++) assert_int_equal((int)cJSON_GetArrayItem(t, i)->valuedouble, ids[i]);
+    cJSON_Delete(j);
+    j = post_json(&s, "/tokenize", "{\"model\":\"stories260K\",\"content\":\"Once\",\"with_pieces\":true}", 200);
+    assert_string_equal(jstr(j, "tokens.0.piece"), " Once");
+    cJSON_Delete(j);
+    char body[2048];
+    int k = snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"tokens\":[");
+    for (int32_t i = 0; i < n; i++) k += snprintf(body + k, sizeof body - (size_t)k, i ? ",%d" : "%d", ids[i]);
+    snprintf(body + k, sizeof body - (size_t)k, "]}");
+    j = post_json(&s, "/detokenize", body, 200);
+    assert_string_equal(jstr(j, "content"), PROMPT);
+    cJSON_Delete(j);
+    /* /completion: every token's logprob is the model's own log-softmax */
+    tutti_session_params sp = tutti_session_default_params();
+    sp.n_threads = 1;
+    tutti_session *ss = tutti_session_new(m, &sp);
+    assert_int_equal(tutti_session_eval(ss, ids, n, NULL), 0);
+    double *ls = malloc(sizeof(double) * (size_t)V);
+    log_softmax(tutti_session_logits(ss), V, ls);
+    k = snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"n_predict\":1,\"n_probs\":%d,\"prompt\":[", V);
+    for (int32_t i = 0; i < n; i++) k += snprintf(body + k, sizeof body - (size_t)k, i ? ",%d" : "%d", ids[i]);
+    snprintf(body + k, sizeof body - (size_t)k, "]}");
+    for (int rep = 0; rep < 2; rep++) { /* the second reuses the slot's cached prefix */
+        j = post_json(&s, "/completion", body, 200);
+        const cJSON *top = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "completion_probabilities"), 0), "top_logprobs");
+        assert_int_equal(cJSON_GetArraySize(top), V);
+        double prev = INFINITY;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, top) {
+            int id = (int)jnum(e, "id");
+            double l = jnum(e, "logprob");
+            assert_true(id >= 0 && id < V && l <= prev);
+            prev = l;
+            if (fabs(l - ls[id]) > 1e-5) fail_msg("token %d: /completion %.7f, the model's own %.7f", id, l, ls[id]);
+        }
+        assert_int_equal((int)jnum(j, "completion_probabilities.0.id"), (int)jnum(j, "completion_probabilities.0.top_logprobs.0.id"));
+        if (rep == 1) assert_int_equal((int)jnum(j, "timings.prompt_n"), 1);
+        cJSON_Delete(j);
+    }
+    free(ls);
+    tutti_session_free(ss);
+    tutti_model_free(m);
+    j = post_json(&s, "/completion", "{\"model\":\"stories260K\",\"prompt\":\"" PROMPT "\",\"n_probs\":3}", 200);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(
+                         cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "completion_probabilities"), 0),
+                         "top_logprobs")), 3);
+    cJSON_Delete(j);
+    int st;
+    char *props = http(&s, "GET", "/props", NULL, NULL, &st);
+    assert_int_equal(st, 200);
+    j = cJSON_Parse(props);
+    assert_true(jnum(j, "default_generation_settings.n_ctx") > 0);
+    cJSON_Delete(j);
+    free(props);
+    j = post_json(&s, "/tokenize", "{\"model\":\"stories260K\",\"content\":\"x\"}", 200);
+    cJSON_Delete(j);
+    /* errors */
+    expect_error(&s, "POST", "/completion", "{\"prompt\":[1,2]}", NULL, 400, "ensemble", NULL, NULL);
+    expect_error(&s, "POST", "/completion", "{\"model\":\"nope\",\"prompt\":[1]}", NULL, 404, "does not exist", NULL, NULL);
+    expect_error(&s, "POST", "/completion", "{\"model\":\"stories260K\",\"prompt\":[1,99999]}", NULL, 400, "token id", NULL, NULL);
+    expect_error(&s, "POST", "/completion", "{\"model\":\"stories260K\",\"prompt\":[1],\"n_predict\":5}", NULL, 400, "n_predict", NULL, NULL);
+    expect_error(&s, "POST", "/completion", "{\"model\":\"stories260K\",\"prompt\":[1],\"n_probs\":-1}", NULL, 400, "n_probs", NULL, NULL);
+    expect_error(&s, "POST", "/completion", "{\"model\":\"stories260K\",\"prompt\":[]}", NULL, 400, "empty", NULL, NULL);
+    expect_error(&s, "POST", "/completion", "{\"model\":\"stories260K\",\"prompt\":[1],\"stream\":true}", NULL, 400, "stream", NULL, NULL);
+    expect_error(&s, "POST", "/completion", "{\"model\":", NULL, 400, "malformed JSON", NULL, NULL);
+    expect_error(&s, "POST", "/tokenize", "{\"model\":\"stories260K\",\"content\":3}", NULL, 400, "content", NULL, NULL);
+    expect_error(&s, "POST", "/detokenize", "{\"model\":\"stories260K\",\"tokens\":[\"a\"]}", NULL, 400, "token", NULL, NULL);
+    expect_error(&s, "GET", "/tokenize", NULL, NULL, 405, "POST", NULL, NULL);
+    assert_int_equal(stop(&s), 0);
+}
+
 /* usage errors exit 2, runtime errors 1 */
 static void test_cli_usage(void **state) {
     (void)state;
@@ -769,6 +1204,8 @@ int main(void) {
         cmocka_unit_test(test_loading_auth),
         cmocka_unit_test(test_queue_disconnect),
         cmocka_unit_test(test_cli_usage),
+        cmocka_unit_test(test_logprobs),
+        cmocka_unit_test(test_native),
     };
     int rc = cmocka_run_group_tests(shared_server, setup, teardown);
     rc |= cmocka_run_group_tests(own_server, NULL, NULL);

@@ -59,6 +59,7 @@ typedef struct remote_member {
     tutti_vocab *vocab;
     remote_http *http;
     char *model;        /* MODEL of the spec ("" when none) */
+    char *model_json;   /* it as a JSON string, NULL when none */
     int api;
     int rest;
     bool leave;         /* on_fail=leave */
@@ -278,6 +279,204 @@ static const cJSON *top_list(const remote_member *rm, const cJSON *root, bool *c
     return cJSON_IsArray(tl) ? cJSON_GetArrayItem(tl, 0) : NULL;
 }
 
+/* ---- fast path for llama-server's /completion answer ----
+ *
+ * With the full distribution the answer holds n_vocab entries, each with
+ * the token's text and bytes, and cJSON builds a tree of them (about 0.4 ms
+ * a step for a 512-token vocabulary, most of our part of a step).  This
+ * scanner reads only completion_probabilities[0].top_logprobs[].{id,
+ * logprob} and timings.{prompt_ms, predicted_ms}, skipping every other
+ * value while checking the JSON syntax.  It gives up (-1) on anything it
+ * does not expect -- duplicate keys, a token listed twice, an id out of
+ * range, a non-finite number -- and the cJSON path then parses the answer
+ * and names the error, so both paths accept the same answers. */
+
+typedef struct jscan {
+    const char *p, *end; /* the text is NUL-terminated at end */
+} jscan;
+
+static void js_ws(jscan *s) {
+    while (s->p < s->end && (*s->p == ' ' || *s->p == '\n' || *s->p == '\r' || *s->p == '\t')) s->p++;
+}
+
+static bool js_lit(jscan *s, char c) {
+    js_ws(s);
+    if (s->p < s->end && *s->p == c) {
+        s->p++;
+        return true;
+    }
+    return false;
+}
+
+/* a string; [*a, *a + *n) are its raw (still escaped) contents */
+static bool js_str(jscan *s, const char **a, size_t *n) {
+    js_ws(s);
+    if (s->p >= s->end || *s->p != '"') return false;
+    const char *st = ++s->p;
+    while (s->p < s->end && *s->p != '"') {
+        if ((unsigned char)*s->p < 0x20) return false;
+        if (*s->p == '\\' && ++s->p >= s->end) return false;
+        s->p++;
+    }
+    if (s->p >= s->end) return false;
+    *a = st, *n = (size_t)(s->p - st);
+    s->p++;
+    return true;
+}
+
+static bool js_key(jscan *s, const char *want, bool *match) {
+    const char *a;
+    size_t n;
+    if (!js_str(s, &a, &n) || !js_lit(s, ':')) return false;
+    *match = n == strlen(want) && !memcmp(a, want, n);
+    return true;
+}
+
+static bool js_num(jscan *s, double *out) {
+    js_ws(s);
+    if (s->p >= s->end || !(*s->p == '-' || (*s->p >= '0' && *s->p <= '9'))) return false;
+    char *e;
+    *out = strtod(s->p, &e);
+    if (e == s->p || e > s->end || !isfinite(*out)) return false;
+    s->p = e;
+    return true;
+}
+
+static bool js_skip(jscan *s, int depth) {
+    js_ws(s);
+    if (s->p >= s->end || depth > 32) return false;
+    char c = *s->p;
+    if (c == '"') {
+        const char *a;
+        size_t n;
+        return js_str(s, &a, &n);
+    }
+    if (c == '{' || c == '[') {
+        char close = c == '{' ? '}' : ']';
+        s->p++;
+        if (js_lit(s, close)) return true;
+        for (;;) {
+            bool m;
+            if (c == '{' && !js_key(s, "", &m)) return false;
+            if (!js_skip(s, depth + 1)) return false;
+            if (js_lit(s, ',')) continue;
+            return js_lit(s, close);
+        }
+    }
+    if (c == '-' || (c >= '0' && c <= '9')) {
+        double d;
+        return js_num(s, &d);
+    }
+    static const char *const lits[3] = {"true", "false", "null"};
+    for (int i = 0; i < 3; i++) {
+        size_t l = strlen(lits[i]);
+        if ((size_t)(s->end - s->p) >= l && !memcmp(s->p, lits[i], l)) {
+            s->p += l;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* completion_probabilities[0]: its top_logprobs into out/seen */
+static bool js_first_entry(remote_member *rm, jscan *s, float *out, int32_t *k, double *mass) {
+    if (!js_lit(s, '{')) return false;
+    bool got = false;
+    if (js_lit(s, '}')) return false;
+    for (;;) {
+        bool is_top;
+        if (!js_key(s, "top_logprobs", &is_top)) return false;
+        if (is_top) {
+            if (got || !js_lit(s, '[') || js_lit(s, ']')) return false;
+            got = true;
+            do {
+                if (!js_lit(s, '{')) return false;
+                bool has_id = false, has_lp = false;
+                double id = -1, lp = 0;
+                for (;;) {
+                    const char *a;
+                    size_t n;
+                    if (!js_str(s, &a, &n) || !js_lit(s, ':')) return false;
+                    if (n == 2 && !memcmp(a, "id", 2)) {
+                        if (has_id || !js_num(s, &id)) return false;
+                        has_id = true;
+                    } else if (n == 7 && !memcmp(a, "logprob", 7)) {
+                        if (has_lp || !js_num(s, &lp)) return false;
+                        has_lp = true;
+                    } else if (!js_skip(s, 3)) {
+                        return false;
+                    }
+                    if (js_lit(s, ',')) continue;
+                    if (!js_lit(s, '}')) return false;
+                    break;
+                }
+                if (!has_id || !has_lp || !(id >= 0 && id < rm->base.n_vocab) || id != floor(id) || lp > 1e-3)
+                    return false;
+                int32_t i = (int32_t)id;
+                if (rm->seen[i]) return false;
+                rm->seen[i] = 1;
+                out[i] = lp > 0 ? 0.0f : (float)lp;
+                *mass += exp(lp > 0 ? 0 : lp);
+                (*k)++;
+            } while (js_lit(s, ','));
+            if (!js_lit(s, ']')) return false;
+        } else if (!js_skip(s, 2)) {
+            return false;
+        }
+        if (js_lit(s, ',')) continue;
+        return js_lit(s, '}') && got;
+    }
+}
+
+/* 0: read (k entries, their mass, the server's ms); -1: use cJSON */
+static int fast_llama_answer(remote_member *rm, const char *resp, size_t n, float *out, int32_t *k, double *mass,
+                             double *server_ms) {
+    jscan s = {resp, resp + n};
+    bool got = false, got_t = false;
+    *k = 0, *mass = 0, *server_ms = 0;
+    if (!js_lit(&s, '{') || js_lit(&s, '}')) return -1;
+    for (;;) {
+        const char *a;
+        size_t kl;
+        if (!js_str(&s, &a, &kl) || !js_lit(&s, ':')) return -1;
+        if (kl == 24 && !memcmp(a, "completion_probabilities", 24)) {
+            if (got || !js_lit(&s, '[') || js_lit(&s, ']') || !js_first_entry(rm, &s, out, k, mass)) return -1;
+            while (js_lit(&s, ','))
+                if (!js_skip(&s, 1)) return -1;
+            if (!js_lit(&s, ']')) return -1;
+            got = true;
+        } else if (kl == 7 && !memcmp(a, "timings", 7)) {
+            if (got_t || !js_lit(&s, '{')) return -1;
+            got_t = true;
+            if (!js_lit(&s, '}'))
+                for (;;) {
+                    const char *b;
+                    size_t bl;
+                    double v;
+                    if (!js_str(&s, &b, &bl) || !js_lit(&s, ':')) return -1;
+                    bool want = (bl == 9 && !memcmp(b, "prompt_ms", 9)) || (bl == 12 && !memcmp(b, "predicted_ms", 12));
+                    js_ws(&s);
+                    if (want && s.p < s.end && (*s.p == '-' || (*s.p >= '0' && *s.p <= '9'))) {
+                        if (!js_num(&s, &v)) return -1;
+                        *server_ms += v;
+                    } else if (!js_skip(&s, 2)) {
+                        return -1;
+                    }
+                    if (js_lit(&s, ',')) continue;
+                    if (!js_lit(&s, '}')) return -1;
+                    break;
+                }
+        } else if (!js_skip(&s, 1)) {
+            return -1;
+        }
+        if (js_lit(&s, ',')) continue;
+        if (!js_lit(&s, '}')) return -1;
+        break;
+    }
+    js_ws(&s);
+    return s.p == s.end && got && *k > 0 ? 0 : -1;
+}
+
 static int fetch(remote_member *rm, const int32_t *ids, int32_t n, float *out) {
     fusion_member *m = &rm->base;
     int32_t V = m->n_vocab;
@@ -292,7 +491,10 @@ static int fetch(remote_member *rm, const int32_t *ids, int32_t n, float *out) {
     const char *path;
     if (rm->api == API_LLAMA) {
         path = "/completion";
-        p += sprintf(p, "{\"prompt\":");
+        p += sprintf(p, "{");
+        /* llama-server ignores "model"; tutti serve picks the model by it */
+        if (rm->model_json) p += sprintf(p, "\"model\":%s,", rm->model_json);
+        p += sprintf(p, "\"prompt\":");
         p += put_ids(p, ids, n);
         /* no samplers and pre-sampling probabilities: the model's own
          * distribution; cache_prompt reuses the server's KV cache for the
@@ -302,14 +504,7 @@ static int fetch(remote_member *rm, const int32_t *ids, int32_t n, float *out) {
     } else {
         path = "/v1/completions";
         p += sprintf(p, "{");
-        if (*rm->model) {
-            cJSON *s = cJSON_CreateString(rm->model);
-            char *q = s ? cJSON_PrintUnformatted(s) : NULL;
-            cJSON_Delete(s);
-            if (!q) return tutti_set_error("member %s: out of memory", m->name);
-            p += sprintf(p, "\"model\":%s,", q);
-            cJSON_free(q);
-        }
+        if (rm->model_json) p += sprintf(p, "\"model\":%s,", rm->model_json);
         p += sprintf(p, "\"prompt\":");
         p += put_ids(p, ids, n);
         sprintf(p, ",\"max_tokens\":1,\"temperature\":0,\"logprobs\":%d,\"echo\":false,\"stream\":false}",
@@ -320,14 +515,21 @@ static int fetch(remote_member *rm, const int32_t *ids, int32_t n, float *out) {
     size_t nresp;
     int status = remote_http_request(rm->http, path, rm->body, &resp, &nresp);
     double t2 = now_s();
-    cJSON *root = json_answer(rm, path, status, resp, nresp);
-    if (!root) return TUTTI_ERR;
     int rc = 0;
+    int32_t k = 0;
+    double mass = 0, server_ms = 0;
+    cJSON *root = NULL;
+    if (status == 200 && rm->api == API_LLAMA) {
+        memset(rm->seen, 0, (size_t)V);
+        for (int32_t i = 0; i < V; i++) out[i] = -INFINITY;
+        if (fast_llama_answer(rm, resp, nresp, out, &k, &mass, &server_ms) == 0) goto rest;
+        k = 0, mass = 0, server_ms = 0;
+    }
+    root = json_answer(rm, path, status, resp, nresp);
+    if (!root) return TUTTI_ERR;
     bool classic;
     const cJSON *list = top_list(rm, root, &classic);
     memset(rm->seen, 0, (size_t)V);
-    int32_t k = 0;
-    double mass = 0;
     for (int32_t i = 0; i < V; i++) out[i] = -INFINITY;
     if (!list || (classic ? !cJSON_IsObject(list) : !cJSON_IsArray(list)) || !cJSON_GetArraySize(list)) {
         rc = tutti_set_error("%s%s: the answer has no top log-probabilities for the next token",
@@ -366,6 +568,14 @@ static int fetch(remote_member *rm, const int32_t *ids, int32_t n, float *out) {
                              path);
         goto done;
     }
+    /* the server's own compute, to tell our overhead from its work */
+    const cJSON *tm = cJSON_GetObjectItemCaseSensitive(root, "timings");
+    if (cJSON_IsObject(tm)) {
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(tm, "prompt_ms");
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(tm, "predicted_ms");
+        server_ms = (cJSON_IsNumber(a) ? a->valuedouble : 0) + (cJSON_IsNumber(b) ? b->valuedouble : 0);
+    }
+rest:;
     double r = k >= V ? 0 : (mass < 1 ? 1 - mass : 0);
     if (k < V && rm->rest == REST_UNIFORM && r > 0) {
         float fill = (float)log(r / (double)(V - k));
@@ -374,14 +584,7 @@ static int fetch(remote_member *rm, const int32_t *ids, int32_t n, float *out) {
     }
     rm->st.approx_mass += r;
     if (r > rm->st.approx_mass_max) rm->st.approx_mass_max = r;
-    /* the server's own compute, to tell our overhead from its work */
-    const cJSON *tm = cJSON_GetObjectItemCaseSensitive(root, "timings");
-    if (cJSON_IsObject(tm)) {
-        const cJSON *a = cJSON_GetObjectItemCaseSensitive(tm, "prompt_ms");
-        const cJSON *b = cJSON_GetObjectItemCaseSensitive(tm, "predicted_ms");
-        double ms = (cJSON_IsNumber(a) ? a->valuedouble : 0) + (cJSON_IsNumber(b) ? b->valuedouble : 0);
-        if (ms > 0 && ms < 1e9) rm->st.t_server_s += ms * 1e-3;
-    }
+    if (server_ms > 0 && server_ms < 1e9) rm->st.t_server_s += server_ms * 1e-3;
 done:
     cJSON_Delete(root);
     double t3 = now_s(), dt = t3 - t0;
@@ -433,6 +636,7 @@ static void remote_free(fusion_member *m) {
     remote_http_free(rm->http);
     tutti_vocab_free(rm->vocab);
     free(rm->model), free(rm->body), free(rm->seen);
+    cJSON_free(rm->model_json);
     free(rm->by_piece), free(rm->pieces), free(rm->piece_off);
     free(rm);
 }
@@ -590,8 +794,9 @@ static int check_vocab(remote_member *rm, const char *vocab_path) {
                                "there and %d here, or other ids); give the GGUF file of the served model",
                                remote_http_base(rm->http), vocab_path, nr, nl);
     /* the bytes of the ids: llama-server's /detokenize (not every server has it) */
-    char idbuf[256 * 12 + 32];
-    size_t k = (size_t)sprintf(idbuf, "{\"tokens\":");
+    char idbuf[256 * 12 + 2048];
+    size_t k = (size_t)snprintf(idbuf, 1600, "{%s%s%s\"tokens\":", rm->model_json ? "\"model\":" : "",
+                                rm->model_json ? rm->model_json : "", rm->model_json ? "," : "");
     put_ids(idbuf + k, loc, nl);
     strcat(idbuf, "}");
     r = request_json(rm, "/detokenize", idbuf, &status);
@@ -628,6 +833,15 @@ static fusion_member *remote_new(const char *spec_s, int32_t n_ctx, bool quiet) 
     snprintf(rm->base.name, sizeof rm->base.name, "%.180s%s%.60s", sp.base, *sp.model ? "#" : "", sp.model);
     rm->api = sp.api, rm->rest = sp.rest, rm->leave = sp.leave;
     rm->model = strdup(sp.model);
+    if (*sp.model) {
+        cJSON *js = cJSON_CreateString(sp.model);
+        rm->model_json = js ? cJSON_PrintUnformatted(js) : NULL;
+        cJSON_Delete(js);
+        if (!rm->model_json) {
+            tutti_set_error("out of memory");
+            goto fail;
+        }
+    }
     rm->vocab = tutti_vocab_load(sp.vocab);
     if (!rm->model || !rm->vocab) {
         if (!rm->vocab) tutti_error_prefix("remote member %s: vocab=%s", sp.base, sp.vocab);

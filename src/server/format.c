@@ -98,7 +98,16 @@ static char *print_free(cJSON *o) {
     return s;
 }
 
-char *srv_chunk_json(const srv_job *j, int choice, const char *text, size_t n, const char *finish, bool role) {
+/* The logprobs of choice c's entries [from, to), or null (none asked, or
+ * none in this chunk). */
+static cJSON *logprobs_json(const srv_job *j, int c, size_t from, size_t to, size_t text_len) {
+    if (j->req.logprobs < 0 || from >= to) return cJSON_CreateNull();
+    cJSON *o = srv_lp_json(&j->lp[c], from, to, text_len, j->req.kind == SRV_CHAT);
+    return o ? o : cJSON_CreateNull();
+}
+
+char *srv_chunk_json(srv_job *j, int choice, const char *text, size_t n, const char *finish, bool role,
+                     size_t lp_to) {
     cJSON *o = base_object(j, true);
     cJSON *ch = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
     cJSON_AddItemToArray(ch, c);
@@ -110,9 +119,11 @@ char *srv_chunk_json(const srv_job *j, int choice, const char *text, size_t n, c
         if (t) cJSON_AddStringToObject(d, "content", t);
     } else {
         cJSON_AddStringToObject(c, "text", t ? t : "");
-        cJSON_AddNullToObject(c, "logprobs");
     }
     free(t);
+    srv_lp *lp = &j->lp[choice];
+    cJSON_AddItemToObject(c, "logprobs", logprobs_json(j, choice, lp->sent, lp_to, lp->emitted));
+    if (lp_to > lp->sent) lp->sent = lp_to;
     if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
     else cJSON_AddNullToObject(c, "finish_reason");
     return print_free(o);
@@ -141,7 +152,8 @@ char *srv_final_json(const srv_job *j) {
             cJSON_AddStringToObject(c, "text", t ? t : "");
         }
         free(t);
-        cJSON_AddNullToObject(c, "logprobs");
+        const srv_lp *lp = &j->lp[k];
+        cJSON_AddItemToObject(c, "logprobs", logprobs_json(j, k, 0, srv_lp_ready(lp, j->n_text[k], true), j->n_text[k]));
         cJSON_AddStringToObject(c, "finish_reason", j->finish[k] ? j->finish[k] : "stop");
     }
     cJSON_AddItemToObject(o, "usage", usage(j));

@@ -9,8 +9,11 @@ char *srv_utf8_clean(const char *s, size_t n);
 /* OpenAI's error object {"error": {message, type, param, code}}. */
 char *srv_error_json(int status, const char *message, const char *param, const char *code);
 /* One streamed chunk of choice `choice`: text (may be NULL), finish_reason
- * (NULL: null), role: the chat delta carries role "assistant". */
-char *srv_chunk_json(const srv_job *j, int choice, const char *text, size_t n, const char *finish, bool role);
+ * (NULL: null), role: the chat delta carries role "assistant"; with
+ * logprobs, the choice's entries from lp.sent to lp_to (lp.sent is then
+ * advanced: the chunk is the one that carries them). */
+char *srv_chunk_json(srv_job *j, int choice, const char *text, size_t n, const char *finish, bool role,
+                     size_t lp_to);
 char *srv_usage_chunk_json(const srv_job *j);
 /* The whole (non-streamed) response. */
 char *srv_final_json(const srv_job *j);

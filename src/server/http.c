@@ -19,11 +19,15 @@
 #include <microhttpd.h>
 
 #include "server/format.h"
+#include "server/native.h"
 #include "server/server.h"
 
-enum { EP_HEALTH, EP_MODELS, EP_COMPLETIONS, EP_CHAT, EP_METRICS, EP_OTHER, N_EP };
+/* /props, /tokenize, /detokenize and /completion are llama-server's own
+ * (native.c), for remote members */
+enum { EP_HEALTH, EP_MODELS, EP_COMPLETIONS, EP_CHAT, EP_METRICS, EP_PROPS, EP_TOKENIZE, EP_DETOKENIZE, EP_NATIVE,
+       EP_OTHER, N_EP };
 static const char *const ep_names[N_EP] = {"/health", "/v1/models", "/v1/completions", "/v1/chat/completions",
-                                           "/metrics", "other"};
+                                           "/metrics", "/props", "/tokenize", "/detokenize", "/completion", "other"};
 static const int status_codes[6] = {200, 400, 401, 404, 503, 0}; /* 0: any other */
 
 typedef struct conn_ctx {
@@ -99,6 +103,11 @@ static enum MHD_Result do_models(srv_server *s, struct MHD_Connection *c) {
         for (int k = 0; k < sp->n; k++)
             if (s->reg.files[sp->file[k]].n_ctx < ctx) ctx = s->reg.files[sp->file[k]].n_ctx;
         cJSON_AddNumberToObject(t, "n_ctx", ctx);
+        if (sp->n == 1) { /* llama-server's model metadata (remote members check n_vocab) */
+            cJSON *meta = cJSON_AddObjectToObject(m, "meta");
+            cJSON_AddNumberToObject(meta, "n_vocab", tutti_model_n_vocab(s->reg.files[sp->file[0]].model));
+            cJSON_AddNumberToObject(meta, "n_ctx", ctx);
+        }
     }
     char *b = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
@@ -251,6 +260,10 @@ static enum MHD_Result do_generate(srv_server *s, struct MHD_Connection *c, conn
                               "the model '%s' does not exist (see /v1/models)", name);
         j->spec = *sp;
     }
+    if (r->logprobs >= 0 && (j->spec.align == TUTTI_ALIGN_SPAN || j->spec.align_used == TUTTI_ALIGN_SPAN))
+        return send_error(s, c, ep, 400, "logprobs", NULL,
+                          "logprobs need token or byte alignment: model '%s' fuses in span alignment, whose steps "
+                          "have no per-token distribution", name);
     /* every member's prompt: its own chat rendering, or the text it will
      * tokenize itself (counted here to check the context) */
     int32_t room = INT32_MAX;
@@ -324,6 +337,32 @@ static enum MHD_Result do_generate(srv_server *s, struct MHD_Connection *c, conn
     return send_body(c, 200, srv_final_json(j), "application/json");
 }
 
+/* llama-server's POST /completion: one slot job, answered in one body */
+static enum MHD_Result do_native(srv_server *s, struct MHD_Connection *c, conn_ctx *cx) {
+    srv_job *j = srv_job_new();
+    if (!j) return send_error(s, c, EP_NATIVE, 500, NULL, NULL, "out of memory");
+    cx->job = j;
+    j->native = true;
+    char err[1024];
+    int st = srv_native_parse_completion(&s->reg, cx->body ? cx->body : "", cx->n, j, err, sizeof err);
+    if (st) return send_error(s, c, EP_NATIVE, st, NULL, NULL, "%s", err);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    j->fd = ci ? ci->connect_fd : -1;
+    if (srv_submit(s, j))
+        return send_error(s, c, EP_NATIVE, 503, NULL, NULL, "every slot is busy and the queue is full; retry later");
+    pthread_mutex_lock(&j->mu);
+    while (!j->done) {
+        if (!j->cancelled && j->fd >= 0 && client_gone_fd(j->fd)) j->cancelled = true;
+        wait_a_bit(j);
+    }
+    int status = j->status;
+    pthread_mutex_unlock(&j->mu);
+    if (status != 200 || !j->nat_out)
+        return send_error(s, c, EP_NATIVE, status != 200 ? status : 500, NULL, NULL, "%s", j->error);
+    count_request(s, EP_NATIVE, 200);
+    return send_body(c, 200, strdup(j->nat_out), "application/json");
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     (void)version;
@@ -362,6 +401,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
              : !strcmp(url, "/v1/completions")       ? EP_COMPLETIONS
              : !strcmp(url, "/v1/chat/completions")  ? EP_CHAT
              : !strcmp(url, "/metrics")              ? EP_METRICS
+             : !strcmp(url, "/props")                ? EP_PROPS
+             : !strcmp(url, "/tokenize")             ? EP_TOKENIZE
+             : !strcmp(url, "/detokenize")           ? EP_DETOKENIZE
+             : !strcmp(url, "/completion") || !strcmp(url, "/completions") ? EP_NATIVE
                                                      : EP_OTHER;
     bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     if (ep == EP_HEALTH) {
@@ -374,16 +417,30 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return send_error(s, c, ep, 401, NULL, "invalid_api_key",
                           "missing or wrong API key (send the header 'Authorization: Bearer KEY')");
     if (ep == EP_OTHER) return send_error(s, c, ep, 404, NULL, NULL, "no such endpoint: %s %s", method, url);
-    bool want_post = ep == EP_COMPLETIONS || ep == EP_CHAT;
+    bool want_post = ep == EP_COMPLETIONS || ep == EP_CHAT || ep == EP_TOKENIZE || ep == EP_DETOKENIZE || ep == EP_NATIVE;
     if ((want_post && !post) || (!want_post && !get))
         return send_error(s, c, ep, 405, NULL, NULL, "use %s %s", want_post ? "POST" : "GET", url);
     if (!s->ready) return send_error(s, c, ep, 503, NULL, "loading", "loading models; retry when /health says ok");
     if (s->stopping) return send_error(s, c, ep, 503, NULL, NULL, "the server is shutting down");
     if (ep == EP_MODELS) return do_models(s, c);
     if (ep == EP_METRICS) return do_metrics(s, c);
+    if (ep == EP_PROPS) {
+        count_request(s, ep, 200);
+        return send_body(c, 200, srv_native_props(s), "application/json");
+    }
     if (cx->too_big)
         return send_error(s, c, ep, 413, NULL, "request_too_large", "the request body is larger than %zu bytes",
                           s->opts.max_body);
+    if (ep == EP_TOKENIZE || ep == EP_DETOKENIZE) {
+        char err[1024];
+        int st = 500;
+        char *b = ep == EP_TOKENIZE ? srv_native_tokenize(&s->reg, cx->body ? cx->body : "", cx->n, &st, err, sizeof err)
+                                    : srv_native_detokenize(&s->reg, cx->body ? cx->body : "", cx->n, &st, err, sizeof err);
+        if (!b) return send_error(s, c, ep, st, NULL, NULL, "%s", err);
+        count_request(s, ep, 200);
+        return send_body(c, 200, b, "application/json");
+    }
+    if (ep == EP_NATIVE) return do_native(s, c, cx);
     return do_generate(s, c, cx, ep);
 }
 

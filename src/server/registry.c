@@ -355,6 +355,8 @@ void srv_registry_free(srv_registry *reg) {
         tutti_model_free(reg->files[i].model);
         free(reg->files[i].path);
         free(reg->files[i].name);
+        free(reg->files[i].nat_frag);
+        free(reg->files[i].nat_off);
     }
     for (int i = 0; i < reg->n_specs; i++) free(reg->specs[i].name);
     free(reg->files);

@@ -240,19 +240,21 @@ static int parse_fields(perr *e, const cJSON *root, srv_request *r) {
     }
     if ((rc = get_int(e, root, "n", 1, SRV_MAX_N, &i64, &set))) return rc;
     r->n = set ? (int)i64 : 1;
-    /* logprobs: completions take an integer, chat a boolean (+ top_logprobs) */
+    /* logprobs: completions take the number of alternatives ("logprobs":
+     * N, the legacy API), chat a boolean plus "top_logprobs": N; OpenAI's
+     * limits (0..20) */
     const cJSON *lp = field(root, "logprobs");
-    if (lp) {
-        bool want = r->kind == SRV_CHAT ? cJSON_IsTrue(lp) : cJSON_IsNumber(lp);
-        if (r->kind == SRV_CHAT && !cJSON_IsBool(lp)) return bad(e, "logprobs", "'logprobs' must be true or false");
-        if (r->kind == SRV_COMPLETION && !cJSON_IsNumber(lp)) return bad(e, "logprobs", "'logprobs' must be an integer");
-        if (want)
-            return bad(e, "logprobs", "'logprobs' is not supported by this server yet (the fused distribution is not "
-                                      "exposed per step); leave it out");
+    r->logprobs = -1;
+    if (r->kind == SRV_COMPLETION) {
+        if ((rc = get_int(e, root, "logprobs", 0, SRV_MAX_TOP_LOGPROBS, &i64, &set))) return rc;
+        if (set) r->logprobs = (int)i64;
+    } else {
+        if (lp && !cJSON_IsBool(lp)) return bad(e, "logprobs", "'logprobs' must be true or false");
+        if ((rc = get_int(e, root, "top_logprobs", 0, SRV_MAX_TOP_LOGPROBS, &i64, &set))) return rc;
+        bool want = lp && cJSON_IsTrue(lp);
+        if (set && !want) return bad(e, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+        if (want) r->logprobs = set ? (int)i64 : 0;
     }
-    const cJSON *tlp = field(root, "top_logprobs");
-    if (tlp && (!cJSON_IsNumber(tlp) || tlp->valuedouble != 0))
-        return bad(e, "top_logprobs", "'top_logprobs' is not supported by this server yet; leave it out");
     const cJSON *rf = field(root, "response_format");
     if (rf) {
         const cJSON *type = cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
@@ -289,6 +291,7 @@ int srv_request_parse(const char *body, size_t len, srv_kind kind, srv_request *
     r->sp = tutti_sampler_default_params();
     r->n = 1;
     r->max_tokens = -1;
+    r->logprobs = -1;
     r->ens.rule = r->ens.align = -1;
     *param = NULL;
     if (errlen) err[0] = 0;
@@ -312,9 +315,9 @@ int srv_request_parse(const char *body, size_t len, srv_kind kind, srv_request *
 }
 
 void srv_request_free(srv_request *r) {
+    if (!r) return;
     tutti_grammar_free(r->grammar);
     r->grammar = NULL;
-    if (!r) return;
     free(r->model);
     free(r->prompt);
     for (int i = 0; i < r->n_msgs; i++) free(r->msgs[i].role), free(r->msgs[i].content);

@@ -3,9 +3,8 @@
  *
  * Rules: unknown fields are ignored; a JSON null counts as absent (clients
  * send explicit nulls); a known field of the wrong type or out of range is
- * a 400 naming the field; features not implemented yet (logprobs,
- * token-id prompts) are a clear
- * 400, never silently ignored. */
+ * a 400 naming the field; features not implemented (token-id prompts) are
+ * a clear 400, never silently ignored. */
 #ifndef TUTTI_SERVER_REQUEST_H
 #define TUTTI_SERVER_REQUEST_H
 
@@ -56,7 +55,13 @@ typedef struct srv_request {
     int n;               /* choices, 1..SRV_MAX_N */
     srv_inline_ens ens;
     tutti_grammar *grammar; /* response_format json_object / json_schema (owned), NULL: text */
+    /* log-probabilities of the fused distribution: -1 off, else the number
+     * of alternatives per entry (0..SRV_MAX_TOP_LOGPROBS).  Completions:
+     * "logprobs": N; chat: "logprobs": true with "top_logprobs": N. */
+    int logprobs;
 } srv_request;
+
+#define SRV_MAX_TOP_LOGPROBS 20
 
 /* Parses body[0..len) as a request of `kind`.  Returns 0, or an HTTP status
  * (400) with a message in err[errlen] and the offending field name in

@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "server/logprobs.h"
 #include "server/request.h"
 #include "tutti.h"
 
@@ -56,6 +57,10 @@ typedef struct srv_file {
     char *name;           /* served name of the model alone */
     tutti_model *model;
     int32_t n_ctx;        /* its sessions' context */
+    /* native /completion: each token's JSON '"id":I,"token":"T","bytes":[..]',
+     * built once (native.c) */
+    char *nat_frag;
+    int64_t *nat_off;     /* [n_vocab + 1] */
 } srv_file;
 
 /* A served model name: an ensemble over loaded files. */
@@ -110,7 +115,7 @@ int32_t *server_chat_tokens(const tutti_model *model, const char *tmpl_override,
 
 typedef struct srv_metrics {
     pthread_mutex_t mu;
-    int64_t requests[8][6];  /* [endpoint][status class 2xx 4xx 5xx ...] see http.c */
+    int64_t requests[12][6];  /* [endpoint][status class 2xx 4xx 5xx ...] see http.c */
     int64_t prompt_tokens, prompt_evaluated, prompt_reused;
     int64_t gen_units;
     double gen_seconds;
@@ -153,6 +158,16 @@ struct srv_job {
     double t_gen_s;           /* wall time inside the generations */
     const char *unit;         /* "token" or "byte" */
     int64_t prompt_eval[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    /* logprobs (req.logprobs >= 0): each choice's entries */
+    srv_lp lp[SRV_MAX_N];
+    const tutti_vocab *lp_vocab; /* member 1's, for token texts */
+    bool lp_oom;
+    /* llama-server's POST /completion (native.h): the next token's distribution */
+    bool native;
+    int nat_file;
+    int32_t *nat_ids, n_nat_ids;
+    int32_t n_probs, n_predict;
+    char *nat_out;            /* the answer's JSON */
     bool done;
     int status;               /* 200, or an HTTP error status */
     char error[1024];

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "server/format.h"
+#include "server/native.h"
 #include "server/server.h"
 
 #define SLOT_CACHE 8
@@ -35,8 +36,18 @@ typedef struct cache_ent {
     size_t n_last;
 } cache_ent;
 
+/* a session per loaded file for llama-server's /completion (native.c),
+ * with the ids it holds, so that a remote member's next step evaluates only
+ * its new token */
+typedef struct nat_sess {
+    tutti_session *sess;
+    int32_t *ids;
+    int32_t n, cap;
+} nat_sess;
+
 struct srv_slot {
     srv_server *s;
+    nat_sess nat[64];
     int id;
     pthread_t th;
     bool started;
@@ -65,8 +76,10 @@ void srv_job_unref(srv_job *j) {
     if (r > 0) return;
     srv_request_free(&j->req);
     for (int i = 0; i < TUTTI_ENSEMBLE_MAX_MEMBERS; i++) free(j->ids[i]);
-    for (int i = 0; i < SRV_MAX_N; i++) free(j->text[i]);
+    for (int i = 0; i < SRV_MAX_N; i++) free(j->text[i]), srv_lp_free(&j->lp[i]);
     free(j->out);
+    free(j->nat_ids);
+    free(j->nat_out);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
@@ -125,13 +138,26 @@ static int text_cb(const char *bytes, size_t n, void *user) {
         return 1;
     }
     int c = j->choice;
+    j->lp[c].emitted += n;
     if (j->req.stream) {
-        sse_event(j, srv_chunk_json(j, c, bytes, n, NULL, !j->role_sent));
+        size_t to = j->req.logprobs >= 0 ? srv_lp_ready(&j->lp[c], j->lp[c].emitted, false) : 0;
+        sse_event(j, srv_chunk_json(j, c, bytes, n, NULL, !j->role_sent, to));
         j->role_sent = true;
     } else {
         append(&j->text[c], &j->n_text[c], &j->cap_text[c], bytes, n);
     }
     pthread_mutex_unlock(&j->mu);
+    return 0;
+}
+
+/* The fused distribution of each step, for logprobs (worker thread only;
+ * the connection reads the entries once the job is done). */
+static int step_cb(const tutti_step *st, void *user) {
+    srv_job *j = user;
+    if (srv_lp_step(&j->lp[j->choice], st, j->lp_vocab, j->req.logprobs) < 0) {
+        j->lp_oom = true;
+        return 1;
+    }
     return 0;
 }
 
@@ -166,6 +192,11 @@ static size_t common_prefix(const char *a, size_t na, const char *b, size_t nb) 
     return k;
 }
 
+static int slot_threads(const srv_server *s) {
+    int nt = s->opts.n_threads > 0 ? s->opts.n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN) / s->n_slots;
+    return nt > 0 ? nt : 1;
+}
+
 static tutti_ensemble *slot_ensemble(srv_slot *sl, srv_job *j, char *err, size_t cap) {
     srv_server *s = sl->s;
     cache_ent *c = NULL, *lru = &sl->cache[0];
@@ -182,8 +213,7 @@ static tutti_ensemble *slot_ensemble(srv_slot *sl, srv_job *j, char *err, size_t
         tutti_member_desc desc[TUTTI_ENSEMBLE_MAX_MEMBERS];
         const tutti_model *models[TUTTI_ENSEMBLE_MAX_MEMBERS];
         tutti_ensemble_params p;
-        int nt = s->opts.n_threads > 0 ? s->opts.n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN) / s->n_slots;
-        srv_spec_params(&s->reg, &j->spec, nt > 0 ? nt : 1, desc, models, &p);
+        srv_spec_params(&s->reg, &j->spec, slot_threads(s), desc, models, &p);
         c->e = tutti_ensemble_new(&p);
         if (!c->e) {
             snprintf(err, cap, "model '%s': %s", j->model_name, tutti_last_error());
@@ -204,6 +234,69 @@ static tutti_ensemble *slot_ensemble(srv_slot *sl, srv_job *j, char *err, size_t
     return c->e;
 }
 
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* llama-server's POST /completion: the next token's distribution after
+ * the prompt ids, reusing the longest common prefix the slot's session for
+ * that file holds */
+static void run_native(srv_slot *sl, srv_job *j) {
+    srv_server *s = sl->s;
+    if (j->nat_file < 0 || j->nat_file >= 64) {
+        finish_job(j, 400, "too many loaded models for /completion");
+        return;
+    }
+    srv_file *f = &s->reg.files[j->nat_file];
+    nat_sess *ns = &sl->nat[j->nat_file];
+    double t0 = mono_s();
+    if (!ns->sess) {
+        tutti_session_params p = tutti_session_default_params();
+        p.n_ctx = f->n_ctx, p.n_threads = slot_threads(s);
+        if (!(ns->sess = tutti_session_new(f->model, &p))) {
+            finish_job(j, 500, tutti_last_error());
+            return;
+        }
+    }
+    int32_t n = j->n_nat_ids, k = 0;
+    while (k < n && k < ns->n && ns->ids[k] == j->nat_ids[k]) k++;
+    if (k == n) k = n - 1; /* the last position's logits are computed again */
+    if (ns->cap < n) {
+        int32_t *ni = realloc(ns->ids, sizeof(int32_t) * (size_t)n);
+        if (!ni) {
+            finish_job(j, 500, "out of memory");
+            return;
+        }
+        ns->ids = ni, ns->cap = n;
+    }
+    if (tutti_session_rewind(ns->sess, k) < 0) k = 0, tutti_session_rewind(ns->sess, 0);
+    ns->n = k;
+    if (tutti_session_eval(ns->sess, j->nat_ids + k, n - k, NULL) < 0) {
+        tutti_session_rewind(ns->sess, 0);
+        ns->n = 0;
+        char e[1024];
+        snprintf(e, sizeof e, "forward pass failed: %s", tutti_last_error());
+        finish_job(j, 500, e);
+        return;
+    }
+    memcpy(ns->ids + k, j->nat_ids + k, sizeof(int32_t) * (size_t)(n - k));
+    ns->n = n;
+    double t1 = mono_s();
+    j->nat_out = srv_native_completion_json(f, tutti_session_logits(ns->sess), j->n_probs, j->n_predict, n, n - k,
+                                            t1 - t0);
+    srv_metrics *mt = &s->metrics;
+    pthread_mutex_lock(&mt->mu);
+    mt->prompt_tokens += n;
+    mt->prompt_evaluated += n - k;
+    mt->prompt_reused += k;
+    mt->member_forward_s[j->nat_file] += t1 - t0;
+    mt->member_tokens[j->nat_file] += n - k;
+    pthread_mutex_unlock(&mt->mu);
+    finish_job(j, j->nat_out ? 200 : 500, "out of memory");
+}
+
 static void run_job(srv_slot *sl, srv_job *j) {
     srv_server *s = sl->s;
     char err[1024];
@@ -218,6 +311,10 @@ static void run_job(srv_slot *sl, srv_job *j) {
         finish_job(j, 200, NULL);
         return;
     }
+    if (j->native) {
+        run_native(sl, j);
+        return;
+    }
     tutti_ensemble *e = slot_ensemble(sl, j, err, sizeof err);
     if (!e) {
         finish_job(j, 400, err);
@@ -229,6 +326,14 @@ static void run_job(srv_slot *sl, srv_job *j) {
         return;
     }
     j->unit = tutti_ensemble_align(e) == TUTTI_ALIGN_TOKEN ? "token" : "byte";
+    if (j->req.logprobs >= 0 && tutti_ensemble_align(e) == TUTTI_ALIGN_SPAN) {
+        finish_job(j, 400, "logprobs need token or byte alignment (this ensemble fuses spans, whose steps have no "
+                           "per-token distribution)");
+        return;
+    }
+    /* the slot's ensemble is reused: set (or clear) the receiver per job */
+    j->lp_vocab = tutti_model_vocab(s->reg.files[j->spec.file[0]].model);
+    tutti_ensemble_set_step_cb(e, j->req.logprobs >= 0 ? step_cb : NULL, j);
     tutti_mask m = {.stop = (const char *const *)j->req.stop, .n_stop = j->req.n_stop, .max_tokens = j->max_units,
                     .grammar = j->req.grammar};
     int rc = 0;
@@ -248,6 +353,7 @@ static void run_job(srv_slot *sl, srv_job *j) {
         else
             rc = tutti_ensemble_generate(e, j->req.prompt, j->req.prompt_len, &sp, &m, text_cb, j, &st);
         if (rc < 0) snprintf(err, sizeof err, "generation failed: %s", tutti_last_error());
+        if (rc == 0 && j->lp_oom) rc = -1, snprintf(err, sizeof err, "logprobs: out of memory");
         const char *finish = st.at_limit ? "length" : "stop";
         pthread_mutex_lock(&j->mu);
         j->finish[c] = finish;
@@ -257,8 +363,11 @@ static void run_job(srv_slot *sl, srv_job *j) {
             for (int i = 0; i < j->spec.n; i++) j->prompt_eval[i] = st.n_prompt_evaluated[i];
         cancelled = j->cancelled;
         if (rc == 0 && !cancelled && j->req.stream) {
-            if (!j->role_sent && j->req.kind == SRV_CHAT) sse_event(j, srv_chunk_json(j, c, "", 0, NULL, true));
-            sse_event(j, srv_chunk_json(j, c, NULL, 0, finish, false));
+            if (!j->role_sent && j->req.kind == SRV_CHAT)
+                sse_event(j, srv_chunk_json(j, c, "", 0, NULL, true, j->lp[c].sent));
+            /* the final chunk: entries of a token cut by a stop string */
+            size_t to = j->req.logprobs >= 0 ? srv_lp_ready(&j->lp[c], j->lp[c].emitted, true) : 0;
+            sse_event(j, srv_chunk_json(j, c, NULL, 0, finish, false, to));
         }
         pthread_mutex_unlock(&j->mu);
         /* metrics */
@@ -354,6 +463,10 @@ void srv_slots_stop(srv_server *s) {
             tutti_ensemble_free(sl->cache[k].e);
             free(sl->cache[k].last);
         }
+        for (int k = 0; k < 64; k++) {
+            tutti_session_free(sl->nat[k].sess);
+            free(sl->nat[k].ids);
+        }
     }
 }
 
@@ -383,7 +496,12 @@ int srv_submit(srv_server *s, srv_job *j) {
         if (sl->job) continue;
         size_t k = 0;
         bool has = false;
-        for (int c = 0; c < SLOT_CACHE; c++)
+        if (j->native && j->nat_file >= 0 && j->nat_file < 64) { /* the session holding the longest prefix */
+            const nat_sess *ns = &sl->nat[j->nat_file];
+            while ((int32_t)k < ns->n && (int32_t)k < j->n_nat_ids && ns->ids[k] == j->nat_ids[k]) k++;
+            k += ns->sess != NULL;
+        }
+        for (int c = 0; c < SLOT_CACHE && !j->native; c++)
             if (sl->cache[c].e && !strcmp(sl->cache[c].key, j->spec.key)) {
                 has = true;
                 k = common_prefix(sl->cache[c].last, sl->cache[c].n_last, p, n) + 1;

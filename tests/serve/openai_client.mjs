@@ -1,7 +1,8 @@
 // Client test of `tutti serve` with the official openai npm package, run by
 // tests/test_serve.c: node openai_client.mjs BASE_URL MODEL PROMPT MAX_TOKENS SEED
 // Prints one JSON object: the completion's text (plain and streamed) and a
-// chat completion's text (plain and streamed), with the finish reasons.
+// chat completion's text (plain and streamed), with the finish reasons, and
+// a chat completion's and a completion's logprobs (plain and streamed).
 import OpenAI from "openai";
 
 const [base, model, prompt, maxTokens, seed] = process.argv.slice(2);
@@ -37,6 +38,23 @@ for await (const ch of await client.chat.completions.create({ ...common, message
 }
 out.chat_stream = t;
 out.chat_stream_finish = tf;
+
+// logprobs of the fused distribution, plain and streamed
+const lpReq = { ...common, messages, logprobs: true, top_logprobs: 3 };
+const l = await client.chat.completions.create(lpReq);
+out.lp_text = l.choices[0].message.content;
+out.lp_content = l.choices[0].logprobs?.content ?? null;
+let lt = "";
+const lc = [];
+for await (const ch of await client.chat.completions.create({ ...lpReq, stream: true })) {
+  lt += ch.choices[0]?.delta?.content ?? "";
+  lc.push(...(ch.choices[0]?.logprobs?.content ?? []));
+}
+out.lp_stream_text = lt;
+out.lp_stream_content = lc;
+const cl = await client.completions.create({ ...common, prompt, logprobs: 2 });
+out.completion_lp_text = cl.choices[0].text;
+out.completion_lp_tokens = cl.choices[0].logprobs?.tokens ?? null;
 
 // errors come back as the package's APIError with OpenAI's error object
 try {
