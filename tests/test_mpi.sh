@@ -1,5 +1,6 @@
 #!/bin/sh
-# Ensembles over MPI ranks (src/mpi, src/fusion/member_mpi.c).
+# Ensembles over MPI ranks (src/mpi, src/fusion/member_mpi.c), and one
+# model split by layers over ranks (src/mpi/split.c).
 #   test_mpi.sh MPIEXEC TUTTI SHARED_DIR
 # Each fused generation / evaluation under `mpirun -np 2..3` (members on
 # other ranks, several placements) must print exactly the bytes of the same
@@ -63,6 +64,68 @@ if [ -n "$tp" ] && [ -n "$ts" ] && awk -v p="$tp" -v s="$ts" 'BEGIN { exit !(p <
   echo "ok   members on ranks 1 and 2 run concurrently: $tp s parallel, $ts s one after the other"
 else echo "FAIL concurrency: parallel \"$tp\" s, sequential \"$ts\" s (expected parallel < 0.75 x sequential)"; fail=1; fi
 
+# ---- one model split by layers (src/mpi/split.c) ----
+# The logits of every position (tutti logits) and the generated text of a
+# model split over 2 and 3 ranks must be the single-process bytes: six
+# architectures of ../shared/ref/arch (llama, qwen2, qwen3 with q/k norms,
+# phi3 with fused qkv, gemma2 and gemma3 with sliding windows and
+# soft-capping), K-quant, legacy and float weights, split by memory or by
+# given counts, prompt micro-batches of 8..36 tokens (pieces with short
+# tails, which the pipeline must cut as the kernels' tiles require).
+R=$S/ref/arch
+IDS=$(tr -d ' \n' <"$R/input.ids")
+split_same() {
+  name=$1 np=$2 model=$3; shift 3
+  "$T" logits -m "$model" --ids "$IDS" -o "$W/one.f32" -t 2 2>"$W/one.err" ||
+    { echo "FAIL split $name: single-process logits failed"; cat "$W/one.err"; fail=1; return; }
+  run_mpi "$np" "$T" logits -m "$model" --ids "$IDS" -o "$W/split.f32" -t 1 --split-layers "$@" >/dev/null 2>"$W/split.err"
+  rc=$?
+  if [ $rc -ne 0 ]; then echo "FAIL split $name: mpirun exit $rc"; cat "$W/split.err"; fail=1; return; fi
+  if ! grep -q "split over $np ranks" "$W/split.err" || ! grep -q "rank $((np - 1)) computed layers" "$W/split.err"; then
+    echo "FAIL split $name: the model was not split over $np ranks"; cat "$W/split.err"; fail=1; return
+  fi
+  if ! cmp -s "$W/one.f32" "$W/split.f32"; then
+    echo "FAIL split $name: logits differ from the single-process run"; fail=1; return
+  fi
+  echo "ok   split $name: $(wc -c <"$W/one.f32") bytes of logits identical;$(grep 'split over' "$W/split.err" | sed 's/.*ranks://')"
+}
+split_same "llama Q4_K_M, 2 ranks by memory" 2 "$R/llama-Q4_K_M.gguf"
+split_same "llama Q8_0, 3 ranks (0,1,1), 8-token micro-batches" 3 "$R/llama-Q8_0.gguf" 0,1,1 --split-ubatch 8
+split_same "qwen2 Q8_0, 2 ranks (1,1)" 2 "$R/qwen2-Q8_0.gguf" 1,1 --split-ubatch 12
+split_same "qwen3 Q4_K_M, 3 ranks by memory" 3 "$R/qwen3-Q4_K_M.gguf"
+split_same "phi3 Q4_K_M, 2 ranks, 20-token micro-batches" 2 "$R/phi3-Q4_K_M.gguf" --split-ubatch 20
+split_same "gemma2 Q8_0, 2 ranks (0,2)" 2 "$R/gemma2-Q8_0.gguf" 0,2 --split-ubatch 8
+split_same "gemma3 Q4_K_M, 3 ranks by memory, 8-token micro-batches" 3 "$R/gemma3-Q4_K_M.gguf" --split-ubatch 8
+split_same "gemma3 F16, 2 ranks (3,4), 36-token micro-batches" 2 "$R/gemma3-F16.gguf" 3,4 --split-ubatch 36
+split_same "stories260K F32, 3 ranks (1,2,2)" 3 "$M/stories260K.gguf" 1,2,2 --split-ubatch 16
+
+# generated text: greedy and seeded, 2 and 3 ranks
+split_gen() {
+  name=$1 np=$2; shift 2
+  "$T" generate "$@" -t 2 >"$W/one.out" 2>"$W/one.err" || { echo "FAIL split $name: single-process run failed"; cat "$W/one.err"; fail=1; return; }
+  run_mpi "$np" "$T" generate "$@" -t 1 --split-layers >"$W/split.out" 2>"$W/split.err"
+  rc=$?
+  if [ $rc -ne 0 ] || ! grep -q "split over $np ranks" "$W/split.err"; then
+    echo "FAIL split $name: mpirun exit $rc"; cat "$W/split.err"; fail=1; return
+  fi
+  if ! [ -s "$W/one.out" ] || ! cmp -s "$W/one.out" "$W/split.out"; then
+    echo "FAIL split $name: text differs from the single-process run"; diff "$W/one.out" "$W/split.out" | head; fail=1; return
+  fi
+  echo "ok   split $name: $(wc -c <"$W/split.out") bytes identical; $(grep 'split: [0-9]* tokens' "$W/split.err" | sed 's/.*split: //')"
+}
+split_gen "generate stories260K greedy, 2 ranks" 2 -m "$M/stories260K.gguf" -p "Once upon a time" -n 60 --temp 0
+split_gen "generate gemma3 seeded, 3 ranks" 3 -m "$R/gemma3-Q4_K_M.gguf" -p "Once upon a time" -n 40 --temp 0.8 --seed 7
+split_gen "generate qwen2 greedy, 3 ranks" 3 -m "$R/qwen2-Q8_0.gguf" -p "The dog" -n 40 --temp 0
+split_gen "generate TinyStories seeded, 2 ranks" 2 -m "$M/TinyStories-656K-Q8_0.gguf" -p "The dog" -n 60 --temp 0.7 --seed 4
+# bad split usage: exit 2 for the flag, 1 (with a message) for counts that do not fit the model
+# (mpirun reports its own status; the usage error's 2 shows in one process)
+"$T" generate -m "$M/stories260K.gguf" -p Once -n 5 --split-layers --split-ubatch 5 >/dev/null 2>"$W/p.err"; rc=$?
+[ $rc -eq 2 ] && grep -q "split-ubatch needs a multiple of 4" "$W/p.err" && echo "ok   --split-ubatch 5 refused" ||
+  { echo "FAIL --split-ubatch 5: exit $rc"; cat "$W/p.err"; fail=1; }
+run_mpi 2 "$T" generate -m "$M/stories260K.gguf" -p Once -n 5 --split-layers 2,2 >"$W/p.out" 2>"$W/p.err"; rc=$?
+[ $rc -ne 0 ] && ! [ -s "$W/p.out" ] && grep -q "summing to the model's 5 layers" "$W/p.err" && echo "ok   --split-layers 2,2 for 5 layers refused" ||
+  { echo "FAIL --split-layers 2,2: exit $rc"; cat "$W/p.err"; fail=1; }
+
 # expect_fault NAME PATTERN LIMIT_S NP CMD...: non-zero exit within LIMIT_S,
 # PATTERN in stderr
 expect_fault() {
@@ -113,6 +176,13 @@ if [ -z "$victim" ]; then echo "FAIL kill -9: no rank 1 process found"; fail=1; 
   else echo "ok   kill -9 of rank 1 during eval: exit $rc after $dt s: $(grep 'rank 1 (' "$W/k.err" | head -1)"; fi
 fi
 
+# a split part's rank killed, or hanging, mid-generation
+TUTTI_MPI_TEST_FAULT=kill:20@1 TUTTI_MPI_TIMEOUT=5 expect_fault "split: rank 1 killed mid-generation" \
+  "rank 1 (layers 2-4 of stories260K.gguf)\|process rank 1 with PID [0-9]* on node [^ ]* exited on signal 9" \
+  30 2 "$T" generate -m "$M/stories260K.gguf" -p Once -n 200 --ignore-eos -t 1 --split-layers
+TUTTI_MPI_TEST_FAULT=hang:20@1 TUTTI_MPI_TIMEOUT=2 expect_fault "split: rank 1 hangs mid-generation" \
+  "rank 1 (layers 2-4 of stories260K.gguf) did not answer within 2 s" 30 2 "$T" generate -m "$M/stories260K.gguf" \
+  -p Once -n 200 --ignore-eos -t 1 --split-layers
 # a missing model: clear error, no text
 expect_fault "missing model file" "cannot open model file $W/nothere.gguf" 30 2 "$T" run -m $M/stories260K.gguf \
   -m "$W/nothere.gguf" -p Once -n 10

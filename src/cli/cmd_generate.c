@@ -7,6 +7,7 @@
 #include "cli/cli.h"
 #include "cli/grammar_args.h"
 #include "grammar/constrain.h"
+#include "mpi/tutti_mpi.h"
 
 /* NaN or +inf logits mean broken weights or an overflow; sampling from them
  * (greedy or not) would print garbage with exit status 0. */
@@ -110,8 +111,17 @@ int cmd_generate(int argc, char **argv) {
         .opts = opts,
         .epilog = "Ctrl-C stops the generation after the current token: the text so far and the timings\n"
                   "are printed and the exit status is 130. Exit status 2: bad flags or values; 1: runtime\n"
-                  "error (unreadable model, prompt longer than the context, ...).",
+                  "error (unreadable model, prompt longer than the context, ...).\n\n"
+                  "One model split by layers over MPI ranks: mpirun -np K tutti generate --split-layers\n"
+                  "[N0,N1,...] -m MODEL ... (rank r computes N_r layers; default: a split by weight bytes)\n"
+                  "[--split-ubatch N] (prompt micro-batch, default about 4 per rank). Same output as one process.",
     };
+    /* --split-layers takes an optional value, which the option table
+     * cannot say: it is taken out before the table is parsed */
+    const char *split_counts = NULL;
+    int32_t split_ub = 0;
+    const int split = tutti_mpi_split_args(&argc, argv, &split_counts, &split_ub);
+    if (split < 0) return 2;
     int pr = cli_parse(&spec, argc, argv);
     if (pr != CLI_RUN) return pr;
     if (!model_path) return cli_usage_error("need -m MODEL (see tutti generate --help)");
@@ -145,7 +155,7 @@ int cmd_generate(int argc, char **argv) {
     double t0 = cli_now();
     tutti_model_params mp = tutti_model_default_params();
     mp.verbose = !cli_quiet;
-    if (!(model = tutti_model_load(model_path, &mp))) {
+    if (!(model = split ? tutti_mpi_split_load(model_path, &mp, split_counts) : tutti_model_load(model_path, &mp))) {
         cli_error("%s", tutti_last_error());
         goto done;
     }
@@ -164,7 +174,7 @@ int cmd_generate(int argc, char **argv) {
     tutti_session_params cp = tutti_session_default_params();
     cp.n_ctx = cli_ctx_for(model, n_ctx, NULL);
     cp.n_threads = n_threads;
-    if (!(sess = tutti_session_new(model, &cp))) {
+    if (!(sess = tutti_session_new(model, &cp)) || (split && tutti_mpi_split_attach(sess, n_threads, split_ub) < 0)) {
         cli_error("%s", tutti_last_error());
         goto done;
     }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "mpi/tutti_mpi.h"
 
 int cmd_logits(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *ids_arg = NULL, *out = NULL;
@@ -28,9 +29,15 @@ int cmd_logits(int argc, char **argv) {
         .usage = "-m MODEL (-p TEXT | -f FILE | --ids 1,2,3) -o FILE [options]",
         .description = "Runs the prompt through the model in one batch and writes the logits of every\n"
                        "position as raw little-endian float32 [n_tokens][n_vocab] to FILE (the context is\n"
-                       "exactly the prompt's length).",
+                       "exactly the prompt's length). Under mpirun, --split-layers [N0,N1,...] [--split-ubatch N]\n"
+                       "splits the model by layers over the ranks (see tutti generate --help).",
         .opts = opts,
     };
+    /* a model split by layers over MPI ranks, as in tutti generate */
+    const char *split_counts = NULL;
+    int32_t split_ub = 0;
+    const int split = tutti_mpi_split_args(&argc, argv, &split_counts, &split_ub);
+    if (split < 0) return 2;
     int pr = cli_parse(&spec, argc, argv);
     if (pr != CLI_RUN) return pr;
     if (!model_path || !out || (!!prompt + !!prompt_file + !!ids_arg) != 1)
@@ -43,7 +50,7 @@ int cmd_logits(int argc, char **argv) {
     float *logits = NULL;
     FILE *f = NULL;
     tutti_session *sess = NULL;
-    tutti_model *model = tutti_model_load(model_path, NULL);
+    tutti_model *model = split ? tutti_mpi_split_load(model_path, NULL, split_counts) : tutti_model_load(model_path, NULL);
     if (!model) {
         cli_error("%s", tutti_last_error());
         goto done;
@@ -66,7 +73,7 @@ int cmd_logits(int argc, char **argv) {
     cp.n_threads = n_threads;
     cp.n_ctx = n;
     int32_t n_vocab = tutti_model_n_vocab(model);
-    if (!(sess = tutti_session_new(model, &cp))) {
+    if (!(sess = tutti_session_new(model, &cp)) || (split && tutti_mpi_split_attach(sess, n_threads, split_ub) < 0)) {
         cli_error("%s", tutti_last_error());
         goto done;
     }

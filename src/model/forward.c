@@ -42,6 +42,14 @@ void tutti_forward_ubatch(tutti_session *s, const int32_t *ids, int32_t n, float
  * rope, the cache writes and attention are done per segment, at that
  * segment's own positions and over its own session's cache. */
 void tutti_forward_segments(tutti_session *s, const tutti_fwd_seg *seg, int32_t n_seg, float *out, float *rows) {
+    tutti_forward_range(s, seg, n_seg, 0, s->model->hp.n_layer, TUTTI_FWD_EMBED | TUTTI_FWD_HEAD, out, rows);
+}
+
+/* The whole pass, or a part of it (a model split by layers over ranks,
+ * src/mpi/split.c): the same code runs the same arithmetic on every row
+ * either way, so a split pass gives the same bits. */
+void tutti_forward_range(tutti_session *s, const tutti_fwd_seg *seg, int32_t n_seg, int32_t il0, int32_t il1,
+                         int flags, float *out, float *rows) {
     const tutti_model *m = s->model;
     const tutti_hparams *hp = &m->hp;
     const tutti_arch *a = m->arch;
@@ -54,18 +62,19 @@ void tutti_forward_segments(tutti_session *s, const tutti_fwd_seg *seg, int32_t 
     int32_t n = 0;
     for (int32_t j = 0; j < n_seg; j++) n += seg[j].n;
 
-    /* token embeddings */
-    for (int32_t j = 0, t = 0; j < n_seg; j++)
+    /* token embeddings (without TUTTI_FWD_EMBED, s->x holds the previous
+     * rank's activations) */
+    for (int32_t j = 0, t = 0; j < n_seg && (flags & TUTTI_FWD_EMBED); j++)
         for (int32_t i = 0; i < seg[j].n; i++, t++)
             tutti_get_row(m->token_embd.type, m->token_embd.data, n_embd, seg[j].ids[i], s->x + t * n_embd);
-    for (int32_t t = 0; t < n; t++) {
+    for (int32_t t = 0; t < n && (flags & TUTTI_FWD_EMBED); t++) {
         if (a->embd_scale) {
             const float sc = sqrtf((float)n_embd);
             for (int64_t i = 0; i < n_embd; i++) s->x[t * n_embd + i] *= sc;
         }
     }
 
-    for (int32_t il = 0; il < hp->n_layer; il++) {
+    for (int32_t il = il0; il < il1; il++) {
         const tutti_layer *L = &m->layers[il];
 
         /* ---- attention ---- */
@@ -160,6 +169,8 @@ void tutti_forward_segments(tutti_session *s, const tutti_fwd_seg *seg, int32_t 
             tutti_rmsnorm(s->o, L->post_ffn_norm.data, s->o, n, n_embd, hp->rms_eps);
         for (int64_t i = 0; i < (int64_t)n * n_embd; i++) s->x[i] += s->o[i];
     }
+
+    if (!(flags & TUTTI_FWD_HEAD)) return; /* s->x: the activations after layer il1 - 1 */
 
     /* ---- output: all rows into `out`, or the last row of every segment:
      * one segment's into s->logits, several into rows[n_seg][n_vocab] and

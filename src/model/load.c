@@ -444,10 +444,11 @@ static void place_weight(const tutti_model *m, tutti_weight *w, tutti_weight *al
 
 #define LAYER_WEIGHTS 17
 
-/* The weights of the model but token_embd, output last (entries may be absent: data NULL). */
+/* The weights of the model's part (all layers of a whole model) but
+ * token_embd, output last (entries may be absent: data NULL). */
 static int model_weights(tutti_model *m, tutti_weight **out, int cap) {
     int n = 0;
-    for (int il = 0; il < m->hp.n_layer; il++) {
+    for (int il = m->part_il0; il < m->part_il1; il++) {
         tutti_layer *L = &m->layers[il];
         tutti_weight *ws[LAYER_WEIGHTS] = {&L->attn_norm, &L->wq,    &L->wk,       &L->wv,
                                            &L->wqkv,      &L->bq,    &L->bk,       &L->bv,
@@ -457,7 +458,7 @@ static int model_weights(tutti_model *m, tutti_weight **out, int cap) {
         for (int i = 0; i < LAYER_WEIGHTS && n < cap; i++) out[n++] = ws[i];
     }
     tutti_weight *top[] = {&m->output_norm, &m->rope_freqs, &m->output};
-    for (int i = 0; i < 3 && n < cap; i++) out[n++] = top[i];
+    for (int i = 0; i < 3 && n < cap && m->part_head; i++) out[n++] = top[i];
     return n;
 }
 
@@ -495,7 +496,8 @@ static int place_weights(tutti_model *m) {
 /* ---- public ---- */
 
 /* Loads from path (buf == NULL: mmap) or from the caller's buffer. */
-static tutti_model *load(const char *path, const void *buf, size_t size, const tutti_model_params *params) {
+static tutti_model *load(const char *path, const void *buf, size_t size, const tutti_model_params *params,
+                         int32_t il0, int32_t il1, bool head) {
     tutti_model_params defaults = tutti_model_default_params();
     if (!params) params = &defaults;
     if (!path) {
@@ -530,6 +532,13 @@ static tutti_model *load(const char *path, const void *buf, size_t size, const t
         goto fail;
     }
     if (load_hparams(m) || bind_tensors(m)) goto fail;
+    if (il1 < 0) il1 = m->hp.n_layer; /* the whole model */
+    if (il0 < 0 || il0 > il1 || il1 > m->hp.n_layer) {
+        tutti_set_error("%s: layers [%d, %d) are not a range of the model's %d layers", path, il0, il1,
+                        m->hp.n_layer);
+        goto fail;
+    }
+    m->part_il0 = il0, m->part_il1 = il1, m->part_head = head;
 
     m->vocab = tutti_vocab_from_gguf(m->gguf);
     if (!m->vocab) {
@@ -555,7 +564,12 @@ fail:
 }
 
 tutti_model *tutti_model_load(const char *path, const tutti_model_params *params) {
-    return load(path, NULL, 0, params);
+    return load(path, NULL, 0, params, 0, -1, true);
+}
+
+tutti_model *tutti_model_load_part(const char *path, const tutti_model_params *params, int32_t il0, int32_t il1,
+                                   bool head) {
+    return load(path, NULL, 0, params, il0, il1, head);
 }
 
 tutti_model *tutti_model_load_buffer(const void *buf, size_t size, const char *name,
@@ -564,7 +578,7 @@ tutti_model *tutti_model_load_buffer(const void *buf, size_t size, const char *n
         tutti_set_error("tutti_model_load_buffer: buffer is NULL");
         return NULL;
     }
-    return load(name ? name : "(buffer)", buf, size, params);
+    return load(name ? name : "(buffer)", buf, size, params, 0, -1, true);
 }
 
 void tutti_model_free(tutti_model *model) {

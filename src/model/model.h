@@ -130,7 +130,20 @@ struct tutti_model {
     tutti_vocab *vocab;        /* owned (tokenizer.ggml.* of the same file) */
     bool mapped;               /* weights point into an mmap of the file (not a caller's buffer) */
     void *weights_mem;         /* owned arena of the weights moved out of the mapping (load.c) */
+    /* The part this process computes (a model split by layers over ranks):
+     * layers [part_il0, part_il1), and the embeddings and head when
+     * part_head.  Only those weights are placed (moved out of the mapping);
+     * the others stay mapped and untouched, so they are never read from
+     * disk nor resident.  Whole model: 0, n_layer, true. */
+    int32_t part_il0, part_il1;
+    bool part_head;
 };
+
+/* tutti_model_load of the part [il0, il1) (+ embeddings and head when
+ * head) of the model: every tensor is still bound and checked (the file
+ * must be a whole valid model), but only the part's weights are placed. */
+tutti_model *tutti_model_load_part(const char *path, const tutti_model_params *params, int32_t il0, int32_t il1,
+                                   bool head);
 
 /* A session: one timeline of tokens with its own KV cache and buffers.
  * The cache is F16 like llama.cpp's default, one K and one V row per
@@ -160,7 +173,19 @@ struct tutti_session {
     float *rows;               /* [cap_rows][n_vocab]: last rows of a multi-sequence pass */
     int32_t cap_rows;
     bool has_logits;
+    /* A model split by layers over MPI ranks: tutti_session_eval hands the
+     * (validated) tokens to the pipeline instead (src/mpi/split.c), which
+     * runs this rank's layers and the head here and the rest on the other
+     * ranks.  Owned: freed with the session. */
+    struct tutti_pipe *pipe;
 };
+
+typedef struct tutti_pipe {
+    /* as tutti_session_eval after its checks: ids[0..n) at s->n_past, which
+     * it advances; logits (non-NULL) receives all n rows */
+    int (*eval)(struct tutti_pipe *p, tutti_session *s, const int32_t *ids, int32_t n, float *logits);
+    void (*free)(struct tutti_pipe *p);
+} tutti_pipe;
 
 /* tutti_model_load over a caller-owned GGUF image of size bytes (fuzzer and
  * tests); buf must outlive the model (weights point into it).  name is used
@@ -189,6 +214,18 @@ typedef struct tutti_fwd_seg {
  * (non-NULL) receives all Σ n rows in order; otherwise rows (n_seg > 1)
  * is scratch of n_seg * n_vocab floats.  Advances nothing. */
 void tutti_forward_segments(tutti_session *s, const tutti_fwd_seg *seg, int32_t n_seg, float *out, float *rows);
+
+/* Part of a forward pass, for a model split by layers (src/mpi/split.c):
+ * TUTTI_FWD_EMBED looks up the tokens' embeddings into s->x (without it,
+ * s->x holds the Σ n × n_embd activations that layer il0 takes: the
+ * previous rank's output); layers [il0, il1) run; TUTTI_FWD_HEAD then
+ * computes the logits as tutti_forward_segments does (without it, s->x
+ * holds the activations after layer il1 - 1).  seg[j].ids is read only
+ * with TUTTI_FWD_EMBED.  tutti_forward_segments = the range [0, n_layer)
+ * with both flags. */
+enum { TUTTI_FWD_EMBED = 1, TUTTI_FWD_HEAD = 2 };
+void tutti_forward_range(tutti_session *s, const tutti_fwd_seg *seg, int32_t n_seg, int32_t il0, int32_t il1,
+                         int flags, float *out, float *rows);
 
 /* Evaluates ids[i][0..n[i]) on session ss[i] for every i < n_seq (sessions
  * distinct, of one model and one n_ctx), batching the sequences into as few

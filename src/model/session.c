@@ -140,6 +140,7 @@ fail:
 
 void tutti_session_free(tutti_session *s) {
     if (!s) return;
+    if (s->pipe) s->pipe->free(s->pipe);
     tutti_threadpool_free(s->tp);
     free(s->k_cache);
     free(s->v_cache);
@@ -174,6 +175,7 @@ int tutti_session_eval(tutti_session *s, const int32_t *ids, int32_t n, float *l
         if (ids[i] < 0 || ids[i] >= n_vocab)
             return tutti_set_error("tutti_session_eval: token id %d at index %d is out of range (n_vocab %d)",
                                    ids[i], i, n_vocab);
+    if (s->pipe) return s->pipe->eval(s->pipe, s, ids, n, logits);
     for (int32_t done = 0; done < n;) {
         const int32_t chunk = n - done < s->n_ubatch ? n - done : s->n_ubatch;
         /* Without a caller buffer only the last row of each micro-batch is
@@ -206,6 +208,8 @@ int tutti_session_eval_multi(tutti_session *const *ss, const int32_t *const *ids
                                        ids[i][k], s->model->hp.n_vocab);
     }
     tutti_session *s0 = ss[0];
+    for (int32_t i = 0; i < n_seq; i++)
+        if (ss[i]->pipe) return tutti_set_error("tutti_session_eval_multi: not with a model split by layers");
     const int32_t ub = s0->n_ubatch, n_vocab = s0->model->hp.n_vocab;
     if (n_seq > 1 && s0->cap_rows < n_seq) {
         float *r = realloc(s0->rows, sizeof(float) * (size_t)n_seq * (size_t)n_vocab);

@@ -79,7 +79,10 @@ void tmpi_members_on(int rank, char *buf, size_t cap) {
     pthread_mutex_lock(&g_mu);
     for (int i = 0; i < g_n_reg && o + 1 < cap; i++)
         if (g_reg[i].rank == rank) {
-            int k = snprintf(buf + o, cap - o, "%smember %d (%s)", o ? ", " : "", g_reg[i].index + 1, g_reg[i].name);
+            int k = g_reg[i].index < 0 /* a part of a model split by layers: its name says which */
+                        ? snprintf(buf + o, cap - o, "%s%s", o ? ", " : "", g_reg[i].name)
+                        : snprintf(buf + o, cap - o, "%smember %d (%s)", o ? ", " : "", g_reg[i].index + 1,
+                                   g_reg[i].name);
             if (k < 0) break;
             o += (size_t)k;
         }
@@ -233,7 +236,9 @@ static void srv_reply_err(srv_member *s, const char *msg) {
  * "kill:N@R" makes member rank R kill itself with SIGKILL (as kill -9
  * would) on its N-th request, "hang:N@R" makes it stop answering there,
  * "delay:MS" slows every answer of every member rank by MS milliseconds. */
-static void test_fault(void) {
+int tmpi_rank(void) { return g_rank; }
+
+void tmpi_test_fault(void) {
     static long n_req;
     static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
     const char *f = getenv("TUTTI_MPI_TEST_FAULT");
@@ -258,10 +263,10 @@ static void test_fault(void) {
  * cores) the spinning ranks slow down the one computing.  Spin a little
  * (an answer to the previous reply comes within microseconds), then sleep
  * 20 us between probes. */
-static int probe_idle(int tag, MPI_Message *msg, MPI_Status *st) {
+int tmpi_probe_idle(int src, int tag, MPI_Message *msg, MPI_Status *st) {
     for (long spins = 0;; spins++) {
         int flag = 0;
-        int rc = MPI_Improbe(0, tag, tmpi_comm, &flag, msg, st);
+        int rc = MPI_Improbe(src, tag, tmpi_comm, &flag, msg, st);
         if (rc != MPI_SUCCESS) return rc;
         if (flag) return MPI_SUCCESS;
         if (spins > 2000) {
@@ -281,7 +286,7 @@ static void *srv_member_main(void *arg) {
         MPI_Message msg;
         MPI_Status st;
         int cnt = 0;
-        if (probe_idle(s->tag, &msg, &st) != MPI_SUCCESS) break;
+        if (tmpi_probe_idle(0, s->tag, &msg, &st) != MPI_SUCCESS) break;
         MPI_Get_count(&st, MPI_INT32_T, &cnt);
         if (cnt > cap) {
             int32_t *nb = realloc(buf, sizeof(int32_t) * (size_t)cnt);
@@ -304,7 +309,7 @@ static void *srv_member_main(void *arg) {
             }
             s->mirror = nm, s->cap_mirror = nc;
         }
-        test_fault();
+        tmpi_test_fault();
         memcpy(s->mirror + k, buf + 3, sizeof(int32_t) * (size_t)(n - k));
         s->n_mirror = n;
         fusion_member *m = s->m;
@@ -356,7 +361,7 @@ static int serve(void) {
         MPI_Message msg;
         MPI_Status st;
         int cnt = 0;
-        if (probe_idle(TMPI_TAG_CTRL, &msg, &st) != MPI_SUCCESS) break;
+        if (tmpi_probe_idle(0, TMPI_TAG_CTRL, &msg, &st) != MPI_SUCCESS) break;
         MPI_Get_count(&st, MPI_BYTE, &cnt);
         if (cnt + 1 > cap) {
             char *nb = realloc(buf, (size_t)cnt + 1);
@@ -366,6 +371,19 @@ static int serve(void) {
         if (MPI_Mrecv(buf, cnt, MPI_BYTE, &msg, &st) != MPI_SUCCESS) break;
         int32_t op = 0;
         if (cnt >= (int)sizeof op) memcpy(&op, buf, sizeof op);
+        if (op == TMPI_SPLIT) { /* a part of a model split by layers (split.c) */
+            char ebuf[1024] = "";
+            tmpi_loaded out = {0};
+            if (tmpi_split_serve(buf, cnt, ebuf, sizeof ebuf) < 0) {
+                out.status = -1;
+                out.err_len = (int32_t)strlen(ebuf) + 1;
+            }
+            out.pid = (int32_t)getpid();
+            gethostname(out.host, sizeof out.host - 1);
+            MPI_Send(&out, sizeof out, MPI_BYTE, 0, TMPI_TAG_CTRL_REPLY, tmpi_comm);
+            if (out.status < 0) MPI_Send(ebuf, out.err_len, MPI_CHAR, 0, TMPI_TAG_CTRL_REPLY, tmpi_comm);
+            continue;
+        }
         if (op != TMPI_LOAD || cnt < (int)sizeof(tmpi_load)) { /* QUIT (or garbage): stop serving */
             int32_t q[2] = {0, 0};
             if (cnt >= (int)sizeof q) memcpy(q, buf, sizeof q);
@@ -414,6 +432,7 @@ static int serve(void) {
         if (err) MPI_Send(ebuf, out.err_len, MPI_CHAR, 0, TMPI_TAG_CTRL_REPLY, tmpi_comm);
     }
     if (quit_fault) return 1;
+    tmpi_split_join();
     /* rank 0 sent FREE to every member it still held before QUIT */
     for (int i = 0; i < n_mem; i++) {
         pthread_join(mem[i]->th, NULL);
@@ -517,6 +536,7 @@ int tutti_mpi_stop(int rc) {
         return rc ? rc : 1;
     }
     /* members the command did not free (error paths): release them */
+    tmpi_split_release();
     for (int i = 0; i < g_n_reg; i++) {
         int32_t req[3] = {TMPI_OP_FREE, 0, 0};
         MPI_Send(req, 3, MPI_INT32_T, g_reg[i].rank, g_reg[i].tag, tmpi_comm);

@@ -12,15 +12,39 @@
  *   the last sequence, so a generation step sends one new token id, not the
  *   whole history).  Answer on the same tag: a tmpi_reply, then the logits
  *   (MPI_FLOAT, n_vocab for LOGITS, n * n_vocab for ALL) or the error text
- *   (MPI_CHAR) when status < 0; both mirrors are then empty again. */
+ *   (MPI_CHAR) when status < 0; both mirrors are then empty again.
+ *
+ * A model split by layers (src/mpi/split.c):
+ *   SPLIT (control): tmpi_split header + path bytes; the rank loads layers
+ *         [il0, il1) and answers a tmpi_loaded as for LOAD.
+ *   Activations (tag TMPI_TAG_SPLIT, MPI_BYTE, around the ring 0 -> 1 ->
+ *   ... -> K-1 -> 0): a tmpi_act then n x n_embd floats (ACT), or the
+ *   error text (ERR: passed on to rank 0 unchanged); FREE (from rank 0 to
+ *   every rank, between evaluations): the rank stops serving.  Every rank
+ *   answers each ACT or ERR with exactly one message to the next rank, so
+ *   rank 0 gets one answer per micro-batch whatever happened on the way. */
 #ifndef TUTTI_MPI_PROTO_H
 #define TUTTI_MPI_PROTO_H
 
 #include <mpi.h>
 #include <stdint.h>
 
-enum { TMPI_TAG_CTRL = 1, TMPI_TAG_CTRL_REPLY = 2, TMPI_TAG_MEMBER = 16 };
-enum { TMPI_LOAD = 1, TMPI_QUIT = 2 };
+enum { TMPI_TAG_CTRL = 1, TMPI_TAG_CTRL_REPLY = 2, TMPI_TAG_SPLIT = 8, TMPI_TAG_MEMBER = 16 };
+enum { TMPI_LOAD = 1, TMPI_QUIT = 2, TMPI_SPLIT = 3 };
+enum { TMPI_ACT = 1, TMPI_ACT_ERR = 2, TMPI_ACT_FREE = 3 };
+
+typedef struct tmpi_split {
+    int32_t op; /* TMPI_SPLIT */
+    int32_t il0, il1, n_ctx, n_threads;
+    int32_t path_len;
+} tmpi_split;
+
+typedef struct tmpi_act {
+    int32_t op;     /* TMPI_ACT, TMPI_ACT_ERR, TMPI_ACT_FREE */
+    int32_t pos0;   /* position of the first token */
+    int32_t n;      /* tokens (rows of n_embd floats); ERR: bytes of text */
+    int32_t from;   /* ERR: the rank that failed */
+} tmpi_act;
 enum { TMPI_OP_LOGITS = 1, TMPI_OP_ALL = 2, TMPI_OP_FREE = 3 };
 
 typedef struct tmpi_load {
@@ -65,6 +89,21 @@ void tmpi_unregister(int rank, int tag);
 void tmpi_members_on(int rank, char *buf, size_t cap);
 /* Requests waiting for rank (+1 before a wait, -1 after). */
 void tmpi_inflight(int rank, int delta);
+/* This process's rank. */
+int tmpi_rank(void);
+/* MPI_Improbe from src until a message with tag comes, without holding a
+ * core while idle. */
+int tmpi_probe_idle(int src, int tag, MPI_Message *msg, MPI_Status *st);
+/* The TUTTI_MPI_TEST_FAULT injection (mpi.c) at one request of a rank. */
+void tmpi_test_fault(void);
+/* Member-rank side of a layer split (split.c): loads the part a SPLIT
+ * control message asks for and starts serving it; 0, or -1 with the error
+ * text in ebuf. */
+int tmpi_split_serve(const char *buf, int cnt, char *ebuf, size_t cap);
+/* Waits for this rank's split parts to see FREE, and frees them. */
+void tmpi_split_join(void);
+/* Rank 0: sends FREE to the split parts still held (error paths). */
+void tmpi_split_release(void);
 /* Traffic counters (rank 0). */
 void tmpi_count(int64_t sent, int64_t recv, double rtt_s);
 

@@ -42,4 +42,36 @@ int tutti_mpi_member_rank(int32_t i, int32_t n);
 /* Number of ranks (1 without MPI). */
 int tutti_mpi_size(void);
 
+/* ---- one model split by layers (src/mpi/split.c) ----
+ *
+ *   mpirun -np K tutti generate --split-layers [N0,N1,...] -m M.gguf ...
+ *
+ * Rank r holds a contiguous range of layers: N_r of them when the counts
+ * are given, else a split by memory (each rank about the same bytes of
+ * weights; rank 0's share counts the embeddings and the output head, which
+ * it holds too).  The activations (n_tokens x n_embd floats) go round the
+ * ring 0 -> 1 -> ... -> K-1 -> 0 and rank 0 computes the logits: the ring
+ * carries n_embd floats per token back instead of n_vocab logits, and a
+ * tied head (token_embd) is held once.  A prompt goes in micro-batches
+ * (--split-ubatch N; default about 4 per rank, at least 16 tokens), so
+ * rank 1 computes micro-batch b while rank 0 computes b + 1. */
+
+struct tutti_model;
+struct tutti_session;
+struct tutti_model_params;
+/* Removes --split-layers [N0,N1,...] (the counts are optional) and
+ * --split-ubatch N from argv (argv[0] = the command name).  1 when
+ * --split-layers was given (*counts = the list or NULL), 0 when not, -1
+ * with a message on stderr for bad usage (exit 2). */
+int tutti_mpi_split_args(int *argc, char **argv, const char **counts, int32_t *ubatch);
+/* Plans the split of path over the ranks (counts or by memory; printed on
+ * stderr) and loads rank 0's part.  NULL with the error set. */
+struct tutti_model *tutti_mpi_split_load(const char *path, const struct tutti_model_params *params,
+                                         const char *counts);
+/* Loads the other ranks' parts with s's context size and n_threads each,
+ * then routes s's evaluations through the ring (s owns the pipeline; freed
+ * with s).  A rank that cannot load its part is an error naming it.  Does
+ * nothing on one rank.  0 or TUTTI_ERR. */
+int tutti_mpi_split_attach(struct tutti_session *s, int32_t n_threads, int32_t ubatch);
+
 #endif
