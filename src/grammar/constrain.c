@@ -10,7 +10,7 @@ int gr_constraint_init(gr_constraint *c, const tutti_grammar *g, const tutti_voc
     memset(c, 0, sizeof *c);
     if (!g) return 0;
     if (!(c->m = tutti_grammar_matcher_new(g))) return TUTTI_ERR;
-    if (vocab && !(c->v = tutti_grammar_vocab_new(vocab))) {
+    if (vocab && (!(c->v = tutti_grammar_vocab_new(vocab)) || tutti_grammar_vocab_prepare(c->v, g) < 0)) {
         gr_constraint_free(c);
         return TUTTI_ERR;
     }
