@@ -19,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include "grammar/constrain.h"
 #include "grammar/grammar.h"
 #include "test_common.h"
 #include "tutti.h"
@@ -185,10 +186,35 @@ static void test_synthetic_vocab(void **state) {
     tutti_grammar_vocab_free(gv);
 }
 
+/* The trie and class tables are the vocabulary's: every constrained
+ * generation over it after the first shares them (freed with it; the leak
+ * check of the sanitizer build sees that). */
+static void test_shared_vocab(void **state) {
+    (void)state;
+    tutti_vocab *v = tutti_vocab_load(shared_path("models/vocab/ggml-vocab-qwen3.gguf"));
+    if (!v) fail_msg("%s", tutti_last_error());
+    tutti_grammar *g = tutti_grammar_json();
+    gr_constraint a, b;
+    assert_int_equal(gr_constraint_init(&a, g, v), 0);
+    assert_int_equal(gr_constraint_init(&b, g, v), 0);
+    assert_non_null(a.v);
+    assert_ptr_equal(a.v, b.v);
+    int32_t n_runs = a.v->n_runs;
+    assert_true(n_runs > 0); /* the string class's table was built at init */
+    gr_constraint_free(&a);
+    assert_int_equal(gr_constraint_init(&a, g, v), 0);
+    assert_int_equal(a.v->n_runs, n_runs); /* nothing rebuilt */
+    gr_constraint_free(&a);
+    gr_constraint_free(&b);
+    tutti_grammar_free(g);
+    tutti_vocab_free(v);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_synthetic_vocab),
         cmocka_unit_test(test_qwen3_vocab),
+        cmocka_unit_test(test_shared_vocab),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -115,11 +115,11 @@ typedef struct gm_state {
     int32_t mask;        /* token-mask cache slot (vocab_mask.c), -1 none */
 } gm_state;
 
-/* A cached token mask: the ids of the smaller side (allowed or rejected). */
+/* A cached token mask: the allowed ids when they are few, else a bitset. */
 typedef struct gm_mask {
-    int32_t *ids;
-    int32_t n;
-    bool allowed_list; /* ids are the allowed tokens (else the rejected ones) */
+    int32_t *ids;   /* the allowed ids (bits NULL) */
+    uint64_t *bits; /* [n_words] allowed tokens, or NULL */
+    int32_t n;      /* ids */
     int32_t n_allowed;
 } gm_mask;
 
@@ -154,7 +154,21 @@ struct tutti_grammar_matcher {
     int32_t *chain;     /* [cap_chain] states after 0, 1, ... characters of a run */
     int32_t cap_chain;
     int64_t n_run, n_scan; /* masks computed by the run path / by a trie scan */
+    /* run path: the allowed tokens of group q of table t after its first
+     * byte led to state nx (e.g. a string's closing quote: the same state
+     * whatever the count or position before it), ids in gids[off..+n) */
+    struct gm_gmemo *gmemo;
+    int32_t gmemo_n, gmemo_cap;
+    int32_t *gids;
+    int64_t n_gids, cap_gids;
 };
+
+typedef struct gm_gmemo {
+    const struct gv_run *t; /* NULL: empty slot */
+    int32_t nx, q;
+    int64_t off;
+    int32_t n;
+} gm_gmemo;
 
 /* ---- vocabulary (vocab_mask.c, run_mask.c) ---- */
 

@@ -268,6 +268,66 @@ static gv_run *run_get(const tutti_grammar_vocab *cv, const gr_range *r, int32_t
     return t;
 }
 
+static uint64_t memo_hash(const gv_run *t, int32_t nx, int32_t q) {
+    uint64_t h = (uint64_t)(uintptr_t)t * 0x9E3779B97F4A7C15ull ^ ((uint64_t)(uint32_t)nx << 32 | (uint32_t)q);
+    h ^= h >> 29;
+    h *= 0xBF58476D1CE4E5B9ull;
+    return h ^ (h >> 32);
+}
+
+static int memo_grow(tutti_grammar_matcher *m) {
+    int32_t nc = m->gmemo_cap ? m->gmemo_cap * 2 : 1024;
+    gm_gmemo *n = calloc((size_t)nc, sizeof *n);
+    if (!n) return -1;
+    for (int32_t i = 0; i < m->gmemo_cap; i++) {
+        const gm_gmemo *e = &m->gmemo[i];
+        if (!e->t) continue;
+        uint64_t j = memo_hash(e->t, e->nx, e->q) & (uint64_t)(nc - 1);
+        while (n[j].t) j = (j + 1) & (uint64_t)(nc - 1);
+        n[j] = *e;
+    }
+    free(m->gmemo);
+    m->gmemo = n, m->gmemo_cap = nc;
+    return 0;
+}
+
+/* The tokens of group q of t allowed once its first byte led to state nx
+ * (computed byte by byte on first use, then remembered); NULL: out of
+ * memory. */
+static const gm_gmemo *group_allowed(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, const gv_run *t,
+                                     int32_t q, int32_t nx) {
+    if ((int64_t)(m->gmemo_n + 1) * 2 > m->gmemo_cap && memo_grow(m) < 0) return NULL;
+    uint64_t j = memo_hash(t, nx, q) & (uint64_t)(m->gmemo_cap - 1);
+    while (m->gmemo[j].t) {
+        const gm_gmemo *e = &m->gmemo[j];
+        if (e->t == t && e->nx == nx && e->q == q) return e;
+        j = (j + 1) & (uint64_t)(m->gmemo_cap - 1);
+    }
+    int32_t cnt = t->grp0[q + 1] - t->grp0[q];
+    if (m->n_gids + cnt > m->cap_gids) {
+        int64_t nc = m->cap_gids ? m->cap_gids * 2 : 4096;
+        while (nc < m->n_gids + cnt) nc *= 2;
+        int32_t *g = realloc(m->gids, sizeof(int32_t) * (size_t)nc);
+        if (!g) return NULL;
+        m->gids = g, m->cap_gids = nc;
+    }
+    int64_t off = m->n_gids;
+    int32_t n = 0;
+    for (int32_t k = t->grp0[q]; k < t->grp0[q + 1]; k++) {
+        int32_t id = t->gtok[k], L = v->plen[id], x = nx;
+        const uint8_t *p = v->pbytes + v->poff[id];
+        for (int32_t i = t->gpos[k] + 1; i < L && x >= 0; i++) x = gm_step(m, x, p[i]);
+        if (x == -3) return NULL;
+        if (x >= 0) m->gids[off + n++] = id;
+    }
+    m->n_gids += n;
+    m->mask_bytes += sizeof(int32_t) * (size_t)n + sizeof(gm_gmemo) * 2;
+    /* gm_step may not touch the memo, so slot j is still free */
+    m->gmemo[j] = (gm_gmemo){t, nx, q, off, n};
+    m->gmemo_n++;
+    return &m->gmemo[j];
+}
+
 int gm_run_mask(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, int32_t s) {
     if (gm_run_min_nodes < 0) return 0;
     const tutti_grammar *g = m->g;
@@ -330,12 +390,11 @@ int gm_run_mask(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, int32_t 
         int32_t nx = gm_step(m, chain[loop >= 0 && j > loop ? loop : j], t->grp_b[q]);
         if (nx == -3) return -3;
         if (nx < 0) continue;
-        for (int32_t k = t->grp0[q]; k < t->grp0[q + 1]; k++) {
-            int32_t id = t->gtok[k], L = v->plen[id], x = nx;
-            const uint8_t *p = v->pbytes + v->poff[id];
-            for (int32_t i = t->gpos[k] + 1; i < L && x >= 0; i++) x = gm_step(m, x, p[i]);
-            if (x == -3) return -3;
-            if (x >= 0) bits[id >> 6] |= 1ull << (id & 63);
+        const gm_gmemo *g = group_allowed(m, v, t, q, nx);
+        if (!g) return -3;
+        for (int32_t k = 0; k < g->n; k++) {
+            int32_t id = m->gids[g->off + k];
+            bits[id >> 6] |= 1ull << (id & 63);
         }
     }
     return 1;

@@ -190,10 +190,14 @@ int tutti_grammar_vocab_prepare(tutti_grammar_vocab *v, const tutti_grammar *g) 
 }
 
 void gm_masks_clear(tutti_grammar_matcher *m) {
-    for (int32_t i = 0; i < m->n_masks; i++) free(m->masks[i].ids);
+    for (int32_t i = 0; i < m->n_masks; i++) free(m->masks[i].ids), free(m->masks[i].bits);
     m->n_masks = 0;
     m->mask_bytes = 0;
     for (int32_t s = 0; s < m->n_st; s++) m->st[s].mask = -1;
+    free(m->gmemo), free(m->gids);
+    m->gmemo = NULL, m->gids = NULL;
+    m->gmemo_n = m->gmemo_cap = 0;
+    m->n_gids = m->cap_gids = 0;
 }
 
 /* The allowed tokens of state s by one scan of the trie, appended to
@@ -222,19 +226,11 @@ static int32_t scan_trie(tutti_grammar_matcher *m, const tutti_grammar_vocab *v,
 
 static int32_t mask_compute(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, int32_t s);
 
-static void mask_or_bits(const gm_mask *mk, uint64_t *w, int32_t V) {
-    if (mk->allowed_list) {
+static void mask_or_bits(const gm_mask *mk, uint64_t *w, int32_t W) {
+    if (mk->bits)
+        for (int32_t i = 0; i < W; i++) w[i] |= mk->bits[i];
+    else
         for (int32_t k = 0; k < mk->n; k++) w[mk->ids[k] >> 6] |= 1ull << (mk->ids[k] & 63);
-        return;
-    }
-    /* the complement of the rejected ids */
-    int32_t W = (V + 63) / 64, k = 0;
-    for (int32_t i = 0; i < W; i++) {
-        uint64_t x = ~0ull;
-        if (i == W - 1 && (V & 63)) x = (1ull << (V & 63)) - 1;
-        while (k < mk->n && mk->ids[k] >> 6 == i) x &= ~(1ull << (mk->ids[k++] & 63));
-        w[i] |= x;
-    }
 }
 
 /* A state whose stacks disagree on its largest class K (some hold part of
@@ -269,8 +265,8 @@ static int split_mask(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, in
         if (kb < 0) rc = -3;
         else {
             memset(m->bits, 0, sizeof(uint64_t) * (size_t)v->n_words);
-            mask_or_bits(&m->masks[ka], m->bits, v->n_vocab);
-            mask_or_bits(&m->masks[kb], m->bits, v->n_vocab);
+            mask_or_bits(&m->masks[ka], m->bits, v->n_words);
+            mask_or_bits(&m->masks[kb], m->bits, v->n_words);
             rc = 1;
         }
     }
@@ -293,71 +289,62 @@ static int32_t mask_compute(tutti_grammar_matcher *m, const tutti_grammar_vocab 
     }
     const bool accept = m->st[s].accept;
     gm_mask mk = {0};
+    int32_t W = v->n_words;
+    uint64_t *w = m->bits;
     int run = split_mask(m, v, s);
     if (!run) run = gm_run_mask(m, v, s);
     if (run < 0) return -3;
+    int32_t na;
     if (run) {
         /* m->bits: the allowed tokens (without eog) */
         m->n_run++;
-        uint64_t *w = m->bits;
         if (accept)
             for (int32_t k = 0; k < v->n_eog; k++) w[v->eog[k] >> 6] |= 1ull << (v->eog[k] & 63);
-        int64_t na = 0;
-        for (int32_t i = 0; i < v->n_words; i++) na += __builtin_popcountll(w[i]);
-        mk.n_allowed = (int32_t)na;
-        mk.allowed_list = na <= V / 2;
-        mk.n = mk.allowed_list ? (int32_t)na : V - (int32_t)na;
-        mk.ids = malloc(sizeof(int32_t) * (size_t)(mk.n > 0 ? mk.n : 1));
-        if (!mk.ids) return -3;
-        int32_t j = 0;
-        for (int32_t i = 0; i < v->n_words; i++) {
-            uint64_t x = mk.allowed_list ? w[i] : ~w[i];
-            if (i == v->n_words - 1 && (V & 63)) x &= (1ull << (V & 63)) - 1;
-            while (x) {
-                mk.ids[j++] = i * 64 + __builtin_ctzll(x);
-                x &= x - 1;
-            }
-        }
+        int64_t cnt = 0;
+        for (int32_t i = 0; i < W; i++) cnt += __builtin_popcountll(w[i]);
+        na = (int32_t)cnt;
     } else {
         m->n_scan++;
-
         /* ids_tmp collects the allowed tokens */
-        int32_t na = 0;
+        na = 0;
         if (accept)
             for (int32_t k = 0; k < v->n_eog; k++) m->ids_tmp[na++] = v->eog[k];
         na = scan_trie(m, v, s, na);
         if (na < 0) return -3;
-        mk.n_allowed = na;
-        if (na <= V / 2) {
-            mk.allowed_list = true;
-            mk.n = na;
-            mk.ids = malloc(sizeof(int32_t) * (size_t)(na > 0 ? na : 1));
-            if (!mk.ids) return -3;
-            memcpy(mk.ids, m->ids_tmp, sizeof(int32_t) * (size_t)na);
-        } else {
-            /* the rejected ids: complement of the allowed list */
-            uint64_t *on = m->bits;
-            memset(on, 0, sizeof(uint64_t) * (size_t)v->n_words);
-            for (int32_t k = 0; k < na; k++) on[m->ids_tmp[k] >> 6] |= 1ull << (m->ids_tmp[k] & 63);
-            mk.n = V - na;
-            mk.ids = malloc(sizeof(int32_t) * (size_t)(mk.n > 0 ? mk.n : 1));
-            if (!mk.ids) return -3;
-            int32_t j = 0;
-            for (int32_t id = 0; id < V; id++)
-                if (!(on[id >> 6] >> (id & 63) & 1)) mk.ids[j++] = id;
+        if (na > W) {
+            memset(w, 0, sizeof(uint64_t) * (size_t)W);
+            for (int32_t k = 0; k < na; k++) w[m->ids_tmp[k] >> 6] |= 1ull << (m->ids_tmp[k] & 63);
         }
+    }
+    mk.n_allowed = na;
+    if (na <= W) {
+        /* few allowed: their ids (no larger than half the bitset) */
+        mk.n = na;
+        mk.ids = malloc(sizeof(int32_t) * (size_t)(na > 0 ? na : 1));
+        if (!mk.ids) return -3;
+        if (run) {
+            int32_t j = 0;
+            for (int32_t i = 0; i < W; i++)
+                for (uint64_t x = w[i]; x; x &= x - 1) mk.ids[j++] = i * 64 + __builtin_ctzll(x);
+        } else memcpy(mk.ids, m->ids_tmp, sizeof(int32_t) * (size_t)na);
+    } else {
+        /* the bitset: a fixed 19 KB for 151k tokens, however many are
+         * allowed (id lists of large masks cost more to allocate) */
+        mk.bits = malloc(sizeof(uint64_t) * (size_t)W);
+        if (!mk.bits) return -3;
+        memcpy(mk.bits, w, sizeof(uint64_t) * (size_t)W);
     }
     if (m->n_masks == m->cap_masks) {
         int32_t nc = m->cap_masks ? m->cap_masks * 2 : 64;
         gm_mask *nm = realloc(m->masks, sizeof(gm_mask) * (size_t)nc);
         if (!nm) {
-            free(mk.ids);
+            free(mk.ids), free(mk.bits);
             return -3;
         }
         m->masks = nm, m->cap_masks = nc;
     }
     m->masks[m->n_masks] = mk;
-    m->mask_bytes += sizeof(int32_t) * (size_t)mk.n + sizeof mk;
+    m->mask_bytes += (mk.bits ? sizeof(uint64_t) * (size_t)W : sizeof(int32_t) * (size_t)mk.n) + sizeof mk;
     m->st[s].mask = m->n_masks;
     return m->n_masks++;
 }
@@ -372,13 +359,27 @@ int32_t tutti_grammar_matcher_mask(tutti_grammar_matcher *m, const tutti_grammar
     }
     if (slot < 0) return tutti_set_error("grammar mask: out of memory");
     const gm_mask *mk = &m->masks[slot];
-    if (mk->allowed_list) {
+    int32_t V = v->n_vocab, W = v->n_words;
+    if (!mk->bits) {
         /* keep the allowed values, fill the row with -inf, put them back */
         for (int32_t k = 0; k < mk->n; k++) m->save[k] = logits[mk->ids[k]];
-        for (int32_t i = 0; i < v->n_vocab; i++) logits[i] = -INFINITY;
+        for (int32_t i = 0; i < V; i++) logits[i] = -INFINITY;
         for (int32_t k = 0; k < mk->n; k++) logits[mk->ids[k]] = m->save[k];
+    } else if (mk->n_allowed <= V / 2) {
+        int32_t n = 0;
+        for (int32_t i = 0; i < W; i++)
+            for (uint64_t x = mk->bits[i]; x; x &= x - 1) m->save[n++] = logits[i * 64 + __builtin_ctzll(x)];
+        for (int32_t i = 0; i < V; i++) logits[i] = -INFINITY;
+        n = 0;
+        for (int32_t i = 0; i < W; i++)
+            for (uint64_t x = mk->bits[i]; x; x &= x - 1) logits[i * 64 + __builtin_ctzll(x)] = m->save[n++];
     } else {
-        for (int32_t k = 0; k < mk->n; k++) logits[mk->ids[k]] = -INFINITY;
+        /* write -inf at the rejected ids only: the zero bits below V */
+        for (int32_t i = 0; i < W; i++) {
+            uint64_t x = ~mk->bits[i];
+            if (i == W - 1 && (V & 63)) x &= (1ull << (V & 63)) - 1;
+            for (; x; x &= x - 1) logits[i * 64 + __builtin_ctzll(x)] = -INFINITY;
+        }
     }
     return mk->n_allowed;
 }
