@@ -286,7 +286,12 @@ int tutti_grammar_matcher_set_state(tutti_grammar_matcher *m, int32_t state);
 int32_t tutti_grammar_matcher_n_states(const tutti_grammar_matcher *m);
 
 /* A vocabulary's token pieces (tutti_token_to_piece without control text)
- * as a byte trie, for token masks.  Immutable; share it. */
+ * as a byte trie, for token masks.  Share it between matchers, grammars and
+ * threads: besides the trie it keeps, per character class met (made on
+ * first use, under a lock), the tokens made only of that class's
+ * characters as bitsets by character count (~19 KB per count for 151k
+ * tokens), which make the mask of a state inside a string or a counted
+ * repetition a bitset copy plus a few tokens checked byte by byte. */
 typedef struct tutti_grammar_vocab tutti_grammar_vocab;
 tutti_grammar_vocab *tutti_grammar_vocab_new(const tutti_vocab *vocab);
 /* From raw pieces: pieces[i][0..lens[i]) for token i, eog[i] marks
@@ -296,6 +301,11 @@ tutti_grammar_vocab *tutti_grammar_vocab_from_pieces(int32_t n_vocab, const char
                                                      const bool *eog);
 void tutti_grammar_vocab_free(tutti_grammar_vocab *v);
 int32_t tutti_grammar_vocab_n_tokens(const tutti_grammar_vocab *v);
+/* Builds now the per-class tables g's masks will use (otherwise built by
+ * the first mask that needs each; a few ms per class for 151k tokens, once
+ * per vocabulary and class whatever the grammar).  0 or TUTTI_ERR (out of
+ * memory). */
+int tutti_grammar_vocab_prepare(tutti_grammar_vocab *v, const tutti_grammar *g);
 /* Sets logits[id] = -inf ([n_vocab] row, in place) for every token the
  * grammar rejects next: a token is allowed when the grammar accepts all of
  * its bytes from the current state; end-of-generation tokens exactly when

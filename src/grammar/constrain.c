@@ -3,14 +3,31 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <pthread.h>
+
 #include "grammar/constrain.h"
+#include "tokenizer/tok_impl.h"
 #include "util/error.h"
+
+static pthread_mutex_t g_vocab_lock = PTHREAD_MUTEX_INITIALIZER;
+
+tutti_grammar_vocab *gr_vocab_shared(const tutti_vocab *vocab) {
+    /* the cache field is the only thing written in the vocabulary: a
+     * loaded vocabulary is otherwise immutable and shared (members of one
+     * ensemble, server requests), hence the lock */
+    tutti_vocab *v = (tutti_vocab *)vocab;
+    pthread_mutex_lock(&g_vocab_lock);
+    if (!v->grammar) v->grammar = tutti_grammar_vocab_new(vocab);
+    tutti_grammar_vocab *gv = v->grammar;
+    pthread_mutex_unlock(&g_vocab_lock);
+    return gv;
+}
 
 int gr_constraint_init(gr_constraint *c, const tutti_grammar *g, const tutti_vocab *vocab) {
     memset(c, 0, sizeof *c);
     if (!g) return 0;
     if (!(c->m = tutti_grammar_matcher_new(g))) return TUTTI_ERR;
-    if (vocab && !(c->v = tutti_grammar_vocab_new(vocab))) {
+    if (vocab && (!(c->v = gr_vocab_shared(vocab)) || tutti_grammar_vocab_prepare(c->v, g) < 0)) {
         gr_constraint_free(c);
         return TUTTI_ERR;
     }
@@ -18,8 +35,7 @@ int gr_constraint_init(gr_constraint *c, const tutti_grammar *g, const tutti_voc
 }
 
 void gr_constraint_free(gr_constraint *c) {
-    tutti_grammar_matcher_free(c->m);
-    tutti_grammar_vocab_free(c->v);
+    tutti_grammar_matcher_free(c->m); /* c->v belongs to the vocabulary */
     memset(c, 0, sizeof *c);
 }
 

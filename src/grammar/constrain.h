@@ -12,11 +12,18 @@
 
 typedef struct gr_constraint {
     tutti_grammar_matcher *m; /* NULL: no grammar (every call is a no-op) */
-    tutti_grammar_vocab *v;   /* token masks; NULL for byte-level use */
+    tutti_grammar_vocab *v;   /* token masks (the vocabulary's, borrowed); NULL for byte-level use */
 } gr_constraint;
 
-/* g NULL: off.  vocab non-NULL: token masks over it (its trie is built
- * here).  0 or TUTTI_ERR. */
+/* The vocabulary's grammar trie and class tables, built on first use
+ * (~60-180 ms for 151k tokens) and kept with the vocabulary, so every
+ * later generation over it (ensemble members, server requests) shares
+ * them.  Borrowed: lives as long as vocab.  NULL + error when out of
+ * memory. */
+tutti_grammar_vocab *gr_vocab_shared(const tutti_vocab *vocab);
+/* g NULL: off.  vocab non-NULL: token masks over it (the shared trie, and
+ * g's class tables built here, before the first forward pass).  0 or
+ * TUTTI_ERR. */
 int gr_constraint_init(gr_constraint *c, const tutti_grammar *g, const tutti_vocab *vocab);
 void gr_constraint_free(gr_constraint *c);
 /* true when generation must end: the text is complete and nothing may

@@ -18,13 +18,20 @@
  *   vocab_mask.c  a vocabulary's token pieces as a byte trie in preorder;
  *                 the tokens allowed in a state are found by one scan of the
  *                 trie that skips every subtree whose prefix the grammar
- *                 rejects; the result is cached per state as a bitmap.
+ *                 rejects; the result is cached per state.
+ *   run_mask.c    the fast path for states inside a long run of one
+ *                 character class (string bodies, counted repetitions):
+ *                 per vocabulary and class, the tokens made only of the
+ *                 class's characters, as bitsets by character count,
+ *                 computed once; a state's mask is one of those bitsets
+ *                 plus the few other tokens checked byte by byte.
  *   json_schema.c JSON schema -> GBNF text (the rule shapes of llama.cpp's
  *                 json-schema-to-grammar: same whitespace, same primitives).
  */
 #ifndef TUTTI_GRAMMAR_H
 #define TUTTI_GRAMMAR_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -108,11 +115,11 @@ typedef struct gm_state {
     int32_t mask;        /* token-mask cache slot (vocab_mask.c), -1 none */
 } gm_state;
 
-/* A cached token mask: the ids of the smaller side (allowed or rejected). */
+/* A cached token mask: the allowed ids when they are few, else a bitset. */
 typedef struct gm_mask {
-    int32_t *ids;
-    int32_t n;
-    bool allowed_list; /* ids are the allowed tokens (else the rejected ones) */
+    int32_t *ids;   /* the allowed ids (bits NULL) */
+    uint64_t *bits; /* [n_words] allowed tokens, or NULL */
+    int32_t n;      /* ids */
     int32_t n_allowed;
 } gm_mask;
 
@@ -143,7 +150,81 @@ struct tutti_grammar_matcher {
     int32_t *walk;      /* [max piece length + 1] states along the trie path */
     float *save;        /* [n_vocab] */
     int32_t *ids_tmp;   /* [n_vocab] */
+    uint64_t *bits;     /* [n_words] run-path scratch */
+    int32_t *chain;     /* [cap_chain] states after 0, 1, ... characters of a run */
+    int32_t cap_chain;
+    int64_t n_run, n_scan; /* masks computed by the run path / by a trie scan */
+    /* run path: the allowed tokens of group q of table t after its first
+     * byte led to state nx (e.g. a string's closing quote: the same state
+     * whatever the count or position before it), ids in gids[off..+n) */
+    struct gm_gmemo *gmemo;
+    int32_t gmemo_n, gmemo_cap;
+    int32_t *gids;
+    int64_t n_gids, cap_gids;
 };
+
+typedef struct gm_gmemo {
+    const struct gv_run *t; /* NULL: empty slot */
+    int32_t nx, q;
+    int64_t off;
+    int32_t n;
+} gm_gmemo;
+
+/* ---- vocabulary (vocab_mask.c, run_mask.c) ---- */
+
+/* Per vocabulary and character class R: the tokens whose bytes are
+ * characters of R only ("pure"), by character count, and the others grouped
+ * by (j = leading characters in R, the byte after them). */
+typedef struct gv_run {
+    gr_range *r;
+    int32_t nr;
+    int32_t max_pure;  /* longest pure token, in characters */
+    uint64_t *cum;     /* [(max_pure + 1) * n_words] pure tokens with <= n characters */
+    int32_t max_j;     /* largest j of any token (pure or not) */
+    int32_t n_grp;
+    int32_t *grp_j, *grp0; /* group g: tokens gtok[grp0[g] .. grp0[g + 1]) */
+    uint8_t *grp_b;
+    int32_t *gtok, *gpos; /* token id, byte offset of its first byte outside R */
+    /* pure tokens that end inside a character that can still become one of
+     * R, by j (their complete characters): counted as j + 1 characters in
+     * cum, checked byte by byte when the run ends after exactly j */
+    int32_t *ptok, *pj0; /* pj0[0 .. max_j + 1] */
+} gv_run;
+
+struct tutti_grammar_vocab {
+    int32_t n_vocab, n_words; /* n_words: 64-bit words of a token bitset */
+    int32_t n_nodes, max_depth, n_toks;
+    uint8_t *byte;
+    int32_t *depth, *end, *tok0, *ntok;
+    int32_t *toks; /* token ids in byte order */
+    int32_t *eog;  /* end-of-generation ids */
+    int32_t n_eog;
+    /* token pieces by id (len 0: not in the trie: no bytes, or end of generation) */
+    uint8_t *pbytes;
+    int64_t *poff;
+    int32_t *plen;
+    int32_t root_nodes[256]; /* trie nodes under the root's child for each first byte */
+    /* run tables, made on first use; shared by every matcher (locked) */
+    pthread_mutex_t lock;
+    gv_run **runs;
+    int32_t n_runs, cap_runs;
+};
+
+/* Run tables below this many trie nodes under the class's first bytes are
+ * not worth it (the trie scan is as cheap); tests lower it. */
+extern int32_t gm_run_min_nodes;
+/* The run-path mask of state s into m->bits (tokens allowed, eog excluded):
+ * 1 done, 0 not applicable (use the trie scan), -3 out of memory. */
+int gm_run_mask(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, int32_t s);
+/* The largest character class among the stack tops of state s (no pending
+ * character), or -1. */
+int32_t gm_run_top_class(const tutti_grammar_matcher *m, int32_t s);
+const gr_range *gm_class_ranges(const tutti_grammar *g, int32_t cls, int32_t *n);
+bool gm_covers_all(const tutti_grammar *g, int32_t cls, const gr_range *r, int32_t nr);
+bool gm_meets_any(const tutti_grammar *g, int32_t cls, const gr_range *r, int32_t nr);
+/* Builds the run tables of g's classes that qualify (vocab_prepare). */
+int gm_run_prepare(const tutti_grammar_vocab *v, const tutti_grammar *g);
+void gv_runs_free(tutti_grammar_vocab *v);
 
 /* Next state after byte b: >= 0, -1 rejected, -3 out of memory. */
 int32_t gm_step_slow(tutti_grammar_matcher *m, int32_t s, uint8_t b);
@@ -152,6 +233,10 @@ static inline int32_t gm_step(tutti_grammar_matcher *m, int32_t s, uint8_t b) {
     if (t && t[b] != -2) return t[b];
     return gm_step_slow(m, s, b);
 }
+
+/* The state of the stacks ids[0..n) (sorted, unique, no pending
+ * character), created if new; -3 out of memory. */
+int32_t gm_state_of(tutti_grammar_matcher *m, const int32_t *ids, int32_t n);
 
 /* Checks and flattens (compile.c); errors name the rule. */
 int gr_compile(tutti_grammar *g);

@@ -325,6 +325,10 @@ done:
     return r;
 }
 
+int32_t gm_state_of(tutti_grammar_matcher *m, const int32_t *ids, int32_t n) {
+    return state_get(m, ids, n, 0, 0, 0);
+}
+
 /* ---- public ---- */
 
 tutti_grammar_matcher *tutti_grammar_matcher_new(const tutti_grammar *g) {
@@ -374,7 +378,7 @@ void tutti_grammar_matcher_free(tutti_grammar_matcher *m) {
     free(m->masks);
     free(m->stk), free(m->stk_hash), free(m->st), free(m->st_hash), free(m->pool);
     free(m->visit), free(m->work), free(m->out);
-    free(m->walk), free(m->save), free(m->ids_tmp);
+    free(m->walk), free(m->save), free(m->ids_tmp), free(m->bits), free(m->chain);
     free(m);
 }
 

@@ -20,16 +20,6 @@
 
 #define GM_MASK_BUDGET ((size_t)256 << 20) /* cached masks of one matcher; cleared when exceeded */
 
-struct tutti_grammar_vocab {
-    int32_t n_vocab;
-    int32_t n_nodes, max_depth;
-    uint8_t *byte;
-    int32_t *depth, *end, *tok0, *ntok;
-    int32_t *toks; /* token ids in byte order */
-    int32_t *eog;  /* end-of-generation ids */
-    int32_t n_eog;
-};
-
 typedef struct piece_ref {
     const char *p;
     int32_t len, id;
@@ -46,7 +36,10 @@ static int cmp_piece(const void *a, const void *b) {
 
 void tutti_grammar_vocab_free(tutti_grammar_vocab *v) {
     if (!v) return;
+    gv_runs_free(v);
+    pthread_mutex_destroy(&v->lock);
     free(v->byte), free(v->depth), free(v->end), free(v->tok0), free(v->ntok), free(v->toks), free(v->eog);
+    free(v->pbytes), free(v->poff), free(v->plen);
     free(v);
 }
 
@@ -58,8 +51,14 @@ tutti_grammar_vocab *tutti_grammar_vocab_from_pieces(int32_t n_vocab, const char
     }
     tutti_grammar_vocab *v = calloc(1, sizeof *v);
     piece_ref *pr = malloc(sizeof(piece_ref) * (size_t)n_vocab);
-    if (!v || !pr) goto oom;
+    if (!v || !pr) {
+        free(v), free(pr);
+        tutti_set_error("grammar vocabulary: out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&v->lock, NULL);
     v->n_vocab = n_vocab;
+    v->n_words = (n_vocab + 63) / 64;
     int32_t np = 0, n_eog = 0;
     int64_t total = 1;
     for (int32_t i = 0; i < n_vocab; i++) {
@@ -84,17 +83,27 @@ tutti_grammar_vocab *tutti_grammar_vocab_from_pieces(int32_t n_vocab, const char
     v->end = malloc(sizeof(int32_t) * (size_t)total);
     v->tok0 = malloc(sizeof(int32_t) * (size_t)total);
     v->ntok = calloc((size_t)total, sizeof(int32_t));
+    v->pbytes = malloc((size_t)total);
+    v->poff = calloc((size_t)n_vocab, sizeof(int64_t));
+    v->plen = calloc((size_t)n_vocab, sizeof(int32_t));
     int32_t max_len = 0;
     for (int32_t k = 0; k < np; k++)
         if (pr[k].len > max_len) max_len = pr[k].len;
     int32_t *path = malloc(sizeof(int32_t) * (size_t)(max_len + 1));
-    if (!v->eog || !v->toks || !v->byte || !v->depth || !v->end || !v->tok0 || !v->ntok || !path) {
+    if (!v->eog || !v->toks || !v->byte || !v->depth || !v->end || !v->tok0 || !v->ntok || !path || !v->pbytes || !v->poff ||
+        !v->plen) {
         free(path);
         goto oom;
     }
     if (eog)
         for (int32_t i = 0; i < n_vocab; i++)
             if (eog[i]) v->eog[v->n_eog++] = i;
+    int64_t po = 0;
+    for (int32_t k = 0; k < np; k++) {
+        memcpy(v->pbytes + po, pr[k].p, (size_t)pr[k].len);
+        v->poff[pr[k].id] = po, v->plen[pr[k].id] = pr[k].len;
+        po += pr[k].len;
+    }
     int32_t nn = 1, plen = 0; /* current path: path[0..plen] node ids, path[0] = root */
     v->byte[0] = 0, v->depth[0] = 0, v->tok0[0] = 0;
     path[0] = 0;
@@ -124,6 +133,8 @@ tutti_grammar_vocab *tutti_grammar_vocab_from_pieces(int32_t n_vocab, const char
     free(path);
     v->n_nodes = nn;
     v->max_depth = max_len;
+    v->n_toks = np;
+    for (int32_t i = 1; i < nn; i = v->end[i]) v->root_nodes[v->byte[i]] = v->end[i] - i;
     free(pr);
     return v;
 oom:
@@ -172,30 +183,26 @@ done:
 
 int32_t tutti_grammar_vocab_n_tokens(const tutti_grammar_vocab *v) { return v->n_vocab; }
 
+int tutti_grammar_vocab_prepare(tutti_grammar_vocab *v, const tutti_grammar *g) {
+    if (!v || !g) return tutti_set_error("grammar vocabulary: missing argument");
+    if (gm_run_prepare(v, g) < 0) return tutti_set_error("grammar vocabulary: out of memory");
+    return 0;
+}
+
 void gm_masks_clear(tutti_grammar_matcher *m) {
-    for (int32_t i = 0; i < m->n_masks; i++) free(m->masks[i].ids);
+    for (int32_t i = 0; i < m->n_masks; i++) free(m->masks[i].ids), free(m->masks[i].bits);
     m->n_masks = 0;
     m->mask_bytes = 0;
     for (int32_t s = 0; s < m->n_st; s++) m->st[s].mask = -1;
+    free(m->gmemo), free(m->gids);
+    m->gmemo = NULL, m->gids = NULL;
+    m->gmemo_n = m->gmemo_cap = 0;
+    m->n_gids = m->cap_gids = 0;
 }
 
-/* Computes (and caches) the mask of state s over v; returns its slot. */
-static int32_t mask_compute(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, int32_t s) {
-    int32_t V = v->n_vocab;
-    if (m->gv != v) {
-        gm_masks_clear(m);
-        free(m->walk), free(m->save), free(m->ids_tmp);
-        m->walk = malloc(sizeof(int32_t) * (size_t)(v->max_depth + 1));
-        m->save = malloc(sizeof(float) * (size_t)V);
-        m->ids_tmp = malloc(sizeof(int32_t) * (size_t)V);
-        m->gv = m->walk && m->save && m->ids_tmp ? v : NULL;
-        if (!m->gv) return -3;
-    }
-    if (m->mask_bytes > GM_MASK_BUDGET) gm_masks_clear(m);
-    /* ids_tmp collects the allowed tokens */
-    int32_t na = 0;
-    if (m->st[s].accept)
-        for (int32_t k = 0; k < v->n_eog; k++) m->ids_tmp[na++] = v->eog[k];
+/* The allowed tokens of state s by one scan of the trie, appended to
+ * m->ids_tmp[0..na); returns the new count or -3. */
+static int32_t scan_trie(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, int32_t s, int32_t na) {
     int32_t *walk = m->walk;
     walk[0] = s;
     const uint8_t *byte = v->byte;
@@ -214,40 +221,130 @@ static int32_t mask_compute(tutti_grammar_matcher *m, const tutti_grammar_vocab 
         }
         i++;
     }
-    gm_mask mk = {.n_allowed = na};
-    if (na <= V / 2) {
-        mk.allowed_list = true;
+    return na;
+}
+
+static int32_t mask_compute(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, int32_t s);
+
+static void mask_or_bits(const gm_mask *mk, uint64_t *w, int32_t W) {
+    if (mk->bits)
+        for (int32_t i = 0; i < W; i++) w[i] |= mk->bits[i];
+    else
+        for (int32_t k = 0; k < mk->n; k++) w[mk->ids[k] >> 6] |= 1ull << (mk->ids[k] & 63);
+}
+
+/* A state whose stacks disagree on its largest class K (some hold part of
+ * it) is split: the stacks that hold all of K or none of it (A: the run
+ * path applies) and the others (B: small classes, e.g. literal keys next
+ * to a free-form key).  A token is accepted from a set of stacks iff it is
+ * from one of them, so the mask is the union, and A's mask is shared by
+ * every state with the same A.  Returns 1 with the union (eog excluded) in
+ * m->bits, 0 when there is nothing to split, -3. */
+static int split_mask(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, int32_t s) {
+    int32_t cls = gm_run_top_class(m, s);
+    if (cls < 0) return 0;
+    const tutti_grammar *g = m->g;
+    int32_t nk, n = m->st[s].n;
+    const gr_range *K = gm_class_ranges(g, cls, &nk);
+    int32_t buf[128];
+    int32_t *ids = n <= 64 ? buf : malloc(sizeof(int32_t) * 2 * (size_t)n);
+    if (!ids) return -3;
+    int32_t *a = ids, *b = ids + n, na = 0, nb = 0;
+    const int32_t *st = m->pool + m->st[s].off;
+    for (int32_t i = 0; i < n; i++) {
+        if (st[i] == 0) continue;
+        int32_t c = g->elems[m->stk[st[i]].pos].arg;
+        if (c == cls || gm_covers_all(g, c, K, nk) || !gm_meets_any(g, c, K, nk)) a[na++] = st[i];
+        else b[nb++] = st[i];
+    }
+    int rc = 0;
+    if (nb && na) {
+        int32_t sa = gm_state_of(m, a, na), sb = sa >= 0 ? gm_state_of(m, b, nb) : -3;
+        int32_t ka = sa >= 0 ? (m->st[sa].mask >= 0 ? m->st[sa].mask : mask_compute(m, v, sa)) : -3;
+        int32_t kb = ka >= 0 ? (m->st[sb].mask >= 0 ? m->st[sb].mask : mask_compute(m, v, sb)) : -3;
+        if (kb < 0) rc = -3;
+        else {
+            memset(m->bits, 0, sizeof(uint64_t) * (size_t)v->n_words);
+            mask_or_bits(&m->masks[ka], m->bits, v->n_words);
+            mask_or_bits(&m->masks[kb], m->bits, v->n_words);
+            rc = 1;
+        }
+    }
+    if (ids != buf) free(ids);
+    return rc;
+}
+
+/* Computes (and caches) the mask of state s over v; returns its slot. */
+static int32_t mask_compute(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, int32_t s) {
+    int32_t V = v->n_vocab;
+    if (m->gv != v) {
+        gm_masks_clear(m);
+        free(m->walk), free(m->save), free(m->ids_tmp), free(m->bits);
+        m->walk = malloc(sizeof(int32_t) * (size_t)(v->max_depth + 1));
+        m->save = malloc(sizeof(float) * (size_t)V);
+        m->ids_tmp = malloc(sizeof(int32_t) * (size_t)V);
+        m->bits = malloc(sizeof(uint64_t) * (size_t)v->n_words);
+        m->gv = m->walk && m->save && m->ids_tmp && m->bits ? v : NULL;
+        if (!m->gv) return -3;
+    }
+    const bool accept = m->st[s].accept;
+    gm_mask mk = {0};
+    int32_t W = v->n_words;
+    uint64_t *w = m->bits;
+    int run = split_mask(m, v, s);
+    if (!run) run = gm_run_mask(m, v, s);
+    if (run < 0) return -3;
+    int32_t na;
+    if (run) {
+        /* m->bits: the allowed tokens (without eog) */
+        m->n_run++;
+        if (accept)
+            for (int32_t k = 0; k < v->n_eog; k++) w[v->eog[k] >> 6] |= 1ull << (v->eog[k] & 63);
+        int64_t cnt = 0;
+        for (int32_t i = 0; i < W; i++) cnt += __builtin_popcountll(w[i]);
+        na = (int32_t)cnt;
+    } else {
+        m->n_scan++;
+        /* ids_tmp collects the allowed tokens */
+        na = 0;
+        if (accept)
+            for (int32_t k = 0; k < v->n_eog; k++) m->ids_tmp[na++] = v->eog[k];
+        na = scan_trie(m, v, s, na);
+        if (na < 0) return -3;
+        if (na > W) {
+            memset(w, 0, sizeof(uint64_t) * (size_t)W);
+            for (int32_t k = 0; k < na; k++) w[m->ids_tmp[k] >> 6] |= 1ull << (m->ids_tmp[k] & 63);
+        }
+    }
+    mk.n_allowed = na;
+    if (na <= W) {
+        /* few allowed: their ids (no larger than half the bitset) */
         mk.n = na;
         mk.ids = malloc(sizeof(int32_t) * (size_t)(na > 0 ? na : 1));
         if (!mk.ids) return -3;
-        memcpy(mk.ids, m->ids_tmp, sizeof(int32_t) * (size_t)na);
+        if (run) {
+            int32_t j = 0;
+            for (int32_t i = 0; i < W; i++)
+                for (uint64_t x = w[i]; x; x &= x - 1) mk.ids[j++] = i * 64 + __builtin_ctzll(x);
+        } else memcpy(mk.ids, m->ids_tmp, sizeof(int32_t) * (size_t)na);
     } else {
-        /* the rejected ids: complement of the allowed list */
-        uint8_t *on = calloc((size_t)V, 1);
-        if (!on) return -3;
-        for (int32_t k = 0; k < na; k++) on[m->ids_tmp[k]] = 1;
-        mk.n = V - na;
-        mk.ids = malloc(sizeof(int32_t) * (size_t)(mk.n > 0 ? mk.n : 1));
-        if (!mk.ids) {
-            free(on);
-            return -3;
-        }
-        int32_t j = 0;
-        for (int32_t id = 0; id < V; id++)
-            if (!on[id]) mk.ids[j++] = id;
-        free(on);
+        /* the bitset: a fixed 19 KB for 151k tokens, however many are
+         * allowed (id lists of large masks cost more to allocate) */
+        mk.bits = malloc(sizeof(uint64_t) * (size_t)W);
+        if (!mk.bits) return -3;
+        memcpy(mk.bits, w, sizeof(uint64_t) * (size_t)W);
     }
     if (m->n_masks == m->cap_masks) {
         int32_t nc = m->cap_masks ? m->cap_masks * 2 : 64;
         gm_mask *nm = realloc(m->masks, sizeof(gm_mask) * (size_t)nc);
         if (!nm) {
-            free(mk.ids);
+            free(mk.ids), free(mk.bits);
             return -3;
         }
         m->masks = nm, m->cap_masks = nc;
     }
     m->masks[m->n_masks] = mk;
-    m->mask_bytes += sizeof(int32_t) * (size_t)mk.n + sizeof mk;
+    m->mask_bytes += (mk.bits ? sizeof(uint64_t) * (size_t)W : sizeof(int32_t) * (size_t)mk.n) + sizeof mk;
     m->st[s].mask = m->n_masks;
     return m->n_masks++;
 }
@@ -256,16 +353,33 @@ int32_t tutti_grammar_matcher_mask(tutti_grammar_matcher *m, const tutti_grammar
     if (!m || !v || !logits) return tutti_set_error("grammar mask: missing argument");
     int32_t s = m->cur;
     int32_t slot = (m->gv == v) ? m->st[s].mask : -1;
-    if (slot < 0) slot = mask_compute(m, v, s);
+    if (slot < 0) {
+        if (m->mask_bytes > GM_MASK_BUDGET) gm_masks_clear(m); /* here: never inside a split */
+        slot = mask_compute(m, v, s);
+    }
     if (slot < 0) return tutti_set_error("grammar mask: out of memory");
     const gm_mask *mk = &m->masks[slot];
-    if (mk->allowed_list) {
+    int32_t V = v->n_vocab, W = v->n_words;
+    if (!mk->bits) {
         /* keep the allowed values, fill the row with -inf, put them back */
         for (int32_t k = 0; k < mk->n; k++) m->save[k] = logits[mk->ids[k]];
-        for (int32_t i = 0; i < v->n_vocab; i++) logits[i] = -INFINITY;
+        for (int32_t i = 0; i < V; i++) logits[i] = -INFINITY;
         for (int32_t k = 0; k < mk->n; k++) logits[mk->ids[k]] = m->save[k];
+    } else if (mk->n_allowed <= V / 2) {
+        int32_t n = 0;
+        for (int32_t i = 0; i < W; i++)
+            for (uint64_t x = mk->bits[i]; x; x &= x - 1) m->save[n++] = logits[i * 64 + __builtin_ctzll(x)];
+        for (int32_t i = 0; i < V; i++) logits[i] = -INFINITY;
+        n = 0;
+        for (int32_t i = 0; i < W; i++)
+            for (uint64_t x = mk->bits[i]; x; x &= x - 1) logits[i * 64 + __builtin_ctzll(x)] = m->save[n++];
     } else {
-        for (int32_t k = 0; k < mk->n; k++) logits[mk->ids[k]] = -INFINITY;
+        /* write -inf at the rejected ids only: the zero bits below V */
+        for (int32_t i = 0; i < W; i++) {
+            uint64_t x = ~mk->bits[i];
+            if (i == W - 1 && (V & 63)) x &= (1ull << (V & 63)) - 1;
+            for (; x; x &= x - 1) logits[i * 64 + __builtin_ctzll(x)] = -INFINITY;
+        }
     }
     return mk->n_allowed;
 }

@@ -124,6 +124,11 @@ struct tutti_vocab {
     int32_t n_special;
 
     int32_t byte_tok[256]; /* SPM byte fallback: <0xNN>, else the 1-byte token, else -1 */
+
+    /* the grammar layer's token trie and class tables for this vocabulary,
+     * made by the first constrained generation and shared by the later
+     * ones (src/grammar/constrain.c); freed with the vocabulary */
+    tutti_grammar_vocab *grammar;
 };
 
 static inline const char *tok_text(const tutti_vocab *v, int32_t id) {

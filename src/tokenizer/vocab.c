@@ -289,6 +289,7 @@ void tutti_vocab_free(tutti_vocab *v) {
     free(v->merge_map.slots);
     free(v->is_eog);
     free(v->special);
+    tutti_grammar_vocab_free(v->grammar);
     free(v);
 }
 

@@ -1,0 +1,410 @@
+/* The run path of token masks: states inside a run of one character class.
+ *
+ * Why: the trie scan (vocab_mask.c) costs a walk over every token the
+ * state allows, ~2.5 ms for a 151k vocabulary inside a JSON string, and it
+ * is paid once per automaton state.  Counted repetitions (maxLength,
+ * {m,n}, formats) and every distinct context of a string make new states,
+ * so a generation met that cost at almost every token.
+ *
+ * The idea (XGrammar's context-independent tokens, made exact with the
+ * automaton): pick the state's run class R, the code points on which the
+ * state moves uniformly (every stack's class holds all of R or none of it;
+ * the stacks that hold it move, the others die), so all characters of R
+ * lead to one successor state.  Following R from state S gives a chain
+ * S = C0 -> C1 -> ... that ends (no stack holds R), loops (Ck+1 = Ck, as
+ * in x*) or reaches the longest token.  Then:
+ *   - a token made only of characters of R ("pure", n characters) is
+ *     allowed iff the chain is alive for n steps: per vocabulary and R the
+ *     pure tokens are precomputed as bitsets "n characters or fewer", so
+ *     this part of the mask is one copy of a 19 KB bitset, whatever the
+ *     count or the context;
+ *   - every other token starts with j characters of R and then a byte b
+ *     outside R: it is checked exactly, byte by byte, from Cj.  Those
+ *     tokens are grouped by (j, b), so one transition rejects a whole group
+ *     (e.g. control characters inside a string); what remains is the few
+ *     tokens that close the string or escape, i.e. the context-dependent
+ *     ones.
+ * A state whose chain meets a stack that holds part of R falls back to the
+ * trie scan, as does a state inside an unfinished UTF-8 character or one
+ * whose class has few tokens (structural positions, where the scan is a
+ * few microseconds anyway). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/grammar.h"
+#include "util/error.h"
+
+int32_t gm_run_min_nodes = 20000;
+
+static bool in_ranges(const gr_range *r, int32_t n, uint32_t cp) {
+    int32_t lo = 0, hi = n;
+    while (lo < hi) {
+        int32_t mid = (lo + hi) / 2;
+        if (cp < r[mid].lo) hi = mid;
+        else if (cp > r[mid].hi) lo = mid + 1;
+        else return true;
+    }
+    return false;
+}
+
+const gr_range *gm_class_ranges(const tutti_grammar *g, int32_t cls, int32_t *n) {
+    *n = g->classes[cls].n;
+    return g->ranges + g->classes[cls].r0;
+}
+
+bool gm_covers_all(const tutti_grammar *g, int32_t cls, const gr_range *r, int32_t nr) {
+    for (int32_t i = 0; i < nr; i++)
+        if (!gr_class_covers(g, cls, r[i].lo, r[i].hi)) return false;
+    return true;
+}
+
+bool gm_meets_any(const tutti_grammar *g, int32_t cls, const gr_range *r, int32_t nr) {
+    for (int32_t i = 0; i < nr; i++)
+        if (gr_class_meets(g, cls, r[i].lo, r[i].hi)) return true;
+    return false;
+}
+
+static uint64_t class_size(const tutti_grammar *g, int32_t cls) {
+    int32_t n;
+    const gr_range *cr = gm_class_ranges(g, cls, &n);
+    uint64_t size = 0;
+    for (int32_t k = 0; k < n; k++) size += (uint64_t)cr[k].hi - cr[k].lo + 1;
+    return size;
+}
+
+int32_t gm_run_top_class(const tutti_grammar_matcher *m, int32_t s) {
+    const tutti_grammar *g = m->g;
+    const gm_state *st = &m->st[s];
+    if (st->rem) return -1;
+    const int32_t *ids = m->pool + st->off;
+    int32_t best = -1;
+    uint64_t best_size = 0;
+    for (int32_t i = 0; i < st->n; i++) {
+        if (ids[i] == 0) continue;
+        int32_t cls = g->elems[m->stk[ids[i]].pos].arg;
+        uint64_t size = class_size(g, cls);
+        if (size > best_size) best_size = size, best = cls;
+    }
+    return best;
+}
+
+static uint8_t lead_byte(uint32_t cp) {
+    return cp < 0x80 ? (uint8_t)cp
+           : cp < 0x800 ? (uint8_t)(0xC0 | (cp >> 6))
+           : cp < 0x10000 ? (uint8_t)(0xE0 | (cp >> 12))
+                          : (uint8_t)(0xF0 | (cp >> 18));
+}
+
+static int utf8_encode(uint32_t cp, uint8_t *o) {
+    if (cp < 0x80) return o[0] = (uint8_t)cp, 1;
+    if (cp < 0x800) return o[0] = (uint8_t)(0xC0 | (cp >> 6)), o[1] = (uint8_t)(0x80 | (cp & 0x3F)), 2;
+    if (cp < 0x10000)
+        return o[0] = (uint8_t)(0xE0 | (cp >> 12)), o[1] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F)),
+               o[2] = (uint8_t)(0x80 | (cp & 0x3F)), 3;
+    o[0] = (uint8_t)(0xF0 | (cp >> 18)), o[1] = (uint8_t)(0x80 | ((cp >> 12) & 0x3F));
+    o[2] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F)), o[3] = (uint8_t)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+/* Trie nodes under the first bytes of R's characters: what a scan would
+ * at most walk for the tokens that start in R. */
+static int64_t run_nodes(const tutti_grammar_vocab *v, const gr_range *r, int32_t nr) {
+    bool first[256] = {0};
+    for (int32_t i = 0; i < nr; i++) {
+        uint32_t lo = r[i].lo, hi = r[i].hi;
+        for (uint32_t c = lo; c <= hi && c < 0x80; c++) first[c] = true;
+        if (hi >= 0x80)
+            for (int b = lead_byte(lo < 0x80 ? 0x80 : lo); b <= lead_byte(hi); b++) first[b] = true;
+    }
+    int64_t n = 0;
+    for (int b = 0; b < 256; b++)
+        if (first[b]) n += v->root_nodes[b];
+    return n;
+}
+
+static void run_free(gv_run *t) {
+    if (!t) return;
+    free(t->ptok), free(t->pj0), free(t->r), free(t->cum), free(t->grp_j), free(t->grp0), free(t->grp_b), free(t->gtok), free(t->gpos);
+    free(t);
+}
+
+void gv_runs_free(tutti_grammar_vocab *v) {
+    for (int32_t i = 0; i < v->n_runs; i++) run_free(v->runs[i]);
+    free(v->runs);
+    v->runs = NULL, v->n_runs = v->cap_runs = 0;
+}
+
+/* s[0..n) is an unfinished UTF-8 character (a lead byte and fewer
+ * continuation bytes than it needs) that can still become a code point of
+ * R: the interval of its completions, narrowed as the matcher does
+ * (overlong and out-of-range forms excluded), meets R. */
+static bool partial_in(const uint8_t *s, int32_t n, const gr_range *r, int32_t nr) {
+    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000}, max_cp[5] = {0, 0x7F, 0x7FF, 0xFFFF, 0x10FFFF};
+    uint8_t b = s[0];
+    int len = b >= 0xC2 && b <= 0xDF ? 2 : b >= 0xE0 && b <= 0xEF ? 3 : b >= 0xF0 && b <= 0xF4 ? 4 : 0;
+    if (!len || n >= len) return false;
+    uint32_t v = b & (0x7Fu >> len);
+    for (int32_t i = 1; i < n; i++) {
+        if ((s[i] & 0xC0) != 0x80) return false;
+        v = (v << 6) | (s[i] & 0x3Fu);
+    }
+    /* every prefix's interval holds the final one, so checking the final
+     * interval is enough (the matcher checks each) */
+    int rem = len - n;
+    uint32_t lo = v << (6 * rem), hi = lo | ((1u << (6 * rem)) - 1);
+    if (lo < min_cp[len]) lo = min_cp[len];
+    if (hi > max_cp[len]) hi = max_cp[len];
+    for (int32_t i = 0; i < nr && lo <= hi; i++)
+        if (r[i].lo <= hi && r[i].hi >= lo) return true;
+    return false;
+}
+
+/* The run table of R over v: one pass over every token's bytes. */
+static gv_run *run_build(const tutti_grammar_vocab *v, const gr_range *r, int32_t nr) {
+    int32_t nt = v->n_toks, W = v->n_words;
+    gv_run *t = calloc(1, sizeof *t);
+    int32_t *plen = malloc(sizeof(int32_t) * (size_t)(nt + 1)); /* chars of a pure token, else -1 */
+    int32_t *bj = malloc(sizeof(int32_t) * (size_t)(nt + 1)), *bq = malloc(sizeof(int32_t) * (size_t)(nt + 1));
+    int32_t *key_n = NULL;
+    if (!t || !plen || !bj || !bq) goto oom;
+    if (!(t->r = malloc(sizeof(gr_range) * (size_t)nr))) goto oom;
+    memcpy(t->r, r, sizeof(gr_range) * (size_t)nr);
+    t->nr = nr;
+    int32_t n_b = 0, n_p = 0;
+    for (int32_t k = 0; k < nt; k++) {
+        int32_t id = v->toks[k], L = v->plen[id], j = 0, q = 0;
+        const uint8_t *p = v->pbytes + v->poff[id];
+        while (q < L) {
+            uint32_t cp;
+            int len = gr_utf8_decode(p + q, (size_t)(L - q), &cp);
+            if (!len || !in_ranges(r, nr, cp)) break;
+            j++, q += len;
+        }
+        bj[k] = j, bq[k] = q;
+        plen[k] = q == L ? j : partial_in(p + q, L - q, r, nr) ? -2 - j : -1;
+        int32_t pc = plen[k] >= 0 ? j : plen[k] <= -2 ? j + 1 : -1;
+        if (pc > t->max_pure) t->max_pure = pc;
+        if (pc > t->max_j) t->max_j = pc;
+        if (j > t->max_j) t->max_j = j;
+        n_b += plen[k] == -1;
+        n_p += plen[k] <= -2;
+    }
+    t->cum = calloc((size_t)(t->max_pure + 1) * (size_t)W, sizeof(uint64_t));
+    t->gtok = malloc(sizeof(int32_t) * (size_t)(n_b + 1));
+    t->gpos = malloc(sizeof(int32_t) * (size_t)(n_b + 1));
+    /* counting sort of the other tokens by key j * 256 + b */
+    int64_t nkeys = ((int64_t)t->max_j + 1) * 256;
+    key_n = calloc((size_t)nkeys + 1, sizeof(int32_t));
+    t->ptok = malloc(sizeof(int32_t) * (size_t)(n_p + 1));
+    t->pj0 = calloc((size_t)t->max_j + 2, sizeof(int32_t));
+    if (!t->cum || !t->gtok || !t->gpos || !key_n || !t->ptok || !t->pj0) goto oom;
+    for (int32_t k = 0; k < nt; k++) {
+        int32_t id = v->toks[k];
+        if (plen[k] >= 0) t->cum[(size_t)plen[k] * W + (id >> 6)] |= 1ull << (id & 63);
+        else if (plen[k] <= -2) {
+            t->cum[(size_t)(-plen[k] - 1) * W + (id >> 6)] |= 1ull << (id & 63);
+            t->pj0[-plen[k] - 2 + 1]++;
+        } else key_n[(int64_t)bj[k] * 256 + v->pbytes[v->poff[id] + bq[k]] + 1]++;
+    }
+    for (int32_t n = 1; n <= t->max_pure; n++)
+        for (int32_t i = 0; i < W; i++) t->cum[(size_t)n * W + i] |= t->cum[(size_t)(n - 1) * W + i];
+    int32_t n_grp = 0;
+    for (int64_t q = 1; q <= nkeys; q++) n_grp += key_n[q] > 0;
+    t->grp_j = malloc(sizeof(int32_t) * (size_t)(n_grp + 1));
+    t->grp0 = malloc(sizeof(int32_t) * (size_t)(n_grp + 1));
+    t->grp_b = malloc((size_t)(n_grp + 1));
+    if (!t->grp_j || !t->grp0 || !t->grp_b) goto oom;
+    int32_t g = 0, acc = 0;
+    for (int64_t q = 0; q < nkeys; q++) {
+        int32_t c = key_n[q + 1];
+        key_n[q + 1] = acc; /* now: first slot of key q */
+        if (c) {
+            t->grp_j[g] = (int32_t)(q / 256), t->grp_b[g] = (uint8_t)(q % 256), t->grp0[g] = acc;
+            g++;
+        }
+        acc += c;
+    }
+    t->grp0[g] = acc;
+    t->n_grp = g;
+    for (int32_t j = 0; j <= t->max_j; j++) t->pj0[j + 1] += t->pj0[j];
+    int32_t *pfill = malloc(sizeof(int32_t) * (size_t)(t->max_j + 1));
+    if (!pfill) goto oom;
+    memcpy(pfill, t->pj0, sizeof(int32_t) * (size_t)(t->max_j + 1));
+    for (int32_t k = 0; k < nt; k++)
+        if (plen[k] <= -2) t->ptok[pfill[-plen[k] - 2]++] = v->toks[k];
+    free(pfill);
+    for (int32_t k = 0; k < nt; k++) {
+        if (plen[k] != -1) continue;
+        int32_t id = v->toks[k];
+        int64_t q = (int64_t)bj[k] * 256 + v->pbytes[v->poff[id] + bq[k]];
+        int32_t slot = key_n[q + 1]++;
+        t->gtok[slot] = id, t->gpos[slot] = bq[k];
+    }
+    free(plen), free(bj), free(bq), free(key_n);
+    return t;
+oom:
+    free(plen), free(bj), free(bq), free(key_n);
+    run_free(t);
+    return NULL;
+}
+
+/* The run table of R, made on first use (one per vocabulary and class). */
+static gv_run *run_get(const tutti_grammar_vocab *cv, const gr_range *r, int32_t nr) {
+    tutti_grammar_vocab *v = (tutti_grammar_vocab *)cv; /* the cache is internal and locked */
+    gv_run *t = NULL;
+    pthread_mutex_lock(&v->lock);
+    for (int32_t i = 0; i < v->n_runs && !t; i++)
+        if (v->runs[i]->nr == nr && !memcmp(v->runs[i]->r, r, sizeof(gr_range) * (size_t)nr)) t = v->runs[i];
+    if (!t && v->n_runs == v->cap_runs) {
+        int32_t nc = v->cap_runs ? v->cap_runs * 2 : 8;
+        gv_run **nv = realloc(v->runs, sizeof(gv_run *) * (size_t)nc);
+        if (nv) v->runs = nv, v->cap_runs = nc;
+    }
+    if (!t && v->n_runs < v->cap_runs && (t = run_build(v, r, nr))) {
+        v->runs[v->n_runs++] = t;
+    }
+    pthread_mutex_unlock(&v->lock);
+    return t;
+}
+
+static uint64_t memo_hash(const gv_run *t, int32_t nx, int32_t q) {
+    uint64_t h = (uint64_t)(uintptr_t)t * 0x9E3779B97F4A7C15ull ^ ((uint64_t)(uint32_t)nx << 32 | (uint32_t)q);
+    h ^= h >> 29;
+    h *= 0xBF58476D1CE4E5B9ull;
+    return h ^ (h >> 32);
+}
+
+static int memo_grow(tutti_grammar_matcher *m) {
+    int32_t nc = m->gmemo_cap ? m->gmemo_cap * 2 : 1024;
+    gm_gmemo *n = calloc((size_t)nc, sizeof *n);
+    if (!n) return -1;
+    for (int32_t i = 0; i < m->gmemo_cap; i++) {
+        const gm_gmemo *e = &m->gmemo[i];
+        if (!e->t) continue;
+        uint64_t j = memo_hash(e->t, e->nx, e->q) & (uint64_t)(nc - 1);
+        while (n[j].t) j = (j + 1) & (uint64_t)(nc - 1);
+        n[j] = *e;
+    }
+    free(m->gmemo);
+    m->gmemo = n, m->gmemo_cap = nc;
+    return 0;
+}
+
+/* The tokens of group q of t allowed once its first byte led to state nx
+ * (computed byte by byte on first use, then remembered); NULL: out of
+ * memory. */
+static const gm_gmemo *group_allowed(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, const gv_run *t,
+                                     int32_t q, int32_t nx) {
+    if ((int64_t)(m->gmemo_n + 1) * 2 > m->gmemo_cap && memo_grow(m) < 0) return NULL;
+    uint64_t j = memo_hash(t, nx, q) & (uint64_t)(m->gmemo_cap - 1);
+    while (m->gmemo[j].t) {
+        const gm_gmemo *e = &m->gmemo[j];
+        if (e->t == t && e->nx == nx && e->q == q) return e;
+        j = (j + 1) & (uint64_t)(m->gmemo_cap - 1);
+    }
+    int32_t cnt = t->grp0[q + 1] - t->grp0[q];
+    if (m->n_gids + cnt > m->cap_gids) {
+        int64_t nc = m->cap_gids ? m->cap_gids * 2 : 4096;
+        while (nc < m->n_gids + cnt) nc *= 2;
+        int32_t *g = realloc(m->gids, sizeof(int32_t) * (size_t)nc);
+        if (!g) return NULL;
+        m->gids = g, m->cap_gids = nc;
+    }
+    int64_t off = m->n_gids;
+    int32_t n = 0;
+    for (int32_t k = t->grp0[q]; k < t->grp0[q + 1]; k++) {
+        int32_t id = t->gtok[k], L = v->plen[id], x = nx;
+        const uint8_t *p = v->pbytes + v->poff[id];
+        for (int32_t i = t->gpos[k] + 1; i < L && x >= 0; i++) x = gm_step(m, x, p[i]);
+        if (x == -3) return NULL;
+        if (x >= 0) m->gids[off + n++] = id;
+    }
+    m->n_gids += n;
+    m->mask_bytes += sizeof(int32_t) * (size_t)n + sizeof(gm_gmemo) * 2;
+    /* gm_step may not touch the memo, so slot j is still free */
+    m->gmemo[j] = (gm_gmemo){t, nx, q, off, n};
+    m->gmemo_n++;
+    return &m->gmemo[j];
+}
+
+int gm_run_mask(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, int32_t s) {
+    if (gm_run_min_nodes < 0) return 0;
+    const tutti_grammar *g = m->g;
+    int32_t cls = gm_run_top_class(m, s), nr;
+    if (cls < 0) return 0;
+    const gr_range *r = gm_class_ranges(g, cls, &nr);
+    if (run_nodes(v, r, nr) < gm_run_min_nodes) return 0;
+    const gv_run *t = run_get(v, r, nr);
+    if (!t) return -3;
+    if (m->cap_chain < t->max_j + 1) {
+        int32_t *c = realloc(m->chain, sizeof(int32_t) * (size_t)(t->max_j + 1));
+        if (!c) return -3;
+        m->chain = c, m->cap_chain = t->max_j + 1;
+    }
+    uint8_t rep[4];
+    int nrep = utf8_encode(r[0].lo, rep);
+    int32_t *chain = m->chain;
+    chain[0] = s;
+    int32_t N = 0, loop = -1;
+    for (int32_t j = 0; j < t->max_j; j++) {
+        int32_t T = chain[j];
+        const gm_state *st = &m->st[T];
+        if (st->rem) return 0;
+        const int32_t *ids = m->pool + st->off;
+        bool cover = false;
+        for (int32_t i = 0; i < st->n; i++) {
+            if (ids[i] == 0) continue;
+            int32_t cls = g->elems[m->stk[ids[i]].pos].arg;
+            if (gm_covers_all(g, cls, r, nr)) cover = true;
+            else if (gm_meets_any(g, cls, r, nr)) return 0; /* not uniform: R splits here */
+        }
+        if (!cover) break; /* no stack takes R: the run ends after j characters */
+        int32_t x = T;
+        for (int b = 0; b < nrep && x >= 0; b++) x = gm_step(m, x, rep[b]);
+        if (x == -3) return -3;
+        if (x < 0) return 0;
+        if (x == T) {
+            loop = j;
+            break;
+        }
+        chain[j + 1] = x;
+        N = j + 1;
+    }
+    if (loop >= 0) N = INT32_MAX;
+    int32_t W = v->n_words;
+    uint64_t *bits = m->bits;
+    int32_t lim = N < t->max_pure ? N : t->max_pure;
+    memcpy(bits, t->cum + (size_t)lim * W, sizeof(uint64_t) * (size_t)W);
+    if (N < t->max_j) /* finite run: partial tokens after exactly N characters */
+        for (int32_t k = t->pj0[N]; k < t->pj0[N + 1]; k++) {
+            int32_t id = t->ptok[k], L = v->plen[id], x = chain[0]; /* the whole token */
+            const uint8_t *p = v->pbytes + v->poff[id];
+            for (int32_t i = 0; i < L && x >= 0; i++) x = gm_step(m, x, p[i]);
+            if (x == -3) return -3;
+            if (x >= 0) bits[id >> 6] |= 1ull << (id & 63);
+        }
+    for (int32_t q = 0; q < t->n_grp; q++) {
+        int32_t j = t->grp_j[q];
+        if (j > N) break; /* groups are sorted by j */
+        int32_t nx = gm_step(m, chain[loop >= 0 && j > loop ? loop : j], t->grp_b[q]);
+        if (nx == -3) return -3;
+        if (nx < 0) continue;
+        const gm_gmemo *g = group_allowed(m, v, t, q, nx);
+        if (!g) return -3;
+        for (int32_t k = 0; k < g->n; k++) {
+            int32_t id = m->gids[g->off + k];
+            bits[id >> 6] |= 1ull << (id & 63);
+        }
+    }
+    return 1;
+}
+
+int gm_run_prepare(const tutti_grammar_vocab *v, const tutti_grammar *g) {
+    for (int32_t c = 0; c < g->n_classes; c++) {
+        int32_t nr;
+        const gr_range *r = gm_class_ranges(g, c, &nr);
+        if (nr > 0 && run_nodes(v, r, nr) >= gm_run_min_nodes && !run_get(v, r, nr)) return -3;
+    }
+    return 0;
+}
