@@ -115,7 +115,7 @@ split_same "stories260K F32, 3 ranks (1,2,2)" 3 "$M/stories260K.gguf" 1,2,2 --sp
 split_gen() {
   name=$1 np=$2; shift 2
   "$T" generate "$@" -t 2 >"$W/one.out" 2>"$W/one.err" || { echo "FAIL split $name: single-process run failed"; cat "$W/one.err"; fail=1; return; }
-  run_mpi "$np" "$T" generate "$@" -t 1 --split-layers >"$W/split.out" 2>"$W/split.err"
+  run_mpi "$np" "$T" generate --split-layers "$@" -t 1 >"$W/split.out" 2>"$W/split.err"
   rc=$?
   if [ $rc -ne 0 ] || ! grep -q "split over $np ranks" "$W/split.err"; then
     echo "FAIL split $name: mpirun exit $rc"; cat "$W/split.err"; fail=1; return

@@ -53,10 +53,10 @@ static bool is_counts(const char *s) {
 }
 
 int tutti_mpi_split_args(int *argc, char **argv, const char **counts, int32_t *ubatch) {
-    int found = 0, j = 1;
+    int found = 0, j = 0;
     *counts = NULL;
     *ubatch = 0;
-    for (int i = 1; i < *argc; i++) {
+    for (int i = 0; i < *argc; i++) {
         if (!strcmp(argv[i], "--split-layers") || !strncmp(argv[i], "--split-layers=", 15)) {
             found = 1;
             const char *v = argv[i][14] == '=' ? argv[i] + 15 : (i + 1 < *argc && is_counts(argv[i + 1]) ? argv[++i] : NULL);
