@@ -47,6 +47,18 @@ same "byte greedy, 3 ranks, round robin" 3 "" run $BYTE -p "Once upon" -n 80 -t 
 same "byte greedy, 2 ranks, --place 1,0,1" 2 1,0,1 run $BYTE -p "Once upon" -n 80 -t 3 --temp 0
 same "byte seeded, 2 ranks, 2 members" 2 "" run $BYTE2 -p "The dog" -n 80 -t 2 --temp 0.8 --seed 3
 same "byte seeded, 3 ranks, --place 2,1,0" 3 2,1,0 run $BYTE -p "The dog" -n 80 -t 3 --temp 0.7 --seed 9
+# BYTE alignment runs on the member ranks: each answer is the 257 outcomes
+# (a 2,112-byte tmpi_breply), never a logits row; the rows protocol
+# (TUTTI_MPI_BYTE_ROWS=1) gives the same text
+if grep -q "tutti: mpi: [0-9]* requests, [0-9.]* bytes sent and 2112.0 received per request" "$W/mpi.err"; then
+  echo "ok   byte states on the member ranks: every answer is 2112 bytes (257 outcomes)"
+else echo "FAIL byte states on the member ranks: answers are not 257-outcome replies"; cat "$W/mpi.err"; fail=1; fi
+# span alignment: the byte states on the member ranks are cloned and asked
+# for their best token path (fusion_bytes_ops clone, best_path)
+same "span greedy, 3 ranks, round robin" 3 "" run $BYTE -p "Once upon" -n 60 -t 3 --temp 0 --align span
+export TUTTI_MPI_BYTE_ROWS=1
+same "byte greedy, rows protocol, 3 ranks" 3 "" run $BYTE -p "Once upon" -n 80 -t 3 --temp 0
+unset TUTTI_MPI_BYTE_ROWS
 head -c 500 "$S/eval/stories-dev.txt" >"$W/ev.txt"
 same "eval bits per byte (byte), 3 ranks" 3 "" eval --text "$W/ev.txt" $BYTE -t 3
 same "eval bits per byte (token), 2 ranks, --place 1,1,0" 2 1,1,0 eval --text "$W/ev.txt" $TOK -t 3
@@ -103,7 +115,7 @@ split_same "stories260K F32, 3 ranks (1,2,2)" 3 "$M/stories260K.gguf" 1,2,2 --sp
 split_gen() {
   name=$1 np=$2; shift 2
   "$T" generate "$@" -t 2 >"$W/one.out" 2>"$W/one.err" || { echo "FAIL split $name: single-process run failed"; cat "$W/one.err"; fail=1; return; }
-  run_mpi "$np" "$T" generate "$@" -t 1 --split-layers >"$W/split.out" 2>"$W/split.err"
+  run_mpi "$np" "$T" generate --split-layers "$@" -t 1 >"$W/split.out" 2>"$W/split.err"
   rc=$?
   if [ $rc -ne 0 ] || ! grep -q "split over $np ranks" "$W/split.err"; then
     echo "FAIL split $name: mpirun exit $rc"; cat "$W/split.err"; fail=1; return
@@ -183,6 +195,12 @@ TUTTI_MPI_TEST_FAULT=kill:20@1 TUTTI_MPI_TIMEOUT=5 expect_fault "split: rank 1 k
 TUTTI_MPI_TEST_FAULT=hang:20@1 TUTTI_MPI_TIMEOUT=2 expect_fault "split: rank 1 hangs mid-generation" \
   "rank 1 (layers 2-4 of stories260K.gguf) did not answer within 2 s" 30 2 "$T" generate -m "$M/stories260K.gguf" \
   -p Once -n 200 --ignore-eos -t 1 --split-layers
+# a rank that cannot load its part: the error names it before any text, and
+# the rank that did load is released (no hang)
+TUTTI_MPI_TEST_FAULT=splitload@1 expect_fault "split: rank 1 cannot load its layers" \
+  "rank 1 cannot load layers 1-2 of .*stories260K.gguf: .*injected load failure" 30 3 "$T" generate \
+  -m "$M/stories260K.gguf" -p Once -n 20 -t 1 --split-layers
+[ -s "$W/f.out" ] && { echo "FAIL split: rank 1 cannot load: text was printed"; fail=1; }
 # a missing model: clear error, no text
 expect_fault "missing model file" "cannot open model file $W/nothere.gguf" 30 2 "$T" run -m $M/stories260K.gguf \
   -m "$W/nothere.gguf" -p Once -n 10

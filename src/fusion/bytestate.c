@@ -67,7 +67,15 @@ struct fusion_bytes {
     double pruned;
     int32_t bos;
     int32_t n_prefix; /* view bytes before the text (the tokenizer's prefix; 0 after a token-id prompt) */
+    /* a state kept by the member elsewhere (fusion_member_vt.bytes_ops):
+     * every call below goes there */
+    const fusion_bytes_ops *ops;
+    void *ops_ctx;
 };
+#define REMOTE(call) \
+    do { \
+        if (s->ops) return s->ops->call; \
+    } while (0)
 
 #define PBLK 32 /* tokens per block of the cumulative sums */
 
@@ -175,6 +183,11 @@ static void clear_hyps(fusion_bytes *s) {
 
 void fusion_bytes_free(fusion_bytes *s) {
     if (!s) return;
+    if (s->ops) {
+        s->ops->free(s->ops_ctx);
+        free(s);
+        return;
+    }
     clear_hyps(s);
     for (int32_t i = 0; i < s->n_spare; i++) free(s->spare[i]);
     free(s->spare);
@@ -187,6 +200,11 @@ void fusion_bytes_free(fusion_bytes *s) {
 fusion_bytes *fusion_bytes_new(fusion_member *m, const fusion_trie *trie, const fusion_bytes_params *p) {
     fusion_bytes *s = calloc(1, sizeof *s);
     if (!s) return tutti_set_error("byte alignment: out of memory"), NULL;
+    if (m->bytes_ops) {
+        s->ops = m->bytes_ops;
+        if (!(s->ops_ctx = s->ops->open(m, p))) free(s), s = NULL;
+        return s;
+    }
     s->m = m;
     s->trie = trie;
     s->p = *p;
@@ -257,6 +275,7 @@ static int hyp_fill(fusion_bytes *s, hyp *h, const float *z) {
  * it reads its weights once per committed byte rather than once per
  * hypothesis; the result is the same distribution per hypothesis. */
 int fusion_bytes_prepare(fusion_bytes *s) {
+    REMOTE(prepare(s->ops_ctx));
     int32_t n_need = 0;
     for (int32_t i = 0; i < s->n_h; i++) n_need += !s->h[i].dist;
     if (!n_need) return 0;
@@ -301,6 +320,7 @@ out:
 }
 
 int fusion_bytes_next(fusion_bytes *s, double *out) {
+    REMOTE(next(s->ops_ctx, out));
     int prc = fusion_bytes_prepare(s);
     if (prc < 0) return prc;
     const fusion_trie *t = s->trie;
@@ -340,6 +360,7 @@ static int cmp_ranked(const void *a, const void *b) {
 }
 
 int fusion_bytes_commit(fusion_bytes *s, uint8_t b) {
+    REMOTE(commit(s->ops_ctx, b));
     int prc = fusion_bytes_prepare(s);
     if (prc < 0) return prc;
     const fusion_trie *t = s->trie;
@@ -475,6 +496,7 @@ int fusion_bytes_commit_n(fusion_bytes *s, const char *bytes, size_t n) {
 }
 
 int fusion_bytes_start(fusion_bytes *s, const char *text, size_t n) {
+    REMOTE(start(s->ops_ctx, text, n));
     clear_hyps(s);
     s->n_view = 0;
     s->pruned = 0.0;
@@ -529,6 +551,7 @@ int fusion_bytes_start(fusion_bytes *s, const char *text, size_t n) {
 }
 
 int fusion_bytes_start_ids(fusion_bytes *s, const int32_t *ids, int32_t n) {
+    REMOTE(start_ids(s->ops_ctx, ids, n));
     clear_hyps(s);
     s->n_view = 0;
     s->pruned = 0.0;
@@ -542,6 +565,7 @@ int fusion_bytes_start_ids(fusion_bytes *s, const int32_t *ids, int32_t n) {
 }
 
 int32_t fusion_bytes_need_tokens(const fusion_bytes *s) {
+    REMOTE(need_tokens(s->ops_ctx));
     int32_t need = 0;
     for (int32_t i = 0; i < s->n_h; i++)
         if (!s->h[i].dist && s->h[i].n_ids > need) need = s->h[i].n_ids;
@@ -549,6 +573,7 @@ int32_t fusion_bytes_need_tokens(const fusion_bytes *s) {
 }
 
 const int32_t *fusion_bytes_best_path(const fusion_bytes *s, int32_t *n) {
+    REMOTE(best_path(s->ops_ctx, n));
     const hyp *best = NULL;
     for (int32_t i = 0; i < s->n_h; i++)
         if (s->h[i].pos == s->n_view && (!best || s->h[i].logp > best->logp)) best = &s->h[i];
@@ -557,6 +582,13 @@ const int32_t *fusion_bytes_best_path(const fusion_bytes *s, int32_t *n) {
 }
 
 fusion_bytes *fusion_bytes_clone(const fusion_bytes *s) {
+    if (s->ops) {
+        fusion_bytes *c = calloc(1, sizeof *c);
+        if (!c) return tutti_set_error("byte alignment: out of memory"), NULL;
+        c->ops = s->ops;
+        if (!(c->ops_ctx = s->ops->clone(s->ops_ctx))) free(c), c = NULL;
+        return c;
+    }
     fusion_bytes *c = fusion_bytes_new(s->m, s->trie, &s->p);
     if (!c) return NULL;
     c->n_prefix = s->n_prefix;
@@ -588,5 +620,5 @@ fail:
     return NULL;
 }
 
-int32_t fusion_bytes_n_hyps(const fusion_bytes *s) { return s->n_h; }
-double fusion_bytes_pruned(const fusion_bytes *s) { return s->pruned; }
+int32_t fusion_bytes_n_hyps(const fusion_bytes *s) { return s->ops ? s->ops->n_hyps(s->ops_ctx) : s->n_h; }
+double fusion_bytes_pruned(const fusion_bytes *s) { return s->ops ? s->ops->pruned(s->ops_ctx) : s->pruned; }

@@ -77,6 +77,25 @@ typedef struct fusion_member_vt {
                             const float **rows);
 } fusion_member_vt;
 
+struct fusion_bytes_params;
+struct fusion_trie;
+/* The fusion_bytes_* calls of a byte state kept elsewhere (same meaning,
+ * on the implementation's context). */
+typedef struct fusion_bytes_ops {
+    void *(*open)(fusion_member *m, const struct fusion_bytes_params *p); /* NULL + error */
+    int (*start)(void *c, const char *text, size_t n);
+    int (*start_ids)(void *c, const int32_t *ids, int32_t n);
+    int32_t (*need_tokens)(void *c);
+    const int32_t *(*best_path)(void *c, int32_t *n);
+    int (*prepare)(void *c);
+    int (*next)(void *c, double *out);
+    int (*commit)(void *c, uint8_t b);
+    void *(*clone)(void *c);
+    int32_t (*n_hyps)(void *c);
+    double (*pruned)(void *c);
+    void (*free)(void *c);
+} fusion_bytes_ops;
+
 struct fusion_member {
     const fusion_member_vt *vt;
     const tutti_vocab *vocab; /* tokenizer (owned by the implementation) */
@@ -96,6 +115,12 @@ struct fusion_member {
      * the next request may rewind any cached sequence for free (a server
      * slot's next prompt then reuses its longest common prefix) */
     bool new_generation;
+    /* Byte states kept where the model is (a member on another MPI rank,
+     * member_mpi.c): fusion_bytes_new then makes a state whose calls go to
+     * these, so the member's rank runs the alignment and sends only the 257
+     * outcomes.  NULL (every other member): the byte state runs here on the
+     * member's logits. */
+    const struct fusion_bytes_ops *bytes_ops;
 };
 
 /* Logits after ids[0..n) without a copy when the member can give its own

@@ -10,6 +10,7 @@
  * on its rank, and a request blocks only the calling thread of rank 0 (MPI
  * runs with MPI_THREAD_MULTIPLE), so members on different ranks compute at
  * the same time when the ensemble runs its members in parallel. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,6 +43,7 @@ typedef struct mpi_member {
     int32_t *req;
     int32_t cap_req;
     float *row; /* [n_vocab] for logits_view */
+    int32_t next_sid; /* byte states: the next id on the member rank */
 } mpi_member;
 
 /* One request: op over ids[0..n), answer into out[count]. */
@@ -150,6 +152,242 @@ static void mpi_free(fusion_member *m) {
 
 static const fusion_member_vt mpi_vt = {mpi_logits, mpi_logits_all, mpi_free, mpi_logits_view, NULL};
 
+/* ---- byte states on the member's rank (BYTE alignment) ----
+ *
+ * The member rank runs the byte state (bytestate.c, on its local member:
+ * the same code on the same logits, so the same doubles) and answers each
+ * op with the state's 257 outcomes computed at once (proto.h), instead of
+ * sending rank 0 the logits rows of every new hypothesis (3.2 rows of
+ * n_vocab floats per byte for the story models).  A commit is sent without
+ * waiting: its answer is taken by the next call on the state, so the
+ * members' ranks work at the same time while rank 0 commits the byte to
+ * each in turn. */
+
+typedef struct mpi_bytes {
+    mpi_member *mm;
+    int32_t sid;
+    bool pending;  /* an answer is on its way (rq, req) */
+    bool prepared; /* prepare or next was called since the answer */
+    MPI_Request rq[2];
+    int32_t req[6];
+    int32_t req_len;
+    double t_sent;
+    int64_t sent;  /* request bytes not yet counted */
+    tmpi_breply r; /* the last answer */
+    int32_t *path;
+    int32_t cap_path;
+    bool broken;  /* a fault (the rank died or timed out): every later call fails with its message */
+    char why[512];
+} mpi_bytes;
+
+static int bytes_broken(mpi_bytes *b) { return tutti_set_error("%s", b->why); }
+static void bytes_break(mpi_bytes *b) {
+    b->broken = true;
+    snprintf(b->why, sizeof b->why, "%s", tutti_last_error());
+}
+
+static int bytes_fail_answer(mpi_bytes *b, int status) {
+    b->mm->base.err_kind = status;
+    return tutti_set_error("rank %d: %s", b->mm->rank, b->r.err[0] ? b->r.err : "byte state failed"), status;
+}
+
+/* Sends req[0..len) (and extra[0..n_extra)), with the answer's receive
+ * posted first (answer) or none. */
+static int bytes_send(mpi_bytes *b, const int32_t *extra, int32_t n_extra, bool answer) {
+    mpi_member *mm = b->mm;
+    if (b->broken) return bytes_broken(b);
+    int32_t *msg = b->req, len = b->req_len, *owned = NULL;
+    if (n_extra > 0) {
+        if (!(owned = malloc(sizeof(int32_t) * (size_t)(len + n_extra))))
+            return tutti_set_error("member %s: out of memory", mm->base.name);
+        memcpy(owned, b->req, sizeof(int32_t) * (size_t)len);
+        memcpy(owned + len, extra, sizeof(int32_t) * (size_t)n_extra);
+        msg = owned, len += n_extra;
+    }
+    b->t_sent = MPI_Wtime();
+    int rc = 0;
+    if (answer && MPI_Irecv(&b->r, sizeof b->r, MPI_BYTE, mm->rank, mm->tag, tmpi_comm, &b->rq[1]) != MPI_SUCCESS)
+        rc = tmpi_fail(mm->rank, "posting a receive");
+    if (rc == 0 && MPI_Isend(msg, len, MPI_INT32_T, mm->rank, mm->tag, tmpi_comm, &b->rq[0]) != MPI_SUCCESS)
+        rc = tmpi_fail(mm->rank, "posting a request");
+    /* the request is small (sent eagerly): wait for it here, so `owned` can go */
+    if (rc == 0) rc = tmpi_wait(&b->rq[0], b->t_sent + tmpi_timeout_s(), mm->rank, "sending a byte request");
+    free(owned);
+    if (rc < 0) {
+        bytes_break(b);
+        return TUTTI_ERR;
+    }
+    b->sent += (int64_t)sizeof(int32_t) * len; /* counted with the answer */
+    if (!answer) return 0;
+    b->pending = true;
+    b->prepared = false;
+    return 0;
+}
+
+/* Takes the answer on its way, if any. */
+static int bytes_collect(mpi_bytes *b) {
+    if (b->broken) return bytes_broken(b);
+    if (!b->pending) return 0;
+    mpi_member *mm = b->mm;
+    b->pending = false;
+    tmpi_inflight(mm->rank, 1);
+    int rc = tmpi_wait(&b->rq[1], b->t_sent + tmpi_timeout_s(), mm->rank, "waiting for next-byte outcomes");
+    tmpi_inflight(mm->rank, -1);
+    if (rc < 0) {
+        bytes_break(b);
+        return TUTTI_ERR;
+    }
+    b->r.err[sizeof b->r.err - 1] = 0;
+    mm->base.t_forward_s = b->r.t_forward_s;
+    mm->base.n_forward_tokens = b->r.n_forward_tokens;
+    mm->base.n_forward_calls = b->r.n_forward_calls;
+    tmpi_count(b->sent, (int64_t)offsetof(tmpi_breply, err), MPI_Wtime() - b->t_sent);
+    b->sent = 0;
+    return 0;
+}
+
+static int bytes_op(mpi_bytes *b, int32_t op, int32_t a, const int32_t *extra, int32_t n_extra, bool wait) {
+    if (bytes_collect(b) < 0) return TUTTI_ERR;
+    b->req[0] = op, b->req[1] = b->sid, b->req[2] = a, b->req_len = 3;
+    if (bytes_send(b, extra, n_extra, true) < 0) return TUTTI_ERR;
+    return wait ? bytes_collect(b) : 0;
+}
+
+static void *mb_open(fusion_member *m, const fusion_bytes_params *p) {
+    mpi_member *mm = (mpi_member *)m;
+    mpi_bytes *b = calloc(1, sizeof *b);
+    if (!b) return tutti_set_error("member %s: out of memory", m->name), NULL;
+    b->mm = mm;
+    b->sid = mm->next_sid++;
+    b->req[0] = TMPI_OP_BNEW, b->req[1] = b->sid, b->req[2] = p->max_hyps;
+    memcpy(&b->req[3], &p->temp, sizeof p->temp);
+    memcpy(&b->req[4], &p->prune, sizeof p->prune);
+    b->req_len = 6;
+    if (bytes_send(b, NULL, 0, false) < 0) {
+        free(b);
+        return NULL;
+    }
+    return b;
+}
+
+static int mb_status(mpi_bytes *b) { return b->r.status < 0 ? bytes_fail_answer(b, b->r.status) : 0; }
+
+static int mb_start(void *c, const char *text, size_t n) {
+    mpi_bytes *b = c;
+    if (n > (size_t)INT32_MAX - 8) return tutti_set_error("member %s: prompt too long", b->mm->base.name);
+    int32_t *t = malloc(sizeof(int32_t) * (n ? n : 1));
+    if (!t) return tutti_set_error("member %s: out of memory", b->mm->base.name);
+    for (size_t i = 0; i < n; i++) t[i] = (uint8_t)text[i];
+    int rc = bytes_op(b, TMPI_OP_BSTART, 0, t, (int32_t)n, true);
+    free(t);
+    return rc < 0 ? rc : mb_status(b);
+}
+
+static int mb_start_ids(void *c, const int32_t *ids, int32_t n) {
+    mpi_bytes *b = c;
+    int rc = bytes_op(b, TMPI_OP_BSTART, 1, ids, n, true);
+    return rc < 0 ? rc : mb_status(b);
+}
+
+static int32_t mb_need_tokens(void *c) {
+    mpi_bytes *b = c;
+    if (bytes_collect(b) < 0 || b->r.status < 0) return 0; /* the error shows at prepare (a fault sticks) */
+    return b->prepared ? 0 : b->r.need_tokens;
+}
+
+static int mb_prepare(void *c) {
+    mpi_bytes *b = c;
+    if (bytes_collect(b) < 0) return TUTTI_ERR;
+    if (b->r.status < 0) return bytes_fail_answer(b, b->r.status);
+    if (b->r.status_prep == 1) {
+        /* not run there (the context was full): run it for its own error */
+        if (bytes_op(b, TMPI_OP_BPREP, 0, NULL, 0, true) < 0) return TUTTI_ERR;
+        if (b->r.status < 0) return bytes_fail_answer(b, b->r.status);
+    }
+    b->prepared = true;
+    return b->r.status_prep < 0 ? bytes_fail_answer(b, b->r.status_prep) : 0;
+}
+
+static int mb_next(void *c, double *out) {
+    mpi_bytes *b = c;
+    int rc = mb_prepare(b);
+    if (rc < 0) return rc;
+    memcpy(out, b->r.dist, sizeof b->r.dist);
+    return 0;
+}
+
+static int mb_commit(void *c, uint8_t byte) {
+    mpi_bytes *b = c;
+    if (bytes_collect(b) < 0) return TUTTI_ERR;
+    if (b->r.status < 0) return bytes_fail_answer(b, b->r.status);
+    return bytes_op(b, TMPI_OP_BCOMMIT, byte, NULL, 0, false);
+}
+
+static const int32_t *mb_best_path(void *c, int32_t *n) {
+    mpi_bytes *b = c;
+    mpi_member *mm = b->mm;
+    *n = 0;
+    if (bytes_op(b, TMPI_OP_BPATH, 0, NULL, 0, true) < 0 || b->r.count <= 0) return NULL;
+    if (b->r.count > b->cap_path) {
+        int32_t *np = realloc(b->path, sizeof(int32_t) * (size_t)b->r.count);
+        if (!np) return NULL; /* (the ids that follow would be taken for the next answer: a fault) */
+        b->path = np, b->cap_path = b->r.count;
+    }
+    MPI_Request q;
+    if (MPI_Irecv(b->path, b->r.count, MPI_INT32_T, mm->rank, mm->tag, tmpi_comm, &q) != MPI_SUCCESS ||
+        tmpi_wait(&q, MPI_Wtime() + tmpi_timeout_s(), mm->rank, "receiving a token path") < 0)
+        return NULL;
+    *n = b->r.count;
+    return b->path;
+}
+
+static void *mb_clone(void *c) {
+    mpi_bytes *b = c;
+    mpi_member *mm = b->mm;
+    if (bytes_collect(b) < 0) return NULL;
+    mpi_bytes *k = calloc(1, sizeof *k);
+    if (!k) return tutti_set_error("member %s: out of memory", mm->base.name), NULL;
+    k->mm = mm;
+    k->sid = mm->next_sid++;
+    /* the clone's first answer is the one to BCLONE on the original's sid */
+    k->req[0] = TMPI_OP_BCLONE, k->req[1] = b->sid, k->req[2] = k->sid, k->req_len = 3;
+    if (bytes_send(k, NULL, 0, true) < 0 || bytes_collect(k) < 0) {
+        free(k);
+        return NULL;
+    }
+    if (k->r.status < 0) {
+        bytes_fail_answer(k, k->r.status);
+        free(k);
+        return NULL;
+    }
+    return k;
+}
+
+static int32_t mb_n_hyps(void *c) {
+    mpi_bytes *b = c;
+    return bytes_collect(b) < 0 ? 0 : b->r.n_hyps;
+}
+
+static double mb_pruned(void *c) {
+    mpi_bytes *b = c;
+    return bytes_collect(b) < 0 ? 0 : b->r.pruned;
+}
+
+static void mb_free(void *c) {
+    mpi_bytes *b = c;
+    if (!b) return;
+    if (bytes_collect(b) == 0) {
+        b->req[0] = TMPI_OP_BFREE, b->req[1] = b->sid, b->req[2] = 0, b->req_len = 3;
+        bytes_send(b, NULL, 0, false);
+    }
+    free(b->path);
+    free(b);
+}
+
+static const fusion_bytes_ops mpi_bytes_ops = {mb_open,     mb_start, mb_start_ids, mb_need_tokens,
+                                               mb_best_path, mb_prepare, mb_next,  mb_commit,
+                                               mb_clone,    mb_n_hyps, mb_pruned,   mb_free};
+
 static pthread_mutex_t g_ctrl = PTHREAD_MUTEX_INITIALIZER;
 
 /* Asks rank to load path; fills mm's shape.  Errors name the rank. */
@@ -228,6 +466,10 @@ fusion_member *fusion_member_placed_new(int32_t index, int32_t n_members, const 
         return NULL;
     }
     mm->base.vocab = mm->own_vocab;
+    /* BYTE alignment on the member's rank, unless asked for the logits rows
+     * (TUTTI_MPI_BYTE_ROWS=1: the earlier protocol, for comparison) */
+    const char *rows = getenv("TUTTI_MPI_BYTE_ROWS");
+    if (!rows || strcmp(rows, "1") != 0) mm->base.bytes_ops = &mpi_bytes_ops;
     return &mm->base;
 }
 

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -223,7 +224,125 @@ typedef struct srv_member {
     pthread_t th;
     int32_t *mirror, n_mirror, cap_mirror;
     bool done;
+    /* byte states kept here for rank 0 (BYTE alignment), by sid */
+    fusion_bytes **bst;
+    int32_t cap_bst;
+    fusion_trie *trie; /* the member's byte trie, built at the first state */
 } srv_member;
+
+/* ---- byte states (proto.h: TMPI_OP_B*) ---- */
+
+static fusion_bytes **bst_slot(srv_member *s, int32_t sid) {
+    if (sid < 0 || sid >= (1 << 20)) return NULL;
+    if (sid >= s->cap_bst) {
+        int32_t nc = sid * 2 + 16;
+        fusion_bytes **nb = realloc(s->bst, sizeof *nb * (size_t)nc);
+        if (!nb) return NULL;
+        memset(nb + s->cap_bst, 0, sizeof *nb * (size_t)(nc - s->cap_bst));
+        s->bst = nb, s->cap_bst = nc;
+    }
+    return &s->bst[sid];
+}
+
+/* The answer to a byte op of status rc on state st: the state's
+ * need_tokens, and prepare + next run at once when the context holds them
+ * (what rank 0 asks for next in every alignment loop). */
+static void bytes_answer(srv_member *s, fusion_bytes *st, int rc, int32_t count) {
+    tmpi_breply r;
+    memset(&r, 0, sizeof r);
+    r.status = rc;
+    r.count = count;
+    if (rc < 0) snprintf(r.err, sizeof r.err, "%s", tutti_last_error());
+    if (rc >= 0 && st) {
+        r.need_tokens = fusion_bytes_need_tokens(st);
+        if (r.need_tokens > s->m->n_ctx)
+            r.status_prep = 1;
+        else if ((r.status_prep = fusion_bytes_next(st, r.dist)) < 0)
+            snprintf(r.err, sizeof r.err, "%s", tutti_last_error());
+        r.n_hyps = fusion_bytes_n_hyps(st);
+        r.pruned = fusion_bytes_pruned(st);
+    }
+    r.t_forward_s = s->m->t_forward_s;
+    r.n_forward_tokens = s->m->n_forward_tokens;
+    r.n_forward_calls = s->m->n_forward_calls;
+    const size_t len = offsetof(tmpi_breply, err) + (r.err[0] ? strlen(r.err) + 1 : 0);
+    MPI_Send(&r, (int)len, MPI_BYTE, 0, s->tag, tmpi_comm);
+}
+
+static void srv_bytes(srv_member *s, const int32_t *buf, int cnt) {
+    const int32_t op = buf[0], sid = buf[1], a = buf[2];
+    fusion_bytes **slot = bst_slot(s, sid);
+    fusion_bytes *st = slot ? *slot : NULL;
+    tmpi_test_fault();
+    if (op == TMPI_OP_BFREE) {
+        if (slot) fusion_bytes_free(*slot), *slot = NULL;
+        return;
+    }
+    if (op == TMPI_OP_BNEW) { /* no answer: a failure shows at the state's first op */
+        if (!slot || st || cnt < 6) return;
+        fusion_bytes_params bp = {.max_hyps = a};
+        memcpy(&bp.temp, buf + 3, sizeof bp.temp);
+        memcpy(&bp.prune, buf + 4, sizeof bp.prune);
+        if (!s->trie) {
+            /* one at a time: fusion_trie_build sorts through file-scope
+             * state (bytetrie.c's qsort context), and the members of a rank
+             * start their byte states at the same time (seen: a wrong trie,
+             * seeded texts that differed from run to run) */
+            static pthread_mutex_t trie_mu = PTHREAD_MUTEX_INITIALIZER;
+            pthread_mutex_lock(&trie_mu);
+            s->trie = fusion_trie_build(s->m->vocab);
+            pthread_mutex_unlock(&trie_mu);
+        }
+        if (s->trie) *slot = fusion_bytes_new(s->m, s->trie, &bp);
+        return;
+    }
+    if (!st) {
+        bytes_answer(s, NULL, tutti_set_error("mpi: member rank has no byte state %d (out of memory?)", sid), 0);
+        return;
+    }
+    if (op == TMPI_OP_BPATH) {
+        int32_t n = 0;
+        const int32_t *ids = fusion_bytes_best_path(st, &n);
+        if (!ids) n = 0;
+        /* the state's answer (as after any op), then the ids (the next
+         * op cannot move them: this thread runs it after the send) */
+        bytes_answer(s, st, 0, n);
+        if (n > 0) MPI_Send(ids, n, MPI_INT32_T, 0, s->tag, tmpi_comm);
+        return;
+    }
+    int rc;
+    switch (op) {
+    case TMPI_OP_BSTART:
+        if (a == 1) {
+            rc = fusion_bytes_start_ids(st, buf + 3, cnt - 3);
+        } else {
+            char *text = malloc((size_t)cnt);
+            if (!text) {
+                rc = tutti_set_error("mpi: member rank out of memory");
+                break;
+            }
+            for (int i = 3; i < cnt; i++) text[i - 3] = (char)buf[i];
+            rc = fusion_bytes_start(st, text, (size_t)(cnt - 3));
+            free(text);
+        }
+        break;
+    case TMPI_OP_BCOMMIT: rc = fusion_bytes_commit(st, (uint8_t)a); break;
+    case TMPI_OP_BPREP: rc = fusion_bytes_prepare(st); break;
+    case TMPI_OP_BCLONE: {
+        fusion_bytes **cs = bst_slot(s, a);
+        fusion_bytes *c = cs && !*cs ? fusion_bytes_clone(st) : NULL;
+        if (!c) {
+            bytes_answer(s, NULL, cs ? TUTTI_ERR : tutti_set_error("mpi: bad byte state id %d", a), 0);
+            return;
+        }
+        *cs = c;
+        bytes_answer(s, c, 0, 0);
+        return;
+    }
+    default: rc = tutti_set_error("mpi: malformed byte request");
+    }
+    bytes_answer(s, st, rc, 0);
+}
 
 static void srv_reply_err(srv_member *s, const char *msg) {
     tmpi_reply r = {.status = -1, .count = (int32_t)strlen(msg) + 1};
@@ -295,6 +414,10 @@ static void *srv_member_main(void *arg) {
         }
         if (MPI_Mrecv(buf, cnt, MPI_INT32_T, &msg, &st) != MPI_SUCCESS) break;
         if (cnt < 3 || buf[0] == TMPI_OP_FREE) break;
+        if (buf[0] >= TMPI_OP_BNEW && buf[0] <= TMPI_OP_BFREE) {
+            srv_bytes(s, buf, cnt);
+            continue;
+        }
         int32_t op = buf[0], n = buf[1], k = buf[2];
         if (k < 0 || k > s->n_mirror || n < k || n - k != cnt - 3 || (op != TMPI_OP_LOGITS && op != TMPI_OP_ALL)) {
             srv_reply_err(s, "mpi: malformed request");
@@ -345,6 +468,9 @@ static void *srv_member_main(void *arg) {
     }
     free(buf);
     free(all);
+    for (int32_t i = 0; i < s->cap_bst; i++) fusion_bytes_free(s->bst[i]);
+    free(s->bst);
+    fusion_trie_free(s->trie);
     s->done = true;
     return NULL;
 }

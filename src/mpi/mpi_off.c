@@ -26,7 +26,7 @@ int tutti_mpi_size(void) { return 1; }
 /* --split-layers needs ranks: refused like --place */
 int tutti_mpi_split_args(int *argc, char **argv, const char **counts, int32_t *ubatch) {
     (void)counts, (void)ubatch;
-    for (int i = 1; i < *argc; i++)
+    for (int i = 0; i < *argc; i++)
         if (!strcmp(argv[i], "--split-layers") || !strncmp(argv[i], "--split-layers=", 15) ||
             !strcmp(argv[i], "--split-ubatch")) {
             fprintf(stderr, "tutti: %s: this tutti was built without MPI (install libopenmpi-dev and "

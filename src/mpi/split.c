@@ -53,10 +53,10 @@ static bool is_counts(const char *s) {
 }
 
 int tutti_mpi_split_args(int *argc, char **argv, const char **counts, int32_t *ubatch) {
-    int found = 0, j = 1;
+    int found = 0, j = 0;
     *counts = NULL;
     *ubatch = 0;
-    for (int i = 1; i < *argc; i++) {
+    for (int i = 0; i < *argc; i++) {
         if (!strcmp(argv[i], "--split-layers") || !strncmp(argv[i], "--split-layers=", 15)) {
             found = 1;
             const char *v = argv[i][14] == '=' ? argv[i] + 15 : (i + 1 < *argc && is_counts(argv[i + 1]) ? argv[++i] : NULL);
@@ -552,6 +552,15 @@ int tmpi_split_serve(const char *buf, int cnt, char *ebuf, size_t cap) {
     memcpy(path, buf + sizeof h, (size_t)h.path_len);
     path[h.path_len] = 0;
     q->il0 = h.il0, q->il1 = h.il1;
+    /* fault injection for tests/test_mpi.sh: TUTTI_MPI_TEST_FAULT=splitload@R
+     * makes rank R fail to load its part (as a file it cannot read would) */
+    const char *f = getenv("TUTTI_MPI_TEST_FAULT");
+    if (f && !strncmp(f, "splitload@", 10) && atoi(f + 10) == tmpi_rank()) {
+        snprintf(ebuf, cap, "%s: injected load failure (TUTTI_MPI_TEST_FAULT)", path);
+        free(q);
+        free(path);
+        return -1;
+    }
     tutti_session_params sp = tutti_session_default_params();
     sp.n_ctx = h.n_ctx;
     sp.n_threads = h.n_threads;

@@ -60,7 +60,7 @@ struct tutti_model;
 struct tutti_session;
 struct tutti_model_params;
 /* Removes --split-layers [N0,N1,...] (the counts are optional) and
- * --split-ubatch N from argv (argv[0] = the command name).  1 when
+ * --split-ubatch N from a command's options argv[0..argc).  1 when
  * --split-layers was given (*counts = the list or NULL), 0 when not, -1
  * with a message on stderr for bad usage (exit 2). */
 int tutti_mpi_split_args(int *argc, char **argv, const char **counts, int32_t *ubatch);
