@@ -350,10 +350,72 @@ static void test_ensemble_file(void **state) {
     assert_null(tutti_ensemble_file_read("/nonexistent/ens.txt"));
 }
 
+
+/* ---- tries built on several threads at once (server slots, MPI ranks) ---- */
+
+#include <pthread.h>
+
+typedef struct trie_job {
+    uint32_t seed;
+    int bad;
+} trie_job;
+
+static void *trie_worker(void *arg) {
+    trie_job *j = arg;
+    enum { NV = 3000 };
+    char *bytes = malloc(NV * 8);
+    int64_t *off = malloc(sizeof(int64_t) * (NV + 1));
+    for (int it = 0; it < 20; it++) {
+        uint32_t r = j->seed + (uint32_t)it * 2654435761u;
+        off[0] = 0;
+        for (int i = 0; i < NV; i++) { /* 1-6 random bytes per piece, of a different alphabet per thread */
+            r = r * 1103515245u + 12345u;
+            int len = 1 + (int)((r >> 16) % 6);
+            for (int k = 0; k < len; k++) {
+                r = r * 1103515245u + 12345u;
+                bytes[off[i] + k] = (char)('a' + (j->seed % 4) * 6 + (int)((r >> 16) % 6));
+            }
+            off[i + 1] = off[i] + len;
+        }
+        fusion_trie *t = fusion_trie_build_pieces(NV, bytes, off, NULL, NULL, 0);
+        if (!t) {
+            j->bad++;
+            continue;
+        }
+        for (int32_t k = 1; k < t->n_sorted; k++) { /* ascending by bytes (shorter first on ties) */
+            int32_t a = t->sorted[k - 1], b = t->sorted[k];
+            int64_t la = off[a + 1] - off[a], lb = off[b + 1] - off[b];
+            int c = memcmp(bytes + off[a], bytes + off[b], (size_t)(la < lb ? la : lb));
+            if (c > 0 || (c == 0 && la > lb)) {
+                j->bad++;
+                break;
+            }
+        }
+        fusion_trie_free(t);
+    }
+    free(bytes), free(off);
+    return NULL;
+}
+
+static void test_trie_build_threads(void **state) {
+    (void)state;
+    pthread_t th[4];
+    trie_job jobs[4];
+    for (int i = 0; i < 4; i++) {
+        jobs[i] = (trie_job){.seed = (uint32_t)i + 1, .bad = 0};
+        assert_int_equal(pthread_create(&th[i], NULL, trie_worker, &jobs[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(jobs[i].bad, 0);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rules_copies),        cmocka_unit_test(test_rules_formulas),
         cmocka_unit_test(test_rules_from_logits),
+        cmocka_unit_test(test_trie_build_threads),
         cmocka_unit_test(test_byte_marginal_bruteforce), cmocka_unit_test(test_utf8_mask),
         cmocka_unit_test(test_chunks),              cmocka_unit_test(test_ensemble_file),
     };

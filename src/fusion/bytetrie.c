@@ -12,8 +12,10 @@
 #include "fusion/fusion.h"
 #include "util/error.h"
 
-static const char *g_sort_bytes; /* qsort has no context argument in C11 */
-static const int64_t *g_sort_off;
+/* qsort has no context argument in C11: the pieces being sorted, per thread so
+ * that tries built concurrently (members, server slots, MPI ranks) do not mix */
+static _Thread_local const char *g_sort_bytes;
+static _Thread_local const int64_t *g_sort_off;
 
 static int cmp_piece(const void *a, const void *b) {
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
