@@ -287,6 +287,19 @@ tutti_ensemble *tutti_ensemble_new(const tutti_ensemble_params *params) {
     }
     bool all_local = true; /* remote and MPI members wait on I/O: they run concurrently */
     for (int32_t i = 0; i < e->n; i++) all_local &= fusion_member_local_model(e->m[i]) != NULL;
+    if (params->parallel == 0 && !e->parallel && !all_local) {
+        /* with one thread the default is "in turn", but a remote or MPI
+         * member's step is a wait, not work: run every member concurrently
+         * so the local passes overlap the requests, the local members
+         * sharing the threads */
+        int32_t n_local = 0;
+        for (int32_t i = 0; i < e->n; i++) n_local += fusion_member_local_model(e->m[i]) != NULL;
+        e->parallel = true;
+        for (int32_t i = 0; i < e->n && n_local > 1; i++)
+            if (fusion_member_local_model(e->m[i]) &&
+                fusion_member_local_set_threads(e->m[i], n_threads / n_local > 0 ? n_threads / n_local : 1) < 0)
+                goto fail;
+    }
     if (params->parallel == 0 && e->parallel && all_local) {
         /* the default: measure both schedules on this machine, now */
         double t_seq = 0, t_par = 0;
