@@ -69,5 +69,6 @@ case("wide-object", {"type": "object", "properties": props, "required": list(pro
 cases.append({"name": "any-json", "schema": None, "instances": [
     {"a": [1, 2.5, -3e10, True, None], "b": {"story": story, "words": story.split()[:20]},
      "c": [[[]], {}], "d": "\u00e9\u4e2d\U0001F600 \\ \" /"}]})
-json.dump(cases, open("grammar_cases.json", "w"), indent=1, ensure_ascii=False)
+import os
+json.dump(cases, open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "grammar_cases.json"), "w"), indent=1, ensure_ascii=False)
 print(len(cases), "cases")

@@ -7,13 +7,15 @@
  * schema: ..." message; the matcher accepts a prefix of the text; in the
  * state reached, allowed_bytes agrees with accepting each byte alone, and
  * the token mask over a small fixed vocabulary agrees with accepting each
- * piece.  Crashes, leaks, undefined behaviour and timeouts are the other
+ * piece, with the default thresholds (trie scans) and with the run path
+ * forced wherever it applies (src/grammar/run_mask.c).  Crashes, leaks, undefined behaviour and timeouts are the other
  * findings. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "grammar/grammar.h"
 #include "tutti.h"
 
 #define CHECK(c)                                                                                   \
@@ -22,7 +24,9 @@
     } while (0)
 
 static const char *const k_pieces[] = {"a", "ab", "{", "\"", "\"a", " ", "1", "12", "\xc3", "\xa9", "\xc3\xa9",
-                                       "-", ":", ",", "[", "]", "}", "\\", "\n", "x\"", "\xe4\xb8\xad", ""};
+                                       "-", ":", ",", "[", "]", "}", "\\", "\n", "x\"", "\xe4\xb8\xad", "aaaa", "abcab",
+                                       "    ", "1234", "\"\"", "a\",", "\xc3\xa9\xc3", "\xe4\xb8", "a\xe4\xb8\xad\xe4",
+                                       "\\n", "\\\"", "aaaaaaaaaaaa", ""};
 #define N_PIECES (int32_t)(sizeof k_pieces / sizeof k_pieces[0])
 
 int tutti_fuzz_grammar_one(const uint8_t *data, size_t size)
@@ -64,19 +68,33 @@ int tutti_fuzz_grammar_one(const uint8_t *data, size_t size)
         for (int32_t i = 0; i < N_PIECES; i++) lens[i] = (int32_t)strlen(k_pieces[i]);
         eog[N_PIECES - 1] = true;
         tutti_grammar_vocab *gv = tutti_grammar_vocab_from_pieces(N_PIECES, k_pieces, lens, eog);
-        float row[N_PIECES];
-        for (int32_t i = 0; i < N_PIECES; i++) row[i] = 0;
-        if (gv && tutti_grammar_matcher_mask(m, gv, row) >= 0)
-            for (int32_t i = 0; i < N_PIECES; i++) {
-                bool want;
-                if (eog[i]) want = tutti_grammar_matcher_is_complete(m);
-                else {
-                    tutti_grammar_matcher_reset(c);
-                    want = tutti_grammar_matcher_accept(c, feed, k) == 0 &&
-                           tutti_grammar_matcher_accept(c, k_pieces[i], (size_t)lens[i]) == 0;
-                }
-                CHECK(want == (row[i] > -INFINITY));
+        int32_t saved = gm_run_min_nodes;
+        for (int pass = 0; pass < 2 && gv; pass++) {
+            /* pass 1: the run path wherever a state has a class, on a fresh
+             * matcher (m has its masks cached) */
+            tutti_grammar_matcher *mm = m;
+            if (pass == 1) {
+                gm_run_min_nodes = 0;
+                mm = tutti_grammar_matcher_new(g);
+                if (!mm) break;
+                CHECK(tutti_grammar_matcher_accept_prefix(mm, feed, k) == k);
             }
+            float row[N_PIECES];
+            for (int32_t i = 0; i < N_PIECES; i++) row[i] = 0;
+            if (tutti_grammar_matcher_mask(mm, gv, row) >= 0)
+                for (int32_t i = 0; i < N_PIECES; i++) {
+                    bool want;
+                    if (eog[i]) want = tutti_grammar_matcher_is_complete(m);
+                    else {
+                        tutti_grammar_matcher_reset(c);
+                        want = tutti_grammar_matcher_accept(c, feed, k) == 0 &&
+                               tutti_grammar_matcher_accept(c, k_pieces[i], (size_t)lens[i]) == 0;
+                    }
+                    CHECK(want == (row[i] > -INFINITY));
+                }
+            if (mm != m) tutti_grammar_matcher_free(mm);
+        }
+        gm_run_min_nodes = saved;
         tutti_grammar_vocab_free(gv);
     }
     tutti_grammar_matcher_free(m);

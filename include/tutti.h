@@ -290,7 +290,7 @@ int32_t tutti_grammar_matcher_n_states(const tutti_grammar_matcher *m);
  * threads: besides the trie it keeps, per character class met (made on
  * first use, under a lock), the tokens made only of that class's
  * characters as bitsets by character count (~19 KB per count for 151k
- * tokens), which make the mask of a state inside a string or a counted
+ * tokens; at most 32 classes, the rest use the trie), which make the mask of a state inside a string or a counted
  * repetition a bitset copy plus a few tokens checked byte by byte. */
 typedef struct tutti_grammar_vocab tutti_grammar_vocab;
 tutti_grammar_vocab *tutti_grammar_vocab_new(const tutti_vocab *vocab);

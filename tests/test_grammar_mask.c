@@ -140,20 +140,26 @@ static void test_qwen3_vocab(void **state) {
     tutti_vocab_free(v);
 }
 
+enum { SYN_V = 3000 };
+static char syn_buf[SYN_V][64];
+static const char *syn_pieces[SYN_V];
+static int32_t syn_lens[SYN_V];
+static bool syn_eog[SYN_V];
+
 /* Random pieces over an alphabet that has every kind of byte the run path
- * treats apart. */
-static void test_synthetic_vocab(void **state) {
-    (void)state;
+ * treats apart (into syn_*). */
+static void make_synthetic(void) {
     static const char *const atoms[] = {"a",  "b",  "c",  "d",  "x",  "y",  "z", "k", "0", "1", "2", "9",
                                         "A",  "F",  " ",  "\t", "\n", "\"", "\\", ",", ";", "{", "}", "[",
                                         "]",  ":",  "-",  "T",  "!",  "u",  "e", "\xc3\xa9", "\xe4\xb8\xad",
                                         "\xf0\x9f\x98\x80", "\xc3", "\xe4", "\xe4\xb8", "\xa9", "\x80", "\xff"};
     const int n_atoms = (int)(sizeof atoms / sizeof atoms[0]);
-    enum { V = 3000 };
-    static char buf[V][64];
-    const char *pieces[V];
-    int32_t lens[V];
-    bool eog[V] = {0};
+    enum { V = SYN_V };
+    char (*buf)[64] = syn_buf;
+    const char **pieces = syn_pieces;
+    int32_t *lens = syn_lens;
+    bool *eog = syn_eog;
+    memset(syn_eog, 0, sizeof syn_eog);
     uint32_t rng = 12345;
     for (int32_t i = 0; i < V; i++) {
         int len = 0, parts = 1 + (int)((rng = rng * 1664525u + 1013904223u) >> 28) % 8;
@@ -175,6 +181,15 @@ static void test_synthetic_vocab(void **state) {
     for (int32_t i = 0; i < 5; i++) pieces[20 + i] = cut[i], lens[20 + i] = (int32_t)strlen(cut[i]);
     lens[7] = 0;      /* a control token without bytes */
     eog[11] = true;   /* end of generation */
+}
+
+static void test_synthetic_vocab(void **state) {
+    (void)state;
+    enum { V = SYN_V };
+    make_synthetic();
+    const char **pieces = syn_pieces;
+    int32_t *lens = syn_lens;
+    bool *eog = syn_eog;
     int32_t saved = gm_run_min_nodes;
     gm_run_min_nodes = 0; /* the run path wherever it applies */
     tutti_grammar_vocab *gv = tutti_grammar_vocab_from_pieces(V, pieces, lens, eog);
@@ -210,11 +225,51 @@ static void test_shared_vocab(void **state) {
     tutti_vocab_free(v);
 }
 
+/* More distinct large classes than a vocabulary keeps tables for: the
+ * rest get the trie scan, masks stay exact, set-up stays bounded. */
+static void test_table_cap(void **state) {
+    (void)state;
+    make_synthetic();
+    char gbnf[4096] = "root ::= \"a\" (";
+    for (int i = 0; i < 40; i++)
+        snprintf(gbnf + strlen(gbnf), sizeof gbnf - strlen(gbnf), "%s[\\x21-\\x%02x]+", i ? " | " : "", 0x22 + i);
+    strcat(gbnf, ")");
+    tutti_grammar *g = tutti_grammar_parse(gbnf, strlen(gbnf));
+    if (!g) fail_msg("%s", tutti_last_error());
+    int32_t saved = gm_run_min_nodes;
+    gm_run_min_nodes = 0;
+    tutti_grammar_vocab *gv = tutti_grammar_vocab_from_pieces(SYN_V, syn_pieces, syn_lens, syn_eog);
+    assert_non_null(gv);
+    assert_int_equal(tutti_grammar_vocab_prepare(gv, g), 0);
+    assert_int_equal(gv->n_runs, 32);
+    tutti_grammar_matcher *m = tutti_grammar_matcher_new(g), *chk = tutti_grammar_matcher_new(g);
+    const char *text = "a!!#$";
+    float row[SYN_V];
+    for (size_t pos = 0; pos <= strlen(text); pos++) {
+        for (int32_t i = 0; i < SYN_V; i++) row[i] = 1;
+        assert_true(tutti_grammar_matcher_mask(m, gv, row) >= 0);
+        for (int32_t i = 0; i < SYN_V; i++) {
+            tutti_grammar_matcher_reset(chk);
+            assert_int_equal(tutti_grammar_matcher_accept(chk, text, pos), 0);
+            bool want = syn_eog[i] ? tutti_grammar_matcher_is_complete(chk)
+                        : syn_lens[i] > 0 && tutti_grammar_matcher_accept(chk, syn_pieces[i], (size_t)syn_lens[i]) == 0;
+            if (want != (row[i] != -INFINITY)) fail_msg("at byte %zu token %d: mask %d, brute force %d", pos, i, !want, want);
+        }
+        if (pos < strlen(text)) assert_int_equal(tutti_grammar_matcher_accept(m, text + pos, 1), 0);
+    }
+    gm_run_min_nodes = saved;
+    tutti_grammar_matcher_free(m);
+    tutti_grammar_matcher_free(chk);
+    tutti_grammar_vocab_free(gv);
+    tutti_grammar_free(g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_synthetic_vocab),
         cmocka_unit_test(test_qwen3_vocab),
         cmocka_unit_test(test_shared_vocab),
+        cmocka_unit_test(test_table_cap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

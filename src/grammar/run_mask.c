@@ -249,13 +249,26 @@ oom:
     return NULL;
 }
 
-/* The run table of R, made on first use (one per vocabulary and class). */
-static gv_run *run_get(const tutti_grammar_vocab *cv, const gr_range *r, int32_t nr) {
+/* Tables kept per vocabulary (a few MB each for 151k tokens): a grammar
+ * with more distinct large classes than this gets the trie scan for the
+ * others instead of unbounded memory and set-up time. */
+#define GV_MAX_RUNS 32
+
+/* The run table of R, made on first use (one per vocabulary and class);
+ * NULL + *full when the vocabulary has GV_MAX_RUNS tables already, NULL
+ * alone when out of memory. */
+static gv_run *run_get(const tutti_grammar_vocab *cv, const gr_range *r, int32_t nr, bool *full) {
     tutti_grammar_vocab *v = (tutti_grammar_vocab *)cv; /* the cache is internal and locked */
     gv_run *t = NULL;
+    *full = false;
     pthread_mutex_lock(&v->lock);
     for (int32_t i = 0; i < v->n_runs && !t; i++)
         if (v->runs[i]->nr == nr && !memcmp(v->runs[i]->r, r, sizeof(gr_range) * (size_t)nr)) t = v->runs[i];
+    if (!t && v->n_runs >= GV_MAX_RUNS) {
+        *full = true;
+        pthread_mutex_unlock(&v->lock);
+        return NULL;
+    }
     if (!t && v->n_runs == v->cap_runs) {
         int32_t nc = v->cap_runs ? v->cap_runs * 2 : 8;
         gv_run **nv = realloc(v->runs, sizeof(gv_run *) * (size_t)nc);
@@ -335,8 +348,9 @@ int gm_run_mask(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, int32_t 
     if (cls < 0) return 0;
     const gr_range *r = gm_class_ranges(g, cls, &nr);
     if (run_nodes(v, r, nr) < gm_run_min_nodes) return 0;
-    const gv_run *t = run_get(v, r, nr);
-    if (!t) return -3;
+    bool full;
+    const gv_run *t = run_get(v, r, nr, &full);
+    if (!t) return full ? 0 : -3;
     if (m->cap_chain < t->max_j + 1) {
         int32_t *c = realloc(m->chain, sizeof(int32_t) * (size_t)(t->max_j + 1));
         if (!c) return -3;
@@ -404,7 +418,8 @@ int gm_run_prepare(const tutti_grammar_vocab *v, const tutti_grammar *g) {
     for (int32_t c = 0; c < g->n_classes; c++) {
         int32_t nr;
         const gr_range *r = gm_class_ranges(g, c, &nr);
-        if (nr > 0 && run_nodes(v, r, nr) >= gm_run_min_nodes && !run_get(v, r, nr)) return -3;
+        bool full = false;
+        if (nr > 0 && run_nodes(v, r, nr) >= gm_run_min_nodes && !run_get(v, r, nr, &full)) return full ? 0 : -3;
     }
     return 0;
 }
