@@ -491,9 +491,9 @@ static void tp_dynamic_fn(void *arg, int ith, int nth) {
  * conversion against the scalar converter (bit-identical). */
 static void test_row_kernels(void **state) {
     (void)state;
-    const int64_t sizes[] = {1, 7, 8, 33, 1000};
+    const int64_t sizes[] = {1, 7, 8, 33, 172, 1000};
     float x[1000], up[1000], orig[1000];
-    for (int si = 0; si < 5; si++) {
+    for (int si = 0; si < 6; si++) {
         const int64_t n = sizes[si];
         for (int64_t i = 0; i < n; i++) orig[i] = x[i] = frand() * 60 + (i % 11 == 3 ? -1e30f : 0);
         tutti_softmax(x, n);
@@ -517,6 +517,26 @@ static void test_row_kernels(void **state) {
             if (!(fabs(x[i] - want) <= 1e-6 * fabs(want) + 1e-30))
                 fail_msg("swiglu %s n=%lld [%lld]: %.9g vs %.9g", tutti_kernels_backend(), (long long)n,
                          (long long)i, x[i], want);
+        }
+        /* the forward pass runs SwiGLU over n_tok rows of n_ff as one array:
+         * a row's result must not depend on where it starts (bit-identical
+         * alone and inside the batch, whatever n_ff % 8) */
+        if (n < 200) {
+            float gb[5 * 200], ub[5 * 200], g1[200];
+            for (int64_t i = 0; i < 5 * n; i++) {
+                gb[i] = frand() * 12;
+                ub[i] = frand();
+            }
+            float gcopy[5 * 200];
+            memcpy(gcopy, gb, sizeof(float) * (size_t)(5 * n));
+            tutti_swiglu(gb, ub, 5 * n);
+            for (int t = 0; t < 5; t++) {
+                memcpy(g1, gcopy + t * n, sizeof(float) * (size_t)n);
+                tutti_swiglu(g1, ub + t * n, n);
+                if (memcmp(g1, gb + t * n, sizeof(float) * (size_t)n) != 0)
+                    fail_msg("swiglu %s n=%lld: row %d differs alone and in a batch of 5", tutti_kernels_backend(),
+                             (long long)n, t);
+            }
         }
         uint16_t h[1000];
         for (int64_t i = 0; i < n; i++) x[i] = frand() * (i % 3 == 0 ? 1e5f : i % 3 == 1 ? 1e-6f : 1.0f);
@@ -631,6 +651,137 @@ static void test_threadpool(void **state) {
     }
 }
 
+/* 7: tutti_matmul on every path (tutti_matmul_path): a batch of n = 2..8
+ * tokens gives each token exactly the bits (memcmp) it gets alone, and 1
+ * and 2 threads give the same bits, for every weight type (and the
+ * repacked Q4_K where the path has it), with row counts that are no
+ * multiple of the tiles (4, 8, 16 rows) and two row lengths: short (odd
+ * block counts, F32 at an odd length) and long enough to be cut into
+ * segments (matmul.c seg_run: more than 96 KiB of one token's activations;
+ * here two full segments and a partial one).  The kernels keep one
+ * accumulator per (row, token), in the same order whatever the tile, so
+ * nothing but equality is acceptable -- except K-quant batches of 8 or more
+ * tokens on the SIMD paths (their panel kernels add in another order),
+ * checked against the single-token result within the tolerance of 3.  The
+ * single-token result itself is checked against the scalar path's vec_dot
+ * of the whole row, within the tolerance of 3 (segments add the same
+ * integer block sums, in a different float order). */
+#define MB_TOK 8
+
+static bool is_kquant(int type) {
+    return type == TUTTI_TYPE_Q2_K || type == TUTTI_TYPE_Q3_K || type == TUTTI_TYPE_Q4_K ||
+           type == TUTTI_TYPE_Q5_K || type == TUTTI_TYPE_Q6_K || type == TUTTI_TYPE_Q4_K_X8;
+}
+
+static void matmul_batch_case(int type, int64_t n_rows, int64_t n) {
+    const int base = type == TUTTI_TYPE_Q4_K_X8 ? TUTTI_TYPE_Q4_K : type;
+    const tutti_vec_dot_traits *sc = tutti_vec_dot_get_path(TUTTI_SIMD_SCALAR, base);
+    const size_t ldw = tutti_row_size(base, n), ldx = tutti_row_size(sc->vec_type, n);
+    char *w = malloc(ldw * (size_t)n_rows), *xq = malloc(ldx * MB_TOK);
+    float *x = malloc(sizeof(float) * (size_t)n * MB_TOK), *wd = malloc(sizeof(float) * (size_t)n),
+          *xd = malloc(sizeof(float) * (size_t)n);
+    float *y1 = malloc(sizeof(float) * (size_t)n_rows * MB_TOK), *yb = malloc(sizeof(float) * (size_t)n_rows * MB_TOK),
+          *y2 = malloc(sizeof(float) * (size_t)n_rows);
+    assert_true(w && xq && x && wd && xd && y1 && yb && y2);
+    for (int64_t r = 0; r < n_rows; r++) fill_w(base, w + (size_t)r * ldw, n);
+    for (int t = 0; t < MB_TOK; t++) {
+        fill_x(x + (size_t)t * n, n);
+        sc->from_float(x + (size_t)t * n, xq + (size_t)t * ldx, n);
+    }
+    /* what the scalar path says, and the magnitude of the terms */
+    float want[MB_TOK][64];
+    double mag[MB_TOK][64];
+    assert_true(n_rows <= 64);
+    for (int64_t r = 0; r < n_rows; r++) {
+        assert_true(tutti_dequantize_row(base, w + (size_t)r * ldw, wd, n));
+        for (int t = 0; t < MB_TOK; t++) {
+            decode_act(sc->vec_type, xq + (size_t)t * ldx, xd, n);
+            mag[t][r] = 0;
+            for (int64_t i = 0; i < n; i++) mag[t][r] += fabs((double)wd[i] * xd[i]);
+            sc->vec_dot(n, &want[t][r], w + (size_t)r * ldw, xq + (size_t)t * ldx);
+        }
+    }
+    char *wp = NULL;
+    if (type == TUTTI_TYPE_Q4_K_X8) {
+        void *a = NULL; /* the panel kernels use aligned loads, as the loader's arena allows */
+        assert_int_equal(posix_memalign(&a, 64, tutti_repack_size(base, n_rows, n)), 0);
+        wp = a;
+        assert_int_equal(tutti_repack(base, w, wp, n_rows, n), TUTTI_TYPE_Q4_K_X8);
+    }
+    const void *wuse = wp ? (const void *)wp : (const void *)w;
+    const int ns[] = {2, 3, 4, 5, 8};
+    for (int p = 0; p < TUTTI_SIMD_COUNT; p++) {
+        if (!tutti_vec_dot_get_path((tutti_simd)p, type)) continue;
+        const char *pn = tutti_simd_name((tutti_simd)p);
+        for (int th = 1; th <= 2; th++) {
+            tutti_threadpool *tp = tutti_threadpool_new(th);
+            assert_non_null(tp);
+            for (int t = 0; t < MB_TOK; t++)
+                tutti_matmul_path(tp, p, type, wuse, n_rows, n, x + (size_t)t * n, 1, y1 + (size_t)t * n_rows);
+            for (int t = 0; t < MB_TOK; t++)
+                for (int64_t r = 0; r < n_rows; r++) {
+                    const float a = y1[(size_t)t * n_rows + r];
+                    if (!(fabs((double)a - want[t][r]) <= 2e-5 * mag[t][r] + 1e-6))
+                        fail_msg("%s matmul %s %lld x %lld token %d row %lld: %.9g vs scalar vec_dot %.9g", pn,
+                                 tutti_type_name(base), (long long)n_rows, (long long)n, t, (long long)r, a,
+                                 want[t][r]);
+                }
+            if (th == 2) { /* the same bits as one thread */
+                tutti_threadpool *tp1 = tutti_threadpool_new(1);
+                tutti_matmul_path(tp1, p, type, wuse, n_rows, n, x, 1, y2);
+                tutti_threadpool_free(tp1);
+                if (memcmp(y2, y1, sizeof(float) * (size_t)n_rows) != 0)
+                    fail_msg("%s matmul %s %lld x %lld: 2 threads differ from 1", pn, tutti_type_name(base),
+                             (long long)n_rows, (long long)n);
+            }
+            for (int k = 0; k < 5; k++) {
+                const int nt = ns[k];
+                memset(yb, 0xff, sizeof(float) * (size_t)n_rows * MB_TOK);
+                tutti_matmul_path(tp, p, type, wuse, n_rows, n, x, nt, yb);
+                for (int t = 0; t < nt; t++)
+                    for (int64_t r = 0; r < n_rows; r++) {
+                        const float a = yb[(size_t)t * n_rows + r], b = y1[(size_t)t * n_rows + r];
+                        if (memcmp(&a, &b, sizeof a) == 0) continue;
+                        if (is_kquant(type) && nt >= 8 && p != TUTTI_SIMD_SCALAR &&
+                            fabs((double)a - b) <= 2e-5 * mag[t][r] + 1e-6)
+                            continue;
+                        fail_msg("%s matmul %s %lld x %lld, %d threads: token %d of a batch of %d, row %lld: %.9g, "
+                                 "alone %.9g",
+                                 pn, tutti_type_name(base), (long long)n_rows, (long long)n, th, t, nt, (long long)r,
+                                 a, b);
+                    }
+            }
+            tutti_threadpool_free(tp);
+        }
+    }
+    free(wp);
+    free(w);
+    free(xq);
+    free(x);
+    free(wd);
+    free(xd);
+    free(y1);
+    free(yb);
+    free(y2);
+}
+
+static void test_matmul_batches(void **state) {
+    (void)state;
+    for (int ti = 0; ti <= N_TYPES; ti++) {
+        const int type = ti < N_TYPES ? k_types[ti] : TUTTI_TYPE_Q4_K_X8;
+        const int base = type == TUTTI_TYPE_Q4_K_X8 ? TUTTI_TYPE_Q4_K : type;
+        const int64_t bs = tutti_type_get(base)->block_size;
+        const tutti_vec_dot_traits *sc = tutti_vec_dot_get_path(TUTTI_SIMD_SCALAR, base);
+        /* matmul.c's segment length: 96 KiB of one token's activations, in columns, a multiple of 256 */
+        const double per_col = (double)tutti_row_size(sc->vec_type, 256) / 256.0;
+        const int64_t seg = (int64_t)(98304.0 / per_col) / 256 * 256;
+        const int64_t short_n = bs == 1 ? 67 : bs * 5, long_n = 2 * seg + (bs == 1 ? 1001 : 3 * bs);
+        const int64_t rows_short = type == TUTTI_TYPE_Q4_K_X8 ? 40 : 37, rows_long = type == TUTTI_TYPE_Q4_K_X8 ? 16 : 11;
+        matmul_batch_case(type, rows_short, short_n);
+        matmul_batch_case(type, rows_long, long_n);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scalar_vs_reference),
@@ -641,6 +792,7 @@ int main(void) {
         /* after test_forced_path: this one fixes the process's kernel path */
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_row_kernels),
+        cmocka_unit_test(test_matmul_batches),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

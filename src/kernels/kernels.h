@@ -74,10 +74,21 @@ float *tutti_threadpool_scratch(tutti_threadpool *tp, size_t n_floats);
  *      weights themselves are dequantized exactly.  (If the pool's scratch
  *      cannot be had, x is used unrounded.)
  * Rows are split across the pool's threads (tp may be NULL: single thread);
- * each weight row is dequantized once and dotted with all n_tok activation
- * rows, so a prompt costs one pass over the weights. */
+ * each weight block is read from memory once for all n_tok activation rows
+ * (register tiles of several rows x up to 4 tokens; rows longer than about
+ * 96 KiB of one token's activations are cut into segments so that the
+ * tokens' activations stay in L2), so a batch of a few tokens costs about
+ * one pass over the weights, like one token.  A token's result does not
+ * depend on n_tok or on the thread count (except K-quant batches of 8 or
+ * more tokens, whose panel kernels add in another order). */
 void tutti_matmul(tutti_threadpool *tp, int wtype, const void *w, int64_t n_rows, int64_t n_cols,
                   const float *x, int64_t n_tok, float *y);
+
+/* tutti_matmul on kernel path `path` (a tutti_simd of quant/vecdot.h; it
+ * must be available) instead of the process's: tests and benchmarks
+ * compare the paths in one process. */
+void tutti_matmul_path(tutti_threadpool *tp, int path, int wtype, const void *w, int64_t n_rows, int64_t n_cols,
+                       const float *x, int64_t n_tok, float *y);
 
 /* Row `row` of a weight matrix as float32 (embedding lookup, "get_rows"):
  * dst[0..n_cols). */

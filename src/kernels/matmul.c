@@ -199,6 +199,8 @@ static void mm_reference(tutti_threadpool *tp, int wtype, const void *w, int64_t
 
 typedef struct fast_job {
     const tutti_vec_dot_traits *vt;
+    int wtype;
+    int64_t seg_cols; /* rows longer than this are cut into segments (seg_run) */
     const char *w;
     size_t ldw, ldx;
     int64_t n_rows, n_cols, n_tok;
@@ -242,12 +244,70 @@ static int64_t claim_rows(fast_job *j, int nth, int64_t *r0) {
     }
 }
 
+/* Long rows (issue 12: a heavy twin's ffn_down has rows of 10^5..10^6
+ * columns): n tokens' activation rows no longer fit in L2, and a kernel that
+ * dots one full weight row with them re-reads them from the last-level
+ * cache (or memory) for every weight row -- several times the weights' own
+ * traffic.  Such rows are cut into segments of seg_cols columns whose
+ * activations (all tokens) stay in L2 while every row of the run streams its
+ * segment past them; y is the sum of the segments' dot products, added in
+ * segment order.  The cut depends only on the row length and the activation
+ * format, never on the number of tokens or threads, so a token's result is
+ * the same alone or in any batch; rows up to seg_cols (every layer of the
+ * usual models) are not cut, and keep llama.cpp's summation order. */
+#define MM_SEG_BYTES (96 * 1024) /* activation bytes of one token's segment */
+#define MM_SEG_ROWS 8            /* rows per kernel call (a K-quant panel, a repacked panel) */
+#define MM_SEG_TOK 64            /* tokens per kernel call (stack buffer below) */
+
+static int64_t seg_cols_for(const fast_job *j) {
+    const double per_col = (double)j->ldx / (double)j->n_cols;
+    int64_t c = (int64_t)((double)MM_SEG_BYTES / per_col) / TUTTI_QK_K * TUTTI_QK_K;
+    return c < TUTTI_QK_K ? TUTTI_QK_K : c;
+}
+
+/* Byte offset of column c0 (a multiple of 256) within a row (repacked
+ * layouts: within a panel row of 8 interleaved rows). */
+static size_t col_offset(int wtype, int64_t c0) {
+    if (wtype >= TUTTI_TYPE_COUNT) return 8 * tutti_row_size(wtype, c0);
+    return tutti_row_size(wtype, c0);
+}
+
+static void seg_run(const fast_job *j, int64_t r0, int64_t nrow) {
+    const tutti_vec_dot_traits *vt = j->vt;
+    float tmp[MM_SEG_TOK * MM_SEG_ROWS];
+    for (int64_t c0 = 0; c0 < j->n_cols; c0 += j->seg_cols) {
+        const int64_t nc = j->n_cols - c0 < j->seg_cols ? j->n_cols - c0 : j->seg_cols;
+        const char *w = j->w + col_offset(j->wtype, c0);
+        const char *xq = j->xq + tutti_row_size(vt->vec_type, c0);
+        for (int64_t rs = r0; rs < r0 + nrow; rs += MM_SEG_ROWS) {
+            const int nr = (int)(r0 + nrow - rs < MM_SEG_ROWS ? r0 + nrow - rs : MM_SEG_ROWS);
+            for (int64_t t0 = 0; t0 < j->n_tok; t0 += MM_SEG_TOK) {
+                const int nt = (int)(j->n_tok - t0 < MM_SEG_TOK ? j->n_tok - t0 : MM_SEG_TOK);
+                vt->gemm(nc, w + (size_t)rs * j->ldw, j->ldw, nr, xq + (size_t)t0 * j->ldx, j->ldx, nt, tmp,
+                         MM_SEG_ROWS);
+                for (int t = 0; t < nt; t++) {
+                    float *y = j->y + (size_t)(t0 + t) * (size_t)j->n_rows + (size_t)rs;
+                    const float *p = tmp + (size_t)t * MM_SEG_ROWS;
+                    if (c0 == 0)
+                        memcpy(y, p, sizeof(float) * (size_t)nr);
+                    else
+                        for (int r = 0; r < nr; r++) y[r] += p[r];
+                }
+            }
+        }
+    }
+}
+
 static void fast_worker(void *arg, int ith, int nth) {
     (void)ith;
     fast_job *j = arg;
     const tutti_vec_dot_traits *vt = j->vt;
     int64_t r0, nrow;
     while ((nrow = claim_rows(j, nth, &r0)) > 0) {
+        if (j->n_cols > j->seg_cols) {
+            seg_run(j, r0, nrow);
+            continue;
+        }
         /* all tokens at once: the kernel tiles them, decoding each weight
          * block once per 4 tokens (K-quants: once per 8-row panel) */
         for (int64_t rs = r0; rs < r0 + nrow; rs += MM_CHUNK_ROWS) {
@@ -260,13 +320,19 @@ static void fast_worker(void *arg, int ith, int nth) {
 
 void tutti_matmul(tutti_threadpool *tp, int wtype, const void *w, int64_t n_rows, int64_t n_cols,
                   const float *x, int64_t n_tok, float *y) {
-    const tutti_vec_dot_traits *vt = tutti_vec_dot_get(wtype);
+    tutti_matmul_path(tp, (int)tutti_simd_current(), wtype, w, n_rows, n_cols, x, n_tok, y);
+}
+
+void tutti_matmul_path(tutti_threadpool *tp, int path, int wtype, const void *w, int64_t n_rows, int64_t n_cols,
+                       const float *x, int64_t n_tok, float *y) {
+    const tutti_vec_dot_traits *vt = tutti_vec_dot_get_path((tutti_simd)path, wtype);
     if (!vt) {
         mm_reference(tp, wtype, w, n_rows, n_cols, x, n_tok, y);
         return;
     }
     fast_job j = {
         .vt = vt,
+        .wtype = wtype,
         .w = w,
         .ldw = tutti_row_size(wtype, n_cols),
         .ldx = tutti_row_size(vt->vec_type, n_cols),
@@ -275,6 +341,7 @@ void tutti_matmul(tutti_threadpool *tp, int wtype, const void *w, int64_t n_rows
         .n_tok = n_tok,
         .y = y,
     };
+    j.seg_cols = seg_cols_for(&j);
     atomic_init(&j.next, 0);
     char *owned = NULL;
     if (vt->vec_type == TUTTI_TYPE_F32) {

@@ -90,6 +90,10 @@ AVX2_FN static void softmax_avx2(float *x, int64_t n, float mx) {
     for (; i < n; i++) x[i] *= (float)(1.0 / sum);
 }
 
+/* The tail goes through the same vector formula (zero-padded), never
+ * through expf: the caller passes n_tok rows of n_ff as one array, so an
+ * element's place relative to the 8-lane grid depends on the batch, and
+ * its value must not (a token gets the same bits alone or batched). */
 AVX2_FN static void swiglu_avx2(float *gate, const float *up, int64_t n) {
     const __m256 one = _mm256_set1_ps(1.0f), neg = _mm256_set1_ps(-0.0f);
     int64_t i = 0;
@@ -98,7 +102,15 @@ AVX2_FN static void swiglu_avx2(float *gate, const float *up, int64_t n) {
         const __m256 e = exp8_avx2(_mm256_xor_ps(a, neg));
         _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_div_ps(a, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + i)));
     }
-    for (; i < n; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+    if (i < n) {
+        float g[8] = {0}, u[8] = {0};
+        memcpy(g, gate + i, sizeof(float) * (size_t)(n - i));
+        memcpy(u, up + i, sizeof(float) * (size_t)(n - i));
+        const __m256 a = _mm256_loadu_ps(g);
+        const __m256 e = exp8_avx2(_mm256_xor_ps(a, neg));
+        _mm256_storeu_ps(g, _mm256_mul_ps(_mm256_div_ps(a, _mm256_add_ps(one, e)), _mm256_loadu_ps(u)));
+        memcpy(gate + i, g, sizeof(float) * (size_t)(n - i));
+    }
 }
 #endif
 
