@@ -95,6 +95,7 @@ static int byte_start(fusion_align *a, const gen_prompt *pr, tutti_sampler *smp)
     gen_ctx *g = a->g;
     for (int32_t i = 0; i < e->n; i++) {
         fusion_bytes_params bp = ens_bytes_params(e, i);
+        bp.lazy = true; /* hypotheses below the pruning share get a pass only when needed */
         s->st[i] = fusion_bytes_new(e->m[i], e->trie[i], &bp);
         if (!s->st[i]) return TUTTI_ERR;
     }
@@ -193,6 +194,12 @@ static int byte_commit(fusion_align *a, int32_t b, int32_t *units) {
     bool *dead = a->g->dead;
     for (int32_t i = 0; i < e->n; i++) {
         if (dead[i]) continue;
+        if (s->lp[i][b] == -INFINITY && fusion_bytes_n_deferred(s->st[i]) > 0) {
+            /* the byte may come from a deferred hypothesis: with them all */
+            double d[FUSION_N_BYTE_OUT];
+            if (fusion_bytes_resolve(s->st[i]) < 0 || fusion_bytes_next(s->st[i], d) < 0) return TUTTI_ERR;
+            if (d[b] > 0) s->lp[i][b] = (float)log(d[b]);
+        }
         if (s->lp[i][b] == -INFINITY) {
             ens_note_left(e, a->g, s->st[i], i, b);
             a->w[i] = 0;

@@ -26,7 +26,21 @@
  * live mass falls below `prune`, and all but the `max_hyps` heaviest, are
  * dropped (the result is exact when nothing is dropped; fusion_bytes_pruned
  * reports the dropped share).  Zero-length tokens (control tokens) are not
- * text: their mass is left out and the 257 outcomes renormalised. */
+ * text: their mass is left out and the 257 outcomes renormalised.
+ *
+ * Lazy evaluation (p.lazy, prune > 0).  A hypothesis whose share of the
+ * live mass (P(h) times the mass of the tokens that can still continue its
+ * pending bytes; all of P(h) for one that needs a pass) is below prune is
+ * "deferred": prepare runs no pass for it and fusion_bytes_next leaves it
+ * out (its contribution to any outcome is below prune, the pruning
+ * tolerance).  The next commit drops it, as pruning would drop what it
+ * spawns, unless no evaluated hypothesis ends a token at the committed
+ * byte: then it is evaluated (the boundary hypothesis that must be kept,
+ * see commit), and so is every deferred one when fusion_bytes_resolve is
+ * called (the alignment does when the drawn byte has probability 0 without
+ * them).  Such hypotheses are mostly the kept boundary hypotheses of
+ * tokens inside the canonical token ("▁t" while "▁time" is being spelled):
+ * measured, they caused a forward pass on nearly every committed byte. */
 /* FP exception flags are never read here; without trapping math GCC
  * if-converts the clamps in fusion_fast_exp and vectorises the loops over
  * the vocabulary (measured: several times faster on 151,669 tokens). */
@@ -274,21 +288,96 @@ static int hyp_fill(fusion_bytes *s, hyp *h, const float *z) {
  * its path.  A member that batches (logits_batch) gets them all at once, so
  * it reads its weights once per committed byte rather than once per
  * hypothesis; the result is the same distribution per hypothesis. */
+/* The member learns which timelines the live hypotheses hold (their
+ * children extend them), so it reuses the others' sessions first. */
+static void hint_live(fusion_bytes *s) {
+    if (s->n_h > 256) return;
+    const int32_t *ids[256];
+    int32_t n[256], k = 0;
+    for (int32_t i = 0; i < s->n_h; i++)
+        if (s->h[i].dist) ids[k] = s->h[i].ids, n[k] = s->h[i].n_ids, k++;
+    fusion_member_local_keep(s->m, k, ids, n);
+}
+
+/* Lazy: which hypotheses without a distribution get one now (need[i]);
+ * the others are deferred.  Returns the count to evaluate. */
+static int32_t lazy_select(const fusion_bytes *s, bool *need) {
+    const fusion_trie *t = s->trie;
+    double mx = -INFINITY, total = 0;
+    for (int32_t i = 0; i < s->n_h; i++)
+        if (s->h[i].logp > mx) mx = s->h[i].logp;
+    for (int32_t i = 0; i < s->n_h; i++) {
+        const hyp *h = &s->h[i];
+        double w = exp(h->logp - mx);
+        if (h->dist) {
+            const fusion_trie_node *nd = &t->node[h->node];
+            w *= range_mass(t, h, nd->lo, nd->hi) + (h->pos == s->n_view ? h->p_eog : 0.0);
+        }
+        total += w;
+    }
+    int32_t n = 0, n_eval = 0;
+    for (int32_t i = 0; i < s->n_h; i++) {
+        const hyp *h = &s->h[i];
+        need[i] = false;
+        if (h->dist) {
+            n_eval++;
+            continue;
+        }
+        need[i] = !(exp(h->logp - mx) < s->p.prune * total);
+        n += need[i];
+    }
+    if (n == 0 && n_eval == 0) /* nothing evaluated would be left: evaluate all */
+        for (int32_t i = 0; i < s->n_h; i++) n += need[i] = !s->h[i].dist;
+    return n;
+}
+
+static int prepare(fusion_bytes *s, bool force);
+
 int fusion_bytes_prepare(fusion_bytes *s) {
     REMOTE(prepare(s->ops_ctx));
+    return prepare(s, false);
+}
+
+int fusion_bytes_resolve(fusion_bytes *s) {
+    REMOTE(resolve(s->ops_ctx));
+    return prepare(s, true);
+}
+
+int32_t fusion_bytes_n_deferred(const fusion_bytes *s) {
+    REMOTE(n_deferred(s->ops_ctx));
+    int32_t n = 0;
+    for (int32_t i = 0; i < s->n_h; i++) n += !s->h[i].dist;
+    return n;
+}
+
+static int prepare(fusion_bytes *s, bool force) {
     int32_t n_need = 0;
     for (int32_t i = 0; i < s->n_h; i++) n_need += !s->h[i].dist;
     if (!n_need) return 0;
+    bool lazy = s->p.lazy && s->p.prune > 0 && !force;
+    bool *sel = NULL;
+    if (lazy) {
+        if (!(sel = malloc(sizeof(bool) * (size_t)s->n_h))) return tutti_set_error("byte alignment: out of memory");
+        n_need = lazy_select(s, sel);
+        if (!n_need) {
+            free(sel);
+            return 0;
+        }
+    }
+#define SELECTED(i) (!s->h[i].dist && (!sel || sel[i]))
+    hint_live(s);
     if (n_need == 1 || !s->m->vt->logits_batch) {
-        for (int32_t i = 0; i < s->n_h; i++) {
+        int rc1 = 0;
+        for (int32_t i = 0; i < s->n_h && rc1 == 0; i++) {
             hyp *h = &s->h[i];
-            if (h->dist) continue;
+            if (!SELECTED(i)) continue;
             const float *z = fusion_member_logits_view(s->m, h->ids, h->n_ids, s->logits);
             /* the member's kind of failure (context full, non-finite) goes up */
-            if (!z) return s->m->err_kind < 0 ? s->m->err_kind : TUTTI_ERR;
-            if (hyp_fill(s, h, z) < 0) return TUTTI_ERR;
+            if (!z) rc1 = s->m->err_kind < 0 ? s->m->err_kind : TUTTI_ERR;
+            else if (hyp_fill(s, h, z) < 0) rc1 = TUTTI_ERR;
         }
-        return 0;
+        free(sel);
+        return rc1;
     }
     int32_t *idx = malloc(sizeof(int32_t) * 2 * (size_t)n_need);
     const int32_t **ids = malloc(sizeof(int32_t *) * (size_t)n_need);
@@ -300,7 +389,8 @@ int fusion_bytes_prepare(fusion_bytes *s) {
     }
     int32_t *n = idx + n_need, k = 0;
     for (int32_t i = 0; i < s->n_h; i++)
-        if (!s->h[i].dist) idx[k] = i, ids[k] = s->h[i].ids, n[k] = s->h[i].n_ids, k++;
+        if (SELECTED(i)) idx[k] = i, ids[k] = s->h[i].ids, n[k] = s->h[i].n_ids, k++;
+#undef SELECTED
     for (int32_t done = 0; done < n_need;) {
         int32_t got = s->m->vt->logits_batch(s->m, n_need - done, ids + done, n + done, rows + done);
         if (got < 1) {
@@ -315,7 +405,7 @@ int fusion_bytes_prepare(fusion_bytes *s) {
         done += got;
     }
 out:
-    free(idx), free(ids), free(rows);
+    free(idx), free(ids), free(rows), free(sel);
     return rc;
 }
 
@@ -330,6 +420,7 @@ int fusion_bytes_next(fusion_bytes *s, double *out) {
         if (s->h[i].logp > mx) mx = s->h[i].logp;
     for (int32_t i = 0; i < s->n_h; i++) {
         const hyp *h = &s->h[i];
+        if (!h->dist) continue; /* deferred (lazy) */
         double w = exp(h->logp - mx);
         const fusion_trie_node *nd = &t->node[h->node];
         for (int32_t c = 0; c < nd->n_child; c++) {
@@ -359,10 +450,29 @@ static int cmp_ranked(const void *a, const void *b) {
     return x > y ? -1 : x < y;
 }
 
+/* Lazy: some evaluated hypothesis has a token that ends exactly at byte b
+ * with probability > 0 (so a boundary hypothesis comes without the
+ * deferred ones). */
+static bool evaluated_spawn(const fusion_bytes *s, uint8_t b) {
+    const fusion_trie *t = s->trie;
+    for (int32_t i = 0; i < s->n_h; i++) {
+        const hyp *h = &s->h[i];
+        if (!h->dist) continue;
+        int32_t c = fusion_trie_child(t, h->node, b);
+        if (c < 0) continue;
+        const fusion_trie_node *nd = &t->node[c];
+        const float *ps = dist_ps(t, h->dist);
+        for (int32_t r = nd->lo; r < nd->lo + nd->n_exact; r++)
+            if (ps[r] > 0) return true;
+    }
+    return false;
+}
+
 int fusion_bytes_commit(fusion_bytes *s, uint8_t b) {
     REMOTE(commit(s->ops_ctx, b));
     int prc = fusion_bytes_prepare(s);
     if (prc < 0) return prc;
+    if (fusion_bytes_n_deferred(s) > 0 && !evaluated_spawn(s, b) && (prc = fusion_bytes_resolve(s)) < 0) return prc;
     const fusion_trie *t = s->trie;
     int32_t n_old = s->n_h;
     int32_t new_pos = s->n_view + 1;
@@ -374,9 +484,15 @@ int fusion_bytes_commit(fusion_bytes *s, uint8_t b) {
     int32_t cap_eff = n_old * 4 + 16, n_eff = 0;
     double *eff = malloc(sizeof(double) * (size_t)cap_eff);
     if (!eff) return tutti_set_error("byte alignment: out of memory");
+    double deferred = 0.0; /* mass of the deferred hypotheses dropped here */
     for (int32_t i = 0; i < n_old; i++) {
         hyp *h = &s->h[i];
         int32_t c = fusion_trie_child(t, h->node, b);
+        if (!h->dist) { /* deferred (lazy): below prune, and a boundary comes from the others */
+            deferred += exp(h->logp - mx);
+            eff[i] = -1.0;
+            continue;
+        }
         if (c < 0) {
             eff[i] = -1.0;
             continue;
@@ -428,6 +544,7 @@ int fusion_bytes_commit(fusion_bytes *s, uint8_t b) {
         return tutti_set_error("byte alignment: out of memory");
     }
     int32_t n_rk = 0;
+    s->pruned += deferred / total;
     for (int32_t i = 0; i < n_eff; i++) {
         if (eff[i] > 0 && eff[i] >= s->p.prune * total) rk[n_rk++] = (ranked){eff[i], i};
         else if (eff[i] > 0) s->pruned += eff[i] / total;

@@ -94,6 +94,8 @@ typedef struct fusion_bytes_ops {
     int32_t (*n_hyps)(void *c);
     double (*pruned)(void *c);
     void (*free)(void *c);
+    int32_t (*n_deferred)(void *c);
+    int (*resolve)(void *c);
 } fusion_bytes_ops;
 
 struct fusion_member {
@@ -147,6 +149,11 @@ fusion_member *fusion_member_placed_new(int32_t index, int32_t n_members, const 
                                         int32_t n_sessions, int32_t n_ctx, int32_t n_threads);
 /* The model of a local member (NULL for other kinds). */
 tutti_model *fusion_member_local_model(fusion_member *m);
+/* Hint to a local member (no-op for other kinds): the sequences
+ * ids[i][0..n[i]) are the live tokenization hypotheses, whose continuations
+ * will be asked for next; it keeps the sessions holding them and reuses the
+ * others first. */
+void fusion_member_local_keep(fusion_member *m, int32_t n_seq, const int32_t *const *ids, const int32_t *n);
 /* Recreates a local member's sessions with n_threads threads each (its
  * cached timelines are lost). */
 int fusion_member_local_set_threads(fusion_member *m, int32_t n_threads);
@@ -218,6 +225,11 @@ typedef struct fusion_bytes_params {
     float temp;          /* member temperature: p(t) = softmax(logits / temp) */
     double prune;        /* drop hypotheses whose share of the live mass is below this (0 = exact) */
     int32_t max_hyps;    /* keep at most this many hypotheses (largest mass first) */
+    /* With prune > 0: a hypothesis whose share of the live mass is below
+     * prune gets no forward pass unless it is needed (bytestate.c, "Lazy
+     * evaluation"); its share is left out of fusion_bytes_next until
+     * fusion_bytes_resolve.  Exact results (prune 0) are unchanged. */
+    bool lazy;
 } fusion_bytes_params;
 
 /* The byte state works on the member's byte view: trie->prefix followed by
@@ -249,6 +261,11 @@ int fusion_bytes_prepare(fusion_bytes *s);
 /* Writes P(next outcome | committed) for the 256 bytes and end of text,
  * normalised (out[257]); calls prepare first if needed. */
 int fusion_bytes_next(fusion_bytes *s, double *out);
+/* Hypotheses left without a forward pass (lazy; 0 otherwise). */
+int32_t fusion_bytes_n_deferred(const fusion_bytes *s);
+/* Runs the forward passes of the deferred hypotheses too: the next
+ * fusion_bytes_next includes their mass. */
+int fusion_bytes_resolve(fusion_bytes *s);
 /* Commits one byte (not END).  Fails (FUSION_ERR_SPELL) if the byte has zero probability under
  * every live hypothesis. */
 int fusion_bytes_commit(fusion_bytes *s, uint8_t b);

@@ -22,6 +22,7 @@ typedef struct local_session {
     int32_t *hist; /* [n_ctx] tokens in the KV cache */
     int32_t n_hist;
     uint64_t last_use;
+    bool live;     /* holds a sequence of the last keep() hint */
 } local_session;
 
 typedef struct local_member {
@@ -33,6 +34,7 @@ typedef struct local_member {
     int32_t n_ctx;
     tutti_session_params sp;
     uint64_t clock;
+    bool hinted;         /* keep() was called: sessions' live flags are current */
 } local_member;
 
 static double now_s(void) {
@@ -79,6 +81,7 @@ static int run_suffix(local_member *lm, int32_t i, const int32_t *ids, int32_t k
     memcpy(ls->hist + k, ids + k, sizeof(int32_t) * (size_t)(n - k));
     ls->n_hist = n;
     ls->last_use = ++lm->clock;
+    ls->live = true; /* a new hypothesis: live until the next hint says otherwise */
     /* NaN or +inf logits (broken weights, an overflow) are an error here,
      * where they come from, as in tutti generate: every alignment, eval and
      * fit would otherwise turn them into silent garbage or an innocent-looking
@@ -111,38 +114,89 @@ static int run_suffix(local_member *lm, int32_t i, const int32_t *ids, int32_t k
  * the pool is probably stale and costs 4.  An unused session costs n.  (A
  * flat price of 4 made two hypotheses that diverge a few tokens back take
  * turns on one session, each replaying its suffix on every byte: about 11
- * tokens per forward pass on stories260K, against 1 now.) */
-static int32_t pick_session(const local_member *lm, const int32_t *ids, int32_t n, const bool *taken, int32_t *k_out) {
+ * tokens per forward pass on stories260K, against 1 now.)
+ *
+ * With a keep() hint (bytestate.c names its live hypotheses before every
+ * batch) the guess is replaced by knowledge: a session holding a live
+ * hypothesis costs 32 per token thrown away, any other session nothing,
+ * since nothing will extend it (without it, a stale session's timeline was
+ * protected as if live and requests were replayed on cold sessions: 3.7
+ * tokens per pass on stories260K). */
+static int32_t pick_session(const local_member *lm, const int32_t *ids, int32_t n, const bool *taken, int32_t *k_out,
+                            int32_t *src_out) {
     int32_t n_cold = lm->n_pool / 4 > 1 ? lm->n_pool / 4 : 1;
     int32_t best = -1, best_k = 0;
     int64_t best_cost = INT64_MAX;
+    /* the longest cached prefix of ids in any session (taken ones too: a
+     * batch writes only past their own prefixes, after the copies), at most
+     * n - 1 tokens: the last one runs to give the logits */
+    int32_t src = -1, k_src = 0;
+    for (int32_t i = 0; i < lm->n_pool; i++) {
+        const local_session *ls = &lm->pool[i];
+        if (!ls->s) continue;
+        int32_t lim = ls->n_hist < n ? ls->n_hist : n, k = 0;
+        while (k < lim && ls->hist[k] == ids[k]) k++;
+        if (k == n && ls->n_hist == n && !(taken && taken[i])) {
+            *k_out = n, *src_out = -1;
+            return i;
+        }
+        if (k > n - 1) k = n - 1;
+        if (k > k_src) src = i, k_src = k;
+    }
     for (int32_t i = 0; i < lm->n_pool; i++) {
         const local_session *ls = &lm->pool[i];
         if (taken && taken[i]) continue;
         int32_t k = 0;
         int64_t cost;
         if (!ls->s) {
-            cost = n;
+            cost = n - k_src;
         } else {
             int32_t lim = ls->n_hist < n ? ls->n_hist : n;
             while (k < lim && ls->hist[k] == ids[k]) k++;
-            if (k == n && ls->n_hist == n) {
-                *k_out = n;
-                return i;
-            }
             if (k > n - 1) k = n - 1;
             int32_t older = 0; /* sessions (unused ones included) used less recently than this one */
             for (int32_t j = 0; j < lm->n_pool; j++) older += !lm->pool[j].s || lm->pool[j].last_use < ls->last_use;
-            int64_t price = lm->base.new_generation ? 0 : older < n_cold ? 4 : 32;
-            cost = (int64_t)(n - k) + price * (int64_t)(ls->n_hist - k);
+            int64_t price = lm->base.new_generation ? 0
+                            : lm->hinted            ? (ls->live ? 32 : 0)
+                            : older < n_cold        ? 4
+                                                    : 32;
+            cost = (int64_t)(n - k_src) + price * (int64_t)(ls->n_hist - k);
         }
         if (cost < best_cost ||
             (cost == best_cost && ls->s && best >= 0 && lm->pool[best].s && ls->last_use < lm->pool[best].last_use)) {
             best = i, best_k = k, best_cost = cost;
         }
     }
-    *k_out = best_k;
+    /* the chosen session starts from the longest prefix: copied when
+     * another session holds more of it than its own history */
+    *src_out = best >= 0 && src >= 0 && src != best && k_src > best_k ? src : -1;
+    *k_out = *src_out >= 0 ? k_src : best_k;
     return best;
+}
+
+/* Session dst takes the first k positions of session src's KV cache and
+ * history (same model and context size): the cache rows of positions < k
+ * are all the state a position >= k depends on, so running the rest on dst
+ * gives what running the whole sequence would, without running the prefix
+ * again (siblings of a hypothesis each need its timeline, and only one can
+ * extend the session that holds it). */
+static int copy_prefix(local_member *lm, int32_t dst, int32_t src, int32_t k) {
+    if (ensure_session(lm, dst) < 0) return TUTTI_ERR;
+    tutti_session *d = lm->pool[dst].s;
+    const tutti_session *s = lm->pool[src].s;
+    const tutti_hparams *hp = &lm->model->hp;
+    size_t nk = (size_t)hp->n_head_kv * hp->head_dim_k, nv = (size_t)hp->n_head_kv * hp->head_dim_v;
+    for (int32_t l = 0; l < hp->n_layer; l++) {
+        memcpy(d->k_cache + (size_t)l * (size_t)d->n_ctx * nk, s->k_cache + (size_t)l * (size_t)s->n_ctx * nk,
+               sizeof(uint16_t) * nk * (size_t)k);
+        memcpy(d->v_cache + (size_t)l * (size_t)d->n_ctx * nv, s->v_cache + (size_t)l * (size_t)s->n_ctx * nv,
+               sizeof(uint16_t) * nv * (size_t)k);
+    }
+    d->n_past = k;
+    d->has_logits = false;
+    memcpy(lm->pool[dst].hist, lm->pool[src].hist, sizeof(int32_t) * (size_t)k);
+    lm->pool[dst].n_hist = k;
+    return 0;
 }
 
 /* Session i holds exactly ids[0..n). */
@@ -156,13 +210,14 @@ static const float *local_logits_view(fusion_member *m, const int32_t *ids, int3
         tutti_set_error("member %s: no token to condition on (the model has no BOS; give a prompt)", m->name);
         return NULL;
     }
-    int32_t k = 0, best = pick_session(lm, ids, n, NULL, &k);
+    int32_t k = 0, src = -1, best = pick_session(lm, ids, n, NULL, &k, &src);
     m->new_generation = false;
     if (k == n) {
         /* exactly this sequence is cached: its last logits are current */
         lm->pool[best].last_use = ++lm->clock;
         return tutti_session_logits(lm->pool[best].s);
     }
+    if (src >= 0 && copy_prefix(lm, best, src, k) < 0) return NULL;
     if (ensure_session(lm, best) < 0 || run_suffix(lm, best, ids, k, n, NULL) < 0) return NULL;
     return tutti_session_logits(lm->pool[best].s);
 }
@@ -212,10 +267,12 @@ static int32_t local_logits_batch(fusion_member *m, int32_t n_seq, const int32_t
     for (; answered < n_seq; answered++) {
         int32_t i = answered;
         if (pick[i] < 0) {
-            pick[i] = pick_session(lm, ids[i], n[i], taken, &kk[i]);
+            int32_t src = -1;
+            pick[i] = pick_session(lm, ids[i], n[i], taken, &kk[i], &src);
             if (pick[i] < 0) break; /* every session is taken: the rest next call */
             taken[pick[i]] = true;
             if (ensure_session(lm, pick[i]) < 0) goto out;
+            if (src >= 0 && copy_prefix(lm, pick[i], src, kk[i]) < 0) goto out;
         }
         local_session *ls = &lm->pool[pick[i]];
         ls->last_use = ++lm->clock;
@@ -245,6 +302,7 @@ static int32_t local_logits_batch(fusion_member *m, int32_t n_seq, const int32_t
         if (kk[i] < n[i]) {
             memcpy(ls->hist + kk[i], ids[i] + kk[i], sizeof(int32_t) * (size_t)(n[i] - kk[i]));
             ls->n_hist = n[i];
+            ls->live = true;
             lm->base.n_forward_tokens += n[i] - kk[i];
         }
         rows[i] = tutti_session_logits(ls->s);
@@ -267,6 +325,17 @@ out:
     if (pick != pick_stack) free(pick);
     free(ss), free(sid), free(sn);
     return done;
+}
+
+void fusion_member_local_keep(fusion_member *m, int32_t n_seq, const int32_t *const *ids, const int32_t *n) {
+    if (!fusion_member_local_model(m)) return;
+    local_member *lm = (local_member *)m;
+    for (int32_t j = 0; j < lm->n_pool; j++) {
+        local_session *ls = &lm->pool[j];
+        ls->live = false;
+        for (int32_t i = 0; i < n_seq && !ls->live; i++) ls->live = holds(ls, ids[i], n[i]);
+    }
+    lm->hinted = true;
 }
 
 static int local_logits(fusion_member *m, const int32_t *ids, int32_t n, float *out) {

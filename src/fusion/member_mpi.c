@@ -169,7 +169,7 @@ typedef struct mpi_bytes {
     bool pending;  /* an answer is on its way (rq, req) */
     bool prepared; /* prepare or next was called since the answer */
     MPI_Request rq[2];
-    int32_t req[6];
+    int32_t req[7];
     int32_t req_len;
     double t_sent;
     int64_t sent;  /* request bytes not yet counted */
@@ -262,7 +262,8 @@ static void *mb_open(fusion_member *m, const fusion_bytes_params *p) {
     b->req[0] = TMPI_OP_BNEW, b->req[1] = b->sid, b->req[2] = p->max_hyps;
     memcpy(&b->req[3], &p->temp, sizeof p->temp);
     memcpy(&b->req[4], &p->prune, sizeof p->prune);
-    b->req_len = 6;
+    b->req[6] = p->lazy; /* the same evaluation as a state here, so the same bits */
+    b->req_len = 7;
     if (bytes_send(b, NULL, 0, false) < 0) {
         free(b);
         return NULL;
@@ -306,6 +307,23 @@ static int mb_prepare(void *c) {
     }
     b->prepared = true;
     return b->r.status_prep < 0 ? bytes_fail_answer(b, b->r.status_prep) : 0;
+}
+
+/* Deferred (lazy) hypotheses of the state there, after its last answer. */
+static int32_t mb_n_deferred(void *c) {
+    mpi_bytes *b = c;
+    return bytes_collect(b) < 0 ? 0 : b->r.n_deferred;
+}
+
+/* fusion_bytes_resolve there; its answer carries the next distribution
+ * with the deferred hypotheses' mass. */
+static int mb_resolve(void *c) {
+    mpi_bytes *b = c;
+    if (bytes_collect(b) < 0) return TUTTI_ERR;
+    if (bytes_op(b, TMPI_OP_BRESOLVE, 0, NULL, 0, true) < 0) return TUTTI_ERR;
+    if (b->r.status < 0) return bytes_fail_answer(b, b->r.status);
+    b->prepared = false;
+    return 0;
 }
 
 static int mb_next(void *c, double *out) {
@@ -384,9 +402,11 @@ static void mb_free(void *c) {
     free(b);
 }
 
-static const fusion_bytes_ops mpi_bytes_ops = {mb_open,     mb_start, mb_start_ids, mb_need_tokens,
-                                               mb_best_path, mb_prepare, mb_next,  mb_commit,
-                                               mb_clone,    mb_n_hyps, mb_pruned,   mb_free};
+static const fusion_bytes_ops mpi_bytes_ops = {
+    .open = mb_open,         .start = mb_start,     .start_ids = mb_start_ids, .need_tokens = mb_need_tokens,
+    .best_path = mb_best_path, .prepare = mb_prepare, .next = mb_next,         .commit = mb_commit,
+    .clone = mb_clone,       .n_hyps = mb_n_hyps,   .pruned = mb_pruned,       .free = mb_free,
+    .n_deferred = mb_n_deferred, .resolve = mb_resolve};
 
 static pthread_mutex_t g_ctrl = PTHREAD_MUTEX_INITIALIZER;
 

@@ -260,6 +260,7 @@ static void bytes_answer(srv_member *s, fusion_bytes *st, int rc, int32_t count)
         else if ((r.status_prep = fusion_bytes_next(st, r.dist)) < 0)
             snprintf(r.err, sizeof r.err, "%s", tutti_last_error());
         r.n_hyps = fusion_bytes_n_hyps(st);
+        r.n_deferred = fusion_bytes_n_deferred(st);
         r.pruned = fusion_bytes_pruned(st);
     }
     r.t_forward_s = s->m->t_forward_s;
@@ -283,6 +284,7 @@ static void srv_bytes(srv_member *s, const int32_t *buf, int cnt) {
         fusion_bytes_params bp = {.max_hyps = a};
         memcpy(&bp.temp, buf + 3, sizeof bp.temp);
         memcpy(&bp.prune, buf + 4, sizeof bp.prune);
+        bp.lazy = cnt >= 7 && buf[6] != 0;
         if (!s->trie) {
             /* one at a time: fusion_trie_build sorts through file-scope
              * state (bytetrie.c's qsort context), and the members of a rank
@@ -328,6 +330,7 @@ static void srv_bytes(srv_member *s, const int32_t *buf, int cnt) {
         break;
     case TMPI_OP_BCOMMIT: rc = fusion_bytes_commit(st, (uint8_t)a); break;
     case TMPI_OP_BPREP: rc = fusion_bytes_prepare(st); break;
+    case TMPI_OP_BRESOLVE: rc = fusion_bytes_resolve(st); break;
     case TMPI_OP_BCLONE: {
         fusion_bytes **cs = bst_slot(s, a);
         fusion_bytes *c = cs && !*cs ? fusion_bytes_clone(st) : NULL;
@@ -414,7 +417,7 @@ static void *srv_member_main(void *arg) {
         }
         if (MPI_Mrecv(buf, cnt, MPI_INT32_T, &msg, &st) != MPI_SUCCESS) break;
         if (cnt < 3 || buf[0] == TMPI_OP_FREE) break;
-        if (buf[0] >= TMPI_OP_BNEW && buf[0] <= TMPI_OP_BFREE) {
+        if (buf[0] >= TMPI_OP_BNEW && buf[0] <= TMPI_OP_BRESOLVE) {
             srv_bytes(s, buf, cnt);
             continue;
         }

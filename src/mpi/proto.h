@@ -52,6 +52,8 @@ enum { TMPI_OP_LOGITS = 1, TMPI_OP_ALL = 2, TMPI_OP_FREE = 3 };
  *   BSTART a = 0: text bytes follow (one per int32), 1: token ids follow
  *   BCOMMIT a = the byte;  BPREP: run prepare (after a context-full answer)
  *   BCLONE a = the new state's sid;  BPATH: the best path;  BFREE: no answer
+ *   BRESOLVE: fusion_bytes_resolve (lazy states: evaluate the deferred hypotheses)
+ *   BNEW's payload ends with the lazy flag (1 int32)
  * Each answer (but BPATH's) is one tmpi_breply (MPI_BYTE, err only as long
  * as its text): the op's status, then the state's need_tokens before
  * prepare and, when the member's context holds them, prepare + next run at
@@ -64,14 +66,16 @@ enum {
     TMPI_OP_BPREP = 13,
     TMPI_OP_BCLONE = 14,
     TMPI_OP_BPATH = 15,
-    TMPI_OP_BFREE = 16
+    TMPI_OP_BFREE = 16,
+    TMPI_OP_BRESOLVE = 17
 };
 
 typedef struct tmpi_breply {
     int32_t status;      /* the op's own status (0, TUTTI_ERR or a FUSION_ERR_*) */
     int32_t status_prep; /* prepare + next after it: 0, < 0 (failed), 1 = not run (need_tokens > n_ctx) */
     int32_t need_tokens; /* fusion_bytes_need_tokens after the op, before prepare */
-    int32_t n_hyps, count, pad;
+    int32_t n_hyps, count;
+    int32_t n_deferred;  /* fusion_bytes_n_deferred after the op */
     double pruned;
     double t_forward_s;
     int64_t n_forward_tokens, n_forward_calls;
