@@ -1167,6 +1167,33 @@ static void test_native(void **state) {
 }
 
 /* usage errors exit 2, runtime errors 1 */
+
+/* --route and --adapt on 'default' (flags, as tutti run's): the served text
+ * equals tutti run's with the same flags, and the same on the warm slot
+ * (route puts the given weights back after each request). */
+static void test_route_adapt(void **state) {
+    (void)state;
+    const char *flags[2] = {"--route --route-tau 0.5", "--adapt-alpha 0.05"};
+    for (int k = 0; k < 2; k++) {
+        server s;
+        char args[8192], body[1024];
+        snprintf(args, sizeof args, "-m %s -m %s -w 0.6,0.4 %s -t 1", shared_path(M_STORIES), shared_path(M_B361),
+                 flags[k]);
+        start(&s, "", args, true);
+        snprintf(args, sizeof args, "run -m %s -m %s -w 0.6,0.4 %s -p '" PROMPT "' -n 60 --seed 4 -t 1",
+                 shared_path(M_STORIES), shared_path(M_B361), flags[k]);
+        char *want = cli(args);
+        snprintf(body, sizeof body, "{\"prompt\":\"" PROMPT "\",\"max_tokens\":60,\"seed\":4}");
+        for (int rep = 0; rep < 2; rep++) {
+            char *got = completion_text(&s, body);
+            expect_same(flags[k], want, got);
+            free(got);
+        }
+        free(want);
+        assert_int_equal(stop(&s), 0);
+    }
+}
+
 static void test_cli_usage(void **state) {
     (void)state;
     require_shared();
@@ -1206,6 +1233,7 @@ int main(void) {
         cmocka_unit_test(test_cli_usage),
         cmocka_unit_test(test_logprobs),
         cmocka_unit_test(test_native),
+        cmocka_unit_test(test_route_adapt),
     };
     int rc = cmocka_run_group_tests(shared_server, setup, teardown);
     rc |= cmocka_run_group_tests(own_server, NULL, NULL);

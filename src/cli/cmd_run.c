@@ -55,18 +55,7 @@ void ens_args_init(ens_args *a) {
                    "byte alignment: hypothesis pruning share, 0 = exact", "1e-4"),
         CLI_INT("--max-hyps", "N", &a->max_hyps, 1, 4096, "byte alignment: hypotheses per member", "8"),
         CLI_FLOAT("--beta", "X", &a->beta, 1e-6, 1, "contrastive plausibility cut", "0.1"),
-        CLI_FLAG("--adapt", &a->adapt,
-                 "mix: weights follow the text (posterior over members with fixed share;\n"
-                 "the given or fitted weights are the prior; fit fits ALPHA)"),
-        CLI_DOUBLE("--adapt-alpha", "ALPHA", &a->adapt_alpha, 0, 1,
-                   "fixed-share alpha of --adapt: 0 = Bayes, 1 = static weights (implies --adapt)",
-                   "the ensemble file's, else 0.01"),
-        CLI_FLAG("--route", &a->route,
-                 "mix, product: weights set once per request from each member's perplexity\n"
-                 "on the prompt (PackLLM): w_i ~ w0_i exp(-nats per byte_i / TAU)"),
-        CLI_DOUBLE("--route-tau", "TAU", &a->route_tau, 1e-6, 1e6,
-                   "temperature of --route in nats per byte (implies --route; 1/bytes of the\n"
-                   "prompt would be the Bayes posterior)", "the ensemble file's, else 0.25"),
+        ENS_WEIGHT_OPTS(&a->adapt, &a->adapt_alpha, &a->route, &a->route_tau),
         CLI_END,
     };
     memcpy(a->opts, t, sizeof t);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/ens_args.h"
 #include "cli/opts.h"
 #include "server/server.h"
 
@@ -19,6 +20,7 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
     memset(o, 0, sizeof *o);
     o->rule = o->align = -1;
     o->prune = -1;
+    o->adapt_alpha = o->route_tau = -1;
     o->host = "127.0.0.1";
     o->port = 8080;
     o->parallel = 1;
@@ -46,6 +48,7 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
         CLI_FLOAT("--beta", "X", &o->beta, 1e-6, 1, "contrastive plausibility cut", "0.1"),
         CLI_DOUBLE("--prune", "X", &o->prune, 0, 0.999999, "byte alignment: hypothesis pruning share", "1e-4"),
         CLI_INT("--max-hyps", "N", &o->max_hyps, 1, 4096, "byte alignment: hypotheses per member", "8"),
+        ENS_WEIGHT_OPTS(&o->adapt, &o->adapt_alpha, &o->route, &o->route_tau),
         CLI_SECTION("server"),
         CLI_STR("--host", "ADDR", &o->host, "address to bind (loopback unless told otherwise)", NULL),
         CLI_INT("--port", "N", &o->port, 0, 65535, "TCP port; 0 = any free port (printed on stderr)", NULL),

@@ -26,6 +26,22 @@ typedef struct ens_args {
     tutti_member_desc desc[TUTTI_ENSEMBLE_MAX_MEMBERS];
 } ens_args;
 
+/* --adapt, --adapt-alpha, --route, --route-tau: the weight-following flags,
+ * one definition for run/eval/fit (ens_args) and serve. */
+#define ENS_WEIGHT_OPTS(adapt, adapt_alpha, route, route_tau)                                      \
+    CLI_FLAG("--adapt", adapt,                                                                     \
+             "mix: weights follow the text (posterior over members with fixed share;\n"             \
+             "the given or fitted weights are the prior; fit fits ALPHA)"),                        \
+    CLI_DOUBLE("--adapt-alpha", "ALPHA", adapt_alpha, 0, 1,                                        \
+               "fixed-share alpha of --adapt: 0 = Bayes, 1 = static weights (implies --adapt)",    \
+               "the ensemble file's, else 0.01"),                                                  \
+    CLI_FLAG("--route", route,                                                                     \
+             "mix, product: weights set once per request from each member's perplexity\n"          \
+             "on the prompt (PackLLM): w_i ~ w0_i exp(-nats per byte_i / TAU)"),                   \
+    CLI_DOUBLE("--route-tau", "TAU", route_tau, 1e-6, 1e6,                                         \
+               "temperature of --route in nats per byte (implies --route; 1/bytes of the\n"        \
+               "prompt would be the Bayes posterior)", "the ensemble file's, else 0.25")
+
 /* Defaults and the flag table (a must not move afterwards). */
 void ens_args_init(ens_args *a);
 /* After cli_parse: reads the ensemble file and checks the member count and

@@ -522,6 +522,10 @@ int server_main(const server_opts *o) {
         tutti_ensemble_params p;
         srv_spec_params(&s->reg, sp, 1, desc, models, &p);
         tutti_ensemble *e = tutti_ensemble_new(&p);
+        if (e && srv_spec_apply(sp, e) < 0) {
+            tutti_ensemble_free(e);
+            e = NULL;
+        }
         if (!e) {
             fprintf(stderr, "tutti serve: model '%s': %s\n", sp->name, tutti_last_error());
             rc = 1;

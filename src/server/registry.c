@@ -132,7 +132,8 @@ void srv_spec_make_key(srv_spec *s) {
     size_t o = 0;
     /* one member always fuses per token; more are resolved at start-up */
     s->align_used = s->n == 1 ? TUTTI_ALIGN_TOKEN : s->align != TUTTI_ALIGN_AUTO ? s->align : -1;
-    o += (size_t)snprintf(s->key + o, sizeof s->key - o, "r%d a%d", s->rule, s->align);
+    o += (size_t)snprintf(s->key + o, sizeof s->key - o, "r%d a%d ad%d:%a ro%a", s->rule, s->align, s->adapt,
+                          s->adapt_alpha, s->route);
     for (int i = 0; i < s->n && o < sizeof s->key; i++)
         o += (size_t)snprintf(s->key + o, sizeof s->key - o, " %d:%a:%a", s->file[i], (double)s->w[i], (double)s->t[i]);
 }
@@ -275,6 +276,8 @@ int srv_registry_load(srv_registry *reg, const server_opts *o, char *err, size_t
     int members[TUTTI_ENSEMBLE_MAX_MEMBERS], n_mem = 0;
     float fw[TUTTI_ENSEMBLE_MAX_MEMBERS], ft[TUTTI_ENSEMBLE_MAX_MEMBERS];
     int rule = o->rule, align = o->align;
+    /* as tutti run: the flag's value, else the ensemble file's, else the default */
+    double adapt = o->adapt_alpha >= 0 ? o->adapt_alpha : -1, route = o->route_tau > 0 ? o->route_tau : -1;
     if (o->ens_file) {
         tutti_ensemble_file *ef = tutti_ensemble_file_read(o->ens_file);
         if (!ef) return fail(err, cap, "-e %s: %s", o->ens_file, tutti_last_error());
@@ -289,6 +292,8 @@ int srv_registry_load(srv_registry *reg, const server_opts *o, char *err, size_t
         }
         if (rule < 0) rule = ef->rule;
         if (align < 0) align = ef->align;
+        if (adapt < 0) adapt = ef->adapt;
+        if (route <= 0) route = ef->route;
         tutti_ensemble_file_free(ef);
     }
     for (int i = 0; i < o->n_models; i++) {
@@ -298,6 +303,10 @@ int srv_registry_load(srv_registry *reg, const server_opts *o, char *err, size_t
         fw[n_mem] = ft[n_mem] = NAN;
         members[n_mem++] = fi;
     }
+    if (o->adapt && adapt < 0) adapt = 0.01;
+    if (o->route && route <= 0) route = 0.25;
+    if ((adapt >= 0 || route > 0) && n_mem == 0)
+        return fail(err, cap, "--adapt and --route apply to 'default': give its members with -m or -e");
     if (o->n_weights && o->n_weights != n_mem)
         return fail(err, cap, "-w gives %d weights for %d members", o->n_weights, n_mem);
     if (o->n_temps && o->n_temps != n_mem)
@@ -315,6 +324,9 @@ int srv_registry_load(srv_registry *reg, const server_opts *o, char *err, size_t
         }
         if (rule >= 0) s->rule = rule;
         if (align >= 0) s->align = align;
+        s->adapt = adapt >= 0;
+        s->adapt_alpha = adapt;
+        s->route = route > 0 ? route : 0;
         srv_spec_make_key(s);
     }
     if (o->config && load_config(reg, o->config, err, cap, &first_spec) < 0) return -1;
@@ -369,6 +381,12 @@ const srv_spec *srv_registry_find(const srv_registry *reg, const char *name) {
     for (int i = 0; i < reg->n_specs; i++)
         if (!strcmp(reg->specs[i].name, name)) return &reg->specs[i];
     return NULL;
+}
+
+int srv_spec_apply(const srv_spec *s, tutti_ensemble *e) {
+    if (s->adapt && tutti_ensemble_set_adapt(e, s->adapt_alpha) < 0) return TUTTI_ERR;
+    if (s->route > 0 && tutti_ensemble_set_route(e, s->route) < 0) return TUTTI_ERR;
+    return 0;
 }
 
 void srv_spec_params(const srv_registry *reg, const srv_spec *s, int n_threads, tutti_member_desc *desc,

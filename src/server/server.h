@@ -34,6 +34,9 @@ typedef struct server_opts {
     float beta;           /* <= 0: default */
     double prune;         /* < 0: default */
     int max_hyps;         /* <= 0: default */
+    bool adapt, route;    /* --adapt, --route (for 'default') */
+    double adapt_alpha;   /* --adapt-alpha, < 0: not given */
+    double route_tau;     /* --route-tau, <= 0: not given */
     const char *config;   /* --config FILE (JSON) */
     const char *chat_template_file;
     const char *host;
@@ -71,6 +74,9 @@ typedef struct srv_spec {
     float w[TUTTI_ENSEMBLE_MAX_MEMBERS];  /* NAN: default */
     float t[TUTTI_ENSEMBLE_MAX_MEMBERS];  /* NAN: 1 */
     int rule, align;
+    bool adapt;           /* weights follow the text with fixed-share alpha adapt_alpha (--adapt) */
+    double adapt_alpha;
+    double route;         /* > 0: weights from the prompt with this tau (--route); 0 (as zeroed): off */
     int align_used;       /* the alignment the ensemble resolved (AUTO decided), -1 if not known yet */
     char key[1024];       /* identity for the slots' ensemble caches */
 } srv_spec;
@@ -95,6 +101,9 @@ const srv_spec *srv_registry_find(const srv_registry *reg, const char *name);
 int srv_registry_file_index(const srv_registry *reg, const char *name);
 /* Fills an ensemble's parameters for spec (members/models point into the
  * caller's arrays). */
+/* Applies s's adapt and route settings to an ensemble made from
+ * srv_spec_params.  0, or TUTTI_ERR (the library's message). */
+int srv_spec_apply(const srv_spec *s, struct tutti_ensemble *e);
 void srv_spec_params(const srv_registry *reg, const srv_spec *s, int n_threads, tutti_member_desc *desc,
                      const tutti_model **models, tutti_ensemble_params *p);
 /* Canonical key of a spec (member files, weights, temps, rule, align). */

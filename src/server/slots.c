@@ -215,6 +215,10 @@ static tutti_ensemble *slot_ensemble(srv_slot *sl, srv_job *j, char *err, size_t
         tutti_ensemble_params p;
         srv_spec_params(&s->reg, &j->spec, slot_threads(s), desc, models, &p);
         c->e = tutti_ensemble_new(&p);
+        if (c->e && srv_spec_apply(&j->spec, c->e) < 0) {
+            tutti_ensemble_free(c->e);
+            c->e = NULL;
+        }
         if (!c->e) {
             snprintf(err, cap, "model '%s': %s", j->model_name, tutti_last_error());
             return NULL;
