@@ -1,13 +1,17 @@
 #!/bin/sh
 # Byte-aligned fusion of three members with different vocabularies against
 # each member alone writing the same text (issue 12).
-#   bench/fused_bytes.sh TUTTI THREADS NBYTES M1 M2 M3
+#   bench/fused_bytes.sh TUTTI THREADS N M1 M2 M3
+# N is `tutti run -n`: member 1's tokens in every alignment (so the fused
+# text is the longest one M1 tokenizes into N tokens; N=70 with the story
+# models gives 199 bytes after "Once upon a time").  XDG_CACHE_HOME is
+# where the scheduling measurement is cached (a first run measures).
 # Prints the fused command's stderr (per-member forward tokens and times),
 # the fused wall time, and each member's `tutti generate` wall time for as
 # many tokens as its own tokenizer needs to spell the fused text.
 # Heavy twins: chroot /opt/llamacpp-oracle python3 /oracle/make_heavy.py IN OUT 500
 set -eu
-T=$1 TH=$2 N=$3; shift 3
+T=$1 TH=$2 N=$3; shift 3  # N: tokens of M1, see above
 P="Once upon a time"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 now() { date +%s.%N; }

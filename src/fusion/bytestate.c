@@ -67,6 +67,20 @@ typedef struct hyp {
     double p_eog;   /* next-token probability of end-of-generation tokens */
 } hyp;
 
+/* A speculative evaluation (lazy mode): the distribution after a live
+ * hypothesis's path plus one token that ends inside the guessed
+ * continuation, computed in a pass that ran anyway; commit takes it when
+ * that hypothesis is spawned. */
+typedef struct spec {
+    int32_t *ids;
+    int32_t n_ids;
+    double *dist;
+    double inv_total, p_eog;
+} spec;
+
+#define SPEC_MAX 8   /* cached speculative distributions */
+#define SPEC_BATCH 4 /* added to one pass at most */
+
 struct fusion_bytes {
     fusion_member *m;
     const fusion_trie *trie;
@@ -85,6 +99,9 @@ struct fusion_bytes {
      * every call below goes there */
     const fusion_bytes_ops *ops;
     void *ops_ctx;
+    spec sp[SPEC_MAX];
+    int32_t n_sp;
+    int64_t n_spec_run, n_spec_used; /* statistics */
 };
 #define REMOTE(call) \
     do { \
@@ -190,9 +207,33 @@ static void hyp_drop(fusion_bytes *s, hyp *h) {
     memset(h, 0, sizeof *h);
 }
 
+static void spec_drop(fusion_bytes *s, int32_t k) {
+    free(s->sp[k].ids);
+    put_dist(s, s->sp[k].dist);
+    s->sp[k] = s->sp[--s->n_sp];
+    memset(&s->sp[s->n_sp], 0, sizeof(spec));
+}
+
 static void clear_hyps(fusion_bytes *s) {
     for (int32_t i = 0; i < s->n_h; i++) hyp_drop(s, &s->h[i]);
     s->n_h = 0;
+    while (s->n_sp) spec_drop(s, s->n_sp - 1);
+}
+
+static bool same_path(const int32_t *a, int32_t na, const int32_t *b, int32_t nb) {
+    return na == nb && !memcmp(a, b, sizeof(int32_t) * (size_t)na);
+}
+
+/* A hypothesis just spawned takes its speculative distribution, if any. */
+static void spec_take(fusion_bytes *s, hyp *h) {
+    for (int32_t k = 0; k < s->n_sp; k++)
+        if (same_path(s->sp[k].ids, s->sp[k].n_ids, h->ids, h->n_ids)) {
+            h->dist = s->sp[k].dist, h->inv_total = s->sp[k].inv_total, h->p_eog = s->sp[k].p_eog;
+            s->sp[k].dist = NULL;
+            spec_drop(s, k);
+            s->n_spec_used++;
+            return;
+        }
 }
 
 void fusion_bytes_free(fusion_bytes *s) {
@@ -291,11 +332,12 @@ static int hyp_fill(fusion_bytes *s, hyp *h, const float *z) {
 /* The member learns which timelines the live hypotheses hold (their
  * children extend them), so it reuses the others' sessions first. */
 static void hint_live(fusion_bytes *s) {
-    if (s->n_h > 256) return;
+    if (s->n_h + SPEC_MAX > 256) return;
     const int32_t *ids[256];
     int32_t n[256], k = 0;
     for (int32_t i = 0; i < s->n_h; i++)
         if (s->h[i].dist) ids[k] = s->h[i].ids, n[k] = s->h[i].n_ids, k++;
+    for (int32_t j = 0; j < s->n_sp; j++) ids[k] = s->sp[j].ids, n[k] = s->sp[j].n_ids, k++;
     fusion_member_local_keep(s->m, k, ids, n);
 }
 
@@ -329,6 +371,85 @@ static int32_t lazy_select(const fusion_bytes *s, bool *need) {
     if (n == 0 && n_eval == 0) /* nothing evaluated would be left: evaluate all */
         for (int32_t i = 0; i < s->n_h; i++) n += need[i] = !s->h[i].dist;
     return n;
+}
+
+/* Speculation (lazy mode), for a pass that runs anyway: the continuation
+ * most likely now is the rest of the heaviest evaluated hypothesis's most
+ * probable pending token ("ime" while "▁time" is being spelled after "▁t");
+ * every evaluated hypothesis h with a token t that ends inside it, whose
+ * share P(h) p(t | h) of the live mass reaches prune, will be spawned as
+ * [h, t] if the text follows the guess, and would need its own pass then.
+ * The SPEC_BATCH heaviest such paths not cached yet join this pass
+ * (cand[k] = its parent hypothesis and token); the cache first drops
+ * entries whose parent is gone.  Returns the count. */
+static int32_t spec_select(fusion_bytes *s, int32_t *cand_h, int32_t *cand_t) {
+    const fusion_trie *t = s->trie;
+    for (int32_t k = s->n_sp - 1; k >= 0; k--) {
+        bool parent = false;
+        for (int32_t i = 0; i < s->n_h && !parent; i++)
+            parent = s->h[i].dist && same_path(s->h[i].ids, s->h[i].n_ids, s->sp[k].ids, s->sp[k].n_ids - 1);
+        if (!parent) spec_drop(s, k);
+    }
+    if (s->n_sp >= SPEC_MAX) return 0;
+    double mx = -INFINITY, total = 0, best_w = -1;
+    int32_t best = -1;
+    for (int32_t i = 0; i < s->n_h; i++)
+        if (s->h[i].logp > mx) mx = s->h[i].logp;
+    for (int32_t i = 0; i < s->n_h; i++) {
+        const hyp *h = &s->h[i];
+        double w = exp(h->logp - mx);
+        if (h->dist) {
+            const fusion_trie_node *nd = &t->node[h->node];
+            w *= range_mass(t, h, nd->lo, nd->hi) + (h->pos == s->n_view ? h->p_eog : 0.0);
+            if (w > best_w) best_w = w, best = i;
+        }
+        total += w;
+    }
+    if (best < 0 || !(total > 0)) return 0;
+    /* the guess: the rest of best's most probable pending token */
+    const hyp *hb = &s->h[best];
+    const fusion_trie_node *nb = &t->node[hb->node];
+    const float *pb = dist_ps(t, hb->dist);
+    int32_t r_best = -1;
+    for (int32_t r = nb->lo + nb->n_exact; r < nb->hi; r++)
+        if (r_best < 0 || pb[r] > pb[r_best]) r_best = r;
+    if (r_best < 0) return 0;
+    int32_t tok = t->sorted[r_best], done_b = s->n_view - hb->pos;
+    const char *g = t->bytes + t->off[tok] + done_b;
+    int32_t n_g = (int32_t)(t->off[tok + 1] - t->off[tok]) - done_b;
+    double cw[SPEC_BATCH];
+    int32_t n_c = 0, room = SPEC_MAX - s->n_sp < SPEC_BATCH ? SPEC_MAX - s->n_sp : SPEC_BATCH;
+    for (int32_t i = 0; i < s->n_h; i++) {
+        const hyp *h = &s->h[i];
+        if (!h->dist) continue;
+        if (s->m->n_ctx > 0 && h->n_ids + 1 > s->m->n_ctx) continue;
+        const float *ps = dist_ps(t, h->dist);
+        double w = exp(h->logp - mx) * h->inv_total / total;
+        int32_t node = h->node;
+        for (int32_t j = 0; j < n_g; j++) {
+            node = fusion_trie_child(t, node, (uint8_t)g[j]);
+            if (node < 0) break;
+            const fusion_trie_node *nd = &t->node[node];
+            for (int32_t r = nd->lo; r < nd->lo + nd->n_exact; r++) {
+                double share = w * (double)ps[r];
+                if (!(share >= s->p.prune)) continue;
+                bool have = false; /* already cached */
+                for (int32_t k = 0; k < s->n_sp && !have; k++)
+                    have = s->sp[k].n_ids == h->n_ids + 1 && s->sp[k].ids[h->n_ids] == t->sorted[r] &&
+                           !memcmp(s->sp[k].ids, h->ids, sizeof(int32_t) * (size_t)h->n_ids);
+                if (have) continue;
+                int32_t at = n_c < room ? n_c++ : -1; /* keep the heaviest `room` */
+                if (at < 0) {
+                    at = 0;
+                    for (int32_t k = 1; k < n_c; k++)
+                        if (cw[k] < cw[at]) at = k;
+                    if (cw[at] >= share) continue;
+                }
+                cw[at] = share, cand_h[at] = i, cand_t[at] = t->sorted[r];
+            }
+        }
+    }
+    return n_c;
 }
 
 static int prepare(fusion_bytes *s, bool force);
@@ -365,8 +486,10 @@ static int prepare(fusion_bytes *s, bool force) {
         }
     }
 #define SELECTED(i) (!s->h[i].dist && (!sel || sel[i]))
+    int32_t cand_h[SPEC_BATCH], cand_t[SPEC_BATCH], n_spec = 0;
+    if (s->p.lazy && s->p.prune > 0 && s->m->vt->logits_batch) n_spec = spec_select(s, cand_h, cand_t);
     hint_live(s);
-    if (n_need == 1 || !s->m->vt->logits_batch) {
+    if ((n_need == 1 && n_spec == 0) || !s->m->vt->logits_batch) {
         int rc1 = 0;
         for (int32_t i = 0; i < s->n_h && rc1 == 0; i++) {
             hyp *h = &s->h[i];
@@ -379,32 +502,55 @@ static int prepare(fusion_bytes *s, bool force) {
         free(sel);
         return rc1;
     }
-    int32_t *idx = malloc(sizeof(int32_t) * 2 * (size_t)n_need);
-    const int32_t **ids = malloc(sizeof(int32_t *) * (size_t)n_need);
-    const float **rows = malloc(sizeof(float *) * (size_t)n_need);
+    int32_t n_all = n_need + n_spec;
+    int32_t *idx = malloc(sizeof(int32_t) * 2 * (size_t)n_all);
+    const int32_t **ids = malloc(sizeof(int32_t *) * (size_t)n_all);
+    const float **rows = malloc(sizeof(float *) * (size_t)n_all);
+    int32_t *spec_ids[SPEC_BATCH] = {0};
     int rc = 0;
     if (!idx || !ids || !rows) {
         rc = tutti_set_error("byte alignment: out of memory");
         goto out;
     }
-    int32_t *n = idx + n_need, k = 0;
+    int32_t *n = idx + n_all, k = 0;
     for (int32_t i = 0; i < s->n_h; i++)
         if (SELECTED(i)) idx[k] = i, ids[k] = s->h[i].ids, n[k] = s->h[i].n_ids, k++;
 #undef SELECTED
+    for (int32_t c = 0; c < n_spec; c++) { /* the speculative paths go last: they never cost a pass of their own */
+        const hyp *h = &s->h[cand_h[c]];
+        if (!(spec_ids[c] = malloc(sizeof(int32_t) * (size_t)(h->n_ids + 1)))) {
+            rc = tutti_set_error("byte alignment: out of memory");
+            goto out;
+        }
+        memcpy(spec_ids[c], h->ids, sizeof(int32_t) * (size_t)h->n_ids);
+        spec_ids[c][h->n_ids] = cand_t[c];
+        ids[k] = spec_ids[c], n[k] = h->n_ids + 1, k++;
+    }
     for (int32_t done = 0; done < n_need;) {
-        int32_t got = s->m->vt->logits_batch(s->m, n_need - done, ids + done, n + done, rows + done);
+        int32_t got = s->m->vt->logits_batch(s->m, n_all - done, ids + done, n + done, rows + done);
         if (got < 1) {
             rc = s->m->err_kind < 0 ? s->m->err_kind : TUTTI_ERR;
             goto out;
         }
-        for (int32_t j = done; j < done + got; j++)
-            if (hyp_fill(s, &s->h[idx[j]], rows[j]) < 0) {
-                rc = TUTTI_ERR;
-                goto out;
+        for (int32_t j = done; j < done + got; j++) {
+            if (j < n_need) {
+                if (hyp_fill(s, &s->h[idx[j]], rows[j]) < 0) {
+                    rc = TUTTI_ERR;
+                    goto out;
+                }
+                continue;
             }
+            hyp tmp = {0};
+            if (s->n_sp >= SPEC_MAX || hyp_fill(s, &tmp, rows[j]) < 0) continue; /* speculation is optional */
+            int32_t c = j - n_need;
+            s->sp[s->n_sp++] = (spec){spec_ids[c], n[j], tmp.dist, tmp.inv_total, tmp.p_eog};
+            spec_ids[c] = NULL;
+            s->n_spec_run++;
+        }
         done += got;
     }
 out:
+    for (int32_t c = 0; c < n_spec; c++) free(spec_ids[c]);
     free(idx), free(ids), free(rows), free(sel);
     return rc;
 }
@@ -507,6 +653,7 @@ int fusion_bytes_commit(fusion_bytes *s, uint8_t b) {
                 free(eff);
                 return TUTTI_ERR;
             }
+            if (s->n_sp) spec_take(s, &s->h[s->n_h - 1]);
             h = &s->h[i]; /* push may have moved the array */
             if (s->n_h > cap_eff) {
                 cap_eff *= 2;
