@@ -341,22 +341,35 @@ static void hint_live(fusion_bytes *s) {
     fusion_member_local_keep(s->m, k, ids, n);
 }
 
-/* Lazy: which hypotheses without a distribution get one now (need[i]);
- * the others are deferred.  Returns the count to evaluate. */
-static int32_t lazy_select(const fusion_bytes *s, bool *need) {
+/* The live mass of the hypotheses relative to the heaviest path (*mx, its
+ * log-probability): an evaluated hypothesis counts with the mass of its
+ * tokens that can still follow the committed text, a deferred one whole.
+ * *best (may be NULL): the heaviest evaluated hypothesis, -1 if none. */
+static double live_mass(const fusion_bytes *s, double *mx, int32_t *best) {
     const fusion_trie *t = s->trie;
-    double mx = -INFINITY, total = 0;
+    double m = -INFINITY, total = 0, best_w = -1;
+    if (best) *best = -1;
     for (int32_t i = 0; i < s->n_h; i++)
-        if (s->h[i].logp > mx) mx = s->h[i].logp;
+        if (s->h[i].logp > m) m = s->h[i].logp;
     for (int32_t i = 0; i < s->n_h; i++) {
         const hyp *h = &s->h[i];
-        double w = exp(h->logp - mx);
+        double w = exp(h->logp - m);
         if (h->dist) {
             const fusion_trie_node *nd = &t->node[h->node];
             w *= range_mass(t, h, nd->lo, nd->hi) + (h->pos == s->n_view ? h->p_eog : 0.0);
+            if (best && w > best_w) best_w = w, *best = i;
         }
         total += w;
     }
+    *mx = m;
+    return total;
+}
+
+/* Lazy: which hypotheses without a distribution get one now (need[i]);
+ * the others are deferred.  Returns the count to evaluate. */
+static int32_t lazy_select(const fusion_bytes *s, bool *need) {
+    double mx;
+    double total = live_mass(s, &mx, NULL);
     int32_t n = 0, n_eval = 0;
     for (int32_t i = 0; i < s->n_h; i++) {
         const hyp *h = &s->h[i];
@@ -391,20 +404,9 @@ static int32_t spec_select(fusion_bytes *s, int32_t *cand_h, int32_t *cand_t) {
         if (!parent) spec_drop(s, k);
     }
     if (s->n_sp >= SPEC_MAX) return 0;
-    double mx = -INFINITY, total = 0, best_w = -1;
-    int32_t best = -1;
-    for (int32_t i = 0; i < s->n_h; i++)
-        if (s->h[i].logp > mx) mx = s->h[i].logp;
-    for (int32_t i = 0; i < s->n_h; i++) {
-        const hyp *h = &s->h[i];
-        double w = exp(h->logp - mx);
-        if (h->dist) {
-            const fusion_trie_node *nd = &t->node[h->node];
-            w *= range_mass(t, h, nd->lo, nd->hi) + (h->pos == s->n_view ? h->p_eog : 0.0);
-            if (w > best_w) best_w = w, best = i;
-        }
-        total += w;
-    }
+    double mx;
+    int32_t best;
+    double total = live_mass(s, &mx, &best);
     if (best < 0 || !(total > 0)) return 0;
     /* the guess: the rest of best's most probable pending token */
     const hyp *hb = &s->h[best];

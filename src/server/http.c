@@ -224,6 +224,19 @@ static void sse_free(void *cls) { srv_job_unref(cls); }
 
 static uint64_t g_counter;
 
+/* Waits for a non-streamed job to finish, cancelling it when its client
+ * hangs up meanwhile; returns its HTTP status. */
+static int wait_job(srv_job *j) {
+    pthread_mutex_lock(&j->mu);
+    while (!j->done) {
+        if (!j->cancelled && j->fd >= 0 && client_gone_fd(j->fd)) j->cancelled = true;
+        wait_a_bit(j);
+    }
+    int status = j->status;
+    pthread_mutex_unlock(&j->mu);
+    return status;
+}
+
 static enum MHD_Result do_generate(srv_server *s, struct MHD_Connection *c, conn_ctx *cx, int ep) {
     srv_kind kind = ep == EP_CHAT ? SRV_CHAT : SRV_COMPLETION;
     srv_job *j = srv_job_new();
@@ -325,13 +338,7 @@ static enum MHD_Result do_generate(srv_server *s, struct MHD_Connection *c, conn
         MHD_destroy_response(resp);
         return ret;
     }
-    pthread_mutex_lock(&j->mu);
-    while (!j->done) {
-        if (!j->cancelled && j->fd >= 0 && client_gone_fd(j->fd)) j->cancelled = true;
-        wait_a_bit(j);
-    }
-    int status = j->status;
-    pthread_mutex_unlock(&j->mu);
+    int status = wait_job(j);
     if (status != 200) return send_error(s, c, ep, status, NULL, NULL, "%s", j->error);
     count_request(s, ep, 200);
     return send_body(c, 200, srv_final_json(j), "application/json");
@@ -350,13 +357,7 @@ static enum MHD_Result do_native(srv_server *s, struct MHD_Connection *c, conn_c
     j->fd = ci ? ci->connect_fd : -1;
     if (srv_submit(s, j))
         return send_error(s, c, EP_NATIVE, 503, NULL, NULL, "every slot is busy and the queue is full; retry later");
-    pthread_mutex_lock(&j->mu);
-    while (!j->done) {
-        if (!j->cancelled && j->fd >= 0 && client_gone_fd(j->fd)) j->cancelled = true;
-        wait_a_bit(j);
-    }
-    int status = j->status;
-    pthread_mutex_unlock(&j->mu);
+    int status = wait_job(j);
     if (status != 200 || !j->nat_out)
         return send_error(s, c, EP_NATIVE, status != 200 ? status : 500, NULL, NULL, "%s", j->error);
     count_request(s, EP_NATIVE, 200);
