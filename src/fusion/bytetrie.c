@@ -75,7 +75,7 @@ fusion_trie *fusion_trie_build_pieces(int32_t n_vocab, const char *bytes, const 
     memcpy(t->bytes, bytes, (size_t)total);
     memcpy(t->off, off, sizeof(int64_t) * (size_t)(n_vocab + 1));
     if (eog) memcpy(t->is_eog, eog, sizeof(bool) * (size_t)n_vocab);
-    memcpy(t->prefix, prefix, (size_t)n_prefix);
+    if (n_prefix > 0) memcpy(t->prefix, prefix, (size_t)n_prefix); /* prefix may be NULL when empty */
     t->n_prefix = n_prefix;
 
     for (int32_t i = 0; i < n_vocab; i++) {
