@@ -97,7 +97,8 @@ static void check_lazy(const char *rel) {
     run ex = run_new(path, tr, 1e-9, 1024, false);
     run eager = run_new(path, tr, 1e-4, 8, false);
     run lazy = run_new(path, tr, 1e-4, 8, true);
-    double worst_lazy = 0, worst_eager = 0;
+    double worst_lazy = 0, worst_eager = 0, worst_resolved = 0;
+    int64_t resolve_calls = 0;
     size_t len = strlen(TEXT);
     for (size_t i = 4; i <= len; i++) {
         double pe[257], pp[257], pl[257], dl = 0, dp = 0;
@@ -106,6 +107,19 @@ static void check_lazy(const char *rel) {
         assert_int_equal(fusion_bytes_next(lazy.st, pl), 0);
         for (int k = 0; k < 257; k++) dl += fabs(pl[k] - pe[k]), dp += fabs(pp[k] - pe[k]);
         worst_lazy = fmax(worst_lazy, dl), worst_eager = fmax(worst_eager, dp);
+        /* resolved (stale hypotheses expanded, deferred ones evaluated): as
+         * close, and end of text as likely as the exact state says */
+        int64_t c0 = lazy.m->n_forward_calls;
+        fusion_bytes *rs = fusion_bytes_clone(lazy.st);
+        assert_non_null(rs);
+        double pr[257], dr = 0;
+        assert_int_equal(fusion_bytes_resolve(rs), 0);
+        assert_int_equal(fusion_bytes_n_deferred(rs), 0);
+        assert_int_equal(fusion_bytes_next(rs, pr), 0);
+        for (int k = 0; k < 257; k++) dr += fabs(pr[k] - pe[k]);
+        worst_resolved = fmax(worst_resolved, dr);
+        fusion_bytes_free(rs);
+        resolve_calls += lazy.m->n_forward_calls - c0; /* not the lazy state's own work */
         if (i == len) break;
         uint8_t b = (uint8_t)TEXT[i];
         assert_true(pl[b] > 0); /* the text's own bytes stay possible */
@@ -115,10 +129,12 @@ static void check_lazy(const char *rel) {
     }
     printf("%s: %zu bytes: max L1 to exact: eager %.3g, lazy %.3g; forward passes eager %lld, lazy %lld; tokens "
            "eager %lld, lazy %lld\n", rel, len, worst_eager, worst_lazy, (long long)eager.m->n_forward_calls,
-           (long long)lazy.m->n_forward_calls, (long long)eager.m->n_forward_tokens,
+           (long long)(lazy.m->n_forward_calls - resolve_calls), (long long)eager.m->n_forward_tokens,
            (long long)lazy.m->n_forward_tokens);
+    printf("  resolved lazy state: max L1 to exact %.3g\n", worst_resolved);
     assert_true(worst_lazy < 1e-3);
-    assert_true(lazy.m->n_forward_calls < eager.m->n_forward_calls);
+    assert_true(worst_resolved < 1e-3);
+    assert_true(lazy.m->n_forward_calls - resolve_calls < eager.m->n_forward_calls);
     run *all[3] = {&ex, &eager, &lazy};
     for (int k = 0; k < 3; k++) {
         fusion_bytes_free(all[k]->st);
@@ -134,10 +150,74 @@ static void test_lazy_close_to_exact(void **state) {
     check_lazy(M_656K);
 }
 
+/* The known text ahead (fusion_bytes_expect, and fusion_bytes_start's own
+ * prompt): the same next-byte distributions as without it, within float
+ * rounding (the canonical path's logits come from one batched pass instead
+ * of one pass per token), exact pruning (1e-9, not lazy), in fewer passes. */
+static void check_expect(const char *rel) {
+    const char *path = shared_path(rel);
+    fusion_member *tm = fusion_member_local_new(path, 1, 0, 1);
+    assert_non_null(tm);
+    fusion_trie *tr = fusion_trie_build(tm->vocab);
+    assert_non_null(tr);
+    size_t len = strlen(TEXT);
+    /* plain: the prompt's first word, then byte by byte without a hint;
+     * hinted: the same, told the rest of the text */
+    run plain = run_new(path, tr, 1e-9, 1024, false), hinted = run_new(path, tr, 1e-9, 1024, false);
+    int64_t c0 = hinted.m->n_forward_calls;
+    assert_int_equal(fusion_bytes_expect(hinted.st, TEXT + 4, len - 4), 0);
+    double worst = 0;
+    for (size_t i = 4; i <= len; i++) {
+        double a[257], b[257];
+        assert_int_equal(fusion_bytes_next(plain.st, a), 0);
+        assert_int_equal(fusion_bytes_next(hinted.st, b), 0);
+        for (int k = 0; k < 257; k++) worst = fmax(worst, fabs(a[k] - b[k]));
+        if (i == len) break;
+        assert_int_equal(fusion_bytes_commit(plain.st, (uint8_t)TEXT[i]), 0);
+        assert_int_equal(fusion_bytes_commit(hinted.st, (uint8_t)TEXT[i]), 0);
+    }
+    printf("%s: expect: max |p - p without| %.3g; forward passes %lld without, %lld with\n", rel, worst,
+           (long long)plain.m->n_forward_calls, (long long)(hinted.m->n_forward_calls - c0));
+    assert_true(worst < 1e-5);
+    assert_true(hinted.m->n_forward_calls - c0 < plain.m->n_forward_calls);
+    /* a whole prompt given to start: the same state as committing it after an empty start */
+    run whole = run_new(path, tr, 1e-9, 1024, false);
+    assert_int_equal(fusion_bytes_start(whole.st, TEXT, len), 0);
+    double a[257], b[257];
+    assert_int_equal(fusion_bytes_next(whole.st, a), 0);
+    assert_int_equal(fusion_bytes_next(plain.st, b), 0);
+    for (int k = 0; k < 257; k++) assert_true(fabs(a[k] - b[k]) < 1e-5);
+    /* a hint the text then does not follow changes nothing either */
+    run wrong = run_new(path, tr, 1e-9, 1024, false), ref = run_new(path, tr, 1e-9, 1024, false);
+    assert_int_equal(fusion_bytes_expect(wrong.st, " upon a dog", 11), 0);
+    const char *other = " upon a time";
+    for (size_t i = 0; i < strlen(other); i++) {
+        assert_int_equal(fusion_bytes_next(wrong.st, a), 0);
+        assert_int_equal(fusion_bytes_next(ref.st, b), 0);
+        for (int k = 0; k < 257; k++) assert_true(fabs(a[k] - b[k]) < 1e-5);
+        assert_int_equal(fusion_bytes_commit(wrong.st, (uint8_t)other[i]), 0);
+        assert_int_equal(fusion_bytes_commit(ref.st, (uint8_t)other[i]), 0);
+    }
+    run *all[5] = {&plain, &hinted, &whole, &wrong, &ref};
+    for (int k = 0; k < 5; k++) {
+        fusion_bytes_free(all[k]->st);
+        all[k]->m->vt->free(all[k]->m);
+    }
+    fusion_trie_free(tr);
+    tm->vt->free(tm);
+}
+
+static void test_expect_same(void **state) {
+    (void)state;
+    check_expect(M_STORIES);
+    check_expect(M_656K);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sibling_prefix_copy),
         cmocka_unit_test(test_lazy_close_to_exact),
+        cmocka_unit_test(test_expect_same),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -201,7 +201,7 @@ static int toy_logits_all(fusion_member *m, const int32_t *ids, int32_t n, float
     return 0;
 }
 static void toy_free(fusion_member *m) { (void)m; }
-static const fusion_member_vt toy_vt = {toy_logits, toy_logits_all, toy_free, NULL, NULL}; /* no logits_view: copies; no batch */
+static const fusion_member_vt toy_vt = {toy_logits, toy_logits_all, toy_free, NULL, NULL, NULL}; /* no logits_view: copies; no batch */
 
 static fusion_trie *toy_trie(void) {
     char bytes[64];

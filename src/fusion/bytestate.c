@@ -58,7 +58,7 @@ typedef struct hyp {
     int32_t *ids;   /* token path (BOS first when the vocabulary uses it) */
     int32_t n_ids;
     int32_t pos;    /* byte offset in the view where the next token starts */
-    int32_t node;   /* trie node of the pending bytes view[pos..n_view) */
+    int32_t node;   /* trie node of the pending bytes view[pos..n_view); -1: stale (see commit) */
     double logp;    /* log P(path), relative (the maximum is kept near 0) */
     double *dist;   /* next-token distribution, NULL = not evaluated: bc[n_blocks+1] (cumulative
                        block sums, double) followed by ps[n_sorted] (float), both unnormalised
@@ -81,6 +81,21 @@ typedef struct spec {
 #define SPEC_MAX 8   /* cached speculative distributions */
 #define SPEC_BATCH 4 /* added to one pass at most */
 
+/* Known text ahead (fusion_bytes_expect): the canonical token path of the
+ * text, and the distributions after its prefixes P[0..lo), ...,
+ * P[0..lo+n_dist) computed in one pass per window.  A hypothesis whose path
+ * is one of those prefixes takes its distribution from here.  Without it,
+ * a prompt or an eval text costs one pass per token boundary (measured:
+ * every canonical boundary of the prompt, one at a time). */
+#define AHEAD_MAX 64 /* distributions per window at most */
+typedef struct ahead {
+    int32_t *ids, n; /* the path P (NULL: none) */
+    int32_t lo, n_dist, window;
+    double *dist[AHEAD_MAX]; /* NULL once taken */
+    double inv_total[AHEAD_MAX], p_eog[AHEAD_MAX];
+    float *rows; /* [window][n_vocab] scratch of the last fetch */
+} ahead;
+
 struct fusion_bytes {
     fusion_member *m;
     const fusion_trie *trie;
@@ -93,6 +108,7 @@ struct fusion_bytes {
     int32_t n_spare, cap_spare;
     float *logits;  /* [n_vocab] scratch for members that cannot lend their logits */
     double pruned;
+    double shift; /* Σ of what commit took off the log-probabilities (log P(path) = logp + shift) */
     int32_t bos;
     int32_t n_prefix; /* view bytes before the text (the tokenizer's prefix; 0 after a token-id prompt) */
     /* a state kept by the member elsewhere (fusion_member_vt.bytes_ops):
@@ -102,6 +118,7 @@ struct fusion_bytes {
     spec sp[SPEC_MAX];
     int32_t n_sp;
     int64_t n_spec_run, n_spec_used; /* statistics */
+    ahead ah;
 };
 #define REMOTE(call) \
     do { \
@@ -214,10 +231,23 @@ static void spec_drop(fusion_bytes *s, int32_t k) {
     memset(&s->sp[s->n_sp], 0, sizeof(spec));
 }
 
+static void ahead_drop_window(fusion_bytes *s) {
+    for (int32_t k = 0; k < s->ah.n_dist; k++) put_dist(s, s->ah.dist[k]), s->ah.dist[k] = NULL;
+    s->ah.n_dist = 0;
+}
+
+static void ahead_clear(fusion_bytes *s) {
+    ahead_drop_window(s);
+    free(s->ah.ids);
+    s->ah.ids = NULL;
+    s->ah.n = 0;
+}
+
 static void clear_hyps(fusion_bytes *s) {
     for (int32_t i = 0; i < s->n_h; i++) hyp_drop(s, &s->h[i]);
     s->n_h = 0;
     while (s->n_sp) spec_drop(s, s->n_sp - 1);
+    ahead_clear(s);
 }
 
 static bool same_path(const int32_t *a, int32_t na, const int32_t *b, int32_t nb) {
@@ -244,6 +274,7 @@ void fusion_bytes_free(fusion_bytes *s) {
         return;
     }
     clear_hyps(s);
+    free(s->ah.rows);
     for (int32_t i = 0; i < s->n_spare; i++) free(s->spare[i]);
     free(s->spare);
     free(s->h);
@@ -325,6 +356,84 @@ static int hyp_fill(fusion_bytes *s, hyp *h, const float *z) {
     return 0;
 }
 
+/* The path of h is P[0..n_ids) (a stale hypothesis never is: its
+ * distribution would not be all it needs). */
+static bool ahead_match(const fusion_bytes *s, const hyp *h) {
+    return s->ah.ids && h->node >= 0 && h->n_ids >= 1 && h->n_ids <= s->ah.n &&
+           !memcmp(h->ids, s->ah.ids, sizeof(int32_t) * (size_t)h->n_ids);
+}
+
+/* h takes its distribution from the window, if there. */
+static void ahead_take(fusion_bytes *s, hyp *h) {
+    if (h->dist || !ahead_match(s, h)) return;
+    int32_t k = h->n_ids - s->ah.lo;
+    if (k < 0 || k >= s->ah.n_dist || !s->ah.dist[k]) return;
+    h->dist = s->ah.dist[k], h->inv_total = s->ah.inv_total[k], h->p_eog = s->ah.p_eog[k];
+    s->ah.dist[k] = NULL;
+}
+
+/* A new window from h's path on (h matches P, outside the window): the
+ * distributions after P[0..L) for L = |h| .. |h| + window - 1 in one call.
+ * Fails only as the member's pass fails; no window is no error. */
+static int ahead_fetch(fusion_bytes *s, hyp *h) {
+    ahead *a = &s->ah;
+    int32_t L = h->n_ids, end = L + a->window - 1 < a->n ? L + a->window - 1 : a->n; /* lengths [L, end] */
+    if (s->m->n_ctx > 0 && end > s->m->n_ctx) end = s->m->n_ctx;
+    if (end < L) return 0;
+    ahead_drop_window(s);
+    if (s->m->vt->logits_from(s->m, a->ids, end, L - 1, a->rows) < 0)
+        return s->m->err_kind < 0 ? s->m->err_kind : TUTTI_ERR;
+    a->lo = L;
+    for (int32_t k = 0; k <= end - L; k++) {
+        hyp tmp = {0};
+        if (hyp_fill(s, &tmp, a->rows + (size_t)k * (size_t)s->m->n_vocab) < 0) return TUTTI_ERR;
+        a->dist[k] = tmp.dist, a->inv_total[k] = tmp.inv_total, a->p_eog[k] = tmp.p_eog;
+        a->n_dist = k + 1;
+    }
+    ahead_take(s, h);
+    return 0;
+}
+
+int fusion_bytes_expect(fusion_bytes *s, const char *text, size_t n) {
+    if (s->ops || !s->m->vt->logits_from || n == 0) return 0;
+    ahead_clear(s);
+    const fusion_trie *t = s->trie;
+    /* the canonical tokens of the whole text (its committed part included)
+     * must spell the view and then text: v = prefix · committed · text */
+    if (s->n_view < s->n_prefix && s->n_view > 0) return 0; /* inside the prefix: not worth it */
+    size_t np = (size_t)t->n_prefix, have = s->n_view > s->n_prefix ? (size_t)(s->n_view - s->n_prefix) : 0;
+    size_t len = have + n;
+    if (len > (size_t)INT32_MAX / 4) return 0;
+    char *v = malloc(np + len);
+    int32_t cap = (int32_t)len + 16, off = s->bos >= 0 ? 1 : 0;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(cap + off));
+    if (!s->ah.rows) { /* first use: the window's scratch, about 16 MiB of rows at most */
+        int32_t w = (int32_t)(((size_t)16 << 20) / (sizeof(float) * (size_t)s->m->n_vocab));
+        w = w < 4 ? 4 : w > AHEAD_MAX ? AHEAD_MAX : w;
+        if ((s->ah.rows = malloc(sizeof(float) * (size_t)w * (size_t)s->m->n_vocab))) s->ah.window = w;
+    }
+    bool ok = v && ids && s->ah.rows; /* a speed hint: no memory for it is no error */
+    if (ok) {
+        memcpy(v, t->prefix, np);
+        memcpy(v + np, s->view + s->n_prefix, have);
+        memcpy(v + np + have, text, n);
+        if (off) ids[0] = s->bos;
+        int32_t k = tutti_tokenize(s->m->vocab, v + np, len, false, false, ids + off, cap);
+        size_t at = 0;
+        ok = k > 0;
+        for (int32_t i = 0; ok && i < k; i++) {
+            int32_t id = ids[off + i];
+            size_t nb = (size_t)(t->off[id + 1] - t->off[id]);
+            ok = at + nb <= np + len && !memcmp(t->bytes + t->off[id], v + at, nb);
+            at += nb;
+        }
+        ok = ok && at == np + len;
+        if (ok) s->ah.ids = ids, s->ah.n = k + off, ids = NULL;
+    }
+    free(v), free(ids);
+    return 0;
+}
+
 /* Every hypothesis without a distribution needs the member's logits after
  * its path.  A member that batches (logits_batch) gets them all at once, so
  * it reads its weights once per committed byte rather than once per
@@ -378,11 +487,11 @@ static int32_t lazy_select(const fusion_bytes *s, bool *need) {
             n_eval++;
             continue;
         }
-        need[i] = !(exp(h->logp - mx) < s->p.prune * total);
+        need[i] = h->node >= 0 && !(exp(h->logp - mx) < s->p.prune * total); /* stale: expanded before */
         n += need[i];
     }
     if (n == 0 && n_eval == 0) /* nothing evaluated would be left: evaluate all */
-        for (int32_t i = 0; i < s->n_h; i++) n += need[i] = !s->h[i].dist;
+        for (int32_t i = 0; i < s->n_h; i++) n += need[i] = !s->h[i].dist && s->h[i].node >= 0;
     return n;
 }
 
@@ -473,9 +582,74 @@ int32_t fusion_bytes_n_deferred(const fusion_bytes *s) {
     return n;
 }
 
+/* Appends h (its ids and dist move to s). */
+static int adopt_hyp(fusion_bytes *s, const hyp *h) {
+    if (s->n_h == s->cap_h) {
+        int32_t nc = s->cap_h ? s->cap_h * 2 : 16;
+        hyp *nh = realloc(s->h, sizeof(hyp) * (size_t)nc);
+        if (!nh) return tutti_set_error("byte alignment: out of memory");
+        s->h = nh, s->cap_h = nc;
+    }
+    s->h[s->n_h++] = *h;
+    return 0;
+}
+
+/* Expands stale hypothesis i (see commit): its distribution, then its
+ * descendants over its pending bytes view[pos..n_view), committed in a
+ * byte state of its own without lazy evaluation; they take its place
+ * (those at the end of the view still need their pass). */
+static int expand_stale(fusion_bytes *s, int32_t i) {
+    hyp d = s->h[i];
+    s->h[i] = s->h[--s->n_h];
+    fusion_bytes_params p = s->p;
+    p.lazy = false;
+    fusion_bytes *t = fusion_bytes_new(s->m, s->trie, &p);
+    int rc = t ? 0 : TUTTI_ERR;
+    if (rc == 0) t->n_prefix = s->n_prefix;
+    for (int32_t k = 0; rc == 0 && k < d.pos; k++) rc = view_push(t, (uint8_t)s->view[k]);
+    if (rc == 0) rc = push_hyp(t, d.ids, d.n_ids, -1, d.pos, 0, 0.0);
+    if (rc == 0) rc = fusion_bytes_commit_n(t, s->view + d.pos, (size_t)(s->n_view - d.pos));
+    if (rc == FUSION_ERR_SPELL) rc = 0; /* no descendant spells the text: it adds nothing */
+    else if (rc == 0)
+        for (int32_t k = 0; k < t->n_h && rc == 0; k++) {
+            hyp h = t->h[k];
+            h.logp += t->shift + d.logp;
+            if ((rc = adopt_hyp(s, &h)) == 0) memset(&t->h[k], 0, sizeof(hyp));
+        }
+    free(d.ids);
+    fusion_bytes_free(t);
+    return rc;
+}
+
+/* Stale hypotheses that must be expanded now: all when forced (or not
+ * lazy), else those whose share of the live mass reaches prune or that are
+ * all there is. */
+static int expand_needed(fusion_bytes *s, bool force) {
+    for (int32_t i = 0; i < s->n_h; i++) {
+        if (s->h[i].dist || s->h[i].node >= 0) continue;
+        bool need = force;
+        if (!need) {
+            double mx;
+            int32_t best;
+            double total = live_mass(s, &mx, &best);
+            need = best < 0 || !(exp(s->h[i].logp - mx) < s->p.prune * total);
+        }
+        if (!need) continue;
+        int rc = expand_stale(s, i);
+        if (rc < 0) return rc;
+        i = -1; /* the array changed */
+    }
+    return 0;
+}
+
 static int prepare(fusion_bytes *s, bool force) {
+    int rc0 = expand_needed(s, force || !(s->p.lazy && s->p.prune > 0));
+    if (rc0 < 0) return rc0;
     int32_t n_need = 0;
-    for (int32_t i = 0; i < s->n_h; i++) n_need += !s->h[i].dist;
+    for (int32_t i = 0; i < s->n_h; i++) {
+        if (!s->h[i].dist) ahead_take(s, &s->h[i]);
+        n_need += !s->h[i].dist;
+    }
     if (!n_need) return 0;
     bool lazy = s->p.lazy && s->p.prune > 0 && !force;
     bool *sel = NULL;
@@ -488,6 +662,23 @@ static int prepare(fusion_bytes *s, bool force) {
         }
     }
 #define SELECTED(i) (!s->h[i].dist && (!sel || sel[i]))
+    if (s->ah.ids) { /* on the known path beyond the window: the next window */
+        for (int32_t i = 0; i < s->n_h; i++) {
+            if (!SELECTED(i) || !ahead_match(s, &s->h[i])) continue;
+            int rc = ahead_fetch(s, &s->h[i]);
+            if (rc < 0) {
+                free(sel);
+                return rc;
+            }
+            for (int32_t j = 0; j < s->n_h; j++) ahead_take(s, &s->h[j]);
+        }
+        n_need = 0;
+        for (int32_t i = 0; i < s->n_h; i++) n_need += SELECTED(i);
+        if (!n_need) {
+            free(sel);
+            return 0;
+        }
+    }
     int32_t cand_h[SPEC_BATCH], cand_t[SPEC_BATCH], n_spec = 0;
     if (s->p.lazy && s->p.prune > 0 && s->m->vt->logits_batch) n_spec = spec_select(s, cand_h, cand_t);
     hint_live(s);
@@ -616,11 +807,46 @@ static bool evaluated_spawn(const fusion_bytes *s, uint8_t b) {
     return false;
 }
 
+/* Some evaluated hypothesis has a token longer than its pending bytes
+ * plus b, with probability > 0 (so the text continues past b without the
+ * deferred ones). */
+static bool evaluated_continue(const fusion_bytes *s, uint8_t b) {
+    const fusion_trie *t = s->trie;
+    for (int32_t i = 0; i < s->n_h; i++) {
+        const hyp *h = &s->h[i];
+        if (!h->dist) continue;
+        int32_t c = fusion_trie_child(t, h->node, b);
+        if (c < 0) continue;
+        const fusion_trie_node *nd = &t->node[c];
+        if (range_mass(t, h, nd->lo + nd->n_exact, nd->hi) > 0) return true;
+    }
+    return false;
+}
+
 int fusion_bytes_commit(fusion_bytes *s, uint8_t b) {
     REMOTE(commit(s->ops_ctx, b));
     int prc = fusion_bytes_prepare(s);
     if (prc < 0) return prc;
-    if (fusion_bytes_n_deferred(s) > 0 && !evaluated_spawn(s, b) && (prc = fusion_bytes_resolve(s)) < 0) return prc;
+    /* Deferred hypotheses, and no evaluated one ends a token at b: the
+     * boundary they would give is kept as one stale hypothesis, the
+     * heaviest deferred one, unevaluated; its pending bytes grow with each
+     * commit (node -1: they may span several tokens).  It stands for all
+     * its descendants (their mass is at most its own, below the pruning
+     * share), so the member still has a boundary to turn to, and it costs
+     * a pass only when expanded: when b itself needs it (no evaluated
+     * hypothesis continues with b), on resolve, or when its share grows
+     * past prune.  Until then an evaluated spawn drops it, as every
+     * deferred hypothesis.  (Evaluating that boundary hypothesis at each
+     * byte, as before, cost a pass per byte inside long tokens.) */
+    int32_t stale = -1;
+    if (fusion_bytes_n_deferred(s) > 0 && !evaluated_spawn(s, b)) {
+        if (evaluated_continue(s, b)) {
+            for (int32_t i = 0; i < s->n_h; i++)
+                if (!s->h[i].dist && (stale < 0 || s->h[i].logp > s->h[stale].logp)) stale = i;
+        } else if ((prc = fusion_bytes_resolve(s)) < 0) {
+            return prc;
+        }
+    }
     const fusion_trie *t = s->trie;
     int32_t n_old = s->n_h;
     int32_t new_pos = s->n_view + 1;
@@ -637,7 +863,8 @@ int fusion_bytes_commit(fusion_bytes *s, uint8_t b) {
         hyp *h = &s->h[i];
         int32_t c = fusion_trie_child(t, h->node, b);
         if (!h->dist) { /* deferred (lazy): below prune, and a boundary comes from the others */
-            deferred += exp(h->logp - mx);
+            if (i == stale) h->node = -1;
+            else deferred += exp(h->logp - mx);
             eff[i] = -1.0;
             continue;
         }
@@ -656,6 +883,7 @@ int fusion_bytes_commit(fusion_bytes *s, uint8_t b) {
                 return TUTTI_ERR;
             }
             if (s->n_sp) spec_take(s, &s->h[s->n_h - 1]);
+            if (s->ah.n_dist) ahead_take(s, &s->h[s->n_h - 1]);
             h = &s->h[i]; /* push may have moved the array */
             if (s->n_h > cap_eff) {
                 cap_eff *= 2;
@@ -737,6 +965,7 @@ int fusion_bytes_commit(fusion_bytes *s, uint8_t b) {
         return tutti_set_error("byte alignment: out of memory");
     }
     for (int32_t k = 0; k < n_rk; k++) keep[rk[k].i] = true;
+    if (stale >= 0) keep[stale] = true;
     int32_t w = 0;
     double nmx = -INFINITY;
     for (int32_t i = 0; i < s->n_h; i++) {
@@ -749,6 +978,7 @@ int fusion_bytes_commit(fusion_bytes *s, uint8_t b) {
     }
     s->n_h = w;
     for (int32_t i = 0; i < s->n_h; i++) s->h[i].logp -= nmx;
+    if (s->n_h) s->shift += nmx;
     free(eff), free(rk), free(keep);
     return 0;
 }
@@ -770,6 +1000,7 @@ int fusion_bytes_start(fusion_bytes *s, const char *text, size_t n) {
     s->n_prefix = t->n_prefix;
     if (s->bos >= 0) {
         if (push_hyp(s, NULL, 0, s->bos, 0, 0, 0.0) < 0) return TUTTI_ERR;
+        fusion_bytes_expect(s, text, n); /* the prompt's canonical path in one pass */
         int rc = fusion_bytes_commit_n(s, t->prefix, (size_t)t->n_prefix);
         return rc < 0 ? rc : fusion_bytes_commit_n(s, text, n);
     }
@@ -813,6 +1044,7 @@ int fusion_bytes_start(fusion_bytes *s, const char *text, size_t n) {
     int rc = push_hyp(s, ids, keep, -1, s->n_view, 0, 0.0);
     free(ids);
     if (rc < 0) return rc;
+    fusion_bytes_expect(s, text + consumed, n - consumed); /* the rest of the prompt's canonical path */
     return fusion_bytes_commit_n(s, text + consumed, n - consumed);
 }
 
@@ -866,6 +1098,7 @@ fusion_bytes *fusion_bytes_clone(const fusion_bytes *s) {
     memcpy(c->view, s->view, (size_t)s->n_view);
     c->n_view = s->n_view;
     c->pruned = s->pruned;
+    c->shift = s->shift;
     for (int32_t i = 0; i < s->n_h; i++) {
         const hyp *h = &s->h[i];
         if (push_hyp(c, h->ids, h->n_ids, -1, h->pos, h->node, h->logp) < 0) goto fail;

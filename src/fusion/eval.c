@@ -178,6 +178,7 @@ int fusion_byte_table(fusion_member *m, const fusion_trie *trie, const fusion_by
     fusion_bytes *st = fusion_bytes_new(m, trie, bp);
     if (!st) return TUTTI_ERR;
     int rc = fusion_bytes_start(st, "", 0);
+    if (rc == 0) rc = fusion_bytes_expect(st, text, len); /* the text is known: its canonical path in few passes */
     if (rc == 0) rc = byte_rows(m, st, text, len, out);
     fusion_bytes_free(st);
     return rc;
@@ -198,6 +199,7 @@ static int byte_table_branches(fusion_member *m, const fusion_trie *trie, const 
     fusion_bytes *st = fusion_bytes_new(m, trie, bp);
     if (!st) return TUTTI_ERR;
     int rc = fusion_bytes_start(st, "", 0);
+    if (rc == 0) rc = fusion_bytes_expect(st, prefix, plen);
     double d[FUSION_N_BYTE_OUT];
     bool gone = false;
     /* plp[i], pgone[i]: the log-probability of the prefix's byte i and

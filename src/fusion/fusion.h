@@ -75,6 +75,12 @@ typedef struct fusion_member_vt {
      * Optional (NULL): one logits_view call per sequence. */
     int32_t (*logits_batch)(fusion_member *m, int32_t n_seq, const int32_t *const *ids, const int32_t *n,
                             const float **rows);
+    /* Logits after each of ids[0..j] for j in [from, n) (0 <= from < n):
+     * out[n - from][n_vocab], logits_all's rows from row `from` on, in one
+     * forward pass over what the member does not hold already (a local
+     * member keeps each timeline's KV cache).  Optional (NULL): byte
+     * alignment then reads known text one pass per token boundary. */
+    int (*logits_from)(fusion_member *m, const int32_t *ids, int32_t n, int32_t from, float *out);
 } fusion_member_vt;
 
 struct fusion_bytes_params;
@@ -270,6 +276,15 @@ int fusion_bytes_resolve(fusion_bytes *s);
  * every live hypothesis. */
 int fusion_bytes_commit(fusion_bytes *s, uint8_t b);
 int fusion_bytes_commit_n(fusion_bytes *s, const char *bytes, size_t n);
+/* Says that the next n bytes committed will be text[0..n) (eval's text,
+ * a prompt: fusion_bytes_start says it of its own text).  Speed only:
+ * the distributions along the canonical tokenization of the text are
+ * computed ahead in one forward pass per window of tokens, and a
+ * hypothesis whose path is a prefix of it takes its distribution from
+ * there instead of a pass of its own; results are those without the
+ * hint.  A text the canonical tokens cannot spell, or a member that
+ * cannot compute ahead (no logits_from), is no error: nothing is done. */
+int fusion_bytes_expect(fusion_bytes *s, const char *text, size_t n);
 /* Deep copy (shares member and trie). */
 fusion_bytes *fusion_bytes_clone(const fusion_bytes *s);
 int32_t fusion_bytes_n_hyps(const fusion_bytes *s);

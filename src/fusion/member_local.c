@@ -355,6 +355,24 @@ static int local_logits_all(fusion_member *m, const int32_t *ids, int32_t n, flo
     return run_suffix(lm, best, ids, 0, n, out);
 }
 
+/* Rows from `from` on of the timeline ids[0..n): the session holding the
+ * longest prefix runs only the rest, from `from` at the latest (the rows
+ * before its end are not kept, so they are computed again).  The prefix
+ * before `from` that no session holds costs a pass of its own. */
+static int local_logits_from(fusion_member *m, const int32_t *ids, int32_t n, int32_t from, float *out) {
+    local_member *lm = (local_member *)m;
+    lm->base.err_kind = TUTTI_ERR;
+    if (from < 0 || from >= n) return tutti_set_error("member %s: no rows asked for", m->name);
+    int32_t k = 0, src = -1, best = pick_session(lm, ids, n, NULL, &k, &src);
+    if (best < 0) return tutti_set_error("member %s: no session", m->name);
+    if (k > from) k = from;
+    if (ensure_session(lm, best) < 0) return TUTTI_ERR;
+    if (src >= 0 && k > 0 && copy_prefix(lm, best, src, k) < 0) return TUTTI_ERR;
+    if (k < from && run_suffix(lm, best, ids, k, from, NULL) < 0) return TUTTI_ERR;
+    m->new_generation = false;
+    return run_suffix(lm, best, ids, from, n, out);
+}
+
 static void local_free(fusion_member *m) {
     local_member *lm = (local_member *)m;
     if (!lm) return;
@@ -367,8 +385,8 @@ static void local_free(fusion_member *m) {
     free(lm);
 }
 
-static const fusion_member_vt local_vt = {local_logits, local_logits_all, local_free, local_logits_view,
-                                          local_logits_batch};
+static const fusion_member_vt local_vt = {local_logits,       local_logits_all,  local_free, local_logits_view,
+                                          local_logits_batch, local_logits_from};
 
 fusion_member *fusion_member_local_new(const char *path, int32_t n_sessions, int32_t n_ctx, int32_t n_threads) {
     return fusion_member_local_new_shared(path, NULL, n_sessions, n_ctx, n_threads);

@@ -150,7 +150,7 @@ static void mpi_free(fusion_member *m) {
     free(mm);
 }
 
-static const fusion_member_vt mpi_vt = {mpi_logits, mpi_logits_all, mpi_free, mpi_logits_view, NULL};
+static const fusion_member_vt mpi_vt = {mpi_logits, mpi_logits_all, mpi_free, mpi_logits_view, NULL, NULL};
 
 /* ---- byte states on the member's rank (BYTE alignment) ----
  *

@@ -641,7 +641,7 @@ static void remote_free(fusion_member *m) {
     free(rm);
 }
 
-static const fusion_member_vt remote_vt = {remote_logits, remote_logits_all, remote_free, NULL, NULL};
+static const fusion_member_vt remote_vt = {remote_logits, remote_logits_all, remote_free, NULL, NULL, NULL};
 
 /* ---- piece -> id (classic OpenAI answers name tokens by text) ---- */
 
