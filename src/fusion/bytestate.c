@@ -861,13 +861,13 @@ int fusion_bytes_commit(fusion_bytes *s, uint8_t b) {
     double deferred = 0.0; /* mass of the deferred hypotheses dropped here */
     for (int32_t i = 0; i < n_old; i++) {
         hyp *h = &s->h[i];
-        int32_t c = fusion_trie_child(t, h->node, b);
         if (!h->dist) { /* deferred (lazy): below prune, and a boundary comes from the others */
             if (i == stale) h->node = -1;
             else deferred += exp(h->logp - mx);
             eff[i] = -1.0;
             continue;
         }
+        int32_t c = fusion_trie_child(t, h->node, b);
         if (c < 0) {
             eff[i] = -1.0;
             continue;
