@@ -78,7 +78,7 @@ typedef struct spec {
     double inv_total, p_eog;
 } spec;
 
-#define SPEC_MAX 8   /* cached speculative distributions */
+#define SPEC_MAX FUSION_SPEC_MAX /* cached speculative distributions */
 #define SPEC_BATCH 4 /* added to one pass at most */
 
 /* Known text ahead (fusion_bytes_expect): the canonical token path of the

@@ -265,8 +265,8 @@ tutti_ensemble *tutti_ensemble_new(const tutti_ensemble_params *params) {
     e->parallel = params->parallel == 2 || (params->parallel == 0 && default_parallel(e->n, n_threads));
     int32_t per = e->parallel ? (n_threads / e->n > 0 ? n_threads / e->n : 1) : n_threads;
     /* byte/span: a session per hypothesis, two spare, and room for the
-     * speculative paths of byte alignment (bytestate.c, SPEC_MAX) */
-    int32_t n_sessions = e->align == TUTTI_ALIGN_TOKEN ? 1 : e->max_hyps + 2 + 8;
+     * speculative paths of byte alignment */
+    int32_t n_sessions = e->align == TUTTI_ALIGN_TOKEN ? 1 : e->max_hyps + 2 + FUSION_SPEC_MAX;
     for (int32_t i = 0; i < e->n; i++) {
         e->m[i] = fusion_member_placed_new(i, e->n, e->path[i], params->models ? params->models[i] : NULL,
                                            n_sessions, params->n_ctx, per);

@@ -223,6 +223,9 @@ int32_t fusion_trie_child(const fusion_trie *t, int32_t node, uint8_t b);
 /* Exact next-byte distribution of one member */
 
 #define FUSION_N_BYTE_OUT 257 /* 256 bytes + end of text */
+/* Speculative distributions a byte state keeps (bytestate.c): a member
+ * needs that many sessions beyond one per hypothesis. */
+#define FUSION_SPEC_MAX 8
 #define FUSION_END 256
 
 typedef struct fusion_bytes fusion_bytes;
