@@ -326,12 +326,14 @@ static const cJSON *top_list(int api, const cJSON *root, bool *classic) {
  * scanner reads only completion_probabilities[0].top_logprobs[].{id,
  * logprob} and timings.{prompt_ms, predicted_ms}, skipping every other
  * value while checking the JSON syntax.  It gives up (-1) on anything it
- * does not expect -- duplicate keys, a token listed twice, an id out of
- * range, a non-finite number -- and the cJSON path then parses the answer
- * and names the error, so both paths accept the same answers. */
+ * does not expect -- duplicate or escaped keys, a token listed twice, an id
+ * out of range, a non-finite number, a number or string cJSON would not
+ * take -- and the cJSON path then parses the answer and names the error.
+ * So whatever the scanner reads, cJSON reads the same way (fuzz/
+ * fuzz_remote.c checks it bit for bit). */
 
 typedef struct jscan {
-    const char *p, *end; /* the text is NUL-terminated at end */
+    const char *p, *end; /* not NUL-terminated: nothing at or past end is read */
 } jscan;
 
 static void js_ws(jscan *s) {
@@ -347,15 +349,48 @@ static bool js_lit(jscan *s, char c) {
     return false;
 }
 
-/* a string; [*a, *a + *n) are its raw (still escaped) contents */
+/* \uXXXX at p (p + 6 <= end): its code unit, or -1 when a digit is not hex */
+static long js_hex4(const char *p) {
+    long v = 0;
+    for (int i = 2; i < 6; i++) {
+        char c = p[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return -1;
+        v = v * 16 + d;
+    }
+    return v;
+}
+
+/* a string; [*a, *a + *n) are its raw (still escaped) contents.  Escapes
+ * are checked as strictly as cJSON decodes them (or more: then the full
+ * parser decides), so that the scanner never takes a string it rejects:
+ * one of \" \\ \/ \b \f \n \r \t, or \u with 4 hex digits, a surrogate
+ * only as a high-low pair. */
 static bool js_str(jscan *s, const char **a, size_t *n) {
     js_ws(s);
     if (s->p >= s->end || *s->p != '"') return false;
     const char *st = ++s->p;
     while (s->p < s->end && *s->p != '"') {
         if ((unsigned char)*s->p < 0x20) return false;
-        if (*s->p == '\\' && ++s->p >= s->end) return false;
-        s->p++;
+        if (*s->p != '\\') {
+            s->p++;
+            continue;
+        }
+        if (s->end - s->p < 2) return false;
+        char c = s->p[1];
+        if (c != 'u') {
+            if (!c || !strchr("\"\\/bfnrt", c)) return false;
+            s->p += 2;
+            continue;
+        }
+        long u = s->end - s->p >= 6 ? js_hex4(s->p) : -1;
+        if (u < 0 || (u >= 0xDC00 && u <= 0xDFFF)) return false;
+        if (u >= 0xD800 && u <= 0xDBFF) {
+            long lo = s->end - s->p >= 12 && s->p[6] == '\\' && s->p[7] == 'u' ? js_hex4(s->p + 6) : -1;
+            if (!(lo >= 0xDC00 && lo <= 0xDFFF)) return false;
+            s->p += 6;
+        }
+        s->p += 6;
     }
     if (s->p >= s->end) return false;
     *a = st, *n = (size_t)(s->p - st);
@@ -363,21 +398,48 @@ static bool js_str(jscan *s, const char **a, size_t *n) {
     return true;
 }
 
+/* a key and its ':' (in skipped values: any key) */
+static bool js_any_key(jscan *s) {
+    const char *a;
+    size_t n;
+    return js_str(s, &a, &n) && js_lit(s, ':');
+}
+
+/* a key that is compared, and its ':'.  One with an escape is declined:
+ * cJSON compares the decoded text ("\u0069d" is "id", "id\u0000x" too) */
+static bool js_name(jscan *s, const char **a, size_t *n) {
+    return js_str(s, a, n) && !memchr(*a, '\\', *n) && js_lit(s, ':');
+}
+
 static bool js_key(jscan *s, const char *want, bool *match) {
     const char *a;
     size_t n;
-    if (!js_str(s, &a, &n) || !js_lit(s, ':')) return false;
+    if (!js_name(s, &a, &n)) return false;
     *match = n == strlen(want) && !memcmp(a, want, n);
     return true;
 }
 
+/* A number, read as cJSON reads it: the run of the characters it takes
+ * (digits + - . e E, at most 63 of them, else declined) copied and given
+ * to strtod.  Not strtod on the text itself: it would read on past end
+ * (the text is not NUL-terminated) and it takes more than JSON (0x10, inf,
+ * nan), which the full parser rejects. */
 static bool js_num(jscan *s, double *out) {
     js_ws(s);
     if (s->p >= s->end || !(*s->p == '-' || (*s->p >= '0' && *s->p <= '9'))) return false;
+    char buf[64];
+    size_t n = 0;
+    for (; s->p + n < s->end; n++) {
+        char c = s->p[n];
+        if (!((c >= '0' && c <= '9') || c == '+' || c == '-' || c == '.' || c == 'e' || c == 'E')) break;
+        if (n == sizeof buf - 1) return false;
+        buf[n] = c;
+    }
+    buf[n] = 0;
     char *e;
-    *out = strtod(s->p, &e);
-    if (e == s->p || e > s->end || !isfinite(*out)) return false;
-    s->p = e;
+    *out = strtod(buf, &e);
+    if (e == buf || !isfinite(*out)) return false;
+    s->p += e - buf;
     return true;
 }
 
@@ -395,8 +457,7 @@ static bool js_skip(jscan *s, int depth) {
         s->p++;
         if (js_lit(s, close)) return true;
         for (;;) {
-            bool m;
-            if (c == '{' && !js_key(s, "", &m)) return false;
+            if (c == '{' && !js_any_key(s)) return false;
             if (!js_skip(s, depth + 1)) return false;
             if (js_lit(s, ',')) continue;
             return js_lit(s, close);
@@ -435,7 +496,7 @@ static bool js_first_entry(fusion_remote_vocab *rv, jscan *s, float *out, int32_
                 for (;;) {
                     const char *a;
                     size_t n;
-                    if (!js_str(s, &a, &n) || !js_lit(s, ':')) return false;
+                    if (!js_name(s, &a, &n)) return false;
                     if (n == 2 && !memcmp(a, "id", 2)) {
                         if (has_id || !js_num(s, &id)) return false;
                         has_id = true;
@@ -477,7 +538,7 @@ static int fast_llama_answer(fusion_remote_vocab *rv, const char *resp, size_t n
     for (;;) {
         const char *a;
         size_t kl;
-        if (!js_str(&s, &a, &kl) || !js_lit(&s, ':')) return -1;
+        if (!js_name(&s, &a, &kl)) return -1;
         if (kl == 24 && !memcmp(a, "completion_probabilities", 24)) {
             if (got || !js_lit(&s, '[') || js_lit(&s, ']') || !js_first_entry(rv, &s, out, k, mass)) return -1;
             while (js_lit(&s, ','))
@@ -487,13 +548,17 @@ static int fast_llama_answer(fusion_remote_vocab *rv, const char *resp, size_t n
         } else if (kl == 7 && !memcmp(a, "timings", 7)) {
             if (got_t || !js_lit(&s, '{')) return -1;
             got_t = true;
+            bool got_pm = false, got_pd = false; /* cJSON takes the first of a key given twice */
             if (!js_lit(&s, '}'))
                 for (;;) {
                     const char *b;
                     size_t bl;
                     double v;
-                    if (!js_str(&s, &b, &bl) || !js_lit(&s, ':')) return -1;
-                    bool want = (bl == 9 && !memcmp(b, "prompt_ms", 9)) || (bl == 12 && !memcmp(b, "predicted_ms", 12));
+                    if (!js_name(&s, &b, &bl)) return -1;
+                    bool pm = bl == 9 && !memcmp(b, "prompt_ms", 9), pd = bl == 12 && !memcmp(b, "predicted_ms", 12);
+                    if ((pm && got_pm) || (pd && got_pd)) return -1;
+                    got_pm |= pm, got_pd |= pd;
+                    bool want = pm || pd;
                     js_ws(&s);
                     if (want && s.p < s.end && (*s.p == '-' || (*s.p >= '0' && *s.p <= '9'))) {
                         if (!js_num(&s, &v)) return -1;
