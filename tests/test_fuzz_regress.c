@@ -30,6 +30,8 @@ int tutti_fuzz_grammar_one(const uint8_t *data, size_t size) __attribute__((weak
 int tutti_fuzz_model_one(const uint8_t *data, size_t size) __attribute__((weak));
 int tutti_fuzz_merge_yaml_one(const uint8_t *data, size_t size) __attribute__((weak));
 int tutti_fuzz_http_one(const uint8_t *data, size_t size) __attribute__((weak));
+int tutti_fuzz_remote_one(const uint8_t *data, size_t size) __attribute__((weak));
+int tutti_fuzz_native_one(const uint8_t *data, size_t size) __attribute__((weak));
 
 static const struct {
     const char *name;
@@ -42,6 +44,8 @@ static const struct {
     {"model", tutti_fuzz_model_one},
     {"merge_yaml", tutti_fuzz_merge_yaml_one},
     {"http", tutti_fuzz_http_one},
+    {"remote", tutti_fuzz_remote_one},
+    {"native", tutti_fuzz_native_one},
 };
 #define N_HARNESSES (sizeof g_harnesses / sizeof g_harnesses[0])
 
