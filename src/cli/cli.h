@@ -69,7 +69,7 @@ double cli_now(void);
     {"--split-layers", "[N0,N1,...]", CLI_T_STR, 0, 0, (counts),                                            \
      "under mpirun -np K: split " what " by layers over the K ranks, rank r\n"                               \
      "computing N_r layers (no list: a split by weight bytes); the output is\n"                              \
-     "the one process's, byte for byte",                                                                  \
+     "that of one process, byte for byte",                                                                \
      "off", NULL, CLI_OPTVAL},                                                                             \
     CLI_INT("--split-ubatch", "N", (ubatch), 1, 512,                                                        \
             "prompt micro-batch of --split-layers in tokens, a multiple of 4 in [8, 512]", "about 4 per rank")

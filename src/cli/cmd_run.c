@@ -59,7 +59,7 @@ void ens_args_init(ens_args *a) {
         ENS_WEIGHT_OPTS(&a->adapt, &a->adapt_alpha, &a->route, &a->route_tau),
         CLI_SECTION("members over MPI ranks (mpirun -np K tutti CMD ...)"),
         CLI_SPLIT_OPTS(&a->split_counts, &a->split_ub, "members"),
-        ENS_SPLIT_MEMBER_OPT(&a->split_member),
+        ENS_SPLIT_MEMBER_OPT(&a->split_member, "members"),
         CLI_END,
     };
     _Static_assert(sizeof t <= sizeof a->opts, "ens_args.opts is too small for the table");

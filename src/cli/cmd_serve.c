@@ -63,7 +63,7 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
         CLI_INT("-t,--threads", "N", &o->n_threads, 1, CLI_MAX_THREADS, "threads per slot", "cores / slots"),
         CLI_SECTION("models over MPI ranks (mpirun -np K tutti serve ...)"),
         CLI_SPLIT_OPTS(&split_counts, &split_ub, "members"),
-        ENS_SPLIT_MEMBER_OPT(&split_member),
+        ENS_SPLIT_MEMBER_OPT(&split_member, "-m models"),
         CLI_END,
     };
     const cli_spec spec = {

@@ -49,9 +49,9 @@ typedef struct ens_args {
  * range, no remote member.  Fills paths[] (*n_paths; NULL list: 0 = every
  * member).  CLI_RUN, or 2 after the message. */
 int ens_split_members(const char *list, const char *const *members, int n, const char **paths, int32_t *n_paths);
-#define ENS_SPLIT_MEMBER_OPT(dest)                                                                  \
+#define ENS_SPLIT_MEMBER_OPT(dest, what)                                                            \
     CLI_STR("--split-member", "I,J,...", (dest),                                                    \
-            "with --split-layers: the members to split (1-based); each occupies every\n"           \
+            "with --split-layers: the " what " to split (1-based); each occupies every\n"          \
             "rank, the others go round robin over ranks 1..K-1 (--place cannot be given)",          \
             "every member")
 

@@ -444,7 +444,7 @@ static int ring_pass(tutti_mpi_ring *r, tutti_session *s, int32_t n_piece, float
         const tmpi_act h = {TMPI_ACT, t, 0, ns, n_copy};
         size_t o = 0;
         memcpy(msg, &h, sizeof h), o += sizeof h;
-        memcpy(msg + o, r->copy, sizeof(tmpi_copy) * (size_t)n_copy), o += sizeof(tmpi_copy) * (size_t)n_copy;
+        if (n_copy > 0) memcpy(msg + o, r->copy, sizeof(tmpi_copy) * (size_t)n_copy), o += sizeof(tmpi_copy) * (size_t)n_copy;
         for (int32_t j = j0; j < j0 + ns; j++) {
             const tmpi_seg sg = {((split_pipe *)r->seg[j].s->pipe)->sid, r->pos0[j], r->seg[j].n};
             memcpy(msg + o, &sg, sizeof sg), o += sizeof sg;
