@@ -236,6 +236,17 @@ TUTTI_MPI_TEST_FAULT=splitload@1 expect_fault "split member: rank 1 cannot load 
   "rank 1 cannot load layers 2-4 of .*stories260K-dreams.gguf: .*injected load failure" 30 2 "$T" run $TOK -p Once -n 20 \
   --split-layers --split-member 2
 [ -s "$W/f.out" ] && { echo "FAIL split member: rank 1 cannot load: text was printed"; fail=1; }
+# a rank that answers a pass with an error (TUTTI_MPI_TEST_FAULT=spliterr:N@R):
+# rank 0 takes every micro-batch's answer, reports the rank, releases the
+# parts and exits 1 (no hang): in a 17-piece prompt, and a split member
+head -c 300 "$S/eval/stories-dev.txt" >"$W/p300.txt"
+TUTTI_MPI_TEST_FAULT=spliterr:2@1 expect_fault "split: rank 1 answers a micro-batch with an error" \
+  "rank 1 (stories260K.gguf split part): injected error" 30 3 "$T" generate -m "$M/stories260K.gguf" -f "$W/p300.txt" \
+  -n 20 -t 1 --split-layers --split-ubatch 8
+[ -s "$W/f.out" ] && { echo "FAIL split: error answer: text was printed"; fail=1; }
+TUTTI_MPI_TEST_FAULT=spliterr:30@2 expect_fault "split member: rank 2 answers with an error mid-generation" \
+  "member 2 (TinyStories-656K-Q8_0.gguf): mpi: rank 2 (TinyStories-656K-Q8_0.gguf split part): injected error" 30 3 \
+  "$T" run $BYTE -p Once -n 80 -t 1 --split-layers --split-member 2
 # a split member's rank killed mid-generation: reported, no hang
 TUTTI_MPI_TEST_FAULT=kill:40@1 TUTTI_MPI_TIMEOUT=5 expect_fault "split member: rank 1 killed mid-generation" \
   "rank 1 (\|process rank 1 with PID [0-9]* on node [^ ]* exited on signal 9" 30 2 "$T" run $BYTE2 -p Once -n 300 \

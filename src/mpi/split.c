@@ -81,6 +81,7 @@ struct tutti_mpi_ring {
     char *path;
     bool started;                 /* the other ranks were asked to load their parts */
     bool dead;                    /* a fault: nothing more goes out */
+    bool broken;                  /* an error answer: no more passes (the parts are still released) */
     bool loaded[SPLIT_MAX_RANKS]; /* the ranks serving their part (to be released) */
     /* one pass: piece b (a micro-batch) is seg[pseg[b] .. pseg[b+1]) */
     tutti_fwd_seg *seg;
@@ -344,7 +345,7 @@ static int start_parts(tutti_mpi_ring *g, int32_t n_threads) {
         return TUTTI_ERR;
     }
     if (rc_load < 0) {
-        g->dead = true; /* the ranks that did load are released when the ring is freed */
+        g->broken = true; /* the ranks that did load are released here */
         for (int32_t r = 1; r < g->k; r++)
             if (g->loaded[r]) {
                 const tmpi_act h = {TMPI_ACT_FREE, 0, 0, 0, 0};
@@ -461,25 +462,34 @@ static int ring_pass(tutti_mpi_ring *r, tutti_session *s, int32_t n_piece, float
         rc = tmpi_wait(&r->sreq[n_piece - 1], MPI_Wtime() + tmpi_timeout_s(), 1, "sending activations");
         r->n_copy = 0; /* the other ranks have them now */
     }
-    for (int32_t b = 0, row = 0; b < n_piece && rc == TUTTI_OK; b++) {
+    /* every micro-batch's answer is taken, also after one came back with an
+     * error (each rank answers every message it gets): no receive is left
+     * posted into the buffers; only a fault (a rank gone) stops the wait */
+    const bool sent = rc == TUTTI_OK;
+    bool fault = !sent;
+    for (int32_t b = 0, row = 0; b < n_piece && sent; b++) {
         const int32_t j0 = r->pseg[b], ns = r->pseg[b + 1] - j0;
         int32_t t = 0;
         for (int32_t j = j0; j < j0 + ns; j++) t += r->seg[j].n;
-        rc = tmpi_wait(&r->rreq[b], MPI_Wtime() + tmpi_timeout_s(), last, "computing layers");
-        if (rc < 0) break;
+        if (tmpi_wait(&r->rreq[b], MPI_Wtime() + tmpi_timeout_s(), last, "computing layers") < 0) {
+            rc = TUTTI_ERR;
+            fault = true;
+            break;
+        }
+        if (rc < 0) continue; /* an earlier micro-batch failed */
         const char *msg = r->rbuf + (size_t)b * slot;
         tmpi_act h;
         memcpy(&h, msg, sizeof h);
         if (h.op == TMPI_ACT_ERR) {
             rc = tutti_set_error("mpi: rank %d (%s split part): %.*s", h.from, base_name(r->path),
                                  h.n > 0 && (size_t)h.n < slot - sizeof h ? h.n : 0, msg + sizeof h);
-            break;
+            continue;
         }
         /* the answer repeats the header, copies and segments sent */
         const size_t hl = sizeof h + sizeof(tmpi_copy) * (size_t)(b == 0 ? n_copy0 : 0) + sizeof(tmpi_seg) * (size_t)ns;
         if (memcmp(msg, r->sbuf + (size_t)b * slot, hl) != 0) {
             rc = tutti_set_error("mpi: rank %d: activations of micro-batch %d came back malformed", last, b);
-            break;
+            continue;
         }
         /* the head: every row when the caller wants them, else the last row of the last micro-batch */
         if (out || rows || b == n_piece - 1) {
@@ -490,7 +500,12 @@ static int ring_pass(tutti_mpi_ring *r, tutti_session *s, int32_t n_piece, float
         row += t;
     }
     if (rc < 0) {
-        r->dead = true; /* requests may still be out: the run ends (tmpi_wait recorded the fault) */
+        /* after a fault requests may still be out (tmpi_wait recorded it: the
+         * run ends, and nothing more goes out); after an error answer every
+         * micro-batch came back, but the ranks' caches may hold part of the
+         * pass: no more passes, the parts are released as usual */
+        if (fault) r->dead = true;
+        r->broken = true;
         return TUTTI_ERR;
     }
     r->n_tok += n_tok;
@@ -505,7 +520,7 @@ static int ring_pass(tutti_mpi_ring *r, tutti_session *s, int32_t n_piece, float
 static int pipe_eval(tutti_pipe *pp, tutti_session *s, const int32_t *ids, int32_t n, float *logits) {
     split_pipe *p = (split_pipe *)pp;
     tutti_mpi_ring *r = p->ring;
-    if (r->dead) return tutti_set_error("--split-layers: the pipeline is broken by an earlier fault");
+    if (r->dead || r->broken) return tutti_set_error("--split-layers: the pipeline is broken by an earlier error");
     /* auto: about 4 micro-batches per rank (the pipeline is full for all
      * but k - 1 of them), at least 16 tokens each (smaller ones waste the
      * matmul's weight reads) */
@@ -554,7 +569,7 @@ static int pipe_eval(tutti_pipe *pp, tutti_session *s, const int32_t *ids, int32
 /* A batch of tutti_session_eval_multi: one piece, every segment of it. */
 static int pipe_segments(tutti_pipe *pp, tutti_session *s, const tutti_fwd_seg *seg, int32_t n_seg, float *rows) {
     tutti_mpi_ring *r = ((split_pipe *)pp)->ring;
-    if (r->dead) return tutti_set_error("--split-layers: the pipeline is broken by an earlier fault");
+    if (r->dead || r->broken) return tutti_set_error("--split-layers: the pipeline is broken by an earlier error");
     if (n_seg < 1) return tutti_set_error("--split-layers: empty batch");
     if (ring_room(r, (size_t)n_seg, 1) < 0) return TUTTI_ERR;
     for (int32_t j = 0; j < n_seg; j++) {
@@ -577,7 +592,7 @@ static void pipe_free(tutti_pipe *pp) {
 int tutti_mpi_ring_attach(tutti_mpi_ring *r, tutti_session *s, int32_t slot, int32_t n_threads) {
     if (!r || !s) return tutti_set_error("--split-layers: no ring or session");
     if (r->k == 1) return TUTTI_OK; /* one rank: the whole model here, nothing to pass on */
-    if (r->dead) return tutti_set_error("--split-layers: the pipeline is broken by an earlier fault");
+    if (r->dead || r->broken) return tutti_set_error("--split-layers: the pipeline is broken by an earlier error");
     if (slot < 0 || slot >= SPLIT_MAX_SLOTS)
         return tutti_set_error("--split-layers: session %d of a split model (at most %d)", slot, SPLIT_MAX_SLOTS);
     if (s->pipe) return tutti_set_error("--split-layers: the session already has a pipeline");
@@ -723,6 +738,7 @@ static void *srv_main(void *arg) {
     tutti_fwd_seg *fseg = malloc(sizeof *fseg * (size_t)ub);
     uint8_t *seen = malloc(SPLIT_MAX_SLOTS);
     int64_t n_tok = 0;
+    long n_act = 0;
     for (;;) {
         MPI_Message msg;
         MPI_Status st;
@@ -765,6 +781,13 @@ static void *srv_main(void *arg) {
             fseg[j] = (tutti_fwd_seg){s, NULL, sg.n};
             if (!s0) s0 = s;
         }
+        /* fault injection for tests/test_mpi.sh: TUTTI_MPI_TEST_FAULT=spliterr:N@R
+         * makes rank R answer its N-th activations with an error */
+        const char *f = getenv("TUTTI_MPI_TEST_FAULT");
+        n_act++;
+        if (!err && f && !strncmp(f, "spliterr:", 9) && strchr(f, '@') && atol(f + 9) == n_act &&
+            atoi(strchr(f, '@') + 1) == rank)
+            err = "injected error (TUTTI_MPI_TEST_FAULT)";
         if (!err) {
             tmpi_test_fault();
             char *x = buf + (p - buf);
