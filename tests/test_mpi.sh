@@ -200,8 +200,8 @@ TUTTI_MPI_TIMEOUT=30 timeout 120 "$MPIEXEC" --oversubscribe --allow-run-as-root 
   --split-member 2 --port 0 -t 1 >/dev/null 2>"$W/srv.err" &
 sp=$!
 port=""
-for i in $(seq 1 300); do
-  port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$W/srv.err")
+for i in $(seq 1 600); do  # (the port is printed before the models are loaded: wait for "ready")
+  grep -q "tutti serve: ready" "$W/srv.err" && port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$W/srv.err")
   [ -n "$port" ] && break
   kill -0 "$sp" 2>/dev/null || break
   sleep 0.1
