@@ -172,9 +172,8 @@ fusion_member *fusion_member_split_new(const char *path, const tutti_model *shar
 /* Member index of n_members: split by layers over the ranks when
  * --split-layers names its file (member_split.c), on another MPI rank when
  * the placement (src/mpi/tutti_mpi.h) says so (member_mpi.c), else in this
- * process
- * (fusion_member_open: remote for a URL, local otherwise, borrowing shared
- * when not NULL).  NULL + error. */
+ * process (fusion_member_open: remote for a URL, local otherwise,
+ * borrowing shared when not NULL).  NULL + error. */
 fusion_member *fusion_member_placed_new(int32_t index, int32_t n_members, const char *path, const tutti_model *shared,
                                         int32_t n_sessions, int32_t n_ctx, int32_t n_threads);
 /* The model of a local member (NULL for other kinds). */

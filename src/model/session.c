@@ -211,7 +211,8 @@ int tutti_session_eval_multi(tutti_session *const *ss, const int32_t *const *ids
     /* a model split by layers: the pipeline runs each batch (src/mpi/split.c) */
     for (int32_t i = 0; i < n_seq; i++)
         if (!ss[i]->pipe != !s0->pipe || (s0->pipe && !s0->pipe->eval_segments))
-            return tutti_set_error("tutti_session_eval_multi: sessions of a model split by layers mixed with others");
+            return tutti_set_error("tutti_session_eval_multi: sessions of a model split by layers mixed with others "
+                                   "(or a pipeline that takes no batches)");
     const int32_t ub = s0->n_ubatch, n_vocab = s0->model->hp.n_vocab;
     if (n_seq > 1 && s0->cap_rows < n_seq) {
         float *r = realloc(s0->rows, sizeof(float) * (size_t)n_seq * (size_t)n_vocab);
