@@ -151,6 +151,107 @@ expect_fault() {
   echo "ok   $name: exit $rc after $dt s: $(grep "$pat" "$W/f.err" | head -1)"
 }
 
+# ---- a split model as an ensemble member (src/fusion/member_split.c) ----
+# tutti run/eval --split-layers [COUNTS] [--split-member I,J]: each split
+# member's layers spread over every rank (the other members go round robin
+# over ranks 1..K-1).  The member's passes, its batches of several
+# tokenization hypotheses (byte alignment: one matmul over all of them) and
+# the cache copies between its sessions go round the ring as they run in one
+# process, so the fused text and the bits per byte (all 17 digits of
+# --json) must be the single-process run's.  (The K-quant byte-alignment
+# evaluation is the case that sees the batches' shape: each hypothesis in a
+# pass of its own changes its digits.)
+# split_member NAME NP "SPLIT FLAGS" CMD ARGS...: CMD ARGS in one process,
+# then under mpirun -np NP with the split flags added
+split_member() {
+  name=$1 np=$2 flags=$3; shift 3
+  "$T" "$@" >"$W/one.out" 2>"$W/one.err" || { echo "FAIL split member $name: single-process run failed"; cat "$W/one.err"; fail=1; return; }
+  run_mpi "$np" "$T" "$@" $flags >"$W/split.out" 2>"$W/split.err"
+  rc=$?
+  if [ $rc -ne 0 ]; then echo "FAIL split member $name: mpirun exit $rc"; cat "$W/split.err"; fail=1; return; fi
+  if ! grep -q "split over $np ranks" "$W/split.err" || ! grep -q "split: rank $((np - 1)) computed layers" "$W/split.err"; then
+    echo "FAIL split member $name: no member was split over $np ranks"; cat "$W/split.err"; fail=1; return
+  fi
+  if ! [ -s "$W/one.out" ] || ! cmp -s "$W/one.out" "$W/split.out"; then
+    echo "FAIL split member $name: output differs from the single-process run"; diff "$W/one.out" "$W/split.out" | head; fail=1; return
+  fi
+  echo "ok   split member $name: $(wc -c <"$W/split.out") bytes identical; $(grep 'split: [0-9]* tokens' "$W/split.err" | sed 's/.*split: //;s/; rank 0 RSS.*//' | tr '\n' ';')"
+}
+split_member "token greedy, member 2 over 2 ranks" 2 "--split-layers --split-member 2" run $TOK -p "Once upon" -n 40 -t 2 --temp 0
+split_member "token seeded, every member over 3 ranks" 3 "--split-layers" run $TOK -p "Once upon" -n 40 -t 2 --temp 0.9 --seed 5
+split_member "byte greedy, member 2 (Q8_0) over 2 ranks" 2 "--split-layers --split-member 2" run $BYTE -p "Once upon" -n 80 -t 2 --temp 0
+split_member "byte greedy, every member over 3 ranks" 3 "--split-layers" run $BYTE -p "Once upon" -n 80 -t 2 --temp 0
+split_member "byte seeded, members 1,3 over 3 ranks (1,2,2)" 3 "--split-layers 1,2,2 --split-member 1,3" run $BYTE \
+  -p "The dog" -n 80 -t 2 --temp 0.8 --seed 3
+split_member "byte seeded, member 1 over 2 ranks, 8-token micro-batches" 2 "--split-layers --split-member 1 --split-ubatch 8" \
+  run $BYTE2 -p "The dog" -n 80 -t 2 --temp 0.7 --seed 9
+split_member "span greedy, member 3 over 2 ranks" 2 "--split-layers --split-member 3" run $BYTE -p "Once upon" -n 60 -t 2 --temp 0 --align span
+split_member "eval bits per byte (token), every member over 2 ranks" 2 "--split-layers" eval --json --text "$W/ev.txt" $TOK -t 2
+split_member "eval bits per byte (byte), member 2 over 3 ranks" 3 "--split-layers --split-member 2" eval --json --text "$W/ev.txt" $BYTE -t 2
+KQ="-m $R/llama-Q4_K_M.gguf -m $M/stories260K.gguf"
+split_member "eval bits per byte (byte, Q4_K_M), member 1 over 2 ranks" 2 "--split-layers --split-member 1" eval --json \
+  --align byte --text "$W/ev.txt" $KQ -t 2
+split_member "eval bits per byte (byte, Q4_K_M), every member over 3 ranks" 3 "--split-layers" eval --json --align byte \
+  --text "$W/ev.txt" $KQ -t 2
+
+# serve: one request to 'default' (member 2 split over 2 ranks) equals tutti run
+"$T" run $BYTE2 -p "Once upon a time" -n 60 --seed 2 -t 1 >"$W/one.out" 2>/dev/null
+TUTTI_MPI_TIMEOUT=30 timeout 120 "$MPIEXEC" --oversubscribe --allow-run-as-root -np 2 "$T" serve $BYTE2 --split-layers \
+  --split-member 2 --port 0 -t 1 >/dev/null 2>"$W/srv.err" &
+sp=$!
+port=""
+for i in $(seq 1 600); do  # (the port is printed before the models are loaded: wait for "ready")
+  grep -q "tutti serve: ready" "$W/srv.err" && port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$W/srv.err")
+  [ -n "$port" ] && break
+  kill -0 "$sp" 2>/dev/null || break
+  sleep 0.1
+done
+if [ -z "$port" ]; then echo "FAIL split member serve: the server did not start"; cat "$W/srv.err"; fail=1
+else
+  curl -s --max-time 60 "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
+    -d '{"prompt":"Once upon a time","max_tokens":60,"seed":2}' >"$W/srv.json"
+  /usr/bin/python3 -c 'import json, sys; sys.stdout.write(json.load(open(sys.argv[1]))["choices"][0]["text"])' \
+    "$W/srv.json" >"$W/srv.txt" 2>"$W/srv.py.err"
+  if [ -s "$W/one.out" ] && cmp -s "$W/one.out" "$W/srv.txt" && grep -q "split over 2 ranks" "$W/srv.err"; then
+    echo "ok   split member serve: $(wc -c <"$W/srv.txt") bytes identical to tutti run"
+  else echo "FAIL split member serve: the served text differs from tutti run"; cat "$W/srv.json" "$W/srv.err"; fail=1; fi
+fi
+kill "$sp" 2>/dev/null; wait "$sp" 2>/dev/null
+
+# usage: --split-member needs --split-layers and a member that exists;
+# --place with --split-layers is refused (a split member occupies every rank)
+usage2() {
+  name=$1 pat=$2; shift 2
+  "$T" "$@" >/dev/null 2>"$W/p.err"; rc=$?
+  [ $rc -eq 2 ] && grep -q -- "$pat" "$W/p.err" && echo "ok   $name refused (exit 2)" ||
+    { echo "FAIL $name: exit $rc"; cat "$W/p.err"; fail=1; }
+}
+usage2 "--split-member without --split-layers" "split-member needs --split-layers" run $TOK -p Once -n 5 --split-member 2
+usage2 "--split-member 4 of 3" "expected comma-separated member numbers in \[1, 3\]" run $TOK -p Once -n 5 --split-layers --split-member 4
+usage2 "--split-layers with --place" "place and --split-layers exclude each other" run $TOK -p Once -n 5 --split-layers --place 0,0,0
+usage2 "--split-layers x" "expected comma-separated layer counts" eval --text "$W/ev.txt" $TOK --split-layers=x
+usage2 "serve --split-ubatch 6" "split-ubatch needs a multiple of 4" serve $TOK --split-layers --split-ubatch 6
+# a rank that cannot load its part of a split member: an error naming it, before any text
+TUTTI_MPI_TEST_FAULT=splitload@1 expect_fault "split member: rank 1 cannot load its layers" \
+  "rank 1 cannot load layers 2-4 of .*stories260K-dreams.gguf: .*injected load failure" 30 2 "$T" run $TOK -p Once -n 20 \
+  --split-layers --split-member 2
+[ -s "$W/f.out" ] && { echo "FAIL split member: rank 1 cannot load: text was printed"; fail=1; }
+# a rank that answers a pass with an error (TUTTI_MPI_TEST_FAULT=spliterr:N@R):
+# rank 0 takes every micro-batch's answer, reports the rank, releases the
+# parts and exits 1 (no hang): in a 17-piece prompt, and a split member
+head -c 300 "$S/eval/stories-dev.txt" >"$W/p300.txt"
+TUTTI_MPI_TEST_FAULT=spliterr:2@1 expect_fault "split: rank 1 answers a micro-batch with an error" \
+  "rank 1 (stories260K.gguf split part): injected error" 30 3 "$T" generate -m "$M/stories260K.gguf" -f "$W/p300.txt" \
+  -n 20 -t 1 --split-layers --split-ubatch 8
+[ -s "$W/f.out" ] && { echo "FAIL split: error answer: text was printed"; fail=1; }
+TUTTI_MPI_TEST_FAULT=spliterr:30@2 expect_fault "split member: rank 2 answers with an error mid-generation" \
+  "member 2 (TinyStories-656K-Q8_0.gguf): mpi: rank 2 (TinyStories-656K-Q8_0.gguf split part): injected error" 30 3 \
+  "$T" run $BYTE -p Once -n 80 -t 1 --split-layers --split-member 2
+# a split member's rank killed mid-generation: reported, no hang
+TUTTI_MPI_TEST_FAULT=kill:40@1 TUTTI_MPI_TIMEOUT=5 expect_fault "split member: rank 1 killed mid-generation" \
+  "rank 1 (\|process rank 1 with PID [0-9]* on node [^ ]* exited on signal 9" 30 2 "$T" run $BYTE2 -p Once -n 300 \
+  --split-layers --split-member 1 -t 1
+
 # a member rank killed (SIGKILL) on its 30th request: mpirun ends the job;
 # rank 0 names the rank and its members when it gets to run before mpirun's
 # SIGKILL reaches it, and mpirun names the rank in any case (on a loaded

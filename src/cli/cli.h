@@ -62,6 +62,21 @@ double cli_now(void);
             "context length in tokens" what "; 0 = the model's trained context\n(a warning when N exceeds it)", \
             "min(trained, 4096)")
 
+/* A model split by layers over MPI ranks (src/mpi/tutti_mpi.h): counts
+ * (const char *, NULL = not given, "" = by memory) and ubatch (int32_t, 0 =
+ * auto); checked after parsing with cli_split_check.  what: the model(s). */
+#define CLI_SPLIT_OPTS(counts, ubatch, what)                                                                   \
+    {"--split-layers", "[N0,N1,...]", CLI_T_STR, 0, 0, (counts),                                            \
+     "under mpirun -np K: split " what " by layers over the K ranks, rank r\n"                               \
+     "computing N_r layers (no list: a split by weight bytes); the output is\n"                              \
+     "that of one process, byte for byte",                                                                \
+     "off", NULL, CLI_OPTVAL},                                                                             \
+    CLI_INT("--split-ubatch", "N", (ubatch), 1, 512,                                                        \
+            "prompt micro-batch of --split-layers in tokens, a multiple of 4 in [8, 512]", "about 4 per rank")
+/* --split-layers / --split-ubatch as given: CLI_RUN, or 2 after the message
+ * (bad counts or micro-batch, --split-ubatch alone, no MPI in this build). */
+int cli_split_check(const char *counts, int32_t ubatch);
+
 /* ---- behaviour shared by the commands (common.c) ---- */
 
 /* The seed to use: `seed` as given, or for CLI_SEED_RANDOM one drawn from

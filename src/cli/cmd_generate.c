@@ -81,6 +81,8 @@ int cmd_generate(int argc, char **argv) {
     tutti_sampler_params sp = tutti_sampler_default_params();
     sp.seed = CLI_SEED_RANDOM;
     cli_grammar ga = {0};
+    const char *split_counts = NULL; /* --split-layers: NULL = off, "" = by memory */
+    int32_t split_ub = 0;
     cli_opt opts[] = {
         {"-m,--model", "FILE", CLI_T_STR, 0, 0, &model_path, "GGUF model file", "none", NULL, CLI_ONCE},
         CLI_STR("-p,--prompt", "TEXT", &prompt, "prompt (BOS is added when the model's metadata asks for it)", "none"),
@@ -101,6 +103,8 @@ int cmd_generate(int argc, char **argv) {
         CLI_SECTION("sampling"),
         CLI_SAMPLING_OPTS(&sp),
         CLI_GRAMMAR_OPTS(&ga),
+        CLI_SECTION("one model over MPI ranks (mpirun -np K tutti generate ...)"),
+        CLI_SPLIT_OPTS(&split_counts, &split_ub, "the model"),
         CLI_END,
     };
     const cli_spec spec = {
@@ -111,19 +115,12 @@ int cmd_generate(int argc, char **argv) {
         .opts = opts,
         .epilog = "Ctrl-C stops the generation after the current token: the text so far and the timings\n"
                   "are printed and the exit status is 130. Exit status 2: bad flags or values; 1: runtime\n"
-                  "error (unreadable model, prompt longer than the context, ...).\n\n"
-                  "One model split by layers over MPI ranks: mpirun -np K tutti generate --split-layers\n"
-                  "[N0,N1,...] -m MODEL ... (rank r computes N_r layers; default: a split by weight bytes)\n"
-                  "[--split-ubatch N] (prompt micro-batch, default about 4 per rank). Same output as one process.",
+                  "error (unreadable model, prompt longer than the context, ...).",
     };
-    /* --split-layers takes an optional value, which the option table
-     * cannot say: it is taken out before the table is parsed */
-    const char *split_counts = NULL;
-    int32_t split_ub = 0;
-    const int split = tutti_mpi_split_args(&argc, argv, &split_counts, &split_ub);
-    if (split < 0) return 2;
     int pr = cli_parse(&spec, argc, argv);
     if (pr != CLI_RUN) return pr;
+    if ((pr = cli_split_check(split_counts, split_ub)) != CLI_RUN) return pr;
+    const bool split = split_counts != NULL;
     if (!model_path) return cli_usage_error("need -m MODEL (see tutti generate --help)");
     if (!prompt && !prompt_file) return cli_usage_error("need -p TEXT or -f FILE (see tutti generate --help)");
     if (prompt && prompt_file) return cli_usage_error("-p and -f both give the prompt; use one");
@@ -155,7 +152,7 @@ int cmd_generate(int argc, char **argv) {
     double t0 = cli_now();
     tutti_model_params mp = tutti_model_default_params();
     mp.verbose = !cli_quiet;
-    if (!(model = split ? tutti_mpi_split_load(model_path, &mp, split_counts) : tutti_model_load(model_path, &mp))) {
+    if (!(model = split ? tutti_mpi_split_load(model_path, &mp, split_counts[0] ? split_counts : NULL) : tutti_model_load(model_path, &mp))) {
         cli_error("%s", tutti_last_error());
         goto done;
     }

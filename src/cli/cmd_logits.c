@@ -10,7 +10,8 @@
 
 int cmd_logits(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *ids_arg = NULL, *out = NULL;
-    int32_t n_threads = 0;
+    int32_t n_threads = 0, split_ub = 0;
+    const char *split_counts = NULL; /* --split-layers: NULL = off, "" = by memory */
     bool escape = true, special = false;
     cli_opt opts[] = {
         {"-m,--model", "FILE", CLI_T_STR, 0, 0, &model_path, "GGUF model file", "none", NULL, CLI_ONCE},
@@ -22,6 +23,8 @@ int cmd_logits(int argc, char **argv) {
         CLI_STR("--ids", "LIST", &ids_arg, "comma-separated token ids, used as given (no BOS added)", "none"),
         CLI_STR("-o,--out", "FILE", &out, "output file (raw float32)", "none"),
         CLI_THREADS_OPT(&n_threads),
+        CLI_SECTION("one model over MPI ranks (mpirun -np K tutti logits ...)"),
+        CLI_SPLIT_OPTS(&split_counts, &split_ub, "the model"),
         CLI_END,
     };
     const cli_spec spec = {
@@ -29,17 +32,13 @@ int cmd_logits(int argc, char **argv) {
         .usage = "-m MODEL (-p TEXT | -f FILE | --ids 1,2,3) -o FILE [options]",
         .description = "Runs the prompt through the model in one batch and writes the logits of every\n"
                        "position as raw little-endian float32 [n_tokens][n_vocab] to FILE (the context is\n"
-                       "exactly the prompt's length). Under mpirun, --split-layers [N0,N1,...] [--split-ubatch N]\n"
-                       "splits the model by layers over the ranks (see tutti generate --help).",
+                       "exactly the prompt's length).",
         .opts = opts,
     };
-    /* a model split by layers over MPI ranks, as in tutti generate */
-    const char *split_counts = NULL;
-    int32_t split_ub = 0;
-    const int split = tutti_mpi_split_args(&argc, argv, &split_counts, &split_ub);
-    if (split < 0) return 2;
     int pr = cli_parse(&spec, argc, argv);
     if (pr != CLI_RUN) return pr;
+    if ((pr = cli_split_check(split_counts, split_ub)) != CLI_RUN) return pr;
+    const bool split = split_counts != NULL; /* a model split by layers over MPI ranks, as in tutti generate */
     if (!model_path || !out || (!!prompt + !!prompt_file + !!ids_arg) != 1)
         return cli_usage_error("need -m MODEL, -o FILE and exactly one of -p TEXT, -f FILE or --ids LIST");
     int32_t *ids = NULL, n = 0;
@@ -50,7 +49,7 @@ int cmd_logits(int argc, char **argv) {
     float *logits = NULL;
     FILE *f = NULL;
     tutti_session *sess = NULL;
-    tutti_model *model = split ? tutti_mpi_split_load(model_path, NULL, split_counts) : tutti_model_load(model_path, NULL);
+    tutti_model *model = split ? tutti_mpi_split_load(model_path, NULL, split_counts[0] ? split_counts : NULL) : tutti_model_load(model_path, NULL);
     if (!model) {
         cli_error("%s", tutti_last_error());
         goto done;

@@ -16,6 +16,7 @@
 #include "cli/cli.h"
 #include "cli/ens_args.h"
 #include "cli/grammar_args.h"
+#include "mpi/tutti_mpi.h"
 #include "tutti.h"
 
 /* ---- ensemble flags shared by run / eval / fit ---- */
@@ -56,9 +57,31 @@ void ens_args_init(ens_args *a) {
         CLI_INT("--max-hyps", "N", &a->max_hyps, 1, 4096, "byte alignment: hypotheses per member", "8"),
         CLI_FLOAT("--beta", "X", &a->beta, 1e-6, 1, "contrastive plausibility cut", "0.1"),
         ENS_WEIGHT_OPTS(&a->adapt, &a->adapt_alpha, &a->route, &a->route_tau),
+        CLI_SECTION("members over MPI ranks (mpirun -np K tutti CMD ...)"),
+        CLI_SPLIT_OPTS(&a->split_counts, &a->split_ub, "members"),
+        ENS_SPLIT_MEMBER_OPT(&a->split_member, "members"),
         CLI_END,
     };
+    _Static_assert(sizeof t <= sizeof a->opts, "ens_args.opts is too small for the table");
     memcpy(a->opts, t, sizeof t);
+}
+
+int ens_split_members(const char *list, const char *const *members, int n, const char **paths, int32_t *n_paths) {
+    *n_paths = 0;
+    if (!list) return CLI_RUN;
+    for (const char *p = list;;) {
+        char *e;
+        long i = strtol(p, &e, 10);
+        if (e == p || (*e && *e != ',') || i < 1 || i > n)
+            return cli_usage_error("--split-member %s: expected comma-separated member numbers in [1, %d]", list, n);
+        if (!strncmp(members[i - 1], "http://", 7) || !strncmp(members[i - 1], "https://", 8))
+            return cli_usage_error("--split-member %ld: member %ld (%s) is a remote member, which cannot be split",
+                                   i, i, members[i - 1]);
+        if (*n_paths < TUTTI_ENSEMBLE_MAX_MEMBERS) paths[(*n_paths)++] = members[i - 1];
+        if (!*e) break;
+        p = e + 1;
+    }
+    return CLI_RUN;
 }
 
 void ens_args_free(ens_args *a) { tutti_ensemble_file_free(a->file); }
@@ -78,6 +101,20 @@ int ens_args_check(ens_args *a) {
     if (a->temps.n && a->temps.n != n)
         return cli_usage_error("--temps gives %d temperature%s but the ensemble has %d member%s", a->temps.n,
                                a->temps.n == 1 ? "" : "s", n, n == 1 ? "" : "s");
+    /* members split by layers over the MPI ranks (member_split.c) */
+    int r = cli_split_check(a->split_counts, a->split_ub);
+    if (r != CLI_RUN) return r;
+    if (a->split_member && !a->split_counts) return cli_usage_error("--split-member needs --split-layers");
+    if (a->split_counts) {
+        const char *members[TUTTI_ENSEMBLE_MAX_MEMBERS], *paths[TUTTI_ENSEMBLE_MAX_MEMBERS];
+        int m = 0;
+        for (int i = 0; a->file && i < a->file->n_members; i++) members[m++] = a->file->members[i].model_path;
+        for (int i = 0; i < a->models.n; i++) members[m++] = a->models.v[i];
+        int32_t n_paths = 0;
+        if ((r = ens_split_members(a->split_member, members, m, paths, &n_paths)) != CLI_RUN) return r;
+        if (tutti_mpi_split_members(a->split_counts, a->split_ub, paths, n_paths) < 0)
+            return cli_usage_error("%s", tutti_last_error());
+    }
     return CLI_RUN;
 }
 

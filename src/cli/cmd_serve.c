@@ -10,6 +10,7 @@
 #include "cli/cli.h"
 #include "cli/ens_args.h"
 #include "cli/opts.h"
+#include "mpi/tutti_mpi.h"
 #include "server/server.h"
 
 static const char *g_rules[5], *g_aligns[5];
@@ -32,6 +33,8 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
         g_aligns[k] = tutti_align_name((tutti_align)k);
     }
     cli_strs models = {.n = 0};
+    const char *split_counts = NULL, *split_member = NULL; /* --split-layers: NULL = off, "" = by memory */
+    int32_t split_ub = 0;
     cli_floats weights = {.n = 0}, temps = {.n = 0};
     const cli_opt opts[] = {
         CLI_SECTION("models"),
@@ -58,6 +61,9 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
         CLI_INT("--max-body", "BYTES", &max_body, 64, 1 << 30, "request body limit", NULL),
         CLI_CTX_OPT(&o->n_ctx, " per member and slot"),
         CLI_INT("-t,--threads", "N", &o->n_threads, 1, CLI_MAX_THREADS, "threads per slot", "cores / slots"),
+        CLI_SECTION("models over MPI ranks (mpirun -np K tutti serve ...)"),
+        CLI_SPLIT_OPTS(&split_counts, &split_ub, "members"),
+        ENS_SPLIT_MEMBER_OPT(&split_member, "-m models"),
         CLI_END,
     };
     const cli_spec spec = {
@@ -83,6 +89,18 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
     if (o->api_key && !o->api_key[0]) return cli_usage_error("--api-key needs a non-empty key");
     if (!o->n_models && !o->ens_file && !o->config)
         return cli_usage_error("no models: give -m MODEL.gguf (repeat), -e ENSEMBLE or --config FILE");
+    /* models split by layers over the MPI ranks: every ensemble member of
+     * those files (the -m ones given by --split-member, else all) */
+    if ((r = cli_split_check(split_counts, split_ub)) != CLI_RUN) return r;
+    if (split_member && !split_counts) return cli_usage_error("--split-member needs --split-layers");
+    if (split_counts) {
+        const char *paths[TUTTI_ENSEMBLE_MAX_MEMBERS];
+        int32_t n_paths = 0;
+        if (split_member && !o->n_models) return cli_usage_error("--split-member numbers the -m models; give -m");
+        if ((r = ens_split_members(split_member, o->models, o->n_models, paths, &n_paths)) != CLI_RUN) return r;
+        if (tutti_mpi_split_members(split_counts, split_ub, paths, n_paths) < 0)
+            return cli_usage_error("%s", tutti_last_error());
+    }
     return CLI_RUN;
 }
 

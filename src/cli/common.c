@@ -12,6 +12,7 @@
 
 #include "cli/cli.h"
 #include "gguf/gguf.h"
+#include "mpi/tutti_mpi.h"
 
 /* ---- seeds ---- */
 
@@ -200,4 +201,8 @@ void cli_progress_stop(void) {
     pthread_join(g_prog.th, NULL);
     g_prog.running = false;
     if (g_prog.printed && g_prog.tty) fprintf(stderr, "\n");
+}
+
+int cli_split_check(const char *counts, int32_t ubatch) {
+    return tutti_mpi_split_check(counts, ubatch) < 0 ? cli_usage_error("%s", tutti_last_error()) : CLI_RUN;
 }

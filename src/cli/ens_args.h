@@ -21,7 +21,10 @@ typedef struct ens_args {
     double adapt_alpha;      /* --adapt-alpha (-1 = not given) */
     bool route;              /* --route */
     double route_tau;        /* --route-tau (-1 = not given) */
-    cli_opt opts[26];        /* the flag table, pointing into this struct */
+    const char *split_counts; /* --split-layers: NULL = off, "" = by memory */
+    int32_t split_ub;         /* --split-ubatch (0 = auto) */
+    const char *split_member; /* --split-member I,J,... (NULL = every member) */
+    cli_opt opts[30];        /* the flag table, pointing into this struct */
     tutti_ensemble_file *file;
     tutti_member_desc desc[TUTTI_ENSEMBLE_MAX_MEMBERS];
 } ens_args;
@@ -41,6 +44,16 @@ typedef struct ens_args {
     CLI_DOUBLE("--route-tau", "TAU", route_tau, 1e-6, 1e6,                                         \
                "temperature of --route in nats per byte (implies --route; 1/bytes of the\n"        \
                "prompt would be the Bayes posterior)", "the ensemble file's, else 0.25")
+
+/* --split-member I,J,... (1-based, into members[0..n)): every index in
+ * range, no remote member.  Fills paths[] (*n_paths; NULL list: 0 = every
+ * member).  CLI_RUN, or 2 after the message. */
+int ens_split_members(const char *list, const char *const *members, int n, const char **paths, int32_t *n_paths);
+#define ENS_SPLIT_MEMBER_OPT(dest, what)                                                            \
+    CLI_STR("--split-member", "I,J,...", (dest),                                                    \
+            "with --split-layers: the " what " to split (1-based); each occupies every\n"          \
+            "rank, the others go round robin over ranks 1..K-1 (--place cannot be given)",          \
+            "every member")
 
 /* Defaults and the flag table (a must not move afterwards). */
 void ens_args_init(ens_args *a);

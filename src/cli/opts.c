@@ -355,6 +355,8 @@ int cli_parse(const cli_spec *spec, int argc, char **argv) {
         const char *v;
         if (eq) {
             v = eq + 1;
+        } else if ((o->flags & CLI_OPTVAL) && (i + 1 >= argc || argv[i + 1][0] == '-')) {
+            v = ""; /* given without its optional value */
         } else {
             if (i + 1 >= argc)
                 return cli_usage_error("%s needs a value (%s)", flag, o->metavar ? o->metavar : "VALUE");

@@ -10,6 +10,7 @@
  * cli_parse writes each value into its destination (which holds the default
  * beforehand), and handles for every command alike:
  *   - `--name VALUE` and `--name=VALUE` (long names), `-x VALUE` (short);
+ *     `--name` alone for a flag whose value is optional (CLI_OPTVAL);
  *   - -h/--help: prints the usage from the table, every flag with its
  *     default (the destination's value before parsing, or opt.def), and
  *     returns 0; --version prints "tutti VERSION" and returns 0;
@@ -76,6 +77,8 @@ typedef enum cli_opt_type {
 /* Option bits. */
 #define CLI_ONCE 1u   /* giving the flag twice is an error ("-m given twice") */
 #define CLI_HIDDEN 2u /* accepted but not listed in --help */
+#define CLI_OPTVAL 4u /* CLI_T_STR whose value may be left out: `--name` alone stores "";
+                         `--name VALUE` takes the next word only when it does not start with '-' */
 
 typedef struct cli_strs {
     const char *v[CLI_MAX_STRS];

@@ -129,6 +129,11 @@ struct fusion_member {
      * outcomes.  NULL (every other member): the byte state runs here on the
      * member's logits. */
     const struct fusion_bytes_ops *bytes_ops;
+    /* Optional method (outside the vtable so that every implementation's
+     * table stays as it is): the hint of fusion_member_local_keep, set by
+     * members that reuse sessions by prefix (local and split); NULL:
+     * ignored. */
+    void (*keep)(fusion_member *m, int32_t n_seq, const int32_t *const *ids, const int32_t *n);
 };
 
 /* Logits after ids[0..n) without a copy when the member can give its own
@@ -147,18 +152,42 @@ fusion_member *fusion_member_local_new(const char *path, int32_t n_sessions, int
  * (borrowed, read-only, must outlive the member): only the sessions are new. */
 fusion_member *fusion_member_local_new_shared(const char *path, const tutti_model *model, int32_t n_sessions,
                                               int32_t n_ctx, int32_t n_threads);
-/* Member index of n_members: on another MPI rank when the placement
- * (src/mpi/tutti_mpi.h) says so (member_mpi.c), else in this process
- * (fusion_member_open: remote for a URL, local otherwise, borrowing shared
- * when not NULL).  NULL + error. */
+/* A local member whose sessions come from open() (NULL + error), for
+ * members whose model is not wholly in this process (member_split.c):
+ * the session pool, its scheduling and its batches are the local
+ * member's, so the forward passes have the same shapes and the logits
+ * the same bits.  copy (may be NULL) is told after the pool copied the
+ * first k cache positions of session slot src into slot dst. */
+typedef struct fusion_local_sessions {
+    void *ctx;
+    tutti_session *(*open)(void *ctx, int32_t slot, const tutti_model *model, const tutti_session_params *sp);
+    int (*copy)(void *ctx, int32_t dst, int32_t src, int32_t k);
+} fusion_local_sessions;
+/* As fusion_member_local_new_shared over model (borrowed), sessions from
+ * ops (copied).  The member is the plain local kind in every other way. */
+fusion_member *fusion_member_local_new_sessions(const char *path, const tutti_model *model, int32_t n_sessions,
+                                                int32_t n_ctx, int32_t n_threads, const fusion_local_sessions *ops);
+/* A member whose model is split by layers over the MPI ranks
+ * (member_split.c, src/mpi/tutti_mpi.h): rank 0 holds the first layers,
+ * the embeddings and the head (or shared, the whole model already loaded
+ * here, borrowed), the other ranks the rest.  counts: layers per rank
+ * (NULL = by memory); ubatch: prompt micro-batch (0 = auto).  The same
+ * logits as a local member, bit for bit.  NULL + error. */
+fusion_member *fusion_member_split_new(const char *path, const tutti_model *shared, const char *counts,
+                                       int32_t ubatch, int32_t n_sessions, int32_t n_ctx, int32_t n_threads);
+/* Member index of n_members: split by layers over the ranks when
+ * --split-layers names its file (member_split.c), on another MPI rank when
+ * the placement (src/mpi/tutti_mpi.h) says so (member_mpi.c), else in this
+ * process (fusion_member_open: remote for a URL, local otherwise,
+ * borrowing shared when not NULL).  NULL + error. */
 fusion_member *fusion_member_placed_new(int32_t index, int32_t n_members, const char *path, const tutti_model *shared,
                                         int32_t n_sessions, int32_t n_ctx, int32_t n_threads);
 /* The model of a local member (NULL for other kinds). */
 tutti_model *fusion_member_local_model(fusion_member *m);
-/* Hint to a local member (no-op for other kinds): the sequences
- * ids[i][0..n[i]) are the live tokenization hypotheses, whose continuations
- * will be asked for next; it keeps the sessions holding them and reuses the
- * others first. */
+/* Hint to a member (m->keep: local and split members; no-op for other
+ * kinds): the sequences ids[i][0..n[i]) are the live tokenization
+ * hypotheses, whose continuations will be asked for next; it keeps the
+ * sessions holding them and reuses the others first. */
 void fusion_member_local_keep(fusion_member *m, int32_t n_seq, const int32_t *const *ids, const int32_t *n);
 /* Recreates a local member's sessions with n_threads threads each (its
  * cached timelines are lost). */

@@ -35,6 +35,7 @@ typedef struct local_member {
     tutti_session_params sp;
     uint64_t clock;
     bool hinted;         /* keep() was called: sessions' live flags are current */
+    fusion_local_sessions ops; /* where sessions come from (open NULL: tutti_session_new) */
 } local_member;
 
 static double now_s(void) {
@@ -46,7 +47,7 @@ static double now_s(void) {
 static int ensure_session(local_member *lm, int32_t i) {
     local_session *ls = &lm->pool[i];
     if (ls->s) return 0;
-    ls->s = tutti_session_new(lm->model, &lm->sp);
+    ls->s = lm->ops.open ? lm->ops.open(lm->ops.ctx, i, lm->model, &lm->sp) : tutti_session_new(lm->model, &lm->sp);
     if (!ls->s) {
         tutti_error_prefix("member %s", lm->base.name);
         return TUTTI_ERR;
@@ -194,6 +195,12 @@ static int copy_prefix(local_member *lm, int32_t dst, int32_t src, int32_t k) {
     }
     d->n_past = k;
     d->has_logits = false;
+    /* the sessions' state elsewhere (a split model's other layers) follows */
+    if (lm->ops.copy && lm->ops.copy(lm->ops.ctx, dst, src, k) < 0) {
+        lm->pool[dst].n_hist = 0;
+        tutti_error_prefix("member %s", lm->base.name);
+        return TUTTI_ERR;
+    }
     memcpy(lm->pool[dst].hist, lm->pool[src].hist, sizeof(int32_t) * (size_t)k);
     lm->pool[dst].n_hist = k;
     return 0;
@@ -328,7 +335,10 @@ out:
 }
 
 void fusion_member_local_keep(fusion_member *m, int32_t n_seq, const int32_t *const *ids, const int32_t *n) {
-    if (!fusion_member_local_model(m)) return;
+    if (m && m->keep) m->keep(m, n_seq, ids, n);
+}
+
+static void local_keep(fusion_member *m, int32_t n_seq, const int32_t *const *ids, const int32_t *n) {
     local_member *lm = (local_member *)m;
     for (int32_t j = 0; j < lm->n_pool; j++) {
         local_session *ls = &lm->pool[j];
@@ -388,17 +398,32 @@ static void local_free(fusion_member *m) {
 static const fusion_member_vt local_vt = {local_logits,       local_logits_all,  local_free, local_logits_view,
                                           local_logits_batch, local_logits_from};
 
+static fusion_member *local_new(const char *path, const tutti_model *model, int32_t n_sessions, int32_t n_ctx,
+                                int32_t n_threads, const fusion_local_sessions *ops);
+
 fusion_member *fusion_member_local_new(const char *path, int32_t n_sessions, int32_t n_ctx, int32_t n_threads) {
-    return fusion_member_local_new_shared(path, NULL, n_sessions, n_ctx, n_threads);
+    return local_new(path, NULL, n_sessions, n_ctx, n_threads, NULL);
 }
 
 fusion_member *fusion_member_local_new_shared(const char *path, const tutti_model *model, int32_t n_sessions,
                                               int32_t n_ctx, int32_t n_threads) {
+    return local_new(path, model, n_sessions, n_ctx, n_threads, NULL);
+}
+
+fusion_member *fusion_member_local_new_sessions(const char *path, const tutti_model *model, int32_t n_sessions,
+                                                int32_t n_ctx, int32_t n_threads, const fusion_local_sessions *ops) {
+    if (!model || !ops || !ops->open) return tutti_set_error("member %s: no model or session source", path), NULL;
+    return local_new(path, model, n_sessions, n_ctx, n_threads, ops);
+}
+
+static fusion_member *local_new(const char *path, const tutti_model *model, int32_t n_sessions, int32_t n_ctx,
+                                int32_t n_threads, const fusion_local_sessions *ops) {
     uint64_t h = 0;
     if (fusion_vocab_hash_file(path, &h) < 0) return NULL;
     local_member *lm = calloc(1, sizeof *lm);
     if (!lm) return tutti_set_error("member %s: out of memory", path), NULL;
     lm->base.vt = &local_vt;
+    lm->base.keep = local_keep;
     const char *slash = strrchr(path, '/');
     snprintf(lm->base.name, sizeof lm->base.name, "%s", slash ? slash + 1 : path);
     lm->base.vocab_hash = h;
@@ -418,6 +443,7 @@ fusion_member *fusion_member_local_new_shared(const char *path, const tutti_mode
         tutti_set_error("model %s: has no usable tokenizer", path);
         return NULL;
     }
+    if (ops) lm->ops = *ops;
     lm->sp = tutti_session_default_params();
     lm->sp.n_ctx = n_ctx;
     lm->sp.n_threads = n_threads;

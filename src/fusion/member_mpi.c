@@ -23,7 +23,7 @@
 
 fusion_member *fusion_member_placed_new(int32_t index, int32_t n_members, const char *path, const tutti_model *shared,
                                         int32_t n_sessions, int32_t n_ctx, int32_t n_threads) {
-    (void)index, (void)n_members;
+    (void)index, (void)n_members; /* (no member is split without MPI: --split-layers is refused) */
     return fusion_member_open(path, shared, n_sessions, n_ctx, n_threads);
 }
 
@@ -408,8 +408,6 @@ static const fusion_bytes_ops mpi_bytes_ops = {
     .clone = mb_clone,       .n_hyps = mb_n_hyps,   .pruned = mb_pruned,       .free = mb_free,
     .n_deferred = mb_n_deferred, .resolve = mb_resolve};
 
-static pthread_mutex_t g_ctrl = PTHREAD_MUTEX_INITIALIZER;
-
 /* Asks rank to load path; fills mm's shape.  Errors name the rank. */
 static int remote_load(mpi_member *mm, const char *path, int32_t n_sessions, int32_t n_ctx, int32_t n_threads) {
     tmpi_load ld = {TMPI_LOAD, n_sessions, n_ctx, n_threads, (int32_t)strlen(path)};
@@ -423,7 +421,7 @@ static int remote_load(mpi_member *mm, const char *path, int32_t n_sessions, int
     double deadline = MPI_Wtime() + tmpi_timeout_s();
     MPI_Request q;
     int rc = TUTTI_ERR;
-    pthread_mutex_lock(&g_ctrl);
+    pthread_mutex_lock(&tmpi_ctrl_mu); /* one control exchange at a time (proto.h) */
     if (MPI_Isend(buf, (int)len, MPI_BYTE, mm->rank, TMPI_TAG_CTRL, tmpi_comm, &q) != MPI_SUCCESS ||
         tmpi_wait(&q, deadline, mm->rank, "sending a load request") < 0)
         goto done;
@@ -450,13 +448,18 @@ static int remote_load(mpi_member *mm, const char *path, int32_t n_sessions, int
     mm->base.bos = out.bos;
     rc = 0;
 done:
-    pthread_mutex_unlock(&g_ctrl);
+    pthread_mutex_unlock(&tmpi_ctrl_mu);
     free(buf);
     return rc;
 }
 
 fusion_member *fusion_member_placed_new(int32_t index, int32_t n_members, const char *path, const tutti_model *shared,
                                         int32_t n_sessions, int32_t n_ctx, int32_t n_threads) {
+    /* split by layers over every rank (member_split.c; --place is refused with it) */
+    const char *counts = NULL;
+    int32_t ubatch = 0;
+    if (!fusion_is_remote_spec(path) && tutti_mpi_member_split(path, &counts, &ubatch))
+        return fusion_member_split_new(path, shared, counts, ubatch, n_sessions, n_ctx, n_threads);
     int rank = tutti_mpi_member_rank(index, n_members);
     if (rank < 0) return NULL;
     if (rank == 0 || tmpi_comm == MPI_COMM_NULL) return fusion_member_open(path, shared, n_sessions, n_ctx, n_threads);

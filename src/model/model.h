@@ -180,11 +180,17 @@ struct tutti_session {
     struct tutti_pipe *pipe;
 };
 
+struct tutti_fwd_seg;
 typedef struct tutti_pipe {
     /* as tutti_session_eval after its checks: ids[0..n) at s->n_past, which
      * it advances; logits (non-NULL) receives all n rows */
     int (*eval)(struct tutti_pipe *p, tutti_session *s, const int32_t *ids, int32_t n, float *logits);
     void (*free)(struct tutti_pipe *p);
+    /* as tutti_forward_segments(s, seg, n_seg, NULL, rows) for
+     * tutti_session_eval_multi, whose sessions all have pipes (s is one of
+     * them): advances nothing.  0 or TUTTI_ERR.  NULL: not supported. */
+    int (*eval_segments)(struct tutti_pipe *p, tutti_session *s, const struct tutti_fwd_seg *seg, int32_t n_seg,
+                         float *rows);
 } tutti_pipe;
 
 /* tutti_model_load over a caller-owned GGUF image of size bytes (fuzzer and

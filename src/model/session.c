@@ -208,8 +208,11 @@ int tutti_session_eval_multi(tutti_session *const *ss, const int32_t *const *ids
                                        ids[i][k], s->model->hp.n_vocab);
     }
     tutti_session *s0 = ss[0];
+    /* a model split by layers: the pipeline runs each batch (src/mpi/split.c) */
     for (int32_t i = 0; i < n_seq; i++)
-        if (ss[i]->pipe) return tutti_set_error("tutti_session_eval_multi: not with a model split by layers");
+        if (!ss[i]->pipe != !s0->pipe || (s0->pipe && !s0->pipe->eval_segments))
+            return tutti_set_error("tutti_session_eval_multi: sessions of a model split by layers mixed with others "
+                                   "(or a pipeline that takes no batches)");
     const int32_t ub = s0->n_ubatch, n_vocab = s0->model->hp.n_vocab;
     if (n_seq > 1 && s0->cap_rows < n_seq) {
         float *r = realloc(s0->rows, sizeof(float) * (size_t)n_seq * (size_t)n_vocab);
@@ -235,7 +238,12 @@ int tutti_session_eval_multi(tutti_session *const *ss, const int32_t *const *ids
             tok += n[i + k];
             k++;
         }
-        tutti_forward_segments(s0, seg, k, NULL, s0->rows);
+        if (!s0->pipe) {
+            tutti_forward_segments(s0, seg, k, NULL, s0->rows);
+        } else if (s0->pipe->eval_segments(s0->pipe, s0, seg, k, s0->rows) < 0) {
+            free(seg);
+            return TUTTI_ERR;
+        }
         for (int32_t j = 0; j < k; j++) {
             seg[j].s->n_past += seg[j].n;
             seg[j].s->has_logits = true;

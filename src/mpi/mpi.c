@@ -17,6 +17,7 @@
 #include "util/error.h"
 
 MPI_Comm tmpi_comm = MPI_COMM_NULL;
+pthread_mutex_t tmpi_ctrl_mu = PTHREAD_MUTEX_INITIALIZER;
 static int g_rank, g_size = 1;
 static int g_place[TUTTI_ENSEMBLE_MAX_MEMBERS], g_n_place = -1;
 static double g_timeout = 120;
@@ -189,6 +190,43 @@ int tutti_mpi_member_rank(int32_t i, int32_t n) {
     }
     if (g_size <= 1) return 0;
     return 1 + i % (g_size - 1);
+}
+
+/* ---- members split by layers (split.c has the rest) ---- */
+
+static struct {
+    bool on;
+    char counts[512];
+    int32_t ubatch;
+    char *paths[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    int32_t n_paths; /* 0 = every member */
+} g_split;
+
+int tutti_mpi_split_members(const char *counts, int32_t ubatch, const char *const *paths, int32_t n_paths) {
+    if (tutti_mpi_split_check(counts ? counts : "", ubatch) < 0) return TUTTI_ERR;
+    if (g_n_place >= 0)
+        return tutti_set_error("--place and --split-layers exclude each other: a split member occupies every rank "
+                               "(its layers spread over them), and the other members are placed round robin over "
+                               "ranks 1..K-1");
+    if (n_paths < 0 || n_paths > TUTTI_ENSEMBLE_MAX_MEMBERS || (counts && strlen(counts) >= sizeof g_split.counts))
+        return tutti_set_error("--split-layers: too many members or counts");
+    for (int32_t i = 0; i < g_split.n_paths; i++) free(g_split.paths[i]);
+    g_split.n_paths = 0;
+    for (int32_t i = 0; i < n_paths; i++)
+        if (!(g_split.paths[g_split.n_paths++] = strdup(paths[i]))) return tutti_set_error("out of memory");
+    snprintf(g_split.counts, sizeof g_split.counts, "%s", counts ? counts : "");
+    g_split.ubatch = ubatch;
+    g_split.on = true;
+    return TUTTI_OK;
+}
+
+bool tutti_mpi_member_split(const char *path, const char **counts, int32_t *ubatch) {
+    if (!g_split.on || !path) return false;
+    bool hit = g_split.n_paths == 0;
+    for (int32_t i = 0; i < g_split.n_paths && !hit; i++) hit = !strcmp(g_split.paths[i], path);
+    if (hit && counts) *counts = g_split.counts[0] ? g_split.counts : NULL;
+    if (hit && ubatch) *ubatch = g_split.ubatch;
+    return hit;
 }
 
 static int parse_place(const char *s) {
@@ -636,6 +674,8 @@ int tutti_mpi_start(int *argc, char **argv) {
 }
 
 int tutti_mpi_stop(int rc) {
+    for (int32_t i = 0; i < g_split.n_paths; i++) free(g_split.paths[i]);
+    g_split.n_paths = 0;
     if (tmpi_comm == MPI_COMM_NULL || g_rank != 0) return rc;
     if (g_n_req > 0)
         fprintf(stderr, "tutti: mpi: %lld requests, %.1f bytes sent and %.1f received per request, mean round trip "

@@ -24,16 +24,10 @@ int tutti_mpi_member_rank(int32_t i, int32_t n) {
 int tutti_mpi_size(void) { return 1; }
 
 /* --split-layers needs ranks: refused like --place */
-int tutti_mpi_split_args(int *argc, char **argv, const char **counts, int32_t *ubatch) {
-    (void)counts, (void)ubatch;
-    for (int i = 0; i < *argc; i++)
-        if (!strcmp(argv[i], "--split-layers") || !strncmp(argv[i], "--split-layers=", 15) ||
-            !strcmp(argv[i], "--split-ubatch")) {
-            fprintf(stderr, "tutti: %s: this tutti was built without MPI (install libopenmpi-dev and "
-                            "reconfigure)\n", argv[i]);
-            return -1;
-        }
-    return 0;
+int tutti_mpi_split_check(const char *counts, int32_t ubatch) {
+    if (!counts && !ubatch) return TUTTI_OK;
+    return tutti_set_error("%s: this tutti was built without MPI (install libopenmpi-dev and reconfigure)",
+                           counts ? "--split-layers" : "--split-ubatch");
 }
 struct tutti_model *tutti_mpi_split_load(const char *path, const struct tutti_model_params *params,
                                          const char *counts) {
@@ -45,3 +39,28 @@ int tutti_mpi_split_attach(struct tutti_session *s, int32_t n_threads, int32_t u
     (void)s, (void)n_threads, (void)ubatch;
     return tutti_set_error("--split-layers: this tutti was built without MPI");
 }
+int tutti_mpi_split_members(const char *counts, int32_t ubatch, const char *const *paths, int32_t n_paths) {
+    (void)paths, (void)n_paths;
+    return tutti_mpi_split_check(counts ? counts : "", ubatch);
+}
+bool tutti_mpi_member_split(const char *path, const char **counts, int32_t *ubatch) {
+    (void)path, (void)counts, (void)ubatch;
+    return false;
+}
+tutti_mpi_ring *tutti_mpi_ring_open(const char *path, const struct tutti_model *whole,
+                                    const struct tutti_model_params *params, const char *counts, int32_t ubatch,
+                                    struct tutti_model **part) {
+    (void)path, (void)whole, (void)params, (void)counts, (void)ubatch;
+    if (part) *part = NULL;
+    tutti_set_error("--split-layers: this tutti was built without MPI");
+    return NULL;
+}
+int tutti_mpi_ring_attach(tutti_mpi_ring *r, struct tutti_session *s, int32_t slot, int32_t n_threads) {
+    (void)r, (void)s, (void)slot, (void)n_threads;
+    return tutti_set_error("--split-layers: this tutti was built without MPI");
+}
+int tutti_mpi_ring_copy(tutti_mpi_ring *r, int32_t dst, int32_t src, int32_t k) {
+    (void)r, (void)dst, (void)src, (void)k;
+    return TUTTI_OK;
+}
+void tutti_mpi_ring_free(tutti_mpi_ring *r) { (void)r; }

@@ -14,22 +14,32 @@
  *   (MPI_FLOAT, n_vocab for LOGITS, n * n_vocab for ALL) or the error text
  *   (MPI_CHAR) when status < 0; both mirrors are then empty again.
  *
- * A model split by layers (src/mpi/split.c):
+ * A model split by layers (src/mpi/split.c), one "ring" per split model
+ * (a tutti generate session, or an ensemble member's pool of sessions),
+ * each with its own tag TMPI_TAG_SPLIT0 + ring number (never reused):
  *   SPLIT (control): tmpi_split header + path bytes; the rank loads layers
  *         [il0, il1) and answers a tmpi_loaded as for LOAD.
- *   Activations (tag TMPI_TAG_SPLIT, MPI_BYTE, around the ring 0 -> 1 ->
- *   ... -> K-1 -> 0): a tmpi_act then n x n_embd floats (ACT), or the
- *   error text (ERR: passed on to rank 0 unchanged); FREE (from rank 0 to
- *   every rank, between evaluations): the rank stops serving.  Every rank
- *   answers each ACT or ERR with exactly one message to the next rank, so
- *   rank 0 gets one answer per micro-batch whatever happened on the way. */
+ *   Activations (the ring's tag, MPI_BYTE, around the ring 0 -> 1 -> ...
+ *   -> K-1 -> 0): a tmpi_act, n_copy tmpi_copy (cache prefixes to copy
+ *   between the ring's sessions first, as rank 0 did), n_seg tmpi_seg (the
+ *   sessions, positions and tokens of one batch) and the n x n_embd
+ *   floats (ACT); or the error text (ERR: passed on to rank 0 unchanged);
+ *   FREE (from rank 0 to every rank, between evaluations): the rank frees
+ *   the part and stops serving it.  Every rank answers each ACT or ERR with
+ *   exactly one message to the next rank (the ACT with its activations
+ *   replaced), so rank 0 gets one answer per micro-batch whatever happened
+ *   on the way. */
 #ifndef TUTTI_MPI_PROTO_H
 #define TUTTI_MPI_PROTO_H
 
 #include <mpi.h>
+#include <pthread.h>
 #include <stdint.h>
 
-enum { TMPI_TAG_CTRL = 1, TMPI_TAG_CTRL_REPLY = 2, TMPI_TAG_SPLIT = 8, TMPI_TAG_MEMBER = 16 };
+/* member tags: TMPI_TAG_MEMBER + handle (< 256 per rank); ring tags from
+ * TMPI_TAG_SPLIT0 (MPI guarantees tags up to 32767) */
+enum { TMPI_TAG_CTRL = 1, TMPI_TAG_CTRL_REPLY = 2, TMPI_TAG_MEMBER = 16, TMPI_TAG_SPLIT0 = 1024 };
+enum { TMPI_MAX_RINGS = 30000 };
 enum { TMPI_LOAD = 1, TMPI_QUIT = 2, TMPI_SPLIT = 3 };
 enum { TMPI_ACT = 1, TMPI_ACT_ERR = 2, TMPI_ACT_FREE = 3 };
 
@@ -37,14 +47,24 @@ typedef struct tmpi_split {
     int32_t op; /* TMPI_SPLIT */
     int32_t il0, il1, n_ctx, n_threads;
     int32_t path_len;
+    int32_t tag; /* the ring's tag */
 } tmpi_split;
 
 typedef struct tmpi_act {
     int32_t op;     /* TMPI_ACT, TMPI_ACT_ERR, TMPI_ACT_FREE */
-    int32_t pos0;   /* position of the first token */
     int32_t n;      /* tokens (rows of n_embd floats); ERR: bytes of text */
     int32_t from;   /* ERR: the rank that failed */
+    int32_t n_seg;  /* ACT: tmpi_seg entries (>= 1) */
+    int32_t n_copy; /* ACT: tmpi_copy entries before them */
 } tmpi_act;
+/* session sid takes the first k cache positions of session src */
+typedef struct tmpi_copy {
+    int32_t dst, src, k;
+} tmpi_copy;
+/* n tokens of session sid at positions pos0.. (sids of one ACT distinct) */
+typedef struct tmpi_seg {
+    int32_t sid, pos0, n;
+} tmpi_seg;
 enum { TMPI_OP_LOGITS = 1, TMPI_OP_ALL = 2, TMPI_OP_FREE = 3 };
 /* Byte states on the member rank (BYTE alignment, fusion_bytes_ops):
  * requests [op, sid, a, payload...] on the member's tag (MPI_INT32_T):
@@ -138,6 +158,10 @@ void tmpi_test_fault(void);
 int tmpi_split_serve(const char *buf, int cnt, char *ebuf, size_t cap);
 /* Waits for this rank's split parts to see FREE, and frees them. */
 void tmpi_split_join(void);
+/* Rank 0: held around every control exchange (LOAD, SPLIT), which share
+ * the control tags: threads building members at once must not take each
+ * other's answers. */
+extern pthread_mutex_t tmpi_ctrl_mu;
 /* Rank 0: sends FREE to the split parts still held (error paths). */
 void tmpi_split_release(void);
 /* Traffic counters (rank 0). */

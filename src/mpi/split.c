@@ -1,13 +1,19 @@
 /* One model split by layers over MPI ranks (see tutti_mpi.h): the plan,
- * rank 0's pipeline (a tutti_pipe behind tutti_session_eval) and the
- * member ranks' part servers.  Compiled only with MPI.
+ * the ring (rank 0's side: sessions whose evaluations pass through the
+ * other ranks, behind tutti_session_eval and tutti_session_eval_multi) and
+ * the member ranks' part servers.  Compiled only with MPI.
  *
  * Bit-identity: every rank runs tutti_forward_range, the code of the
  * single-process pass, on its layers; the activations travel as raw
  * floats; and every row's arithmetic in the pass is independent of the
  * other rows of its micro-batch (matmul, norms, rope and attention work
  * per token over the cache), so micro-batches of any size give the same
- * bits as one pass (tests/test_mpi.sh compares the logits). */
+ * bits as one pass (tests/test_mpi.sh compares the logits), as long as the
+ * matmul kernels see calls of the same shape (pipe_eval's cut).  A batch
+ * of several sessions' segments (tutti_session_eval_multi: byte alignment
+ * asks for the continuations of several tokenization hypotheses at once)
+ * goes round as one piece, so every rank's matmuls run over the same rows
+ * as the single-process pass's one forward_segments call. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,8 +26,10 @@
 #include "util/error.h"
 
 #define SPLIT_MAX_RANKS 64
-#define SPLIT_UB_ALIGN 4 /* tokens per matmul tile (quant/vecdot.h) */
-#define SPLIT_UB_MIN 8   /* fewest tokens for the K-quant panel kernels */
+#define SPLIT_UB_ALIGN 4     /* tokens per matmul tile (quant/vecdot.h) */
+#define SPLIT_UB_MIN 8       /* fewest tokens for the K-quant panel kernels */
+#define SPLIT_MAX_SLOTS 4096 /* sessions per ring */
+#define SPLIT_MAX_COPY 4096  /* cache-prefix copies carried by one pass */
 
 /* ---- resident memory (for the report: each rank holds only its part) ---- */
 
@@ -52,53 +60,54 @@ static bool is_counts(const char *s) {
     return true;
 }
 
-int tutti_mpi_split_args(int *argc, char **argv, const char **counts, int32_t *ubatch) {
-    int found = 0, j = 0;
-    *counts = NULL;
-    *ubatch = 0;
-    for (int i = 0; i < *argc; i++) {
-        if (!strcmp(argv[i], "--split-layers") || !strncmp(argv[i], "--split-layers=", 15)) {
-            found = 1;
-            const char *v = argv[i][14] == '=' ? argv[i] + 15 : (i + 1 < *argc && is_counts(argv[i + 1]) ? argv[++i] : NULL);
-            if (v && !is_counts(v)) {
-                fprintf(stderr, "tutti: --split-layers=%s: expected comma-separated layer counts, one per rank\n", v);
-                return -1;
-            }
-            *counts = v;
-            continue;
-        }
-        if (!strcmp(argv[i], "--split-ubatch")) {
-            char *e = NULL;
-            long v = i + 1 < *argc ? strtol(argv[i + 1], &e, 10) : 0;
-            if (i + 1 >= *argc || *e || v < SPLIT_UB_MIN || v > 512 || v % SPLIT_UB_ALIGN) {
-                fprintf(stderr, "tutti: --split-ubatch needs a multiple of %d tokens in [%d, 512] (the matmul "
-                                "kernels' tiles: other sizes would change the sums' order)\n",
-                        SPLIT_UB_ALIGN, SPLIT_UB_MIN);
-                return -1;
-            }
-            *ubatch = (int32_t)v;
-            i++;
-            continue;
-        }
-        argv[j++] = argv[i];
-    }
-    if (*ubatch && !found) {
-        fprintf(stderr, "tutti: --split-ubatch needs --split-layers\n");
-        return -1;
-    }
-    *argc = j;
-    argv[j] = NULL;
-    return found;
+int tutti_mpi_split_check(const char *counts, int32_t ubatch) {
+    if (!counts) return ubatch ? tutti_set_error("--split-ubatch needs --split-layers") : TUTTI_OK;
+    if (*counts && !is_counts(counts))
+        return tutti_set_error("--split-layers %s: expected comma-separated layer counts, one per rank", counts);
+    if (ubatch && (ubatch < SPLIT_UB_MIN || ubatch > 512 || ubatch % SPLIT_UB_ALIGN))
+        return tutti_set_error("--split-ubatch needs a multiple of %d tokens in [%d, 512] (the matmul kernels' "
+                               "tiles: other sizes would change the sums' order)",
+                               SPLIT_UB_ALIGN, SPLIT_UB_MIN);
+    return TUTTI_OK;
 }
 
-/* ---- the plan (rank 0) ---- */
+/* ---- the ring (rank 0) ---- */
 
-static struct {
-    int32_t k;                  /* ranks */
+struct tutti_mpi_ring {
+    int32_t k, tag, ubatch, n_ctx; /* ranks, tag, micro-batch (0 = auto), the sessions' context */
     int32_t il0[SPLIT_MAX_RANKS], il1[SPLIT_MAX_RANKS];
-    char path[4096];
-    bool planned;
-} g_plan;
+    int32_t n_layer;
+    int64_t n_embd, n_vocab;
+    char *path;
+    bool started;                 /* the other ranks were asked to load their parts */
+    bool dead;                    /* a fault: nothing more goes out */
+    bool broken;                  /* an error answer: no more passes (the parts are still released) */
+    bool loaded[SPLIT_MAX_RANKS]; /* the ranks serving their part (to be released) */
+    /* one pass: piece b (a micro-batch) is seg[pseg[b] .. pseg[b+1]) */
+    tutti_fwd_seg *seg;
+    int32_t *pos0, *pseg;
+    size_t cap_seg, cap_piece;
+    char *sbuf, *rbuf; /* [n_piece][slot] messages out and back */
+    MPI_Request *sreq, *rreq;
+    size_t slot, cap_bytes;
+    tmpi_copy *copy; /* copies done here since the last pass, for the other ranks */
+    int32_t n_copy, cap_copy;
+    int64_t n_tok, n_pass, n_piece, bytes; /* tokens, passes, micro-batches, bytes over all hops */
+    double t_eval;
+    tutti_mpi_ring *next; /* the live rings */
+};
+
+/* a session's pipeline: its slot on a ring */
+typedef struct split_pipe {
+    tutti_pipe base;
+    tutti_mpi_ring *ring;
+    int32_t sid;
+    bool owns_ring; /* tutti generate: the ring goes with its one session */
+} split_pipe;
+
+static pthread_mutex_t g_rings_mu = PTHREAD_MUTEX_INITIALIZER;
+static tutti_mpi_ring *g_rings; /* tutti_mpi_stop releases what a failed command left */
+static int32_t g_ring_seq;     /* rings opened (their tags are never reused: a late FREE cannot hit a new ring) */
 
 /* Bytes of weights per layer (tensors "blk.N.*") and of the rest (the
  * embeddings, the head and the small global tensors, held by rank 0). */
@@ -118,12 +127,12 @@ static int layer_bytes(const tutti_model *m, uint64_t *bytes, uint64_t *rest) {
     return TUTTI_OK;
 }
 
-static int plan(const tutti_model *m, const char *counts, int32_t k) {
+static int plan(tutti_mpi_ring *g, const tutti_model *m, const char *counts, int32_t k) {
     const int32_t n_layer = m->hp.n_layer;
     uint64_t *b = calloc((size_t)n_layer, sizeof *b), rest = 0;
     if (!b) return tutti_set_error("--split-layers: out of memory");
     layer_bytes(m, b, &rest);
-    if (counts) {
+    if (counts && *counts) {
         int32_t n = 0, sum = 0;
         for (const char *p = counts; *p;) {
             char *e;
@@ -134,9 +143,9 @@ static int plan(const tutti_model *m, const char *counts, int32_t k) {
                                        "model's %d layers",
                                        counts, k, n_layer);
             }
-            g_plan.il0[n] = sum;
+            g->il0[n] = sum;
             sum += (int32_t)v;
-            g_plan.il1[n++] = sum;
+            g->il1[n++] = sum;
             p = *e ? e + 1 : e;
         }
         if (n != k || sum != n_layer) {
@@ -154,23 +163,23 @@ static int plan(const tutti_model *m, const char *counts, int32_t k) {
         for (int32_t il = 0; il < n_layer; il++) total += b[il];
         int32_t il = 0;
         for (int32_t r = 0; r < k; r++) {
-            g_plan.il0[r] = il;
+            g->il0[r] = il;
             const int32_t keep = n_layer >= k ? k - 1 - r : 0; /* layers left for the ranks after r */
             const double target = (double)total * (double)(r + 1) / (double)k;
             while (il < n_layer - keep && (r == k - 1 || (double)cum + (double)b[il] / 2 <= target ||
-                                            (r > 0 && il == g_plan.il0[r] && n_layer >= k)))
+                                            (r > 0 && il == g->il0[r] && n_layer >= k)))
                 cum += b[il++];
-            g_plan.il1[r] = il;
+            g->il1[r] = il;
         }
     }
     char line[2048];
     size_t o = (size_t)snprintf(line, sizeof line, "tutti: mpi: %s split over %d ranks:", base_name(m->path), k);
     for (int32_t r = 0; r < k && o < sizeof line; r++) {
         uint64_t by = r == 0 ? rest : 0;
-        for (int32_t il = g_plan.il0[r]; il < g_plan.il1[r]; il++) by += b[il];
+        for (int32_t il = g->il0[r]; il < g->il1[r]; il++) by += b[il];
         char what[64];
-        if (g_plan.il1[r] > g_plan.il0[r])
-            snprintf(what, sizeof what, "layers %d-%d", g_plan.il0[r], g_plan.il1[r] - 1);
+        if (g->il1[r] > g->il0[r])
+            snprintf(what, sizeof what, "layers %d-%d", g->il0[r], g->il1[r] - 1);
         else
             snprintf(what, sizeof what, "no layers");
         o += (size_t)snprintf(line + o, sizeof line - o, "%s rank %d %s%s (%.1f MiB)", r ? "," : "", r, what,
@@ -178,92 +187,346 @@ static int plan(const tutti_model *m, const char *counts, int32_t k) {
     }
     fprintf(stderr, "%s\n", line);
     free(b);
-    g_plan.k = k;
-    g_plan.planned = true;
+    g->k = k;
+    g->n_layer = n_layer;
+    g->n_embd = m->hp.n_embd;
+    g->n_vocab = m->hp.n_vocab;
     return TUTTI_OK;
 }
 
-tutti_model *tutti_mpi_split_load(const char *path, const tutti_model_params *params, const char *counts) {
+static void ring_unlink(tutti_mpi_ring *r) {
+    pthread_mutex_lock(&g_rings_mu);
+    for (tutti_mpi_ring **p = &g_rings; *p; p = &(*p)->next)
+        if (*p == r) {
+            *p = r->next;
+            break;
+        }
+    pthread_mutex_unlock(&g_rings_mu);
+}
+
+void tutti_mpi_ring_free(tutti_mpi_ring *r) {
+    if (!r) return;
+    ring_unlink(r);
+    /* to every rank that serves a part, straight from rank 0 (no answer is
+     * in flight between evaluations, and a rank that could not load has no
+     * part to stop) */
+    for (int32_t q = 1; q < r->k && !r->dead; q++) {
+        const tmpi_act h = {TMPI_ACT_FREE, 0, 0, 0, 0};
+        MPI_Request rq;
+        if (r->loaded[q] && MPI_Isend(&h, sizeof h, MPI_BYTE, q, r->tag, tmpi_comm, &rq) == MPI_SUCCESS &&
+            tmpi_wait(&rq, MPI_Wtime() + tmpi_timeout_s(), q, "releasing the split") < 0)
+            break;
+    }
+    for (int32_t q = 1; q < r->k && r->started; q++) tmpi_unregister(q, r->tag);
+    if (r->n_tok > 0) {
+        double rss, peak;
+        rss_mib(&rss, &peak);
+        fprintf(stderr,
+                "tutti: mpi: split: %lld tokens in %lld micro-batches (%lld passes), %.1f bytes per token over the "
+                "ring (%d hops), %.3f s in the pipeline of %s; rank 0 RSS %.1f MiB (peak %.1f MiB)\n",
+                (long long)r->n_tok, (long long)r->n_piece, (long long)r->n_pass, (double)r->bytes / (double)r->n_tok,
+                r->k, r->t_eval, base_name(r->path), rss, peak);
+    }
+    free(r->seg);
+    free(r->pos0);
+    free(r->pseg);
+    free(r->sbuf);
+    free(r->rbuf);
+    free(r->sreq);
+    free(r->rreq);
+    free(r->copy);
+    free(r->path);
+    free(r);
+}
+
+void tmpi_split_release(void) {
+    /* rings whose owner was not freed (error paths): release the ranks */
+    for (;;) {
+        pthread_mutex_lock(&g_rings_mu);
+        tutti_mpi_ring *r = g_rings;
+        pthread_mutex_unlock(&g_rings_mu);
+        if (!r) break;
+        tutti_mpi_ring_free(r);
+    }
+}
+
+tutti_mpi_ring *tutti_mpi_ring_open(const char *path, const tutti_model *whole, const tutti_model_params *params,
+                                    const char *counts, int32_t ubatch, tutti_model **part) {
+    if (part) *part = NULL;
     const int32_t k = tutti_mpi_size();
-    if (k > SPLIT_MAX_RANKS) {
-        tutti_set_error("--split-layers: at most %d ranks", SPLIT_MAX_RANKS);
-        return NULL;
+    if (k > SPLIT_MAX_RANKS) return tutti_set_error("--split-layers: at most %d ranks", SPLIT_MAX_RANKS), NULL;
+    if (tutti_mpi_split_check(counts ? counts : "", ubatch) < 0) return NULL;
+    tutti_mpi_ring *r = calloc(1, sizeof *r);
+    if (!r || !(r->path = strdup(path))) {
+        free(r);
+        return tutti_set_error("--split-layers: out of memory"), NULL;
     }
-    if (strlen(path) >= sizeof g_plan.path) {
-        tutti_set_error("--split-layers: model path too long");
-        return NULL;
-    }
-    snprintf(g_plan.path, sizeof g_plan.path, "%s", path);
+    r->ubatch = ubatch;
     /* the plan needs the shapes only: bind without placing any weight */
-    tutti_model_params mp = tutti_model_default_params();
-    mp.use_mmap = true;
-    tutti_model *whole = tutti_model_load(path, &mp);
-    if (!whole) return NULL;
-    int rc = plan(whole, counts, k);
-    tutti_model_free(whole);
-    if (rc < 0) return NULL;
-    return tutti_model_load_part(path, params, g_plan.il0[0], g_plan.il1[0], true);
+    tutti_model *shape = NULL;
+    if (!whole) {
+        tutti_model_params mp = tutti_model_default_params();
+        mp.use_mmap = true;
+        if (!(shape = tutti_model_load(path, &mp))) goto fail;
+    }
+    int rc = plan(r, whole ? whole : shape, counts, k);
+    tutti_model_free(shape);
+    if (rc < 0) goto fail;
+    if (!whole && !(*part = tutti_model_load_part(path, params, r->il0[0], r->il1[0], true))) goto fail;
+    if (k > 1) {
+        pthread_mutex_lock(&g_rings_mu);
+        const bool full = g_ring_seq >= TMPI_MAX_RINGS;
+        if (!full) {
+            r->tag = TMPI_TAG_SPLIT0 + g_ring_seq++;
+            r->next = g_rings, g_rings = r;
+        }
+        pthread_mutex_unlock(&g_rings_mu);
+        if (full) {
+            tutti_set_error("--split-layers: more than %d split models in one run", TMPI_MAX_RINGS);
+            goto fail;
+        }
+    }
+    return r;
+fail:
+    if (part) tutti_model_free(*part), *part = NULL;
+    free(r->path);
+    free(r);
+    return NULL;
 }
 
-/* ---- rank 0: the pipeline ---- */
-
-typedef struct split_pipe {
-    tutti_pipe base;
-    int32_t k, ubatch, il1;   /* ranks, micro-batch (0 = auto), end of rank 0's layers */
-    char *sbuf, *rbuf;        /* [n_ub][slot] messages out and back */
-    MPI_Request *sreq, *rreq;
-    int32_t *off, *len;       /* [n_ub] first token and tokens of each micro-batch */
-    size_t slot, cap_ub, cap_bytes;
-    int64_t n_tok, n_ub, bytes; /* tokens, micro-batches, bytes over all hops */
-    double t_eval;
-    bool dead;                      /* a fault: nothing more goes out */
-    bool loaded[SPLIT_MAX_RANKS];   /* the ranks serving their part (to be released) */
-} split_pipe;
-
-static split_pipe *g_pipe; /* the live pipeline (tutti_mpi_stop frees it on error paths) */
-
-static int pipe_grow(split_pipe *p, size_t n_ub) {
-    if (n_ub <= p->cap_ub) return TUTTI_OK;
-    n_ub = n_ub * 2;
-    int32_t *off = realloc(p->off, sizeof *off * n_ub);
-    if (off) p->off = off;
-    int32_t *len = off ? realloc(p->len, sizeof *len * n_ub) : NULL;
-    if (len) p->len = len;
-    if (!len) return tutti_set_error("--split-layers: out of memory for %zu micro-batches", n_ub);
-    MPI_Request *sq = realloc(p->sreq, sizeof *sq * n_ub);
-    if (sq) p->sreq = sq;
-    MPI_Request *rq = sq ? realloc(p->rreq, sizeof *rq * n_ub) : NULL;
-    if (rq) p->rreq = rq;
-    if (!rq) return tutti_set_error("--split-layers: out of memory for %zu micro-batches", n_ub);
-    p->cap_ub = n_ub;
+/* Every other rank loads its part (at once; the answers are taken in rank
+ * order).  One control exchange at a time (tmpi_ctrl_mu). */
+static int start_parts(tutti_mpi_ring *g, int32_t n_threads) {
+    const size_t plen = strlen(g->path);
+    char *msg = malloc(sizeof(tmpi_split) + plen);
+    if (!msg) return tutti_set_error("--split-layers: out of memory");
+    pthread_mutex_lock(&tmpi_ctrl_mu);
+    int rc = TUTTI_OK;
+    for (int32_t r = 1; r < g->k && rc == TUTTI_OK; r++) {
+        tmpi_split h = {TMPI_SPLIT, g->il0[r], g->il1[r], g->n_ctx, n_threads, (int32_t)plen, g->tag};
+        memcpy(msg, &h, sizeof h);
+        memcpy(msg + sizeof h, g->path, plen);
+        char name[64];
+        snprintf(name, sizeof name, "layers %d-%d of %s", g->il0[r], g->il1[r] - 1, base_name(g->path));
+        tmpi_register(r, g->tag, name, -1);
+        MPI_Request rq;
+        if (MPI_Isend(msg, (int)(sizeof h + plen), MPI_BYTE, r, TMPI_TAG_CTRL, tmpi_comm, &rq) != MPI_SUCCESS)
+            rc = tmpi_fail(r, "sending the split");
+        else
+            rc = tmpi_wait(&rq, MPI_Wtime() + tmpi_timeout_s(), r, "sending the split");
+    }
+    free(msg);
+    int rc_load = TUTTI_OK;
+    char first_err[1200] = "";
+    for (int32_t r = 1; r < g->k && rc == TUTTI_OK; r++) {
+        tmpi_loaded out;
+        MPI_Request rq;
+        MPI_Irecv(&out, sizeof out, MPI_BYTE, r, TMPI_TAG_CTRL_REPLY, tmpi_comm, &rq);
+        if ((rc = tmpi_wait(&rq, MPI_Wtime() + tmpi_timeout_s(), r, "loading its layers")) < 0) break;
+        out.host[sizeof out.host - 1] = 0;
+        tmpi_set_pid(r, out.pid, out.host);
+        if (out.status == 0) {
+            g->loaded[r] = true;
+            continue;
+        }
+        char err[1024] = "";
+        int len = out.err_len > 0 && out.err_len < (int)sizeof err ? out.err_len : (int)sizeof err - 1;
+        MPI_Irecv(err, len, MPI_CHAR, r, TMPI_TAG_CTRL_REPLY, tmpi_comm, &rq);
+        if ((rc = tmpi_wait(&rq, MPI_Wtime() + tmpi_timeout_s(), r, "loading its layers")) < 0) break;
+        err[sizeof err - 1] = 0;
+        if (!first_err[0])
+            snprintf(first_err, sizeof first_err, "mpi: rank %d cannot load layers %d-%d of %s: %s", r, g->il0[r],
+                     g->il1[r] - 1, g->path, err);
+        rc_load = TUTTI_ERR;
+    }
+    pthread_mutex_unlock(&tmpi_ctrl_mu);
+    if (rc < 0) {
+        g->dead = true; /* a fault (tmpi_wait said which rank) */
+        return TUTTI_ERR;
+    }
+    if (rc_load < 0) {
+        g->broken = true; /* the ranks that did load are released here */
+        for (int32_t r = 1; r < g->k; r++)
+            if (g->loaded[r]) {
+                const tmpi_act h = {TMPI_ACT_FREE, 0, 0, 0, 0};
+                MPI_Request rq;
+                if (MPI_Isend(&h, sizeof h, MPI_BYTE, r, g->tag, tmpi_comm, &rq) == MPI_SUCCESS)
+                    tmpi_wait(&rq, MPI_Wtime() + tmpi_timeout_s(), r, "releasing the split");
+                g->loaded[r] = false;
+            }
+        return tutti_set_error("%s", first_err);
+    }
     return TUTTI_OK;
 }
 
-/* Message buffers for n_ub slots of `slot` bytes, each way. */
-static int pipe_bufs(split_pipe *p, size_t slot, size_t n_ub) {
-    p->slot = slot;
-    if (slot * n_ub <= p->cap_bytes) return TUTTI_OK;
-    char *s = realloc(p->sbuf, slot * n_ub);
-    if (s) p->sbuf = s;
-    char *r = s ? realloc(p->rbuf, slot * n_ub) : NULL;
-    if (r) p->rbuf = r;
-    if (!r) return tutti_set_error("--split-layers: out of memory for %zu micro-batches", n_ub);
-    p->cap_bytes = slot * n_ub;
+/* Room for n_seg segments in n_piece pieces. */
+static int ring_room(tutti_mpi_ring *r, size_t n_seg, size_t n_piece) {
+    if (n_seg > r->cap_seg) {
+        const size_t nc = n_seg * 2;
+        tutti_fwd_seg *sg = realloc(r->seg, sizeof *sg * nc);
+        if (sg) r->seg = sg;
+        int32_t *p0 = sg ? realloc(r->pos0, sizeof *p0 * nc) : NULL;
+        if (p0) r->pos0 = p0;
+        if (!p0) return tutti_set_error("--split-layers: out of memory for %zu segments", n_seg);
+        r->cap_seg = nc;
+    }
+    if (n_piece + 1 > r->cap_piece) {
+        const size_t nc = (n_piece + 1) * 2;
+        int32_t *ps = realloc(r->pseg, sizeof *ps * nc);
+        if (ps) r->pseg = ps;
+        MPI_Request *sq = ps ? realloc(r->sreq, sizeof *sq * nc) : NULL;
+        if (sq) r->sreq = sq;
+        MPI_Request *rq = sq ? realloc(r->rreq, sizeof *rq * nc) : NULL;
+        if (rq) r->rreq = rq;
+        if (!rq) return tutti_set_error("--split-layers: out of memory for %zu micro-batches", n_piece);
+        r->cap_piece = nc;
+    }
     return TUTTI_OK;
 }
 
+/* Message buffers for n_piece slots of `slot` bytes, each way. */
+static int ring_bufs(tutti_mpi_ring *r, size_t slot, size_t n_piece) {
+    r->slot = slot;
+    if (slot * n_piece <= r->cap_bytes) return TUTTI_OK;
+    char *s = realloc(r->sbuf, slot * n_piece);
+    if (s) r->sbuf = s;
+    char *q = s ? realloc(r->rbuf, slot * n_piece) : NULL;
+    if (q) r->rbuf = q;
+    if (!q) return tutti_set_error("--split-layers: out of memory for %zu micro-batches", n_piece);
+    r->cap_bytes = slot * n_piece;
+    return TUTTI_OK;
+}
+
+/* One pass round the ring: piece b (b < n_piece) is the segments
+ * r->seg[pseg[b] .. pseg[b+1]) at positions r->pos0[..] (each session's
+ * n_past is set to its segment's position before rank 0's layers run).
+ * s: the session whose activations and threads rank 0 uses.  The head
+ * runs on every piece when out (all rows, in order) or rows (several
+ * segments: the last row of each, tutti_forward_range) asks for it, else
+ * on the last piece only (its last row into its session's logits).  The
+ * copies made here since the last pass go with the first piece. */
+static int ring_pass(tutti_mpi_ring *r, tutti_session *s, int32_t n_piece, float *out, float *rows) {
+    const int64_t n_embd = r->n_embd, n_vocab = r->n_vocab;
+    const double t0 = MPI_Wtime();
+    int32_t max_tok = 0, max_seg = 0, n_tok = 0;
+    for (int32_t b = 0; b < n_piece; b++) {
+        int32_t t = 0;
+        for (int32_t j = r->pseg[b]; j < r->pseg[b + 1]; j++) t += r->seg[j].n;
+        max_tok = t > max_tok ? t : max_tok;
+        max_seg = r->pseg[b + 1] - r->pseg[b] > max_seg ? r->pseg[b + 1] - r->pseg[b] : max_seg;
+        n_tok += t;
+    }
+    const size_t slot = sizeof(tmpi_act) + sizeof(tmpi_copy) * (size_t)r->n_copy + sizeof(tmpi_seg) * (size_t)max_seg +
+                        sizeof(float) * (size_t)max_tok * (size_t)n_embd;
+    if (ring_bufs(r, slot, (size_t)n_piece) < 0) return TUTTI_ERR;
+    const int32_t last = r->k - 1;
+    /* every answer's receive is posted first: rank k-1 never waits for a match */
+    for (int32_t b = 0; b < n_piece; b++)
+        if (MPI_Irecv(r->rbuf + (size_t)b * slot, (int)slot, MPI_BYTE, last, r->tag, tmpi_comm, &r->rreq[b]) !=
+            MPI_SUCCESS) {
+            r->dead = true;
+            return tmpi_fail(last, "posting a receive");
+        }
+    int rc = TUTTI_OK;
+    const int32_t n_copy0 = r->n_copy;
+    for (int32_t b = 0; b < n_piece && rc == TUTTI_OK; b++) {
+        const int32_t j0 = r->pseg[b], ns = r->pseg[b + 1] - j0;
+        int32_t t = 0;
+        for (int32_t j = j0; j < j0 + ns; j++) {
+            r->seg[j].s->n_past = r->pos0[j];
+            t += r->seg[j].n;
+        }
+        tutti_forward_range(s, r->seg + j0, ns, 0, r->il1[0], TUTTI_FWD_EMBED, NULL, NULL);
+        /* micro-batch b-1 must be out before b goes (rank 1 takes them in order) */
+        if (b > 0) rc = tmpi_wait(&r->sreq[b - 1], MPI_Wtime() + tmpi_timeout_s(), 1, "sending activations");
+        if (rc < 0) break;
+        char *msg = r->sbuf + (size_t)b * slot;
+        const int32_t n_copy = b == 0 ? r->n_copy : 0;
+        const tmpi_act h = {TMPI_ACT, t, 0, ns, n_copy};
+        size_t o = 0;
+        memcpy(msg, &h, sizeof h), o += sizeof h;
+        if (n_copy > 0) memcpy(msg + o, r->copy, sizeof(tmpi_copy) * (size_t)n_copy), o += sizeof(tmpi_copy) * (size_t)n_copy;
+        for (int32_t j = j0; j < j0 + ns; j++) {
+            const tmpi_seg sg = {((split_pipe *)r->seg[j].s->pipe)->sid, r->pos0[j], r->seg[j].n};
+            memcpy(msg + o, &sg, sizeof sg), o += sizeof sg;
+        }
+        memcpy(msg + o, s->x, sizeof(float) * (size_t)t * (size_t)n_embd);
+        const int len = (int)(o + sizeof(float) * (size_t)t * (size_t)n_embd);
+        if (MPI_Isend(msg, len, MPI_BYTE, 1, r->tag, tmpi_comm, &r->sreq[b]) != MPI_SUCCESS) {
+            rc = tmpi_fail(1, "sending activations");
+            break;
+        }
+        r->bytes += (int64_t)len * r->k; /* the same size on every hop */
+    }
+    if (rc == TUTTI_OK) {
+        rc = tmpi_wait(&r->sreq[n_piece - 1], MPI_Wtime() + tmpi_timeout_s(), 1, "sending activations");
+        r->n_copy = 0; /* the other ranks have them now */
+    }
+    /* every micro-batch's answer is taken, also after one came back with an
+     * error (each rank answers every message it gets): no receive is left
+     * posted into the buffers; only a fault (a rank gone) stops the wait */
+    const bool sent = rc == TUTTI_OK;
+    bool fault = !sent;
+    for (int32_t b = 0, row = 0; b < n_piece && sent; b++) {
+        const int32_t j0 = r->pseg[b], ns = r->pseg[b + 1] - j0;
+        int32_t t = 0;
+        for (int32_t j = j0; j < j0 + ns; j++) t += r->seg[j].n;
+        if (tmpi_wait(&r->rreq[b], MPI_Wtime() + tmpi_timeout_s(), last, "computing layers") < 0) {
+            rc = TUTTI_ERR;
+            fault = true;
+            break;
+        }
+        if (rc < 0) continue; /* an earlier micro-batch failed */
+        const char *msg = r->rbuf + (size_t)b * slot;
+        tmpi_act h;
+        memcpy(&h, msg, sizeof h);
+        if (h.op == TMPI_ACT_ERR) {
+            rc = tutti_set_error("mpi: rank %d (%s split part): %.*s", h.from, base_name(r->path),
+                                 h.n > 0 && (size_t)h.n < slot - sizeof h ? h.n : 0, msg + sizeof h);
+            continue;
+        }
+        /* the answer repeats the header, copies and segments sent */
+        const size_t hl = sizeof h + sizeof(tmpi_copy) * (size_t)(b == 0 ? n_copy0 : 0) + sizeof(tmpi_seg) * (size_t)ns;
+        if (memcmp(msg, r->sbuf + (size_t)b * slot, hl) != 0) {
+            rc = tutti_set_error("mpi: rank %d: activations of micro-batch %d came back malformed", last, b);
+            continue;
+        }
+        /* the head: every row when the caller wants them, else the last row of the last micro-batch */
+        if (out || rows || b == n_piece - 1) {
+            memcpy(s->x, msg + hl, sizeof(float) * (size_t)t * (size_t)n_embd);
+            tutti_forward_range(s, r->seg + j0, ns, r->n_layer, r->n_layer, TUTTI_FWD_HEAD,
+                                out ? out + (int64_t)row * n_vocab : NULL, rows);
+        }
+        row += t;
+    }
+    if (rc < 0) {
+        /* after a fault requests may still be out (tmpi_wait recorded it: the
+         * run ends, and nothing more goes out); after an error answer every
+         * micro-batch came back, but the ranks' caches may hold part of the
+         * pass: no more passes, the parts are released as usual */
+        if (fault) r->dead = true;
+        r->broken = true;
+        return TUTTI_ERR;
+    }
+    r->n_tok += n_tok;
+    r->n_piece += n_piece;
+    r->n_pass++;
+    r->t_eval += MPI_Wtime() - t0;
+    return TUTTI_OK;
+}
+
+/* tutti_session_eval of one session: the prompt goes in micro-batches so
+ * that the ranks work at the same time. */
 static int pipe_eval(tutti_pipe *pp, tutti_session *s, const int32_t *ids, int32_t n, float *logits) {
     split_pipe *p = (split_pipe *)pp;
-    if (p->dead) return tutti_set_error("--split-layers: the pipeline is broken by an earlier fault");
-    const tutti_model *m = s->model;
-    const int64_t n_embd = m->hp.n_embd, n_vocab = m->hp.n_vocab;
-    const double t0 = MPI_Wtime();
+    tutti_mpi_ring *r = p->ring;
+    if (r->dead || r->broken) return tutti_set_error("--split-layers: the pipeline is broken by an earlier error");
     /* auto: about 4 micro-batches per rank (the pipeline is full for all
      * but k - 1 of them), at least 16 tokens each (smaller ones waste the
      * matmul's weight reads) */
-    int32_t ub = p->ubatch;
+    int32_t ub = r->ubatch;
     if (!ub) {
-        ub = (n + 4 * p->k - 1) / (4 * p->k);
+        ub = (n + 4 * r->k - 1) / (4 * r->k);
         if (ub < 16) ub = 16;
         ub = (ub + SPLIT_UB_ALIGN - 1) / SPLIT_UB_ALIGN * SPLIT_UB_ALIGN;
     }
@@ -278,261 +541,288 @@ static int pipe_eval(tutti_pipe *pp, tutti_session *s, const int32_t *ids, int32
      * joins the piece before it; one of fewer than 8 stays whole.
      * Measured: 5-token pieces differ on Q4_K_M and F32, and 8-token pieces
      * with a 1-token tail on Q4_K_M. */
-    int32_t n_ub = 0;
+    const int32_t pos = s->n_past;
+    int32_t n_piece = 0;
     for (int32_t done = 0; done < n;) {
         const int32_t c = n - done < s->n_ubatch ? n - done : s->n_ubatch;
         for (int32_t o = 0; o < c;) {
             int32_t len = c - o <= ub || c - o - ub < SPLIT_UB_MIN ? c - o : ub;
-            if (pipe_grow(p, (size_t)n_ub + 1) < 0) return TUTTI_ERR;
-            p->off[n_ub] = done + o, p->len[n_ub++] = len;
+            if (ring_room(r, (size_t)n_piece + 1, (size_t)n_piece + 1) < 0) return TUTTI_ERR;
+            r->seg[n_piece] = (tutti_fwd_seg){s, ids + done + o, len};
+            r->pos0[n_piece] = pos + done + o;
+            r->pseg[n_piece] = n_piece;
+            n_piece++;
             o += len;
         }
         done += c;
     }
-    int32_t max_len = 0;
-    for (int32_t b = 0; b < n_ub; b++) max_len = p->len[b] > max_len ? p->len[b] : max_len;
-    if (pipe_bufs(p, sizeof(tmpi_act) + sizeof(float) * (size_t)max_len * (size_t)n_embd, (size_t)n_ub) < 0)
-        return TUTTI_ERR;
-    const int32_t last = p->k - 1;
-    const int32_t pos = s->n_past;
-    /* every answer's receive is posted first: rank k-1 never waits for a match */
-    for (int32_t b = 0; b < n_ub; b++)
-        if (MPI_Irecv(p->rbuf + (size_t)b * p->slot, (int)p->slot, MPI_BYTE, last, TMPI_TAG_SPLIT, tmpi_comm,
-                      &p->rreq[b]) != MPI_SUCCESS) {
-            p->dead = true;
-            return tmpi_fail(last, "posting a receive");
-        }
-    int rc = TUTTI_OK;
-    for (int32_t b = 0; b < n_ub && rc == TUTTI_OK; b++) {
-        const int32_t done = p->off[b], chunk = p->len[b];
-        const tutti_fwd_seg seg = {s, ids + done, chunk};
-        tutti_forward_range(s, &seg, 1, 0, p->il1, TUTTI_FWD_EMBED, NULL, NULL);
-        /* micro-batch b-1 must be out before b goes (rank 1 takes them in order) */
-        if (b > 0) rc = tmpi_wait(&p->sreq[b - 1], MPI_Wtime() + tmpi_timeout_s(), 1, "sending activations");
-        if (rc < 0) break;
-        char *msg = p->sbuf + (size_t)b * p->slot;
-        const tmpi_act h = {TMPI_ACT, s->n_past, chunk, 0};
-        memcpy(msg, &h, sizeof h);
-        memcpy(msg + sizeof h, s->x, sizeof(float) * (size_t)chunk * (size_t)n_embd);
-        const int len = (int)(sizeof h + sizeof(float) * (size_t)chunk * (size_t)n_embd);
-        if (MPI_Isend(msg, len, MPI_BYTE, 1, TMPI_TAG_SPLIT, tmpi_comm, &p->sreq[b]) != MPI_SUCCESS) {
-            rc = tmpi_fail(1, "sending activations");
-            break;
-        }
-        p->bytes += (int64_t)len * p->k; /* the same size on every hop */
-        s->n_past += chunk;
-    }
-    if (rc == TUTTI_OK)
-        rc = tmpi_wait(&p->sreq[n_ub - 1], MPI_Wtime() + tmpi_timeout_s(), 1, "sending activations");
-    for (int32_t b = 0; b < n_ub && rc == TUTTI_OK; b++) {
-        const int32_t done = p->off[b], chunk = p->len[b];
-        rc = tmpi_wait(&p->rreq[b], MPI_Wtime() + tmpi_timeout_s(), last, "computing layers");
-        if (rc < 0) break;
-        const char *msg = p->rbuf + (size_t)b * p->slot;
-        tmpi_act h;
-        memcpy(&h, msg, sizeof h);
-        if (h.op == TMPI_ACT_ERR) {
-            rc = tutti_set_error("mpi: rank %d (%s split part): %.*s", h.from, base_name(m->path),
-                                 h.n > 0 && (size_t)h.n < p->slot - sizeof h ? h.n : 0, msg + sizeof h);
-            break;
-        }
-        if (h.op != TMPI_ACT || h.n != chunk || h.pos0 != pos + done) {
-            rc = tutti_set_error("mpi: rank %d: activations of micro-batch %d came back malformed", last, b);
-            break;
-        }
-        /* the head: every row when the caller wants them, else the last row of the last micro-batch */
-        if (!logits && b < n_ub - 1) continue;
-        memcpy(s->x, msg + sizeof h, sizeof(float) * (size_t)chunk * (size_t)n_embd);
-        const tutti_fwd_seg seg = {s, ids + done, chunk};
-        tutti_forward_range(s, &seg, 1, m->hp.n_layer, m->hp.n_layer, TUTTI_FWD_HEAD,
-                            logits ? logits + (int64_t)done * n_vocab : NULL, NULL);
-    }
-    if (rc < 0) {
-        p->dead = true; /* requests may still be out: the run ends (tmpi_wait recorded the fault) */
+    r->pseg[n_piece] = n_piece;
+    if (ring_pass(r, s, n_piece, logits, NULL) < 0) {
         s->n_past = pos;
         return TUTTI_ERR;
     }
     s->n_past = pos + n;
     s->has_logits = true;
-    p->n_tok += n;
-    p->n_ub += n_ub;
-    p->t_eval += MPI_Wtime() - t0;
     return TUTTI_OK;
+}
+
+/* A batch of tutti_session_eval_multi: one piece, every segment of it. */
+static int pipe_segments(tutti_pipe *pp, tutti_session *s, const tutti_fwd_seg *seg, int32_t n_seg, float *rows) {
+    tutti_mpi_ring *r = ((split_pipe *)pp)->ring;
+    if (r->dead || r->broken) return tutti_set_error("--split-layers: the pipeline is broken by an earlier error");
+    if (n_seg < 1) return tutti_set_error("--split-layers: empty batch");
+    if (ring_room(r, (size_t)n_seg, 1) < 0) return TUTTI_ERR;
+    for (int32_t j = 0; j < n_seg; j++) {
+        const tutti_pipe *q = seg[j].s->pipe;
+        if (!q || q->eval != pipe_eval || ((const split_pipe *)q)->ring != r)
+            return tutti_set_error("--split-layers: a batch mixes sessions of different split models");
+        r->seg[j] = seg[j];
+        r->pos0[j] = seg[j].s->n_past;
+    }
+    r->pseg[0] = 0, r->pseg[1] = n_seg;
+    return ring_pass(r, s, 1, NULL, n_seg > 1 ? rows : NULL);
 }
 
 static void pipe_free(tutti_pipe *pp) {
     split_pipe *p = (split_pipe *)pp;
-    /* to every rank that serves a part, straight from rank 0 (no answer is
-     * in flight between evaluations, and a rank that could not load has no
-     * part to stop) */
-    for (int32_t r = 1; r < p->k && !p->dead; r++) {
-        const tmpi_act h = {TMPI_ACT_FREE, 0, 0, 0};
-        MPI_Request rq;
-        if (p->loaded[r] && MPI_Isend(&h, sizeof h, MPI_BYTE, r, TMPI_TAG_SPLIT, tmpi_comm, &rq) == MPI_SUCCESS &&
-            tmpi_wait(&rq, MPI_Wtime() + tmpi_timeout_s(), r, "releasing the split") < 0)
-            break;
-    }
-    for (int32_t r = 1; r < p->k; r++) tmpi_unregister(r, TMPI_TAG_SPLIT);
-    if (p->n_tok > 0) {
-        double rss, peak;
-        rss_mib(&rss, &peak);
-        fprintf(stderr,
-                "tutti: mpi: split: %lld tokens in %lld micro-batches, %.1f bytes per token over the ring (%d hops), "
-                "%.3f s in the pipeline; rank 0 RSS %.1f MiB (peak %.1f MiB)\n",
-                (long long)p->n_tok, (long long)p->n_ub, (double)p->bytes / (double)p->n_tok, p->k, p->t_eval, rss,
-                peak);
-    }
-    free(p->sbuf);
-    free(p->rbuf);
-    free(p->sreq);
-    free(p->rreq);
-    free(p->off);
-    free(p->len);
-    if (g_pipe == p) g_pipe = NULL;
+    if (p->owns_ring) tutti_mpi_ring_free(p->ring);
     free(p);
 }
 
-void tmpi_split_release(void) {
-    /* the session owning the pipeline was not freed: release the ranks */
-    if (g_pipe) pipe_free(&g_pipe->base);
+int tutti_mpi_ring_attach(tutti_mpi_ring *r, tutti_session *s, int32_t slot, int32_t n_threads) {
+    if (!r || !s) return tutti_set_error("--split-layers: no ring or session");
+    if (r->k == 1) return TUTTI_OK; /* one rank: the whole model here, nothing to pass on */
+    if (r->dead || r->broken) return tutti_set_error("--split-layers: the pipeline is broken by an earlier error");
+    if (slot < 0 || slot >= SPLIT_MAX_SLOTS)
+        return tutti_set_error("--split-layers: session %d of a split model (at most %d)", slot, SPLIT_MAX_SLOTS);
+    if (s->pipe) return tutti_set_error("--split-layers: the session already has a pipeline");
+    if (r->started && s->n_ctx != r->n_ctx)
+        return tutti_set_error("--split-layers: the sessions of a split model share one context size (%d, not %d)",
+                               r->n_ctx, s->n_ctx);
+    split_pipe *p = calloc(1, sizeof *p);
+    if (!p) return tutti_set_error("--split-layers: out of memory");
+    p->base.eval = pipe_eval;
+    p->base.eval_segments = pipe_segments;
+    p->base.free = pipe_free;
+    p->ring = r;
+    p->sid = slot;
+    s->pipe = &p->base; /* from here on the session's free releases the pipeline */
+    if (r->started) return TUTTI_OK;
+    r->started = true;
+    r->n_ctx = s->n_ctx;
+    return start_parts(r, n_threads);
+}
+
+int tutti_mpi_ring_copy(tutti_mpi_ring *r, int32_t dst, int32_t src, int32_t k) {
+    if (!r || r->k == 1) return TUTTI_OK;
+    if (dst < 0 || src < 0 || dst >= SPLIT_MAX_SLOTS || src >= SPLIT_MAX_SLOTS || dst == src || k < 0 || k > r->n_ctx)
+        return tutti_set_error("--split-layers: bad cache copy %d <- %d (%d positions)", dst, src, k);
+    if (r->n_copy == SPLIT_MAX_COPY)
+        return tutti_set_error("--split-layers: more than %d cache copies between two passes", SPLIT_MAX_COPY);
+    if (r->n_copy == r->cap_copy) {
+        int32_t nc = r->cap_copy ? r->cap_copy * 2 : 16;
+        tmpi_copy *c = realloc(r->copy, sizeof *c * (size_t)nc);
+        if (!c) return tutti_set_error("--split-layers: out of memory");
+        r->copy = c, r->cap_copy = nc;
+    }
+    r->copy[r->n_copy++] = (tmpi_copy){dst, src, k};
+    return TUTTI_OK;
+}
+
+/* ---- tutti generate / logits: one session ---- */
+
+static tutti_mpi_ring *g_gen; /* planned by tutti_mpi_split_load, until attached */
+
+tutti_model *tutti_mpi_split_load(const char *path, const tutti_model_params *params, const char *counts) {
+    tutti_model *part = NULL;
+    tutti_mpi_ring *r = tutti_mpi_ring_open(path, NULL, params, counts, 0, &part);
+    if (!r) return NULL;
+    tutti_mpi_ring_free(g_gen);
+    g_gen = r;
+    return part;
 }
 
 int tutti_mpi_split_attach(tutti_session *s, int32_t n_threads, int32_t ubatch) {
-    if (!g_plan.planned) return tutti_set_error("--split-layers: no split planned");
-    const int32_t k = g_plan.k;
-    if (k == 1) return TUTTI_OK; /* one rank: the whole model here, nothing to pass on */
-    if (g_pipe) return tutti_set_error("--split-layers: one split session at a time");
-    const size_t plen = strlen(g_plan.path);
-    split_pipe *p = calloc(1, sizeof *p);
-    char *msg = malloc(sizeof(tmpi_split) + plen);
-    if (!p || !msg) {
-        free(p);
-        free(msg);
-        return tutti_set_error("--split-layers: out of memory");
-    }
-    p->base.eval = pipe_eval;
-    p->base.free = pipe_free;
-    p->k = k;
-    p->ubatch = ubatch;
-    p->il1 = g_plan.il1[0];
-    g_pipe = p;
-    s->pipe = &p->base; /* from here on the session's free releases the ranks */
-    /* every rank loads at once; the answers are taken in rank order */
-    int rc = TUTTI_OK;
-    for (int32_t r = 1; r < k && rc == TUTTI_OK; r++) {
-        tmpi_split h = {TMPI_SPLIT, g_plan.il0[r], g_plan.il1[r], s->n_ctx, n_threads, (int32_t)plen};
-        memcpy(msg, &h, sizeof h);
-        memcpy(msg + sizeof h, g_plan.path, plen);
-        char name[64];
-        snprintf(name, sizeof name, "layers %d-%d of %s", g_plan.il0[r], g_plan.il1[r] - 1, base_name(g_plan.path));
-        tmpi_register(r, TMPI_TAG_SPLIT, name, -1);
-        MPI_Request rq;
-        if (MPI_Isend(msg, (int)(sizeof h + plen), MPI_BYTE, r, TMPI_TAG_CTRL, tmpi_comm, &rq) != MPI_SUCCESS)
-            rc = tmpi_fail(r, "sending the split");
-        else
-            rc = tmpi_wait(&rq, MPI_Wtime() + tmpi_timeout_s(), r, "sending the split");
-    }
-    free(msg);
-    int rc_load = TUTTI_OK;
-    char first_err[1200] = "";
-    for (int32_t r = 1; r < k && rc == TUTTI_OK; r++) {
-        tmpi_loaded out;
-        MPI_Request rq;
-        MPI_Irecv(&out, sizeof out, MPI_BYTE, r, TMPI_TAG_CTRL_REPLY, tmpi_comm, &rq);
-        if ((rc = tmpi_wait(&rq, MPI_Wtime() + tmpi_timeout_s(), r, "loading its layers")) < 0) break;
-        out.host[sizeof out.host - 1] = 0;
-        tmpi_set_pid(r, out.pid, out.host);
-        if (out.status == 0) {
-            p->loaded[r] = true;
-            continue;
-        }
-        char err[1024] = "";
-        int len = out.err_len > 0 && out.err_len < (int)sizeof err ? out.err_len : (int)sizeof err - 1;
-        MPI_Irecv(err, len, MPI_CHAR, r, TMPI_TAG_CTRL_REPLY, tmpi_comm, &rq);
-        if ((rc = tmpi_wait(&rq, MPI_Wtime() + tmpi_timeout_s(), r, "loading its layers")) < 0) break;
-        err[sizeof err - 1] = 0;
-        if (!first_err[0])
-            snprintf(first_err, sizeof first_err, "mpi: rank %d cannot load layers %d-%d of %s: %s", r,
-                     g_plan.il0[r], g_plan.il1[r] - 1, g_plan.path, err);
-        rc_load = TUTTI_ERR;
-    }
-    if (rc < 0) {
-        p->dead = true; /* a fault (tmpi_wait said which rank) */
-        return TUTTI_ERR;
-    }
-    if (rc_load < 0) return tutti_set_error("%s", first_err);
-    return TUTTI_OK;
+    tutti_mpi_ring *r = g_gen;
+    if (!r) return tutti_set_error("--split-layers: no split planned");
+    g_gen = NULL;
+    r->ubatch = ubatch;
+    int rc = tutti_mpi_ring_attach(r, s, 0, n_threads);
+    if (s && s->pipe && s->pipe->free == pipe_free)
+        ((split_pipe *)s->pipe)->owns_ring = true; /* freed with the session */
+    else
+        tutti_mpi_ring_free(r);
+    return rc;
 }
 
 /* ---- member ranks: the part servers ---- */
 
 typedef struct split_srv {
     tutti_model *m;
-    tutti_session *s;
-    int32_t il0, il1;
+    tutti_session **ss; /* [cap_ss] by slot, made on first use */
+    int32_t cap_ss;
+    tutti_session_params sp;
+    int32_t il0, il1, tag;
     pthread_t th;
 } split_srv;
 
-static split_srv *g_srv[8];
-static int g_n_srv;
+static split_srv **g_srv;
+static int g_n_srv, g_cap_srv;
+
+static tutti_session *srv_session(split_srv *q, int32_t sid) {
+    if (sid >= q->cap_ss) {
+        int32_t nc = sid * 2 + 8 < SPLIT_MAX_SLOTS ? sid * 2 + 8 : SPLIT_MAX_SLOTS;
+        tutti_session **n = realloc(q->ss, sizeof *n * (size_t)nc);
+        if (!n) return tutti_set_error("out of memory"), NULL;
+        memset(n + q->cap_ss, 0, sizeof *n * (size_t)(nc - q->cap_ss));
+        q->ss = n, q->cap_ss = nc;
+    }
+    if (!q->ss[sid]) q->ss[sid] = tutti_session_new(q->m, &q->sp);
+    return q->ss[sid];
+}
+
+/* The first k cache positions of session src to session dst, for this
+ * rank's layers (as member_local.c's copy_prefix does for all of them). */
+static const char *srv_copy(split_srv *q, const tmpi_copy *c) {
+    tutti_session *d = srv_session(q, c->dst), *s = d ? srv_session(q, c->src) : NULL;
+    if (!s) return tutti_last_error();
+    const tutti_hparams *hp = &q->m->hp;
+    const size_t nk = (size_t)hp->n_head_kv * hp->head_dim_k, nv = (size_t)hp->n_head_kv * hp->head_dim_v;
+    const size_t n_ctx = (size_t)d->n_ctx;
+    for (int32_t l = q->il0; l < q->il1; l++) {
+        memcpy(d->k_cache + (size_t)l * n_ctx * nk, s->k_cache + (size_t)l * n_ctx * nk, sizeof(uint16_t) * nk * (size_t)c->k);
+        memcpy(d->v_cache + (size_t)l * n_ctx * nv, s->v_cache + (size_t)l * n_ctx * nv, sizeof(uint16_t) * nv * (size_t)c->k);
+    }
+    return NULL;
+}
+
+/* Checks an ACT of cnt bytes: NULL, or what is wrong. */
+static const char *srv_check(const split_srv *q, const char *buf, int cnt, int32_t ub, const tmpi_act *h,
+                             uint8_t *seen) {
+    const int64_t n_embd = q->m->hp.n_embd;
+    if (h->op != TMPI_ACT || h->n < 1 || h->n > ub || h->n_seg < 1 || h->n_seg > h->n || h->n_copy < 0 ||
+        h->n_copy > SPLIT_MAX_COPY ||
+        (size_t)cnt != sizeof *h + sizeof(tmpi_copy) * (size_t)h->n_copy + sizeof(tmpi_seg) * (size_t)h->n_seg +
+                           sizeof(float) * (size_t)h->n * (size_t)n_embd)
+        return "malformed activations";
+    const char *p = buf + sizeof *h;
+    for (int32_t i = 0; i < h->n_copy; i++, p += sizeof(tmpi_copy)) {
+        tmpi_copy c;
+        memcpy(&c, p, sizeof c);
+        if (c.dst < 0 || c.src < 0 || c.dst >= SPLIT_MAX_SLOTS || c.src >= SPLIT_MAX_SLOTS || c.dst == c.src ||
+            c.k < 0 || c.k > q->sp.n_ctx)
+            return "malformed cache copy";
+    }
+    int64_t sum = 0;
+    memset(seen, 0, SPLIT_MAX_SLOTS);
+    for (int32_t j = 0; j < h->n_seg; j++, p += sizeof(tmpi_seg)) {
+        tmpi_seg sg;
+        memcpy(&sg, p, sizeof sg);
+        if (sg.sid < 0 || sg.sid >= SPLIT_MAX_SLOTS || seen[sg.sid] || sg.n < 1 || sg.pos0 < 0 ||
+            sg.pos0 > q->sp.n_ctx - sg.n)
+            return "malformed segment";
+        seen[sg.sid] = 1;
+        sum += sg.n;
+    }
+    return sum == h->n ? NULL : "malformed segments";
+}
 
 static void *srv_main(void *arg) {
     split_srv *q = arg;
-    tutti_session *s = q->s;
     const int rank = tmpi_rank(), k = tutti_mpi_size(), next = (rank + 1) % k;
     const int64_t n_embd = q->m->hp.n_embd;
-    const size_t cap = sizeof(tmpi_act) + sizeof(float) * (size_t)s->n_ubatch * (size_t)n_embd;
-    char *buf = malloc(cap + 1024);
+    const int32_t ub = q->ss[0]->n_ubatch; /* every session's (one n_ctx) */
+    const size_t cap = sizeof(tmpi_act) + sizeof(tmpi_copy) * SPLIT_MAX_COPY + sizeof(tmpi_seg) * (size_t)ub +
+                       sizeof(float) * (size_t)ub * (size_t)n_embd;
+    char *buf = malloc(cap);
+    tutti_fwd_seg *fseg = malloc(sizeof *fseg * (size_t)ub);
+    uint8_t *seen = malloc(SPLIT_MAX_SLOTS);
     int64_t n_tok = 0;
+    long n_act = 0;
     for (;;) {
         MPI_Message msg;
         MPI_Status st;
         int cnt = 0;
         /* activations from the previous rank, FREE from rank 0 */
-        if (tmpi_probe_idle(MPI_ANY_SOURCE, TMPI_TAG_SPLIT, &msg, &st) != MPI_SUCCESS) break;
+        if (tmpi_probe_idle(MPI_ANY_SOURCE, q->tag, &msg, &st) != MPI_SUCCESS) break;
         MPI_Get_count(&st, MPI_BYTE, &cnt);
-        if (!buf || (size_t)cnt > cap) { /* too large to hold: drop it, answer with an error */
-            char *tmp = malloc((size_t)cnt);
+        if (!buf || !fseg || !seen || cnt < 0 || (size_t)cnt > cap) { /* cannot hold it: drop it, answer an error */
+            char *tmp = malloc(cnt > 0 ? (size_t)cnt : 1);
             MPI_Mrecv(tmp, cnt, MPI_BYTE, &msg, &st);
             free(tmp);
-            if (!buf) break;
+            if (!buf || !fseg || !seen) break;
             cnt = 0;
         } else if (MPI_Mrecv(buf, cnt, MPI_BYTE, &msg, &st) != MPI_SUCCESS)
             break;
-        tmpi_act h = {TMPI_ACT_FREE, 0, 0, 0};
+        tmpi_act h = {-1, 0, 0, 0, 0}; /* dropped or short: malformed */
         if (cnt >= (int)sizeof h) memcpy(&h, buf, sizeof h);
-        else if (cnt > 0) h.op = TMPI_ACT_FREE;
-        else h.op = -1; /* dropped */
         if (h.op == TMPI_ACT_FREE) break;
-        const char *err = NULL;
         if (h.op == TMPI_ACT_ERR) { /* someone before us failed: pass it on */
-            MPI_Send(buf, cnt, MPI_BYTE, next, TMPI_TAG_SPLIT, tmpi_comm);
+            MPI_Send(buf, cnt, MPI_BYTE, next, q->tag, tmpi_comm);
             continue;
         }
-        if (h.op != TMPI_ACT || h.n < 1 || h.n > s->n_ubatch || h.pos0 < 0 || h.pos0 > s->n_ctx - h.n ||
-            (size_t)cnt != sizeof h + sizeof(float) * (size_t)h.n * (size_t)n_embd)
-            err = "malformed activations";
+        const char *err = srv_check(q, buf, cnt, ub, &h, seen);
+        const char *p = buf + sizeof h;
+        for (int32_t i = 0; i < h.n_copy && !err; i++, p += sizeof(tmpi_copy)) {
+            tmpi_copy c;
+            memcpy(&c, p, sizeof c);
+            err = srv_copy(q, &c);
+        }
+        tutti_session *s0 = NULL;
+        for (int32_t j = 0; j < h.n_seg && !err; j++, p += sizeof(tmpi_seg)) {
+            tmpi_seg sg;
+            memcpy(&sg, p, sizeof sg);
+            tutti_session *s = srv_session(q, sg.sid);
+            if (!s) {
+                err = tutti_last_error();
+                break;
+            }
+            s->n_past = sg.pos0;
+            fseg[j] = (tutti_fwd_seg){s, NULL, sg.n};
+            if (!s0) s0 = s;
+        }
+        /* fault injection for tests/test_mpi.sh: TUTTI_MPI_TEST_FAULT=spliterr:N@R
+         * makes rank R answer its N-th activations with an error */
+        const char *f = getenv("TUTTI_MPI_TEST_FAULT");
+        n_act++;
+        if (!err && f && !strncmp(f, "spliterr:", 9) && strchr(f, '@') && atol(f + 9) == n_act &&
+            atoi(strchr(f, '@') + 1) == rank)
+            err = "injected error (TUTTI_MPI_TEST_FAULT)";
         if (!err) {
             tmpi_test_fault();
-            memcpy(s->x, buf + sizeof h, sizeof(float) * (size_t)h.n * (size_t)n_embd);
-            s->n_past = h.pos0;
-            const tutti_fwd_seg seg = {s, NULL, h.n};
-            tutti_forward_range(s, &seg, 1, q->il0, q->il1, 0, NULL, NULL);
-            memcpy(buf + sizeof h, s->x, sizeof(float) * (size_t)h.n * (size_t)n_embd);
+            char *x = buf + (p - buf);
+            memcpy(s0->x, x, sizeof(float) * (size_t)h.n * (size_t)n_embd);
+            tutti_forward_range(s0, fseg, h.n_seg, q->il0, q->il1, 0, NULL, NULL);
+            memcpy(x, s0->x, sizeof(float) * (size_t)h.n * (size_t)n_embd);
             n_tok += h.n;
-            MPI_Send(buf, cnt, MPI_BYTE, next, TMPI_TAG_SPLIT, tmpi_comm);
+            MPI_Send(buf, cnt, MPI_BYTE, next, q->tag, tmpi_comm);
         } else {
-            const tmpi_act e = {TMPI_ACT_ERR, h.pos0, (int32_t)strlen(err) + 1, rank};
-            memcpy(buf, &e, sizeof e);
-            memcpy(buf + sizeof e, err, (size_t)e.n);
-            MPI_Send(buf, (int)(sizeof e + (size_t)e.n), MPI_BYTE, next, TMPI_TAG_SPLIT, tmpi_comm);
+            char text[600];
+            snprintf(text, sizeof text, "%s", err);
+            const tmpi_act e = {TMPI_ACT_ERR, (int32_t)strlen(text) + 1, rank, 0, 0};
+            char out[sizeof e + sizeof text];
+            memcpy(out, &e, sizeof e);
+            memcpy(out + sizeof e, text, (size_t)e.n);
+            MPI_Send(out, (int)(sizeof e + (size_t)e.n), MPI_BYTE, next, q->tag, tmpi_comm);
         }
     }
     free(buf);
+    free(fseg);
+    free(seen);
     double rss, peak;
     rss_mib(&rss, &peak);
-    fprintf(stderr, "tutti: mpi: split: rank %d computed layers %d-%d of %s for %lld tokens; RSS %.1f MiB (peak %.1f MiB)\n",
-            rank, q->il0, q->il1 - 1, base_name(q->m->path), (long long)n_tok, rss, peak);
+    int32_t n_ss = 0;
+    for (int32_t i = 0; i < q->cap_ss; i++) n_ss += q->ss[i] != NULL;
+    fprintf(stderr,
+            "tutti: mpi: split: rank %d computed layers %d-%d of %s for %lld tokens (%d sessions); RSS %.1f MiB "
+            "(peak %.1f MiB)\n",
+            rank, q->il0, q->il1 - 1, base_name(q->m->path), (long long)n_tok, n_ss, rss, peak);
+    /* the part's memory goes now (a server frees split members it evicts) */
+    for (int32_t i = 0; i < q->cap_ss; i++) tutti_session_free(q->ss[i]);
+    free(q->ss);
+    q->ss = NULL;
+    tutti_model_free(q->m);
+    q->m = NULL;
     return NULL;
 }
 
@@ -540,8 +830,15 @@ int tmpi_split_serve(const char *buf, int cnt, char *ebuf, size_t cap) {
     tmpi_split h;
     if (cnt < (int)sizeof h) return snprintf(ebuf, cap, "mpi: malformed split request"), -1;
     memcpy(&h, buf, sizeof h);
-    if (h.path_len < 1 || (int)sizeof h + h.path_len != cnt || g_n_srv == 8)
+    if (h.path_len < 1 || (int)sizeof h + h.path_len != cnt || h.tag < TMPI_TAG_SPLIT0 ||
+        h.tag >= TMPI_TAG_SPLIT0 + TMPI_MAX_RINGS || h.il0 < 0 || h.il1 < h.il0)
         return snprintf(ebuf, cap, "mpi: malformed split request"), -1;
+    if (g_n_srv == g_cap_srv) {
+        int nc = g_cap_srv ? g_cap_srv * 2 : 8;
+        split_srv **n = realloc(g_srv, sizeof *n * (size_t)nc);
+        if (!n) return snprintf(ebuf, cap, "mpi: out of memory"), -1;
+        g_srv = n, g_cap_srv = nc;
+    }
     char *path = malloc((size_t)h.path_len + 1);
     split_srv *q = calloc(1, sizeof *q);
     if (!path || !q) {
@@ -551,7 +848,7 @@ int tmpi_split_serve(const char *buf, int cnt, char *ebuf, size_t cap) {
     }
     memcpy(path, buf + sizeof h, (size_t)h.path_len);
     path[h.path_len] = 0;
-    q->il0 = h.il0, q->il1 = h.il1;
+    q->il0 = h.il0, q->il1 = h.il1, q->tag = h.tag;
     /* fault injection for tests/test_mpi.sh: TUTTI_MPI_TEST_FAULT=splitload@R
      * makes rank R fail to load its part (as a file it cannot read would) */
     const char *f = getenv("TUTTI_MPI_TEST_FAULT");
@@ -561,13 +858,15 @@ int tmpi_split_serve(const char *buf, int cnt, char *ebuf, size_t cap) {
         free(path);
         return -1;
     }
-    tutti_session_params sp = tutti_session_default_params();
-    sp.n_ctx = h.n_ctx;
-    sp.n_threads = h.n_threads;
-    if (!(q->m = tutti_model_load_part(path, NULL, h.il0, h.il1, false)) || !(q->s = tutti_session_new(q->m, &sp)) ||
+    q->sp = tutti_session_default_params();
+    q->sp.n_ctx = h.n_ctx;
+    q->sp.n_threads = h.n_threads;
+    /* slot 0 at once: a context too large for this rank's memory is a load error */
+    if (!(q->m = tutti_model_load_part(path, NULL, h.il0, h.il1, false)) || !srv_session(q, 0) ||
         pthread_create(&q->th, NULL, srv_main, q) != 0) {
-        snprintf(ebuf, cap, "%s", q->m && q->s ? "cannot start a thread" : tutti_last_error());
-        tutti_session_free(q->s);
+        snprintf(ebuf, cap, "%s", q->m && q->ss && q->ss[0] ? "cannot start a thread" : tutti_last_error());
+        if (q->ss) tutti_session_free(q->ss[0]);
+        free(q->ss);
         tutti_model_free(q->m);
         free(q);
         free(path);
@@ -581,9 +880,9 @@ int tmpi_split_serve(const char *buf, int cnt, char *ebuf, size_t cap) {
 void tmpi_split_join(void) {
     for (int i = 0; i < g_n_srv; i++) {
         pthread_join(g_srv[i]->th, NULL);
-        tutti_session_free(g_srv[i]->s);
-        tutti_model_free(g_srv[i]->m);
         free(g_srv[i]);
     }
-    g_n_srv = 0;
+    free(g_srv);
+    g_srv = NULL;
+    g_n_srv = g_cap_srv = 0;
 }

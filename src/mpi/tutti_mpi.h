@@ -23,6 +23,7 @@
 #ifndef TUTTI_MPI_H
 #define TUTTI_MPI_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* Called first by main(): removes --place LIST from argv, initialises MPI
@@ -45,6 +46,7 @@ int tutti_mpi_size(void);
 /* ---- one model split by layers (src/mpi/split.c) ----
  *
  *   mpirun -np K tutti generate --split-layers [N0,N1,...] -m M.gguf ...
+ *   mpirun -np K tutti run -m A.gguf -m B.gguf --split-layers [--split-member 2] ...
  *
  * Rank r holds a contiguous range of layers: N_r of them when the counts
  * are given, else a split by memory (each rank about the same bytes of
@@ -54,16 +56,25 @@ int tutti_mpi_size(void);
  * carries n_embd floats per token back instead of n_vocab logits, and a
  * tied head (token_embd) is held once.  A prompt goes in micro-batches
  * (--split-ubatch N; default about 4 per rank, at least 16 tokens), so
- * rank 1 computes micro-batch b while rank 0 computes b + 1. */
+ * rank 1 computes micro-batch b while rank 0 computes b + 1.
+ *
+ * A split model is a "ring": rank 0's part plus, on every other rank, its
+ * part and one session per session of rank 0 that uses the ring (slot).
+ * tutti generate has one session; an ensemble member (member_split.c) a
+ * pool of them, whose batched passes (several sequences in one matmul,
+ * byte alignment) and cache-prefix copies go round the ring as they run
+ * in one process, so the member's logits are the same bits. */
 
 struct tutti_model;
 struct tutti_session;
 struct tutti_model_params;
-/* Removes --split-layers [N0,N1,...] (the counts are optional) and
- * --split-ubatch N from a command's options argv[0..argc).  1 when
- * --split-layers was given (*counts = the list or NULL), 0 when not, -1
- * with a message on stderr for bad usage (exit 2). */
-int tutti_mpi_split_args(int *argc, char **argv, const char **counts, int32_t *ubatch);
+typedef struct tutti_mpi_ring tutti_mpi_ring;
+
+/* Checks the split flags as parsed (--split-layers [N0,N1,...] and
+ * --split-ubatch N, cli.h CLI_SPLIT_OPTS): counts NULL = not given, "" =
+ * by memory; ubatch 0 = auto.  TUTTI_OK, or TUTTI_ERR with the error set
+ * (bad usage: exit 2; also any split flag in a build without MPI). */
+int tutti_mpi_split_check(const char *counts, int32_t ubatch);
 /* Plans the split of path over the ranks (counts or by memory; printed on
  * stderr) and loads rank 0's part.  NULL with the error set. */
 struct tutti_model *tutti_mpi_split_load(const char *path, const struct tutti_model_params *params,
@@ -73,5 +84,36 @@ struct tutti_model *tutti_mpi_split_load(const char *path, const struct tutti_mo
  * with s).  A rank that cannot load its part is an error naming it.  Does
  * nothing on one rank.  0 or TUTTI_ERR. */
 int tutti_mpi_split_attach(struct tutti_session *s, int32_t n_threads, int32_t ubatch);
+
+/* Ensemble members split by layers (tutti run/eval/fit/serve
+ * --split-layers [COUNTS] [--split-ubatch N] [--split-member I,J]): the
+ * member files to split (paths[0..n_paths); n_paths 0 = every member),
+ * counts (NULL or "" = by memory) and ubatch (0 = auto) for all of them.
+ * A split member occupies every rank, so --place cannot be combined
+ * (the other members are placed round robin as always).  TUTTI_OK, or
+ * TUTTI_ERR with the error set (bad usage: exit 2). */
+int tutti_mpi_split_members(const char *counts, int32_t ubatch, const char *const *paths, int32_t n_paths);
+/* Whether member file path is to be split (tutti_mpi_split_members);
+ * *counts and *ubatch (may be NULL) receive the split's settings. */
+bool tutti_mpi_member_split(const char *path, const char **counts, int32_t *ubatch);
+/* Plans path's split over the ranks (printed on stderr) and, unless whole
+ * (the model already loaded in this process, borrowed) is given, loads
+ * rank 0's part into *part (owned by the caller; *part = NULL with whole).
+ * The other ranks load theirs at the first attach.  NULL + error. */
+tutti_mpi_ring *tutti_mpi_ring_open(const char *path, const struct tutti_model *whole,
+                                    const struct tutti_model_params *params, const char *counts, int32_t ubatch,
+                                    struct tutti_model **part);
+/* Routes session s's evaluations (tutti_session_eval, and batches of the
+ * ring's sessions through tutti_session_eval_multi) through the ring as
+ * its session number slot (0 <= slot < 4096, one session per slot).  The
+ * first attach has every other rank load its part (sessions there get s's
+ * n_ctx and n_threads threads).  s's pipeline is freed with s; the ring
+ * outlives its sessions.  Nothing to do on one rank.  0 or TUTTI_ERR. */
+int tutti_mpi_ring_attach(tutti_mpi_ring *r, struct tutti_session *s, int32_t slot, int32_t n_threads);
+/* Slot dst took the first k cache positions of slot src in this process:
+ * the other ranks do the same before their next pass.  0 or TUTTI_ERR. */
+int tutti_mpi_ring_copy(tutti_mpi_ring *r, int32_t dst, int32_t src, int32_t k);
+/* Releases the other ranks' parts (after the ring's sessions are freed). */
+void tutti_mpi_ring_free(tutti_mpi_ring *r);
 
 #endif
