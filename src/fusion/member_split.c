@@ -81,6 +81,13 @@ static int32_t split_logits_batch(fusion_member *m, int32_t n_seq, const int32_t
     return k;
 }
 
+static int split_logits_from(fusion_member *m, const int32_t *ids, int32_t n, int32_t from, float *out) {
+    fusion_member *in = enter(m);
+    int rc = in->vt->logits_from(in, ids, n, from, out);
+    leave(m);
+    return rc;
+}
+
 static void split_keep(fusion_member *m, int32_t n_seq, const int32_t *const *ids, const int32_t *n) {
     fusion_member_local_keep(enter(m), n_seq, ids, n);
     leave(m);
@@ -95,8 +102,8 @@ static void split_free(fusion_member *m) {
     free(sm);
 }
 
-static const fusion_member_vt split_vt = {split_logits, split_logits_all, split_free, split_logits_view,
-                                          split_logits_batch};
+static const fusion_member_vt split_vt = {split_logits,       split_logits_all, split_free, split_logits_view,
+                                          split_logits_batch, split_logits_from};
 
 /* the pool's sessions: each on the ring as its slot */
 static tutti_session *split_open(void *ctx, int32_t slot, const tutti_model *model, const tutti_session_params *sp) {
