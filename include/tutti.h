@@ -144,6 +144,10 @@ const char *tutti_model_arch(const tutti_model *model);
  * when the key is absent or not a string (not an error).  A value holding a
  * NUL byte is cut there. */
 char *tutti_model_meta_str(const tutti_model *model, const char *key);
+/* The same from a GGUF file on disk, without loading the model (only its
+ * header is read and validated); NULL when the key is absent, or on error
+ * (tutti_last_error: the file cannot be opened or is not valid GGUF). */
+char *tutti_file_meta_str(const char *path, const char *key);
 /* Writes a human-readable description (architecture, hyper-parameters,
  * tensor types and sizes, tokenizer) to out. */
 void tutti_model_describe(const tutti_model *model, FILE *out);
@@ -415,6 +419,15 @@ tutti_fusion_rule tutti_ensemble_rule(const tutti_ensemble *ens);
 /* Member i's model (owned by the ensemble), weight and temperature. */
 const tutti_model *tutti_ensemble_member_model(const tutti_ensemble *ens, int32_t i);
 const char *tutti_ensemble_member_path(const tutti_ensemble *ens, int32_t i);
+/* Member i's tokenizer, also for a member whose model is elsewhere (an MPI
+ * rank, a split member, a tutti server): owned by the ensemble; NULL out of
+ * range. */
+const tutti_vocab *tutti_ensemble_member_vocab(const tutti_ensemble *ens, int32_t i);
+/* A string of member i's GGUF metadata (e.g. "tokenizer.chat_template") as
+ * a malloc'd copy the caller frees: from the loaded model, else from the
+ * member's file (members on other ranks); NULL when absent or for a URL
+ * member. */
+char *tutti_ensemble_member_meta_str(const tutti_ensemble *ens, int32_t i, const char *key);
 float tutti_ensemble_member_weight(const tutti_ensemble *ens, int32_t i);
 float tutti_ensemble_member_temp(const tutti_ensemble *ens, int32_t i);
 /* Replaces weights and/or temperatures (either may be NULL), [n_members];

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 #include <unistd.h>
 
 #include <cJSON.h>
@@ -1195,6 +1196,49 @@ static void shell_quote(const char *s, char *out, size_t cap)
     out[o] = 0;
 }
 
+/* A member's chat template and tokenizer for front ends, also when its
+ * model is not on this rank (tutti run --chat under mpirun reads them from
+ * the member's file): the file read equals the loaded model's metadata, and
+ * a key the file lacks is NULL, not an error. */
+static void test_member_template_from_file(void **state)
+{
+    (void)state;
+    require_shared();
+    char dir[] = "/tmp/tutti_memtmplXXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[512];
+    snprintf(path, sizeof path, "%s/phi3.gguf", dir);
+    char *tmpl = read_file(shared_path("ref/chat/phi-3.jinja"), NULL);
+    assert_non_null(tmpl);
+    write_with_template(shared_path("ref/arch/phi3-F16.gguf"), tmpl, path);
+    char *from_file = tutti_file_meta_str(path, "tokenizer.chat_template");
+    assert_non_null(from_file);
+    assert_string_equal(from_file, tmpl);
+    assert_null(tutti_file_meta_str(path, "no.such.key"));
+    assert_null(tutti_file_meta_str("/nonexistent/x.gguf", "tokenizer.chat_template"));
+    assert_true(strstr(tutti_last_error(), "/nonexistent/x.gguf") != NULL);
+    tutti_member_desc d[2] = {{path, NAN, NAN}, {shared_path("models/stories260K.gguf"), NAN, NAN}};
+    tutti_ensemble_params p = tutti_ensemble_default_params();
+    p.members = d;
+    p.n_members = 2;
+    p.align = TUTTI_ALIGN_BYTE;
+    p.n_threads = 1;
+    tutti_ensemble *e = tutti_ensemble_new(&p);
+    assert_non_null(e);
+    char *m1 = tutti_ensemble_member_meta_str(e, 0, "tokenizer.chat_template");
+    assert_non_null(m1);
+    assert_string_equal(m1, tmpl);
+    assert_null(tutti_ensemble_member_meta_str(e, 1, "tokenizer.chat_template")); /* stories260K has none */
+    assert_null(tutti_ensemble_member_meta_str(e, 2, "tokenizer.chat_template"));
+    for (int i = 0; i < 2; i++)
+        assert_ptr_equal(tutti_ensemble_member_vocab(e, i), tutti_model_vocab(tutti_ensemble_member_model(e, i)));
+    assert_null(tutti_ensemble_member_vocab(e, 2));
+    tutti_ensemble_free(e);
+    free(m1), free(from_file), free(tmpl);
+    remove(path);
+    rmdir(dir);
+}
+
 static void test_cli_chat_injection(void **state)
 {
     (void)state;
@@ -1265,6 +1309,7 @@ int main(void)
         cmocka_unit_test(test_chat_tokenize_injection),
         cmocka_unit_test(test_chat_tokenize_json_injection),
         cmocka_unit_test(test_cli_chat_injection),
+        cmocka_unit_test(test_member_template_from_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

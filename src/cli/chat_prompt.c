@@ -10,15 +10,15 @@
 #include "cli/cli.h"
 
 int32_t *cli_chat_tokens(const tutti_model *model, const char *system, const char *user, int32_t *n_out) {
-    return cli_chat_tokens_of(model, NULL, system, user, n_out);
+    return cli_chat_tokens_with(tutti_model_vocab(model), tutti_model_meta_str(model, "tokenizer.chat_template"),
+                                NULL, system, user, n_out);
 }
 
-int32_t *cli_chat_tokens_of(const tutti_model *model, const char *label, const char *system, const char *user,
-                            int32_t *n_out) {
+int32_t *cli_chat_tokens_with(const tutti_vocab *vocab, char *tmpl, const char *label, const char *system,
+                              const char *user, int32_t *n_out) {
     /* messages name the model when there are several ("member 2 (b.gguf): ...") */
     char who[600];
     snprintf(who, sizeof who, "%s%s", label ? label : "", label ? ": " : "");
-    char *tmpl = tutti_model_meta_str(model, "tokenizer.chat_template");
     if (!tmpl) {
         if (label)
             fprintf(stderr, "tutti %s: --chat: %sthe model has no tokenizer.chat_template in its metadata; "
@@ -32,7 +32,7 @@ int32_t *cli_chat_tokens_of(const tutti_model *model, const char *label, const c
     size_t n_msgs = 0;
     if (system) msgs[n_msgs++] = (tutti_chat_message){"system", system};
     msgs[n_msgs++] = (tutti_chat_message){"user", user};
-    int32_t *ids = tutti_chat_tokenize(tutti_model_vocab(model), tmpl, msgs, n_msgs, true, n_out, NULL);
+    int32_t *ids = tutti_chat_tokenize(vocab, tmpl, msgs, n_msgs, true, n_out, NULL);
     free(tmpl);
     if (!ids)
         fprintf(stderr, "tutti %s: --chat: %scannot build the chat prompt: %s\n", cli_cmd, who,

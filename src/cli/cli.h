@@ -31,10 +31,12 @@ int32_t *cli_tokenize(const tutti_vocab *vocab, const char *text, size_t len, bo
  * text never does.  Returns malloc'd ids (count in *n_out), or NULL after
  * printing the reason. */
 int32_t *cli_chat_tokens(const tutti_model *model, const char *system, const char *user, int32_t *n_out);
-/* The same for one of several models (an ensemble member): label (e.g.
- * "member 2 (b.gguf)") goes in front of every message; NULL = as above. */
-int32_t *cli_chat_tokens_of(const tutti_model *model, const char *label, const char *system, const char *user,
-                            int32_t *n_out);
+/* The same from a tokenizer and its template (tmpl: malloc'd, taken and
+ * freed; NULL = the model has none), for one of several models (an
+ * ensemble member): label (e.g. "member 2 (b.gguf)") goes in front of
+ * every message; NULL = as above. */
+int32_t *cli_chat_tokens_with(const tutti_vocab *vocab, char *tmpl, const char *label, const char *system,
+                              const char *user, int32_t *n_out);
 /* Seconds since an arbitrary epoch (monotonic). */
 double cli_now(void);
 

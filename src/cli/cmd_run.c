@@ -287,13 +287,15 @@ int tutti_cmd_run(int argc, char **argv) {
         for (int i = 0; i < n_mem && rc == 0; i++) {
             char label[512];
             snprintf(label, sizeof label, "member %d (%s)", i + 1, tutti_ensemble_member_path(e, i));
-            ids[i] = cli_chat_tokens_of(tutti_ensemble_member_model(e, i), n_mem > 1 ? label : NULL, system, prompt,
-                                        &n_ids[i]);
+            /* from the member's file when its model is elsewhere (an MPI rank, a split member) */
+            ids[i] = cli_chat_tokens_with(tutti_ensemble_member_vocab(e, i),
+                                          tutti_ensemble_member_meta_str(e, i, "tokenizer.chat_template"),
+                                          n_mem > 1 ? label : NULL, system, prompt, &n_ids[i]);
             if (!ids[i]) rc = -2; /* message printed */
         }
     } else if (verbose_prompt) {
         for (int i = 0; i < n_mem && rc == 0; i++) {
-            const tutti_vocab *v = tutti_model_vocab(tutti_ensemble_member_model(e, i));
+            const tutti_vocab *v = tutti_ensemble_member_vocab(e, i);
             ids[i] = cli_tokenize(v, prompt, plen, tutti_vocab_add_bos(v), false, &n_ids[i]);
             if (!ids[i]) rc = -2;
         }

@@ -365,6 +365,15 @@ const tutti_model *tutti_ensemble_member_model(const tutti_ensemble *e, int32_t 
 const char *tutti_ensemble_member_path(const tutti_ensemble *e, int32_t i) {
     return e && i >= 0 && i < e->n ? e->path[i] : NULL;
 }
+const tutti_vocab *tutti_ensemble_member_vocab(const tutti_ensemble *e, int32_t i) {
+    return e && i >= 0 && i < e->n ? e->m[i]->vocab : NULL;
+}
+char *tutti_ensemble_member_meta_str(const tutti_ensemble *e, int32_t i, const char *key) {
+    if (!e || i < 0 || i >= e->n) return NULL;
+    const tutti_model *model = fusion_member_local_model(e->m[i]);
+    if (model) return tutti_model_meta_str(model, key);
+    return fusion_is_remote_spec(e->path[i]) ? NULL : tutti_file_meta_str(e->path[i], key);
+}
 float tutti_ensemble_member_weight(const tutti_ensemble *e, int32_t i) {
     return e && i >= 0 && i < e->n ? e->w[i] : NAN;
 }

@@ -7,18 +7,30 @@
 #include "model/model.h"
 #include "util/error.h"
 
-char *tutti_model_meta_str(const tutti_model *model, const char *key) {
-    if (!model || !key) return NULL;
-    gguf_str s;
-    int64_t i = gguf_find_key(model->gguf, key);
-    if (i < 0 || gguf_kv_type(model->gguf, i) != GGUF_TYPE_STRING) return NULL;
-    s = gguf_kv_str(model->gguf, i, 0);
+static char *meta_str(const gguf_file *f, const char *key) {
+    int64_t i = gguf_find_key(f, key);
+    if (i < 0 || gguf_kv_type(f, i) != GGUF_TYPE_STRING) return NULL;
+    gguf_str s = gguf_kv_str(f, i, 0);
     char *out = malloc(s.len + 1);
     if (!out) {
-        tutti_set_error("%s: out of memory copying metadata '%s'", gguf_path(model->gguf), key);
+        tutti_set_error("%s: out of memory copying metadata '%s'", gguf_path(f), key);
         return NULL;
     }
     memcpy(out, s.data, s.len);
     out[s.len] = 0;
+    return out;
+}
+
+char *tutti_model_meta_str(const tutti_model *model, const char *key) {
+    if (!model || !key) return NULL;
+    return meta_str(model->gguf, key);
+}
+
+char *tutti_file_meta_str(const char *path, const char *key) {
+    if (!path || !key) return NULL;
+    gguf_file *f = gguf_open(path);
+    if (!f) return NULL;
+    char *out = meta_str(f, key);
+    gguf_close(f);
     return out;
 }
