@@ -789,38 +789,23 @@ static int cmp_ranked(const void *a, const void *b) {
     return x > y ? -1 : x < y;
 }
 
-/* Lazy: some evaluated hypothesis has a token that ends exactly at byte b
- * with probability > 0 (so a boundary hypothesis comes without the
- * deferred ones). */
-static bool evaluated_spawn(const fusion_bytes *s, uint8_t b) {
+/* Lazy: what the evaluated hypotheses can do with byte b (the deferred
+ * ones left out): *spawn, some token ends exactly at b with probability > 0
+ * (a boundary hypothesis comes without the deferred ones); *cont, some
+ * token goes on past b with probability > 0 (the text can continue). */
+static void evaluated_at(const fusion_bytes *s, uint8_t b, bool *spawn, bool *cont) {
     const fusion_trie *t = s->trie;
-    for (int32_t i = 0; i < s->n_h; i++) {
+    *spawn = *cont = false;
+    for (int32_t i = 0; i < s->n_h && !(*spawn && *cont); i++) {
         const hyp *h = &s->h[i];
         if (!h->dist) continue;
         int32_t c = fusion_trie_child(t, h->node, b);
         if (c < 0) continue;
         const fusion_trie_node *nd = &t->node[c];
         const float *ps = dist_ps(t, h->dist);
-        for (int32_t r = nd->lo; r < nd->lo + nd->n_exact; r++)
-            if (ps[r] > 0) return true;
+        for (int32_t r = nd->lo; r < nd->lo + nd->n_exact && !*spawn; r++) *spawn = ps[r] > 0;
+        *cont = *cont || range_mass(t, h, nd->lo + nd->n_exact, nd->hi) > 0;
     }
-    return false;
-}
-
-/* Some evaluated hypothesis has a token longer than its pending bytes
- * plus b, with probability > 0 (so the text continues past b without the
- * deferred ones). */
-static bool evaluated_continue(const fusion_bytes *s, uint8_t b) {
-    const fusion_trie *t = s->trie;
-    for (int32_t i = 0; i < s->n_h; i++) {
-        const hyp *h = &s->h[i];
-        if (!h->dist) continue;
-        int32_t c = fusion_trie_child(t, h->node, b);
-        if (c < 0) continue;
-        const fusion_trie_node *nd = &t->node[c];
-        if (range_mass(t, h, nd->lo + nd->n_exact, nd->hi) > 0) return true;
-    }
-    return false;
 }
 
 int fusion_bytes_commit(fusion_bytes *s, uint8_t b) {
@@ -839,8 +824,10 @@ int fusion_bytes_commit(fusion_bytes *s, uint8_t b) {
      * deferred hypothesis.  (Evaluating that boundary hypothesis at each
      * byte, as before, cost a pass per byte inside long tokens.) */
     int32_t stale = -1;
-    if (fusion_bytes_n_deferred(s) > 0 && !evaluated_spawn(s, b)) {
-        if (evaluated_continue(s, b)) {
+    bool spawn = true, cont = true;
+    if (fusion_bytes_n_deferred(s) > 0) evaluated_at(s, b, &spawn, &cont);
+    if (!spawn) {
+        if (cont) {
             for (int32_t i = 0; i < s->n_h; i++)
                 if (!s->h[i].dist && (stale < 0 || s->h[i].logp > s->h[stale].logp)) stale = i;
         } else if ((prc = fusion_bytes_resolve(s)) < 0) {
