@@ -782,6 +782,104 @@ static void test_matmul_batches(void **state) {
     }
 }
 
+/* 8: the small-batch tiles of the signed legacy types (Q8_0, Q4_0, Q5_0,
+ * IQ4_NL: AVX-512 8 rows x 4 tokens in zmm pairs, AVX2 2 rows x 4 tokens),
+ * forced path by path through tutti_matmul_path, with 1..9 tokens and row
+ * counts around every tile edge (1..9, 15..17, 31, 33: partial 8-row and
+ * 2-row tiles, partial 4-token groups) and 1, 3 and 17 blocks per row.
+ * Every (row, token) result must have the bits of the path's own single-row
+ * vec_dot (the same integer lane sums and float order); for Q8_0 also the
+ * bits of the scalar vd_q8_0, which is llama.cpp's order (vecdot.c), and
+ * the Q8_0 weights include the quant -128 (possible in a file, never made
+ * by the quantizer: the sign and offset tricks must stay exact for it).
+ * Other types: within the tolerance of 3 of the scalar path. */
+static int legacy_tile_case(int type, int64_t n_rows, int64_t n) {
+    enum { MAX_TOK = 9 };
+    const tutti_vec_dot_traits *sc = tutti_vec_dot_get_path(TUTTI_SIMD_SCALAR, type);
+    const size_t ldw = tutti_row_size(type, n), ldx = tutti_row_size(sc->vec_type, n);
+    char *w = malloc(ldw * (size_t)n_rows), *xq = malloc(ldx * MAX_TOK);
+    float *x = malloc(sizeof(float) * (size_t)n * MAX_TOK), *y = malloc(sizeof(float) * (size_t)n_rows * MAX_TOK);
+    float *want = malloc(sizeof(float) * (size_t)n_rows * MAX_TOK), *wd = malloc(sizeof(float) * (size_t)n),
+          *xd = malloc(sizeof(float) * (size_t)n);
+    double *mag = malloc(sizeof(double) * (size_t)n_rows * MAX_TOK);
+    assert_true(w && xq && x && y && want && wd && xd && mag);
+    for (int64_t r = 0; r < n_rows; r++) {
+        uint8_t *row = (uint8_t *)w + (size_t)r * ldw;
+        fill_w(type, row, n);
+        if (type == TUTTI_TYPE_Q8_0)
+            for (int64_t b = 0; b < n / 32; b++) row[34 * b + 2 + (size_t)(r + b) % 32] = 0x80; /* -128 */
+    }
+    for (int t = 0; t < MAX_TOK; t++) {
+        fill_x(x + (size_t)t * n, n);
+        sc->from_float(x + (size_t)t * n, xq + (size_t)t * ldx, n);
+    }
+    for (int64_t r = 0; r < n_rows; r++) {
+        assert_true(tutti_dequantize_row(type, w + (size_t)r * ldw, wd, n));
+        for (int t = 0; t < MAX_TOK; t++) {
+            decode_act(sc->vec_type, xq + (size_t)t * ldx, xd, n);
+            double m = 0;
+            for (int64_t i = 0; i < n; i++) m += fabs((double)wd[i] * xd[i]);
+            mag[(size_t)t * n_rows + r] = m;
+            sc->vec_dot(n, &want[(size_t)t * n_rows + r], w + (size_t)r * ldw, xq + (size_t)t * ldx);
+        }
+    }
+    tutti_threadpool *tp = tutti_threadpool_new(2);
+    assert_non_null(tp);
+    int paths = 0;
+    for (int p = 0; p < TUTTI_SIMD_COUNT; p++) {
+        const tutti_vec_dot_traits *k = tutti_vec_dot_get_path((tutti_simd)p, type);
+        if (!k) continue;
+        paths++;
+        const char *pn = tutti_simd_name((tutti_simd)p);
+        for (int nt = 1; nt <= MAX_TOK; nt++) {
+            memset(y, 0xff, sizeof(float) * (size_t)n_rows * MAX_TOK);
+            tutti_matmul_path(tp, p, type, w, n_rows, n, x, nt, y);
+            for (int t = 0; t < MAX_TOK; t++)
+                for (int64_t r = 0; r < n_rows; r++) {
+                    const size_t i = (size_t)t * n_rows + (size_t)r;
+                    if (t >= nt) { /* rows past the batch stay untouched */
+                        if (!isnan(y[i])) fail_msg("%s %s: matmul of %d tokens wrote token %d", pn, tutti_type_name(type), nt, t);
+                        continue;
+                    }
+                    float own;
+                    k->vec_dot(n, &own, w + (size_t)r * ldw, xq + (size_t)t * ldx);
+                    const bool exact = type == TUTTI_TYPE_Q8_0 || p == TUTTI_SIMD_SCALAR;
+                    if (memcmp(&y[i], &own, sizeof own) != 0 || (exact && memcmp(&y[i], &want[i], sizeof own) != 0) ||
+                        !(fabs((double)y[i] - want[i]) <= 2e-5 * mag[i] + 1e-6))
+                        fail_msg("%s %s %lld x %lld, %d tokens: [%d][%lld] = %.9g, the path's vec_dot %.9g, scalar %.9g",
+                                 pn, tutti_type_name(type), (long long)n_rows, (long long)n, nt, t, (long long)r,
+                                 y[i], own, want[i]);
+                }
+        }
+    }
+    tutti_threadpool_free(tp);
+    free(w);
+    free(xq);
+    free(x);
+    free(y);
+    free(want);
+    free(wd);
+    free(xd);
+    free(mag);
+    return paths;
+}
+
+static void test_legacy_tiles(void **state) {
+    (void)state;
+    const int types[] = {TUTTI_TYPE_Q8_0, TUTTI_TYPE_Q4_0, TUTTI_TYPE_Q5_0, TUTTI_TYPE_IQ4_NL};
+    const int64_t rows[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 31, 33};
+    const int64_t cols[] = {32, 96, 544};
+    for (int ti = 0; ti < 4; ti++)
+        for (int ri = 0; ri < (int)(sizeof rows / sizeof rows[0]); ri++)
+            for (int ci = 0; ci < 3; ci++) {
+                const int paths = legacy_tile_case(types[ti], rows[ri], cols[ci]);
+                assert_true(paths >= 1);
+                /* the x86 paths were among them where the CPU has them */
+                if (tutti_simd_available(TUTTI_SIMD_AVX2)) assert_true(paths >= 2);
+                if (tutti_simd_available(TUTTI_SIMD_AVX512)) assert_true(paths >= 3);
+            }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scalar_vs_reference),
@@ -793,6 +891,7 @@ int main(void) {
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_row_kernels),
         cmocka_unit_test(test_matmul_batches),
+        cmocka_unit_test(test_legacy_tiles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

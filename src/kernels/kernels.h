@@ -75,10 +75,12 @@ float *tutti_threadpool_scratch(tutti_threadpool *tp, size_t n_floats);
  *      cannot be had, x is used unrounded.)
  * Rows are split across the pool's threads (tp may be NULL: single thread);
  * each weight block is read from memory once for all n_tok activation rows
- * (register tiles of several rows x up to 4 tokens; rows longer than about
- * 96 KiB of one token's activations are cut into segments so that the
- * tokens' activations stay in L2), so a batch of a few tokens costs about
- * one pass over the weights, like one token.  A token's result does not
+ * (register tiles of several rows x up to 4 tokens, 8 for Q8_0 / Q4_0 /
+ * Q5_0 / IQ4_NL on AVX-512; rows longer than about 96 KiB of one token's
+ * activations are cut into segments so that the tokens' activations stay
+ * in L2), so a batch of a few tokens costs about one pass over the weights,
+ * like one token (Q8_0, 2 threads, 2-4 tokens: 1.1-1.4x the 1-token time,
+ * bench/RESULTS.md).  A token's result does not
  * depend on n_tok or on the thread count (except K-quant batches of 8 or
  * more tokens, whose panel kernels add in another order). */
 void tutti_matmul(tutti_threadpool *tp, int wtype, const void *w, int64_t n_rows, int64_t n_cols,

@@ -210,14 +210,25 @@ typedef struct fast_job {
     atomic_int_fast64_t next; /* next activation row (conversion), then next weight row */
 } fast_job;
 
+/* Activation rows are converted in pieces of MM_CONV_COLS columns (a
+ * multiple of every activation block, 32 and 256), claimed by the threads
+ * from j->next: a single long row (one token through a heavy twin's
+ * ffn_down, 6.4e5 columns) is shared too.  Blocks are converted
+ * independently, so the bytes do not depend on the split. */
+#define MM_CONV_COLS 16384
+
 static void convert_worker(void *arg, int ith, int nth) {
     (void)ith;
     (void)nth;
     fast_job *j = arg;
+    const int64_t per_row = (j->n_cols + MM_CONV_COLS - 1) / MM_CONV_COLS;
     for (;;) {
-        const int64_t t = atomic_fetch_add(&j->next, 1);
-        if (t >= j->n_tok) break;
-        j->vt->from_float(j->x + t * j->n_cols, j->xq + (size_t)t * j->ldx, j->n_cols);
+        const int64_t it = atomic_fetch_add(&j->next, 1);
+        if (it >= j->n_tok * per_row) break;
+        const int64_t t = it / per_row, c0 = it % per_row * MM_CONV_COLS;
+        const int64_t nc = j->n_cols - c0 < MM_CONV_COLS ? j->n_cols - c0 : MM_CONV_COLS;
+        j->vt->from_float(j->x + t * j->n_cols + c0, j->xq + (size_t)t * j->ldx + tutti_row_size(j->vt->vec_type, c0),
+                          nc);
     }
 }
 
@@ -359,7 +370,7 @@ void tutti_matmul_path(tutti_threadpool *tp, int path, int wtype, const void *w,
             return;
         }
         j.x = x;
-        if (n_tok == 1 || !tp)
+        if (!tp || n_tok * n_cols < 2 * MM_CONV_COLS)
             convert_worker(&j, 0, 1);
         else
             tutti_threadpool_run_dynamic(tp, convert_worker, &j);

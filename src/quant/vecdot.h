@@ -20,7 +20,8 @@
  *
  * Paths: "scalar" (portable C, the reference every SIMD path is tested
  * against), "avx2" (AVX2 + FMA + F16C), "avx512" (AVX-512 F/BW/VL/DQ with
- * VNNI, on 256-bit vectors), "neon" (AArch64 Advanced SIMD, baseline
+ * VNNI, on 256-bit vectors but for the 512-bit Q8_0 / Q4_0 / Q5_0 / IQ4_NL
+ * tiles), "neon" (AArch64 Advanced SIMD, baseline
  * ARMv8.0).  Each is compiled with per-function
  * target attributes, so one binary runs on any x86-64 and picks the best
  * path at run time from the CPU's features.  A path lacking a kernel for
@@ -57,8 +58,9 @@ typedef void (*tutti_vec_dot_fn)(int64_t n, float *s, const void *w, const void 
 /* Matrix product of nr weight rows and nc activation rows (any nr, nc >= 1):
  *   s[c * lds + r] = dot(weight row r at (char*)w + r*ldw,
  *                        activation row c at (char*)vx + c*ldx)
- * Kernels tile it in registers (several rows x 4 tokens), so a weight block
- * is decoded once per 4 tokens or less (prompt processing). */
+ * Kernels tile it in registers (several rows x 4 tokens; AVX-512 Q8_0 and
+ * its signed kin: 8 rows x 4 tokens), so a weight block is decoded once per
+ * 4 tokens or less (prompt processing). */
 typedef void (*tutti_gemm_fn)(int64_t n, const void *w, size_t ldw, int nr, const void *vx,
                               size_t ldx, int nc, float *s, size_t lds);
 
