@@ -16,12 +16,40 @@
  *   logits = rmsnorm(x)·Woutᵀ [softcap]
  */
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "model/model.h"
 
 static void matmul_w(tutti_session *s, const tutti_weight *w, const float *x, int64_t n_tok, float *y) {
     tutti_matmul(s->tp, w->type, w->data, w->n_rows, w->n_cols, x, n_tok, y);
+}
+
+/* The gated activation over n values, split over the threads in pieces of
+ * a multiple of 64 values (so every value takes the same vector or tail
+ * path as in one call: the bits do not depend on the thread count).  One
+ * thread for small n, where waking the pool costs more: measured, a heavy
+ * twin's 4 x 641,792 values took 2.2 ms per layer on one thread. */
+typedef struct glu_job {
+    float *gate;
+    const float *up;
+    int64_t n;
+    bool gelu;
+} glu_job;
+
+static void glu_part(void *arg, int ith, int nth) {
+    const glu_job *j = arg;
+    int64_t per = ((j->n + nth - 1) / nth + 63) / 64 * 64, a = (int64_t)ith * per;
+    int64_t b = a + per < j->n ? a + per : j->n;
+    if (a >= b) return;
+    if (j->gelu) tutti_geglu(j->gate + a, j->up + a, b - a);
+    else tutti_swiglu(j->gate + a, j->up + a, b - a);
+}
+
+static void glu(tutti_session *s, bool gelu, int64_t n) {
+    glu_job j = {s->gate, s->up, n, gelu};
+    if (n < 65536) glu_part(&j, 0, 1);
+    else tutti_threadpool_run(s->tp, glu_part, &j);
 }
 
 static void add_bias(float *x, const tutti_weight *b, int64_t n_tok, int64_t n) {
@@ -160,10 +188,7 @@ void tutti_forward_range(tutti_session *s, const tutti_fwd_seg *seg, int32_t n_s
             matmul_w(s, &L->ffn_gate, s->h, n, s->gate);
             matmul_w(s, &L->ffn_up, s->h, n, s->up);
         }
-        if (a->act == TUTTI_ACT_GELU_TANH)
-            tutti_geglu(s->gate, s->up, (int64_t)n * n_ff);
-        else
-            tutti_swiglu(s->gate, s->up, (int64_t)n * n_ff);
+        glu(s, a->act == TUTTI_ACT_GELU_TANH, (int64_t)n * n_ff);
         matmul_w(s, &L->ffn_down, s->gate, n, s->o);
         if (L->post_ffn_norm.data)
             tutti_rmsnorm(s->o, L->post_ffn_norm.data, s->o, n, n_embd, hp->rms_eps);
