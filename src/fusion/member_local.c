@@ -47,7 +47,12 @@ static double now_s(void) {
 static int ensure_session(local_member *lm, int32_t i) {
     local_session *ls = &lm->pool[i];
     if (ls->s) return 0;
-    ls->s = lm->ops.open ? lm->ops.open(lm->ops.ctx, i, lm->model, &lm->sp) : tutti_session_new(lm->model, &lm->sp);
+    /* the pool's sessions run one at a time: one thread pool and one set
+     * of activations for all (tutti_session_new_sharing) */
+    tutti_session *with = NULL;
+    for (int32_t j = 0; j < lm->n_pool && !with && !lm->ops.open; j++) with = lm->pool[j].s;
+    ls->s = lm->ops.open ? lm->ops.open(lm->ops.ctx, i, lm->model, &lm->sp)
+                         : tutti_session_new_sharing(lm->model, &lm->sp, with);
     if (!ls->s) {
         tutti_error_prefix("member %s", lm->base.name);
         return TUTTI_ERR;

@@ -59,7 +59,19 @@ static int yarn_factors(tutti_session *s) {
     return TUTTI_OK;
 }
 
+/* What sessions sharing a workspace hold in common (see
+ * tutti_session_new_sharing): the thread pool (with the matmul's input
+ * scratch) and the activations; the last session to go frees them. */
+struct tutti_work {
+    int refs;
+};
+
 tutti_session *tutti_session_new(const tutti_model *model, const tutti_session_params *params) {
+    return tutti_session_new_sharing(model, params, NULL);
+}
+
+tutti_session *tutti_session_new_sharing(const tutti_model *model, const tutti_session_params *params,
+                                         tutti_session *with) {
     if (!model) {
         tutti_set_error("tutti_session_new: model is NULL");
         return NULL;
@@ -99,10 +111,32 @@ tutti_session *tutti_session_new(const tutti_model *model, const tutti_session_p
     const size_t nq = (size_t)hp->n_head * hp->head_dim_k, nk = (size_t)hp->n_head_kv * hp->head_dim_k,
                  nv = (size_t)hp->n_head_kv * hp->head_dim_v, no = (size_t)hp->n_head * hp->head_dim_v;
 
-    s->tp = tutti_threadpool_new(p.n_threads);
-    if (!s->tp) goto fail;
     s->k_cache = alloc3((size_t)hp->n_layer, (size_t)s->n_ctx, nk, sizeof(uint16_t));
     s->v_cache = alloc3((size_t)hp->n_layer, (size_t)s->n_ctx, nv, sizeof(uint16_t));
+    s->logits = alloc3((size_t)hp->n_vocab, 1, 1, sizeof(float));
+    if (!s->k_cache || !s->v_cache || !s->logits) {
+        tutti_set_error("tutti_session_new: out of memory for n_ctx = %d (KV cache %.1f MiB)", s->n_ctx,
+                        2.0 * hp->n_layer * (double)s->n_ctx * (double)(nk + nv) / (1 << 20));
+        goto fail;
+    }
+    if (with) {
+        if (with->model != model || with->n_ctx != s->n_ctx || with->pipe ||
+            tutti_threadpool_n_threads(with->tp) != p.n_threads) {
+            tutti_set_error("tutti_session_new_sharing: the sessions differ (model, n_ctx, threads or split)");
+            goto fail;
+        }
+        s->work = with->work;
+        s->work->refs++;
+        s->tp = with->tp;
+        s->x = with->x, s->h = with->h, s->o = with->o, s->q = with->q, s->k = with->k, s->v = with->v;
+        s->att = with->att, s->gate = with->gate, s->up = with->up, s->qkv = with->qkv;
+        s->attn_scratch = with->attn_scratch;
+        return s;
+    }
+    if (!(s->work = calloc(1, sizeof *s->work))) goto fail;
+    s->work->refs = 1;
+    s->tp = tutti_threadpool_new(p.n_threads);
+    if (!s->tp) goto fail;
     s->x = alloc3(ub, (size_t)hp->n_embd, 1, sizeof(float));
     s->h = alloc3(ub, (size_t)hp->n_embd, 1, sizeof(float));
     s->o = alloc3(ub, (size_t)hp->n_embd, 1, sizeof(float));
@@ -116,7 +150,6 @@ tutti_session *tutti_session_new(const tutti_model *model, const tutti_session_p
                              tutti_attn_scratch_floats(s->n_ctx, hp->n_head, hp->n_head_kv, hp->head_dim_k,
                                                        hp->head_dim_v),
                              1, sizeof(float));
-    s->logits = alloc3((size_t)hp->n_vocab, 1, 1, sizeof(float));
     if (model->arch->fused_qkv) s->qkv = alloc3(ub, nq + nk + nv, 1, sizeof(float));
     /* the matmul's rounded copy of its input: widest input row is one of these */
     size_t max_in = (size_t)hp->n_embd;
@@ -126,10 +159,9 @@ tutti_session *tutti_session_new(const tutti_model *model, const tutti_session_p
         tutti_set_error("tutti_session_new: out of memory for the activation scratch");
         goto fail;
     }
-    if (!s->k_cache || !s->v_cache || !s->x || !s->h || !s->o || !s->q || !s->k || !s->v || !s->att || !s->gate ||
-        !s->up || !s->attn_scratch || !s->logits || (model->arch->fused_qkv && !s->qkv)) {
-        tutti_set_error("tutti_session_new: out of memory for n_ctx = %d (KV cache %.1f MiB)", s->n_ctx,
-                        2.0 * hp->n_layer * (double)s->n_ctx * (double)(nk + nv) / (1 << 20));
+    if (!s->x || !s->h || !s->o || !s->q || !s->k || !s->v || !s->att || !s->gate || !s->up || !s->attn_scratch ||
+        (model->arch->fused_qkv && !s->qkv)) {
+        tutti_set_error("tutti_session_new: out of memory for the activations (n_ctx = %d)", s->n_ctx);
         goto fail;
     }
     return s;
@@ -141,20 +173,23 @@ fail:
 void tutti_session_free(tutti_session *s) {
     if (!s) return;
     if (s->pipe) s->pipe->free(s->pipe);
-    tutti_threadpool_free(s->tp);
+    if (!s->work || --s->work->refs == 0) { /* the last of the sessions sharing them */
+        tutti_threadpool_free(s->tp);
+        free(s->x);
+        free(s->h);
+        free(s->o);
+        free(s->qkv);
+        free(s->q);
+        free(s->k);
+        free(s->v);
+        free(s->att);
+        free(s->gate);
+        free(s->up);
+        free(s->attn_scratch);
+        free(s->work);
+    }
     free(s->k_cache);
     free(s->v_cache);
-    free(s->x);
-    free(s->h);
-    free(s->o);
-    free(s->qkv);
-    free(s->q);
-    free(s->k);
-    free(s->v);
-    free(s->att);
-    free(s->gate);
-    free(s->up);
-    free(s->attn_scratch);
     free(s->logits);
     free(s->yarn_factors);
     free(s->rows);
