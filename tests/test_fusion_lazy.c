@@ -11,6 +11,7 @@
 
 #include "test_common.h"
 #include "fusion/fusion.h"
+#include "model/model.h"
 
 static const char *M_STORIES = "models/stories260K.gguf";
 static const char *M_656K = "models/TinyStories-656K-Q8_0.gguf";
@@ -64,6 +65,51 @@ static void test_sibling_prefix_copy(void **state) {
     tutti_session_free(ref);
     tutti_model_free(model);
     fm->vt->free(fm);
+}
+
+/* Sessions sharing a workspace (tutti_session_new_sharing, the member
+ * pool's sessions): evaluated in turn, each gives the bits of a session of
+ * its own (the shared activations carry nothing from one pass to the
+ * next), the one that created the workspace can go first, and a session
+ * that differs is refused. */
+static void test_shared_workspace(void **state) {
+    (void)state;
+    tutti_model *model = tutti_model_load(shared_path(M_STORIES), NULL);
+    assert_non_null(model);
+    tutti_session_params sp = tutti_session_default_params();
+    sp.n_threads = 2;
+    sp.n_ctx = 64;
+    tutti_session *a = tutti_session_new(model, &sp), *b = tutti_session_new_sharing(model, &sp, a);
+    tutti_session *ra = tutti_session_new(model, &sp), *rb = tutti_session_new(model, &sp);
+    assert_non_null(a), assert_non_null(b), assert_non_null(ra), assert_non_null(rb);
+    const int32_t V = tutti_model_n_vocab(model);
+    int32_t pa[4] = {1, 403, 407, 261}, pb[6] = {1, 30, 31, 77, 99, 100};
+    assert_int_equal(tutti_session_eval(a, pa, 4, NULL), 0);
+    assert_int_equal(tutti_session_eval(b, pb, 6, NULL), 0);
+    assert_int_equal(tutti_session_eval(ra, pa, 4, NULL), 0);
+    assert_int_equal(tutti_session_eval(rb, pb, 6, NULL), 0);
+    for (int step = 0; step < 4; step++) {
+        int32_t t = 200 + step;
+        assert_int_equal(tutti_session_eval(a, &t, 1, NULL), 0);
+        assert_int_equal(tutti_session_eval(b, &t, 1, NULL), 0);
+        assert_int_equal(tutti_session_eval(ra, &t, 1, NULL), 0);
+        assert_int_equal(tutti_session_eval(rb, &t, 1, NULL), 0);
+        assert_memory_equal(tutti_session_logits(a), tutti_session_logits(ra), sizeof(float) * (size_t)V);
+        assert_memory_equal(tutti_session_logits(b), tutti_session_logits(rb), sizeof(float) * (size_t)V);
+    }
+    tutti_session_free(a); /* b keeps the workspace */
+    int32_t t = 300;
+    assert_int_equal(tutti_session_eval(b, &t, 1, NULL), 0);
+    assert_int_equal(tutti_session_eval(rb, &t, 1, NULL), 0);
+    assert_memory_equal(tutti_session_logits(b), tutti_session_logits(rb), sizeof(float) * (size_t)V);
+    tutti_session_params other = sp;
+    other.n_ctx = 32;
+    assert_null(tutti_session_new_sharing(model, &other, b));
+    assert_non_null(strstr(tutti_last_error(), "differ"));
+    tutti_session_free(b);
+    tutti_session_free(ra);
+    tutti_session_free(rb);
+    tutti_model_free(model);
 }
 
 typedef struct run {
@@ -216,6 +262,7 @@ static void test_expect_same(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sibling_prefix_copy),
+        cmocka_unit_test(test_shared_workspace),
         cmocka_unit_test(test_lazy_close_to_exact),
         cmocka_unit_test(test_expect_same),
     };
