@@ -263,7 +263,9 @@ TUTTI_MPI_TEST_FAULT=kill:30@1 TUTTI_MPI_TIMEOUT=5 expect_fault "rank 1 killed m
 TUTTI_MPI_TEST_FAULT=hang:30@2 TUTTI_MPI_TIMEOUT=2 expect_fault "rank 2 hangs mid-generation" \
   "rank 2 (member 2 (TinyStories-656K-Q8_0.gguf)) did not answer within 2 s" 30 3 "$T" run $BYTE -p Once -n 200 -t 3 --place 1,2,1
 # kill -9 from outside while an evaluation runs
-for i in 1 2 3 4 5; do cat "$S/eval/stories-dev.txt"; done >"$W/ev3.txt"
+# long enough that the kill lands mid-evaluation (byte tables read the
+# known text ahead, so 5 copies could finish within the second waited)
+for i in $(seq 1 30); do cat "$S/eval/stories-dev.txt"; done >"$W/ev3.txt"
 t0=$(date +%s)
 TUTTI_TEST_TAG=$$ TUTTI_MPI_TIMEOUT=5 run_mpi 3 "$T" eval --text "$W/ev3.txt" $BYTE -t 3 >"$W/k.out" 2>"$W/k.err" &
 mp=$!
