@@ -286,9 +286,12 @@ sleep 1
 kill -0 "$mp" 2>/dev/null || victim=""  # (the evaluation must still be running)
 if [ -z "$victim" ]; then echo "FAIL kill -9: no rank 1 process found"; fail=1; kill "$mp"; else
   kill -9 "$victim"; wait "$mp"; rc=$? dt=$(($(date +%s) - t0))
-  if [ $rc -eq 0 ] || [ $rc -eq 124 ] || [ $dt -gt 60 ] || ! grep -q "rank 1 (member 1 (stories260K.gguf), member 3 (babyllama-tok361.gguf)) died" "$W/k.err"; then
+  # rank 0 names the rank and its members; when the launcher's SIGKILL
+  # beats rank 0's handler (seen in CI under ctest -j2), the launcher's own
+  # report names the rank, as for the other kills here
+  if [ $rc -eq 0 ] || [ $rc -eq 124 ] || [ $dt -gt 60 ] || ! grep -q "rank 1 (member 1 (stories260K.gguf), member 3 (babyllama-tok361.gguf)) died\|process rank 1 with PID [0-9]* on node [^ ]* exited on signal 9" "$W/k.err"; then
     echo "FAIL kill -9 of rank 1 during eval: exit $rc after $dt s"; cat "$W/k.err"; fail=1
-  else echo "ok   kill -9 of rank 1 during eval: exit $rc after $dt s: $(grep 'rank 1 (' "$W/k.err" | head -1)"; fi
+  else echo "ok   kill -9 of rank 1 during eval: exit $rc after $dt s: $(grep 'rank 1 (\|process rank 1' "$W/k.err" | head -1)"; fi
 fi
 
 # a split part's rank killed, or hanging, mid-generation
