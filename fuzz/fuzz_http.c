@@ -15,6 +15,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "common.h"
 #include "server/format.h"
 #include "server/request.h"
 
@@ -23,33 +24,6 @@
         if (!(c)) __builtin_trap();                                                                \
     } while (0)
 
-/* Independent UTF-8 check (RFC 3629 table). */
-static int valid_utf8(const unsigned char *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = s[i];
-        if (c == 0) return 0;
-        if (c < 0x80) { i++; continue; }
-        unsigned lo = 0x80, hi = 0xBF;
-        size_t k;
-        if (c >= 0xC2 && c <= 0xDF) k = 1;
-        else if (c == 0xE0) k = 2, lo = 0xA0;
-        else if (c >= 0xE1 && c <= 0xEC) k = 2;
-        else if (c == 0xED) k = 2, hi = 0x9F;
-        else if (c >= 0xEE && c <= 0xEF) k = 2;
-        else if (c == 0xF0) k = 3, lo = 0x90;
-        else if (c >= 0xF1 && c <= 0xF3) k = 3;
-        else if (c == 0xF4) k = 3, hi = 0x8F;
-        else return 0;
-        if (i + k >= n) return 0;
-        for (size_t j = 1; j <= k; j++) {
-            unsigned d = s[i + j];
-            if (d < (j == 1 ? lo : 0x80) || d > (j == 1 ? hi : 0xBF)) return 0;
-        }
-        i += k + 1;
-    }
-    return 1;
-}
 
 int tutti_fuzz_http_one(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
@@ -81,7 +55,7 @@ int tutti_fuzz_http_one(const uint8_t *data, size_t size) {
 
     char *clean = srv_utf8_clean(body, len);
     CHECK(clean != NULL);
-    CHECK(valid_utf8((const unsigned char *)clean, strlen(clean)));
+    CHECK(fuzz_valid_utf8((const unsigned char *)clean, strlen(clean)));
     /* every byte is kept or becomes U+FFFD: the text never shrinks */
     CHECK(strlen(clean) >= len);
     char *msg = malloc(len + 1);

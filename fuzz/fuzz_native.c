@@ -35,6 +35,7 @@
 #include <cjson/cJSON.h>
 
 #include "fusion/remote_answer.h"
+#include "common.h"
 #include "guarded.h"
 #include "server/native.h"
 #include "server/server.h"
@@ -64,18 +65,7 @@ static bool setup(void) {
     if (g_tried) return g_model != NULL;
     g_tried = true;
     char path[4096];
-    const char *dir = getenv("TUTTI_SHARED_DIR");
-#ifdef TUTTI_SHARED_DIR
-    if (!dir) dir = TUTTI_SHARED_DIR; /* defined in the test build */
-#endif
-    if (dir) {
-        snprintf(path, sizeof path, "%s/models/stories260K.gguf", dir);
-    } else {
-        /* this file is <root>/fuzz/fuzz_native.c; the data is <root>/../shared */
-        const char *f = __FILE__, *slash = strrchr(f, '/');
-        int n = slash ? (int)(slash - f) : 1;
-        snprintf(path, sizeof path, "%.*s/../../shared/models/stories260K.gguf", n, slash ? f : ".");
-    }
+    fuzz_shared_path("models/stories260K.gguf", path, sizeof path);
     g_model = tutti_model_load(path, NULL);
     if (!g_model) return false;
     static srv_file files[3];
@@ -139,7 +129,6 @@ static void check_answer(srv_file *f, const srv_job *j) {
     free(z), free(out);
 }
 
-static bool valid_utf8(const unsigned char *s, size_t n); /* below */
 
 static void completion(srv_registry *reg, const char *body, size_t n) {
     srv_job j;
@@ -181,7 +170,7 @@ static void tokenize(srv_registry *reg, const char *body, size_t n) {
         if (cJSON_IsObject(e)) {
             const cJSON *p = cJSON_GetObjectItemCaseSensitive(e, "piece");
             CHECK(cJSON_IsString(p) || cJSON_IsArray(p));
-            if (cJSON_IsString(p)) CHECK(valid_utf8((const unsigned char *)p->valuestring, strlen(p->valuestring)));
+            if (cJSON_IsString(p)) CHECK(fuzz_valid_utf8((const unsigned char *)p->valuestring, strlen(p->valuestring)));
         }
     }
     cJSON_Delete(root);
@@ -199,7 +188,7 @@ static void detokenize(srv_registry *reg, const char *body, size_t n) {
     cJSON *root = cJSON_Parse(r);
     CHECK(root);
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(root, "content");
-    CHECK(cJSON_IsString(c) && valid_utf8((const unsigned char *)c->valuestring, strlen(c->valuestring)));
+    CHECK(cJSON_IsString(c) && fuzz_valid_utf8((const unsigned char *)c->valuestring, strlen(c->valuestring)));
     cJSON_Delete(root);
     free(r);
 }
@@ -218,35 +207,6 @@ int tutti_fuzz_native_one(const uint8_t *data, size_t size) {
     return 0;
 }
 
-/* Independent UTF-8 check (RFC 3629 table), as fuzz_http.c. */
-static bool valid_utf8(const unsigned char *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        unsigned lo = 0x80, hi = 0xBF;
-        size_t k;
-        if (c >= 0xC2 && c <= 0xDF) k = 1;
-        else if (c == 0xE0) k = 2, lo = 0xA0;
-        else if (c >= 0xE1 && c <= 0xEC) k = 2;
-        else if (c == 0xED) k = 2, hi = 0x9F;
-        else if (c >= 0xEE && c <= 0xEF) k = 2;
-        else if (c == 0xF0) k = 3, lo = 0x90;
-        else if (c >= 0xF1 && c <= 0xF3) k = 3;
-        else if (c == 0xF4) k = 3, hi = 0x8F;
-        else return false;
-        if (i + k >= n) return false;
-        for (size_t j = 1; j <= k; j++) {
-            unsigned d = s[i + j];
-            if (d < (j == 1 ? lo : 0x80) || d > (j == 1 ? hi : 0xBF)) return false;
-        }
-        i += k + 1;
-    }
-    return true;
-}
 
 #ifdef TUTTI_LIBFUZZER
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "fusion/remote_answer.h"
+#include "common.h"
 #include "guarded.h"
 #include "tutti.h"
 
@@ -51,18 +52,7 @@ static tutti_vocab *get_vocab(void) {
     if (!g_tried) {
         g_tried = true;
         char path[4096];
-        const char *dir = getenv("TUTTI_SHARED_DIR");
-#ifdef TUTTI_SHARED_DIR
-        if (!dir) dir = TUTTI_SHARED_DIR; /* defined in the test build */
-#endif
-        if (dir) {
-            snprintf(path, sizeof path, "%s/models/stories260K.gguf", dir);
-        } else {
-            /* this file is <root>/fuzz/fuzz_remote.c; the data is <root>/../shared */
-            const char *f = __FILE__, *slash = strrchr(f, '/');
-            int n = slash ? (int)(slash - f) : 1;
-            snprintf(path, sizeof path, "%.*s/../../shared/models/stories260K.gguf", n, slash ? f : ".");
-        }
+        fuzz_shared_path("models/stories260K.gguf", path, sizeof path);
         g_vocab = tutti_vocab_load(path);
     }
     return g_vocab;

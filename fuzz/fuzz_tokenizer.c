@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common.h"
 #include "tokenizer/tokenizer.h"
 #include "tutti.h"
 
@@ -47,20 +48,9 @@ static bool g_tried[4];
 static tutti_vocab *get_vocab(int k) {
     if (!g_tried[k]) {
         g_tried[k] = true;
-        char path[4096];
-        const char *dir = getenv("TUTTI_SHARED_DIR");
-#ifdef TUTTI_SHARED_DIR
-        if (!dir) dir = TUTTI_SHARED_DIR; /* defined in the test build */
-#endif
-        if (dir) {
-            snprintf(path, sizeof path, "%s/models/vocab/ggml-vocab-%s.gguf", dir, k_names[k]);
-        } else {
-            /* this file is <root>/fuzz/fuzz_tokenizer.c; the data is <root>/../shared */
-            const char *f = __FILE__, *slash = strrchr(f, '/');
-            int n = slash ? (int)(slash - f) : 1;
-            snprintf(path, sizeof path, "%.*s/../../shared/models/vocab/ggml-vocab-%s.gguf", n,
-                     slash ? f : ".", k_names[k]);
-        }
+        char path[4096], rel[256];
+        snprintf(rel, sizeof rel, "models/vocab/ggml-vocab-%s.gguf", k_names[k]);
+        fuzz_shared_path(rel, path, sizeof path);
         g_vocab[k] = tutti_vocab_load(path);
     }
     return g_vocab[k];
