@@ -313,14 +313,19 @@ fusion_bytes *fusion_bytes_new(fusion_member *m, const fusion_trie *trie, const 
     return s;
 }
 
+/* Room for one more hypothesis at s->h[s->n_h]. */
+static int grow_hyps(fusion_bytes *s) {
+    if (s->n_h < s->cap_h) return 0;
+    int32_t nc = s->cap_h ? s->cap_h * 2 : 16;
+    hyp *nh = realloc(s->h, sizeof(hyp) * (size_t)nc);
+    if (!nh) return tutti_set_error("byte alignment: out of memory");
+    s->h = nh, s->cap_h = nc;
+    return 0;
+}
+
 static int push_hyp(fusion_bytes *s, const int32_t *ids, int32_t n_ids, int32_t extra, int32_t pos,
                     int32_t node, double logp) {
-    if (s->n_h == s->cap_h) {
-        int32_t nc = s->cap_h ? s->cap_h * 2 : 16;
-        hyp *nh = realloc(s->h, sizeof(hyp) * (size_t)nc);
-        if (!nh) return tutti_set_error("byte alignment: out of memory");
-        s->h = nh, s->cap_h = nc;
-    }
+    if (grow_hyps(s) < 0) return TUTTI_ERR;
     hyp *h = &s->h[s->n_h];
     memset(h, 0, sizeof *h);
     h->ids = malloc(sizeof(int32_t) * (size_t)(n_ids + 1));
@@ -584,12 +589,7 @@ int32_t fusion_bytes_n_deferred(const fusion_bytes *s) {
 
 /* Appends h (its ids and dist move to s). */
 static int adopt_hyp(fusion_bytes *s, const hyp *h) {
-    if (s->n_h == s->cap_h) {
-        int32_t nc = s->cap_h ? s->cap_h * 2 : 16;
-        hyp *nh = realloc(s->h, sizeof(hyp) * (size_t)nc);
-        if (!nh) return tutti_set_error("byte alignment: out of memory");
-        s->h = nh, s->cap_h = nc;
-    }
+    if (grow_hyps(s) < 0) return TUTTI_ERR;
     s->h[s->n_h++] = *h;
     return 0;
 }
@@ -966,6 +966,15 @@ int fusion_bytes_commit(fusion_bytes *s, uint8_t b) {
     s->n_h = w;
     for (int32_t i = 0; i < s->n_h; i++) s->h[i].logp -= nmx;
     if (s->n_h) s->shift += nmx;
+    if (s->ah.ids) { /* every hypothesis past the known path: its window is of no more use */
+        bool past = true;
+        for (int32_t i = 0; i < s->n_h && past; i++) past = s->h[i].n_ids > s->ah.n;
+        if (past) {
+            ahead_clear(s);
+            free(s->ah.rows); /* a later fusion_bytes_expect makes it again */
+            s->ah.rows = NULL;
+        }
+    }
     free(eff), free(rk), free(keep);
     return 0;
 }
