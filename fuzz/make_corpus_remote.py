@@ -26,12 +26,12 @@ NOVOCAB = 8
 # fuzz_native.c byte 0: endpoint in bits 0-1, bit 2 two models
 COMPLETION, NTOKENIZE, NDETOKENIZE, TWO = 0, 1, 2, 4
 
-# what a remote member sends (src/fusion/member_remote.c fetch())
+# what a remote member sends (src/member/remote.c fetch())
 MEMBER_REQ = {"prompt": [1, 403, 407], "n_predict": 1, "n_probs": 512, "samplers": [],
               "post_sampling_probs": False, "cache_prompt": True, "return_tokens": False, "stream": False}
 
 
-# seeds that were findings of fuzz_remote.c before their fix (member_remote.c's
+# seeds that were findings of fuzz_remote.c before their fix (member/remote_json.c's
 # scanner): named crash-<what>, as fuzz/README.md asks
 CRASHES = {
     "trunc-3": "crash-overread-strtod-cut",  # strtod read past the answer's end

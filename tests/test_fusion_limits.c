@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "test_common.h"
+#include "ensemble/ensemble.h"
 #include "fusion/ensemble_impl.h"
 
 static const char *M_STORIES = "models/stories260K.gguf";
@@ -399,25 +400,25 @@ static void test_schedule_cache(void **state) {
     char *a = strdup(shared_path(M_STORIES)), *b = strdup(shared_path(M_TOK361));
     const char *paths[2] = {a, b};
     uint64_t key, key3;
-    assert_int_equal(fusion_schedule_cache_key(paths, 2, 1, 2, &key), 0);
-    assert_int_equal(fusion_schedule_cache_key(paths, 2, 1, 3, &key3), 0);
+    assert_int_equal(ens_schedule_cache_key(paths, 2, 1, 2, &key), 0);
+    assert_int_equal(ens_schedule_cache_key(paths, 2, 1, 3, &key3), 0);
     assert_true(key != key3);
     double ts = 0, tp = 0;
     char path[4096];
-    assert_false(fusion_schedule_cache_get(key, &ts, &tp, path, sizeof path));
+    assert_false(ens_schedule_cache_get(key, &ts, &tp, path, sizeof path));
     /* the first start measures and stores */
     tutti_ensemble *e = make_ens_threads(a, b, 2);
     assert_non_null(e);
     tutti_ensemble_free(e);
-    assert_true(fusion_schedule_cache_get(key, &ts, &tp, path, sizeof path));
+    assert_true(ens_schedule_cache_get(key, &ts, &tp, path, sizeof path));
     assert_true(ts > 0 && tp > 0);
     /* the cached numbers decide: in turn faster, then concurrently faster */
-    fusion_schedule_cache_put(key, 1e-3, 2e-3, path, sizeof path);
+    ens_schedule_cache_put(key, 1e-3, 2e-3, path, sizeof path);
     e = make_ens_threads(a, b, 2);
     assert_non_null(e);
     assert_false(e->parallel);
     tutti_ensemble_free(e);
-    fusion_schedule_cache_put(key, 2e-3, 1e-3, path, sizeof path);
+    ens_schedule_cache_put(key, 2e-3, 1e-3, path, sizeof path);
     e = make_ens_threads(a, b, 2);
     assert_non_null(e);
     assert_true(e->parallel);
@@ -434,21 +435,21 @@ static void test_schedule_cache(void **state) {
     fclose(in), fclose(out);
     const char *cpaths[2] = {cp, b};
     uint64_t kc1, kc2;
-    assert_int_equal(fusion_schedule_cache_key(cpaths, 2, 1, 2, &kc1), 0);
+    assert_int_equal(ens_schedule_cache_key(cpaths, 2, 1, 2, &kc1), 0);
     struct timespec t[2] = {{1000000000, 0}, {1000000000, 0}};
     assert_int_equal(utimensat(AT_FDCWD, cp, t, 0), 0);
-    assert_int_equal(fusion_schedule_cache_key(cpaths, 2, 1, 2, &kc2), 0);
+    assert_int_equal(ens_schedule_cache_key(cpaths, 2, 1, 2, &kc2), 0);
     assert_true(kc1 != kc2 && kc1 != key);
     /* a malformed cache file is a miss, not an error */
     FILE *f = fopen(path, "w");
     assert_non_null(f);
     fputs("zz not a line\n\x01\x02\n", f);
     fclose(f);
-    assert_false(fusion_schedule_cache_get(key, &ts, &tp, path, sizeof path));
+    assert_false(ens_schedule_cache_get(key, &ts, &tp, path, sizeof path));
     e = make_ens_threads(a, b, 2);
     assert_non_null(e);
     tutti_ensemble_free(e);
-    assert_true(fusion_schedule_cache_get(key, &ts, &tp, path, sizeof path));
+    assert_true(ens_schedule_cache_get(key, &ts, &tp, path, sizeof path));
     remove(path), remove(cp);
     char sub[512];
     snprintf(sub, sizeof sub, "%s/tutti", dir);

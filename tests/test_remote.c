@@ -17,7 +17,7 @@
 
 #include "test_common.h"
 #include "fusion/ensemble_impl.h"
-#include "fusion/member_remote.h"
+#include "member/remote.h"
 
 #define NV 512
 #define NPOS 5

@@ -25,7 +25,7 @@
 #include <string.h>
 
 #include "fusion/ensemble_impl.h"
-#include "fusion/member_remote.h"
+#include "member/remote.h"
 #include "util/error.h"
 
 int tutti_ensemble_set_route(tutti_ensemble *e, double tau) {

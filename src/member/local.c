@@ -10,12 +10,12 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "fusion/fusion.h"
-#include "gguf/gguf.h"
+#include "member/member.h"
 #include "model/model.h"
+#include "util/clock.h"
 #include "util/error.h"
+#include "util/fastmath.h"
 
 typedef struct local_session {
     tutti_session *s;
@@ -37,12 +37,6 @@ typedef struct local_member {
     bool hinted;         /* keep() was called: sessions' live flags are current */
     fusion_local_sessions ops; /* where sessions come from (open NULL: tutti_session_new) */
 } local_member;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int ensure_session(local_member *lm, int32_t i) {
     local_session *ls = &lm->pool[i];
@@ -75,9 +69,9 @@ static int run_suffix(local_member *lm, int32_t i, const int32_t *ids, int32_t k
     }
     if (ls->n_hist > k && tutti_session_rewind(ls->s, k) < 0) return TUTTI_ERR;
     ls->n_hist = k;
-    double t0 = now_s();
+    double t0 = tutti_now_s();
     int rc = tutti_session_eval(ls->s, ids + k, n - k, all);
-    lm->base.t_forward_s += now_s() - t0;
+    lm->base.t_forward_s += tutti_now_s() - t0;
     if (rc < 0) {
         tutti_error_prefix("member %s", lm->base.name);
         return TUTTI_ERR;
@@ -295,9 +289,9 @@ static int32_t local_logits_batch(fusion_member *m, int32_t n_seq, const int32_t
         n_run++;
     }
     if (n_run) {
-        double t0 = now_s();
+        double t0 = tutti_now_s();
         int rc = tutti_session_eval_multi(ss, sid, sn, n_run);
-        lm->base.t_forward_s += now_s() - t0;
+        lm->base.t_forward_s += tutti_now_s() - t0;
         if (rc < 0) {
             /* whatever ran is not in hist: back to the prefixes hist holds */
             for (int32_t i = 0; i < answered; i++)
@@ -464,159 +458,6 @@ static fusion_member *local_new(const char *path, const tutti_model *model, int3
 
 tutti_model *fusion_member_local_model(fusion_member *m) {
     return m && m->vt == &local_vt ? ((local_member *)m)->model : NULL;
-}
-
-/* ---- vocabulary identity ---- */
-
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
-    const unsigned char *c = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 0x100000001b3ull;
-    return h;
-}
-
-int fusion_vocab_hash_file(const char *path, uint64_t *out) {
-    gguf_file *f = gguf_open(path);
-    if (!f) return TUTTI_ERR;
-    /* Order-independent combination of one hash per tokenizer entry:
-     * two files with the same tokens, merges, scores, types and special ids
-     * are the same vocabulary whatever their names or key order. */
-    uint64_t acc = 0;
-    int64_t n_kv = gguf_n_kv(f), n_used = 0;
-    for (int64_t i = 0; i < n_kv; i++) {
-        gguf_str key = gguf_kv_key(f, i);
-        /* only what decides the text <-> ids mapping (padding or separator
-         * ids, chat templates and names do not) */
-        static const char *const keys[] = {
-            "tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.tokens", "tokenizer.ggml.merges",
-            "tokenizer.ggml.scores", "tokenizer.ggml.token_type", "tokenizer.ggml.bos_token_id",
-            "tokenizer.ggml.eos_token_id", "tokenizer.ggml.unknown_token_id", "tokenizer.ggml.eot_token_id",
-            "tokenizer.ggml.add_bos_token", "tokenizer.ggml.add_eos_token", "tokenizer.ggml.add_space_prefix",
-            "tokenizer.ggml.remove_extra_whitespaces"};
-        bool wanted = false;
-        for (size_t k = 0; k < sizeof keys / sizeof *keys && !wanted; k++) wanted = gguf_str_eq(key, keys[k]);
-        if (!wanted) continue;
-        uint64_t h = fnv(0xcbf29ce484222325ull, key.data, key.len);
-        gguf_type t = gguf_kv_type(f, i);
-        h = fnv(h, &t, sizeof t);
-        if (t == GGUF_TYPE_STRING) {
-            gguf_str s = gguf_kv_str(f, i, 0);
-            h = fnv(h, s.data, s.len);
-        } else if (t == GGUF_TYPE_ARRAY) {
-            gguf_type et = gguf_kv_arr_type(f, i);
-            uint64_t n = gguf_kv_arr_n(f, i);
-            h = fnv(h, &et, sizeof et);
-            h = fnv(h, &n, sizeof n);
-            if (et == GGUF_TYPE_STRING) {
-                for (uint64_t j = 0; j < n; j++) {
-                    gguf_str s = gguf_kv_str(f, i, j);
-                    h = fnv(h, &s.len, sizeof s.len);
-                    h = fnv(h, s.data, s.len);
-                }
-            } else if (gguf_type_size(et)) {
-                h = fnv(h, gguf_kv_data(f, i), (size_t)n * gguf_type_size(et));
-            }
-        } else if (gguf_type_size(t)) {
-            h = fnv(h, gguf_kv_data(f, i), gguf_type_size(t));
-        }
-        acc += h * 0x9e3779b97f4a7c15ull + (h >> 29);
-        n_used++;
-    }
-    gguf_close(f);
-    if (!n_used) return tutti_set_error("model %s: no tokenizer.ggml.* metadata (no vocabulary)", path);
-    *out = acc ^ (uint64_t)n_used;
-    return 0;
-}
-
-/* ---- scheduling calibration ---- */
-
-#include <math.h>
-#include <pthread.h>
-
-typedef struct calib_job {
-    tutti_session *s;
-    int32_t tok, reps;
-    int rc;
-} calib_job;
-
-/* reps one-token steps at position 0: the weights are read once per step,
- * as in generation (attention over a short context is negligible). */
-static int calib_steps(tutti_session *s, int32_t tok, int32_t reps) {
-    for (int32_t r = 0; r < reps; r++)
-        if (tutti_session_rewind(s, 0) < 0 || tutti_session_eval(s, &tok, 1, NULL) < 0) return TUTTI_ERR;
-    return 0;
-}
-
-static void *calib_main(void *arg) {
-    calib_job *j = arg;
-    j->rc = calib_steps(j->s, j->tok, j->reps);
-    return NULL;
-}
-
-int fusion_members_calibrate(fusion_member *const *m, int32_t n, int32_t n_threads_each, int32_t n_threads_all,
-                             double *t_seq, double *t_par) {
-    if (n < 1 || n > 64) return tutti_set_error("calibration: %d members", n);
-    tutti_session *seq[64] = {0}, *par[64] = {0};
-    calib_job job[64];
-    pthread_t th[64];
-    int rc = TUTTI_ERR;
-    double warm = 0;
-    for (int32_t i = 0; i < n; i++) {
-        tutti_model *model = fusion_member_local_model(m[i]);
-        if (!model) {
-            tutti_set_error("calibration: member %s is not local", m[i]->name);
-            goto out;
-        }
-        tutti_session_params sp = tutti_session_default_params();
-        sp.n_ctx = 8;
-        sp.n_threads = n_threads_all;
-        seq[i] = tutti_session_new(model, &sp);
-        sp.n_threads = n_threads_each;
-        par[i] = tutti_session_new(model, &sp);
-        if (!seq[i] || !par[i]) goto out;
-        int32_t tok = m[i]->bos >= 0 ? m[i]->bos : 0;
-        /* warm-up: page in the weights (and time a step for the rep count) */
-        double t0 = now_s();
-        if (calib_steps(seq[i], tok, 1) < 0 || calib_steps(par[i], tok, 1) < 0) goto out;
-        warm += now_s() - t0;
-    }
-    /* three rounds that alternate the two modes (so a drift in the machine's
-     * load hits both), about 30 ms of steps per mode and round, at least one;
-     * the fastest round of each mode counts */
-    int32_t reps = warm > 0 ? (int32_t)(0.03 / warm) : 32;
-    reps = reps < 1 ? 1 : reps > 32 ? 32 : reps;
-    *t_seq = *t_par = INFINITY;
-    for (int round = 0; round < 3; round++) {
-        double t0 = now_s();
-        for (int32_t i = 0; i < n; i++)
-            if (calib_steps(seq[i], m[i]->bos >= 0 ? m[i]->bos : 0, reps) < 0) goto out;
-        double ts = (now_s() - t0) / reps;
-        if (ts < *t_seq) *t_seq = ts;
-        t0 = now_s();
-        int32_t started = 0;
-        for (int32_t i = 0; i < n; i++) {
-            job[i] = (calib_job){par[i], m[i]->bos >= 0 ? m[i]->bos : 0, reps, 0};
-            if (pthread_create(&th[i], NULL, calib_main, &job[i]) != 0) break;
-            started++;
-        }
-        for (int32_t i = 0; i < started; i++) pthread_join(th[i], NULL);
-        double tp = (now_s() - t0) / reps;
-        if (tp < *t_par) *t_par = tp;
-        if (started < n) {
-            tutti_set_error("calibration: cannot start threads");
-            goto out;
-        }
-        for (int32_t i = 0; i < n; i++)
-            if (job[i].rc < 0) goto out;
-    }
-    rc = 0;
-    for (int32_t i = 0; i < n; i++)
-        if (job[i].rc < 0) rc = TUTTI_ERR;
-out:
-    for (int32_t i = 0; i < n; i++) {
-        tutti_session_free(seq[i]);
-        tutti_session_free(par[i]);
-    }
-    return rc;
 }
 
 int fusion_member_local_set_threads(fusion_member *m, int32_t n_threads) {

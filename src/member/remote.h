@@ -1,4 +1,4 @@
-/* Remote members (member_remote.c): a fusion_member whose next-token
+/* Remote members (remote.c): a fusion_member whose next-token
  * distribution comes from a model server over HTTP.
  *
  * Spec (where a model path goes: -m, ensemble files):
@@ -9,10 +9,10 @@
  * file with the server's tokenizer (the model itself or a vocab-only file),
  * checked against the server's /tokenize and /detokenize at start.  See
  * README.md "Remote members". */
-#ifndef TUTTI_FUSION_MEMBER_REMOTE_H
-#define TUTTI_FUSION_MEMBER_REMOTE_H
+#ifndef TUTTI_MEMBER_REMOTE_H
+#define TUTTI_MEMBER_REMOTE_H
 
-#include "fusion/fusion.h"
+#include "member/member.h"
 
 /* true when path names a remote member (starts with http:// or https://). */
 bool fusion_is_remote_spec(const char *path);
@@ -43,15 +43,9 @@ typedef struct fusion_remote_stats {
 /* Statistics of a remote member; -1 for other kinds. */
 int fusion_member_remote_stats(const fusion_member *m, fusion_remote_stats *out);
 
-/* Any member: remote for a URL spec, else local
- * (fusion_member_local_new_shared: shared, when not NULL, is an already
- * loaded model of path to borrow). */
-fusion_member *fusion_member_open(const char *path, const tutti_model *shared, int32_t n_sessions, int32_t n_ctx,
-                                  int32_t n_threads);
-/* Vocabulary identity of any member spec: fusion_vocab_hash_file of the
- * file, or for a remote member of its vocab=PATH once the server's
- * tokenizer agrees with it (a server that cannot be checked gets a hash of
- * its own, so it is never token-aligned with anything). */
-int fusion_member_vocab_hash(const char *path, uint64_t *out);
+/* The vocabulary hash of spec (fusion_member_vocab_hash): its vocab=PATH's
+ * once the server agrees with it, else one of its own.  Asks the server
+ * without a note on stderr.  TUTTI_ERR + error as fusion_member_remote_new. */
+int fusion_member_remote_vocab_hash(const char *spec, uint64_t *out);
 
 #endif

@@ -1,10 +1,10 @@
-/* Parsing of a model server's answers for remote members (member_remote.c),
- * apart from the HTTP and the member, so that fuzz/fuzz_remote.c can feed
- * it any bytes.  Every answer is resp[0..n): the bytes as they came, NOT
+/* Parsing of a model server's answers for remote members (remote_json.c,
+ * used by remote.c), apart from the HTTP and the member, so that
+ * fuzz/fuzz_remote.c can feed it any bytes.  Every answer is resp[0..n): the bytes as they came, NOT
  * NUL-terminated; nothing here reads past resp + n.  Errors name `where`
  * (the request's URL, e.g. "http://127.0.0.1:8080/completion"). */
-#ifndef TUTTI_FUSION_REMOTE_ANSWER_H
-#define TUTTI_FUSION_REMOTE_ANSWER_H
+#ifndef TUTTI_MEMBER_REMOTE_JSON_H
+#define TUTTI_MEMBER_REMOTE_JSON_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -62,6 +62,10 @@ int fusion_remote_parse_next(fusion_remote_vocab *rv, int api, bool scan, const 
  * (anything unusual: the full parser then decides).  Sets no error. */
 int fusion_remote_scan_llama(fusion_remote_vocab *rv, const char *resp, size_t n, float *out,
                              fusion_remote_next *info);
+
+/* A short, printable excerpt of resp[0..n) for error messages (at most 120
+ * bytes, anything outside ASCII 32..126 as '.'), into out[cap]. */
+void fusion_remote_excerpt(const char *resp, size_t n, char *out, size_t cap);
 
 /* /tokenize's answer {"tokens": [id | {"id": id, ...}, ...]} compared with
  * want[0..n_want): 1 the same ids, 0 not (*n_got: how many it has),

@@ -1,4 +1,4 @@
-/* Remote member: a fusion_member whose model lives on another MPI rank
+/* A member on another MPI rank: a fusion_member whose model lives there
  * (src/mpi/tutti_mpi.h).  Rank 0 keeps the member's vocabulary (loaded from
  * the same file: tokenizing prompts, byte tries, end-of-generation ids) and
  * sends each request as the new suffix relative to the previous one; the
@@ -15,19 +15,10 @@
 #include <string.h>
 
 #include "fusion/fusion.h"
-#include "fusion/member_remote.h"
+#include "member/member.h"
+#include "mpi/member_kinds.h"
 #include "mpi/tutti_mpi.h"
 #include "util/error.h"
-
-#ifndef TUTTI_HAVE_MPI
-
-fusion_member *fusion_member_placed_new(int32_t index, int32_t n_members, const char *path, const tutti_model *shared,
-                                        int32_t n_sessions, int32_t n_ctx, int32_t n_threads) {
-    (void)index, (void)n_members; /* (no member is split without MPI: --split-layers is refused) */
-    return fusion_member_open(path, shared, n_sessions, n_ctx, n_threads);
-}
-
-#else
 
 #include <pthread.h>
 
@@ -453,28 +444,26 @@ done:
     return rc;
 }
 
-fusion_member *fusion_member_placed_new(int32_t index, int32_t n_members, const char *path, const tutti_model *shared,
-                                        int32_t n_sessions, int32_t n_ctx, int32_t n_threads) {
-    /* split by layers over every rank (member_split.c; --place is refused with it) */
-    const char *counts = NULL;
-    int32_t ubatch = 0;
-    if (!fusion_is_remote_spec(path) && tutti_mpi_member_split(path, &counts, &ubatch))
-        return fusion_member_split_new(path, shared, counts, ubatch, n_sessions, n_ctx, n_threads);
-    int rank = tutti_mpi_member_rank(index, n_members);
-    if (rank < 0) return NULL;
-    if (rank == 0 || tmpi_comm == MPI_COMM_NULL) return fusion_member_open(path, shared, n_sessions, n_ctx, n_threads);
+fusion_member *tmpi_member_rank_open(const member_spec *spec) {
+    const char *path = spec->path;
+    int rank = spec->rank;
+    if (tmpi_comm == MPI_COMM_NULL) { /* no mpirun: every member is here */
+        member_spec here = *spec;
+        here.rank = 0;
+        return member_open(&here);
+    }
     mpi_member *mm = calloc(1, sizeof *mm);
     if (!mm) return tutti_set_error("member %s: out of memory", path), NULL;
     mm->base.vt = &mpi_vt;
     mm->rank = rank;
-    mm->index = index;
+    mm->index = spec->index;
     const char *slash = strrchr(path, '/');
     snprintf(mm->base.name, sizeof mm->base.name, "%s", slash ? slash + 1 : path);
-    if (remote_load(mm, path, n_sessions, n_ctx, n_threads) < 0) {
+    if (remote_load(mm, path, spec->n_sessions, spec->n_ctx, spec->n_threads) < 0) {
         mpi_free(&mm->base);
         return NULL;
     }
-    tmpi_register(rank, mm->tag, mm->base.name, index);
+    tmpi_register(rank, mm->tag, mm->base.name, spec->index);
     mm->own_vocab = tutti_vocab_load(path);
     mm->row = malloc(sizeof(float) * (size_t)mm->base.n_vocab);
     if (!mm->own_vocab || !mm->row) {
@@ -495,5 +484,3 @@ fusion_member *fusion_member_placed_new(int32_t index, int32_t n_members, const 
     if (!rows || strcmp(rows, "1") != 0) mm->base.bytes_ops = &mpi_bytes_ops;
     return &mm->base;
 }
-
-#endif

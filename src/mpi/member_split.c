@@ -11,7 +11,7 @@
  * depend on the shapes of the forward passes: which tokens share a matmul
  * call (the kernels sum a tile of 4 rows and a tail in different orders;
  * K-quants take other kernels from 8 rows on).  So inside, this member is
- * a local member (member_local.c: the same session pool, prefix reuse,
+ * a local member (member/local.c: the same session pool, prefix reuse,
  * copies between sessions, batches of several sequences and keep() hints,
  * hence the same passes in the same order) whose sessions are attached to
  * the ring: each pass runs rank 0's layers here, the other layers on their
@@ -23,7 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fusion/fusion.h"
+#include "member/member.h"
+#include "mpi/member_kinds.h"
 #include "mpi/tutti_mpi.h"
 #include "util/error.h"
 
@@ -120,19 +121,20 @@ static int split_copy(void *ctx, int32_t dst, int32_t src, int32_t k) {
     return tutti_mpi_ring_copy(((split_member *)ctx)->ring, dst, src, k);
 }
 
-fusion_member *fusion_member_split_new(const char *path, const tutti_model *shared, const char *counts,
-                                       int32_t ubatch, int32_t n_sessions, int32_t n_ctx, int32_t n_threads) {
+fusion_member *tmpi_member_split_open(const member_spec *spec) {
+    const char *path = spec->path, *counts = spec->split_counts && *spec->split_counts ? spec->split_counts : NULL;
+    const tutti_model *shared = spec->shared;
     split_member *sm = calloc(1, sizeof *sm);
     if (!sm) return tutti_set_error("member %s: out of memory", path), NULL;
     sm->base.vt = &split_vt;
     sm->base.keep = split_keep;
     /* the plan, rank 0's part (unless the whole model is here already); the
      * other ranks load theirs when the first session is attached */
-    sm->ring = tutti_mpi_ring_open(path, shared, NULL, counts, ubatch, shared ? NULL : &sm->part);
+    sm->ring = tutti_mpi_ring_open(path, shared, NULL, counts, spec->split_ubatch, shared ? NULL : &sm->part);
     const fusion_local_sessions ops = {sm, split_open, split_copy};
     if (!sm->ring ||
-        !(sm->in = fusion_member_local_new_sessions(path, shared ? shared : sm->part, n_sessions, n_ctx, n_threads,
-                                                    &ops))) {
+        !(sm->in = fusion_member_local_new_sessions(path, shared ? shared : sm->part, spec->n_sessions, spec->n_ctx,
+                                                    spec->n_threads, &ops))) {
         split_free(&sm->base);
         return NULL;
     }

@@ -7,7 +7,7 @@
  * the models rank 0 places on it and answers "logits after this token
  * sequence" (and "logits of every position" for eval) for them.  On rank 0
  * such a member is one more implementation of the fusion_member vtable
- * (src/fusion/member_mpi.c), so the fusion code does not know where a
+ * (src/mpi/member_rank.c), so the fusion code does not know where a
  * member runs.
  *
  * Placement: --place R1,R2,... gives the rank of each member (0 = in rank

@@ -16,6 +16,14 @@
 #define TUTTI_PRINTF(a, b)
 #endif
 
+/* Error kinds (negative statuses besides TUTTI_ERR) that let the
+ * alignments tell why a member failed: its tokens cannot spell the text
+ * (it may leave a byte/span generation), its context is full (generation
+ * stops), or its logits are NaN/+inf (an error).  The message is set too. */
+#define FUSION_ERR_SPELL (-2)
+#define FUSION_ERR_CTX (-3)
+#define FUSION_ERR_NONFINITE (-4)
+
 /* Records a formatted message and returns TUTTI_ERR (-1) so that callers can
  * write `return tutti_set_error("...")`. */
 int tutti_set_error(const char *fmt, ...) TUTTI_PRINTF(1, 2);
