@@ -548,7 +548,7 @@ int tutti_ensemble_eval_bpb(tutti_ensemble *e, const char *text, size_t len, tut
 done:
     for (int32_t i = 0; i < e->n; i++) free(rows[i]);
     text_data_free(&d);
-    return rc;
+    return tutti_primary_code(rc); /* no internal kind escapes (util/error.h) */
 }
 
 int fusion_text_nll(tutti_ensemble *e, const char *text, size_t len, double *member_nll, double *ens_nll) {
@@ -883,5 +883,5 @@ done:
     free(tab);
     free(sp);
     text_data_free(&d);
-    return rc;
+    return tutti_primary_code(rc);
 }
