@@ -29,7 +29,6 @@
 #include <time.h>
 
 #include "cli/cli.h"
-#include "quant/vecdot.h"
 #include "tutti.h"
 
 int tutti_cmd_bench(int argc, char **argv);
@@ -177,11 +176,12 @@ int tutti_cmd_bench(int argc, char **argv) {
     if (fused && models.n < 2) return cli_usage_error("--fused needs at least two -m members");
     int n_models = models.n;
     const char *const *model_paths = models.v;
-    if (tutti_simd_init() != TUTTI_OK) {
+    tutti_system_info sys;
+    if (tutti_system_info_get(&sys) != TUTTI_OK) {
         cli_error("%s", tutti_last_error());
         return 1;
     }
-    const char *kpath = tutti_simd_name(tutti_simd_current());
+    const char *kpath = sys.kernels;
     const char *fuse_prompt = "Once upon a time";
     if (!json)
         printf("| model | kernels | threads | test | t/s | peak RSS MiB |\n|---|---|---:|---|---:|---:|\n");

@@ -16,7 +16,6 @@
 #include "cli/cli.h"
 #include "cli/ens_args.h"
 #include "cli/grammar_args.h"
-#include "mpi/tutti_mpi.h"
 #include "tutti.h"
 
 /* ---- ensemble flags shared by run / eval / fit ---- */

@@ -10,7 +10,6 @@
 #include "cli/cli.h"
 #include "cli/ens_args.h"
 #include "cli/opts.h"
-#include "mpi/tutti_mpi.h"
 #include "server/server.h"
 
 static const char *g_rules[5], *g_aligns[5];

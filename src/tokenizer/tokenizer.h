@@ -85,7 +85,6 @@ int32_t tutti_vocab_find(const tutti_vocab *vocab, const char *text, size_t len)
 
 /* Further special ids (-1 if none). */
 int32_t tutti_vocab_unk(const tutti_vocab *vocab);
-int32_t tutti_vocab_eot(const tutti_vocab *vocab);
 int32_t tutti_vocab_pad(const tutti_vocab *vocab);
 /* The token of "\n" (SPM: <0x0A>; BPE: first token of "\n"), or -1. */
 int32_t tutti_vocab_nl(const tutti_vocab *vocab);
