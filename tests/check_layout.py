@@ -13,12 +13,16 @@
    is longer than MAX_LINES lines (from the line of its opening brace to the
    line of its closing one), outside generated code and kernel tables
    (EXEMPT: none today).
+4. Data: models/ and tests/data/ hold at most 16 MB together, and no other
+   file of the repository is larger than 2 MB (fuzz corpora are packed one
+   file per harness, fuzz/corpus.sh).
 
 usage: check_layout.py SOURCE_DIR   (exit 0: all rules hold; 1: the
 violations are listed)
 """
 import os
 import re
+import subprocess
 import sys
 
 # bottom first: a layer may include the layers before it
@@ -165,18 +169,49 @@ def check_lengths(root):
     return errors
 
 
+DATA_DIRS = ("models/", "tests/data/")
+DATA_MAX = 16 << 20
+FILE_MAX = 2 << 20
+
+
+def repository_files(root):
+    """The repository's files (git's list when it is a checkout, else the tree without build folders)."""
+    try:
+        out = subprocess.run(["git", "-C", root, "ls-files", "-z"], capture_output=True, check=True).stdout
+        return [f for f in out.decode().split("\0") if f and os.path.isfile(os.path.join(root, f))]
+    except (OSError, subprocess.CalledProcessError):
+        files = []
+        for d, dirs, names in os.walk(root):
+            dirs[:] = [x for x in dirs if not x.startswith(("build", ".")) and x != "node_modules"]
+            files += [os.path.relpath(os.path.join(d, n), root) for n in names]
+        return files
+
+
+def check_sizes(root):
+    errors, data = [], 0
+    for f in repository_files(root):
+        size = os.path.getsize(os.path.join(root, f))
+        if f.startswith(DATA_DIRS):
+            data += size
+        elif size > FILE_MAX:
+            errors.append(f"{f}: {size} bytes; outside models/ and tests/data/ no file may pass 2 MB")
+    if data > DATA_MAX:
+        errors.append(f"models/ and tests/data/ hold {data} bytes, over 16 MB")
+    return errors
+
+
 def main():
     if len(sys.argv) != 2:
         print(__doc__.strip().splitlines()[-2], file=sys.stderr)
         return 2
     root = sys.argv[1]
-    errors = check_layers(root) + check_lengths(root)
+    errors = check_layers(root) + check_lengths(root) + check_sizes(root)
     for e in errors:
         print(e)
     if errors:
         print(f"check_layout: {len(errors)} violation(s)")
         return 1
-    print("check_layout: layers, front ends and function lengths are as they should be")
+    print("check_layout: layers, front ends, function lengths and data sizes are as they should be")
     return 0
 
 

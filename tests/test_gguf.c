@@ -1071,7 +1071,6 @@ static void test_open_errors(void **state) {
  * context_length 2048, 512 tokens: <unk>, <s>, </s>, then the byte tokens). */
 static void test_public_api(void **state) {
     (void)state;
-    require_shared();
     tutti_gguf *f = tutti_gguf_open(shared_path("models/stories260K.gguf"));
     assert_non_null(f);
     assert_int_equal(tutti_gguf_version(f), 3);
@@ -1118,10 +1117,10 @@ static void test_public_api(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_shared_files_match_gguf_py),
-        cmocka_unit_test(test_known_values),
+        shared_unit_test(test_shared_files_match_gguf_py),
+        shared_unit_test(test_known_values),
         cmocka_unit_test(test_writer_roundtrip),
-        cmocka_unit_test(test_writer_reproduces_llamacpp_files),
+        shared_unit_test(test_writer_reproduces_llamacpp_files),
         cmocka_unit_test(test_truncation_every_offset),
         cmocka_unit_test(test_malformed_header),
         cmocka_unit_test(test_malformed_kv),
@@ -1130,6 +1129,7 @@ int main(void) {
         cmocka_unit_test(test_open_errors),
         cmocka_unit_test(test_public_api),
     };
+    test_select_part();
     return cmocka_run_group_tests(tests, setup_tmpdir, teardown_tmpdir);
 }
 

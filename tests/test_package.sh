@@ -4,11 +4,11 @@
 # with pkg-config alone, and run.  Its greedy text must be what `tutti generate
 # --temp 0` writes for the same model and prompt, and the library must export
 # no symbol that include/tutti.h does not declare.
-# usage: test_package.sh SOURCE_DIR BUILD_DIR SHARED_DIR
+# usage: test_package.sh SOURCE_DIR BUILD_DIR
 set -eu
-src=$1 build=$2 shared=$3
-model=$shared/models/stories260K.gguf
-[ -f "$model" ] || { echo "test_package: $model is missing (../shared must sit beside the checkout)"; exit 1; }
+src=$1 build=$2
+model=$src/models/stories260K.gguf
+[ -f "$model" ] || { echo "test_package: $model is missing"; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
