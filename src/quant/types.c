@@ -40,7 +40,7 @@ static const tutti_type_traits g_types[TUTTI_TYPE_COUNT] = {
     [TUTTI_TYPE_BF16] = {"bf16", 1, 2, tutti_to_float_bf16},
     [TUTTI_TYPE_TQ1_0] = {"tq1_0", 256, 54, NULL},
     [TUTTI_TYPE_TQ2_0] = {"tq2_0", 256, 66, NULL},
-    [TUTTI_TYPE_MXFP4] = {"mxfp4", 32, 17, NULL},
+    [TUTTI_TYPE_MXFP4] = {"mxfp4", 32, 17, tutti_to_float_mxfp4},
 };
 
 const tutti_type_traits *tutti_type_get(int type) {
