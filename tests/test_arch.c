@@ -78,6 +78,13 @@ static const arch_row g_rows[] = {
     {"phi3-Q8_0", TOL_QUANT},
     {"phi3-Q4_K_M", TOL_QUANT},
     {"quant/llama-MXFP4", TOL_QUANT},
+    {"quant/llama-IQ2_XXS", TOL_QUANT},
+    {"quant/llama-IQ2_XS", TOL_QUANT},
+    {"quant/llama-IQ2_S", TOL_QUANT},
+    {"quant/llama-IQ3_XXS", TOL_QUANT},
+    {"quant/llama-IQ3_S", TOL_QUANT},
+    {"quant/llama-IQ1_S", TOL_QUANT},
+    {"quant/llama-IQ1_M", TOL_QUANT},
 };
 #define N_ROWS (sizeof g_rows / sizeof g_rows[0])
 

@@ -42,7 +42,9 @@ static float frand(void) { return (float)rnd() / 4294967296.0f * 2.0f - 1.0f; }
 static const int k_types[] = {TUTTI_TYPE_F32,  TUTTI_TYPE_F16,  TUTTI_TYPE_BF16,   TUTTI_TYPE_Q4_0,
                               TUTTI_TYPE_Q4_1, TUTTI_TYPE_Q5_0, TUTTI_TYPE_Q5_1,   TUTTI_TYPE_Q8_0,
                               TUTTI_TYPE_Q2_K, TUTTI_TYPE_Q3_K, TUTTI_TYPE_Q4_K,   TUTTI_TYPE_Q5_K,
-                              TUTTI_TYPE_Q6_K, TUTTI_TYPE_IQ4_NL, TUTTI_TYPE_IQ4_XS, TUTTI_TYPE_MXFP4};
+                              TUTTI_TYPE_Q6_K, TUTTI_TYPE_IQ4_NL, TUTTI_TYPE_IQ4_XS, TUTTI_TYPE_MXFP4,
+                              TUTTI_TYPE_IQ2_XXS, TUTTI_TYPE_IQ2_XS, TUTTI_TYPE_IQ2_S, TUTTI_TYPE_IQ3_XXS,
+                              TUTTI_TYPE_IQ3_S, TUTTI_TYPE_IQ1_S, TUTTI_TYPE_IQ1_M};
 #define N_TYPES ((int)(sizeof k_types / sizeof k_types[0]))
 
 /* Random activations with a varying scale and a few outliers, like
@@ -63,7 +65,15 @@ static void put_half(uint8_t *p, float f) {
 /* Types whose SIMD kernels must give the scalar kernel's bits exactly (the
  * same integer sums, then the same float operations in the same order);
  * the others add their float terms in another order (tolerance of 3). */
-static bool bit_exact(int type) { return type == TUTTI_TYPE_Q8_0 || type == TUTTI_TYPE_MXFP4; }
+static bool bit_exact(int type) {
+    switch (type) {
+    case TUTTI_TYPE_Q8_0: case TUTTI_TYPE_MXFP4: case TUTTI_TYPE_IQ2_XXS: case TUTTI_TYPE_IQ2_XS:
+    case TUTTI_TYPE_IQ2_S: case TUTTI_TYPE_IQ3_XXS: case TUTTI_TYPE_IQ3_S: case TUTTI_TYPE_IQ1_S:
+    case TUTTI_TYPE_IQ1_M:
+        return true;
+    default: return false;
+    }
+}
 
 /* One random weight row of `type`: quantized floats, or random bytes with
  * sane scales (every code, also those no quantizer makes: MXFP4's -0). */
@@ -88,6 +98,12 @@ static void fill_w(int type, void *w, int64_t n) {
         case TUTTI_TYPE_IQ4_NL: put_half(blk, 0.01f * frand()); break;
         case TUTTI_TYPE_IQ4_XS: put_half(blk, 0.01f * frand()); break;
         case TUTTI_TYPE_MXFP4: blk[0] = (uint8_t)(118 + rnd() % 16); break; /* 2^-10 .. 2^5 */
+        case TUTTI_TYPE_IQ2_XXS: case TUTTI_TYPE_IQ2_XS: case TUTTI_TYPE_IQ2_S: case TUTTI_TYPE_IQ3_XXS:
+        case TUTTI_TYPE_IQ3_S: case TUTTI_TYPE_IQ1_S: put_half(blk, 0.01f * frand()); break;
+        case TUTTI_TYPE_IQ1_M: { /* the f16 d lives in the top nibbles of the 4 scale words */
+            const uint16_t h = tutti_f32_to_fp16(0.01f * frand());
+            for (int k = 0; k < 4; k++) blk[49 + 2 * k] = (uint8_t)((blk[49 + 2 * k] & 0x0F) | (((h >> (4 * k)) & 15) << 4));
+        } break;
         default: fail_msg("no weight generator for %s", tutti_type_name(type));
         }
     }

@@ -29,11 +29,9 @@
 #define QK 32  /* elements per block of the legacy types, IQ4_NL and MXFP4 */
 #define QKK 256 /* elements per K / IQ4_XS super-block */
 
-static inline uint16_t rd_u16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
-static inline uint32_t rd_u32(const uint8_t *p) {
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
-}
-static inline float rd_half(const uint8_t *p) { return tutti_fp16_to_f32(rd_u16(p)); }
+#define rd_u16 tutti_rd_u16
+#define rd_u32 tutti_rd_u32
+#define rd_half tutti_rd_half
 
 /* The 16 non-linear levels of IQ4_NL / IQ4_XS (ggml's kvalues_iq4nl). */
 static const int8_t k_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,

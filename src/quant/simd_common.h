@@ -5,6 +5,7 @@
 #define TUTTI_QUANT_SIMD_COMMON_H
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -79,6 +80,26 @@ static inline void simd_lanes8_acc(float acc[8], float d, const int8_t *w, const
 }
 static inline float simd_lanes8_sum(const float acc[8]) {
     return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+
+/* The scalar steps of the i-quant kernels (vecdot_iq.c explains them),
+ * shared by every path so that all give the same bits: the weight scale of
+ * a super-block (IQ1_M keeps its f16 in the top nibbles of its 4 scale
+ * words), and the row's result from the sum of the grid lanes and the
+ * delta part (IQ1 only). */
+static inline float simd_iq_d(int type, const uint8_t *b) {
+    if (type != TUTTI_TYPE_IQ1_M) return simd_rd_half(b);
+    uint16_t h = 0;
+    for (int k = 0; k < 4; k++) h |= (uint16_t)((simd_rd_u16(b + 48 + 2 * k) >> 12) << (4 * k));
+    return tutti_simd_f16_table[h];
+}
+static inline float simd_iq_finish(int type, float sum, float delta_sum) {
+    switch (type) {
+    case TUTTI_TYPE_IQ2_XXS: case TUTTI_TYPE_IQ2_XS: case TUTTI_TYPE_IQ2_S: return 0.125f * sum;
+    case TUTTI_TYPE_IQ3_XXS: return 0.25f * sum;
+    case TUTTI_TYPE_IQ1_S: case TUTTI_TYPE_IQ1_M: return sum + TUTTI_IQ1_DELTA * delta_sum;
+    default: return sum;
+    }
 }
 
 /* Generic tile product built from a vec_dot (used where a path has no
