@@ -16,6 +16,10 @@
 4. Data: models/ and tests/data/ hold at most 16 MB together, and no other
    file of the repository is larger than 2 MB (fuzz corpora are packed one
    file per harness, fuzz/corpus.sh).
+5. Test parts (tests/test_common.h): in a test that lists cases with
+   shared_unit_test(), every case that calls require_shared() is listed so
+   (else `ctest -L core` would run it without ../shared), and main() calls
+   test_select_part().
 
 usage: check_layout.py SOURCE_DIR   (exit 0: all rules hold; 1: the
 violations are listed)
@@ -200,12 +204,36 @@ def check_sizes(root):
     return errors
 
 
+CASE = re.compile(r"\b(cmocka_unit_test|shared_unit_test)\((\w+)\)")
+
+
+def check_test_parts(root):
+    errors = []
+    tests = os.path.join(root, "tests")
+    for f in sorted(os.listdir(tests)):
+        if not (f.startswith("test_") and f.endswith(".c")) or f == "test_common.c":
+            continue
+        path = os.path.join(tests, f)
+        cases = {name: kind for kind, name in CASE.findall(open(path, encoding="utf-8").read())}
+        if "shared_unit_test" not in cases.values():
+            continue
+        text = blank_comments_and_strings(open(path, encoding="utf-8").read())
+        if "test_select_part();" not in text:
+            errors.append(f"tests/{f}: lists shared_unit_test() cases but main() does not call test_select_part()")
+        lines = text.split("\n")
+        for name, a, b in functions(path):
+            if cases.get(name) == "cmocka_unit_test" and "require_shared();" in "\n".join(lines[a - 1:b]):
+                errors.append(f"tests/{f}:{a}: {name} needs ../shared (require_shared): list it with "
+                              "shared_unit_test(), so that ctest -L core leaves it out")
+    return errors
+
+
 def main():
     if len(sys.argv) != 2:
         print(__doc__.strip().splitlines()[-2], file=sys.stderr)
         return 2
     root = sys.argv[1]
-    errors = check_layers(root) + check_lengths(root) + check_sizes(root)
+    errors = check_layers(root) + check_lengths(root) + check_sizes(root) + check_test_parts(root)
     for e in errors:
         print(e)
     if errors:
