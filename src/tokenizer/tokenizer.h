@@ -80,6 +80,14 @@ uint32_t tutti_vocab_token_attr(const tutti_vocab *vocab, int32_t id);
  * control and unknown tokens (and unused/undefined ones). */
 const char *tutti_vocab_token_piece(const tutti_vocab *vocab, int32_t id, size_t *len);
 
+/* What an upper layer derives from a vocabulary and keeps with it (the
+ * grammar layer's token trie and class tables): made by make(vocab) at the
+ * first call (under a lock: a loaded vocabulary is shared between threads)
+ * and freed by free_fn(attachment) with the vocabulary.  One slot per
+ * vocabulary, the grammar layer's; NULL when make failed (the next call
+ * tries again). */
+void *tok_vocab_attachment(const tutti_vocab *vocab, void *(*make)(const tutti_vocab *), void (*free_fn)(void *));
+
 /* The id whose text is exactly text[0..len), or -1. */
 int32_t tutti_vocab_find(const tutti_vocab *vocab, const char *text, size_t len);
 

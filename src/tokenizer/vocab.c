@@ -6,6 +6,7 @@
  * text, and the per-token piece cache used for detokenizing. */
 #include <ctype.h>
 #include <stdio.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -289,8 +290,21 @@ void tutti_vocab_free(tutti_vocab *v) {
     free(v->merge_map.slots);
     free(v->is_eog);
     free(v->special);
-    tutti_grammar_vocab_free(v->grammar);
+    if (v->attachment_free) v->attachment_free(v->attachment);
     free(v);
+}
+
+void *tok_vocab_attachment(const tutti_vocab *vocab, void *(*make)(const tutti_vocab *), void (*free_fn)(void *)) {
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    /* the slot is the only thing written in a loaded vocabulary, which is
+     * otherwise immutable and shared (members of one ensemble, server
+     * requests), hence the lock */
+    tutti_vocab *v = (tutti_vocab *)vocab;
+    pthread_mutex_lock(&lock);
+    if (!v->attachment && (v->attachment = make(vocab))) v->attachment_free = free_fn;
+    void *a = v->attachment;
+    pthread_mutex_unlock(&lock);
+    return a;
 }
 
 static bool is_llama3_family(const char *pre) {
