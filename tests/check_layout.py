@@ -7,8 +7,9 @@
    directory cycle.  A folder missing from the stack is an error, so a new
    layer has to say where it sits.
 2. Front ends: src/cli/ includes only tutti.h, its own headers and the
-   server front end's entry (server/server.h); src/server/ only tutti.h and
-   its own headers.  Both link libtutti.so's public API alone.
+   server front end's entry (server/server.h); src/server/ only tutti.h, its
+   own headers and the header-only growing buffer (util/buf.h).  Both link
+   libtutti.so's public API alone.
 3. Function length: no function in src/, tests/, fuzz/, bench/ or examples/
    is longer than MAX_LINES lines (from the line of its opening brace to the
    line of its closing one), outside generated code and kernel tables
@@ -34,7 +35,8 @@ LAYERS = ["util", "quant", "gguf", "kernels", "tokenizer", "grammar", "chat", "s
           "fusion", "merge", "mpi", "ensemble", "server", "cli"]
 FRONT_ENDS = {
     "cli": re.compile(r'^(tutti\.h|cli/[a-z_]+\.h|server/server\.h)$'),
-    "server": re.compile(r'^(tutti\.h|server/[a-z_]+\.h)$'),
+    # util/buf.h is header-only (static inline): no symbol of the library
+    "server": re.compile(r'^(tutti\.h|server/[a-z_]+\.h|util/buf\.h)$'),
 }
 MAX_LINES = 150
 EXEMPT = set()  # "path:function" of generated code or kernel tables

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "grammar/grammar.h"
+#include "util/buf.h"
 #include "util/error.h"
 
 #define JS_MAX_DEPTH 64
@@ -32,19 +33,7 @@ typedef struct sbuf {
 } sbuf;
 
 static void sb_putn(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t nc = (b->cap + n + 1) * 2;
-        char *ns = realloc(b->s, nc);
-        if (!ns) {
-            b->oom = true;
-            return;
-        }
-        b->s = ns, b->cap = nc;
-    }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = 0;
+    if (!b->oom && tutti_buf_append(&b->s, &b->n, &b->cap, s, n) < 0) b->oom = true;
 }
 static void sb_puts(sbuf *b, const char *s) { sb_putn(b, s, strlen(s)); }
 static void sb_printf(sbuf *b, const char *fmt, ...) TUTTI_PRINTF(2, 3);

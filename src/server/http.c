@@ -21,6 +21,7 @@
 #include "server/format.h"
 #include "server/native.h"
 #include "server/server.h"
+#include "util/buf.h"
 
 /* /props, /tokenize, /detokenize and /completion are llama-server's own
  * (native.c), for remote members */
@@ -123,14 +124,7 @@ static void prom(char **b, size_t *n, size_t *cap, const char *fmt, ...) {
     va_end(ap);
     if (k < 0) return;
     if ((size_t)k >= sizeof line) k = sizeof line - 1;
-    if (*n + (size_t)k + 1 > *cap) {
-        size_t nc = (*cap + (size_t)k + 1) * 2;
-        char *nb = realloc(*b, nc);
-        if (!nb) return;
-        *b = nb, *cap = nc;
-    }
-    memcpy(*b + *n, line, (size_t)k + 1);
-    *n += (size_t)k;
+    (void)tutti_buf_append(b, n, cap, line, (size_t)k); /* out of memory: the line is left out */
 }
 
 static enum MHD_Result do_metrics(srv_server *s, struct MHD_Connection *c) {
