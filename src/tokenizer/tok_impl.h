@@ -132,10 +132,6 @@ struct tutti_vocab {
     void (*attachment_free)(void *);
 };
 
-static inline const char *tok_text(const tutti_vocab *v, int32_t id) {
-    return v->arena + v->tokens[id].text_off;
-}
-
 /* Lookups used by the tokenizers. */
 int32_t vocab_find(const tutti_vocab *v, const char *s, size_t n);
 /* Rank of merging left+right, or -1. */

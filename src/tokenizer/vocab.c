@@ -737,9 +737,7 @@ tutti_vocab *tutti_vocab_load(const char *gguf_path) {
 int32_t tutti_vocab_n_tokens(const tutti_vocab *v) { return v ? v->n_tokens : 0; }
 int32_t tutti_vocab_bos(const tutti_vocab *v) { return v ? v->bos : -1; }
 int32_t tutti_vocab_eos(const tutti_vocab *v) { return v ? v->eos : -1; }
-int32_t tutti_vocab_unk(const tutti_vocab *v) { return v ? v->unk : -1; }
 int32_t tutti_vocab_eot(const tutti_vocab *v) { return v ? v->eot : -1; }
-int32_t tutti_vocab_pad(const tutti_vocab *v) { return v ? v->pad : -1; }
 int32_t tutti_vocab_nl(const tutti_vocab *v) { return v ? v->nl : -1; }
 bool tutti_vocab_add_bos(const tutti_vocab *v) { return v && v->add_bos; }
 bool tutti_vocab_add_space_prefix(const tutti_vocab *v) { return v && v->add_space_prefix; }
@@ -762,9 +760,6 @@ const char *tutti_vocab_token_text(const tutti_vocab *v, int32_t id, size_t *len
     }
     if (len) *len = v->tokens[id].text_len;
     return v->arena + v->tokens[id].text_off;
-}
-float tutti_vocab_token_score(const tutti_vocab *v, int32_t id) {
-    return in_range(v, id) ? v->tokens[id].score : 0.0f;
 }
 enum tutti_token_type tutti_vocab_token_type(const tutti_vocab *v, int32_t id) {
     return in_range(v, id) ? (enum tutti_token_type)v->tokens[id].type : TUTTI_TOKEN_TYPE_UNDEFINED;
