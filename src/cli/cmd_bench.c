@@ -306,11 +306,11 @@ int tutti_cmd_bench(int argc, char **argv) {
                 NULL),
         CLI_INT("-n,--n-gen", "N", &cfg.n_tg, 0, 65536, "generation test: N single-token evals, 0 = skip", NULL),
         CLI_INT("-r,--repetitions", "N", &cfg.reps, 1, 64, "repetitions after one warm-up", NULL),
-        CLI_FLAG("--fused", &fused, "also time fused generation of all -m members against the sum\n"
-                                    "of their single-model generation times"),
+        CLI_FLAG("--fused", &fused,
+                 "also time fused generation of all -m members against the sum\n"
+                 "of their single-model generation times"),
         CLI_CHOICE("--align", "ALIGN", &cfg.align, aligns, "--fused: auto | token | byte | span", NULL),
-        CLI_INT("--parallel", "N", &cfg.parallel, 0, 2, "--fused: 0 default, 1 members in turn, 2 concurrently",
-                NULL),
+        CLI_INT("--parallel", "N", &cfg.parallel, 0, 2, "--fused: 0 default, 1 members in turn, 2 concurrently", NULL),
         CLI_FLAG("--json", &cfg.json, "one JSON object per line instead of a table"),
         CLI_END,
     };

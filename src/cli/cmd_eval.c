@@ -64,8 +64,8 @@ static int choice_file_read(const char *path, choice_file *c) {
         cJSON *chs = cJSON_GetObjectItemCaseSensitive(j, "choices");
         cJSON *lab = cJSON_GetObjectItemCaseSensitive(j, "label");
         if (!cJSON_IsString(ctx) || !cJSON_IsArray(chs) || !cJSON_IsNumber(lab) || lab->valuedouble != lab->valueint) {
-            rc = cli_error("%s: line %d: needs {\"context\": string, \"choices\": [strings], \"label\": integer}",
-                           path, lineno);
+            rc = cli_error("%s: line %d: needs {\"context\": string, \"choices\": [strings], \"label\": integer}", path,
+                           lineno);
             break;
         }
         it->context = ctx->valuestring;
@@ -87,7 +87,9 @@ static int choice_file_read(const char *path, choice_file *c) {
 
 /* "n/a" reasons for a member's token-level figure. */
 static const char *why_not(double bpb) {
-    return isnan(bpb) ? " (n/a: a chunk is longer than its context)" : isinf(bpb) ? " (its tokens cannot spell the text)" : "";
+    return isnan(bpb)   ? " (n/a: a chunk is longer than its context)"
+           : isinf(bpb) ? " (its tokens cannot spell the text)"
+                        : "";
 }
 
 /* What eval found: bits per byte (text) and accuracies (choices). */
@@ -121,7 +123,8 @@ static int score_choices(tutti_ensemble *e, const choice_file *cf, bool choices_
     if (adapt >= 0 && tau > 0)
         return cli_usage_error("--route and --adapt both set the weights from the context; give one of them");
     if (choices_static && (adapt >= 0 || tau > 0))
-        return cli_usage_error("--choices-static scores with the given weights: drop --%s", tau > 0 ? "route" : "adapt");
+        return cli_usage_error("--choices-static scores with the given weights: drop --%s",
+                               tau > 0 ? "route" : "adapt");
     o->choice_weights = "static";
     if (tau > 0) {
         o->choice_weights = "route";
@@ -154,7 +157,8 @@ static void print_json_out(const tutti_ensemble *e, const eval_out *o) {
         cJSON_AddStringToObject(m, "model", tutti_ensemble_member_path(e, i));
         if (o->text) {
             cJSON_AddNumberToObject(m, "bits_per_byte", o->r.member_bpb[i]);
-            if (!isnan(o->r.member_byte_bpb[i])) cJSON_AddNumberToObject(m, "byte_bits_per_byte", o->r.member_byte_bpb[i]);
+            if (!isnan(o->r.member_byte_bpb[i]))
+                cJSON_AddNumberToObject(m, "byte_bits_per_byte", o->r.member_byte_bpb[i]);
         }
         if (o->choices) {
             cJSON_AddNumberToObject(m, "acc", o->cr.member_acc[i]);
@@ -249,7 +253,8 @@ int tutti_cmd_eval(int argc, char **argv) {
     const char *text_path = NULL, *choices_path = NULL, *plot_path = NULL;
     bool json = false, choices_static = false;
     const cli_opt opts[] = {
-        CLI_STR("--text,-f,--file", "FILE", &text_path, "text to score (chunks of <= 200 bytes, each from BOS)", "none"),
+        CLI_STR("--text,-f,--file", "FILE", &text_path, "text to score (chunks of <= 200 bytes, each from BOS)",
+                "none"),
         CLI_STR("--choices", "FILE.jsonl", &choices_path,
                 "multiple-choice items, one JSON object a line: {\"context\", \"choices\": [...],\n"
                 "\"label\"}: acc and acc_norm (LL per byte of the choice), lm-evaluation-harness style",
@@ -258,9 +263,11 @@ int tutti_cmd_eval(int argc, char **argv) {
                  "mix: score choices with the given weights per unit (byte, token, span)\n"
                  "instead of the posterior over members after the context (the exact\n"
                  "sequence mixture, the default for mix; --adapt/--route choose others)"),
-        CLI_FLAG("--json", &json, "one JSON object: {\"members\":[{\"model\",\"bits_per_byte\",\"acc\",\"acc_norm\",...}],\n"
-                                  "\"ensemble\":{\"bits_per_byte\",\"acc\",\"acc_norm\",\"rule\",\"align\"},...}"),
-        CLI_STR("--plot", "FILE.svg", &plot_path, "draw every member's and the ensemble's figures as bar charts", "none"),
+        CLI_FLAG("--json", &json,
+                 "one JSON object: {\"members\":[{\"model\",\"bits_per_byte\",\"acc\",\"acc_norm\",...}],\n"
+                 "\"ensemble\":{\"bits_per_byte\",\"acc\",\"acc_norm\",\"rule\",\"align\"},...}"),
+        CLI_STR("--plot", "FILE.svg", &plot_path, "draw every member's and the ensemble's figures as bar charts",
+                "none"),
         CLI_INCLUDE(a->opts),
         CLI_END,
     };

@@ -187,7 +187,8 @@ int tutti_ensemble_file_write(const tutti_ensemble *e, FILE *out) {
         }
         if (strchr(p, '"') || strchr(p, '\n'))
             return tutti_set_error("ensemble file: member %d's path %s cannot be written (it holds a quote or a "
-                                   "newline)", i + 1, p);
+                                   "newline)",
+                                   i + 1, p);
         bool q = strpbrk(p, " \t#") != NULL;
         fprintf(out, "%s%s%s %.6g %.4g\n", q ? "\"" : "", p, q ? "\"" : "", (double)e->w[i], (double)e->temp[i]);
     }

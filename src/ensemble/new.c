@@ -58,8 +58,7 @@ static int read_members(tutti_ensemble *e, const tutti_ensemble_params *params) 
         float t = d->temp;
         if (isnan(t) || t == 0) t = 1.0f;
         if (!(t > 0) || isinf(t))
-            return tutti_set_error("member %d (%s): temperature must be > 0 (got %g)", i + 1, d->model_path,
-                                   (double)t);
+            return tutti_set_error("member %d (%s): temperature must be > 0 (got %g)", i + 1, d->model_path, (double)t);
         e->temp[i] = t;
     }
     float w[TUTTI_ENSEMBLE_MAX_MEMBERS];
@@ -94,13 +93,16 @@ static int choose_align(tutti_ensemble *e, tutti_align asked, uint64_t *h) {
 
 /* Member i's spec: where the MPI placement puts it (split by layers over
  * every rank, on another rank, or here). */
-static int member_spec_of(const tutti_ensemble *e, const tutti_ensemble_params *params, int32_t i,
-                          int32_t n_sessions, int32_t n_threads, member_spec *spec) {
-    *spec = (member_spec){.path = e->path[i], .shared = params->models ? params->models[i] : NULL,
-                          .n_sessions = n_sessions, .n_ctx = params->n_ctx, .n_threads = n_threads, .index = i};
+static int member_spec_of(const tutti_ensemble *e, const tutti_ensemble_params *params, int32_t i, int32_t n_sessions,
+                          int32_t n_threads, member_spec *spec) {
+    *spec = (member_spec){.path = e->path[i],
+                          .shared = params->models ? params->models[i] : NULL,
+                          .n_sessions = n_sessions,
+                          .n_ctx = params->n_ctx,
+                          .n_threads = n_threads,
+                          .index = i};
     const char *counts = NULL;
-    if (!fusion_is_remote_spec(e->path[i]) &&
-        tutti_mpi_member_split(e->path[i], &counts, &spec->split_ubatch)) {
+    if (!fusion_is_remote_spec(e->path[i]) && tutti_mpi_member_split(e->path[i], &counts, &spec->split_ubatch)) {
         spec->split_counts = counts ? counts : "";
         return 0;
     }
@@ -169,9 +171,11 @@ static int choose_schedule(tutti_ensemble *e, int asked, bool verbose, int32_t n
     }
     e->parallel = t_par <= t_seq;
     if (verbose)
-        fprintf(stderr, "ensemble: members %s (%s per step: concurrently, %d thread(s) each, %.3f ms; "
-                "in turn, %d threads each, %.3f ms)\n", e->parallel ? "concurrently" : "in turn",
-                cached ? "cached measurement" : "measured", per, 1e3 * t_par, n_threads, 1e3 * t_seq);
+        fprintf(stderr,
+                "ensemble: members %s (%s per step: concurrently, %d thread(s) each, %.3f ms; "
+                "in turn, %d threads each, %.3f ms)\n",
+                e->parallel ? "concurrently" : "in turn", cached ? "cached measurement" : "measured", per, 1e3 * t_par,
+                n_threads, 1e3 * t_seq);
     for (int32_t i = 0; i < e->n && !e->parallel; i++)
         if (fusion_member_local_set_threads(e->m[i], n_threads) < 0) return TUTTI_ERR;
     return 0;

@@ -22,7 +22,7 @@ typedef struct local_session {
     int32_t *hist; /* [n_ctx] tokens in the KV cache */
     int32_t n_hist;
     uint64_t last_use;
-    bool live;     /* holds a sequence of the last keep() hint */
+    bool live; /* holds a sequence of the last keep() hint */
 } local_session;
 
 typedef struct local_member {
@@ -34,7 +34,7 @@ typedef struct local_member {
     int32_t n_ctx;
     tutti_session_params sp;
     uint64_t clock;
-    bool hinted;         /* keep() was called: sessions' live flags are current */
+    bool hinted;               /* keep() was called: sessions' live flags are current */
     fusion_local_sessions ops; /* where sessions come from (open NULL: tutti_session_new) */
 } local_member;
 
@@ -64,8 +64,7 @@ static int run_suffix(local_member *lm, int32_t i, const int32_t *ids, int32_t k
     lm->base.err_kind = TUTTI_ERR;
     if (n > lm->n_ctx) {
         lm->base.err_kind = FUSION_ERR_CTX;
-        return tutti_set_error("member %s: context full (%d tokens needed, n_ctx %d)", lm->base.name, n,
-                               lm->n_ctx);
+        return tutti_set_error("member %s: context full (%d tokens needed, n_ctx %d)", lm->base.name, n, lm->n_ctx);
     }
     if (ls->n_hist > k && tutti_session_rewind(ls->s, k) < 0) return TUTTI_ERR;
     ls->n_hist = k;
@@ -96,8 +95,8 @@ static int run_suffix(local_member *lm, int32_t i, const int32_t *ids, int32_t k
             tutti_session_rewind(ls->s, 0);
             ls->n_hist = 0;
             return tutti_set_error("member %s: logits contain %s at position %d (token id %d; broken "
-                                   "weights or an overflow)", lm->base.name, isnan(row[bad]) ? "NaN" : "+inf",
-                                   k + r, bad);
+                                   "weights or an overflow)",
+                                   lm->base.name, isnan(row[bad]) ? "NaN" : "+inf", k + r, bad);
         }
     }
     return 0;
@@ -156,10 +155,7 @@ static int32_t pick_session(const local_member *lm, const int32_t *ids, int32_t 
             if (k > n - 1) k = n - 1;
             int32_t older = 0; /* sessions (unused ones included) used less recently than this one */
             for (int32_t j = 0; j < lm->n_pool; j++) older += !lm->pool[j].s || lm->pool[j].last_use < ls->last_use;
-            int64_t price = lm->base.new_generation ? 0
-                            : lm->hinted            ? (ls->live ? 32 : 0)
-                            : older < n_cold        ? 4
-                                                    : 32;
+            int64_t price = lm->base.new_generation ? 0 : lm->hinted ? (ls->live ? 32 : 0) : older < n_cold ? 4 : 32;
             cost = (int64_t)(n - k_src) + price * (int64_t)(ls->n_hist - k);
         }
         if (cost < best_cost ||
@@ -321,7 +317,8 @@ static int32_t local_logits_batch(fusion_member *m, int32_t n_seq, const int32_t
                 lm->pool[pick[j]].n_hist = 0;
             }
             tutti_set_error("member %s: logits contain %s at position %d (token id %d; broken weights or an "
-                            "overflow)", m->name, isnan(rows[i][bad]) ? "NaN" : "+inf", n[i] - 1, bad);
+                            "overflow)",
+                            m->name, isnan(rows[i][bad]) ? "NaN" : "+inf", n[i] - 1, bad);
             goto out;
         }
     }
@@ -394,8 +391,8 @@ static void local_free(fusion_member *m) {
     free(lm);
 }
 
-static const fusion_member_vt local_vt = {local_logits,       local_logits_all,  local_free, local_logits_view,
-                                          local_logits_batch, local_logits_from};
+static const fusion_member_vt local_vt = {local_logits,      local_logits_all,   local_free,
+                                          local_logits_view, local_logits_batch, local_logits_from};
 
 static fusion_member *local_new(const char *path, const tutti_model *model, int32_t n_sessions, int32_t n_ctx,
                                 int32_t n_threads, const fusion_local_sessions *ops);

@@ -98,8 +98,7 @@ struct fusion_member {
 
 /* Logits after ids[0..n) without a copy when the member can give its own
  * row (vt->logits_view), else written to scratch[n_vocab].  NULL + error. */
-static inline const float *fusion_member_logits_view(fusion_member *m, const int32_t *ids, int32_t n,
-                                                     float *scratch) {
+static inline const float *fusion_member_logits_view(fusion_member *m, const int32_t *ids, int32_t n, float *scratch) {
     if (m->vt->logits_view) return m->vt->logits_view(m, ids, n);
     return m->vt->logits(m, ids, n, scratch) < 0 ? NULL : scratch;
 }
@@ -119,7 +118,7 @@ typedef struct member_spec {
      * process), or split by layers over every rank (split_counts non-NULL,
      * "" = by memory; split_ubatch 0 = auto) */
     int32_t rank;
-    int32_t index;             /* the member's 0-based index in its ensemble (the rank's records) */
+    int32_t index; /* the member's 0-based index in its ensemble (the rank's records) */
     const char *split_counts;
     int32_t split_ubatch;
 } member_spec;

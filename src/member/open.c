@@ -24,6 +24,5 @@ fusion_member *member_open(const member_spec *spec) {
         return g_kinds[placed](spec);
     }
     if (fusion_is_remote_spec(spec->path)) return fusion_member_remote_new(spec->path, spec->n_ctx);
-    return fusion_member_local_new_shared(spec->path, spec->shared, spec->n_sessions, spec->n_ctx,
-                                          spec->n_threads);
+    return fusion_member_local_new_shared(spec->path, spec->shared, spec->n_sessions, spec->n_ctx, spec->n_threads);
 }

@@ -53,20 +53,21 @@ enum { REST_UNIFORM, REST_RENORM };
 
 /* Bytes with many kinds of token: words, digits, punctuation, newline,
  * quotes, multi-byte UTF-8 (byte fallback in small SPM vocabularies). */
-static const char PROBE[] = "Once upon a time, Lily said: \"Look! 42 cats.\"\nThe end. caf\xc3\xa9 \xe2\x82\xac\xf0\x9f\x98\x80";
+static const char PROBE[] =
+    "Once upon a time, Lily said: \"Look! 42 cats.\"\nThe end. caf\xc3\xa9 \xe2\x82\xac\xf0\x9f\x98\x80";
 
 typedef struct remote_member {
     fusion_member base;
     tutti_vocab *vocab;
     remote_http *http;
-    char *model;        /* MODEL of the spec ("" when none) */
-    char *model_json;   /* it as a JSON string, NULL when none */
+    char *model;      /* MODEL of the spec ("" when none) */
+    char *model_json; /* it as a JSON string, NULL when none */
     int api;
     int rest;
-    bool leave;         /* on_fail=leave */
+    bool leave; /* on_fail=leave */
     bool left;
     int32_t top_k;
-    char *body;         /* request scratch */
+    char *body; /* request scratch */
     size_t body_cap;
     fusion_remote_vocab rv; /* ids, scratch and token texts for reading the answers */
     fusion_remote_stats st;
@@ -127,9 +128,10 @@ static int parse_spec(const char *s, spec *sp) {
         char *eq = strchr(it, '=');
         if (!eq) {
             if (idx != 0)
-                return tutti_set_error("remote member %s: '%s' is not KEY=VALUE (the model name comes first)",
-                                       sp->base, it);
-            if (strlen(it) >= sizeof sp->model) return tutti_set_error("remote member %s: model name too long", sp->base);
+                return tutti_set_error("remote member %s: '%s' is not KEY=VALUE (the model name comes first)", sp->base,
+                                       it);
+            if (strlen(it) >= sizeof sp->model)
+                return tutti_set_error("remote member %s: model name too long", sp->base);
             snprintf(sp->model, sizeof sp->model, "%s", it);
             continue;
         }
@@ -137,10 +139,12 @@ static int parse_spec(const char *s, spec *sp) {
         const char *k = it, *v = eq + 1;
         long x;
         if (!strcmp(k, "MODEL") || !strcmp(k, "model")) {
-            if (strlen(v) >= sizeof sp->model) return tutti_set_error("remote member %s: model name too long", sp->base);
+            if (strlen(v) >= sizeof sp->model)
+                return tutti_set_error("remote member %s: model name too long", sp->base);
             snprintf(sp->model, sizeof sp->model, "%s", v);
         } else if (!strcmp(k, "vocab")) {
-            if (strlen(v) >= sizeof sp->vocab) return tutti_set_error("remote member %s: vocab path too long", sp->base);
+            if (strlen(v) >= sizeof sp->vocab)
+                return tutti_set_error("remote member %s: vocab path too long", sp->base);
             snprintf(sp->vocab, sizeof sp->vocab, "%s", v);
         } else if (!strcmp(k, "api")) {
             if (!strcmp(v, "llama")) sp->api = API_LLAMA;
@@ -165,7 +169,8 @@ static int parse_spec(const char *s, spec *sp) {
             else return tutti_set_error("remote member %s: on_fail=%s: expected stop or leave", sp->base, v);
         } else {
             return tutti_set_error("remote member %s: unknown option '%s' (known: vocab, api, top, rest, timeout, "
-                                   "on_fail)", sp->base, k);
+                                   "on_fail)",
+                                   sp->base, k);
         }
     }
     return 0;
@@ -231,16 +236,17 @@ static int fetch(remote_member *rm, const int32_t *ids, int32_t n, float *out) {
         /* no samplers and pre-sampling probabilities: the model's own
          * distribution; cache_prompt reuses the server's KV cache for the
          * shared prefix, so a step costs one token of compute there */
-        sprintf(p, ",\"n_predict\":1,\"n_probs\":%d,\"samplers\":[],\"post_sampling_probs\":false,"
-                   "\"cache_prompt\":true,\"return_tokens\":false,\"stream\":false}", rm->top_k);
+        sprintf(p,
+                ",\"n_predict\":1,\"n_probs\":%d,\"samplers\":[],\"post_sampling_probs\":false,"
+                "\"cache_prompt\":true,\"return_tokens\":false,\"stream\":false}",
+                rm->top_k);
     } else {
         path = "/v1/completions";
         p += sprintf(p, "{");
         if (rm->model_json) p += sprintf(p, "\"model\":%s,", rm->model_json);
         p += sprintf(p, "\"prompt\":");
         p += put_ids(p, ids, n);
-        sprintf(p, ",\"max_tokens\":1,\"temperature\":0,\"logprobs\":%d,\"echo\":false,\"stream\":false}",
-                rm->top_k);
+        sprintf(p, ",\"max_tokens\":1,\"temperature\":0,\"logprobs\":%d,\"echo\":false,\"stream\":false}", rm->top_k);
     }
     double t1 = tutti_now_s();
     const char *resp = NULL;
@@ -299,13 +305,15 @@ static void remote_free(fusion_member *m) {
     if (!rm) return;
     const fusion_remote_stats *st = &rm->st;
     if (st->n_requests > 0)
-        fprintf(stderr, "tutti: member %s: %lld requests, %.3f ms each (server compute %.3f ms, added %.3f ms, of "
-                        "which %.3f ms here); "
-                        "top %d, approximated mass per step %.3g (max %.3g)\n", m->name, (long long)st->n_requests,
-                1e3 * st->t_request_s / (double)st->n_requests, 1e3 * st->t_server_s / (double)st->n_requests,
+        fprintf(stderr,
+                "tutti: member %s: %lld requests, %.3f ms each (server compute %.3f ms, added %.3f ms, of "
+                "which %.3f ms here); "
+                "top %d, approximated mass per step %.3g (max %.3g)\n",
+                m->name, (long long)st->n_requests, 1e3 * st->t_request_s / (double)st->n_requests,
+                1e3 * st->t_server_s / (double)st->n_requests,
                 1e3 * (st->t_request_s - st->t_server_s) / (double)st->n_requests,
-                1e3 * st->t_client_s / (double)st->n_requests, st->top_k,
-                st->approx_mass / (double)st->n_requests, st->approx_mass_max);
+                1e3 * st->t_client_s / (double)st->n_requests, st->top_k, st->approx_mass / (double)st->n_requests,
+                st->approx_mass_max);
     remote_http_free(rm->http);
     tutti_vocab_free(rm->vocab);
     free(rm->model), free(rm->body);
@@ -366,7 +374,8 @@ static int check_vocab(remote_member *rm, const char *vocab_path) {
     cJSON_free(body);
     if (status == 404 || status == 405) return 0;
     int32_t nr = 0;
-    int ok = http_ok(where, status, resp, n) < 0 ? TUTTI_ERR : fusion_remote_parse_tokenize(where, resp, n, loc, nl, &nr);
+    int ok =
+        http_ok(where, status, resp, n) < 0 ? TUTTI_ERR : fusion_remote_parse_tokenize(where, resp, n, loc, nl, &nr);
     if (ok < 0) return TUTTI_ERR;
     if (!ok)
         return tutti_set_error("%s: the server's tokenizer differs from vocab=%s (the probe text gives %d tokens "
@@ -381,12 +390,14 @@ static int check_vocab(remote_member *rm, const char *vocab_path) {
     where_of(rm, "/detokenize", where, sizeof where);
     status = remote_http_request(rm->http, "/detokenize", idbuf, &resp, &n);
     if (status == 404 || status == 405) return 1;
-    int same = http_ok(where, status, resp, n) < 0 ? TUTTI_ERR
-                                                    : fusion_remote_parse_detokenize(where, resp, n, PROBE, sizeof PROBE - 1);
+    int same = http_ok(where, status, resp, n) < 0
+                   ? TUTTI_ERR
+                   : fusion_remote_parse_detokenize(where, resp, n, PROBE, sizeof PROBE - 1);
     if (same < 0) return TUTTI_ERR;
     if (!same)
         return tutti_set_error("%s/detokenize: the probe's tokens do not give its bytes back (vocab=%s differs "
-                               "from the server's)", remote_http_base(rm->http), vocab_path);
+                               "from the server's)",
+                               remote_http_base(rm->http), vocab_path);
     return 1;
 }
 
@@ -459,8 +470,10 @@ static fusion_member *remote_new(const char *spec_s, int32_t n_ctx, bool quiet) 
         goto fail;
     }
     if (v == 0 && !quiet)
-        fprintf(stderr, "tutti: member %s: the server has no /tokenize, so vocab=%s cannot be checked against it; "
-                        "the member is byte-aligned with every other\n", rm->base.name, sp.vocab);
+        fprintf(stderr,
+                "tutti: member %s: the server has no /tokenize, so vocab=%s cannot be checked against it; "
+                "the member is byte-aligned with every other\n",
+                rm->base.name, sp.vocab);
     if (v == 0) h = h * 0x9e3779b97f4a7c15ull + 0x5bd1e995u; /* a hash of its own */
     rm->base.vocab_hash = h;
     return &rm->base;

@@ -52,7 +52,8 @@ static int build_pieces(fusion_remote_vocab *rv) {
     for (int32_t i = 0; i < V; i++) {
         rv->piece_off[i] = (int64_t)n;
         for (;;) {
-            int32_t k = tutti_token_to_piece(rv->vocab, i, true, rv->pieces + n, (int32_t)(cap - n > 1 << 20 ? 1 << 20 : cap - n));
+            int32_t k = tutti_token_to_piece(rv->vocab, i, true, rv->pieces + n,
+                                             (int32_t)(cap - n > 1 << 20 ? 1 << 20 : cap - n));
             if (k >= 0) {
                 n += (size_t)k;
                 break;
@@ -185,7 +186,10 @@ static long js_hex4(const char *p) {
     long v = 0;
     for (int i = 2; i < 6; i++) {
         char c = p[i];
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        int d = c >= '0' && c <= '9'   ? c - '0'
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                       : -1;
         if (d < 0) return -1;
         v = v * 16 + d;
     }
@@ -341,8 +345,7 @@ static bool js_first_entry(fusion_remote_vocab *rv, jscan *s, float *out, int32_
                     if (!js_lit(s, '}')) return false;
                     break;
                 }
-                if (!has_id || !has_lp || !(id >= 0 && id < rv->n_vocab) || id != floor(id) || lp > 1e-3)
-                    return false;
+                if (!has_id || !has_lp || !(id >= 0 && id < rv->n_vocab) || id != floor(id) || lp > 1e-3) return false;
                 int32_t i = (int32_t)id;
                 if (rv->seen[i]) return false;
                 rv->seen[i] = 1;
@@ -426,8 +429,8 @@ int fusion_remote_scan_llama(fusion_remote_vocab *rv, const char *resp, size_t n
     return -1;
 }
 
-int fusion_remote_parse_next(fusion_remote_vocab *rv, int api, bool scan, const char *where, const char *resp,
-                             size_t n, float *out, fusion_remote_next *info) {
+int fusion_remote_parse_next(fusion_remote_vocab *rv, int api, bool scan, const char *where, const char *resp, size_t n,
+                             float *out, fusion_remote_next *info) {
     if (scan && api == FUSION_REMOTE_API_LLAMA && fusion_remote_scan_llama(rv, resp, n, out, info) == 0) return 0;
     clear_next(rv, out, info);
     cJSON *root = parse_json(where, resp, n);
@@ -459,8 +462,10 @@ int fusion_remote_parse_next(fusion_remote_vocab *rv, int api, bool scan, const 
         if (r == -3) continue; /* a token text the vocabulary does not have: its mass counts as approximated */
         if (r < 0 || isnan(lp) || lp > 1e-3 || (id >= 0 && rv->seen[id])) {
             rc = tutti_set_error("%s: malformed top log-probability entry %d (%s)", where, k,
-                                 r == -2 ? "token id out of range" : r < 0 ? "missing id or logprob" :
-                                 (id >= 0 && rv->seen[id]) ? "token listed twice" : "not a log-probability");
+                                 r == -2                     ? "token id out of range"
+                                 : r < 0                     ? "missing id or logprob"
+                                 : (id >= 0 && rv->seen[id]) ? "token listed twice"
+                                                             : "not a log-probability");
             goto done;
         }
         rv->seen[id] = 1;
@@ -487,8 +492,8 @@ done:
 
 /* ---- the start's answers ---- */
 
-int fusion_remote_parse_tokenize(const char *where, const char *resp, size_t n, const int32_t *want,
-                                 int32_t n_want, int32_t *n_got) {
+int fusion_remote_parse_tokenize(const char *where, const char *resp, size_t n, const int32_t *want, int32_t n_want,
+                                 int32_t *n_got) {
     *n_got = 0;
     cJSON *r = parse_json(where, resp, n);
     if (!r) return TUTTI_ERR;
@@ -560,4 +565,3 @@ int fusion_remote_parse_models(const char *resp, size_t n, const char *model, in
     cJSON_Delete(models);
     return 0;
 }
-

@@ -24,7 +24,7 @@ typedef struct fusion_remote_vocab {
     /* ids sorted by piece, built at the first lookup by text */
     int32_t *by_piece;
     char *pieces;
-    int64_t *piece_off;       /* [n_vocab + 1] */
+    int64_t *piece_off; /* [n_vocab + 1] */
 } fusion_remote_vocab;
 
 /* vocab (may be NULL) must have n_vocab tokens.  0, or TUTTI_ERR (out of
@@ -54,14 +54,13 @@ typedef struct fusion_remote_next {
  * it declines.  0, or TUTTI_ERR with an error naming where: not JSON, no
  * top log-probabilities, an entry without id or logprob, an id out of range
  * or listed twice, a logprob > 1e-3 or NaN, no token of the vocabulary. */
-int fusion_remote_parse_next(fusion_remote_vocab *rv, int api, bool scan, const char *where, const char *resp,
-                             size_t n, float *out, fusion_remote_next *info);
+int fusion_remote_parse_next(fusion_remote_vocab *rv, int api, bool scan, const char *where, const char *resp, size_t n,
+                             float *out, fusion_remote_next *info);
 /* The fast scanner of llama-server's /completion answer alone: 0 when it
  * read the answer (out, rv->seen and info as fusion_remote_parse_next; the
  * full parser gives the same for the same bytes), -1 when it declines
  * (anything unusual: the full parser then decides).  Sets no error. */
-int fusion_remote_scan_llama(fusion_remote_vocab *rv, const char *resp, size_t n, float *out,
-                             fusion_remote_next *info);
+int fusion_remote_scan_llama(fusion_remote_vocab *rv, const char *resp, size_t n, float *out, fusion_remote_next *info);
 
 /* A short, printable excerpt of resp[0..n) for error messages (at most 120
  * bytes, anything outside ASCII 32..126 as '.'), into out[cap]. */
@@ -70,8 +69,8 @@ void fusion_remote_excerpt(const char *resp, size_t n, char *out, size_t cap);
 /* /tokenize's answer {"tokens": [id | {"id": id, ...}, ...]} compared with
  * want[0..n_want): 1 the same ids, 0 not (*n_got: how many it has),
  * TUTTI_ERR not JSON or no "tokens" array. */
-int fusion_remote_parse_tokenize(const char *where, const char *resp, size_t n, const int32_t *want,
-                                 int32_t n_want, int32_t *n_got);
+int fusion_remote_parse_tokenize(const char *where, const char *resp, size_t n, const int32_t *want, int32_t n_want,
+                                 int32_t *n_got);
 /* /detokenize's answer {"content": "..."}: 1 when content ends with
  * text[0..len), 0 when not (or no content string), TUTTI_ERR not JSON. */
 int fusion_remote_parse_detokenize(const char *where, const char *resp, size_t n, const char *text, size_t len);

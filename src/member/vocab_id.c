@@ -22,12 +22,20 @@ int fusion_vocab_hash_file(const char *path, uint64_t *out) {
         gguf_str key = gguf_kv_key(f, i);
         /* only what decides the text <-> ids mapping (padding or separator
          * ids, chat templates and names do not) */
-        static const char *const keys[] = {
-            "tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.tokens", "tokenizer.ggml.merges",
-            "tokenizer.ggml.scores", "tokenizer.ggml.token_type", "tokenizer.ggml.bos_token_id",
-            "tokenizer.ggml.eos_token_id", "tokenizer.ggml.unknown_token_id", "tokenizer.ggml.eot_token_id",
-            "tokenizer.ggml.add_bos_token", "tokenizer.ggml.add_eos_token", "tokenizer.ggml.add_space_prefix",
-            "tokenizer.ggml.remove_extra_whitespaces"};
+        static const char *const keys[] = {"tokenizer.ggml.model",
+                                           "tokenizer.ggml.pre",
+                                           "tokenizer.ggml.tokens",
+                                           "tokenizer.ggml.merges",
+                                           "tokenizer.ggml.scores",
+                                           "tokenizer.ggml.token_type",
+                                           "tokenizer.ggml.bos_token_id",
+                                           "tokenizer.ggml.eos_token_id",
+                                           "tokenizer.ggml.unknown_token_id",
+                                           "tokenizer.ggml.eot_token_id",
+                                           "tokenizer.ggml.add_bos_token",
+                                           "tokenizer.ggml.add_eos_token",
+                                           "tokenizer.ggml.add_space_prefix",
+                                           "tokenizer.ggml.remove_extra_whitespaces"};
         bool wanted = false;
         for (size_t k = 0; k < sizeof keys / sizeof *keys && !wanted; k++) wanted = gguf_str_eq(key, keys[k]);
         if (!wanted) continue;

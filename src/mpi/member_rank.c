@@ -33,7 +33,7 @@ typedef struct mpi_member {
     int32_t n_sent, cap_sent;
     int32_t *req;
     int32_t cap_req;
-    float *row; /* [n_vocab] for logits_view */
+    float *row;       /* [n_vocab] for logits_view */
     int32_t next_sid; /* byte states: the next id on the member rank */
 } mpi_member;
 
@@ -44,7 +44,8 @@ static int remote_call(mpi_member *mm, int32_t op, const int32_t *ids, int32_t n
                                mm->base.name);
     if (count > (size_t)INT32_MAX)
         return tutti_set_error("member %s: %d positions of %d logits are too many for one MPI message; evaluate "
-                               "shorter chunks", mm->base.name, n, mm->base.n_vocab);
+                               "shorter chunks",
+                               mm->base.name, n, mm->base.n_vocab);
     int32_t k = 0, lim = mm->n_sent < n ? mm->n_sent : n;
     while (k < lim && mm->sent[k] == ids[k]) k++;
     int32_t len = 3 + n - k;
@@ -167,7 +168,7 @@ typedef struct mpi_bytes {
     tmpi_breply r; /* the last answer */
     int32_t *path;
     int32_t cap_path;
-    bool broken;  /* a fault (the rank died or timed out): every later call fails with its message */
+    bool broken; /* a fault (the rank died or timed out): every later call fails with its message */
     char why[512];
 } mpi_bytes;
 
@@ -393,11 +394,20 @@ static void mb_free(void *c) {
     free(b);
 }
 
-static const fusion_bytes_ops mpi_bytes_ops = {
-    .open = mb_open,         .start = mb_start,     .start_ids = mb_start_ids, .need_tokens = mb_need_tokens,
-    .best_path = mb_best_path, .prepare = mb_prepare, .next = mb_next,         .commit = mb_commit,
-    .clone = mb_clone,       .n_hyps = mb_n_hyps,   .pruned = mb_pruned,       .free = mb_free,
-    .n_deferred = mb_n_deferred, .resolve = mb_resolve};
+static const fusion_bytes_ops mpi_bytes_ops = {.open = mb_open,
+                                               .start = mb_start,
+                                               .start_ids = mb_start_ids,
+                                               .need_tokens = mb_need_tokens,
+                                               .best_path = mb_best_path,
+                                               .prepare = mb_prepare,
+                                               .next = mb_next,
+                                               .commit = mb_commit,
+                                               .clone = mb_clone,
+                                               .n_hyps = mb_n_hyps,
+                                               .pruned = mb_pruned,
+                                               .free = mb_free,
+                                               .n_deferred = mb_n_deferred,
+                                               .resolve = mb_resolve};
 
 /* Asks rank to load path; fills mm's shape.  Errors name the rank. */
 static int remote_load(mpi_member *mm, const char *path, int32_t n_sessions, int32_t n_ctx, int32_t n_threads) {

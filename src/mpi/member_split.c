@@ -103,8 +103,8 @@ static void split_free(fusion_member *m) {
     free(sm);
 }
 
-static const fusion_member_vt split_vt = {split_logits,       split_logits_all, split_free, split_logits_view,
-                                          split_logits_batch, split_logits_from};
+static const fusion_member_vt split_vt = {split_logits,      split_logits_all,   split_free,
+                                          split_logits_view, split_logits_batch, split_logits_from};
 
 /* the pool's sessions: each on the ring as its slot */
 static tutti_session *split_open(void *ctx, int32_t slot, const tutti_model *model, const tutti_session_params *sp) {
@@ -132,9 +132,8 @@ fusion_member *tmpi_member_split_open(const member_spec *spec) {
      * other ranks load theirs when the first session is attached */
     sm->ring = tutti_mpi_ring_open(path, shared, NULL, counts, spec->split_ubatch, shared ? NULL : &sm->part);
     const fusion_local_sessions ops = {sm, split_open, split_copy};
-    if (!sm->ring ||
-        !(sm->in = fusion_member_local_new_sessions(path, shared ? shared : sm->part, spec->n_sessions, spec->n_ctx,
-                                                    spec->n_threads, &ops))) {
+    if (!sm->ring || !(sm->in = fusion_member_local_new_sessions(path, shared ? shared : sm->part, spec->n_sessions,
+                                                                 spec->n_ctx, spec->n_threads, &ops))) {
         split_free(&sm->base);
         return NULL;
     }
