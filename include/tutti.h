@@ -486,6 +486,9 @@ const char *tutti_ensemble_member_path(const tutti_ensemble *ens, int32_t i);
  * rank, a split member, a tutti server): owned by the ensemble; NULL out of
  * range. */
 const tutti_vocab *tutti_ensemble_member_vocab(const tutti_ensemble *ens, int32_t i);
+/* The longest token sequence member i conditions on (its context: -c, or
+ * the model's default); 0 out of range. */
+int32_t tutti_ensemble_member_n_ctx(const tutti_ensemble *ens, int32_t i);
 /* A string of member i's GGUF metadata (e.g. "tokenizer.chat_template") as
  * a malloc'd copy the caller frees: from the loaded model, else from the
  * member's file (members on other ranks); NULL when absent or for a URL
@@ -565,12 +568,17 @@ typedef struct tutti_mask {
                                      longest generated text that member 1 tokenizes (on its own, no BOS, as
                                      tutti_tokenize) into at most max_tokens tokens, ending between two
                                      UTF-8 characters */
+    bool ignore_eos;              /* the text never ends by itself (tutti generate --ignore-eos): TOKEN
+                                     end-of-generation tokens, BYTE the end-of-text outcome, SPAN drafts'
+                                     end-of-generation tokens are ruled out; it ends at max_len /
+                                     max_tokens, a stop string or a full context */
 } tutti_mask;
 
 typedef struct tutti_ensemble_stats {
     int32_t n_units;        /* tokens (TOKEN) or bytes (BYTE, SPAN) generated */
     int32_t n_bytes;        /* bytes output */
     double t_total_s;       /* wall time of the generation (prompt included) */
+    double t_prompt_s;      /* of t_total_s, up to the first fused distribution (the prompt's forward passes) */
     double t_forward_s;     /* wall time during which members ran forward passes */
     double t_fusion_s;      /* t_total_s - t_forward_s: alignment, fusion, mask, sampling */
     double t_member_s[TUTTI_ENSEMBLE_MAX_MEMBERS];       /* forward time per member */

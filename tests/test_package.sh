@@ -26,6 +26,9 @@ libs=$(pkg-config --libs tutti | sed "s/ *$//")
 case "$libs" in "-L$tmp/prefix/"*" -ltutti") ;; *) echo "test_package: pkg-config --libs tutti: $libs"; exit 1 ;; esac
 [ -z "$(pkg-config --print-requires tutti; pkg-config --print-requires-private tutti)" ] ||
   { echo "test_package: tutti.pc requires other packages"; exit 1; }
+# the CLI runs on the installed libtutti.so (not a copy linked into it)
+ldd "$tmp/prefix/bin/tutti" | grep -q "=> $tmp/prefix/.*libtutti.so" ||
+  { echo "test_package: the installed tutti does not use the installed libtutti.so:"; ldd "$tmp/prefix/bin/tutti"; exit 1; }
 cc -Wall -Werror -o "$tmp/simple" "$src/examples/simple.c" $(pkg-config --cflags --libs tutti)
 got=$(LD_LIBRARY_PATH="$(dirname "$libdir")" "$tmp/simple" "$model" "Once upon a time")
 want=$("$tmp/prefix/bin/tutti" generate -m "$model" -p "Once upon a time" -n 32 --temp 0 2>/dev/null)

@@ -39,7 +39,10 @@ uint64_t cli_seed_resolve(uint64_t seed) {
 /* ---- context ---- */
 
 int32_t cli_ctx_for(const tutti_model *model, int32_t n_ctx, const char *label) {
-    int32_t train = tutti_model_n_ctx_train(model);
+    return cli_ctx_for_train(tutti_model_n_ctx_train(model), n_ctx, label);
+}
+
+int32_t cli_ctx_for_train(int32_t train, int32_t n_ctx, const char *label) {
     if (n_ctx == CLI_CTX_UNSET) return 0; /* session default: min(trained, 4096) */
     if (n_ctx == 0) return train > 0 && train <= CLI_MAX_CTX ? train : 0;
     if (train > 0 && n_ctx > train)

@@ -132,6 +132,7 @@ void ens_prompt_done(tutti_ensemble *e) {
     if (e->prompt_marked) return;
     for (int32_t i = 0; i < e->n; i++) e->prompt_eval[i] = e->m[i]->n_forward_tokens;
     e->prompt_marked = true;
+    e->t_prompt_done = ens_now_s();
 }
 
 /* ---- weights ---- */
@@ -190,6 +191,9 @@ const char *tutti_ensemble_member_path(const tutti_ensemble *e, int32_t i) {
 }
 const tutti_vocab *tutti_ensemble_member_vocab(const tutti_ensemble *e, int32_t i) {
     return e && i >= 0 && i < e->n ? e->m[i]->vocab : NULL;
+}
+int32_t tutti_ensemble_member_n_ctx(const tutti_ensemble *e, int32_t i) {
+    return e && i >= 0 && i < e->n ? e->m[i]->n_ctx : 0;
 }
 char *tutti_ensemble_member_meta_str(const tutti_ensemble *e, int32_t i, const char *key) {
     if (!e || i < 0 || i >= e->n) return NULL;

@@ -125,6 +125,7 @@ static int ens_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sam
         stats->n_units = g.n_units;
         stats->n_bytes = (int32_t)g.n_text;
         stats->t_total_s = t_total;
+        stats->t_prompt_s = e->prompt_marked ? e->t_prompt_done - t0 : t_total;
         /* time on the members' critical path: their summed forward time when
          * they run one after the other, the wall time of the forward phases
          * when they run concurrently */

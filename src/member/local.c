@@ -58,6 +58,14 @@ static int ensure_session(local_member *lm, int32_t i) {
     return 0;
 }
 
+/* The error for a NaN or +inf logit x of token id at position pos. */
+static int nonfinite_error(fusion_member *m, float x, int32_t pos, int32_t id) {
+    m->err_kind = FUSION_ERR_NONFINITE;
+    return tutti_set_error("member %s: logits contain %s at position %d (token id %d): NaN or infinite logits "
+                           "mean broken weights or an overflow",
+                           m->name, isnan(x) ? "NaN" : "+inf", pos, id);
+}
+
 /* Runs ids[k..n) on session i after rewinding it to k. */
 static int run_suffix(local_member *lm, int32_t i, const int32_t *ids, int32_t k, int32_t n, float *all) {
     local_session *ls = &lm->pool[i];
@@ -90,13 +98,10 @@ static int run_suffix(local_member *lm, int32_t i, const int32_t *ids, int32_t k
         const float *row = all ? all + (size_t)r * (size_t)V : tutti_session_logits(ls->s);
         int32_t bad = tutti_first_nonfinite(row, V);
         if (bad >= 0) {
-            lm->base.err_kind = FUSION_ERR_NONFINITE;
             /* the cache holds positions computed from broken values: forget them */
             tutti_session_rewind(ls->s, 0);
             ls->n_hist = 0;
-            return tutti_set_error("member %s: logits contain %s at position %d (token id %d; broken "
-                                   "weights or an overflow)",
-                                   lm->base.name, isnan(row[bad]) ? "NaN" : "+inf", k + r, bad);
+            return nonfinite_error(&lm->base, row[bad], k + r, bad);
         }
     }
     return 0;
@@ -311,14 +316,11 @@ static int32_t local_logits_batch(fusion_member *m, int32_t n_seq, const int32_t
         /* NaN or +inf logits are an error where they come from (as run_suffix) */
         int32_t bad = tutti_first_nonfinite(rows[i], m->n_vocab);
         if (bad >= 0) {
-            lm->base.err_kind = FUSION_ERR_NONFINITE;
             for (int32_t j = 0; j < answered; j++) { /* forget positions computed from broken values */
                 tutti_session_rewind(lm->pool[pick[j]].s, 0);
                 lm->pool[pick[j]].n_hist = 0;
             }
-            tutti_set_error("member %s: logits contain %s at position %d (token id %d; broken weights or an "
-                            "overflow)",
-                            m->name, isnan(rows[i][bad]) ? "NaN" : "+inf", n[i] - 1, bad);
+            nonfinite_error(m, rows[i][bad], n[i] - 1, bad);
             goto out;
         }
     }
