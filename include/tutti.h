@@ -44,6 +44,12 @@ extern "C" {
 /* Message describing the last error on this thread ("no error recorded" if
  * none).  Never NULL; valid until the next failing call on this thread. */
 const char *tutti_last_error(void);
+/* text with every URL's credentials hidden: the user information
+ * ("user:password@" before the host) becomes "***@", and the values of query parameters whose names
+ * hold key, token, secret, pass, pwd, auth, sig or cred -> "***".  Writes
+ * at most cap bytes (NUL included) into out and returns out.  Every library
+ * message (tutti_last_error) is already redacted this way. */
+char *tutti_redact_urls(const char *text, char *out, size_t cap);
 
 /* ------------------------------------------------------------------------ */
 /* Vocabulary and tokenizer (SentencePiece "spm" and byte-level "bpe"),
@@ -535,6 +541,15 @@ typedef struct tutti_mask {
                                      longest generated text that member 1 tokenizes (on its own, no BOS, as
                                      tutti_tokenize) into at most max_tokens tokens, ending between two
                                      UTF-8 characters */
+    /* OpenAI's logit_bias: bias[k] is added to the fused log-probability of
+     * token bias_ids[k] (an id of member 1's vocabulary) every step, after
+     * the rule and before the mask, the grammar and the sampler (which
+     * renormalises); -INFINITY bans the token.  TOKEN alignment only: BYTE
+     * and SPAN fuse over bytes and drafts, which have no token ids (error).
+     * Ids in [0, n_vocab), biases finite or -INFINITY; n_bias 0 = none. */
+    const int32_t *bias_ids;
+    const float *bias;
+    int32_t n_bias;
 } tutti_mask;
 
 typedef struct tutti_ensemble_stats {

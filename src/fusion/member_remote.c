@@ -966,7 +966,9 @@ static fusion_member *remote_new(const char *spec_s, int32_t n_ctx, bool quiet) 
     remote_member *rm = calloc(1, sizeof *rm);
     if (!rm) return tutti_set_error("out of memory"), NULL;
     rm->base.vt = &remote_vt;
-    snprintf(rm->base.name, sizeof rm->base.name, "%.180s%s%.60s", sp.base, *sp.model ? "#" : "", sp.model);
+    char shown[sizeof sp.base]; /* the name goes into messages: no credentials */
+    snprintf(rm->base.name, sizeof rm->base.name, "%.180s%s%.60s", tutti_redact_urls(sp.base, shown, sizeof shown),
+             *sp.model ? "#" : "", sp.model);
     rm->api = sp.api, rm->rest = sp.rest, rm->leave = sp.leave;
     rm->model = strdup(sp.model);
     if (*sp.model) {
