@@ -218,6 +218,31 @@ else
 fi
 kill "$sp" 2>/dev/null; wait "$sp" 2>/dev/null
 
+# serve's /health: 200 while the member ranks answer, 503 naming the rank
+# once one stopped answering (it hangs on its 20th request: the request in
+# flight fails after TUTTI_MPI_TIMEOUT)
+TUTTI_MPI_TEST_FAULT=hang:20@1 TUTTI_MPI_TIMEOUT=2 timeout 120 "$MPIEXEC" --oversubscribe --allow-run-as-root -np 2 \
+  "$T" serve $BYTE2 --port 0 -t 1 >/dev/null 2>"$W/h.err" &
+sp=$!
+port=""
+for i in $(seq 1 600); do
+  grep -q "tutti serve: ready" "$W/h.err" && port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$W/h.err")
+  [ -n "$port" ] && break
+  kill -0 "$sp" 2>/dev/null || break
+  sleep 0.1
+done
+if [ -z "$port" ]; then echo "FAIL serve /health with a dead rank: the server did not start"; cat "$W/h.err"; fail=1
+else
+  h1=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 "http://127.0.0.1:$port/health")
+  c=$(curl -s -o "$W/h.json" -w '%{http_code}' --max-time 60 "http://127.0.0.1:$port/v1/completions" \
+      -H 'Content-Type: application/json' -d '{"prompt":"Once upon a time","max_tokens":200,"temperature":0}')
+  h2=$(curl -s -o "$W/h2.json" -w '%{http_code}' --max-time 10 "http://127.0.0.1:$port/health")
+  if [ "$h1" = 200 ] && [ "$c" != 200 ] && [ "$h2" = 503 ] && grep -q "MPI rank 1" "$W/h2.json"; then
+    echo "ok   serve /health: 200, then 503 once rank 1 stopped answering"
+  else echo "FAIL serve /health with a dead rank: health $h1, request $c, health $h2"; cat "$W/h2.json" "$W/h.err"; fail=1; fi
+fi
+kill "$sp" 2>/dev/null; wait "$sp" 2>/dev/null
+
 # usage: --split-member needs --split-layers and a member that exists;
 # --place with --split-layers is refused (a split member occupies every rank)
 usage2() {

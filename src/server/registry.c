@@ -401,35 +401,6 @@ static int single_specs(srv_registry *reg, char *err, size_t cap) {
     return 0;
 }
 
-int srv_registry_plan(srv_registry *reg, const server_opts *o, char *err, size_t cap) {
-    memset(reg, 0, sizeof *reg);
-    reg->n_ctx_opt = o->n_ctx;
-    reg->beta = o->beta;
-    reg->prune = o->prune;
-    reg->max_hyps = o->max_hyps;
-    if (o->chat_template_file && !(reg->chat_template = read_template(o->chat_template_file, err, cap))) return -1;
-    int has_default = command_line_spec(reg, o, err, cap);
-    if (has_default < 0) return -1;
-    int first_spec = -1;
-    if (o->config && load_config(reg, o->config, err, cap, &first_spec) < 0) return -1;
-    if (reg->n_files == 0) return fail(err, cap, "no models: give -m MODEL.gguf, -e ENSEMBLE or --config FILE");
-    if (!has_default) {
-        srv_spec d;
-        if (first_spec >= 0) d = reg->specs[first_spec];
-        else {
-            memset(&d, 0, sizeof d);
-            d.n = 1, d.file[0] = 0, d.rule = TUTTI_RULE_MIX, d.align = TUTTI_ALIGN_AUTO, d.w[0] = d.t[0] = NAN;
-        }
-        srv_spec *s = add_spec(reg, "default", err, cap);
-        if (!s) return -1;
-        char *nm = s->name;
-        *s = d;
-        s->name = nm;
-        srv_spec_make_key(s);
-    }
-    return single_specs(reg, err, cap);
-}
-
 /* A remote member's context: -c when given, else 4096 (the member itself
  * never sends more than the server holds). */
 static int load_file(srv_registry *reg, srv_file *f, char *err, size_t cap) {
@@ -457,8 +428,43 @@ static int load_file(srv_registry *reg, srv_file *f, char *err, size_t cap) {
     return 0;
 }
 
+int srv_registry_plan(srv_registry *reg, const server_opts *o, char *err, size_t cap) {
+    memset(reg, 0, sizeof *reg);
+    reg->n_ctx_opt = o->n_ctx;
+    reg->beta = o->beta;
+    reg->prune = o->prune;
+    reg->max_hyps = o->max_hyps;
+    if (o->chat_template_file && !(reg->chat_template = read_template(o->chat_template_file, err, cap))) return -1;
+    int has_default = command_line_spec(reg, o, err, cap);
+    if (has_default < 0) return -1;
+    int first_spec = -1;
+    if (o->config && load_config(reg, o->config, err, cap, &first_spec) < 0) return -1;
+    if (reg->n_files == 0) return fail(err, cap, "no models: give -m MODEL.gguf, -e ENSEMBLE or --config FILE");
+    if (!has_default) {
+        srv_spec d;
+        if (first_spec >= 0) d = reg->specs[first_spec];
+        else {
+            memset(&d, 0, sizeof d);
+            d.n = 1, d.file[0] = 0, d.rule = TUTTI_RULE_MIX, d.align = TUTTI_ALIGN_AUTO, d.w[0] = d.t[0] = NAN;
+        }
+        srv_spec *s = add_spec(reg, "default", err, cap);
+        if (!s) return -1;
+        char *nm = s->name;
+        *s = d;
+        s->name = nm;
+        srv_spec_make_key(s);
+    }
+    if (single_specs(reg, err, cap) < 0) return -1;
+    /* remote members are reached now (a wrong URL or vocabulary is an
+     * error before listening, as a missing file is) */
+    for (int i = 0; i < reg->n_files; i++)
+        if (srv_is_url(reg->files[i].path) && load_file(reg, &reg->files[i], err, cap) < 0) return -1;
+    return 0;
+}
+
 int srv_registry_load(srv_registry *reg, char *err, size_t cap) {
     for (int i = 0; i < reg->n_files; i++) {
+        if (reg->files[i].remote) continue; /* connected by the plan */
         char shown[1024];
         tutti_redact_urls(reg->files[i].path, shown, sizeof shown);
         fprintf(stderr, "tutti serve: loading %s\n", shown);
