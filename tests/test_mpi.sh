@@ -194,18 +194,24 @@ split_member "eval bits per byte (byte, Q4_K_M), member 1 over 2 ranks" 2 "--spl
 split_member "eval bits per byte (byte, Q4_K_M), every member over 3 ranks" 3 "--split-layers" eval --json --align byte \
   --text "$W/ev.txt" $KQ -t 2
 
+# the port of a `tutti serve` (pid $2) logging to $1, once it is ready
+# (the port is printed before the models are loaded); empty when it exited
+serve_port() {
+  for i in $(seq 1 600); do
+    if grep -q "tutti serve: ready" "$1"; then
+      sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$1"; return
+    fi
+    kill -0 "$2" 2>/dev/null || return
+    sleep 0.1
+  done
+}
+
 # serve: one request to 'default' (member 2 split over 2 ranks) equals tutti run
 "$T" run $BYTE2 -p "Once upon a time" -n 60 --seed 2 -t 1 >"$W/one.out" 2>/dev/null
 TUTTI_MPI_TIMEOUT=30 timeout 120 "$MPIEXEC" --oversubscribe --allow-run-as-root -np 2 "$T" serve $BYTE2 --split-layers \
   --split-member 2 --port 0 -t 1 >/dev/null 2>"$W/srv.err" &
 sp=$!
-port=""
-for i in $(seq 1 600); do  # (the port is printed before the models are loaded: wait for "ready")
-  grep -q "tutti serve: ready" "$W/srv.err" && port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$W/srv.err")
-  [ -n "$port" ] && break
-  kill -0 "$sp" 2>/dev/null || break
-  sleep 0.1
-done
+port=$(serve_port "$W/srv.err" "$sp")
 if [ -z "$port" ]; then echo "FAIL split member serve: the server did not start"; cat "$W/srv.err"; fail=1
 else
   curl -s --max-time 60 "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
@@ -224,13 +230,7 @@ kill "$sp" 2>/dev/null; wait "$sp" 2>/dev/null
 TUTTI_MPI_TEST_FAULT=hang:20@1 TUTTI_MPI_TIMEOUT=2 timeout 120 "$MPIEXEC" --oversubscribe --allow-run-as-root -np 2 \
   "$T" serve $BYTE2 --port 0 -t 1 >/dev/null 2>"$W/h.err" &
 sp=$!
-port=""
-for i in $(seq 1 600); do
-  grep -q "tutti serve: ready" "$W/h.err" && port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$W/h.err")
-  [ -n "$port" ] && break
-  kill -0 "$sp" 2>/dev/null || break
-  sleep 0.1
-done
+port=$(serve_port "$W/h.err" "$sp")
 if [ -z "$port" ]; then echo "FAIL serve /health with a dead rank: the server did not start"; cat "$W/h.err"; fail=1
 else
   h1=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 "http://127.0.0.1:$port/health")

@@ -1,6 +1,7 @@
 /* Request body parsing for `tutti serve` (see request.h): strict JSON, then
  * the one table of known fields. */
 #include <math.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -310,13 +311,6 @@ static int f_max_tokens(pctx *x, const char *name, const cJSON *v) {
     return rc;
 }
 
-static int f_temperature(pctx *x, const char *name, const cJSON *v) {
-    double d = 0;
-    int rc = number(x, name, v, 0, 100, &d);
-    if (!rc) x->r->sp.temp = (float)d;
-    return rc;
-}
-
 static int f_top_p(pctx *x, const char *name, const cJSON *v) {
     double d = 0;
     int rc = number(x, name, v, 0, 1, &d);
@@ -324,27 +318,6 @@ static int f_top_p(pctx *x, const char *name, const cJSON *v) {
     if (!(d > 0)) return bad(x, name, "'top_p' must be > 0");
     x->r->sp.top_p = (float)d;
     return 0;
-}
-
-static int f_top_k(pctx *x, const char *name, const cJSON *v) {
-    int64_t k = 0;
-    int rc = integer(x, name, v, 0, 1e9, &k);
-    if (!rc) x->r->sp.top_k = (int32_t)k;
-    return rc;
-}
-
-static int f_min_p(pctx *x, const char *name, const cJSON *v) {
-    double d = 0;
-    int rc = number(x, name, v, 0, 1, &d);
-    if (!rc) x->r->sp.min_p = (float)d;
-    return rc;
-}
-
-static int f_repeat_penalty(pctx *x, const char *name, const cJSON *v) {
-    double d = 0;
-    int rc = number(x, name, v, 1e-3, 100, &d);
-    if (!rc) x->r->sp.repeat_penalty = (float)d;
-    return rc;
 }
 
 /* llama-server's: -1 = the whole context, 0 = off */
@@ -584,16 +557,21 @@ typedef struct srv_field {
     const char *name;
     unsigned kinds;      /* K_CMPL | K_CHAT: the endpoints that know it (others ignore it) */
     field_how how;
-    field_fn fn;         /* HONOUR */
+    field_fn fn;         /* HONOUR: the parser; NULL: a sampler number, [lo, hi] into sp at `at` */
+    double lo, hi;
+    size_t at;
+    bool integer;
     neutral_kind neutral; /* REFUSE: the values that change nothing */
     double num;          /* N_EQ, N_LE, N_GE */
     const char *words;   /* N_WORDS: "a|b" */
     const char *what;    /* REFUSE: what it would need */
 } srv_field;
 
-#define HONOURED(n, k, f) {(n), (k), HONOUR, (f), N_EQ, 0, NULL, NULL}
-#define ACCEPTED(n, k) {(n), (k), INERT, NULL, N_EQ, 0, NULL, NULL}
-#define REFUSED(n, k, kind, num, words, what) {(n), (k), REFUSE, NULL, (kind), (num), (words), (what)}
+#define HONOURED(n, k, f) {(n), (k), HONOUR, (f), 0, 0, 0, false, N_EQ, 0, NULL, NULL}
+#define SAMPLER(n, lo, hi, member, is_int)                                                                          \
+    {(n), K_BOTH, HONOUR, NULL, (lo), (hi), offsetof(tutti_sampler_params, member), (is_int), N_EQ, 0, NULL, NULL}
+#define ACCEPTED(n, k) {(n), (k), INERT, NULL, 0, 0, 0, false, N_EQ, 0, NULL, NULL}
+#define REFUSED(n, k, kind, num, words, what) {(n), (k), REFUSE, NULL, 0, 0, 0, false, (kind), (num), (words), (what)}
 
 /* Every field of OpenAI's completions and chat completions and of
  * llama-server's /completion and /v1 endpoints: what tutti does with it.
@@ -606,11 +584,11 @@ static const srv_field fields[] = {
     HONOURED("max_tokens", K_BOTH, f_max_tokens),
     HONOURED("max_completion_tokens", K_CHAT, f_max_tokens),
     HONOURED("n_predict", K_BOTH, f_max_tokens),
-    HONOURED("temperature", K_BOTH, f_temperature),
+    SAMPLER("temperature", 0, 100, temp, false),
     HONOURED("top_p", K_BOTH, f_top_p),
-    HONOURED("top_k", K_BOTH, f_top_k),
-    HONOURED("min_p", K_BOTH, f_min_p),
-    HONOURED("repeat_penalty", K_BOTH, f_repeat_penalty),
+    SAMPLER("top_k", 0, 1e9, top_k, true),
+    SAMPLER("min_p", 0, 1, min_p, false),
+    SAMPLER("repeat_penalty", 1e-3, 100, repeat_penalty, false),
     HONOURED("repeat_last_n", K_BOTH, f_repeat_last_n),
     HONOURED("seed", K_BOTH, f_seed),
     HONOURED("stop", K_BOTH, f_stop),
@@ -689,6 +667,18 @@ static bool words_has(const char *words, const char *w) {
     return false;
 }
 
+/* A sampler number of the table, into the request's sampler settings. */
+static int sampler_number(pctx *x, const srv_field *f, const cJSON *v) {
+    double d = 0;
+    int64_t k = 0;
+    int rc = f->integer ? integer(x, f->name, v, f->lo, f->hi, &k) : number(x, f->name, v, f->lo, f->hi, &d);
+    if (rc) return rc;
+    char *dst = (char *)&x->r->sp + f->at;
+    if (f->integer) *(int32_t *)dst = (int32_t)k;
+    else *(float *)dst = (float)d;
+    return 0;
+}
+
 /* A refused field: its neutral value passes, anything else is a 400. */
 static int refuse(pctx *x, const srv_field *f, const cJSON *v) {
     const char *nm = f->name;
@@ -756,7 +746,7 @@ int srv_request_parse(const char *body, size_t len, srv_kind kind, srv_request *
         const srv_field *f = &fields[i];
         const cJSON *v = f->kinds & k ? field(root, f->name) : NULL;
         if (!v || f->how == INERT) continue;
-        rc = f->how == HONOUR ? f->fn(&x, f->name, v) : refuse(&x, f, v);
+        rc = f->how == REFUSE ? refuse(&x, f, v) : f->fn ? f->fn(&x, f->name, v) : sampler_number(&x, f, v);
     }
     if (!rc) rc = finish(&x);
     cJSON_Delete(root);
