@@ -50,6 +50,8 @@ static int setup(void **state) {
     if (g_pid < 0) return -1;
     if (g_pid == 0) {
         if (!freopen("/dev/null", "w", stdout) || !freopen(g_log, "w", stderr)) _exit(127);
+        /* each generated piece takes 1.2 s, longer than --timeout (test_long_generation) */
+        setenv("TUTTI_SERVE_TEST_PIECE_DELAY_MS", "1200", 1);
         execl(TUTTI_CLI, TUTTI_CLI, "serve", "--port", "0", "-m", shared_path("models/stories260K.gguf"), "-t", "1",
               "--timeout", "1", "--timeout-head", "2", "--timeout-body", "2", "--max-connections", "12",
               "--max-connections-per-ip", "4", (char *)NULL);
@@ -267,12 +269,37 @@ static void test_limits(void **state) {
     expect_served(4);
 }
 
+/* A generation slower than --timeout (1 s of silence: a piece every 1.2 s
+ * here, as a long prompt's first piece can be) is not cut: the limit is
+ * off while a request runs, streamed or not, and back once it is answered. */
+static void test_long_generation(void **state) {
+    (void)state;
+    const char *req[2] = {POST "Content-Length: 43\r\n\r\n{\"prompt\":\"x\",\"max_tokens\":2,\"stream\":true}",
+                          POST "Content-Length: 29\r\n\r\n" BODY};
+    for (int k = 0; k < 2; k++) {
+        int fd = conn_from(9);
+        send_all(fd, req[k], strlen(req[k]));
+        bool closed;
+        double dt;
+        char *got = read_until_close(fd, 8, &closed, &dt);
+        close(fd);
+        /* the kept-alive connection is closed 1 s after the answer */
+        bool ok = !strncmp(got, "HTTP/1.1 200", 12) && closed && (k ? strstr(got, "\"choices\"") : strstr(got, "[DONE]"));
+        if (!ok) fail_msg("a %s generation slower than --timeout: %.2f s, %s: %.300s", k ? "plain" : "streamed", dt,
+                          closed ? "closed" : "open", got);
+        printf("  %s generation of 1.2 s per piece: answered, closed %.2f s after the request\n", k ? "plain" : "streamed",
+               dt);
+        free(got);
+    }
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_framing),
         cmocka_unit_test(test_slow_clients),
         cmocka_unit_test(test_limits),
+        cmocka_unit_test(test_long_generation),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -379,6 +379,11 @@ void srv_conn_notify(void *cls, struct MHD_Connection *c, void **socket_ctx, enu
 
 static void set_phase(srv_server *s, struct MHD_Connection *c, phase ph, double limit_s) {
     srv_conns *cs = s->conns;
+    /* libmicrohttpd's silence limit is off while a request generates (a
+     * long prompt's first streamed piece may take longer; the client
+     * leaving cancels it) and back once the response is out */
+    if (ph == PH_BUSY) MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+    if (ph == PH_IDLE) MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->opts.timeout_read);
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     if (!cs || !ci || !ci->socket_context) return;
     pthread_mutex_lock(&cs->mu);
