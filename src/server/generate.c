@@ -98,8 +98,9 @@ static int32_t *ids_for_member(srv_server *s, const srv_job *j, const srv_prompt
         return ids;
     }
     int32_t k = tutti_detokenize(v1, p->ids, p->n_ids, NULL, 0);
-    size_t need = k < 0 ? (size_t)(-k) : (size_t)k;
-    char *text = k == TUTTI_ERR_SIZE ? NULL : malloc(need + 1);
+    if (k == TUTTI_ERR_SIZE) return NULL;
+    size_t need = k < 0 ? (size_t)(-(int64_t)k) : (size_t)k;
+    char *text = malloc(need + 1);
     if (!text || (k = tutti_detokenize(v1, p->ids, p->n_ids, text, (int32_t)need + 1)) < 0) {
         free(text);
         return NULL;

@@ -200,8 +200,8 @@ char *srv_native_detokenize(const srv_registry *reg, const char *body, size_t n,
         goto done;
     }
     int32_t k = tutti_detokenize(v, ids, nid, NULL, 0);
-    size_t need = k < 0 ? (size_t)(-k) : (size_t)k;
-    text = malloc(need + 1);
+    size_t need = k < 0 ? (size_t)(-(int64_t)k) : (size_t)k;
+    text = k == TUTTI_ERR_SIZE ? NULL : malloc(need + 1);
     if (!text || (k = tutti_detokenize(v, ids, nid, text, (int32_t)need + 1)) < 0) {
         *status = err_out(err, cap, 500, "cannot detokenize");
         goto done;
