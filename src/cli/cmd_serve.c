@@ -73,7 +73,7 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
     o->timeout_head = 10;
     o->timeout_body = 60;
     o->max_conns = -1;
-    o->max_conns_per_ip = 16;
+    o->max_conns_per_ip = 32;
     const char *api_key = NULL, *api_key_file = NULL;
     o->n_ctx = CLI_CTX_UNSET;
     int32_t max_body = 1 << 20;
