@@ -61,13 +61,14 @@ static int read_setting(tutti_ensemble_file *ef, char tok[3][FIELD_MAX], int nt,
     if (!strcmp(tok[0], "route") || !strcmp(tok[0], "adapt")) {
         bool route = tok[0][0] == 'r';
         char *e2 = NULL;
-        double v = nt == 2 ? strtod(tok[1], &e2) : -1;
-        bool ok = nt == 2 && e2 != tok[1] && !*e2 && (route ? v > 0 && isfinite(v) : v >= 0 && v <= 1);
-        if (!ok)
-            return tutti_set_error(route ? "ensemble file %s: line %d: route needs a temperature tau > 0 (nats per "
-                                           "byte)"
-                                         : "ensemble file %s: line %d: adapt needs a fixed-share alpha in [0, 1]",
-                                   path, lineno);
+        double v = nt == 2 ? strtod(tok[1], &e2) : NAN;
+        if (nt != 2 || e2 == tok[1] || *e2)
+            return tutti_set_error("ensemble file %s: line %d: %s needs one number (%s)", path, lineno, tok[0],
+                                   route ? "the temperature tau, nats per byte" : "the fixed-share alpha");
+        if ((route ? tutti_check_route(v) : tutti_check_adapt(v)) < 0) {
+            tutti_error_prefix("ensemble file %s: line %d", path, lineno);
+            return TUTTI_ERR;
+        }
         if (route) ef->route = v;
         else ef->adapt = v;
         return 1;
@@ -96,10 +97,13 @@ static int read_member(tutti_ensemble_file *ef, char tok[3][FIELD_MAX], int nt, 
     for (int k = 1; k < nt; k++) {
         char *e2;
         float v = strtof(tok[k], &e2);
-        if (e2 == tok[k] || *e2 || !isfinite(v) || (k == 2 && !(v > 0)))
-            return tutti_set_error("ensemble file %s: line %d: %s \"%s\" is not %s", path, lineno,
-                                   k == 1 ? "weight" : "temperature", tok[k],
-                                   k == 1 ? "a finite number" : "a number > 0");
+        if (e2 == tok[k] || *e2 || !isfinite(v))
+            return tutti_set_error("ensemble file %s: line %d: %s \"%s\" is not a finite number", path, lineno,
+                                   k == 1 ? "weight" : "temperature", tok[k]);
+        if (k == 2 && tutti_check_temp(ef->n_members + 1, v) < 0) {
+            tutti_error_prefix("ensemble file %s: line %d", path, lineno);
+            return TUTTI_ERR;
+        }
         if (k == 1) m->weight = v;
         else m->temp = v;
     }

@@ -27,27 +27,8 @@
  * whenever there are two or more members and two or more threads. */
 static bool default_parallel(int32_t n_members, int32_t n_threads) { return n_members > 1 && n_threads >= 2; }
 
-static float default_weight(const tutti_ensemble *e, int32_t i) {
-    if (e->rule == TUTTI_RULE_CONTRASTIVE) return i == 0 ? 1.0f : -0.5f / (float)(e->n - 1 > 0 ? e->n - 1 : 1);
-    return 1.0f / (float)e->n;
-}
-
-static int check_params(const tutti_ensemble_params *params) {
-    if (!params || !params->members || params->n_members < 1 || params->n_members > TUTTI_ENSEMBLE_MAX_MEMBERS)
-        return tutti_set_error("ensemble: need 1 to %d members (got %d)", TUTTI_ENSEMBLE_MAX_MEMBERS,
-                               params ? params->n_members : 0);
-    if ((unsigned)params->rule > TUTTI_RULE_CONTRASTIVE)
-        return tutti_set_error("ensemble: unknown rule %d", params->rule);
-    if ((unsigned)params->align > TUTTI_ALIGN_SPAN)
-        return tutti_set_error("ensemble: unknown alignment %d", params->align);
-    if (params->rule == TUTTI_RULE_CONTRASTIVE && params->n_members < 2)
-        return tutti_set_error("contrastive: needs an expert and at least one amateur (2+ members, got %d)",
-                               params->n_members);
-    return 0;
-}
-
-/* The members' paths, temperatures and weights, checked before any model
- * is loaded. */
+/* The members' paths (readable before any model is loaded), temperatures
+ * and weights (their defaults; tutti_ensemble_params_check checked them). */
 static int read_members(tutti_ensemble *e, const tutti_ensemble_params *params) {
     for (int32_t i = 0; i < e->n; i++) {
         const tutti_member_desc *d = &params->members[i];
@@ -55,17 +36,11 @@ static int read_members(tutti_ensemble *e, const tutti_ensemble_params *params) 
         if (!(e->path[i] = strdup(d->model_path))) return tutti_set_error("ensemble: out of memory");
         if (!fusion_is_remote_spec(d->model_path) && access(d->model_path, R_OK) != 0)
             return tutti_set_error("member %d: cannot open model file %s: %s", i + 1, d->model_path, strerror(errno));
-        float t = d->temp;
-        if (isnan(t) || t == 0) t = 1.0f;
-        if (!(t > 0) || isinf(t))
-            return tutti_set_error("member %d (%s): temperature must be > 0 (got %g)", i + 1, d->model_path, (double)t);
-        e->temp[i] = t;
+        e->temp[i] = isnan(d->temp) ? 1.0f : d->temp; /* checked by tutti_ensemble_params_check */
     }
     float w[TUTTI_ENSEMBLE_MAX_MEMBERS];
-    for (int32_t i = 0; i < e->n; i++)
-        w[i] = isnan(params->members[i].weight) ? default_weight(e, i) : params->members[i].weight;
-    if (ens_check_weights(e, w) < 0) return TUTTI_ERR;
-    memcpy(e->w, w, sizeof(float) * (size_t)e->n);
+    for (int32_t i = 0; i < e->n; i++) w[i] = params->members[i].weight;
+    ens_resolve_weights(e, w, e->w);
     return 0;
 }
 
@@ -85,8 +60,8 @@ static int choose_align(tutti_ensemble *e, tutti_align asked, uint64_t *h) {
         }
     e->align = asked == TUTTI_ALIGN_AUTO ? (e->same_vocab ? TUTTI_ALIGN_TOKEN : TUTTI_ALIGN_BYTE) : asked;
     if (e->align == TUTTI_ALIGN_TOKEN && !e->same_vocab)
-        return tutti_set_error("--align token: members 1 (%s) and %d (%s) have different vocabularies (token lists, "
-                               "merges or scores differ), so they cannot share token ids; use --align byte or span",
+        return tutti_set_error("token alignment: members 1 (%s) and %d (%s) have different vocabularies (token lists, "
+                               "merges or scores differ), so they cannot share token ids; use byte or span alignment",
                                e->path[0], differ + 1, e->path[differ]);
     return 0;
 }
@@ -134,7 +109,7 @@ static int open_members(tutti_ensemble *e, const tutti_ensemble_params *params, 
     if (e->align == TUTTI_ALIGN_TOKEN)
         for (int32_t i = 1; i < e->n; i++)
             if (e->m[i]->n_vocab != e->m[0]->n_vocab)
-                return tutti_set_error("--align token: members 1 and %d give %d and %d logits per position", i + 1,
+                return tutti_set_error("token alignment: members 1 and %d give %d and %d logits per position", i + 1,
                                        e->m[0]->n_vocab, e->m[i]->n_vocab);
     return 0;
 }
@@ -182,7 +157,7 @@ static int choose_schedule(tutti_ensemble *e, int asked, bool verbose, int32_t n
 }
 
 tutti_ensemble *tutti_ensemble_new(const tutti_ensemble_params *params) {
-    if (check_params(params) < 0) return NULL;
+    if (tutti_ensemble_params_check(params) < 0) return NULL;
     tutti_ensemble *e = calloc(1, sizeof *e);
     if (!e) return tutti_set_error("ensemble: out of memory"), NULL;
     pthread_mutex_init(&e->mu, NULL);

@@ -137,26 +137,12 @@ void ens_prompt_done(tutti_ensemble *e) {
 
 /* ---- weights ---- */
 
-int ens_check_weights(const tutti_ensemble *e, const float *w) {
-    bool any = false;
-    for (int32_t i = 0; i < e->n; i++) {
-        if (isnan(w[i]) || isinf(w[i]))
-            return tutti_set_error("member %d (%s): weight is not a finite number", i + 1, e->path[i]);
-        if (w[i] < 0 && e->rule != TUTTI_RULE_CONTRASTIVE)
-            return tutti_set_error("member %d (%s): negative weight %g is only allowed with --rule contrastive",
-                                   i + 1, e->path[i], (double)w[i]);
-        if (w[i] != 0) any = true;
-    }
-    if (!any) return tutti_set_error("ensemble: every weight is 0");
-    if (e->rule == TUTTI_RULE_CONTRASTIVE && !(w[0] > 0))
-        return tutti_set_error("contrastive: member 1 is the expert and needs a positive weight (got %g)",
-                               (double)w[0]);
-    if (e->rule == TUTTI_RULE_MIX || e->rule == TUTTI_RULE_PRODUCT) {
-        double s = 0;
-        for (int32_t i = 0; i < e->n; i++) s += w[i];
-        if (!(s > 0)) return tutti_set_error("ensemble: weights must sum to a positive number");
-    }
-    return 0;
+/* weights and temperatures go through the one validator (settings.c);
+ * NAN entries take the defaults */
+int ens_check_weights(const tutti_ensemble *e, const float *w) { return tutti_check_weights(w, e->n, e->rule); }
+
+void ens_resolve_weights(const tutti_ensemble *e, const float *given, float *w) {
+    for (int32_t i = 0; i < e->n; i++) w[i] = isnan(given[i]) ? tutti_default_weight(i + 1, e->n, e->rule) : given[i];
 }
 
 void tutti_ensemble_free(tutti_ensemble *e) {
@@ -212,11 +198,10 @@ int tutti_ensemble_set_weights(tutti_ensemble *e, const float *w, const float *t
     if (w && ens_check_weights(e, w) < 0) return TUTTI_ERR;
     if (temps)
         for (int32_t i = 0; i < e->n; i++)
-            if (!(temps[i] > 0) || isinf(temps[i]))
-                return tutti_set_error("member %d (%s): temperature must be > 0 (got %g)", i + 1, e->path[i],
-                                       (double)temps[i]);
-    if (w) memcpy(e->w, w, sizeof(float) * (size_t)e->n);
-    if (temps) memcpy(e->temp, temps, sizeof(float) * (size_t)e->n);
+            if (tutti_check_temp(i + 1, temps[i]) < 0) return TUTTI_ERR;
+    if (w) ens_resolve_weights(e, w, e->w);
+    if (temps)
+        for (int32_t i = 0; i < e->n; i++) e->temp[i] = isnan(temps[i]) ? 1.0f : temps[i];
     return 0;
 }
 

@@ -59,6 +59,9 @@ struct tutti_ensemble {
 /* Checks weights w[0..e->n) for e's rule (finite, not all 0, negative only
  * for contrastive, ...).  0 or TUTTI_ERR naming the member. */
 int ens_check_weights(const tutti_ensemble *e, const float *w);
+/* The weights given[0..e->n) with their NAN entries replaced by the
+ * defaults for e's rule, into w. */
+void ens_resolve_weights(const tutti_ensemble *e, const float *given, float *w);
 /* Starts one worker thread per member (e->parallel); 0 or TUTTI_ERR (the
  * ones started are joined again). */
 int ens_start_workers(tutti_ensemble *e);

@@ -511,8 +511,8 @@ int tutti_ensemble_eval_bpb(tutti_ensemble *e, const char *text, size_t len, tut
         return TUTTI_ERR_UNSUPPORTED;
     }
     if (e->align == TUTTI_ALIGN_SPAN && e->rule != TUTTI_RULE_MIX) {
-        tutti_set_error("span alignment scores only the span-level mixture (--rule mix); span generation "
-                        "with --rule %s ranks drafts but defines no probability to score", tutti_rule_name(e->rule));
+        tutti_set_error("span alignment scores only the span-level mixture (the mix rule); span generation "
+                        "with the %s rule ranks drafts but defines no probability to score", tutti_rule_name(e->rule));
         return TUTTI_ERR_UNSUPPORTED;
     }
     text_data d;

@@ -490,6 +490,24 @@ done:
     return rc;
 }
 
+int fusion_remote_check_next(const fusion_remote_vocab *rv, const char *where, float *out, fusion_remote_next *info,
+                             bool *renormalised) {
+    *renormalised = false;
+    double m = info->mass;
+    if (!isfinite(m) || m <= 0) return tutti_set_error("%s: the answer's probabilities sum to %g", where, m);
+    if (info->k >= rv->n_vocab && fabs(m - 1) > FUSION_REMOTE_MASS_TOL)
+        return tutti_set_error("%s: the answer's probabilities of all %d tokens sum to %g, not 1: it is not a "
+                               "distribution",
+                               where, rv->n_vocab, m);
+    if (m <= 1 + FUSION_REMOTE_MASS_TOL) return 0;
+    float shift = (float)log(m);
+    for (int32_t i = 0; i < rv->n_vocab; i++)
+        if (rv->seen[i]) out[i] -= shift;
+    info->mass = 1;
+    *renormalised = true;
+    return 0;
+}
+
 /* ---- the start's answers ---- */
 
 int fusion_remote_parse_tokenize(const char *where, const char *resp, size_t n, const int32_t *want, int32_t n_want,

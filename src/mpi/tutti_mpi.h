@@ -26,6 +26,7 @@
 #define TUTTI_MPI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "tutti.h"
@@ -35,7 +36,6 @@
 int tutti_mpi_member_rank(int32_t i, int32_t n);
 /* Number of ranks (1 without MPI). */
 int tutti_mpi_size(void);
-
 /* ---- one model split by layers (src/mpi/split.c) ----
  *
  *   mpirun -np K tutti generate --split-layers [N0,N1,...] -m M.gguf ...
