@@ -191,10 +191,13 @@ int cmd_generate(int argc, char **argv) {
         cli_info("\ntutti generate: interrupted (Ctrl-C)\n");
         rc = CLI_EXIT_INTERRUPTED;
     }
-    cli_info("\ntutti generate: prompt %d tokens in %.3f s (%.1f tokens/s); generated %d tokens in %.3f s (%.1f "
-             "tokens/s)\n",
-             n_ids, t_prompt, n_ids / (t_prompt > 0 ? t_prompt : 1e-9), st.n_units, t_gen,
-             st.n_units / (t_gen > 0 ? t_gen : 1e-9));
+    /* the timings once the prompt went through the model (not after an
+     * error before it, e.g. a grammar no token can start) */
+    if (rc != 1 || st.n_prompt_evaluated[0] > 0)
+        cli_info("\ntutti generate: prompt %d tokens in %.3f s (%.1f tokens/s); generated %d tokens in %.3f s (%.1f "
+                 "tokens/s)\n",
+                 n_ids, t_prompt, n_ids / (t_prompt > 0 ? t_prompt : 1e-9), st.n_units, t_gen,
+                 st.n_units / (t_gen > 0 ? t_gen : 1e-9));
 done:
     tutti_ensemble_free(e);
     tutti_model_free(model);
