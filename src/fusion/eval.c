@@ -1005,7 +1005,7 @@ tutti_ensemble_file *tutti_ensemble_file_read(const char *path) {
                 tutti_error_prefix("ensemble file %s: line %d", path, lineno);
                 goto fail;
             }
-        } else if (tok[0][0] != '/' && dir[0]) snprintf(full, sizeof full, "%s%s", dir, tok[0]);
+        } else if (tok[0][0] != '/' && dir[0] && !tutti_is_hub_spec(tok[0])) snprintf(full, sizeof full, "%s%s", dir, tok[0]);
         else snprintf(full, sizeof full, "%s", tok[0]);
         m->model_path = strdup(full);
         if (!m->model_path) goto oom;

@@ -65,8 +65,19 @@ static bool name_taken(const srv_registry *reg, const char *name) {
     return false;
 }
 
-/* Adds (or finds) a file; returns its index or -1. */
+static int add_local_file(srv_registry *reg, const char *path, const char *name, char *err, size_t cap);
+
+/* Adds (or finds) a file, a model spec "hf://..." by its cached file (named
+ * after it); returns its index or -1. */
 static int add_file(srv_registry *reg, const char *path, const char *name, char *err, size_t cap) {
+    char *local = tutti_hub_resolve(path);
+    if (!local) return fail(err, cap, "%s", tutti_last_error());
+    int i = add_local_file(reg, local, name, err, cap);
+    free(local);
+    return i;
+}
+
+static int add_local_file(srv_registry *reg, const char *path, const char *name, char *err, size_t cap) {
     for (int i = 0; i < reg->n_files; i++)
         if (same_file(reg->files[i].path, path)) {
             if (name && strcmp(name, reg->files[i].name)) {
@@ -196,7 +207,7 @@ static int load_config(srv_registry *reg, const char *path, char *err, size_t ca
             goto done;
         }
         char full[PATH_MAX * 2];
-        if (p->valuestring[0] == '/') snprintf(full, sizeof full, "%s", p->valuestring);
+        if (p->valuestring[0] == '/' || tutti_is_hub_spec(p->valuestring)) snprintf(full, sizeof full, "%s", p->valuestring);
         else snprintf(full, sizeof full, "%s/%s", d, p->valuestring);
         if (add_file(reg, full, nm ? nm->valuestring : NULL, err, cap) < 0) {
             rc = -1;
