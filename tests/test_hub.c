@@ -491,6 +491,12 @@ static void test_offline(void **state) {
     int st;
     char *o = cli(&h, "c3", NULL, "tokenize -hf tt/stories-GGUF:F32 -p 'Once upon a time' --quiet", &st);
     assert_int_equal(st, 0);
+    /* progress on a stderr that is not a terminal: lines, no carriage returns */
+    char *prog = cli(&h, "c3", NULL, "info -hf tt/stories-GGUF:Q8_0", &st);
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(prog, "tutti: tt/stories-GGUF/TinyStories-656K-Q8_0.gguf: 732 KiB in "));
+    assert_null(strchr(prog, '\r'));
+    free(prog);
     int gets = log_count(&h, (const char *const[]){"GET", NULL});
     char *off = cli(&h, "c3", NULL, "tokenize -hf tt/stories-GGUF:F32 -p 'Once upon a time' --offline --quiet", &st);
     assert_int_equal(st, 0);
@@ -509,9 +515,9 @@ static void test_offline(void **state) {
     assert_int_equal(st, 1);
     assert_non_null(strstr(o, "is not in the cache"));
     free(o);
-    o = cli(NULL, "c3", NULL, "tokenize -hf tt/stories-GGUF:Q8_0 -p x --offline", &st);
-    assert_int_equal(st, 1); /* cached repository, but not that file */
-    assert_non_null(strstr(o, "its tags: F32"));
+    o = cli(NULL, "c3", NULL, "tokenize -hf tt/stories-GGUF:Q4_K_M -p x --offline", &st);
+    assert_int_equal(st, 1); /* cached repository, but not that file: the tags of the cached files */
+    assert_non_null(strstr(o, "its tags: Q8_0, F32")); /* path order: TinyStories-... < stories260K-... */
     free(o);
 }
 
@@ -692,6 +698,20 @@ static void test_models_and_configs(void **state) {
     if (st != 0) fail_msg("%s", o);
     free(o);
     assert_true(exists(tmp("merged.gguf")));
+    /* tutti serve --config with a spec: served under the file's given name */
+    f = fopen(tmp("serve.json"), "w");
+    assert_non_null(f);
+    fprintf(f, "{\"models\": [{\"path\": \"hf://tt/stories-GGUF:F32\", \"name\": \"small\"}]}\n");
+    fclose(f);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && { env HF_ENDPOINT=%s LLAMA_CACHE=%s %s serve --config serve.json --port 0 -t 1 > serve.log 2>&1 & "
+             "P=$!; for i in $(seq 100); do grep -q 'listening on' serve.log && break; sleep 0.1; done; "
+             "curl -s $(sed -n 's/.*listening on \\(http[^ ]*\\).*/\\1/p' serve.log)/v1/models; kill $P; wait $P; }",
+             g_tmp, h.endpoint, tmp("c10"), TUTTI_CLI);
+    o = run_cmd(cmd, &st);
+    assert_non_null(strstr(o, "\"id\":\"small\""));
+    free(o);
     /* the list: every file fetched, with its size */
     o = cli(&h, "c10", NULL, "models --json", &st);
     assert_int_equal(st, 0);

@@ -169,12 +169,18 @@ static int walk(const char *dir, const char *rel, int depth, hub_listing *out) {
     return rc;
 }
 
+static int by_path(const void *a, const void *b) {
+    return strcmp(((const hub_file *)a)->path, ((const hub_file *)b)->path);
+}
+
 int hub_cache_listing(const char *repo_dir, const char *commit, hub_listing *out) {
     memset(out, 0, sizeof *out);
     char snap[HUB_PATH_CAP];
     if (hub_pathf(snap, sizeof snap, "%s/snapshots/%s", repo_dir, commit) < 0) return TUTTI_ERR;
     int rc = walk(snap, "", 1, out);
     if (rc < 0) hub_listing_free(out);
+    /* in path order, as the hub lists a tree (not the order of the folder) */
+    else if (out->n > 1) qsort(out->files, (size_t)out->n, sizeof *out->files, by_path);
     return rc;
 }
 
