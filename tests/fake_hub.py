@@ -10,8 +10,8 @@ common/download.cpp) and huggingface_hub use:
   HEAD/GET /USER/MODEL/resolve/REV/PATH          302 to /cdn/SHA256 with X-Linked-Etag, X-Linked-Size, X-Repo-Commit
   HEAD/GET /cdn/SHA256                           the bytes: Content-Length, ETag, Accept-Ranges, Range -> 206
 
-A private repository answers 401 without "Authorization: Bearer TOKEN", an
-unknown one 404 ({"error": "Repository not found"}).  Faults on demand:
+A private repository answers 401 without "Authorization: Bearer TOKEN" and
+403 with another token, an unknown one 404 ({"error": "Repository not found"}).  Faults on demand:
 --cut-once PATH (the first GET of the file's bytes stops half-way and the
 connection closes), --corrupt PATH (one byte of the bytes changed; the
 listing keeps the true sha256), --slow PATH (the bytes trickle, for two
@@ -89,8 +89,12 @@ class Handler(BaseHTTPRequestHandler):
         if repo is None:
             self.error(404, "Repository not found")
             return None, name
-        if repo["private"] and self.headers.get("Authorization") != "Bearer " + ARGS.token:
+        auth = self.headers.get("Authorization")
+        if repo["private"] and auth is None:
             self.error(401, "Invalid username or password.")
+            return None, name
+        if repo["private"] and auth != "Bearer " + ARGS.token:  # a token without access (a gated model)
+            self.error(403, "Access to model %s is restricted." % name)
             return None, name
         return repo, name
 

@@ -120,13 +120,13 @@ static hub hub_start(const char *const *extra) {
         execv(argv[0], (char *const *)argv);
         _exit(127);
     }
-    for (int t = 0; t < 200 && h.port <= 0; t++) { /* up to 20 s */
+    for (int t = 0; t < 1000 && h.port <= 0; t++) { /* up to 20 s */
         FILE *f = fopen(pf, "r");
         if (f) {
             if (fscanf(f, "%d", &h.port) != 1) h.port = 0;
             fclose(f);
         }
-        if (h.port <= 0) usleep(100000);
+        if (h.port <= 0) usleep(20000);
     }
     assert_true(h.port > 0);
     snprintf(h.endpoint, sizeof h.endpoint, "http://127.0.0.1:%d", h.port);
@@ -461,6 +461,12 @@ static void test_cli_messages(void **state) {
     assert_non_null(strstr(o, "401"));
     assert_non_null(strstr(o, "set HF_TOKEN"));
     assert_null(strstr(o, TOKEN));
+    free(o);
+    o = cli(&h, "c2", NULL, "generate -hf tt/private-GGUF -p x -n 1 --hf-token hf_NotTheRightToken", &st);
+    assert_int_equal(st, 1);
+    assert_non_null(strstr(o, "403 forbidden"));
+    assert_non_null(strstr(o, "cannot read this repository"));
+    assert_null(strstr(o, "hf_NotTheRightToken"));
     free(o);
     o = cli(&h, "c2", "HF_TOKEN=" TOKEN, "generate -hf tt/private-GGUF -p 'Once' -n 4 --temp 0 --quiet", &st);
     assert_int_equal(st, 0);
