@@ -290,7 +290,9 @@ static int attempts(const hub_download *d, const char *part) {
             }
             CURLcode cr = request(&x);
             if (d->progress && x.tty) fprintf(stderr, "\r\033[K");
-            if (cr == CURLE_HTTP_RETURNED_ERROR) {
+            if (cr == CURLE_HTTP_RETURNED_ERROR && x.status == 416 && x.have > 0) {
+                rc = finish(d, &x, part, &retry); /* nothing after byte have: the partial file is whole */
+            } else if (cr == CURLE_HTTP_RETURNED_ERROR) {
                 rc = status_error(d, x.status, &fatal);
             } else if (cr == CURLE_TOO_MANY_REDIRECTS || cr == CURLE_UNSUPPORTED_PROTOCOL) {
                 fatal = true;
@@ -336,6 +338,11 @@ int hub_download_file(const hub_download *d) {
     if (access(d->dest, F_OK) != 0) { /* not done meanwhile by the lock's previous holder */
         char part[HUB_PATH_CAP];
         double t0 = now_s();
+        if (d->progress) {
+            char a[32] = "size unknown";
+            if (d->size >= 0) mib(a, sizeof a, (double)d->size);
+            fprintf(stderr, "tutti: downloading %s (%s)\n", d->label, a);
+        }
         rc = hub_pathf(part, sizeof part, "%s.incomplete", d->dest);
         if (rc == 0) rc = attempts(d, part);
         if (rc == 0 && d->progress) {

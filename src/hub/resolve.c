@@ -287,7 +287,9 @@ static char *resolve_locked(const cfg *c, const char *spec) {
         fprintf(stderr, "tutti: warning: %s; using the cached copy (commit %.12s, offline)\n", why, commit);
         online = false;
     } else if (!online && cache_state(c, &sp, repo_dir, commit, &l) < 0) {
-        tutti_error_prefix("offline (--offline, LLAMA_OFFLINE)");
+        tutti_set_error("%s is not in the cache %s, and offline (--offline, LLAMA_OFFLINE) nothing is downloaded: "
+                        "run once online to fetch it",
+                        sp.repo, c->root);
         return NULL;
     }
     int sel[MAX_PARTS], n_sel = 0;
