@@ -160,6 +160,21 @@ static char *cli(const hub *h, const char *cache, const char *env, const char *a
     return run_cmd(cmd, status);
 }
 
+/* `tutti ARGS` must exit with status and print every needle (NULL-terminated)
+ * and none of the secrets; returns its output (malloc'd). */
+static char *expect_cli(const hub *h, const char *cache, const char *env, const char *args, int status,
+                        const char *const *needles, const char *const *secrets) {
+    int st;
+    char *o = cli(h, cache, env, args, &st);
+    if (st != status) fail_msg("tutti %s: exit status %d, expected %d:\n%s", args, st, status, o);
+    for (int i = 0; needles && needles[i]; i++)
+        if (!strstr(o, needles[i])) fail_msg("tutti %s: no '%s' in:\n%s", args, needles[i], o);
+    for (int i = 0; secrets && secrets[i]; i++)
+        if (strstr(o, secrets[i])) fail_msg("tutti %s: '%s' is printed:\n%s", args, secrets[i], o);
+    return o;
+}
+#define NEEDLES(...) ((const char *const[]){__VA_ARGS__, NULL})
+
 /* Lines of the request log holding every needle (NULL-terminated). */
 static int log_count(const hub *h, const char *const *needles) {
     size_t n;
@@ -432,59 +447,41 @@ static void test_cli_messages(void **state) {
     (void)state;
     require_shared();
     hub h = hub_start(NULL);
-    int st;
     char args[1200];
     snprintf(args, sizeof args, "generate -m %s -p 'Once upon a time' -n 12 --temp 0 --quiet",
              shared_path("models/TinyStories-656K-Q8_0.gguf"));
-    char *local = cli(&h, "c2", NULL, args, &st);
-    assert_int_equal(st, 0);
-    char *o = cli(&h, "c2", NULL, "generate -hf tt/stories-GGUF:Q8_0 -p 'Once upon a time' -n 12 --temp 0 --quiet", &st);
-    assert_int_equal(st, 0);
-    assert_string_equal(o, local);
-    free(o);
-    o = cli(&h, "c2", NULL, "generate --hf-file TinyStories-656K-Q8_0.gguf -hf tt/stories-GGUF -p 'Once upon a time' -n 12 --temp 0 --quiet", &st);
-    assert_int_equal(st, 0);
-    assert_string_equal(o, local);
-    free(o);
+    char *local = expect_cli(&h, "c2", NULL, args, 0, NULL, NULL);
+    static const char *const by_name[] = {
+        "generate -hf tt/stories-GGUF:Q8_0 -p 'Once upon a time' -n 12 --temp 0 --quiet",
+        "generate --hf-file TinyStories-656K-Q8_0.gguf -hf tt/stories-GGUF -p 'Once upon a time' -n 12 --temp 0 --quiet",
+    };
+    for (int i = 0; i < 2; i++) {
+        char *o = expect_cli(&h, "c2", NULL, by_name[i], 0, NULL, NULL);
+        assert_string_equal(o, local);
+        free(o);
+    }
     free(local);
-    o = cli(&h, "c2", NULL, "generate -hf tt/stories-GGUF:Q5_K_M -p x -n 1", &st);
-    assert_int_equal(st, 1);
-    assert_non_null(strstr(o, "no model file with the quantisation tag Q5_K_M; its tags: F32, Q8_0, Q4_K_M"));
-    free(o);
-    o = cli(&h, "c2", NULL, "generate -hf tt/nothing-GGUF -p x -n 1", &st);
-    assert_int_equal(st, 1);
-    assert_non_null(strstr(o, "tt/nothing-GGUF: no such repository"));
-    assert_non_null(strstr(o, "404"));
-    free(o);
-    o = cli(&h, "c2", NULL, "generate -hf tt/private-GGUF -p x -n 1", &st);
-    assert_int_equal(st, 1);
-    assert_non_null(strstr(o, "401"));
-    assert_non_null(strstr(o, "set HF_TOKEN"));
-    assert_null(strstr(o, TOKEN));
-    free(o);
-    o = cli(&h, "c2", NULL, "generate -hf tt/private-GGUF -p x -n 1 --hf-token hf_NotTheRightToken", &st);
-    assert_int_equal(st, 1);
-    assert_non_null(strstr(o, "403 forbidden"));
-    assert_non_null(strstr(o, "cannot read this repository"));
-    assert_null(strstr(o, "hf_NotTheRightToken"));
-    free(o);
-    o = cli(&h, "c2", "HF_TOKEN=" TOKEN, "generate -hf tt/private-GGUF -p 'Once' -n 4 --temp 0 --quiet", &st);
-    assert_int_equal(st, 0);
-    assert_null(strstr(o, TOKEN));
-    free(o);
-    assert_true(log_count(&h, (const char *const[]){"private-GGUF/resolve", "\"auth\": true", NULL}) == 1);
-    /* malformed specs and flags: usage errors */
-    o = cli(&h, "c2", NULL, "generate -hf 'tt/../x' -p x", &st);
-    assert_int_equal(st, 2);
-    free(o);
-    o = cli(&h, "c2", NULL, "generate -m a.gguf -hf tt/stories-GGUF -p x", &st);
-    assert_int_equal(st, 2);
-    assert_non_null(strstr(o, "both name the model"));
-    free(o);
-    o = cli(&h, "c2", NULL, "generate --hf-file x.gguf -p x", &st);
-    assert_int_equal(st, 2);
-    assert_non_null(strstr(o, "--hf-file x.gguf needs -hf REPO"));
-    free(o);
+    static const struct {
+        const char *env, *args;
+        int status;
+        const char *needle[3];
+    } cases[] = {
+        {NULL, "generate -hf tt/stories-GGUF:Q5_K_M -p x -n 1", 1,
+         {"no model file with the quantisation tag Q5_K_M; its tags: F32, Q8_0, Q4_K_M"}},
+        {NULL, "generate -hf tt/nothing-GGUF -p x -n 1", 1, {"tt/nothing-GGUF: no such repository", "404"}},
+        {NULL, "generate -hf tt/private-GGUF -p x -n 1", 1, {"401", "set HF_TOKEN"}},
+        {NULL, "generate -hf tt/private-GGUF -p x -n 1 --hf-token hf_NotTheRightToken", 1,
+         {"403 forbidden", "cannot read this repository"}},
+        {"HF_TOKEN=" TOKEN, "generate -hf tt/private-GGUF -p 'Once' -n 4 --temp 0 --quiet", 0, {NULL}},
+        /* malformed specs and flags: usage errors */
+        {NULL, "generate -hf 'tt/../x' -p x", 2, {"is not a Hugging Face repository"}},
+        {NULL, "generate -m a.gguf -hf tt/stories-GGUF -p x", 2, {"both name the model"}},
+        {NULL, "generate --hf-file x.gguf -p x", 2, {"--hf-file x.gguf needs -hf REPO"}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        free(expect_cli(&h, "c2", cases[i].env, cases[i].args, cases[i].status, cases[i].needle,
+                        NEEDLES(TOKEN, "hf_NotTheRightToken")));
+    assert_int_equal(log_count(&h, NEEDLES("private-GGUF/resolve", "\"auth\": true")), 1);
     hub_stop(&h);
 }
 
