@@ -648,6 +648,15 @@ static void test_concurrent(void **state) {
     assert_non_null(p);
     assert_true(same_bytes(p, shared_path("models/TinyStories-656K-Q8_0.gguf")));
     free(p);
+    /* on a terminal (script(1) gives one) the progress line is redrawn: bytes, share, rate, time left */
+    snprintf(cmd, sizeof cmd, "script -qec 'env HF_ENDPOINT=%s LLAMA_CACHE=%s %s info -hf tt/stories-GGUF:Q8_0' /dev/null",
+             h.endpoint, tmp("c7b"), TUTTI_CLI);
+    o = run_cmd(cmd, &st);
+    assert_int_equal(st, 0);
+    if (!strstr(o, "\rtutti: tt/stories-GGUF/TinyStories-656K-Q8_0.gguf: ") || !strstr(o, " / 732 KiB (") ||
+        !strstr(o, "/s, ") || !strstr(o, " s left"))
+        fail_msg("no progress line in:\n%s", o);
+    free(o);
     hub_stop(&h);
 }
 
