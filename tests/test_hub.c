@@ -724,6 +724,21 @@ static void test_models_and_configs(void **state) {
     o = run_cmd(cmd, &st);
     assert_non_null(strstr(o, "\"id\":\"small\""));
     free(o);
+    /* fit's ensemble file names the cached files (their links, not their blobs), and runs */
+    f = fopen(tmp("text.txt"), "w");
+    assert_non_null(f);
+    fprintf(f, "Once upon a time, there was a little girl named Lily. She loved to play outside.\n");
+    fclose(f);
+    snprintf(args, sizeof args, "fit --text %s -hf tt/stories-GGUF:F32 -hf tt/stories-GGUF:Q8_0 --temp-grid 1 -o %s --quiet",
+             tmp("text.txt"), tmp("fit.txt"));
+    free(expect_cli(&h, "c10", NULL, args, 0, NULL, NULL));
+    char *fit = read_file(tmp("fit.txt"), NULL);
+    assert_non_null(fit);
+    if (!strstr(fit, "/snapshots/") || !strstr(fit, "/stories260K-F32.gguf ") || strstr(fit, "/blobs/"))
+        fail_msg("fit wrote:\n%s", fit);
+    free(fit);
+    snprintf(args, sizeof args, "run -e %s -p 'Once upon a time' -n 4 --temp 0 --quiet --offline", tmp("fit.txt"));
+    free(expect_cli(&h, "c10", NULL, args, 0, NULL, NULL));
     /* the list: every file fetched, with its size */
     o = cli(&h, "c10", NULL, "models --json", &st);
     assert_int_equal(st, 0);
