@@ -181,13 +181,13 @@ tutti_ensemble *tutti_ensemble_new(const tutti_ensemble_params *params) {
             tutti_set_error("member %d: no model path", i + 1);
             goto fail;
         }
-        e->path[i] = strdup(d->model_path);
+        e->path[i] = tutti_hub_resolve(d->model_path); /* a model spec (src/hub): its cached file */
         if (!e->path[i]) {
-            tutti_set_error("ensemble: out of memory");
+            tutti_error_prefix("member %d", i + 1);
             goto fail;
         }
-        if (!fusion_is_remote_spec(d->model_path) && access(d->model_path, R_OK) != 0) {
-            tutti_set_error("member %d: cannot open model file %s: %s", i + 1, d->model_path, strerror(errno));
+        if (!fusion_is_remote_spec(e->path[i]) && access(e->path[i], R_OK) != 0) {
+            tutti_set_error("member %d: cannot open model file %s: %s", i + 1, e->path[i], strerror(errno));
             goto fail;
         }
         e->temp[i] = isnan(d->temp) ? 1.0f : d->temp; /* checked above */
