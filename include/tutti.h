@@ -1042,6 +1042,72 @@ int tutti_mpi_split_attach(tutti_session *s, int32_t n_threads, int32_t ubatch);
  * TUTTI_ERR with the error set (bad usage: exit 2). */
 int tutti_mpi_split_members(const char *counts, int32_t ubatch, const char *const *paths, int32_t n_paths);
 
+/* ------------------------------------------------------------------------ */
+/* Models by name: the Hugging Face hub, as llama.cpp's -hf (README "Models
+ * by name").  A model spec "hf://USER/MODEL[:QUANT]" or "hf://USER/MODEL/FILE"
+ * may stand wherever a GGUF path does: tutti_model_load, tutti_vocab_load,
+ * tutti_file_meta_str, ensemble members (tutti_ensemble_new, ensemble files),
+ * merge configurations.  It is resolved to a file of the local cache,
+ * downloading what is missing (src/hub/hub.h has the protocol and the cache
+ * layout); each spec is resolved once per process. */
+
+typedef struct tutti_hub_params {
+    const char *endpoint;  /* NULL: $MODEL_ENDPOINT, else $HF_ENDPOINT, else https://huggingface.co/ */
+    const char *token;     /* NULL: $HF_TOKEN; sent as "Authorization: Bearer", never printed */
+    const char *cache_dir; /* NULL: $LLAMA_CACHE, $HF_HUB_CACHE, $HUGGINGFACE_HUB_CACHE, $HF_HOME/hub,
+                              $XDG_CACHE_HOME/huggingface/hub, ~/.cache/huggingface/hub */
+    bool offline;          /* the cache only, no network (also $LLAMA_OFFLINE or $HF_HUB_OFFLINE = 1) */
+    bool progress;         /* download progress on stderr (default true) */
+} tutti_hub_params;
+
+tutti_hub_params tutti_hub_default_params(void);
+/* Settings for every later resolution in this process (strings copied);
+ * NULL restores the defaults.  Forgets what was resolved so far. */
+int tutti_hub_configure(const tutti_hub_params *params);
+/* true for "hf://..." */
+bool tutti_is_hub_spec(const char *s);
+/* 0 when s is a well-formed spec (hf://REPO, hf://REPO:QUANT, hf://REPO/FILE;
+ * also without "hf://"), else TUTTI_ERR with an error saying the form (a
+ * command line's usage error).  Asks nothing of the network. */
+int tutti_hub_spec_check(const char *s);
+/* The local path of a spec's file (a split model: its first part, every part
+ * beside it), as a malloc'd string the caller frees; anything that is not a
+ * spec is returned as a copy.  QUANT: the file whose path holds the tag
+ * followed by '.' or '-', in any case; none: Q4_K_M, else Q8_0, else the
+ * first model file.  Online: the repository's listing, then each missing
+ * file downloaded (resumed with HTTP Range after a cut, its sha256 checked
+ * before it is used, renamed into place when complete; one process at a time
+ * per file).  Offline, or when the hub cannot be reached (a warning says
+ * so): the cache.  NULL on error: a malformed spec, 401/403 (set HF_TOKEN),
+ * 404, a quant tag the repository lacks (the message lists its tags), a
+ * corrupted download, nothing cached while offline. */
+char *tutti_hub_resolve(const char *spec);
+
+/* The cache folder in force (params, else the variables above) into buf;
+ * 0, or TUTTI_ERR when it does not fit or there is none. */
+int tutti_hub_cache_dir(char *buf, size_t cap);
+
+/* One file of the cache. */
+typedef struct tutti_hub_entry {
+    char repo[260];    /* USER/MODEL */
+    char file[516];    /* its path in the repository */
+    char tag[68];      /* quant tag from the name, upper case ("" none) */
+    char commit[44];   /* the snapshot */
+    char path[4608];   /* on disk (the snapshot's link) */
+    int64_t size;      /* bytes */
+    int64_t last_use;  /* Unix seconds: the last resolution that used it (or its download) */
+    bool current;      /* in the snapshot refs/main names */
+} tutti_hub_entry;
+
+/* Every file of the cache, by repository then path (*entries malloc'd, the
+ * caller frees; an absent cache is an empty list).  0 or TUTTI_ERR. */
+int tutti_hub_list(tutti_hub_entry **entries, int32_t *n);
+/* Removes "USER/MODEL" (the whole repository), "USER/MODEL:QUANT" (its files
+ * of that tag) or a FILE (a path as listed, its base name, or USER/MODEL/FILE;
+ * a split model's part removes all its parts), then the blobs nothing links
+ * to any more.  *n_removed: files removed; TUTTI_ERR when nothing matches. */
+int tutti_hub_remove(const char *what, int32_t *n_removed);
+
 #ifdef __cplusplus
 }
 #endif

@@ -32,7 +32,7 @@ import sys
 
 # bottom first: a layer may include the layers before it
 LAYERS = ["util", "quant", "gguf", "kernels", "tokenizer", "grammar", "chat", "sample", "model", "member",
-          "fusion", "merge", "mpi", "ensemble", "server", "cli"]
+          "hub", "fusion", "merge", "mpi", "ensemble", "server", "cli"]
 FRONT_ENDS = {
     "cli": re.compile(r'^(tutti\.h|cli/[a-z_]+\.h|server/server\.h)$'),
     # util/buf.h is header-only (static inline): no symbol of the library

@@ -301,6 +301,7 @@ int tutti_cmd_bench(int argc, char **argv) {
     for (int k = 0; k < 4; k++) aligns[k] = tutti_align_name((tutti_align)k);
     const cli_opt opts[] = {
         CLI_STRS("-m,--model", "FILE", &models, "a GGUF model (repeat to bench several; up to 8)"),
+        CLI_HF_OPTS(&models, CLI_T_STRS, 0),
         CLI_INT("-t,--threads", "N", &cfg.n_threads, 1, CLI_MAX_THREADS, "worker threads", NULL),
         CLI_INT("-p,--n-prompt", "N", &cfg.n_pp, 0, 65536, "prompt-processing test: one batch of N tokens, 0 = skip",
                 NULL),
@@ -324,9 +325,10 @@ int tutti_cmd_bench(int argc, char **argv) {
     };
     int pr = cli_parse(&spec, argc, argv);
     if (pr != CLI_RUN) return pr;
-    if (models.n == 0) return cli_usage_error("need -m MODEL (see tutti bench --help)");
+    if (models.n == 0) return cli_usage_error("need -m MODEL or -hf REPO[:QUANT] (see tutti bench --help)");
     if (models.n > BENCH_MAX_MODELS) return cli_usage_error("at most %d models", BENCH_MAX_MODELS);
     if (fused && models.n < 2) return cli_usage_error("--fused needs at least two -m members");
+    if ((pr = cli_resolve_models(&models)) != CLI_RUN) return pr;
     int n_models = models.n;
     const char *const *model_paths = models.v;
     tutti_system_info sys;

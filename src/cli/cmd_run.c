@@ -39,6 +39,7 @@ void ens_args_init(ens_args *a) {
     const cli_opt t[] = {
         CLI_SECTION("ensemble"),
         CLI_STRS("-m,--model", "FILE", &a->models, "a member's GGUF file (repeat: one -m per member)"),
+        CLI_HF_OPTS(&a->models, CLI_T_STRS, 0),
         CLI_STR("-e,--ensemble", "FILE", &a->ens_file, "members from an ensemble file (format below)", "none"),
         CLI_FLOATS("-w,--weights", "W1,W2,...", &a->weights, -1e30, 1e30, "member weights, one per member",
                    "uniform"),
@@ -119,7 +120,12 @@ int ens_args_check(ens_args *a) {
         if (!(a->file = tutti_ensemble_file_read(a->ens_file))) return cli_error("%s", tutti_last_error());
         n += a->file->n_members;
     }
-    if (n == 0) return cli_usage_error("no members: give -m MODEL.gguf (one per member) or -e ENSEMBLE_FILE");
+    if (n == 0)
+        return cli_usage_error("no members: give -m MODEL.gguf or -hf REPO[:QUANT] (one per member) or -e ENSEMBLE_FILE");
+    int r = cli_resolve_models(&a->models);
+    for (int i = 0; r == CLI_RUN && a->file && i < a->file->n_members; i++)
+        r = cli_resolve_owned((char **)&a->file->members[i].model_path);
+    if (r != CLI_RUN) return r;
     if (n > TUTTI_ENSEMBLE_MAX_MEMBERS)
         return cli_usage_error("%d members; at most %d", n, TUTTI_ENSEMBLE_MAX_MEMBERS);
     if (a->weights.n && a->weights.n != n)
@@ -128,7 +134,7 @@ int ens_args_check(ens_args *a) {
     if (a->temps.n && a->temps.n != n)
         return cli_usage_error("--temps gives %d temperature%s but the ensemble has %d member%s", a->temps.n,
                                a->temps.n == 1 ? "" : "s", n, n == 1 ? "" : "s");
-    int r = ens_check_settings(a, n);
+    r = ens_check_settings(a, n);
     if (r != CLI_RUN) return r;
     /* members split by layers over the MPI ranks (member_split.c) */
     r = cli_split_check(a->split_counts, a->split_ub);

@@ -33,9 +33,12 @@ static int read_members(tutti_ensemble *e, const tutti_ensemble_params *params) 
     for (int32_t i = 0; i < e->n; i++) {
         const tutti_member_desc *d = &params->members[i];
         if (!d->model_path || !*d->model_path) return tutti_set_error("member %d: no model path", i + 1);
-        if (!(e->path[i] = strdup(d->model_path))) return tutti_set_error("ensemble: out of memory");
-        if (!fusion_is_remote_spec(d->model_path) && access(d->model_path, R_OK) != 0)
-            return tutti_set_error("member %d: cannot open model file %s: %s", i + 1, d->model_path, strerror(errno));
+        if (!(e->path[i] = tutti_hub_resolve(d->model_path))) { /* a model spec (src/hub): its cached file */
+            tutti_error_prefix("member %d", i + 1);
+            return TUTTI_ERR;
+        }
+        if (!fusion_is_remote_spec(e->path[i]) && access(e->path[i], R_OK) != 0)
+            return tutti_set_error("member %d: cannot open model file %s: %s", i + 1, e->path[i], strerror(errno));
         e->temp[i] = isnan(d->temp) ? 1.0f : d->temp; /* checked by tutti_ensemble_params_check */
     }
     float w[TUTTI_ENSEMBLE_MAX_MEMBERS];
