@@ -31,8 +31,8 @@ import subprocess
 import sys
 
 # bottom first: a layer may include the layers before it
-LAYERS = ["util", "quant", "gguf", "kernels", "tokenizer", "grammar", "chat", "sample", "model", "member",
-          "hub", "fusion", "merge", "mpi", "ensemble", "server", "cli"]
+LAYERS = ["util", "net", "hub", "quant", "gguf", "kernels", "tokenizer", "grammar", "chat", "sample", "model", "member",
+          "fusion", "merge", "mpi", "ensemble", "server", "cli"]
 FRONT_ENDS = {
     "cli": re.compile(r'^(tutti\.h|cli/[a-z_]+\.h|server/server\.h)$'),
     # util/buf.h is header-only (static inline): no symbol of the library

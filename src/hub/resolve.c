@@ -11,7 +11,7 @@
 
 #include "hub/hub.h"
 #include "hub/sha256.h"
-#include "member/remote_http.h"
+#include "net/http.h"
 #include "tutti.h"
 #include "util/error.h"
 

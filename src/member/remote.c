@@ -44,7 +44,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "member/remote_http.h"
+#include "net/http.h"
 #include "util/clock.h"
 #include "util/error.h"
 

@@ -1,6 +1,6 @@
 /* HTTP client for remote members: libcurl easy interface, one handle per
  * member so connections are reused (keep-alive), total timeout per request. */
-#include "member/remote_http.h"
+#include "net/http.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -1,13 +1,14 @@
-/* The HTTP client of remote members (remote.c): a small wrapper of libcurl
- * for members served by another process.
+/* The `net` layer (internal): the HTTP client of remote members
+ * (src/member/remote.c) and of the hub's listings and downloads (src/hub/),
+ * a small wrapper of libcurl.
  *
  * One remote_http per member: its curl easy handle keeps the connection to
  * the server alive between requests (no TCP handshake per step), and is used
  * by one thread at a time (the member's worker).  Every request has a total
  * timeout.  The API key, when given, goes only into the Authorization
  * header; it is never part of an error message. */
-#ifndef TUTTI_MEMBER_REMOTE_HTTP_H
-#define TUTTI_MEMBER_REMOTE_HTTP_H
+#ifndef TUTTI_NET_HTTP_H
+#define TUTTI_NET_HTTP_H
 
 #include <stddef.h>
 
