@@ -1,5 +1,5 @@
 /* Ensemble flags shared by `tutti run`, `tutti eval` and `tutti fit`
- * (implemented in cmd_run.c): one flag table, included in each command's
+ * (implemented in ens_args.c): one flag table, included in each command's
  * own table with CLI_INCLUDE(a.opts). */
 #ifndef TUTTI_CLI_ENS_ARGS_H
 #define TUTTI_CLI_ENS_ARGS_H
