@@ -44,6 +44,12 @@ extern "C" {
 /* Message describing the last error on this thread ("no error recorded" if
  * none).  Never NULL; valid until the next failing call on this thread. */
 const char *tutti_last_error(void);
+/* text with every URL's credentials hidden: the user information
+ * ("user:password@" before the host) becomes "***@", and the values of query parameters whose names
+ * hold key, token, secret, pass, pwd, auth, sig or cred -> "***".  Writes
+ * at most cap bytes (NUL included) into out and returns out.  Every library
+ * message (tutti_last_error) is already redacted this way. */
+char *tutti_redact_urls(const char *text, char *out, size_t cap);
 
 /* ------------------------------------------------------------------------ */
 /* Vocabulary and tokenizer (SentencePiece "spm" and byte-level "bpe"),
@@ -375,7 +381,7 @@ int tutti_align_parse(const char *name);
 typedef struct tutti_member_desc {
     const char *model_path; /* GGUF file, or a remote member "http://HOST:PORT#MODEL;vocab=PATH[;...]" (README "Remote members") */
     float weight;           /* NAN = default (uniform; contrastive: 1 for member 1, -0.5 for the others) */
-    float temp;             /* tau_i > 0; NAN or 0 = 1 */
+    float temp;             /* tau_i in [TUTTI_TEMP_MIN, TUTTI_TEMP_MAX]; NAN = 1 (0 is refused) */
 } tutti_member_desc;
 
 typedef struct tutti_ensemble_params {
@@ -402,6 +408,39 @@ typedef struct tutti_ensemble_params {
 } tutti_ensemble_params;
 
 tutti_ensemble_params tutti_ensemble_default_params(void);
+
+/* Checking ensemble settings: the one validator.  tutti_ensemble_new, the
+ * weight, adapt and route setters, ensemble files, the command line and
+ * `tutti serve` (its flags, --config ensembles and a request's inline
+ * ensemble) all call these, so a value is refused everywhere with the same
+ * message.  Each returns 0, or TUTTI_ERR with a message naming the member
+ * (1-based) and the value, never a path or where the value came from (the
+ * caller prefixes that: a flag, a file's line, a JSON field).
+ *   temperature  NAN = the default 1; else in [TUTTI_TEMP_MIN, TUTTI_TEMP_MAX]
+ *                (0 is refused, not read as 1)
+ *   weights      [n_members], NAN = the rule's default (tutti_default_weight);
+ *                finite; >= 0 except in CONTRASTIVE, whose member 1 (the
+ *                expert) must be > 0; not all 0; MIX and PRODUCT: sum > 0.
+ *                Also checks n_members (1..16, CONTRASTIVE 2..16) and rule.
+ *   adapt        alpha in [0, 1] (the rule is checked when it is set: MIX,
+ *                or SPAN alignment)
+ *   route        tau in [TUTTI_ROUTE_TAU_MIN, TUTTI_ROUTE_TAU_MAX] nats per
+ *                byte (the rule: MIX or PRODUCT, checked when it is set)
+ *   params       all of a tutti_ensemble_params' settings (members' weights
+ *                and temperatures, rule, align, beta, prune, max_hyps), no file
+ *                opened */
+#define TUTTI_TEMP_MIN 1e-6
+#define TUTTI_TEMP_MAX 1e6
+#define TUTTI_ROUTE_TAU_MIN 1e-6
+#define TUTTI_ROUTE_TAU_MAX 1e6
+int tutti_check_temp(int32_t member, float temp);
+int tutti_check_weights(const float *weights, int32_t n_members, tutti_fusion_rule rule);
+int tutti_check_adapt(double alpha);
+int tutti_check_route(double tau);
+int tutti_ensemble_params_check(const tutti_ensemble_params *params);
+/* Member's (1-based) default weight: uniform 1/n; CONTRASTIVE: 1 for
+ * member 1, -0.5/(n-1) for the others. */
+float tutti_default_weight(int32_t member, int32_t n_members, tutti_fusion_rule rule);
 
 typedef struct tutti_ensemble tutti_ensemble;
 
@@ -502,6 +541,15 @@ typedef struct tutti_mask {
                                      longest generated text that member 1 tokenizes (on its own, no BOS, as
                                      tutti_tokenize) into at most max_tokens tokens, ending between two
                                      UTF-8 characters */
+    /* OpenAI's logit_bias: bias[k] is added to the fused log-probability of
+     * token bias_ids[k] (an id of member 1's vocabulary) every step, after
+     * the rule and before the mask, the grammar and the sampler (which
+     * renormalises); -INFINITY bans the token.  TOKEN alignment only: BYTE
+     * and SPAN fuse over bytes and drafts, which have no token ids (error).
+     * Ids in [0, n_vocab), biases finite or -INFINITY; n_bias 0 = none. */
+    const int32_t *bias_ids;
+    const float *bias;
+    int32_t n_bias;
 } tutti_mask;
 
 typedef struct tutti_ensemble_stats {
@@ -874,6 +922,68 @@ tutti_merge_params tutti_merge_default_params(void); /* type NULL, seed 0 */
 /* Merges into out_path (created; removed again on failure).  0 or TUTTI_ERR
  * with tutti_last_error() saying which check or tensor failed. */
 int tutti_merge(const tutti_merge_config *c, const char *out_path, const tutti_merge_params *p);
+
+/* ------------------------------------------------------------------------ */
+/* Models by name: the Hugging Face hub, as llama.cpp's -hf (README "Models
+ * by name").  A model spec "hf://USER/MODEL[:QUANT]" or "hf://USER/MODEL/FILE"
+ * may stand wherever a GGUF path does: tutti_model_load, tutti_vocab_load,
+ * tutti_file_meta_str, ensemble members (tutti_ensemble_new, ensemble files),
+ * merge configurations.  It is resolved to a file of the local cache,
+ * downloading what is missing (src/hub/hub.h has the protocol and the cache
+ * layout); each spec is resolved once per process. */
+
+typedef struct tutti_hub_params {
+    const char *endpoint;  /* NULL: $MODEL_ENDPOINT, else $HF_ENDPOINT, else https://huggingface.co/ */
+    const char *token;     /* NULL: $HF_TOKEN; sent as "Authorization: Bearer", never printed */
+    const char *cache_dir; /* NULL: $LLAMA_CACHE, $HF_HUB_CACHE, $HUGGINGFACE_HUB_CACHE, $HF_HOME/hub,
+                              $XDG_CACHE_HOME/huggingface/hub, ~/.cache/huggingface/hub */
+    bool offline;          /* the cache only, no network (also $LLAMA_OFFLINE or $HF_HUB_OFFLINE = 1) */
+    bool progress;         /* download progress on stderr (default true) */
+} tutti_hub_params;
+
+tutti_hub_params tutti_hub_default_params(void);
+/* Settings for every later resolution in this process (strings copied);
+ * NULL restores the defaults.  Forgets what was resolved so far. */
+int tutti_hub_configure(const tutti_hub_params *params);
+/* true for "hf://..." */
+bool tutti_is_hub_spec(const char *s);
+/* The local path of a spec's file (a split model: its first part, every part
+ * beside it), as a malloc'd string the caller frees; anything that is not a
+ * spec is returned as a copy.  QUANT: the file whose path holds the tag
+ * followed by '.' or '-', in any case; none: Q4_K_M, else Q8_0, else the
+ * first model file.  Online: the repository's listing, then each missing
+ * file downloaded (resumed with HTTP Range after a cut, its sha256 checked
+ * before it is used, renamed into place when complete; one process at a time
+ * per file).  Offline, or when the hub cannot be reached (a warning says
+ * so): the cache.  NULL on error: a malformed spec, 401/403 (set HF_TOKEN),
+ * 404, a quant tag the repository lacks (the message lists its tags), a
+ * corrupted download, nothing cached while offline. */
+char *tutti_hub_resolve(const char *spec);
+
+/* The cache folder in force (params, else the variables above) into buf;
+ * 0, or TUTTI_ERR when it does not fit or there is none. */
+int tutti_hub_cache_dir(char *buf, size_t cap);
+
+/* One file of the cache. */
+typedef struct tutti_hub_entry {
+    char repo[260];    /* USER/MODEL */
+    char file[516];    /* its path in the repository */
+    char tag[68];      /* quant tag from the name, upper case ("" none) */
+    char commit[44];   /* the snapshot */
+    char path[4608];   /* on disk (the snapshot's link) */
+    int64_t size;      /* bytes */
+    int64_t last_use;  /* Unix seconds: the last resolution that used it (or its download) */
+    bool current;      /* in the snapshot refs/main names */
+} tutti_hub_entry;
+
+/* Every file of the cache, by repository then path (*entries malloc'd, the
+ * caller frees; an absent cache is an empty list).  0 or TUTTI_ERR. */
+int tutti_hub_list(tutti_hub_entry **entries, int32_t *n);
+/* Removes "USER/MODEL" (the whole repository), "USER/MODEL:QUANT" (its files
+ * of that tag) or a FILE (a path as listed, its base name, or USER/MODEL/FILE;
+ * a split model's part removes all its parts), then the blobs nothing links
+ * to any more.  *n_removed: files removed; TUTTI_ERR when nothing matches. */
+int tutti_hub_remove(const char *what, int32_t *n_removed);
 
 #ifdef __cplusplus
 }

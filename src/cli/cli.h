@@ -79,6 +79,31 @@ double cli_now(void);
  * (bad counts or micro-batch, --split-ubatch alone, no MPI in this build). */
 int cli_split_check(const char *counts, int32_t ubatch);
 
+/* Models by name (hub_args.c, README "Models by name"): -hf into the same
+ * destination as the command's -m (dest: a cli_strs for CLI_T_STRS, a
+ * const char * for CLI_T_STR with once = CLI_ONCE), --hf-file, --hf-token,
+ * --offline.  After cli_parse, cli_resolve_model(s) turns the specs into the
+ * cached files' paths (downloading them). */
+extern const char *cli_hf_token;
+extern bool cli_offline;
+#define CLI_HF_OPTS(dest, type, once)                                                                        \
+    {"-hf,-hfr,--hf-repo", "REPO[:QUANT]", (type), 0, 0, (dest),                                              \
+     "a GGUF model from the Hugging Face hub, USER/MODEL[:QUANT] (QUANT in any case;\n"                     \
+     "default Q4_K_M, else Q8_0, else the first), downloaded once into the cache\n"                         \
+     "(tutti models lists it; a split model's parts all come)",                                            \
+     "none", NULL, CLI_HF | (once)},                                                                       \
+    {"-hff,--hf-file", "FILE", (type), 0, 0, (dest),                                                       \
+     "the file of the -hf repository before it (instead of :QUANT)", "none", NULL, CLI_HF_FILE},          \
+    CLI_STR("-hft,--hf-token", "TOKEN", &cli_hf_token, "Hugging Face access token (private, gated models)", \
+            "$HF_TOKEN"),                                                                                  \
+    CLI_FLAG("--offline", &cli_offline, "models from the cache only, no network (also LLAMA_OFFLINE=1)")
+/* *path as given, or for a model spec its cached file (held until exit).
+ * CLI_RUN, 2 for a malformed spec, 1 when it cannot be had (message printed). */
+int cli_resolve_model(const char **path);
+int cli_resolve_models(cli_strs *paths);
+/* The same for a malloc'd path (an ensemble file's member): replaced, the old freed. */
+int cli_resolve_owned(char **path);
+
 /* ---- behaviour shared by the commands (common.c) ---- */
 
 /* The seed to use: `seed` as given, or for CLI_SEED_RANDOM one drawn from

@@ -85,6 +85,7 @@ int cmd_generate(int argc, char **argv) {
     int32_t split_ub = 0;
     cli_opt opts[] = {
         {"-m,--model", "FILE", CLI_T_STR, 0, 0, &model_path, "GGUF model file", "none", NULL, CLI_ONCE},
+        CLI_HF_OPTS(&model_path, CLI_T_STR, CLI_ONCE),
         CLI_STR("-p,--prompt", "TEXT", &prompt, "prompt (BOS is added when the model's metadata asks for it)", "none"),
         CLI_STR("-f,--file", "FILE", &prompt_file, "read the prompt from FILE (one trailing newline is dropped)", "none"),
         CLI_FLAG("-e,--escape", &escape, "process escapes (\\n \\r \\t \\' \\\" \\\\ \\xHH) in the prompt and --stop"),
@@ -109,7 +110,7 @@ int cmd_generate(int argc, char **argv) {
     };
     const cli_spec spec = {
         .name = "generate",
-        .usage = "-m MODEL (-p TEXT | -f FILE) [options]",
+        .usage = "(-m MODEL | -hf REPO[:QUANT]) (-p TEXT | -f FILE) [options]",
         .description = "Generates a continuation of the prompt with one model. The generated text alone goes to\n"
                        "stdout; the seed, loading progress and speed (tokens/s) go to stderr.",
         .opts = opts,
@@ -121,10 +122,11 @@ int cmd_generate(int argc, char **argv) {
     if (pr != CLI_RUN) return pr;
     if ((pr = cli_split_check(split_counts, split_ub)) != CLI_RUN) return pr;
     const bool split = split_counts != NULL;
-    if (!model_path) return cli_usage_error("need -m MODEL (see tutti generate --help)");
+    if (!model_path) return cli_usage_error("need -m MODEL or -hf REPO[:QUANT] (see tutti generate --help)");
     if (!prompt && !prompt_file) return cli_usage_error("need -p TEXT or -f FILE (see tutti generate --help)");
     if (prompt && prompt_file) return cli_usage_error("-p and -f both give the prompt; use one");
     if (system && !chat) return cli_usage_error("--system needs --chat");
+    if ((pr = cli_resolve_model(&model_path)) != CLI_RUN) return pr;
     char *stop_owned[CLI_MAX_STRS] = {0};
     if (escape)
         for (int k = 0; k < stop.n; k++) {

@@ -15,6 +15,7 @@ int cmd_logits(int argc, char **argv) {
     bool escape = true, special = false;
     cli_opt opts[] = {
         {"-m,--model", "FILE", CLI_T_STR, 0, 0, &model_path, "GGUF model file", "none", NULL, CLI_ONCE},
+        CLI_HF_OPTS(&model_path, CLI_T_STR, CLI_ONCE),
         CLI_STR("-p,--prompt", "TEXT", &prompt, "text to run (BOS added as the model's metadata says)", "none"),
         CLI_STR("-f,--file", "FILE", &prompt_file, "read the text from FILE (one trailing newline is dropped)", "none"),
         CLI_FLAG("-e,--escape", &escape, "process escapes (\\n \\t \\xHH ...) in the prompt"),
@@ -29,7 +30,7 @@ int cmd_logits(int argc, char **argv) {
     };
     const cli_spec spec = {
         .name = "logits",
-        .usage = "-m MODEL (-p TEXT | -f FILE | --ids 1,2,3) -o FILE [options]",
+        .usage = "(-m MODEL | -hf REPO[:QUANT]) (-p TEXT | -f FILE | --ids 1,2,3) -o FILE [options]",
         .description = "Runs the prompt through the model in one batch and writes the logits of every\n"
                        "position as raw little-endian float32 [n_tokens][n_vocab] to FILE (the context is\n"
                        "exactly the prompt's length).",
@@ -40,7 +41,8 @@ int cmd_logits(int argc, char **argv) {
     if ((pr = cli_split_check(split_counts, split_ub)) != CLI_RUN) return pr;
     const bool split = split_counts != NULL; /* a model split by layers over MPI ranks, as in tutti generate */
     if (!model_path || !out || (!!prompt + !!prompt_file + !!ids_arg) != 1)
-        return cli_usage_error("need -m MODEL, -o FILE and exactly one of -p TEXT, -f FILE or --ids LIST");
+        return cli_usage_error("need -m MODEL (or -hf REPO), -o FILE and exactly one of -p TEXT, -f FILE or --ids LIST");
+    if ((pr = cli_resolve_model(&model_path)) != CLI_RUN) return pr;
     int32_t *ids = NULL, n = 0;
     if (ids_arg && !cli_ids(ids_arg, &ids, &n)) {
         return cli_usage_error("--ids needs comma-separated non-negative token ids, got '%s'", ids_arg);

@@ -60,6 +60,7 @@ static int parse_args(int argc, char **argv, merge_args *a) {
         CLI_FLAG("-v,--verbose", &a->verbose, "one line per tensor on stderr"),
         CLI_SECTION("command-line form (instead of --config)"),
         CLI_STRS("-m,--model", "FILE", &a->models, "a model to merge (repeat)"),
+        CLI_HF_OPTS(&a->models, CLI_T_STRS, 0),
         CLI_STR("--method", "METHOD", &a->method,
                 "linear, slerp, nuslerp, task_arithmetic, ties, dare_linear, dare_ties, della,\n"
                 "della_linear, breadcrumbs, breadcrumbs_ties, model_stock, passthrough",
@@ -104,7 +105,9 @@ static int parse_args(int argc, char **argv, merge_args *a) {
     if (a->weights.n && a->weights.n != a->models.n)
         return cli_usage_error("--weights needs %d comma-separated numbers (one per -m), got %d", a->models.n,
                                a->weights.n);
-    return CLI_RUN;
+    /* -hf models, and hf:// in --base (a --config file's are resolved by the library) */
+    if ((r = cli_resolve_models(&a->models)) != CLI_RUN) return r;
+    return cli_resolve_model(&a->base);
 }
 
 /* The configuration of the -m form; NULL after printing why (*status set). */

@@ -104,7 +104,9 @@ static int file_index(merge_run *r, const char *path) {
     r->files = nf;
     r->paths[r->n_files] = strdup(path);
     if (!r->paths[r->n_files]) return tutti_set_error("merge: out of memory");
-    r->files[r->n_files] = gguf_open(path);
+    char *local = tutti_hub_resolve(path); /* a model spec (src/hub): its cached file */
+    r->files[r->n_files] = local ? gguf_open(local) : NULL;
+    free(local);
     if (!r->files[r->n_files]) {
         free(r->paths[r->n_files]);
         return TUTTI_ERR;
