@@ -867,13 +867,26 @@ typedef struct tutti_merge_params {
     uint64_t seed;     /* of the random masks (dare_*, della*) */
     const char *name;  /* general.name of the output; NULL: "merge of ..." */
     bool verbose;      /* one line per tensor on stderr */
+    /* Receives a line worth telling the user (NULL: none): the tensors
+     * written in a fallback type (rows the output type's blocks do not
+     * divide), once per merge, as llama-quantize warns of them. */
+    tutti_notice_cb notice;
+    void *notice_user;
 } tutti_merge_params;
 
 tutti_merge_params tutti_merge_default_params(void); /* type NULL, seed 0 */
 
-/* Merges into out_path (created; removed again on failure).  0 or TUTTI_ERR
- * with tutti_last_error() saying which check or tensor failed. */
+/* Merges into out_path.  Refused before any work when out_path is one of
+ * the inputs (the same file: device and inode after following symlinks, so
+ * also another spelling, a symlink or a hard link) or cannot be written.
+ * The file is written atomically: a temporary file in its folder, renamed
+ * onto out_path when complete; on failure out_path is left as it was (an
+ * input that is mapped is never truncated).  0 or TUTTI_ERR with
+ * tutti_last_error() saying which check or tensor failed. */
 int tutti_merge(const tutti_merge_config *c, const char *out_path, const tutti_merge_params *p);
+/* The same GGUF file streamed to out (binary, sequential: a pipe will do),
+ * e.g. stdout; a failure leaves a partial stream. */
+int tutti_merge_stream(const tutti_merge_config *c, FILE *out, const tutti_merge_params *p);
 
 #ifdef __cplusplus
 }

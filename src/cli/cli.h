@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "cli/opts.h"
 #include "tutti.h"
@@ -110,6 +111,24 @@ char *cli_prompt_text(const char *prompt, const char *file, bool escape, size_t 
 /* llama.cpp's warning for a prompt that starts with two BOS tokens (the
  * model adds one and the text, with --special, gives another). */
 void cli_warn_double_bos(const tutti_vocab *vocab, const int32_t *ids, int32_t n);
+
+/* Output files (merge -o, fit -o, logits -o, eval --plot): "-" is stdout,
+ * streamed, where the command's stdout is free for it; any other name is
+ * written atomically (util/file.h: a temporary file renamed into place when
+ * complete, never a truncated or half-written file, never a file named
+ * "-"). */
+typedef enum cli_out_kind {
+    CLI_OUT_TEXT,      /* "-" allowed */
+    CLI_OUT_BINARY,    /* "-" allowed unless stdout is a terminal */
+    CLI_OUT_FILE_ONLY, /* "-" refused: stdout holds the command's results */
+} cli_out_kind;
+/* Before the work: CLI_RUN, 2 after the message for an empty name or a "-"
+ * this output cannot take, 1 when the file cannot be written (a missing or
+ * read-only folder, a directory).  NULL path: CLI_RUN. */
+int cli_output_check(const char *flag, const char *path, cli_out_kind kind);
+/* Writes path ("-": stdout) with produce (util/file.h's tutti_write_fn):
+ * 0, or 1 after the message. */
+int cli_output_write(const char *path, int (*produce)(FILE *fp, void *ctx), void *ctx);
 
 /* Ctrl-C: the first SIGINT sets cli_interrupted (the generation finishes
  * its current token, prints the text so far and the timings, and the
