@@ -502,7 +502,19 @@ typedef struct tutti_mask {
                                      longest generated text that member 1 tokenizes (on its own, no BOS, as
                                      tutti_tokenize) into at most max_tokens tokens, ending between two
                                      UTF-8 characters */
+    bool ignore_eos;              /* the text never ends by itself (tutti generate --ignore-eos): TOKEN
+                                     end-of-generation tokens, BYTE the end-of-text outcome, SPAN drafts'
+                                     end-of-generation tokens are ruled out; it ends at max_len /
+                                     max_tokens, a stop string or a full context */
 } tutti_mask;
+
+/* Why a generation ended, in the OpenAI API's terms (finish_reason). */
+typedef enum tutti_finish {
+    TUTTI_FINISH_STOP = 0,   /* "stop": end of text, a stop string, the grammar complete (nothing may
+                                follow), or the text callback asked to stop */
+    TUTTI_FINISH_LENGTH = 1, /* "length": mask->max_len / max_tokens reached, or a member's full
+                                context ended it (ctx_full_member), in every alignment */
+} tutti_finish;
 
 typedef struct tutti_ensemble_stats {
     int32_t n_units;        /* tokens (TOKEN) or bytes (BYTE, SPAN) generated */
@@ -531,9 +543,11 @@ typedef struct tutti_ensemble_stats {
     /* The member whose full context ended the generation (0-based), -1 if
      * none did.  NaN/+inf logits are not a stop but an error. */
     int32_t ctx_full_member;
-    /* The generation ended at mask->max_len or mask->max_tokens (a client's
-     * "length" finish), not at end of text, a stop string or a full context. */
+    /* The generation ended at mask->max_len or mask->max_tokens, not at end
+     * of text, a stop string or a full context. */
     bool at_limit;
+    /* LENGTH when at_limit or ctx_full_member >= 0, else STOP. */
+    tutti_finish finish;
 } tutti_ensemble_stats;
 
 #define TUTTI_LEFT_SPELL 1

@@ -74,12 +74,13 @@ static void stop_emit(stop_buf *b, const char *piece, size_t n, bool final) {
 
 int cmd_generate(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *system = NULL;
-    bool chat = false, verbose_prompt = false, escape = true, ignore_eos = false;
+    bool chat = false, verbose_prompt = false, escape = true;
     int32_t n_predict = 128, n_threads = 0, n_ctx = CLI_CTX_UNSET;
     bool parse_special = false;
     cli_strs stop = {.n = 0};
-    tutti_sampler_params sp = tutti_sampler_default_params();
-    sp.seed = CLI_SEED_RANDOM;
+    cli_sampling cs;
+    cli_sampling_init(&cs);
+    tutti_sampler_params *sp = &cs.sp;
     cli_grammar ga = {0};
     const char *split_counts = NULL; /* --split-layers: NULL = off, "" = by memory */
     int32_t split_ub = 0;
@@ -94,14 +95,13 @@ int cmd_generate(int argc, char **argv) {
         CLI_THREADS_OPT(&n_threads),
         CLI_CTX_OPT(&n_ctx, ""),
         CLI_STRS("--stop", "TEXT", &stop, "stop when the output contains TEXT (not printed; repeatable)"),
-        CLI_FLAG("--ignore-eos", &ignore_eos, "never sample end-of-generation tokens (generate all -n tokens)"),
         CLI_FLAG("--special", &parse_special, "parse control-token text in the prompt (e.g. <|eot_id|>)"),
         CLI_FLAG("--chat", &chat, "the prompt is a user message, formatted with the model's own\n"
                                    "chat template; generation stops at the end-of-turn token"),
         CLI_STR("--system", "TEXT", &system, "with --chat: a system message before the user message", "none"),
         CLI_FLAG("--verbose-prompt", &verbose_prompt, "print the prompt's token ids on stderr"),
         CLI_SECTION("sampling"),
-        CLI_SAMPLING_OPTS(&sp),
+        CLI_SAMPLING_OPTS(&cs),
         CLI_GRAMMAR_OPTS(&ga),
         CLI_SECTION("one model over MPI ranks (mpirun -np K tutti generate ...)"),
         CLI_SPLIT_OPTS(&split_counts, &split_ub, "the model"),
@@ -180,13 +180,13 @@ int cmd_generate(int argc, char **argv) {
                   tutti_session_n_ctx(sess));
         goto done;
     }
-    sp.seed = cli_seed_resolve(sp.seed); /* printed once the run can go ahead */
-    if (!(smp = tutti_sampler_new(&sp))) {
+    sp->seed = cli_seed_resolve(sp->seed); /* printed once the run can go ahead */
+    if (!(smp = tutti_sampler_new(sp))) {
         cli_error("%s", tutti_last_error());
         goto done;
     }
     int32_t n_vocab = tutti_model_n_vocab(model);
-    if (ignore_eos && !(biased = malloc(sizeof(float) * (size_t)n_vocab))) {
+    if (cs.ignore_eos && !(biased = malloc(sizeof(float) * (size_t)n_vocab))) {
         cli_error("out of memory");
         goto done;
     }

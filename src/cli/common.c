@@ -40,6 +40,14 @@ uint64_t cli_seed_resolve(uint64_t seed) {
     return seed;
 }
 
+/* ---- sampling ---- */
+
+void cli_sampling_init(cli_sampling *s) {
+    memset(s, 0, sizeof *s);
+    s->sp = tutti_sampler_default_params();
+    s->sp.seed = CLI_SEED_RANDOM;
+}
+
 /* ---- context ---- */
 
 int32_t cli_ctx_for(const tutti_model *model, int32_t n_ctx, const char *label) {

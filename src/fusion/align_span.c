@@ -271,7 +271,7 @@ static int span_start(fusion_align *a, const gen_prompt *pr, tutti_sampler *smp)
         c->smp[i] = tutti_sampler_new(&p);
         if (!c->st[i] || !c->smp[i]) return TUTTI_ERR;
     }
-    c->masked = g->mask && (g->mask->n_allowed > 0 || g->mask->n_forbidden > 0);
+    c->masked = token_mask_needed(g->mask);
     if (c->masked)
         for (int32_t i = 0; i < e->n; i++)
             if (token_mask_init(&c->tm[i], e->trie[i], g->mask) < 0) return TUTTI_ERR;

@@ -94,7 +94,7 @@ static int token_start(fusion_align *a, const gen_prompt *pr, tutti_sampler *smp
     /* as tutti generate: the prompt (member 1's) counts for the repetition penalty */
     for (int32_t k = 0; k < t->n[0]; k++) tutti_sampler_accept(smp, t->ids[0][k]);
     t->pass = a->ad.on ? -1 : passthrough_member(e);
-    a->masked = g->mask && (g->mask->n_allowed > 0 || g->mask->n_forbidden > 0);
+    a->masked = token_mask_needed(g->mask);
     if (a->masked) {
         /* the piece table of the (shared) vocabulary, built once per ensemble */
         if (!e->trie[0] && !(e->trie[0] = fusion_trie_build(e->m[0]->vocab))) return TUTTI_ERR;

@@ -203,6 +203,11 @@ typedef struct token_mask {
     uint8_t *keep;       /* [n_vocab] scratch */
 } token_mask;
 int token_mask_init(token_mask *tm, const fusion_trie *t, const tutti_mask *mask);
+/* Whether a mask rules out any token by itself (allowed or forbidden
+ * strings, ignore_eos): the alignments then apply it to every row. */
+static inline bool token_mask_needed(const tutti_mask *m) {
+    return m && (m->n_allowed > 0 || m->n_forbidden > 0 || m->ignore_eos);
+}
 void token_mask_apply(const token_mask *tm, const gen_ctx *g, float *dist);
 void token_mask_free(token_mask *tm);
 
