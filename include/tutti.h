@@ -44,6 +44,12 @@ extern "C" {
 /* Message describing the last error on this thread ("no error recorded" if
  * none).  Never NULL; valid until the next failing call on this thread. */
 const char *tutti_last_error(void);
+/* What the last error on this thread was: TUTTI_ERR_UNSUPPORTED when the
+ * caller's arguments caused it (a value out of range, a combination the
+ * function cannot do, an option the given models do not allow: the fix is
+ * a different argument; the CLI exits 2), TUTTI_ERR otherwise (a file, the
+ * data, the system).  For the calls that report failure by NULL. */
+int tutti_last_error_kind(void);
 
 /* ------------------------------------------------------------------------ */
 /* Vocabulary and tokenizer (SentencePiece "spm" and byte-level "bpe"),
@@ -160,6 +166,18 @@ typedef struct tutti_session tutti_session;
 typedef struct tutti_session_params {
     int32_t n_ctx;     /* context length in tokens; 0 = min(n_ctx_train, 4096) */
     int32_t n_threads; /* worker threads; 0 = number of online CPUs */
+    /* llama.cpp's context shift (its --context-shift, as llama-cli and
+     * llama-server do it): false (the default) = an eval that would pass
+     * n_ctx fails.  true = whenever a token is about to be evaluated with
+     * n_past = n_ctx - 1, the first n_keep positions stay, the next
+     * n_discard = (n_past - n_keep) / 2 are dropped and the rest move down
+     * (tutti_session_shift), so evals never fail for a full context.  A
+     * batch is split at those points, so the cache after any sequence of
+     * evals is a function of the timeline's tokens alone, as if they had
+     * come one at a time.  Not for a model split over MPI ranks. */
+    bool ctx_shift;
+    int32_t n_keep; /* with ctx_shift: positions kept at the start (1 = BOS; at most n_ctx - 4, as
+                       llama-server caps it) */
 } tutti_session_params;
 
 tutti_session_params tutti_session_default_params(void);
@@ -184,6 +202,31 @@ int32_t tutti_session_n_ctx(const tutti_session *session);
 /* Forgets every position >= n_past (0 clears the cache).  The logits of the
  * last kept position are not recomputed. */
 int tutti_session_rewind(tutti_session *session, int32_t n_past);
+
+/* Context shift (llama.cpp's llama_memory_seq_rm(n_keep, n_keep + n_discard)
+ * followed by llama_memory_seq_add(n_keep + n_discard, n_past, -n_discard),
+ * with its K-shift): drops positions [n_keep, n_keep + n_discard) and moves
+ * positions [n_keep + n_discard, n_past) down by n_discard, the keys rotated
+ * back by n_discard positions (RoPE rotations compose: a key computed at
+ * position p then turned by -n_discard is the key at p - n_discard, up to
+ * float rounding and the cache's f16); values move as they are.  The rows
+ * that stay keep what they attended to when they were computed.  n_past
+ * drops by n_discard; the logits stay those of the last eval.  0, or
+ * TUTTI_ERR for a range outside [0, n_past] or a split model. */
+int tutti_session_shift(tutti_session *session, int32_t n_keep, int32_t n_discard);
+/* Tokens of the session's timeline: n_past plus every token a context shift
+ * dropped (0 after tutti_session_rewind to 0). */
+int32_t tutti_session_n_tokens(const tutti_session *session);
+/* The shortest timeline length tutti_session_rewind_tokens can go back to
+ * without starting over: the length at the last context shift (0 if none). */
+int32_t tutti_session_rewind_floor(const tutti_session *session);
+/* Back to the state after the first n_tokens tokens of the timeline
+ * (n_tokens <= tutti_session_n_tokens): kept when n_tokens >=
+ * tutti_session_rewind_floor (the cache then holds exactly that state);
+ * otherwise the session is emptied, since a shift has dropped rows that
+ * state needs, and the caller evaluates the tokens again from the start.
+ * Returns the tokens kept (n_tokens or 0), or TUTTI_ERR. */
+int32_t tutti_session_rewind_tokens(tutti_session *session, int32_t n_tokens);
 
 /* ------------------------------------------------------------------------ */
 /* Sampling on a distribution given as logits (any unnormalised log-scale
@@ -399,6 +442,14 @@ typedef struct tutti_ensemble_params {
      * one read-only copy of the weights, each with its own sessions and KV
      * caches.  Every given model must outlive the ensemble.  NULL = load all. */
     const tutti_model *const *models;
+    /* llama.cpp's context shift for the members' contexts (tutti run's
+     * default; false = a member's full context ends the generation with
+     * finish LENGTH): a local member whose window fills keeps its BOS and
+     * the n_keep tokens after it, drops the oldest half of the rest and goes
+     * on (tutti_session_params.ctx_shift).  Remote, MPI and split members
+     * keep their hard limit.  The prompt must still fit every context. */
+    bool ctx_shift;
+    int32_t n_keep;
 } tutti_ensemble_params;
 
 tutti_ensemble_params tutti_ensemble_default_params(void);

@@ -74,7 +74,7 @@ void cli_sampling_init(cli_sampling *s);
              "when a context is full, keep its first tokens (BOS, --keep), drop the\n"                         \
              "oldest half of the rest and go on (llama.cpp's context shift; not with -n -1)"),                 \
     CLI_FLAG_OFF("--no-context-shift", (on), "stop the generation when a context is full"),                 \
-    CLI_INT("--keep", "N", (keep), -1, CLI_MAX_CTX, "tokens " what " kept by a context shift besides BOS", NULL)
+    CLI_INT("--keep", "N", (keep), -1, CLI_MAX_CTX, "tokens kept by a context shift after BOS: " what, NULL)
 
 /* -t/--threads into an int32_t (0 = all cores). */
 #define CLI_THREADS_OPT(dest) \

@@ -140,7 +140,10 @@ int tutti_cmd_eval(int argc, char **argv) {
     int rc = 1;
     if (text_path && !(text = cli_read_file(text_path, &len))) goto done;
     if (choices_path && choice_file_read(choices_path, &cf)) goto done;
-    if (!(e = ens_args_build(a, "eval"))) goto done;
+    if (!(e = ens_args_build(a, "eval"))) {
+        rc = a->status;
+        goto done;
+    }
     if (text) {
         char what[96];
         snprintf(what, sizeof what, "scoring %zu bytes with %d members", len, (int)tutti_ensemble_n_members(e));

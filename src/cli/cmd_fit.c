@@ -73,7 +73,7 @@ int tutti_cmd_fit(int argc, char **argv) {
         return 1;
     }
     tutti_ensemble *e = ens_args_build(&a, "fit");
-    int rc = 1;
+    int rc = e ? 1 : a.status;
     if (e) {
         tutti_fit_result fr;
         char what[96];

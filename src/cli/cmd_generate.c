@@ -75,7 +75,8 @@ static void stop_emit(stop_buf *b, const char *piece, size_t n, bool final) {
 int cmd_generate(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *system = NULL;
     bool chat = false, verbose_prompt = false, escape = true;
-    int32_t n_predict = 128, n_threads = 0, n_ctx = CLI_CTX_UNSET;
+    int32_t n_predict = 128, n_threads = 0, n_ctx = CLI_CTX_UNSET, n_keep = 0;
+    bool ctx_shift = true;
     bool parse_special = false;
     cli_strs stop = {.n = 0};
     cli_sampling cs;
@@ -94,6 +95,7 @@ int cmd_generate(int argc, char **argv) {
                 "tokens to generate; -1 = until end of text or a full context", NULL),
         CLI_THREADS_OPT(&n_threads),
         CLI_CTX_OPT(&n_ctx, ""),
+        CLI_CTX_SHIFT_OPTS(&ctx_shift, &n_keep, "the prompt's first N\n(-1 = the whole prompt)"),
         CLI_STRS("--stop", "TEXT", &stop, "stop when the output contains TEXT (not printed; repeatable)"),
         CLI_FLAG("--special", &parse_special, "parse control-token text in the prompt (e.g. <|eot_id|>)"),
         CLI_FLAG("--chat", &chat, "the prompt is a user message, formatted with the model's own\n"
@@ -171,6 +173,15 @@ int cmd_generate(int argc, char **argv) {
     tutti_session_params cp = tutti_session_default_params();
     cp.n_ctx = cli_ctx_for(model, n_ctx, NULL);
     cp.n_threads = n_threads;
+    /* llama.cpp's context shift; -n -1 asks for "until the context is
+     * full", which a shift would make endless */
+    cp.ctx_shift = ctx_shift && n_predict >= 0 && !split;
+    if (cp.ctx_shift) {
+        /* llama.cpp: --keep N prompt tokens besides BOS, -1 (or more than
+         * the prompt has) = the whole prompt */
+        int32_t bos = tutti_vocab_add_bos(vocab) ? 1 : 0;
+        cp.n_keep = n_keep < 0 || n_keep > n_ids ? n_ids : n_keep + bos; /* the session caps it */
+    }
     if (!(sess = tutti_session_new(model, &cp)) || (split && tutti_mpi_split_attach(sess, n_threads, split_ub) < 0)) {
         cli_error("%s", tutti_last_error());
         goto done;
@@ -286,6 +297,10 @@ int cmd_generate(int argc, char **argv) {
     cli_info("\ntutti generate: prompt %d tokens in %.3f s (%.1f tokens/s); generated %d tokens in %.3f s (%.1f tokens/s)\n",
              n_ids, t_prompt, n_ids / (t_prompt > 0 ? t_prompt : 1e-9), n_gen, t_gen,
              n_gen / (t_gen > 0 ? t_gen : 1e-9));
+    if (tutti_session_n_tokens(sess) > tutti_session_n_past(sess))
+        cli_info("tutti generate: the context (%d tokens) filled and shifted: %d of its oldest tokens were dropped, "
+                 "the first %d kept (--keep; --no-context-shift stops at a full context instead)\n",
+                 tutti_session_n_ctx(sess), tutti_session_n_tokens(sess) - tutti_session_n_past(sess), cp.n_keep);
 done:
     gr_constraint_free(&gc);
     free(row);

@@ -27,6 +27,7 @@ const char ens_file_help[] = ENS_FILE_HELP;
 
 void ens_args_init(ens_args *a) {
     memset(a, 0, sizeof *a);
+    a->status = 1;
     a->rule = a->align = -1;
     a->prune = -1;
     a->adapt_alpha = -1;
@@ -154,20 +155,18 @@ tutti_ensemble *ens_args_build(ens_args *a, const char *cmd) {
     if (a->max_hyps > 0) p.max_hyps = a->max_hyps;
     if (a->prune >= 0) p.prune = a->prune;
     if (a->beta > 0) p.beta = a->beta;
+    p.ctx_shift = a->ctx_shift;
+    p.n_keep = a->n_keep;
     tutti_ensemble *e = tutti_ensemble_new(&p);
     if (!e) {
-        cli_error("%s", tutti_last_error());
+        a->status = cli_library_error();
         return NULL;
     }
     double alpha = a->adapt_alpha >= 0 ? a->adapt_alpha : a->file && a->file->adapt >= 0 ? a->file->adapt : -1;
-    if ((a->adapt || alpha >= 0) && tutti_ensemble_set_adapt(e, alpha >= 0 ? alpha : 0.01) < 0) {
-        cli_error("%s", tutti_last_error());
-        tutti_ensemble_free(e);
-        return NULL;
-    }
     double tau = a->route_tau > 0 ? a->route_tau : a->file && a->file->route > 0 ? a->file->route : -1;
-    if ((a->route || tau > 0) && tutti_ensemble_set_route(e, tau > 0 ? tau : 0.25) < 0) {
-        cli_error("%s", tutti_last_error());
+    if (((a->adapt || alpha >= 0) && tutti_ensemble_set_adapt(e, alpha >= 0 ? alpha : 0.01) < 0) ||
+        ((a->route || tau > 0) && tutti_ensemble_set_route(e, tau > 0 ? tau : 0.25) < 0)) {
+        a->status = cli_library_error();
         tutti_ensemble_free(e);
         return NULL;
     }
@@ -232,6 +231,7 @@ int tutti_cmd_run(int argc, char **argv) {
     ens_args_init(&a);
     cli_sampling cs;
     cli_sampling_init(&cs);
+    a.ctx_shift = true; /* llama.cpp's context shift, unless --no-context-shift */
     const char *prompt = NULL, *prompt_file = NULL, *system = NULL;
     bool chat = false, verbose_prompt = false, escape = true;
     int32_t n_gen = 128;
@@ -248,6 +248,7 @@ int tutti_cmd_run(int argc, char **argv) {
                 "(byte/span: the longest text member 1 tokenizes into at most N tokens,\n"
                 "ending between UTF-8 characters); -1 = until end of text or a full context",
                 NULL),
+        CLI_CTX_SHIFT_OPTS(&a.ctx_shift, &a.n_keep, "each member's first N\nof its own prompt tokens"),
         CLI_STRS("--stop", "TEXT", &stop_s, "stop when the output contains TEXT (not printed; repeatable)"),
         CLI_STRS("--allow", "TEXT", &allow_s, "the output must be (a prefix of) one of these strings (repeatable)"),
         CLI_STRS("--forbid", "TEXT", &forbid_s, "the output never contains TEXT (repeatable)"),
@@ -278,6 +279,9 @@ int tutti_cmd_run(int argc, char **argv) {
     if (pr != CLI_RUN) return pr;
     if (system && !chat) return cli_usage_error("--system needs --chat");
     if (prompt && prompt_file) return cli_usage_error("-p and -f both give the prompt; use one");
+    if (a.n_keep < 0)
+        return cli_usage_error("--keep -1 (the whole prompt) needs one tokenizer: give N >= 0 tokens per member");
+    a.ctx_shift &= n_gen >= 0; /* -n -1 means "until a context is full" */
     int gst;
     tutti_grammar *grammar = cli_grammar_build(&ga, &gst); /* before loading: fail fast */
     if (gst) return gst;
@@ -302,7 +306,7 @@ int tutti_cmd_run(int argc, char **argv) {
         tutti_grammar_free(grammar);
         ens_args_free(&a);
         for (int k = 0; k < CLI_MAX_STRS; k++) free(owned[k]);
-        return 1;
+        return buf ? a.status : 1;
     }
     prompt = buf;
     cs.sp.seed = cli_seed_resolve(cs.sp.seed);

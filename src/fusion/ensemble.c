@@ -137,20 +137,20 @@ static int check_weights(const tutti_ensemble *e, const float *w) {
     bool any = false;
     for (int32_t i = 0; i < e->n; i++) {
         if (isnan(w[i]) || isinf(w[i]))
-            return tutti_set_error("member %d (%s): weight is not a finite number", i + 1, e->path[i]);
+            return tutti_set_usage_error("member %d (%s): weight is not a finite number", i + 1, e->path[i]);
         if (w[i] < 0 && e->rule != TUTTI_RULE_CONTRASTIVE)
-            return tutti_set_error("member %d (%s): negative weight %g is only allowed with --rule contrastive",
+            return tutti_set_usage_error("member %d (%s): negative weight %g is only allowed with --rule contrastive",
                                    i + 1, e->path[i], (double)w[i]);
         if (w[i] != 0) any = true;
     }
-    if (!any) return tutti_set_error("ensemble: every weight is 0");
+    if (!any) return tutti_set_usage_error("ensemble: every weight is 0");
     if (e->rule == TUTTI_RULE_CONTRASTIVE && !(w[0] > 0))
-        return tutti_set_error("contrastive: member 1 is the expert and needs a positive weight (got %g)",
+        return tutti_set_usage_error("contrastive: member 1 is the expert and needs a positive weight (got %g)",
                                (double)w[0]);
     if (e->rule == TUTTI_RULE_MIX || e->rule == TUTTI_RULE_PRODUCT) {
         double s = 0;
         for (int32_t i = 0; i < e->n; i++) s += w[i];
-        if (!(s > 0)) return tutti_set_error("ensemble: weights must sum to a positive number");
+        if (!(s > 0)) return tutti_set_usage_error("ensemble: weights must sum to a positive number");
     }
     return 0;
 }
@@ -183,16 +183,16 @@ static float default_weight(const tutti_ensemble *e, int32_t i) {
 
 tutti_ensemble *tutti_ensemble_new(const tutti_ensemble_params *params) {
     if (!params || !params->members || params->n_members < 1 || params->n_members > TUTTI_ENSEMBLE_MAX_MEMBERS) {
-        tutti_set_error("ensemble: need 1 to %d members (got %d)", TUTTI_ENSEMBLE_MAX_MEMBERS,
+        tutti_set_usage_error("ensemble: need 1 to %d members (got %d)", TUTTI_ENSEMBLE_MAX_MEMBERS,
                         params ? params->n_members : 0);
         return NULL;
     }
     if ((unsigned)params->rule > TUTTI_RULE_CONTRASTIVE) {
-        tutti_set_error("ensemble: unknown rule %d", params->rule);
+        tutti_set_usage_error("ensemble: unknown rule %d", params->rule);
         return NULL;
     }
     if ((unsigned)params->align > TUTTI_ALIGN_SPAN) {
-        tutti_set_error("ensemble: unknown alignment %d", params->align);
+        tutti_set_usage_error("ensemble: unknown alignment %d", params->align);
         return NULL;
     }
     tutti_ensemble *e = calloc(1, sizeof *e);
@@ -206,7 +206,7 @@ tutti_ensemble *tutti_ensemble_new(const tutti_ensemble_params *params) {
     e->prune = params->prune >= 0 ? params->prune : 1e-4;
     e->max_hyps = params->max_hyps > 0 ? params->max_hyps : 8;
     if (params->rule == TUTTI_RULE_CONTRASTIVE && e->n < 2) {
-        tutti_set_error("contrastive: needs an expert and at least one amateur (2+ members, got %d)", e->n);
+        tutti_set_usage_error("contrastive: needs an expert and at least one amateur (2+ members, got %d)", e->n);
         goto fail;
     }
     float w[TUTTI_ENSEMBLE_MAX_MEMBERS];
@@ -228,7 +228,7 @@ tutti_ensemble *tutti_ensemble_new(const tutti_ensemble_params *params) {
         float t = d->temp;
         if (isnan(t) || t == 0) t = 1.0f;
         if (!(t > 0) || isinf(t)) {
-            tutti_set_error("member %d (%s): temperature must be > 0 (got %g)", i + 1, d->model_path, (double)t);
+            tutti_set_usage_error("member %d (%s): temperature must be > 0 (got %g)", i + 1, d->model_path, (double)t);
             goto fail;
         }
         e->temp[i] = t;
@@ -254,7 +254,7 @@ tutti_ensemble *tutti_ensemble_new(const tutti_ensemble_params *params) {
     e->align = params->align;
     if (e->align == TUTTI_ALIGN_AUTO) e->align = e->same_vocab ? TUTTI_ALIGN_TOKEN : TUTTI_ALIGN_BYTE;
     if (e->align == TUTTI_ALIGN_TOKEN && !e->same_vocab) {
-        tutti_set_error("--align token: members 1 (%s) and %d (%s) have different vocabularies (token lists, merges "
+        tutti_set_usage_error("--align token: members 1 (%s) and %d (%s) have different vocabularies (token lists, merges "
                         "or scores differ), so they cannot share token ids; use --align byte or span",
                         e->path[0], differ + 1, e->path[differ]);
         goto fail;
@@ -275,6 +275,13 @@ tutti_ensemble *tutti_ensemble_new(const tutti_ensemble_params *params) {
             goto fail;
         }
         e->m[i]->vocab_hash = h[i];
+        if (params->ctx_shift && e->m[i]->set_ctx_shift && e->m[i]->set_ctx_shift(e->m[i], params->n_keep) < 0) {
+            tutti_error_prefix("member %d", i + 1);
+            goto fail;
+        }
+        if (params->ctx_shift && !e->m[i]->set_ctx_shift && params->verbose)
+            fprintf(stderr, "ensemble: member %d (%s) cannot shift its context (remote, MPI or split member): a full "
+                            "context still ends the generation\n", i + 1, e->path[i]);
         /* messages say "member 2 (b.gguf): ..." */
         char file[256];
         snprintf(file, sizeof file, "%s", e->m[i]->name);
@@ -386,7 +393,7 @@ int tutti_ensemble_set_weights(tutti_ensemble *e, const float *w, const float *t
     if (temps)
         for (int32_t i = 0; i < e->n; i++)
             if (!(temps[i] > 0) || isinf(temps[i]))
-                return tutti_set_error("member %d (%s): temperature must be > 0 (got %g)", i + 1, e->path[i],
+                return tutti_set_usage_error("member %d (%s): temperature must be > 0 (got %g)", i + 1, e->path[i],
                                        (double)temps[i]);
     if (w) memcpy(e->w, w, sizeof(float) * (size_t)e->n);
     if (temps) memcpy(e->temp, temps, sizeof(float) * (size_t)e->n);
@@ -406,9 +413,9 @@ void tutti_ensemble_set_step_cb(tutti_ensemble *e, tutti_step_cb cb, void *user)
 }
 
 int tutti_ensemble_set_rule(tutti_ensemble *e, tutti_fusion_rule rule) {
-    if ((unsigned)rule > TUTTI_RULE_CONTRASTIVE) return tutti_set_error("ensemble: unknown rule %d", rule);
+    if ((unsigned)rule > TUTTI_RULE_CONTRASTIVE) return tutti_set_usage_error("ensemble: unknown rule %d", rule);
     if (rule == TUTTI_RULE_CONTRASTIVE && e->n < 2)
-        return tutti_set_error("contrastive: needs an expert and at least one amateur (2+ members)");
+        return tutti_set_usage_error("contrastive: needs an expert and at least one amateur (2+ members)");
     tutti_fusion_rule old = e->rule;
     e->rule = rule;
     if (check_weights(e, e->w) < 0) {

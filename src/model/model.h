@@ -179,7 +179,18 @@ struct tutti_session {
      * ranks.  Owned: freed with the session. */
     struct tutti_pipe *pipe;
     struct tutti_work *work; /* owner count of tp and the activations (shared: tutti_session_new_sharing) */
+    /* context shift (tutti_session_params.ctx_shift): the timeline holds
+     * n_past + n_discarded tokens; rewinds below shift_floor (its length at
+     * the last shift) must start over */
+    bool ctx_shift;
+    int32_t n_keep, n_discarded, shift_floor;
 };
+
+/* Session dst takes the state of src after the first n_tokens tokens of
+ * src's timeline (same model and n_ctx; n_tokens >= the floor of src, see
+ * tutti_session_rewind_floor): the cache rows they occupy and the shift
+ * bookkeeping.  dst's logits are not current afterwards. */
+void tutti_session_copy_tokens(tutti_session *dst, const tutti_session *src, int32_t n_tokens);
 
 /* A session that shares `with`'s thread pool and activation buffers (not
  * its KV cache, logits or rows): sessions of one member that never run at

@@ -528,8 +528,9 @@ int server_main(const server_opts *o) {
             e = NULL;
         }
         if (!e) {
+            /* weights, --align token, --adapt/--route that the models do not allow: bad usage */
+            rc = tutti_last_error_kind() == TUTTI_ERR_UNSUPPORTED ? 2 : 1;
             fprintf(stderr, "tutti serve: model '%s': %s\n", sp->name, tutti_last_error());
-            rc = 1;
             goto out;
         }
         s->reg.specs[i].align_used = tutti_ensemble_align(e);

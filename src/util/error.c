@@ -5,14 +5,27 @@
 #include <string.h>
 
 static _Thread_local char g_error[1024];
+static _Thread_local int g_kind = TUTTI_ERR;
 
 int tutti_set_error(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(g_error, sizeof g_error, fmt, ap);
     va_end(ap);
+    g_kind = TUTTI_ERR;
     return TUTTI_ERR;
 }
+
+int tutti_set_usage_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_error, sizeof g_error, fmt, ap);
+    va_end(ap);
+    g_kind = TUTTI_ERR_UNSUPPORTED;
+    return TUTTI_ERR;
+}
+
+int tutti_last_error_kind(void) { return g_kind; }
 
 void tutti_error_prefix(const char *fmt, ...) {
     char prefix[512], old[sizeof g_error];
