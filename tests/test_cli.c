@@ -726,9 +726,82 @@ static void test_flag_errors_exit_2(void **state) {
             fail_msg("tutti %s: exit %d (want 2), message: %s(want '%s')", args, st, err, cases[i][1]);
         free(err);
     }
+    /* -o - is stdout (the same bytes as a file), never a file named "-" */
+    char cmd[4096];
+    int st;
+    snprintf(cmd, sizeof cmd, "cd %s && %s logits -m %s -p 'Lily and Ben' -o file.f32 2>/dev/null && %s logits -m %s "
+             "-p 'Lily and Ben' -o - 2>/dev/null > stdout.f32 && cmp file.f32 stdout.f32 && test ! -e ./-", dir, TUTTI_CLI,
+             stories(), TUTTI_CLI, stories());
+    free(run_cmd(cmd, &st));
+    assert_int_equal(st, 0);
     char rm[128];
     snprintf(rm, sizeof rm, "rm -rf %s", dir);
     assert_int_equal(system(rm), 0);
+}
+
+/* run takes every sampling flag of generate (one table, CLI_SAMPLING_OPTS),
+ * --ignore-eos included (issue 21, item 14: refused before), which rules out
+ * end of text in every alignment; the summary says what it counts. */
+static void test_run_takes_generate_sampling_flags(void **state) {
+    (void)state;
+    require_shared();
+    int st;
+    char *err;
+    /* the flags of generate's "sampling" section, as its --help lists them */
+    char *help = tutti(&st, NULL, "generate --help");
+    assert_int_equal(st, 0);
+    char *sec = strstr(help, "\nsampling:\n");
+    assert_non_null(sec);
+    char *run_help = tutti(&st, NULL, "run --help");
+    int n_flags = 0;
+    for (char *l = sec + 11; *l && *l != '\n'; l = strchr(l, '\n') + 1) {
+        char *dash = strstr(l, "--");
+        if (dash && dash - l < 12) {
+            char name[64];
+            sscanf(dash, "%63[a-z-]", name);
+            if (!strstr(run_help, name)) fail_msg("run --help lacks generate's sampling flag %s", name);
+            n_flags++;
+        }
+        if (!strchr(l, '\n')) break;
+    }
+    assert_true(n_flags >= 8);
+    free(help), free(run_help);
+    static const char *const values[] = {"--temp 0.5",           "--top-k 5",          "--top-p 0.9", "--min-p 0.05",
+                                         "--repeat-penalty 1.1", "--repeat-last-n 32", "--seed 3",    "--ignore-eos"};
+    for (size_t i = 0; i < sizeof values / sizeof *values; i++) {
+        free(tutti(&st, &err, "run -m %s -m %s -p 'Once' -n 4 -t 1 %s", stories(),
+                   shared_path("models/BabyLlama-tok361/babyllama-tok361.gguf"), values[i]));
+        if (st != 0) fail_msg("run %s: exit %d: %s", values[i], st, err);
+        free(err);
+    }
+    /* TinyStories-656K's greedy story ends after 108 tokens; --ignore-eos
+     * goes on to -n in token alignment and in byte alignment */
+    const char *ts = shared_path("models/TinyStories-656K-Q8_0.gguf");
+    free(tutti(&st, &err, "run -m %s -p 'Once upon a time' -n 140 --temp 0 -t 1", ts));
+    assert_non_null(strstr(err, "108 tokens generated"));
+    assert_non_null(strstr(err, "finish: stop"));
+    free(err);
+    free(tutti(&st, &err, "run -m %s -p 'Once upon a time' -n 140 --temp 0 -t 1 --ignore-eos", ts));
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(err, "140 tokens generated"));
+    assert_non_null(strstr(err, "finish: length: -n 140 reached"));
+    free(err);
+    for (int ign = 0; ign < 2; ign++) {
+        char *out = tutti(&st, &err, "run -m %s -m %s -p 'Once upon a time' -n 130 --temp 0 -t 1%s", ts, stories(),
+                          ign ? " --ignore-eos" : "");
+        assert_int_equal(st, 0);
+        print_message("byte alignment%s: %s", ign ? " --ignore-eos" : "", strstr(err, "byte alignment"));
+        /* byte alignment: the summary counts the bytes it sampled and the
+         * ones it output, and says why they differ */
+        if (ign) {
+            assert_non_null(strstr(err, "finish: length: -n 130 reached"));
+            char *b = strstr(err, "bytes sampled, ");
+            if (b) assert_non_null(strstr(b, "-n counts member 1's tokens"));
+        } else {
+            assert_non_null(strstr(err, "finish: stop"));
+        }
+        free(out), free(err);
+    }
 }
 
 /* One prefix per message: "tutti CMD: ...", never twice, never "error: error:". */
@@ -975,6 +1048,7 @@ int main(void) {
         cmocka_unit_test(test_quiet_version_help),
         cmocka_unit_test(test_messages_have_one_prefix),
         cmocka_unit_test(test_flag_errors_exit_2),
+        cmocka_unit_test(test_run_takes_generate_sampling_flags),
         cmocka_unit_test(test_info),
         cmocka_unit_test(test_json_and_ensemble_files),
         cmocka_unit_test(test_eval_progress),
