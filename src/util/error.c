@@ -7,21 +7,25 @@
 static _Thread_local char g_error[1024];
 static _Thread_local int g_kind = TUTTI_ERR;
 
+static int set(int kind, const char *fmt, va_list ap) {
+    vsnprintf(g_error, sizeof g_error, fmt, ap);
+    g_kind = kind;
+    return TUTTI_ERR;
+}
+
 int tutti_set_error(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(g_error, sizeof g_error, fmt, ap);
+    set(TUTTI_ERR, fmt, ap);
     va_end(ap);
-    g_kind = TUTTI_ERR;
     return TUTTI_ERR;
 }
 
 int tutti_set_usage_error(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(g_error, sizeof g_error, fmt, ap);
+    set(TUTTI_ERR_UNSUPPORTED, fmt, ap);
     va_end(ap);
-    g_kind = TUTTI_ERR_UNSUPPORTED;
     return TUTTI_ERR;
 }
 
