@@ -188,8 +188,9 @@ void tutti_session_free(tutti_session *session);
 /* Runs the forward pass on ids[0..n) at positions n_past..n_past+n-1 in one
  * batch, appending them to the KV cache.  If logits is non-NULL it receives
  * all n rows, float32 [n][n_vocab]; the last row is always available from
- * tutti_session_logits.  Fails (nothing appended) if n_past + n would exceed
- * n_ctx or an id is out of range. */
+ * tutti_session_logits.  Fails (nothing appended) if an id is out of range
+ * or, without ctx_shift, if n_past + n would exceed n_ctx (with it, the
+ * context shifts where needed: see tutti_session_params). */
 int tutti_session_eval(tutti_session *session, const int32_t *ids, int32_t n, float *logits);
 
 /* Logits of the last evaluated position, [n_vocab]; owned by the session,

@@ -258,7 +258,9 @@ void tutti_forward_range(tutti_session *s, const tutti_fwd_seg *seg, int32_t n_s
 
 /* Evaluates ids[i][0..n[i]) on session ss[i] for every i < n_seq (sessions
  * distinct, of one model and one n_ctx), batching the sequences into as few
- * forward passes as the micro-batch size allows (tutti_forward_segments).
+ * forward passes as the micro-batch size allows (tutti_forward_segments);
+ * a sequence that reaches its session's context shift runs on its own
+ * (tutti_session_eval).
  * Each session's logits are then its last row, as after tutti_session_eval.
  * Returns the number of forward passes run, or TUTTI_ERR (nothing is run
  * when an argument is invalid). */
