@@ -7,8 +7,11 @@
 static _Thread_local char g_error[1024];
 static _Thread_local int g_kind = TUTTI_ERR;
 
+/* Every message goes through here: no credentials of a URL in any of them. */
 static int set(int kind, const char *fmt, va_list ap) {
-    vsnprintf(g_error, sizeof g_error, fmt, ap);
+    char raw[sizeof g_error];
+    vsnprintf(raw, sizeof raw, fmt, ap);
+    tutti_redact_urls(raw, g_error, sizeof g_error);
     g_kind = kind;
     return TUTTI_ERR;
 }
@@ -29,8 +32,6 @@ int tutti_set_usage_error(const char *fmt, ...) {
     return TUTTI_ERR;
 }
 
-int tutti_last_error_kind(void) { return g_kind; }
-
 void tutti_error_prefix(const char *fmt, ...) {
     char prefix[512], old[sizeof g_error];
     va_list ap;
@@ -47,6 +48,9 @@ void tutti_error_prefix(const char *fmt, ...) {
     if (m > sizeof g_error - n - 3) m = sizeof g_error - n - 3;
     memcpy(g_error + n + 2, old, m);
     g_error[n + 2 + m] = 0;
+    memcpy(old, g_error, sizeof old);
+    tutti_redact_urls(old, g_error, sizeof g_error);
 }
 
 const char *tutti_last_error(void) { return g_error[0] ? g_error : "no error recorded"; }
+int tutti_last_error_kind(void) { return g_kind; }
