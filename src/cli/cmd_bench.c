@@ -206,10 +206,7 @@ int tutti_cmd_bench(int argc, char **argv) {
         ep.n_ctx = 512 + n_tg;
         ep.parallel = parallel;
         tutti_ensemble *ens = tutti_ensemble_new(&ep);
-        if (!ens) {
-            cli_error("ensemble: %s", tutti_last_error());
-            return 1;
-        }
+        if (!ens) return cli_library_error();
         tutti_sampler_params smp = tutti_sampler_default_params();
         smp.temp = 0;
         tutti_mask mask = {0};
