@@ -126,6 +126,10 @@ void tutti_rope(float *x, int64_t n_tok, int32_t n_heads, int32_t head_dim, int3
  *              to f16, 0 below -10, identity above 10) */
 void tutti_swiglu(float *gate, const float *up, int64_t n);
 void tutti_geglu(float *gate, const float *up, int64_t n);
+/* gpt-oss's clamped SwiGLU (ggml's swiglu_oai), in place on gate [n]:
+ *   x = min(gate, limit), y = clamp(up, -limit, limit),
+ *   gate = x / (1 + e^(-alpha x)) · (y + 1)    (alpha 1.702, limit 7) */
+void tutti_swiglu_oai(float *gate, const float *up, int64_t n, float alpha, float limit);
 
 /* x[i] = cap · tanh(x[i] / cap) (Gemma 2 logit soft-capping). */
 void tutti_softcap(float *x, int64_t n, float cap);
@@ -144,6 +148,11 @@ void tutti_softcap(float *x, int64_t n, float cap);
  *   out float32 [n_tok][n_head * head_dim_v]
  *   score(t, j) = scale · q_t · k_j, then softcap·tanh(score/softcap) if
  *   softcap > 0; key j is masked when n_swa > 0 and (pos0 + t) - j >= n_swa.
+ *   sinks (optional, [n_head]): head h's softmax also counts e^sinks[h]
+ *   in its denominator (a logit no value goes with: gpt-oss).
+ *   v_stride: elements between two cache rows of v (0: n_head_kv *
+ *   head_dim_v); latent attention reads its values as the first head_dim_v
+ *   of each key row (v = k, v_stride = head_dim_k).
  *   scratch: float32 [n_threads][tutti_attn_scratch_floats(n_ctx, ...)]
  *   (scores, rounded queries and converted key/value chunks of one work
  *   item); n_ctx >= pos0 + n_tok
@@ -156,6 +165,8 @@ typedef struct tutti_attn_params {
     int32_t n_swa;
     float scale;
     float softcap;
+    const float *sinks;
+    int32_t v_stride;
     const float *q;
     const uint16_t *k;
     const uint16_t *v;
