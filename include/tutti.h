@@ -139,6 +139,11 @@ const tutti_vocab *tutti_model_vocab(const tutti_model *model);
 int32_t tutti_model_n_vocab(const tutti_model *model);
 int32_t tutti_model_n_ctx_train(const tutti_model *model);
 const char *tutti_model_arch(const tutti_model *model);
+/* A mixture of experts' routed experts per layer (expert_count) and how
+ * many of them each token goes through (expert_used_count); 0 and 0 for a
+ * dense model. */
+int32_t tutti_model_n_expert(const tutti_model *model);
+int32_t tutti_model_n_expert_used(const tutti_model *model);
 /* String metadata of the model's GGUF file (e.g. "tokenizer.chat_template",
  * "general.name") as a malloc'd NUL-terminated copy the caller frees; NULL
  * when the key is absent or not a string (not an error).  A value holding a

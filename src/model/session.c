@@ -66,6 +66,83 @@ struct tutti_work {
     int refs;
 };
 
+static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+/* The mixture-of-experts activations (moe.c), [ub] rows. */
+static bool alloc_moe(tutti_moe_bufs *mb, const tutti_hparams *hp, size_t ub) {
+    const size_t ne = (size_t)hp->n_expert, k = (size_t)hp->n_expert_used, d = (size_t)hp->n_embd;
+    mb->router = alloc3(ub, ne, 1, sizeof(float));
+    mb->sel = alloc3(ub, k, 1, sizeof(int32_t));
+    mb->sel_w = alloc3(ub, k, 1, sizeof(float));
+    mb->route = alloc3(ub, k, 1, sizeof(int32_t));
+    mb->offs = alloc3(ne + 1, 1, 1, sizeof(int32_t));
+    mb->xe = alloc3(ub, d, 1, sizeof(float));
+    mb->ge = alloc3(ub, (size_t)hp->n_ff_exp, 1, sizeof(float));
+    mb->ue = alloc3(ub, (size_t)hp->n_ff_exp, 1, sizeof(float));
+    mb->ye = alloc3(ub, d, 1, sizeof(float));
+    mb->slots = alloc3(ub, k, d, sizeof(float));
+    return mb->router && mb->sel && mb->sel_w && mb->route && mb->offs && mb->xe && mb->ge && mb->ue && mb->ye &&
+           mb->slots;
+}
+
+static void free_moe(tutti_moe_bufs *mb) {
+    free(mb->router), free(mb->sel), free(mb->sel_w), free(mb->route), free(mb->offs);
+    free(mb->xe), free(mb->ge), free(mb->ue), free(mb->ye), free(mb->slots);
+}
+
+/* The latent-attention activations (mla.c), [ub] rows. */
+static bool alloc_mla(tutti_mla_bufs *mb, const tutti_hparams *hp, size_t ub) {
+    const size_t nh = (size_t)hp->n_head, rope = (size_t)hp->n_rot, kvl = (size_t)hp->n_lora_kv;
+    const size_t nope = (size_t)hp->head_dim_k_mla - rope, dv = (size_t)hp->head_dim_v_mla;
+    mb->q = alloc3(ub, nh, (size_t)hp->head_dim_k_mla, sizeof(float));
+    mb->qa = alloc3(ub, max_sz((size_t)hp->n_lora_q, 1), 1, sizeof(float));
+    mb->kv = alloc3(ub, kvl + rope, 1, sizeof(float));
+    mb->in = alloc3(ub, max_sz(max_sz(nope, kvl), nh * rope), 1, sizeof(float));
+    mb->out = alloc3(ub, max_sz(kvl, dv), 1, sizeof(float));
+    mb->att = alloc3(ub, nh, dv, sizeof(float));
+    return mb->q && mb->qa && mb->kv && mb->in && mb->out && mb->att;
+}
+
+static void free_mla(tutti_mla_bufs *mb) {
+    free(mb->q), free(mb->qa), free(mb->kv), free(mb->in), free(mb->out), free(mb->att);
+}
+
+/* Every activation buffer of s, [n_ubatch] rows, and the pool's matmul
+ * scratch (sized for the widest matmul input). */
+static int alloc_activations(tutti_session *s) {
+    const tutti_model *model = s->model;
+    const tutti_hparams *hp = &model->hp;
+    const size_t ub = (size_t)s->n_ubatch;
+    const size_t nq = (size_t)hp->n_head * hp->head_dim_k, nk = (size_t)hp->n_head_kv * hp->head_dim_k,
+                 nv = (size_t)hp->n_head_kv * hp->head_dim_v, no = (size_t)hp->n_head * hp->head_dim_v;
+    const size_t n_ff = max_sz((size_t)hp->n_ff, (size_t)hp->n_ff_shexp);
+    s->x = alloc3(ub, (size_t)hp->n_embd, 1, sizeof(float));
+    s->h = alloc3(ub, (size_t)hp->n_embd, 1, sizeof(float));
+    s->o = alloc3(ub, (size_t)hp->n_embd, 1, sizeof(float));
+    s->q = alloc3(ub, nq, 1, sizeof(float));
+    s->k = alloc3(ub, nk, 1, sizeof(float));
+    s->v = alloc3(ub, nv, 1, sizeof(float));
+    s->att = alloc3(ub, no, 1, sizeof(float));
+    s->gate = alloc3(ub, 2, n_ff, sizeof(float)); /* room for a fused [gate; up] */
+    s->up = alloc3(ub, n_ff, 1, sizeof(float));
+    s->attn_scratch = alloc3((size_t)tutti_threadpool_n_threads(s->tp),
+                             tutti_attn_scratch_floats(s->n_ctx, hp->n_head, hp->n_head_kv, hp->head_dim_k,
+                                                       hp->head_dim_v),
+                             1, sizeof(float));
+    if (model->arch->fused_qkv) s->qkv = alloc3(ub, nq + nk + nv, 1, sizeof(float));
+    /* the matmul's rounded copy of its input: widest input row is one of these */
+    size_t max_in = max_sz(max_sz((size_t)hp->n_embd, no), max_sz(n_ff, (size_t)hp->n_ff_exp));
+    max_in = max_sz(max_in, max_sz((size_t)hp->n_lora_q, (size_t)hp->head_dim_k_mla));
+    max_in = max_sz(max_in, max_sz((size_t)hp->n_lora_kv, (size_t)hp->n_head * hp->head_dim_v_mla));
+    if (!tutti_threadpool_scratch(s->tp, ub * max_in))
+        return tutti_set_error("tutti_session_new: out of memory for the activation scratch");
+    if (!s->x || !s->h || !s->o || !s->q || !s->k || !s->v || !s->att || !s->gate || !s->up || !s->attn_scratch ||
+        (model->arch->fused_qkv && !s->qkv) || (hp->n_expert > 0 && !alloc_moe(&s->moe, hp, ub)) ||
+        (model->arch->mla && !alloc_mla(&s->mla, hp, ub)))
+        return tutti_set_error("tutti_session_new: out of memory for the activations (n_ctx = %d)", s->n_ctx);
+    return TUTTI_OK;
+}
+
 tutti_session *tutti_session_new(const tutti_model *model, const tutti_session_params *params) {
     return tutti_session_new_sharing(model, params, NULL);
 }
@@ -107,14 +184,13 @@ tutti_session *tutti_session_new_sharing(const tutti_model *model, const tutti_s
                                                   : model->rope_short.data;
     if (hp->yarn_scale > 0 && yarn_factors(s)) goto fail;
     s->n_ubatch = p.n_ctx < MAX_UBATCH ? p.n_ctx : MAX_UBATCH;
-    const size_t ub = (size_t)s->n_ubatch;
-    const size_t nq = (size_t)hp->n_head * hp->head_dim_k, nk = (size_t)hp->n_head_kv * hp->head_dim_k,
-                 nv = (size_t)hp->n_head_kv * hp->head_dim_v, no = (size_t)hp->n_head * hp->head_dim_v;
-
+    /* latent attention: values are read from the key rows (no v_cache) */
+    const size_t nk = (size_t)hp->n_head_kv * hp->head_dim_k;
+    const size_t nv = model->arch->mla ? 0 : (size_t)hp->n_head_kv * hp->head_dim_v;
     s->k_cache = alloc3((size_t)hp->n_layer, (size_t)s->n_ctx, nk, sizeof(uint16_t));
-    s->v_cache = alloc3((size_t)hp->n_layer, (size_t)s->n_ctx, nv, sizeof(uint16_t));
+    s->v_cache = nv ? alloc3((size_t)hp->n_layer, (size_t)s->n_ctx, nv, sizeof(uint16_t)) : NULL;
     s->logits = alloc3((size_t)hp->n_vocab, 1, 1, sizeof(float));
-    if (!s->k_cache || !s->v_cache || !s->logits) {
+    if (!s->k_cache || (nv && !s->v_cache) || !s->logits) {
         tutti_set_error("tutti_session_new: out of memory for n_ctx = %d (KV cache %.1f MiB)", s->n_ctx,
                         2.0 * hp->n_layer * (double)s->n_ctx * (double)(nk + nv) / (1 << 20));
         goto fail;
@@ -131,39 +207,13 @@ tutti_session *tutti_session_new_sharing(const tutti_model *model, const tutti_s
         s->x = with->x, s->h = with->h, s->o = with->o, s->q = with->q, s->k = with->k, s->v = with->v;
         s->att = with->att, s->gate = with->gate, s->up = with->up, s->qkv = with->qkv;
         s->attn_scratch = with->attn_scratch;
+        s->moe = with->moe, s->mla = with->mla;
         return s;
     }
     if (!(s->work = calloc(1, sizeof *s->work))) goto fail;
     s->work->refs = 1;
     s->tp = tutti_threadpool_new(p.n_threads);
-    if (!s->tp) goto fail;
-    s->x = alloc3(ub, (size_t)hp->n_embd, 1, sizeof(float));
-    s->h = alloc3(ub, (size_t)hp->n_embd, 1, sizeof(float));
-    s->o = alloc3(ub, (size_t)hp->n_embd, 1, sizeof(float));
-    s->q = alloc3(ub, nq, 1, sizeof(float));
-    s->k = alloc3(ub, nk, 1, sizeof(float));
-    s->v = alloc3(ub, nv, 1, sizeof(float));
-    s->att = alloc3(ub, no, 1, sizeof(float));
-    s->gate = alloc3(ub, 2, (size_t)hp->n_ff, sizeof(float)); /* room for a fused [gate; up] */
-    s->up = alloc3(ub, (size_t)hp->n_ff, 1, sizeof(float));
-    s->attn_scratch = alloc3((size_t)tutti_threadpool_n_threads(s->tp),
-                             tutti_attn_scratch_floats(s->n_ctx, hp->n_head, hp->n_head_kv, hp->head_dim_k,
-                                                       hp->head_dim_v),
-                             1, sizeof(float));
-    if (model->arch->fused_qkv) s->qkv = alloc3(ub, nq + nk + nv, 1, sizeof(float));
-    /* the matmul's rounded copy of its input: widest input row is one of these */
-    size_t max_in = (size_t)hp->n_embd;
-    if (no > max_in) max_in = no;
-    if ((size_t)hp->n_ff > max_in) max_in = (size_t)hp->n_ff;
-    if (!tutti_threadpool_scratch(s->tp, ub * max_in)) {
-        tutti_set_error("tutti_session_new: out of memory for the activation scratch");
-        goto fail;
-    }
-    if (!s->x || !s->h || !s->o || !s->q || !s->k || !s->v || !s->att || !s->gate || !s->up || !s->attn_scratch ||
-        (model->arch->fused_qkv && !s->qkv)) {
-        tutti_set_error("tutti_session_new: out of memory for the activations (n_ctx = %d)", s->n_ctx);
-        goto fail;
-    }
+    if (!s->tp || alloc_activations(s)) goto fail;
     return s;
 fail:
     tutti_session_free(s);
@@ -186,6 +236,8 @@ void tutti_session_free(tutti_session *s) {
         free(s->gate);
         free(s->up);
         free(s->attn_scratch);
+        free_moe(&s->moe);
+        free_mla(&s->mla);
         free(s->work);
     }
     free(s->k_cache);
