@@ -103,6 +103,16 @@ static void log_softmax_row(const float *z, double *out, int n) {
     for (int i = 0; i < n; i++) out[i] = (double)z[i] - lse;
 }
 
+void eval_prefix_then_steps(tutti_session *s, const int32_t *ids, int n_prefix, int n, int n_vocab, float *logits) {
+    assert_int_equal(tutti_session_rewind(s, 0), TUTTI_OK);
+    memset(logits, 0, sizeof(float) * (size_t)n * (size_t)n_vocab);
+    assert_int_equal(tutti_session_eval(s, ids, n_prefix, logits), TUTTI_OK);
+    for (int i = n_prefix; i < n; i++) {
+        assert_int_equal(tutti_session_eval(s, ids + i, 1, NULL), TUTTI_OK);
+        memcpy(logits + (size_t)i * (size_t)n_vocab, tutti_session_logits(s), sizeof(float) * (size_t)n_vocab);
+    }
+}
+
 double max_logsoftmax_diff(const float *a, const float *b, int n_rows, int n_vocab) {
     double *la = malloc(sizeof(double) * (size_t)n_vocab), *lb = malloc(sizeof(double) * (size_t)n_vocab);
     double worst = 0;
