@@ -22,6 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gguf/gguf.h"
+#include "gguf/gguf_write.h"
 #include "model/model.h"
 #include "tutti.h"
 
@@ -221,8 +223,70 @@ static void test_route_softmax_weight(void **state) {
     expect_route(&r, lg, (int32_t[]){3, 1}, (double[]){exp(3.0) / z, exp(2.0) / z});
 }
 
+/* ---- broken mixture-of-experts metadata: clear errors, no crash ---- */
+
+typedef struct bad_key {
+    const char *file;   /* tests/data/moe/<file>.gguf */
+    const char *key;    /* key replaced (or removed: value < 0) */
+    int64_t value;      /* new u32 value */
+    const char *expect; /* substring of the error */
+} bad_key;
+
+static const bad_key g_bad[] = {
+    {"qwen3moe-a-F32", "qwen3moe.expert_used_count", 0, "expert_used_count = 0 is out of range (1..4)"},
+    {"qwen3moe-a-F32", "qwen3moe.expert_used_count", 5, "expert_used_count = 5 is out of range (1..4)"},
+    {"qwen3moe-a-F32", "qwen3moe.expert_used_count", -1, "expert_used_count is missing"},
+    {"qwen3moe-a-F32", "qwen3moe.expert_count", 100000, "expert_count = 100000 is out of range (0..512)"},
+    {"qwen3moe-a-F32", "qwen3moe.expert_count", -1, "expert_count must be set"},
+    {"mixtral-a-F32", "llama.expert_count", 3, "tensor 'blk.0.ffn_gate_inp.weight' has wrong shape"},
+    {"deepseek3-a-F32", "deepseek2.expert_group_count", 3, "do not fit expert_count 8"},
+    {"deepseek3-a-F32", "deepseek2.expert_group_used_count", 4, "do not fit expert_count 8"},
+    {"deepseek3-a-F32", "deepseek2.expert_gating_func", 7, "expert_gating_func = 7 is out of range"},
+    {"deepseek3-a-F32", "deepseek2.attention.key_length_mla", -1, "old layout (attn_kv_b"},
+    {"deepseek3-a-F32", "deepseek2.attention.kv_lora_rank", 16, "latent attention needs"},
+    {"deepseek3-a-F32", "deepseek2.leading_dense_block_count", 3, "leading_dense_block_count = 3 is out of range"},
+    {"glm4moe-a-F32", "glm4moe.expert_shared_count", -1, "expert_shared_count is missing"},
+    {"gpt-oss-a-F32", "gpt-oss.attention.sliding_window", -1, "attention.sliding_window is missing"},
+    {"granitemoe-a-F32", "granitemoe.logit_scale", -1, "logit_scale is missing"},
+    {"olmoe-a-F32", "olmoe.attention.head_count", 4, "must equal embedding_length"},
+};
+
+static void test_moe_bad_metadata(void **state) {
+    (void)state;
+    for (size_t c = 0; c < sizeof g_bad / sizeof g_bad[0]; c++) {
+        const bad_key *b = &g_bad[c];
+        gguf_file *f = gguf_open(moe_path(b->file, ".gguf"));
+        if (!f) fail_msg("%s", tutti_last_error());
+        gguf_writer *w = gguf_writer_new();
+        assert_non_null(w);
+        for (int64_t i = 0; i < gguf_n_kv(f); i++) {
+            if (gguf_str_eq(gguf_kv_key(f, i), "general.alignment") || gguf_str_eq(gguf_kv_key(f, i), b->key))
+                continue;
+            assert_int_equal(gguf_writer_copy_kv(w, f, i), 0);
+        }
+        if (b->value >= 0) assert_int_equal(gguf_writer_add_u32(w, b->key, (uint32_t)b->value), 0);
+        for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+            const gguf_tensor_info *t = gguf_tensor(f, i);
+            char name[128];
+            snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.data);
+            assert_int_equal(gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data), 0);
+        }
+        void *buf;
+        size_t size;
+        assert_int_equal(gguf_writer_write_buffer(w, &buf, &size), 0);
+        gguf_writer_free(w);
+        gguf_close(f);
+        tutti_model *m = tutti_model_load_buffer(buf, size, b->file, NULL);
+        if (m) fail_msg("%s with %s = %lld: loaded", b->file, b->key, (long long)b->value);
+        if (!strstr(tutti_last_error(), b->expect))
+            fail_msg("%s with %s = %lld: '%s' lacks '%s'", b->file, b->key, (long long)b->value, tutti_last_error(),
+                     b->expect);
+        free(buf);
+    }
+}
+
 int main(void) {
-    struct CMUnitTest tests[N_ROWS + 5];
+    struct CMUnitTest tests[N_ROWS + 6];
     for (size_t i = 0; i < N_ROWS; i++) {
         tests[i] = (struct CMUnitTest)cmocka_unit_test_prestate(test_moe_row, (void *)&g_rows[i]);
         tests[i].name = g_rows[i].name;
@@ -230,7 +294,7 @@ int main(void) {
     const struct CMUnitTest route[] = {
         cmocka_unit_test(test_route_softmax),   cmocka_unit_test(test_route_ties),
         cmocka_unit_test(test_route_sigmoid_bias), cmocka_unit_test(test_route_groups),
-        cmocka_unit_test(test_route_softmax_weight),
+        cmocka_unit_test(test_route_softmax_weight), cmocka_unit_test(test_moe_bad_metadata),
     };
     memcpy(tests + N_ROWS, route, sizeof route);
     return cmocka_run_group_tests(tests, NULL, NULL);
