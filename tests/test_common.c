@@ -148,7 +148,8 @@ tutti_ensemble *test_ensemble(const char *const *rel, int n, int align, int rule
     return e;
 }
 
-void write_with_template(const char *src, const char *tmpl, const char *path) {
+void write_gguf_copy(const char *src, const char *path, void (*add)(struct gguf_writer *w, const void *arg),
+                     const void *arg) {
     gguf_file *f = gguf_open(src);
     assert_non_null(f);
     gguf_writer *w = gguf_writer_new();
@@ -156,7 +157,7 @@ void write_with_template(const char *src, const char *tmpl, const char *path) {
         if (gguf_str_eq(gguf_kv_key(f, i), "general.alignment")) continue;
         assert_int_equal(gguf_writer_copy_kv(w, f, i), 0);
     }
-    assert_int_equal(gguf_writer_add_str(w, "tokenizer.chat_template", tmpl), 0);
+    add(w, arg);
     for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
         const gguf_tensor_info *t = gguf_tensor(f, i);
         char name[128];
@@ -166,6 +167,14 @@ void write_with_template(const char *src, const char *tmpl, const char *path) {
     assert_int_equal(gguf_writer_write(w, path), 0);
     gguf_writer_free(w);
     gguf_close(f);
+}
+
+static void add_template(gguf_writer *w, const void *tmpl) {
+    assert_int_equal(gguf_writer_add_str(w, "tokenizer.chat_template", tmpl), 0);
+}
+
+void write_with_template(const char *src, const char *tmpl, const char *path) {
+    write_gguf_copy(src, path, add_template, tmpl);
 }
 
 /* Σ log p(token_k | tokens_<k) over the tokenization of text from BOS, in

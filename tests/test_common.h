@@ -34,6 +34,11 @@ struct tutti_session;
 void eval_prefix_then_steps(struct tutti_session *s, const int32_t *ids, int n_prefix, int n, int n_vocab,
                             float *logits);
 
+/* Copy of GGUF file src written to path, add(w, arg) adding metadata after
+ * src's (fails the test on error). */
+struct gguf_writer;
+void write_gguf_copy(const char *src, const char *path, void (*add)(struct gguf_writer *w, const void *arg),
+                     const void *arg);
 /* Copy of GGUF file src with tokenizer.chat_template set to tmpl, written
  * to path (fails the test on error). */
 void write_with_template(const char *src, const char *tmpl, const char *path);

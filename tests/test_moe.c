@@ -14,13 +14,20 @@
  *
  * The routing itself is also checked on crafted router logits: llama.cpp's
  * selection (softmax, sigmoid with the selection bias, groups, gpt-oss's
- * softmax over the selected), renormalization, scaling, and exact ties. */
+ * softmax over the selected), renormalization, scaling, and exact ties.
+ *
+ * And an MoE model as an ensemble member on the command line, beside dense
+ * models: fused greedy runs in token and byte alignment and an eval with a
+ * model of another tokenizer, against what llama.cpp's logits give
+ * (tests/data/moe/make_cli_refs.py). */
 #include "test_common.h"
 
+#include <cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gguf/gguf.h"
 #include "gguf/gguf_write.h"
@@ -285,8 +292,94 @@ static void test_moe_bad_metadata(void **state) {
     }
 }
 
+/* ---- an MoE model as an ensemble member (tutti run, tutti eval) ---- */
+
+static char *cli(const char *args) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s %s 2>/dev/null", TUTTI_CLI, args);
+    int st = -1;
+    char *out = run_cmd(cmd, &st);
+    if (st != 0) fail_msg("exit %d: tutti %s", st, args);
+    return out;
+}
+
+static void expect_text(const char *args, const char *ref) {
+    char *want = read_file(moe_path(ref, ".txt"), NULL), *got = cli(args);
+    assert_non_null(want);
+    if (strcmp(got, want)) fail_msg("tutti %s\n  printed  [%s]\n  llama.cpp [%s]", args, got, want);
+    free(want);
+    free(got);
+}
+
+/* BabyLlama-tok105 writes add_bos_token / add_eos_token, the generator
+ * leaves them at their defaults (the same values): token alignment compares
+ * the keys, so the MoE file gets them too. */
+static void add_bos_keys(struct gguf_writer *w, const void *arg) {
+    (void)arg;
+    assert_int_equal(gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", true), 0);
+    assert_int_equal(gguf_writer_add_bool(w, "tokenizer.ggml.add_eos_token", false), 0);
+}
+
+/* Greedy fused runs of deepseek3-a (latent attention, expert groups) with
+ * the dense BabyLlama-tok105 (same characters as tokens) in token and byte
+ * alignment, and with stories260K (another tokenizer; weight 0: the text is
+ * the MoE model's). */
+static void test_cli_fused_runs(void **state) {
+    (void)state;
+    require_shared();
+    char moe[] = "/tmp/tutti-test-moe-XXXXXX", args[2048];
+    int fd = mkstemp(moe);
+    assert_true(fd >= 0);
+    close(fd);
+    write_gguf_copy(moe_path("deepseek3-a-F32", ".gguf"), moe, add_bos_keys, NULL);
+    const char *baby = shared_path("models/BabyLlama-tok105/babyllama-tok105.gguf");
+    const char *common = "--temp 0 -n 24 -t 2 -p \"Once upon a time\"";
+    snprintf(args, sizeof args, "run -m %s -m %s --align token %s", moe, baby, common);
+    expect_text(args, "cli-run-token");
+    snprintf(args, sizeof args, "run -m %s -m %s --align byte %s", moe, baby, common);
+    expect_text(args, "cli-run-byte");
+    snprintf(args, sizeof args, "run -m %s -m %s -w 1,0 %s", moe_path("deepseek3-a-F32", ".gguf"),
+             shared_path("models/stories260K.gguf"), common);
+    expect_text(args, "cli-run-moe");
+    unlink(moe);
+}
+
+/* Bits per byte of gpt-oss-a (sliding window, sinks) and stories260K on the
+ * story text (byte alignment): each member's token-level figure is
+ * llama.cpp's; the equal mixture costs at most a bit per byte more than its
+ * better member. */
+static void test_cli_eval(void **state) {
+    (void)state;
+    require_shared();
+    char args[2048];
+    snprintf(args, sizeof args, "eval --text %s -m %s -m %s --json -t 2", shared_path("eval/stories-dev.txt"),
+             moe_path("gpt-oss-a-F32", ".gguf"), shared_path("models/stories260K.gguf"));
+    char *out = cli(args), *ref = read_file(moe_path("cli-eval", ".txt"), NULL);
+    assert_non_null(ref);
+    double want[2];
+    assert_int_equal(sscanf(ref, "%lf %lf", &want[0], &want[1]), 2);
+    cJSON *j = cJSON_Parse(out);
+    assert_non_null(j);
+    const cJSON *members = cJSON_GetObjectItem(j, "members");
+    assert_int_equal(cJSON_GetArraySize(members), 2);
+    double best_byte = INFINITY;
+    for (int i = 0; i < 2; i++) {
+        const cJSON *mi = cJSON_GetArrayItem(members, i);
+        const double bpb = cJSON_GetObjectItem(mi, "bits_per_byte")->valuedouble;
+        best_byte = fmin(best_byte, cJSON_GetObjectItem(mi, "byte_bits_per_byte")->valuedouble);
+        print_message("member %d: %.6f bits per byte, llama.cpp %.6f\n", i + 1, bpb, want[i]);
+        assert_true(fabs(bpb - want[i]) < 1e-4 * want[i]);
+    }
+    const double ens = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "ensemble"), "bits_per_byte")->valuedouble;
+    print_message("ensemble %.6f (byte alignment, best member %.6f)\n", ens, best_byte);
+    assert_true(isfinite(ens) && ens <= best_byte + 1.0);
+    cJSON_Delete(j);
+    free(out);
+    free(ref);
+}
+
 int main(void) {
-    struct CMUnitTest tests[N_ROWS + 6];
+    struct CMUnitTest tests[N_ROWS + 8];
     for (size_t i = 0; i < N_ROWS; i++) {
         tests[i] = (struct CMUnitTest)cmocka_unit_test_prestate(test_moe_row, (void *)&g_rows[i]);
         tests[i].name = g_rows[i].name;
@@ -295,6 +388,7 @@ int main(void) {
         cmocka_unit_test(test_route_softmax),   cmocka_unit_test(test_route_ties),
         cmocka_unit_test(test_route_sigmoid_bias), cmocka_unit_test(test_route_groups),
         cmocka_unit_test(test_route_softmax_weight), cmocka_unit_test(test_moe_bad_metadata),
+        cmocka_unit_test(test_cli_fused_runs), cmocka_unit_test(test_cli_eval),
     };
     memcpy(tests + N_ROWS, route, sizeof route);
     return cmocka_run_group_tests(tests, NULL, NULL);

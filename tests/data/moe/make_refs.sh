@@ -17,6 +17,8 @@
 #                                         Q5_0 / Q8_0, as llama-quantize does)
 #   qwen3moe-k-Q4_K_M.gguf                shape-k.json, seed 3: n_embd 256, K-quant experts
 #   gpt-oss-a-MXFP4.gguf                  the generator's MXFP4-expert copy (seed 1)
+#   cli-*.txt                             what the fused runs and the eval of test_moe.c's
+#                                         command-line tests must print (make_cli_refs.py)
 # F16, Q8_0 and Q4_K_M are llama-quantize's copies of the generator's F32 file.
 # For each kept file llama.cpp (dumplogits, see below) is fed the ids of input.ids
 # (BOS first) and its logits are kept as NAME.logits.f32 (raw little-endian
@@ -90,5 +92,13 @@ logits a/gpt-oss-MXFP4 gpt-oss-a-MXFP4
 quant k qwen3moe Q4_K_M
 cp "$TMP/k/qwen3moe-Q4_K_M.gguf" "$HERE/qwen3moe-k-Q4_K_M.gguf"
 logits k/qwen3moe-Q4_K_M qwen3moe-k-Q4_K_M
+# the command-line tests: fused runs and an eval with dense members (make_cli_refs.py)
+cp "$HERE/make_cli_refs.py" "$SHARED/models/stories260K.gguf" "$SHARED/eval/stories-dev.txt" "$TMP/"
+mkdir -p "$TMP/cli"
+chroot "$ROOT" python3 /tmp/moe-refs/make_cli_refs.py /tmp/moe-refs/dumplogits /tmp/moe-refs/cli \
+  /tmp/moe-refs/a/deepseek3-F32.gguf /tmp/moe-refs/a/gpt-oss-F32.gguf /tmp/moe-refs/babyllama-tok105.gguf \
+  /tmp/moe-refs/stories260K.gguf /tmp/moe-refs/stories-dev.txt
+cp "$TMP"/cli/cli-*.txt "$HERE/"
+echo "cli: $(cat "$HERE/cli-run-token.txt" | head -c 40)... eval $(cat "$HERE/cli-eval.txt")"
 rm -rf "$TMP"
 du -ch "$HERE"/*.gguf "$HERE"/*.logits.f32 | tail -n 1
