@@ -3,7 +3,7 @@
  * Reference: the random-weight models of tests/data/moe (made by
  * tests/data/moe/make_refs.sh with ../shared/oracle/gen_moe_models.py: two
  * shapes and seeds per architecture, F32 and F16 of shape a, Q8_0 and
- * Q4_K_M of shape b, a K-quant shape of qwen3moe) fed the ids of
+ * Q4_K_M of shape b, a K-quant shape of qwen3moe, gpt-oss's MXFP4) fed the ids of
  * tests/data/moe/input.ids; NAME.logits.f32 holds llama.cpp's logits
  * [N_IDS][105].  The measure is the max over positions and ids of
  * |Δ log-softmax|, tolerances as for the dense architectures (test_arch.c):
@@ -51,6 +51,9 @@ static const moe_row g_rows[] = {
     ARCH_ROWS("qwen3moe"),   {"qwen3moe-k-Q4_K_M", TOL_QUANT}, ARCH_ROWS("mixtral"),   ARCH_ROWS("qwen2moe"),
     ARCH_ROWS("olmoe"),      ARCH_ROWS("granitemoe"),          ARCH_ROWS("glm4moe"),   ARCH_ROWS("gpt-oss"),
     ARCH_ROWS("deepseek2"),  ARCH_ROWS("deepseek3"),
+    /* gpt-oss's experts in MXFP4: the generator's gguf-py file (the rest F32, as
+     * released), llama-quantize's MXFP4_MOE (the rest Q8_0) */
+    {"gpt-oss-a-MXFP4", TOL_QUANT}, {"gpt-oss-b-MXFP4_MOE", TOL_QUANT},
 };
 #define N_ROWS (sizeof g_rows / sizeof g_rows[0])
 

@@ -16,7 +16,9 @@
 #   NAME-b-Q8_0.gguf, NAME-b-Q4_K_M.gguf  shape b, seed 2 (rows of 32: Q4_K_M falls back to
 #                                         Q5_0 / Q8_0, as llama-quantize does)
 #   qwen3moe-k-Q4_K_M.gguf                shape-k.json, seed 3: n_embd 256, K-quant experts
-#   gpt-oss-a-MXFP4.gguf                  the generator's MXFP4-expert copy (seed 1)
+#   gpt-oss-a-MXFP4.gguf                  the generator's MXFP4-expert copy (seed 1), as released
+#                                         gpt-oss files are (gguf-py's MXFP4, the rest F32)
+#   gpt-oss-b-MXFP4_MOE.gguf              llama-quantize's MXFP4_MOE of shape b
 #   cli-*.txt                             what the fused runs and the eval of test_moe.c's
 #                                         command-line tests must print (make_cli_refs.py)
 # F16, Q8_0 and Q4_K_M are llama-quantize's copies of the generator's F32 file.
@@ -89,6 +91,9 @@ for n in $NAMES; do
 done
 cp "$TMP/a/gpt-oss-MXFP4.gguf" "$HERE/gpt-oss-a-MXFP4.gguf"
 logits a/gpt-oss-MXFP4 gpt-oss-a-MXFP4
+quant b gpt-oss MXFP4_MOE
+cp "$TMP/b/gpt-oss-MXFP4_MOE.gguf" "$HERE/gpt-oss-b-MXFP4_MOE.gguf"
+logits b/gpt-oss-MXFP4_MOE gpt-oss-b-MXFP4_MOE
 quant k qwen3moe Q4_K_M
 cp "$TMP/k/qwen3moe-Q4_K_M.gguf" "$HERE/qwen3moe-k-Q4_K_M.gguf"
 logits k/qwen3moe-Q4_K_M qwen3moe-k-Q4_K_M
