@@ -93,6 +93,27 @@ void tutti_matmul(tutti_threadpool *tp, int wtype, const void *w, int64_t n_rows
 void tutti_matmul_path(tutti_threadpool *tp, int path, int wtype, const void *w, int64_t n_rows, int64_t n_cols,
                        const float *x, int64_t n_tok, float *y);
 
+/* Several independent products as one job (the routed experts of a batch,
+ * the heads of latent attention): tutti_matmul's arguments per product.
+ * The activations of every product are converted first, once for products
+ * that share x, n_tok and activation format (an expert's gate and up), then
+ * the threads claim runs of weight rows across all products, so many small
+ * products cost one hand-off to the pool instead of two each.  Every y is
+ * bit-identical to tutti_matmul of its product alone.  Allocates nothing:
+ * the converted activations go to the pool's scratch, which must hold those
+ * of 256 products (sessions size it at creation; when it cannot, and for
+ * products without a fast kernel or with rows longer than one segment,
+ * products run through tutti_matmul one by one). */
+typedef struct tutti_mm {
+    int wtype;
+    const void *w;
+    int64_t n_rows, n_cols;
+    const float *x;
+    int64_t n_tok;
+    float *y;
+} tutti_mm;
+void tutti_matmul_batch(tutti_threadpool *tp, const tutti_mm *mm, int n_mm);
+
 /* Row `row` of a weight matrix as float32 (embedding lookup, "get_rows"):
  * dst[0..n_cols). */
 void tutti_get_row(int wtype, const void *w, int64_t n_cols, int64_t row, float *dst);

@@ -28,12 +28,34 @@ static void scatter(const float *y, int64_t stride, int64_t c0, int64_t w, int32
         memcpy(x + ((int64_t)t * n_head + hd) * stride + c0, y + (int64_t)t * w, sizeof(float) * (size_t)w);
 }
 
-/* Matrix hd of a per-head 3-D weight as a 2-D one. */
-static tutti_weight head_mat(const tutti_weight *w, int32_t hd) {
-    tutti_weight x = *w;
-    x.data = tutti_weight_mat(w, hd);
-    x.n_mat = 1;
-    return x;
+/* y [n_head][n][w->n_rows] = (head hd's matrix of w) · x [n_head][n][w->n_cols]
+ * for every head, as batched products of up to TUTTI_MLA_HEADS heads at a
+ * time: each group's rows x are gathered by gather_head(hd, into) and the
+ * results go out through scatter_head(hd, from). */
+typedef struct head_io {
+    const float *src;
+    int64_t src_stride, src_c0;
+    float *dst;
+    int64_t dst_stride, dst_c0;
+} head_io;
+
+static void per_head(tutti_session *s, const tutti_weight *w, int32_t n, const head_io *io) {
+    const tutti_hparams *hp = &s->model->hp;
+    tutti_mla_bufs *mb = &s->mla;
+    const int32_t nh = hp->n_head;
+    const int64_t ci = w->n_cols, co = w->n_rows;
+    tutti_mm mm[TUTTI_MLA_HEADS];
+    for (int32_t h0 = 0; h0 < nh; h0 += TUTTI_MLA_HEADS) {
+        const int32_t hn = nh - h0 < TUTTI_MLA_HEADS ? nh - h0 : TUTTI_MLA_HEADS;
+        for (int32_t g = 0; g < hn; g++) {
+            float *x = mb->in + (int64_t)g * n * ci, *y = mb->out + (int64_t)g * n * co;
+            gather(io->src, io->src_stride, io->src_c0, ci, n, nh, h0 + g, x);
+            mm[g] = (tutti_mm){w->type, tutti_weight_mat(w, h0 + g), co, ci, x, n, y};
+        }
+        tutti_matmul_batch(s->tp, mm, hn);
+        for (int32_t g = 0; g < hn; g++)
+            scatter(mb->out + (int64_t)g * n * co, io->dst_stride, io->dst_c0, co, n, nh, h0 + g, io->dst);
+    }
 }
 
 /* The absorbed queries s->q [n][n_head][kv_lora | rope] and the cache rows
@@ -51,11 +73,10 @@ static void mla_project(tutti_session *s, const tutti_layer *L, int32_t n) {
         tutti_fwd_matmul(s, &L->wq, s->h, n, mb->q);
     }
     tutti_fwd_matmul(s, &L->wkv_a_mqa, s->h, n, mb->kv);
+    /* the key decompression absorbed into each head's query */
+    const head_io absorb = {mb->q, dq, 0, s->q, dk, 0};
+    per_head(s, &L->wk_b, n, &absorb);
     for (int32_t hd = 0; hd < nh; hd++) {
-        const tutti_weight kb = head_mat(&L->wk_b, hd);
-        gather(mb->q, dq, 0, nope, n, nh, hd, mb->in);
-        tutti_fwd_matmul(s, &kb, mb->in, n, mb->out);
-        scatter(mb->out, dk, 0, kvl, n, nh, hd, s->q);
         gather(mb->q, dq, nope, rope, n, nh, hd, mb->in);
         scatter(mb->in, dk, kvl, rope, n, nh, hd, s->q);
     }
@@ -85,7 +106,7 @@ void tutti_attn_mla(tutti_session *s, const tutti_fwd_seg *seg, int32_t n_seg, i
     tutti_mla_bufs *mb = &s->mla;
     int32_t n = 0;
     for (int32_t j = 0; j < n_seg; j++) n += seg[j].n;
-    const int32_t nh = hp->n_head, kvl = hp->n_lora_kv, dk = hp->head_dim_k, dv = hp->head_dim_v_mla;
+    const int32_t nh = hp->n_head, kvl = hp->n_lora_kv, dk = hp->head_dim_k;
     mla_project(s, L, n);
     for (int32_t j = 0, t0 = 0; j < n_seg; t0 += seg[j].n, j++) {
         tutti_session *ss = seg[j].s;
@@ -114,11 +135,7 @@ void tutti_attn_mla(tutti_session *s, const tutti_fwd_seg *seg, int32_t n_seg, i
         tutti_attention(s->tp, &ap);
     }
     /* decompress each head's values, then the output projection */
-    for (int32_t hd = 0; hd < nh; hd++) {
-        const tutti_weight vb = head_mat(&L->wv_b, hd);
-        gather(s->att, kvl, 0, kvl, n, nh, hd, mb->in);
-        tutti_fwd_matmul(s, &vb, mb->in, n, mb->out);
-        scatter(mb->out, dv, 0, dv, n, nh, hd, mb->att);
-    }
+    const head_io decompress = {s->att, kvl, 0, mb->att, hp->head_dim_v_mla, 0};
+    per_head(s, &L->wv_b, n, &decompress);
     tutti_fwd_matmul(s, &L->wo, mb->att, n, s->o);
 }

@@ -254,12 +254,17 @@ typedef struct tutti_moe_bufs {
     int32_t *sel;    /* [n_ubatch][n_expert_used] the selected experts of each token, in rank order */
     float *sel_w;    /* [n_ubatch][n_expert_used] their weights */
     int32_t *route;  /* [n_ubatch * n_expert_used] the slots t * n_expert_used + j grouped by expert */
-    float *xe;       /* [n_ubatch][n_embd] the rows routed to one expert, gathered */
-    float *ge, *ue;  /* [n_ubatch][n_ff_exp] its gate and up projections */
-    float *ye;       /* [n_ubatch][n_embd] its down projection */
-    float *slots;    /* [n_ubatch * n_expert_used][n_embd] every slot's expert output */
-    int32_t *offs;   /* [n_expert + 1] where each expert's slots start in route */
+    int32_t *where;  /* [n_ubatch * n_expert_used] each slot's row in route order */
+    int32_t *offs;   /* [n_expert + 1] where each expert's rows start in route order */
+    float *xe;       /* [n_ubatch * n_expert_used][n_embd] the routed rows, gathered in route order */
+    float *ge, *ue;  /* [n_ubatch * n_expert_used][n_ff_exp] their gate and up projections */
+    float *slots;    /* [n_ubatch * n_expert_used][n_embd] their experts' outputs, in route order */
+    float *ye;       /* [n_ubatch][n_embd] the shared experts' output */
+    tutti_mm *mm;    /* [2 * n_expert] the batched products of one step */
 } tutti_moe_bufs;
+
+/* Heads of latent attention whose per-head products run as one batch. */
+#define TUTTI_MLA_HEADS 16
 
 /* Activations of multi-head latent attention, [n_ubatch] rows (NULL
  * otherwise; mla.c). */
@@ -267,7 +272,9 @@ typedef struct tutti_mla_bufs {
     float *q;        /* [n_head * head_dim_k_mla] the query before absorption */
     float *qa;       /* [n_lora_q] the q LoRA's inner rows */
     float *kv;       /* [n_lora_kv + n_rot] compressed kv and the rope part of the key */
-    float *in, *out; /* [max(nope, n_lora_kv, n_rot * n_head)] one head's rows, gathered / multiplied */
+    float *in;       /* [max(TUTTI_MLA_HEADS * max(nope, n_lora_kv), n_head * n_rot)] rows of a group of
+                        heads, gathered (or the rope parts of all heads) */
+    float *out;      /* [TUTTI_MLA_HEADS * max(n_lora_kv, head_dim_v_mla)] their products */
     float *att;      /* [n_head * head_dim_v_mla] attention output, decompressed per head */
 } tutti_mla_bufs;
 

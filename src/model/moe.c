@@ -14,10 +14,11 @@
  *            [+ shared expert(s) [· sigmoid(h · w_shexp_gate)]]
  *
  * A prompt batch is computed expert by expert: the rows routed to an expert
- * are gathered and go through its three matrices as one batched matmul (the
- * weights are read once per batch, not once per token), then scattered back
- * to their slots, so a token reads only the experts it is routed to and its
- * result does not depend on the others in the batch. */
+ * are gathered and go through its three matrices as batched matmuls (the
+ * weights are read once per batch, not once per token; all experts' gate
+ * and up products are one job of the pool, their down products another), so
+ * a token reads only the experts it is routed to and its result does not
+ * depend on the others in the batch. */
 #include <math.h>
 #include <string.h>
 
@@ -100,12 +101,9 @@ void tutti_moe_routing_of(const tutti_model *m, const tutti_layer *L, tutti_moe_
     };
 }
 
-/* Matrix e of a 3-D weight as a 2-D one. */
-static tutti_weight expert_mat(const tutti_weight *w, int32_t e) {
-    tutti_weight x = *w;
-    x.data = tutti_weight_mat(w, e);
-    x.n_mat = 1;
-    return x;
+/* Product of matrix e of the 3-D weight w with m rows x into y. */
+static tutti_mm expert_mm(const tutti_weight *w, int32_t e, const float *x, int64_t m, float *y) {
+    return (tutti_mm){w->type, tutti_weight_mat(w, e), w->n_rows, w->n_cols, x, m, y};
 }
 
 /* Row e of an f32 bias matrix (NULL when absent). */
@@ -113,28 +111,44 @@ static const float *bias_row(const tutti_weight *b, int32_t e) {
     return b->data ? (const float *)b->data + (int64_t)e * b->n_cols : NULL;
 }
 
-/* The m rows routed to expert e (slots route[0..m)): gate, up, act, down,
- * into their slots of mb->slots. */
-static void run_expert(tutti_session *s, const tutti_layer *L, int32_t e, const int32_t *route, int32_t m) {
+/* Every routed expert of the batch: the rows routed to expert e are
+ * mb->route[offs[e] .. offs[e + 1]); they are gathered in that order into
+ * mb->xe, go through gate and up (one batched job for all experts), the
+ * activation, and down (another) into mb->slots in the same order. */
+static void run_experts(tutti_session *s, const tutti_layer *L, int32_t n) {
     const tutti_hparams *hp = &s->model->hp;
-    const int64_t n_embd = hp->n_embd, nf = hp->n_ff_exp, k = hp->n_expert_used;
+    const int64_t n_embd = hp->n_embd, nf = hp->n_ff_exp, k = hp->n_expert_used, rows = (int64_t)n * k;
     tutti_moe_bufs *mb = &s->moe;
-    for (int32_t i = 0; i < m; i++)
-        memcpy(mb->xe + i * n_embd, s->h + route[i] / k * n_embd, sizeof(float) * (size_t)n_embd);
-    const tutti_weight gate = expert_mat(&L->ffn_gate_exps, e), up = expert_mat(&L->ffn_up_exps, e),
-                       down = expert_mat(&L->ffn_down_exps, e);
-    tutti_fwd_matmul(s, &up, mb->xe, m, mb->ue);
-    tutti_fwd_add_bias(mb->ue, bias_row(&L->ffn_up_exps_b, e), m, nf);
-    tutti_fwd_matmul(s, &gate, mb->xe, m, mb->ge);
-    tutti_fwd_add_bias(mb->ge, bias_row(&L->ffn_gate_exps_b, e), m, nf);
+    const int32_t *offs = mb->offs;
+    for (int64_t i = 0; i < rows; i++)
+        memcpy(mb->xe + i * n_embd, s->h + mb->route[i] / k * n_embd, sizeof(float) * (size_t)n_embd);
+    tutti_mm *mm = mb->mm;
+    int n_mm = 0;
+    for (int32_t e = 0; e < hp->n_expert; e++) {
+        const int64_t o = offs[e], m = offs[e + 1] - o;
+        if (m == 0) continue;
+        mm[n_mm++] = expert_mm(&L->ffn_up_exps, e, mb->xe + o * n_embd, m, mb->ue + o * nf);
+        mm[n_mm++] = expert_mm(&L->ffn_gate_exps, e, mb->xe + o * n_embd, m, mb->ge + o * nf);
+    }
+    tutti_matmul_batch(s->tp, mm, n_mm);
+    for (int32_t e = 0; e < hp->n_expert && L->ffn_up_exps_b.data; e++) {
+        const int64_t o = offs[e], m = offs[e + 1] - o;
+        tutti_fwd_add_bias(mb->ue + o * nf, bias_row(&L->ffn_up_exps_b, e), m, nf);
+        tutti_fwd_add_bias(mb->ge + o * nf, bias_row(&L->ffn_gate_exps_b, e), m, nf);
+    }
     if (s->model->arch->moe_oai)
-        tutti_swiglu_oai(mb->ge, mb->ue, m * nf, 1.702f, 7.0f);
+        tutti_swiglu_oai(mb->ge, mb->ue, rows * nf, 1.702f, 7.0f);
     else
-        tutti_fwd_glu(s, mb->ge, mb->ue, m * nf, false);
-    tutti_fwd_matmul(s, &down, mb->ge, m, mb->ye);
-    tutti_fwd_add_bias(mb->ye, bias_row(&L->ffn_down_exps_b, e), m, n_embd);
-    for (int32_t i = 0; i < m; i++)
-        memcpy(mb->slots + (int64_t)route[i] * n_embd, mb->ye + i * n_embd, sizeof(float) * (size_t)n_embd);
+        tutti_fwd_glu(s, mb->ge, mb->ue, rows * nf, false);
+    n_mm = 0;
+    for (int32_t e = 0; e < hp->n_expert; e++) {
+        const int64_t o = offs[e], m = offs[e + 1] - o;
+        if (m) mm[n_mm++] = expert_mm(&L->ffn_down_exps, e, mb->ge + o * nf, m, mb->slots + o * n_embd);
+    }
+    tutti_matmul_batch(s->tp, mm, n_mm);
+    for (int32_t e = 0; e < hp->n_expert && L->ffn_down_exps_b.data; e++)
+        tutti_fwd_add_bias(mb->slots + offs[e] * n_embd, bias_row(&L->ffn_down_exps_b, e), offs[e + 1] - offs[e],
+                           n_embd);
 }
 
 /* The shared expert(s) of the n rows in s->h, added to s->o (qwen2moe:
@@ -168,22 +182,26 @@ void tutti_ffn_moe(tutti_session *s, const tutti_layer *L, int32_t n) {
     tutti_moe_routing_of(m, L, &r);
     tutti_moe_route(&r, mb->router, n, mb->sel, mb->sel_w);
 
-    /* the slots t * k + j grouped by expert (counting sort: token order within an expert) */
+    /* the slots t * k + j grouped by expert (counting sort: token order
+     * within an expert); where[slot] = its row in that order */
     int32_t *offs = mb->offs;
     memset(offs, 0, sizeof *offs * (size_t)(ne + 1));
     for (int64_t i = 0; i < (int64_t)n * k; i++) offs[mb->sel[i] + 1]++;
     for (int32_t e = 0; e < ne; e++) offs[e + 1] += offs[e];
-    for (int64_t i = 0; i < (int64_t)n * k; i++) mb->route[offs[mb->sel[i]]++] = (int32_t)i;
+    for (int64_t i = 0; i < (int64_t)n * k; i++) {
+        const int32_t row = offs[mb->sel[i]]++;
+        mb->route[row] = (int32_t)i;
+        mb->where[i] = row;
+    }
     for (int32_t e = ne; e > 0; e--) offs[e] = offs[e - 1];
     offs[0] = 0;
-    for (int32_t e = 0; e < ne; e++)
-        if (offs[e + 1] > offs[e]) run_expert(s, L, e, mb->route + offs[e], offs[e + 1] - offs[e]);
+    run_experts(s, L, n);
 
     /* weigh and add in rank order, as ggml adds the experts' views */
     for (int32_t t = 0; t < n; t++) {
         float *o = s->o + (int64_t)t * n_embd;
         for (int32_t j = 0; j < k; j++) {
-            const float *y = mb->slots + ((int64_t)t * k + j) * n_embd;
+            const float *y = mb->slots + (int64_t)mb->where[(int64_t)t * k + j] * n_embd;
             const float wj = mb->sel_w[(int64_t)t * k + j];
             for (int64_t i = 0; i < n_embd; i++) o[i] = j == 0 ? y[i] * wj : o[i] + y[i] * wj;
         }

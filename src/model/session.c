@@ -75,19 +75,21 @@ static bool alloc_moe(tutti_moe_bufs *mb, const tutti_hparams *hp, size_t ub) {
     mb->sel = alloc3(ub, k, 1, sizeof(int32_t));
     mb->sel_w = alloc3(ub, k, 1, sizeof(float));
     mb->route = alloc3(ub, k, 1, sizeof(int32_t));
+    mb->where = alloc3(ub, k, 1, sizeof(int32_t));
     mb->offs = alloc3(ne + 1, 1, 1, sizeof(int32_t));
-    mb->xe = alloc3(ub, d, 1, sizeof(float));
-    mb->ge = alloc3(ub, (size_t)hp->n_ff_exp, 1, sizeof(float));
-    mb->ue = alloc3(ub, (size_t)hp->n_ff_exp, 1, sizeof(float));
+    mb->xe = alloc3(ub * k, d, 1, sizeof(float));
+    mb->ge = alloc3(ub * k, (size_t)hp->n_ff_exp, 1, sizeof(float));
+    mb->ue = alloc3(ub * k, (size_t)hp->n_ff_exp, 1, sizeof(float));
+    mb->slots = alloc3(ub * k, d, 1, sizeof(float));
     mb->ye = alloc3(ub, d, 1, sizeof(float));
-    mb->slots = alloc3(ub, k, d, sizeof(float));
-    return mb->router && mb->sel && mb->sel_w && mb->route && mb->offs && mb->xe && mb->ge && mb->ue && mb->ye &&
-           mb->slots;
+    mb->mm = alloc3(2 * ne, 1, 1, sizeof(tutti_mm));
+    return mb->router && mb->sel && mb->sel_w && mb->route && mb->where && mb->offs && mb->xe && mb->ge && mb->ue &&
+           mb->slots && mb->ye && mb->mm;
 }
 
 static void free_moe(tutti_moe_bufs *mb) {
-    free(mb->router), free(mb->sel), free(mb->sel_w), free(mb->route), free(mb->offs);
-    free(mb->xe), free(mb->ge), free(mb->ue), free(mb->ye), free(mb->slots);
+    free(mb->router), free(mb->sel), free(mb->sel_w), free(mb->route), free(mb->where), free(mb->offs);
+    free(mb->xe), free(mb->ge), free(mb->ue), free(mb->slots), free(mb->ye), free(mb->mm);
 }
 
 /* The latent-attention activations (mla.c), [ub] rows. */
@@ -97,8 +99,8 @@ static bool alloc_mla(tutti_mla_bufs *mb, const tutti_hparams *hp, size_t ub) {
     mb->q = alloc3(ub, nh, (size_t)hp->head_dim_k_mla, sizeof(float));
     mb->qa = alloc3(ub, max_sz((size_t)hp->n_lora_q, 1), 1, sizeof(float));
     mb->kv = alloc3(ub, kvl + rope, 1, sizeof(float));
-    mb->in = alloc3(ub, max_sz(max_sz(nope, kvl), nh * rope), 1, sizeof(float));
-    mb->out = alloc3(ub, max_sz(kvl, dv), 1, sizeof(float));
+    mb->in = alloc3(ub, max_sz(TUTTI_MLA_HEADS * max_sz(nope, kvl), nh * rope), 1, sizeof(float));
+    mb->out = alloc3(ub, TUTTI_MLA_HEADS, max_sz(kvl, dv), sizeof(float));
     mb->att = alloc3(ub, nh, dv, sizeof(float));
     return mb->q && mb->qa && mb->kv && mb->in && mb->out && mb->att;
 }
@@ -134,7 +136,16 @@ static int alloc_activations(tutti_session *s) {
     size_t max_in = max_sz(max_sz((size_t)hp->n_embd, no), max_sz(n_ff, (size_t)hp->n_ff_exp));
     max_in = max_sz(max_in, max_sz((size_t)hp->n_lora_q, (size_t)hp->head_dim_k_mla));
     max_in = max_sz(max_in, max_sz((size_t)hp->n_lora_kv, (size_t)hp->n_head * hp->head_dim_v_mla));
-    if (!tutti_threadpool_scratch(s->tp, ub * max_in))
+    /* a batch of products (tutti_matmul_batch) converts all their inputs at
+     * once: every expert's rows (and a 64-byte pad each), every head's */
+    size_t scratch = ub * max_in;
+    if (hp->n_expert > 0)
+        scratch = max_sz(scratch, ub * (size_t)hp->n_expert_used * max_sz((size_t)hp->n_embd, (size_t)hp->n_ff_exp) +
+                                      16 * (size_t)hp->n_expert);
+    if (model->arch->mla)
+        scratch = max_sz(scratch, ub * TUTTI_MLA_HEADS * max_sz((size_t)hp->n_lora_kv, (size_t)hp->head_dim_k_mla) +
+                                      16 * TUTTI_MLA_HEADS);
+    if (!tutti_threadpool_scratch(s->tp, scratch))
         return tutti_set_error("tutti_session_new: out of memory for the activation scratch");
     if (!s->x || !s->h || !s->o || !s->q || !s->k || !s->v || !s->att || !s->gate || !s->up || !s->attn_scratch ||
         (model->arch->fused_qkv && !s->qkv) || (hp->n_expert > 0 && !alloc_moe(&s->moe, hp, ub)) ||
