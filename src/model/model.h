@@ -4,8 +4,9 @@
  * include/tutti.h (tutti_model_*, tutti_session_*).
  *
  * Adding an architecture = one row in the arch table (arch.c) plus, at most,
- * a new switch here used by the loader and the forward pass.  There is no
- * per-architecture copy of the forward pass. */
+ * a new switch here used by the loader (hparams.c, tensors.c) and the
+ * forward pass (forward.c; the routed experts in moe.c, latent attention in
+ * mla.c).  There is no per-architecture copy of the forward pass. */
 #ifndef TUTTI_MODEL_H
 #define TUTTI_MODEL_H
 
