@@ -36,7 +36,7 @@ import argparse, json, os, statistics, subprocess, sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from run import run_child, machine_details  # noqa: E402
+from run import bench_pair, machine_details, run_child  # noqa: E402
 
 SHAPES = {
     "olmoe": ("olmoe", dict(arch="olmoe", n_embd=2048, n_head=16, n_head_kv=16, head_dim=128, n_expert=64,
@@ -92,25 +92,6 @@ def active_bytes(a, rel):
     out = subprocess.run(["chroot", a.root, "python3", "-c", ACTIVE, rel], check=True, capture_output=True,
                          text=True).stdout
     return int(out.strip())
-
-
-def bench_pair(a, tutti, rel):
-    lsamp, tsamp, l_rss, t_rss = {}, {}, 0.0, 0.0
-    for _ in range(a.interleave):
-        out, rss = run_child(["chroot", a.root, "llama-bench", "-m", rel, "-t", str(a.threads), "-p",
-                              str(a.n_prompt), "-n", str(a.n_gen), "-r", str(a.reps), "-o", "json"])
-        l_rss = max(l_rss, rss)
-        for o in json.loads(out):
-            key = f"pp{o['n_prompt']}" if o["n_prompt"] else f"tg{o['n_gen']}"
-            lsamp.setdefault(key, []).extend(o.get("samples_ts") or [o["avg_ts"]])
-        out, rss = run_child(tutti + ["-m", a.root + rel, "-t", str(a.threads), "-p", str(a.n_prompt), "-n",
-                                      str(a.n_gen), "-r", str(a.reps), "--json"])
-        t_rss = max(t_rss, rss)
-        for line in out.splitlines():
-            if line.startswith("{"):
-                o = json.loads(line)
-                tsamp.setdefault(o["test"], []).extend(o.get("samples") or [o["tps"]])
-    return lsamp, tsamp, l_rss, t_rss
 
 
 def main():
