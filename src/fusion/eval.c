@@ -514,8 +514,8 @@ int tutti_ensemble_eval_bpb(tutti_ensemble *e, const char *text, size_t len, tut
         return TUTTI_ERR_UNSUPPORTED;
     }
     if (e->align == TUTTI_ALIGN_SPAN && e->rule != TUTTI_RULE_MIX) {
-        tutti_set_error("span alignment scores only the span-level mixture (--rule mix); span generation "
-                        "with --rule %s ranks drafts but defines no probability to score", tutti_rule_name(e->rule));
+        tutti_set_error("span alignment scores only the span-level mixture (the mix rule); span generation "
+                        "with the %s rule ranks drafts but defines no probability to score", tutti_rule_name(e->rule));
         return TUTTI_ERR_UNSUPPORTED;
     }
     text_data d;
@@ -948,25 +948,21 @@ tutti_ensemble_file *tutti_ensemble_file_read(const char *path) {
                             path, lineno, p);
             goto fail;
         }
-        if (!strcmp(tok[0], "route")) {
+        if (!strcmp(tok[0], "route") || !strcmp(tok[0], "adapt")) {
+            bool route = tok[0][0] == 'r';
             char *e2 = NULL;
-            double t = nt == 2 ? strtod(tok[1], &e2) : -1;
-            if (nt != 2 || e2 == tok[1] || *e2 || !(t > 0) || !isfinite(t)) {
-                tutti_set_error("ensemble file %s: line %d: route needs a temperature tau > 0 (nats per byte)", path,
-                                lineno);
+            double v = nt == 2 ? strtod(tok[1], &e2) : NAN;
+            if (nt != 2 || e2 == tok[1] || *e2) {
+                tutti_set_error("ensemble file %s: line %d: %s needs one number (%s)", path, lineno, tok[0],
+                                route ? "the temperature tau, nats per byte" : "the fixed-share alpha");
                 goto fail;
             }
-            ef->route = t;
-            continue;
-        }
-        if (!strcmp(tok[0], "adapt")) {
-            char *e2 = NULL;
-            double a = nt == 2 ? strtod(tok[1], &e2) : -1;
-            if (nt != 2 || e2 == tok[1] || *e2 || !(a >= 0 && a <= 1)) {
-                tutti_set_error("ensemble file %s: line %d: adapt needs a fixed-share alpha in [0, 1]", path, lineno);
+            if ((route ? tutti_check_route(v) : tutti_check_adapt(v)) < 0) {
+                tutti_error_prefix("ensemble file %s: line %d", path, lineno);
                 goto fail;
             }
-            ef->adapt = a;
+            if (route) ef->route = v;
+            else ef->adapt = v;
             continue;
         }
         if (!strcmp(tok[0], "rule") || !strcmp(tok[0], "align")) {
@@ -990,10 +986,13 @@ tutti_ensemble_file *tutti_ensemble_file_read(const char *path) {
         for (int k = 1; k < nt; k++) {
             char *e2;
             float v = strtof(tok[k], &e2);
-            if (e2 == tok[k] || *e2 || !isfinite(v) || (k == 2 && !(v > 0))) {
-                tutti_set_error("ensemble file %s: line %d: %s \"%s\" is not %s", path, lineno,
-                                k == 1 ? "weight" : "temperature", tok[k],
-                                k == 1 ? "a finite number" : "a number > 0");
+            if (e2 == tok[k] || *e2 || !isfinite(v)) {
+                tutti_set_error("ensemble file %s: line %d: %s \"%s\" is not a finite number", path, lineno,
+                                k == 1 ? "weight" : "temperature", tok[k]);
+                goto fail;
+            }
+            if (k == 2 && tutti_check_temp(ef->n_members + 1, v) < 0) {
+                tutti_error_prefix("ensemble file %s: line %d", path, lineno);
                 goto fail;
             }
             if (k == 1) m->weight = v;
@@ -1005,7 +1004,7 @@ tutti_ensemble_file *tutti_ensemble_file_read(const char *path) {
                 tutti_error_prefix("ensemble file %s: line %d", path, lineno);
                 goto fail;
             }
-        } else if (tok[0][0] != '/' && dir[0]) snprintf(full, sizeof full, "%s%s", dir, tok[0]);
+        } else if (tok[0][0] != '/' && dir[0] && !tutti_is_hub_spec(tok[0])) snprintf(full, sizeof full, "%s%s", dir, tok[0]);
         else snprintf(full, sizeof full, "%s", tok[0]);
         m->model_path = strdup(full);
         if (!m->model_path) goto oom;
@@ -1047,12 +1046,13 @@ int tutti_ensemble_file_write(const tutti_ensemble *e, FILE *out) {
          * name another file (or none) once read back. */
         char abs[PATH_MAX];
         const char *p = e->path[i];
-        if (realpath(e->path[i], abs)) p = abs;
-        else if (e->path[i][0] != '/') {
-            char cwd[PATH_MAX];
-            if (getcwd(cwd, sizeof cwd) && (size_t)snprintf(abs, sizeof abs, "%s/%s", cwd, e->path[i]) < sizeof abs)
-                p = abs;
-        }
+        /* absolute paths and remote members stay as they are (a model of
+         * the hub's cache keeps its file's name, not its blob's) */
+        char cwd[PATH_MAX];
+        if (p[0] != '/' && !fusion_is_remote_spec(p) && !(p = realpath(e->path[i], abs)) && getcwd(cwd, sizeof cwd) &&
+            (size_t)snprintf(abs, sizeof abs, "%s/%s", cwd, e->path[i]) < sizeof abs)
+            p = abs;
+        if (!p) p = e->path[i];
         if (strchr(p, '"') || strchr(p, '\n'))
             return tutti_set_error("ensemble file: member %d's path %s cannot be written (it holds a quote or a "
                                    "newline)", i + 1, p);
