@@ -84,6 +84,7 @@ int cmd_generate(int argc, char **argv) {
     tutti_sampler_params *sp = &cs.sp;
     cli_grammar ga = {0};
     const char *split_counts = NULL; /* --split-layers: NULL = off, "" = by memory */
+    bool split_experts = false; /* --split-experts */
     int32_t split_ub = 0;
     cli_opt opts[] = {
         {"-m,--model", "FILE", CLI_T_STR, 0, 0, &model_path, "GGUF model file", "none", NULL, CLI_ONCE},
@@ -108,6 +109,7 @@ int cmd_generate(int argc, char **argv) {
         CLI_GRAMMAR_OPTS(&ga),
         CLI_SECTION("one model over MPI ranks (mpirun -np K tutti generate ...)"),
         CLI_SPLIT_OPTS(&split_counts, &split_ub, "the model"),
+        CLI_SPLIT_EXPERTS_OPT(&split_experts),
         CLI_END,
     };
     const cli_spec spec = {
@@ -123,6 +125,7 @@ int cmd_generate(int argc, char **argv) {
     int pr = cli_parse(&spec, argc, argv);
     if (pr != CLI_RUN) return pr;
     if ((pr = cli_split_check(split_counts, split_ub)) != CLI_RUN) return pr;
+    if (split_experts && split_counts) return cli_usage_error("--split-experts and --split-layers exclude each other");
     const bool split = split_counts != NULL;
     if (!model_path) return cli_usage_error("need -m MODEL or -hf REPO[:QUANT] (see tutti generate --help)");
     if (!prompt && !prompt_file) return cli_usage_error("need -p TEXT or -f FILE (see tutti generate --help)");
@@ -184,7 +187,8 @@ int cmd_generate(int argc, char **argv) {
         int32_t bos = tutti_vocab_add_bos(vocab) ? 1 : 0;
         cp.n_keep = n_keep < 0 || n_keep > n_ids ? n_ids : n_keep + bos; /* the session caps it */
     }
-    if (!(sess = tutti_session_new(model, &cp)) || (split && tutti_mpi_split_attach(sess, n_threads, split_ub) < 0)) {
+    if (!(sess = tutti_session_new(model, &cp)) || (split && tutti_mpi_split_attach(sess, n_threads, split_ub) < 0) ||
+        (split_experts && tutti_mpi_experts_attach(sess, model_path, n_threads) < 0)) {
         cli_error("%s", tutti_last_error());
         goto done;
     }

@@ -48,10 +48,14 @@ static void glu_part(void *arg, int ith, int nth) {
     else tutti_swiglu(j->gate + a, j->up + a, b - a);
 }
 
-void tutti_fwd_glu(tutti_session *s, float *gate, const float *up, int64_t n, bool gelu) {
+void tutti_glu_pool(tutti_threadpool *tp, float *gate, const float *up, int64_t n, bool gelu) {
     glu_job j = {gate, up, n, gelu};
     if (n < 65536) glu_part(&j, 0, 1);
-    else tutti_threadpool_run(s->tp, glu_part, &j);
+    else tutti_threadpool_run(tp, glu_part, &j);
+}
+
+void tutti_fwd_glu(tutti_session *s, float *gate, const float *up, int64_t n, bool gelu) {
+    tutti_glu_pool(s->tp, gate, up, n, gelu);
 }
 
 void tutti_fwd_add_bias(float *x, const float *b, int64_t n_tok, int64_t n) {

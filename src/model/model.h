@@ -315,6 +315,9 @@ struct tutti_session {
      * runs this rank's layers and the head here and the rest on the other
      * ranks.  Owned: freed with the session. */
     struct tutti_pipe *pipe;
+    /* Routed experts split over MPI ranks (src/mpi/experts.c,
+     * --split-experts): owned, freed with the session. */
+    struct tutti_moe_remote *moe_remote;
     struct tutti_work *work; /* owner count of tp and the activations (shared: tutti_session_new_sharing) */
     /* context shift (tutti_session_params.ctx_shift): the timeline holds
      * n_past + n_discarded tokens; rewinds below shift_floor (its length at
@@ -399,6 +402,8 @@ void tutti_forward_range(tutti_session *s, const tutti_fwd_seg *seg, int32_t n_s
 void tutti_fwd_matmul(tutti_session *s, const tutti_weight *w, const float *x, int64_t n_tok, float *y);
 /* gate[i] = act(gate[i]) · up[i], i < n (SwiGLU, or GeGLU when gelu). */
 void tutti_fwd_glu(tutti_session *s, float *gate, const float *up, int64_t n, bool gelu);
+/* The same on the threads of tp (the bits do not depend on their number). */
+void tutti_glu_pool(tutti_threadpool *tp, float *gate, const float *up, int64_t n, bool gelu);
 /* x [n_tok][n] += b [n] (b NULL: nothing). */
 void tutti_fwd_add_bias(float *x, const float *b, int64_t n_tok, int64_t n);
 /* out [n][n_embd] = down(act(gate(h)) ⊙ up(h)), n_ff wide (gate->data NULL:
@@ -409,11 +414,35 @@ void tutti_fwd_ffn(tutti_session *s, const tutti_weight *gate, const tutti_weigh
  * pos0.. (the first n_rot dims of each head, with the rope magnitude). */
 void tutti_fwd_rope(const tutti_session *s, const tutti_layer *L, float *x, int32_t nt, int32_t n_heads,
                     int32_t head_dim, int32_t pos0);
-/* Routed experts (+ shared ones) of the n normed rows in s->h, into s->o. */
+/* Routed experts (+ shared ones) of the n normed rows in s->h, into s->o
+ * (with s->moe_remote: the other processes' experts there). */
 void tutti_ffn_moe(tutti_session *s, const tutti_layer *L, int32_t n);
+/* Experts [e0, e1) of layer L of m on tp: the rows routed to expert e are
+ * xe[offs[e] .. offs[e + 1]) ([n_embd] each), their outputs go to the same
+ * rows of slots; ge and ue ([n_ff_exp] per row) are scratch, mm room for
+ * 2 * (e1 - e0) products.  A product's bits do not depend on the other
+ * experts, the rows of other experts or the thread count, so any split of
+ * the experts over processes gives the single pass's bits. */
+void tutti_moe_experts(tutti_threadpool *tp, const tutti_model *m, const tutti_layer *L, const int32_t *offs, int32_t e0,
+                       int32_t e1, const float *xe, float *ge, float *ue, float *slots, tutti_mm *mm);
 /* Multi-head latent attention of layer il for the normed rows in s->h, over
  * the segments' caches, through the output projection into s->o. */
 void tutti_attn_mla(tutti_session *s, const tutti_fwd_seg *seg, int32_t n_seg, int32_t il);
+
+/* Routed experts computed partly by other processes (src/mpi/experts.c,
+ * --split-experts).  This process computes experts [e0, e1) of every MoE
+ * layer; send hands over the rows routed to the others (xe in route order,
+ * offs [n_expert + 1] as in tutti_moe_bufs) before, recv waits for their
+ * outputs into the same rows of slots after.  On a failure either returns
+ * TUTTI_ERR with the error set and sets failed: the pass goes on with
+ * zeros in those rows and tutti_session_eval returns the error. */
+typedef struct tutti_moe_remote {
+    int32_t e0, e1;
+    bool failed;
+    int (*send)(struct tutti_moe_remote *r, int32_t il, const int32_t *offs, const float *xe);
+    int (*recv)(struct tutti_moe_remote *r, int32_t il, const int32_t *offs, float *slots);
+    void (*free)(struct tutti_moe_remote *r);
+} tutti_moe_remote;
 
 /* Expert routing as llama.cpp's build_moe_ffn computes it (moe.c). */
 typedef struct tutti_moe_routing {

@@ -111,44 +111,64 @@ static const float *bias_row(const tutti_weight *b, int32_t e) {
     return b->data ? (const float *)b->data + (int64_t)e * b->n_cols : NULL;
 }
 
+void tutti_moe_experts(tutti_threadpool *tp, const tutti_model *m, const tutti_layer *L, const int32_t *offs, int32_t e0,
+                       int32_t e1, const float *xe, float *ge, float *ue, float *slots, tutti_mm *mm) {
+    const int64_t n_embd = m->hp.n_embd, nf = m->hp.n_ff_exp;
+    int n_mm = 0;
+    for (int32_t e = e0; e < e1; e++) {
+        const int64_t o = offs[e], n = offs[e + 1] - o;
+        if (n == 0) continue;
+        mm[n_mm++] = expert_mm(&L->ffn_up_exps, e, xe + o * n_embd, n, ue + o * nf);
+        mm[n_mm++] = expert_mm(&L->ffn_gate_exps, e, xe + o * n_embd, n, ge + o * nf);
+    }
+    tutti_matmul_batch(tp, mm, n_mm);
+    for (int32_t e = e0; e < e1 && L->ffn_up_exps_b.data; e++) {
+        const int64_t o = offs[e], n = offs[e + 1] - o;
+        tutti_fwd_add_bias(ue + o * nf, bias_row(&L->ffn_up_exps_b, e), n, nf);
+        tutti_fwd_add_bias(ge + o * nf, bias_row(&L->ffn_gate_exps_b, e), n, nf);
+    }
+    /* the activation over the range's rows (elementwise: the same bits in
+     * any grouping) */
+    const int64_t r0 = offs[e0], nv = (offs[e1] - r0) * nf;
+    if (m->arch->moe_oai)
+        tutti_swiglu_oai(ge + r0 * nf, ue + r0 * nf, nv, 1.702f, 7.0f);
+    else
+        tutti_glu_pool(tp, ge + r0 * nf, ue + r0 * nf, nv, false);
+    n_mm = 0;
+    for (int32_t e = e0; e < e1; e++) {
+        const int64_t o = offs[e], n = offs[e + 1] - o;
+        if (n) mm[n_mm++] = expert_mm(&L->ffn_down_exps, e, ge + o * nf, n, slots + o * n_embd);
+    }
+    tutti_matmul_batch(tp, mm, n_mm);
+    for (int32_t e = e0; e < e1 && L->ffn_down_exps_b.data; e++)
+        tutti_fwd_add_bias(slots + offs[e] * n_embd, bias_row(&L->ffn_down_exps_b, e), offs[e + 1] - offs[e], n_embd);
+}
+
 /* Every routed expert of the batch: the rows routed to expert e are
  * mb->route[offs[e] .. offs[e + 1]); they are gathered in that order into
- * mb->xe, go through gate and up (one batched job for all experts), the
- * activation, and down (another) into mb->slots in the same order. */
+ * mb->xe and go through their experts (tutti_moe_experts) into mb->slots in
+ * the same order, here or, with s->moe_remote, the other processes' share
+ * there while this one computes its own. */
 static void run_experts(tutti_session *s, const tutti_layer *L, int32_t n) {
-    const tutti_hparams *hp = &s->model->hp;
-    const int64_t n_embd = hp->n_embd, nf = hp->n_ff_exp, k = hp->n_expert_used, rows = (int64_t)n * k;
+    const tutti_model *m = s->model;
+    const int64_t n_embd = m->hp.n_embd, k = m->hp.n_expert_used, rows = (int64_t)n * k;
     tutti_moe_bufs *mb = &s->moe;
-    const int32_t *offs = mb->offs;
     for (int64_t i = 0; i < rows; i++)
         memcpy(mb->xe + i * n_embd, s->h + mb->route[i] / k * n_embd, sizeof(float) * (size_t)n_embd);
-    tutti_mm *mm = mb->mm;
-    int n_mm = 0;
-    for (int32_t e = 0; e < hp->n_expert; e++) {
-        const int64_t o = offs[e], m = offs[e + 1] - o;
-        if (m == 0) continue;
-        mm[n_mm++] = expert_mm(&L->ffn_up_exps, e, mb->xe + o * n_embd, m, mb->ue + o * nf);
-        mm[n_mm++] = expert_mm(&L->ffn_gate_exps, e, mb->xe + o * n_embd, m, mb->ge + o * nf);
+    tutti_moe_remote *rm = s->moe_remote;
+    const int32_t il = (int32_t)(L - m->layers);
+    int32_t e0 = 0, e1 = m->hp.n_expert;
+    if (rm) {
+        e0 = rm->e0, e1 = rm->e1;
+        if (rm->failed || rm->send(rm, il, mb->offs, mb->xe) < 0) rm->failed = true;
     }
-    tutti_matmul_batch(s->tp, mm, n_mm);
-    for (int32_t e = 0; e < hp->n_expert && L->ffn_up_exps_b.data; e++) {
-        const int64_t o = offs[e], m = offs[e + 1] - o;
-        tutti_fwd_add_bias(mb->ue + o * nf, bias_row(&L->ffn_up_exps_b, e), m, nf);
-        tutti_fwd_add_bias(mb->ge + o * nf, bias_row(&L->ffn_gate_exps_b, e), m, nf);
+    tutti_moe_experts(s->tp, m, L, mb->offs, e0, e1, mb->xe, mb->ge, mb->ue, mb->slots, mb->mm);
+    if (rm && (rm->failed || rm->recv(rm, il, mb->offs, mb->slots) < 0)) {
+        rm->failed = true; /* the pass's result is void: zeros instead of whatever the buffer held */
+        memset(mb->slots, 0, sizeof(float) * (size_t)mb->offs[e0] * (size_t)n_embd);
+        memset(mb->slots + (int64_t)mb->offs[e1] * n_embd, 0,
+               sizeof(float) * (size_t)(rows - mb->offs[e1]) * (size_t)n_embd);
     }
-    if (s->model->arch->moe_oai)
-        tutti_swiglu_oai(mb->ge, mb->ue, rows * nf, 1.702f, 7.0f);
-    else
-        tutti_fwd_glu(s, mb->ge, mb->ue, rows * nf, false);
-    n_mm = 0;
-    for (int32_t e = 0; e < hp->n_expert; e++) {
-        const int64_t o = offs[e], m = offs[e + 1] - o;
-        if (m) mm[n_mm++] = expert_mm(&L->ffn_down_exps, e, mb->ge + o * nf, m, mb->slots + o * n_embd);
-    }
-    tutti_matmul_batch(s->tp, mm, n_mm);
-    for (int32_t e = 0; e < hp->n_expert && L->ffn_down_exps_b.data; e++)
-        tutti_fwd_add_bias(mb->slots + offs[e] * n_embd, bias_row(&L->ffn_down_exps_b, e), offs[e + 1] - offs[e],
-                           n_embd);
 }
 
 /* The shared expert(s) of the n rows in s->h, added to s->o (qwen2moe:

@@ -243,6 +243,7 @@ fail:
 void tutti_session_free(tutti_session *s) {
     if (!s) return;
     if (s->pipe) s->pipe->free(s->pipe);
+    if (s->moe_remote) s->moe_remote->free(s->moe_remote);
     if (!s->work || --s->work->refs == 0) { /* the last of the sessions sharing them */
         tutti_threadpool_free(s->tp);
         free(s->x);
@@ -268,9 +269,18 @@ void tutti_session_free(tutti_session *s) {
     free(s);
 }
 
+/* With routed experts on other ranks (--split-experts): TUTTI_ERR once an
+ * exchange failed (that pass's error is set; later passes say so). */
+static int remote_failed(const tutti_session *s, bool before) {
+    if (!s->moe_remote || !s->moe_remote->failed) return TUTTI_OK;
+    if (before) tutti_set_error("--split-experts: the expert split is broken by an earlier error");
+    return TUTTI_ERR;
+}
+
 /* Runs ids[0..n) at n_past (room checked by the caller) in micro-batches. */
 static int eval_run(tutti_session *s, const int32_t *ids, int32_t n, float *logits) {
     if (s->pipe) return s->pipe->eval(s->pipe, s, ids, n, logits);
+    if (remote_failed(s, true) < 0) return TUTTI_ERR;
     const int32_t n_vocab = s->model->hp.n_vocab;
     for (int32_t done = 0; done < n;) {
         const int32_t chunk = n - done < s->n_ubatch ? n - done : s->n_ubatch;
@@ -278,6 +288,7 @@ static int eval_run(tutti_session *s, const int32_t *ids, int32_t n, float *logi
          * computed (one row; the final one is what the caller gets). */
         float *out = logits ? logits + (int64_t)done * n_vocab : NULL;
         tutti_forward_ubatch(s, ids + done, chunk, out);
+        if (remote_failed(s, false) < 0) return TUTTI_ERR;
         s->n_past += chunk;
         done += chunk;
     }
@@ -377,7 +388,11 @@ int tutti_session_eval_multi(tutti_session *const *ss, const int32_t *const *ids
             k++;
         }
         if (!s0->pipe) {
-            tutti_forward_segments(s0, seg, k, NULL, s0->rows);
+            if (remote_failed(s0, true) == 0) tutti_forward_segments(s0, seg, k, NULL, s0->rows);
+            if (remote_failed(s0, false) < 0) {
+                free(seg);
+                return TUTTI_ERR;
+            }
         } else if (s0->pipe->eval_segments(s0->pipe, s0, seg, k, s0->rows) < 0) {
             free(seg);
             return TUTTI_ERR;

@@ -550,10 +550,10 @@ static int serve(void) {
         if (MPI_Mrecv(buf, cnt, MPI_BYTE, &msg, &st) != MPI_SUCCESS) break;
         int32_t op = 0;
         if (cnt >= (int)sizeof op) memcpy(&op, buf, sizeof op);
-        if (op == TMPI_SPLIT) { /* a part of a model split by layers (split.c) */
+        if (op == TMPI_SPLIT || op == TMPI_EXPERTS) { /* a part of a split model (split.c), or its experts (experts.c) */
             char ebuf[1024] = "";
             tmpi_loaded out = {0};
-            if (tmpi_split_serve(buf, cnt, ebuf, sizeof ebuf) < 0) {
+            if ((op == TMPI_SPLIT ? tmpi_split_serve : tmpi_experts_serve)(buf, cnt, ebuf, sizeof ebuf) < 0) {
                 out.status = -1;
                 out.err_len = (int32_t)strlen(ebuf) + 1;
             }
@@ -612,6 +612,7 @@ static int serve(void) {
     }
     if (quit_fault) return 1;
     tmpi_split_join();
+    tmpi_experts_join();
     /* rank 0 sent FREE to every member it still held before QUIT */
     for (int i = 0; i < n_mem; i++) {
         pthread_join(mem[i]->th, NULL);
@@ -718,6 +719,7 @@ int tutti_mpi_stop(int rc) {
     }
     /* members the command did not free (error paths): release them */
     tmpi_split_release();
+    tmpi_experts_release();
     for (int i = 0; i < g_n_reg; i++) {
         int32_t req[3] = {TMPI_OP_FREE, 0, 0};
         MPI_Send(req, 3, MPI_INT32_T, g_reg[i].rank, g_reg[i].tag, tmpi_comm);

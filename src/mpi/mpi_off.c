@@ -68,3 +68,7 @@ int tutti_mpi_ring_copy(tutti_mpi_ring *r, int32_t dst, int32_t src, int32_t k) 
     return TUTTI_OK;
 }
 void tutti_mpi_ring_free(tutti_mpi_ring *r) { (void)r; }
+int tutti_mpi_experts_attach(struct tutti_session *s, const char *path, int32_t n_threads) {
+    (void)s, (void)path, (void)n_threads;
+    return tutti_set_error("--split-experts: this tutti was built without MPI (install libopenmpi-dev and reconfigure)");
+}

@@ -122,4 +122,28 @@ int tutti_mpi_ring_copy(tutti_mpi_ring *r, int32_t dst, int32_t src, int32_t k);
 /* Releases the other ranks' parts (after the ring's sessions are freed). */
 void tutti_mpi_ring_free(tutti_mpi_ring *r);
 
+/* ---- routed experts split over the ranks (src/mpi/experts.c) ----
+ *
+ *   mpirun -np K tutti generate|logits -m MOE.gguf --split-experts ...
+ *
+ * Every rank loads the whole model; rank r computes experts
+ * [r E / K, (r + 1) E / K) of every MoE layer (E = expert_count; rank 0
+ * the first share, and everything else: attention, routing, shared
+ * experts, the head).  Per layer, rank 0 sends each other rank the rows
+ * routed to its experts (n_embd floats each), computes its own share
+ * meanwhile, and takes back their outputs; the weighted sum over each
+ * token's experts then runs on rank 0 in rank order, so the logits are the
+ * single-process bits.  Traffic: 2 x n_embd x 4 bytes per routed row that
+ * leaves rank 0 (plus small headers), nothing for rows of rank 0's
+ * experts; prompt batches go the same way, a whole micro-batch per layer
+ * and rank. */
+
+/* Splits the routed experts of s's model over the ranks: every other rank
+ * loads path (the same file) and serves its share with n_threads threads;
+ * s's MoE layers send them their rows from here on (freed with s).  A rank
+ * that cannot load is an error naming it; a model without experts, or
+ * more ranks than experts, an error.  Nothing to do on one rank.  0 or
+ * TUTTI_ERR. */
+int tutti_mpi_experts_attach(struct tutti_session *s, const char *path, int32_t n_threads);
+
 #endif
