@@ -152,6 +152,67 @@ expect_fault() {
   echo "ok   $name: exit $rc after $dt s: $(grep "$pat" "$W/f.err" | head -1)"
 }
 
+# ---- routed experts split over ranks (src/mpi/experts.c) ----
+# Every rank loads the MoE model and computes its share of each MoE layer's
+# routed experts; rank 0 sums every token's experts in rank order, so the
+# logits of every position (tutti logits) and the generated text must be
+# the single-process bytes: routing by softmax, sigmoid with selection bias
+# and groups (deepseek3: shared expert, dense leading layer), gpt-oss's
+# biases and clamped SwiGLU on MXFP4, K-quant experts, on 2 and 3 ranks
+# (3 ranks of 8 experts: shares of 2, 3 and 3), prompt and token steps.
+XD=$(dirname "$0")/data/moe
+XIDS=$(tr -d ' \n' <"$XD/input.ids")
+xp_same() {
+  name=$1 np=$2 model=$XD/$3; shift 3
+  "$T" logits -m "$model" --ids "$XIDS" -o "$W/one.f32" -t 2 2>"$W/one.err" ||
+    { echo "FAIL experts $name: single-process logits failed"; cat "$W/one.err"; fail=1; return; }
+  run_mpi "$np" "$T" logits -m "$model" --ids "$XIDS" -o "$W/xp.f32" -t 1 --split-experts "$@" >/dev/null 2>"$W/xp.err"
+  rc=$?
+  if [ $rc -ne 0 ] || ! grep -q "experts split over $np ranks" "$W/xp.err" ||
+     ! grep -q "rank $((np - 1)) computed experts" "$W/xp.err"; then
+    echo "FAIL experts $name: mpirun exit $rc, or the experts were not split over $np ranks"; cat "$W/xp.err"; fail=1; return
+  fi
+  if ! cmp -s "$W/one.f32" "$W/xp.f32"; then echo "FAIL experts $name: logits differ from the single-process run"; fail=1; return; fi
+  echo "ok   experts $name: $(wc -c <"$W/one.f32") bytes of logits identical; $(grep 'experts: [0-9]* tokens' "$W/xp.err" | sed 's/.*experts: //')"
+}
+xp_same "qwen3moe K-quant experts, 2 ranks" 2 qwen3moe-k-Q4_K_M.gguf
+xp_same "deepseek3 Q8_0 (groups, shared expert), 3 ranks" 3 deepseek3-b-Q8_0.gguf
+xp_same "gpt-oss MXFP4_MOE, 3 ranks" 3 gpt-oss-b-MXFP4_MOE.gguf
+xp_same "mixtral F16, 2 ranks" 2 mixtral-a-F16.gguf
+xp_gen() {
+  name=$1 np=$2; shift 2
+  "$T" generate "$@" -t 2 >"$W/one.out" 2>"$W/one.err" || { echo "FAIL experts $name: single-process run failed"; cat "$W/one.err"; fail=1; return; }
+  run_mpi "$np" "$T" generate --split-experts "$@" -t 1 >"$W/xp.out" 2>"$W/xp.err"
+  rc=$?
+  if [ $rc -ne 0 ] || ! grep -q "experts split over $np ranks" "$W/xp.err"; then
+    echo "FAIL experts $name: mpirun exit $rc"; cat "$W/xp.err"; fail=1; return
+  fi
+  if ! [ -s "$W/one.out" ] || ! cmp -s "$W/one.out" "$W/xp.out"; then
+    echo "FAIL experts $name: text differs from the single-process run"; diff "$W/one.out" "$W/xp.out" | head; fail=1; return
+  fi
+  echo "ok   experts $name: $(wc -c <"$W/xp.out") bytes identical; $(grep 'experts: [0-9]* tokens' "$W/xp.err" | sed 's/.*experts: //')"
+}
+xp_gen "generate qwen2moe greedy, 2 ranks" 2 -m "$XD/qwen2moe-b-Q8_0.gguf" -p "Once upon a time" -n 40 --temp 0 --ignore-eos
+xp_gen "generate olmoe seeded, 3 ranks" 3 -m "$XD/olmoe-b-Q4_K_M.gguf" -p "The dog" -n 40 --temp 0.9 --seed 5 --ignore-eos
+# refused: a dense model, more ranks than experts, both splits at once
+run_mpi 2 "$T" generate -m "$M/stories260K.gguf" -p Once -n 5 --split-experts >"$W/p.out" 2>"$W/p.err"; rc=$?
+[ $rc -ne 0 ] && ! [ -s "$W/p.out" ] && grep -q "split-experts: stories260K.gguf has no routed experts" "$W/p.err" &&
+  echo "ok   --split-experts of a dense model refused" || { echo "FAIL --split-experts of a dense model: exit $rc"; cat "$W/p.err"; fail=1; }
+"$T" generate -m "$XD/mixtral-a-F16.gguf" -p Once -n 5 --split-experts --split-layers >/dev/null 2>"$W/p.err"; rc=$?
+[ $rc -eq 2 ] && grep -q "split-experts and --split-layers exclude each other" "$W/p.err" &&
+  echo "ok   --split-experts with --split-layers refused (exit 2)" || { echo "FAIL --split-experts --split-layers: exit $rc"; cat "$W/p.err"; fail=1; }
+# a rank that cannot load the model, and one killed mid-generation: reported, no text, no hang
+TUTTI_MPI_TEST_FAULT=xpload@1 expect_fault "experts: rank 1 cannot load the model" \
+  "rank 1 cannot load .*mixtral-a-F16.gguf: injected load failure" 30 2 "$T" generate -m "$XD/mixtral-a-F16.gguf" \
+  -p Once -n 20 -t 1 --split-experts
+[ -s "$W/f.out" ] && { echo "FAIL experts: rank 1 cannot load: text was printed"; fail=1; }
+TUTTI_MPI_TEST_FAULT=kill:30@1 TUTTI_MPI_TIMEOUT=5 expect_fault "experts: rank 1 killed mid-generation" \
+  "rank 1 (experts 2-3 of mixtral-a-F16.gguf)\|process rank 1 with PID [0-9]* on node [^ ]* exited on signal 9" \
+  30 2 "$T" generate -m "$XD/mixtral-a-F16.gguf" -p Once -n 200 --ignore-eos -t 1 --split-experts
+TUTTI_MPI_TEST_FAULT=hang:30@1 TUTTI_MPI_TIMEOUT=2 expect_fault "experts: rank 1 hangs mid-generation" \
+  "rank 1 (experts 2-3 of mixtral-a-F16.gguf) did not answer within 2 s" 30 2 "$T" generate -m "$XD/mixtral-a-F16.gguf" \
+  -p Once -n 200 --ignore-eos -t 1 --split-experts
+
 # ---- a split model as an ensemble member (src/fusion/member_split.c) ----
 # tutti run/eval --split-layers [COUNTS] [--split-member I,J]: each split
 # member's layers spread over every rank (the other members go round robin

@@ -86,8 +86,10 @@ static int xp_send(tutti_moe_remote *rm, int32_t il, const int32_t *offs, const 
         const size_t head = sizeof(tmpi_xreq) + sizeof(int32_t) * (size_t)(e1 - e0);
         const size_t len = head + sizeof(float) * (size_t)n * (size_t)x->n_embd;
         const size_t rlen = sizeof(tmpi_xrep) + sizeof(float) * (size_t)n * (size_t)x->n_embd + XP_ERR_CAP;
-        if (!grow(&x->sbuf[r], &x->scap[r], len) || !grow(&x->rbuf[r], &x->rcap[r], rlen))
-            return tutti_set_error("--split-experts: out of memory");
+        if (!grow(&x->sbuf[r], &x->scap[r], len) || !grow(&x->rbuf[r], &x->rcap[r], rlen)) {
+            x->dead = true; /* requests of this layer are out: a fault ends the run (tutti_mpi_stop) */
+            return tmpi_fail(r, "out of memory for its expert rows");
+        }
         const tmpi_xreq h = {TMPI_XP_RUN, il, n};
         memcpy(x->sbuf[r], &h, sizeof h);
         for (int32_t e = e0; e < e1; e++) {
@@ -113,7 +115,7 @@ static int xp_recv(tutti_moe_remote *rm, int32_t il, const int32_t *offs, float 
     const double t0 = MPI_Wtime();
     int rc = TUTTI_OK;
     for (int32_t r = 1; r < x->k; r++) {
-        if (!x->pending[r] || rc < 0) continue;
+        if (!x->pending[r] || x->dead) continue; /* after an error answer the others' are still taken */
         x->pending[r] = false;
         int32_t e0, e1;
         share(x->n_expert, x->k, r, &e0, &e1);
@@ -122,7 +124,8 @@ static int xp_recv(tutti_moe_remote *rm, int32_t il, const int32_t *offs, float 
         if (tmpi_wait(&x->sreq[r], dl, r, "sending expert rows") < 0 ||
             tmpi_wait(&x->rreq[r], dl, r, "computing its experts") < 0) {
             x->dead = true;
-            return TUTTI_ERR;
+            rc = TUTTI_ERR;
+            break;
         }
         tmpi_xrep h;
         memcpy(&h, x->rbuf[r], sizeof h);
