@@ -318,6 +318,49 @@ usage2 "--split-member 4 of 3" "expected comma-separated member numbers in \[1, 
 usage2 "--split-layers with --place" "place and --split-layers exclude each other" run $TOK -p Once -n 5 --split-layers --place 0,0,0
 usage2 "--split-layers x" "expected comma-separated layer counts" eval --text "$W/ev.txt" $TOK --split-layers=x
 usage2 "serve --split-ubatch 6" "split-ubatch needs a multiple of 4" serve $TOK --split-layers --split-ubatch 6
+# ensemble members with their experts split (src/fusion/member_experts.c):
+# every member on rank 0, each MoE member's experts over all ranks; the
+# fused text and every digit of eval --json are the single-process run's
+# (byte alignment: a pool of sessions sharing one split, batches of
+# hypotheses); a served request equals tutti run
+xp_member() {
+  name=$1 np=$2; shift 2
+  "$T" "$@" -t 2 >"$W/one.out" 2>"$W/one.err" || { echo "FAIL experts member $name: single-process run failed"; cat "$W/one.err"; fail=1; return; }
+  run_mpi "$np" "$T" "$@" -t 1 --split-experts >"$W/xp.out" 2>"$W/xp.err"
+  rc=$?
+  if [ $rc -ne 0 ] || ! grep -q "experts split over $np ranks" "$W/xp.err"; then
+    echo "FAIL experts member $name: mpirun exit $rc"; cat "$W/xp.err"; fail=1; return
+  fi
+  if ! [ -s "$W/one.out" ] || ! cmp -s "$W/one.out" "$W/xp.out"; then
+    echo "FAIL experts member $name: output differs from the single-process run"; diff "$W/one.out" "$W/xp.out" | head; fail=1; return
+  fi
+  echo "ok   experts member $name: $(wc -c <"$W/xp.out") bytes identical"
+}
+XMOE="-m $XD/qwen2moe-b-Q8_0.gguf -m $XD/olmoe-b-Q4_K_M.gguf"
+xp_member "run, two MoE members (token), greedy, 2 ranks" 2 run $XMOE -p "Once upon" -n 30 --temp 0
+xp_member "eval bits per byte (byte), MoE + dense of another tokenizer, 3 ranks" 3 eval --json --align byte \
+  --text "$W/ev.txt" -m "$XD/qwen3moe-k-Q4_K_M.gguf" -m "$M/stories260K.gguf"
+"$T" run $XMOE -p "Once upon a time" -n 30 --seed 2 -t 1 >"$W/one.out" 2>/dev/null
+TUTTI_MPI_TIMEOUT=30 timeout 120 "$MPIEXEC" --oversubscribe --allow-run-as-root -np 2 "$T" serve $XMOE --split-experts \
+  --port 0 -t 1 >/dev/null 2>"$W/srv.err" &
+sp=$!
+port=$(serve_port "$W/srv.err" "$sp")
+if [ -z "$port" ]; then echo "FAIL experts member serve: the server did not start"; cat "$W/srv.err"; fail=1
+else
+  curl -s --max-time 60 "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
+    -d '{"prompt":"Once upon a time","max_tokens":30,"seed":2}' >"$W/srv.json"
+  /usr/bin/python3 -c 'import json, sys; sys.stdout.write(json.load(open(sys.argv[1]))["choices"][0]["text"])' \
+    "$W/srv.json" >"$W/srv.txt" 2>"$W/srv.py.err"
+  if [ -s "$W/one.out" ] && cmp -s "$W/one.out" "$W/srv.txt" && grep -q "experts split over 2 ranks" "$W/srv.err"; then
+    echo "ok   experts member serve: $(wc -c <"$W/srv.txt") bytes identical to tutti run"
+  else echo "FAIL experts member serve: the served text differs from tutti run"; cat "$W/srv.json" "$W/srv.err"; fail=1; fi
+fi
+kill "$sp" 2>/dev/null; wait "$sp" 2>/dev/null
+usage2 "run --split-experts with --place" "place and --split-experts exclude each other" run $XMOE -p Once -n 5 \
+  --split-experts --place 0,0
+usage2 "eval --split-experts with --split-layers" "split-experts and --split-layers exclude each other" eval \
+  --text "$W/ev.txt" $XMOE --split-experts --split-layers
+
 # a rank that cannot load its part of a split member: an error naming it, before any text
 TUTTI_MPI_TEST_FAULT=splitload@1 expect_fault "split member: rank 1 cannot load its layers" \
   "rank 1 cannot load layers 2-4 of .*stories260K-dreams.gguf: .*injected load failure" 30 2 "$T" run $TOK -p Once -n 20 \

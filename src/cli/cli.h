@@ -105,6 +105,10 @@ void cli_sampling_init(cli_sampling *s);
 /* --split-layers / --split-ubatch as given: CLI_RUN, or 2 after the message
  * (bad counts or micro-batch, --split-ubatch alone, no MPI in this build). */
 int cli_split_check(const char *counts, int32_t ubatch);
+/* --split-experts for ensemble members (on) beside --split-layers (counts,
+ * NULL = not given): CLI_RUN, or 2 after the message (both splits, --place,
+ * no MPI in this build). */
+int cli_split_experts_check(bool on, const char *counts);
 
 /* Models by name (hub_args.c, README "Models by name"): -hf into the same
  * destination as the command's -m (dest: a cli_strs for CLI_T_STRS, a

@@ -188,7 +188,7 @@ int cmd_generate(int argc, char **argv) {
         cp.n_keep = n_keep < 0 || n_keep > n_ids ? n_ids : n_keep + bos; /* the session caps it */
     }
     if (!(sess = tutti_session_new(model, &cp)) || (split && tutti_mpi_split_attach(sess, n_threads, split_ub) < 0) ||
-        (split_experts && tutti_mpi_experts_attach(sess, model_path, n_threads) < 0)) {
+        (split_experts && tutti_mpi_experts_attach(sess, model_path) < 0)) {
         cli_error("%s", tutti_last_error());
         goto done;
     }

@@ -91,7 +91,7 @@ int cmd_logits(int argc, char **argv) {
     cp.n_ctx = n;
     int32_t n_vocab = tutti_model_n_vocab(model);
     if (!(sess = tutti_session_new(model, &cp)) || (split && tutti_mpi_split_attach(sess, n_threads, split_ub) < 0) ||
-        (split_experts && tutti_mpi_experts_attach(sess, model_path, n_threads) < 0)) {
+        (split_experts && tutti_mpi_experts_attach(sess, model_path) < 0)) {
         cli_error("%s", tutti_last_error());
         goto done;
     }

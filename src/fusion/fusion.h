@@ -175,9 +175,14 @@ typedef struct fusion_local_sessions {
     void *ctx;
     tutti_session *(*open)(void *ctx, int32_t slot, const tutti_model *model, const tutti_session_params *sp);
     int (*copy)(void *ctx, int32_t dst, int32_t src, int32_t k);
+    /* may be NULL: called once, after the member freed its sessions (or
+     * when fusion_member_local_new_sessions fails) */
+    void (*release)(void *ctx);
+    bool can_shift; /* the sessions may shift their context (a split by layers cannot) */
 } fusion_local_sessions;
-/* As fusion_member_local_new_shared over model (borrowed), sessions from
- * ops (copied).  The member is the plain local kind in every other way. */
+/* As fusion_member_local_new_shared over model (borrowed; NULL: loaded
+ * from path and owned), sessions from ops (copied).  The member is the
+ * plain local kind in every other way. */
 fusion_member *fusion_member_local_new_sessions(const char *path, const tutti_model *model, int32_t n_sessions,
                                                 int32_t n_ctx, int32_t n_threads, const fusion_local_sessions *ops);
 /* A member whose model is split by layers over the MPI ranks
@@ -188,6 +193,13 @@ fusion_member *fusion_member_local_new_sessions(const char *path, const tutti_mo
  * logits as a local member, bit for bit.  NULL + error. */
 fusion_member *fusion_member_split_new(const char *path, const tutti_model *shared, const char *counts,
                                        int32_t ubatch, int32_t n_sessions, int32_t n_ctx, int32_t n_threads);
+/* A local member whose model's routed experts are split over the MPI ranks
+ * (member_experts.c, --split-experts, src/mpi/experts.c): a local member
+ * (model loaded here, or shared: borrowed) whose sessions send each MoE
+ * layer's rows of the other ranks' experts there.  A dense model is a
+ * plain local member.  The same logits, bit for bit.  NULL + error. */
+fusion_member *fusion_member_experts_new(const char *path, const tutti_model *shared, int32_t n_sessions,
+                                         int32_t n_ctx, int32_t n_threads);
 /* Member index of n_members: split by layers over the ranks when
  * --split-layers names its file (member_split.c), on another MPI rank when
  * the placement (src/mpi/tutti_mpi.h) says so (member_mpi.c), else in this

@@ -460,6 +460,9 @@ fusion_member *fusion_member_placed_new(int32_t index, int32_t n_members, const 
     int32_t ubatch = 0;
     if (!fusion_is_remote_spec(path) && tutti_mpi_member_split(path, &counts, &ubatch))
         return fusion_member_split_new(path, shared, counts, ubatch, n_sessions, n_ctx, n_threads);
+    /* routed experts over every rank, the member itself here (member_experts.c) */
+    if (!fusion_is_remote_spec(path) && tutti_mpi_member_experts())
+        return fusion_member_experts_new(path, shared, n_sessions, n_ctx, n_threads);
     int rank = tutti_mpi_member_rank(index, n_members);
     if (rank < 0) return NULL;
     if (rank == 0 || tmpi_comm == MPI_COMM_NULL) return fusion_member_open(path, shared, n_sessions, n_ctx, n_threads);

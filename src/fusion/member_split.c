@@ -129,7 +129,7 @@ fusion_member *fusion_member_split_new(const char *path, const tutti_model *shar
     /* the plan, rank 0's part (unless the whole model is here already); the
      * other ranks load theirs when the first session is attached */
     sm->ring = tutti_mpi_ring_open(path, shared, NULL, counts, ubatch, shared ? NULL : &sm->part);
-    const fusion_local_sessions ops = {sm, split_open, split_copy};
+    const fusion_local_sessions ops = {sm, split_open, split_copy, NULL, false};
     if (!sm->ring ||
         !(sm->in = fusion_member_local_new_sessions(path, shared ? shared : sm->part, n_sessions, n_ctx, n_threads,
                                                     &ops))) {

@@ -44,10 +44,13 @@ static void share(int32_t n_expert, int32_t k, int32_t r, int32_t *e0, int32_t *
 }
 
 /* ---- rank 0 ---- */
+struct tutti_mpi_experts;
+static int xp_post(struct tutti_mpi_experts *x, int32_t il, const int32_t *offs, const float *xe);
 
-typedef struct xp_split {
-    tutti_moe_remote base;
-    int32_t k, tag, n_expert, n_used;
+struct tutti_mpi_experts {
+    int32_t refs; /* the opener's and one per session (xp_session) */
+    pthread_mutex_t mu; /* held from a layer's send to its recv: one exchange at a time on the tag */
+    int32_t k, tag, n_expert, n_used, e0, e1; /* ranks; [e0, e1): rank 0's experts */
     int64_t n_embd;
     char *path;
     bool dead;                    /* a fault: nothing more goes out */
@@ -58,8 +61,15 @@ typedef struct xp_split {
     MPI_Request sreq[XP_MAX_RANKS], rreq[XP_MAX_RANKS];
     int64_t n_rows, n_rows_out, bytes; /* routed rows, rows sent out, bytes both ways */
     double t_wait;
-    struct xp_split *next;
-} xp_split;
+    struct tutti_mpi_experts *next;
+};
+typedef struct tutti_mpi_experts xp_split;
+
+/* a session's view of the split (the session owns it) */
+typedef struct xp_session {
+    tutti_moe_remote base;
+    xp_split *g;
+} xp_session;
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static xp_split *g_live; /* tutti_mpi_stop releases what a failed command left */
@@ -73,8 +83,17 @@ static bool grow(char **buf, size_t *cap, size_t need) {
     return true;
 }
 
+/* Sends the layer's rows of every other rank's experts; on success the
+ * split stays locked until xp_recv. */
 static int xp_send(tutti_moe_remote *rm, int32_t il, const int32_t *offs, const float *xe) {
-    xp_split *x = (xp_split *)rm;
+    xp_split *x = ((xp_session *)rm)->g;
+    pthread_mutex_lock(&x->mu);
+    const int rc = xp_post(x, il, offs, xe);
+    if (rc < 0) pthread_mutex_unlock(&x->mu);
+    return rc;
+}
+
+static int xp_post(xp_split *x, int32_t il, const int32_t *offs, const float *xe) {
     if (x->dead) return tutti_set_error("--split-experts: a rank failed earlier");
     x->n_rows += offs[x->n_expert];
     for (int32_t r = 1; r < x->k; r++) {
@@ -109,8 +128,10 @@ static int xp_send(tutti_moe_remote *rm, int32_t il, const int32_t *offs, const 
     return TUTTI_OK;
 }
 
+/* Takes every rank's answer to the layer's rows (all of them, also after
+ * an error answer), then unlocks the split. */
 static int xp_recv(tutti_moe_remote *rm, int32_t il, const int32_t *offs, float *slots) {
-    xp_split *x = (xp_split *)rm;
+    xp_split *x = ((xp_session *)rm)->g;
     (void)il;
     const double t0 = MPI_Wtime();
     int rc = TUTTI_OK;
@@ -144,6 +165,7 @@ static int xp_recv(tutti_moe_remote *rm, int32_t il, const int32_t *offs, float 
                sizeof(float) * (size_t)n * (size_t)x->n_embd);
     }
     x->t_wait += MPI_Wtime() - t0;
+    pthread_mutex_unlock(&x->mu);
     return rc;
 }
 
@@ -157,9 +179,7 @@ static void xp_unlink(xp_split *x) {
     pthread_mutex_unlock(&g_mu);
 }
 
-static void xp_free(tutti_moe_remote *rm) {
-    xp_split *x = (xp_split *)rm;
-    if (!x) return;
+static void xp_group_free(xp_split *x) {
     xp_unlink(x);
     for (int32_t r = 1; r < x->k && !x->dead; r++) {
         const tmpi_xreq h = {TMPI_XP_FREE, 0, 0};
@@ -177,8 +197,23 @@ static void xp_free(tutti_moe_remote *rm) {
                 100.0 * (double)x->n_rows_out / (double)x->n_rows, x->k - 1,
                 (double)x->bytes * x->n_used / (double)x->n_rows, x->t_wait);
     for (int32_t r = 0; r < x->k; r++) free(x->sbuf[r]), free(x->rbuf[r]);
+    pthread_mutex_destroy(&x->mu);
     free(x->path);
     free(x);
+}
+
+void tutti_mpi_experts_close(tutti_mpi_experts *x) {
+    if (!x) return;
+    pthread_mutex_lock(&x->mu);
+    const bool last = --x->refs == 0;
+    pthread_mutex_unlock(&x->mu);
+    if (last) xp_group_free(x);
+}
+
+static void xp_session_free(tutti_moe_remote *rm) {
+    xp_session *xs = (xp_session *)rm;
+    tutti_mpi_experts_close(xs->g);
+    free(xs);
 }
 
 void tmpi_experts_release(void) {
@@ -187,7 +222,7 @@ void tmpi_experts_release(void) {
         xp_split *x = g_live;
         pthread_mutex_unlock(&g_mu);
         if (!x) break;
-        xp_free(&x->base);
+        xp_group_free(x); /* whatever still refers to it is not used again */
     }
 }
 
@@ -241,48 +276,82 @@ static int start_servers(xp_split *x, int32_t n_threads) {
     return first_err[0] ? tutti_set_error("%s", first_err) : TUTTI_OK;
 }
 
-int tutti_mpi_experts_attach(tutti_session *s, const char *path, int32_t n_threads) {
-    const int32_t k = tutti_mpi_size();
+tutti_mpi_experts *tutti_mpi_experts_open(const tutti_session *s, const char *path) {
     const tutti_model *m = s->model;
-    if (m->hp.n_expert < 1) return tutti_set_error("--split-experts: %s has no routed experts", base_name(path));
-    if (k == 1) return TUTTI_OK; /* one rank: every expert here */
-    if (k > XP_MAX_RANKS) return tutti_set_error("--split-experts: at most %d ranks", XP_MAX_RANKS);
-    if (k > m->hp.n_expert)
-        return tutti_set_error("--split-experts: %d ranks for %d experts (at most one rank per expert)", k,
-                               m->hp.n_expert);
-    if (s->moe_remote || s->pipe) return tutti_set_error("--split-experts: the session is split already");
+    const int32_t n_threads = tutti_threadpool_n_threads(s->tp);
+    const int32_t n_expert = m->hp.n_expert;
+    const int32_t k = n_expert > 0 ? tutti_mpi_size() : 1; /* a dense model: nothing to split */
+    if (k > XP_MAX_RANKS) return tutti_set_error("--split-experts: at most %d ranks", XP_MAX_RANKS), NULL;
+    if (k > n_expert && n_expert > 0)
+        return tutti_set_error("--split-experts: %d ranks for the %d experts of %s (at most one rank per expert)", k,
+                               n_expert, base_name(path)),
+               NULL;
     xp_split *x = calloc(1, sizeof *x);
     if (!x || !(x->path = strdup(path))) {
         free(x);
-        return tutti_set_error("--split-experts: out of memory");
+        return tutti_set_error("--split-experts: out of memory"), NULL;
     }
+    pthread_mutex_init(&x->mu, NULL);
+    x->refs = 1;
+    x->k = k;
+    x->n_expert = n_expert;
+    x->n_used = m->hp.n_expert_used;
+    x->n_embd = m->hp.n_embd;
+    share(n_expert, k, 0, &x->e0, &x->e1);
+    if (k == 1) return x;
     pthread_mutex_lock(&g_mu);
     const bool full = g_seq >= TMPI_MAX_XSPLITS;
     if (!full) x->tag = TMPI_TAG_EXPERTS0 + g_seq++, x->next = g_live, g_live = x;
     pthread_mutex_unlock(&g_mu);
     if (full) {
+        tutti_set_error("--split-experts: more than %d expert splits in one run", TMPI_MAX_XSPLITS);
+        pthread_mutex_destroy(&x->mu);
         free(x->path);
         free(x);
-        return tutti_set_error("--split-experts: more than %d expert splits in one run", TMPI_MAX_XSPLITS);
+        return NULL;
     }
-    x->k = k;
-    x->n_expert = m->hp.n_expert;
-    x->n_used = m->hp.n_expert_used;
-    x->n_embd = m->hp.n_embd;
-    share(x->n_expert, k, 0, &x->base.e0, &x->base.e1);
-    x->base.send = xp_send;
-    x->base.recv = xp_recv;
-    x->base.free = xp_free;
-    s->moe_remote = &x->base; /* freed with the session from here on */
     char line[1024];
     size_t o = (size_t)snprintf(line, sizeof line, "tutti: mpi: %s experts split over %d ranks:", base_name(path), k);
     for (int32_t r = 0; r < k && o < sizeof line; r++) {
         int32_t e0, e1;
-        share(x->n_expert, k, r, &e0, &e1);
+        share(n_expert, k, r, &e0, &e1);
         o += (size_t)snprintf(line + o, sizeof line - o, "%s rank %d experts %d-%d", r ? "," : "", r, e0, e1 - 1);
     }
     fprintf(stderr, "%s (of each of %d MoE layers)\n", line, m->hp.n_layer - m->hp.n_layer_dense_lead);
-    return start_servers(x, n_threads > 0 ? n_threads : tutti_threadpool_n_threads(s->tp));
+    if (start_servers(x, n_threads) < 0) {
+        xp_group_free(x);
+        return NULL;
+    }
+    return x;
+}
+
+int tutti_mpi_experts_join(tutti_mpi_experts *x, tutti_session *s) {
+    if (!x || !s) return tutti_set_error("--split-experts: no split or session");
+    if (x->k == 1) return TUTTI_OK; /* one rank or a dense model: every expert here */
+    if (s->model->hp.n_expert != x->n_expert || s->model->hp.n_embd != x->n_embd)
+        return tutti_set_error("--split-experts: the session's model is not the split's");
+    if (s->moe_remote || s->pipe) return tutti_set_error("--split-experts: the session is split already");
+    xp_session *xs = calloc(1, sizeof *xs);
+    if (!xs) return tutti_set_error("--split-experts: out of memory");
+    xs->base.e0 = x->e0, xs->base.e1 = x->e1;
+    xs->base.send = xp_send;
+    xs->base.recv = xp_recv;
+    xs->base.free = xp_session_free;
+    xs->g = x;
+    pthread_mutex_lock(&x->mu);
+    x->refs++;
+    pthread_mutex_unlock(&x->mu);
+    s->moe_remote = &xs->base; /* freed with the session */
+    return TUTTI_OK;
+}
+
+int tutti_mpi_experts_attach(tutti_session *s, const char *path) {
+    if (s->model->hp.n_expert < 1) return tutti_set_error("--split-experts: %s has no routed experts", base_name(path));
+    tutti_mpi_experts *x = tutti_mpi_experts_open(s, path);
+    if (!x) return TUTTI_ERR;
+    const int rc = tutti_mpi_experts_join(x, s);
+    tutti_mpi_experts_close(x); /* the session's reference keeps it */
+    return rc;
 }
 
 /* ---- the other ranks: expert servers ---- */

@@ -203,7 +203,21 @@ int tutti_mpi_dead_rank(char *members, size_t cap) {
     return 0;
 }
 
+/* --split-experts for ensemble members: every member in rank 0's process */
+static bool g_member_experts;
+
+int tutti_mpi_experts_members(bool on) {
+    if (on && g_n_place >= 0)
+        return tutti_set_error("--place and --split-experts exclude each other: every member stays on rank 0 and "
+                               "spreads its experts over all ranks");
+    g_member_experts = on;
+    return TUTTI_OK;
+}
+
+bool tutti_mpi_member_experts(void) { return g_member_experts; }
+
 int tutti_mpi_member_rank(int32_t i, int32_t n) {
+    if (g_member_experts) return 0;
     if (g_n_place >= 0) {
         if (g_n_place != n)
             return tutti_set_error("--place lists %d ranks for %d members (one rank per member)", g_n_place, n);

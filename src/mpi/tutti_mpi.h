@@ -139,11 +139,32 @@ void tutti_mpi_ring_free(tutti_mpi_ring *r);
  * and rank. */
 
 /* Splits the routed experts of s's model over the ranks: every other rank
- * loads path (the same file) and serves its share with n_threads threads;
- * s's MoE layers send them their rows from here on (freed with s).  A rank
- * that cannot load is an error naming it; a model without experts, or
- * more ranks than experts, an error.  Nothing to do on one rank.  0 or
- * TUTTI_ERR. */
-int tutti_mpi_experts_attach(struct tutti_session *s, const char *path, int32_t n_threads);
+ * loads path (the same file) and serves its share with as many threads as
+ * s has; s's MoE layers send them their rows from here on (freed with
+ * s).  A rank that cannot load is an error naming it; a model without
+ * experts, or more ranks than experts, an error.  Nothing to do on one
+ * rank.  0 or TUTTI_ERR. */
+int tutti_mpi_experts_attach(struct tutti_session *s, const char *path);
+
+/* The same for several sessions of one model (an ensemble member's pool):
+ * open plans the split of s's model (loaded from path) and has every
+ * other rank load it (with s's thread count) (a dense model, or one rank: nothing is split, join does
+ * nothing); join routes session s's MoE layers through it (s holds a
+ * reference); close drops the opener's reference (the split goes, and the
+ * other ranks free their copy, with the last reference).  The sessions
+ * must evaluate one at a time or from different threads: one exchange at
+ * a time goes over a split.  open: NULL + error; join: 0 or TUTTI_ERR. */
+typedef struct tutti_mpi_experts tutti_mpi_experts;
+tutti_mpi_experts *tutti_mpi_experts_open(const struct tutti_session *s, const char *path);
+int tutti_mpi_experts_join(tutti_mpi_experts *x, struct tutti_session *s);
+void tutti_mpi_experts_close(tutti_mpi_experts *x);
+
+/* Ensemble members (tutti run/eval/fit/serve --split-experts): on sets
+ * that every member stays in rank 0's process (--place is refused with
+ * it) and has the routed experts of its model split over all ranks;
+ * TUTTI_OK, or TUTTI_ERR with the error set (bad usage: exit 2). */
+int tutti_mpi_experts_members(bool on);
+/* Whether members split their experts (tutti_mpi_experts_members). */
+bool tutti_mpi_member_experts(void);
 
 #endif
