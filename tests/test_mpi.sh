@@ -1,6 +1,7 @@
 #!/bin/sh
-# Ensembles over MPI ranks (src/mpi, src/fusion/member_mpi.c), and one
-# model split by layers over ranks (src/mpi/split.c).
+# Ensembles over MPI ranks (src/mpi, src/fusion/member_mpi.c), one model
+# split by layers over ranks (src/mpi/split.c), and the routed experts of
+# an MoE model split over ranks (src/mpi/experts.c).
 #   test_mpi.sh MPIEXEC TUTTI SHARED_DIR
 # Each fused generation / evaluation under `mpirun -np 2..3` (members on
 # other ranks, several placements) must print exactly the bytes of the same
