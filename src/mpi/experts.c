@@ -251,22 +251,10 @@ static int start_servers(xp_split *x, int32_t n_threads) {
     free(msg);
     char first_err[1200] = "";
     for (int32_t r = 1; r < x->k && rc == TUTTI_OK; r++) {
-        tmpi_loaded out;
-        MPI_Request rq;
-        MPI_Irecv(&out, sizeof out, MPI_BYTE, r, TMPI_TAG_CTRL_REPLY, tmpi_comm, &rq);
-        if ((rc = tmpi_wait(&rq, MPI_Wtime() + tmpi_timeout_s(), r, "loading the model")) < 0) break;
-        out.host[sizeof out.host - 1] = 0;
-        tmpi_set_pid(r, out.pid, out.host);
-        if (out.status == 0) {
-            x->loaded[r] = true;
-            continue;
-        }
-        char err[1024] = "";
-        const int len = out.err_len > 0 && out.err_len < (int)sizeof err ? out.err_len : (int)sizeof err - 1;
-        MPI_Irecv(err, len, MPI_CHAR, r, TMPI_TAG_CTRL_REPLY, tmpi_comm, &rq);
-        if ((rc = tmpi_wait(&rq, MPI_Wtime() + tmpi_timeout_s(), r, "loading the model")) < 0) break;
-        err[sizeof err - 1] = 0;
-        if (!first_err[0]) snprintf(first_err, sizeof first_err, "mpi: rank %d cannot load %s: %s", r, x->path, err);
+        char err[1024];
+        if ((rc = tmpi_take_loaded(r, "loading the model", &x->loaded[r], err, sizeof err)) < 0) break;
+        if (!x->loaded[r] && !first_err[0])
+            snprintf(first_err, sizeof first_err, "mpi: rank %d cannot load %s: %s", r, x->path, err);
     }
     pthread_mutex_unlock(&tmpi_ctrl_mu);
     if (rc < 0) {
@@ -363,8 +351,6 @@ typedef struct xp_srv {
     pthread_t th;
 } xp_srv;
 
-static xp_srv **g_srv;
-static int g_n_srv, g_cap_srv;
 
 /* Checks a RUN request of cnt bytes and builds offs [n_expert + 1] for its
  * rows; NULL, or what is wrong. */
@@ -463,12 +449,7 @@ int tmpi_experts_serve(const char *buf, int cnt, char *ebuf, size_t cap) {
         h.tag >= TMPI_TAG_EXPERTS0 + TMPI_MAX_XSPLITS || h.e0 < 0 || h.e1 <= h.e0 || h.n_threads < 1 ||
         h.n_threads > 1024)
         return snprintf(ebuf, cap, "mpi: malformed expert split"), -1;
-    if (g_n_srv == g_cap_srv) {
-        const int nc = g_cap_srv ? g_cap_srv * 2 : 8;
-        xp_srv **n = realloc(g_srv, sizeof *n * (size_t)nc);
-        if (!n) return snprintf(ebuf, cap, "mpi: out of memory"), -1;
-        g_srv = n, g_cap_srv = nc;
-    }
+    if (!tmpi_serving_room()) return snprintf(ebuf, cap, "mpi: out of memory"), -1;
     char *path = malloc((size_t)h.path_len + 1);
     xp_srv *q = calloc(1, sizeof *q);
     if (!path || !q) {
@@ -494,16 +475,6 @@ int tmpi_experts_serve(const char *buf, int cnt, char *ebuf, size_t cap) {
         return -1;
     }
     free(path);
-    g_srv[g_n_srv++] = q;
+    tmpi_serving_add(q->th, q);
     return 0;
-}
-
-void tmpi_experts_join(void) {
-    for (int i = 0; i < g_n_srv; i++) {
-        pthread_join(g_srv[i]->th, NULL);
-        free(g_srv[i]);
-    }
-    free(g_srv);
-    g_srv = NULL;
-    g_n_srv = g_cap_srv = 0;
 }

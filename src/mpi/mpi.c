@@ -625,8 +625,7 @@ static int serve(void) {
         if (err) MPI_Send(ebuf, out.err_len, MPI_CHAR, 0, TMPI_TAG_CTRL_REPLY, tmpi_comm);
     }
     if (quit_fault) return 1;
-    tmpi_split_join();
-    tmpi_experts_join();
+    tmpi_serving_join();
     /* rank 0 sent FREE to every member it still held before QUIT */
     for (int i = 0; i < n_mem; i++) {
         pthread_join(mem[i]->th, NULL);

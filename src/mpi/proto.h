@@ -45,6 +45,8 @@
 
 #include <mpi.h>
 #include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* member tags: TMPI_TAG_MEMBER + handle (< 256 per rank); ring tags from
@@ -185,8 +187,16 @@ void tmpi_test_fault(void);
  * control message asks for and starts serving it; 0, or -1 with the error
  * text in ebuf. */
 int tmpi_split_serve(const char *buf, int cnt, char *ebuf, size_t cap);
-/* Waits for this rank's split parts to see FREE, and frees them. */
-void tmpi_split_join(void);
+/* Member-rank side: room for one more server thread (of a split part or
+ * an expert split), its registration, and the wait for every one of them
+ * to see FREE (their objects are freed then). */
+bool tmpi_serving_room(void);
+void tmpi_serving_add(pthread_t th, void *obj);
+void tmpi_serving_join(void);
+/* Rank 0: rank r's answer to a SPLIT or EXPERTS control message (what:
+ * for a fault report): *loaded, or its error text in err[cap].  TUTTI_ERR
+ * on a fault (tmpi_wait's error set). */
+int tmpi_take_loaded(int r, const char *what, bool *loaded, char *err, size_t cap);
 /* Rank 0: held around every control exchange (LOAD, SPLIT), which share
  * the control tags: threads building members at once must not take each
  * other's answers. */
@@ -197,8 +207,6 @@ void tmpi_split_release(void);
  * EXPERTS control message names and starts serving its experts; 0, or -1
  * with the error text in ebuf. */
 int tmpi_experts_serve(const char *buf, int cnt, char *ebuf, size_t cap);
-/* Waits for this rank's expert servers to see FREE, and frees them. */
-void tmpi_experts_join(void);
 /* Rank 0: sends FREE to the expert servers still held (error paths). */
 void tmpi_experts_release(void);
 /* Traffic counters (rank 0). */
