@@ -117,11 +117,25 @@ static void test_moe_row(void **state) {
                                 max_logsoftmax_diff(tutti_session_logits(s2), ref + (N_IDS - 1) * N_VOCAB, 1,
                                                     N_VOCAB));
 
-    print_message("%-20s max |dlogsoftmax| batch %.5f, incremental %.5f, two timelines %.5f (tolerance %.2f)\n",
-                  row->name, d_batch, d_incr, d_multi, row->tol);
+    /* 4. a timeline that starts from another's first 12 cache rows (byte
+     * alignment's sibling hypotheses: tutti_session_copy_tokens; latent
+     * attention has a compressed key cache and no value cache) */
+    tutti_session_copy_tokens(s2, s, 12);
+    assert_int_equal(tutti_session_eval(s2, ids + 12, N_IDS - 12, logits), TUTTI_OK);
+    const double d_copy = max_logsoftmax_diff(logits, ref + 12 * N_VOCAB, N_IDS - 12, N_VOCAB);
+
+    print_message("%-20s max |dlogsoftmax| batch %.5f, incremental %.5f, two timelines %.5f, copied cache %.5f "
+                  "(tolerance %.2f)\n",
+                  row->name, d_batch, d_incr, d_multi, d_copy, row->tol);
     assert_true(d_batch <= row->tol);
     assert_true(d_incr <= row->tol);
     assert_true(d_multi <= row->tol);
+    assert_true(d_copy <= row->tol);
+    /* a context shift re-rotates cached keys: latent attention's compressed
+     * rows are refused with a message (they crashed: no value cache) */
+    const bool mla = strncmp(row->name, "deepseek", 8) == 0;
+    assert_int_equal(tutti_session_shift(s2, 1, 4), mla ? TUTTI_ERR : TUTTI_OK);
+    if (mla) assert_non_null(strstr(tutti_last_error(), "latent attention"));
     free(logits);
     free(ref);
     tutti_session_free(s);

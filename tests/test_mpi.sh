@@ -256,6 +256,10 @@ split_member "eval bits per byte (byte, Q4_K_M), member 1 over 2 ranks" 2 "--spl
   --align byte --text "$W/ev.txt" $KQ -t 2
 split_member "eval bits per byte (byte, Q4_K_M), every member over 3 ranks" 3 "--split-layers" eval --json --align byte \
   --text "$W/ev.txt" $KQ -t 2
+# an MoE member with latent attention (compressed key rows, no value cache) split by layers: byte
+# alignment's cache-prefix copies on both ranks
+split_member "eval bits per byte (byte, deepseek3 MLA + MoE), member 1 over 2 ranks" 2 "--split-layers --split-member 1" \
+  eval --json --align byte --text "$W/ev.txt" -m "$(dirname "$0")/data/moe/deepseek3-b-Q8_0.gguf" -m "$M/stories260K.gguf" -t 2
 
 # the port of a `tutti serve` (pid $2) logging to $1, once it is ready
 # (the port is printed before the models are loaded); empty when it exited

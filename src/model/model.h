@@ -331,6 +331,12 @@ struct tutti_session {
  * tutti_session_rewind_floor): the cache rows they occupy and the shift
  * bookkeeping.  dst's logits are not current afterwards. */
 void tutti_session_copy_tokens(tutti_session *dst, const tutti_session *src, int32_t n_tokens);
+/* Halves of a KV-cache row of m in F16 values: keys nk, values nv (latent
+ * attention: the compressed kv and its rope part in the key row, nv 0). */
+void tutti_cache_widths(const tutti_model *m, size_t *nk, size_t *nv);
+/* The first k cache positions of layers [il0, il1) from src to dst (same
+ * model and n_ctx). */
+void tutti_cache_copy_rows(tutti_session *dst, const tutti_session *src, int32_t il0, int32_t il1, int32_t k);
 
 /* A session that shares `with`'s thread pool and activation buffers (not
  * its KV cache, logits or rows): sessions of one member that never run at

@@ -204,9 +204,8 @@ tutti_session *tutti_session_new_sharing(const tutti_model *model, const tutti_s
                                                   : model->rope_short.data;
     if (hp->yarn_scale > 0 && yarn_factors(s)) goto fail;
     s->n_ubatch = p.n_ctx < MAX_UBATCH ? p.n_ctx : MAX_UBATCH;
-    /* latent attention: values are read from the key rows (no v_cache) */
-    const size_t nk = (size_t)hp->n_head_kv * hp->head_dim_k;
-    const size_t nv = model->arch->mla ? 0 : (size_t)hp->n_head_kv * hp->head_dim_v;
+    size_t nk, nv;
+    tutti_cache_widths(model, &nk, &nv);
     s->k_cache = alloc3((size_t)hp->n_layer, (size_t)s->n_ctx, nk, sizeof(uint16_t));
     s->v_cache = nv ? alloc3((size_t)hp->n_layer, (size_t)s->n_ctx, nv, sizeof(uint16_t)) : NULL;
     s->logits = alloc3((size_t)hp->n_vocab, 1, 1, sizeof(float));
@@ -434,7 +433,14 @@ int tutti_session_shift(tutti_session *s, int32_t n_keep, int32_t n_discard) {
     if (n_discard == 0) return TUTTI_OK;
     const tutti_model *m = s->model;
     const tutti_hparams *hp = &m->hp;
-    const size_t nk = (size_t)hp->n_head_kv * hp->head_dim_k, nv = (size_t)hp->n_head_kv * hp->head_dim_v;
+    /* latent attention's key rows hold the compressed kv and, after it, the
+     * rope part: re-rotating them as heads would turn the wrong values */
+    if (m->arch->mla)
+        return tutti_set_error("tutti_session_shift: %s uses latent attention, whose context cannot shift yet; "
+                               "raise -c (or turn the context shift off)",
+                               m->path);
+    size_t nk, nv;
+    tutti_cache_widths(m, &nk, &nv);
     const int32_t n_move = s->n_past - n_keep - n_discard;
     /* s->k (the activations' [n_ubatch][nk] keys) is free between passes */
     float *row = s->k;
@@ -474,16 +480,28 @@ int32_t tutti_session_rewind_tokens(tutti_session *s, int32_t n_tokens) {
     return n_tokens;
 }
 
-void tutti_session_copy_tokens(tutti_session *d, const tutti_session *s, int32_t n_tokens) {
-    const tutti_hparams *hp = &s->model->hp;
-    const size_t nk = (size_t)hp->n_head_kv * hp->head_dim_k, nv = (size_t)hp->n_head_kv * hp->head_dim_v;
-    const int32_t k = n_tokens - s->n_discarded; /* the cache rows of that state */
-    for (int32_t l = 0; l < hp->n_layer; l++) {
+void tutti_cache_widths(const tutti_model *m, size_t *nk, size_t *nv) {
+    const tutti_hparams *hp = &m->hp;
+    *nk = (size_t)hp->n_head_kv * hp->head_dim_k;
+    /* latent attention: values are read from the key rows (no v_cache) */
+    *nv = m->arch->mla ? 0 : (size_t)hp->n_head_kv * hp->head_dim_v;
+}
+
+void tutti_cache_copy_rows(tutti_session *d, const tutti_session *s, int32_t il0, int32_t il1, int32_t k) {
+    size_t nk, nv;
+    tutti_cache_widths(s->model, &nk, &nv);
+    for (int32_t l = il0; l < il1; l++) {
         memcpy(d->k_cache + (size_t)l * (size_t)d->n_ctx * nk, s->k_cache + (size_t)l * (size_t)s->n_ctx * nk,
                sizeof(uint16_t) * nk * (size_t)k);
-        memcpy(d->v_cache + (size_t)l * (size_t)d->n_ctx * nv, s->v_cache + (size_t)l * (size_t)s->n_ctx * nv,
-               sizeof(uint16_t) * nv * (size_t)k);
+        if (nv)
+            memcpy(d->v_cache + (size_t)l * (size_t)d->n_ctx * nv, s->v_cache + (size_t)l * (size_t)s->n_ctx * nv,
+                   sizeof(uint16_t) * nv * (size_t)k);
     }
+}
+
+void tutti_session_copy_tokens(tutti_session *d, const tutti_session *s, int32_t n_tokens) {
+    const int32_t k = n_tokens - s->n_discarded; /* the cache rows of that state */
+    tutti_cache_copy_rows(d, s, 0, s->model->hp.n_layer, k);
     d->n_past = k;
     d->n_discarded = s->n_discarded;
     d->shift_floor = s->shift_floor;

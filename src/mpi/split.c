@@ -720,13 +720,7 @@ static tutti_session *srv_session(split_srv *q, int32_t sid) {
 static const char *srv_copy(split_srv *q, const tmpi_copy *c) {
     tutti_session *d = srv_session(q, c->dst), *s = d ? srv_session(q, c->src) : NULL;
     if (!s) return tutti_last_error();
-    const tutti_hparams *hp = &q->m->hp;
-    const size_t nk = (size_t)hp->n_head_kv * hp->head_dim_k, nv = (size_t)hp->n_head_kv * hp->head_dim_v;
-    const size_t n_ctx = (size_t)d->n_ctx;
-    for (int32_t l = q->il0; l < q->il1; l++) {
-        memcpy(d->k_cache + (size_t)l * n_ctx * nk, s->k_cache + (size_t)l * n_ctx * nk, sizeof(uint16_t) * nk * (size_t)c->k);
-        memcpy(d->v_cache + (size_t)l * n_ctx * nv, s->v_cache + (size_t)l * n_ctx * nv, sizeof(uint16_t) * nv * (size_t)c->k);
-    }
+    tutti_cache_copy_rows(d, s, q->il0, q->il1, c->k);
     return NULL;
 }
 
