@@ -11,7 +11,8 @@
 #include <time.h>
 
 #include "fusion/fusion.h"
-#include "fusion/member_remote.h"
+#include "member/member.h"
+#include "mpi/member_kinds.h"
 #include "mpi/proto.h"
 #include "mpi/tutti_mpi.h"
 #include "util/error.h"
@@ -203,18 +204,19 @@ int tutti_mpi_dead_rank(char *members, size_t cap) {
     return 0;
 }
 
-/* --split-experts for ensemble members: every member in rank 0's process */
-static bool g_member_experts;
+/* --split-experts for ensemble members: every member in rank 0's process
+ * (0 off, 1 on, 2 on and a model without experts is an error) */
+static int g_member_experts;
 
-int tutti_mpi_experts_members(bool on) {
+int tutti_mpi_experts_members(bool on, bool strict) {
     if (on && g_n_place >= 0)
         return tutti_set_error("--place and --split-experts exclude each other: every member stays on rank 0 and "
                                "spreads its experts over all ranks");
-    g_member_experts = on;
+    g_member_experts = on ? strict ? 2 : 1 : 0;
     return TUTTI_OK;
 }
 
-bool tutti_mpi_member_experts(void) { return g_member_experts; }
+int tutti_mpi_member_experts(void) { return g_member_experts; }
 
 int tutti_mpi_member_rank(int32_t i, int32_t n) {
     if (g_member_experts) return 0;
@@ -225,6 +227,15 @@ int tutti_mpi_member_rank(int32_t i, int32_t n) {
     }
     if (g_size <= 1) return 0;
     return 1 + i % (g_size - 1);
+}
+
+/* The member kinds of this layer, for member/member.h's factory: a member
+ * on another rank (member_rank.c), split over the ranks (member_split.c),
+ * here with its experts over the ranks (member_experts.c). */
+static void register_kinds(void) {
+    member_register_kind(MEMBER_KIND_RANK, tmpi_member_rank_open);
+    member_register_kind(MEMBER_KIND_SPLIT, tmpi_member_split_open);
+    member_register_kind(MEMBER_KIND_EXPERTS, tmpi_member_experts_open);
 }
 
 /* ---- members split by layers (split.c has the rest) ---- */
@@ -252,6 +263,7 @@ int tutti_mpi_split_members(const char *counts, int32_t ubatch, const char *cons
     snprintf(g_split.counts, sizeof g_split.counts, "%s", counts ? counts : "");
     g_split.ubatch = ubatch;
     g_split.on = true;
+    register_kinds();
     return TUTTI_OK;
 }
 
@@ -593,7 +605,8 @@ static int serve(void) {
             char *path = buf + sizeof ld;
             path[ld.path_len] = 0;
             srv_member *s = calloc(1, sizeof *s);
-            fusion_member *m = s ? fusion_member_open(path, NULL, ld.n_sessions, ld.n_ctx, ld.n_threads) : NULL;
+            member_spec spec = {.path = path, .n_sessions = ld.n_sessions, .n_ctx = ld.n_ctx, .n_threads = ld.n_threads};
+            fusion_member *m = s ? member_open(&spec) : NULL;
             if (!m) {
                 if (!s) tutti_set_error("mpi: out of memory");
                 free(s);
@@ -705,6 +718,7 @@ int tutti_mpi_start(int *argc, char **argv) {
         tutti_mpi_stop(0);
         return 2;
     }
+    register_kinds();
     return -1;
 }
 

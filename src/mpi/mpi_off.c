@@ -72,19 +72,10 @@ int tutti_mpi_experts_attach(struct tutti_session *s, const char *path) {
     (void)s, (void)path;
     return tutti_set_error("--split-experts: this tutti was built without MPI (install libopenmpi-dev and reconfigure)");
 }
-tutti_mpi_experts *tutti_mpi_experts_open(const struct tutti_session *s, const char *path) {
-    (void)s, (void)path;
-    tutti_set_error("--split-experts: this tutti was built without MPI");
-    return NULL;
-}
-int tutti_mpi_experts_join(tutti_mpi_experts *x, struct tutti_session *s) {
-    (void)x, (void)s;
-    return tutti_set_error("--split-experts: this tutti was built without MPI");
-}
-void tutti_mpi_experts_close(tutti_mpi_experts *x) { (void)x; }
-int tutti_mpi_experts_members(bool on) {
+int tutti_mpi_experts_members(bool on, bool strict) {
+    (void)strict;
     return on ? tutti_set_error("--split-experts: this tutti was built without MPI (install libopenmpi-dev and "
                                 "reconfigure)")
               : TUTTI_OK;
 }
-bool tutti_mpi_member_experts(void) { return false; }
+int tutti_mpi_member_experts(void) { return 0; }
