@@ -273,23 +273,29 @@ serve_port() {
   done
 }
 
-# serve: one request to 'default' (member 2 split over 2 ranks) equals tutti run
-"$T" run $BYTE2 -p "Once upon a time" -n 60 --seed 2 -t 1 >"$W/one.out" 2>/dev/null
-TUTTI_MPI_TIMEOUT=30 timeout 120 "$MPIEXEC" --oversubscribe --allow-run-as-root -np 2 "$T" serve $BYTE2 --split-layers \
-  --split-member 2 --port 0 -t 1 >/dev/null 2>"$W/srv.err" &
-sp=$!
-port=$(serve_port "$W/srv.err" "$sp")
-if [ -z "$port" ]; then echo "FAIL split member serve: the server did not start"; cat "$W/srv.err"; fail=1
-else
-  curl -s --max-time 60 "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
-    -d '{"prompt":"Once upon a time","max_tokens":60,"seed":2}' >"$W/srv.json"
-  /usr/bin/python3 -c 'import json, sys; sys.stdout.write(json.load(open(sys.argv[1]))["choices"][0]["text"])' \
-    "$W/srv.json" >"$W/srv.txt" 2>"$W/srv.py.err"
-  if [ -s "$W/one.out" ] && cmp -s "$W/one.out" "$W/srv.txt" && grep -q "split over 2 ranks" "$W/srv.err"; then
-    echo "ok   split member serve: $(wc -c <"$W/srv.txt") bytes identical to tutti run"
-  else echo "FAIL split member serve: the served text differs from tutti run"; cat "$W/srv.json" "$W/srv.err"; fail=1; fi
-fi
-kill "$sp" 2>/dev/null; wait "$sp" 2>/dev/null
+# serve_same NAME PATTERN N_TOKENS "MODELS" SPLIT FLAGS...: one request to
+# 'default' of `tutti serve MODELS FLAGS` on 2 ranks equals tutti run MODELS
+# (PATTERN: the split's line in the server's log)
+serve_same() {
+  name=$1 pat=$2 nt=$3 models=$4; shift 4
+  "$T" run $models -p "Once upon a time" -n "$nt" --seed 2 -t 1 >"$W/one.out" 2>/dev/null
+  TUTTI_MPI_TIMEOUT=30 timeout 120 "$MPIEXEC" --oversubscribe --allow-run-as-root -np 2 "$T" serve $models "$@" \
+    --port 0 -t 1 >/dev/null 2>"$W/srv.err" &
+  sp=$!
+  port=$(serve_port "$W/srv.err" "$sp")
+  if [ -z "$port" ]; then echo "FAIL $name: the server did not start"; cat "$W/srv.err"; fail=1
+  else
+    curl -s --max-time 60 "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
+      -d '{"prompt":"Once upon a time","max_tokens":'"$nt"',"seed":2}' >"$W/srv.json"
+    /usr/bin/python3 -c 'import json, sys; sys.stdout.write(json.load(open(sys.argv[1]))["choices"][0]["text"])' \
+      "$W/srv.json" >"$W/srv.txt" 2>"$W/srv.py.err"
+    if [ -s "$W/one.out" ] && cmp -s "$W/one.out" "$W/srv.txt" && grep -q "$pat" "$W/srv.err"; then
+      echo "ok   $name: $(wc -c <"$W/srv.txt") bytes identical to tutti run"
+    else echo "FAIL $name: the served text differs from tutti run"; cat "$W/srv.json" "$W/srv.err"; fail=1; fi
+  fi
+  kill "$sp" 2>/dev/null; wait "$sp" 2>/dev/null
+}
+serve_same "split member serve" "split over 2 ranks" 60 "$BYTE2" --split-layers --split-member 2
 
 # serve's /health: 200 while the member ranks answer, 503 naming the rank
 # once one stopped answering (it hangs on its 20th request: the request in
@@ -345,22 +351,7 @@ XMOE="-m $XD/qwen2moe-b-Q8_0.gguf -m $XD/olmoe-b-Q4_K_M.gguf"
 xp_member "run, two MoE members (token), greedy, 2 ranks" 2 run $XMOE -p "Once upon" -n 30 --temp 0
 xp_member "eval bits per byte (byte), MoE + dense of another tokenizer, 3 ranks" 3 eval --json --align byte \
   --text "$W/ev.txt" -m "$XD/qwen3moe-k-Q4_K_M.gguf" -m "$M/stories260K.gguf"
-"$T" run $XMOE -p "Once upon a time" -n 30 --seed 2 -t 1 >"$W/one.out" 2>/dev/null
-TUTTI_MPI_TIMEOUT=30 timeout 120 "$MPIEXEC" --oversubscribe --allow-run-as-root -np 2 "$T" serve $XMOE --split-experts \
-  --port 0 -t 1 >/dev/null 2>"$W/srv.err" &
-sp=$!
-port=$(serve_port "$W/srv.err" "$sp")
-if [ -z "$port" ]; then echo "FAIL experts member serve: the server did not start"; cat "$W/srv.err"; fail=1
-else
-  curl -s --max-time 60 "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
-    -d '{"prompt":"Once upon a time","max_tokens":30,"seed":2}' >"$W/srv.json"
-  /usr/bin/python3 -c 'import json, sys; sys.stdout.write(json.load(open(sys.argv[1]))["choices"][0]["text"])' \
-    "$W/srv.json" >"$W/srv.txt" 2>"$W/srv.py.err"
-  if [ -s "$W/one.out" ] && cmp -s "$W/one.out" "$W/srv.txt" && grep -q "experts split over 2 ranks" "$W/srv.err"; then
-    echo "ok   experts member serve: $(wc -c <"$W/srv.txt") bytes identical to tutti run"
-  else echo "FAIL experts member serve: the served text differs from tutti run"; cat "$W/srv.json" "$W/srv.err"; fail=1; fi
-fi
-kill "$sp" 2>/dev/null; wait "$sp" 2>/dev/null
+serve_same "experts member serve" "experts split over 2 ranks" 30 "$XMOE" --split-experts
 usage2 "run --split-experts with --place" "place and --split-experts exclude each other" run $XMOE -p Once -n 5 \
   --split-experts --place 0,0
 usage2 "eval --split-experts with --split-layers" "split-experts and --split-layers exclude each other" eval \
