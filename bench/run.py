@@ -42,6 +42,29 @@ def run_child(cmd):
     return res["out"], res["rss"]
 
 
+def bench_pair(a, tutti, rel):
+    """llama-bench and `tutti bench` on root + rel with a's -t -p -n -r, in
+    --interleave K rounds of (llama-bench, tutti), each with -r reps, so both
+    see the same background load; returns each one's t/s samples per test
+    (pp512, tg128, ...) and its peak RSS."""
+    lsamp, tsamp, l_rss, t_rss = {}, {}, 0.0, 0.0
+    for _ in range(a.interleave):
+        out, rss = run_child(["chroot", a.root, "llama-bench", "-m", rel, "-t", str(a.threads), "-p",
+                              str(a.n_prompt), "-n", str(a.n_gen), "-r", str(a.reps), "-o", "json"])
+        l_rss = max(l_rss, rss)
+        for o in json.loads(out):
+            key = f"pp{o['n_prompt']}" if o["n_prompt"] else f"tg{o['n_gen']}"
+            lsamp.setdefault(key, []).extend(o.get("samples_ts") or [o["avg_ts"]])
+        out, rss = run_child(tutti + ["-m", a.root + rel, "-t", str(a.threads), "-p", str(a.n_prompt), "-n",
+                                      str(a.n_gen), "-r", str(a.reps), "--json"])
+        t_rss = max(t_rss, rss)
+        for line in out.splitlines():
+            if line.startswith("{"):
+                o = json.loads(line)
+                tsamp.setdefault(o["test"], []).extend(o.get("samples") or [o["tps"]])
+    return lsamp, tsamp, l_rss, t_rss
+
+
 def machine_details():
     lines = []
     try:
@@ -98,23 +121,7 @@ def main():
     for shape in a.shapes.split(","):
         for ty in a.types.split(","):
             rel = f"/tmp/tutti-bench/{shape}-{ty}.gguf"
-            # --interleave K: K rounds of (llama-bench, tutti), each with -r reps,
-            # so both see the same background load; t/s = median over all runs
-            lsamp, tsamp, l_rss, t_rss = {}, {}, 0.0, 0.0
-            for _ in range(a.interleave):
-                out, rss = run_child(["chroot", a.root, "llama-bench", "-m", rel, "-t", str(a.threads), "-p",
-                                      str(a.n_prompt), "-n", str(a.n_gen), "-r", str(a.reps), "-o", "json"])
-                l_rss = max(l_rss, rss)
-                for o in json.loads(out):
-                    key = f"pp{o['n_prompt']}" if o["n_prompt"] else f"tg{o['n_gen']}"
-                    lsamp.setdefault(key, []).extend(o.get("samples_ts") or [o["avg_ts"]])
-                out, rss = run_child(tutti + ["-m", a.root + rel, "-t", str(a.threads), "-p", str(a.n_prompt),
-                                              "-n", str(a.n_gen), "-r", str(a.reps), "--json"])
-                t_rss = max(t_rss, rss)
-                for line in out.splitlines():
-                    if line.startswith("{"):
-                        o = json.loads(line)
-                        tsamp.setdefault(o["test"], []).extend(o.get("samples") or [o["tps"]])
+            lsamp, tsamp, l_rss, t_rss = bench_pair(a, tutti, rel)
             sd = lambda v: statistics.stdev(v) if len(v) > 1 else 0.0
             lres = {k: (statistics.median(v), sd(v)) for k, v in lsamp.items()}
             tres = {k: (statistics.median(v), sd(v)) for k, v in tsamp.items()}

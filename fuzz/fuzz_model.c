@@ -7,8 +7,11 @@
  * checks that an out-of-range id is refused without advancing the session,
  * and tokenizes a short text: every id must be a valid row.  Seeds:
  * NAME.in of fuzz/corpus/model.tar, written by tests/test_model_hostile.c (tiny
- * self-made models, valid and hostile), plus minimized coverage inputs of a
- * 7-minute run (3.66M execs, no findings) named by their SHA-1. */
+ * self-made models, valid and hostile), moe-*.in (three of the mixture-of-
+ * experts files of tests/data/moe: a gated shared expert; gpt-oss's sinks,
+ * biases and window; latent attention with expert groups), plus minimized
+ * coverage inputs of a 7-minute run (3.66M execs, no findings) named by
+ * their SHA-1. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +40,7 @@ int tutti_fuzz_model_one(const uint8_t *data, size_t size) {
     const tutti_hparams *hp = &m->hp;
     int64_t per_layer = (int64_t)hp->n_embd * (hp->n_head * hp->head_dim_k * 2 + hp->n_head_kv * hp->head_dim_k +
                                                hp->n_head_kv * hp->head_dim_v + 3 * (int64_t)hp->n_ff);
+    per_layer += (int64_t)hp->n_expert * 3 * hp->n_embd * hp->n_ff_exp + 3 * (int64_t)hp->n_embd * hp->n_ff_shexp;
     int64_t params = per_layer * hp->n_layer + 2 * (int64_t)n_vocab * hp->n_embd;
     if (params <= MAX_EVAL_PARAMS) {
         tutti_session_params sp = tutti_session_default_params();

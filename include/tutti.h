@@ -182,6 +182,11 @@ const tutti_vocab *tutti_model_vocab(const tutti_model *model);
 int32_t tutti_model_n_vocab(const tutti_model *model);
 int32_t tutti_model_n_ctx_train(const tutti_model *model);
 const char *tutti_model_arch(const tutti_model *model);
+/* A mixture of experts' routed experts per layer (expert_count) and how
+ * many of them each token goes through (expert_used_count); 0 and 0 for a
+ * dense model. */
+int32_t tutti_model_n_expert(const tutti_model *model);
+int32_t tutti_model_n_expert_used(const tutti_model *model);
 /* String metadata of the model's GGUF file (e.g. "tokenizer.chat_template",
  * "general.name") as a malloc'd NUL-terminated copy the caller frees; NULL
  * when the key is absent or not a string (not an error).  A value holding a
@@ -1104,6 +1109,7 @@ int tutti_merge_stream(const tutti_merge_config *c, FILE *out, const tutti_merge
  *
  *   mpirun -np K tutti run -m A.gguf -m B.gguf ... [--place 0,1,1]
  *   mpirun -np K tutti generate --split-layers [N0,N1,...] -m M.gguf ...
+ *   mpirun -np K tutti generate --split-experts -m MOE.gguf ...
  *
  * Without an MPI library at build time (tutti_system_info_get: mpi false)
  * every member is local and the split flags are refused with a message. */
@@ -1146,6 +1152,24 @@ int tutti_mpi_split_attach(tutti_session *s, int32_t n_threads, int32_t ubatch);
  * (the other members are placed round robin as always).  TUTTI_OK, or
  * TUTTI_ERR with the error set (bad usage: exit 2). */
 int tutti_mpi_split_members(const char *counts, int32_t ubatch, const char *const *paths, int32_t n_paths);
+
+/* Routed experts split over the ranks (--split-experts, src/mpi/experts.c):
+ * every rank loads the whole model and rank r computes experts
+ * [r E / K, (r + 1) E / K) of every MoE layer; rank 0 sends each rank the
+ * rows routed to its experts and sums every token's experts in rank order,
+ * so the logits are the single process's bits.
+ * tutti_mpi_experts_attach: session s (of the model at path) from here on;
+ * the other ranks load path and serve with s's thread count (freed with
+ * s).  A model without experts, more ranks than experts, or a rank that
+ * cannot load: an error naming it.  Nothing to do on one rank.  0 or
+ * TUTTI_ERR. */
+int tutti_mpi_experts_attach(tutti_session *s, const char *path);
+/* Ensemble members (tutti run/eval/fit/serve/generate --split-experts): on
+ * keeps every member in rank 0's process and splits the experts of each
+ * MoE member over all ranks (strict: a member without experts is an error,
+ * else a plain local member).  --place cannot be combined (TUTTI_ERR, bad
+ * usage), nor can a build without MPI. */
+int tutti_mpi_experts_members(bool on, bool strict);
 
 /* ------------------------------------------------------------------------ */
 /* Models by name: the Hugging Face hub, as llama.cpp's -hf (README "Models

@@ -144,13 +144,7 @@ static void test_arch_row(void **state) {
     assert_memory_equal(tutti_session_logits(s), logits + (N_IDS - 1) * N_VOCAB, sizeof(float) * N_VOCAB);
 
     /* 2. rewind, a 17-token batch, then one token at a time through the cache */
-    assert_int_equal(tutti_session_rewind(s, 0), TUTTI_OK);
-    memset(logits, 0, sizeof(float) * N_IDS * N_VOCAB);
-    assert_int_equal(tutti_session_eval(s, ids, 17, logits), TUTTI_OK);
-    for (int i = 17; i < N_IDS; i++) {
-        assert_int_equal(tutti_session_eval(s, ids + i, 1, NULL), TUTTI_OK);
-        memcpy(logits + (size_t)i * N_VOCAB, tutti_session_logits(s), sizeof(float) * N_VOCAB);
-    }
+    eval_prefix_then_steps(s, ids, 17, N_IDS, N_VOCAB, logits);
     const double d_incr = max_logsoftmax_diff(logits, ref, N_IDS, N_VOCAB);
 
     print_message("%-22s max |dlogsoftmax| batch %.5f, incremental %.5f (tolerance %.2f)\n", row->name, d_batch,

@@ -131,7 +131,7 @@ static const spec g_specs[] = {
      "llama: rope.dimension_count must equal head_dim", "rope.dimension_count"},
     {"llama-experts", "llama", 64, 4, 2, 16, 128, 2, 0, 1.0f,
      "attention.head_count_kv=u32:2;expert_count=u32:4;expert_used_count=u32:2",
-     "llama: expert_count > 0 is a mixture of experts", "expert_count"},
+     "llama: expert_count > 0 is a mixture of experts (Mixtral): its layers need a router", "ffn_gate_inp"},
     /* ---- Qwen ---- */
     {"qwen2-defaults", "qwen2", 64, 4, 2, 16, 128, 2, F_TIED | F_QKV_BIAS, 2.0f,
      "attention.head_count_kv=u32:2;attn_logit_softcapping=f32:3;final_logit_softcapping=f32:2;"

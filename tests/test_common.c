@@ -217,6 +217,16 @@ static void log_softmax_row(const float *z, double *out, int n) {
     for (int i = 0; i < n; i++) out[i] = (double)z[i] - lse;
 }
 
+void eval_prefix_then_steps(tutti_session *s, const int32_t *ids, int n_prefix, int n, int n_vocab, float *logits) {
+    assert_int_equal(tutti_session_rewind(s, 0), TUTTI_OK);
+    memset(logits, 0, sizeof(float) * (size_t)n * (size_t)n_vocab);
+    assert_int_equal(tutti_session_eval(s, ids, n_prefix, logits), TUTTI_OK);
+    for (int i = n_prefix; i < n; i++) {
+        assert_int_equal(tutti_session_eval(s, ids + i, 1, NULL), TUTTI_OK);
+        memcpy(logits + (size_t)i * (size_t)n_vocab, tutti_session_logits(s), sizeof(float) * (size_t)n_vocab);
+    }
+}
+
 double max_logsoftmax_diff(const float *a, const float *b, int n_rows, int n_vocab) {
     double *la = malloc(sizeof(double) * (size_t)n_vocab), *lb = malloc(sizeof(double) * (size_t)n_vocab);
     double worst = 0;
@@ -252,7 +262,8 @@ tutti_ensemble *test_ensemble(const char *const *rel, int n, int align, int rule
     return e;
 }
 
-void write_with_template(const char *src, const char *tmpl, const char *path) {
+void write_gguf_copy(const char *src, const char *path, void (*add)(struct gguf_writer *w, const void *arg),
+                     const void *arg) {
     gguf_file *f = gguf_open(src);
     assert_non_null(f);
     gguf_writer *w = gguf_writer_new();
@@ -260,7 +271,7 @@ void write_with_template(const char *src, const char *tmpl, const char *path) {
         if (gguf_str_eq(gguf_kv_key(f, i), "general.alignment")) continue;
         assert_int_equal(gguf_writer_copy_kv(w, f, i), 0);
     }
-    assert_int_equal(gguf_writer_add_str(w, "tokenizer.chat_template", tmpl), 0);
+    add(w, arg);
     for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
         const gguf_tensor_info *t = gguf_tensor(f, i);
         char name[128];
@@ -270,6 +281,14 @@ void write_with_template(const char *src, const char *tmpl, const char *path) {
     assert_int_equal(gguf_writer_write(w, path), 0);
     gguf_writer_free(w);
     gguf_close(f);
+}
+
+static void add_template(gguf_writer *w, const void *tmpl) {
+    assert_int_equal(gguf_writer_add_str(w, "tokenizer.chat_template", tmpl), 0);
+}
+
+void write_with_template(const char *src, const char *tmpl, const char *path) {
+    write_gguf_copy(src, path, add_template, tmpl);
 }
 
 /* Σ log p(token_k | tokens_<k) over the tokenization of text from BOS, in

@@ -54,6 +54,19 @@ void sha256_hex(const void *data, size_t n, char out[65]);
 /* max over positions and ids of |log_softmax(a) - log_softmax(b)|, rows of n_vocab. */
 double max_logsoftmax_diff(const float *a, const float *b, int n_rows, int n_vocab);
 
+/* Rewinds s to 0, evaluates ids[0..n_prefix) as one batch (its rows into
+ * logits), then ids[n_prefix..n) one token at a time through the KV cache
+ * (each step's logits into its row): logits [n][n_vocab].  Fails the test on
+ * an evaluation error. */
+struct tutti_session;
+void eval_prefix_then_steps(struct tutti_session *s, const int32_t *ids, int n_prefix, int n, int n_vocab,
+                            float *logits);
+
+/* Copy of GGUF file src written to path, add(w, arg) adding metadata after
+ * src's (fails the test on error). */
+struct gguf_writer;
+void write_gguf_copy(const char *src, const char *path, void (*add)(struct gguf_writer *w, const void *arg),
+                     const void *arg);
 /* Copy of GGUF file src with tokenizer.chat_template set to tmpl, written
  * to path (fails the test on error). */
 void write_with_template(const char *src, const char *tmpl, const char *path);

@@ -814,6 +814,68 @@ static void test_matmul_batches(void **state) {
     }
 }
 
+/* tutti_matmul_batch: products of several weights (one repacked), token
+ * counts 1..9, some sharing their input (one conversion), one with rows
+ * longer than a segment (run alone), on 1 and 2 threads: every y has the
+ * bits of tutti_matmul of its product alone. */
+static void test_matmul_batch_products(void **state) {
+    (void)state;
+    enum { N_MM = 9 };
+    const int types[N_MM] = {TUTTI_TYPE_Q4_K, TUTTI_TYPE_Q4_K, TUTTI_TYPE_Q8_0, TUTTI_TYPE_F16, TUTTI_TYPE_F32,
+                             TUTTI_TYPE_Q6_K, TUTTI_TYPE_Q4_K_X8, TUTTI_TYPE_Q8_0, TUTTI_TYPE_F16};
+    const int64_t rows[N_MM] = {48, 33, 70, 17, 9, 40, 64, 24, 16}, toks[N_MM] = {5, 5, 1, 9, 3, 5, 2, 5, 5};
+    /* columns: product 2's rows are longer than one segment (96 KiB of activations) */
+    const int64_t cols[N_MM] = {512, 512, 98304 + 32, 256, 96, 512, 1024, 512, 512};
+    /* products 0, 1, 5, 7 and 8 read the same rows: 0, 1 and 5 in one format (Q8_K), 7 and 8 in others */
+    const int xs[N_MM] = {0, 0, 1, 2, 3, 0, 4, 0, 0};
+    float *x[5], *y[N_MM], *want[N_MM];
+    void *w[N_MM];
+    tutti_mm mm[N_MM];
+    for (int i = 0; i < 5; i++) {
+        int64_t n = 0, t = 0;
+        for (int k = 0; k < N_MM; k++)
+            if (xs[k] == i) n = cols[k], t = toks[k];
+        x[i] = malloc(sizeof(float) * (size_t)(n * t));
+        assert_non_null(x[i]);
+        fill_x(x[i], n * t);
+    }
+    for (int k = 0; k < N_MM; k++) {
+        const int base = types[k] == TUTTI_TYPE_Q4_K_X8 ? TUTTI_TYPE_Q4_K : types[k];
+        const size_t ldw = tutti_row_size(base, cols[k]);
+        char *wb = malloc(ldw * (size_t)rows[k]);
+        assert_non_null(wb);
+        for (int64_t r = 0; r < rows[k]; r++) fill_w(base, wb + (size_t)r * ldw, cols[k]);
+        w[k] = wb;
+        if (types[k] == TUTTI_TYPE_Q4_K_X8) {
+            void *a = NULL;
+            assert_int_equal(posix_memalign(&a, 64, tutti_repack_size(base, rows[k], cols[k])), 0);
+            assert_int_equal(tutti_repack(base, wb, a, rows[k], cols[k]), TUTTI_TYPE_Q4_K_X8);
+            free(wb);
+            w[k] = a;
+        }
+        y[k] = malloc(sizeof(float) * (size_t)(rows[k] * toks[k]));
+        want[k] = malloc(sizeof(float) * (size_t)(rows[k] * toks[k]));
+        assert_true(y[k] && want[k]);
+        mm[k] = (tutti_mm){types[k], w[k], rows[k], cols[k], x[xs[k]], toks[k], y[k]};
+    }
+    for (int th = 1; th <= 2; th++) {
+        tutti_threadpool *tp = tutti_threadpool_new(th);
+        assert_non_null(tp);
+        for (int k = 0; k < N_MM; k++) {
+            tutti_matmul(tp, types[k], w[k], rows[k], cols[k], x[xs[k]], toks[k], want[k]);
+            memset(y[k], 0xff, sizeof(float) * (size_t)(rows[k] * toks[k]));
+        }
+        tutti_matmul_batch(tp, mm, N_MM);
+        for (int k = 0; k < N_MM; k++)
+            if (memcmp(y[k], want[k], sizeof(float) * (size_t)(rows[k] * toks[k])))
+                fail_msg("%d threads: product %d (%s %lld x %lld, %lld tokens) differs from tutti_matmul", th, k,
+                         tutti_type_name(types[k]), (long long)rows[k], (long long)cols[k], (long long)toks[k]);
+        tutti_threadpool_free(tp);
+    }
+    for (int k = 0; k < N_MM; k++) free(w[k]), free(y[k]), free(want[k]);
+    for (int i = 0; i < 5; i++) free(x[i]);
+}
+
 /* 8: the small-batch tiles of the signed legacy types (Q8_0, Q4_0, Q5_0,
  * IQ4_NL: AVX-512 8 rows x 4 tokens in zmm pairs, AVX2 2 rows x 4 tokens),
  * forced path by path through tutti_matmul_path, with 1..9 tokens and row
@@ -923,6 +985,7 @@ int main(void) {
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_row_kernels),
         cmocka_unit_test(test_matmul_batches),
+        cmocka_unit_test(test_matmul_batch_products),
         cmocka_unit_test(test_legacy_tiles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

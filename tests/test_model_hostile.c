@@ -116,8 +116,9 @@ static const hostile g_cases[] = {
     {.name = "extra-layer", .expect = "tensor 'blk.1.attn_norm.weight' is not used by architecture llama",
      .extra = {{"blk.1.attn_norm.weight", N_EMBD, 0}}},
     /* llama.cpp would add this bias; tutti does not implement it: refused, not ignored */
-    {.name = "extra-wo-bias", .expect = "tensor 'blk.0.attn_output.bias' is not used by architecture llama",
-     .extra = {{"blk.0.attn_output.bias", N_EMBD, 0}}, .diverges = "llama.cpp adds this bias"},
+    {.name = "extra-up-bias", .expect = "tensor 'blk.0.ffn_up.bias' is not used by architecture llama",
+     .extra = {{"blk.0.ffn_up.bias", N_FF, 0}}, .diverges = "llama.cpp adds this bias"},
+    {.name = "ok-wo-bias", .extra = {{"blk.0.attn_output.bias", N_EMBD, 0}}},
     /* which optional tensors llama.cpp takes depends on the architecture */
     {.name = "ok-rope-freqs", .extra = {{"rope_freqs.weight", HEAD_DIM / 2, 0}}},
     {.name = "ok-qkv-bias",
@@ -329,7 +330,8 @@ static void test_hostile_models(void **state) {
  * added or removed, exactly as tests/data/gguf_oracle/tensor_sets.py makes
  * them for llama.cpp; tutti must load the variants llama.cpp loads and refuse
  * the ones it refuses (tensor_sets.txt), but for the features tutti does not
- * implement (biases llama.cpp adds to Llama: refused rather than ignored). */
+ * implement (the FFN biases llama.cpp adds to Llama: refused rather than
+ * ignored). */
 
 typedef struct variant {
     const char *name;
@@ -360,7 +362,7 @@ static const variant g_variants[] = {
 };
 
 /* Variants llama.cpp loads and tutti refuses: features tutti does not compute. */
-static const char *const g_unimplemented[] = {"llama-plus-wo-bias", "llama-plus-ffn-up-bias"};
+static const char *const g_unimplemented[] = {"llama-plus-ffn-up-bias"};
 
 static bool dropped(const variant *v, const char *name) {
     for (int i = 0; i < 3 && v->drop[i]; i++) {

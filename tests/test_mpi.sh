@@ -1,6 +1,7 @@
 #!/bin/sh
-# Ensembles over MPI ranks (src/mpi, src/fusion/member_mpi.c), and one
-# model split by layers over ranks (src/mpi/split.c).
+# Ensembles over MPI ranks (src/mpi, src/fusion/member_mpi.c), one model
+# split by layers over ranks (src/mpi/split.c), and the routed experts of
+# an MoE model split over ranks (src/mpi/experts.c).
 #   test_mpi.sh MPIEXEC TUTTI SHARED_DIR
 # Each fused generation / evaluation under `mpirun -np 2..3` (members on
 # other ranks, several placements) must print exactly the bytes of the same
@@ -152,6 +153,67 @@ expect_fault() {
   echo "ok   $name: exit $rc after $dt s: $(grep "$pat" "$W/f.err" | head -1)"
 }
 
+# ---- routed experts split over ranks (src/mpi/experts.c) ----
+# Every rank loads the MoE model and computes its share of each MoE layer's
+# routed experts; rank 0 sums every token's experts in rank order, so the
+# logits of every position (tutti logits) and the generated text must be
+# the single-process bytes: routing by softmax, sigmoid with selection bias
+# and groups (deepseek3: shared expert, dense leading layer), gpt-oss's
+# biases and clamped SwiGLU on MXFP4, K-quant experts, on 2 and 3 ranks
+# (3 ranks of 8 experts: shares of 2, 3 and 3), prompt and token steps.
+XD=$(dirname "$0")/data/moe
+XIDS=$(tr -d ' \n' <"$XD/input.ids")
+xp_same() {
+  name=$1 np=$2 model=$XD/$3; shift 3
+  "$T" logits -m "$model" --ids "$XIDS" -o "$W/one.f32" -t 2 2>"$W/one.err" ||
+    { echo "FAIL experts $name: single-process logits failed"; cat "$W/one.err"; fail=1; return; }
+  run_mpi "$np" "$T" logits -m "$model" --ids "$XIDS" -o "$W/xp.f32" -t 1 --split-experts "$@" >/dev/null 2>"$W/xp.err"
+  rc=$?
+  if [ $rc -ne 0 ] || ! grep -q "experts split over $np ranks" "$W/xp.err" ||
+     ! grep -q "rank $((np - 1)) computed experts" "$W/xp.err"; then
+    echo "FAIL experts $name: mpirun exit $rc, or the experts were not split over $np ranks"; cat "$W/xp.err"; fail=1; return
+  fi
+  if ! cmp -s "$W/one.f32" "$W/xp.f32"; then echo "FAIL experts $name: logits differ from the single-process run"; fail=1; return; fi
+  echo "ok   experts $name: $(wc -c <"$W/one.f32") bytes of logits identical; $(grep 'experts: [0-9]* tokens' "$W/xp.err" | sed 's/.*experts: //')"
+}
+xp_same "qwen3moe K-quant experts, 2 ranks" 2 qwen3moe-k-Q4_K_M.gguf
+xp_same "deepseek3 Q8_0 (groups, shared expert), 3 ranks" 3 deepseek3-b-Q8_0.gguf
+xp_same "gpt-oss MXFP4_MOE, 3 ranks" 3 gpt-oss-b-MXFP4_MOE.gguf
+xp_same "mixtral F16, 2 ranks" 2 mixtral-a-F16.gguf
+xp_gen() {
+  name=$1 np=$2; shift 2
+  "$T" generate "$@" -t 2 >"$W/one.out" 2>"$W/one.err" || { echo "FAIL experts $name: single-process run failed"; cat "$W/one.err"; fail=1; return; }
+  run_mpi "$np" "$T" generate --split-experts "$@" -t 1 >"$W/xp.out" 2>"$W/xp.err"
+  rc=$?
+  if [ $rc -ne 0 ] || ! grep -q "experts split over $np ranks" "$W/xp.err"; then
+    echo "FAIL experts $name: mpirun exit $rc"; cat "$W/xp.err"; fail=1; return
+  fi
+  if ! [ -s "$W/one.out" ] || ! cmp -s "$W/one.out" "$W/xp.out"; then
+    echo "FAIL experts $name: text differs from the single-process run"; diff "$W/one.out" "$W/xp.out" | head; fail=1; return
+  fi
+  echo "ok   experts $name: $(wc -c <"$W/xp.out") bytes identical; $(grep 'experts: [0-9]* tokens' "$W/xp.err" | sed 's/.*experts: //')"
+}
+xp_gen "generate qwen2moe greedy, 2 ranks" 2 -m "$XD/qwen2moe-b-Q8_0.gguf" -p "Once upon a time" -n 40 --temp 0 --ignore-eos
+xp_gen "generate olmoe seeded, 3 ranks" 3 -m "$XD/olmoe-b-Q4_K_M.gguf" -p "The dog" -n 40 --temp 0.9 --seed 5 --ignore-eos
+# refused: a dense model, more ranks than experts, both splits at once
+run_mpi 2 "$T" generate -m "$M/stories260K.gguf" -p Once -n 5 --split-experts >"$W/p.out" 2>"$W/p.err"; rc=$?
+[ $rc -ne 0 ] && ! [ -s "$W/p.out" ] && grep -q "split-experts: stories260K.gguf has no routed experts" "$W/p.err" &&
+  echo "ok   --split-experts of a dense model refused" || { echo "FAIL --split-experts of a dense model: exit $rc"; cat "$W/p.err"; fail=1; }
+"$T" generate -m "$XD/mixtral-a-F16.gguf" -p Once -n 5 --split-experts --split-layers >/dev/null 2>"$W/p.err"; rc=$?
+[ $rc -eq 2 ] && grep -q "split-experts and --split-layers exclude each other" "$W/p.err" &&
+  echo "ok   --split-experts with --split-layers refused (exit 2)" || { echo "FAIL --split-experts --split-layers: exit $rc"; cat "$W/p.err"; fail=1; }
+# a rank that cannot load the model, and one killed mid-generation: reported, no text, no hang
+TUTTI_MPI_TEST_FAULT=xpload@1 expect_fault "experts: rank 1 cannot load the model" \
+  "rank 1 cannot load .*mixtral-a-F16.gguf: injected load failure" 30 2 "$T" generate -m "$XD/mixtral-a-F16.gguf" \
+  -p Once -n 20 -t 1 --split-experts
+[ -s "$W/f.out" ] && { echo "FAIL experts: rank 1 cannot load: text was printed"; fail=1; }
+TUTTI_MPI_TEST_FAULT=kill:30@1 TUTTI_MPI_TIMEOUT=5 expect_fault "experts: rank 1 killed mid-generation" \
+  "rank 1 (experts 2-3 of mixtral-a-F16.gguf)\|process rank 1 with PID [0-9]* on node [^ ]* exited on signal 9" \
+  30 2 "$T" generate -m "$XD/mixtral-a-F16.gguf" -p Once -n 200 --ignore-eos -t 1 --split-experts
+TUTTI_MPI_TEST_FAULT=hang:30@1 TUTTI_MPI_TIMEOUT=2 expect_fault "experts: rank 1 hangs mid-generation" \
+  "rank 1 (experts 2-3 of mixtral-a-F16.gguf) did not answer within 2 s" 30 2 "$T" generate -m "$XD/mixtral-a-F16.gguf" \
+  -p Once -n 200 --ignore-eos -t 1 --split-experts
+
 # ---- a split model as an ensemble member (src/fusion/member_split.c) ----
 # tutti run/eval --split-layers [COUNTS] [--split-member I,J]: each split
 # member's layers spread over every rank (the other members go round robin
@@ -194,6 +256,10 @@ split_member "eval bits per byte (byte, Q4_K_M), member 1 over 2 ranks" 2 "--spl
   --align byte --text "$W/ev.txt" $KQ -t 2
 split_member "eval bits per byte (byte, Q4_K_M), every member over 3 ranks" 3 "--split-layers" eval --json --align byte \
   --text "$W/ev.txt" $KQ -t 2
+# an MoE member with latent attention (compressed key rows, no value cache) split by layers: byte
+# alignment's cache-prefix copies on both ranks
+split_member "eval bits per byte (byte, deepseek3 MLA + MoE), member 1 over 2 ranks" 2 "--split-layers --split-member 1" \
+  eval --json --align byte --text "$W/ev.txt" -m "$(dirname "$0")/data/moe/deepseek3-b-Q8_0.gguf" -m "$M/stories260K.gguf" -t 2
 
 # the port of a `tutti serve` (pid $2) logging to $1, once it is ready
 # (the port is printed before the models are loaded); empty when it exited
@@ -207,23 +273,29 @@ serve_port() {
   done
 }
 
-# serve: one request to 'default' (member 2 split over 2 ranks) equals tutti run
-"$T" run $BYTE2 -p "Once upon a time" -n 60 --seed 2 -t 1 >"$W/one.out" 2>/dev/null
-TUTTI_MPI_TIMEOUT=30 timeout 120 "$MPIEXEC" --oversubscribe --allow-run-as-root -np 2 "$T" serve $BYTE2 --split-layers \
-  --split-member 2 --port 0 -t 1 >/dev/null 2>"$W/srv.err" &
-sp=$!
-port=$(serve_port "$W/srv.err" "$sp")
-if [ -z "$port" ]; then echo "FAIL split member serve: the server did not start"; cat "$W/srv.err"; fail=1
-else
-  curl -s --max-time 60 "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
-    -d '{"prompt":"Once upon a time","max_tokens":60,"seed":2}' >"$W/srv.json"
-  /usr/bin/python3 -c 'import json, sys; sys.stdout.write(json.load(open(sys.argv[1]))["choices"][0]["text"])' \
-    "$W/srv.json" >"$W/srv.txt" 2>"$W/srv.py.err"
-  if [ -s "$W/one.out" ] && cmp -s "$W/one.out" "$W/srv.txt" && grep -q "split over 2 ranks" "$W/srv.err"; then
-    echo "ok   split member serve: $(wc -c <"$W/srv.txt") bytes identical to tutti run"
-  else echo "FAIL split member serve: the served text differs from tutti run"; cat "$W/srv.json" "$W/srv.err"; fail=1; fi
-fi
-kill "$sp" 2>/dev/null; wait "$sp" 2>/dev/null
+# serve_same NAME PATTERN N_TOKENS "MODELS" SPLIT FLAGS...: one request to
+# 'default' of `tutti serve MODELS FLAGS` on 2 ranks equals tutti run MODELS
+# (PATTERN: the split's line in the server's log)
+serve_same() {
+  name=$1 pat=$2 nt=$3 models=$4; shift 4
+  "$T" run $models -p "Once upon a time" -n "$nt" --seed 2 -t 1 >"$W/one.out" 2>/dev/null
+  TUTTI_MPI_TIMEOUT=30 timeout 120 "$MPIEXEC" --oversubscribe --allow-run-as-root -np 2 "$T" serve $models "$@" \
+    --port 0 -t 1 >/dev/null 2>"$W/srv.err" &
+  sp=$!
+  port=$(serve_port "$W/srv.err" "$sp")
+  if [ -z "$port" ]; then echo "FAIL $name: the server did not start"; cat "$W/srv.err"; fail=1
+  else
+    curl -s --max-time 60 "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
+      -d '{"prompt":"Once upon a time","max_tokens":'"$nt"',"seed":2}' >"$W/srv.json"
+    /usr/bin/python3 -c 'import json, sys; sys.stdout.write(json.load(open(sys.argv[1]))["choices"][0]["text"])' \
+      "$W/srv.json" >"$W/srv.txt" 2>"$W/srv.py.err"
+    if [ -s "$W/one.out" ] && cmp -s "$W/one.out" "$W/srv.txt" && grep -q "$pat" "$W/srv.err"; then
+      echo "ok   $name: $(wc -c <"$W/srv.txt") bytes identical to tutti run"
+    else echo "FAIL $name: the served text differs from tutti run"; cat "$W/srv.json" "$W/srv.err"; fail=1; fi
+  fi
+  kill "$sp" 2>/dev/null; wait "$sp" 2>/dev/null
+}
+serve_same "split member serve" "split over 2 ranks" 60 "$BYTE2" --split-layers --split-member 2
 
 # serve's /health: 200 while the member ranks answer, 503 naming the rank
 # once one stopped answering (it hangs on its 20th request: the request in
@@ -257,6 +329,34 @@ usage2 "--split-member 4 of 3" "expected comma-separated member numbers in \[1, 
 usage2 "--split-layers with --place" "place and --split-layers exclude each other" run $TOK -p Once -n 5 --split-layers --place 0,0,0
 usage2 "--split-layers x" "expected comma-separated layer counts" eval --text "$W/ev.txt" $TOK --split-layers=x
 usage2 "serve --split-ubatch 6" "split-ubatch needs a multiple of 4" serve $TOK --split-layers --split-ubatch 6
+# ensemble members with their experts split (src/fusion/member_experts.c):
+# every member on rank 0, each MoE member's experts over all ranks; the
+# fused text and every digit of eval --json are the single-process run's
+# (byte alignment: a pool of sessions sharing one split, batches of
+# hypotheses); a served request equals tutti run
+xp_member() {
+  name=$1 np=$2; shift 2
+  "$T" "$@" -t 2 >"$W/one.out" 2>"$W/one.err" || { echo "FAIL experts member $name: single-process run failed"; cat "$W/one.err"; fail=1; return; }
+  run_mpi "$np" "$T" "$@" -t 1 --split-experts >"$W/xp.out" 2>"$W/xp.err"
+  rc=$?
+  if [ $rc -ne 0 ] || ! grep -q "experts split over $np ranks" "$W/xp.err"; then
+    echo "FAIL experts member $name: mpirun exit $rc"; cat "$W/xp.err"; fail=1; return
+  fi
+  if ! [ -s "$W/one.out" ] || ! cmp -s "$W/one.out" "$W/xp.out"; then
+    echo "FAIL experts member $name: output differs from the single-process run"; diff "$W/one.out" "$W/xp.out" | head; fail=1; return
+  fi
+  echo "ok   experts member $name: $(wc -c <"$W/xp.out") bytes identical"
+}
+XMOE="-m $XD/qwen2moe-b-Q8_0.gguf -m $XD/olmoe-b-Q4_K_M.gguf"
+xp_member "run, two MoE members (token), greedy, 2 ranks" 2 run $XMOE -p "Once upon" -n 30 --temp 0
+xp_member "eval bits per byte (byte), MoE + dense of another tokenizer, 3 ranks" 3 eval --json --align byte \
+  --text "$W/ev.txt" -m "$XD/qwen3moe-k-Q4_K_M.gguf" -m "$M/stories260K.gguf"
+serve_same "experts member serve" "experts split over 2 ranks" 30 "$XMOE" --split-experts
+usage2 "run --split-experts with --place" "place and --split-experts exclude each other" run $XMOE -p Once -n 5 \
+  --split-experts --place 0,0
+usage2 "eval --split-experts with --split-layers" "split-experts and --split-layers exclude each other" eval \
+  --text "$W/ev.txt" $XMOE --split-experts --split-layers
+
 # a rank that cannot load its part of a split member: an error naming it, before any text
 TUTTI_MPI_TEST_FAULT=splitload@1 expect_fault "split member: rank 1 cannot load its layers" \
   "rank 1 cannot load layers 2-4 of .*stories260K-dreams.gguf: .*injected load failure" 30 2 "$T" run $TOK -p Once -n 20 \

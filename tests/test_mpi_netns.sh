@@ -10,7 +10,8 @@
 # only, for the MPI traffic and for the launcher's own (oob).  A fused
 # generation with one member per host, and a model split by layers over
 # the two hosts, must print exactly the single-process text, and the veth
-# must have carried the answers.
+# must have carried the answers; so must an MoE model whose routed experts
+# are split over the two hosts (--split-experts).
 # Needs root and iproute2 (`ip netns`); where they are missing the test is
 # skipped (exit 77), except under CI (TUTTI_CI or CI set): there it fails.
 set -u
@@ -77,7 +78,7 @@ same() {
   if [ $((r1 - r0)) -lt "$min_rx" ]; then
     echo "FAIL $name: the veth received $((r1 - r0)) bytes (expected at least $min_rx)"; fail=1; return
   fi
-  echo "ok   $name: $(wc -c <"$W/one.out") bytes identical, $((r1 - r0)) bytes into $A over the veth; $(grep 'tutti: mpi: [0-9]* req\|tutti: mpi: split: [0-9]' "$W/two.err" | sed 's/tutti: mpi: //')"
+  echo "ok   $name: $(wc -c <"$W/one.out") bytes identical, $((r1 - r0)) bytes into $A over the veth; $(grep 'tutti: mpi: [0-9]* req\|tutti: mpi: split: [0-9]\|tutti: mpi: experts: [0-9]' "$W/two.err" | sed 's/tutti: mpi: //')"
 }
 # 40 tokens: 40 rows of 512 logits come back from host B
 same "fused token generation, one member per host" $((40 * 512 * 4)) "--place 0,1" run -m "$M/stories260K.gguf" \
@@ -87,4 +88,10 @@ same "fused byte generation, one member per host" 100000 "--place 0,1" run -m "$
 # 40 tokens of 64 activations each come back from host B
 same "one model split by layers over the two hosts" $((40 * 64 * 4)) --split-layers generate -m "$M/stories260K.gguf" \
   -p "Once upon a time" -n 40 --temp 0
+# routed experts split over the two hosts: each MoE layer's rows of host
+# B's experts (32 floats each) go there and come back, about half of a
+# token's 4 rows in each of the 2 MoE layers
+XD=$(cd "$(dirname "$0")" && pwd)/data/moe
+same "an MoE model's experts split over the two hosts" $((40 * 32 * 4)) --split-experts generate \
+  -m "$XD/qwen2moe-b-Q8_0.gguf" -p "Once upon a time" -n 40 --temp 0 --ignore-eos
 exit $fail

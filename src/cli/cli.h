@@ -93,9 +93,19 @@ void cli_sampling_init(cli_sampling *s);
      "off", NULL, CLI_OPTVAL},                                                                             \
     CLI_INT("--split-ubatch", "N", (ubatch), 1, 512,                                                        \
             "prompt micro-batch of --split-layers in tokens, a multiple of 4 in [8, 512]", "about 4 per rank")
+/* --split-experts (bool): the routed experts over MPI ranks (tutti_mpi.h). */
+#define CLI_SPLIT_EXPERTS_OPT(on)                                                                              \
+    CLI_FLAG("--split-experts", (on),                                                                          \
+             "under mpirun -np K: every rank loads the model and computes 1/K of\n"                            \
+             "each MoE layer's routed experts (rows go out, outputs come back);\n"                            \
+             "the output is that of one process, byte for byte")
 /* --split-layers / --split-ubatch as given: CLI_RUN, or 2 after the message
  * (bad counts or micro-batch, --split-ubatch alone, no MPI in this build). */
 int cli_split_check(const char *counts, int32_t ubatch);
+/* --split-experts for ensemble members (on; strict: a model without
+ * experts is an error) beside --split-layers (counts, NULL = not given):
+ * CLI_RUN, or 2 after the message (both splits, --place, no MPI). */
+int cli_split_experts_check(bool on, const char *counts, bool strict);
 
 /* Models by name (hub_args.c, README "Models by name"): -hf into the same
  * destination as the command's -m (dest: a cli_strs for CLI_T_STRS, a

@@ -46,6 +46,17 @@ static int32_t *prompt_ids(const tutti_model *model, const char *path, const tut
 /* A full context ends the generation; the warning is generate's (below). */
 static void notice_cb(const char *msg, void *u) { (void)msg, (void)u; }
 
+/* The MPI split flags: by layers (counts NULL = off, "" = by memory;
+ * ubatch) or by routed experts (the one member splits them; a dense model
+ * is refused).  CLI_RUN or the exit status. */
+static int split_flags(const char *counts, int32_t ubatch, bool experts) {
+    int pr = cli_split_check(counts, ubatch);
+    if (pr != CLI_RUN) return pr;
+    if (counts && tutti_mpi_split_members(counts[0] ? counts : NULL, ubatch, NULL, 0) < 0)
+        return cli_usage_error("%s", tutti_last_error());
+    return cli_split_experts_check(experts, counts, true);
+}
+
 /* The ensemble of one member: path, its model already loaded (NULL when
  * split by layers over MPI ranks: the member loads its part); n_keep < 0:
  * no context shift, else the shift keeps BOS and n_keep tokens after it. */
@@ -108,6 +119,7 @@ int cmd_generate(int argc, char **argv) {
     cli_grammar ga = {0};
     const char *split_counts = NULL; /* --split-layers: NULL = off, "" = by memory */
     int32_t split_ub = 0;
+    bool split_experts = false; /* --split-experts */
     cli_opt opts[] = {
         {"-m,--model", "FILE", CLI_T_STR, 0, 0, &model_path, "GGUF model file", "none", NULL, CLI_ONCE},
         CLI_HF_OPTS(&model_path, CLI_T_STR, CLI_ONCE),
@@ -133,6 +145,7 @@ int cmd_generate(int argc, char **argv) {
         CLI_GRAMMAR_OPTS(&ga),
         CLI_SECTION("one model over MPI ranks (mpirun -np K tutti generate ...)"),
         CLI_SPLIT_OPTS(&split_counts, &split_ub, "the model"),
+        CLI_SPLIT_EXPERTS_OPT(&split_experts),
         CLI_END,
     };
     const cli_spec spec = {
@@ -147,15 +160,13 @@ int cmd_generate(int argc, char **argv) {
     };
     int pr = cli_parse(&spec, argc, argv);
     if (pr != CLI_RUN) return pr;
-    if ((pr = cli_split_check(split_counts, split_ub)) != CLI_RUN) return pr;
+    if ((pr = split_flags(split_counts, split_ub, split_experts)) != CLI_RUN) return pr;
     const bool split = split_counts != NULL;
     if (!model_path) return cli_usage_error("need -m MODEL or -hf REPO[:QUANT] (see tutti generate --help)");
     if (!prompt && !prompt_file) return cli_usage_error("need -p TEXT or -f FILE (see tutti generate --help)");
     if (prompt && prompt_file) return cli_usage_error("-p and -f both give the prompt; use one");
     if (system && !chat) return cli_usage_error("--system needs --chat");
     if ((pr = cli_resolve_model(&model_path)) != CLI_RUN) return pr;
-    if (split && tutti_mpi_split_members(split_counts[0] ? split_counts : NULL, split_ub, NULL, 0) < 0)
-        return cli_usage_error("%s", tutti_last_error());
     char *stop_owned[CLI_MAX_STRS] = {0};
     if (escape)
         for (int k = 0; k < stop.n; k++) {

@@ -200,6 +200,8 @@ int cmd_info(int argc, char **argv) {
             cJSON_AddStringToObject(d, "architecture", tutti_model_arch(model));
             cJSON_AddNumberToObject(d, "n_ctx_train", tutti_model_n_ctx_train(model));
             cJSON_AddNumberToObject(d, "n_vocab", tutti_model_n_vocab(model));
+            cJSON_AddNumberToObject(d, "n_expert", tutti_model_n_expert(model));
+            cJSON_AddNumberToObject(d, "n_expert_used", tutti_model_n_expert_used(model));
         }
         char *s = cJSON_PrintUnformatted(d);
         if (s) printf("%s\n", s);

@@ -23,6 +23,7 @@ int cmd_logits(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *ids_arg = NULL, *out = NULL;
     int32_t n_threads = 0, split_ub = 0;
     const char *split_counts = NULL; /* --split-layers: NULL = off, "" = by memory */
+    bool split_experts = false; /* --split-experts */
     bool escape = true, special = false;
     cli_opt opts[] = {
         {"-m,--model", "FILE", CLI_T_STR, 0, 0, &model_path, "GGUF model file", "none", NULL, CLI_ONCE},
@@ -37,6 +38,7 @@ int cmd_logits(int argc, char **argv) {
         CLI_THREADS_OPT(&n_threads),
         CLI_SECTION("one model over MPI ranks (mpirun -np K tutti logits ...)"),
         CLI_SPLIT_OPTS(&split_counts, &split_ub, "the model"),
+        CLI_SPLIT_EXPERTS_OPT(&split_experts),
         CLI_END,
     };
     const cli_spec spec = {
@@ -50,6 +52,7 @@ int cmd_logits(int argc, char **argv) {
     int pr = cli_parse(&spec, argc, argv);
     if (pr != CLI_RUN) return pr;
     if ((pr = cli_split_check(split_counts, split_ub)) != CLI_RUN) return pr;
+    if (split_experts && split_counts) return cli_usage_error("--split-experts and --split-layers exclude each other");
     const bool split = split_counts != NULL; /* a model split by layers over MPI ranks, as in tutti generate */
     if (!model_path || !out || (!!prompt + !!prompt_file + !!ids_arg) != 1)
         return cli_usage_error("need -m MODEL (or -hf REPO), -o FILE and exactly one of -p TEXT, -f FILE or --ids LIST");
@@ -85,7 +88,8 @@ int cmd_logits(int argc, char **argv) {
     cp.n_threads = n_threads;
     cp.n_ctx = n;
     int32_t n_vocab = tutti_model_n_vocab(model);
-    if (!(sess = tutti_session_new(model, &cp)) || (split && tutti_mpi_split_attach(sess, n_threads, split_ub) < 0)) {
+    if (!(sess = tutti_session_new(model, &cp)) || (split && tutti_mpi_split_attach(sess, n_threads, split_ub) < 0) ||
+        (split_experts && tutti_mpi_experts_attach(sess, model_path) < 0)) {
         cli_error("%s", tutti_last_error());
         goto done;
     }

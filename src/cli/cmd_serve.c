@@ -83,6 +83,7 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
     cli_strs models = {.n = 0};
     const char *split_counts = NULL, *split_member = NULL; /* --split-layers: NULL = off, "" = by memory */
     int32_t split_ub = 0;
+    bool split_experts = false; /* --split-experts */
     cli_floats weights = {.n = 0}, temps = {.n = 0};
     const cli_opt opts[] = {
         CLI_SECTION("models"),
@@ -128,6 +129,7 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
         CLI_SECTION("models over MPI ranks (mpirun -np K tutti serve ...)"),
         CLI_SPLIT_OPTS(&split_counts, &split_ub, "members"),
         ENS_SPLIT_MEMBER_OPT(&split_member, "-m models"),
+        CLI_SPLIT_EXPERTS_OPT(&split_experts),
         CLI_END,
     };
     const cli_spec spec = {
@@ -164,6 +166,7 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
      * those files (the -m ones given by --split-member, else all) */
     if ((r = cli_split_check(split_counts, split_ub)) != CLI_RUN) return r;
     if (split_member && !split_counts) return cli_usage_error("--split-member needs --split-layers");
+    if ((r = cli_split_experts_check(split_experts, split_counts, false)) != CLI_RUN) return r;
     if (split_counts) {
         const char *paths[TUTTI_ENSEMBLE_MAX_MEMBERS];
         int32_t n_paths = 0;

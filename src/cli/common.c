@@ -245,3 +245,8 @@ void cli_progress_stop(void) {
 int cli_split_check(const char *counts, int32_t ubatch) {
     return tutti_mpi_split_check(counts, ubatch) < 0 ? cli_usage_error("%s", tutti_last_error()) : CLI_RUN;
 }
+
+int cli_split_experts_check(bool on, const char *counts, bool strict) {
+    if (on && counts) return cli_usage_error("--split-experts and --split-layers exclude each other");
+    return tutti_mpi_experts_members(on, strict) < 0 ? cli_usage_error("%s", tutti_last_error()) : CLI_RUN;
+}

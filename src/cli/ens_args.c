@@ -52,6 +52,7 @@ void ens_args_init(ens_args *a) {
         CLI_SECTION("members over MPI ranks (mpirun -np K tutti CMD ...)"),
         CLI_SPLIT_OPTS(&a->split_counts, &a->split_ub, "members"),
         ENS_SPLIT_MEMBER_OPT(&a->split_member, "members"),
+        CLI_SPLIT_EXPERTS_OPT(&a->split_experts),
         CLI_END,
     };
     _Static_assert(sizeof t <= sizeof a->opts, "ens_args.opts is too small for the table");
@@ -130,6 +131,7 @@ int ens_args_check(ens_args *a) {
     r = cli_split_check(a->split_counts, a->split_ub);
     if (r != CLI_RUN) return r;
     if (a->split_member && !a->split_counts) return cli_usage_error("--split-member needs --split-layers");
+    if ((r = cli_split_experts_check(a->split_experts, a->split_counts, false)) != CLI_RUN) return r;
     if (a->split_counts) {
         const char *members[TUTTI_ENSEMBLE_MAX_MEMBERS], *paths[TUTTI_ENSEMBLE_MAX_MEMBERS];
         int m = 0;

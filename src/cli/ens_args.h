@@ -24,6 +24,7 @@ typedef struct ens_args {
     const char *split_counts; /* --split-layers: NULL = off, "" = by memory */
     int32_t split_ub;         /* --split-ubatch (0 = auto) */
     const char *split_member; /* --split-member I,J,... (NULL = every member) */
+    bool split_experts;       /* --split-experts */
     bool ctx_shift;          /* run's --context-shift (eval and fit: off) */
     int32_t n_keep;          /* run's --keep */
     int status;              /* exit status after ens_args_build failed: 2 for flags the models do not

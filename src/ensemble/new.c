@@ -71,7 +71,8 @@ static int choose_align(tutti_ensemble *e, tutti_align asked, uint64_t *h) {
 }
 
 /* Member i's spec: where the MPI placement puts it (split by layers over
- * every rank, on another rank, or here). */
+ * every rank, here with its experts over every rank, on another rank, or
+ * here). */
 static int member_spec_of(const tutti_ensemble *e, const tutti_ensemble_params *params, int32_t i, int32_t n_sessions,
                           int32_t n_threads, member_spec *spec) {
     *spec = (member_spec){.path = e->path[i],
@@ -83,6 +84,12 @@ static int member_spec_of(const tutti_ensemble *e, const tutti_ensemble_params *
     const char *counts = NULL;
     if (!fusion_is_remote_spec(e->path[i]) && tutti_mpi_member_split(e->path[i], &counts, &spec->split_ubatch)) {
         spec->split_counts = counts ? counts : "";
+        return 0;
+    }
+    const int experts = fusion_is_remote_spec(e->path[i]) ? 0 : tutti_mpi_member_experts();
+    if (experts) { /* here, its routed experts over every rank (--split-experts) */
+        spec->split_experts = true;
+        spec->split_experts_strict = experts == 2;
         return 0;
     }
     spec->rank = tutti_mpi_member_rank(i, e->n);

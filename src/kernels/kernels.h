@@ -93,6 +93,27 @@ void tutti_matmul(tutti_threadpool *tp, int wtype, const void *w, int64_t n_rows
 void tutti_matmul_path(tutti_threadpool *tp, int path, int wtype, const void *w, int64_t n_rows, int64_t n_cols,
                        const float *x, int64_t n_tok, float *y);
 
+/* Several independent products as one job (the routed experts of a batch,
+ * the heads of latent attention): tutti_matmul's arguments per product.
+ * The activations of every product are converted first, once for products
+ * that share x, n_tok and activation format (an expert's gate and up), then
+ * the threads claim runs of weight rows across all products, so many small
+ * products cost one hand-off to the pool instead of two each.  Every y is
+ * bit-identical to tutti_matmul of its product alone.  Allocates nothing:
+ * the converted activations go to the pool's scratch, which must hold those
+ * of 256 products (sessions size it at creation; when it cannot, and for
+ * products without a fast kernel or with rows longer than one segment,
+ * products run through tutti_matmul one by one). */
+typedef struct tutti_mm {
+    int wtype;
+    const void *w;
+    int64_t n_rows, n_cols;
+    const float *x;
+    int64_t n_tok;
+    float *y;
+} tutti_mm;
+void tutti_matmul_batch(tutti_threadpool *tp, const tutti_mm *mm, int n_mm);
+
 /* Row `row` of a weight matrix as float32 (embedding lookup, "get_rows"):
  * dst[0..n_cols). */
 void tutti_get_row(int wtype, const void *w, int64_t n_cols, int64_t row, float *dst);
@@ -127,6 +148,10 @@ void tutti_rope(float *x, int64_t n_tok, int32_t n_heads, int32_t head_dim, int3
  *              to f16, 0 below -10, identity above 10) */
 void tutti_swiglu(float *gate, const float *up, int64_t n);
 void tutti_geglu(float *gate, const float *up, int64_t n);
+/* gpt-oss's clamped SwiGLU (ggml's swiglu_oai), in place on gate [n]:
+ *   x = min(gate, limit), y = clamp(up, -limit, limit),
+ *   gate = x / (1 + e^(-alpha x)) · (y + 1)    (alpha 1.702, limit 7) */
+void tutti_swiglu_oai(float *gate, const float *up, int64_t n, float alpha, float limit);
 
 /* x[i] = cap · tanh(x[i] / cap) (Gemma 2 logit soft-capping). */
 void tutti_softcap(float *x, int64_t n, float cap);
@@ -145,6 +170,11 @@ void tutti_softcap(float *x, int64_t n, float cap);
  *   out float32 [n_tok][n_head * head_dim_v]
  *   score(t, j) = scale · q_t · k_j, then softcap·tanh(score/softcap) if
  *   softcap > 0; key j is masked when n_swa > 0 and (pos0 + t) - j >= n_swa.
+ *   sinks (optional, [n_head]): head h's softmax also counts e^sinks[h]
+ *   in its denominator (a logit no value goes with: gpt-oss).
+ *   v_stride: elements between two cache rows of v (0: n_head_kv *
+ *   head_dim_v); latent attention reads its values as the first head_dim_v
+ *   of each key row (v = k, v_stride = head_dim_k).
  *   scratch: float32 [n_threads][tutti_attn_scratch_floats(n_ctx, ...)]
  *   (scores, rounded queries and converted key/value chunks of one work
  *   item); n_ctx >= pos0 + n_tok
@@ -157,6 +187,8 @@ typedef struct tutti_attn_params {
     int32_t n_swa;
     float scale;
     float softcap;
+    const float *sinks;
+    int32_t v_stride;
     const float *q;
     const uint16_t *k;
     const uint16_t *v;

@@ -383,6 +383,157 @@ void tutti_matmul_path(tutti_threadpool *tp, int path, int wtype, const void *w,
     free(owned);
 }
 
+/* ---- a batch of products in one job ---- */
+
+/* Products per job (the bookkeeping lives on the stack: eval allocates nothing). */
+#define MM_BATCH_MAX 256
+
+/* One product of a batch: its traits, its converted activations (xq, ldx),
+ * whether it made them (conv) or shares an earlier product's, and where its
+ * runs of weight rows start among the batch's units. */
+typedef struct batch_mm {
+    const tutti_mm *mm;
+    const tutti_vec_dot_traits *vt;
+    size_t ldw, ldx;
+    const char *xq;
+    bool conv;
+    int64_t unit0, run_rows;
+} batch_mm;
+
+typedef struct batch_job {
+    const batch_mm *b;
+    int n;
+    int64_t n_units, n_conv_items;
+    atomic_int_fast64_t next;
+} batch_job;
+
+/* Conversion items: (product that converts, token row, piece of MM_CONV_COLS columns). */
+static void batch_convert_worker(void *arg, int ith, int nth) {
+    (void)ith, (void)nth;
+    batch_job *j = arg;
+    for (;;) {
+        int64_t it = atomic_fetch_add(&j->next, 1);
+        if (it >= j->n_conv_items) break;
+        const batch_mm *b = j->b;
+        for (;; b++) { /* the product of item it */
+            if (!b->conv) continue;
+            const int64_t n_it = b->mm->n_tok * ((b->mm->n_cols + MM_CONV_COLS - 1) / MM_CONV_COLS);
+            if (it < n_it) break;
+            it -= n_it;
+        }
+        const int64_t per_row = (b->mm->n_cols + MM_CONV_COLS - 1) / MM_CONV_COLS;
+        const int64_t t = it / per_row, c0 = it % per_row * MM_CONV_COLS;
+        const int64_t nc = b->mm->n_cols - c0 < MM_CONV_COLS ? b->mm->n_cols - c0 : MM_CONV_COLS;
+        b->vt->from_float(b->mm->x + t * b->mm->n_cols + c0,
+                          (char *)b->xq + (size_t)t * b->ldx + tutti_row_size(b->vt->vec_type, c0), nc);
+    }
+}
+
+/* Units: runs of run_rows weight rows of one product, in product order (the
+ * threads that share a product share its activations in cache). */
+static void batch_mm_worker(void *arg, int ith, int nth) {
+    (void)ith, (void)nth;
+    batch_job *j = arg;
+    int k = 0;
+    for (;;) {
+        const int64_t u = atomic_fetch_add(&j->next, 1);
+        if (u >= j->n_units) break;
+        while (k + 1 < j->n && j->b[k + 1].unit0 <= u) k++; /* units are claimed in increasing order */
+        const batch_mm *b = &j->b[k];
+        const int64_t r0 = (u - b->unit0) * b->run_rows;
+        const int64_t r1 = r0 + b->run_rows < b->mm->n_rows ? r0 + b->run_rows : b->mm->n_rows;
+        for (int64_t rs = r0; rs < r1; rs += MM_CHUNK_ROWS) {
+            const int nr = (int)(r1 - rs < MM_CHUNK_ROWS ? r1 - rs : MM_CHUNK_ROWS);
+            b->vt->gemm(b->mm->n_cols, (const char *)b->mm->w + (size_t)rs * b->ldw, b->ldw, nr, b->xq, b->ldx,
+                        (int)b->mm->n_tok, b->mm->y + rs, (size_t)b->mm->n_rows);
+        }
+    }
+}
+
+/* The fast-path kernel of a product that can join a batch (rows short
+ * enough for one segment: seg_run's cut is tutti_matmul's alone), or NULL. */
+static const tutti_vec_dot_traits *batchable(const tutti_mm *m, size_t *ldx) {
+    const tutti_vec_dot_traits *vt = tutti_vec_dot_get_path(tutti_simd_current(), m->wtype);
+    if (!vt || m->n_tok < 1) return NULL;
+    fast_job fj = {.ldx = tutti_row_size(vt->vec_type, m->n_cols), .n_cols = m->n_cols};
+    if (m->n_cols > seg_cols_for(&fj)) return NULL;
+    *ldx = fj.ldx;
+    return vt;
+}
+
+/* An earlier product whose conversion this one can read (same input, rows and format), or NULL. */
+static const batch_mm *same_input(const batch_mm *b, int i) {
+    for (int k = 0; k < i; k++)
+        if (b[k].mm->x == b[i].mm->x && b[k].mm->n_tok == b[i].mm->n_tok && b[k].mm->n_cols == b[i].mm->n_cols &&
+            b[k].vt->from_float == b[i].vt->from_float)
+            return &b[k];
+    return NULL;
+}
+
+/* At most MM_BATCH_MAX products, all batchable, as one conversion job and one product job. */
+static void batch_run(tutti_threadpool *tp, batch_mm *b, int n) {
+    size_t need = 0;
+    int64_t rows = 0;
+    for (int i = 0; i < n; i++) {
+        rows += b[i].mm->n_rows;
+        if (b[i].vt->vec_type != TUTTI_TYPE_F32 && !same_input(b, i))
+            need += ((size_t)b[i].mm->n_tok * b[i].ldx + 63) / 64 * 64;
+    }
+    char *scratch = need && tp ? (char *)tutti_threadpool_scratch(tp, need / sizeof(float) + 1) : NULL;
+    if (need && !scratch) { /* every product on its own (tutti_matmul's fallbacks) */
+        for (int i = 0; i < n; i++)
+            tutti_matmul(tp, b[i].mm->wtype, b[i].mm->w, b[i].mm->n_rows, b[i].mm->n_cols, b[i].mm->x,
+                         b[i].mm->n_tok, b[i].mm->y);
+        return;
+    }
+    /* runs small enough for the threads to finish together, in whole kernel chunks */
+    const int nth = tp ? tutti_threadpool_n_threads(tp) : 1;
+    int64_t run = rows / (8 * (int64_t)nth) / MM_CHUNK_ROWS * MM_CHUNK_ROWS;
+    if (run < MM_CHUNK_ROWS) run = MM_CHUNK_ROWS;
+    batch_job j = {.b = b, .n = n};
+    for (int i = 0; i < n; i++) {
+        const batch_mm *k = same_input(b, i);
+        b[i].conv = false;
+        if (b[i].vt->vec_type == TUTTI_TYPE_F32) {
+            b[i].xq = (const char *)b[i].mm->x; /* F32 weights dot the float rows */
+        } else if (k) {
+            b[i].xq = k->xq;
+        } else {
+            b[i].xq = scratch;
+            b[i].conv = true;
+            scratch += ((size_t)b[i].mm->n_tok * b[i].ldx + 63) / 64 * 64;
+            j.n_conv_items += b[i].mm->n_tok * ((b[i].mm->n_cols + MM_CONV_COLS - 1) / MM_CONV_COLS);
+        }
+        b[i].ldw = tutti_row_size(b[i].mm->wtype, b[i].mm->n_cols);
+        b[i].run_rows = run;
+        b[i].unit0 = j.n_units;
+        j.n_units += (b[i].mm->n_rows + run - 1) / run;
+    }
+    atomic_init(&j.next, 0);
+    if (j.n_conv_items) {
+        if (!tp || j.n_conv_items < 4) batch_convert_worker(&j, 0, 1);
+        else tutti_threadpool_run_dynamic(tp, batch_convert_worker, &j);
+        atomic_store(&j.next, 0);
+    }
+    if (!tp || j.n_units == 1) batch_mm_worker(&j, 0, 1);
+    else tutti_threadpool_run_dynamic(tp, batch_mm_worker, &j);
+}
+
+void tutti_matmul_batch(tutti_threadpool *tp, const tutti_mm *mm, int n_mm) {
+    batch_mm b[MM_BATCH_MAX];
+    int n = 0;
+    for (int i = 0; i < n_mm; i++) {
+        batch_mm bi = {.mm = &mm[i]};
+        if (!(bi.vt = batchable(&mm[i], &bi.ldx))) {
+            tutti_matmul(tp, mm[i].wtype, mm[i].w, mm[i].n_rows, mm[i].n_cols, mm[i].x, mm[i].n_tok, mm[i].y);
+            continue;
+        }
+        b[n++] = bi;
+        if (n == MM_BATCH_MAX) batch_run(tp, b, n), n = 0;
+    }
+    if (n) batch_run(tp, b, n);
+}
+
 void tutti_get_row(int wtype, const void *w, int64_t n_cols, int64_t row, float *dst) {
     const tutti_type_traits *tr = tutti_type_get(wtype);
     const char *src = (const char *)w + (size_t)row * tutti_row_size(wtype, n_cols);

@@ -66,7 +66,7 @@ AVX2_FN static void f32_to_f16_avx2(const float *x, uint16_t *y, int64_t n) {
     for (; i < n; i++) y[i] = tutti_f32_to_fp16(x[i]);
 }
 
-AVX2_FN static void softmax_avx2(float *x, int64_t n, float mx) {
+AVX2_FN static void softmax_avx2(float *x, int64_t n, float mx, float sink) {
     const __m256 m = _mm256_set1_ps(mx);
     __m256 acc = _mm256_setzero_ps();
     int64_t i = 0;
@@ -80,6 +80,7 @@ AVX2_FN static void softmax_avx2(float *x, int64_t n, float mx) {
     double sum = 0;
     for (int k = 0; k < 8; k++) sum += lanes[k];
     for (; i < n; i++) sum += (x[i] = expf(x[i] - mx));
+    if (sink > -INFINITY) sum += expf(sink - mx);
     const __m256 inv = _mm256_set1_ps((float)(1.0 / sum));
     for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
     for (; i < n; i++) x[i] *= (float)(1.0 / sum);
@@ -137,8 +138,10 @@ void tutti_rmsnorm(const float *x, const float *w, float *out, int64_t n_rows, i
     }
 }
 
-void tutti_softmax(float *x, int64_t n) {
-    float mx = -INFINITY;
+/* Softmax whose denominator also counts e^sink (sink = -INFINITY: none),
+ * as ggml's soft_max with sinks: the maximum includes the sink. */
+static void softmax_sink(float *x, int64_t n, float sink) {
+    float mx = sink;
     for (int64_t i = 0; i < n; i++)
         if (x[i] > mx) mx = x[i];
     if (mx == -INFINITY) {
@@ -147,7 +150,7 @@ void tutti_softmax(float *x, int64_t n) {
     }
 #ifdef OPS_X86
     if (use_avx2()) {
-        softmax_avx2(x, n, mx);
+        softmax_avx2(x, n, mx, sink);
         return;
     }
 #endif
@@ -157,9 +160,12 @@ void tutti_softmax(float *x, int64_t n) {
         x[i] = e;
         sum += e;
     }
+    if (sink > -INFINITY) sum += expf(sink - mx);
     const float inv = (float)(1.0 / sum);
     for (int64_t i = 0; i < n; i++) x[i] *= inv;
 }
+
+void tutti_softmax(float *x, int64_t n) { softmax_sink(x, n, -INFINITY); }
 
 void tutti_swiglu(float *gate, const float *up, int64_t n) {
 #ifdef OPS_X86
@@ -192,6 +198,14 @@ void tutti_geglu(float *gate, const float *up, int64_t n) {
         a = tutti_fp16_to_f32(tutti_f32_to_fp16(a));
         const float g = 0.5f * a * (1.0f + tanhf(c * (a + 0.044715f * a * a * a)));
         gate[i] = tutti_fp16_to_f32(tutti_f32_to_fp16(g)) * up[i];
+    }
+}
+
+void tutti_swiglu_oai(float *gate, const float *up, int64_t n, float alpha, float limit) {
+    for (int64_t i = 0; i < n; i++) {
+        const float x = gate[i] < limit ? gate[i] : limit;
+        const float y = up[i] < -limit ? -limit : up[i] > limit ? limit : up[i];
+        gate[i] = x / (1.0f + expf(alpha * (-x))) * (y + 1.0f);
     }
 }
 
@@ -359,7 +373,8 @@ static void attn_worker(void *arg, int ith, int nth) {
     const tutti_attn_params *p = job->p;
     const attn_fns *f = job->f;
     const int32_t group = p->n_head / p->n_head_kv, hdk = p->head_dim_k, hdv = p->head_dim_v;
-    const int64_t kstride = (int64_t)p->n_head_kv * hdk, vstride = (int64_t)p->n_head_kv * hdv;
+    const int64_t kstride = (int64_t)p->n_head_kv * hdk;
+    const int64_t vstride = p->v_stride > 0 ? p->v_stride : (int64_t)p->n_head_kv * hdv;
     const int64_t n_keys_max = (int64_t)p->pos0 + p->n_tok;
     float *scr = p->scratch + (size_t)ith * job->scratch_floats;
     float *S = scr;                                            /* [rows][n_keys_max] scores, then probabilities */
@@ -408,7 +423,7 @@ static void attn_worker(void *arg, int ith, int nth) {
                 if (p->softcap > 0) s = p->softcap * tanhf(s * (1.0f / p->softcap));
                 sr[j] = s;
             }
-            tutti_softmax(sr, n);
+            softmax_sink(sr, n, p->sinks ? p->sinks[kvh * group + r % group] : -INFINITY);
             f->round_f16(sr, n); /* probabilities in f16 before the f16 values, as ggml */
             float *o = p->out + ((int64_t)(t0 + r / group) * p->n_head + kvh * group + r % group) * hdv;
             memset(o, 0, sizeof(float) * (size_t)hdv);

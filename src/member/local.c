@@ -422,6 +422,7 @@ static void local_free(fusion_member *m) {
         free(lm->pool[i].hist);
     }
     free(lm->pool);
+    if (lm->ops.release) lm->ops.release(lm->ops.ctx); /* after the sessions, which hold what ctx shares */
     if (lm->owns_model) tutti_model_free(lm->model);
     free(lm);
 }
@@ -443,19 +444,24 @@ fusion_member *fusion_member_local_new_shared(const char *path, const tutti_mode
 
 fusion_member *fusion_member_local_new_sessions(const char *path, const tutti_model *model, int32_t n_sessions,
                                                 int32_t n_ctx, int32_t n_threads, const fusion_local_sessions *ops) {
-    if (!model || !ops || !ops->open) return tutti_set_error("member %s: no model or session source", path), NULL;
+    if (!ops || !ops->open) return tutti_set_error("member %s: no session source", path), NULL;
     return local_new(path, model, n_sessions, n_ctx, n_threads, ops);
 }
 
 static fusion_member *local_new(const char *path, const tutti_model *model, int32_t n_sessions, int32_t n_ctx,
                                 int32_t n_threads, const fusion_local_sessions *ops) {
     uint64_t h = 0;
-    if (fusion_vocab_hash_file(path, &h) < 0) return NULL;
-    local_member *lm = calloc(1, sizeof *lm);
-    if (!lm) return tutti_set_error("member %s: out of memory", path), NULL;
+    const bool hashed = fusion_vocab_hash_file(path, &h) == 0;
+    local_member *lm = hashed ? calloc(1, sizeof *lm) : NULL;
+    if (!lm) {
+        if (ops && ops->release) ops->release(ops->ctx);
+        if (hashed) tutti_set_error("member %s: out of memory", path);
+        return NULL;
+    }
+    if (ops) lm->ops = *ops; /* from here on local_free releases ops.ctx */
     lm->base.vt = &local_vt;
     lm->base.keep = local_keep;
-    if (!ops) lm->base.set_ctx_shift = local_set_ctx_shift; /* a split model's sessions cannot shift */
+    if (!ops || ops->can_shift) lm->base.set_ctx_shift = local_set_ctx_shift; /* a split model's sessions cannot shift */
     const char *slash = strrchr(path, '/');
     snprintf(lm->base.name, sizeof lm->base.name, "%s", slash ? slash + 1 : path);
     lm->base.vocab_hash = h;
@@ -464,6 +470,7 @@ static fusion_member *local_new(const char *path, const tutti_model *model, int3
     lm->owns_model = model == NULL;
     lm->model = model ? (tutti_model *)(uintptr_t)model : tutti_model_load(path, &mp);
     if (!lm->model) {
+        if (lm->ops.release) lm->ops.release(lm->ops.ctx);
         free(lm);
         return NULL;
     }
@@ -475,7 +482,6 @@ static fusion_member *local_new(const char *path, const tutti_model *model, int3
         tutti_set_error("model %s: has no usable tokenizer", path);
         return NULL;
     }
-    if (ops) lm->ops = *ops;
     lm->sp = tutti_session_default_params();
     lm->sp.n_ctx = n_ctx;
     lm->sp.n_threads = n_threads;

@@ -134,15 +134,18 @@ typedef struct member_spec {
     int32_t index; /* the member's 0-based index in its ensemble (the rank's records) */
     const char *split_counts;
     int32_t split_ubatch;
+    /* here, with its routed experts split over every rank (--split-experts;
+     * strict: a model without experts is an error) */
+    bool split_experts, split_experts_strict;
 } member_spec;
 
-/* The member spec describes: split over the ranks, on another rank, remote
- * (a URL), or local.  NULL + error (a missing or malformed file, a server
+/* The member spec describes: split over the ranks (by layers, or its
+ * experts), on another rank, remote (a URL), or local.  NULL + error (a missing or malformed file, a server
  * that cannot be reached, a placement this process cannot make). */
 fusion_member *member_open(const member_spec *spec);
 
 /* Kinds that live above this layer (src/mpi/) and register at start. */
-typedef enum member_kind { MEMBER_KIND_RANK, MEMBER_KIND_SPLIT, MEMBER_N_KINDS } member_kind;
+typedef enum member_kind { MEMBER_KIND_RANK, MEMBER_KIND_SPLIT, MEMBER_KIND_EXPERTS, MEMBER_N_KINDS } member_kind;
 typedef fusion_member *(*member_open_fn)(const member_spec *spec);
 void member_register_kind(member_kind kind, member_open_fn open);
 
@@ -166,9 +169,14 @@ typedef struct fusion_local_sessions {
     void *ctx;
     tutti_session *(*open)(void *ctx, int32_t slot, const tutti_model *model, const tutti_session_params *sp);
     int (*copy)(void *ctx, int32_t dst, int32_t src, int32_t k);
+    /* may be NULL: called once, after the member freed its sessions (or
+     * when fusion_member_local_new_sessions fails) */
+    void (*release)(void *ctx);
+    bool can_shift; /* the sessions may shift their context (a split by layers cannot) */
 } fusion_local_sessions;
-/* As fusion_member_local_new_shared over model (borrowed), sessions from
- * ops (copied).  The member is the plain local kind in every other way. */
+/* As fusion_member_local_new_shared over model (borrowed; NULL: loaded
+ * from path and owned), sessions from ops (copied).  The member is the
+ * plain local kind in every other way. */
 fusion_member *fusion_member_local_new_sessions(const char *path, const tutti_model *model, int32_t n_sessions,
                                                 int32_t n_ctx, int32_t n_threads, const fusion_local_sessions *ops);
 /* The model of a local member (NULL for other kinds). */

@@ -15,11 +15,12 @@ void member_register_kind(member_kind kind, member_open_fn open) {
 
 fusion_member *member_open(const member_spec *spec) {
     if (!spec || !spec->path || !*spec->path) return tutti_set_error("member: no model path"), NULL;
-    member_kind placed = spec->split_counts ? MEMBER_KIND_SPLIT : MEMBER_KIND_RANK;
-    if (spec->split_counts || spec->rank > 0) {
+    const bool experts = spec->split_experts && !fusion_is_remote_spec(spec->path);
+    member_kind placed = spec->split_counts ? MEMBER_KIND_SPLIT : experts ? MEMBER_KIND_EXPERTS : MEMBER_KIND_RANK;
+    if (spec->split_counts || experts || spec->rank > 0) {
         if (!g_kinds[placed])
             return tutti_set_error("member %s: placed %s, but this process runs no MPI ensemble", spec->path,
-                                   spec->split_counts ? "over the MPI ranks" : "on another MPI rank"),
+                                   spec->rank > 0 ? "on another MPI rank" : "over the MPI ranks"),
                    NULL;
         return g_kinds[placed](spec);
     }

@@ -3,17 +3,19 @@
  * architecture switches of tutti_arch.  It reads top to bottom like the
  * papers:
  *
- *   x = embed(ids) [· sqrt(n_embd)]
+ *   x = embed(ids) [· embd_scale]
  *   per layer:  h = rmsnorm(x)                       attn_norm
  *               q, k, v = h·Wq, h·Wk, h·Wv [+ biases] (or fused Wqkv)
- *               q, k = rmsnorm per head               (qk_norm)
+ *               q, k = rmsnorm per head / whole       (qk_norm)
  *               q, k = rope(q, k)                     normal / neox, per-layer base [· attn_factor]
  *               cache ← k, v (f16)
- *               a = softmax(q·kᵀ·scale [softcap] [window]) · v
- *               x += [rmsnorm](a·Wo)                  (post_norms)
+ *               a = softmax(q·kᵀ·scale [softcap] [window] [sink]) · v
+ *                 (or multi-head latent attention: mla.c)
+ *               x += [rmsnorm](a·Wo [+ bo]) [· residual_scale]    (post_norms)
  *               h = rmsnorm(x)                        ffn_norm
- *               x += [rmsnorm](act(h·Wgate) ⊙ h·Wup)·Wdown
- *   logits = rmsnorm(x)·Woutᵀ [softcap]
+ *               x += [rmsnorm](act(h·Wgate) ⊙ h·Wup)·Wdown [· residual_scale]
+ *                 (or the routed experts and shared ones: moe.c)
+ *   logits = rmsnorm(x)·Woutᵀ [softcap] [· 1/logit_scale]
  */
 #include <math.h>
 #include <stdbool.h>
@@ -21,7 +23,7 @@
 
 #include "model/model.h"
 
-static void matmul_w(tutti_session *s, const tutti_weight *w, const float *x, int64_t n_tok, float *y) {
+void tutti_fwd_matmul(tutti_session *s, const tutti_weight *w, const float *x, int64_t n_tok, float *y) {
     tutti_matmul(s->tp, w->type, w->data, w->n_rows, w->n_cols, x, n_tok, y);
 }
 
@@ -46,17 +48,37 @@ static void glu_part(void *arg, int ith, int nth) {
     else tutti_swiglu(j->gate + a, j->up + a, b - a);
 }
 
-static void glu(tutti_session *s, bool gelu, int64_t n) {
-    glu_job j = {s->gate, s->up, n, gelu};
+void tutti_glu_pool(tutti_threadpool *tp, float *gate, const float *up, int64_t n, bool gelu) {
+    glu_job j = {gate, up, n, gelu};
     if (n < 65536) glu_part(&j, 0, 1);
-    else tutti_threadpool_run(s->tp, glu_part, &j);
+    else tutti_threadpool_run(tp, glu_part, &j);
 }
 
-static void add_bias(float *x, const tutti_weight *b, int64_t n_tok, int64_t n) {
-    if (!b->data) return;
-    const float *bb = b->data;
+void tutti_fwd_glu(tutti_session *s, float *gate, const float *up, int64_t n, bool gelu) {
+    tutti_glu_pool(s->tp, gate, up, n, gelu);
+}
+
+void tutti_fwd_add_bias(float *x, const float *b, int64_t n_tok, int64_t n) {
+    if (!b) return;
     for (int64_t t = 0; t < n_tok; t++)
-        for (int64_t i = 0; i < n; i++) x[t * n + i] += bb[i];
+        for (int64_t i = 0; i < n; i++) x[t * n + i] += b[i];
+}
+
+void tutti_fwd_ffn(tutti_session *s, const tutti_weight *gate, const tutti_weight *up, const tutti_weight *down,
+                   int64_t n_ff, const float *h, int32_t n, float *out) {
+    if (!gate->data) {
+        /* fused [gate; up] rows: split each token's 2*n_ff outputs */
+        tutti_fwd_matmul(s, up, h, n, s->gate);
+        for (int32_t t = 0; t < n; t++) { /* forward order: writes stay behind reads */
+            memcpy(s->up + t * n_ff, s->gate + t * 2 * n_ff + n_ff, sizeof(float) * (size_t)n_ff);
+            memmove(s->gate + t * n_ff, s->gate + t * 2 * n_ff, sizeof(float) * (size_t)n_ff);
+        }
+    } else {
+        tutti_fwd_matmul(s, gate, h, n, s->gate);
+        tutti_fwd_matmul(s, up, h, n, s->up);
+    }
+    tutti_fwd_glu(s, s->gate, s->up, (int64_t)n * n_ff, s->model->arch->act == TUTTI_ACT_GELU_TANH);
+    tutti_fwd_matmul(s, down, s->gate, n, out);
 }
 
 void tutti_forward_ubatch(tutti_session *s, const int32_t *ids, int32_t n, float *out) {
@@ -73,6 +95,105 @@ void tutti_forward_segments(tutti_session *s, const tutti_fwd_seg *seg, int32_t 
     tutti_forward_range(s, seg, n_seg, 0, s->model->hp.n_layer, TUTTI_FWD_EMBED | TUTTI_FWD_HEAD, out, rows);
 }
 
+/* q, k, v of the n normed rows in s->h, with biases and q/k norms. */
+static void attn_project(tutti_session *s, const tutti_layer *L, int32_t n) {
+    const tutti_hparams *hp = &s->model->hp;
+    const int64_t nq = (int64_t)hp->n_head * hp->head_dim_k;
+    const int64_t nk = (int64_t)hp->n_head_kv * hp->head_dim_k;
+    const int64_t nv = (int64_t)hp->n_head_kv * hp->head_dim_v;
+    if (L->wqkv.data) {
+        tutti_fwd_matmul(s, &L->wqkv, s->h, n, s->qkv);
+        for (int32_t t = 0; t < n; t++) {
+            const float *r = s->qkv + t * (nq + nk + nv);
+            memcpy(s->q + t * nq, r, sizeof(float) * (size_t)nq);
+            memcpy(s->k + t * nk, r + nq, sizeof(float) * (size_t)nk);
+            memcpy(s->v + t * nv, r + nq + nk, sizeof(float) * (size_t)nv);
+        }
+    } else {
+        tutti_fwd_matmul(s, &L->wq, s->h, n, s->q);
+        tutti_fwd_matmul(s, &L->wk, s->h, n, s->k);
+        tutti_fwd_matmul(s, &L->wv, s->h, n, s->v);
+    }
+    tutti_fwd_add_bias(s->q, L->bq.data, n, nq);
+    tutti_fwd_add_bias(s->k, L->bk.data, n, nk);
+    tutti_fwd_add_bias(s->v, L->bv.data, n, nv);
+    /* per head, or (olmoe) over each token's whole projection */
+    const bool full = s->model->arch->qk_norm_full;
+    if (L->q_norm.data)
+        tutti_rmsnorm(s->q, L->q_norm.data, s->q, full ? n : (int64_t)n * hp->n_head, full ? nq : hp->head_dim_k,
+                      hp->rms_eps);
+    if (L->k_norm.data)
+        tutti_rmsnorm(s->k, L->k_norm.data, s->k, full ? n : (int64_t)n * hp->n_head_kv, full ? nk : hp->head_dim_k,
+                      hp->rms_eps);
+}
+
+void tutti_fwd_rope(const tutti_session *s, const tutti_layer *L, float *x, int32_t nt, int32_t n_heads,
+                    int32_t head_dim, int32_t pos0) {
+    const tutti_hparams *hp = &s->model->hp;
+    tutti_rope(x, nt, n_heads, head_dim, hp->n_rot, pos0, L->rope_base, L->rope_scale, s->rope_factors,
+               s->model->arch->rope_mode);
+    if (hp->rope_attn_factor != 1.0f) {
+        /* ggml's rope multiplies cos and sin by attn_factor: the rotated dims grow, the rest pass */
+        for (int64_t h = 0; h < (int64_t)nt * n_heads; h++)
+            for (int32_t i = 0; i < hp->n_rot; i++) x[h * head_dim + i] *= hp->rope_attn_factor;
+    }
+}
+
+/* Rope, cache writes and attention of every segment, into s->att. */
+static void attn_segments(tutti_session *s, const tutti_fwd_seg *seg, int32_t n_seg, int32_t il) {
+    const tutti_model *m = s->model;
+    const tutti_hparams *hp = &m->hp;
+    const tutti_layer *L = &m->layers[il];
+    const int64_t nq = (int64_t)hp->n_head * hp->head_dim_k;
+    const int64_t nk = (int64_t)hp->n_head_kv * hp->head_dim_k;
+    const int64_t nv = (int64_t)hp->n_head_kv * hp->head_dim_v;
+    const int64_t no = (int64_t)hp->n_head * hp->head_dim_v;
+    for (int32_t j = 0, t0 = 0; j < n_seg; t0 += seg[j].n, j++) {
+        tutti_session *ss = seg[j].s;
+        const int32_t nt = seg[j].n, pos0 = ss->n_past;
+        float *q = s->q + (int64_t)t0 * nq, *k = s->k + (int64_t)t0 * nk;
+        tutti_fwd_rope(s, L, q, nt, hp->n_head, hp->head_dim_k, pos0);
+        tutti_fwd_rope(s, L, k, nt, hp->n_head_kv, hp->head_dim_k, pos0);
+        if (m->arch->attn_scale_on_q)
+            for (int64_t i = 0; i < (int64_t)nt * nq; i++) q[i] *= hp->attn_scale;
+
+        uint16_t *kc = ss->k_cache + (size_t)il * ss->n_ctx * nk;
+        uint16_t *vc = ss->v_cache + (size_t)il * ss->n_ctx * nv;
+        tutti_f32_to_f16_row(k, kc + (size_t)pos0 * nk, (int64_t)nt * nk);
+        tutti_f32_to_f16_row(s->v + (int64_t)t0 * nv, vc + (size_t)pos0 * nv, (int64_t)nt * nv);
+
+        tutti_attn_params ap = {
+            .n_tok = nt,
+            .n_head = hp->n_head,
+            .n_head_kv = hp->n_head_kv,
+            .head_dim_k = hp->head_dim_k,
+            .head_dim_v = hp->head_dim_v,
+            .pos0 = pos0,
+            .n_ctx = ss->n_ctx,
+            .n_swa = L->n_swa,
+            .scale = m->arch->attn_scale_on_q ? 1.0f : hp->attn_scale,
+            .softcap = hp->attn_softcap,
+            .sinks = L->attn_sinks.data,
+            .q = q,
+            .k = kc,
+            .v = vc,
+            .out = s->att + (int64_t)t0 * no,
+            .scratch = s->attn_scratch,
+        };
+        tutti_attention(s->tp, &ap);
+    }
+}
+
+/* x += [post-norm](branch) [· residual_scale], n rows. */
+static void residual(tutti_session *s, const tutti_weight *post_norm, int32_t n) {
+    const tutti_hparams *hp = &s->model->hp;
+    const int64_t n_embd = hp->n_embd;
+    if (post_norm->data) tutti_rmsnorm(s->o, post_norm->data, s->o, n, n_embd, hp->rms_eps);
+    if (hp->residual_scale != 1.0f)
+        for (int64_t i = 0; i < (int64_t)n * n_embd; i++) s->o[i] *= hp->residual_scale;
+    for (int64_t i = 0; i < (int64_t)n * n_embd; i++) s->x[i] += s->o[i];
+}
+
 /* The whole pass, or a part of it (a model split by layers over ranks,
  * src/mpi/split.c): the same code runs the same arithmetic on every row
  * either way, so a split pass gives the same bits. */
@@ -80,13 +201,7 @@ void tutti_forward_range(tutti_session *s, const tutti_fwd_seg *seg, int32_t n_s
                          int flags, float *out, float *rows) {
     const tutti_model *m = s->model;
     const tutti_hparams *hp = &m->hp;
-    const tutti_arch *a = m->arch;
     const int64_t n_embd = hp->n_embd;
-    const int64_t nq = (int64_t)hp->n_head * hp->head_dim_k;
-    const int64_t nk = (int64_t)hp->n_head_kv * hp->head_dim_k;
-    const int64_t nv = (int64_t)hp->n_head_kv * hp->head_dim_v;
-    const int64_t n_ff = hp->n_ff;
-    const int64_t no = (int64_t)hp->n_head * hp->head_dim_v;
     int32_t n = 0;
     for (int32_t j = 0; j < n_seg; j++) n += seg[j].n;
 
@@ -95,104 +210,31 @@ void tutti_forward_range(tutti_session *s, const tutti_fwd_seg *seg, int32_t n_s
     for (int32_t j = 0, t = 0; j < n_seg && (flags & TUTTI_FWD_EMBED); j++)
         for (int32_t i = 0; i < seg[j].n; i++, t++)
             tutti_get_row(m->token_embd.type, m->token_embd.data, n_embd, seg[j].ids[i], s->x + t * n_embd);
-    for (int32_t t = 0; t < n && (flags & TUTTI_FWD_EMBED); t++) {
-        if (a->embd_scale) {
-            const float sc = sqrtf((float)n_embd);
-            for (int64_t i = 0; i < n_embd; i++) s->x[t * n_embd + i] *= sc;
-        }
-    }
+    if ((flags & TUTTI_FWD_EMBED) && hp->embd_scale != 1.0f)
+        for (int64_t i = 0; i < (int64_t)n * n_embd; i++) s->x[i] *= hp->embd_scale;
 
     for (int32_t il = il0; il < il1; il++) {
         const tutti_layer *L = &m->layers[il];
 
         /* ---- attention ---- */
         tutti_rmsnorm(s->x, L->attn_norm.data, s->h, n, n_embd, hp->rms_eps);
-        if (L->wqkv.data) {
-            matmul_w(s, &L->wqkv, s->h, n, s->qkv);
-            for (int32_t t = 0; t < n; t++) {
-                const float *r = s->qkv + t * (nq + nk + nv);
-                memcpy(s->q + t * nq, r, sizeof(float) * (size_t)nq);
-                memcpy(s->k + t * nk, r + nq, sizeof(float) * (size_t)nk);
-                memcpy(s->v + t * nv, r + nq + nk, sizeof(float) * (size_t)nv);
-            }
+        if (m->arch->mla) {
+            tutti_attn_mla(s, seg, n_seg, il);
         } else {
-            matmul_w(s, &L->wq, s->h, n, s->q);
-            matmul_w(s, &L->wk, s->h, n, s->k);
-            matmul_w(s, &L->wv, s->h, n, s->v);
+            attn_project(s, L, n);
+            attn_segments(s, seg, n_seg, il);
+            tutti_fwd_matmul(s, &L->wo, s->att, n, s->o);
         }
-        add_bias(s->q, &L->bq, n, nq);
-        add_bias(s->k, &L->bk, n, nk);
-        add_bias(s->v, &L->bv, n, nv);
-        if (L->q_norm.data) {
-            tutti_rmsnorm(s->q, L->q_norm.data, s->q, (int64_t)n * hp->n_head, hp->head_dim_k, hp->rms_eps);
-            tutti_rmsnorm(s->k, L->k_norm.data, s->k, (int64_t)n * hp->n_head_kv, hp->head_dim_k, hp->rms_eps);
-        }
-        const float *ff = s->rope_factors;
-        for (int32_t j = 0, t0 = 0; j < n_seg; t0 += seg[j].n, j++) {
-            tutti_session *ss = seg[j].s;
-            const int32_t nt = seg[j].n, pos0 = ss->n_past;
-            float *q = s->q + (int64_t)t0 * nq, *k = s->k + (int64_t)t0 * nk;
-            tutti_rope(q, nt, hp->n_head, hp->head_dim_k, hp->n_rot, pos0, L->rope_base, L->rope_scale, ff,
-                       a->rope_mode);
-            tutti_rope(k, nt, hp->n_head_kv, hp->head_dim_k, hp->n_rot, pos0, L->rope_base, L->rope_scale, ff,
-                       a->rope_mode);
-            if (hp->rope_attn_factor != 1.0f) {
-                /* ggml's rope multiplies cos and sin by attn_factor: the rotated dims grow, the rest pass */
-                for (int64_t h = 0; h < (int64_t)nt * hp->n_head; h++)
-                    for (int32_t i = 0; i < hp->n_rot; i++) q[h * hp->head_dim_k + i] *= hp->rope_attn_factor;
-                for (int64_t h = 0; h < (int64_t)nt * hp->n_head_kv; h++)
-                    for (int32_t i = 0; i < hp->n_rot; i++) k[h * hp->head_dim_k + i] *= hp->rope_attn_factor;
-            }
-            if (a->attn_scale_on_q)
-                for (int64_t i = 0; i < (int64_t)nt * nq; i++) q[i] *= hp->attn_scale;
+        tutti_fwd_add_bias(s->o, L->bo.data, n, n_embd);
+        residual(s, &L->post_attn_norm, n);
 
-            uint16_t *kc = ss->k_cache + (size_t)il * ss->n_ctx * nk;
-            uint16_t *vc = ss->v_cache + (size_t)il * ss->n_ctx * nv;
-            tutti_f32_to_f16_row(k, kc + (size_t)pos0 * nk, (int64_t)nt * nk);
-            tutti_f32_to_f16_row(s->v + (int64_t)t0 * nv, vc + (size_t)pos0 * nv, (int64_t)nt * nv);
-
-            tutti_attn_params ap = {
-                .n_tok = nt,
-                .n_head = hp->n_head,
-                .n_head_kv = hp->n_head_kv,
-                .head_dim_k = hp->head_dim_k,
-                .head_dim_v = hp->head_dim_v,
-                .pos0 = pos0,
-                .n_ctx = ss->n_ctx,
-                .n_swa = L->n_swa,
-                .scale = a->attn_scale_on_q ? 1.0f : hp->attn_scale,
-                .softcap = hp->attn_softcap,
-                .q = q,
-                .k = kc,
-                .v = vc,
-                .out = s->att + (int64_t)t0 * no,
-                .scratch = s->attn_scratch,
-            };
-            tutti_attention(s->tp, &ap);
-        }
-        matmul_w(s, &L->wo, s->att, n, s->o);
-        if (L->post_attn_norm.data)
-            tutti_rmsnorm(s->o, L->post_attn_norm.data, s->o, n, n_embd, hp->rms_eps);
-        for (int64_t i = 0; i < (int64_t)n * n_embd; i++) s->x[i] += s->o[i];
-
-        /* ---- feed-forward ---- */
+        /* ---- feed-forward: dense, or routed experts ---- */
         tutti_rmsnorm(s->x, L->ffn_norm.data, s->h, n, n_embd, hp->rms_eps);
-        if (!L->ffn_gate.data) {
-            /* fused [gate; up] rows: split each token's 2*n_ff outputs */
-            matmul_w(s, &L->ffn_up, s->h, n, s->gate);
-            for (int32_t t = 0; t < n; t++) { /* forward order: writes stay behind reads */
-                memcpy(s->up + t * n_ff, s->gate + t * 2 * n_ff + n_ff, sizeof(float) * (size_t)n_ff);
-                memmove(s->gate + t * n_ff, s->gate + t * 2 * n_ff, sizeof(float) * (size_t)n_ff);
-            }
-        } else {
-            matmul_w(s, &L->ffn_gate, s->h, n, s->gate);
-            matmul_w(s, &L->ffn_up, s->h, n, s->up);
-        }
-        glu(s, a->act == TUTTI_ACT_GELU_TANH, (int64_t)n * n_ff);
-        matmul_w(s, &L->ffn_down, s->gate, n, s->o);
-        if (L->post_ffn_norm.data)
-            tutti_rmsnorm(s->o, L->post_ffn_norm.data, s->o, n, n_embd, hp->rms_eps);
-        for (int64_t i = 0; i < (int64_t)n * n_embd; i++) s->x[i] += s->o[i];
+        if (L->ffn_gate_inp.data)
+            tutti_ffn_moe(s, L, n);
+        else
+            tutti_fwd_ffn(s, &L->ffn_gate, &L->ffn_up, &L->ffn_down, hp->n_ff, s->h, n, s->o);
+        residual(s, &L->post_ffn_norm, n);
     }
 
     if (!(flags & TUTTI_FWD_HEAD)) return; /* s->x: the activations after layer il1 - 1 */
@@ -200,22 +242,22 @@ void tutti_forward_range(tutti_session *s, const tutti_fwd_seg *seg, int32_t n_s
     /* ---- output: all rows into `out`, or the last row of every segment:
      * one segment's into s->logits, several into rows[n_seg][n_vocab] and
      * each into its own session's logits ---- */
+    const int64_t n_out = out ? n : n_seg;
+    float *dst = out ? out : n_seg == 1 ? seg[0].s->logits : rows;
     if (out) {
         tutti_rmsnorm(s->x, m->output_norm.data, s->h, n, n_embd, hp->rms_eps);
-        matmul_w(s, &m->output, s->h, n, out);
-        if (hp->final_softcap > 0) tutti_softcap(out, (int64_t)n * hp->n_vocab, hp->final_softcap);
+    } else {
         for (int32_t j = 0, t0 = 0; j < n_seg; t0 += seg[j].n, j++)
-            memcpy(seg[j].s->logits, out + (int64_t)(t0 + seg[j].n - 1) * hp->n_vocab,
-                   sizeof(float) * (size_t)hp->n_vocab);
-        return;
+            tutti_rmsnorm(s->x + (int64_t)(t0 + seg[j].n - 1) * n_embd, m->output_norm.data,
+                          s->h + (int64_t)j * n_embd, 1, n_embd, hp->rms_eps);
     }
-    for (int32_t j = 0, t0 = 0; j < n_seg; t0 += seg[j].n, j++)
-        tutti_rmsnorm(s->x + (int64_t)(t0 + seg[j].n - 1) * n_embd, m->output_norm.data, s->h + (int64_t)j * n_embd,
-                      1, n_embd, hp->rms_eps);
-    float *dst = n_seg == 1 ? seg[0].s->logits : rows;
-    matmul_w(s, &m->output, s->h, n_seg, dst);
-    if (hp->final_softcap > 0) tutti_softcap(dst, (int64_t)n_seg * hp->n_vocab, hp->final_softcap);
-    if (n_seg > 1)
-        for (int32_t j = 0; j < n_seg; j++)
-            memcpy(seg[j].s->logits, rows + (int64_t)j * hp->n_vocab, sizeof(float) * (size_t)hp->n_vocab);
+    tutti_fwd_matmul(s, &m->output, s->h, n_out, dst);
+    if (hp->final_softcap > 0) tutti_softcap(dst, n_out * hp->n_vocab, hp->final_softcap);
+    if (hp->logit_scale != 1.0f)
+        for (int64_t i = 0; i < n_out * hp->n_vocab; i++) dst[i] *= hp->logit_scale;
+    for (int32_t j = 0, t0 = 0; j < n_seg; t0 += seg[j].n, j++) {
+        const int64_t row = out ? t0 + seg[j].n - 1 : j;
+        if (dst + row * hp->n_vocab != seg[j].s->logits)
+            memcpy(seg[j].s->logits, dst + row * hp->n_vocab, sizeof(float) * (size_t)hp->n_vocab);
+    }
 }

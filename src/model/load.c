@@ -20,363 +20,9 @@
 #include "util/error.h"
 
 
-/* Bounds that keep every size product far from overflow and refuse absurd
- * metadata before anything is allocated. */
-#define MAX_DIM (1 << 20)
-#define MAX_LAYERS 4096
-
 tutti_model_params tutti_model_default_params(void) {
     tutti_model_params p = {.verbose = false, .use_mmap = false};
     return p;
-}
-
-/* ---- metadata ---- */
-
-/* Reads "<arch>.<suffix>" as a positive int32.  Absent: *out = def, or an
- * error when required. */
-static int get_dim(const tutti_model *m, const char *suffix, bool required, int32_t def, int32_t *out) {
-    char key[256];
-    snprintf(key, sizeof key, "%s.%s", m->arch->name, suffix);
-    if (gguf_find_key(m->gguf, key) < 0) {
-        if (required)
-            return tutti_set_error("%s: metadata key %s is missing (required for architecture %s)", m->path,
-                                   key, m->arch->name);
-        *out = def;
-        return TUTTI_OK;
-    }
-    uint32_t v;
-    if (!gguf_get_u32(m->gguf, key, &v))
-        return tutti_set_error("%s: metadata key %s must be a single unsigned integer (per-layer arrays are "
-                               "not supported)",
-                               m->path, key);
-    if (v == 0 || v > MAX_DIM)
-        return tutti_set_error("%s: metadata key %s = %u is out of range (1..%d)", m->path, key, v, MAX_DIM);
-    *out = (int32_t)v;
-    return TUTTI_OK;
-}
-
-static int get_float(const tutti_model *m, const char *suffix, float def, float *out) {
-    char key[256];
-    snprintf(key, sizeof key, "%s.%s", m->arch->name, suffix);
-    if (gguf_find_key(m->gguf, key) < 0) {
-        *out = def;
-        return TUTTI_OK;
-    }
-    if (!gguf_get_f32(m->gguf, key, out))
-        return tutti_set_error("%s: metadata key %s must be a float", m->path, key);
-    if (!isfinite(*out)) return tutti_set_error("%s: metadata key %s is not finite", m->path, key);
-    return TUTTI_OK;
-}
-
-static int load_hparams(tutti_model *m) {
-    tutti_hparams *hp = &m->hp;
-    if (get_dim(m, "block_count", true, 0, &hp->n_layer) ||
-        get_dim(m, "context_length", true, 0, &hp->n_ctx_train) ||
-        get_dim(m, "embedding_length", true, 0, &hp->n_embd) ||
-        get_dim(m, "feed_forward_length", true, 0, &hp->n_ff) ||
-        get_dim(m, "attention.head_count", true, 0, &hp->n_head) ||
-        get_dim(m, "attention.head_count_kv", false, hp->n_head, &hp->n_head_kv))
-        return TUTTI_ERR;
-    if (hp->n_layer > MAX_LAYERS)
-        return tutti_set_error("%s: %s.block_count = %d is out of range (1..%d)", m->path, m->arch->name,
-                               hp->n_layer, MAX_LAYERS);
-    if (hp->n_head % hp->n_head_kv != 0)
-        return tutti_set_error("%s: attention.head_count (%d) is not a multiple of attention.head_count_kv (%d)",
-                               m->path, hp->n_head, hp->n_head_kv);
-    /* llama.cpp's defaults: both head sizes n_embd/n_head (value_length does
-     * not follow key_length), rope over the whole key head. */
-    if (get_dim(m, "attention.key_length", false, hp->n_embd / hp->n_head, &hp->head_dim_k) ||
-        get_dim(m, "attention.value_length", false, hp->n_embd / hp->n_head, &hp->head_dim_v) ||
-        get_dim(m, "rope.dimension_count", false, hp->head_dim_k, &hp->n_rot))
-        return TUTTI_ERR;
-    if (hp->head_dim_k == 0 || hp->head_dim_v == 0)
-        return tutti_set_error("%s: cannot derive the head size: embedding_length %d < head_count %d and no "
-                               "attention.key_length/value_length",
-                               m->path, hp->n_embd, hp->n_head);
-    if ((int64_t)hp->n_head * hp->head_dim_k > MAX_DIM || (int64_t)hp->n_head * hp->head_dim_v > MAX_DIM)
-        return tutti_set_error("%s: head_count × head size is too large", m->path);
-    /* every supported architecture's attention needs equal key and value heads */
-    if (hp->head_dim_v != hp->head_dim_k)
-        return tutti_set_error("%s: attention.value_length %d differs from attention.key_length %d (value_length "
-                               "defaults to embedding_length/head_count = %d when absent)",
-                               m->path, hp->head_dim_v, hp->head_dim_k, hp->n_embd / hp->n_head);
-    if (m->arch->rot_full && hp->n_rot != hp->head_dim_k)
-        return tutti_set_error("%s: rope.dimension_count = %d must equal the head size %d for architecture %s",
-                               m->path, hp->n_rot, hp->head_dim_k, m->arch->name);
-    if (hp->n_rot > hp->head_dim_k || hp->n_rot % 2)
-        return tutti_set_error("%s: rope.dimension_count = %d must be even and at most the head size %d", m->path,
-                               hp->n_rot, hp->head_dim_k);
-
-    char key[256];
-    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", m->arch->name);
-    if (gguf_find_key(m->gguf, key) < 0)
-        return tutti_set_error("%s: metadata key %s is missing (required for architecture %s)", m->path, key,
-                               m->arch->name);
-    if (get_float(m, "attention.layer_norm_rms_epsilon", 0, &hp->rms_eps)) return TUTTI_ERR;
-    if (!(hp->rms_eps > 0) || hp->rms_eps > 1)
-        return tutti_set_error("%s: %s = %g is out of range (0, 1]", m->path, key, hp->rms_eps);
-
-    /* Mixture-of-experts files carry expert tensors this dense pass has no use for. */
-    snprintf(key, sizeof key, "%s.expert_count", m->arch->name);
-    uint32_t n_expert = 0;
-    if (gguf_find_key(m->gguf, key) >= 0 && (!gguf_get_u32(m->gguf, key, &n_expert) || n_expert > 0))
-        return tutti_set_error("%s: %s is set: mixture-of-experts models are not supported", m->path, key);
-
-    /* local layers' rope base: rope.freq_base_swa, default rope.freq_base (gemma3: 10000) */
-    hp->attn_softcap = hp->final_softcap = 0;
-    if (get_float(m, "rope.freq_base", 10000.0f, &hp->rope_base) ||
-        get_float(m, "rope.freq_base_swa", m->arch->swa_local_rope_base ? 10000.0f : hp->rope_base,
-                  &hp->rope_base_swa) ||
-        (m->arch->softcap && (get_float(m, "attn_logit_softcapping", 50.0f, &hp->attn_softcap) ||
-                              get_float(m, "final_logit_softcapping", 30.0f, &hp->final_softcap))) ||
-        (m->arch->final_softcap_key && get_float(m, "final_logit_softcapping", 0, &hp->final_softcap)))
-        return TUTTI_ERR;
-    if (!(hp->rope_base > 0) || !(hp->rope_base_swa > 0))
-        return tutti_set_error("%s: rope.freq_base must be positive", m->path);
-    if (hp->attn_softcap < 0 || hp->final_softcap < 0)
-        return tutti_set_error("%s: logit soft-capping values must not be negative", m->path);
-
-    /* RoPE scaling: only linear position interpolation is implemented. */
-    hp->rope_scale = 1.0f;
-    snprintf(key, sizeof key, "%s.rope.scaling.type", m->arch->name);
-    gguf_str st;
-    bool has_type = gguf_get_str(m->gguf, key, &st);
-    /* "longrope" (Phi-3): the factors are tensors; like llama.cpp, a
-     * rope.scaling.factor still scales positions as with "linear" */
-    const bool longrope = has_type && gguf_str_eq(st, "longrope") && m->arch->longrope;
-    /* YaRN: not with sliding-window layers (their own base and scale) */
-    const bool yarn = has_type && gguf_str_eq(st, "yarn") && m->arch->swa_pattern == 0;
-    if (has_type && !gguf_str_eq(st, "none") && !gguf_str_eq(st, "linear") && !longrope && !yarn)
-        return tutti_set_error("%s: %s = '%.*s' is not supported for architecture %s (only 'linear', 'none'%s)",
-                               m->path, key, (int)(st.len > 64 ? 64 : st.len), st.data, m->arch->name,
-                               m->arch->longrope ? ", 'longrope', 'yarn'" : m->arch->swa_pattern ? "" : ", 'yarn'");
-    hp->yarn_scale = 0;
-    if (!has_type || gguf_str_eq(st, "linear") || longrope || yarn) {
-        float factor;
-        if (get_float(m, "rope.scaling.factor", 0, &factor)) return TUTTI_ERR;
-        if (factor == 0 && get_float(m, "rope.scale_linear", 0, &factor)) return TUTTI_ERR; /* the old key */
-        if (factor < 0) return tutti_set_error("%s: rope.scaling.factor = %g must be positive", m->path, factor);
-        if (factor > 0 && factor != 1.0f) hp->rope_scale = 1.0f / factor;
-    }
-    if (get_float(m, "rope.scaling.attn_factor", 1.0f, &hp->rope_attn_factor)) return TUTTI_ERR;
-    if (!(hp->rope_attn_factor > 0))
-        return tutti_set_error("%s: rope.scaling.attn_factor = %g must be positive", m->path, hp->rope_attn_factor);
-    if (yarn && hp->rope_scale != 1.0f) {
-        /* ggml's YaRN: magnitude 1 + 0.1 ln(factor) on the rotated dims, the
-         * position scale moves into per-frequency blends (session.c) */
-        hp->yarn_scale = hp->rope_scale;
-        hp->rope_attn_factor *= 1.0f + 0.1f * logf(1.0f / hp->rope_scale);
-        hp->rope_scale = 1.0f;
-    }
-    if (get_dim(m, "rope.scaling.original_context_length", false, hp->n_ctx_train, &hp->n_ctx_orig))
-        return TUTTI_ERR;
-
-    hp->n_swa = 0;
-    hp->swa_pattern = m->arch->swa_pattern;
-    if (m->arch->swa_pattern > 0) {
-        /* 0: no window (gemma3; gemma2 would mask every key, llama.cpp computes NaN) */
-        snprintf(key, sizeof key, "%s.attention.sliding_window", m->arch->name);
-        uint32_t p;
-        if (gguf_find_key(m->gguf, key) >= 0 && gguf_get_u32(m->gguf, key, &p) && p == 0 &&
-            m->arch->swa_default == 0)
-            hp->n_swa = 0;
-        else if (get_dim(m, "attention.sliding_window", false, m->arch->swa_default, &hp->n_swa))
-            return TUTTI_ERR;
-        snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", m->arch->name);
-        if (gguf_find_key(m->gguf, key) >= 0) {
-            if (!gguf_get_u32(m->gguf, key, &p) || p > MAX_LAYERS)
-                return tutti_set_error("%s: metadata key %s must be one unsigned integer up to %d (per-layer "
-                                       "arrays are not supported)",
-                                       m->path, key, MAX_LAYERS);
-            hp->swa_pattern = (int32_t)p;
-        }
-    }
-
-    /* Scaled dot-product attention: 1/sqrt(d_k), but 1/sqrt(n_embd/n_head)
-     * for the Gemma 27B models (told by their layer count, as llama.cpp does). */
-    const bool scale_embd = m->arch->n_layer_scale_embd > 0 && hp->n_layer == m->arch->n_layer_scale_embd;
-    hp->attn_scale = 1.0f / sqrtf((float)(scale_embd ? hp->n_embd / hp->n_head : hp->head_dim_k));
-    return TUTTI_OK;
-}
-
-/* ---- tensors ---- */
-
-enum { W_REQUIRED = 0, W_OPTIONAL = 1, W_F32 = 2 };
-
-static void fmt_shape(char *buf, size_t n, const int64_t *ne, uint32_t n_dims) {
-    size_t o = 0;
-    o += (size_t)snprintf(buf + o, n - o, "[");
-    for (uint32_t i = 0; i < n_dims && o < n; i++)
-        o += (size_t)snprintf(buf + o, n - o, "%s%" PRId64, i ? ", " : "", ne[i]);
-    if (o < n) snprintf(buf + o, n - o, "]");
-}
-
-/* Binding state: the model being filled and which of the file's tensors a
- * weight took (llama.cpp's loader refuses a file with tensors it did not
- * create: every tensor must be used exactly once). */
-typedef struct binder {
-    tutti_model *m;
-    uint8_t *used; /* one flag per tensor of the file */
-} binder;
-
-/* Binds tensor `name` with expected shape [ne0] (ne1 == 0) or [ne0, ne1];
- * ne1 < 0 accepts any row count (read back from the file).  The shape rule
- * is llama.cpp's (check_tensor_dims): every dimension equal, the ones past
- * the expected shape 1. */
-static int bind(binder *b, tutti_weight *w, const char *name, int64_t ne0, int64_t ne1, int flags) {
-    const tutti_model *m = b->m;
-    memset(w, 0, sizeof *w);
-    const gguf_tensor_info *t = gguf_find_tensor(m->gguf, name);
-    if (!t) {
-        if (flags & W_OPTIONAL) return TUTTI_OK;
-        return tutti_set_error("%s: missing tensor '%s' (required for architecture %s)", m->path, name,
-                               m->arch->name);
-    }
-    int64_t want[GGUF_MAX_DIMS] = {ne0, ne1 < 0 ? t->ne[1] : (ne1 == 0 ? 1 : ne1), 1, 1};
-    uint32_t want_dims = ne1 == 0 ? 1 : 2;
-    bool ok = true;
-    for (int i = 0; i < GGUF_MAX_DIMS; i++) ok = ok && t->ne[i] == want[i];
-    if (!ok) {
-        char a[128], c[128];
-        fmt_shape(a, sizeof a, want, want_dims);
-        fmt_shape(c, sizeof c, t->ne, t->n_dims ? t->n_dims : 1);
-        return tutti_set_error("%s: tensor '%s' has wrong shape; expected %s, got %s", m->path, name, a, c);
-    }
-    if (!tutti_type_supported(t->type))
-        return tutti_set_error("%s: tensor '%s' has type %s, which tutti cannot compute with", m->path, name,
-                               tutti_type_name(t->type));
-    if ((flags & W_F32) && t->type != TUTTI_TYPE_F32)
-        return tutti_set_error("%s: tensor '%s' has type %s, expected f32 (norm weights and biases)", m->path,
-                               name, tutti_type_name(t->type));
-    if (tutti_row_size(t->type, t->ne[0]) == 0)
-        return tutti_set_error("%s: tensor '%s': row of %" PRId64 " elements is not a whole number of %s blocks",
-                               m->path, name, t->ne[0], tutti_type_name(t->type));
-    b->used[t - gguf_tensor(m->gguf, 0)] = 1;
-    w->data = t->data;
-    w->type = t->type;
-    w->n_cols = t->ne[0];
-    w->n_rows = t->ne[1];
-    return TUTTI_OK;
-}
-
-/* Optional tensors that llama.cpp's loader (libllama 0.7.0, the oracle)
- * creates per architecture; a file holding one it does not create is
- * refused there ("wrong number of tensors"), and here as unused.  Learnt by
- * loading variants of the ref/arch models in the oracle:
- * tests/data/gguf_oracle/tensor_sets.txt.  q/k/v biases: every architecture
- * with separate q/k/v; output.weight: all but Gemma 2 (always tied);
- * rope_freqs: Llama only. */
-static bool arch_takes_qkv_bias(const tutti_arch *a) { return !a->fused_qkv; }
-static bool arch_takes_output(const tutti_arch *a) { return !a->no_output; }
-static bool arch_takes_rope_freqs(const tutti_arch *a) { return strcmp(a->name, "llama") == 0; }
-
-static int bind_layer(binder *b, int il) {
-    tutti_model *m = b->m;
-    const tutti_hparams *hp = &m->hp;
-    const tutti_arch *a = m->arch;
-    tutti_layer *L = &m->layers[il];
-    const int64_t n_embd = hp->n_embd, nq = (int64_t)hp->n_head * hp->head_dim_k,
-                  nk = (int64_t)hp->n_head_kv * hp->head_dim_k, nv = (int64_t)hp->n_head_kv * hp->head_dim_v,
-                  no = (int64_t)hp->n_head * hp->head_dim_v;
-    char n[96];
-#define NAME(s) (snprintf(n, sizeof n, "blk.%d." s, il), n)
-    if (bind(b, &L->attn_norm, NAME("attn_norm.weight"), n_embd, 0, W_F32)) return TUTTI_ERR;
-    /* phi3: fused attn_qkv, or attn_q/k/v as llama.cpp also accepts */
-    const bool fused = a->fused_qkv && (gguf_find_tensor(m->gguf, NAME("attn_qkv.weight")) ||
-                                        !gguf_find_tensor(m->gguf, NAME("attn_q.weight")));
-    if (fused) {
-        if (bind(b, &L->wqkv, NAME("attn_qkv.weight"), n_embd, nq + nk + nv, W_REQUIRED)) return TUTTI_ERR;
-    } else {
-        if (bind(b, &L->wq, NAME("attn_q.weight"), n_embd, nq, W_REQUIRED) ||
-            bind(b, &L->wk, NAME("attn_k.weight"), n_embd, nk, W_REQUIRED) ||
-            bind(b, &L->wv, NAME("attn_v.weight"), n_embd, nv, W_REQUIRED))
-            return TUTTI_ERR;
-    }
-    /* Biases are optional (Qwen2 has them, Llama usually not). */
-    if (arch_takes_qkv_bias(a) && (bind(b, &L->bq, NAME("attn_q.bias"), nq, 0, W_OPTIONAL | W_F32) ||
-                                   bind(b, &L->bk, NAME("attn_k.bias"), nk, 0, W_OPTIONAL | W_F32) ||
-                                   bind(b, &L->bv, NAME("attn_v.bias"), nv, 0, W_OPTIONAL | W_F32)))
-        return TUTTI_ERR;
-    if (a->qk_norm && (bind(b, &L->q_norm, NAME("attn_q_norm.weight"), hp->head_dim_k, 0, W_F32) ||
-                       bind(b, &L->k_norm, NAME("attn_k_norm.weight"), hp->head_dim_k, 0, W_F32)))
-        return TUTTI_ERR;
-    if (bind(b, &L->wo, NAME("attn_output.weight"), no, n_embd, W_REQUIRED)) return TUTTI_ERR;
-    if (a->post_norms && (bind(b, &L->post_attn_norm, NAME("post_attention_norm.weight"), n_embd, 0, W_F32) ||
-                          bind(b, &L->post_ffn_norm, NAME("post_ffw_norm.weight"), n_embd, 0, W_F32)))
-        return TUTTI_ERR;
-    if (bind(b, &L->ffn_norm, NAME("ffn_norm.weight"), n_embd, 0, W_F32)) return TUTTI_ERR;
-    if (a->fused_gate_up) {
-        if (bind(b, &L->ffn_up, NAME("ffn_up.weight"), n_embd, 2 * (int64_t)hp->n_ff, W_REQUIRED))
-            return TUTTI_ERR;
-    } else {
-        if (bind(b, &L->ffn_gate, NAME("ffn_gate.weight"), n_embd, hp->n_ff, W_REQUIRED) ||
-            bind(b, &L->ffn_up, NAME("ffn_up.weight"), n_embd, hp->n_ff, W_REQUIRED))
-            return TUTTI_ERR;
-    }
-    if (bind(b, &L->ffn_down, NAME("ffn_down.weight"), hp->n_ff, n_embd, W_REQUIRED)) return TUTTI_ERR;
-#undef NAME
-
-    /* Sliding window: local layers are il % p < p - 1 (see tutti_arch). */
-    const int p = hp->swa_pattern;
-    const bool local = a->swa_pattern > 0 && hp->n_swa > 0 && (p == 0 || il % p < p - 1);
-    L->n_swa = local ? hp->n_swa : 0;
-    L->rope_base = local ? hp->rope_base_swa : hp->rope_base;
-    L->rope_scale = local && a->swa_local_rope_base ? 1.0f : hp->rope_scale;
-    return TUTTI_OK;
-}
-
-/* Binds every weight of the model (b->used marks the tensors taken; a
- * tensor nobody takes is refused afterwards, as llama.cpp does). */
-static int bind_all(binder *b) {
-    tutti_model *m = b->m;
-    tutti_hparams *hp = &m->hp;
-    /* Phi-3 LongRoPE divisors (llama.cpp reads them for phi3 only) */
-    if (m->arch->longrope &&
-        (bind(b, &m->rope_long, "rope_factors_long.weight", hp->n_rot / 2, 0, W_OPTIONAL | W_F32) ||
-         bind(b, &m->rope_short, "rope_factors_short.weight", hp->n_rot / 2, 0, W_OPTIONAL | W_F32)))
-        return TUTTI_ERR;
-    if (bind(b, &m->token_embd, "token_embd.weight", hp->n_embd, -1, W_REQUIRED)) return TUTTI_ERR;
-    if (m->token_embd.n_rows < 1 || m->token_embd.n_rows > INT32_MAX)
-        return tutti_set_error("%s: tensor 'token_embd.weight' has %" PRId64 " rows (vocabulary size)", m->path,
-                               m->token_embd.n_rows);
-    hp->n_vocab = (int32_t)m->token_embd.n_rows;
-    if (bind(b, &m->output_norm, "output_norm.weight", hp->n_embd, 0, W_F32) ||
-        (arch_takes_output(m->arch) &&
-         bind(b, &m->output, "output.weight", hp->n_embd, hp->n_vocab, W_OPTIONAL)) ||
-        (arch_takes_rope_freqs(m->arch) &&
-         bind(b, &m->rope_freqs, "rope_freqs.weight", hp->n_rot / 2, 0, W_OPTIONAL | W_F32)))
-        return TUTTI_ERR;
-    if (!m->output.data) {
-        m->output = m->token_embd; /* tied embeddings */
-        m->tied = true;
-    }
-    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
-    if (!m->layers) return tutti_set_error("%s: out of memory", m->path);
-    for (int il = 0; il < hp->n_layer; il++)
-        if (bind_layer(b, il)) return TUTTI_ERR;
-    return TUTTI_OK;
-}
-
-/* Binds the weights, then refuses the file if any of its tensors was left
- * over (as llama.cpp's loader does). */
-static int bind_tensors(tutti_model *m) {
-    const int64_t n_tensors = gguf_n_tensors(m->gguf);
-    binder bd = {m, calloc((size_t)n_tensors + 1, 1)};
-    if (!bd.used) return tutti_set_error("%s: out of memory", m->path);
-    int rc = bind_all(&bd);
-    /* llama.cpp: done_getting_tensors, n_created == n_tensors */
-    for (int64_t i = 0; rc == TUTTI_OK && i < n_tensors; i++) {
-        if (bd.used[i]) continue;
-        int64_t n_used = 0;
-        for (int64_t j = 0; j < n_tensors; j++) n_used += bd.used[j];
-        const gguf_tensor_info *t = gguf_tensor(m->gguf, i);
-        rc = tutti_set_error("%s: tensor '%.*s' is not used by architecture %s (wrong number of tensors: the "
-                             "file has %" PRId64 ", the model takes %" PRId64 "); an unknown tensor, or a feature "
-                             "tutti does not implement",
-                             m->path, (int)t->name.len, t->name.data, m->arch->name, n_tensors, n_used);
-    }
-    free(bd.used);
-    return rc;
 }
 
 /* ---- weight placement ---- */
@@ -404,13 +50,18 @@ static int bind_tensors(tutti_model *m) {
 static size_t place_size(const tutti_model *m, const tutti_weight *w, int *rt) {
     *rt = -1;
     if (!w->data) return 0;
+    const int64_t rows = w->n_rows * w->n_mat;
+    /* a 3-D weight's matrices (experts) are repacked as one when no panel of
+     * 8 interleaved rows (quant.h) straddles two of them */
+    const bool whole_panels = w->n_mat == 1 || w->n_rows % 8 == 0;
     const int t = tutti_repack_type(w->type);
-    const size_t bytes = t >= 0 && tutti_vec_dot_get(t) ? tutti_repack_size(w->type, w->n_rows, w->n_cols) : 0;
+    const size_t bytes =
+        t >= 0 && whole_panels && tutti_vec_dot_get(t) ? tutti_repack_size(w->type, rows, w->n_cols) : 0;
     if (bytes) {
         *rt = t;
         return bytes;
     }
-    return m->mapped ? tutti_row_size(w->type, w->n_cols) * (size_t)w->n_rows : 0;
+    return m->mapped ? tutti_row_size(w->type, w->n_cols) * (size_t)rows : 0;
 }
 
 /* Copies (rt < 0) or repacks (into type rt) w to dst. */
@@ -419,10 +70,11 @@ static void place_weight(const tutti_model *m, tutti_weight *w, tutti_weight *al
     const bool give_back = m->mapped && !(rt >= 0 && alias);
     const size_t src_row = tutti_row_size(w->type, w->n_cols);
     const size_t dst_row = rt >= 0 ? tutti_row_size(rt, w->n_cols) : src_row;
+    const int64_t rows = w->n_rows * w->n_mat;
     int64_t slice = (int64_t)(((size_t)8 << 20) / src_row) / 8 * 8;
     if (slice < 8) slice = 8;
-    for (int64_t r = 0; r < w->n_rows; r += slice) {
-        const int64_t nr = w->n_rows - r < slice ? w->n_rows - r : slice;
+    for (int64_t r = 0; r < rows; r += slice) {
+        const int64_t nr = rows - r < slice ? rows - r : slice;
         const char *src = (const char *)w->data + (size_t)r * src_row;
         if (rt >= 0)
             tutti_repack(w->type, src, dst + (size_t)r * dst_row, nr, w->n_cols);
@@ -442,20 +94,34 @@ static void place_weight(const tutti_model *m, tutti_weight *w, tutti_weight *al
         alias->data = dst;
 }
 
-#define LAYER_WEIGHTS 17
+#define LAYER_WEIGHTS 39
+
+/* Every weight of layer L (absent ones have data NULL). */
+static int layer_weights(tutti_layer *L, tutti_weight **ws) {
+    tutti_weight *all[LAYER_WEIGHTS] = {
+        &L->attn_norm,      &L->wq,           &L->wk,           &L->wv,
+        &L->wqkv,           &L->bq,           &L->bk,           &L->bv,
+        &L->q_norm,         &L->k_norm,       &L->wo,           &L->bo,
+        &L->attn_sinks,     &L->post_attn_norm, &L->ffn_norm,   &L->ffn_gate,
+        &L->ffn_up,         &L->ffn_down,     &L->post_ffn_norm, &L->ffn_gate_inp,
+        &L->ffn_gate_inp_b, &L->exp_probs_b,  &L->ffn_gate_exps, &L->ffn_up_exps,
+        &L->ffn_down_exps,  &L->ffn_gate_exps_b, &L->ffn_up_exps_b, &L->ffn_down_exps_b,
+        &L->ffn_gate_shexp, &L->ffn_up_shexp, &L->ffn_down_shexp, &L->ffn_gate_inp_shexp,
+        &L->wq_a,           &L->q_a_norm,     &L->wq_b,         &L->wkv_a_mqa,
+        &L->kv_a_norm,      &L->wk_b,         &L->wv_b,
+    };
+    memcpy(ws, all, sizeof all);
+    return LAYER_WEIGHTS;
+}
 
 /* The weights of the model's part (all layers of a whole model) but
  * token_embd, output last (entries may be absent: data NULL). */
 static int model_weights(tutti_model *m, tutti_weight **out, int cap) {
     int n = 0;
+    tutti_weight *ws[LAYER_WEIGHTS];
     for (int il = m->part_il0; il < m->part_il1; il++) {
-        tutti_layer *L = &m->layers[il];
-        tutti_weight *ws[LAYER_WEIGHTS] = {&L->attn_norm, &L->wq,    &L->wk,       &L->wv,
-                                           &L->wqkv,      &L->bq,    &L->bk,       &L->bv,
-                                           &L->q_norm,    &L->k_norm, &L->wo,      &L->post_attn_norm,
-                                           &L->ffn_norm,  &L->ffn_gate, &L->ffn_up, &L->ffn_down,
-                                           &L->post_ffn_norm};
-        for (int i = 0; i < LAYER_WEIGHTS && n < cap; i++) out[n++] = ws[i];
+        const int k = layer_weights(&m->layers[il], ws);
+        for (int i = 0; i < k && n < cap; i++) out[n++] = ws[i];
     }
     tutti_weight *top[] = {&m->output_norm, &m->rope_freqs, &m->output};
     for (int i = 0; i < 3 && n < cap && m->part_head; i++) out[n++] = top[i];
@@ -531,7 +197,7 @@ static tutti_model *load_local(const char *path, const void *buf, size_t size, c
         tutti_set_error("%s: the file has no tensors (a vocabulary-only GGUF? tutti tokenize accepts those)", path);
         goto fail;
     }
-    if (load_hparams(m) || bind_tensors(m)) goto fail;
+    if (tutti_load_hparams(m) || tutti_bind_tensors(m)) goto fail;
     if (il1 < 0) il1 = m->hp.n_layer; /* the whole model */
     if (il0 < 0 || il0 > il1 || il1 > m->hp.n_layer) {
         tutti_set_error("%s: layers [%d, %d) are not a range of the model's %d layers", path, il0, il1,
@@ -605,6 +271,33 @@ const tutti_vocab *tutti_model_vocab(const tutti_model *model) { return model ? 
 int32_t tutti_model_n_vocab(const tutti_model *model) { return model ? model->hp.n_vocab : 0; }
 int32_t tutti_model_n_ctx_train(const tutti_model *model) { return model ? model->hp.n_ctx_train : 0; }
 const char *tutti_model_arch(const tutti_model *model) { return model ? model->arch->name : NULL; }
+int32_t tutti_model_n_expert(const tutti_model *model) { return model ? model->hp.n_expert : 0; }
+int32_t tutti_model_n_expert_used(const tutti_model *model) { return model ? model->hp.n_expert_used : 0; }
+
+/* The mixture-of-experts and latent-attention lines of tutti_model_describe. */
+static void describe_moe(const tutti_model *model, FILE *out) {
+    const tutti_hparams *hp = &model->hp;
+    if (model->arch->mla)
+        fprintf(out,
+                "  latent attention: kv_lora_rank %d, %s, query heads %d (%d rope), values %d; cache %d values "
+                "per token and layer\n",
+                hp->n_lora_kv, hp->n_lora_q ? "q LoRA" : "plain q", hp->head_dim_k_mla, hp->n_rot, hp->head_dim_v_mla,
+                hp->head_dim_k);
+    if (hp->n_expert == 0) return;
+    const char *gating = hp->gating == TUTTI_GATING_SIGMOID ? "sigmoid"
+                         : hp->gating == TUTTI_GATING_SOFTMAX ? "softmax"
+                                                               : "the selected logits' softmax";
+    fprintf(out, "  experts: %d, %d per token, %d wide%s; router: %s%s%s", hp->n_expert, hp->n_expert_used,
+            hp->n_ff_exp, model->arch->moe_oai ? " (biased, clamped SwiGLU)" : "", gating,
+            model->layers[hp->n_layer - 1].exp_probs_b.data ? " + selection bias" : "",
+            hp->expert_norm_w ? ", renormalized" : "");
+    if (hp->expert_weights_scale != 0.0f && hp->expert_weights_scale != 1.0f)
+        fprintf(out, ", x %g", hp->expert_weights_scale);
+    if (hp->n_expert_groups > 1) fprintf(out, ", %d groups (%d used)", hp->n_expert_groups, hp->n_group_used);
+    if (hp->n_ff_shexp) fprintf(out, "; shared expert %d wide", hp->n_ff_shexp);
+    if (hp->n_layer_dense_lead) fprintf(out, "; leading dense layers: %d", hp->n_layer_dense_lead);
+    fprintf(out, "\n");
+}
 
 void tutti_model_describe(const tutti_model *model, FILE *out) {
     if (!model || !out) return;
@@ -643,6 +336,7 @@ void tutti_model_describe(const tutti_model *model, FILE *out) {
     fprintf(out, "  ffn: %s gate, %s gate/up; post-norms %s; embeddings x sqrt(n_embd) %s\n",
             a->act == TUTTI_ACT_GELU_TANH ? "GELU (tanh)" : "SiLU", a->fused_gate_up ? "fused" : "separate",
             a->post_norms ? "yes" : "no", a->embd_scale ? "yes" : "no");
+    describe_moe(model, out);
     fprintf(out, "  output: %s\n", model->tied ? "tied to token_embd" : "separate");
 
     /* tensor types: count and bytes per type */

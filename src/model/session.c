@@ -67,6 +67,94 @@ struct tutti_work {
     int refs;
 };
 
+static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+/* The mixture-of-experts activations (moe.c), [ub] rows. */
+static bool alloc_moe(tutti_moe_bufs *mb, const tutti_hparams *hp, size_t ub) {
+    const size_t ne = (size_t)hp->n_expert, k = (size_t)hp->n_expert_used, d = (size_t)hp->n_embd;
+    mb->router = alloc3(ub, ne, 1, sizeof(float));
+    mb->sel = alloc3(ub, k, 1, sizeof(int32_t));
+    mb->sel_w = alloc3(ub, k, 1, sizeof(float));
+    mb->route = alloc3(ub, k, 1, sizeof(int32_t));
+    mb->where = alloc3(ub, k, 1, sizeof(int32_t));
+    mb->offs = alloc3(ne + 1, 1, 1, sizeof(int32_t));
+    mb->xe = alloc3(ub * k, d, 1, sizeof(float));
+    mb->ge = alloc3(ub * k, (size_t)hp->n_ff_exp, 1, sizeof(float));
+    mb->ue = alloc3(ub * k, (size_t)hp->n_ff_exp, 1, sizeof(float));
+    mb->slots = alloc3(ub * k, d, 1, sizeof(float));
+    mb->ye = alloc3(ub, d, 1, sizeof(float));
+    mb->mm = alloc3(2 * ne, 1, 1, sizeof(tutti_mm));
+    return mb->router && mb->sel && mb->sel_w && mb->route && mb->where && mb->offs && mb->xe && mb->ge && mb->ue &&
+           mb->slots && mb->ye && mb->mm;
+}
+
+static void free_moe(tutti_moe_bufs *mb) {
+    free(mb->router), free(mb->sel), free(mb->sel_w), free(mb->route), free(mb->where), free(mb->offs);
+    free(mb->xe), free(mb->ge), free(mb->ue), free(mb->slots), free(mb->ye), free(mb->mm);
+}
+
+/* The latent-attention activations (mla.c), [ub] rows. */
+static bool alloc_mla(tutti_mla_bufs *mb, const tutti_hparams *hp, size_t ub) {
+    const size_t nh = (size_t)hp->n_head, rope = (size_t)hp->n_rot, kvl = (size_t)hp->n_lora_kv;
+    const size_t nope = (size_t)hp->head_dim_k_mla - rope, dv = (size_t)hp->head_dim_v_mla;
+    mb->q = alloc3(ub, nh, (size_t)hp->head_dim_k_mla, sizeof(float));
+    mb->qa = alloc3(ub, max_sz((size_t)hp->n_lora_q, 1), 1, sizeof(float));
+    mb->kv = alloc3(ub, kvl + rope, 1, sizeof(float));
+    mb->in = alloc3(ub, max_sz(TUTTI_MLA_HEADS * max_sz(nope, kvl), nh * rope), 1, sizeof(float));
+    mb->out = alloc3(ub, TUTTI_MLA_HEADS, max_sz(kvl, dv), sizeof(float));
+    mb->att = alloc3(ub, nh, dv, sizeof(float));
+    return mb->q && mb->qa && mb->kv && mb->in && mb->out && mb->att;
+}
+
+static void free_mla(tutti_mla_bufs *mb) {
+    free(mb->q), free(mb->qa), free(mb->kv), free(mb->in), free(mb->out), free(mb->att);
+}
+
+/* Every activation buffer of s, [n_ubatch] rows, and the pool's matmul
+ * scratch (sized for the widest matmul input). */
+static int alloc_activations(tutti_session *s) {
+    const tutti_model *model = s->model;
+    const tutti_hparams *hp = &model->hp;
+    const size_t ub = (size_t)s->n_ubatch;
+    const size_t nq = (size_t)hp->n_head * hp->head_dim_k, nk = (size_t)hp->n_head_kv * hp->head_dim_k,
+                 nv = (size_t)hp->n_head_kv * hp->head_dim_v, no = (size_t)hp->n_head * hp->head_dim_v;
+    const size_t n_ff = max_sz((size_t)hp->n_ff, (size_t)hp->n_ff_shexp);
+    s->x = alloc3(ub, (size_t)hp->n_embd, 1, sizeof(float));
+    s->h = alloc3(ub, (size_t)hp->n_embd, 1, sizeof(float));
+    s->o = alloc3(ub, (size_t)hp->n_embd, 1, sizeof(float));
+    s->q = alloc3(ub, nq, 1, sizeof(float));
+    s->k = alloc3(ub, nk, 1, sizeof(float));
+    s->v = alloc3(ub, nv, 1, sizeof(float));
+    s->att = alloc3(ub, no, 1, sizeof(float));
+    s->gate = alloc3(ub, 2, n_ff, sizeof(float)); /* room for a fused [gate; up] */
+    s->up = alloc3(ub, n_ff, 1, sizeof(float));
+    s->attn_scratch = alloc3((size_t)tutti_threadpool_n_threads(s->tp),
+                             tutti_attn_scratch_floats(s->n_ctx, hp->n_head, hp->n_head_kv, hp->head_dim_k,
+                                                       hp->head_dim_v),
+                             1, sizeof(float));
+    if (model->arch->fused_qkv) s->qkv = alloc3(ub, nq + nk + nv, 1, sizeof(float));
+    /* the matmul's rounded copy of its input: widest input row is one of these */
+    size_t max_in = max_sz(max_sz((size_t)hp->n_embd, no), max_sz(n_ff, (size_t)hp->n_ff_exp));
+    max_in = max_sz(max_in, max_sz((size_t)hp->n_lora_q, (size_t)hp->head_dim_k_mla));
+    max_in = max_sz(max_in, max_sz((size_t)hp->n_lora_kv, (size_t)hp->n_head * hp->head_dim_v_mla));
+    /* a batch of products (tutti_matmul_batch) converts all their inputs at
+     * once: every expert's rows (and a 64-byte pad each), every head's */
+    size_t scratch = ub * max_in;
+    if (hp->n_expert > 0)
+        scratch = max_sz(scratch, ub * (size_t)hp->n_expert_used * max_sz((size_t)hp->n_embd, (size_t)hp->n_ff_exp) +
+                                      16 * (size_t)hp->n_expert);
+    if (model->arch->mla)
+        scratch = max_sz(scratch, ub * TUTTI_MLA_HEADS * max_sz((size_t)hp->n_lora_kv, (size_t)hp->head_dim_k_mla) +
+                                      16 * TUTTI_MLA_HEADS);
+    if (!tutti_threadpool_scratch(s->tp, scratch))
+        return tutti_set_error("tutti_session_new: out of memory for the activation scratch");
+    if (!s->x || !s->h || !s->o || !s->q || !s->k || !s->v || !s->att || !s->gate || !s->up || !s->attn_scratch ||
+        (model->arch->fused_qkv && !s->qkv) || (hp->n_expert > 0 && !alloc_moe(&s->moe, hp, ub)) ||
+        (model->arch->mla && !alloc_mla(&s->mla, hp, ub)))
+        return tutti_set_error("tutti_session_new: out of memory for the activations (n_ctx = %d)", s->n_ctx);
+    return TUTTI_OK;
+}
+
 tutti_session *tutti_session_new(const tutti_model *model, const tutti_session_params *params) {
     return tutti_session_new_sharing(model, params, NULL);
 }
@@ -116,14 +204,12 @@ tutti_session *tutti_session_new_sharing(const tutti_model *model, const tutti_s
                                                   : model->rope_short.data;
     if (hp->yarn_scale > 0 && yarn_factors(s)) goto fail;
     s->n_ubatch = p.n_ctx < MAX_UBATCH ? p.n_ctx : MAX_UBATCH;
-    const size_t ub = (size_t)s->n_ubatch;
-    const size_t nq = (size_t)hp->n_head * hp->head_dim_k, nk = (size_t)hp->n_head_kv * hp->head_dim_k,
-                 nv = (size_t)hp->n_head_kv * hp->head_dim_v, no = (size_t)hp->n_head * hp->head_dim_v;
-
+    size_t nk, nv;
+    tutti_cache_widths(model, &nk, &nv);
     s->k_cache = alloc3((size_t)hp->n_layer, (size_t)s->n_ctx, nk, sizeof(uint16_t));
-    s->v_cache = alloc3((size_t)hp->n_layer, (size_t)s->n_ctx, nv, sizeof(uint16_t));
+    s->v_cache = nv ? alloc3((size_t)hp->n_layer, (size_t)s->n_ctx, nv, sizeof(uint16_t)) : NULL;
     s->logits = alloc3((size_t)hp->n_vocab, 1, 1, sizeof(float));
-    if (!s->k_cache || !s->v_cache || !s->logits) {
+    if (!s->k_cache || (nv && !s->v_cache) || !s->logits) {
         tutti_set_error("tutti_session_new: out of memory for n_ctx = %d (KV cache %.1f MiB)", s->n_ctx,
                         2.0 * hp->n_layer * (double)s->n_ctx * (double)(nk + nv) / (1 << 20));
         goto fail;
@@ -140,39 +226,13 @@ tutti_session *tutti_session_new_sharing(const tutti_model *model, const tutti_s
         s->x = with->x, s->h = with->h, s->o = with->o, s->q = with->q, s->k = with->k, s->v = with->v;
         s->att = with->att, s->gate = with->gate, s->up = with->up, s->qkv = with->qkv;
         s->attn_scratch = with->attn_scratch;
+        s->moe = with->moe, s->mla = with->mla;
         return s;
     }
     if (!(s->work = calloc(1, sizeof *s->work))) goto fail;
     s->work->refs = 1;
     s->tp = tutti_threadpool_new(p.n_threads);
-    if (!s->tp) goto fail;
-    s->x = alloc3(ub, (size_t)hp->n_embd, 1, sizeof(float));
-    s->h = alloc3(ub, (size_t)hp->n_embd, 1, sizeof(float));
-    s->o = alloc3(ub, (size_t)hp->n_embd, 1, sizeof(float));
-    s->q = alloc3(ub, nq, 1, sizeof(float));
-    s->k = alloc3(ub, nk, 1, sizeof(float));
-    s->v = alloc3(ub, nv, 1, sizeof(float));
-    s->att = alloc3(ub, no, 1, sizeof(float));
-    s->gate = alloc3(ub, 2, (size_t)hp->n_ff, sizeof(float)); /* room for a fused [gate; up] */
-    s->up = alloc3(ub, (size_t)hp->n_ff, 1, sizeof(float));
-    s->attn_scratch = alloc3((size_t)tutti_threadpool_n_threads(s->tp),
-                             tutti_attn_scratch_floats(s->n_ctx, hp->n_head, hp->n_head_kv, hp->head_dim_k,
-                                                       hp->head_dim_v),
-                             1, sizeof(float));
-    if (model->arch->fused_qkv) s->qkv = alloc3(ub, nq + nk + nv, 1, sizeof(float));
-    /* the matmul's rounded copy of its input: widest input row is one of these */
-    size_t max_in = (size_t)hp->n_embd;
-    if (no > max_in) max_in = no;
-    if ((size_t)hp->n_ff > max_in) max_in = (size_t)hp->n_ff;
-    if (!tutti_threadpool_scratch(s->tp, ub * max_in)) {
-        tutti_set_error("tutti_session_new: out of memory for the activation scratch");
-        goto fail;
-    }
-    if (!s->x || !s->h || !s->o || !s->q || !s->k || !s->v || !s->att || !s->gate || !s->up || !s->attn_scratch ||
-        (model->arch->fused_qkv && !s->qkv)) {
-        tutti_set_error("tutti_session_new: out of memory for the activations (n_ctx = %d)", s->n_ctx);
-        goto fail;
-    }
+    if (!s->tp || alloc_activations(s)) goto fail;
     return s;
 fail:
     tutti_session_free(s);
@@ -182,6 +242,7 @@ fail:
 void tutti_session_free(tutti_session *s) {
     if (!s) return;
     if (s->pipe) s->pipe->free(s->pipe);
+    if (s->moe_remote) s->moe_remote->free(s->moe_remote);
     if (!s->work || --s->work->refs == 0) { /* the last of the sessions sharing them */
         tutti_threadpool_free(s->tp);
         free(s->x);
@@ -195,6 +256,8 @@ void tutti_session_free(tutti_session *s) {
         free(s->gate);
         free(s->up);
         free(s->attn_scratch);
+        free_moe(&s->moe);
+        free_mla(&s->mla);
         free(s->work);
     }
     free(s->k_cache);
@@ -205,9 +268,18 @@ void tutti_session_free(tutti_session *s) {
     free(s);
 }
 
+/* With routed experts on other ranks (--split-experts): TUTTI_ERR once an
+ * exchange failed (that pass's error is set; later passes say so). */
+static int remote_failed(const tutti_session *s, bool before) {
+    if (!s->moe_remote || !s->moe_remote->failed) return TUTTI_OK;
+    if (before) tutti_set_error("--split-experts: the expert split is broken by an earlier error");
+    return TUTTI_ERR;
+}
+
 /* Runs ids[0..n) at n_past (room checked by the caller) in micro-batches. */
 static int eval_run(tutti_session *s, const int32_t *ids, int32_t n, float *logits) {
     if (s->pipe) return s->pipe->eval(s->pipe, s, ids, n, logits);
+    if (remote_failed(s, true) < 0) return TUTTI_ERR;
     const int32_t n_vocab = s->model->hp.n_vocab;
     for (int32_t done = 0; done < n;) {
         const int32_t chunk = n - done < s->n_ubatch ? n - done : s->n_ubatch;
@@ -215,6 +287,7 @@ static int eval_run(tutti_session *s, const int32_t *ids, int32_t n, float *logi
          * computed (one row; the final one is what the caller gets). */
         float *out = logits ? logits + (int64_t)done * n_vocab : NULL;
         tutti_forward_ubatch(s, ids + done, chunk, out);
+        if (remote_failed(s, false) < 0) return TUTTI_ERR;
         s->n_past += chunk;
         done += chunk;
     }
@@ -314,7 +387,11 @@ int tutti_session_eval_multi(tutti_session *const *ss, const int32_t *const *ids
             k++;
         }
         if (!s0->pipe) {
-            tutti_forward_segments(s0, seg, k, NULL, s0->rows);
+            if (remote_failed(s0, true) == 0) tutti_forward_segments(s0, seg, k, NULL, s0->rows);
+            if (remote_failed(s0, false) < 0) {
+                free(seg);
+                return TUTTI_ERR;
+            }
         } else if (s0->pipe->eval_segments(s0->pipe, s0, seg, k, s0->rows) < 0) {
             free(seg);
             return TUTTI_ERR;
@@ -356,7 +433,14 @@ int tutti_session_shift(tutti_session *s, int32_t n_keep, int32_t n_discard) {
     if (n_discard == 0) return TUTTI_OK;
     const tutti_model *m = s->model;
     const tutti_hparams *hp = &m->hp;
-    const size_t nk = (size_t)hp->n_head_kv * hp->head_dim_k, nv = (size_t)hp->n_head_kv * hp->head_dim_v;
+    /* latent attention's key rows hold the compressed kv and, after it, the
+     * rope part: re-rotating them as heads would turn the wrong values */
+    if (m->arch->mla)
+        return tutti_set_error("tutti_session_shift: %s uses latent attention, whose context cannot shift yet; "
+                               "raise -c (or turn the context shift off)",
+                               m->path);
+    size_t nk, nv;
+    tutti_cache_widths(m, &nk, &nv);
     const int32_t n_move = s->n_past - n_keep - n_discard;
     /* s->k (the activations' [n_ubatch][nk] keys) is free between passes */
     float *row = s->k;
@@ -396,16 +480,28 @@ int32_t tutti_session_rewind_tokens(tutti_session *s, int32_t n_tokens) {
     return n_tokens;
 }
 
-void tutti_session_copy_tokens(tutti_session *d, const tutti_session *s, int32_t n_tokens) {
-    const tutti_hparams *hp = &s->model->hp;
-    const size_t nk = (size_t)hp->n_head_kv * hp->head_dim_k, nv = (size_t)hp->n_head_kv * hp->head_dim_v;
-    const int32_t k = n_tokens - s->n_discarded; /* the cache rows of that state */
-    for (int32_t l = 0; l < hp->n_layer; l++) {
+void tutti_cache_widths(const tutti_model *m, size_t *nk, size_t *nv) {
+    const tutti_hparams *hp = &m->hp;
+    *nk = (size_t)hp->n_head_kv * hp->head_dim_k;
+    /* latent attention: values are read from the key rows (no v_cache) */
+    *nv = m->arch->mla ? 0 : (size_t)hp->n_head_kv * hp->head_dim_v;
+}
+
+void tutti_cache_copy_rows(tutti_session *d, const tutti_session *s, int32_t il0, int32_t il1, int32_t k) {
+    size_t nk, nv;
+    tutti_cache_widths(s->model, &nk, &nv);
+    for (int32_t l = il0; l < il1; l++) {
         memcpy(d->k_cache + (size_t)l * (size_t)d->n_ctx * nk, s->k_cache + (size_t)l * (size_t)s->n_ctx * nk,
                sizeof(uint16_t) * nk * (size_t)k);
-        memcpy(d->v_cache + (size_t)l * (size_t)d->n_ctx * nv, s->v_cache + (size_t)l * (size_t)s->n_ctx * nv,
-               sizeof(uint16_t) * nv * (size_t)k);
+        if (nv)
+            memcpy(d->v_cache + (size_t)l * (size_t)d->n_ctx * nv, s->v_cache + (size_t)l * (size_t)s->n_ctx * nv,
+                   sizeof(uint16_t) * nv * (size_t)k);
     }
+}
+
+void tutti_session_copy_tokens(tutti_session *d, const tutti_session *s, int32_t n_tokens) {
+    const int32_t k = n_tokens - s->n_discarded; /* the cache rows of that state */
+    tutti_cache_copy_rows(d, s, 0, s->model->hp.n_layer, k);
     d->n_past = k;
     d->n_discarded = s->n_discarded;
     d->shift_floor = s->shift_floor;

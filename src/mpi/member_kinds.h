@@ -14,5 +14,11 @@ fusion_member *tmpi_member_rank_open(const member_spec *spec);
  * spec->split_counts ("" = by memory), micro-batch spec->split_ubatch (0 =
  * auto).  The same logits as a local member, bit for bit.  NULL + error. */
 fusion_member *tmpi_member_split_open(const member_spec *spec);
+/* A member here whose routed experts are split over every rank
+ * (member_experts.c, --split-experts): a local member whose sessions send
+ * each MoE layer's rows of the other ranks' experts there.  A dense model
+ * is a plain local member (spec->split_experts_strict: an error).  The
+ * same logits as a local member, bit for bit.  NULL + error. */
+fusion_member *tmpi_member_experts_open(const member_spec *spec);
 
 #endif

@@ -204,7 +204,22 @@ int tutti_mpi_dead_rank(char *members, size_t cap) {
     return 0;
 }
 
+/* --split-experts for ensemble members: every member in rank 0's process
+ * (0 off, 1 on, 2 on and a model without experts is an error) */
+static int g_member_experts;
+
+int tutti_mpi_experts_members(bool on, bool strict) {
+    if (on && g_n_place >= 0)
+        return tutti_set_error("--place and --split-experts exclude each other: every member stays on rank 0 and "
+                               "spreads its experts over all ranks");
+    g_member_experts = on ? strict ? 2 : 1 : 0;
+    return TUTTI_OK;
+}
+
+int tutti_mpi_member_experts(void) { return g_member_experts; }
+
 int tutti_mpi_member_rank(int32_t i, int32_t n) {
+    if (g_member_experts) return 0;
     if (g_n_place >= 0) {
         if (g_n_place != n)
             return tutti_set_error("--place lists %d ranks for %d members (one rank per member)", g_n_place, n);
@@ -215,10 +230,12 @@ int tutti_mpi_member_rank(int32_t i, int32_t n) {
 }
 
 /* The member kinds of this layer, for member/member.h's factory: a member
- * on another rank (member_rank.c), split over the ranks (member_split.c). */
+ * on another rank (member_rank.c), split over the ranks (member_split.c),
+ * here with its experts over the ranks (member_experts.c). */
 static void register_kinds(void) {
     member_register_kind(MEMBER_KIND_RANK, tmpi_member_rank_open);
     member_register_kind(MEMBER_KIND_SPLIT, tmpi_member_split_open);
+    member_register_kind(MEMBER_KIND_EXPERTS, tmpi_member_experts_open);
 }
 
 /* ---- members split by layers (split.c has the rest) ---- */
@@ -559,10 +576,10 @@ static int serve(void) {
         if (MPI_Mrecv(buf, cnt, MPI_BYTE, &msg, &st) != MPI_SUCCESS) break;
         int32_t op = 0;
         if (cnt >= (int)sizeof op) memcpy(&op, buf, sizeof op);
-        if (op == TMPI_SPLIT) { /* a part of a model split by layers (split.c) */
+        if (op == TMPI_SPLIT || op == TMPI_EXPERTS) { /* a part of a split model (split.c), or its experts (experts.c) */
             char ebuf[1024] = "";
             tmpi_loaded out = {0};
-            if (tmpi_split_serve(buf, cnt, ebuf, sizeof ebuf) < 0) {
+            if ((op == TMPI_SPLIT ? tmpi_split_serve : tmpi_experts_serve)(buf, cnt, ebuf, sizeof ebuf) < 0) {
                 out.status = -1;
                 out.err_len = (int32_t)strlen(ebuf) + 1;
             }
@@ -621,7 +638,7 @@ static int serve(void) {
         if (err) MPI_Send(ebuf, out.err_len, MPI_CHAR, 0, TMPI_TAG_CTRL_REPLY, tmpi_comm);
     }
     if (quit_fault) return 1;
-    tmpi_split_join();
+    tmpi_serving_join();
     /* rank 0 sent FREE to every member it still held before QUIT */
     for (int i = 0; i < n_mem; i++) {
         pthread_join(mem[i]->th, NULL);
@@ -729,6 +746,7 @@ int tutti_mpi_stop(int rc) {
     }
     /* members the command did not free (error paths): release them */
     tmpi_split_release();
+    tmpi_experts_release();
     for (int i = 0; i < g_n_reg; i++) {
         int32_t req[3] = {TMPI_OP_FREE, 0, 0};
         MPI_Send(req, 3, MPI_INT32_T, g_reg[i].rank, g_reg[i].tag, tmpi_comm);

@@ -68,3 +68,14 @@ int tutti_mpi_ring_copy(tutti_mpi_ring *r, int32_t dst, int32_t src, int32_t k) 
     return TUTTI_OK;
 }
 void tutti_mpi_ring_free(tutti_mpi_ring *r) { (void)r; }
+int tutti_mpi_experts_attach(struct tutti_session *s, const char *path) {
+    (void)s, (void)path;
+    return tutti_set_error("--split-experts: this tutti was built without MPI (install libopenmpi-dev and reconfigure)");
+}
+int tutti_mpi_experts_members(bool on, bool strict) {
+    (void)strict;
+    return on ? tutti_set_error("--split-experts: this tutti was built without MPI (install libopenmpi-dev and "
+                                "reconfigure)")
+              : TUTTI_OK;
+}
+int tutti_mpi_member_experts(void) { return 0; }

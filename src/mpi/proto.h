@@ -28,19 +28,50 @@
  *   the part and stops serving it.  Every rank answers each ACT or ERR with
  *   exactly one message to the next rank (the ACT with its activations
  *   replaced), so rank 0 gets one answer per micro-batch whatever happened
- *   on the way. */
+ *   on the way.
+ *
+ * Routed experts split over the ranks (src/mpi/experts.c), one tag per
+ * split session TMPI_TAG_EXPERTS0 + number (never reused):
+ *   EXPERTS (control): tmpi_experts header + path bytes; the rank loads the
+ *         whole model and serves experts [e0, e1) of every MoE layer;
+ *         answered by a tmpi_loaded as for LOAD.
+ *   RUN (rank 0 -> rank, the split's tag, MPI_BYTE): a tmpi_xreq, the row
+ *         counts of the rank's experts (int32 each) and the n_rows x n_embd
+ *         floats routed to them, grouped by expert; answered on the same tag
+ *         by a tmpi_xrep and the n_rows output rows, or status < 0 and the
+ *         error text.  FREE: the header alone; the rank stops serving. */
 #ifndef TUTTI_MPI_PROTO_H
 #define TUTTI_MPI_PROTO_H
 
 #include <mpi.h>
 #include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* member tags: TMPI_TAG_MEMBER + handle (< 256 per rank); ring tags from
  * TMPI_TAG_SPLIT0 (MPI guarantees tags up to 32767) */
 enum { TMPI_TAG_CTRL = 1, TMPI_TAG_CTRL_REPLY = 2, TMPI_TAG_MEMBER = 16, TMPI_TAG_SPLIT0 = 1024 };
 enum { TMPI_MAX_RINGS = 30000 };
-enum { TMPI_LOAD = 1, TMPI_QUIT = 2, TMPI_SPLIT = 3 };
+enum { TMPI_TAG_EXPERTS0 = TMPI_TAG_SPLIT0 + TMPI_MAX_RINGS, TMPI_MAX_XSPLITS = 1000 };
+enum { TMPI_LOAD = 1, TMPI_QUIT = 2, TMPI_SPLIT = 3, TMPI_EXPERTS = 4 };
+enum { TMPI_XP_RUN = 1, TMPI_XP_FREE = 2 };
+
+typedef struct tmpi_experts {
+    int32_t op; /* TMPI_EXPERTS */
+    int32_t e0, e1, n_threads;
+    int32_t path_len;
+    int32_t tag; /* the split's tag */
+} tmpi_experts;
+typedef struct tmpi_xreq {
+    int32_t op; /* TMPI_XP_RUN, TMPI_XP_FREE */
+    int32_t il; /* the layer */
+    int32_t n_rows;
+} tmpi_xreq;
+typedef struct tmpi_xrep {
+    int32_t status; /* 0, or < 0 and the error text follows */
+    int32_t n_rows;
+} tmpi_xrep;
 enum { TMPI_ACT = 1, TMPI_ACT_ERR = 2, TMPI_ACT_FREE = 3 };
 
 typedef struct tmpi_split {
@@ -156,14 +187,28 @@ void tmpi_test_fault(void);
  * control message asks for and starts serving it; 0, or -1 with the error
  * text in ebuf. */
 int tmpi_split_serve(const char *buf, int cnt, char *ebuf, size_t cap);
-/* Waits for this rank's split parts to see FREE, and frees them. */
-void tmpi_split_join(void);
+/* Member-rank side: room for one more server thread (of a split part or
+ * an expert split), its registration, and the wait for every one of them
+ * to see FREE (their objects are freed then). */
+bool tmpi_serving_room(void);
+void tmpi_serving_add(pthread_t th, void *obj);
+void tmpi_serving_join(void);
+/* Rank 0: rank r's answer to a SPLIT or EXPERTS control message (what:
+ * for a fault report): *loaded, or its error text in err[cap].  TUTTI_ERR
+ * on a fault (tmpi_wait's error set). */
+int tmpi_take_loaded(int r, const char *what, bool *loaded, char *err, size_t cap);
 /* Rank 0: held around every control exchange (LOAD, SPLIT), which share
  * the control tags: threads building members at once must not take each
  * other's answers. */
 extern pthread_mutex_t tmpi_ctrl_mu;
 /* Rank 0: sends FREE to the split parts still held (error paths). */
 void tmpi_split_release(void);
+/* Member-rank side of an expert split (experts.c): loads the model an
+ * EXPERTS control message names and starts serving its experts; 0, or -1
+ * with the error text in ebuf. */
+int tmpi_experts_serve(const char *buf, int cnt, char *ebuf, size_t cap);
+/* Rank 0: sends FREE to the expert servers still held (error paths). */
+void tmpi_experts_release(void);
 /* Traffic counters (rank 0). */
 void tmpi_count(int64_t sent, int64_t recv, double rtt_s);
 

@@ -294,6 +294,23 @@ fail:
     return NULL;
 }
 
+int tmpi_take_loaded(int r, const char *what, bool *loaded, char *err, size_t cap) {
+    tmpi_loaded out;
+    MPI_Request rq;
+    *loaded = false;
+    err[0] = 0;
+    MPI_Irecv(&out, sizeof out, MPI_BYTE, r, TMPI_TAG_CTRL_REPLY, tmpi_comm, &rq);
+    if (tmpi_wait(&rq, MPI_Wtime() + tmpi_timeout_s(), r, what) < 0) return TUTTI_ERR;
+    out.host[sizeof out.host - 1] = 0;
+    tmpi_set_pid(r, out.pid, out.host);
+    if (out.status == 0) return *loaded = true, TUTTI_OK;
+    const int len = out.err_len > 0 && out.err_len < (int)cap ? out.err_len : (int)cap - 1;
+    MPI_Irecv(err, len, MPI_CHAR, r, TMPI_TAG_CTRL_REPLY, tmpi_comm, &rq);
+    if (tmpi_wait(&rq, MPI_Wtime() + tmpi_timeout_s(), r, what) < 0) return TUTTI_ERR;
+    err[cap - 1] = 0;
+    return TUTTI_OK;
+}
+
 /* Every other rank loads its part (at once; the answers are taken in rank
  * order).  One control exchange at a time (tmpi_ctrl_mu). */
 static int start_parts(tutti_mpi_ring *g, int32_t n_threads) {
@@ -319,21 +336,9 @@ static int start_parts(tutti_mpi_ring *g, int32_t n_threads) {
     int rc_load = TUTTI_OK;
     char first_err[1200] = "";
     for (int32_t r = 1; r < g->k && rc == TUTTI_OK; r++) {
-        tmpi_loaded out;
-        MPI_Request rq;
-        MPI_Irecv(&out, sizeof out, MPI_BYTE, r, TMPI_TAG_CTRL_REPLY, tmpi_comm, &rq);
-        if ((rc = tmpi_wait(&rq, MPI_Wtime() + tmpi_timeout_s(), r, "loading its layers")) < 0) break;
-        out.host[sizeof out.host - 1] = 0;
-        tmpi_set_pid(r, out.pid, out.host);
-        if (out.status == 0) {
-            g->loaded[r] = true;
-            continue;
-        }
-        char err[1024] = "";
-        int len = out.err_len > 0 && out.err_len < (int)sizeof err ? out.err_len : (int)sizeof err - 1;
-        MPI_Irecv(err, len, MPI_CHAR, r, TMPI_TAG_CTRL_REPLY, tmpi_comm, &rq);
-        if ((rc = tmpi_wait(&rq, MPI_Wtime() + tmpi_timeout_s(), r, "loading its layers")) < 0) break;
-        err[sizeof err - 1] = 0;
+        char err[1024];
+        if ((rc = tmpi_take_loaded(r, "loading its layers", &g->loaded[r], err, sizeof err)) < 0) break;
+        if (g->loaded[r]) continue;
         if (!first_err[0])
             snprintf(first_err, sizeof first_err, "mpi: rank %d cannot load layers %d-%d of %s: %s", r, g->il0[r],
                      g->il1[r] - 1, g->path, err);
@@ -666,8 +671,37 @@ typedef struct split_srv {
     pthread_t th;
 } split_srv;
 
-static split_srv **g_srv;
+/* the server threads of this rank's split parts and expert splits, with
+ * their objects (freed after the join) */
+static struct {
+    pthread_t th;
+    void *obj;
+} *g_srv;
 static int g_n_srv, g_cap_srv;
+
+bool tmpi_serving_room(void) {
+    if (g_n_srv < g_cap_srv) return true;
+    const int nc = g_cap_srv ? g_cap_srv * 2 : 8;
+    void *n = realloc(g_srv, sizeof *g_srv * (size_t)nc);
+    if (!n) return false;
+    g_srv = n, g_cap_srv = nc;
+    return true;
+}
+
+void tmpi_serving_add(pthread_t th, void *obj) {
+    g_srv[g_n_srv].th = th;
+    g_srv[g_n_srv++].obj = obj;
+}
+
+void tmpi_serving_join(void) {
+    for (int i = 0; i < g_n_srv; i++) {
+        pthread_join(g_srv[i].th, NULL);
+        free(g_srv[i].obj);
+    }
+    free(g_srv);
+    g_srv = NULL;
+    g_n_srv = g_cap_srv = 0;
+}
 
 static tutti_session *srv_session(split_srv *q, int32_t sid) {
     if (sid >= q->cap_ss) {
@@ -686,13 +720,7 @@ static tutti_session *srv_session(split_srv *q, int32_t sid) {
 static const char *srv_copy(split_srv *q, const tmpi_copy *c) {
     tutti_session *d = srv_session(q, c->dst), *s = d ? srv_session(q, c->src) : NULL;
     if (!s) return tutti_last_error();
-    const tutti_hparams *hp = &q->m->hp;
-    const size_t nk = (size_t)hp->n_head_kv * hp->head_dim_k, nv = (size_t)hp->n_head_kv * hp->head_dim_v;
-    const size_t n_ctx = (size_t)d->n_ctx;
-    for (int32_t l = q->il0; l < q->il1; l++) {
-        memcpy(d->k_cache + (size_t)l * n_ctx * nk, s->k_cache + (size_t)l * n_ctx * nk, sizeof(uint16_t) * nk * (size_t)c->k);
-        memcpy(d->v_cache + (size_t)l * n_ctx * nv, s->v_cache + (size_t)l * n_ctx * nv, sizeof(uint16_t) * nv * (size_t)c->k);
-    }
+    tutti_cache_copy_rows(d, s, q->il0, q->il1, c->k);
     return NULL;
 }
 
@@ -833,12 +861,7 @@ int tmpi_split_serve(const char *buf, int cnt, char *ebuf, size_t cap) {
     if (h.path_len < 1 || (int)sizeof h + h.path_len != cnt || h.tag < TMPI_TAG_SPLIT0 ||
         h.tag >= TMPI_TAG_SPLIT0 + TMPI_MAX_RINGS || h.il0 < 0 || h.il1 < h.il0)
         return snprintf(ebuf, cap, "mpi: malformed split request"), -1;
-    if (g_n_srv == g_cap_srv) {
-        int nc = g_cap_srv ? g_cap_srv * 2 : 8;
-        split_srv **n = realloc(g_srv, sizeof *n * (size_t)nc);
-        if (!n) return snprintf(ebuf, cap, "mpi: out of memory"), -1;
-        g_srv = n, g_cap_srv = nc;
-    }
+    if (!tmpi_serving_room()) return snprintf(ebuf, cap, "mpi: out of memory"), -1;
     char *path = malloc((size_t)h.path_len + 1);
     split_srv *q = calloc(1, sizeof *q);
     if (!path || !q) {
@@ -873,16 +896,6 @@ int tmpi_split_serve(const char *buf, int cnt, char *ebuf, size_t cap) {
         return -1;
     }
     free(path);
-    g_srv[g_n_srv++] = q;
+    tmpi_serving_add(q->th, q);
     return 0;
-}
-
-void tmpi_split_join(void) {
-    for (int i = 0; i < g_n_srv; i++) {
-        pthread_join(g_srv[i]->th, NULL);
-        free(g_srv[i]);
-    }
-    free(g_srv);
-    g_srv = NULL;
-    g_n_srv = g_cap_srv = 0;
 }

@@ -86,4 +86,38 @@ int tutti_mpi_ring_copy(tutti_mpi_ring *r, int32_t dst, int32_t src, int32_t k);
 /* Releases the other ranks' parts (after the ring's sessions are freed). */
 void tutti_mpi_ring_free(tutti_mpi_ring *r);
 
+/* ---- routed experts split over the ranks (src/mpi/experts.c) ----
+ *
+ *   mpirun -np K tutti generate|logits -m MOE.gguf --split-experts ...
+ *
+ * Every rank loads the whole model; rank r computes experts
+ * [r E / K, (r + 1) E / K) of every MoE layer (E = expert_count; rank 0
+ * the first share, and everything else: attention, routing, shared
+ * experts, the head).  Per layer, rank 0 sends each other rank the rows
+ * routed to its experts (n_embd floats each), computes its own share
+ * meanwhile, and takes back their outputs; the weighted sum over each
+ * token's experts then runs on rank 0 in rank order, so the logits are the
+ * single-process bits.  Traffic: 2 x n_embd x 4 bytes per routed row that
+ * leaves rank 0 (plus small headers), nothing for rows of rank 0's
+ * experts; prompt batches go the same way, a whole micro-batch per layer
+ * and rank. */
+
+/* The same for several sessions of one model (an ensemble member's pool):
+ * open plans the split of s's model (loaded from path) and has every
+ * other rank load it (with s's thread count) (a dense model, or one rank: nothing is split, join does
+ * nothing); join routes session s's MoE layers through it (s holds a
+ * reference); close drops the opener's reference (the split goes, and the
+ * other ranks free their copy, with the last reference).  The sessions
+ * must evaluate one at a time or from different threads: one exchange at
+ * a time goes over a split.  open: NULL + error; join: 0 or TUTTI_ERR. */
+typedef struct tutti_mpi_experts tutti_mpi_experts;
+tutti_mpi_experts *tutti_mpi_experts_open(const struct tutti_session *s, const char *path);
+int tutti_mpi_experts_join(tutti_mpi_experts *x, struct tutti_session *s);
+void tutti_mpi_experts_close(tutti_mpi_experts *x);
+
+/* Whether members split their experts (tutti_mpi_experts_members in
+ * include/tutti.h): 0 no, 1 yes, 2 yes and a model without experts is an
+ * error. */
+int tutti_mpi_member_experts(void);
+
 #endif
