@@ -23,7 +23,8 @@ static const char *const g_types[] = {"F32",  "F16",     "BF16",   "Q8_0",    "Q
                                       "IQ4_NL", "IQ4_XS", NULL};
 #define N_WRITABLE 12
 /* Numeric merge parameters of the command-line form (mergekit's names). */
-static const char *const g_params[] = {"t", "density", "lambda", "epsilon", "gamma", "normalize", "rescale", "scale"};
+static const char *const g_params[] = {"t",     "density", "lambda", "epsilon",    "gamma",
+                                       "normalize", "rescale", "scale", "select_topk"};
 #define N_PARAMS (int)(sizeof g_params / sizeof g_params[0])
 
 typedef struct merge_args {
@@ -62,13 +63,14 @@ static int parse_args(int argc, char **argv, merge_args *a) {
         CLI_STRS("-m,--model", "FILE", &a->models, "a model to merge (repeat)"),
         CLI_STR("--method", "METHOD", &a->method,
                 "linear, slerp, nuslerp, task_arithmetic, ties, dare_linear, dare_ties, della,\n"
-                "della_linear, breadcrumbs, breadcrumbs_ties, model_stock, passthrough",
+                "della_linear, breadcrumbs, breadcrumbs_ties, model_stock, passthrough, sce, karcher,\n"
+                "multislerp, nearswap, arcee_fusion",
                 "none"),
         CLI_STR("--base", "FILE", &a->base, "base_model (slerp: the t = 0 end; task vectors are taken from it)",
                 "slerp: the first -m; others: none"),
         CLI_FLOATS("-w,--weights", "W1,W2,...", &a->weights, -1e6, 1e6, "weight of each -m model",
                    "linear/nuslerp: equal; task vectors: 1"),
-        CLI_DOUBLE("--t", "T", &pv[0], -1e6, 1e6, "slerp/nuslerp interpolation t", "none"),
+        CLI_DOUBLE("--t", "T", &pv[0], -1e6, 1e6, "slerp interpolation t; nearswap's sameness threshold", "none"),
         CLI_DOUBLE("--density", "D", &pv[1], -1e6, 1e6, "ties/dare/della/breadcrumbs kept fraction", "none"),
         CLI_DOUBLE("--lambda", "L", &pv[2], -1e6, 1e6, "task-vector scale", "none"),
         CLI_DOUBLE("--epsilon", "E", &pv[3], -1e6, 1e6, "della's magnitude window", "none"),
@@ -76,6 +78,7 @@ static int parse_args(int argc, char **argv, merge_args *a) {
         CLI_DOUBLE("--normalize", "0|1", &pv[5], 0, 1, "divide by the sum of the weights", "per method"),
         CLI_DOUBLE("--rescale", "0|1", &pv[6], 0, 1, "dare: restore the task vector's L1 norm", "per method"),
         CLI_DOUBLE("--scale", "S", &pv[7], -1e6, 1e6, "passthrough scale", "none"),
+        CLI_DOUBLE("--select-topk", "F", &pv[8], 0, 1, "sce: fraction of the elements kept (largest variance)", "1"),
         CLI_END,
     };
     const cli_spec spec = {

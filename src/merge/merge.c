@@ -452,10 +452,12 @@ static int fill_tensor(void *ctx, int64_t index, void *buf, uint64_t size) {
     if (rc == 0) {
         /* the method's global parameters: slice, then global level */
         static const char *const gnames[] = {"t", "lambda", "scale", "normalize", "rescale", "nuslerp_flatten",
-                                             "nuslerp_row_wise", "filter_wise"};
-        double g[8];
-        for (int k = 0; k < 8; k++) g[k] = NAN;
-        for (int k = 0; rc == 0 && k < 8; k++) rc = param_of(r, pt, NULL, gnames[k], &g[k]);
+                                             "nuslerp_row_wise", "filter_wise", "select_topk", "max_iter", "tol",
+                                             "eps", "normalize_weights"};
+        enum { NG = sizeof gnames / sizeof *gnames };
+        double g[NG];
+        for (int k = 0; k < NG; k++) g[k] = NAN;
+        for (int k = 0; rc == 0 && k < NG; k++) rc = param_of(r, pt, NULL, gnames[k], &g[k]);
         double t = g[0], lambda = g[1], scale = g[2], nz = g[3], rs = g[4], fl = g[5], rw = g[6], fw = g[7];
         merge_method m = r->cfg->method;
         bool def_norm = m == MM_LINEAR || m == MM_TIES || m == MM_DELLA;
@@ -468,6 +470,11 @@ static int fill_tensor(void *ctx, int64_t index, void *buf, uint64_t size) {
         a.flatten = isnan(fl) ? true : fl != 0;
         a.row_wise = !isnan(rw) && rw != 0;
         a.filter_wise = !isnan(fw) && fw != 0;
+        a.select_topk = g[8];
+        a.max_iter = isnan(g[9]) ? 10 : (int)fmin(fmax(g[9], 0), 1e6);
+        a.tol = g[10];
+        a.eps = g[11];
+        a.normalize_weights = isnan(g[12]) || g[12] != 0;
     }
     if (rc == 0) rc = merge_tensor(&a, out);
     if (rc == 0) {

@@ -7,6 +7,8 @@
  * sparsify.c   task-vector sparsification (magnitude, random, outliers,
  *              DELLA) and the counter-based random generator
  * methods.c    one output tensor from the input tensors, per method
+ * spherical.c  the hypersphere means: karcher, multislerp
+ * selective.c  element-wise selections: sce, nearswap, arcee_fusion
  * merge.c      checks, plan, streaming write (tutti_merge) */
 #ifndef TUTTI_MERGE_H
 #define TUTTI_MERGE_H
@@ -69,7 +71,7 @@ typedef struct merge_slice {
 typedef enum merge_method {
     MM_LINEAR, MM_SLERP, MM_NUSLERP, MM_TASK_ARITHMETIC, MM_TIES, MM_DARE_TIES, MM_DARE_LINEAR,
     MM_DELLA, MM_DELLA_LINEAR, MM_BREADCRUMBS, MM_BREADCRUMBS_TIES, MM_MODEL_STOCK,
-    MM_PASSTHROUGH, MM_COUNT
+    MM_PASSTHROUGH, MM_SCE, MM_KARCHER, MM_MULTISLERP, MM_NEARSWAP, MM_ARCEE_FUSION, MM_COUNT
 } merge_method;
 
 struct tutti_merge_config {
@@ -86,6 +88,7 @@ struct tutti_merge_config {
 
 const char *merge_method_name(merge_method m);
 int merge_method_from_name(const char *s); /* -1 when unknown */
+const char *merge_method_list(void);        /* "linear, slerp, ..." for messages */
 
 /* Evaluates a setting for tensor hf_name at gradient position t.  Returns
  * false when the setting does not apply (no condition matched); *is_num says
@@ -146,11 +149,26 @@ typedef struct merge_tensor_args {
     const double *weight, *density, *gamma, *epsilon; /* per input */
     double t, lambda, scale;
     bool normalize, rescale, flatten, row_wise, filter_wise;
+    double select_topk;      /* sce (default 1) */
+    int max_iter;            /* karcher (default 10) */
+    double tol;              /* karcher (default 1e-5) */
+    double eps;              /* multislerp (default 1e-8) */
+    bool normalize_weights;  /* multislerp (default true) */
     const char *name;  /* output tensor name (random masks) */
     uint64_t seed;
 } merge_tensor_args;
 
 /* Computes the merged tensor into out (n floats).  0 or TUTTI_ERR. */
 int merge_tensor(const merge_tensor_args *a, float *out);
+
+/* An error naming the method, model and tensor when input i has no weight. */
+int merge_need_weight(const merge_tensor_args *a, int i);
+/* The methods of spherical.c and selective.c, as merge_tensor calls them
+ * (a->n_in >= 2).  0 or TUTTI_ERR. */
+int merge_karcher(const merge_tensor_args *a, float *out);
+int merge_multislerp(const merge_tensor_args *a, float *out);
+int merge_sce(const merge_tensor_args *a, float *out);
+int merge_nearswap(const merge_tensor_args *a, float *out);
+int merge_arcee_fusion(const merge_tensor_args *a, float *out);
 
 #endif

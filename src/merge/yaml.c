@@ -311,10 +311,8 @@ static int parse_root(ctx *c, tutti_merge_config *cfg) {
             const char *m = scalar(v);
             int mi = m ? merge_method_from_name(m) : -1;
             if (mi < 0)
-                return tutti_set_error("merge config: line %d: unknown merge_method '%.60s' (linear, slerp, "
-                                       "nuslerp, task_arithmetic, ties, dare_ties, dare_linear, della, "
-                                       "della_linear, breadcrumbs, breadcrumbs_ties, model_stock, passthrough)",
-                                       line(v), m ? m : "(not a string)");
+                return tutti_set_error("merge config: line %d: unknown merge_method '%.60s' (%s)", line(v),
+                                       m ? m : "(not a string)", merge_method_list());
             cfg->method = (merge_method)mi;
             have_method = true;
         } else if (!strcmp(ks, "base_model")) {
