@@ -26,7 +26,7 @@ usage:
         exit 0 when every tensor of each MERGED (dequantized) equals the
         reference within 1e-6 relative (scale floor: 1e-6 of the tensor's max)
   merge_ref.py hash FILE.gguf       prints "name sha256-of-data" per tensor
-Configs are JSON (a subset of YAML: the test writes them so).
+Configs are JSON (a subset of YAML: the tests write them so) or YAML (python3-yaml).
 """
 import hashlib
 import json
@@ -523,7 +523,12 @@ def merge_linear(xs, params):
 
 def check(cfg_path, merged_path, seed):
     with open(cfg_path) as f:
-        cfg = json.load(f)
+        text = f.read()
+    try:
+        cfg = json.loads(text)
+    except ValueError:  # block-style YAML (tutti merge --search writes it)
+        import yaml
+        cfg = yaml.safe_load(text)
     out = Gguf(merged_path)
     method = cfg["merge_method"]
     files = {}

@@ -584,8 +584,10 @@ static int write_metadata(merge_run *r, gguf_writer *w, int meta_file) {
     return gguf_writer_add_str(w, "tutti.merge.config", rec);
 }
 
-int tutti_merge(const tutti_merge_config *c, const char *out_path, const tutti_merge_params *pp) {
-    if (!c || !out_path) return tutti_set_error("merge: NULL configuration or output path");
+/* The merge, written to out_path or (out_path NULL) into a malloc'd image
+ * (*buf, *size). */
+static int merge_write(const tutti_merge_config *c, const char *out_path, void **buf, size_t *size,
+                       const tutti_merge_params *pp) {
     tutti_merge_params p = pp ? *pp : tutti_merge_default_params();
     int out_type = p.type ? out_type_of(p.type) : merge_config_out_type(c);
     if (!p.type && out_type < 0) out_type = TUTTI_TYPE_F16;
@@ -605,10 +607,8 @@ int tutti_merge(const tutti_merge_config *c, const char *out_path, const tutti_m
     int rc = make_slices(&r);
     if (rc == 0) rc = check_arch_vocab(&r);
     if (rc == 0) rc = build_plan(&r);
-    if (rc == 0) {
-        for (int i = 0; i < r.n_files; i++)
-            if (!strcmp(r.paths[i], out_path)) rc = tutti_set_error("merge: the output %s is also an input", out_path);
-    }
+    for (int i = 0; rc == 0 && out_path && i < r.n_files; i++)
+        if (!strcmp(r.paths[i], out_path)) rc = tutti_set_error("merge: the output %s is also an input", out_path);
     if (rc == 0) {
         w = gguf_writer_new();
         if (!w) rc = TUTTI_ERR;
@@ -619,7 +619,7 @@ int tutti_merge(const tutti_merge_config *c, const char *out_path, const tutti_m
     }
     for (int64_t i = 0; rc == 0 && i < r.n_plan; i++)
         rc = gguf_writer_add_tensor_fill(w, r.plan[i].name, r.plan[i].type, r.plan[i].n_dims, r.plan[i].ne, fill_tensor, &r);
-    if (rc == 0) rc = gguf_writer_write(w, out_path);
+    if (rc == 0) rc = out_path ? gguf_writer_write(w, out_path) : gguf_writer_write_buffer(w, buf, size);
     gguf_writer_free(w);
     for (int64_t i = 0; i < r.n_plan; i++) free(r.plan[i].in);
     free(r.plan);
@@ -632,4 +632,16 @@ int tutti_merge(const tutti_merge_config *c, const char *out_path, const tutti_m
     free(r.files);
     free(r.paths);
     return rc;
+}
+
+int tutti_merge(const tutti_merge_config *c, const char *out_path, const tutti_merge_params *p) {
+    if (!c || !out_path) return tutti_set_error("merge: NULL configuration or output path");
+    return merge_write(c, out_path, NULL, NULL, p);
+}
+
+int merge_to_buffer(const tutti_merge_config *c, const tutti_merge_params *p, void **buf, size_t *size) {
+    if (!c || !buf || !size) return tutti_set_error("merge: NULL configuration or buffer");
+    *buf = NULL;
+    *size = 0;
+    return merge_write(c, NULL, buf, size, p);
 }

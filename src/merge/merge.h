@@ -115,6 +115,10 @@ bool merge_lookup(const merge_params *source, const merge_params *slice, const m
                   const char *name, const char *hf_name, const char *gguf_name, double t, double *out,
                   bool *err);
 
+/* tutti_merge into memory: the GGUF image the file would hold, malloc'd
+ * into *buf (*size bytes; the caller frees it).  0 or TUTTI_ERR. */
+int merge_to_buffer(const tutti_merge_config *c, const tutti_merge_params *p, void **buf, size_t *size);
+
 /* Hugging Face name of a GGUF tensor name for architecture arch (into buf). */
 void merge_hf_name(const char *arch, const char *gguf_name, char *buf, size_t size);
 
