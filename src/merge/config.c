@@ -230,8 +230,23 @@ int merge_config_out_type(const tutti_merge_config *c) {
     return t >= 0 ? t : merge_dtype_type(c->dtype);
 }
 
+static void free_strs(char **v, int n) {
+    for (int i = 0; v && i < n; i++) free(v[i]);
+    free(v);
+}
+
 void tutti_merge_config_free(tutti_merge_config *c) {
     if (!c) return;
+    if (c->moe) {
+        for (int i = 0; i < c->moe->n_experts; i++) {
+            merge_expert *e = &c->moe->experts[i];
+            free(e->source_model);
+            free_strs(e->pos, e->n_pos);
+            free_strs(e->neg, e->n_neg);
+        }
+        free(c->moe->experts);
+        free(c->moe);
+    }
     free(c->base_model);
     free(c->dtype);
     free(c->out_dtype);

@@ -122,39 +122,43 @@ static int block_count(merge_run *r, int f, int64_t *out) {
 
 /* ---- checks ---- */
 
-static int check_arch_vocab(merge_run *r) {
+int merge_check_arch_vocab(gguf_file *const *files, char *const *paths, int n_files, char *arch, size_t arch_size) {
     gguf_str a0;
-    if (!gguf_get_str(r->files[0], "general.architecture", &a0))
-        return tutti_set_error("merge: %s: no general.architecture", r->paths[0]);
-    char *arch = r->arch_buf;
-    snprintf(r->arch_buf, sizeof r->arch_buf, "%.*s", (int)(a0.len < 63 ? a0.len : 63), a0.data);
-    r->arch = arch;
-    int64_t t0 = gguf_find_key(r->files[0], "tokenizer.ggml.tokens");
-    for (int i = 1; i < r->n_files; i++) {
+    if (!gguf_get_str(files[0], "general.architecture", &a0))
+        return tutti_set_error("merge: %s: no general.architecture", paths[0]);
+    snprintf(arch, arch_size, "%.*s", (int)(a0.len < 63 ? a0.len : 63), a0.data);
+    int64_t t0 = gguf_find_key(files[0], "tokenizer.ggml.tokens");
+    for (int i = 1; i < n_files; i++) {
         gguf_str a;
-        if (!gguf_get_str(r->files[i], "general.architecture", &a) || a.len != a0.len || memcmp(a.data, a0.data, a.len))
-            return tutti_set_error("merge: different architectures: %s is %s, %s is %.*s", r->paths[0], arch,
-                                   r->paths[i], (int)(a.len < 64 ? a.len : 64), a.data ? a.data : "(none)");
-        int64_t ti = gguf_find_key(r->files[i], "tokenizer.ggml.tokens");
+        if (!gguf_get_str(files[i], "general.architecture", &a) || a.len != a0.len || memcmp(a.data, a0.data, a.len))
+            return tutti_set_error("merge: different architectures: %s is %s, %s is %.*s", paths[0], arch,
+                                   paths[i], (int)(a.len < 64 ? a.len : 64), a.data ? a.data : "(none)");
+        int64_t ti = gguf_find_key(files[i], "tokenizer.ggml.tokens");
         if ((t0 < 0) != (ti < 0))
             return tutti_set_error("merge: different vocabularies: %s has a token list, %s has none",
-                                   r->paths[t0 < 0 ? i : 0], r->paths[t0 < 0 ? 0 : i]);
+                                   paths[t0 < 0 ? i : 0], paths[t0 < 0 ? 0 : i]);
         if (t0 < 0) continue;
-        uint64_t n0 = gguf_kv_arr_n(r->files[0], t0), ni = gguf_kv_arr_n(r->files[i], ti);
+        uint64_t n0 = gguf_kv_arr_n(files[0], t0), ni = gguf_kv_arr_n(files[i], ti);
         if (n0 != ni)
             return tutti_set_error("merge: different vocabularies: %s has %llu tokens, %s has %llu (merging "
                                    "needs one token list; fuse them with tutti run/eval instead)",
-                                   r->paths[0], (unsigned long long)n0, r->paths[i], (unsigned long long)ni);
+                                   paths[0], (unsigned long long)n0, paths[i], (unsigned long long)ni);
         for (uint64_t j = 0; j < n0; j++) {
-            gguf_str s0 = gguf_kv_str(r->files[0], t0, j), si = gguf_kv_str(r->files[i], ti, j);
+            gguf_str s0 = gguf_kv_str(files[0], t0, j), si = gguf_kv_str(files[i], ti, j);
             if (s0.len != si.len || memcmp(s0.data, si.data, s0.len))
                 return tutti_set_error("merge: different vocabularies: token %llu is '%.*s' in %s and '%.*s' "
                                        "in %s (merging needs one token list; fuse them with tutti run/eval "
                                        "instead)",
-                                       (unsigned long long)j, (int)(s0.len < 40 ? s0.len : 40), s0.data, r->paths[0],
-                                       (int)(si.len < 40 ? si.len : 40), si.data, r->paths[i]);
+                                       (unsigned long long)j, (int)(s0.len < 40 ? s0.len : 40), s0.data, paths[0],
+                                       (int)(si.len < 40 ? si.len : 40), si.data, paths[i]);
         }
     }
+    return 0;
+}
+
+static int check_arch_vocab(merge_run *r) {
+    if (merge_check_arch_vocab(r->files, r->paths, r->n_files, r->arch_buf, sizeof r->arch_buf)) return TUTTI_ERR;
+    r->arch = r->arch_buf;
     return 0;
 }
 
@@ -215,7 +219,7 @@ static int check_counterparts(merge_run *r, int f, int lf, int g, int lg) {
  * (norms, biases and other vectors stay F32); a row length the type's block
  * does not divide falls back like llama_tensor_get_type (Q4_K -> Q5_0,
  * Q5_K -> Q5_1, Q6_K -> Q8_0, else F16). */
-static int tensor_type(int out_type, const char *name, uint32_t n_dims, int64_t ne0) {
+int merge_tensor_type(int out_type, const char *name, uint32_t n_dims, int64_t ne0) {
     size_t l = strlen(name);
     bool weight = l >= 7 && !strcmp(name + l - 7, ".weight");
     if (n_dims < 2 || !weight || strstr(name, "_norm.weight")) return TUTTI_TYPE_F32;
@@ -262,7 +266,7 @@ static int add_plan(merge_run *r, const char *out_name, int slice, double t, con
     }
     pt->n_dims = pt->in[0]->n_dims;
     for (int d = 0; d < GGUF_MAX_DIMS; d++) pt->ne[d] = pt->in[0]->ne[d];
-    pt->type = tensor_type(r->out_type, out_name, pt->n_dims, pt->ne[0]);
+    pt->type = merge_tensor_type(r->out_type, out_name, pt->n_dims, pt->ne[0]);
     return 0;
 }
 
@@ -486,12 +490,7 @@ static int fill_tensor(void *ctx, int64_t index, void *buf, uint64_t size) {
     }
     if (rc == 0 && tutti_row_size(pt->type, pt->ne[0]) * (uint64_t)(n / pt->ne[0]) != size)
         rc = tutti_set_error("merge: internal: size of %s", pt->name);
-    if (rc == 0) {
-        size_t rs = tutti_row_size(pt->type, pt->ne[0]);
-        for (int64_t row = 0; rc == 0 && row < n / pt->ne[0]; row++)
-            if (!tutti_quantize_row_ref(pt->type, out + row * pt->ne[0], (char *)buf + (size_t)row * rs, pt->ne[0]))
-                rc = TUTTI_ERR;
-    }
+    if (rc == 0) rc = merge_quantize(pt->type, out, n, pt->ne[0], buf);
     if (rc == 0 && r->p->verbose)
         fprintf(stderr, "merge: [%lld/%lld] %-28s %-6s t=%.3f\n", (long long)index + 1, (long long)r->n_plan, pt->name,
                 tutti_type_name(pt->type), pt->t);
@@ -502,9 +501,17 @@ static int fill_tensor(void *ctx, int64_t index, void *buf, uint64_t size) {
     return rc;
 }
 
+int merge_quantize(int type, const float *x, int64_t n, int64_t ne0, void *buf) {
+    size_t rs = tutti_row_size(type, ne0);
+    for (int64_t row = 0; row < n / ne0; row++)
+        if (!tutti_quantize_row_ref(type, x + row * ne0, (char *)buf + (size_t)row * rs, ne0))
+            return tutti_set_error("merge: cannot write rows of %lld values as %s", (long long)ne0, tutti_type_name(type));
+    return 0;
+}
+
 /* ---- metadata ---- */
 
-static int llama_ftype(int type) {
+int merge_llama_ftype(int type) {
     switch (type) {
     case TUTTI_TYPE_F32: return 0;
     case TUTTI_TYPE_F16: return 1;
@@ -547,7 +554,7 @@ static int write_metadata(merge_run *r, gguf_writer *w, int meta_file) {
         int rc;
         if (gguf_str_eq(k, "general.name")) rc = gguf_writer_add_str(w, "general.name", name), have_name = true;
         else if (gguf_str_eq(k, "general.file_type"))
-            rc = gguf_writer_add_u32(w, "general.file_type", (uint32_t)llama_ftype(r->out_type)), have_ft = true;
+            rc = gguf_writer_add_u32(w, "general.file_type", (uint32_t)merge_llama_ftype(r->out_type)), have_ft = true;
         else if (gguf_str_eq(k, "general.quantization_version"))
             rc = gguf_writer_add_u32(w, "general.quantization_version", 2), have_qv = true;
         else if (gguf_str_eq(k, bc_key)) rc = gguf_writer_add_u32(w, bc_key, n_layers);
@@ -557,7 +564,7 @@ static int write_metadata(merge_run *r, gguf_writer *w, int meta_file) {
         if (rc) return TUTTI_ERR;
     }
     if (!have_name && gguf_writer_add_str(w, "general.name", name)) return TUTTI_ERR;
-    if (!have_ft && gguf_writer_add_u32(w, "general.file_type", (uint32_t)llama_ftype(r->out_type))) return TUTTI_ERR;
+    if (!have_ft && gguf_writer_add_u32(w, "general.file_type", (uint32_t)merge_llama_ftype(r->out_type))) return TUTTI_ERR;
     if (quantized && !have_qv && gguf_writer_add_u32(w, "general.quantization_version", 2)) return TUTTI_ERR;
     if (gguf_writer_add_str(w, "tutti.merge.method", merge_method_name(r->cfg->method))) return TUTTI_ERR;
     const char **models = calloc((size_t)r->n_files, sizeof *models);
@@ -598,6 +605,7 @@ static int merge_write(const tutti_merge_config *c, const char *out_path, void *
     if (out_type < 0)
         return tutti_set_error("merge: output type '%s' is not one tutti writes (F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
                                "Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4; mixtures like Q4_K_M: llama-quantize)", p.type);
+    if (c->moe) return merge_moe_write(c, out_type, out_path, buf, size, &p);
     if (c->n_models == 0 && c->n_slices == 0) return tutti_set_error("merge: no models");
     if (c->method == MM_PASSTHROUGH && c->n_models > 1)
         return tutti_set_error("merge: passthrough takes slices (one source each), not a list of models");

@@ -14,6 +14,7 @@
 #define TUTTI_MERGE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "tutti.h"
@@ -74,7 +75,32 @@ typedef enum merge_method {
     MM_PASSTHROUGH, MM_SCE, MM_KARCHER, MM_MULTISLERP, MM_NEARSWAP, MM_ARCEE_FUSION, MM_COUNT
 } merge_method;
 
+/* mergekit-moe (moe.c): a mixture of experts made of dense models.  The
+ * router's initial rows (gate vectors) per mergekit's gate_mode. */
+typedef enum merge_gate_mode {
+    MG_HIDDEN,         /* hidden states at each layer's input, last prompt token ("hidden", "hidden_last") */
+    MG_HIDDEN_AVG,     /* the same, averaged over the prompt's tokens */
+    MG_CHEAP_EMBED,    /* the prompts' summed token embeddings, every layer alike */
+    MG_RANDOM,         /* N(0, 1) */
+    MG_UNIFORM_RANDOM, /* U(-1/sqrt(n_embd), 1/sqrt(n_embd)), torch.nn.Linear's initialisation */
+} merge_gate_mode;
+
+typedef struct merge_expert {
+    char *source_model;
+    char **pos, **neg; /* positive_prompts[n_pos], negative_prompts[n_neg] */
+    int n_pos, n_neg;
+    double noise_scale, residual_scale; /* NAN: none */
+} merge_expert;
+
+typedef struct merge_moe {
+    merge_expert *experts;
+    int n_experts;
+    merge_gate_mode gate_mode;
+    int experts_per_token; /* default 2 */
+} merge_moe;
+
 struct tutti_merge_config {
+    merge_moe *moe;       /* a mergekit-moe configuration (`experts:`): base_model, dtype and text apply */
     merge_method method;
     char *base_model;
     char *dtype, *out_dtype;
@@ -114,6 +140,33 @@ int merge_params_set_num(merge_params *p, const char *name, double v, bool is_bo
 bool merge_lookup(const merge_params *source, const merge_params *slice, const merge_params *global,
                   const char *name, const char *hf_name, const char *gguf_name, double t, double *out,
                   bool *err);
+
+/* ---- writing (merge.c, moe.c) ---- */
+
+/* files[n_files] (opened from paths) have one architecture (its name into
+ * arch) and one token list; 0, or TUTTI_ERR naming the first difference. */
+struct gguf_file;
+int merge_check_arch_vocab(struct gguf_file *const *files, char *const *paths, int n_files, char *arch,
+                           size_t arch_size);
+/* The output type of one tensor: llama-quantize's choice (2-D+ weights in
+ * out_type, with its fallbacks for rows the blocks do not divide; vectors
+ * and norms F32). */
+int merge_tensor_type(int out_type, const char *name, uint32_t n_dims, int64_t ne0);
+/* llama.cpp's general.file_type for an output type. */
+int merge_llama_ftype(int type);
+/* n floats (rows of ne0) quantized into buf as type; 0 or TUTTI_ERR. */
+int merge_quantize(int type, const float *x, int64_t n, int64_t ne0, void *buf);
+/* The mixture of experts of a mergekit-moe configuration (moe.c), written
+ * to out_path or (out_path NULL) into *buf / *size, tensors in out_type. */
+int merge_moe_write(const tutti_merge_config *c, int out_type, const char *out_path, void **buf, size_t *size,
+                    const tutti_merge_params *p);
+/* The router's rows: gate[n_layer][n_experts][n_embd] for the dense base
+ * model at base_path (moe_router.c, mergekit/moe/router.py's
+ * get_gate_params).  seed: of the random modes.  Writes a warning on stderr
+ * for layers whose gate vectors are nearly dependent (condition number > 5,
+ * as mergekit warns).  0 or TUTTI_ERR. */
+int merge_moe_gates(const merge_moe *moe, const char *base_path, int n_layer, int64_t n_embd, uint64_t seed,
+                    float *gate);
 
 /* tutti_merge into memory: the GGUF image the file would hold, malloc'd
  * into *buf (*size bytes; the caller frees it).  0 or TUTTI_ERR. */
