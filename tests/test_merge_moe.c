@@ -169,6 +169,61 @@ static void test_moe_files_as_llamacpp_ran(void **state) {
     }
 }
 
+/* tutti's own forward pass of the mixtures against llama.cpp's logits on
+ * them, in log-softmax: the float32 mixture within 0.02 (the issue's bound;
+ * measured with the MoE branch's tutti: 0.009), the float16 one with two
+ * experts a token within 0.05 (measured 0.048 at one of 118 positions, median
+ * 0.007: rounding of F16 weights and activations spread over every position,
+ * not a different choice of experts).  Skipped while tutti's model loader
+ * refuses mixtures of experts (the MoE issue lands that support). */
+static void test_moe_logits_vs_llamacpp(void **state) {
+    (void)state;
+    require_shared();
+    size_t len;
+    char *idt = read_file(data_path("input.ids"), &len);
+    assert_non_null(idt);
+    int32_t ids[512];
+    int n = parse_ids(idt, ids, 512);
+    free(idt);
+    assert_true(n > 100);
+    static const char *const names[] = {"hidden", "cheap"};
+    for (int i = 0; i < 2; i++) {
+        char yaml[64], gguf[64], ref_name[64], args[2048];
+        snprintf(yaml, sizeof yaml, "%s.yaml", names[i]);
+        snprintf(gguf, sizeof gguf, "lg-%s.gguf", names[i]);
+        snprintf(ref_name, sizeof ref_name, "%s.logits.f32", names[i]);
+        snprintf(args, sizeof args, "--config %s -o %s", config_from(yaml, NULL, yaml), tmp(gguf));
+        merge_ok(args);
+        tutti_model *m = tutti_model_load(tmp(gguf), NULL);
+        if (!m) {
+            const char *e = tutti_last_error();
+            if (e && strstr(e, "mixture-of-experts models are not supported")) {
+                print_message("skipped: %s\n", e);
+                skip();
+            }
+            fail_msg("%s: %s", gguf, e);
+        }
+        int n_vocab = tutti_model_n_vocab(m);
+        float *ref = (float *)read_file(data_path(ref_name), &len);
+        assert_non_null(ref);
+        assert_int_equal(len, sizeof(float) * (size_t)n * (size_t)n_vocab);
+        tutti_session_params sp = tutti_session_default_params();
+        sp.n_ctx = 256;
+        sp.n_threads = 2;
+        tutti_session *s = tutti_session_new(m, &sp);
+        assert_non_null(s);
+        float *logits = malloc(sizeof(float) * (size_t)n * (size_t)n_vocab);
+        assert_non_null(logits);
+        assert_int_equal(tutti_session_eval(s, ids, n, logits), TUTTI_OK);
+        double d = max_logsoftmax_diff(logits, ref, n, n_vocab);
+        print_message("moe %s: tutti vs llama.cpp max |dlogsoftmax| %.4f over %d positions\n", names[i], d, n);
+        assert_true(d <= (i == 0 ? 0.02 : 0.05));
+        free(logits), free(ref);
+        tutti_session_free(s);
+        tutti_model_free(m);
+    }
+}
+
 static void expect_refusal(const char *yaml, const char *needle) {
     FILE *f = fopen(tmp("bad.yaml"), "w");
     assert_non_null(f);
@@ -250,6 +305,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_moe_vs_reference),
         cmocka_unit_test(test_moe_files_as_llamacpp_ran),
+        cmocka_unit_test(test_moe_logits_vs_llamacpp),
         cmocka_unit_test(test_moe_refusals),
     };
     if (getenv("TUTTI_TEST_FILTER")) cmocka_set_test_filter(getenv("TUTTI_TEST_FILTER"));
