@@ -10,7 +10,6 @@
 #include "cli/cli.h"
 #include "cli/ens_args.h"
 #include "cli/opts.h"
-#include "mpi/tutti_mpi.h"
 #include "server/server.h"
 
 static const char *g_rules[5], *g_aligns[5];
@@ -88,8 +87,9 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
     const cli_opt opts[] = {
         CLI_SECTION("models"),
         CLI_STRS("-m,--model", "FILE", &models, "a member of 'default', also served alone (repeat)"),
+        CLI_HF_OPTS(&models, CLI_T_STRS, 0),
         CLI_STR("-e,--ensemble", "FILE", &o->ens_file, "members of 'default' from an ensemble file", "none"),
-        CLI_STR("--config", "FILE", &o->config, "JSON: more models, renames, named ensembles (README)", "none"),
+        CLI_STR("--config", "FILE", &o->config, "JSON: more models, renames, named ensembles (docs/server.md)", "none"),
         CLI_STR("--chat-template", "FILE", &o->chat_template_file,
                 "Jinja chat template for every model (overrides theirs)", "the models' own"),
         CLI_FLOATS("-w,--weights", "W1,W2,...", &weights, -1e30, 1e30, "weights of 'default', one per member",
@@ -132,18 +132,19 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
     };
     const cli_spec spec = {
         .name = "serve",
-        .usage = "(-m A.gguf [-m ...] | -e ENSEMBLE | --config FILE) [options]",
+        .usage = "(-m A.gguf | -hf REPO[:QUANT] [...] | -e ENSEMBLE | --config FILE) [options]",
         .description = "OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions, /v1/models,\n"
                        "/health, /metrics. Model names: 'default' (the ensemble of every -m member, or of\n"
                        "the -e file), every file alone under its name without .gguf, and the --config\n"
-                       "file's named ensembles. A -m may be a remote member's URL (README). The API key\n"
-                       "may also come from the environment variable TUTTI_API_KEY. SIGINT/SIGTERM stop\n"
-                       "it gracefully.",
+                       "file's named ensembles. A -m may be a remote member's URL (docs/remote-members.md).\n"
+                       "The API key may also come from the environment variable TUTTI_API_KEY.\n"
+                       "SIGINT/SIGTERM stop it gracefully.",
         .opts = opts,
     };
     int r = cli_parse(&spec, argc, argv);
     if (r != CLI_RUN) return r;
     if (models.n > TUTTI_ENSEMBLE_MAX_MEMBERS) return cli_usage_error("at most %d -m", TUTTI_ENSEMBLE_MAX_MEMBERS);
+    if ((r = cli_resolve_models(&models)) != CLI_RUN) return r;
     for (int i = 0; i < models.n; i++) o->models[o->n_models++] = models.v[i];
     if (weights.n > TUTTI_ENSEMBLE_MAX_MEMBERS || temps.n > TUTTI_ENSEMBLE_MAX_MEMBERS)
         return cli_usage_error("-w and --temps take at most %d values", TUTTI_ENSEMBLE_MAX_MEMBERS);

@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "tutti.h"
 
@@ -130,6 +131,17 @@ int merge_param_kind(const char *name);
 int merge_config_out_type(const tutti_merge_config *c);
 /* ggml type id of a mergekit dtype string (float32, float16, bfloat16), or -1. */
 int merge_dtype_type(const char *s);
+/* A numeric parameter's value against mergekit's range for its name
+ * (density, gamma, t, epsilon in [0, 1]; any finite number otherwise).  0,
+ * or TUTTI_ERR with a message naming the parameter and its range. */
+int merge_param_check(const char *name, double v);
+/* One parameter's setting (every value of a gradient or a condition): a
+ * number where one is needed, each checked by merge_param_check. */
+int merge_setting_check(const char *name, const merge_setting *s);
+/* Every parameter of the configuration (global, per model, per slice and
+ * source; every value of a gradient or a condition): numbers where numbers
+ * are needed, each in range.  0 or TUTTI_ERR naming where. */
+int merge_config_check(const tutti_merge_config *c);
 /* Adds (or replaces) a numeric parameter. */
 int merge_params_set_num(merge_params *p, const char *name, double v, bool is_bool);
 
@@ -156,10 +168,23 @@ int merge_tensor_type(int out_type, const char *name, uint32_t n_dims, int64_t n
 int merge_llama_ftype(int type);
 /* n floats (rows of ne0) quantized into buf as type; 0 or TUTTI_ERR. */
 int merge_quantize(int type, const float *x, int64_t n, int64_t ne0, void *buf);
+/* Where a merge goes: a file (path, written atomically), a stream, or a
+ * malloc'd GGUF image (*buf, *size; the caller frees it).  One of them. */
+typedef struct merge_out {
+    const char *path;
+    FILE *stream;
+    void **buf;
+    size_t *size;
+} merge_out;
+/* Before the work: a file output is none of the inputs paths[n_paths]
+ * (compared as files) and can be written.  0 or TUTTI_ERR. */
+int merge_out_check(const merge_out *o, char *const *paths, int n_paths);
+struct gguf_writer;
+/* The writer's GGUF where o says.  0 or TUTTI_ERR. */
+int merge_out_write(struct gguf_writer *w, const merge_out *o);
 /* The mixture of experts of a mergekit-moe configuration (moe.c), written
- * to out_path or (out_path NULL) into *buf / *size, tensors in out_type. */
-int merge_moe_write(const tutti_merge_config *c, int out_type, const char *out_path, void **buf, size_t *size,
-                    const tutti_merge_params *p);
+ * where o says, tensors in out_type. */
+int merge_moe_write(const tutti_merge_config *c, int out_type, const merge_out *o, const tutti_merge_params *p);
 /* The router's rows: gate[n_layer][n_experts][n_embd] for the dense base
  * model at base_path (moe_router.c, mergekit/moe/router.py's
  * get_gate_params).  seed: of the random modes.  Writes a warning on stderr

@@ -237,13 +237,11 @@ static int write_metadata(moe_run *r, gguf_writer *w) {
     return rc;
 }
 
-int merge_moe_write(const tutti_merge_config *c, int out_type, const char *out_path, void **buf, size_t *size,
-                    const tutti_merge_params *p) {
+int merge_moe_write(const tutti_merge_config *c, int out_type, const merge_out *o, const tutti_merge_params *p) {
     moe_run r = {.cfg = c, .moe = c->moe, .p = p, .out_type = out_type};
     gguf_writer *w = NULL;
     int rc = open_inputs(&r);
-    for (int i = 0; rc == 0 && out_path && i < r.n_files; i++)
-        if (!strcmp(r.paths[i], out_path)) rc = tutti_set_error("merge: the output %s is also an input", out_path);
+    if (rc == 0) rc = merge_out_check(o, r.paths, r.n_files);
     if (rc == 0) {
         size_t n = (size_t)r.n_layer * (size_t)r.moe->n_experts * (size_t)r.n_embd;
         r.gate = malloc(sizeof(float) * n);
@@ -255,7 +253,7 @@ int merge_moe_write(const tutti_merge_config *c, int out_type, const char *out_p
     if (rc == 0) rc = write_metadata(&r, w);
     for (int i = 0; rc == 0 && i < r.n_plan; i++)
         rc = gguf_writer_add_tensor_fill(w, r.plan[i].name, r.plan[i].type, r.plan[i].n_dims, r.plan[i].ne, fill, &r);
-    if (rc == 0) rc = out_path ? gguf_writer_write(w, out_path) : gguf_writer_write_buffer(w, buf, size);
+    if (rc == 0) rc = merge_out_write(w, o);
     gguf_writer_free(w);
     for (int i = 0; r.files && i < r.n_files; i++) gguf_close(r.files[i]);
     free(r.files), free(r.paths), free(r.gate), free(r.plan);

@@ -15,12 +15,12 @@
 
 #include <microhttpd.h>
 
-#include "mpi/tutti_mpi.h"
 #include "server/conn.h"
 #include "server/format.h"
 #include "server/framing.h"
 #include "server/native.h"
 #include "server/server.h"
+#include "util/buf.h"
 
 typedef struct conn_ctx {
     char *body;
@@ -332,19 +332,7 @@ static void take_upload(srv_server *s, conn_ctx *cx, const char *upload, size_t 
         cx->too_big = true;
         return;
     }
-    if (cx->n + k + 1 > cx->cap) {
-        size_t nc = (cx->n + k + 1) * 2;
-        if (nc > s->opts.max_body + 1) nc = s->opts.max_body + 1;
-        char *b = realloc(cx->body, nc);
-        if (!b) {
-            cx->too_big = true;
-            return;
-        }
-        cx->body = b, cx->cap = nc;
-    }
-    memcpy(cx->body + cx->n, upload, k);
-    cx->n += k;
-    cx->body[cx->n] = 0;
+    if (tutti_buf_append(&cx->body, &cx->n, &cx->cap, upload, k) < 0) cx->too_big = true;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -392,6 +380,14 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 
 /* ---- the daemon's life ---- */
 
+/* Whether a start-up failure is the user's usage (exit 2): its message
+ * carries a library error of that kind (ensemble settings the models do
+ * not allow: weights, token alignment over different vocabularies,
+ * --adapt/--route with a rule they do not take). */
+static bool usage_error(const char *err) {
+    return tutti_last_error_kind() == TUTTI_ERR_UNSUPPORTED && strstr(err, tutti_last_error()) != NULL;
+}
+
 /* The models are loaded and the slots started after "listening" (/health
  * answers 503 meanwhile); every file was checked before. */
 static int serve(srv_server *s, sigset_t *set) {
@@ -400,7 +396,11 @@ static int serve(srv_server *s, sigset_t *set) {
      * tests can see /health answer 503 */
     const char *delay = getenv("TUTTI_SERVE_TEST_LOAD_DELAY_MS");
     if (delay && atoi(delay) > 0) usleep((useconds_t)atoi(delay) * 1000u);
-    if (srv_registry_load(&s->reg, err, sizeof err) < 0 || srv_slots_start(s, err, sizeof err) < 0) {
+    if (srv_registry_load(&s->reg, err, sizeof err) < 0) {
+        fprintf(stderr, "tutti serve: %s\n", err);
+        return usage_error(err) ? 2 : 1;
+    }
+    if (srv_slots_start(s, err, sizeof err) < 0) {
         fprintf(stderr, "tutti serve: %s\n", err);
         return 1;
     }
@@ -431,7 +431,7 @@ int server_main(const server_opts *o) {
     int lr = srv_registry_plan(&s->reg, o, err, sizeof err) < 0 ? -1 : srv_conns_listen(s, &port, err, sizeof err);
     if (lr < 0) {
         fprintf(stderr, "tutti serve: %s\n", err);
-        rc = lr == -2 ? 2 : 1; /* -2: a --host that is no address (usage) */
+        rc = lr == -2 || usage_error(err) ? 2 : 1; /* -2: a --host that is no address (usage) */
         goto out;
     }
     /* connections come from conn.c (no listening socket here); the limits

@@ -25,6 +25,7 @@
 #include "server/format.h"
 #include "server/native.h"
 #include "server/server.h"
+#include "util/buf.h"
 
 #define SLOT_CACHE 8
 
@@ -103,16 +104,7 @@ static bool peer_closed(srv_job *j) {
 }
 
 static int append(char **buf, size_t *n, size_t *cap, const char *s, size_t k) {
-    if (*n + k + 1 > *cap) {
-        size_t c = (*cap + k + 1) * 2;
-        char *b = realloc(*buf, c);
-        if (!b) return -1;
-        *buf = b, *cap = c;
-    }
-    memcpy(*buf + *n, s, k);
-    *n += k;
-    (*buf)[*n] = 0;
-    return 0;
+    return tutti_buf_append(buf, n, cap, s, k);
 }
 
 /* Appends one SSE event "data: JSON\n\n" (j->mu held). */
@@ -373,7 +365,7 @@ static void run_job(srv_slot *sl, srv_job *j) {
             rc = tutti_ensemble_generate(e, j->req.prompts[p].text, j->req.prompts[p].len, &sp, &m, text_cb, j, &st);
         if (rc < 0) snprintf(err, sizeof err, "generation failed: %s", tutti_last_error());
         if (rc == 0 && j->lp_oom) rc = -1, snprintf(err, sizeof err, "logprobs: out of memory");
-        const char *finish = st.at_limit ? "length" : "stop";
+        const char *finish = st.finish == TUTTI_FINISH_LENGTH ? "length" : "stop";
         pthread_mutex_lock(&j->mu);
         j->finish[c] = finish;
         j->n_units += st.n_units;
