@@ -15,10 +15,11 @@ SRC=$HERE/../../..
 BUILD=${1:-$SRC/build}
 ROOT=${2:-/opt/llamacpp-oracle}
 S=$(cd "$SRC/../shared" && pwd)
-W=$ROOT/tmp/moe-merge-refs
+CW=/tmp/${TUTTI_ORACLE_DIR:-moe-merge-refs}  # inside the chroot (TUTTI_ORACLE_DIR: your own folder there)
+W=$ROOT$CW
 rm -rf "$W" && mkdir -p "$W"
 cp "$S/models/stories260K.gguf" "$W/"
-tok() { chroot "$ROOT" /oracle/dumplogits -m /tmp/moe-merge-refs/stories260K.gguf -p "$1" --top 1 |
+tok() { chroot "$ROOT" /oracle/dumplogits -m $CW/stories260K.gguf -p "$1" --top 1 |
         /usr/bin/python3 -c 'import json,sys; print(",".join(str(json.loads(l)["token"]) for l in sys.stdin if l.startswith("{\"pos\"")))'; }
 # the prompts of both configurations
 /usr/bin/python3 - "$HERE" > "$W/prompts.txt" <<'PY'
@@ -40,8 +41,8 @@ for n in hidden cheap; do
   sed "s#SHARED/#$S/#g" "$HERE/$n.yaml" > "$W/$n.yaml"
   "$BUILD/tutti" merge --config "$W/$n.yaml" -o "$W/$n.gguf" 2>/dev/null
   /usr/bin/python3 "$SRC/tests/merge_ref.py" hash "$W/$n.gguf" > "$HERE/$n.tensors"
-  chroot "$ROOT" /oracle/dumplogits -m /tmp/moe-merge-refs/$n.gguf --ids "$(cat "$HERE/input.ids")" \
-    --out /tmp/moe-merge-refs/$n.logits.f32 > /dev/null
+  chroot "$ROOT" /oracle/dumplogits -m $CW/$n.gguf --ids "$(cat "$HERE/input.ids")" \
+    --out $CW/$n.logits.f32 > /dev/null
   cp "$W/$n.logits.f32" "$HERE/$n.logits.f32"
   /usr/bin/python3 "$SRC/tests/moe_ref.py" logits "$W/$n.gguf" "$(cat "$HERE/input.ids")" "$HERE/$n.logits.f32"
 done
