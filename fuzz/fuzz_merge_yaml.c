@@ -48,6 +48,21 @@ int tutti_fuzz_merge_yaml_one(const uint8_t *data, size_t size) {
         CHECK(e && strncmp(e, "merge config: ", 14) == 0 && e[14] != 0);
         return 0;
     }
+    if (c->moe) { /* a mergekit-moe configuration: what moe.c relies on */
+        const merge_moe *m = c->moe;
+        CHECK(c->base_model && m->n_experts >= 1 && m->experts_per_token >= 1 && m->experts_per_token <= m->n_experts);
+        for (int i = 0; i < m->n_experts; i++) {
+            const merge_expert *x = &m->experts[i];
+            CHECK(x->source_model && x->n_pos >= 0 && x->n_neg >= 0);
+            CHECK(m->gate_mode == MG_RANDOM || m->gate_mode == MG_UNIFORM_RANDOM || x->n_pos > 0);
+            for (int k = 0; k < x->n_pos; k++) CHECK(x->pos[k]);
+            for (int k = 0; k < x->n_neg; k++) CHECK(x->neg[k]);
+            CHECK(isnan(x->noise_scale) || (x->noise_scale >= 0 && isfinite(x->noise_scale)));
+            CHECK(isnan(x->residual_scale) || (x->residual_scale >= 0 && isfinite(x->residual_scale)));
+        }
+        tutti_merge_config_free(c);
+        return 0;
+    }
     CHECK((c->n_models > 0) != (c->n_slices > 0));
     eval_all(&c->params);
     for (int i = 0; i < c->n_models; i++) eval_all(&c->models[i].params);

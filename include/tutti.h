@@ -1237,6 +1237,51 @@ int tutti_hub_list(tutti_hub_entry **entries, int32_t *n);
  * to any more.  *n_removed: files removed; TUTTI_ERR when nothing matches. */
 int tutti_hub_remove(const char *what, int32_t *n_removed);
 
+/* Evolutionary merge (tutti merge --search; mergekit-evolve, Akiba et al.
+ * 2024, arXiv:2403.13187): CMA-ES (Hansen's tutorial, arXiv:1604.00772)
+ * over the method's parameters per model and per layer group — weight
+ * (and density for ties, dare_*, breadcrumbs*, della*) of every model,
+ * slerp's t, sce's select_topk or nearswap's t per group — each candidate
+ * merged in memory and scored, as a one-member ensemble, by
+ * tutti_ensemble_eval_bpb on text (bits per byte, lower is better) or
+ * tutti_ensemble_eval_choices on items (accuracy).  Nothing is written.
+ * Layer group g of G holds layers [g L / G, (g + 1) L / G); the token
+ * embedding takes group 0's values, the final norm and output the last's.
+ * Weights range over [0, 1], densities over [0, 1] (della: [0.2, 0.8]),
+ * slerp's t and select_topk over [0, 1], nearswap's t over [0, 0.1]; values
+ * have 4 decimals.  Deterministic: one seed, one result.  Random masks
+ * (dare_*, della*) use tutti_merge's default seed 0, so the configuration
+ * alone reproduces the merge. */
+typedef struct tutti_merge_search_params {
+    const char *method;             /* mergekit method (default task_arithmetic) */
+    const char *base;               /* base_model, or NULL (linear, nuslerp, multislerp only) */
+    const char *const *models;      /* [n_models] the other models (1..16), paths as written */
+    int32_t n_models;
+    int32_t layer_groups;           /* G (default 1; at most the layer count) */
+    int32_t evals;                  /* candidates scored, the start point included (default 100) */
+    uint64_t seed;                  /* of CMA-ES's samples */
+    const char *text;               /* score: bits per byte on text[0..text_len), or */
+    size_t text_len;
+    const tutti_choice_item *items; /* accuracy on items[0..n_items) (text NULL) */
+    int32_t n_items;
+    const char *type;               /* output type: "F32", "F16" (default) or "BF16" (out_dtype) */
+    int32_t n_threads;              /* 0 = online CPUs */
+    /* one line per generation (progress and the best score so far); may be NULL */
+    void (*progress)(const char *line, void *user);
+    void *progress_user;
+} tutti_merge_search_params;
+
+tutti_merge_search_params tutti_merge_search_default_params(void);
+
+/* Runs the search; returns the best candidate as a mergekit YAML
+ * configuration (malloc'd, NUL-terminated: merge_method, base_model,
+ * out_dtype and one slice per layer group with every source's layer_range
+ * and parameters), which tutti_merge_config_parse + tutti_merge turn into
+ * the model that was scored, and its score in *best_score (bits per byte or
+ * accuracy).  NULL with tutti_last_error() on an error (bad parameters, a
+ * method without searchable parameters, a merge or evaluation failing). */
+char *tutti_merge_search(const tutti_merge_search_params *p, double *best_score);
+
 #ifdef __cplusplus
 }
 #endif

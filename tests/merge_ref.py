@@ -8,11 +8,13 @@ interpolated over t = layer / (n_layers - 1); conditional {filter, value}
 lists matched as substrings of the Hugging Face tensor name), and the merge
 methods of mergekit (linear, slerp, nuslerp, task_arithmetic, ties,
 dare_linear, dare_ties, della, della_linear, breadcrumbs, breadcrumbs_ties,
-model_stock, passthrough).
+model_stock, passthrough, sce, karcher, multislerp, nearswap, arcee_fusion).
 
 Where mergekit leaves something to a library's unspecified behaviour, the
 convention tutti documents is used (docs/merge-study.md):
   * ties in |delta| are broken by element index (stable sort);
+  * arcee_fusion's quantiles come from every element (mergekit samples 10^6
+    of them above that size);
   * random masks (DARE, DELLA) come from a counter-based generator:
     u = splitmix64(key + (i + 1) * GOLDEN) / 2^64 with
     key = fnv1a64(output tensor name) ^ (seed * GOLDEN) ^ ((source + 1) * MIX),
@@ -24,7 +26,7 @@ usage:
         exit 0 when every tensor of each MERGED (dequantized) equals the
         reference within 1e-6 relative (scale floor: 1e-6 of the tensor's max)
   merge_ref.py hash FILE.gguf       prints "name sha256-of-data" per tensor
-Configs are JSON (a subset of YAML: the test writes them so).
+Configs are JSON (a subset of YAML: the tests write them so) or YAML (python3-yaml).
 """
 import hashlib
 import json
@@ -402,6 +404,111 @@ def merge_model_stock(xs, base_i, params, shape):
     return (t * avg + (1 - t) * w0).reshape(-1)
 
 
+def merge_sce(xs, base_i, params):
+    """SCE (FuseChat, arXiv:2408.07990) as mergekit's sce: select by variance, weight by mean square, erase."""
+    base = xs[base_i].reshape(-1)
+    tv = np.stack([(x.reshape(-1) - base).astype(np.float32) for i, x in enumerate(xs) if i != base_i])
+    tv = tv.astype(np.float64)
+    topk = params["global"]("select_topk", 1.0)
+    if topk < 1:
+        var = tv.var(axis=0)  # population variance across the models
+        k = int(np.count_nonzero(var) * topk) if topk > 0 else 0
+        keep = np.zeros(var.size, dtype=bool)
+        if k > 0:
+            keep[np.argsort(-var, kind="stable")[:k]] = True
+        tv = tv * keep
+    w = np.mean(tv ** 2, axis=1)
+    w = np.full(len(w), 1.0 / len(w)) if abs(w.sum()) < 1e-6 else w / w.sum()
+    major = np.where(tv.sum(axis=0) >= 0, 1.0, -1.0)
+    ew = w[:, None] * (np.sign(tv) == major)
+    merged = (tv * ew).sum(axis=0) / np.maximum(ew.sum(axis=0), 1e-6)
+    return base.astype(np.float64) + merged
+
+
+def merge_karcher(xs, params):
+    """Weighted (equal weights) Karcher mean on the unit sphere, mergekit's karcher."""
+    max_iter = int(params["global"]("max_iter", 10))
+    tol = params["global"]("tol", 1e-5)
+    vs = [x.reshape(-1).astype(np.float64) for x in xs]
+    alphas = [1.0 / len(vs)] * len(vs)
+    norms = [float(np.linalg.norm(v)) for v in vs]
+    ok = [i for i in range(len(vs)) if norms[i] > tol]
+    if not ok:
+        return np.zeros(vs[0].size)
+    a_ok = np.array([alphas[i] for i in ok])
+    a_ok = a_ok / a_ok.sum()
+    units = [vs[i] / norms[i] for i in ok]
+    mean = sum(a * u for a, u in zip(a_ok, units))
+    mn = np.linalg.norm(mean)
+    mean = units[0].copy() if mn < tol else mean / mn
+    for _ in range(max_iter):
+        tangent = np.zeros_like(mean)
+        for a, u in zip(a_ok, units):
+            c = float(np.clip(np.dot(mean, u), -1.0, 1.0))
+            th = np.arccos(c)
+            if th < tol:
+                continue
+            tangent += a * (th / np.sin(th)) * (u - c * mean)
+        tn = np.linalg.norm(tangent)
+        if tn < tol:
+            break
+        mean = np.cos(tn) * mean + np.sin(tn) * (tangent / tn)
+        un = np.linalg.norm(mean)
+        if un > tol:
+            mean = mean / un
+    return sum(a * n for a, n in zip(alphas, norms)) * mean
+
+
+def merge_multislerp(xs, base_i, params):
+    """Barycentric interpolation on the hypersphere (mergekit's multislerp)."""
+    g = params["global"]
+    idx = [i for i in range(len(xs)) if i != base_i]
+    if len(idx) == 1:
+        return xs[idx[0]].reshape(-1).astype(np.float64)
+    eps = g("eps", 1e-8)
+    w = np.array([params["source"](i)("weight", None) for i in idx], dtype=np.float64)
+    if g("normalize_weights", True):
+        w = w / w.sum()
+    base = xs[base_i].reshape(-1).astype(np.float64) if base_i is not None else 0.0
+    t = np.stack([xs[i].reshape(-1).astype(np.float64) for i in idx]) - base
+    norms = np.linalg.norm(t, axis=1, keepdims=True)
+    unit = t / (norms + eps)
+    mean = (unit * w[:, None]).sum(axis=0)
+    mn = np.linalg.norm(mean)
+    if mn < eps:
+        if len(idx) != 2:
+            raise ValueError("multislerp: zero mean")
+        return w[0] * t[0] + w[1] * t[1] + base
+    mean = mean / mn
+    tangent = unit - (unit @ mean)[:, None] * mean
+    tr = (tangent * w[:, None]).sum(axis=0)
+    tn = np.linalg.norm(tr) + eps
+    res = mean * np.cos(tn) + tr * (np.sin(tn) / tn)
+    return res * float((norms[:, 0] * w).sum()) + base
+
+
+def merge_nearswap(xs, base_i, params):
+    a = xs[base_i].reshape(-1).astype(np.float64)
+    b = xs[1 - base_i].reshape(-1).astype(np.float64)
+    w = np.clip(params["global"]("t", None) / np.maximum(np.abs(a - b), 1e-6), 0, 1)
+    return w * b + (1 - w) * a
+
+
+def merge_arcee_fusion(xs, base_i, shape):
+    b = xs[base_i].astype(np.float64).reshape(-1, shape[-1])
+    x = xs[1 - base_i].astype(np.float64).reshape(-1, shape[-1])
+
+    def softmax(v):
+        e = np.exp(v - v.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+    p, q = softmax(x) + 1e-8, softmax(b) + 1e-8
+    kl = np.sum(p * np.log(p / q), axis=-1)
+    imp = (np.abs(x - b) * kl[:, None]).reshape(-1)
+    s = np.sort(imp)
+    q1, med, q3 = (s[int(f * (s.size - 1))] for f in (0.25, 0.5, 0.75))
+    return np.where(imp >= med + 1.5 * (q3 - q1), x.reshape(-1), b.reshape(-1))
+
+
 def merge_linear(xs, params):
     w = [params["source"](i)("weight", None) for i in range(len(xs))]
     r = np.zeros(xs[0].size)
@@ -416,7 +523,12 @@ def merge_linear(xs, params):
 
 def check(cfg_path, merged_path, seed):
     with open(cfg_path) as f:
-        cfg = json.load(f)
+        text = f.read()
+    try:
+        cfg = json.loads(text)
+    except ValueError:  # block-style YAML (tutti merge --search writes it)
+        import yaml
+        cfg = yaml.safe_load(text)
     out = Gguf(merged_path)
     method = cfg["merge_method"]
     files = {}
@@ -480,6 +592,16 @@ def check(cfg_path, merged_path, seed):
             return merge_model_stock(xs, base_i, params, shape)
         if method in GTA:
             return merge_gta(method, xs, base_i, params, out_name, seed)
+        if method == "sce":
+            return merge_sce(xs, base_i, params)
+        if method == "karcher":
+            return merge_karcher(xs, params)
+        if method == "multislerp":
+            return merge_multislerp(xs, base_i, params)
+        if method == "nearswap":
+            return merge_nearswap(xs, base_i, params)
+        if method == "arcee_fusion":
+            return merge_arcee_fusion(xs, base_i, shape)
         raise ValueError("unknown method " + method)
 
     expect = {}

@@ -207,6 +207,19 @@ static const char *const k_configs[][2] = {
     {"model_stock", "{\"merge_method\":\"model_stock\",\"base_model\":\"%1$s\",\"models\":[{\"model\":\"%2$s\"},{\"model\":\"%3$s\"}]}"},
     {"model_stock_fw", "{\"merge_method\":\"model_stock\",\"base_model\":\"%1$s\",\"parameters\":{\"filter_wise\":true},"
                        "\"models\":[{\"model\":\"%2$s\"},{\"model\":\"%3$s\"}]}"},
+    {"sce", "{\"merge_method\":\"sce\",\"base_model\":\"%1$s\",\"parameters\":{\"select_topk\":[0.3,1]},"
+            "\"models\":[{\"model\":\"%2$s\"},{\"model\":\"%3$s\"}]}"},
+    {"karcher", "{\"merge_method\":\"karcher\",\"models\":[{\"model\":\"%1$s\"},{\"model\":\"%2$s\"},{\"model\":\"%3$s\"}]}"},
+    {"karcher_2", "{\"merge_method\":\"karcher\",\"base_model\":\"%1$s\",\"parameters\":{\"max_iter\":2,\"tol\":1e-7},"
+                  "\"models\":[{\"model\":\"%2$s\"},{\"model\":\"%3$s\"}]}"},
+    {"multislerp", "{\"merge_method\":\"multislerp\",\"base_model\":\"%1$s\",\"models\":[{\"model\":\"%2$s\","
+                   "\"parameters\":{\"weight\":0.7}},{\"model\":\"%3$s\",\"parameters\":{\"weight\":[0.2,0.9]}}]}"},
+    {"multislerp_3", "{\"merge_method\":\"multislerp\",\"parameters\":{\"normalize_weights\":false},\"models\":"
+                     "[{\"model\":\"%1$s\",\"parameters\":{\"weight\":0.5}},{\"model\":\"%2$s\",\"parameters\":"
+                     "{\"weight\":0.3}},{\"model\":\"%3$s\",\"parameters\":{\"weight\":0.4}}]}"},
+    {"nearswap", "{\"merge_method\":\"nearswap\",\"base_model\":\"%1$s\",\"parameters\":{\"t\":[0.004,0.03]},"
+                 "\"models\":[{\"model\":\"%2$s\"}]}"},
+    {"arcee_fusion", "{\"merge_method\":\"arcee_fusion\",\"base_model\":\"%1$s\",\"models\":[{\"model\":\"%3$s\"}]}"},
     {"passthrough", "{\"merge_method\":\"passthrough\",\"slices\":[{\"sources\":[{\"model\":\"%2$s\",\"layer_range\":[0,2]}]},"
                     "{\"sources\":[{\"model\":\"%3$s\",\"layer_range\":[1,2]}],\"parameters\":{\"scale\":[{\"filter\":\"o_proj\","
                     "\"value\":0.5}]}},{\"sources\":[{\"model\":\"%1$s\",\"layer_range\":[0,1]}]}]}"},

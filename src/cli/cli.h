@@ -38,6 +38,18 @@ int32_t *cli_chat_tokens_with(const tutti_vocab *vocab, char *tmpl, const char *
 /* Seconds since an arbitrary epoch (monotonic). */
 double cli_now(void);
 
+/* Multiple-choice items of a JSON-lines file ({"context", "choices": [...],
+ * "label"} a line; choice_file.c): items[n] borrow from the parsed lines. */
+typedef struct cli_choice_file {
+    struct cJSON **lines;
+    tutti_choice_item *items;
+    const char **choices; /* [n * TUTTI_MAX_CHOICES] */
+    int n;
+} cli_choice_file;
+/* 0, or 1 after printing why (unreadable, a malformed line, no items). */
+int cli_choice_file_read(const char *path, cli_choice_file *c);
+void cli_choice_file_free(cli_choice_file *c);
+
 /* ---- flag groups shared by several commands (same names, ranges, help) ---- */
 
 /* The sampling flags of every generating command (generate, run): one set,

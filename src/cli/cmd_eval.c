@@ -19,72 +19,6 @@
 #include "cli/plot_svg.h"
 #include "tutti.h"
 
-/* The items of a JSON-lines file {"context", "choices": [...], "label"}. */
-typedef struct choice_file {
-    cJSON **lines;
-    tutti_choice_item *items;
-    const char **choices; /* [n * TUTTI_MAX_CHOICES] */
-    int n;
-} choice_file;
-
-static void choice_file_free(choice_file *c) {
-    for (int i = 0; i < c->n; i++) cJSON_Delete(c->lines[i]);
-    free(c->lines), free(c->items), free(c->choices);
-}
-
-static int choice_file_read(const char *path, choice_file *c) {
-    memset(c, 0, sizeof *c);
-    size_t len;
-    char *txt = cli_read_file(path, &len);
-    if (!txt) return 1;
-    int cap = 1;
-    for (size_t i = 0; i < len; i++) cap += txt[i] == '\n';
-    c->lines = calloc((size_t)cap, sizeof *c->lines);
-    c->items = calloc((size_t)cap, sizeof *c->items);
-    c->choices = calloc((size_t)cap * TUTTI_MAX_CHOICES, sizeof *c->choices);
-    int rc = 0, lineno = 0;
-    if (!c->lines || !c->items || !c->choices) rc = cli_error("out of memory reading %s", path);
-    for (char *p = txt, *nl; rc == 0 && p < txt + len; p = nl + 1) {
-        nl = memchr(p, '\n', (size_t)(txt + len - p));
-        if (!nl) nl = txt + len;
-        *nl = 0;
-        lineno++;
-        const char *q = p;
-        while (*q == ' ' || *q == '\t' || *q == '\r') q++;
-        if (!*q) continue;
-        const char *err = NULL;
-        cJSON *j = cJSON_ParseWithOpts(p, &err, 0);
-        if (!j) {
-            rc = cli_error("%s: line %d: not JSON (at byte %ld)", path, lineno, err ? (long)(err - p) + 1 : 0L);
-            break;
-        }
-        c->lines[c->n] = j;
-        tutti_choice_item *it = &c->items[c->n++];
-        cJSON *ctx = cJSON_GetObjectItemCaseSensitive(j, "context");
-        cJSON *chs = cJSON_GetObjectItemCaseSensitive(j, "choices");
-        cJSON *lab = cJSON_GetObjectItemCaseSensitive(j, "label");
-        if (!cJSON_IsString(ctx) || !cJSON_IsArray(chs) || !cJSON_IsNumber(lab) || lab->valuedouble != lab->valueint) {
-            rc = cli_error("%s: line %d: needs {\"context\": string, \"choices\": [strings], \"label\": integer}", path,
-                           lineno);
-            break;
-        }
-        it->context = ctx->valuestring;
-        it->label = lab->valueint;
-        it->choices = c->choices + (size_t)(c->n - 1) * TUTTI_MAX_CHOICES;
-        cJSON *x;
-        cJSON_ArrayForEach(x, chs) {
-            if (!cJSON_IsString(x) || it->n_choices == TUTTI_MAX_CHOICES) {
-                rc = cli_error("%s: line %d: choices must be 2 to %d strings", path, lineno, TUTTI_MAX_CHOICES);
-                break;
-            }
-            ((const char **)it->choices)[it->n_choices++] = x->valuestring;
-        }
-    }
-    free(txt);
-    if (rc == 0 && c->n == 0) rc = cli_error("%s: no items", path);
-    return rc;
-}
-
 /* "n/a" reasons for a member's token-level figure. */
 static const char *why_not(double bpb) {
     return isnan(bpb)   ? " (n/a: a chunk is longer than its context)"
@@ -118,7 +52,7 @@ static int score_text(tutti_ensemble *e, const char *text, size_t len, eval_out 
  * members for an item: mix defaults to the posterior after the context
  * (adapt with alpha 0 over the item: the exact sequence mixture).  0, or
  * the exit status after the message. */
-static int score_choices(tutti_ensemble *e, const choice_file *cf, bool choices_static, eval_out *o) {
+static int score_choices(tutti_ensemble *e, const cli_choice_file *cf, bool choices_static, eval_out *o) {
     double adapt = tutti_ensemble_adapt(e), tau = tutti_ensemble_route(e);
     if (adapt >= 0 && tau > 0)
         return cli_usage_error("--route and --adapt both set the weights from the context; give one of them");
@@ -291,12 +225,12 @@ int tutti_cmd_eval(int argc, char **argv) {
     }
     size_t len = 0;
     char *text = NULL;
-    choice_file cf = {0};
+    cli_choice_file cf = {0};
     tutti_ensemble *e = NULL;
     eval_out o = {0};
     int rc = 1;
     if (text_path && !(text = cli_read_file(text_path, &len))) goto done;
-    if (choices_path && choice_file_read(choices_path, &cf)) goto done;
+    if (choices_path && cli_choice_file_read(choices_path, &cf)) goto done;
     if (!(e = ens_args_build(a, "eval"))) {
         rc = a->status;
         goto done;
@@ -310,7 +244,7 @@ int tutti_cmd_eval(int argc, char **argv) {
     rc = plot_path ? write_plot(e, &o, plot_path) : 0;
 done:
     tutti_ensemble_free(e);
-    choice_file_free(&cf);
+    cli_choice_file_free(&cf);
     ens_args_free(a);
     free(text);
     return rc;

@@ -2,8 +2,11 @@
  *
  *   tutti merge --config merge.yaml -o OUT.gguf [--type T]
  *   tutti merge -m A -m B --method slerp --t 0.5 -o OUT.gguf
+ *   tutti merge --search --text DEV.txt --base BASE -m A -m B [--method M] [--layer-groups N]
+ *               [--evals N] [--seed S] -o OUT.gguf --yaml OUT.yaml
  *
  * Flags through the shared parser (opts.h). */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +26,8 @@ static const char *const g_types[] = {"F32",  "F16",     "BF16",   "Q8_0",    "Q
                                       "IQ4_NL", "IQ4_XS", NULL};
 #define N_WRITABLE 12
 /* Numeric merge parameters of the command-line form (mergekit's names). */
-static const char *const g_params[] = {"t", "density", "lambda", "epsilon", "gamma", "normalize", "rescale", "scale"};
+static const char *const g_params[] = {"t",     "density", "lambda", "epsilon",    "gamma",
+                                       "normalize", "rescale", "scale", "select_topk"};
 #define N_PARAMS (int)(sizeof g_params / sizeof g_params[0])
 
 typedef struct merge_args {
@@ -37,7 +41,27 @@ typedef struct merge_args {
     int n_params;
     uint64_t seed;
     bool verbose;
+    /* --search */
+    bool search;
+    const char *text, *choices, *yaml;
+    int32_t layer_groups, evals, n_threads;
 } merge_args;
+
+/* The flags of --search, after parsing. */
+static int check_search_args(const merge_args *a) {
+    if (a->config) return cli_usage_error("--search builds its own configuration: drop --config");
+    if (!a->models.n) return cli_usage_error("--search needs the models to merge (-m A -m B, --base BASE)");
+    if (!a->out || !a->yaml) return cli_usage_error("--search needs -o OUT.gguf and --yaml OUT.yaml");
+    if (!a->text == !a->choices) return cli_usage_error("--search needs one score: --text FILE or --choices FILE.jsonl");
+    if (a->weights.n || a->n_params)
+        return cli_usage_error("--search chooses the weights and parameters: drop --weights and the parameter flags");
+    if (a->name) return cli_usage_error("--name: not with --search (the YAML alone must reproduce the file)");
+    if (a->type >= 0 && a->type > 2)
+        return cli_usage_error("--type %s: --search writes F32, F16 or BF16 (the YAML's out_dtype); quantize the "
+                               "result with tutti merge --config OUT.yaml --type %s", g_types[a->type], g_types[a->type]);
+    if (!strcmp(a->out, a->yaml)) return cli_usage_error("-o and --yaml name the same file");
+    return CLI_RUN;
+}
 
 /* Parses argv into a with the shared parser; CLI_RUN, or the exit status
  * (0 after --help, 2 after a usage error). */
@@ -56,7 +80,8 @@ static int parse_args(int argc, char **argv, merge_args *a) {
                    "Q5_K, Q6_K, MXFP4 (mixtures like Q4_K_M, and the i-quants IQ1_S..IQ4_XS, which need\n"
                    "an importance matrix: llama-quantize)",
                    "F16"),
-        CLI_SEED("--seed", &a->seed, "seed of the random masks of dare_* and della* (same seed, same file)"),
+        CLI_SEED("--seed", &a->seed, "seed of the random masks of dare_* and della* (same seed, same file);\n"
+                 "with --search: of the search (the masks then use seed 0)"),
         CLI_STR("--name", "NAME", &a->name, "general.name of the output", "the base model's"),
         CLI_FLAG("-v,--verbose", &a->verbose, "one line per tensor on stderr"),
         CLI_SECTION("command-line form (instead of --config)"),
@@ -64,14 +89,16 @@ static int parse_args(int argc, char **argv, merge_args *a) {
         CLI_HF_OPTS(&a->models, CLI_T_STRS, 0),
         CLI_STR("--method", "METHOD", &a->method,
                 "linear, slerp, nuslerp, task_arithmetic, ties, dare_linear, dare_ties, della,\n"
-                "della_linear, breadcrumbs, breadcrumbs_ties, model_stock, passthrough",
+                "della_linear, breadcrumbs, breadcrumbs_ties, model_stock, passthrough, sce, karcher,\n"
+                "multislerp, nearswap, arcee_fusion",
                 "none"),
         CLI_STR("--base", "FILE", &a->base, "base_model (slerp: the t = 0 end; task vectors are taken from it)",
                 "slerp: the first -m; others: none"),
         CLI_FLOATS("-w,--weights", "W1,W2,...", &a->weights, -1e6, 1e6, "weight of each -m model",
                    "linear/nuslerp: equal; task vectors: 1"),
         /* mergekit's ranges (merge_param_check in src/merge/config.c checks the same for --config) */
-        CLI_DOUBLE("--t", "T", &pv[0], 0, 1, "slerp interpolation t in [0, 1] (0 = --base, 1 = the other)", "none"),
+        CLI_DOUBLE("--t", "T", &pv[0], 0, 1, "slerp interpolation t in [0, 1] (0 = --base, 1 = the other);\n"
+                "nearswap's sameness threshold", "none"),
         CLI_DOUBLE("--density", "D", &pv[1], 0, 1, "ties/dare/della/breadcrumbs kept fraction in [0, 1]", "none"),
         CLI_DOUBLE("--lambda", "L", &pv[2], -1e6, 1e6, "task-vector scale", "none"),
         CLI_DOUBLE("--epsilon", "E", &pv[3], 0, 1,
@@ -80,6 +107,20 @@ static int parse_args(int argc, char **argv, merge_args *a) {
         CLI_DOUBLE("--normalize", "0|1", &pv[5], 0, 1, "divide by the sum of the weights", "per method"),
         CLI_DOUBLE("--rescale", "0|1", &pv[6], 0, 1, "dare: restore the task vector's L1 norm", "per method"),
         CLI_DOUBLE("--scale", "S", &pv[7], -1e6, 1e6, "passthrough scale", "none"),
+        CLI_DOUBLE("--select-topk", "F", &pv[8], 0, 1, "sce: fraction of the elements kept (largest variance)", "1"),
+        CLI_SECTION("evolutionary search of the merge (with -m, --base, --method; docs/merge-study.md)"),
+        CLI_FLAG("--search", &a->search,
+                 "CMA-ES over the method's weights (and densities, t, select_topk) per model and\n"
+                 "layer group, each candidate merged in memory and scored; writes the best as -o\n"
+                 "and its mergekit configuration as --yaml (tutti merge --config gives the same file)"),
+        CLI_STR("--text", "FILE", &a->text, "score: bits per byte of the candidate on this text (lower is better)", "none"),
+        CLI_STR("--choices", "FILE.jsonl", &a->choices,
+                "score: multiple-choice accuracy on these items (as tutti eval --choices)", "none"),
+        CLI_INT("--layer-groups", "N", &a->layer_groups, 1, 64, "contiguous layer groups with their own parameters", "1"),
+        CLI_INT("--evals", "N", &a->evals, 1, 1000000, "candidates scored (the start point, every gene 0.5, included)",
+                "100"),
+        CLI_STR("--yaml", "FILE", &a->yaml, "the best candidate's mergekit configuration", "none"),
+        CLI_THREADS_OPT(&a->n_threads),
         CLI_END,
     };
     const cli_spec spec = {
@@ -94,6 +135,9 @@ static int parse_args(int argc, char **argv, merge_args *a) {
     if (r != CLI_RUN) return r;
     for (int k = 0; k < N_PARAMS; k++)
         if (!isnan(pv[k])) a->param_names[a->n_params] = g_params[k], a->param_values[a->n_params++] = (float)pv[k];
+    if (a->search) return check_search_args(a);
+    if (a->text || a->choices || a->yaml || a->layer_groups || a->evals)
+        return cli_usage_error("--text, --choices, --yaml, --layer-groups and --evals belong to --search");
     if (a->type >= N_WRITABLE)
         return cli_usage_error("--type %s: i-quants are fitted with an importance matrix, which a merge does not "
                                "have; merge to F16, then run llama-imatrix and llama-quantize --imatrix",
@@ -157,10 +201,92 @@ static void notice_cb(const char *msg, void *user) {
     cli_warn("%s", msg);
 }
 
+static void search_progress(const char *line, void *user) {
+    (void)user;
+    cli_info("%s\n", line);
+}
+
+/* Writes text to path; 0, or 1 after printing why. */
+static int write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return cli_error("cannot write %s: %s", path, strerror(errno));
+    size_t len = strlen(text);
+    bool ok = fwrite(text, 1, len, f) == len;
+    if (fclose(f) != 0) ok = false;
+    if (!ok) return cli_error("cannot write %s: %s", path, strerror(errno));
+    return 0;
+}
+
+/* --search: the best configuration found, as --yaml, and its merge, as -o,
+ * made from the very text written (so --config --yaml gives the same bytes). */
+static int run_search(const merge_args *a) {
+    size_t len = 0;
+    char *text = NULL, *body = NULL, *yaml = NULL;
+    cli_choice_file cf = {0};
+    tutti_merge_config *c = NULL;
+    int rc = 1;
+    if (a->text && !(text = cli_read_file(a->text, &len))) return 1;
+    if (a->choices && cli_choice_file_read(a->choices, &cf)) goto done;
+    tutti_merge_search_params sp = tutti_merge_search_default_params();
+    if (a->method) sp.method = a->method;
+    sp.base = a->base;
+    sp.models = a->models.v;
+    sp.n_models = a->models.n;
+    if (a->layer_groups) sp.layer_groups = a->layer_groups;
+    if (a->evals) sp.evals = a->evals;
+    sp.seed = a->seed;
+    sp.text = text;
+    sp.text_len = len;
+    sp.items = cf.n ? cf.items : NULL;
+    sp.n_items = cf.n;
+    sp.type = a->type >= 0 ? g_types[a->type] : "F16";
+    sp.n_threads = a->n_threads;
+    sp.progress = search_progress;
+    double t0 = cli_now(), score = NAN;
+    body = tutti_merge_search(&sp, &score);
+    if (!body) {
+        cli_error("%s", tutti_last_error());
+        goto done;
+    }
+    const char *src = a->text ? a->text : a->choices;
+    size_t cap = strlen(body) + strlen(src) + 512;
+    yaml = malloc(cap);
+    if (!yaml) {
+        cli_error("out of memory");
+        goto done;
+    }
+    snprintf(yaml, cap,
+             "# tutti merge --search: CMA-ES over %s's parameters, %d layer group%s, %d evaluations, seed %llu\n"
+             "# best: %.4f %s on %s\n%s",
+             sp.method, sp.layer_groups, sp.layer_groups > 1 ? "s" : "", sp.evals, (unsigned long long)sp.seed, score,
+             a->text ? "bits per byte" : "accuracy", src, body);
+    if (write_text(a->yaml, yaml)) goto done;
+    if (!(c = tutti_merge_config_parse(yaml, strlen(yaml)))) {
+        cli_error("%s: %s", a->yaml, tutti_last_error());
+        goto done;
+    }
+    tutti_merge_params p = tutti_merge_default_params();
+    p.verbose = a->verbose;
+    p.notice = notice_cb;
+    if (tutti_merge(c, a->out, &p)) {
+        cli_error("%s", tutti_last_error());
+        goto done;
+    }
+    cli_info("tutti merge: best %.4f %s; wrote %s and %s in %.1f s\n", score, a->text ? "bits per byte" : "accuracy",
+             a->yaml, a->out, cli_now() - t0);
+    rc = 0;
+done:
+    tutti_merge_config_free(c);
+    cli_choice_file_free(&cf);
+    free(text), free(body), free(yaml);
+    return rc;
+}
+
 int cmd_merge(int argc, char **argv) {
     merge_args a = {0};
     int st = parse_args(argc, argv, &a);
     if (st != CLI_RUN) return st;
+    if (a.search) return run_search(&a);
     tutti_merge_config *c = NULL;
     if (a.config) {
         size_t len;

@@ -5,6 +5,7 @@
  * applies; lookup goes source -> slice -> global and skips settings that do
  * not apply. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,9 +16,18 @@
 static const char *const k_methods[MM_COUNT] = {
     "linear", "slerp", "nuslerp", "task_arithmetic", "ties", "dare_ties", "dare_linear",
     "della", "della_linear", "breadcrumbs", "breadcrumbs_ties", "model_stock", "passthrough",
+    "sce", "karcher", "multislerp", "nearswap", "arcee_fusion",
 };
 
 const char *merge_method_name(merge_method m) { return (unsigned)m < MM_COUNT ? k_methods[m] : "?"; }
+
+const char *merge_method_list(void) {
+    static char list[512];
+    if (!list[0])
+        for (int i = 0, o = 0; i < MM_COUNT; i++)
+            o += snprintf(list + o, sizeof list - (size_t)o, "%s%s", i ? ", " : "", k_methods[i]);
+    return list;
+}
 
 int merge_method_from_name(const char *s) {
     for (int i = 0; i < MM_COUNT; i++)
@@ -145,10 +155,7 @@ bool merge_lookup(const merge_params *source, const merge_params *slice, const m
 tutti_merge_config *tutti_merge_config_new(const char *method) {
     int m = method ? merge_method_from_name(method) : -1;
     if (m < 0) {
-        tutti_set_error("merge: unknown merge_method '%s' (linear, slerp, nuslerp, task_arithmetic, ties, "
-                        "dare_ties, dare_linear, della, della_linear, breadcrumbs, breadcrumbs_ties, "
-                        "model_stock, passthrough)",
-                        method ? method : "(null)");
+        tutti_set_error("merge: unknown merge_method '%s' (%s)", method ? method : "(null)", merge_method_list());
         return NULL;
     }
     tutti_merge_config *c = calloc(1, sizeof *c);
@@ -187,8 +194,9 @@ int tutti_merge_config_set_base(tutti_merge_config *c, const char *path) {
 }
 
 static const char *const k_bool_params[] = {"normalize", "rescale", "nuslerp_flatten", "nuslerp_row_wise",
-                                            "filter_wise", "int8_mask"};
-static const char *const k_num_params[] = {"t", "weight", "density", "lambda", "epsilon", "gamma", "scale"};
+                                            "filter_wise", "int8_mask", "normalize_weights"};
+static const char *const k_num_params[] = {"t", "weight", "density", "lambda", "epsilon", "gamma", "scale",
+                                           "select_topk", "max_iter", "tol", "eps"};
 
 int merge_param_kind(const char *name) {
     for (size_t i = 0; i < sizeof k_num_params / sizeof *k_num_params; i++)
@@ -310,8 +318,23 @@ int merge_config_out_type(const tutti_merge_config *c) {
     return t >= 0 ? t : merge_dtype_type(c->dtype);
 }
 
+static void free_strs(char **v, int n) {
+    for (int i = 0; v && i < n; i++) free(v[i]);
+    free(v);
+}
+
 void tutti_merge_config_free(tutti_merge_config *c) {
     if (!c) return;
+    if (c->moe) {
+        for (int i = 0; i < c->moe->n_experts; i++) {
+            merge_expert *e = &c->moe->experts[i];
+            free(e->source_model);
+            free_strs(e->pos, e->n_pos);
+            free_strs(e->neg, e->n_neg);
+        }
+        free(c->moe->experts);
+        free(c->moe);
+    }
     free(c->base_model);
     free(c->dtype);
     free(c->out_dtype);

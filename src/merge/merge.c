@@ -126,39 +126,43 @@ static int block_count(merge_run *r, int f, int64_t *out) {
 
 /* ---- checks ---- */
 
-static int check_arch_vocab(merge_run *r) {
+int merge_check_arch_vocab(gguf_file *const *files, char *const *paths, int n_files, char *arch, size_t arch_size) {
     gguf_str a0;
-    if (!gguf_get_str(r->files[0], "general.architecture", &a0))
-        return tutti_set_error("merge: %s: no general.architecture", r->paths[0]);
-    char *arch = r->arch_buf;
-    snprintf(r->arch_buf, sizeof r->arch_buf, "%.*s", (int)(a0.len < 63 ? a0.len : 63), a0.data);
-    r->arch = arch;
-    int64_t t0 = gguf_find_key(r->files[0], "tokenizer.ggml.tokens");
-    for (int i = 1; i < r->n_files; i++) {
+    if (!gguf_get_str(files[0], "general.architecture", &a0))
+        return tutti_set_error("merge: %s: no general.architecture", paths[0]);
+    snprintf(arch, arch_size, "%.*s", (int)(a0.len < 63 ? a0.len : 63), a0.data);
+    int64_t t0 = gguf_find_key(files[0], "tokenizer.ggml.tokens");
+    for (int i = 1; i < n_files; i++) {
         gguf_str a;
-        if (!gguf_get_str(r->files[i], "general.architecture", &a) || a.len != a0.len || memcmp(a.data, a0.data, a.len))
-            return tutti_set_error("merge: different architectures: %s is %s, %s is %.*s", r->paths[0], arch,
-                                   r->paths[i], (int)(a.len < 64 ? a.len : 64), a.data ? a.data : "(none)");
-        int64_t ti = gguf_find_key(r->files[i], "tokenizer.ggml.tokens");
+        if (!gguf_get_str(files[i], "general.architecture", &a) || a.len != a0.len || memcmp(a.data, a0.data, a.len))
+            return tutti_set_error("merge: different architectures: %s is %s, %s is %.*s", paths[0], arch,
+                                   paths[i], (int)(a.len < 64 ? a.len : 64), a.data ? a.data : "(none)");
+        int64_t ti = gguf_find_key(files[i], "tokenizer.ggml.tokens");
         if ((t0 < 0) != (ti < 0))
             return tutti_set_error("merge: different vocabularies: %s has a token list, %s has none",
-                                   r->paths[t0 < 0 ? i : 0], r->paths[t0 < 0 ? 0 : i]);
+                                   paths[t0 < 0 ? i : 0], paths[t0 < 0 ? 0 : i]);
         if (t0 < 0) continue;
-        uint64_t n0 = gguf_kv_arr_n(r->files[0], t0), ni = gguf_kv_arr_n(r->files[i], ti);
+        uint64_t n0 = gguf_kv_arr_n(files[0], t0), ni = gguf_kv_arr_n(files[i], ti);
         if (n0 != ni)
             return tutti_set_error("merge: different vocabularies: %s has %llu tokens, %s has %llu (merging "
                                    "needs one token list; fuse them with tutti run/eval instead)",
-                                   r->paths[0], (unsigned long long)n0, r->paths[i], (unsigned long long)ni);
+                                   paths[0], (unsigned long long)n0, paths[i], (unsigned long long)ni);
         for (uint64_t j = 0; j < n0; j++) {
-            gguf_str s0 = gguf_kv_str(r->files[0], t0, j), si = gguf_kv_str(r->files[i], ti, j);
+            gguf_str s0 = gguf_kv_str(files[0], t0, j), si = gguf_kv_str(files[i], ti, j);
             if (s0.len != si.len || memcmp(s0.data, si.data, s0.len))
                 return tutti_set_error("merge: different vocabularies: token %llu is '%.*s' in %s and '%.*s' "
                                        "in %s (merging needs one token list; fuse them with tutti run/eval "
                                        "instead)",
-                                       (unsigned long long)j, (int)(s0.len < 40 ? s0.len : 40), s0.data, r->paths[0],
-                                       (int)(si.len < 40 ? si.len : 40), si.data, r->paths[i]);
+                                       (unsigned long long)j, (int)(s0.len < 40 ? s0.len : 40), s0.data, paths[0],
+                                       (int)(si.len < 40 ? si.len : 40), si.data, paths[i]);
         }
     }
+    return 0;
+}
+
+static int check_arch_vocab(merge_run *r) {
+    if (merge_check_arch_vocab(r->files, r->paths, r->n_files, r->arch_buf, sizeof r->arch_buf)) return TUTTI_ERR;
+    r->arch = r->arch_buf;
     return 0;
 }
 
@@ -234,6 +238,28 @@ static int tensor_type(int out_type, const char *name, uint32_t n_dims, int64_t 
         *fallback = true;
     }
     return t;
+}
+
+int merge_tensor_type(int out_type, const char *name, uint32_t n_dims, int64_t ne0) {
+    bool fallback;
+    return tensor_type(out_type, name, n_dims, ne0, &fallback);
+}
+
+int merge_out_check(const merge_out *o, char *const *paths, int n_paths) {
+    if (!o->path) return 0;
+    /* the output must not be an input: compared as files (device and
+     * inode), so ./x, /abs/x, a symlink or a hard link to x are all x */
+    for (int i = 0; i < n_paths; i++)
+        if (tutti_same_file(paths[i], o->path))
+            return tutti_set_error("merge: the output %s is the input %s (the same file); write the merge to another "
+                                   "file", o->path, paths[i]);
+    return tutti_check_writable(o->path); /* before the work, not after it */
+}
+
+int merge_out_write(gguf_writer *w, const merge_out *o) {
+    if (o->path) return gguf_writer_write(w, o->path);
+    if (o->stream) return gguf_writer_write_stream(w, o->stream, "<stdout>");
+    return gguf_writer_write_buffer(w, o->buf, o->size);
 }
 
 static int add_plan(merge_run *r, const char *out_name, int slice, double t, const char *const *in_names) {
@@ -459,10 +485,12 @@ static int fill_tensor(void *ctx, int64_t index, void *buf, uint64_t size) {
     if (rc == 0) {
         /* the method's global parameters: slice, then global level */
         static const char *const gnames[] = {"t", "lambda", "scale", "normalize", "rescale", "nuslerp_flatten",
-                                             "nuslerp_row_wise", "filter_wise"};
-        double g[8];
-        for (int k = 0; k < 8; k++) g[k] = NAN;
-        for (int k = 0; rc == 0 && k < 8; k++) rc = param_of(r, pt, NULL, gnames[k], &g[k]);
+                                             "nuslerp_row_wise", "filter_wise", "select_topk", "max_iter", "tol",
+                                             "eps", "normalize_weights"};
+        enum { NG = sizeof gnames / sizeof *gnames };
+        double g[NG];
+        for (int k = 0; k < NG; k++) g[k] = NAN;
+        for (int k = 0; rc == 0 && k < NG; k++) rc = param_of(r, pt, NULL, gnames[k], &g[k]);
         double t = g[0], lambda = g[1], scale = g[2], nz = g[3], rs = g[4], fl = g[5], rw = g[6], fw = g[7];
         merge_method m = r->cfg->method;
         bool def_norm = m == MM_LINEAR || m == MM_TIES || m == MM_DELLA;
@@ -475,6 +503,11 @@ static int fill_tensor(void *ctx, int64_t index, void *buf, uint64_t size) {
         a.flatten = isnan(fl) ? true : fl != 0;
         a.row_wise = !isnan(rw) && rw != 0;
         a.filter_wise = !isnan(fw) && fw != 0;
+        a.select_topk = g[8];
+        a.max_iter = isnan(g[9]) ? 10 : (int)fmin(fmax(g[9], 0), 1e6);
+        a.tol = g[10];
+        a.eps = g[11];
+        a.normalize_weights = isnan(g[12]) || g[12] != 0;
     }
     if (rc == 0) rc = merge_tensor(&a, out);
     if (rc == 0) {
@@ -486,12 +519,7 @@ static int fill_tensor(void *ctx, int64_t index, void *buf, uint64_t size) {
     }
     if (rc == 0 && tutti_row_size(pt->type, pt->ne[0]) * (uint64_t)(n / pt->ne[0]) != size)
         rc = tutti_set_error("merge: internal: size of %s", pt->name);
-    if (rc == 0) {
-        size_t rs = tutti_row_size(pt->type, pt->ne[0]);
-        for (int64_t row = 0; rc == 0 && row < n / pt->ne[0]; row++)
-            if (!tutti_quantize_row_ref(pt->type, out + row * pt->ne[0], (char *)buf + (size_t)row * rs, pt->ne[0]))
-                rc = TUTTI_ERR;
-    }
+    if (rc == 0) rc = merge_quantize(pt->type, out, n, pt->ne[0], buf);
     if (rc == 0 && r->p->verbose)
         fprintf(stderr, "merge: [%lld/%lld] %-28s %-6s t=%.3f%s\n", (long long)index + 1, (long long)r->n_plan, pt->name,
                 tutti_type_name(pt->type), pt->t, pt->fallback ? " (fallback: rows of this length do not fill the "
@@ -503,9 +531,17 @@ static int fill_tensor(void *ctx, int64_t index, void *buf, uint64_t size) {
     return rc;
 }
 
+int merge_quantize(int type, const float *x, int64_t n, int64_t ne0, void *buf) {
+    size_t rs = tutti_row_size(type, ne0);
+    for (int64_t row = 0; row < n / ne0; row++)
+        if (!tutti_quantize_row_ref(type, x + row * ne0, (char *)buf + (size_t)row * rs, ne0))
+            return tutti_set_error("merge: cannot write rows of %lld values as %s", (long long)ne0, tutti_type_name(type));
+    return 0;
+}
+
 /* ---- metadata ---- */
 
-static int llama_ftype(int type) {
+int merge_llama_ftype(int type) {
     switch (type) {
     case TUTTI_TYPE_F32: return 0;
     case TUTTI_TYPE_F16: return 1;
@@ -548,7 +584,7 @@ static int write_metadata(merge_run *r, gguf_writer *w, int meta_file) {
         int rc;
         if (gguf_str_eq(k, "general.name")) rc = gguf_writer_add_str(w, "general.name", name), have_name = true;
         else if (gguf_str_eq(k, "general.file_type"))
-            rc = gguf_writer_add_u32(w, "general.file_type", (uint32_t)llama_ftype(r->out_type)), have_ft = true;
+            rc = gguf_writer_add_u32(w, "general.file_type", (uint32_t)merge_llama_ftype(r->out_type)), have_ft = true;
         else if (gguf_str_eq(k, "general.quantization_version"))
             rc = gguf_writer_add_u32(w, "general.quantization_version", 2), have_qv = true;
         else if (gguf_str_eq(k, bc_key)) rc = gguf_writer_add_u32(w, bc_key, n_layers);
@@ -558,7 +594,7 @@ static int write_metadata(merge_run *r, gguf_writer *w, int meta_file) {
         if (rc) return TUTTI_ERR;
     }
     if (!have_name && gguf_writer_add_str(w, "general.name", name)) return TUTTI_ERR;
-    if (!have_ft && gguf_writer_add_u32(w, "general.file_type", (uint32_t)llama_ftype(r->out_type))) return TUTTI_ERR;
+    if (!have_ft && gguf_writer_add_u32(w, "general.file_type", (uint32_t)merge_llama_ftype(r->out_type))) return TUTTI_ERR;
     if (quantized && !have_qv && gguf_writer_add_u32(w, "general.quantization_version", 2)) return TUTTI_ERR;
     if (gguf_writer_add_str(w, "tutti.merge.method", merge_method_name(r->cfg->method))) return TUTTI_ERR;
     const char **models = calloc((size_t)r->n_files, sizeof *models);
@@ -610,8 +646,8 @@ static void report_fallbacks(const merge_run *r) {
     r->p->notice(msg, r->p->notice_user);
 }
 
-/* The merge, written to out_path (atomically) or streamed to out. */
-static int merge_to(const tutti_merge_config *c, const char *out_path, FILE *out, const tutti_merge_params *pp) {
+/* The merge, written where o says. */
+static int merge_to(const tutti_merge_config *c, const merge_out *o, const tutti_merge_params *pp) {
     tutti_merge_params p = pp ? *pp : tutti_merge_default_params();
     int out_type = p.type ? out_type_of(p.type) : merge_config_out_type(c);
     if (!p.type && out_type < 0) out_type = TUTTI_TYPE_F16;
@@ -622,6 +658,7 @@ static int merge_to(const tutti_merge_config *c, const char *out_path, FILE *out
     if (out_type < 0)
         return tutti_set_error("merge: output type '%s' is not one tutti writes (F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
                                "Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4; mixtures like Q4_K_M: llama-quantize)", p.type);
+    if (c->moe) return merge_moe_write(c, out_type, o, &p);
     if (c->n_models == 0 && c->n_slices == 0) return tutti_set_error("merge: no models");
     if (c->method == MM_PASSTHROUGH && c->n_models > 1)
         return tutti_set_error("merge: passthrough takes slices (one source each), not a list of models");
@@ -632,13 +669,7 @@ static int merge_to(const tutti_merge_config *c, const char *out_path, FILE *out
     int rc = make_slices(&r);
     if (rc == 0) rc = check_arch_vocab(&r);
     if (rc == 0) rc = build_plan(&r);
-    /* the output must not be an input: compared as files (device and
-     * inode), so ./x, /abs/x, a symlink or a hard link to x are all x */
-    for (int i = 0; rc == 0 && out_path && i < r.n_files; i++)
-        if (tutti_same_file(r.paths[i], out_path))
-            rc = tutti_set_error("merge: the output %s is the input %s (the same file); write the merge to another "
-                                 "file", out_path, r.paths[i]);
-    if (rc == 0 && out_path) rc = tutti_check_writable(out_path); /* before the work, not after it */
+    if (rc == 0) rc = merge_out_check(o, r.paths, r.n_files);
     if (rc == 0) {
         w = gguf_writer_new();
         if (!w) rc = tutti_set_error("merge: out of memory");
@@ -650,7 +681,7 @@ static int merge_to(const tutti_merge_config *c, const char *out_path, FILE *out
     for (int64_t i = 0; rc == 0 && i < r.n_plan; i++)
         rc = gguf_writer_add_tensor_fill(w, r.plan[i].name, r.plan[i].type, r.plan[i].n_dims, r.plan[i].ne, fill_tensor, &r);
     if (rc == 0) report_fallbacks(&r);
-    if (rc == 0) rc = out_path ? gguf_writer_write(w, out_path) : gguf_writer_write_stream(w, out, "<stdout>");
+    if (rc == 0) rc = merge_out_write(w, o);
     gguf_writer_free(w);
     for (int64_t i = 0; i < r.n_plan; i++) free(r.plan[i].in);
     free(r.plan);
@@ -667,10 +698,17 @@ static int merge_to(const tutti_merge_config *c, const char *out_path, FILE *out
 
 int tutti_merge(const tutti_merge_config *c, const char *out_path, const tutti_merge_params *p) {
     if (!c || !out_path || !*out_path) return tutti_set_error("merge: NULL configuration or output path");
-    return merge_to(c, out_path, NULL, p);
+    return merge_to(c, &(merge_out){.path = out_path}, p);
 }
 
 int tutti_merge_stream(const tutti_merge_config *c, FILE *out, const tutti_merge_params *p) {
     if (!c || !out) return tutti_set_error("merge: NULL configuration or stream");
-    return merge_to(c, NULL, out, p);
+    return merge_to(c, &(merge_out){.stream = out}, p);
+}
+
+int merge_to_buffer(const tutti_merge_config *c, const tutti_merge_params *p, void **buf, size_t *size) {
+    if (!c || !buf || !size) return tutti_set_error("merge: NULL configuration or buffer");
+    *buf = NULL;
+    *size = 0;
+    return merge_to(c, &(merge_out){.buf = buf, .size = size}, p);
 }

@@ -7,12 +7,16 @@
  * sparsify.c   task-vector sparsification (magnitude, random, outliers,
  *              DELLA) and the counter-based random generator
  * methods.c    one output tensor from the input tensors, per method
+ * spherical.c  the hypersphere means: karcher, multislerp
+ * selective.c  element-wise selections: sce, nearswap, arcee_fusion
  * merge.c      checks, plan, streaming write (tutti_merge) */
 #ifndef TUTTI_MERGE_H
 #define TUTTI_MERGE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "tutti.h"
 
@@ -69,10 +73,35 @@ typedef struct merge_slice {
 typedef enum merge_method {
     MM_LINEAR, MM_SLERP, MM_NUSLERP, MM_TASK_ARITHMETIC, MM_TIES, MM_DARE_TIES, MM_DARE_LINEAR,
     MM_DELLA, MM_DELLA_LINEAR, MM_BREADCRUMBS, MM_BREADCRUMBS_TIES, MM_MODEL_STOCK,
-    MM_PASSTHROUGH, MM_COUNT
+    MM_PASSTHROUGH, MM_SCE, MM_KARCHER, MM_MULTISLERP, MM_NEARSWAP, MM_ARCEE_FUSION, MM_COUNT
 } merge_method;
 
+/* mergekit-moe (moe.c): a mixture of experts made of dense models.  The
+ * router's initial rows (gate vectors) per mergekit's gate_mode. */
+typedef enum merge_gate_mode {
+    MG_HIDDEN,         /* hidden states at each layer's input, last prompt token ("hidden", "hidden_last") */
+    MG_HIDDEN_AVG,     /* the same, averaged over the prompt's tokens */
+    MG_CHEAP_EMBED,    /* the prompts' summed token embeddings, every layer alike */
+    MG_RANDOM,         /* N(0, 1) */
+    MG_UNIFORM_RANDOM, /* U(-1/sqrt(n_embd), 1/sqrt(n_embd)), torch.nn.Linear's initialisation */
+} merge_gate_mode;
+
+typedef struct merge_expert {
+    char *source_model;
+    char **pos, **neg; /* positive_prompts[n_pos], negative_prompts[n_neg] */
+    int n_pos, n_neg;
+    double noise_scale, residual_scale; /* NAN: none */
+} merge_expert;
+
+typedef struct merge_moe {
+    merge_expert *experts;
+    int n_experts;
+    merge_gate_mode gate_mode;
+    int experts_per_token; /* default 2 */
+} merge_moe;
+
 struct tutti_merge_config {
+    merge_moe *moe;       /* a mergekit-moe configuration (`experts:`): base_model, dtype and text apply */
     merge_method method;
     char *base_model;
     char *dtype, *out_dtype;
@@ -86,6 +115,7 @@ struct tutti_merge_config {
 
 const char *merge_method_name(merge_method m);
 int merge_method_from_name(const char *s); /* -1 when unknown */
+const char *merge_method_list(void);        /* "linear, slerp, ..." for messages */
 
 /* Evaluates a setting for tensor hf_name at gradient position t.  Returns
  * false when the setting does not apply (no condition matched); *is_num says
@@ -123,6 +153,50 @@ bool merge_lookup(const merge_params *source, const merge_params *slice, const m
                   const char *name, const char *hf_name, const char *gguf_name, double t, double *out,
                   bool *err);
 
+/* ---- writing (merge.c, moe.c) ---- */
+
+/* files[n_files] (opened from paths) have one architecture (its name into
+ * arch) and one token list; 0, or TUTTI_ERR naming the first difference. */
+struct gguf_file;
+int merge_check_arch_vocab(struct gguf_file *const *files, char *const *paths, int n_files, char *arch,
+                           size_t arch_size);
+/* The output type of one tensor: llama-quantize's choice (2-D+ weights in
+ * out_type, with its fallbacks for rows the blocks do not divide; vectors
+ * and norms F32). */
+int merge_tensor_type(int out_type, const char *name, uint32_t n_dims, int64_t ne0);
+/* llama.cpp's general.file_type for an output type. */
+int merge_llama_ftype(int type);
+/* n floats (rows of ne0) quantized into buf as type; 0 or TUTTI_ERR. */
+int merge_quantize(int type, const float *x, int64_t n, int64_t ne0, void *buf);
+/* Where a merge goes: a file (path, written atomically), a stream, or a
+ * malloc'd GGUF image (*buf, *size; the caller frees it).  One of them. */
+typedef struct merge_out {
+    const char *path;
+    FILE *stream;
+    void **buf;
+    size_t *size;
+} merge_out;
+/* Before the work: a file output is none of the inputs paths[n_paths]
+ * (compared as files) and can be written.  0 or TUTTI_ERR. */
+int merge_out_check(const merge_out *o, char *const *paths, int n_paths);
+struct gguf_writer;
+/* The writer's GGUF where o says.  0 or TUTTI_ERR. */
+int merge_out_write(struct gguf_writer *w, const merge_out *o);
+/* The mixture of experts of a mergekit-moe configuration (moe.c), written
+ * where o says, tensors in out_type. */
+int merge_moe_write(const tutti_merge_config *c, int out_type, const merge_out *o, const tutti_merge_params *p);
+/* The router's rows: gate[n_layer][n_experts][n_embd] for the dense base
+ * model at base_path (moe_router.c, mergekit/moe/router.py's
+ * get_gate_params).  seed: of the random modes.  Writes a warning on stderr
+ * for layers whose gate vectors are nearly dependent (condition number > 5,
+ * as mergekit warns).  0 or TUTTI_ERR. */
+int merge_moe_gates(const merge_moe *moe, const char *base_path, int n_layer, int64_t n_embd, uint64_t seed,
+                    float *gate);
+
+/* tutti_merge into memory: the GGUF image the file would hold, malloc'd
+ * into *buf (*size bytes; the caller frees it).  0 or TUTTI_ERR. */
+int merge_to_buffer(const tutti_merge_config *c, const tutti_merge_params *p, void **buf, size_t *size);
+
 /* Hugging Face name of a GGUF tensor name for architecture arch (into buf). */
 void merge_hf_name(const char *arch, const char *gguf_name, char *buf, size_t size);
 
@@ -157,11 +231,26 @@ typedef struct merge_tensor_args {
     const double *weight, *density, *gamma, *epsilon; /* per input */
     double t, lambda, scale;
     bool normalize, rescale, flatten, row_wise, filter_wise;
+    double select_topk;      /* sce (default 1) */
+    int max_iter;            /* karcher (default 10) */
+    double tol;              /* karcher (default 1e-5) */
+    double eps;              /* multislerp (default 1e-8) */
+    bool normalize_weights;  /* multislerp (default true) */
     const char *name;  /* output tensor name (random masks) */
     uint64_t seed;
 } merge_tensor_args;
 
 /* Computes the merged tensor into out (n floats).  0 or TUTTI_ERR. */
 int merge_tensor(const merge_tensor_args *a, float *out);
+
+/* An error naming the method, model and tensor when input i has no weight. */
+int merge_need_weight(const merge_tensor_args *a, int i);
+/* The methods of spherical.c and selective.c, as merge_tensor calls them
+ * (a->n_in >= 2).  0 or TUTTI_ERR. */
+int merge_karcher(const merge_tensor_args *a, float *out);
+int merge_multislerp(const merge_tensor_args *a, float *out);
+int merge_sce(const merge_tensor_args *a, float *out);
+int merge_nearswap(const merge_tensor_args *a, float *out);
+int merge_arcee_fusion(const merge_tensor_args *a, float *out);
 
 #endif

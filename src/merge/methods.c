@@ -9,7 +9,7 @@
 #include "merge/merge.h"
 #include "util/error.h"
 
-static int need_weight(const merge_tensor_args *a, int i) {
+int merge_need_weight(const merge_tensor_args *a, int i) {
     if (isnan(a->weight[i]))
         return tutti_set_error("merge: %s: model %d has no 'weight' parameter for tensor %s",
                                merge_method_name(a->method), i + 1, a->name);
@@ -19,7 +19,7 @@ static int need_weight(const merge_tensor_args *a, int i) {
 static int linear(const merge_tensor_args *a, float *out) {
     double wsum = 0;
     for (int i = 0; i < a->n_in; i++) {
-        if (need_weight(a, i)) return TUTTI_ERR;
+        if (merge_need_weight(a, i)) return TUTTI_ERR;
         wsum += a->weight[i];
     }
     if (a->normalize && wsum == 0)
@@ -97,7 +97,7 @@ static int nuslerp(const merge_tensor_args *a, float *out) {
         return tutti_set_error("merge: nuslerp needs exactly two models besides the optional base_model "
                                "(tensor %s)", a->name);
     for (int i = 0; i < 2; i++)
-        if (need_weight(a, idx[i])) return TUTTI_ERR;
+        if (merge_need_weight(a, idx[i])) return TUTTI_ERR;
     double w0 = a->weight[idx[0]], w1 = a->weight[idx[1]];
     double t = fabs(w0 + w1) < 1e-6 ? 0.5 : w1 / (w0 + w1);
     size_t bytes = sizeof(double) * (size_t)a->n;
@@ -190,7 +190,7 @@ static int task_arithmetic(const merge_tensor_args *a, float *out) {
     int rc = d && w && f ? 0 : tutti_set_error("merge: out of memory (%s)", a->name);
     for (int i = 0, k = 0; rc == 0 && i < a->n_in; i++) {
         if (i == a->base) continue;
-        if ((rc = need_weight(a, i))) break;
+        if ((rc = merge_need_weight(a, i))) break;
         w[k] = a->weight[i];
         d[k] = malloc(sizeof(float) * (size_t)(a->n ? a->n : 1));
         if (!d[k]) {
@@ -250,6 +250,11 @@ int merge_tensor(const merge_tensor_args *a, float *out) {
     case MM_SLERP: return slerp(a, out);
     case MM_NUSLERP: return nuslerp(a, out);
     case MM_MODEL_STOCK: return model_stock(a, out);
+    case MM_SCE: return merge_sce(a, out);
+    case MM_KARCHER: return merge_karcher(a, out);
+    case MM_MULTISLERP: return merge_multislerp(a, out);
+    case MM_NEARSWAP: return merge_nearswap(a, out);
+    case MM_ARCEE_FUSION: return merge_arcee_fusion(a, out);
     default: return task_arithmetic(a, out);
     }
 }

@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <yaml.h>
 
 #include "merge/merge.h"
@@ -325,10 +326,8 @@ static int parse_root(ctx *c, tutti_merge_config *cfg) {
             const char *m = scalar(v);
             int mi = m ? merge_method_from_name(m) : -1;
             if (mi < 0)
-                return tutti_set_error("merge config: line %d: unknown merge_method '%.60s' (linear, slerp, "
-                                       "nuslerp, task_arithmetic, ties, dare_ties, dare_linear, della, "
-                                       "della_linear, breadcrumbs, breadcrumbs_ties, model_stock, passthrough)",
-                                       line(v), m ? m : "(not a string)");
+                return tutti_set_error("merge config: line %d: unknown merge_method '%.60s' (%s)", line(v),
+                                       m ? m : "(not a string)", merge_method_list());
             cfg->method = (merge_method)mi;
             have_method = true;
         } else if (!strcmp(ks, "base_model")) {
@@ -364,6 +363,171 @@ static int parse_root(ctx *c, tutti_merge_config *cfg) {
     return 0;
 }
 
+/* ---- mergekit-moe configurations (mergekit/moe/config.py) ---- */
+
+static int parse_strings(ctx *c, yaml_node_t *n, const char *what, char ***out, int *n_out) {
+    if (is_null(n)) return 0;
+    if (*out) return err(n, "prompts given twice");
+    if (n->type != YAML_SEQUENCE_NODE) return err(n, "prompts must be a list of strings");
+    long len = n->data.sequence.items.top - n->data.sequence.items.start;
+    if (len > MAX_LIST) return err(n, "too many prompts");
+    *out = calloc((size_t)(len ? len : 1), sizeof **out);
+    if (!*out) return tutti_set_error("merge config: out of memory");
+    for (long i = 0; i < len; i++) {
+        if (!visit(c)) return err(n, "configuration too large");
+        yaml_node_t *e = node(c, n->data.sequence.items.start[i]);
+        if (!e) return err(n, "bad list element");
+        if (dup_str(e, what, &(*out)[i])) return TUTTI_ERR;
+        (*n_out)++;
+    }
+    return 0;
+}
+
+static int parse_scale(yaml_node_t *v, const char *what, double *out) {
+    double x;
+    if (v->type != YAML_SCALAR_NODE || !(as_number(v, &x) > 0) || x < 0 || x > 1e6) {
+        char m[96];
+        snprintf(m, sizeof m, "%s must be a finite number >= 0", what);
+        return err(v, m);
+    }
+    *out = x;
+    return 0;
+}
+
+static int parse_expert(ctx *c, yaml_node_t *n, merge_expert *e) {
+    e->noise_scale = e->residual_scale = NAN;
+    if (n->type != YAML_MAPPING_NODE) return err(n, "an expert must be a mapping (source_model, positive_prompts, ...)");
+    for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
+        if (!visit(c)) return err(n, "configuration too large");
+        yaml_node_t *k = node(c, p->key), *v = node(c, p->value);
+        const char *ks = scalar(k);
+        if (!ks || !v) return err(n, "keys must be strings");
+        int rc;
+        if (!strcmp(ks, "source_model")) rc = dup_str(v, "source_model", &e->source_model);
+        else if (!strcmp(ks, "positive_prompts")) rc = parse_strings(c, v, "a prompt", &e->pos, &e->n_pos);
+        else if (!strcmp(ks, "negative_prompts")) rc = parse_strings(c, v, "a prompt", &e->neg, &e->n_neg);
+        else if (!strcmp(ks, "noise_scale")) rc = is_null(v) ? 0 : parse_scale(v, "noise_scale", &e->noise_scale);
+        else if (!strcmp(ks, "residual_scale")) rc = is_null(v) ? 0 : parse_scale(v, "residual_scale", &e->residual_scale);
+        else return err(k, "unknown key in an expert (source_model, positive_prompts, negative_prompts, noise_scale, "
+                           "residual_scale)");
+        if (rc) return TUTTI_ERR;
+    }
+    if (!e->source_model) return err(n, "expert without source_model");
+    return 0;
+}
+
+static int parse_experts(ctx *c, yaml_node_t *n, merge_moe *moe) {
+    if (n->type != YAML_SEQUENCE_NODE) return err(n, "experts must be a list");
+    long len = n->data.sequence.items.top - n->data.sequence.items.start;
+    if (len < 1 || len > 64) return err(n, "need 1 to 64 experts");
+    moe->experts = calloc((size_t)len, sizeof *moe->experts);
+    if (!moe->experts) return tutti_set_error("merge config: out of memory");
+    for (long i = 0; i < len; i++) {
+        yaml_node_t *e = node(c, n->data.sequence.items.start[i]);
+        if (!e) return err(n, "bad list element");
+        moe->n_experts++;
+        if (parse_expert(c, e, &moe->experts[i])) return TUTTI_ERR;
+    }
+    return 0;
+}
+
+static bool same_prompts(const merge_expert *a, const merge_expert *b) {
+    if (a->n_pos != b->n_pos || a->n_neg != b->n_neg) return false;
+    for (int i = 0; i < a->n_pos; i++)
+        if (strcmp(a->pos[i], b->pos[i])) return false;
+    for (int i = 0; i < a->n_neg; i++)
+        if (strcmp(a->neg[i], b->neg[i])) return false;
+    return true;
+}
+
+/* mergekit's is_bad_config, as errors. */
+static int check_moe(yaml_node_t *root, const tutti_merge_config *cfg) {
+    const merge_moe *m = cfg->moe;
+    if (!cfg->base_model) return err(root, "base_model missing");
+    if (!m->experts) return err(root, "experts missing");
+    if (m->n_experts < m->experts_per_token)
+        return err(root, "experts_per_token is larger than the number of experts");
+    bool same_src = m->n_experts > 1, same_p = m->n_experts > 1;
+    for (int i = 1; i < m->n_experts; i++) {
+        same_src &= !strcmp(m->experts[i].source_model, m->experts[0].source_model);
+        same_p &= same_prompts(&m->experts[i], &m->experts[0]);
+    }
+    if (same_src)
+        return err(root, "every expert has the same source_model: the mixture would compute what one model does, "
+                         "at more cost");
+    if (m->gate_mode == MG_RANDOM || m->gate_mode == MG_UNIFORM_RANDOM) return 0;
+    for (int i = 0; i < m->n_experts; i++)
+        if (!m->experts[i].n_pos) {
+            char msg[120];
+            snprintf(msg, sizeof msg, "expert %d has no positive_prompts (gate_mode %s routes by them)", i + 1,
+                     m->gate_mode == MG_CHEAP_EMBED ? "cheap_embed" : "hidden");
+            return err(root, msg);
+        }
+    if (same_p)
+        return err(root, "every expert has the same prompts: the router could not tell them apart (give each "
+                         "expert prompts of what it should receive)");
+    return 0;
+}
+
+static int parse_moe_root(ctx *c, yaml_node_t *root, tutti_merge_config *cfg) {
+    merge_moe *m = cfg->moe = calloc(1, sizeof *cfg->moe);
+    if (!m) return tutti_set_error("merge config: out of memory");
+    m->experts_per_token = 2;
+    m->gate_mode = MG_HIDDEN;
+    for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top; p++) {
+        if (!visit(c)) return err(root, "configuration too large");
+        yaml_node_t *k = node(c, p->key), *v = node(c, p->value);
+        const char *ks = scalar(k);
+        if (!ks || !v) return err(root, "keys must be strings");
+        if (!strcmp(ks, "base_model")) {
+            if (dup_str(v, "base_model", &cfg->base_model)) return TUTTI_ERR;
+        } else if (!strcmp(ks, "experts")) {
+            if (m->experts) return err(k, "experts given twice");
+            if (parse_experts(c, v, m)) return TUTTI_ERR;
+        } else if (!strcmp(ks, "gate_mode")) {
+            static const char *const modes[] = {"hidden", "hidden_avg", "cheap_embed", "random", "uniform_random",
+                                                "hidden_last"};
+            const char *g = scalar(v);
+            int i = 0;
+            while (g && i < 6 && strcmp(g, modes[i])) i++;
+            if (!g || i == 6)
+                return err(v, "gate_mode must be hidden, hidden_avg, hidden_last, cheap_embed, random or uniform_random");
+            m->gate_mode = i == 5 ? MG_HIDDEN : (merge_gate_mode)i;
+        } else if (!strcmp(ks, "dtype")) {
+            if (is_null(v)) continue;
+            if (dup_str(v, "dtype", &cfg->dtype)) return TUTTI_ERR;
+            if (merge_dtype_type(cfg->dtype) < 0) return err(v, "dtype must be float32, float16 or bfloat16");
+        } else if (!strcmp(ks, "experts_per_token")) {
+            double x;
+            if (v->type != YAML_SCALAR_NODE || !(as_number(v, &x) > 0) || x != floor(x) || x < 1 || x > 64)
+                return err(v, "experts_per_token must be an integer from 1 to 64");
+            m->experts_per_token = (int)x;
+        } else if (!strcmp(ks, "architecture")) {
+            const char *a = scalar(v);
+            if (!is_null(v) && !(a && !strcasecmp(a, "mixtral")))
+                return err(v, "architecture: tutti writes the Mixtral layout only (llama with experts)");
+        } else if (!strcmp(ks, "shared_experts")) {
+            if (!is_null(v)) return err(v, "shared_experts: the Mixtral layout has none");
+        } else {
+            char msg[256];
+            snprintf(msg, sizeof msg, "unknown key '%.60s' in a mergekit-moe configuration (base_model, experts, "
+                     "gate_mode, dtype, experts_per_token)", ks);
+            return err(k, msg);
+        }
+    }
+    return check_moe(root, cfg);
+}
+
+/* A mapping with an `experts` key is a mergekit-moe configuration. */
+static bool is_moe(ctx *c, yaml_node_t *root) {
+    if (!root || root->type != YAML_MAPPING_NODE) return false;
+    for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top; p++) {
+        const char *ks = scalar(node(c, p->key));
+        if (ks && !strcmp(ks, "experts")) return true;
+    }
+    return false;
+}
+
 tutti_merge_config *tutti_merge_config_parse(const char *text, size_t len) {
     if (!text) {
         tutti_set_error("merge config: NULL text");
@@ -384,7 +548,9 @@ tutti_merge_config *tutti_merge_config_parse(const char *text, size_t len) {
         return NULL;
     }
     tutti_merge_config *cfg = calloc(1, sizeof *cfg);
-    int rc = cfg ? parse_root(&c, cfg) : tutti_set_error("merge config: out of memory");
+    yaml_node_t *root = yaml_document_get_root_node(&c.doc);
+    int rc = !cfg ? tutti_set_error("merge config: out of memory")
+           : is_moe(&c, root) ? parse_moe_root(&c, root, cfg) : parse_root(&c, cfg);
     if (rc == 0) {
         /* a single document only: a second one is most likely a mistake */
         yaml_document_t next;

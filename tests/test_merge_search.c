@@ -1,0 +1,389 @@
+/* Tests of the evolutionary merge (tutti merge --search, src/merge/search.c)
+ * and of its optimizer (src/merge/cmaes.c).
+ *
+ * CMA-ES: the Jacobi eigen-decomposition reconstructs random symmetric
+ * matrices; on the rotated 10-D ellipsoid (condition 1e6) and 4-D
+ * Rosenbrock it reaches 1e-10 within the evaluations the CMA-ES literature
+ * reports for these functions (about 6,000 and 2,000; Hansen and Ostermeier
+ * 2001; a version without the rank-mu update needs about 8,000 on the
+ * ellipsoid and fails the bound); one seed gives one sequence of candidates.
+ *
+ * The search, on stories260K and its two fine-tunes with a tiny budget: the
+ * YAML it writes reproduces its GGUF byte for byte through tutti merge
+ * --config; the same seed gives the same YAML and GGUF, another seed another
+ * YAML; the score it reports is what tutti eval measures on the file; the
+ * file equals tests/merge_ref.py's numpy merge of the YAML (slices with
+ * per-source weights and densities); choice accuracy as the score; the
+ * refusals. */
+#include "test_common.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "merge/cmaes.h"
+#include "tutti.h"
+
+static char g_dir[256];
+
+static const char *tmp(const char *name) {
+    static char buf[8][512];
+    static int k;
+    char *b = buf[k++ % 8];
+    snprintf(b, 512, "%s/%s", g_dir, name);
+    return b;
+}
+
+/* ---- CMA-ES ---- */
+
+static uint64_t g_rng = 12345;
+static double urand(void) {
+    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return (double)((z ^ (z >> 31)) >> 11) / 9007199254740992.0;
+}
+
+static void test_eigen(void **state) {
+    (void)state;
+    for (int n = 1; n <= 12; n++) {
+        double a[144], w[12], v[144];
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j <= i; j++) a[i * n + j] = a[j * n + i] = urand() * 2 - 1;
+        cmaes_eigen_sym(n, a, w, v);
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < n; j++) {
+                double r = 0, o = 0; /* V diag(w) V^T = A, V^T V = I */
+                for (int k = 0; k < n; k++) r += v[i * n + k] * w[k] * v[j * n + k], o += v[k * n + i] * v[k * n + j];
+                assert_true(fabs(r - a[i * n + j]) < 1e-10);
+                assert_true(fabs(o - (i == j)) < 1e-10);
+            }
+    }
+}
+
+static double g_rot[100];
+static int g_n;
+
+static double ellipsoid(const double *x) {
+    double f = 0;
+    for (int i = 0; i < g_n; i++) {
+        double y = 0;
+        for (int j = 0; j < g_n; j++) y += g_rot[i * g_n + j] * x[j];
+        f += pow(1e6, (double)i / (g_n - 1)) * y * y;
+    }
+    return f;
+}
+
+static double rosenbrock(const double *x) {
+    double f = 0;
+    for (int i = 0; i + 1 < g_n; i++) f += 100 * pow(x[i] * x[i] - x[i + 1], 2) + pow(1 - x[i], 2);
+    return f;
+}
+
+/* Evaluations until f < 1e-10 (or max_evals). */
+static int minimize(double (*fn)(const double *), int n, double x0v, uint64_t seed, int max_evals) {
+    double x0[10], f[64];
+    for (int i = 0; i < n; i++) x0[i] = x0v;
+    cmaes *c = cmaes_new(n, x0, 0.5, 0, seed);
+    assert_non_null(c);
+    int lambda = cmaes_lambda(c), evals = 0;
+    double best = INFINITY;
+    while (evals < max_evals && best >= 1e-10) {
+        cmaes_ask(c);
+        for (int k = 0; k < lambda; k++) best = fmin(best, f[k] = fn(cmaes_candidate(c, k)));
+        evals += lambda;
+        cmaes_tell(c, f);
+    }
+    cmaes_free(c);
+    return evals;
+}
+
+static void test_cmaes_converges(void **state) {
+    (void)state;
+    g_n = 10;
+    /* a random rotation (Gram-Schmidt of a random matrix) */
+    for (int i = 0; i < 100; i++) g_rot[i] = urand() - 0.5;
+    for (int i = 0; i < g_n; i++) {
+        for (int k = 0; k < i; k++) {
+            double d = 0;
+            for (int j = 0; j < g_n; j++) d += g_rot[i * g_n + j] * g_rot[k * g_n + j];
+            for (int j = 0; j < g_n; j++) g_rot[i * g_n + j] -= d * g_rot[k * g_n + j];
+        }
+        double s = 0;
+        for (int j = 0; j < g_n; j++) s += g_rot[i * g_n + j] * g_rot[i * g_n + j];
+        for (int j = 0; j < g_n; j++) g_rot[i * g_n + j] /= sqrt(s);
+    }
+    double mean = 0;
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+        int e = minimize(ellipsoid, 10, 1.0, seed, 20000);
+        printf("rotated ellipsoid n=10, seed %llu: %d evaluations\n", (unsigned long long)seed, e);
+        mean += e / 3.0;
+    }
+    assert_true(mean < 7000);
+    g_n = 4;
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+        int e = minimize(rosenbrock, 4, 0.0, seed, 20000);
+        printf("rosenbrock n=4, seed %llu: %d evaluations\n", (unsigned long long)seed, e);
+        assert_true(e < 3000);
+    }
+}
+
+static void test_cmaes_deterministic(void **state) {
+    (void)state;
+    double x0[3] = {0.5, 0.5, 0.5}, f[16];
+    cmaes *a = cmaes_new(3, x0, 0.2, 0, 7), *b = cmaes_new(3, x0, 0.2, 0, 7), *c = cmaes_new(3, x0, 0.2, 0, 8);
+    bool differ = false;
+    for (int gen = 0; gen < 5; gen++) {
+        cmaes_ask(a), cmaes_ask(b), cmaes_ask(c);
+        for (int k = 0; k < cmaes_lambda(a); k++) {
+            assert_memory_equal(cmaes_candidate(a, k), cmaes_candidate(b, k), 3 * sizeof(double));
+            differ |= memcmp(cmaes_candidate(a, k), cmaes_candidate(c, k), 3 * sizeof(double)) != 0;
+            const double *x = cmaes_candidate(a, k);
+            f[k] = x[0] * x[0] + 2 * x[1] * x[1] + 3 * x[2] * x[2];
+        }
+        cmaes_tell(a, f), cmaes_tell(b, f), cmaes_tell(c, f);
+    }
+    assert_true(differ);
+    cmaes_free(a), cmaes_free(b), cmaes_free(c);
+}
+
+/* ---- the search through the CLI ---- */
+
+static int merge_cli(const char *args, char **err) {
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "%s merge %s 2>%s", TUTTI_CLI, args, tmp("stderr.txt"));
+    int st;
+    free(run_cmd(cmd, &st));
+    size_t len;
+    char *e = read_file(tmp("stderr.txt"), &len);
+    if (err) *err = e ? e : strdup("");
+    else free(e);
+    return st;
+}
+
+static char *merge_ok(const char *args) {
+    char *err;
+    int st = merge_cli(args, &err);
+    if (st != 0) fail_msg("tutti merge %s\n%s", args, err);
+    return err;
+}
+
+static bool same_file(const char *a, const char *b) {
+    size_t la, lb;
+    char *x = read_file(a, &la), *y = read_file(b, &lb);
+    assert_non_null(x);
+    assert_non_null(y);
+    bool same = la == lb && !memcmp(x, y, la);
+    free(x), free(y);
+    return same;
+}
+
+/* The first n paragraphs of mixed-dev.txt (a story, a dream, a poem), written to path. */
+static void dev_text(const char *path, int n) {
+    size_t len;
+    char *t = read_file(shared_path("eval/mixed-dev.txt"), &len);
+    assert_non_null(t);
+    char *p = t;
+    for (int i = 0; i < n && p; i++) {
+        p = strstr(p, "\n\n");
+        if (p) p += 2;
+    }
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fwrite(t, 1, p ? (size_t)(p - t) : len, f);
+    fclose(f);
+    free(t);
+}
+
+/* The number after `key` in text (NAN when absent). */
+static double number_after(const char *text, const char *key) {
+    size_t kl = strlen(key);
+    for (size_t i = 0; text[i]; i++)
+        if (!strncmp(text + i, key, kl)) return atof(text + i + kl);
+    return NAN;
+}
+
+static void reference_check(const char *yaml, const char *gguf) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/merge_ref.py check %s %s 0 2>&1", TUTTI_SOURCE_DIR, yaml, gguf);
+    int st;
+    char *out = run_cmd(cmd, &st);
+    if (st) fprintf(stderr, "%s", out);
+    else printf("%s", out);
+    free(out);
+    assert_int_equal(st, 0);
+}
+
+static const char *models_args(void) {
+    static char buf[2048];
+    snprintf(buf, sizeof buf, "--base %s -m %s -m %s", shared_path("models/stories260K.gguf"),
+             shared_path("models/stories260K-ft/stories260K-dreams.gguf"),
+             shared_path("models/stories260K-ft/stories260K-poems.gguf"));
+    return buf;
+}
+
+static void test_search_reproduces(void **state) {
+    (void)state;
+    require_shared();
+    dev_text(tmp("dev.txt"), 3);
+    char args[4096];
+    snprintf(args, sizeof args, "--search --text %s %s --evals 7 --seed 3 --type F32 -o %s --yaml %s", tmp("dev.txt"),
+             models_args(), tmp("s1.gguf"), tmp("s1.yaml"));
+    char *err = merge_ok(args);
+    double start = number_after(err, "start (every gene 0.5): ");
+    free(err);
+    /* the YAML alone gives the same file */
+    snprintf(args, sizeof args, "--config %s -o %s", tmp("s1.yaml"), tmp("r1.gguf"));
+    free(merge_ok(args));
+    assert_true(same_file(tmp("s1.gguf"), tmp("r1.gguf")));
+    /* one seed, one result */
+    snprintf(args, sizeof args, "--search --text %s %s --evals 7 --seed 3 --type F32 -o %s --yaml %s", tmp("dev.txt"),
+             models_args(), tmp("s2.gguf"), tmp("s2.yaml"));
+    free(merge_ok(args));
+    assert_true(same_file(tmp("s1.yaml"), tmp("s2.yaml")));
+    assert_true(same_file(tmp("s1.gguf"), tmp("s2.gguf")));
+    /* the reported score is the file's, as tutti eval measures it, and no worse than the start */
+    size_t len;
+    char *yaml = read_file(tmp("s1.yaml"), &len);
+    assert_non_null(yaml);
+    double best = number_after(yaml, "# best: ");
+    free(yaml);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s eval --text %s -m %s 2>&1", TUTTI_CLI, tmp("dev.txt"), tmp("s1.gguf"));
+    int st;
+    char *out = run_cmd(cmd, &st);
+    assert_int_equal(st, 0);
+    double measured = number_after(out, "s1.gguf: ");
+    free(out);
+    printf("search: start %.4f, best %.4f, tutti eval of the file %.4f bits/byte\n", start, best, measured);
+    assert_true(fabs(best - measured) < 6e-5);
+    assert_true(best <= start);
+    /* the merge the YAML describes, by the numpy reference */
+    reference_check(tmp("s1.yaml"), tmp("s1.gguf"));
+}
+
+/* ties over two layer groups: per-source weight and density in each slice,
+ * checked by the reference; another seed, another configuration. */
+static void test_search_groups(void **state) {
+    (void)state;
+    require_shared();
+    dev_text(tmp("dev2.txt"), 2);
+    char args[4096];
+    snprintf(args, sizeof args,
+             "--search --text %s %s --method ties --layer-groups 2 --evals 5 --seed 1 --type F32 -o %s --yaml %s",
+             tmp("dev2.txt"), models_args(), tmp("g1.gguf"), tmp("g1.yaml"));
+    free(merge_ok(args));
+    size_t len;
+    char *y = read_file(tmp("g1.yaml"), &len);
+    assert_non_null(y);
+    assert_non_null(strstr(y, "layer_range: [0, 2]"));
+    assert_non_null(strstr(y, "layer_range: [2, 5]"));
+    assert_non_null(strstr(y, "density: "));
+    free(y);
+    reference_check(tmp("g1.yaml"), tmp("g1.gguf"));
+    snprintf(args, sizeof args,
+             "--search --text %s %s --method ties --layer-groups 2 --evals 5 --seed 2 --type F32 -o %s --yaml %s",
+             tmp("dev2.txt"), models_args(), tmp("g2.gguf"), tmp("g2.yaml"));
+    free(merge_ok(args));
+    assert_false(same_file(tmp("g1.yaml"), tmp("g2.yaml")));
+}
+
+static void test_search_choices(void **state) {
+    (void)state;
+    require_shared();
+    /* the first 8 cloze items */
+    size_t len;
+    char *t = read_file(shared_path("eval/cloze-dev.jsonl"), &len);
+    assert_non_null(t);
+    char *p = t;
+    for (int i = 0; i < 8 && p; i++) p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL;
+    FILE *f = fopen(tmp("cloze8.jsonl"), "w");
+    fwrite(t, 1, p ? (size_t)(p - t) : len, f);
+    fclose(f);
+    free(t);
+    char args[4096];
+    snprintf(args, sizeof args, "--search --choices %s %s --method linear --evals 3 -o %s --yaml %s", tmp("cloze8.jsonl"),
+             models_args(), tmp("c.gguf"), tmp("c.yaml"));
+    free(merge_ok(args));
+    char *y = read_file(tmp("c.yaml"), &len);
+    double acc = number_after(y, "# best: ");
+    assert_non_null(strstr(y, "accuracy"));
+    /* linear weights the base model too */
+    assert_non_null(strstr(y, "stories260K.gguf\"\n        layer_range: [0, 5]\n        parameters: {weight: "));
+    free(y);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s eval --choices %s -m %s --json 2>/dev/null", TUTTI_CLI, tmp("cloze8.jsonl"), tmp("c.gguf"));
+    int st;
+    char *out = run_cmd(cmd, &st);
+    assert_int_equal(st, 0);
+    double measured = number_after(out, "\"acc\":");
+    printf("search by accuracy: %.4f, tutti eval: %.4f\n", acc, measured);
+    free(out);
+    assert_true(fabs(acc - measured) < 1e-4);
+}
+
+static void expect_refusal(const char *args, int status, const char *needle) {
+    char *err;
+    int st = merge_cli(args, &err);
+    if (st != status || !strstr(err, needle))
+        fail_msg("tutti merge %s: status %d (want %d), stderr: %s (want '%s')", args, st, status, err, needle);
+    free(err);
+}
+
+static void test_search_refusals(void **state) {
+    (void)state;
+    require_shared();
+    dev_text(tmp("dev1.txt"), 1);
+    char args[8192], base[3072];
+    snprintf(base, sizeof base, "%s -o %s --yaml %s", models_args(), tmp("x.gguf"), tmp("x.yaml"));
+    snprintf(args, sizeof args, "--search %s", base);
+    expect_refusal(args, 2, "one score");
+    snprintf(args, sizeof args, "--search --text %s --choices %s %s", tmp("dev1.txt"), tmp("dev1.txt"), base);
+    expect_refusal(args, 2, "one score");
+    snprintf(args, sizeof args, "--search --text %s %s --type Q8_0", tmp("dev1.txt"), base);
+    expect_refusal(args, 2, "F32, F16 or BF16");
+    snprintf(args, sizeof args, "--search --text %s %s --weights 1,1", tmp("dev1.txt"), base);
+    expect_refusal(args, 2, "chooses the weights");
+    snprintf(args, sizeof args, "--search --text %s %s --method karcher", tmp("dev1.txt"), base);
+    expect_refusal(args, 1, "no per-model or per-layer parameters");
+    snprintf(args, sizeof args, "--search --text %s %s --layer-groups 6", tmp("dev1.txt"), base);
+    expect_refusal(args, 1, "6 layer groups for 5 layers");
+    snprintf(args, sizeof args, "--search --text %s -m %s -o %s --yaml %s", tmp("dev1.txt"),
+             shared_path("models/stories260K.gguf"), tmp("x.gguf"), tmp("x.yaml"));
+    expect_refusal(args, 1, "needs a base model");
+    snprintf(args, sizeof args, "--search --text %s %s -o %s", tmp("dev1.txt"), models_args(), tmp("x.gguf"));
+    expect_refusal(args, 2, "--yaml");
+    snprintf(args, sizeof args, "--text %s %s --method linear", tmp("dev1.txt"), base);
+    expect_refusal(args, 2, "belong to --search");
+    assert_int_equal(access(tmp("x.gguf"), F_OK), -1);
+}
+
+static int setup(void **state) {
+    (void)state;
+    snprintf(g_dir, sizeof g_dir, "/tmp/tutti-merge-search-XXXXXX");
+    return mkdtemp(g_dir) ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_eigen),
+        cmocka_unit_test(test_cmaes_converges),
+        cmocka_unit_test(test_cmaes_deterministic),
+        cmocka_unit_test(test_search_reproduces),
+        cmocka_unit_test(test_search_groups),
+        cmocka_unit_test(test_search_choices),
+        cmocka_unit_test(test_search_refusals),
+    };
+    if (getenv("TUTTI_TEST_FILTER")) cmocka_set_test_filter(getenv("TUTTI_TEST_FILTER"));
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
