@@ -174,8 +174,7 @@ static void test_moe_files_as_llamacpp_ran(void **state) {
  * measured with the MoE branch's tutti: 0.009), the float16 one with two
  * experts a token within 0.05 (measured 0.048 at one of 118 positions, median
  * 0.007: rounding of F16 weights and activations spread over every position,
- * not a different choice of experts).  Skipped while tutti's model loader
- * refuses mixtures of experts (the MoE issue lands that support). */
+ * not a different choice of experts). */
 static void test_moe_logits_vs_llamacpp(void **state) {
     (void)state;
     require_shared();
@@ -195,14 +194,7 @@ static void test_moe_logits_vs_llamacpp(void **state) {
         snprintf(args, sizeof args, "--config %s -o %s", config_from(yaml, NULL, yaml), tmp(gguf));
         merge_ok(args);
         tutti_model *m = tutti_model_load(tmp(gguf), NULL);
-        if (!m) {
-            const char *e = tutti_last_error();
-            if (e && strstr(e, "mixture-of-experts models are not supported")) {
-                print_message("skipped: %s\n", e);
-                skip();
-            }
-            fail_msg("%s: %s", gguf, e);
-        }
+        if (!m) fail_msg("%s: %s", gguf, tutti_last_error());
         int n_vocab = tutti_model_n_vocab(m);
         float *ref = (float *)read_file(data_path(ref_name), &len);
         assert_non_null(ref);
