@@ -61,6 +61,32 @@ static tutti_ensemble *one_member(const char *path, const tutti_model *model, in
     return e;
 }
 
+/* The messages after the generation (stderr): a full context, an
+ * incomplete grammar, Ctrl-C, the timings and the draft's line.  Returns
+ * the exit status. */
+static int finish(int rc, const tutti_ensemble_stats *st, int32_t n_ids, int32_t n_ctx_used, int32_t n_predict,
+                  tutti_grammar_matcher *gm, const cli_draft *draft) {
+    fflush(stdout);
+    double t_prompt = st->t_prompt_s, t_gen = st->t_total_s - st->t_prompt_s;
+    if (rc == 0 && st->ctx_full_member >= 0 && n_predict >= 0) /* -n -1 asks for exactly this end */
+        cli_warn("\ncontext full (%d tokens); raise -c for longer output", n_ctx_used);
+    if (gm && rc == 0 && !cli_interrupted() && !tutti_grammar_matcher_is_complete(gm))
+        cli_warn("stopped before the grammar was complete (raise -n or -c)");
+    if (cli_interrupted()) {
+        cli_info("\ntutti generate: interrupted (Ctrl-C)\n");
+        rc = CLI_EXIT_INTERRUPTED;
+    }
+    /* the timings once the prompt went through the model (not after an
+     * error before it, e.g. a grammar no token can start) */
+    if (rc == 1 && st->n_prompt_evaluated[0] == 0) return rc;
+    cli_info("\ntutti generate: prompt %d tokens in %.3f s (%.1f tokens/s); generated %d tokens in %.3f s (%.1f "
+             "tokens/s)\n",
+             n_ids, t_prompt, n_ids / (t_prompt > 0 ? t_prompt : 1e-9), st->n_units, t_gen,
+             st->n_units / (t_gen > 0 ? t_gen : 1e-9));
+    cli_draft_report("generate", draft, st);
+    return rc;
+}
+
 int cmd_generate(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *system = NULL;
     bool chat = false, verbose_prompt = false, escape = true, ignore_eos = false;
@@ -72,6 +98,8 @@ int cmd_generate(int argc, char **argv) {
     cli_grammar ga = {0};
     const char *split_counts = NULL; /* --split-layers: NULL = off, "" = by memory */
     int32_t split_ub = 0;
+    cli_draft draft;
+    cli_draft_init(&draft);
     cli_opt opts[] = {
         {"-m,--model", "FILE", CLI_T_STR, 0, 0, &model_path, "GGUF model file", "none", NULL, CLI_ONCE},
         CLI_HF_OPTS(&model_path, CLI_T_STR, CLI_ONCE),
@@ -95,6 +123,8 @@ int cmd_generate(int argc, char **argv) {
         CLI_SECTION("sampling"),
         CLI_SAMPLING_OPTS(&sp),
         CLI_GRAMMAR_OPTS(&ga),
+        CLI_SECTION("drafting (speculative decoding)"),
+        CLI_DRAFT_OPTS(&draft),
         CLI_SECTION("one model over MPI ranks (mpirun -np K tutti generate ...)"),
         CLI_SPLIT_OPTS(&split_counts, &split_ub, "the model"),
         CLI_END,
@@ -117,7 +147,7 @@ int cmd_generate(int argc, char **argv) {
     if (!prompt && !prompt_file) return cli_usage_error("need -p TEXT or -f FILE (see tutti generate --help)");
     if (prompt && prompt_file) return cli_usage_error("-p and -f both give the prompt; use one");
     if (system && !chat) return cli_usage_error("--system needs --chat");
-    if ((pr = cli_resolve_model(&model_path)) != CLI_RUN) return pr;
+    if ((pr = cli_resolve_model(&model_path)) != CLI_RUN || (pr = cli_draft_check(&draft)) != CLI_RUN) return pr;
     if (split && tutti_mpi_split_members(split_counts[0] ? split_counts : NULL, split_ub, NULL, 0) < 0)
         return cli_usage_error("%s", tutti_last_error());
     char *stop_owned[CLI_MAX_STRS] = {0};
@@ -149,7 +179,7 @@ int cmd_generate(int argc, char **argv) {
     }
     int32_t ctx =
         model ? cli_ctx_for(model, n_ctx, NULL) : cli_ctx_for_train(cli_ctx_train_of_file(model_path), n_ctx, NULL);
-    if (!(e = one_member(model_path, model, ctx, n_threads))) goto done;
+    if (!(e = one_member(model_path, model, ctx, n_threads)) || cli_draft_apply(e, &draft) != CLI_RUN) goto done;
     double t_load = cli_now() - t0;
     if (!(ids = prompt_ids(e, chat, system, text, prompt_len, parse_special, &n_ids))) goto done;
     int32_t n_ctx_used = tutti_ensemble_member_n_ctx(e, 0);
@@ -183,23 +213,7 @@ int cmd_generate(int argc, char **argv) {
             rc = 1;
         }
     }
-    fflush(stdout);
-    double t_prompt = st.t_prompt_s, t_gen = st.t_total_s - st.t_prompt_s;
-    if (rc == 0 && st.ctx_full_member >= 0 && n_predict >= 0) /* -n -1 asks for exactly this end */
-        cli_warn("\ncontext full (%d tokens); raise -c for longer output", n_ctx_used);
-    if (gm && rc == 0 && !cli_interrupted() && !tutti_grammar_matcher_is_complete(gm))
-        cli_warn("stopped before the grammar was complete (raise -n or -c)");
-    if (cli_interrupted()) {
-        cli_info("\ntutti generate: interrupted (Ctrl-C)\n");
-        rc = CLI_EXIT_INTERRUPTED;
-    }
-    /* the timings once the prompt went through the model (not after an
-     * error before it, e.g. a grammar no token can start) */
-    if (rc != 1 || st.n_prompt_evaluated[0] > 0)
-        cli_info("\ntutti generate: prompt %d tokens in %.3f s (%.1f tokens/s); generated %d tokens in %.3f s (%.1f "
-                 "tokens/s)\n",
-                 n_ids, t_prompt, n_ids / (t_prompt > 0 ? t_prompt : 1e-9), st.n_units, t_gen,
-                 st.n_units / (t_gen > 0 ? t_gen : 1e-9));
+    rc = finish(rc, &st, n_ids, n_ctx_used, n_predict, gm, &draft);
 done:
     tutti_ensemble_free(e);
     tutti_model_free(model);

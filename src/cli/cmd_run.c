@@ -30,6 +30,31 @@ static int write_cb(const char *b, size_t n, void *u) {
     return cli_interrupted(); /* Ctrl-C: stop after this unit */
 }
 
+/* The run summary on stderr: speed, each member's forward passes, the
+ * fusion overhead and the draft's line. */
+static void summary(const tutti_ensemble *e, const tutti_ensemble_stats *st, const cli_draft *draft) {
+    tutti_align al = tutti_ensemble_align(e);
+    const char *unit = al == TUTTI_ALIGN_TOKEN ? "token" : "byte";
+    if (cli_interrupted()) cli_info("\ntutti run: interrupted (Ctrl-C)\n");
+    double t = st->t_total_s > 0 ? st->t_total_s : 1e-9;
+    cli_info("\n%s alignment, rule %s: %d %ss (%d bytes) in %.3f s (%.1f %ss/s)\n", tutti_align_name(al),
+             tutti_rule_name(tutti_ensemble_rule(e)), st->n_units, unit, st->n_bytes, st->t_total_s,
+             st->n_units / t, unit);
+    for (int i = 0; i < tutti_ensemble_n_members(e); i++)
+        cli_info("  member %d %-40s w=%.3g tau=%.3g: %6lld tokens evaluated in %lld forward passes, forward %.3f s "
+                 "(%.1f tokens/s)%s\n",
+                 i + 1, tutti_ensemble_member_path(e, i), (double)tutti_ensemble_member_weight(e, i),
+                 (double)tutti_ensemble_member_temp(e, i), (long long)st->n_member_tokens[i],
+                 (long long)st->n_member_passes[i], st->t_member_s[i],
+                 st->t_member_s[i] > 0 ? (double)st->n_member_tokens[i] / st->t_member_s[i] : 0.0,
+                 !st->member_left[i] ? ""
+                 : st->member_left_reason[i] == TUTTI_LEFT_PRUNED ? " (left: its hypotheses were pruned)"
+                                                                 : " (left: its tokens cannot spell the text)");
+    cli_info("  fusion overhead (outside forward passes): %.3f s = %.3f ms per %s\n", st->t_fusion_s,
+            st->n_units ? 1e3 * st->t_fusion_s / st->n_units : 0.0, unit);
+    cli_draft_report("run", draft, st);
+}
+
 int tutti_cmd_run(int argc, char **argv) {
     ens_args a;
     ens_args_init(&a);
@@ -40,6 +65,8 @@ int tutti_cmd_run(int argc, char **argv) {
     int32_t n_gen = 128;
     cli_strs stop_s = {.n = 0}, allow_s = {.n = 0}, forbid_s = {.n = 0};
     cli_grammar ga = {0};
+    cli_draft draft;
+    cli_draft_init(&draft);
     const cli_opt opts[] = {
         CLI_STR("-p,--prompt", "TEXT", &prompt, "prompt (raw text; each member tokenizes it itself)", "none"),
         CLI_STR("-f,--file", "FILE", &prompt_file, "read the prompt from FILE (one trailing newline is dropped)", "none"),
@@ -65,6 +92,8 @@ int tutti_cmd_run(int argc, char **argv) {
         CLI_SECTION("sampling (on the fused distribution)"),
         CLI_SAMPLING_OPTS(&sp),
         CLI_GRAMMAR_OPTS(&ga),
+        CLI_SECTION("drafting (speculative decoding; token alignment)"),
+        CLI_DRAFT_OPTS(&draft),
         CLI_END,
     };
     const cli_spec spec = {
@@ -84,7 +113,7 @@ int tutti_cmd_run(int argc, char **argv) {
     int gst;
     tutti_grammar *grammar = cli_grammar_build(&ga, &gst); /* before loading: fail fast */
     if (gst) return gst;
-    if ((pr = ens_args_check(&a)) != CLI_RUN) {
+    if ((pr = ens_args_check(&a)) != CLI_RUN || (pr = cli_draft_check(&draft)) != CLI_RUN) {
         tutti_grammar_free(grammar);
         ens_args_free(&a);
         return pr;
@@ -100,6 +129,10 @@ int tutti_cmd_run(int argc, char **argv) {
     size_t plen = 0;
     char *buf = cli_prompt_text(prompt, prompt_file, escape, &plen);
     tutti_ensemble *e = buf ? ens_args_build(&a, "run") : NULL;
+    if (e && cli_draft_apply(e, &draft) != CLI_RUN) {
+        tutti_ensemble_free(e);
+        e = NULL;
+    }
     if (!e) {
         free(buf);
         tutti_grammar_free(grammar);
@@ -151,25 +184,7 @@ int tutti_cmd_run(int argc, char **argv) {
     if (rc == TUTTI_ERR) {
         fprintf(stderr, "tutti run: %s\n", tutti_last_error());
     } else if (rc == 0 && n_gen != 0) {
-        tutti_align al = tutti_ensemble_align(e);
-        const char *unit = al == TUTTI_ALIGN_TOKEN ? "token" : "byte";
-        if (cli_interrupted()) cli_info("\ntutti run: interrupted (Ctrl-C)\n");
-        double t = st.t_total_s > 0 ? st.t_total_s : 1e-9;
-        cli_info("\n%s alignment, rule %s: %d %ss (%d bytes) in %.3f s (%.1f %ss/s)\n", tutti_align_name(al),
-                 tutti_rule_name(tutti_ensemble_rule(e)), st.n_units, unit, st.n_bytes, st.t_total_s,
-                 st.n_units / t, unit);
-        for (int i = 0; i < tutti_ensemble_n_members(e); i++)
-            cli_info("  member %d %-40s w=%.3g tau=%.3g: %6lld tokens evaluated in %lld forward passes, forward %.3f s "
-                     "(%.1f tokens/s)%s\n",
-                     i + 1, tutti_ensemble_member_path(e, i), (double)tutti_ensemble_member_weight(e, i),
-                     (double)tutti_ensemble_member_temp(e, i), (long long)st.n_member_tokens[i],
-                     (long long)st.n_member_passes[i], st.t_member_s[i],
-                     st.t_member_s[i] > 0 ? (double)st.n_member_tokens[i] / st.t_member_s[i] : 0.0,
-                     !st.member_left[i] ? ""
-                     : st.member_left_reason[i] == TUTTI_LEFT_PRUNED ? " (left: its hypotheses were pruned)"
-                                                                     : " (left: its tokens cannot spell the text)");
-        cli_info("  fusion overhead (outside forward passes): %.3f s = %.3f ms per %s\n", st.t_fusion_s,
-                st.n_units ? 1e3 * st.t_fusion_s / st.n_units : 0.0, unit);
+        summary(e, &st, &draft);
     }
     for (int i = 0; i < n_mem; i++) free(ids[i]);
     tutti_ensemble_free(e);
