@@ -348,7 +348,7 @@ static void test_cli(void **state) {
     o = run_cmd(cmd, &st);
     assert_int_equal(st, 0);
     assert_non_null(strstr(o, "--draft-max N"));
-    assert_non_null(strstr(o, "16, as llama.cpp"));
+    assert_non_null(strstr(o, "default: 16"));
     assert_non_null(strstr(o, "-hfd, --hf-repo-draft"));
     free(o);
 }

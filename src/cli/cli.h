@@ -122,13 +122,13 @@ typedef struct cli_draft {
      "none", NULL, CLI_ONCE},                                                                               \
     {"-hfd,-hfrd,--hf-repo-draft", "REPO[:QUANT]", CLI_T_STR, 0, 0, &(d)->model,                             \
      "the draft model from the Hugging Face hub (as -hf)", "none", NULL, CLI_HF | CLI_ONCE},                 \
-    CLI_INT("--draft-max,--draft,--draft-n", "N", &(d)->n_max, 1, 1024, "tokens drafted per round at most",  \
-            "16, as llama.cpp"),                                                                            \
-    CLI_INT("--draft-min,--draft-n-min", "N", &(d)->n_min, 0, 1024,                                         \
+    CLI_INT("--draft-max,--draft,--draft-n,--spec-draft-n-max", "N", &(d)->n_max, 1, 1024, "tokens drafted per round at most",  \
+            "16, llama.cpp's common default"),                                                                            \
+    CLI_INT("--draft-min,--draft-n-min,--spec-draft-n-min", "N", &(d)->n_min, 0, 1024,                                         \
             "a round that drafts fewer tokens is dropped (a plain step)", "0, as llama.cpp"),                 \
-    CLI_FLOAT("--draft-p-min", "P", &(d)->p_min, 0, 1,                                                       \
+    CLI_FLOAT("--draft-p-min,--spec-draft-p-min", "P", &(d)->p_min, 0, 1,                                                       \
               "drafting stops where the draft's most likely token has probability < P\n"                   \
-              "(at temperature 1)", "0.75, as llama.cpp"),                                                   \
+              "(at temperature 1)", "0.75, llama.cpp's common default"),                                                   \
     CLI_INT("-td,--threads-draft", "N", &(d)->n_threads, 1, 1024, "the draft model's threads", "as -t")
 void cli_draft_init(cli_draft *d);
 int cli_draft_check(cli_draft *d);
