@@ -72,9 +72,10 @@ static int generate(tutti_ensemble *e, const int32_t *prompt, int n_prompt, cons
     out->n = 0;
     tutti_ensemble_set_step_cb(e, collect, out);
     tutti_mask m = {.max_tokens = max_tokens};
-    const int32_t *pids[1] = {prompt};
-    int32_t np = n_prompt;
-    return tutti_ensemble_generate_ids(e, pids, &np, sp, &m, NULL, NULL, st);
+    const int32_t *pids[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    int32_t np[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    for (int32_t i = 0; i < tutti_ensemble_n_members(e); i++) pids[i] = prompt, np[i] = n_prompt;
+    return tutti_ensemble_generate_ids(e, pids, np, sp, &m, NULL, NULL, st);
 }
 
 static void test_greedy_identity(void **state) {
@@ -280,6 +281,40 @@ static void test_sampled_distribution(void **state) {
     tutti_model_free(m);
 }
 
+/* A token-aligned ensemble: both members verify each round in one pass, and
+ * the fused rule's greedy choices are those of the plain fused run. */
+static void test_ensemble_greedy(void **state) {
+    (void)state;
+    require_shared();
+    const char *rel[2] = {TARGET, "models/stories260K-ft/stories260K-poems.gguf"};
+    tutti_sampler_params sp = tutti_sampler_default_params();
+    sp.temp = 0;
+    int32_t prompt[256], greedy[N_GREEDY + 1];
+    int n_prompt, n_greedy;
+    read_ref(3, prompt, &n_prompt, greedy, &n_greedy);
+    for (int rule = TUTTI_RULE_MIX; rule <= TUTTI_RULE_PRODUCT; rule++) {
+        ids_out plain, drafted;
+        tutti_ensemble_stats st;
+        tutti_ensemble *e = test_ensemble(rel, 2, TUTTI_ALIGN_TOKEN, rule);
+        assert_non_null(e);
+        if (generate(e, prompt, n_prompt, &sp, 100, &plain, &st) != 0) fail_msg("plain: %s", tutti_last_error());
+        tutti_draft_params dp = tutti_draft_default_params();
+        dp.model_path = shared_path(DRAFT);
+        dp.p_min = 0.3f;
+        dp.n_max = 6;
+        assert_int_equal(tutti_ensemble_set_draft(e, &dp), 0);
+        assert_int_equal(generate(e, prompt, n_prompt, &sp, 100, &drafted, &st), 0);
+        printf("%s: %d tokens, %d rounds, %lld drafted, %lld accepted, member passes %lld and %lld\n",
+               tutti_rule_name((tutti_fusion_rule)rule), drafted.n, st.n_draft_rounds, (long long)st.n_drafted,
+               (long long)st.n_draft_accepted, (long long)st.n_member_passes[0], (long long)st.n_member_passes[1]);
+        assert_int_equal(drafted.n, plain.n);
+        assert_memory_equal(drafted.ids, plain.ids, sizeof plain.ids[0] * (size_t)plain.n);
+        assert_true(st.n_draft_accepted > 0 && st.n_draft_accepted < st.n_drafted);
+        assert_true(st.n_member_passes[0] < plain.n && st.n_member_passes[1] < plain.n);
+        tutti_ensemble_free(e);
+    }
+}
+
 static void test_errors(void **state) {
     (void)state;
     require_shared();
@@ -356,7 +391,8 @@ static void test_cli(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_identity),   cmocka_unit_test(test_draft_kv_rollback),
-        cmocka_unit_test(test_sampled_distribution), cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_sampled_distribution), cmocka_unit_test(test_ensemble_greedy),
+        cmocka_unit_test(test_errors),
         cmocka_unit_test(test_cli),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
