@@ -706,10 +706,18 @@ typedef struct tutti_draft_params {
     float p_min;            /* drafting stops at a token the draft gives less than this probability
                                (at temperature 1, before the sampler's filters; default 0.75) */
     int32_t n_threads;      /* the draft's threads; 0 = the ensemble's */
+    /* Without a draft model (model_path NULL or empty) and lookup_n > 0:
+     * prompt lookup (llama.cpp's ngram-simple): the last lookup_n tokens of
+     * the sequence (prompt and generated) are searched for earlier in it,
+     * latest match first, and the up to n_max tokens that followed that
+     * match are the draft (a deterministic proposal: q is one-hot, so a
+     * drafted token x is accepted with probability p(x), else the token is
+     * drawn from p without x; exact as above).  p_min does not apply. */
+    int32_t lookup_n;
 } tutti_draft_params;
 tutti_draft_params tutti_draft_default_params(void);
-/* Loads the draft for later generations (replacing any earlier one; NULL or
- * an empty model_path: no draft).  TUTTI_ERR when the ensemble is not in
+/* Loads the draft for later generations (replacing any earlier one; NULL,
+ * or no model_path and lookup_n 0: no draft).  TUTTI_ERR when the ensemble is not in
  * TOKEN alignment, the draft's vocabulary differs from member 1's, the file
  * cannot be loaded, or n_max < 1, n_min > n_max, p_min outside [0, 1]. */
 int tutti_ensemble_set_draft(tutti_ensemble *ens, const tutti_draft_params *params);

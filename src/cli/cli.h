@@ -113,7 +113,10 @@ typedef struct cli_draft {
     const char *model;
     int32_t n_max, n_min, n_threads;
     float p_min;
+    int spec_type;              /* --spec-type: 0 none (a -md model drafts), 1 draft-simple, 2 ngram-simple */
+    int32_t ngram_n, ngram_m;   /* --spec-ngram-simple-size-n/-m */
 } cli_draft;
+extern const char *const cli_spec_types[];
 #define CLI_DRAFT_OPTS(d)                                                                                    \
     {"-md,--model-draft", "FILE", CLI_T_STR, 0, 0, &(d)->model,                                              \
      "draft model for speculative decoding, with the same vocabulary as the\n"                              \
@@ -129,7 +132,15 @@ typedef struct cli_draft {
     CLI_FLOAT("--draft-p-min,--spec-draft-p-min", "P", &(d)->p_min, 0, 1,                                                       \
               "drafting stops where the draft's most likely token has probability < P\n"                   \
               "(at temperature 1)", "0.75, llama.cpp's common default"),                                                   \
-    CLI_INT("-td,--threads-draft", "N", &(d)->n_threads, 1, 1024, "the draft model's threads", "as -t")
+    CLI_INT("-td,--threads-draft", "N", &(d)->n_threads, 1, 1024, "the draft model's threads", "as -t"),       \
+    CLI_CHOICE("--spec-type", "TYPE", &(d)->spec_type, cli_spec_types,                                       \
+               "none | draft-simple (the -md model drafts) | ngram-simple (no draft model:\n"              \
+               "prompt lookup, the tokens that followed the latest earlier occurrence of the\n"            \
+               "last N tokens are the draft)", "draft-simple with -md, else none"),                       \
+    CLI_INT("--spec-ngram-simple-size-n", "N", &(d)->ngram_n, 1, 1024, "ngram-simple: the n-gram looked up",  \
+            "12, as llama.cpp"),                                                                            \
+    CLI_INT("--spec-ngram-simple-size-m", "M", &(d)->ngram_m, 1, 1024, "ngram-simple: tokens drafted at most", \
+            "48, as llama.cpp")
 void cli_draft_init(cli_draft *d);
 int cli_draft_check(cli_draft *d);
 int cli_draft_apply(tutti_ensemble *e, const cli_draft *d);

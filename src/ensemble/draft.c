@@ -31,15 +31,26 @@ static int check_params(const tutti_draft_params *p) {
 
 int tutti_ensemble_set_draft(tutti_ensemble *e, const tutti_draft_params *params) {
     if (!e) return tutti_set_error("draft: no ensemble");
-    if (!params || !params->model_path || !*params->model_path) {
+    bool lookup = params && (!params->model_path || !*params->model_path) && params->lookup_n > 0;
+    if (!params || ((!params->model_path || !*params->model_path) && !lookup)) {
         if (e->draft) e->draft->vt->free(e->draft);
         e->draft = NULL;
+        e->draft_p = (tutti_draft_params){0};
         return 0;
     }
     if (check_params(params) < 0) return TUTTI_ERR;
+    if (params->lookup_n < 0 || params->lookup_n > 1024)
+        return tutti_set_error("draft: lookup_n %d is not in [0, 1024]", params->lookup_n);
     if (e->align != TUTTI_ALIGN_TOKEN)
         return tutti_set_error("draft: drafting needs token alignment (this ensemble fuses in %s alignment)",
                                tutti_align_name(e->align));
+    if (lookup) { /* prompt lookup: no model (fusion/draft.c) */
+        if (e->draft) e->draft->vt->free(e->draft);
+        e->draft = NULL;
+        e->draft_p = *params;
+        e->draft_p.model_path = NULL;
+        return 0;
+    }
     char *path = tutti_hub_resolve(params->model_path);
     if (!path) {
         tutti_error_prefix("draft model");

@@ -321,7 +321,7 @@ fusion_align *align_token_new(tutti_ensemble *e, gen_ctx *g, const tutti_sampler
         t->logp[i] = t->bufs + (size_t)V * (size_t)(e->n + i);
     }
     t->base.work = t->bufs + (size_t)V * (size_t)(2 * e->n);
-    if (e->draft) {
+    if (e->draft || e->draft_p.lookup_n > 0) {
         if (!(t->dr = fusion_draft_new(e, sp))) {
             token_free(&t->base);
             return NULL;

@@ -11,7 +11,7 @@ fusion_draft *fusion_draft_new(tutti_ensemble *e, const tutti_sampler_params *sp
     if (!d) return tutti_set_error("draft: out of memory"), NULL;
     d->m = e->draft;
     d->p = e->draft_p;
-    d->V = d->m->n_vocab;
+    d->V = e->m[0]->n_vocab;
     /* the draft's choices need not follow the repetition penalty (any q is
      * lossless); its own random numbers, so the target's draws stay
      * independent of them */
@@ -46,11 +46,35 @@ static double top_prob(const float *z, int32_t n) {
     return s > 0 ? 1.0 / s : 0.0;
 }
 
+/* Prompt lookup: the tokens that followed the latest earlier occurrence of
+ * the last lookup_n tokens (a continuation that runs into the tokens it
+ * proposes repeats them: ids[n + j] reads positions before it), each with
+ * a one-hot q. */
+static int32_t lookup_propose(fusion_draft *d, int32_t *ids, int32_t n, int32_t k) {
+    int32_t N = d->p.lookup_n, at = -1;
+    d->n = 0;
+    if (n <= N) return 0;
+    for (int32_t s = n - N - 1; s >= 0 && at < 0; s--)
+        if (!memcmp(ids + s, ids + n - N, sizeof(int32_t) * (size_t)N)) at = s + N;
+    if (at < 0) return 0;
+    for (int32_t j = 0; j < k; j++) {
+        int32_t x = ids[at + j];
+        float *q = d->q + (size_t)j * (size_t)d->V;
+        memset(q, 0, sizeof(float) * (size_t)d->V);
+        q[x] = 1.0f;
+        d->tok[j] = ids[n + j] = x;
+        d->n = j + 1;
+    }
+    if (d->n < d->p.n_min) d->n = 0;
+    return d->n;
+}
+
 int32_t fusion_draft_propose(fusion_draft *d, int32_t *ids, int32_t n, int32_t k) {
+    if (k > d->p.n_max) k = d->p.n_max;
+    if (!d->m) return lookup_propose(d, ids, n, k);
     const tutti_vocab *vocab = d->m->vocab;
     int32_t V = d->V;
     d->n = 0;
-    if (k > d->p.n_max) k = d->p.n_max;
     if (k > d->m->n_ctx - n + 1) k = d->m->n_ctx - n + 1; /* the draft conditions on at most n_ctx tokens */
     for (int32_t j = 0; j < k; j++) {
         const float *z = fusion_member_logits_view(d->m, ids, n + j, d->scratch);

@@ -18,7 +18,7 @@
 #include "fusion/ensemble_impl.h"
 
 typedef struct fusion_draft {
-    fusion_member *m;     /* the ensemble's draft (borrowed) */
+    fusion_member *m;     /* the ensemble's draft (borrowed); NULL: prompt lookup (p.lookup_n) */
     tutti_draft_params p;
     tutti_sampler *smp;   /* the draft's own: the generation's filters and temperature, another seed, no penalty */
     int32_t V;
@@ -31,7 +31,8 @@ typedef struct fusion_draft {
 /* NULL + error (out of memory, bad sampler settings); sp: the generation's. */
 fusion_draft *fusion_draft_new(tutti_ensemble *e, const tutti_sampler_params *sp);
 void fusion_draft_free(fusion_draft *d);
-/* Drafts up to k >= 1 tokens after ids[0..n) (member 1's sequence), into
+/* Drafts up to k >= 1 tokens after ids[0..n) (member 1's sequence; for
+ * prompt lookup all of it is searched), into
  * d->tok and d->q and after the sequence, ids[n..n + d->n) (the caller
  * leaves room for k more); stops after an end-of-generation token.
  * Returns d->n (0: the draft was not confident enough; a plain step) or

@@ -58,7 +58,7 @@ struct tutti_ensemble {
     /* drafting (tutti_ensemble_set_draft, src/ensemble/draft.c; used by
      * align_token.c through fusion/draft.c): NULL = none */
     fusion_member *draft;
-    tutti_draft_params draft_p; /* model_path not kept */
+    tutti_draft_params draft_p; /* model_path not kept; lookup_n > 0 without draft: prompt lookup */
 };
 
 /* Checks weights w[0..e->n) for e's rule (finite, not all 0, negative only
