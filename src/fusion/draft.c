@@ -37,12 +37,18 @@ void fusion_draft_free(fusion_draft *d) {
     free(d);
 }
 
-/* The largest probability of softmax(z) (temperature 1). */
+/* The largest probability of softmax(z) (temperature 1): 1 / Σ exp(z - max),
+ * in vectorised float blocks summed in double. */
 static double top_prob(const float *z, int32_t n) {
     float mx = -INFINITY;
     for (int32_t i = 0; i < n; i++) mx = z[i] > mx ? z[i] : mx;
     double s = 0;
-    for (int32_t i = 0; i < n; i++) s += exp((double)z[i] - mx);
+    for (int32_t i0 = 0; i0 < n; i0 += 1024) {
+        int32_t i1 = i0 + 1024 < n ? i0 + 1024 : n;
+        float b = 0;
+        for (int32_t i = i0; i < i1; i++) b += fusion_fast_exp(z[i] - mx);
+        s += b;
+    }
     return s > 0 ? 1.0 / s : 0.0;
 }
 
