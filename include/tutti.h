@@ -44,12 +44,48 @@ extern "C" {
 /* Message describing the last error on this thread ("no error recorded" if
  * none).  Never NULL; valid until the next failing call on this thread. */
 const char *tutti_last_error(void);
+/* What the last error on this thread was: TUTTI_ERR_UNSUPPORTED when the
+ * caller's arguments caused it (a value out of range, a combination the
+ * function cannot do, an option the given models do not allow: the fix is
+ * a different argument; the CLI exits 2), TUTTI_ERR otherwise (a file, the
+ * data, the system).  For the calls that report failure by NULL. */
+int tutti_last_error_kind(void);
 /* text with every URL's credentials hidden: the user information
  * ("user:password@" before the host) becomes "***@", and the values of query parameters whose names
  * hold key, token, secret, pass, pwd, auth, sig or cred -> "***".  Writes
  * at most cap bytes (NUL included) into out and returns out.  Every library
  * message (tutti_last_error) is already redacted this way. */
 char *tutti_redact_urls(const char *text, char *out, size_t cap);
+/* Records this thread's last error (printf-style message) for a function
+ * the library calls back, such as a tutti_write_fn, that reports a failure
+ * through tutti_last_error.  Returns TUTTI_ERR. */
+int tutti_set_error(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+
+/* ------------------------------------------------------------------------ */
+/* Files written safely (every command that writes one: merge, fit -o,
+ * logits -o, eval --plot; details in src/util/file.h): the bytes go to a
+ * temporary file in the destination's folder, fsync'd and renamed onto it
+ * once complete, so no reader sees a partial file and a failure destroys
+ * nothing (a symlink at the destination is followed; an existing file keeps
+ * its permission bits). */
+
+/* Writes the file's whole content to fp; 0, or TUTTI_ERR with
+ * tutti_last_error() set (the write is then abandoned). */
+typedef int (*tutti_write_fn)(FILE *fp, void *ctx);
+/* Creates or replaces path with what produce(fp, ctx) writes.  0, or
+ * TUTTI_ERR with tutti_last_error() naming path and the cause. */
+int tutti_write_atomic(const char *path, tutti_write_fn produce, void *ctx);
+/* true when a and b name the same existing file (device and inode after
+ * following symbolic links); false when either does not exist. */
+bool tutti_same_file(const char *a, const char *b);
+/* Whether tutti_write_atomic(path) can be expected to succeed, checked
+ * before long work: path is not a directory and its folder exists and is
+ * writable.  0, or TUTTI_ERR with the reason. */
+int tutti_check_writable(const char *path);
 
 /* ------------------------------------------------------------------------ */
 /* Vocabulary and tokenizer (SentencePiece "spm" and byte-level "bpe"),
@@ -229,6 +265,18 @@ typedef struct tutti_session tutti_session;
 typedef struct tutti_session_params {
     int32_t n_ctx;     /* context length in tokens; 0 = min(n_ctx_train, 4096) */
     int32_t n_threads; /* worker threads; 0 = number of online CPUs */
+    /* llama.cpp's context shift (its --context-shift, as llama-cli and
+     * llama-server do it): false (the default) = an eval that would pass
+     * n_ctx fails.  true = whenever a token is about to be evaluated with
+     * n_past = n_ctx - 1, the first n_keep positions stay, the next
+     * n_discard = (n_past - n_keep) / 2 are dropped and the rest move down
+     * (tutti_session_shift), so evals never fail for a full context.  A
+     * batch is split at those points, so the cache after any sequence of
+     * evals is a function of the timeline's tokens alone, as if they had
+     * come one at a time.  Not for a model split over MPI ranks. */
+    bool ctx_shift;
+    int32_t n_keep; /* with ctx_shift: positions kept at the start (1 = BOS; at most n_ctx - 4, as
+                       llama-server caps it) */
 } tutti_session_params;
 
 tutti_session_params tutti_session_default_params(void);
@@ -239,8 +287,9 @@ void tutti_session_free(tutti_session *session);
 /* Runs the forward pass on ids[0..n) at positions n_past..n_past+n-1 in one
  * batch, appending them to the KV cache.  If logits is non-NULL it receives
  * all n rows, float32 [n][n_vocab]; the last row is always available from
- * tutti_session_logits.  Fails (nothing appended) if n_past + n would exceed
- * n_ctx or an id is out of range. */
+ * tutti_session_logits.  Fails (nothing appended) if an id is out of range
+ * or, without ctx_shift, if n_past + n would exceed n_ctx (with it, the
+ * context shifts where needed: see tutti_session_params). */
 int tutti_session_eval(tutti_session *session, const int32_t *ids, int32_t n, float *logits);
 
 /* Logits of the last evaluated position, [n_vocab]; owned by the session,
@@ -253,6 +302,31 @@ int32_t tutti_session_n_ctx(const tutti_session *session);
 /* Forgets every position >= n_past (0 clears the cache).  The logits of the
  * last kept position are not recomputed. */
 int tutti_session_rewind(tutti_session *session, int32_t n_past);
+
+/* Context shift (llama.cpp's llama_memory_seq_rm(n_keep, n_keep + n_discard)
+ * followed by llama_memory_seq_add(n_keep + n_discard, n_past, -n_discard),
+ * with its K-shift): drops positions [n_keep, n_keep + n_discard) and moves
+ * positions [n_keep + n_discard, n_past) down by n_discard, the keys rotated
+ * back by n_discard positions (RoPE rotations compose: a key computed at
+ * position p then turned by -n_discard is the key at p - n_discard, up to
+ * float rounding and the cache's f16); values move as they are.  The rows
+ * that stay keep what they attended to when they were computed.  n_past
+ * drops by n_discard; the logits stay those of the last eval.  0, or
+ * TUTTI_ERR for a range outside [0, n_past] or a split model. */
+int tutti_session_shift(tutti_session *session, int32_t n_keep, int32_t n_discard);
+/* Tokens of the session's timeline: n_past plus every token a context shift
+ * dropped (0 after tutti_session_rewind to 0). */
+int32_t tutti_session_n_tokens(const tutti_session *session);
+/* The shortest timeline length tutti_session_rewind_tokens can go back to
+ * without starting over: the length at the last context shift (0 if none). */
+int32_t tutti_session_rewind_floor(const tutti_session *session);
+/* Back to the state after the first n_tokens tokens of the timeline
+ * (n_tokens <= tutti_session_n_tokens): kept when n_tokens >=
+ * tutti_session_rewind_floor (the cache then holds exactly that state);
+ * otherwise the session is emptied, since a shift has dropped rows that
+ * state needs, and the caller evaluates the tokens again from the start.
+ * Returns the tokens kept (n_tokens or 0), or TUTTI_ERR. */
+int32_t tutti_session_rewind_tokens(tutti_session *session, int32_t n_tokens);
 
 /* ------------------------------------------------------------------------ */
 /* Sampling on a distribution given as logits (any unnormalised log-scale
@@ -463,7 +537,7 @@ int tutti_rule_parse(const char *name);
 int tutti_align_parse(const char *name);
 
 typedef struct tutti_member_desc {
-    const char *model_path; /* GGUF file, or a remote member "http://HOST:PORT#MODEL;vocab=PATH[;...]" (README "Remote members") */
+    const char *model_path; /* GGUF file, or a remote member "http://HOST:PORT#MODEL;vocab=PATH[;...]" (docs/remote-members.md) */
     float weight;           /* NAN = default (uniform; contrastive: 1 for member 1, -0.5 for the others) */
     float temp;             /* tau_i in [TUTTI_TEMP_MIN, TUTTI_TEMP_MAX]; NAN = 1 (0 is refused) */
 } tutti_member_desc;
@@ -489,6 +563,14 @@ typedef struct tutti_ensemble_params {
      * one read-only copy of the weights, each with its own sessions and KV
      * caches.  Every given model must outlive the ensemble.  NULL = load all. */
     const tutti_model *const *models;
+    /* llama.cpp's context shift for the members' contexts (tutti run's
+     * default; false = a member's full context ends the generation with
+     * finish LENGTH): a local member whose window fills keeps its BOS and
+     * the n_keep tokens after it, drops the oldest half of the rest and goes
+     * on (tutti_session_params.ctx_shift).  Remote, MPI and split members
+     * keep their hard limit.  The prompt must still fit every context. */
+    bool ctx_shift;
+    int32_t n_keep;
 } tutti_ensemble_params;
 
 tutti_ensemble_params tutti_ensemble_default_params(void);
@@ -643,6 +725,14 @@ typedef struct tutti_mask {
     int32_t n_bias;
 } tutti_mask;
 
+/* Why a generation ended, in the OpenAI API's terms (finish_reason). */
+typedef enum tutti_finish {
+    TUTTI_FINISH_STOP = 0,   /* "stop": end of text, a stop string, the grammar complete (nothing may
+                                follow), or the text callback asked to stop */
+    TUTTI_FINISH_LENGTH = 1, /* "length": mask->max_len / max_tokens reached, or a member's full
+                                context ended it (ctx_full_member), in every alignment */
+} tutti_finish;
+
 typedef struct tutti_ensemble_stats {
     int32_t n_units;        /* tokens (TOKEN) or bytes (BYTE, SPAN) generated */
     int32_t n_bytes;        /* bytes output */
@@ -671,9 +761,11 @@ typedef struct tutti_ensemble_stats {
     /* The member whose full context ended the generation (0-based), -1 if
      * none did.  NaN/+inf logits are not a stop but an error. */
     int32_t ctx_full_member;
-    /* The generation ended at mask->max_len or mask->max_tokens (a client's
-     * "length" finish), not at end of text, a stop string or a full context. */
+    /* The generation ended at mask->max_len or mask->max_tokens, not at end
+     * of text, a stop string or a full context. */
     bool at_limit;
+    /* LENGTH when at_limit or ctx_full_member >= 0, else STOP. */
+    tutti_finish finish;
     /* Drafting (tutti_ensemble_set_draft; all 0 without a draft): rounds in
      * which the draft proposed tokens, the tokens it proposed (the members
      * verified each round's tokens in one forward pass), those the fused
@@ -1050,13 +1142,26 @@ typedef struct tutti_merge_params {
     uint64_t seed;     /* of the random masks (dare_*, della*) */
     const char *name;  /* general.name of the output; NULL: "merge of ..." */
     bool verbose;      /* one line per tensor on stderr */
+    /* Receives a line worth telling the user (NULL: none): the tensors
+     * written in a fallback type (rows the output type's blocks do not
+     * divide), once per merge, as llama-quantize warns of them. */
+    tutti_notice_cb notice;
+    void *notice_user;
 } tutti_merge_params;
 
 tutti_merge_params tutti_merge_default_params(void); /* type NULL, seed 0 */
 
-/* Merges into out_path (created; removed again on failure).  0 or TUTTI_ERR
- * with tutti_last_error() saying which check or tensor failed. */
+/* Merges into out_path.  Refused before any work when out_path is one of
+ * the inputs (the same file: device and inode after following symlinks, so
+ * also another spelling, a symlink or a hard link) or cannot be written.
+ * The file is written atomically: a temporary file in its folder, renamed
+ * onto out_path when complete; on failure out_path is left as it was (an
+ * input that is mapped is never truncated).  0 or TUTTI_ERR with
+ * tutti_last_error() saying which check or tensor failed. */
 int tutti_merge(const tutti_merge_config *c, const char *out_path, const tutti_merge_params *p);
+/* The same GGUF file streamed to out (binary, sequential: a pipe will do),
+ * e.g. stdout; a failure leaves a partial stream. */
+int tutti_merge_stream(const tutti_merge_config *c, FILE *out, const tutti_merge_params *p);
 
 /* ------------------------------------------------------------------------ */
 /* Runs over MPI ranks (src/mpi/tutti_mpi.h has the design).

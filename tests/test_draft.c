@@ -370,14 +370,15 @@ static void test_cli(void **state) {
     snprintf(target, sizeof target, "%s", shared_path(TARGET));
     snprintf(draft, sizeof draft, "%s", shared_path(DRAFT));
     int st;
-    for (int run = 0; run < 2; run++) {
-        const char *sub = run ? "run" : "generate";
-        snprintf(cmd, sizeof cmd, "%s %s -m %s -p 'Once upon a time' -n 60 --temp 0 -t 1 2>/dev/null", TUTTI_CLI, sub,
-                 target);
+    /* generate, run, and generate past a full context that shifts (-c 48: rounds pause there) */
+    for (int run = 0; run < 3; run++) {
+        const char *sub = run == 1 ? "run" : "generate", *lim = run == 2 ? "-c 48 -n 120" : "-n 60";
+        snprintf(cmd, sizeof cmd, "%s %s -m %s -p 'Once upon a time' %s --temp 0 -t 1 2>/dev/null", TUTTI_CLI, sub,
+                 target, lim);
         char *plain = run_cmd(cmd, &st);
         assert_int_equal(st, 0);
-        snprintf(cmd, sizeof cmd, "%s %s -m %s -md %s --draft-p-min 0 -p 'Once upon a time' -n 60 --temp 0 -t 1 "
-                 "2>/tmp/test_draft_err.%d", TUTTI_CLI, sub, target, draft, (int)getpid());
+        snprintf(cmd, sizeof cmd, "%s %s -m %s -md %s --draft-p-min 0 -p 'Once upon a time' %s --temp 0 -t 1 "
+                 "2>/tmp/test_draft_err.%d", TUTTI_CLI, sub, target, draft, lim, (int)getpid());
         char *drafted = run_cmd(cmd, &st);
         assert_int_equal(st, 0);
         assert_string_equal(plain, drafted);

@@ -12,12 +12,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "gguf/gguf.h"
 #include "gguf/gguf_write.h"
 #include "quant/quant.h"
 #include "tutti.h"
+#include "util/error.h"
+#include "util/file.h"
 
 /* ------------------------------------------------------------------------ */
 /* Facts about every GGUF file under ../shared, produced by gguf-py (the
@@ -398,6 +401,84 @@ static const char *tmp_path(const char *name) {
     static char p[512];
     snprintf(p, sizeof p, "%s/%s", g_tmpdir, name);
     return p;
+}
+
+static int write_text_fn(FILE *fp, void *ctx) {
+    fputs(ctx, fp);
+    return 0;
+}
+
+static int write_then_fail(FILE *fp, void *ctx) {
+    (void)ctx;
+    fputs("half of a file", fp);
+    return tutti_set_error("the producer failed half-way");
+}
+
+static bool dir_holds(const char *needle) {
+    DIR *d = opendir(g_tmpdir);
+    assert_non_null(d);
+    bool found = false;
+    for (struct dirent *e; (e = readdir(d));) found |= strstr(e->d_name, needle) != NULL;
+    closedir(d);
+    return found;
+}
+
+/* util/file.h, the one way every output file is written (issue 21, item 1):
+ * whole or not at all, a failed producer leaves the old file and no
+ * temporary, permissions kept, a symlink followed (the link stays), a
+ * device written in place, a directory or a missing folder refused; and
+ * file identity by device and inode. */
+static void test_write_atomic(void **state) {
+    (void)state;
+    char a[512], l[512], h[512], dangling[512];
+    snprintf(a, sizeof a, "%s", tmp_path("atomic.txt"));
+    snprintf(l, sizeof l, "%s", tmp_path("atomic-link.txt"));
+    snprintf(h, sizeof h, "%s", tmp_path("atomic-hard.txt"));
+    snprintf(dangling, sizeof dangling, "%s", tmp_path("dangling-link.txt"));
+    assert_int_equal(tutti_write_atomic(a, write_text_fn, "first\n"), 0);
+    assert_int_equal(chmod(a, 0640), 0);
+    assert_int_equal(tutti_write_atomic(a, write_then_fail, NULL), TUTTI_ERR);
+    assert_non_null(strstr(tutti_last_error(), "half-way"));
+    char *t = read_file(a, NULL);
+    assert_string_equal(t, "first\n");
+    free(t);
+    assert_false(dir_holds(".tmp-"));
+    assert_int_equal(tutti_write_atomic(a, write_text_fn, "second\n"), 0);
+    struct stat st;
+    assert_int_equal(stat(a, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0640);
+    /* a symlink: the file it names is replaced, the link stays a link */
+    assert_int_equal(symlink("atomic.txt", l), 0);
+    assert_int_equal(tutti_write_atomic(l, write_text_fn, "third\n"), 0);
+    assert_int_equal(lstat(l, &st), 0);
+    assert_true(S_ISLNK(st.st_mode));
+    t = read_file(a, NULL);
+    assert_string_equal(t, "third\n");
+    free(t);
+    assert_int_equal(symlink("atomic-target.txt", dangling), 0);
+    assert_int_equal(tutti_write_atomic(dangling, write_text_fn, "made\n"), 0);
+    t = read_file(tmp_path("atomic-target.txt"), NULL);
+    assert_string_equal(t, "made\n");
+    free(t);
+    /* identity: the link and a hard link are the file, a copy is not */
+    assert_int_equal(link(a, h), 0);
+    assert_true(tutti_same_file(a, l));
+    assert_true(tutti_same_file(l, h));
+    assert_false(tutti_same_file(a, dangling));
+    assert_false(tutti_same_file(a, tmp_path("no-such-file")));
+    /* a device is written in place (never replaced); a folder is refused */
+    assert_int_equal(tutti_write_atomic("/dev/null", write_text_fn, "x"), 0);
+    assert_int_equal(stat("/dev/null", &st), 0);
+    assert_true(S_ISCHR(st.st_mode));
+    assert_int_equal(tutti_write_atomic(g_tmpdir, write_text_fn, "x"), TUTTI_ERR);
+    assert_non_null(strstr(tutti_last_error(), "directory"));
+    char missing[600];
+    snprintf(missing, sizeof missing, "%s/no/such/folder/x", g_tmpdir);
+    assert_int_equal(tutti_write_atomic(missing, write_text_fn, "x"), TUTTI_ERR);
+    assert_int_equal(tutti_check_writable(missing), TUTTI_ERR);
+    assert_non_null(strstr(tutti_last_error(), "does not exist"));
+    assert_int_equal(tutti_check_writable(a), 0);
+    unlink(l), unlink(h), unlink(dangling), unlink(a), unlink(tmp_path("atomic-target.txt"));
 }
 
 static void test_writer_roundtrip(void **state) {
@@ -1229,6 +1310,7 @@ int main(void) {
         shared_unit_test(test_shared_files_match_gguf_py),
         shared_unit_test(test_known_values),
         cmocka_unit_test(test_writer_roundtrip),
+        cmocka_unit_test(test_write_atomic),
         shared_unit_test(test_writer_reproduces_llamacpp_files),
         cmocka_unit_test(test_truncation_every_offset),
         cmocka_unit_test(test_malformed_header),

@@ -174,7 +174,7 @@ static int bench_fused(const bench_cfg *cfg, const char *const *paths, int n_mod
     ep.n_ctx = 512 + cfg->n_tg;
     ep.parallel = cfg->parallel;
     tutti_ensemble *ens = tutti_ensemble_new(&ep);
-    if (!ens) return cli_error("ensemble: %s", tutti_last_error());
+    if (!ens) return cli_library_error();
     tutti_sampler_params smp = tutti_sampler_default_params();
     smp.temp = 0;
     tutti_mask mask = {0};
@@ -338,7 +338,8 @@ int tutti_cmd_bench(int argc, char **argv) {
     /* fused generation first: its length (it may stop at an end-of-text
      * token) is the length of the single-model runs below */
     fused_result fr = {0};
-    if (fused && n_models >= 2 && cfg.n_tg > 0 && bench_fused(&cfg, model_paths, n_models, &fr) != 0) return 1;
+    int frc = fused && n_models >= 2 && cfg.n_tg > 0 ? bench_fused(&cfg, model_paths, n_models, &fr) : 0;
+    if (frc != 0) return frc; /* 2: flags the models do not allow */
     /* every model stays loaded to the end (peak RSS counts them all, as it did) */
     tutti_model *loaded[BENCH_MAX_MODELS] = {0};
     int rc = 0;

@@ -240,10 +240,8 @@ static int write_plot(const tutti_ensemble *e, const eval_out *o, const char *pl
     bpb[nm] = o->text ? o->r.ensemble_bpb : NAN;
     acc[nm] = o->choices ? o->cr.ensemble_acc : NAN;
     accn[nm] = o->choices ? o->cr.ensemble_acc_norm : NAN;
-    if (plot_svg_write(plot_path, labels, nm + 1, o->text ? bpb : NULL, o->choices ? acc : NULL,
-                       o->choices ? accn : NULL) < 0)
-        return cli_error("cannot write %s", plot_path);
-    return 0;
+    return plot_svg_write(plot_path, labels, nm + 1, o->text ? bpb : NULL, o->choices ? acc : NULL,
+                          o->choices ? accn : NULL);
 }
 
 int tutti_cmd_eval(int argc, char **argv) {
@@ -266,7 +264,9 @@ int tutti_cmd_eval(int argc, char **argv) {
         CLI_FLAG("--json", &json,
                  "one JSON object: {\"members\":[{\"model\",\"bits_per_byte\",\"acc\",\"acc_norm\",...}],\n"
                  "\"ensemble\":{\"bits_per_byte\",\"acc\",\"acc_norm\",\"rule\",\"align\"},...}"),
-        CLI_STR("--plot", "FILE.svg", &plot_path, "draw every member's and the ensemble's figures as bar charts",
+        CLI_STR("--plot", "FILE.svg", &plot_path,
+                "draw every member's and the ensemble's figures as bar charts\n"
+                "(an SVG file; not -: stdout holds the figures)",
                 "none"),
         CLI_INCLUDE(a->opts),
         CLI_END,
@@ -284,6 +284,7 @@ int tutti_cmd_eval(int argc, char **argv) {
     if (pr != CLI_RUN) return pr;
     if (!text_path && !choices_path)
         return cli_usage_error("give a text to score with --text FILE, or choice items with --choices FILE.jsonl");
+    if ((pr = cli_output_check("--plot", plot_path, CLI_OUT_FILE_ONLY)) != CLI_RUN) return pr;
     if ((pr = ens_args_check(a)) != CLI_RUN) {
         ens_args_free(a);
         return pr;
@@ -296,7 +297,10 @@ int tutti_cmd_eval(int argc, char **argv) {
     int rc = 1;
     if (text_path && !(text = cli_read_file(text_path, &len))) goto done;
     if (choices_path && choice_file_read(choices_path, &cf)) goto done;
-    if (!(e = ens_args_build(a, "eval"))) goto done;
+    if (!(e = ens_args_build(a, "eval"))) {
+        rc = a->status;
+        goto done;
+    }
     o.text = text != NULL, o.choices = cf.n > 0;
     if ((o.text && (rc = score_text(e, text, len, &o)) != 0) ||
         (o.choices && (rc = score_choices(e, &cf, choices_static, &o)) != 0))

@@ -24,12 +24,14 @@ static int write_cb(const char *b, size_t n, void *u) {
     return cli_interrupted(); /* Ctrl-C: stop after this token */
 }
 
-/* The prompt's ids (chat template, or its text with --special), NULL
- * after the message. */
-static int32_t *prompt_ids(tutti_ensemble *e, bool chat, const char *system, const char *text, size_t len,
-                           bool parse_special, int32_t *n_ids) {
-    const tutti_vocab *vocab = tutti_ensemble_member_vocab(e, 0);
-    int32_t *ids = chat ? cli_chat_tokens_with(vocab, tutti_ensemble_member_meta_str(e, 0, "tokenizer.chat_template"),
+/* The prompt's ids (chat template, or its text with --special) in vocab,
+ * the tokenizer of model (NULL when split by layers: the file at path),
+ * NULL after the message. */
+static int32_t *prompt_ids(const tutti_model *model, const char *path, const tutti_vocab *vocab, bool chat,
+                           const char *system, const char *text, size_t len, bool parse_special, int32_t *n_ids) {
+    const char *key = "tokenizer.chat_template";
+    int32_t *ids = chat ? cli_chat_tokens_with(vocab, model ? tutti_model_meta_str(model, key)
+                                                            : tutti_file_meta_str(path, key),
                                                NULL, system, text, n_ids)
                         : cli_tokenize(vocab, text, len, tutti_vocab_add_bos(vocab), parse_special, n_ids);
     if (ids && *n_ids == 0) {
@@ -45,8 +47,10 @@ static int32_t *prompt_ids(tutti_ensemble *e, bool chat, const char *system, con
 static void notice_cb(const char *msg, void *u) { (void)msg, (void)u; }
 
 /* The ensemble of one member: path, its model already loaded (NULL when
- * split by layers over MPI ranks: the member loads its part). */
-static tutti_ensemble *one_member(const char *path, const tutti_model *model, int32_t n_ctx, int32_t n_threads) {
+ * split by layers over MPI ranks: the member loads its part); n_keep < 0:
+ * no context shift, else the shift keeps BOS and n_keep tokens after it. */
+static tutti_ensemble *one_member(const char *path, const tutti_model *model, int32_t n_ctx, int32_t n_threads,
+                                  int32_t n_keep) {
     tutti_member_desc d = {.model_path = path, .weight = NAN, .temp = NAN};
     const tutti_model *models[1] = {model};
     tutti_ensemble_params p = tutti_ensemble_default_params();
@@ -56,17 +60,18 @@ static tutti_ensemble *one_member(const char *path, const tutti_model *model, in
     p.models = model ? models : NULL;
     p.n_ctx = n_ctx;
     p.n_threads = n_threads;
+    p.ctx_shift = n_keep >= 0;
+    p.n_keep = n_keep >= 0 ? n_keep : 0;
     tutti_ensemble *e = tutti_ensemble_new(&p);
     if (!e) cli_error("%s", tutti_last_error());
     return e;
 }
 
-/* The messages after the generation (stderr): a full context, an
- * incomplete grammar, Ctrl-C, the timings and the draft's line.  Returns
- * the exit status. */
-static int finish(int rc, const tutti_ensemble_stats *st, int32_t n_ids, int32_t n_ctx_used, int32_t n_predict,
-                  tutti_grammar_matcher *gm, const cli_draft *draft) {
-    fflush(stdout);
+/* The warnings and timings after the generation; returns the exit status
+ * (rc, or CLI_EXIT_INTERRUPTED after Ctrl-C).  n_keep: the positions a
+ * context shift keeps, -1 without the shift; draft: the draft's line. */
+static int report_end(int rc, const tutti_ensemble_stats *st, int32_t n_ids, int32_t n_ctx_used, int32_t n_predict,
+                      const tutti_grammar_matcher *gm, int32_t n_keep, const cli_draft *draft) {
     double t_prompt = st->t_prompt_s, t_gen = st->t_total_s - st->t_prompt_s;
     if (rc == 0 && st->ctx_full_member >= 0 && n_predict >= 0) /* -n -1 asks for exactly this end */
         cli_warn("\ncontext full (%d tokens); raise -c for longer output", n_ctx_used);
@@ -84,17 +89,34 @@ static int finish(int rc, const tutti_ensemble_stats *st, int32_t n_ids, int32_t
              n_ids, t_prompt, n_ids / (t_prompt > 0 ? t_prompt : 1e-9), st->n_units, t_gen,
              st->n_units / (t_gen > 0 ? t_gen : 1e-9));
     cli_draft_report("generate", draft, st);
+    if (n_keep >= 0 && n_ids + st->n_units > n_ctx_used)
+        cli_info("tutti generate: the context (%d tokens) filled and shifted: its oldest tokens were dropped, the first "
+                 "%d kept (--keep; --no-context-shift stops at a full context instead)\n",
+                 n_ctx_used, n_keep);
     return rc;
+}
+
+/* Escapes processed in the --stop strings (llama.cpp: reverse prompts), into
+ * copies owned[] (freed by the caller); -1 when out of memory. */
+static int escape_stops(cli_strs *stop, char **owned) {
+    for (int k = 0; k < stop->n; k++) {
+        if (!(owned[k] = strdup(stop->v[k]))) return -1;
+        cli_process_escapes(owned[k], strlen(owned[k]));
+        stop->v[k] = owned[k];
+    }
+    return 0;
 }
 
 int cmd_generate(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *system = NULL;
-    bool chat = false, verbose_prompt = false, escape = true, ignore_eos = false;
-    int32_t n_predict = 128, n_threads = 0, n_ctx = CLI_CTX_UNSET;
+    bool chat = false, verbose_prompt = false, escape = true;
+    int32_t n_predict = 128, n_threads = 0, n_ctx = CLI_CTX_UNSET, n_keep = 0;
+    bool ctx_shift = true;
     bool parse_special = false;
     cli_strs stop = {.n = 0};
-    tutti_sampler_params sp = tutti_sampler_default_params();
-    sp.seed = CLI_SEED_RANDOM;
+    cli_sampling cs;
+    cli_sampling_init(&cs);
+    tutti_sampler_params *sp = &cs.sp;
     cli_grammar ga = {0};
     const char *split_counts = NULL; /* --split-layers: NULL = off, "" = by memory */
     int32_t split_ub = 0;
@@ -112,8 +134,8 @@ int cmd_generate(int argc, char **argv) {
                 "tokens to generate; -1 = until end of text or a full context", NULL),
         CLI_THREADS_OPT(&n_threads),
         CLI_CTX_OPT(&n_ctx, ""),
+        CLI_CTX_SHIFT_OPTS(&ctx_shift, &n_keep, "the prompt's first N\n(-1 = the whole prompt)"),
         CLI_STRS("--stop", "TEXT", &stop, "stop when the output contains TEXT (not printed; repeatable)"),
-        CLI_FLAG("--ignore-eos", &ignore_eos, "never sample end-of-generation tokens (generate all -n tokens)"),
         CLI_FLAG("--special", &parse_special, "parse control-token text in the prompt (e.g. <|eot_id|>)"),
         CLI_FLAG("--chat", &chat,
                  "the prompt is a user message, formatted with the model's own\n"
@@ -121,7 +143,7 @@ int cmd_generate(int argc, char **argv) {
         CLI_STR("--system", "TEXT", &system, "with --chat: a system message before the user message", "none"),
         CLI_FLAG("--verbose-prompt", &verbose_prompt, "print the prompt's token ids on stderr"),
         CLI_SECTION("sampling"),
-        CLI_SAMPLING_OPTS(&sp),
+        CLI_SAMPLING_OPTS(&cs),
         CLI_GRAMMAR_OPTS(&ga),
         CLI_SECTION("drafting (speculative decoding)"),
         CLI_DRAFT_OPTS(&draft),
@@ -151,12 +173,7 @@ int cmd_generate(int argc, char **argv) {
     if (split && tutti_mpi_split_members(split_counts[0] ? split_counts : NULL, split_ub, NULL, 0) < 0)
         return cli_usage_error("%s", tutti_last_error());
     char *stop_owned[CLI_MAX_STRS] = {0};
-    if (escape)
-        for (int k = 0; k < stop.n; k++) {
-            if (!(stop_owned[k] = strdup(stop.v[k]))) return cli_error("out of memory");
-            cli_process_escapes(stop_owned[k], strlen(stop_owned[k]));
-            stop.v[k] = stop_owned[k];
-        }
+    if (escape && escape_stops(&stop, stop_owned) < 0) return cli_error("out of memory");
     int gst;
     tutti_grammar *grammar = cli_grammar_build(&ga, &gst); /* before loading: fail fast */
     if (gst) return gst;
@@ -164,6 +181,7 @@ int cmd_generate(int argc, char **argv) {
     size_t prompt_len = 0;
     char *text = cli_prompt_text(prompt, prompt_file, escape, &prompt_len);
     tutti_model *model = NULL;
+    tutti_vocab *own_vocab = NULL; /* split by layers: the tokenizer alone */
     tutti_ensemble *e = NULL;
     int32_t *ids = NULL, n_ids = 0;
     tutti_grammar_matcher *gm = NULL;
@@ -177,18 +195,30 @@ int cmd_generate(int argc, char **argv) {
         cli_error("%s", tutti_last_error());
         goto done;
     }
+    /* the prompt first: --keep -1 keeps all of it */
+    const tutti_vocab *vocab = model ? tutti_model_vocab(model) : (own_vocab = tutti_vocab_load(model_path));
+    if (!vocab) {
+        cli_error("%s", tutti_last_error());
+        goto done;
+    }
+    if (!(ids = prompt_ids(model, model_path, vocab, chat, system, text, prompt_len, parse_special, &n_ids))) goto done;
     int32_t ctx =
         model ? cli_ctx_for(model, n_ctx, NULL) : cli_ctx_for_train(cli_ctx_train_of_file(model_path), n_ctx, NULL);
-    if (!(e = one_member(model_path, model, ctx, n_threads)) || cli_draft_apply(e, &draft) != CLI_RUN) goto done;
+    /* llama.cpp's context shift; -n -1 asks for "until the context is
+     * full", which a shift would make endless.  llama.cpp: --keep N prompt
+     * tokens besides BOS, -1 (or more than the prompt has) = the whole
+     * prompt (the session caps it) */
+    int32_t bos = tutti_vocab_add_bos(vocab) ? 1 : 0;
+    int32_t keep = !(ctx_shift && n_predict >= 0 && !split) ? -1 : n_keep < 0 || n_keep > n_ids ? n_ids - bos : n_keep;
+    if (!(e = one_member(model_path, model, ctx, n_threads, keep)) || cli_draft_apply(e, &draft) != CLI_RUN) goto done;
     double t_load = cli_now() - t0;
-    if (!(ids = prompt_ids(e, chat, system, text, prompt_len, parse_special, &n_ids))) goto done;
     int32_t n_ctx_used = tutti_ensemble_member_n_ctx(e, 0);
     if (n_ids > n_ctx_used) {
         cli_error("the prompt is %d tokens, longer than the context (%d); raise -c or shorten the prompt", n_ids,
                   n_ctx_used);
         goto done;
     }
-    sp.seed = cli_seed_resolve(sp.seed); /* printed once the run can go ahead */
+    sp->seed = cli_seed_resolve(sp->seed); /* printed once the run can go ahead */
     cli_info("tutti generate: %s loaded in %.2f s; prompt %d tokens\n", model_path, t_load, n_ids);
     if (verbose_prompt) {
         fprintf(stderr, "prompt ids:");
@@ -196,7 +226,7 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "\n");
     }
     tutti_mask m = {
-        .stop = stop.v, .n_stop = stop.n, .max_tokens = n_predict, .grammar = grammar, .ignore_eos = ignore_eos};
+        .stop = stop.v, .n_stop = stop.n, .max_tokens = n_predict, .grammar = grammar, .ignore_eos = cs.ignore_eos};
     if (grammar && !(gm = tutti_grammar_matcher_new(grammar))) {
         cli_error("%s", tutti_last_error());
         goto done;
@@ -207,16 +237,18 @@ int cmd_generate(int argc, char **argv) {
     rc = 0;
     if (n_predict != 0) {
         const int32_t *const pids[1] = {ids};
-        if (tutti_ensemble_generate_ids(e, pids, &n_ids, &sp, &m, write_cb, gm, &st) < 0) {
+        if (tutti_ensemble_generate_ids(e, pids, &n_ids, sp, &m, write_cb, gm, &st) < 0) {
             fflush(stdout);
             cli_error("%s", tutti_last_error());
             rc = 1;
         }
     }
-    rc = finish(rc, &st, n_ids, n_ctx_used, n_predict, gm, &draft);
+    fflush(stdout);
+    rc = report_end(rc, &st, n_ids, n_ctx_used, n_predict, gm, keep >= 0 ? keep + bos : -1, &draft);
 done:
     tutti_ensemble_free(e);
     tutti_model_free(model);
+    tutti_vocab_free(own_vocab);
     tutti_grammar_matcher_free(gm);
     tutti_grammar_free(grammar);
     free(ids);

@@ -30,16 +30,38 @@ static int write_cb(const char *b, size_t n, void *u) {
     return cli_interrupted(); /* Ctrl-C: stop after this unit */
 }
 
-/* The run summary on stderr: speed, each member's forward passes, the
- * fusion overhead and the draft's line. */
-static void summary(const tutti_ensemble *e, const tutti_ensemble_stats *st, const cli_draft *draft) {
+/* The summary: what was generated and why it ended (the first line),
+ * then each member's work and the fusion's overhead.  In byte
+ * and span alignment the fusion samples bytes, and the output can be
+ * shorter than what was sampled: -n counts member 1's tokens and cuts the
+ * text back to the longest prefix it allows, a stop string is not printed,
+ * and an unfinished UTF-8 character at the end is held back.  Last, the
+ * draft's line. */
+static void print_summary(const tutti_ensemble *e, const tutti_ensemble_stats *st, int32_t n_gen, bool stops,
+                          const cli_draft *draft) {
     tutti_align al = tutti_ensemble_align(e);
     const char *unit = al == TUTTI_ALIGN_TOKEN ? "token" : "byte";
-    if (cli_interrupted()) cli_info("\ntutti run: interrupted (Ctrl-C)\n");
     double t = st->t_total_s > 0 ? st->t_total_s : 1e-9;
-    cli_info("\n%s alignment, rule %s: %d %ss (%d bytes) in %.3f s (%.1f %ss/s)\n", tutti_align_name(al),
-             tutti_rule_name(tutti_ensemble_rule(e)), st->n_units, unit, st->n_bytes, st->t_total_s,
-             st->n_units / t, unit);
+    char what[256];
+    if (al == TUTTI_ALIGN_TOKEN)
+        snprintf(what, sizeof what, "%d tokens generated (%d bytes of text)", st->n_units, st->n_bytes);
+    else if (st->n_units == st->n_bytes)
+        snprintf(what, sizeof what, "%d bytes generated", st->n_units);
+    else
+        snprintf(what, sizeof what, "%d bytes sampled, %d output (the last %d cut: %s)", st->n_units, st->n_bytes,
+                 st->n_units - st->n_bytes,
+                 st->at_limit ? "-n counts member 1's tokens and ends the text at the last whole one"
+                 : stops      ? "a stop string, which is not printed"
+                              : "an unfinished UTF-8 character");
+    char why[256];
+    if (st->ctx_full_member >= 0)
+        snprintf(why, sizeof why, "length: member %d's context is full", st->ctx_full_member + 1);
+    else if (st->finish == TUTTI_FINISH_LENGTH)
+        snprintf(why, sizeof why, "length: -n %d reached", n_gen);
+    else
+        snprintf(why, sizeof why, "stop");
+    cli_info("\n%s alignment, rule %s: %s in %.3f s (%.1f %ss/s); finish: %s\n", tutti_align_name(al),
+             tutti_rule_name(tutti_ensemble_rule(e)), what, st->t_total_s, st->n_units / t, unit, why);
     for (int i = 0; i < tutti_ensemble_n_members(e); i++)
         cli_info("  member %d %-40s w=%.3g tau=%.3g: %6lld tokens evaluated in %lld forward passes, forward %.3f s "
                  "(%.1f tokens/s)%s\n",
@@ -51,15 +73,16 @@ static void summary(const tutti_ensemble *e, const tutti_ensemble_stats *st, con
                  : st->member_left_reason[i] == TUTTI_LEFT_PRUNED ? " (left: its hypotheses were pruned)"
                                                                  : " (left: its tokens cannot spell the text)");
     cli_info("  fusion overhead (outside forward passes): %.3f s = %.3f ms per %s\n", st->t_fusion_s,
-            st->n_units ? 1e3 * st->t_fusion_s / st->n_units : 0.0, unit);
+             st->n_units ? 1e3 * st->t_fusion_s / st->n_units : 0.0, unit);
     cli_draft_report("run", draft, st);
 }
 
 int tutti_cmd_run(int argc, char **argv) {
     ens_args a;
     ens_args_init(&a);
-    tutti_sampler_params sp = tutti_sampler_default_params();
-    sp.seed = CLI_SEED_RANDOM;
+    cli_sampling cs;
+    cli_sampling_init(&cs);
+    a.ctx_shift = true; /* llama.cpp's context shift, unless --no-context-shift */
     const char *prompt = NULL, *prompt_file = NULL, *system = NULL;
     bool chat = false, verbose_prompt = false, escape = true;
     int32_t n_gen = 128;
@@ -78,6 +101,7 @@ int tutti_cmd_run(int argc, char **argv) {
                 "(byte/span: the longest text member 1 tokenizes into at most N tokens,\n"
                 "ending between UTF-8 characters); -1 = until end of text or a full context",
                 NULL),
+        CLI_CTX_SHIFT_OPTS(&a.ctx_shift, &a.n_keep, "each member's first N\nof its own prompt tokens"),
         CLI_STRS("--stop", "TEXT", &stop_s, "stop when the output contains TEXT (not printed; repeatable)"),
         CLI_STRS("--allow", "TEXT", &allow_s, "the output must be (a prefix of) one of these strings (repeatable)"),
         CLI_STRS("--forbid", "TEXT", &forbid_s, "the output never contains TEXT (repeatable)"),
@@ -90,7 +114,7 @@ int tutti_cmd_run(int argc, char **argv) {
         CLI_FLAG("--verbose-prompt", &verbose_prompt, "print every member's prompt token ids on stderr"),
         CLI_INCLUDE(a.opts),
         CLI_SECTION("sampling (on the fused distribution)"),
-        CLI_SAMPLING_OPTS(&sp),
+        CLI_SAMPLING_OPTS(&cs),
         CLI_GRAMMAR_OPTS(&ga),
         CLI_SECTION("drafting (speculative decoding; token alignment)"),
         CLI_DRAFT_OPTS(&draft),
@@ -110,6 +134,9 @@ int tutti_cmd_run(int argc, char **argv) {
     if (pr != CLI_RUN) return pr;
     if (system && !chat) return cli_usage_error("--system needs --chat");
     if (prompt && prompt_file) return cli_usage_error("-p and -f both give the prompt; use one");
+    if (a.n_keep < 0)
+        return cli_usage_error("--keep -1 (the whole prompt) needs one tokenizer: give N >= 0 tokens per member");
+    a.ctx_shift &= n_gen >= 0; /* -n -1 means "until a context is full" */
     int gst;
     tutti_grammar *grammar = cli_grammar_build(&ga, &gst); /* before loading: fail fast */
     if (gst) return gst;
@@ -138,13 +165,14 @@ int tutti_cmd_run(int argc, char **argv) {
         tutti_grammar_free(grammar);
         ens_args_free(&a);
         for (int k = 0; k < CLI_MAX_STRS; k++) free(owned[k]);
-        return 1;
+        return buf ? a.status : 1;
     }
     prompt = buf;
-    sp.seed = cli_seed_resolve(sp.seed);
+    cs.sp.seed = cli_seed_resolve(cs.sp.seed);
     tutti_ensemble_set_notice(e, notice_cb, NULL);
     tutti_mask m = {.allowed = allow, .n_allowed = n_allow, .forbidden = forbid, .n_forbidden = n_forbid,
-                    .stop = stop, .n_stop = n_stop, .max_tokens = n_gen, .grammar = grammar};
+                    .stop = stop, .n_stop = n_stop, .max_tokens = n_gen, .grammar = grammar,
+                    .ignore_eos = cs.ignore_eos};
     int n_mem = tutti_ensemble_n_members(e);
     int32_t *ids[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0}, n_ids[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0};
     int rc = 0;
@@ -177,14 +205,15 @@ int tutti_cmd_run(int argc, char **argv) {
     cli_catch_sigint();
     if (rc == 0 && n_gen != 0) {
         /* stdout holds the generated text only, exactly as tutti generate's */
-        rc = chat ? tutti_ensemble_generate_ids(e, (const int32_t *const *)ids, n_ids, &sp, &m, write_cb, NULL, &st)
-                  : tutti_ensemble_generate(e, prompt, plen, &sp, &m, write_cb, NULL, &st);
+        rc = chat ? tutti_ensemble_generate_ids(e, (const int32_t *const *)ids, n_ids, &cs.sp, &m, write_cb, NULL, &st)
+                  : tutti_ensemble_generate(e, prompt, plen, &cs.sp, &m, write_cb, NULL, &st);
     }
     fflush(stdout);
     if (rc == TUTTI_ERR) {
         fprintf(stderr, "tutti run: %s\n", tutti_last_error());
     } else if (rc == 0 && n_gen != 0) {
-        summary(e, &st, &draft);
+        if (cli_interrupted()) cli_info("\ntutti run: interrupted (Ctrl-C)\n");
+        print_summary(e, &st, n_gen, n_stop > 0, &draft);
     }
     for (int i = 0; i < n_mem; i++) free(ids[i]);
     tutti_ensemble_free(e);

@@ -17,6 +17,7 @@ const char ens_file_help[] = ENS_FILE_HELP;
 
 void ens_args_init(ens_args *a) {
     memset(a, 0, sizeof *a);
+    a->status = 1;
     a->rule = a->align = -1;
     a->prune = -1;
     a->adapt_alpha = -1;
@@ -179,20 +180,18 @@ tutti_ensemble *ens_args_build(ens_args *a, const char *cmd) {
     if (a->max_hyps > 0) p.max_hyps = a->max_hyps;
     if (a->prune >= 0) p.prune = a->prune;
     if (a->beta > 0) p.beta = a->beta;
+    p.ctx_shift = a->ctx_shift;
+    p.n_keep = a->n_keep;
     tutti_ensemble *e = tutti_ensemble_new(&p);
     if (!e) {
-        cli_error("%s", tutti_last_error());
+        a->status = cli_library_error();
         return NULL;
     }
     double alpha = a->adapt_alpha >= 0 ? a->adapt_alpha : a->file && a->file->adapt >= 0 ? a->file->adapt : -1;
-    if ((a->adapt || alpha >= 0) && tutti_ensemble_set_adapt(e, alpha >= 0 ? alpha : 0.01) < 0) {
-        cli_error("%s", tutti_last_error());
-        tutti_ensemble_free(e);
-        return NULL;
-    }
     double tau = a->route_tau > 0 ? a->route_tau : a->file && a->file->route > 0 ? a->file->route : -1;
-    if ((a->route || tau > 0) && tutti_ensemble_set_route(e, tau > 0 ? tau : 0.25) < 0) {
-        cli_error("%s", tutti_last_error());
+    if (((a->adapt || alpha >= 0) && tutti_ensemble_set_adapt(e, alpha >= 0 ? alpha : 0.01) < 0) ||
+        ((a->route || tau > 0) && tutti_ensemble_set_route(e, tau > 0 ? tau : 0.25) < 0)) {
+        a->status = cli_library_error();
         tutti_ensemble_free(e);
         return NULL;
     }

@@ -70,6 +70,12 @@ int cli_error(const char *fmt, ...) {
     return 1;
 }
 
+int cli_library_error(void) {
+    int kind = tutti_last_error_kind();
+    cli_error("%s", tutti_last_error());
+    return kind == TUTTI_ERR_UNSUPPORTED ? 2 : 1;
+}
+
 int cli_warn(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

@@ -154,6 +154,11 @@ bool cli_given(const char *name);
 int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A library call failed: its message (tutti_last_error) on stderr, and the
+ * exit status its kind says: 2 when the caller's arguments caused it
+ * (tutti_last_error_kind() == TUTTI_ERR_UNSUPPORTED: a flag value or a
+ * combination of flags), else 1. */
+int cli_library_error(void);
 /* Informational line on stderr (progress, timings, "seed: N"), suppressed
  * by --quiet (cli_quiet). */
 void cli_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -63,9 +63,10 @@ static int choose_align(tutti_ensemble *e, tutti_align asked, uint64_t *h) {
         }
     e->align = asked == TUTTI_ALIGN_AUTO ? (e->same_vocab ? TUTTI_ALIGN_TOKEN : TUTTI_ALIGN_BYTE) : asked;
     if (e->align == TUTTI_ALIGN_TOKEN && !e->same_vocab)
-        return tutti_set_error("token alignment: members 1 (%s) and %d (%s) have different vocabularies (token lists, "
-                               "merges or scores differ), so they cannot share token ids; use byte or span alignment",
-                               e->path[0], differ + 1, e->path[differ]);
+        return tutti_set_usage_error("token alignment: members 1 (%s) and %d (%s) have different vocabularies (token "
+                                     "lists, merges or scores differ), so they cannot share token ids; use byte or "
+                                     "span alignment",
+                                     e->path[0], differ + 1, e->path[differ]);
     return 0;
 }
 
@@ -100,6 +101,13 @@ static int open_members(tutti_ensemble *e, const tutti_ensemble_params *params, 
             return TUTTI_ERR;
         }
         e->m[i]->vocab_hash = h[i];
+        if (params->ctx_shift && e->m[i]->set_ctx_shift && e->m[i]->set_ctx_shift(e->m[i], params->n_keep) < 0) {
+            tutti_error_prefix("member %d", i + 1);
+            return TUTTI_ERR;
+        }
+        if (params->ctx_shift && !e->m[i]->set_ctx_shift && params->verbose)
+            fprintf(stderr, "ensemble: member %d (%s) cannot shift its context (remote, MPI or split member): a full "
+                            "context still ends the generation\n", i + 1, e->path[i]);
         /* messages say "member 2 (b.gguf): ..." */
         char file[256];
         snprintf(file, sizeof file, "%s", e->m[i]->name);

@@ -128,7 +128,10 @@ static int draft_round(fusion_align *a) {
     int32_t k = t->dr->p.n_max;
     if (g->max_units > 0 && g->max_units - g->n_units - 1 < k) k = g->max_units - g->n_units - 1;
     for (int32_t i = 0; i < e->n; i++) {
-        int32_t room = e->m[i]->n_ctx - t->n[i];
+        /* a round never makes a member shift its context (the rows past a
+         * shift could not be rewound): drafting pauses once the context is
+         * full and the member shifts */
+        int32_t room = e->m[i]->n_ctx - t->n[i] - (e->m[i]->ctx_shift ? 1 : 0);
         if (t->cap[i] - t->n[i] - 1 < room) room = t->cap[i] - t->n[i] - 1;
         if (room < k) k = room;
     }
@@ -180,9 +183,11 @@ static bool token_ctx_full(fusion_align *a) {
     tutti_ensemble *e = a->e;
     int32_t full = -1;
     for (int32_t i = 0; i < e->n && full < 0; i++)
-        if (t->n[i] > e->m[i]->n_ctx || t->n[i] >= t->cap[i]) full = i;
+        if (!fusion_member_fits(e->m[i], t->n[i]) || t->n[i] >= t->cap[i]) full = i;
     if (full < 0) return false;
-    if (t->n[full] > e->m[full]->n_ctx) ens_note_ctx_full(e, a->g, full);
+    /* without a limit the buffers hold a context's worth of generated
+     * tokens, also for members that shift: that end is a full context too */
+    if (!fusion_member_fits(e->m[full], t->n[full]) || a->g->max_units <= 0) ens_note_ctx_full(e, a->g, full);
     return true;
 }
 

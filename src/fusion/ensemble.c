@@ -219,9 +219,9 @@ void tutti_ensemble_set_step_cb(tutti_ensemble *e, tutti_step_cb cb, void *user)
 }
 
 int tutti_ensemble_set_rule(tutti_ensemble *e, tutti_fusion_rule rule) {
-    if ((unsigned)rule > TUTTI_RULE_CONTRASTIVE) return tutti_set_error("ensemble: unknown rule %d", rule);
+    if ((unsigned)rule > TUTTI_RULE_CONTRASTIVE) return tutti_set_usage_error("ensemble: unknown rule %d", rule);
     if (rule == TUTTI_RULE_CONTRASTIVE && e->n < 2)
-        return tutti_set_error("contrastive: needs an expert and at least one amateur (2+ members)");
+        return tutti_set_usage_error("contrastive: needs an expert and at least one amateur (2+ members)");
     tutti_fusion_rule old = e->rule;
     e->rule = rule;
     if (ens_check_weights(e, e->w) < 0) {

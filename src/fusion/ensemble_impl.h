@@ -145,8 +145,10 @@ void fusion_route_end(tutti_ensemble *e, const float *w_given);
 
 typedef struct gen_ctx gen_ctx;
 
-/* Starts member i's byte state after the prompt. */
-int ens_bytes_start(fusion_bytes *st, const gen_prompt *pr, int32_t i);
+/* Starts member i's byte state after the prompt (FUSION_ERR_CTX when the
+ * prompt needs more tokens than its context holds, also for a member that
+ * shifts its context). */
+int ens_bytes_start(const tutti_ensemble *e, fusion_bytes *st, const gen_prompt *pr, int32_t i);
 /* The first member whose byte state needs a forward pass over more tokens
  * than its context holds (generation stops there), or -1. */
 int32_t ens_bytes_ctx_full(const tutti_ensemble *e, fusion_bytes *const *st);

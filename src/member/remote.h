@@ -8,7 +8,7 @@
  * (sent as "model" on the OpenAI API, may be empty); vocab=PATH is a GGUF
  * file with the server's tokenizer (the model itself or a vocab-only file),
  * checked against the server's /tokenize and /detokenize at start.  See
- * README.md "Remote members". */
+ * docs/remote-members.md. */
 #ifndef TUTTI_MEMBER_REMOTE_H
 #define TUTTI_MEMBER_REMOTE_H
 
