@@ -360,6 +360,27 @@ void tutti_sampler_free(tutti_sampler *sampler);
 int32_t tutti_sampler_sample(tutti_sampler *sampler, const float *logits, int32_t n);
 /* Records a chosen id for the repetition penalty. */
 void tutti_sampler_accept(tutti_sampler *sampler, int32_t id);
+/* The distribution tutti_sampler_sample draws from for these logits (the
+ * penalty, the filters and the temperature applied), written to
+ * probs[n]: sums to 1, 0 outside the kept candidates; greedy (temp <= 0) a
+ * one-hot row at the argmax.  The sampler's state is not changed.  0 or
+ * TUTTI_ERR (as tutti_sampler_sample). */
+int tutti_sampler_probs(tutti_sampler *sampler, const float *logits, int32_t n, float *probs);
+/* Draws an index from probs[n] (>= 0, any positive sum) with the sampler's
+ * random generator; -1 + error when every entry is 0. */
+int32_t tutti_sampler_draw(tutti_sampler *sampler, const float *probs, int32_t n);
+/* Speculative sampling (Leviathan et al. 2023, "Fast Inference from
+ * Transformers via Speculative Decoding"; Chen et al. 2023): `drafted` was
+ * drawn from a draft model's distribution q[n]; p is the distribution
+ * tutti_sampler_sample would draw from for logits.  Returns drafted with
+ * probability min(1, p(drafted)/q(drafted)), else a draw from the residual
+ * max(0, p - q) normalised: the result is distributed exactly as
+ * tutti_sampler_sample's (with other random numbers, so a seed gives
+ * another text than without a draft).  Greedy: the argmax, whether or not
+ * it is the drafted token, without a random draw.  Does not accept the
+ * result (tutti_sampler_accept).  -1 + error as tutti_sampler_sample. */
+int32_t tutti_sampler_sample_draft(tutti_sampler *sampler, const float *logits, int32_t n, int32_t drafted,
+                                   const float *q);
 
 /* ------------------------------------------------------------------------ */
 /* Grammars: constrained generation (the `grammar` layer).
@@ -750,10 +771,53 @@ typedef struct tutti_ensemble_stats {
     bool at_limit;
     /* LENGTH when at_limit or ctx_full_member >= 0, else STOP. */
     tutti_finish finish;
+    /* Drafting (tutti_ensemble_set_draft; all 0 without a draft): rounds in
+     * which the draft proposed tokens, the tokens it proposed (the members
+     * verified each round's tokens in one forward pass), those the fused
+     * distribution accepted, and the draft model's own forward passes. */
+    int32_t n_draft_rounds;
+    int64_t n_drafted;
+    int64_t n_draft_accepted;
+    int64_t n_draft_tokens; /* tokens the draft model ran */
+    double t_draft_s;       /* the draft model's forward time (part of t_forward_s) */
 } tutti_ensemble_stats;
 
 #define TUTTI_LEFT_SPELL 1
 #define TUTTI_LEFT_PRUNED 2
+
+/* Drafting (speculative decoding, Leviathan et al. 2023; Chen et al. 2023):
+ * a small draft model with the same vocabulary as the members proposes up
+ * to n_max tokens, greedily under greedy sampling and otherwise from its
+ * own distribution under the generation's sampler settings; every member
+ * scores all of them in one batched forward pass (as a prompt), and the
+ * fused distribution accepts or rejects them one by one
+ * (tutti_sampler_sample_draft; the mask, grammar and logit bias apply
+ * as without a draft).  Greedy output is identical to the plain run's,
+ * sampled output is distributed exactly as the plain run's (not the same
+ * text for a seed).  Rejected tokens leave the members' and the draft's KV
+ * caches by rewinding them to the accepted prefix.  TOKEN alignment only. */
+typedef struct tutti_draft_params {
+    const char *model_path; /* the draft's GGUF file (or a model spec, as a member's) */
+    int32_t n_max;          /* tokens drafted per round at most (llama.cpp's --draft-max; default 16) */
+    int32_t n_min;          /* a round that drafts fewer is dropped: a plain step instead (default 0) */
+    float p_min;            /* drafting stops at a token the draft gives less than this probability
+                               (at temperature 1, before the sampler's filters; default 0.75) */
+    int32_t n_threads;      /* the draft's threads; 0 = the ensemble's */
+    /* Without a draft model (model_path NULL or empty) and lookup_n > 0:
+     * prompt lookup (llama.cpp's ngram-simple): the last lookup_n tokens of
+     * the sequence (prompt and generated) are searched for earlier in it,
+     * latest match first, and the up to n_max tokens that followed that
+     * match are the draft (a deterministic proposal: q is one-hot, so a
+     * drafted token x is accepted with probability p(x), else the token is
+     * drawn from p without x; exact as above).  p_min does not apply. */
+    int32_t lookup_n;
+} tutti_draft_params;
+tutti_draft_params tutti_draft_default_params(void);
+/* Loads the draft for later generations (replacing any earlier one; NULL,
+ * or no model_path and lookup_n 0: no draft).  TUTTI_ERR when the ensemble is not in
+ * TOKEN alignment, the draft's vocabulary differs from member 1's, the file
+ * cannot be loaded, or n_max < 1, n_min > n_max, p_min outside [0, 1]. */
+int tutti_ensemble_set_draft(tutti_ensemble *ens, const tutti_draft_params *params);
 
 /* Receives one line of text (no newline) about a generation as it happens:
  * a member leaving (and why) or a member's context filling up. */

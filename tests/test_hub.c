@@ -462,6 +462,18 @@ static void test_cli_messages(void **state) {
         free(o);
     }
     free(local);
+    /* -hfd: the draft model by name, resolved as -hf (here the model itself: every draft accepted) */
+    snprintf(args, sizeof args, "generate -m %s -p 'Once upon a time' -n 24 --temp 0 --quiet",
+             shared_path("models/stories260K.gguf"));
+    local = expect_cli(&h, "c2", NULL, args, 0, NULL, NULL);
+    snprintf(args, sizeof args, "generate -m %s -hfd tt/stories-GGUF:F32 -p 'Once upon a time' -n 24 --temp 0 --quiet",
+             shared_path("models/stories260K.gguf"));
+    char *o = expect_cli(&h, "c2", NULL, args, 0, NULL, NULL);
+    assert_string_equal(o, local);
+    free(o), free(local);
+    snprintf(args, sizeof args, "generate -m %s -hfd tt/stories-GGUF:F32 -p 'Once upon a time' -n 24 --temp 0",
+             shared_path("models/stories260K.gguf"));
+    free(expect_cli(&h, "c2", NULL, args, 0, NEEDLES("draft ", "stories260K-F32.gguf", "accepted (100.0%)"), NULL));
     static const struct {
         const char *env, *args;
         int status;
@@ -478,6 +490,8 @@ static void test_cli_messages(void **state) {
         {NULL, "generate -hf 'tt/../x' -p x", 2, {"is not a Hugging Face repository"}},
         {NULL, "generate -m a.gguf -hf tt/stories-GGUF -p x", 2, {"both name the model"}},
         {NULL, "generate --hf-file x.gguf -p x", 2, {"--hf-file x.gguf needs -hf REPO"}},
+        {NULL, "generate -m a.gguf -md b.gguf -hfd tt/stories-GGUF -p x", 2, {"both name"}},
+        {NULL, "generate -m a.gguf -hfd tt/nothing-GGUF -p x -n 1", 1, {"tt/nothing-GGUF: no such repository"}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         free(expect_cli(&h, "c2", cases[i].env, cases[i].args, cases[i].status, cases[i].needle,

@@ -144,6 +144,51 @@ int cli_resolve_models(cli_strs *paths);
 /* The same for a malloc'd path (an ensemble file's member): replaced, the old freed. */
 int cli_resolve_owned(char **path);
 
+/* Drafting (draft_args.c; tutti_ensemble_set_draft): llama.cpp's flags,
+ * -md/--model-draft FILE or -hfd REPO[:QUANT] (resolved as -hf), the draft
+ * lengths, its confidence cut and threads.  cli_draft_init before the table,
+ * cli_draft_check after cli_parse (CLI_RUN, 2 for bad usage, 1 when a -hfd
+ * model cannot be had), cli_draft_apply once the ensemble is made (CLI_RUN,
+ * or 1 after the message), cli_draft_report after the generation (a line on
+ * stderr: rounds, drafted and accepted tokens, acceptance, mean drafted
+ * length). */
+typedef struct cli_draft {
+    const char *model;
+    int32_t n_max, n_min, n_threads;
+    float p_min;
+    int spec_type;              /* --spec-type: 0 none (a -md model drafts), 1 draft-simple, 2 ngram-simple */
+    int32_t ngram_n, ngram_m;   /* --spec-ngram-simple-size-n/-m */
+} cli_draft;
+extern const char *const cli_spec_types[];
+#define CLI_DRAFT_OPTS(d)                                                                                    \
+    {"-md,--model-draft", "FILE", CLI_T_STR, 0, 0, &(d)->model,                                              \
+     "draft model for speculative decoding, with the same vocabulary as the\n"                              \
+     "model(s): it proposes tokens, the model(s) verify them in one pass (greedy\n"                         \
+     "output identical, sampled output distributed as without it)",                                        \
+     "none", NULL, CLI_ONCE},                                                                               \
+    {"-hfd,-hfrd,--hf-repo-draft", "REPO[:QUANT]", CLI_T_STR, 0, 0, &(d)->model,                             \
+     "the draft model from the Hugging Face hub (as -hf)", "none", NULL, CLI_HF | CLI_ONCE},                 \
+    CLI_INT("--draft-max,--draft,--draft-n,--spec-draft-n-max", "N", &(d)->n_max, 1, 1024, "tokens drafted per round at most",  \
+            "16, llama.cpp's common default"),                                                                            \
+    CLI_INT("--draft-min,--draft-n-min,--spec-draft-n-min", "N", &(d)->n_min, 0, 1024,                                         \
+            "a round that drafts fewer tokens is dropped (a plain step)", "0, as llama.cpp"),                 \
+    CLI_FLOAT("--draft-p-min,--spec-draft-p-min", "P", &(d)->p_min, 0, 1,                                                       \
+              "drafting stops where the draft's most likely token has probability < P\n"                   \
+              "(at temperature 1)", "0.75, llama.cpp's common default"),                                                   \
+    CLI_INT("-td,--threads-draft", "N", &(d)->n_threads, 1, 1024, "the draft model's threads", "as -t"),       \
+    CLI_CHOICE("--spec-type", "TYPE", &(d)->spec_type, cli_spec_types,                                       \
+               "none | draft-simple (the -md model drafts) | ngram-simple (no draft model:\n"              \
+               "prompt lookup, the tokens that followed the latest earlier occurrence of the\n"            \
+               "last N tokens are the draft)", "draft-simple with -md, else none"),                       \
+    CLI_INT("--spec-ngram-simple-size-n", "N", &(d)->ngram_n, 1, 1024, "ngram-simple: the n-gram looked up",  \
+            "12, as llama.cpp"),                                                                            \
+    CLI_INT("--spec-ngram-simple-size-m", "M", &(d)->ngram_m, 1, 1024, "ngram-simple: tokens drafted at most", \
+            "48, as llama.cpp")
+void cli_draft_init(cli_draft *d);
+int cli_draft_check(cli_draft *d);
+int cli_draft_apply(tutti_ensemble *e, const cli_draft *d);
+void cli_draft_report(const char *cmd, const cli_draft *d, const tutti_ensemble_stats *st);
+
 /* ---- behaviour shared by the commands (common.c) ---- */
 
 /* The seed to use: `seed` as given, or for CLI_SEED_RANDOM one drawn from

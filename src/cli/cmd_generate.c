@@ -80,9 +80,9 @@ static tutti_ensemble *one_member(const char *path, const tutti_model *model, in
 
 /* The warnings and timings after the generation; returns the exit status
  * (rc, or CLI_EXIT_INTERRUPTED after Ctrl-C).  n_keep: the positions a
- * context shift keeps, -1 without the shift. */
+ * context shift keeps, -1 without the shift; draft: the draft's line. */
 static int report_end(int rc, const tutti_ensemble_stats *st, int32_t n_ids, int32_t n_ctx_used, int32_t n_predict,
-                      const tutti_grammar_matcher *gm, int32_t n_keep) {
+                      const tutti_grammar_matcher *gm, int32_t n_keep, const cli_draft *draft) {
     double t_prompt = st->t_prompt_s, t_gen = st->t_total_s - st->t_prompt_s;
     if (rc == 0 && st->ctx_full_member >= 0 && n_predict >= 0) /* -n -1 asks for exactly this end */
         cli_warn("\ncontext full (%d tokens); raise -c for longer output", n_ctx_used);
@@ -94,16 +94,28 @@ static int report_end(int rc, const tutti_ensemble_stats *st, int32_t n_ids, int
     }
     /* the timings once the prompt went through the model (not after an
      * error before it, e.g. a grammar no token can start) */
-    if (rc != 1 || st->n_prompt_evaluated[0] > 0)
-        cli_info("\ntutti generate: prompt %d tokens in %.3f s (%.1f tokens/s); generated %d tokens in %.3f s (%.1f "
-                 "tokens/s)\n",
-                 n_ids, t_prompt, n_ids / (t_prompt > 0 ? t_prompt : 1e-9), st->n_units, t_gen,
-                 st->n_units / (t_gen > 0 ? t_gen : 1e-9));
+    if (rc == 1 && st->n_prompt_evaluated[0] == 0) return rc;
+    cli_info("\ntutti generate: prompt %d tokens in %.3f s (%.1f tokens/s); generated %d tokens in %.3f s (%.1f "
+             "tokens/s)\n",
+             n_ids, t_prompt, n_ids / (t_prompt > 0 ? t_prompt : 1e-9), st->n_units, t_gen,
+             st->n_units / (t_gen > 0 ? t_gen : 1e-9));
+    cli_draft_report("generate", draft, st);
     if (n_keep >= 0 && n_ids + st->n_units > n_ctx_used)
         cli_info("tutti generate: the context (%d tokens) filled and shifted: its oldest tokens were dropped, the first "
                  "%d kept (--keep; --no-context-shift stops at a full context instead)\n",
                  n_ctx_used, n_keep);
     return rc;
+}
+
+/* Escapes processed in the --stop strings (llama.cpp: reverse prompts), into
+ * copies owned[] (freed by the caller); -1 when out of memory. */
+static int escape_stops(cli_strs *stop, char **owned) {
+    for (int k = 0; k < stop->n; k++) {
+        if (!(owned[k] = strdup(stop->v[k]))) return -1;
+        cli_process_escapes(owned[k], strlen(owned[k]));
+        stop->v[k] = owned[k];
+    }
+    return 0;
 }
 
 int cmd_generate(int argc, char **argv) {
@@ -120,6 +132,8 @@ int cmd_generate(int argc, char **argv) {
     const char *split_counts = NULL; /* --split-layers: NULL = off, "" = by memory */
     int32_t split_ub = 0;
     bool split_experts = false; /* --split-experts */
+    cli_draft draft;
+    cli_draft_init(&draft);
     cli_opt opts[] = {
         {"-m,--model", "FILE", CLI_T_STR, 0, 0, &model_path, "GGUF model file", "none", NULL, CLI_ONCE},
         CLI_HF_OPTS(&model_path, CLI_T_STR, CLI_ONCE),
@@ -143,6 +157,8 @@ int cmd_generate(int argc, char **argv) {
         CLI_SECTION("sampling"),
         CLI_SAMPLING_OPTS(&cs),
         CLI_GRAMMAR_OPTS(&ga),
+        CLI_SECTION("drafting (speculative decoding)"),
+        CLI_DRAFT_OPTS(&draft),
         CLI_SECTION("one model over MPI ranks (mpirun -np K tutti generate ...)"),
         CLI_SPLIT_OPTS(&split_counts, &split_ub, "the model"),
         CLI_SPLIT_EXPERTS_OPT(&split_experts),
@@ -166,14 +182,9 @@ int cmd_generate(int argc, char **argv) {
     if (!prompt && !prompt_file) return cli_usage_error("need -p TEXT or -f FILE (see tutti generate --help)");
     if (prompt && prompt_file) return cli_usage_error("-p and -f both give the prompt; use one");
     if (system && !chat) return cli_usage_error("--system needs --chat");
-    if ((pr = cli_resolve_model(&model_path)) != CLI_RUN) return pr;
+    if ((pr = cli_resolve_model(&model_path)) != CLI_RUN || (pr = cli_draft_check(&draft)) != CLI_RUN) return pr;
     char *stop_owned[CLI_MAX_STRS] = {0};
-    if (escape)
-        for (int k = 0; k < stop.n; k++) {
-            if (!(stop_owned[k] = strdup(stop.v[k]))) return cli_error("out of memory");
-            cli_process_escapes(stop_owned[k], strlen(stop_owned[k]));
-            stop.v[k] = stop_owned[k];
-        }
+    if (escape && escape_stops(&stop, stop_owned) < 0) return cli_error("out of memory");
     int gst;
     tutti_grammar *grammar = cli_grammar_build(&ga, &gst); /* before loading: fail fast */
     if (gst) return gst;
@@ -210,7 +221,7 @@ int cmd_generate(int argc, char **argv) {
      * prompt (the session caps it) */
     int32_t bos = tutti_vocab_add_bos(vocab) ? 1 : 0;
     int32_t keep = !(ctx_shift && n_predict >= 0 && !split) ? -1 : n_keep < 0 || n_keep > n_ids ? n_ids - bos : n_keep;
-    if (!(e = one_member(model_path, model, ctx, n_threads, keep))) goto done;
+    if (!(e = one_member(model_path, model, ctx, n_threads, keep)) || cli_draft_apply(e, &draft) != CLI_RUN) goto done;
     double t_load = cli_now() - t0;
     int32_t n_ctx_used = tutti_ensemble_member_n_ctx(e, 0);
     if (n_ids > n_ctx_used) {
@@ -244,7 +255,7 @@ int cmd_generate(int argc, char **argv) {
         }
     }
     fflush(stdout);
-    rc = report_end(rc, &st, n_ids, n_ctx_used, n_predict, gm, keep >= 0 ? keep + bos : -1);
+    rc = report_end(rc, &st, n_ids, n_ctx_used, n_predict, gm, keep >= 0 ? keep + bos : -1, &draft);
 done:
     tutti_ensemble_free(e);
     tutti_model_free(model);

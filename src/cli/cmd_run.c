@@ -35,8 +35,10 @@ static int write_cb(const char *b, size_t n, void *u) {
  * and span alignment the fusion samples bytes, and the output can be
  * shorter than what was sampled: -n counts member 1's tokens and cuts the
  * text back to the longest prefix it allows, a stop string is not printed,
- * and an unfinished UTF-8 character at the end is held back. */
-static void print_summary(const tutti_ensemble *e, const tutti_ensemble_stats *st, int32_t n_gen, bool stops) {
+ * and an unfinished UTF-8 character at the end is held back.  Last, the
+ * draft's line. */
+static void print_summary(const tutti_ensemble *e, const tutti_ensemble_stats *st, int32_t n_gen, bool stops,
+                          const cli_draft *draft) {
     tutti_align al = tutti_ensemble_align(e);
     const char *unit = al == TUTTI_ALIGN_TOKEN ? "token" : "byte";
     double t = st->t_total_s > 0 ? st->t_total_s : 1e-9;
@@ -72,6 +74,7 @@ static void print_summary(const tutti_ensemble *e, const tutti_ensemble_stats *s
                                                                  : " (left: its tokens cannot spell the text)");
     cli_info("  fusion overhead (outside forward passes): %.3f s = %.3f ms per %s\n", st->t_fusion_s,
              st->n_units ? 1e3 * st->t_fusion_s / st->n_units : 0.0, unit);
+    cli_draft_report("run", draft, st);
 }
 
 int tutti_cmd_run(int argc, char **argv) {
@@ -85,6 +88,8 @@ int tutti_cmd_run(int argc, char **argv) {
     int32_t n_gen = 128;
     cli_strs stop_s = {.n = 0}, allow_s = {.n = 0}, forbid_s = {.n = 0};
     cli_grammar ga = {0};
+    cli_draft draft;
+    cli_draft_init(&draft);
     const cli_opt opts[] = {
         CLI_STR("-p,--prompt", "TEXT", &prompt, "prompt (raw text; each member tokenizes it itself)", "none"),
         CLI_STR("-f,--file", "FILE", &prompt_file, "read the prompt from FILE (one trailing newline is dropped)", "none"),
@@ -111,6 +116,8 @@ int tutti_cmd_run(int argc, char **argv) {
         CLI_SECTION("sampling (on the fused distribution)"),
         CLI_SAMPLING_OPTS(&cs),
         CLI_GRAMMAR_OPTS(&ga),
+        CLI_SECTION("drafting (speculative decoding; token alignment)"),
+        CLI_DRAFT_OPTS(&draft),
         CLI_END,
     };
     const cli_spec spec = {
@@ -133,7 +140,7 @@ int tutti_cmd_run(int argc, char **argv) {
     int gst;
     tutti_grammar *grammar = cli_grammar_build(&ga, &gst); /* before loading: fail fast */
     if (gst) return gst;
-    if ((pr = ens_args_check(&a)) != CLI_RUN) {
+    if ((pr = ens_args_check(&a)) != CLI_RUN || (pr = cli_draft_check(&draft)) != CLI_RUN) {
         tutti_grammar_free(grammar);
         ens_args_free(&a);
         return pr;
@@ -149,6 +156,10 @@ int tutti_cmd_run(int argc, char **argv) {
     size_t plen = 0;
     char *buf = cli_prompt_text(prompt, prompt_file, escape, &plen);
     tutti_ensemble *e = buf ? ens_args_build(&a, "run") : NULL;
+    if (e && cli_draft_apply(e, &draft) != CLI_RUN) {
+        tutti_ensemble_free(e);
+        e = NULL;
+    }
     if (!e) {
         free(buf);
         tutti_grammar_free(grammar);
@@ -202,7 +213,7 @@ int tutti_cmd_run(int argc, char **argv) {
         fprintf(stderr, "tutti run: %s\n", tutti_last_error());
     } else if (rc == 0 && n_gen != 0) {
         if (cli_interrupted()) cli_info("\ntutti run: interrupted (Ctrl-C)\n");
-        print_summary(e, &st, n_gen, n_stop > 0);
+        print_summary(e, &st, n_gen, n_stop > 0, &draft);
     }
     for (int i = 0; i < n_mem; i++) free(ids[i]);
     tutti_ensemble_free(e);

@@ -190,6 +190,7 @@ tutti_ensemble *tutti_ensemble_new(const tutti_ensemble_params *params) {
     if (read_members(e, params) < 0 || choose_align(e, params->align, h) < 0) goto fail;
     int32_t n_threads = params->n_threads > 0 ? params->n_threads : (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
     if (n_threads < 1) n_threads = 1;
+    e->n_threads = n_threads;
     e->parallel = params->parallel == 2 || (params->parallel == 0 && default_parallel(e->n, n_threads));
     int32_t per = e->parallel ? (n_threads / e->n > 0 ? n_threads / e->n : 1) : n_threads;
     if (open_members(e, params, h, per) < 0 ||

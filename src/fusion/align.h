@@ -45,6 +45,10 @@ typedef struct align_ops {
     /* Optional (with a->masked): rules out the outcomes the mask forbids
      * after the text so far, in a->work. */
     void (*mask)(fusion_align *a, float *row);
+    /* Optional (drafting): the drafted outcome this step verifies, and in
+     * *q the distribution it was drawn from (row[n]), or -1 when the step
+     * has none; the loop then draws with tutti_sampler_sample_draft. */
+    int32_t (*drafted)(fusion_align *a, const float **q);
     /* Optional: the alignment picks the outcome (instead of a sampler). */
     int32_t (*choose)(fusion_align *a, const float *row, int32_t n);
     /* The bytes outcome x writes (*bytes valid until the next call); *end:
@@ -76,7 +80,7 @@ struct fusion_align {
 };
 
 /* Each returns a started-to-be alignment (not yet started) or NULL + error. */
-fusion_align *align_token_new(tutti_ensemble *e, gen_ctx *g);
+fusion_align *align_token_new(tutti_ensemble *e, gen_ctx *g, const tutti_sampler_params *sp);
 fusion_align *align_byte_new(tutti_ensemble *e, gen_ctx *g);
 fusion_align *align_span_new(tutti_ensemble *e, gen_ctx *g, const tutti_sampler_params *sp);
 

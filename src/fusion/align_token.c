@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "fusion/align.h"
+#include "fusion/draft.h"
 #include "member/remote.h"
 #include "util/error.h"
 
@@ -37,13 +38,14 @@ static int32_t passthrough_member(const tutti_ensemble *e) {
 }
 
 /* Every member's token sequence: its prompt followed by the shared
- * generated tokens.  A text prompt is tokenized once (the vocabularies are
- * equal); token-id prompts are copied per member. */
-static int token_prompts(tutti_ensemble *e, const gen_prompt *pr, int32_t max_gen, int32_t **ids, int32_t *n,
-                         int32_t *cap) {
+ * generated tokens (and room for `extra` drafted ones).  A text prompt is
+ * tokenized once (the vocabularies are equal); token-id prompts are copied
+ * per member. */
+static int token_prompts(tutti_ensemble *e, const gen_prompt *pr, int32_t max_gen, int32_t extra, int32_t **ids,
+                         int32_t *n, int32_t *cap) {
     for (int32_t i = 0; i < e->n; i++) {
         int32_t np = pr->ids ? pr->n_ids[i] : (int32_t)pr->len + 2;
-        cap[i] = np + 1 + (max_gen > 0 ? max_gen : e->m[i]->n_ctx);
+        cap[i] = np + 1 + (max_gen > 0 ? max_gen : e->m[i]->n_ctx) + extra;
         ids[i] = malloc(sizeof(int32_t) * (size_t)cap[i]);
         if (!ids[i]) return tutti_set_error("generation: out of memory");
         if (pr->ids) {
@@ -84,13 +86,78 @@ typedef struct token_align {
     const float *logits[TUTTI_ENSEMBLE_MAX_MEMBERS];
     float *scratch[TUTTI_ENSEMBLE_MAX_MEMBERS], *logp[TUTTI_ENSEMBLE_MAX_MEMBERS];
     int32_t pass;
+    /* drafting (fusion/draft.h): the draft, each member's rows of the
+     * current round (ahead: [n_members][n_max + 1][V]), the round's rows
+     * (0: no round) and the row of this step */
+    fusion_draft *dr;
+    float *ahead;
+    int32_t n_ahead, at;
 } token_align;
+
+/* Member i's row r of the current round. */
+static float *ahead_row(const token_align *t, int32_t i, int32_t r) {
+    return t->ahead + ((size_t)i * (size_t)(t->dr->p.n_max + 1) + (size_t)r) * (size_t)t->V;
+}
+
+/* Member i scores the round: the rows after its sequence and after each
+ * drafted token (which follow it in t->ids[i]), in one forward pass when
+ * the member can (logits_from; its KV cache is rewound past a rejected
+ * draft when the next round's sequence diverges), else one call per row. */
+static int job_token_verify(tutti_ensemble *e, int32_t i, void *arg) {
+    token_align *t = arg;
+    fusion_member *m = e->m[i];
+    int32_t n = t->n[i], k = t->n_ahead;
+    if (m->vt->logits_from) return m->vt->logits_from(m, t->ids[i], n + k - 1, n - 1, ahead_row(t, i, 0));
+    for (int32_t r = 0; r < k; r++) {
+        float *out = ahead_row(t, i, r);
+        const float *z = fusion_member_logits_view(m, t->ids[i], n + r, out);
+        if (!z) return TUTTI_ERR;
+        if (z != out) memcpy(out, z, sizeof(float) * (size_t)t->V);
+    }
+    return 0;
+}
+
+/* A round: the draft proposes up to n_max tokens (fewer when the context,
+ * the buffers or the unit limit leave less room: the row past the last
+ * drafted token must still be wanted), and every member verifies them.
+ * No round (n_ahead 0) when the draft was not confident. */
+static int draft_round(fusion_align *a) {
+    token_align *t = (token_align *)a;
+    tutti_ensemble *e = a->e;
+    gen_ctx *g = a->g;
+    int32_t k = t->dr->p.n_max;
+    if (g->max_units > 0 && g->max_units - g->n_units - 1 < k) k = g->max_units - g->n_units - 1;
+    for (int32_t i = 0; i < e->n; i++) {
+        /* a round never makes a member shift its context (the rows past a
+         * shift could not be rewound): drafting pauses once the context is
+         * full and the member shifts */
+        int32_t room = e->m[i]->n_ctx - t->n[i] - (e->m[i]->ctx_shift ? 1 : 0);
+        if (t->cap[i] - t->n[i] - 1 < room) room = t->cap[i] - t->n[i] - 1;
+        if (room < k) k = room;
+    }
+    if (k < 1) return 0;
+    int32_t nd = fusion_draft_propose(t->dr, t->ids[0], t->n[0], k);
+    if (nd <= 0) return nd;
+    for (int32_t i = 1; i < e->n; i++) memcpy(t->ids[i] + t->n[i], t->dr->tok, sizeof(int32_t) * (size_t)nd);
+    t->n_ahead = nd + 1;
+    t->at = 0;
+    double t1 = ens_now_s();
+    if (ens_run_members(e, job_token_verify, t) < 0) {
+        t->n_ahead = 0;
+        return TUTTI_ERR;
+    }
+    a->t_phase += ens_now_s() - t1;
+    g->n_draft_rounds++;
+    g->n_drafted += nd;
+    return 0;
+}
 
 static int token_start(fusion_align *a, const gen_prompt *pr, tutti_sampler *smp) {
     token_align *t = (token_align *)a;
     tutti_ensemble *e = a->e;
     gen_ctx *g = a->g;
-    if (token_prompts(e, pr, g->max_units, t->ids, t->n, t->cap) < 0) return TUTTI_ERR;
+    if (token_prompts(e, pr, g->max_units, t->dr ? t->dr->p.n_max + 1 : 0, t->ids, t->n, t->cap) < 0)
+        return TUTTI_ERR;
     /* as tutti generate: the prompt (member 1's) counts for the repetition penalty */
     for (int32_t k = 0; k < t->n[0]; k++) tutti_sampler_accept(smp, t->ids[0][k]);
     t->pass = a->ad.on ? -1 : passthrough_member(e);
@@ -129,11 +196,19 @@ static int token_step_row(fusion_align *a, const float **row, int32_t *n_out) {
     tutti_ensemble *e = a->e;
     int32_t V = t->V;
     float *fused = a->work;
-    token_step st = {(const int32_t *const *)t->ids, t->n, t->scratch, t->logits};
-    double t0 = ens_now_s();
-    if (ens_run_members(e, job_token_logits, &st) < 0) return TUTTI_ERR;
-    a->t_phase += ens_now_s() - t0;
-    ens_prompt_done(e);
+    if (t->at >= t->n_ahead) { /* the round is over: a new one (not on the first step: the prompt's) */
+        t->n_ahead = t->at = 0;
+        if (t->dr && a->g->n_units > 0 && draft_round(a) < 0) return TUTTI_ERR;
+    }
+    if (t->n_ahead > 0) {
+        for (int32_t i = 0; i < e->n; i++) t->logits[i] = ahead_row(t, i, t->at);
+    } else {
+        token_step st = {(const int32_t *const *)t->ids, t->n, t->scratch, t->logits};
+        double t0 = ens_now_s();
+        if (ens_run_members(e, job_token_logits, &st) < 0) return TUTTI_ERR;
+        a->t_phase += ens_now_s() - t0;
+        ens_prompt_done(e);
+    }
     for (int32_t i = 0; i < e->n; i++) /* a remote member that lost its server: weight 0 */
         if (fusion_member_has_left(e->m[i])) a->w[i] = 0;
     *n_out = V;
@@ -158,6 +233,14 @@ static int token_step_row(fusion_align *a, const float **row, int32_t *n_out) {
     if (r < 0) return TUTTI_ERR;
     *row = fused;
     return 0;
+}
+
+/* The drafted token of this step: every row of the round but the last. */
+static int32_t token_drafted(fusion_align *a, const float **q) {
+    token_align *t = (token_align *)a;
+    if (t->at + 1 >= t->n_ahead) return -1;
+    *q = t->dr->q + (size_t)t->at * (size_t)t->V;
+    return t->dr->tok[t->at];
 }
 
 static void token_mask_row(fusion_align *a, float *row) {
@@ -191,6 +274,14 @@ static int token_commit(fusion_align *a, int32_t id, int32_t *units) {
         }
     for (int32_t i = 0; i < e->n; i++) t->ids[i][t->n[i]++] = id;
     *units = 1;
+    if (t->n_ahead > 0) { /* the round goes on while the draft's tokens are drawn */
+        if (t->at + 1 < t->n_ahead && id == t->dr->tok[t->at]) {
+            t->at++;
+            a->g->n_draft_accepted++;
+        } else {
+            t->n_ahead = t->at = 0;
+        }
+    }
     return 0;
 }
 
@@ -198,6 +289,8 @@ static void token_free(fusion_align *a) {
     token_align *t = (token_align *)a;
     for (int32_t i = 0; i < a->e->n; i++) free(t->ids[i]);
     token_mask_free(&t->tm);
+    fusion_draft_free(t->dr);
+    free(t->ahead);
     free(t->bufs), free(t->work), free(t->piece);
     free(t);
 }
@@ -210,12 +303,13 @@ static const align_ops token_ops = {
     .ctx_full = token_ctx_full,
     .step = token_step_row,
     .mask = token_mask_row,
+    .drafted = token_drafted,
     .bytes = token_bytes,
     .commit = token_commit,
     .free = token_free,
 };
 
-fusion_align *align_token_new(tutti_ensemble *e, gen_ctx *g) {
+fusion_align *align_token_new(tutti_ensemble *e, gen_ctx *g, const tutti_sampler_params *sp) {
     token_align *t = calloc(1, sizeof *t);
     if (!t) return tutti_set_error("generation: out of memory"), NULL;
     t->base = (fusion_align){.ops = &token_ops, .e = e, .g = g};
@@ -232,6 +326,17 @@ fusion_align *align_token_new(tutti_ensemble *e, gen_ctx *g) {
         t->logp[i] = t->bufs + (size_t)V * (size_t)(e->n + i);
     }
     t->base.work = t->bufs + (size_t)V * (size_t)(2 * e->n);
+    if (e->draft || e->draft_p.lookup_n > 0) {
+        if (!(t->dr = fusion_draft_new(e, sp))) {
+            token_free(&t->base);
+            return NULL;
+        }
+        t->ahead = malloc(sizeof(float) * (size_t)e->n * (size_t)(t->dr->p.n_max + 1) * (size_t)V);
+        if (!t->ahead) {
+            token_free(&t->base);
+            return tutti_set_error("generation: out of memory for the draft's rows"), NULL;
+        }
+    }
     return &t->base;
 }
 

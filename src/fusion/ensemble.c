@@ -162,6 +162,7 @@ void tutti_ensemble_free(tutti_ensemble *e) {
         fusion_trie_free(e->trie[i]);
         free(e->path[i]);
     }
+    if (e->draft) e->draft->vt->free(e->draft);
     free(e->step_buf);
     free(e);
 }

@@ -27,6 +27,7 @@ struct tutti_ensemble {
     double prune;
     int32_t max_hyps;
     int32_t n_ctx;
+    int32_t n_threads;    /* all of the ensemble's threads (tutti_ensemble_params.n_threads resolved) */
     tutti_notice_cb notice; /* tutti_ensemble_set_notice */
     void *notice_user;
     tutti_step_cb step_cb; /* tutti_ensemble_set_step_cb */
@@ -54,6 +55,10 @@ struct tutti_ensemble {
     int64_t prompt_eval[TUTTI_ENSEMBLE_MAX_MEMBERS];
     bool prompt_marked;
     double t_prompt_done; /* when prompt_marked was set (ens_now_s) */
+    /* drafting (tutti_ensemble_set_draft, src/ensemble/draft.c; used by
+     * align_token.c through fusion/draft.c): NULL = none */
+    fusion_member *draft;
+    tutti_draft_params draft_p; /* model_path not kept; lookup_n > 0 without draft: prompt lookup */
 };
 
 /* Checks weights w[0..e->n) for e's rule (finite, not all 0, negative only
@@ -177,6 +182,9 @@ struct gen_ctx {
     size_t next_check;
     int32_t *count_ids; /* scratch for the counts */
     size_t cap_count;
+    /* drafting (align_token.c): rounds, drafted and accepted tokens */
+    int32_t n_draft_rounds;
+    int64_t n_drafted, n_draft_accepted;
 };
 
 /* Appends bytes to the generated text, emits what can no longer be part of

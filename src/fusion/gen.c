@@ -49,7 +49,11 @@ static int gen_loop(fusion_align *a, const gen_prompt *pr, const tutti_sampler_p
             rc = TUTTI_ERR;
             break;
         }
-        int32_t x = ops->choose ? ops->choose(a, row, n) : tutti_sampler_sample(smp, row, n);
+        const float *q = NULL;
+        int32_t d = ops->drafted && !ops->choose ? ops->drafted(a, &q) : -1;
+        int32_t x = ops->choose ? ops->choose(a, row, n)
+                    : d >= 0    ? tutti_sampler_sample_draft(smp, row, n, d, q)
+                                : tutti_sampler_sample(smp, row, n);
         if (x < 0 || (!ops->choose && row[x] == -INFINITY)) {
             rc = tutti_set_error("generation: the mask rules out every %s", ops->unit);
             break;
@@ -117,6 +121,11 @@ static int ens_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sam
         e->m[i]->new_generation = true;
         e->m[i]->n_forward_calls = 0;
     }
+    if (e->draft) {
+        e->draft->t_forward_s = 0;
+        e->draft->n_forward_tokens = 0;
+        e->draft->new_generation = true;
+    }
     e->prompt_marked = false;
     double t0 = ens_now_s(), t_phase = 0;
     int rc;
@@ -126,7 +135,7 @@ static int ens_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sam
         return TUTTI_ERR;
     float w_given[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* --route: this request's weights from the prompt (route.c) */
     if ((rc = fusion_route_begin(e, pr, w_given)) == 0) {
-        fusion_align *a = e->align == TUTTI_ALIGN_TOKEN  ? align_token_new(e, &g)
+        fusion_align *a = e->align == TUTTI_ALIGN_TOKEN  ? align_token_new(e, &g, &spd)
                           : e->align == TUTTI_ALIGN_SPAN ? align_span_new(e, &g, &spd)
                                                          : align_byte_new(e, &g);
         if (a) {
@@ -151,6 +160,14 @@ static int ens_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sam
          * they run one after the other, the wall time of the forward phases
          * when they run concurrently */
         stats->t_forward_s = (!e->parallel || e->n == 1) ? member_forward_sum(e) : t_phase;
+        if (e->draft) { /* the draft runs alone, before the members verify */
+            stats->t_draft_s = e->draft->t_forward_s;
+            stats->n_draft_tokens = e->draft->n_forward_tokens;
+            stats->t_forward_s += stats->t_draft_s;
+        }
+        stats->n_draft_rounds = g.n_draft_rounds;
+        stats->n_drafted = g.n_drafted;
+        stats->n_draft_accepted = g.n_draft_accepted;
         stats->t_fusion_s = t_total - stats->t_forward_s;
         for (int32_t i = 0; i < e->n; i++) {
             stats->t_member_s[i] = e->m[i]->t_forward_s;

@@ -46,6 +46,8 @@ struct tutti_sampler {
     int32_t cap;       /* capacity of work */
     int32_t cap_c;     /* capacity of cands and wts */
     int32_t cap_b;
+    float *pbuf;       /* [cap_p] the target distribution of tutti_sampler_sample_draft */
+    int32_t cap_p;
 };
 
 tutti_sampler_params tutti_sampler_default_params(void) {
@@ -105,6 +107,7 @@ void tutti_sampler_free(tutti_sampler *s) {
     free(s->cands);
     free(s->wts);
     free(s->bsum);
+    free(s->pbuf);
     free(s);
 }
 
@@ -343,7 +346,23 @@ static int32_t top_p_select(cand *c, float *w, int32_t m, float zhi, double need
 TUTTI_VEC_CLONES
 static int32_t first_nonfinite(const float *z, int32_t n) { return tutti_first_nonfinite(z, n); }
 
-int32_t tutti_sampler_sample(tutti_sampler *s, const float *logits, int32_t n) {
+/* What a sampler draws from (select_dist): the argmax (temp <= 0), every
+ * entry of z at temperature 1/inv_t (no filter: draw_all), or the
+ * candidates c[0..m) with the weights w[0..m) (sum total). */
+typedef enum { SEL_GREEDY, SEL_ALL, SEL_CANDS } sel_kind;
+typedef struct sel {
+    sel_kind kind;
+    int32_t id;     /* SEL_GREEDY */
+    const float *z; /* SEL_ALL: the (penalised) logits */
+    float zmax;
+    float inv_t;
+    int32_t m;      /* SEL_CANDS: s->cands[0..m), s->wts[0..m) */
+    double total;
+} sel;
+
+/* The chain up to the draw: the repetition penalty, then greedy, or the
+ * filters and the temperature.  0 or TUTTI_ERR. */
+static int select_dist(tutti_sampler *s, const float *logits, int32_t n, sel *out) {
     if (!s || !logits || n <= 0) return tutti_set_error("sampler: no logits to sample from");
     /* NaN or +inf logits have no distribution: an error, never an id */
     int32_t bad = first_nonfinite(logits, n);
@@ -376,7 +395,8 @@ int32_t tutti_sampler_sample(tutti_sampler *s, const float *logits, int32_t n) {
     static const char *const empty = "sampler: nothing to sample: every logit is -inf (every candidate is masked)";
     if (s->p.temp <= 0) {
         if (!(tutti_vec_max(z, n) > -INFINITY)) return tutti_set_error("%s", empty);
-        return argmax(z, n);
+        *out = (sel){.kind = SEL_GREEDY, .id = argmax(z, n)};
+        return 0;
     }
     bool top_k = s->p.top_k > 0 && s->p.top_k < n;
     bool top_p = s->p.top_p < 1.0f, min_p = s->p.min_p > 0;
@@ -386,13 +406,8 @@ int32_t tutti_sampler_sample(tutti_sampler *s, const float *logits, int32_t n) {
     if (!top_k && !top_p && !min_p) {
         float zmax = tutti_vec_max(z, n);
         if (!(zmax > -INFINITY)) return tutti_set_error("%s", empty);
-        int32_t nb = (n + DRAW_BLK - 1) / DRAW_BLK;
-        if (nb > s->cap_b) {
-            double *b = realloc(s->bsum, sizeof(double) * (size_t)nb);
-            if (!b) return tutti_set_error("sampler: out of memory");
-            s->bsum = b, s->cap_b = nb;
-        }
-        return draw_all(z, n, zmax, (float)inv_t, s->bsum, uniform01(s->s));
+        *out = (sel){.kind = SEL_ALL, .z = z, .zmax = zmax, .inv_t = (float)inv_t};
+        return 0;
     }
 
     int32_t need_c = top_k ? s->p.top_k : n;
@@ -463,15 +478,97 @@ int32_t tutti_sampler_sample(tutti_sampler *s, const float *logits, int32_t n) {
         }
     }
 
-    /* Temperature, then draw by inverse CDF over the kept candidates. */
+    /* Temperature: the candidates' weights. */
     double total = 0;
     for (int32_t i = 0; i < m; i++) total += (w[i] = tutti_fast_exp((float)(((double)c[i].z - mx) * inv_t)));
-    double u = uniform01(s->s) * total, acc = 0;
+    *out = (sel){.kind = SEL_CANDS, .m = m, .total = total};
+    return 0;
+}
+
+int32_t tutti_sampler_sample(tutti_sampler *s, const float *logits, int32_t n) {
+    sel d = {0};
+    if (select_dist(s, logits, n, &d) < 0) return TUTTI_ERR;
+    if (d.kind == SEL_GREEDY) return d.id;
+    if (d.kind == SEL_ALL) {
+        int32_t nb = (n + DRAW_BLK - 1) / DRAW_BLK;
+        if (nb > s->cap_b) {
+            double *b = realloc(s->bsum, sizeof(double) * (size_t)nb);
+            if (!b) return tutti_set_error("sampler: out of memory");
+            s->bsum = b, s->cap_b = nb;
+        }
+        return draw_all(d.z, n, d.zmax, d.inv_t, s->bsum, uniform01(s->s));
+    }
+    /* inverse CDF over the kept candidates */
+    const cand *c = s->cands;
+    const float *w = s->wts;
+    double u = uniform01(s->s) * d.total, acc = 0;
     int32_t last = 0;
-    for (int32_t i = 0; i < m; i++) {
+    for (int32_t i = 0; i < d.m; i++) {
         if (!(w[i] > 0)) continue;
         acc += w[i], last = i;
         if (u < acc) return c[i].id;
     }
     return c[last].id;
+}
+
+int tutti_sampler_probs(tutti_sampler *s, const float *logits, int32_t n, float *probs) {
+    sel d = {0};
+    if (!probs) return tutti_set_error("sampler: no output row");
+    if (select_dist(s, logits, n, &d) < 0) return TUTTI_ERR;
+    if (d.kind == SEL_ALL) {
+        /* the weights draw_all adds, normalised */
+        double total = 0;
+        for (int32_t i = 0; i < n; i++) total += (probs[i] = tutti_fast_exp((d.z[i] - d.zmax) * d.inv_t));
+        float inv = (float)(1.0 / total);
+        for (int32_t i = 0; i < n; i++) probs[i] *= inv;
+        return 0;
+    }
+    memset(probs, 0, sizeof(float) * (size_t)n);
+    if (d.kind == SEL_GREEDY) {
+        probs[d.id] = 1.0f;
+        return 0;
+    }
+    const cand *c = s->cands;
+    for (int32_t i = 0; i < d.m; i++) probs[c[i].id] = (float)(s->wts[i] / d.total);
+    return 0;
+}
+
+int32_t tutti_sampler_draw(tutti_sampler *s, const float *probs, int32_t n) {
+    if (!s || !probs || n <= 0) return tutti_set_error("sampler: no probabilities to draw from");
+    double total = 0;
+    int32_t last = -1;
+    for (int32_t i = 0; i < n; i++)
+        if (probs[i] > 0) total += probs[i], last = i;
+    if (last < 0) return tutti_set_error("sampler: nothing to draw: every probability is 0");
+    double u = uniform01(s->s) * total, acc = 0;
+    for (int32_t i = 0; i <= last; i++) {
+        if (!(probs[i] > 0)) continue;
+        acc += probs[i];
+        if (u < acc) return i;
+    }
+    return last;
+}
+
+int32_t tutti_sampler_sample_draft(tutti_sampler *s, const float *logits, int32_t n, int32_t drafted,
+                                   const float *q) {
+    if (!q || drafted < 0 || drafted >= n) return tutti_set_error("sampler: no drafted token or draft distribution");
+    if (s && n > s->cap_p) {
+        float *p = realloc(s->pbuf, sizeof(float) * (size_t)n);
+        if (!p) return tutti_set_error("sampler: out of memory");
+        s->pbuf = p, s->cap_p = n;
+    }
+    if (tutti_sampler_probs(s, logits, n, s ? s->pbuf : NULL) < 0) return TUTTI_ERR;
+    float *p = s->pbuf;
+    /* accept the drafted token with probability min(1, p/q): no draw when
+     * the ratio is 0 or at least 1, so greedy (one-hot p and q) uses no
+     * random number and gives exactly the argmax */
+    double pd = p[drafted], qd = q[drafted];
+    if (pd > 0 && (pd >= qd || uniform01(s->s) * qd < pd)) return drafted;
+    /* rejected: the normalised residual max(0, p - q), into p */
+    double total = 0;
+    for (int32_t i = 0; i < n; i++) total += p[i] > q[i] ? p[i] - q[i] : 0.0f;
+    if (!(total > 0)) /* p <= q everywhere: p = q up to rounding; p itself */
+        return tutti_sampler_draw(s, p, n);
+    for (int32_t i = 0; i < n; i++) p[i] = p[i] > q[i] ? p[i] - q[i] : 0.0f;
+    return tutti_sampler_draw(s, p, n);
 }

@@ -1,0 +1,422 @@
+/* Drafting (speculative decoding: tutti_ensemble_set_draft, src/fusion/draft.c,
+ * align_token.c; tutti_sampler_sample_draft):
+ *   - greedy identity: stories260K verified, a fine-tune of it drafting
+ *     (same tokenizer, often other choices), gives llama.cpp's own 48 greedy
+ *     ids (../shared/ref/models/stories260K.pN.jsonl) for every draft length
+ *     and cut, with rejected drafts in the runs;
+ *   - the draft's KV cache rolls back: with one drafted token per round
+ *     and no cut, the rounds and accepted tokens are those predicted from
+ *     the draft's argmax after each committed prefix on a fresh session;
+ *   - sampled output is distributed as the plain run's: a chi-square test
+ *     of the first four tokens' joint frequencies over 4000 seeds against
+ *     the exact distribution computed here from the target's logits (top-3
+ *     at temperature 1.5, in double);
+ *   - errors (another vocabulary, bad lengths, byte alignment) and the CLI
+ *     (-md's output equal to the plain run's, the summary line, usage). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "test_common.h"
+#include "tutti.h"
+
+#define TARGET "models/stories260K.gguf"
+#define DRAFT "models/stories260K-ft/stories260K-dreams.gguf"
+#define N_GREEDY 48
+
+typedef struct ids_out {
+    int32_t ids[4096];
+    int n;
+} ids_out;
+
+static int collect(const tutti_step *st, void *user) {
+    ids_out *o = user;
+    if (o->n < 4096) o->ids[o->n++] = st->chosen;
+    return 0;
+}
+
+/* The target with the draft model (lookup_n 0) or prompt lookup. */
+static tutti_ensemble *target_with_draft(int32_t n_max, float p_min, int32_t lookup_n) {
+    const char *rel[1] = {TARGET};
+    tutti_ensemble *e = test_ensemble(rel, 1, TUTTI_ALIGN_TOKEN, TUTTI_RULE_MIX);
+    assert_non_null(e);
+    if (n_max > 0) {
+        tutti_draft_params dp = tutti_draft_default_params();
+        dp.model_path = lookup_n > 0 ? NULL : shared_path(DRAFT);
+        dp.lookup_n = lookup_n;
+        dp.n_max = n_max;
+        dp.p_min = p_min;
+        dp.n_threads = 1;
+        if (tutti_ensemble_set_draft(e, &dp) != 0) fail_msg("set_draft: %s", tutti_last_error());
+    }
+    return e;
+}
+
+/* The prompt ids (the "token" of every {"pos":..} line) and llama.cpp's
+ * greedy ids of ref/models/stories260K.pK.jsonl. */
+static void read_ref(int k, int32_t *prompt, int *n_prompt, int32_t *greedy, int *n_greedy) {
+    char rel[64];
+    snprintf(rel, sizeof rel, "ref/models/stories260K.p%d.jsonl", k);
+    size_t len;
+    char *js = read_file(shared_path(rel), &len);
+    assert_non_null(js);
+    *n_prompt = 0;
+    for (char *p = js; (p = strstr(p, "\"token\":")); p += 8) prompt[(*n_prompt)++] = (int32_t)atoi(p + 8);
+    *n_greedy = json_ids(js, "greedy", greedy, N_GREEDY);
+    assert_int_equal(*n_greedy, N_GREEDY);
+    free(js);
+}
+
+static int generate(tutti_ensemble *e, const int32_t *prompt, int n_prompt, const tutti_sampler_params *sp,
+                    int max_tokens, ids_out *out, tutti_ensemble_stats *st) {
+    out->n = 0;
+    tutti_ensemble_set_step_cb(e, collect, out);
+    tutti_mask m = {.max_tokens = max_tokens};
+    const int32_t *pids[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    int32_t np[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    for (int32_t i = 0; i < tutti_ensemble_n_members(e); i++) pids[i] = prompt, np[i] = n_prompt;
+    return tutti_ensemble_generate_ids(e, pids, np, sp, &m, NULL, NULL, st);
+}
+
+static void test_greedy_identity(void **state) {
+    (void)state;
+    require_shared();
+    /* the draft model at several lengths and cuts, then prompt lookup */
+    const struct { int32_t n_max; float p_min; int32_t lookup_n; } cfg[] = {
+        {16, 0.75f, 0}, {4, 0.0f, 0}, {1, 0.0f, 0}, {16, 0.0f, 0}, {8, 0.0f, 1}, {8, 0.0f, 2}};
+    tutti_sampler_params sp = tutti_sampler_default_params();
+    sp.temp = 0;
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+        int64_t drafted = 0, accepted = 0;
+        tutti_ensemble *e = target_with_draft(cfg[c].n_max, cfg[c].p_min, cfg[c].lookup_n);
+        for (int k = 1; k <= 4; k++) {
+            int32_t prompt[256], greedy[N_GREEDY + 1];
+            int n_prompt, n_greedy;
+            read_ref(k, prompt, &n_prompt, greedy, &n_greedy);
+            ids_out out;
+            tutti_ensemble_stats st;
+            assert_int_equal(generate(e, prompt, n_prompt, &sp, N_GREEDY, &out, &st), 0);
+            printf("draft-max %d p-min %.2f lookup %d p%d: %d rounds, %lld drafted, %lld accepted, %lld target passes\n",
+                   cfg[c].n_max, (double)cfg[c].p_min, cfg[c].lookup_n, k, st.n_draft_rounds, (long long)st.n_drafted,
+                   (long long)st.n_draft_accepted, (long long)st.n_member_passes[0]);
+            assert_int_equal(out.n, N_GREEDY);
+            for (int i = 0; i < N_GREEDY; i++)
+                if (out.ids[i] != greedy[i])
+                    fail_msg("p%d token %d: %d, llama.cpp's greedy %d", k, i, out.ids[i], greedy[i]);
+            /* verification in batches: one target pass per plain step or round, the
+             * accepted tokens for free */
+            assert_true(st.n_member_passes[0] + st.n_draft_accepted <= N_GREEDY + 1);
+            drafted += st.n_drafted, accepted += st.n_draft_accepted;
+        }
+        tutti_ensemble_free(e);
+        /* both outcomes happened: the identity held through rejections */
+        assert_true(accepted > 0 && accepted < drafted);
+    }
+}
+
+/* The draft's argmax after ids[0..n) on a fresh session of its model. */
+static int32_t fresh_argmax(tutti_model *m, const int32_t *ids, int32_t n) {
+    tutti_session_params p = tutti_session_default_params();
+    p.n_threads = 1;
+    tutti_session *s = tutti_session_new(m, &p);
+    assert_non_null(s);
+    assert_int_equal(tutti_session_eval(s, ids, n, NULL), 0);
+    const float *z = tutti_session_logits(s);
+    int32_t best = 0;
+    for (int32_t i = 1; i < tutti_model_n_vocab(m); i++)
+        if (z[i] > z[best]) best = i;
+    tutti_session_free(s);
+    return best;
+}
+
+static void test_draft_kv_rollback(void **state) {
+    (void)state;
+    require_shared();
+    tutti_model_params mp = tutti_model_default_params();
+    tutti_model *dm = tutti_model_load(shared_path(DRAFT), &mp);
+    assert_non_null(dm);
+    tutti_sampler_params sp = tutti_sampler_default_params();
+    sp.temp = 0;
+    tutti_ensemble *e = target_with_draft(1, 0.0f, 0);
+    for (int k = 1; k <= 2; k++) {
+        int32_t seq[256 + N_GREEDY], greedy[N_GREEDY + 1];
+        int n_prompt, n_greedy;
+        read_ref(k, seq, &n_prompt, greedy, &n_greedy);
+        memcpy(seq + n_prompt, greedy, sizeof greedy[0] * N_GREEDY);
+        /* the schedule: token 0 plain; then a round drafts one token after
+         * the committed ones, accepted (the next row is the bonus: two
+         * tokens) or not (one), while a drafted token leaves a row to spare */
+        int rounds = 0, acc = 0;
+        for (int pos = 1; pos + 1 < N_GREEDY;) {
+            rounds++;
+            if (fresh_argmax(dm, seq, n_prompt + pos) == greedy[pos]) acc++, pos += 2;
+            else pos += 1;
+        }
+        ids_out out;
+        tutti_ensemble_stats st;
+        assert_int_equal(generate(e, seq, n_prompt, &sp, N_GREEDY, &out, &st), 0);
+        printf("p%d: %d rounds, %lld accepted; predicted from fresh sessions %d, %d\n", k, st.n_draft_rounds,
+               (long long)st.n_draft_accepted, rounds, acc);
+        assert_int_equal(st.n_draft_rounds, rounds);
+        assert_int_equal(st.n_draft_accepted, acc);
+        assert_true(acc > 0 && acc < rounds); /* rejections: the draft's cache had to roll back */
+    }
+    tutti_ensemble_free(e);
+    tutti_model_free(dm);
+}
+
+/* ---- sampled output: chi-square against the exact distribution ---- */
+
+#define TOPK 3
+#define N_TOK 4
+#define N_CELLS 81 /* TOPK^N_TOK */
+#define N_SEEDS 4000
+#define TEMP 1.5f
+
+/* The plain run's distribution of the next token after ids[0..n): top-3 of
+ * the target's logits at temperature TEMP, in double (cand ids in c[]). */
+static void plain_dist(tutti_model *m, const int32_t *ids, int32_t n, int32_t *c, double *p) {
+    tutti_session_params sp = tutti_session_default_params();
+    sp.n_threads = 1;
+    tutti_session *s = tutti_session_new(m, &sp);
+    assert_non_null(s);
+    assert_int_equal(tutti_session_eval(s, ids, n, NULL), 0);
+    const float *z = tutti_session_logits(s);
+    int32_t V = tutti_model_n_vocab(m);
+    for (int k = 0; k < TOPK; k++) {
+        c[k] = -1;
+        for (int32_t i = 0; i < V; i++) {
+            bool taken = false;
+            for (int j = 0; j < k; j++) taken |= c[j] == i;
+            if (!taken && (c[k] < 0 || z[i] > z[c[k]])) c[k] = i;
+        }
+    }
+    double sum = 0;
+    for (int k = 0; k < TOPK; k++) sum += p[k] = exp(((double)z[c[k]] - z[c[0]]) / TEMP);
+    for (int k = 0; k < TOPK; k++) p[k] /= sum;
+    tutti_session_free(s);
+}
+
+/* Exact probabilities of every cell (the index of each of the N_TOK tokens
+ * among its position's top 3) and the ids behind the indices. */
+typedef struct tree {
+    int32_t cand[1 + TOPK + TOPK * TOPK + TOPK * TOPK * TOPK][TOPK];
+    double want[N_CELLS];
+} tree;
+
+static void build_tree(tutti_model *m, const int32_t *prompt, int n_prompt, tree *t, int node, int depth,
+                       int32_t *seq, int n_seq, double pr, int cell) {
+    double p[TOPK];
+    plain_dist(m, seq, n_seq, t->cand[node], p);
+    for (int k = 0; k < TOPK; k++) {
+        if (depth + 1 == N_TOK) {
+            t->want[cell * TOPK + k] = pr * p[k];
+            continue;
+        }
+        seq[n_seq] = t->cand[node][k];
+        build_tree(m, prompt, n_prompt, t, node * TOPK + 1 + k, depth + 1, seq, n_seq + 1, pr * p[k],
+                   cell * TOPK + k);
+    }
+}
+
+/* The cell of a generated sequence, -1 if a token is outside its top 3. */
+static int cell_of(const tree *t, const int32_t *ids) {
+    int node = 0, cell = 0;
+    for (int d = 0; d < N_TOK; d++) {
+        int k = 0;
+        while (k < TOPK && t->cand[node][k] != ids[d]) k++;
+        if (k == TOPK) return -1;
+        cell = cell * TOPK + k;
+        node = node * TOPK + 1 + k;
+    }
+    return cell;
+}
+
+static void sampled_distribution(int32_t lookup_n) {
+    require_shared();
+    tutti_model_params mp = tutti_model_default_params();
+    tutti_model *m = tutti_model_load(shared_path(TARGET), &mp);
+    assert_non_null(m);
+    int32_t prompt[512], greedy[N_GREEDY + 1], seq[512 + N_TOK];
+    int n_prompt, n_greedy;
+    read_ref(1, prompt, &n_prompt, greedy, &n_greedy);
+    if (lookup_n > 0) { /* a text that repeats: the story, then its start again (BOS left out) */
+        int n0 = n_prompt;
+        memcpy(prompt + n_prompt, greedy, sizeof greedy[0] * N_GREEDY);
+        n_prompt += N_GREEDY;
+        memcpy(prompt + n_prompt, prompt + 1, sizeof prompt[0] * (size_t)(n0 - 1));
+        n_prompt += n0 - 1;
+    }
+    static tree t;
+    memcpy(seq, prompt, sizeof prompt[0] * (size_t)n_prompt);
+    build_tree(m, prompt, n_prompt, &t, 0, 0, seq, n_prompt, 1.0, 0);
+    tutti_ensemble *e = target_with_draft(3, 0.0f, lookup_n);
+    static int count[N_CELLS];
+    memset(count, 0, sizeof count);
+    tutti_sampler_params sp = {.temp = TEMP, .top_k = TOPK, .top_p = 1.0f, .min_p = 0.0f, .repeat_penalty = 1.0f};
+    int64_t drafted = 0, accepted = 0;
+    for (int s = 0; s < N_SEEDS; s++) {
+        sp.seed = 1000 + (uint64_t)s;
+        ids_out out;
+        tutti_ensemble_stats st;
+        assert_int_equal(generate(e, prompt, n_prompt, &sp, N_TOK, &out, &st), 0);
+        assert_int_equal(out.n, N_TOK);
+        int c = cell_of(&t, out.ids);
+        assert_true(c >= 0); /* top-k 3: nothing else can come */
+        count[c]++;
+        drafted += st.n_drafted, accepted += st.n_draft_accepted;
+    }
+    /* cells with an expected count below 5 pooled into one */
+    double chi2 = 0, pool_e = 0, pool_o = 0;
+    int df = -1;
+    for (int c = 0; c < N_CELLS; c++) {
+        double ex = t.want[c] * N_SEEDS;
+        if (ex < 5) {
+            pool_e += ex, pool_o += count[c];
+            continue;
+        }
+        chi2 += (count[c] - ex) * (count[c] - ex) / ex;
+        df++;
+    }
+    if (pool_e > 0) chi2 += (pool_o - pool_e) * (pool_o - pool_e) / pool_e, df++;
+    /* the 0.1 % critical value (Wilson-Hilferty) */
+    double a = 2.0 / (9.0 * df), crit = df * pow(1 - a + 3.090 * sqrt(a), 3);
+    printf("chi-square %.1f on %d degrees of freedom (0.1%% critical value %.1f); %lld drafted, %lld accepted\n",
+           chi2, df, crit, (long long)drafted, (long long)accepted);
+    assert_true(accepted > 0 && accepted < drafted);
+    assert_true(chi2 < crit);
+    tutti_ensemble_free(e);
+    tutti_model_free(m);
+}
+
+static void test_sampled_distribution(void **state) {
+    (void)state;
+    sampled_distribution(0);
+}
+
+/* prompt lookup: one-hot proposals, accepted with probability p(x) */
+static void test_sampled_distribution_lookup(void **state) {
+    (void)state;
+    sampled_distribution(2);
+}
+
+/* A token-aligned ensemble: both members verify each round in one pass, and
+ * the fused rule's greedy choices are those of the plain fused run. */
+static void test_ensemble_greedy(void **state) {
+    (void)state;
+    require_shared();
+    const char *rel[2] = {TARGET, "models/stories260K-ft/stories260K-poems.gguf"};
+    tutti_sampler_params sp = tutti_sampler_default_params();
+    sp.temp = 0;
+    int32_t prompt[256], greedy[N_GREEDY + 1];
+    int n_prompt, n_greedy;
+    read_ref(3, prompt, &n_prompt, greedy, &n_greedy);
+    for (int rule = TUTTI_RULE_MIX; rule <= TUTTI_RULE_PRODUCT; rule++) {
+        ids_out plain, drafted;
+        tutti_ensemble_stats st;
+        tutti_ensemble *e = test_ensemble(rel, 2, TUTTI_ALIGN_TOKEN, rule);
+        assert_non_null(e);
+        if (generate(e, prompt, n_prompt, &sp, 100, &plain, &st) != 0) fail_msg("plain: %s", tutti_last_error());
+        tutti_draft_params dp = tutti_draft_default_params();
+        dp.model_path = shared_path(DRAFT);
+        dp.p_min = 0.3f;
+        dp.n_max = 6;
+        assert_int_equal(tutti_ensemble_set_draft(e, &dp), 0);
+        assert_int_equal(generate(e, prompt, n_prompt, &sp, 100, &drafted, &st), 0);
+        printf("%s: %d tokens, %d rounds, %lld drafted, %lld accepted, member passes %lld and %lld\n",
+               tutti_rule_name((tutti_fusion_rule)rule), drafted.n, st.n_draft_rounds, (long long)st.n_drafted,
+               (long long)st.n_draft_accepted, (long long)st.n_member_passes[0], (long long)st.n_member_passes[1]);
+        assert_int_equal(drafted.n, plain.n);
+        assert_memory_equal(drafted.ids, plain.ids, sizeof plain.ids[0] * (size_t)plain.n);
+        assert_true(st.n_draft_accepted > 0 && st.n_draft_accepted < st.n_drafted);
+        assert_true(st.n_member_passes[0] < plain.n && st.n_member_passes[1] < plain.n);
+        tutti_ensemble_free(e);
+    }
+}
+
+static void test_errors(void **state) {
+    (void)state;
+    require_shared();
+    tutti_ensemble *e = target_with_draft(0, 0, 0);
+    tutti_draft_params dp = tutti_draft_default_params();
+    dp.model_path = shared_path("models/TinyStories-656K-Q8_0.gguf");
+    assert_int_equal(tutti_ensemble_set_draft(e, &dp), TUTTI_ERR);
+    assert_non_null(strstr(tutti_last_error(), "vocabulary differs"));
+    dp.model_path = shared_path(DRAFT);
+    dp.n_min = 17;
+    assert_int_equal(tutti_ensemble_set_draft(e, &dp), TUTTI_ERR);
+    assert_non_null(strstr(tutti_last_error(), "n_min 17"));
+    dp.n_min = 0, dp.p_min = 1.5f;
+    assert_int_equal(tutti_ensemble_set_draft(e, &dp), TUTTI_ERR);
+    dp.p_min = 0.5f, dp.model_path = "/nonexistent/draft.gguf";
+    assert_int_equal(tutti_ensemble_set_draft(e, &dp), TUTTI_ERR);
+    assert_non_null(strstr(tutti_last_error(), "cannot open"));
+    tutti_ensemble_free(e);
+    const char *rel[2] = {TARGET, "models/TinyStories-656K-Q8_0.gguf"};
+    e = test_ensemble(rel, 2, TUTTI_ALIGN_BYTE, TUTTI_RULE_MIX);
+    assert_non_null(e);
+    dp.model_path = shared_path(DRAFT);
+    assert_int_equal(tutti_ensemble_set_draft(e, &dp), TUTTI_ERR);
+    assert_non_null(strstr(tutti_last_error(), "token alignment"));
+    tutti_ensemble_free(e);
+}
+
+static void test_cli(void **state) {
+    (void)state;
+    require_shared();
+    char cmd[4096], target[1024], draft[1024];
+    snprintf(target, sizeof target, "%s", shared_path(TARGET));
+    snprintf(draft, sizeof draft, "%s", shared_path(DRAFT));
+    int st;
+    /* generate, run, and generate past a full context that shifts (-c 48: rounds pause there) */
+    for (int run = 0; run < 3; run++) {
+        const char *sub = run == 1 ? "run" : "generate", *lim = run == 2 ? "-c 48 -n 120" : "-n 60";
+        snprintf(cmd, sizeof cmd, "%s %s -m %s -p 'Once upon a time' %s --temp 0 -t 1 2>/dev/null", TUTTI_CLI, sub,
+                 target, lim);
+        char *plain = run_cmd(cmd, &st);
+        assert_int_equal(st, 0);
+        snprintf(cmd, sizeof cmd, "%s %s -m %s -md %s --draft-p-min 0 -p 'Once upon a time' %s --temp 0 -t 1 "
+                 "2>/tmp/test_draft_err.%d", TUTTI_CLI, sub, target, draft, lim, (int)getpid());
+        char *drafted = run_cmd(cmd, &st);
+        assert_int_equal(st, 0);
+        assert_string_equal(plain, drafted);
+        char path[64];
+        snprintf(path, sizeof path, "/tmp/test_draft_err.%d", (int)getpid());
+        size_t len;
+        char *err = read_file(path, &len);
+        assert_non_null(err);
+        assert_non_null(strstr(err, "accepted ("));
+        unlink(path);
+        free(err), free(plain), free(drafted);
+    }
+    snprintf(cmd, sizeof cmd, "%s generate -m %s --draft-max 4 -p x 2>&1", TUTTI_CLI, target);
+    char *o = run_cmd(cmd, &st);
+    assert_int_equal(st, 2);
+    assert_non_null(strstr(o, "need a draft model"));
+    free(o);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -md %s --draft-min 5 --draft-max 4 -p x 2>&1", TUTTI_CLI, target,
+             draft);
+    o = run_cmd(cmd, &st);
+    assert_int_equal(st, 2);
+    free(o);
+    snprintf(cmd, sizeof cmd, "%s generate --help", TUTTI_CLI);
+    o = run_cmd(cmd, &st);
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(o, "--draft-max N"));
+    assert_non_null(strstr(o, "default: 16"));
+    assert_non_null(strstr(o, "-hfd, --hf-repo-draft"));
+    free(o);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_greedy_identity),   cmocka_unit_test(test_draft_kv_rollback),
+        cmocka_unit_test(test_sampled_distribution), cmocka_unit_test(test_sampled_distribution_lookup),
+        cmocka_unit_test(test_ensemble_greedy),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_cli),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
