@@ -7,6 +7,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "server/pipeline_srv.h"
 #include "server/server.h"
 
 const char *const srv_ep_names[SRV_N_EP] = {"/health",    "/v1/models", "/v1/completions", "/v1/chat/completions",
@@ -41,6 +42,7 @@ char *srv_models_json(const srv_server *s) {
             cJSON_AddNumberToObject(meta, "n_ctx", ctx);
         }
     }
+    srv_pipelines_models_json(&s->reg, data);
     char *b = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     return b;

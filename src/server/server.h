@@ -107,6 +107,7 @@ typedef struct srv_registry {
     double prune;
     int max_hyps;
     int n_ctx_opt;
+    struct srv_pipes *pipelines; /* the --config file's pipelines (pipeline_srv.h), NULL: none */
 } srv_registry;
 
 /* Reads the -e and --config files, checks that every model file opens as
@@ -217,6 +218,8 @@ struct srv_job {
     int32_t *nat_ids, n_nat_ids;
     int32_t n_probs, n_predict;
     char *nat_out;            /* the answer's JSON */
+    const struct pl_pipeline *pipeline; /* the model is a pipeline (pipeline_srv.h): it runs the job */
+    char *pipe_steps;         /* its steps' usage (a JSON array), for usage.tutti.steps */
     bool done;
     int status;               /* 200, or an HTTP error status */
     char error[1024];
