@@ -142,6 +142,9 @@ static int get_sampling(const cJSON *o, pl_step *s, const char *where, char *err
     if (r) s->seed = (int64_t)v;
     if ((r = get_num(o, "timeout", 0.001, 86400, false, &v, where, err, cap)) < 0) return -1;
     if (r) s->timeout_s = v;
+    const cJSON *ie = cJSON_GetObjectItemCaseSensitive(o, "ignore_eos");
+    if (ie && !cJSON_IsNull(ie) && !cJSON_IsBool(ie)) return fail(err, cap, "%s: 'ignore_eos' must be true or false", where);
+    s->ignore_eos = cJSON_IsTrue(ie);
     return get_stop(o, s, where, err, cap);
 }
 
@@ -341,6 +344,7 @@ static int copy_sampling(pl_step *s, const pl_step *base, char *err, size_t cap)
     s->max_tokens = base->max_tokens, s->temperature = base->temperature, s->top_k = base->top_k;
     s->top_p = base->top_p, s->min_p = base->min_p, s->repeat_penalty = base->repeat_penalty;
     s->timeout_s = base->timeout_s;
+    s->ignore_eos = base->ignore_eos;
     s->seed = base->seed;
     for (int k = 0; k < base->n_stop; k++) {
         if (!(s->stop[k] = strdup(base->stop[k]))) return fail(err, cap, "out of memory");

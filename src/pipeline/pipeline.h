@@ -58,6 +58,7 @@ typedef struct pl_step {
     int32_t top_k;
     int64_t seed;            /* -1: the run's seed + the step's index */
     double timeout_s;        /* > 0: the step fails after this many seconds; 0: none */
+    bool ignore_eos;         /* the text never ends by itself (tutti_mask.ignore_eos) */
     char *stop[PL_MAX_STOP];
     int n_stop;
     /* the output's constraint: GBNF text, a JSON schema (printed), or any
@@ -92,7 +93,7 @@ typedef bool (*pl_has_model_fn)(void *user, const char *name);
  *                       and any sampling field of a step}}
  * STEP: {"name", "model", "prompt" (template, "{input}" by default),
  * "max_tokens", "temperature", "top_k", "top_p", "min_p", "repeat_penalty",
- * "seed", "timeout" (seconds), "stop" (string or array), "grammar" (GBNF),
+ * "seed", "timeout" (seconds), "ignore_eos", "stop" (string or array), "grammar" (GBNF),
  * "json_schema" (object), "json" (bool)}.  In a moa's aggregator_prompt,
  * {drafts} stands for the numbered drafts of the layer before.  Errors
  * (0, or -1 with err naming the pipeline, the step and the field): a missing

@@ -133,7 +133,8 @@ static int generate_step(step_job *sj, const pl_step *s, const char *prompt, siz
     }
     int32_t max = s->max_tokens >= 0 ? s->max_tokens : rc->o->max_tokens > 0 ? rc->o->max_tokens : 256;
     tutti_sampler_params sp = step_sampler(s, rc->o, sj->k);
-    tutti_mask m = {.stop = (const char *const *)s->stop, .n_stop = s->n_stop, .max_tokens = max, .grammar = g};
+    tutti_mask m = {.stop = (const char *const *)s->stop, .n_stop = s->n_stop, .max_tokens = max, .grammar = g,
+                    .ignore_eos = s->ignore_eos};
     tutti_ensemble_stats st;
     memset(&st, 0, sizeof st);
     u->unit = tutti_ensemble_align(e) == TUTTI_ALIGN_TOKEN ? "token" : "byte";

@@ -201,19 +201,13 @@ typedef struct pipe_run {
     pthread_t th;
 } pipe_run;
 
-/* one SSE event "data: JSON\n\n" (j->mu held) */
+/* one SSE event "data: JSON\n\n" (j->mu held); takes json */
 static void sse_put(srv_job *j, char *json) {
-    const char *parts[3] = {"data: ", json ? json : "", "\n\n"};
-    size_t add = 8 + strlen(parts[1]);
-    if (json && j->n_out + add + 1 > j->cap_out) {
-        size_t c = (j->n_out + add + 1) * 2;
-        char *b = realloc(j->out, c);
-        if (b) j->out = b, j->cap_out = c;
-    }
-    for (int k = 0; json && k < 3 && j->n_out + add + 1 <= j->cap_out; k++) {
-        memcpy(j->out + j->n_out, parts[k], strlen(parts[k]));
-        j->n_out += strlen(parts[k]);
-        j->out[j->n_out] = 0;
+    size_t n = json ? strlen(json) : 0, need = j->n_out + n + 9;
+    char *b = json && need > j->cap_out ? realloc(j->out, need * 2) : j->out;
+    if (json && b) {
+        if (need > j->cap_out) j->out = b, j->cap_out = need * 2;
+        j->n_out += (size_t)sprintf(j->out + j->n_out, "data: %s\n\n", json);
     }
     free(json);
     pthread_cond_broadcast(&j->cv);
