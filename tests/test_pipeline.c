@@ -523,6 +523,31 @@ static void test_serve(void **state) {
     out = run_cmd(cmd, &st);
     if (!strstr(out, "\"id\":\"moa3\"") || !strstr(out, "\"output\":\"aggregator\"")) fail_msg("/v1/models: %s", out);
     free(out);
+    /* a step whose model is a remote member: this server, by its native
+     * endpoints (greedy, as tests/test_remote.c compares remote members) */
+    char *rcfg = malloc(1 << 14);
+    assert_non_null(rcfg);
+    snprintf(rcfg, 1 << 14,
+             "{\"models\": [{\"path\": \"http://127.0.0.1:%d#stories;vocab=%s\", \"name\": \"rstories\"},\n"
+             "  {\"path\": \"%s\", \"name\": \"tiny\"}],\n"
+             " \"pipelines\": [{\"name\": \"rtwo\", \"steps\": [\n"
+             "    {\"name\": \"draft\", \"model\": \"rstories\", \"max_tokens\": 16, \"temperature\": 0},\n"
+             "    {\"name\": \"cont\", \"model\": \"tiny\", \"prompt\": \"{draft} And then\", \"max_tokens\": 16, "
+             "\"seed\": 6}]}]}\n",
+             s.port, shared_path(M_STORIES), shared_path(M_TINY));
+    write_text(tmp_path("remote.json"), rcfg);
+    free(rcfg);
+    snprintf(cmd, sizeof cmd, "%s run -e %s -p '" PROMPT "' 2>/dev/null", TUTTI_CLI, tmp_path("remote.json"));
+    out = run_cmd(cmd, &st);
+    char dm[1100];
+    snprintf(dm, sizeof dm, "--temp 0 %s", model_arg(M_STORIES));
+    char *d = run_by_hand(dm, PROMPT, 16, 1), *p2 = malloc(strlen(d) + 16);
+    assert_non_null(p2);
+    sprintf(p2, "%s And then", d);
+    char *want3 = run_by_hand(model_arg(M_TINY), p2, 16, 6);
+    if (st != 0) fail_msg("a pipeline with a remote member's step: exit %d", st);
+    expect_same("a remote member's step vs by hand", want3, out);
+    free(out), free(d), free(p2), free(want3);
     /* the official openai npm package, streamed and not */
     struct stat sb;
     if (stat(TUTTI_SOURCE_DIR "/tests/serve/node_modules/openai/package.json", &sb) != 0)
