@@ -1,4 +1,4 @@
-/* Fuzz harness of the pipeline config reader (src/pipeline/config.c); see
+/* Fuzz harness of the pipeline config reader (src/server/pipeline_config.c); see
  * fuzz/README.md for the pattern.
  *
  * Input: JSON text, a config's "pipelines" array (or a whole config object,
@@ -16,7 +16,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "pipeline/pipeline.h"
+#include "server/pipeline.h"
 
 #define CHECK(c)                                                                                   \
     do {                                                                                           \

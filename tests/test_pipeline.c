@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "pipeline/pipeline.h"
+#include "server/pipeline.h"
 
 #define M_STORIES "models/stories260K.gguf"
 #define M_TINY "models/TinyStories-656K-Q8_0.gguf"

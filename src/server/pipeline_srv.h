@@ -1,4 +1,4 @@
-/* Pipelines served by `tutti serve` (src/pipeline/ through the registry):
+/* Pipelines served by `tutti serve` (server/pipeline.h through the registry):
  * the --config file's "pipelines" become model names of their own, answered
  * on /v1/completions and /v1/chat/completions like any model.  A pipeline's
  * request runs in a thread of its own (not in a slot: its steps build their

@@ -61,13 +61,22 @@ typedef struct server_opts {
 /* Runs the server until SIGINT/SIGTERM.  Returns the exit status (0, or 1
  * after printing why it could not start). */
 int server_main(const server_opts *o);
+/* `tutti run -e FILE` with a pipeline config (pipeline_serve.c): o's
+ * registry (o->config = FILE, o->models = 'default') planned and loaded, its
+ * first pipeline run on prompt[0..n) (docs/pipelines.md): sp and max_tokens
+ * are the steps' defaults, the output step's text goes to stdout as it
+ * comes, each step's counts and times and the run's wall time against the
+ * steps' sum to stderr (unless quiet); should_stop(NULL) is polled.  0, or
+ * -1 with the message in err. */
+int server_run_pipeline(const server_opts *o, const char *prompt, size_t n, const tutti_sampler_params *sp,
+                        int32_t max_tokens, bool quiet, int (*should_stop)(void *), char *err, size_t cap);
 
 /* ---- registry ---- */
 
 #define SRV_MAX_FILES 64
 
 typedef struct srv_file {
-    char *path;           /* a GGUF file, or a remote member's URL (README "Remote members") */
+    char *path;           /* a GGUF file, or a remote member's URL (docs/remote-members.md) */
     char *name;           /* served name of the model alone */
     bool named;           /* the name came from --config */
     char **aliases;       /* more names (the same file named twice in --config) */
