@@ -588,8 +588,9 @@ static void test_serve_bad_config(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_structure), cmocka_unit_test(test_config_errors),
-        cmocka_unit_test(test_run_two_steps),    cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_serve),            cmocka_unit_test(test_serve_bad_config),
+        shared_unit_test(test_run_two_steps),    shared_unit_test(test_errors),
+        shared_unit_test(test_serve),            shared_unit_test(test_serve_bad_config),
     };
+    test_select_part();
     return cmocka_run_group_tests(tests, setup, teardown);
 }
