@@ -32,6 +32,7 @@
 
 static char g_dir[256];
 static int g_seq;
+static pid_t g_server = -1; /* a server a failing assertion left running: teardown stops it */
 
 static void write_text(const char *path, const char *text) {
     FILE *f = fopen(path, "wb");
@@ -137,6 +138,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     (void)state;
+    if (g_server > 0) kill(g_server, SIGKILL), waitpid(g_server, NULL, 0);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
     int st;
@@ -360,6 +362,7 @@ static void start(server *s, const char *cfg) {
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
         _exit(127);
     }
+    g_server = s->pid;
     for (int t = 0; t < 1200; t++) {
         char *log = read_file(s->log, NULL);
         const char *l = log ? strstr(log, "listening on http://127.0.0.1:") : NULL;
@@ -378,6 +381,7 @@ static void stop(server *s) {
     kill(s->pid, SIGTERM);
     int st = 0;
     waitpid(s->pid, &st, 0);
+    g_server = -1;
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fail_msg("tutti serve: exit status %d after SIGTERM", st);
 }
 
