@@ -14,6 +14,7 @@
 #include "cli/cli.h"
 #include "cli/ens_args.h"
 #include "cli/grammar_args.h"
+#include "cli/run_pipeline.h"
 #include "tutti.h"
 
 /* Members leaving and contexts filling up, on stderr as they happen. */
@@ -137,6 +138,7 @@ int tutti_cmd_run(int argc, char **argv) {
     if (a.n_keep < 0)
         return cli_usage_error("--keep -1 (the whole prompt) needs one tokenizer: give N >= 0 tokens per member");
     a.ctx_shift &= n_gen >= 0; /* -n -1 means "until a context is full" */
+    if (a.ens_file && cli_is_pipeline_file(a.ens_file)) return cli_run_pipeline(&a, &cs, prompt, prompt_file, escape, n_gen);
     int gst;
     tutti_grammar *grammar = cli_grammar_build(&ga, &gst); /* before loading: fail fast */
     if (gst) return gst;

@@ -85,6 +85,7 @@ static cJSON *usage(const srv_job *j) {
     cJSON_AddNumberToObject(t, "generation_seconds", j->t_gen_s);
     cJSON *pt = cJSON_AddArrayToObject(t, "prompt_tokens");
     cJSON *pe = cJSON_AddArrayToObject(t, "prompt_tokens_evaluated");
+    if (j->pipe_steps) cJSON_AddItemToObject(t, "steps", cJSON_Parse(j->pipe_steps)); /* a pipeline's */
     for (int i = 0; i < j->spec.n; i++) {
         int64_t n = 0;
         for (int p = 0; p < j->n_prompts; p++) n += j->n_ids[p][i];

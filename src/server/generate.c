@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "server/pipeline_srv.h"
 #include "server/server.h"
 
 static uint64_t g_counter;
@@ -163,7 +164,7 @@ int srv_prepare_job(srv_server *s, srv_job *j, srv_kind kind, const char *body, 
                     const char **param, const char **code) {
     *code = NULL;
     int st = srv_request_parse(body, n, kind, &j->req, err, cap, param);
-    if (st) return st;
+    if (st || (st = srv_pipeline_prepare(s, j, err, cap, param, code)) >= 0) return st;
     srv_request *r = &j->req;
     int32_t room;
     if ((st = resolve_model(s, j, err, cap, param, code)) || (st = check_features(s, j, err, cap, param)) ||

@@ -19,6 +19,7 @@
 #include "server/format.h"
 #include "server/framing.h"
 #include "server/native.h"
+#include "server/pipeline_srv.h"
 #include "server/server.h"
 #include "util/buf.h"
 
@@ -167,7 +168,7 @@ static int wait_job(srv_job *j) {
 static int submit(srv_server *s, struct MHD_Connection *c, srv_job *j) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     j->fd = ci ? ci->connect_fd : -1;
-    return srv_submit(s, j);
+    return j->pipeline ? srv_pipeline_submit(s, j) : srv_submit(s, j);
 }
 
 static enum MHD_Result busy(srv_server *s, struct MHD_Connection *c, int ep) {
@@ -451,6 +452,7 @@ int server_main(const server_opts *o) {
 out:
     srv_conns_stop(s);      /* no new connections */
     srv_slots_stop(s);      /* running generations stop within a token; new requests get 503 */
+    srv_pipelines_stop(&s->reg);
     if (d) MHD_stop_daemon(d); /* joins the connection threads */
     srv_conns_free(s);
     srv_slots_free(s);

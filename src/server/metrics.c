@@ -7,6 +7,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "server/pipeline_srv.h"
 #include "server/server.h"
 #include "util/buf.h"
 
@@ -42,6 +43,7 @@ char *srv_models_json(const srv_server *s) {
             cJSON_AddNumberToObject(meta, "n_ctx", ctx);
         }
     }
+    srv_pipelines_models_json(&s->reg, data);
     char *b = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     return b;

@@ -33,6 +33,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "server/pipeline_srv.h"
 #include "server/server.h"
 
 static int fail(char *err, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -467,7 +468,7 @@ int srv_registry_plan(srv_registry *reg, const server_opts *o, char *err, size_t
         s->name = nm;
         srv_spec_make_key(s);
     }
-    if (single_specs(reg, err, cap) < 0) return -1;
+    if (single_specs(reg, err, cap) < 0 || srv_pipelines_plan(reg, o->config, err, cap) < 0) return -1;
     /* remote members are reached now (a wrong URL or vocabulary is an
      * error before listening, as a missing file is) */
     for (int i = 0; i < reg->n_files; i++)
@@ -505,6 +506,7 @@ int srv_registry_load(srv_registry *reg, char *err, size_t cap) {
 }
 
 void srv_registry_free(srv_registry *reg) {
+    srv_pipelines_free(reg);
     for (int i = 0; i < reg->n_files; i++) {
         srv_file *f = &reg->files[i];
         tutti_model_free(f->model);

@@ -61,6 +61,15 @@ typedef struct server_opts {
 /* Runs the server until SIGINT/SIGTERM.  Returns the exit status (0, or 1
  * after printing why it could not start). */
 int server_main(const server_opts *o);
+/* `tutti run -e FILE` with a pipeline config (pipeline_serve.c): o's
+ * registry (o->config = FILE, o->models = 'default') planned and loaded, its
+ * first pipeline run on prompt[0..n) (docs/pipelines.md): sp and max_tokens
+ * are the steps' defaults, the output step's text goes to stdout as it
+ * comes, each step's counts and times and the run's wall time against the
+ * steps' sum to stderr (unless quiet); should_stop(NULL) is polled.  0, or
+ * -1 with the message in err. */
+int server_run_pipeline(const server_opts *o, const char *prompt, size_t n, const tutti_sampler_params *sp,
+                        int32_t max_tokens, bool quiet, int (*should_stop)(void *), char *err, size_t cap);
 
 /* ---- registry ---- */
 
@@ -107,6 +116,7 @@ typedef struct srv_registry {
     double prune;
     int max_hyps;
     int n_ctx_opt;
+    struct srv_pipes *pipelines; /* the --config file's pipelines (pipeline_srv.h), NULL: none */
 } srv_registry;
 
 /* Reads the -e and --config files, checks that every model file opens as
@@ -217,6 +227,8 @@ struct srv_job {
     int32_t *nat_ids, n_nat_ids;
     int32_t n_probs, n_predict;
     char *nat_out;            /* the answer's JSON */
+    const struct pl_pipeline *pipeline; /* the model is a pipeline (pipeline_srv.h): it runs the job */
+    char *pipe_steps;         /* its steps' usage (a JSON array), for usage.tutti.steps */
     bool done;
     int status;               /* 200, or an HTTP error status */
     char error[1024];

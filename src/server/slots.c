@@ -82,6 +82,7 @@ void srv_job_unref(srv_job *j) {
     free(j->out);
     free(j->nat_ids);
     free(j->nat_out);
+    free(j->pipe_steps);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
