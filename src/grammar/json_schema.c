@@ -1215,6 +1215,21 @@ tutti_grammar *tutti_grammar_from_json_schema(const char *schema, size_t len) {
     return gr;
 }
 
+tutti_json_schema_params tutti_json_schema_default_params(void) {
+    tutti_json_schema_params p = {0};
+    return p;
+}
+
+char *tutti_json_schema_to_gbnf_params(const char *schema, size_t len, tutti_json_schema_params *params) {
+    if (params) params->warnings = NULL;
+    return tutti_json_schema_to_gbnf(schema, len);
+}
+
+tutti_grammar *tutti_grammar_from_json_schema_params(const char *schema, size_t len, tutti_json_schema_params *params) {
+    if (params) params->warnings = NULL;
+    return tutti_grammar_from_json_schema(schema, len);
+}
+
 static const char k_json_gbnf[] =
     "# any JSON value (llama.cpp grammars/json.gbnf, with any value at the top)\n"
     "root   ::= ws value\n"
