@@ -96,6 +96,7 @@ static int32_t raw_state(raw *r, bool acc) {
         r->cap = nc;
     }
     r->acc[r->n] = acc;
+    r->e0[r->n] = r->n_ed; /* set again when the state is processed */
     return r->n++;
 }
 
