@@ -21,7 +21,7 @@
  * first use and shared by every later grammar, as in a server.
  *
  *   maskbench [--ids FILE] [--first N] [--timeout S] [--lenient] [--verbose]
- *             [--results FILE] [--min-pass N] DATA.jsonl.xz VOCAB.gguf
+ *             [--results FILE] [--min-pass N] [--progress] DATA.jsonl.xz VOCAB.gguf
  *
  * DATA: one JSON line per schema {"id", "schema": TEXT, "tests": [{"valid",
  * "text"}]} (../shared/eval/maskbench-dev.jsonl.xz; .xz is read through
@@ -369,14 +369,14 @@ static int cmp_key(const void *a, const void *b) {
 
 static void usage(void) {
     fprintf(stderr, "usage: maskbench [--ids FILE] [--first N] [--timeout S] [--lenient] [--verbose] "
-                    "[--results FILE] [--min-pass N] DATA.jsonl.xz VOCAB.gguf\n");
+                    "[--results FILE] [--min-pass N] [--progress] DATA.jsonl.xz VOCAB.gguf\n");
     exit(2);
 }
 
 int main(int argc, char **argv) {
     const char *ids_file = NULL, *results_file = NULL, *data = NULL, *vocab = NULL;
     int first = -1, timeout_s = 60, min_pass = -1;
-    bool lenient = false, verbose = false;
+    bool lenient = false, verbose = false, progress = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--ids") && i + 1 < argc) ids_file = argv[++i];
         else if (!strcmp(argv[i], "--first") && i + 1 < argc) first = atoi(argv[++i]);
@@ -385,6 +385,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--results") && i + 1 < argc) results_file = argv[++i];
         else if (!strcmp(argv[i], "--lenient")) lenient = true;
         else if (!strcmp(argv[i], "--verbose")) verbose = true;
+        else if (!strcmp(argv[i], "--progress")) progress = true;
         else if (argv[i][0] == '-') usage();
         else if (!data) data = argv[i];
         else if (!vocab) vocab = argv[i];
@@ -480,6 +481,7 @@ int main(int argc, char **argv) {
                 done[idx] = true;
                 cur = idx + 1;
                 t_schema = now();
+                if (progress && cur % 500 == 0) fprintf(stderr, "maskbench: %d of %d schemas\n", cur, n_cases);
             }
         }
         free(lr.buf);

@@ -74,21 +74,50 @@ int gr_rule_add_alt(tutti_grammar *g, int32_t rule, gr_seq *seq) {
     return 0;
 }
 
+static uint64_t name_hash(const char *s, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    return h;
+}
+
+/* Names are looked up for every reference: a hash keeps parsing linear in
+ * grammars of thousands of rules (JSON schemas make such). */
+static int rehash_rules(tutti_grammar *g) {
+    int32_t nc = g->rule_hcap ? g->rule_hcap * 2 : 64;
+    int32_t *h = malloc(sizeof(int32_t) * (size_t)nc);
+    if (!h) return tutti_set_error("grammar: out of memory");
+    for (int32_t i = 0; i < nc; i++) h[i] = -1;
+    for (int32_t r = 0; r < g->n_rules; r++) {
+        uint64_t j = name_hash(g->rules[r].name, strlen(g->rules[r].name)) & (uint64_t)(nc - 1);
+        while (h[j] >= 0) j = (j + 1) & (uint64_t)(nc - 1);
+        h[j] = r;
+    }
+    free(g->rule_hash);
+    g->rule_hash = h, g->rule_hcap = nc;
+    return 0;
+}
+
 static int32_t rule_new(tutti_grammar *g, char *name) {
     gr_rule *r = grow(g->rules, &g->cap_rules, g->n_rules + 1, sizeof *r);
-    if (!r) {
+    if (r) g->rules = r;
+    if (!r || ((g->n_rules + 1) * 2 > g->rule_hcap && rehash_rules(g) < 0)) {
         free(name);
         return tutti_set_error("grammar: out of memory");
     }
-    g->rules = r;
     memset(&g->rules[g->n_rules], 0, sizeof(gr_rule));
     g->rules[g->n_rules].name = name;
+    uint64_t j = name_hash(name, strlen(name)) & (uint64_t)(g->rule_hcap - 1);
+    while (g->rule_hash[j] >= 0) j = (j + 1) & (uint64_t)(g->rule_hcap - 1);
+    g->rule_hash[j] = g->n_rules;
     return g->n_rules++;
 }
 
 int32_t gr_rule_get(tutti_grammar *g, const char *name, size_t n, bool create) {
-    for (int32_t i = 0; i < g->n_rules; i++)
-        if (strlen(g->rules[i].name) == n && !memcmp(g->rules[i].name, name, n)) return i;
+    if (g->rule_hcap) {
+        uint64_t j = name_hash(name, n) & (uint64_t)(g->rule_hcap - 1);
+        for (int32_t i; (i = g->rule_hash[j]) >= 0; j = (j + 1) & (uint64_t)(g->rule_hcap - 1))
+            if (strlen(g->rules[i].name) == n && !memcmp(g->rules[i].name, name, n)) return i;
+    }
     if (!create) return -1;
     char *nm = malloc(n + 1);
     if (!nm) return tutti_set_error("grammar: out of memory");
@@ -201,6 +230,7 @@ void gr_grammar_free_parts(tutti_grammar *g) {
         free(g->rules[i].name);
     }
     free(g->rules);
+    free(g->rule_hash);
     free(g->ranges);
     free(g->classes);
     free(g->elems);

@@ -73,6 +73,8 @@ typedef struct gr_rule {
 struct tutti_grammar {
     gr_rule *rules;
     int32_t n_rules, cap_rules;
+    int32_t *rule_hash; /* open addressing over rule names (gbnf.c) */
+    int32_t rule_hcap;
     gr_range *ranges;
     int32_t n_ranges, cap_ranges;
     gr_class *classes;
