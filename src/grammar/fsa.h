@@ -115,11 +115,22 @@ enum {
                      accepting states end with the closing quote */
 };
 
+/* Rules shared by the automata of one grammar: the \uXXXX forms of a set
+ * of code points (the same set recurs in every state of a counted chain),
+ * written once as "<base>-<k>". */
+typedef struct fsa_shared {
+    char base[32];
+    fsa_edge **sets;  /* the sets, their ranges */
+    int32_t *n_set;
+    int32_t n, cap;
+} fsa_shared;
+void fsa_shared_free(fsa_shared *sh);
+
 /* Writes one rule per state, named "<prefix>-<q>", and returns in start
  * the name of the start state's rule (cap bytes).  The rules for the
  * empty language are one rule matching nothing but a character class with
- * no members. */
-void fsa_emit(const fsa *a, int enc, const char *prefix, sbuf *out, char *start, size_t cap);
+ * no members.  sh: rules shared with other automata (NULL: none). */
+void fsa_emit(const fsa *a, int enc, const char *prefix, sbuf *out, char *start, size_t cap, fsa_shared *sh);
 /* GBNF class text "[...]" for the ranges r[0..n) into b. */
 void fsa_class_text(sbuf *b, const fsa_edge *r, int32_t n);
 

@@ -120,50 +120,86 @@ static int32_t raw_part(const tgt *t, fsa_edge *out) {
     return k;
 }
 
-/* The escape alternatives (after the backslash) of target t; returns
- * whether there was any. */
-static bool escapes(sbuf *b, const tgt *t, const char *target, bool first) {
+/* The escapes (after the backslash) of the code points of t: the short
+ * ones, \uXXXX in either case (every BMP code point of a small set; of a
+ * large one the control characters, which have no other spelling: a
+ * pattern such as \S would otherwise write thousands of hex ranges), and
+ * surrogate pairs when t holds every code point above U+FFFF.  Empty when t
+ * has none. */
+static void escape_body(sbuf *b, const tgt *t) {
     static const struct {
         uint32_t c;
         const char *lit;
     } k_short[] = {{'"', "\"\\\"\""}, {'\\', "\"\\\\\""}, {'/', "\"/\""}, {'\b', "\"b\""},
                    {'\f', "\"f\""},   {'\n', "\"n\""},    {'\r', "\"r\""},  {'\t', "\"t\""}};
-    bool any = false;
     for (size_t k = 0; k < sizeof k_short / sizeof k_short[0]; k++)
-        if (has(t, k_short[k].c)) {
-            sb_printf(b, "%s%s %s", first && !any ? "" : " | ", k_short[k].lit, target);
-            any = true;
-        }
-    /* \uXXXX: every BMP code point of the set (few ranges), or at least its
-     * control characters, which have no other spelling */
-    bool few = t->n <= 16;
+        if (has(t, k_short[k].c)) sb_printf(b, "%s%s", b->n ? " | " : "", k_short[k].lit);
+    uint64_t size = 0;
+    for (int32_t i = 0; i < t->n; i++) size += (uint64_t)t->r[i].hi - t->r[i].lo + 1;
+    bool all = size <= 256;
+    bool any_u = false; /* one "u" ( range | range ... ) group */
     for (int32_t i = 0; i < t->n; i++) {
         uint32_t lo = t->r[i].lo, hi = t->r[i].hi;
-        if (!few) {
+        if (!all) {
             if (lo > 0x1F) continue;
             if (hi > 0x1F) hi = 0x1F;
         }
         if (lo > 0xFFFF) continue;
         if (hi > 0xFFFF) hi = 0xFFFF; /* surrogates are never in the set */
-        sb_puts(b, first && !any ? "\"u\" " : " | \"u\" ");
+        sb_puts(b, any_u ? " | " : b->n ? " | \"u\" (" : "\"u\" (");
         hex4_range(b, lo, hi);
-        sb_printf(b, " %s", target);
-        any = true;
+        any_u = true;
     }
-    if (has(t, 0x10000) && has(t, FSA_MAX_CP)) {
-        bool whole = false;
-        for (int32_t i = 0; i < t->n; i++) whole |= t->r[i].lo <= 0x10000 && t->r[i].hi >= FSA_MAX_CP;
-        if (whole) {
-            sb_printf(b, "%s\"u\" [dD] [89abAB] [0-9a-fA-F] [0-9a-fA-F] \"\\\\u\" [dD] [c-fC-F] [0-9a-fA-F] "
-                         "[0-9a-fA-F] %s",
-                      first && !any ? "" : " | ", target);
-            any = true;
-        }
+    if (any_u) sb_puts(b, ")");
+    bool whole = false;
+    for (int32_t i = 0; i < t->n; i++) whole |= t->r[i].lo <= 0x10000 && t->r[i].hi >= FSA_MAX_CP;
+    if (whole)
+        sb_printf(b, "%s\"u\" [dD] [89abAB] [0-9a-fA-F] [0-9a-fA-F] \"\\\\u\" [dD] [c-fC-F] [0-9a-fA-F] [0-9a-fA-F]",
+                  b->n ? " | " : "");
+}
+
+void fsa_shared_free(fsa_shared *sh) {
+    for (int32_t i = 0; i < sh->n; i++) free(sh->sets[i]);
+    free(sh->sets), free(sh->n_set);
+    memset(sh, 0, sizeof *sh);
+}
+
+/* The shared rule of t's escapes (written to out when new) in name; false
+ * when t has no escape or out of memory. */
+static bool escape_rule(fsa_shared *sh, const tgt *t, sbuf *out, char *name, size_t cap) {
+    int32_t k = 0;
+    for (; k < sh->n; k++) {
+        if (sh->n_set[k] != t->n) continue;
+        int32_t i = 0;
+        while (i < t->n && sh->sets[k][i].lo == t->r[i].lo && sh->sets[k][i].hi == t->r[i].hi) i++;
+        if (i == t->n) break;
     }
+    snprintf(name, cap, "%s-%d", sh->base, (int)k);
+    if (k < sh->n) return sh->n_set[k] >= 0;
+    sbuf body = {0};
+    escape_body(&body, t);
+    if (sh->n == sh->cap) {
+        int32_t nc = sh->cap ? sh->cap * 2 : 16;
+        fsa_edge **s2 = realloc(sh->sets, sizeof(fsa_edge *) * (size_t)nc);
+        if (s2) sh->sets = s2;
+        int32_t *n2 = s2 ? realloc(sh->n_set, sizeof(int32_t) * (size_t)nc) : NULL;
+        if (!n2) return free(body.s), false;
+        sh->n_set = n2, sh->cap = nc;
+    }
+    if (!(sh->sets[k] = malloc(sizeof(fsa_edge) * (size_t)(t->n ? t->n : 1)))) return free(body.s), false;
+    memcpy(sh->sets[k], t->r, sizeof(fsa_edge) * (size_t)t->n);
+    sh->n_set[k] = t->n, sh->n++;
+    if (body.n) sb_printf(out, "%s ::= %s\n", name, body.s);
+    else sh->n_set[k] = -1 - t->n; /* remembered as "no escapes" (never equal to a count) */
+    bool any = body.n > 0;
+    free(body.s);
     return any;
 }
 
-void fsa_emit(const fsa *a, int enc, const char *prefix, sbuf *out, char *start, size_t cap) {
+void fsa_emit(const fsa *a, int enc, const char *prefix, sbuf *out, char *start, size_t cap, fsa_shared *shared) {
+    fsa_shared local = {0};
+    fsa_shared *sh = shared ? shared : &local;
+    if (!shared) snprintf(local.base, sizeof local.base, "%s-esc", prefix);
     snprintf(start, cap, "%s-0", prefix);
     int32_t max_e = 1;
     for (int32_t q = 0; q < a->n; q++)
@@ -171,7 +207,7 @@ void fsa_emit(const fsa *a, int enc, const char *prefix, sbuf *out, char *start,
     tgt *ts = malloc(sizeof(tgt) * (size_t)max_e);
     fsa_edge *pool = malloc(sizeof(fsa_edge) * (size_t)max_e * 2 + 4);
     fsa_edge *rawr = malloc(sizeof(fsa_edge) * (size_t)max_e * 3 + 4);
-    sbuf esc = {0};
+    sbuf line = {0};
     if (!ts || !pool || !rawr) {
         out->oom = true;
         goto done;
@@ -189,43 +225,42 @@ void fsa_emit(const fsa *a, int enc, const char *prefix, sbuf *out, char *start,
             for (int32_t i = a->e0[q]; i < a->e0[q + 1]; i++)
                 if (a->edges[i].to == ts[k].to) pool[np++] = a->edges[i], ts[k].n++;
         }
-        sb_printf(out, "%s-%d ::= ", prefix, q);
+        line.n = 0; /* the state's rule; shared rules go to out meanwhile */
+        sb_printf(&line, "%s-%d ::= ", prefix, q);
         bool first = true;
-        esc.n = 0;
-        if (esc.s) esc.s[0] = 0;
-        bool any_esc = false;
         for (int32_t k = 0; k < nt; k++) {
             char target[160];
             snprintf(target, sizeof target, "%s-%d", prefix, ts[k].to);
             if (enc == FSA_RAW) {
-                sb_puts(out, first ? "" : " | ");
-                fsa_class_text(out, ts[k].r, ts[k].n);
-                sb_printf(out, " %s", target);
+                sb_puts(&line, first ? "" : " | ");
+                fsa_class_text(&line, ts[k].r, ts[k].n);
+                sb_printf(&line, " %s", target);
                 first = false;
                 continue;
             }
             int32_t nr = raw_part(&ts[k], rawr);
             if (nr) {
-                sb_puts(out, first ? "" : " | ");
-                fsa_class_text(out, rawr, nr);
-                sb_printf(out, " %s", target);
+                sb_puts(&line, first ? "" : " | ");
+                fsa_class_text(&line, rawr, nr);
+                sb_printf(&line, " %s", target);
                 first = false;
             }
-            if (escapes(&esc, &ts[k], target, !any_esc)) any_esc = true;
-        }
-        if (any_esc) {
-            sb_printf(out, "%s\"\\\\\" %s-%de", first ? "" : " | ", prefix, q);
-            first = false;
+            char en[64];
+            if (escape_rule(sh, &ts[k], out, en, sizeof en)) {
+                sb_printf(&line, "%s\"\\\\\" %s %s", first ? "" : " | ", en, target);
+                first = false;
+            }
         }
         if (a->acc[q]) {
-            sb_printf(out, "%s%s", first ? "" : " | ", enc == FSA_JSON ? "\"\\\"\"" : "\"\"");
+            sb_printf(&line, "%s%s", first ? "" : " | ", enc == FSA_JSON ? "\"\\\"\"" : "\"\"");
             first = false;
         }
-        if (first) sb_puts(out, "[^\\x00-\\U0010FFFF]"); /* nothing: the empty language */
-        sb_puts(out, "\n");
-        if (any_esc) sb_printf(out, "%s-%de ::= %s\n", prefix, q, esc.s);
-        if (esc.oom) out->oom = true;
+        if (first) sb_puts(&line, "[^\\x00-\\U0010FFFF]"); /* nothing: the empty language */
+        sb_puts(&line, "\n");
+        sb_putn(out, line.s, line.n);
+        if (line.oom) out->oom = true;
     }
 done:
-    free(ts), free(pool), free(rawr), free(esc.s);
+    free(ts), free(pool), free(rawr), free(line.s);
+    fsa_shared_free(&local);
 }

@@ -461,9 +461,9 @@ static int parse_sequence(parser *p, int32_t rule, gr_seq *seq, bool nested) {
             p->pos = save;
             int32_t r = gr_rule_get(p->g, p->s + st, p->pos - st, true);
             if (r < 0) return TUTTI_ERR;
-            if (!p->g->rules[r].defined && !p->g->rules[r].ref_line) {
-                line_col(p, st, &p->g->rules[r].ref_line, &p->g->rules[r].ref_col);
-            }
+            /* the position only: its line and column are counted when an
+             * error needs them (counting here would be quadratic) */
+            if (!p->g->rules[r].defined && !p->g->rules[r].ref_at) p->g->rules[r].ref_at = (int64_t)st + 1;
             last = seq->n;
             if (gr_seq_push(seq, GR_REF, r) < 0) return TUTTI_ERR;
         } else if (c == '(') {
@@ -585,8 +585,9 @@ tutti_grammar *tutti_grammar_parse(const char *text, size_t len) {
     }
     for (int32_t i = 0; i < g->n_rules; i++)
         if (!g->rules[i].defined) {
-            tutti_set_error("grammar: line %d, column %d: undefined rule '%s'", g->rules[i].ref_line,
-                            g->rules[i].ref_col, g->rules[i].name);
+            int32_t line, col;
+            line_col(&p, (size_t)(g->rules[i].ref_at - 1), &line, &col);
+            tutti_set_error("grammar: line %d, column %d: undefined rule '%s'", line, col, g->rules[i].name);
             goto fail;
         }
     g->root = gr_rule_get(g, "root", 4, false);

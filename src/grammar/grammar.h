@@ -67,7 +67,7 @@ typedef struct gr_rule {
     gr_seq *alts;
     int32_t n_alts, cap_alts;
     bool defined;
-    int32_t ref_line, ref_col; /* first reference (for "undefined rule") */
+    int64_t ref_at;            /* byte offset + 1 of the first reference (for "undefined rule"), 0: none */
 } gr_rule;
 
 struct tutti_grammar {

@@ -28,6 +28,7 @@
 
 #define JS_MAX_REGIONS 6   /* patternProperties of one object */
 #define JS_MAX_COUNT 64    /* min/maxProperties counted up to */
+#define JS_MAX_COUNTED 6000 /* states of a pattern or format counted for min/maxLength */
 
 /* ---- names and primitives ---- */
 
@@ -38,6 +39,7 @@ typedef struct emitter {
     int32_t n_names, cap_names;
     int32_t *nhash;
     int32_t hcap;
+    fsa_shared hex; /* \uXXXX rules shared by the automata */
 } emitter;
 
 static uint64_t str_hash(const char *s) {
@@ -158,7 +160,7 @@ static int emit(emitter *e, js_node *n, const char *hint, char *name, size_t cap
 static int emit_fsa(emitter *e, const fsa *a, int enc, const char *hint, char *start, size_t cap) {
     char prefix[80];
     if (fresh(e, hint, prefix, sizeof prefix) < 0) return TUTTI_ERR;
-    fsa_emit(a, enc, prefix, e->out, start, cap);
+    fsa_emit(a, enc, prefix, e->out, start, cap, &e->hex);
     return 0;
 }
 
@@ -195,6 +197,15 @@ static int string_alt(emitter *e, js_node *b, const char *name, sbuf *alt) {
         if (b->max_len < 0) sb_printf(alt, " | \"\\\"\" %s{%lld,} \"\\\"\" %s", ch, (long long)b->min_len, spc);
         else sb_printf(alt, " | \"\\\"\" %s{%lld,%lld} \"\\\"\" %s", ch, (long long)b->min_len, (long long)b->max_len, spc);
         return 0;
+    }
+    /* counting code points inside the automaton multiplies its states */
+    int64_t top = b->max_len >= 0 ? b->max_len : b->min_len;
+    if (len && (int64_t)b->str->n * (top + 1) > JS_MAX_COUNTED) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "counting to %lld inside a pattern or format of %d states would take over %d states",
+                 (long long)top, (int)b->str->n, JS_MAX_COUNTED);
+        if (js_unsupported(e->c, b->path, b->max_len >= 0 ? "maxLength" : "minLength", "%s", msg) < 0) return TUTTI_ERR;
+        len = false;
     }
     fsa *d = len ? fsa_length(b->str, b->min_len, b->max_len) : b->str;
     if (!d) return js_err(e->c, b->path, "a pattern or format with minLength/maxLength: %s", tutti_last_error());
@@ -513,6 +524,7 @@ static int emit(emitter *e, js_node *n, const char *hint, char *name, size_t cap
         return 0;
     }
     if (--c->budget < 0) return js_err(c, h->path, "the schema is too large (over %d nodes and rules)", 400000);
+    if (e->out->n > JS_MAX_GBNF) return js_err(c, h->path, "the grammar would be over %d MB", JS_MAX_GBNF >> 20);
     if (fresh(e, hint, name, cap) < 0 || !(h->rule = strdup(name))) return js_err(c, h->path, "out of memory");
     sbuf alt = {0};
     int rc = 0;
@@ -541,11 +553,13 @@ static int emit(emitter *e, js_node *n, const char *hint, char *name, size_t cap
 
 int js_emit(js_ctx *c, js_node *n, const char *hint, sbuf *out, char *name, size_t cap) {
     emitter e = {.c = c, .out = out};
+    snprintf(e.hex.base, sizeof e.hex.base, "esc");
     name_add(&e, "root");
     use_prim(&e, "space"); /* root ::= space value */
     int rc = emit(&e, n, hint, name, cap);
     for (int32_t i = 0; i < e.n_names; i++) free(e.names[i]);
     free(e.names), free(e.nhash);
+    fsa_shared_free(&e.hex);
     if (rc == 0 && out->oom) rc = js_err(c, "", "out of memory");
     return rc;
 }

@@ -380,13 +380,21 @@ static int string_kws(js_ctx *c, const cJSON *s, const char *path, js_node *b) {
             free(kp);
             return rc;
         }
-        fsa *sup = engines_may_differ(p) ? rx_compile(p, strlen(p), RX_SUPERSET) : fsa_copy(sub);
-        if (!sup) b->str_no_neg = true; /* too large to complement: `not` of it is refused */
+        /* the superset automaton: the same one, unless the engines may
+         * differ: then built only if a `not` needs it (js_not.c) */
+        fsa *sup = NULL;
+        if (engines_may_differ(p)) {
+            const char **ns = realloc(b->sup_src, sizeof(char *) * (size_t)(b->n_sup_src + 1));
+            if (!ns) return free(kp), fsa_free(sub), js_err(c, path, "out of memory");
+            b->sup_src = ns;
+            b->sup_src[b->n_sup_src++] = p;
+        } else if (!(sup = fsa_copy(sub))) {
+            return free(kp), fsa_free(sub), js_err(c, path, "out of memory");
+        }
         and_str(&b->str, sub);
-        if (!b->str_no_neg) and_str(&b->str_sup, sup);
-        else fsa_free(sup), fsa_free(b->str_sup), b->str_sup = NULL;
+        if (sup) and_str(&b->str_sup, sup);
         free(kp);
-        if (!b->str || (!b->str_no_neg && !b->str_sup)) return js_err(c, path, "pattern: %s", tutti_last_error());
+        if (!b->str || (sup && !b->str_sup)) return js_err(c, path, "pattern: %s", tutti_last_error());
     }
     const cJSON *f = js_kw(s, "format");
     if (f && cJSON_IsString(f)) {

@@ -75,6 +75,9 @@ struct js_node {
     fsa *str, *str_sup;       /* string values admitted (decoded): a subset and a superset of the
                                  schema's, NULL: all; equal unless a pattern's engines differ */
     bool str_no_neg;          /* a format: the strings cannot be complemented exactly */
+    const char **sup_src;     /* patterns whose superset automaton is still to be built into
+                                 str_sup (only `not` needs it: built then) */
+    int32_t n_sup_src;
     int64_t min_len, max_len; /* code points; max -1: none */
     js_node **prefix;         /* prefixItems (items as an array) */
     int32_t n_prefix;
@@ -97,6 +100,8 @@ struct js_node {
     /* emission */
     char *rule;
 };
+
+#define JS_MAX_GBNF (8 << 20) /* bytes of one schema's grammar */
 
 /* The conversion of one schema document. */
 typedef struct js_ctx {

@@ -90,9 +90,14 @@ static int neg_numbers(js_ctx *c, js_node *n, js_node *b, alts *out) {
 }
 
 static int neg_strings(js_ctx *c, js_node *n, js_node *b, alts *out) {
-    if (!b->str && b->min_len == 0 && b->max_len < 0) return 0;
+    if (!b->str && !b->n_sup_src && b->min_len == 0 && b->max_len < 0) return 0;
     if (b->str_no_neg) return refuse(c, n, "a format's strings cannot be complemented exactly");
     fsa *sup = b->str_sup ? fsa_copy(b->str_sup) : fsa_all(), *sub = b->str ? fsa_copy(b->str) : fsa_all();
+    for (int32_t i = 0; i < b->n_sup_src && sup; i++) { /* the patterns' supersets, built now */
+        fsa *p = rx_compile(b->sup_src[i], strlen(b->sup_src[i]), RX_SUPERSET), *x = p ? fsa_and(sup, p) : NULL;
+        fsa_free(p), fsa_free(sup);
+        sup = x;
+    }
     if (sup && (b->min_len || b->max_len >= 0)) {
         fsa *l = fsa_length(sup, b->min_len, b->max_len);
         fsa_free(sup);

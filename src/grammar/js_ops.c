@@ -66,7 +66,7 @@ void js_ctx_free(js_ctx *c) {
         fsa_free(n->num), fsa_free(n->str), fsa_free(n->str_sup), fsa_free(n->names), fsa_free(n->need_key);
         for (int32_t k = 0; k < n->n_props; k++) free(n->props[k].name);
         for (int32_t k = 0; k < n->n_pats; k++) fsa_free(n->pats[k].key);
-        free(n->props), free(n->pats), free(n->prefix), free(n->kid), free(n->path), free(n->rule);
+        free(n->props), free(n->pats), free(n->prefix), free(n->kid), free(n->path), free(n->rule), free(n->sup_src);
         free(n);
     }
     free(c->nodes), free(c->memo);
@@ -327,6 +327,12 @@ static int and_bases(js_ctx *c, js_node *n, js_node *a, js_node *b) {
         n->str = and_fsa(c, a->str, b->str, n->path);
         n->str_no_neg = a->str_no_neg || b->str_no_neg;
         if (!n->str_no_neg) n->str_sup = and_fsa(c, a->str_sup, b->str_sup, n->path);
+        if (a->n_sup_src + b->n_sup_src) {
+            n->sup_src = malloc(sizeof(char *) * (size_t)(a->n_sup_src + b->n_sup_src));
+            if (!n->sup_src) return js_err(c, n->path, "out of memory");
+            for (int32_t i = 0; i < a->n_sup_src; i++) n->sup_src[n->n_sup_src++] = a->sup_src[i];
+            for (int32_t i = 0; i < b->n_sup_src; i++) n->sup_src[n->n_sup_src++] = b->sup_src[i];
+        }
         n->min_len = max64(a->min_len, b->min_len);
         n->max_len = min_bound(a->max_len, b->max_len);
     }
