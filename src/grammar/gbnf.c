@@ -106,6 +106,7 @@ static int32_t rule_new(tutti_grammar *g, char *name) {
     }
     memset(&g->rules[g->n_rules], 0, sizeof(gr_rule));
     g->rules[g->n_rules].name = name;
+    g->rules[g->n_rules].origin = g->n_rules;
     uint64_t j = name_hash(name, strlen(name)) & (uint64_t)(g->rule_hcap - 1);
     while (g->rule_hash[j] >= 0) j = (j + 1) & (uint64_t)(g->rule_hcap - 1);
     g->rule_hash[j] = g->n_rules;
@@ -126,13 +127,13 @@ int32_t gr_rule_get(tutti_grammar *g, const char *name, size_t n, bool create) {
     return rule_new(g, nm);
 }
 
-int32_t gr_rule_new_anon(tutti_grammar *g, const char *base) {
+int32_t gr_rule_new_anon(tutti_grammar *g, int32_t origin, size_t at, bool rep) {
     char buf[300];
-    snprintf(buf, sizeof buf, "%.200s-%d", base, g->n_rules);
+    snprintf(buf, sizeof buf, "%.200s-%d", g->rules[origin].name, g->n_rules);
     char *nm = strdup(buf);
     if (!nm) return tutti_set_error("grammar: out of memory");
     int32_t r = rule_new(g, nm);
-    if (r >= 0) g->rules[r].defined = true;
+    if (r >= 0) g->rules[r].defined = true, g->rules[r].origin = origin, g->rules[r].at = (int64_t)at + 1, g->rules[r].rep = rep;
     return r;
 }
 
@@ -330,9 +331,9 @@ static int32_t single_class(tutti_grammar *g, uint32_t cp) {
 }
 
 /* A rule standing for seq->e[from..n) (the unit a repetition repeats). */
-static int32_t unit_rule(parser *p, gr_seq *seq, int32_t from, const char *base) {
+static int32_t unit_rule(parser *p, gr_seq *seq, int32_t from, int32_t origin, size_t at) {
     if (seq->n - from == 1 && seq->e[from].type == GR_REF) return seq->e[from].arg;
-    int32_t r = gr_rule_new_anon(p->g, base);
+    int32_t r = gr_rule_new_anon(p->g, origin, at, false);
     if (r < 0) return r;
     gr_seq alt = {0};
     for (int32_t i = from; i < seq->n; i++)
@@ -342,15 +343,15 @@ static int32_t unit_rule(parser *p, gr_seq *seq, int32_t from, const char *base)
 }
 
 /* Replaces seq->e[from..n) by min..max copies (max < 0: unbounded). */
-static int apply_repeat(parser *p, gr_seq *seq, int32_t from, int32_t min, int32_t max, const char *base) {
-    int32_t u = unit_rule(p, seq, from, base);
+static int apply_repeat(parser *p, gr_seq *seq, int32_t from, int32_t min, int32_t max, int32_t origin, size_t at) {
+    int32_t u = unit_rule(p, seq, from, origin, at);
     if (u < 0) return TUTTI_ERR;
     seq->n = from;
     for (int32_t i = 0; i < min; i++)
         if (gr_seq_push(seq, GR_REF, u) < 0) return TUTTI_ERR;
     if (max < 0) {
         /* star ::= u star | (empty) */
-        int32_t st = gr_rule_new_anon(p->g, base);
+        int32_t st = gr_rule_new_anon(p->g, origin, at, true);
         if (st < 0) return TUTTI_ERR;
         gr_seq a = {0}, e = {0};
         if (gr_seq_push(&a, GR_REF, u) < 0 || gr_seq_push(&a, GR_REF, st) < 0) return TUTTI_ERR;
@@ -360,7 +361,7 @@ static int apply_repeat(parser *p, gr_seq *seq, int32_t from, int32_t min, int32
     /* opt_k ::= u opt_{k-1} | (empty), opt_1 ::= u | (empty) */
     int32_t prev = -1;
     for (int32_t k = 0; k < max - min; k++) {
-        int32_t o = gr_rule_new_anon(p->g, base);
+        int32_t o = gr_rule_new_anon(p->g, origin, at, true);
         if (o < 0) return TUTTI_ERR;
         gr_seq a = {0}, e = {0};
         if (gr_seq_push(&a, GR_REF, u) < 0 || (prev >= 0 && gr_seq_push(&a, GR_REF, prev) < 0)) return TUTTI_ERR;
@@ -384,7 +385,7 @@ static int parse_int(parser *p, int32_t *out) {
 
 static int parse_sequence(parser *p, int32_t rule, gr_seq *seq, bool nested) {
     int32_t last = -1; /* start of the last symbol in seq, for repetitions */
-    const char *base = p->g->rules[rule].name;
+    int32_t origin = p->g->rules[rule].origin;
     while (p->pos < p->n) {
         char c = p->s[p->pos];
         size_t at = p->pos;
@@ -469,7 +470,7 @@ static int parse_sequence(parser *p, int32_t rule, gr_seq *seq, bool nested) {
         } else if (c == '(') {
             p->pos++;
             if (++p->depth > GR_MAX_DEPTH) return perr(p, at, "groups nested more than 256 deep");
-            int32_t sub = gr_rule_new_anon(p->g, base);
+            int32_t sub = gr_rule_new_anon(p->g, origin, at, false);
             if (sub < 0) return TUTTI_ERR;
             if (parse_alternates(p, sub) < 0) return TUTTI_ERR;
             if (p->pos >= p->n || p->s[p->pos] != ')') return perr(p, at, "unclosed '('");
@@ -502,7 +503,7 @@ static int parse_sequence(parser *p, int32_t rule, gr_seq *seq, bool nested) {
                 p->pos++;
                 if (mx >= 0 && mx < mn) return perr(p, at, "repetition {m,n} with n < m");
             }
-            if (apply_repeat(p, seq, last, mn, mx, base) < 0) return TUTTI_ERR;
+            if (apply_repeat(p, seq, last, mn, mx, origin, at) < 0) return TUTTI_ERR;
             last = -1; /* x** is refused as in llama.cpp */
         } else if (c == '<') {
             return perr(p, at, "token references <...> are not supported");
@@ -595,7 +596,7 @@ tutti_grammar *tutti_grammar_parse(const char *text, size_t len) {
         tutti_set_error("grammar: no 'root' rule (the start symbol must be called root)");
         goto fail;
     }
-    if (gr_compile(g) < 0) goto fail;
+    if (gr_compile(g, text, len) < 0) goto fail;
     return g;
 fail:
     tutti_grammar_free(g);

@@ -14,8 +14,9 @@
  *                     min/maxProperties the rules also count, and with a
  *                     "some property must ..." condition (from not) they
  *                     remember whether it was met.
- * Whitespace: JSON's four characters, up to 32 between two tokens (the
- * instances MaskBench writes use ", " and ": "). */
+ * Whitespace between two tokens: none, one space, or a line break and up
+ * to 40 spaces or tabs of indent (MaskBench's instances write ", " and
+ * ": "; pretty-printed JSON fits too). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,7 +109,9 @@ typedef struct prim {
 } prim;
 
 static const prim k_prims[] = {
-    {"space", "[ \\t\\n\\r]{0,32}", ""},
+    /* a space, or a line break and an indent (pretty-printed JSON): JSON
+     * allows any run, but models free to write whitespace get stuck in it */
+    {"space", "| \" \" | \"\\r\"? \"\\n\" [ \\t]{0,40}", ""},
     {"boolean", "(\"true\" | \"false\") space", "space"},
     {"integer", "\"-\"? (\"0\" | [1-9] [0-9]*) space", "space"},
     {"number", "\"-\"? (\"0\" | [1-9] [0-9]*) (\".\" [0-9]+)? ([eE] [-+]? [0-9]+)? space", "space"},
