@@ -70,6 +70,9 @@ static const gcase k_cases[] = {
       " {\"k\" : 1}"},
      {"{", "{'a': 1}", "[1,]", "01", "\"\\x\"", "{\"a\" 1}", "\"a\nb\"", "nul"}},
     {"empty alternative", "root ::= \"a\" x\nx ::= \"b\" | ", {"a", "ab"}, {"", "abb"}},
+    /* a user's rule may be called as a generated one would be ("root-1") */
+    {"rule named like a group", "root ::= (\"a\") root-1 (\"c\")\nroot-1 ::= \"b\"\nroot-2 ::= \"d\"", {"abc"},
+     {"ac", "adc", "a"}},
 };
 
 static void test_table(void **state) {

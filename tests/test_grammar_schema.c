@@ -196,6 +196,15 @@ static const scase k_cases[] = {
      "\"items\": {\"minimum\": 0}}]}",
      {"[0, 1]", "[3, 4, 5]"},
      {"[1]", "[-1, 2]", "[1.5, 2]"}},
+    {"names the generated rules also take (MaskBench BFCL_javascript_14: hints cut at 40 characters)",
+     "{\"type\": \"object\", \"properties\": {\"chartDataAccessorFactory\": {\"type\": \"object\", \"properties\": {\"chart\": {\"type\": "
+     "\"object\", \"properties\": {\"nm\": {\"type\": \"string\"}}, \"required\": [\"nm\"], \"additionalProperties\": "
+     "false}, \"library\": {}, \"configObject\": {\"type\": \"string\"}}, \"required\": [\"chart\", \"library\"], "
+     "\"additionalProperties\": false}}, \"required\": [\"chartDataAccessorFactory\"], \"additionalProperties\": false}",
+     {"{\"chartDataAccessorFactory\": {\"chart\": {\"nm\": \"a\"}, \"library\": [1], \"configObject\": \"c\"}}",
+      "{\"chartDataAccessorFactory\": {\"chart\": {\"nm\": \"\"}, \"library\": null}}"},
+     {"{\"chartDataAccessorFactory\": {\"chart\": {}, \"library\": 1}}", "{\"chartDataAccessorFactory\": {\"chart\": {\"nm\": \"a\"}}}",
+      "{\"chartDataAccessorFactory\": {\"chart\": {\"nm\": \"a\"}, \"library\": 1, \"x\": 2}}", "{\"g\": 1}"}},
     {"whitespace as JSON allows", "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"array\"}}}",
      {"{\"a\": [1, 2]}", "{\n  \"a\" : [ 1 ,2 ]\n}", " {}"},
      {"{\"a\": 1}"}},

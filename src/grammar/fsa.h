@@ -126,7 +126,7 @@ typedef struct fsa_shared {
 } fsa_shared;
 void fsa_shared_free(fsa_shared *sh);
 
-/* Writes one rule per state, named "<prefix>-<q>", and returns in start
+/* Writes one rule per state, named "<prefix>--<q>", and returns in start
  * the name of the start state's rule (cap bytes).  The rules for the
  * empty language are one rule matching nothing but a character class with
  * no members.  sh: rules shared with other automata (NULL: none). */

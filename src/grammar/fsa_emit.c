@@ -199,8 +199,8 @@ static bool escape_rule(fsa_shared *sh, const tgt *t, sbuf *out, char *name, siz
 void fsa_emit(const fsa *a, int enc, const char *prefix, sbuf *out, char *start, size_t cap, fsa_shared *shared) {
     fsa_shared local = {0};
     fsa_shared *sh = shared ? shared : &local;
-    if (!shared) snprintf(local.base, sizeof local.base, "%s-esc", prefix);
-    snprintf(start, cap, "%s-0", prefix);
+    if (!shared) snprintf(local.base, sizeof local.base, "%s--e", prefix);
+    snprintf(start, cap, "%s--0", prefix);
     int32_t max_e = 1;
     for (int32_t q = 0; q < a->n; q++)
         if (a->e0[q + 1] - a->e0[q] > max_e) max_e = a->e0[q + 1] - a->e0[q];
@@ -226,11 +226,11 @@ void fsa_emit(const fsa *a, int enc, const char *prefix, sbuf *out, char *start,
                 if (a->edges[i].to == ts[k].to) pool[np++] = a->edges[i], ts[k].n++;
         }
         line.n = 0; /* the state's rule; shared rules go to out meanwhile */
-        sb_printf(&line, "%s-%d ::= ", prefix, q);
+        sb_printf(&line, "%s--%d ::= ", prefix, q);
         bool first = true;
         for (int32_t k = 0; k < nt; k++) {
             char target[160];
-            snprintf(target, sizeof target, "%s-%d", prefix, ts[k].to);
+            snprintf(target, sizeof target, "%s--%d", prefix, ts[k].to);
             if (enc == FSA_RAW) {
                 sb_puts(&line, first ? "" : " | ");
                 fsa_class_text(&line, ts[k].r, ts[k].n);

@@ -88,6 +88,7 @@ static int rehash_rules(tutti_grammar *g) {
     if (!h) return tutti_set_error("grammar: out of memory");
     for (int32_t i = 0; i < nc; i++) h[i] = -1;
     for (int32_t r = 0; r < g->n_rules; r++) {
+        if (g->rules[r].origin != r) continue; /* generated: not found by name */
         uint64_t j = name_hash(g->rules[r].name, strlen(g->rules[r].name)) & (uint64_t)(nc - 1);
         while (h[j] >= 0) j = (j + 1) & (uint64_t)(nc - 1);
         h[j] = r;
@@ -97,7 +98,10 @@ static int rehash_rules(tutti_grammar *g) {
     return 0;
 }
 
-static int32_t rule_new(tutti_grammar *g, char *name) {
+/* A new rule named name (taken); origin < 0: a user's rule, found by name;
+ * else a generated rule of user rule origin, never found by name (a user's
+ * rule may be called like one: "root-1"). */
+static int32_t rule_new(tutti_grammar *g, char *name, int32_t origin) {
     gr_rule *r = grow(g->rules, &g->cap_rules, g->n_rules + 1, sizeof *r);
     if (r) g->rules = r;
     if (!r || ((g->n_rules + 1) * 2 > g->rule_hcap && rehash_rules(g) < 0)) {
@@ -106,7 +110,8 @@ static int32_t rule_new(tutti_grammar *g, char *name) {
     }
     memset(&g->rules[g->n_rules], 0, sizeof(gr_rule));
     g->rules[g->n_rules].name = name;
-    g->rules[g->n_rules].origin = g->n_rules;
+    g->rules[g->n_rules].origin = origin < 0 ? g->n_rules : origin;
+    if (origin >= 0) return g->n_rules++;
     uint64_t j = name_hash(name, strlen(name)) & (uint64_t)(g->rule_hcap - 1);
     while (g->rule_hash[j] >= 0) j = (j + 1) & (uint64_t)(g->rule_hcap - 1);
     g->rule_hash[j] = g->n_rules;
@@ -124,7 +129,7 @@ int32_t gr_rule_get(tutti_grammar *g, const char *name, size_t n, bool create) {
     if (!nm) return tutti_set_error("grammar: out of memory");
     memcpy(nm, name, n);
     nm[n] = 0;
-    return rule_new(g, nm);
+    return rule_new(g, nm, -1);
 }
 
 int32_t gr_rule_new_anon(tutti_grammar *g, int32_t origin, size_t at, bool rep) {
@@ -132,8 +137,8 @@ int32_t gr_rule_new_anon(tutti_grammar *g, int32_t origin, size_t at, bool rep) 
     snprintf(buf, sizeof buf, "%.200s-%d", g->rules[origin].name, g->n_rules);
     char *nm = strdup(buf);
     if (!nm) return tutti_set_error("grammar: out of memory");
-    int32_t r = rule_new(g, nm);
-    if (r >= 0) g->rules[r].defined = true, g->rules[r].origin = origin, g->rules[r].at = (int64_t)at + 1, g->rules[r].rep = rep;
+    int32_t r = rule_new(g, nm, origin);
+    if (r >= 0) g->rules[r].defined = true, g->rules[r].at = (int64_t)at + 1, g->rules[r].rep = rep;
     return r;
 }
 

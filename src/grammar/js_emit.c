@@ -331,7 +331,7 @@ static int32_t r_index(const objgen *g, int32_t i, int64_t cnt, int met, int st)
     return (int32_t)((((int64_t)i * nc + (g->cnt < 0 ? 0 : cnt)) * 2 + met) * 2 + st);
 }
 
-static void r_name(const objgen *g, int32_t idx, char *out, size_t cap) { snprintf(out, cap, "%s-r%d", g->name, (int)idx); }
+static void r_name(const objgen *g, int32_t idx, char *out, size_t cap) { snprintf(out, cap, "%s--r%d", g->name, (int)idx); }
 
 static void r_ref(objgen *g, sbuf *o, int32_t i, int64_t cnt, int met, int st) {
     int32_t idx = r_index(g, i, cnt, met, st);
@@ -556,8 +556,13 @@ static int emit(emitter *e, js_node *n, const char *hint, char *name, size_t cap
 
 int js_emit(js_ctx *c, js_node *n, const char *hint, sbuf *out, char *name, size_t cap) {
     emitter e = {.c = c, .out = out};
-    snprintf(e.hex.base, sizeof e.hex.base, "esc");
+    snprintf(e.hex.base, sizeof e.hex.base, "esc-"); /* esc--N */
+    /* fresh names never hold "--": the automata's states (P--N, P--e-N),
+     * an object's rules (P--rN)
+     * and the shared escapes (esc--N) are named from a fresh P or "esc"
+     * and so never clash with another name */
     name_add(&e, "root");
+    name_add(&e, "esc");
     use_prim(&e, "space"); /* root ::= space value */
     int rc = emit(&e, n, hint, name, cap);
     for (int32_t i = 0; i < e.n_names; i++) free(e.names[i]);
