@@ -205,6 +205,15 @@ static const scase k_cases[] = {
       "{\"chartDataAccessorFactory\": {\"chart\": {\"nm\": \"\"}, \"library\": null}}"},
      {"{\"chartDataAccessorFactory\": {\"chart\": {}, \"library\": 1}}", "{\"chartDataAccessorFactory\": {\"chart\": {\"nm\": \"a\"}}}",
       "{\"chartDataAccessorFactory\": {\"chart\": {\"nm\": \"a\"}, \"library\": 1, \"x\": 2}}", "{\"g\": 1}"}},
+    {"a few properties in any order (objects are unordered)",
+     "{\"properties\": {\"dimensions\": {\"type\": \"object\", \"properties\": {\"r\": {\"type\": \"integer\"}, \"w\": "
+     "{\"type\": \"integer\"}, \"h\": {\"type\": \"integer\"}}, \"required\": [\"w\", \"h\"], \"additionalProperties\": "
+     "false}, \"shape\": {\"enum\": [\"box\", \"b\"]}}, \"required\": [\"shape\", \"dimensions\"], \"type\": \"object\", "
+     "\"additionalProperties\": false}",
+     {"{\"shape\": \"box\", \"dimensions\": {\"h\": 2, \"w\": 1}}", "{\"dimensions\": {\"w\": 1, \"r\": 0, \"h\": 2}, \"shape\": \"b\"}",
+      "{\"dimensions\": {\"r\": 1, \"h\": 1, \"w\": 2}, \"shape\": \"b\"}"},
+     {"{\"shape\": \"box\"}", "{\"shape\": \"box\", \"dimensions\": {\"h\": 2}}", "{\"dimensions\": {\"w\": 1, \"h\": \"2\"}, \"shape\": \"b\"}",
+      "{\"shape\": \"b\", \"dimensions\": {\"h\": 2, \"w\": 1, \"s\": 3}}", "{\"shape\": \"c\", \"dimensions\": {\"h\": 2, \"w\": 1}}"}},
     {"whitespace as JSON allows", "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"array\"}}}",
      {"{\"a\": [1, 2]}", "{\n  \"a\" : [ 1 ,2 ]\n}", " {}"},
      {"{\"a\": 1}"}},

@@ -7,7 +7,8 @@
  *                     the primitives when nothing constrains them;
  *   arrays            prefix items one by one, then items counted between
  *                     minItems and maxItems (contains: a first matching item);
- *   objects           the named properties in schema order, each optional
+ *   objects           the named properties in schema order (up to
+ *                     JS_ANY_ORDER of them in any order), each optional
  *                     unless required, and between any two of them the
  *                     other properties (additionalProperties, or
  *                     patternProperties by the names' regions); with
@@ -29,6 +30,7 @@
 
 #define JS_MAX_REGIONS 6   /* patternProperties of one object */
 #define JS_MAX_COUNT 64    /* min/maxProperties counted up to */
+#define JS_ANY_ORDER 5     /* objects of up to 5 named properties take them in any order */
 #define JS_MAX_COUNTED 6000 /* states of a pattern or format counted for min/maxLength */
 
 /* ---- names and primitives ---- */
@@ -308,6 +310,9 @@ typedef struct objgen {
     int32_t nx;       /* other-name regions */
     char (*xkv)[96], (*xkvn)[96];
     int64_t cnt;      /* counts kept up to cnt; -1: no counting */
+    bool any_order;   /* positions are the sets of named properties seen */
+    int32_t n_pos;    /* positions: n + 1 indices, or 2^n sets */
+    uint32_t req;     /* with any_order: the set of the required ones */
     bool need;
     uint8_t *made;    /* R rules written, by index */
     int32_t *todo;
@@ -325,27 +330,35 @@ static void gbnf_literal(sbuf *b, const char *s) {
     sb_puts(b, "\"");
 }
 
-/* R(i, count, met, started): the rest of the object from property i. */
-static int32_t r_index(const objgen *g, int32_t i, int64_t cnt, int met, int st) {
+/* R(pos, count, met, started): the rest of the object from position pos
+ * (the next named property in schema order, or with any_order the set of
+ * the named properties already written). */
+static int32_t r_index(const objgen *g, int32_t pos, int64_t cnt, int met, int st) {
     int64_t nc = g->cnt < 0 ? 1 : g->cnt + 1;
-    return (int32_t)((((int64_t)i * nc + (g->cnt < 0 ? 0 : cnt)) * 2 + met) * 2 + st);
+    return (int32_t)((((int64_t)pos * nc + (g->cnt < 0 ? 0 : cnt)) * 2 + met) * 2 + st);
 }
 
 static void r_name(const objgen *g, int32_t idx, char *out, size_t cap) { snprintf(out, cap, "%s--r%d", g->name, (int)idx); }
 
-static void r_ref(objgen *g, sbuf *o, int32_t i, int64_t cnt, int met, int st) {
-    int32_t idx = r_index(g, i, cnt, met, st);
+static void r_ref(objgen *g, sbuf *o, int32_t pos, int64_t cnt, int met, int st) {
+    int32_t idx = r_index(g, pos, cnt, met, st);
     char nm[128];
     r_name(g, idx, nm, sizeof nm);
     sb_printf(o, " %s", nm);
     if (!g->made[idx]) g->made[idx] = 1, g->todo[g->n_todo++] = idx;
 }
 
+/* The alternatives writing named property i next, then going on at pos. */
+static void r_named(objgen *g, sbuf *body, const char *sep, int32_t i, int32_t pos, int64_t nxt, int met) {
+    if (g->kv[i][0]) sb_printf(body, " | %s%s", sep, g->kv[i]), r_ref(g, body, pos, nxt, met, 1);
+    if (g->kvn[i][0] && !met) sb_printf(body, " | %s%s", sep, g->kvn[i]), r_ref(g, body, pos, nxt, 1, 1);
+}
+
 static void r_rule(objgen *g, int32_t idx) {
     int64_t nc = g->cnt < 0 ? 1 : g->cnt + 1;
     int st = idx % 2, met = (idx / 2) % 2;
     int64_t cnt = (idx / 4) % nc;
-    int32_t i = (int32_t)(idx / 4 / nc);
+    int32_t pos = (int32_t)(idx / 4 / nc);
     const js_node *b = g->b;
     sbuf body = {0};
     char sep[64];
@@ -353,16 +366,23 @@ static void r_rule(objgen *g, int32_t idx) {
     if (st) snprintf(sep, sizeof sep, "\",\" %s ", g->spc);
     bool room = b->max_props < 0 || cnt < b->max_props;
     int64_t nxt = g->cnt < 0 ? 0 : cnt + 1 > g->cnt ? g->cnt : cnt + 1;
-    if (i < g->n) {
-        if (room && g->kv[i][0]) sb_printf(&body, " | %s%s", sep, g->kv[i]), r_ref(g, &body, i + 1, nxt, met, 1);
-        if (room && g->kvn[i][0] && !met) sb_printf(&body, " | %s%s", sep, g->kvn[i]), r_ref(g, &body, i + 1, nxt, 1, 1);
-        if (!b->props[i].required) sb_puts(&body, " |"), r_ref(g, &body, i + 1, cnt, met, st);
+    bool end;
+    if (g->any_order) {
+        for (int32_t i = 0; i < g->n && room; i++)
+            if (!((uint32_t)pos >> i & 1)) r_named(g, &body, sep, i, pos | (int32_t)(1u << i), nxt, met);
+        end = ((uint32_t)pos & g->req) == g->req;
+    } else {
+        if (pos < g->n) {
+            if (room) r_named(g, &body, sep, pos, pos + 1, nxt, met);
+            if (!b->props[pos].required) sb_puts(&body, " |"), r_ref(g, &body, pos + 1, cnt, met, st);
+        }
+        end = pos == g->n;
     }
     for (int32_t r = 0; r < g->nx && room; r++) {
-        if (g->xkv[r][0]) sb_printf(&body, " | %s%s", sep, g->xkv[r]), r_ref(g, &body, i, nxt, met, 1);
-        if (g->xkvn[r][0] && !met) sb_printf(&body, " | %s%s", sep, g->xkvn[r]), r_ref(g, &body, i, nxt, 1, 1);
+        if (g->xkv[r][0]) sb_printf(&body, " | %s%s", sep, g->xkv[r]), r_ref(g, &body, pos, nxt, met, 1);
+        if (g->xkvn[r][0] && !met) sb_printf(&body, " | %s%s", sep, g->xkvn[r]), r_ref(g, &body, pos, nxt, 1, 1);
     }
-    if (i == g->n && (g->cnt < 0 || cnt >= b->min_props) && (!g->need || met)) sb_puts(&body, " | \"\"");
+    if (end && (g->cnt < 0 || cnt >= b->min_props) && (!g->need || met)) sb_puts(&body, " | \"\"");
     char nm[128];
     r_name(g, idx, nm, sizeof nm);
     sb_printf(g->e->out, "%s ::= %s\n", nm, body.n ? body.s + 3 : k_nothing);
@@ -493,7 +513,14 @@ static int object_alt(emitter *e, js_node *b, const char *name, sbuf *alt) {
             g.cnt = -1;
         }
     }
-    int64_t total = (int64_t)(g.n + 1) * (g.cnt < 0 ? 1 : g.cnt + 1) * 4;
+    /* JSON objects are unordered: a few named properties are taken in any
+     * order (MaskBench's instances do not always follow the schema's); more
+     * would take 2^n positions, so they follow the schema's order */
+    g.any_order = g.n >= 2 && g.n <= JS_ANY_ORDER;
+    g.n_pos = g.any_order ? 1 << g.n : g.n + 1;
+    for (int32_t i = 0; i < g.n && g.any_order; i++)
+        if (b->props[i].required) g.req |= 1u << i;
+    int64_t total = (int64_t)g.n_pos * (g.cnt < 0 ? 1 : g.cnt + 1) * 4;
     if (total > 200000) {
         rc = js_err(c, b->path, "the object's grammar is too large (%lld rules)", (long long)total);
         goto done;
