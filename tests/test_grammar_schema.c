@@ -214,6 +214,13 @@ static const scase k_cases[] = {
       "{\"dimensions\": {\"r\": 1, \"h\": 1, \"w\": 2}, \"shape\": \"b\"}"},
      {"{\"shape\": \"box\"}", "{\"shape\": \"box\", \"dimensions\": {\"h\": 2}}", "{\"dimensions\": {\"w\": 1, \"h\": \"2\"}, \"shape\": \"b\"}",
       "{\"shape\": \"b\", \"dimensions\": {\"h\": 2, \"w\": 1, \"s\": 3}}", "{\"shape\": \"c\", \"dimensions\": {\"h\": 2, \"w\": 1}}"}},
+    {"length bounds every string of a pattern or format meets (MaskBench: maxLength 255 on a date)",
+     "{\"type\": \"array\", \"prefixItems\": [{\"type\": \"string\", \"format\": \"date\", \"maxLength\": 255}, {\"type\": "
+     "\"string\", \"pattern\": \"^[0-9]{3}-[0-9]{4}$\", \"minLength\": 5, \"maxLength\": 1000}, {\"type\": \"string\", "
+     "\"pattern\": \"^[0-9]{3}(-[0-9]{4})?$\", \"minLength\": 4, \"maxLength\": 1000}], \"items\": false}",
+     {"[\"2024-02-29\", \"123-4567\", \"123-4567\"]", "[\"2023-12-31\"]"},
+     {"[\"2023-02-29\"]", "[\"2024-01-01\", \"123-456\"]", "[\"2024-01-01\", \"1234567\"]",
+      "[\"2024-01-01\", \"123-4567\", \"123\"]"}},
     {"whitespace as JSON allows", "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"array\"}}}",
      {"{\"a\": [1, 2]}", "{\n  \"a\" : [ 1 ,2 ]\n}", " {}"},
      {"{\"a\": 1}"}},

@@ -538,6 +538,60 @@ fsa *fsa_concat(const fsa *a, const fsa *b) {
 
 bool fsa_is_empty(const fsa *a) { return a->n == 1 && !a->acc[0] && a->e0[1] == 0; }
 
+int fsa_length_range(const fsa *a, int64_t *min, int64_t *max) {
+    int32_t n = a->n;
+    int64_t *lo = malloc(sizeof(int64_t) * (size_t)n), *hi = malloc(sizeof(int64_t) * (size_t)n);
+    int32_t *order = malloc(sizeof(int32_t) * (size_t)n), *indeg = calloc((size_t)n, sizeof(int32_t));
+    if (!lo || !hi || !order || !indeg) {
+        free(lo), free(hi), free(order), free(indeg);
+        return tutti_set_error("out of memory");
+    }
+    /* states in topological order (Kahn); a state left out is on a cycle */
+    for (int32_t i = 0; i < a->e0[n]; i++) indeg[a->edges[i].to]++;
+    int32_t k = 0, head = 0;
+    for (int32_t q = 0; q < n; q++)
+        if (!indeg[q]) order[k++] = q;
+    while (head < k) {
+        int32_t q = order[head++];
+        for (int32_t i = a->e0[q]; i < a->e0[q + 1]; i++)
+            if (--indeg[a->edges[i].to] == 0) order[k++] = a->edges[i].to;
+    }
+    bool cyclic = k < n;
+    /* shortest: breadth-first from the start (states are in that order
+     * already only for the first level, so relax in rounds) */
+    for (int32_t q = 0; q < n; q++) lo[q] = INT64_MAX, hi[q] = -1;
+    lo[0] = 0, hi[0] = 0;
+    order[0] = 0;
+    int32_t qn = 1;
+    for (int32_t h = 0; h < qn; h++) { /* BFS: lo */
+        int32_t q = order[h];
+        for (int32_t i = a->e0[q]; i < a->e0[q + 1]; i++)
+            if (lo[a->edges[i].to] == INT64_MAX) lo[a->edges[i].to] = lo[q] + 1, order[qn++] = a->edges[i].to;
+    }
+    *min = -1, *max = -1;
+    for (int32_t q = 0; q < n; q++)
+        if (a->acc[q] && lo[q] != INT64_MAX && (*min < 0 || lo[q] < *min)) *min = lo[q];
+    if (!cyclic) { /* longest: over the topological order, recomputed */
+        k = 0, head = 0;
+        memset(indeg, 0, sizeof(int32_t) * (size_t)n);
+        for (int32_t i = 0; i < a->e0[n]; i++) indeg[a->edges[i].to]++;
+        for (int32_t q = 0; q < n; q++)
+            if (!indeg[q]) order[k++] = q;
+        while (head < k) {
+            int32_t q = order[head++];
+            for (int32_t i = a->e0[q]; i < a->e0[q + 1]; i++) {
+                int32_t t = a->edges[i].to;
+                if (hi[q] >= 0 && hi[q] + 1 > hi[t]) hi[t] = hi[q] + 1;
+                if (--indeg[t] == 0) order[k++] = t;
+            }
+        }
+        for (int32_t q = 0; q < n; q++)
+            if (a->acc[q] && hi[q] > *max) *max = hi[q];
+    }
+    free(lo), free(hi), free(order), free(indeg);
+    return 0;
+}
+
 bool fsa_is_all(const fsa *a) {
     if (a->n != 1 || !a->acc[0] || a->e0[1] != 2) return false;
     return a->edges[0].lo == 0 && a->edges[0].hi == 0xD7FF && a->edges[1].lo == 0xE000 && a->edges[1].hi == FSA_MAX_CP;

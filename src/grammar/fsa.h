@@ -58,6 +58,9 @@ fsa *fsa_length(const fsa *a, int64_t min, int64_t max);
 /* Concatenation a b. */
 fsa *fsa_concat(const fsa *a, const fsa *b);
 bool fsa_is_empty(const fsa *a);
+/* The shortest and longest accepted lengths in code points (*min -1: the
+ * empty language; *max -1: unbounded or empty); TUTTI_ERR out of memory. */
+int fsa_length_range(const fsa *a, int64_t *min, int64_t *max);
 bool fsa_is_all(const fsa *a);
 bool fsa_equal(const fsa *a, const fsa *b);
 bool fsa_accepts(const fsa *a, const uint32_t *cp, int32_t n);

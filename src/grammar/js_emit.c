@@ -203,16 +203,23 @@ static int string_alt(emitter *e, js_node *b, const char *name, sbuf *alt) {
         else sb_printf(alt, " | \"\\\"\" %s{%lld,%lld} \"\\\"\" %s", ch, (long long)b->min_len, (long long)b->max_len, spc);
         return 0;
     }
-    /* counting code points inside the automaton multiplies its states */
-    int64_t top = b->max_len >= 0 ? b->max_len : b->min_len;
+    /* counting code points inside the automaton multiplies its states:
+     * a bound every string of the automaton meets already is not counted
+     * (maxLength 255 on a date, minLength 1 on a non-empty pattern) */
+    int64_t amin, amax, min_len = b->min_len, max_len = b->max_len;
+    if (len && fsa_length_range(b->str, &amin, &amax) < 0) return js_err(e->c, b->path, "out of memory");
+    if (len && amin >= min_len) min_len = 0;
+    if (len && max_len >= 0 && amax >= 0 && amax <= max_len) max_len = -1;
+    len = min_len > 0 || max_len >= 0;
+    int64_t top = max_len >= 0 ? max_len : min_len;
     if (len && (int64_t)b->str->n * (top + 1) > JS_MAX_COUNTED) {
         char msg[200];
         snprintf(msg, sizeof msg, "counting to %lld inside a pattern or format of %d states would take over %d states",
                  (long long)top, (int)b->str->n, JS_MAX_COUNTED);
-        if (js_unsupported(e->c, b->path, b->max_len >= 0 ? "maxLength" : "minLength", "%s", msg) < 0) return TUTTI_ERR;
+        if (js_unsupported(e->c, b->path, max_len >= 0 ? "maxLength" : "minLength", "%s", msg) < 0) return TUTTI_ERR;
         len = false;
     }
-    fsa *d = len ? fsa_length(b->str, b->min_len, b->max_len) : b->str;
+    fsa *d = len ? fsa_length(b->str, min_len, max_len) : b->str;
     if (!d) return js_err(e->c, b->path, "a pattern or format with minLength/maxLength: %s", tutti_last_error());
     if (!fsa_is_empty(d)) {
         char h[80], start[96];
