@@ -44,6 +44,48 @@ extern "C" {
 /* Message describing the last error on this thread ("no error recorded" if
  * none).  Never NULL; valid until the next failing call on this thread. */
 const char *tutti_last_error(void);
+/* What the last error on this thread was: TUTTI_ERR_UNSUPPORTED when the
+ * caller's arguments caused it (a value out of range, a combination the
+ * function cannot do, an option the given models do not allow: the fix is
+ * a different argument; the CLI exits 2), TUTTI_ERR otherwise (a file, the
+ * data, the system).  For the calls that report failure by NULL. */
+int tutti_last_error_kind(void);
+/* text with every URL's credentials hidden: the user information
+ * ("user:password@" before the host) becomes "***@", and the values of query parameters whose names
+ * hold key, token, secret, pass, pwd, auth, sig or cred -> "***".  Writes
+ * at most cap bytes (NUL included) into out and returns out.  Every library
+ * message (tutti_last_error) is already redacted this way. */
+char *tutti_redact_urls(const char *text, char *out, size_t cap);
+/* Records this thread's last error (printf-style message) for a function
+ * the library calls back, such as a tutti_write_fn, that reports a failure
+ * through tutti_last_error.  Returns TUTTI_ERR. */
+int tutti_set_error(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+
+/* ------------------------------------------------------------------------ */
+/* Files written safely (every command that writes one: merge, fit -o,
+ * logits -o, eval --plot; details in src/util/file.h): the bytes go to a
+ * temporary file in the destination's folder, fsync'd and renamed onto it
+ * once complete, so no reader sees a partial file and a failure destroys
+ * nothing (a symlink at the destination is followed; an existing file keeps
+ * its permission bits). */
+
+/* Writes the file's whole content to fp; 0, or TUTTI_ERR with
+ * tutti_last_error() set (the write is then abandoned). */
+typedef int (*tutti_write_fn)(FILE *fp, void *ctx);
+/* Creates or replaces path with what produce(fp, ctx) writes.  0, or
+ * TUTTI_ERR with tutti_last_error() naming path and the cause. */
+int tutti_write_atomic(const char *path, tutti_write_fn produce, void *ctx);
+/* true when a and b name the same existing file (device and inode after
+ * following symbolic links); false when either does not exist. */
+bool tutti_same_file(const char *a, const char *b);
+/* Whether tutti_write_atomic(path) can be expected to succeed, checked
+ * before long work: path is not a directory and its folder exists and is
+ * writable.  0, or TUTTI_ERR with the reason. */
+int tutti_check_writable(const char *path);
 
 /* ------------------------------------------------------------------------ */
 /* Vocabulary and tokenizer (SentencePiece "spm" and byte-level "bpe"),
@@ -60,6 +102,7 @@ void tutti_vocab_free(tutti_vocab *vocab);
 int32_t tutti_vocab_n_tokens(const tutti_vocab *vocab);
 int32_t tutti_vocab_bos(const tutti_vocab *vocab); /* -1 if none */
 int32_t tutti_vocab_eos(const tutti_vocab *vocab); /* -1 if none */
+int32_t tutti_vocab_eot(const tutti_vocab *vocab); /* end of turn, -1 if none */
 /* true when the model's metadata asks for BOS at the start of a prompt. */
 bool tutti_vocab_add_bos(const tutti_vocab *vocab);
 /* true for tokens that end generation (EOS, EOT, <|im_end|>, ...). */
@@ -153,6 +196,68 @@ char *tutti_file_meta_str(const char *path, const char *key);
 void tutti_model_describe(const tutti_model *model, FILE *out);
 
 /* ------------------------------------------------------------------------ */
+/* GGUF files: metadata and tensor directory without loading a model
+ * (tutti info).  Format: github.com/ggml-org/ggml docs/gguf.md, versions 2
+ * and 3; a file is validated as tutti_model_load does before any call
+ * returns it. */
+
+typedef struct tutti_gguf tutti_gguf;
+
+typedef enum tutti_gguf_kind {
+    TUTTI_GGUF_NUMBER, /* an integer or floating-point type */
+    TUTTI_GGUF_BOOL,
+    TUTTI_GGUF_STRING,
+    TUTTI_GGUF_ARRAY,
+} tutti_gguf_kind;
+
+/* One metadata value; pointers are into the file, valid until it is closed. */
+typedef struct tutti_gguf_value {
+    tutti_gguf_kind kind;
+    const char *type;      /* GGUF's type name: "u8" "i8" "u16" "i16" "u32" "i32" "u64" "i64" "f32" "f64"
+                              "bool" "str" "arr" */
+    double number;         /* NUMBER: the value (a 64-bit integer rounded to the nearest double; a float
+                              may be NaN or infinite); BOOL: 0 or 1 */
+    bool is_float;         /* NUMBER: f32 or f64 */
+    const char *str;       /* STRING: its bytes, not NUL-terminated (they may hold NUL) */
+    size_t len;            /* STRING: their count */
+    const char *elem_type; /* ARRAY: the GGUF type name of its elements (never "arr") */
+    uint64_t n;            /* ARRAY: its element count */
+} tutti_gguf_value;
+
+/* Opens and validates path's header (memory-mapped).  NULL + error naming
+ * the file and what is wrong with it. */
+tutti_gguf *tutti_gguf_open(const char *path);
+void tutti_gguf_close(tutti_gguf *f);
+uint32_t tutti_gguf_version(const tutti_gguf *f);
+int64_t tutti_gguf_n_tensors(const tutti_gguf *f);
+/* Sum over the tensors of their element counts (the parameter count; 0 for
+ * a vocabulary-only file). */
+double tutti_gguf_n_params(const tutti_gguf *f);
+int64_t tutti_gguf_n_kv(const tutti_gguf *f);
+/* Key i's bytes (not NUL-terminated), length in *len; NULL when i is out of
+ * [0, n_kv). */
+const char *tutti_gguf_key(const tutti_gguf *f, int64_t i, size_t *len);
+/* Index of key (NUL-terminated), or -1 when the file has none. */
+int64_t tutti_gguf_find(const tutti_gguf *f, const char *key);
+/* Entry i's value (elem < 0), or element elem of the array entry i.  0, or
+ * TUTTI_ERR + error when i or elem is out of range. */
+int tutti_gguf_get(const tutti_gguf *f, int64_t i, int64_t elem, tutti_gguf_value *out);
+
+/* ------------------------------------------------------------------------ */
+/* The machine (tutti bench) */
+
+typedef struct tutti_system_info {
+    const char *kernels; /* the matrix-vector kernels in use: "scalar", "avx2", "avx512" or "neon" (the best
+                            this CPU runs, or the environment's TUTTI_KERNELS) */
+    int32_t n_cpus;      /* online CPUs, the default thread count */
+    bool mpi;            /* built with MPI: ensembles over ranks (mpirun -np K tutti ...) */
+} tutti_system_info;
+
+/* Fills *out.  0, or TUTTI_ERR when TUTTI_KERNELS names a path that is
+ * unknown or that this CPU cannot run (the message lists the ones it can). */
+int tutti_system_info_get(tutti_system_info *out);
+
+/* ------------------------------------------------------------------------ */
 /* Sessions: one timeline of tokens with its own KV cache. */
 
 typedef struct tutti_session tutti_session;
@@ -160,6 +265,18 @@ typedef struct tutti_session tutti_session;
 typedef struct tutti_session_params {
     int32_t n_ctx;     /* context length in tokens; 0 = min(n_ctx_train, 4096) */
     int32_t n_threads; /* worker threads; 0 = number of online CPUs */
+    /* llama.cpp's context shift (its --context-shift, as llama-cli and
+     * llama-server do it): false (the default) = an eval that would pass
+     * n_ctx fails.  true = whenever a token is about to be evaluated with
+     * n_past = n_ctx - 1, the first n_keep positions stay, the next
+     * n_discard = (n_past - n_keep) / 2 are dropped and the rest move down
+     * (tutti_session_shift), so evals never fail for a full context.  A
+     * batch is split at those points, so the cache after any sequence of
+     * evals is a function of the timeline's tokens alone, as if they had
+     * come one at a time.  Not for a model split over MPI ranks. */
+    bool ctx_shift;
+    int32_t n_keep; /* with ctx_shift: positions kept at the start (1 = BOS; at most n_ctx - 4, as
+                       llama-server caps it) */
 } tutti_session_params;
 
 tutti_session_params tutti_session_default_params(void);
@@ -170,8 +287,9 @@ void tutti_session_free(tutti_session *session);
 /* Runs the forward pass on ids[0..n) at positions n_past..n_past+n-1 in one
  * batch, appending them to the KV cache.  If logits is non-NULL it receives
  * all n rows, float32 [n][n_vocab]; the last row is always available from
- * tutti_session_logits.  Fails (nothing appended) if n_past + n would exceed
- * n_ctx or an id is out of range. */
+ * tutti_session_logits.  Fails (nothing appended) if an id is out of range
+ * or, without ctx_shift, if n_past + n would exceed n_ctx (with it, the
+ * context shifts where needed: see tutti_session_params). */
 int tutti_session_eval(tutti_session *session, const int32_t *ids, int32_t n, float *logits);
 
 /* Logits of the last evaluated position, [n_vocab]; owned by the session,
@@ -184,6 +302,31 @@ int32_t tutti_session_n_ctx(const tutti_session *session);
 /* Forgets every position >= n_past (0 clears the cache).  The logits of the
  * last kept position are not recomputed. */
 int tutti_session_rewind(tutti_session *session, int32_t n_past);
+
+/* Context shift (llama.cpp's llama_memory_seq_rm(n_keep, n_keep + n_discard)
+ * followed by llama_memory_seq_add(n_keep + n_discard, n_past, -n_discard),
+ * with its K-shift): drops positions [n_keep, n_keep + n_discard) and moves
+ * positions [n_keep + n_discard, n_past) down by n_discard, the keys rotated
+ * back by n_discard positions (RoPE rotations compose: a key computed at
+ * position p then turned by -n_discard is the key at p - n_discard, up to
+ * float rounding and the cache's f16); values move as they are.  The rows
+ * that stay keep what they attended to when they were computed.  n_past
+ * drops by n_discard; the logits stay those of the last eval.  0, or
+ * TUTTI_ERR for a range outside [0, n_past] or a split model. */
+int tutti_session_shift(tutti_session *session, int32_t n_keep, int32_t n_discard);
+/* Tokens of the session's timeline: n_past plus every token a context shift
+ * dropped (0 after tutti_session_rewind to 0). */
+int32_t tutti_session_n_tokens(const tutti_session *session);
+/* The shortest timeline length tutti_session_rewind_tokens can go back to
+ * without starting over: the length at the last context shift (0 if none). */
+int32_t tutti_session_rewind_floor(const tutti_session *session);
+/* Back to the state after the first n_tokens tokens of the timeline
+ * (n_tokens <= tutti_session_n_tokens): kept when n_tokens >=
+ * tutti_session_rewind_floor (the cache then holds exactly that state);
+ * otherwise the session is emptied, since a shift has dropped rows that
+ * state needs, and the caller evaluates the tokens again from the start.
+ * Returns the tokens kept (n_tokens or 0), or TUTTI_ERR. */
+int32_t tutti_session_rewind_tokens(tutti_session *session, int32_t n_tokens);
 
 /* ------------------------------------------------------------------------ */
 /* Sampling on a distribution given as logits (any unnormalised log-scale
@@ -390,9 +533,9 @@ int tutti_rule_parse(const char *name);
 int tutti_align_parse(const char *name);
 
 typedef struct tutti_member_desc {
-    const char *model_path; /* GGUF file, or a remote member "http://HOST:PORT#MODEL;vocab=PATH[;...]" (README "Remote members") */
+    const char *model_path; /* GGUF file, or a remote member "http://HOST:PORT#MODEL;vocab=PATH[;...]" (docs/remote-members.md) */
     float weight;           /* NAN = default (uniform; contrastive: 1 for member 1, -0.5 for the others) */
-    float temp;             /* tau_i > 0; NAN or 0 = 1 */
+    float temp;             /* tau_i in [TUTTI_TEMP_MIN, TUTTI_TEMP_MAX]; NAN = 1 (0 is refused) */
 } tutti_member_desc;
 
 typedef struct tutti_ensemble_params {
@@ -416,9 +559,50 @@ typedef struct tutti_ensemble_params {
      * one read-only copy of the weights, each with its own sessions and KV
      * caches.  Every given model must outlive the ensemble.  NULL = load all. */
     const tutti_model *const *models;
+    /* llama.cpp's context shift for the members' contexts (tutti run's
+     * default; false = a member's full context ends the generation with
+     * finish LENGTH): a local member whose window fills keeps its BOS and
+     * the n_keep tokens after it, drops the oldest half of the rest and goes
+     * on (tutti_session_params.ctx_shift).  Remote, MPI and split members
+     * keep their hard limit.  The prompt must still fit every context. */
+    bool ctx_shift;
+    int32_t n_keep;
 } tutti_ensemble_params;
 
 tutti_ensemble_params tutti_ensemble_default_params(void);
+
+/* Checking ensemble settings: the one validator.  tutti_ensemble_new, the
+ * weight, adapt and route setters, ensemble files, the command line and
+ * `tutti serve` (its flags, --config ensembles and a request's inline
+ * ensemble) all call these, so a value is refused everywhere with the same
+ * message.  Each returns 0, or TUTTI_ERR with a message naming the member
+ * (1-based) and the value, never a path or where the value came from (the
+ * caller prefixes that: a flag, a file's line, a JSON field).
+ *   temperature  NAN = the default 1; else in [TUTTI_TEMP_MIN, TUTTI_TEMP_MAX]
+ *                (0 is refused, not read as 1)
+ *   weights      [n_members], NAN = the rule's default (tutti_default_weight);
+ *                finite; >= 0 except in CONTRASTIVE, whose member 1 (the
+ *                expert) must be > 0; not all 0; MIX and PRODUCT: sum > 0.
+ *                Also checks n_members (1..16, CONTRASTIVE 2..16) and rule.
+ *   adapt        alpha in [0, 1] (the rule is checked when it is set: MIX,
+ *                or SPAN alignment)
+ *   route        tau in [TUTTI_ROUTE_TAU_MIN, TUTTI_ROUTE_TAU_MAX] nats per
+ *                byte (the rule: MIX or PRODUCT, checked when it is set)
+ *   params       all of a tutti_ensemble_params' settings (members' weights
+ *                and temperatures, rule, align, beta, prune, max_hyps), no file
+ *                opened */
+#define TUTTI_TEMP_MIN 1e-6
+#define TUTTI_TEMP_MAX 1e6
+#define TUTTI_ROUTE_TAU_MIN 1e-6
+#define TUTTI_ROUTE_TAU_MAX 1e6
+int tutti_check_temp(int32_t member, float temp);
+int tutti_check_weights(const float *weights, int32_t n_members, tutti_fusion_rule rule);
+int tutti_check_adapt(double alpha);
+int tutti_check_route(double tau);
+int tutti_ensemble_params_check(const tutti_ensemble_params *params);
+/* Member's (1-based) default weight: uniform 1/n; CONTRASTIVE: 1 for
+ * member 1, -0.5/(n-1) for the others. */
+float tutti_default_weight(int32_t member, int32_t n_members, tutti_fusion_rule rule);
 
 typedef struct tutti_ensemble tutti_ensemble;
 
@@ -440,6 +624,9 @@ const char *tutti_ensemble_member_path(const tutti_ensemble *ens, int32_t i);
  * rank, a split member, a tutti server): owned by the ensemble; NULL out of
  * range. */
 const tutti_vocab *tutti_ensemble_member_vocab(const tutti_ensemble *ens, int32_t i);
+/* The longest token sequence member i conditions on (its context: -c, or
+ * the model's default); 0 out of range. */
+int32_t tutti_ensemble_member_n_ctx(const tutti_ensemble *ens, int32_t i);
 /* A string of member i's GGUF metadata (e.g. "tokenizer.chat_template") as
  * a malloc'd copy the caller frees: from the loaded model, else from the
  * member's file (members on other ranks); NULL when absent or for a URL
@@ -519,12 +706,34 @@ typedef struct tutti_mask {
                                      longest generated text that member 1 tokenizes (on its own, no BOS, as
                                      tutti_tokenize) into at most max_tokens tokens, ending between two
                                      UTF-8 characters */
+    bool ignore_eos;              /* the text never ends by itself (tutti generate --ignore-eos): TOKEN
+                                     end-of-generation tokens, BYTE the end-of-text outcome, SPAN drafts'
+                                     end-of-generation tokens are ruled out; it ends at max_len /
+                                     max_tokens, a stop string or a full context */
+    /* OpenAI's logit_bias: bias[k] is added to the fused log-probability of
+     * token bias_ids[k] (an id of member 1's vocabulary) every step, after
+     * the rule and before the mask, the grammar and the sampler (which
+     * renormalises); -INFINITY bans the token.  TOKEN alignment only: BYTE
+     * and SPAN fuse over bytes and drafts, which have no token ids (error).
+     * Ids in [0, n_vocab), biases finite or -INFINITY; n_bias 0 = none. */
+    const int32_t *bias_ids;
+    const float *bias;
+    int32_t n_bias;
 } tutti_mask;
+
+/* Why a generation ended, in the OpenAI API's terms (finish_reason). */
+typedef enum tutti_finish {
+    TUTTI_FINISH_STOP = 0,   /* "stop": end of text, a stop string, the grammar complete (nothing may
+                                follow), or the text callback asked to stop */
+    TUTTI_FINISH_LENGTH = 1, /* "length": mask->max_len / max_tokens reached, or a member's full
+                                context ended it (ctx_full_member), in every alignment */
+} tutti_finish;
 
 typedef struct tutti_ensemble_stats {
     int32_t n_units;        /* tokens (TOKEN) or bytes (BYTE, SPAN) generated */
     int32_t n_bytes;        /* bytes output */
     double t_total_s;       /* wall time of the generation (prompt included) */
+    double t_prompt_s;      /* of t_total_s, up to the first fused distribution (the prompt's forward passes) */
     double t_forward_s;     /* wall time during which members ran forward passes */
     double t_fusion_s;      /* t_total_s - t_forward_s: alignment, fusion, mask, sampling */
     double t_member_s[TUTTI_ENSEMBLE_MAX_MEMBERS];       /* forward time per member */
@@ -548,9 +757,11 @@ typedef struct tutti_ensemble_stats {
     /* The member whose full context ended the generation (0-based), -1 if
      * none did.  NaN/+inf logits are not a stop but an error. */
     int32_t ctx_full_member;
-    /* The generation ended at mask->max_len or mask->max_tokens (a client's
-     * "length" finish), not at end of text, a stop string or a full context. */
+    /* The generation ended at mask->max_len or mask->max_tokens, not at end
+     * of text, a stop string or a full context. */
     bool at_limit;
+    /* LENGTH when at_limit or ctx_full_member >= 0, else STOP. */
+    tutti_finish finish;
 } tutti_ensemble_stats;
 
 #define TUTTI_LEFT_SPELL 1
@@ -884,13 +1095,140 @@ typedef struct tutti_merge_params {
     uint64_t seed;     /* of the random masks (dare_*, della*) */
     const char *name;  /* general.name of the output; NULL: "merge of ..." */
     bool verbose;      /* one line per tensor on stderr */
+    /* Receives a line worth telling the user (NULL: none): the tensors
+     * written in a fallback type (rows the output type's blocks do not
+     * divide), once per merge, as llama-quantize warns of them. */
+    tutti_notice_cb notice;
+    void *notice_user;
 } tutti_merge_params;
 
 tutti_merge_params tutti_merge_default_params(void); /* type NULL, seed 0 */
 
-/* Merges into out_path (created; removed again on failure).  0 or TUTTI_ERR
- * with tutti_last_error() saying which check or tensor failed. */
+/* Merges into out_path.  Refused before any work when out_path is one of
+ * the inputs (the same file: device and inode after following symlinks, so
+ * also another spelling, a symlink or a hard link) or cannot be written.
+ * The file is written atomically: a temporary file in its folder, renamed
+ * onto out_path when complete; on failure out_path is left as it was (an
+ * input that is mapped is never truncated).  0 or TUTTI_ERR with
+ * tutti_last_error() saying which check or tensor failed. */
 int tutti_merge(const tutti_merge_config *c, const char *out_path, const tutti_merge_params *p);
+/* The same GGUF file streamed to out (binary, sequential: a pipe will do),
+ * e.g. stdout; a failure leaves a partial stream. */
+int tutti_merge_stream(const tutti_merge_config *c, FILE *out, const tutti_merge_params *p);
+
+/* ------------------------------------------------------------------------ */
+/* Runs over MPI ranks (src/mpi/tutti_mpi.h has the design).
+ *
+ *   mpirun -np K tutti run -m A.gguf -m B.gguf ... [--place 0,1,1]
+ *   mpirun -np K tutti generate --split-layers [N0,N1,...] -m M.gguf ...
+ *
+ * Without an MPI library at build time (tutti_system_info_get: mpi false)
+ * every member is local and the split flags are refused with a message. */
+
+/* Called first by main(): removes --place LIST from argv, initialises MPI
+ * (MPI_THREAD_MULTIPLE) when the process was started by mpirun.  Returns -1
+ * on rank 0 or without MPI (go on with the command); otherwise the exit
+ * status for main to return (a member rank that served until rank 0
+ * finished, or 2 for bad usage). */
+int tutti_mpi_start(int *argc, char **argv);
+/* Called by main() with the command's exit status on rank 0: releases the
+ * member ranks and finalises MPI (skipped after a fault: a dead peer would
+ * hang MPI_Finalize).  Returns the status to exit with. */
+int tutti_mpi_stop(int rc);
+/* On rank 0: a member rank seen dead (a failed or timed-out wait, or its
+ * process gone from this host), with its members' names in members[cap]
+ * (may be NULL); 0 when every rank is alive as far as rank 0 knows (and
+ * without MPI).  For `tutti serve`'s /health. */
+int tutti_mpi_dead_rank(char *members, size_t cap);
+
+/* Checks the split flags as parsed (--split-layers [N0,N1,...] and
+ * --split-ubatch N, cli.h CLI_SPLIT_OPTS): counts NULL = not given, "" =
+ * by memory; ubatch 0 = auto.  TUTTI_OK, or TUTTI_ERR with the error set
+ * (bad usage: exit 2; also any split flag in a build without MPI). */
+int tutti_mpi_split_check(const char *counts, int32_t ubatch);
+/* Plans the split of path over the ranks (counts or by memory; printed on
+ * stderr) and loads rank 0's part.  NULL with the error set. */
+tutti_model *tutti_mpi_split_load(const char *path, const tutti_model_params *params, const char *counts);
+/* Loads the other ranks' parts with s's context size and n_threads each,
+ * then routes s's evaluations through the ring (s owns the pipeline; freed
+ * with s).  A rank that cannot load its part is an error naming it.  Does
+ * nothing on one rank.  0 or TUTTI_ERR. */
+int tutti_mpi_split_attach(tutti_session *s, int32_t n_threads, int32_t ubatch);
+
+/* Ensemble members split by layers (tutti run/eval/fit/serve
+ * --split-layers [COUNTS] [--split-ubatch N] [--split-member I,J]): the
+ * member files to split (paths[0..n_paths); n_paths 0 = every member),
+ * counts (NULL or "" = by memory) and ubatch (0 = auto) for all of them.
+ * A split member occupies every rank, so --place cannot be combined
+ * (the other members are placed round robin as always).  TUTTI_OK, or
+ * TUTTI_ERR with the error set (bad usage: exit 2). */
+int tutti_mpi_split_members(const char *counts, int32_t ubatch, const char *const *paths, int32_t n_paths);
+
+/* ------------------------------------------------------------------------ */
+/* Models by name: the Hugging Face hub, as llama.cpp's -hf (README "Models
+ * by name").  A model spec "hf://USER/MODEL[:QUANT]" or "hf://USER/MODEL/FILE"
+ * may stand wherever a GGUF path does: tutti_model_load, tutti_vocab_load,
+ * tutti_file_meta_str, ensemble members (tutti_ensemble_new, ensemble files),
+ * merge configurations.  It is resolved to a file of the local cache,
+ * downloading what is missing (src/hub/hub.h has the protocol and the cache
+ * layout); each spec is resolved once per process. */
+
+typedef struct tutti_hub_params {
+    const char *endpoint;  /* NULL: $MODEL_ENDPOINT, else $HF_ENDPOINT, else https://huggingface.co/ */
+    const char *token;     /* NULL: $HF_TOKEN; sent as "Authorization: Bearer", never printed */
+    const char *cache_dir; /* NULL: $LLAMA_CACHE, $HF_HUB_CACHE, $HUGGINGFACE_HUB_CACHE, $HF_HOME/hub,
+                              $XDG_CACHE_HOME/huggingface/hub, ~/.cache/huggingface/hub */
+    bool offline;          /* the cache only, no network (also $LLAMA_OFFLINE or $HF_HUB_OFFLINE = 1) */
+    bool progress;         /* download progress on stderr (default true) */
+} tutti_hub_params;
+
+tutti_hub_params tutti_hub_default_params(void);
+/* Settings for every later resolution in this process (strings copied);
+ * NULL restores the defaults.  Forgets what was resolved so far. */
+int tutti_hub_configure(const tutti_hub_params *params);
+/* true for "hf://..." */
+bool tutti_is_hub_spec(const char *s);
+/* 0 when s is a well-formed spec (hf://REPO, hf://REPO:QUANT, hf://REPO/FILE;
+ * also without "hf://"), else TUTTI_ERR with an error saying the form (a
+ * command line's usage error).  Asks nothing of the network. */
+int tutti_hub_spec_check(const char *s);
+/* The local path of a spec's file (a split model: its first part, every part
+ * beside it), as a malloc'd string the caller frees; anything that is not a
+ * spec is returned as a copy.  QUANT: the file whose path holds the tag
+ * followed by '.' or '-', in any case; none: Q4_K_M, else Q8_0, else the
+ * first model file.  Online: the repository's listing, then each missing
+ * file downloaded (resumed with HTTP Range after a cut, its sha256 checked
+ * before it is used, renamed into place when complete; one process at a time
+ * per file).  Offline, or when the hub cannot be reached (a warning says
+ * so): the cache.  NULL on error: a malformed spec, 401/403 (set HF_TOKEN),
+ * 404, a quant tag the repository lacks (the message lists its tags), a
+ * corrupted download, nothing cached while offline. */
+char *tutti_hub_resolve(const char *spec);
+
+/* The cache folder in force (params, else the variables above) into buf;
+ * 0, or TUTTI_ERR when it does not fit or there is none. */
+int tutti_hub_cache_dir(char *buf, size_t cap);
+
+/* One file of the cache. */
+typedef struct tutti_hub_entry {
+    char repo[260];    /* USER/MODEL */
+    char file[516];    /* its path in the repository */
+    char tag[68];      /* quant tag from the name, upper case ("" none) */
+    char commit[44];   /* the snapshot */
+    char path[4608];   /* on disk (the snapshot's link) */
+    int64_t size;      /* bytes */
+    int64_t last_use;  /* Unix seconds: the last resolution that used it (or its download) */
+    bool current;      /* in the snapshot refs/main names */
+} tutti_hub_entry;
+
+/* Every file of the cache, by repository then path (*entries malloc'd, the
+ * caller frees; an absent cache is an empty list).  0 or TUTTI_ERR. */
+int tutti_hub_list(tutti_hub_entry **entries, int32_t *n);
+/* Removes "USER/MODEL" (the whole repository), "USER/MODEL:QUANT" (its files
+ * of that tag) or a FILE (a path as listed, its base name, or USER/MODEL/FILE;
+ * a split model's part removes all its parts), then the blobs nothing links
+ * to any more.  *n_removed: files removed; TUTTI_ERR when nothing matches. */
+int tutti_hub_remove(const char *what, int32_t *n_removed);
 
 #ifdef __cplusplus
 }

@@ -57,7 +57,6 @@ static char *unescape(const char *s) {
 
 static void test_greedy_equals_llamacpp(void **state) {
     (void)state;
-    require_shared();
     size_t len;
     char *tsv = read_file(DATA "oracle.tsv", &len);
     assert_non_null(tsv);
@@ -259,18 +258,18 @@ static void test_200_generations_valid(void **state) {
  * malformed grammars and schemas name the position; exit statuses. */
 static void test_cli_errors(void **state) {
     (void)state;
-    require_shared();
     static const struct {
         const char *args, *msg;
         int status;
     } k[] = {
-        {"--grammar 'root ::= \"a\" b'", "line 1, column 14: undefined rule 'b'", 1},
-        {"--grammar 'root ::= root \"a\"'", "left-recursive", 1},
-        {"--grammar 'root ::= [^\\x00-\\U0010FFFF]'", "admits no string", 1},
-        {"--json-schema '{\"type\":\"array\",\"uniqueItems\":true}'", "at /: keyword 'uniqueItems'", 1},
+        /* a grammar or schema given inline is a flag value: exit 2 (a file's content: 1) */
+        {"--grammar 'root ::= \"a\" b'", "line 1, column 14: undefined rule 'b'", 2},
+        {"--grammar 'root ::= root \"a\"'", "left-recursive", 2},
+        {"--grammar 'root ::= [^\\x00-\\U0010FFFF]'", "admits no string", 2},
+        {"--json-schema '{\"type\":\"array\",\"uniqueItems\":true}'", "at /: keyword 'uniqueItems'", 2},
         {"--json-schema '{\"type\":\"array\",\"uniqueItems\":true}' --json-schema-lenient",
          "warning: --json-schema: json schema: at /: keyword 'uniqueItems' dropped", 0},
-        {"--grammar 'root ::= (\"a\"?)*'", "line 1, column 16: in rule 'root', the repeated part can match the empty", 1},
+        {"--grammar 'root ::= (\"a\"?)*'", "line 1, column 16: in rule 'root', the repeated part can match the empty", 2},
         {"--json-schema /nonexistent.json", "/nonexistent.json", 1},
         {"--json --grammar 'root ::= \"a\"'", "give one grammar", 2},
         {"--grammar", "needs a value", 2},
@@ -301,8 +300,9 @@ static void test_cli_errors(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_equals_llamacpp),
-        cmocka_unit_test(test_200_generations_valid),
+        shared_unit_test(test_200_generations_valid),
         cmocka_unit_test(test_cli_errors),
     };
+    test_select_part();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

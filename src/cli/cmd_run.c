@@ -4,183 +4,17 @@
  *             [--align auto|token|byte|span] -p TEXT [-n N] [--temp T] [--seed S] ...
  *
  * Fused text on stdout, per-member timings and the fusion overhead on
- * stderr.  Also home of the ensemble flags shared with `tutti eval` and
- * `tutti fit` (ens_args_*). */
-#include <errno.h>
+ * stderr.  The ensemble flags it shares with `tutti eval`, `fit` and
+ * `serve` are ens_args.c's. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli/cli.h"
 #include "cli/ens_args.h"
 #include "cli/grammar_args.h"
-#include "mpi/tutti_mpi.h"
 #include "tutti.h"
-
-/* ---- ensemble flags shared by run / eval / fit ---- */
-
-static const char *g_rules[5], *g_aligns[5];
-
-const char ens_file_help[] = ENS_FILE_HELP;
-
-void ens_args_init(ens_args *a) {
-    memset(a, 0, sizeof *a);
-    a->rule = a->align = -1;
-    a->prune = -1;
-    a->adapt_alpha = -1;
-    a->route_tau = -1;
-    a->n_ctx = CLI_CTX_UNSET;
-    for (int k = 0; k < 4; k++) {
-        g_rules[k] = tutti_rule_name((tutti_fusion_rule)k);
-        g_aligns[k] = tutti_align_name((tutti_align)k);
-    }
-    const cli_opt t[] = {
-        CLI_SECTION("ensemble"),
-        CLI_STRS("-m,--model", "FILE", &a->models, "a member's GGUF file (repeat: one -m per member)"),
-        CLI_STR("-e,--ensemble", "FILE", &a->ens_file, "members from an ensemble file (format below)", "none"),
-        CLI_FLOATS("-w,--weights", "W1,W2,...", &a->weights, -1e30, 1e30, "member weights, one per member",
-                   "uniform"),
-        CLI_FLOATS("--temps", "T1,T2,...", &a->temps, 1e-6, 1e6, "member temperatures tau_i, one per member", "1"),
-        CLI_CHOICE("--rule", "RULE", &a->rule, g_rules, "mix | product | gate | contrastive",
-                   "the ensemble file's, else mix"),
-        CLI_CHOICE("--align", "ALIGN", &a->align, g_aligns,
-                   "auto | token | byte | span (auto: token if the vocabularies\nare identical, else byte)",
-                   "the ensemble file's, else auto"),
-        CLI_THREADS_OPT(&a->n_threads),
-        CLI_INT("--parallel", "N", &a->parallel, 0, 2, "0 default, 1 members one after the other, 2 concurrently",
-                NULL),
-        CLI_CTX_OPT(&a->n_ctx, " per member"),
-        CLI_DOUBLE("--prune", "X", &a->prune, 0, 0.999999,
-                   "byte alignment: hypothesis pruning share, 0 = exact", "1e-4"),
-        CLI_INT("--max-hyps", "N", &a->max_hyps, 1, 4096, "byte alignment: hypotheses per member", "8"),
-        CLI_FLOAT("--beta", "X", &a->beta, 1e-6, 1, "contrastive plausibility cut", "0.1"),
-        ENS_WEIGHT_OPTS(&a->adapt, &a->adapt_alpha, &a->route, &a->route_tau),
-        CLI_SECTION("members over MPI ranks (mpirun -np K tutti CMD ...)"),
-        CLI_SPLIT_OPTS(&a->split_counts, &a->split_ub, "members"),
-        ENS_SPLIT_MEMBER_OPT(&a->split_member, "members"),
-        CLI_END,
-    };
-    _Static_assert(sizeof t <= sizeof a->opts, "ens_args.opts is too small for the table");
-    memcpy(a->opts, t, sizeof t);
-}
-
-int ens_split_members(const char *list, const char *const *members, int n, const char **paths, int32_t *n_paths) {
-    *n_paths = 0;
-    if (!list) return CLI_RUN;
-    for (const char *p = list;;) {
-        char *e;
-        long i = strtol(p, &e, 10);
-        if (e == p || (*e && *e != ',') || i < 1 || i > n)
-            return cli_usage_error("--split-member %s: expected comma-separated member numbers in [1, %d]", list, n);
-        if (!strncmp(members[i - 1], "http://", 7) || !strncmp(members[i - 1], "https://", 8))
-            return cli_usage_error("--split-member %ld: member %ld (%s) is a remote member, which cannot be split",
-                                   i, i, members[i - 1]);
-        if (*n_paths < TUTTI_ENSEMBLE_MAX_MEMBERS) paths[(*n_paths)++] = members[i - 1];
-        if (!*e) break;
-        p = e + 1;
-    }
-    return CLI_RUN;
-}
-
-void ens_args_free(ens_args *a) { tutti_ensemble_file_free(a->file); }
-
-int ens_args_check(ens_args *a) {
-    int n = a->models.n;
-    if (a->ens_file) {
-        if (!(a->file = tutti_ensemble_file_read(a->ens_file))) return cli_error("%s", tutti_last_error());
-        n += a->file->n_members;
-    }
-    if (n == 0) return cli_usage_error("no members: give -m MODEL.gguf (one per member) or -e ENSEMBLE_FILE");
-    if (n > TUTTI_ENSEMBLE_MAX_MEMBERS)
-        return cli_usage_error("%d members; at most %d", n, TUTTI_ENSEMBLE_MAX_MEMBERS);
-    if (a->weights.n && a->weights.n != n)
-        return cli_usage_error("-w gives %d weight%s but the ensemble has %d member%s", a->weights.n,
-                               a->weights.n == 1 ? "" : "s", n, n == 1 ? "" : "s");
-    if (a->temps.n && a->temps.n != n)
-        return cli_usage_error("--temps gives %d temperature%s but the ensemble has %d member%s", a->temps.n,
-                               a->temps.n == 1 ? "" : "s", n, n == 1 ? "" : "s");
-    /* members split by layers over the MPI ranks (member_split.c) */
-    int r = cli_split_check(a->split_counts, a->split_ub);
-    if (r != CLI_RUN) return r;
-    if (a->split_member && !a->split_counts) return cli_usage_error("--split-member needs --split-layers");
-    if (a->split_counts) {
-        const char *members[TUTTI_ENSEMBLE_MAX_MEMBERS], *paths[TUTTI_ENSEMBLE_MAX_MEMBERS];
-        int m = 0;
-        for (int i = 0; a->file && i < a->file->n_members; i++) members[m++] = a->file->members[i].model_path;
-        for (int i = 0; i < a->models.n; i++) members[m++] = a->models.v[i];
-        int32_t n_paths = 0;
-        if ((r = ens_split_members(a->split_member, members, m, paths, &n_paths)) != CLI_RUN) return r;
-        if (tutti_mpi_split_members(a->split_counts, a->split_ub, paths, n_paths) < 0)
-            return cli_usage_error("%s", tutti_last_error());
-    }
-    return CLI_RUN;
-}
-
-tutti_ensemble *ens_args_build(ens_args *a, const char *cmd) {
-    int n = 0;
-    int rule = a->rule, align = a->align;
-    (void)cmd; /* messages carry the command's name (cli_cmd) */
-    if (a->file) { /* read by ens_args_check */
-        for (int i = 0; i < a->file->n_members && n < TUTTI_ENSEMBLE_MAX_MEMBERS; i++) a->desc[n++] = a->file->members[i];
-        if (rule < 0) rule = a->file->rule;
-        if (align < 0) align = a->file->align;
-    }
-    for (int i = 0; i < a->models.n && n < TUTTI_ENSEMBLE_MAX_MEMBERS; i++)
-        a->desc[n++] = (tutti_member_desc){.model_path = a->models.v[i], .weight = NAN, .temp = NAN};
-    /* counts checked by ens_args_check */
-    for (int i = 0; i < a->weights.n && i < n; i++) a->desc[i].weight = a->weights.v[i];
-    for (int i = 0; i < a->temps.n && i < n; i++) a->desc[i].temp = a->temps.v[i];
-    int32_t n_ctx = a->n_ctx;
-    if (n_ctx == 0) { /* -c 0: the smallest trained context, so that no member runs past its own */
-        for (int i = 0; i < n; i++) {
-            int32_t t = cli_ctx_train_of_file(a->desc[i].model_path);
-            if (t > 0 && (n_ctx == 0 || t < n_ctx)) n_ctx = t;
-        }
-        if (n_ctx > CLI_MAX_CTX) n_ctx = CLI_MAX_CTX;
-    } else if (n_ctx == CLI_CTX_UNSET) {
-        n_ctx = 0; /* each member: min(trained, 4096) */
-    }
-    tutti_ensemble_params p = tutti_ensemble_default_params();
-    p.members = a->desc;
-    p.n_members = n;
-    if (rule >= 0) p.rule = (tutti_fusion_rule)rule;
-    if (align >= 0) p.align = (tutti_align)align;
-    p.n_threads = a->n_threads;
-    p.parallel = a->parallel;
-    p.verbose = !cli_quiet; /* the scheduling choice on stderr */
-    p.n_ctx = n_ctx;
-    if (a->max_hyps > 0) p.max_hyps = a->max_hyps;
-    if (a->prune >= 0) p.prune = a->prune;
-    if (a->beta > 0) p.beta = a->beta;
-    tutti_ensemble *e = tutti_ensemble_new(&p);
-    if (!e) {
-        cli_error("%s", tutti_last_error());
-        return NULL;
-    }
-    double alpha = a->adapt_alpha >= 0 ? a->adapt_alpha : a->file && a->file->adapt >= 0 ? a->file->adapt : -1;
-    if ((a->adapt || alpha >= 0) && tutti_ensemble_set_adapt(e, alpha >= 0 ? alpha : 0.01) < 0) {
-        cli_error("%s", tutti_last_error());
-        tutti_ensemble_free(e);
-        return NULL;
-    }
-    double tau = a->route_tau > 0 ? a->route_tau : a->file && a->file->route > 0 ? a->file->route : -1;
-    if ((a->route || tau > 0) && tutti_ensemble_set_route(e, tau > 0 ? tau : 0.25) < 0) {
-        cli_error("%s", tutti_last_error());
-        tutti_ensemble_free(e);
-        return NULL;
-    }
-    if (a->n_ctx > 0)
-        for (int i = 0; i < tutti_ensemble_n_members(e); i++) {
-            char label[600];
-            snprintf(label, sizeof label, "member %d (%s)", i + 1, tutti_ensemble_member_path(e, i));
-            cli_ctx_for(tutti_ensemble_member_model(e, i), a->n_ctx, label);
-        }
-    return e;
-}
-
-/* ---- run ---- */
 
 /* Members leaving and contexts filling up, on stderr as they happen. */
 static void notice_cb(const char *msg, void *u) {
@@ -196,11 +30,56 @@ static int write_cb(const char *b, size_t n, void *u) {
     return cli_interrupted(); /* Ctrl-C: stop after this unit */
 }
 
+/* The summary: what was generated and why it ended (the first line),
+ * then each member's work and the fusion's overhead.  In byte
+ * and span alignment the fusion samples bytes, and the output can be
+ * shorter than what was sampled: -n counts member 1's tokens and cuts the
+ * text back to the longest prefix it allows, a stop string is not printed,
+ * and an unfinished UTF-8 character at the end is held back. */
+static void print_summary(const tutti_ensemble *e, const tutti_ensemble_stats *st, int32_t n_gen, bool stops) {
+    tutti_align al = tutti_ensemble_align(e);
+    const char *unit = al == TUTTI_ALIGN_TOKEN ? "token" : "byte";
+    double t = st->t_total_s > 0 ? st->t_total_s : 1e-9;
+    char what[256];
+    if (al == TUTTI_ALIGN_TOKEN)
+        snprintf(what, sizeof what, "%d tokens generated (%d bytes of text)", st->n_units, st->n_bytes);
+    else if (st->n_units == st->n_bytes)
+        snprintf(what, sizeof what, "%d bytes generated", st->n_units);
+    else
+        snprintf(what, sizeof what, "%d bytes sampled, %d output (the last %d cut: %s)", st->n_units, st->n_bytes,
+                 st->n_units - st->n_bytes,
+                 st->at_limit ? "-n counts member 1's tokens and ends the text at the last whole one"
+                 : stops      ? "a stop string, which is not printed"
+                              : "an unfinished UTF-8 character");
+    char why[256];
+    if (st->ctx_full_member >= 0)
+        snprintf(why, sizeof why, "length: member %d's context is full", st->ctx_full_member + 1);
+    else if (st->finish == TUTTI_FINISH_LENGTH)
+        snprintf(why, sizeof why, "length: -n %d reached", n_gen);
+    else
+        snprintf(why, sizeof why, "stop");
+    cli_info("\n%s alignment, rule %s: %s in %.3f s (%.1f %ss/s); finish: %s\n", tutti_align_name(al),
+             tutti_rule_name(tutti_ensemble_rule(e)), what, st->t_total_s, st->n_units / t, unit, why);
+    for (int i = 0; i < tutti_ensemble_n_members(e); i++)
+        cli_info("  member %d %-40s w=%.3g tau=%.3g: %6lld tokens evaluated in %lld forward passes, forward %.3f s "
+                 "(%.1f tokens/s)%s\n",
+                 i + 1, tutti_ensemble_member_path(e, i), (double)tutti_ensemble_member_weight(e, i),
+                 (double)tutti_ensemble_member_temp(e, i), (long long)st->n_member_tokens[i],
+                 (long long)st->n_member_passes[i], st->t_member_s[i],
+                 st->t_member_s[i] > 0 ? (double)st->n_member_tokens[i] / st->t_member_s[i] : 0.0,
+                 !st->member_left[i] ? ""
+                 : st->member_left_reason[i] == TUTTI_LEFT_PRUNED ? " (left: its hypotheses were pruned)"
+                                                                 : " (left: its tokens cannot spell the text)");
+    cli_info("  fusion overhead (outside forward passes): %.3f s = %.3f ms per %s\n", st->t_fusion_s,
+             st->n_units ? 1e3 * st->t_fusion_s / st->n_units : 0.0, unit);
+}
+
 int tutti_cmd_run(int argc, char **argv) {
     ens_args a;
     ens_args_init(&a);
-    tutti_sampler_params sp = tutti_sampler_default_params();
-    sp.seed = CLI_SEED_RANDOM;
+    cli_sampling cs;
+    cli_sampling_init(&cs);
+    a.ctx_shift = true; /* llama.cpp's context shift, unless --no-context-shift */
     const char *prompt = NULL, *prompt_file = NULL, *system = NULL;
     bool chat = false, verbose_prompt = false, escape = true;
     int32_t n_gen = 128;
@@ -217,6 +96,7 @@ int tutti_cmd_run(int argc, char **argv) {
                 "(byte/span: the longest text member 1 tokenizes into at most N tokens,\n"
                 "ending between UTF-8 characters); -1 = until end of text or a full context",
                 NULL),
+        CLI_CTX_SHIFT_OPTS(&a.ctx_shift, &a.n_keep, "each member's first N\nof its own prompt tokens"),
         CLI_STRS("--stop", "TEXT", &stop_s, "stop when the output contains TEXT (not printed; repeatable)"),
         CLI_STRS("--allow", "TEXT", &allow_s, "the output must be (a prefix of) one of these strings (repeatable)"),
         CLI_STRS("--forbid", "TEXT", &forbid_s, "the output never contains TEXT (repeatable)"),
@@ -229,7 +109,7 @@ int tutti_cmd_run(int argc, char **argv) {
         CLI_FLAG("--verbose-prompt", &verbose_prompt, "print every member's prompt token ids on stderr"),
         CLI_INCLUDE(a.opts),
         CLI_SECTION("sampling (on the fused distribution)"),
-        CLI_SAMPLING_OPTS(&sp),
+        CLI_SAMPLING_OPTS(&cs),
         CLI_GRAMMAR_OPTS(&ga),
         CLI_END,
     };
@@ -247,6 +127,9 @@ int tutti_cmd_run(int argc, char **argv) {
     if (pr != CLI_RUN) return pr;
     if (system && !chat) return cli_usage_error("--system needs --chat");
     if (prompt && prompt_file) return cli_usage_error("-p and -f both give the prompt; use one");
+    if (a.n_keep < 0)
+        return cli_usage_error("--keep -1 (the whole prompt) needs one tokenizer: give N >= 0 tokens per member");
+    a.ctx_shift &= n_gen >= 0; /* -n -1 means "until a context is full" */
     int gst;
     tutti_grammar *grammar = cli_grammar_build(&ga, &gst); /* before loading: fail fast */
     if (gst) return gst;
@@ -271,13 +154,14 @@ int tutti_cmd_run(int argc, char **argv) {
         tutti_grammar_free(grammar);
         ens_args_free(&a);
         for (int k = 0; k < CLI_MAX_STRS; k++) free(owned[k]);
-        return 1;
+        return buf ? a.status : 1;
     }
     prompt = buf;
-    sp.seed = cli_seed_resolve(sp.seed);
+    cs.sp.seed = cli_seed_resolve(cs.sp.seed);
     tutti_ensemble_set_notice(e, notice_cb, NULL);
     tutti_mask m = {.allowed = allow, .n_allowed = n_allow, .forbidden = forbid, .n_forbidden = n_forbid,
-                    .stop = stop, .n_stop = n_stop, .max_tokens = n_gen, .grammar = grammar};
+                    .stop = stop, .n_stop = n_stop, .max_tokens = n_gen, .grammar = grammar,
+                    .ignore_eos = cs.ignore_eos};
     int n_mem = tutti_ensemble_n_members(e);
     int32_t *ids[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0}, n_ids[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0};
     int rc = 0;
@@ -310,32 +194,15 @@ int tutti_cmd_run(int argc, char **argv) {
     cli_catch_sigint();
     if (rc == 0 && n_gen != 0) {
         /* stdout holds the generated text only, exactly as tutti generate's */
-        rc = chat ? tutti_ensemble_generate_ids(e, (const int32_t *const *)ids, n_ids, &sp, &m, write_cb, NULL, &st)
-                  : tutti_ensemble_generate(e, prompt, plen, &sp, &m, write_cb, NULL, &st);
+        rc = chat ? tutti_ensemble_generate_ids(e, (const int32_t *const *)ids, n_ids, &cs.sp, &m, write_cb, NULL, &st)
+                  : tutti_ensemble_generate(e, prompt, plen, &cs.sp, &m, write_cb, NULL, &st);
     }
     fflush(stdout);
     if (rc == TUTTI_ERR) {
         fprintf(stderr, "tutti run: %s\n", tutti_last_error());
     } else if (rc == 0 && n_gen != 0) {
-        tutti_align al = tutti_ensemble_align(e);
-        const char *unit = al == TUTTI_ALIGN_TOKEN ? "token" : "byte";
         if (cli_interrupted()) cli_info("\ntutti run: interrupted (Ctrl-C)\n");
-        double t = st.t_total_s > 0 ? st.t_total_s : 1e-9;
-        cli_info("\n%s alignment, rule %s: %d %ss (%d bytes) in %.3f s (%.1f %ss/s)\n", tutti_align_name(al),
-                 tutti_rule_name(tutti_ensemble_rule(e)), st.n_units, unit, st.n_bytes, st.t_total_s,
-                 st.n_units / t, unit);
-        for (int i = 0; i < tutti_ensemble_n_members(e); i++)
-            cli_info("  member %d %-40s w=%.3g tau=%.3g: %6lld tokens evaluated in %lld forward passes, forward %.3f s "
-                     "(%.1f tokens/s)%s\n",
-                     i + 1, tutti_ensemble_member_path(e, i), (double)tutti_ensemble_member_weight(e, i),
-                     (double)tutti_ensemble_member_temp(e, i), (long long)st.n_member_tokens[i],
-                     (long long)st.n_member_passes[i], st.t_member_s[i],
-                     st.t_member_s[i] > 0 ? (double)st.n_member_tokens[i] / st.t_member_s[i] : 0.0,
-                     !st.member_left[i] ? ""
-                     : st.member_left_reason[i] == TUTTI_LEFT_PRUNED ? " (left: its hypotheses were pruned)"
-                                                                     : " (left: its tokens cannot spell the text)");
-        cli_info("  fusion overhead (outside forward passes): %.3f s = %.3f ms per %s\n", st.t_fusion_s,
-                st.n_units ? 1e3 * st.t_fusion_s / st.n_units : 0.0, unit);
+        print_summary(e, &st, n_gen, n_stop > 0);
     }
     for (int i = 0; i < n_mem; i++) free(ids[i]);
     tutti_ensemble_free(e);

@@ -11,8 +11,6 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "gguf/gguf.h"
-#include "mpi/tutti_mpi.h"
 
 /* ---- seeds ---- */
 
@@ -38,10 +36,21 @@ uint64_t cli_seed_resolve(uint64_t seed) {
     return seed;
 }
 
+/* ---- sampling ---- */
+
+void cli_sampling_init(cli_sampling *s) {
+    memset(s, 0, sizeof *s);
+    s->sp = tutti_sampler_default_params();
+    s->sp.seed = CLI_SEED_RANDOM;
+}
+
 /* ---- context ---- */
 
 int32_t cli_ctx_for(const tutti_model *model, int32_t n_ctx, const char *label) {
-    int32_t train = tutti_model_n_ctx_train(model);
+    return cli_ctx_for_train(tutti_model_n_ctx_train(model), n_ctx, label);
+}
+
+int32_t cli_ctx_for_train(int32_t train, int32_t n_ctx, const char *label) {
     if (n_ctx == CLI_CTX_UNSET) return 0; /* session default: min(trained, 4096) */
     if (n_ctx == 0) return train > 0 && train <= CLI_MAX_CTX ? train : 0;
     if (train > 0 && n_ctx > train)
@@ -51,17 +60,21 @@ int32_t cli_ctx_for(const tutti_model *model, int32_t n_ctx, const char *label) 
 }
 
 int32_t cli_ctx_train_of_file(const char *path) {
-    gguf_file *f = gguf_open(path);
+    tutti_gguf *f = tutti_gguf_open(path);
     if (!f) return 0;
-    gguf_str arch;
-    int64_t v = 0;
-    if (gguf_get_str(f, "general.architecture", &arch) && arch.len < 64) {
+    tutti_gguf_value arch, v;
+    int32_t n = 0;
+    int64_t k = tutti_gguf_find(f, "general.architecture");
+    if (k >= 0 && tutti_gguf_get(f, k, -1, &arch) == 0 && arch.kind == TUTTI_GGUF_STRING && arch.len < 64) {
         char key[128];
-        snprintf(key, sizeof key, "%.*s.context_length", (int)arch.len, arch.data);
-        if (!gguf_get_i64(f, key, &v) || v < 0 || v > INT32_MAX) v = 0;
+        snprintf(key, sizeof key, "%.*s.context_length", (int)arch.len, arch.str);
+        k = tutti_gguf_find(f, key);
+        if (k >= 0 && tutti_gguf_get(f, k, -1, &v) == 0 && v.kind == TUTTI_GGUF_NUMBER && !v.is_float &&
+            v.number >= 0 && v.number <= INT32_MAX)
+            n = (int32_t)v.number;
     }
-    gguf_close(f);
-    return (int32_t)v;
+    tutti_gguf_close(f);
+    return n;
 }
 
 /* ---- prompt text ---- */
@@ -131,6 +144,32 @@ void cli_warn_double_bos(const tutti_vocab *vocab, const int32_t *ids, int32_t n
     if (bos >= 0 && tutti_vocab_add_bos(vocab) && n >= 2 && ids[0] == bos && ids[1] == bos)
         cli_warn("the prompt starts with 2 BOS tokens: the model adds one and the prompt text (with --special) "
                  "begins with another; drop the BOS text from the prompt");
+}
+
+/* ---- output files ---- */
+
+int cli_output_check(const char *flag, const char *path, cli_out_kind kind) {
+    if (!path) return CLI_RUN;
+    if (!*path) return cli_usage_error("%s: empty file name", flag);
+    if (!strcmp(path, "-")) {
+        if (kind == CLI_OUT_FILE_ONLY)
+            return cli_usage_error("%s -: stdout holds tutti %s's results; give a file name", flag, cli_cmd);
+        if (kind == CLI_OUT_BINARY && isatty(STDOUT_FILENO))
+            return cli_usage_error("%s -: binary output to a terminal; redirect stdout (> FILE) or give a file name",
+                                   flag);
+        return CLI_RUN;
+    }
+    if (tutti_check_writable(path) < 0) return cli_error("%s", tutti_last_error());
+    return CLI_RUN;
+}
+
+int cli_output_write(const char *path, tutti_write_fn produce, void *ctx) {
+    if (!strcmp(path, "-")) { /* streamed: what was written before a failure stays written */
+        int rc = produce(stdout, ctx);
+        if (fflush(stdout) != 0 && rc == 0) rc = tutti_set_error("cannot write to stdout: %s", strerror(errno));
+        return rc < 0 ? cli_error("%s", tutti_last_error()) : 0;
+    }
+    return tutti_write_atomic(path, produce, ctx) < 0 ? cli_error("%s", tutti_last_error()) : 0;
 }
 
 /* ---- Ctrl-C ---- */

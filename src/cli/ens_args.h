@@ -1,5 +1,5 @@
 /* Ensemble flags shared by `tutti run`, `tutti eval` and `tutti fit`
- * (implemented in cmd_run.c): one flag table, included in each command's
+ * (implemented in ens_args.c): one flag table, included in each command's
  * own table with CLI_INCLUDE(a.opts). */
 #ifndef TUTTI_CLI_ENS_ARGS_H
 #define TUTTI_CLI_ENS_ARGS_H
@@ -24,6 +24,10 @@ typedef struct ens_args {
     const char *split_counts; /* --split-layers: NULL = off, "" = by memory */
     int32_t split_ub;         /* --split-ubatch (0 = auto) */
     const char *split_member; /* --split-member I,J,... (NULL = every member) */
+    bool ctx_shift;          /* run's --context-shift (eval and fit: off) */
+    int32_t n_keep;          /* run's --keep */
+    int status;              /* exit status after ens_args_build failed: 2 for flags the models do not
+                                allow (weights, --align token, --adapt/--route with the rule), else 1 */
     cli_opt opts[30];        /* the flag table, pointing into this struct */
     tutti_ensemble_file *file;
     tutti_member_desc desc[TUTTI_ENSEMBLE_MAX_MEMBERS];
@@ -35,15 +39,21 @@ typedef struct ens_args {
     CLI_FLAG("--adapt", adapt,                                                                     \
              "mix: weights follow the text (posterior over members with fixed share;\n"             \
              "the given or fitted weights are the prior; fit fits ALPHA)"),                        \
-    CLI_DOUBLE("--adapt-alpha", "ALPHA", adapt_alpha, 0, 1,                                        \
-               "fixed-share alpha of --adapt: 0 = Bayes, 1 = static weights (implies --adapt)",    \
+    CLI_DOUBLE("--adapt-alpha", "ALPHA", adapt_alpha, -1e300, 1e300,                               \
+               "fixed-share alpha of --adapt in [0, 1]: 0 = Bayes, 1 = static weights (implies --adapt)",    \
                "the ensemble file's, else 0.01"),                                                  \
     CLI_FLAG("--route", route,                                                                     \
              "mix, product: weights set once per request from each member's perplexity\n"          \
              "on the prompt (PackLLM): w_i ~ w0_i exp(-nats per byte_i / TAU)"),                   \
-    CLI_DOUBLE("--route-tau", "TAU", route_tau, 1e-6, 1e6,                                         \
-               "temperature of --route in nats per byte (implies --route; 1/bytes of the\n"        \
+    CLI_DOUBLE("--route-tau", "TAU", route_tau, -1e300, 1e300,                                     \
+               "temperature of --route in [1e-6, 1e6] nats per byte (implies --route; 1/bytes of the\n"        \
                "prompt would be the Bayes posterior)", "the ensemble file's, else 0.25")
+
+/* Checks --temps, --adapt-alpha and --route-tau (when given) with the
+ * library's validator of ensemble settings (tutti.h), so that they are
+ * refused with the message an ensemble file or the server gives.  CLI_RUN,
+ * or 2 after the message. */
+int ens_check_flags(const cli_floats *temps, bool adapt_given, double alpha, bool route_given, double tau);
 
 /* --split-member I,J,... (1-based, into members[0..n)): every index in
  * range, no remote member.  Fills paths[] (*n_paths; NULL list: 0 = every
@@ -61,7 +71,8 @@ void ens_args_init(ens_args *a);
  * the -w/--temps counts.  CLI_RUN, or the exit status after a message (2
  * for inconsistent flags, 1 for an unreadable ensemble file). */
 int ens_args_check(ens_args *a);
-/* Builds the ensemble (message printed on error). */
+/* Builds the ensemble (message printed on error; a->status says the exit
+ * status). */
 tutti_ensemble *ens_args_build(ens_args *a, const char *cmd);
 void ens_args_free(ens_args *a);
 /* The ensemble file format (the reader is tutti_ensemble_file_read in
@@ -76,7 +87,7 @@ void ens_args_free(ens_args *a);
     "  route TAU            weights from the prompt's perplexities, TAU > 0 nats/byte (--route)\n" \
     "  # ...                a comment: '#' at the start of a line or after a blank, to the\n" \
     "                       end of the line (also inside quotes); blank lines are skipped\n"  \
-    "  URL#MODEL;vocab=PATH a remote member (README \"Remote members\"; PATH relative to\n"     \
+    "  URL#MODEL;vocab=PATH a remote member (docs/remote-members.md; PATH relative to\n"      \
     "                       the file's folder)\n"                                             \
     "  \"a b/c.gguf\" 0.5     double quotes keep spaces in a path (no escapes inside)\n"       \
     "A relative MODEL path is relative to the ensemble file's folder. At most 16 members.\n"   \

@@ -36,10 +36,13 @@ static int gen_loop(fusion_align *a, const gen_prompt *pr, const tutti_sampler_p
         /* the mask and the grammar, after the rule, before sampling (which
          * renormalises), on a writable copy of the row */
         bool gr = ops->kind == ALIGN_OUT_BYTES || (ops->kind == ALIGN_OUT_TOKENS && g->gc.m);
-        if ((a->masked || gr) && row != a->work) {
+        bool bias = ops->kind == ALIGN_OUT_TOKENS && g->mask && g->mask->n_bias > 0;
+        if ((a->masked || gr || bias) && row != a->work) {
             memcpy(a->work, row, sizeof(float) * (size_t)n);
             row = a->work;
         }
+        if (bias)
+            for (int32_t k = 0; k < g->mask->n_bias; k++) a->work[g->mask->bias_ids[k]] += g->mask->bias[k];
         if (a->masked) ops->mask(a, a->work);
         if (gr && (ops->kind == ALIGN_OUT_TOKENS ? gr_constraint_mask_tokens(&g->gc, a->work)
                                                  : gr_constraint_mask_bytes(&g->gc, a->work)) < 0) {
@@ -78,6 +81,23 @@ static int gen_loop(fusion_align *a, const gen_prompt *pr, const tutti_sampler_p
     return rc;
 }
 
+/* logit_bias: token ids of the shared vocabulary (TOKEN alignment) */
+static int check_bias(const tutti_ensemble *e, const tutti_mask *mask) {
+    if (e->align != TUTTI_ALIGN_TOKEN)
+        return tutti_set_error("logit_bias needs token alignment: this ensemble fuses in %s alignment, over %s, "
+                               "which have no token ids to bias", tutti_align_name(e->align),
+                               e->align == TUTTI_ALIGN_BYTE ? "bytes" : "drafted spans");
+    if (!mask->bias_ids || !mask->bias || mask->n_bias < 0) return tutti_set_error("logit_bias: no ids or biases");
+    for (int32_t k = 0; k < mask->n_bias; k++) {
+        if (mask->bias_ids[k] < 0 || mask->bias_ids[k] >= e->m[0]->n_vocab)
+            return tutti_set_error("logit_bias: token id %d is not in the vocabulary (0 to %d)", mask->bias_ids[k],
+                                   e->m[0]->n_vocab - 1);
+        if (isnan(mask->bias[k]) || mask->bias[k] == INFINITY)
+            return tutti_set_error("logit_bias: the bias of token %d is not a finite number", mask->bias_ids[k]);
+    }
+    return 0;
+}
+
 static int ens_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sampler_params *sp,
                         const tutti_mask *mask, tutti_text_cb cb, void *user, tutti_ensemble_stats *stats) {
     tutti_sampler_params spd = sp ? *sp : tutti_sampler_default_params();
@@ -100,6 +120,7 @@ static int ens_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sam
     e->prompt_marked = false;
     double t0 = ens_now_s(), t_phase = 0;
     int rc;
+    if (mask && mask->n_bias > 0 && check_bias(e, mask) < 0) return TUTTI_ERR;
     if (mask && mask->grammar &&
         gr_constraint_init(&g.gc, mask->grammar, e->align == TUTTI_ALIGN_TOKEN ? e->m[0]->vocab : NULL) < 0)
         return TUTTI_ERR;
@@ -125,6 +146,7 @@ static int ens_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sam
         stats->n_units = g.n_units;
         stats->n_bytes = (int32_t)g.n_text;
         stats->t_total_s = t_total;
+        stats->t_prompt_s = e->prompt_marked ? e->t_prompt_done - t0 : t_total;
         /* time on the members' critical path: their summed forward time when
          * they run one after the other, the wall time of the forward phases
          * when they run concurrently */
@@ -140,6 +162,9 @@ static int ens_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sam
         }
         stats->ctx_full_member = g.ctx_full;
         stats->at_limit = g.at_limit || (g.max_units > 0 && g.n_units >= g.max_units);
+        /* a full context cuts the text as a limit does, whatever the
+         * alignment (and an unfinished grammar with it): "length" */
+        stats->finish = stats->at_limit || g.ctx_full >= 0 ? TUTTI_FINISH_LENGTH : TUTTI_FINISH_STOP;
     }
     free(g.text);
     free(g.count_ids);
@@ -152,7 +177,7 @@ int tutti_ensemble_generate(tutti_ensemble *e, const char *prompt, size_t prompt
     if (!e) return tutti_set_error("generation: no ensemble");
     if (!prompt) prompt = "", prompt_len = 0;
     gen_prompt pr = {.text = prompt, .len = prompt_len};
-    return ens_generate(e, &pr, sp, mask, cb, user, stats);
+    return tutti_primary_code(ens_generate(e, &pr, sp, mask, cb, user, stats));
 }
 
 int tutti_ensemble_generate_ids(tutti_ensemble *e, const int32_t *const *prompt_ids, const int32_t *n_prompt_ids,
@@ -164,5 +189,5 @@ int tutti_ensemble_generate_ids(tutti_ensemble *e, const int32_t *const *prompt_
         if (!prompt_ids[i] || n_prompt_ids[i] < 1)
             return tutti_set_error("generation: member %d (%s): empty token-id prompt", i + 1, e->path[i]);
     gen_prompt pr = {.ids = prompt_ids, .n_ids = n_prompt_ids};
-    return ens_generate(e, &pr, sp, mask, cb, user, stats);
+    return tutti_primary_code(ens_generate(e, &pr, sp, mask, cb, user, stats));
 }

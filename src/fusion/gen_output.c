@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "fusion/ensemble_impl.h"
+#include "util/buf.h"
 #include "util/error.h"
 
 /* ---- output, stop strings and mask ---- */
@@ -77,16 +78,9 @@ static void token_limit(gen_ctx *g) {
 }
 
 int gen_append(gen_ctx *g, const char *bytes, size_t n) {
-    if (g->n_text + n + 1 > g->cap_text) {
-        size_t nc = (g->cap_text + n + 1) * 2;
-        char *nt = realloc(g->text, nc);
-        if (!nt) return tutti_set_error("generation: out of memory");
-        g->text = nt, g->cap_text = nc;
-    }
     size_t old = g->n_text;
-    memcpy(g->text + g->n_text, bytes, n);
-    g->n_text += n;
-    g->text[g->n_text] = 0;
+    if (tutti_buf_append(&g->text, &g->n_text, &g->cap_text, bytes, n) < 0)
+        return tutti_set_error("generation: out of memory");
     token_limit(g);
     if (g->n_text < old) old = g->n_text;
     size_t hold = 0;
@@ -140,6 +134,7 @@ void gen_flush(gen_ctx *g) { emit(g, g->n_text - utf8_tail(g->text, g->n_text));
 bool gen_text_ok(const gen_ctx *g, const char *bytes, size_t n, bool at_end) {
     const tutti_mask *m = g->mask;
     if (!m) return true;
+    if (at_end && m->ignore_eos) return false;
     if (m->n_allowed > 0) {
         bool ok = false;
         for (int32_t k = 0; k < m->n_allowed && !ok; k++) {
@@ -254,6 +249,8 @@ void token_mask_apply(const token_mask *tm, const gen_ctx *g, float *dist) {
     const tutti_mask *m = tm->mask;
     int32_t V = t->n_vocab;
     if (!m) return;
+    if (m->ignore_eos)
+        for (int32_t k = 0; k < t->n_eog; k++) dist[t->eog_ids[k]] = -INFINITY;
     if (m->n_allowed > 0) {
         /* keep[id]: the text tokens that may come */
         memset(tm->keep, 0, (size_t)V);

@@ -15,6 +15,7 @@
 
 #include "grammar/fsa.h"
 #include "grammar/grammar.h"
+#include "util/buf.h"
 
 /* Moore's refinement takes as many rounds as the longest distinguishing
  * suffix (a long counted chain needs one round per link): past this many
@@ -24,19 +25,7 @@
 /* ---- text buffer ---- */
 
 void sb_putn(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t nc = (b->cap + n + 1) * 2;
-        char *ns = realloc(b->s, nc);
-        if (!ns) {
-            b->oom = true;
-            return;
-        }
-        b->s = ns, b->cap = nc;
-    }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = 0;
+    if (!b->oom && tutti_buf_append(&b->s, &b->n, &b->cap, s, n) < 0) b->oom = true;
 }
 
 void sb_puts(sbuf *b, const char *s) { sb_putn(b, s, strlen(s)); }

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "grammar/grammar.h"
+#include "util/hash.h"
 #include "util/error.h"
 
 #define GR_MAX_REPEAT 10000 /* {m,n} bounds; beyond this the expansion is refused */
@@ -74,11 +75,7 @@ int gr_rule_add_alt(tutti_grammar *g, int32_t rule, gr_seq *seq) {
     return 0;
 }
 
-static uint64_t name_hash(const char *s, size_t n) {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
-    return h;
-}
+static uint64_t name_hash(const char *s, size_t n) { return tutti_fnv1a(TUTTI_FNV_OFFSET, s, n); }
 
 /* Names are looked up for every reference: a hash keeps parsing linear in
  * grammars of thousands of rules (JSON schemas make such). */

@@ -27,6 +27,7 @@
 #include "grammar/js_ir.h"
 #include "grammar/js_number.h"
 #include "grammar/regex.h"
+#include "util/hash.h"
 
 #define JS_MAX_REGIONS 6   /* patternProperties of one object */
 #define JS_MAX_COUNT 64    /* min/maxProperties counted up to */
@@ -45,11 +46,7 @@ typedef struct emitter {
     fsa_shared hex; /* \uXXXX rules shared by the automata */
 } emitter;
 
-static uint64_t str_hash(const char *s) {
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
+static uint64_t str_hash(const char *s) { return tutti_fnv1a(TUTTI_FNV_OFFSET, s, strlen(s)); }
 
 static bool name_used(const emitter *e, const char *s) {
     if (!e->hcap) return false;

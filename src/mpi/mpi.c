@@ -11,7 +11,8 @@
 #include <time.h>
 
 #include "fusion/fusion.h"
-#include "fusion/member_remote.h"
+#include "member/member.h"
+#include "mpi/member_kinds.h"
 #include "mpi/proto.h"
 #include "mpi/tutti_mpi.h"
 #include "util/error.h"
@@ -47,6 +48,10 @@ static int g_n_reg;
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static int64_t g_sent, g_recv, g_n_req;
 static double g_rtt;
+/* ranks with a request in flight now, and the most at once: members on
+ * different ranks computing concurrently show as more than one (test_mpi.sh
+ * checks this instead of wall-clock times, which a loaded machine skews) */
+static int g_busy, g_busy_max;
 
 static void update_killmsg(int rank);
 
@@ -62,7 +67,14 @@ void tmpi_register(int rank, int tag, const char *name, int32_t index) {
 }
 
 void tmpi_inflight(int rank, int delta) {
-    if (rank > 0 && rank < TMPI_MAX_RANKS) __atomic_add_fetch(&g_inflight[rank], delta, __ATOMIC_SEQ_CST);
+    if (rank <= 0 || rank >= TMPI_MAX_RANKS) return;
+    int now = __atomic_add_fetch(&g_inflight[rank], delta, __ATOMIC_SEQ_CST);
+    if ((delta > 0 && now == delta) || (delta < 0 && now == 0)) { /* the rank became busy or idle */
+        pthread_mutex_lock(&g_mu);
+        g_busy += delta > 0 ? 1 : -1;
+        if (g_busy > g_busy_max) g_busy_max = g_busy;
+        pthread_mutex_unlock(&g_mu);
+    }
 }
 
 void tmpi_unregister(int rank, int tag) {
@@ -182,6 +194,16 @@ int tmpi_fail(int rank, const char *what) {
 
 int tutti_mpi_size(void) { return g_size; }
 
+int tutti_mpi_dead_rank(char *members, size_t cap) {
+    if (tmpi_comm == MPI_COMM_NULL || g_rank != 0) return 0;
+    for (int r = 1; r < g_size && r < TMPI_MAX_RANKS; r++)
+        if (g_dead[r] || (g_pid[r] > 0 && kill(g_pid[r], 0) < 0 && errno == ESRCH)) {
+            if (members && cap) tmpi_members_on(r, members, cap);
+            return r;
+        }
+    return 0;
+}
+
 int tutti_mpi_member_rank(int32_t i, int32_t n) {
     if (g_n_place >= 0) {
         if (g_n_place != n)
@@ -190,6 +212,13 @@ int tutti_mpi_member_rank(int32_t i, int32_t n) {
     }
     if (g_size <= 1) return 0;
     return 1 + i % (g_size - 1);
+}
+
+/* The member kinds of this layer, for member/member.h's factory: a member
+ * on another rank (member_rank.c), split over the ranks (member_split.c). */
+static void register_kinds(void) {
+    member_register_kind(MEMBER_KIND_RANK, tmpi_member_rank_open);
+    member_register_kind(MEMBER_KIND_SPLIT, tmpi_member_split_open);
 }
 
 /* ---- members split by layers (split.c has the rest) ---- */
@@ -217,6 +246,7 @@ int tutti_mpi_split_members(const char *counts, int32_t ubatch, const char *cons
     snprintf(g_split.counts, sizeof g_split.counts, "%s", counts ? counts : "");
     g_split.ubatch = ubatch;
     g_split.on = true;
+    register_kinds();
     return TUTTI_OK;
 }
 
@@ -558,7 +588,8 @@ static int serve(void) {
             char *path = buf + sizeof ld;
             path[ld.path_len] = 0;
             srv_member *s = calloc(1, sizeof *s);
-            fusion_member *m = s ? fusion_member_open(path, NULL, ld.n_sessions, ld.n_ctx, ld.n_threads) : NULL;
+            member_spec spec = {.path = path, .n_sessions = ld.n_sessions, .n_ctx = ld.n_ctx, .n_threads = ld.n_threads};
+            fusion_member *m = s ? member_open(&spec) : NULL;
             if (!m) {
                 if (!s) tutti_set_error("mpi: out of memory");
                 free(s);
@@ -670,6 +701,7 @@ int tutti_mpi_start(int *argc, char **argv) {
         tutti_mpi_stop(0);
         return 2;
     }
+    register_kinds();
     return -1;
 }
 
@@ -679,9 +711,9 @@ int tutti_mpi_stop(int rc) {
     if (tmpi_comm == MPI_COMM_NULL || g_rank != 0) return rc;
     if (g_n_req > 0)
         fprintf(stderr, "tutti: mpi: %lld requests, %.1f bytes sent and %.1f received per request, mean round trip "
-                        "%.1f us\n",
+                        "%.1f us, at most %d ranks busy at once\n",
                 (long long)g_n_req, (double)g_sent / (double)g_n_req, (double)g_recv / (double)g_n_req,
-                1e6 * g_rtt / (double)g_n_req);
+                1e6 * g_rtt / (double)g_n_req, g_busy_max);
     if (g_fault) {
         /* A peer is dead or stuck: MPI_Finalize could wait for it forever.
          * Tell the healthy ranks to leave too (without finalising), then
