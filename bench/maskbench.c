@@ -381,6 +381,87 @@ static int cmp_key(const void *a, const void *b) {
     return y->n - x->n;
 }
 
+/* The data's lines (split in place) whose ids are wanted (want NULL:
+ * all), at most first (<= 0: no limit). */
+static schema_case *select_cases(char *txt, char **want, int n_want, int first, int *n_out) {
+    schema_case *cases = NULL;
+    int n_cases = 0, cap_cases = 0;
+    for (char *l = strtok(txt, "\n"); l; l = strtok(NULL, "\n")) {
+        char *id = line_id(l);
+        if (want && !id_listed(want, n_want, id)) {
+            free(id);
+            continue;
+        }
+        if (n_cases == cap_cases) cases = realloc(cases, sizeof *cases * (size_t)(cap_cases = cap_cases ? cap_cases * 2 : 1024));
+        cases[n_cases++] = (schema_case){id, l};
+        if (first > 0 && n_cases >= first) break;
+    }
+    *n_out = n_cases;
+    return cases;
+}
+
+/* Counts the statuses into st, writes --results and --verbose lines, and
+ * groups the compile errors by reason (*keys_out, their count returned). */
+static int count_results(const result *res, const schema_case *cases, int n_cases, run_stats *stp,
+                         const char *results_file, bool verbose, err_key **keys_out) {
+    run_stats *pst = stp;
+    FILE *rf = results_file ? fopen(results_file, "w") : NULL;
+    err_key *keys = NULL;
+    int n_keys = 0;
+    for (int i = 0; i < n_cases; i++) {
+        const result *r = &res[i];
+        pst->count[r->status]++;
+        if (r->total_s > 10) pst->over_10s++;
+        if (r->status != ST_COMPILE && r->status != ST_CRASH && r->status != ST_TIMEOUT)
+            pst->compile_us[pst->n_compile++] = r->compile_us;
+        if (rf)
+            fprintf(rf, "%s %s %lld %.1f %.1f %.3f %s\n", cases[i].id, k_status[r->status], (long long)r->n_tok,
+                    r->mask_mean_us, r->mask_max_us, 1e-3 * r->compile_us, r->detail);
+        if (verbose && r->status != ST_PASS) printf("%-50s %-18s %s\n", cases[i].id, k_status[r->status], r->detail);
+        if (r->status == ST_COMPILE) {
+            char k[300];
+            error_key(r->detail, k, sizeof k);
+            int j = 0;
+            while (j < n_keys && strcmp(keys[j].key, k)) j++;
+            if (j == n_keys) {
+                keys = realloc(keys, sizeof *keys * (size_t)(n_keys + 1));
+                keys[n_keys++] = (err_key){strdup(k), 0, cases[i].id};
+            }
+            keys[j].n++;
+        }
+    }
+    if (rf) fclose(rf);
+    *keys_out = keys;
+    return n_keys;
+}
+
+/* MaskBench's table from the run's counts and times (sorts them). */
+static void print_table(run_stats *stp, int n_cases, const char *data, const char *vocab, int32_t V, double t_run,
+                        int timeout_s) {
+    run_stats st = *stp;
+    qsort(st.mask_ns, (size_t)st.n_mask, sizeof(double), cmp_d);
+    qsort(st.compile_us, (size_t)st.n_compile, sizeof(double), cmp_d);
+    double sum = 0;
+    for (int64_t i = 0; i < st.n_mask; i++) sum += st.mask_ns[i];
+#define PCT(a, n, p) ((n) ? (a)[(int64_t)((p) * (double)((n) - 1))] : 0.0)
+    printf("MaskBench: %d schemas from %s, vocabulary %s (%d tokens), one thread, %.0f s\n", n_cases, data, vocab, V,
+           t_run);
+    printf("| metric | tutti |\n|---|---:|\n");
+    printf("| schemas | %d |\n", n_cases);
+    printf("| passing | %d (%.1f %%) |\n", st.count[ST_PASS], n_cases ? 100.0 * st.count[ST_PASS] / n_cases : 0.0);
+    printf("| compile error | %d |\n| validation error | %d |\n| invalidation error | %d |\n", st.count[ST_COMPILE],
+           st.count[ST_VALIDATION], st.count[ST_INVALIDATION]);
+    printf("| crash | %d |\n| timeout (%d s) | %d |\n| schemas over 10 s | %d |\n", st.count[ST_CRASH], timeout_s,
+           st.count[ST_TIMEOUT], st.over_10s);
+    printf("| tokens | %lld |\n", (long long)st.n_mask);
+    printf("| mask mean (us) | %.1f |\n| mask p50 (us) | %.1f |\n| mask p99 (us) | %.1f |\n| mask max (us) | %.1f |\n",
+           st.n_mask ? 1e-3 * sum / (double)st.n_mask : 0.0, 1e-3 * PCT(st.mask_ns, st.n_mask, 0.5),
+           1e-3 * PCT(st.mask_ns, st.n_mask, 0.99), 1e-3 * PCT(st.mask_ns, st.n_mask, 1.0));
+    printf("| compile p50 (ms) | %.3f |\n| compile p99 (ms) | %.3f |\n| compile max (ms) | %.3f |\n",
+           1e-3 * PCT(st.compile_us, st.n_compile, 0.5), 1e-3 * PCT(st.compile_us, st.n_compile, 0.99),
+           1e-3 * PCT(st.compile_us, st.n_compile, 1.0));
+}
+
 static void usage(void) {
     fprintf(stderr, "usage: maskbench [--ids FILE] [--first N] [--timeout S] [--lenient] [--verbose] "
                     "[--results FILE] [--min-pass N] [--progress] [--cpu-clock] DATA.jsonl.xz VOCAB.gguf\n");
@@ -428,18 +509,8 @@ int main(int argc, char **argv) {
             if (*l && *l != '#') want = realloc(want, sizeof(char *) * (size_t)(n_want + 1)), want[n_want++] = strdup(l);
         free(b);
     }
-    schema_case *cases = NULL;
-    int n_cases = 0, cap_cases = 0;
-    for (char *l = strtok(txt, "\n"); l; l = strtok(NULL, "\n")) {
-        char *id = line_id(l);
-        if (want && !id_listed(want, n_want, id)) {
-            free(id);
-            continue;
-        }
-        if (n_cases == cap_cases) cases = realloc(cases, sizeof *cases * (size_t)(cap_cases = cap_cases ? cap_cases * 2 : 1024));
-        cases[n_cases++] = (schema_case){id, l};
-        if (first > 0 && n_cases >= first) break;
-    }
+    int n_cases = 0;
+    schema_case *cases = select_cases(txt, want, n_want, first, &n_cases);
     if (want && n_cases != n_want) fprintf(stderr, "maskbench: %d of the %d listed ids found\n", n_cases, n_want);
 
     worker_ctx w = {.lenient = lenient};
@@ -522,53 +593,9 @@ int main(int argc, char **argv) {
     }
     t_run = now() - t_run;
 
-    FILE *rf = results_file ? fopen(results_file, "w") : NULL;
     err_key *keys = NULL;
-    int n_keys = 0;
-    for (int i = 0; i < n_cases; i++) {
-        result *r = &res[i];
-        st.count[r->status]++;
-        if (r->total_s > 10) st.over_10s++;
-        if (r->status != ST_COMPILE && r->status != ST_CRASH && r->status != ST_TIMEOUT)
-            st.compile_us[st.n_compile++] = r->compile_us;
-        if (rf)
-            fprintf(rf, "%s %s %lld %.1f %.1f %.3f %s\n", cases[i].id, k_status[r->status], (long long)r->n_tok,
-                    r->mask_mean_us, r->mask_max_us, 1e-3 * r->compile_us, r->detail);
-        if (verbose && r->status != ST_PASS) printf("%-50s %-18s %s\n", cases[i].id, k_status[r->status], r->detail);
-        if (r->status == ST_COMPILE) {
-            char k[300];
-            error_key(r->detail, k, sizeof k);
-            int j = 0;
-            while (j < n_keys && strcmp(keys[j].key, k)) j++;
-            if (j == n_keys) {
-                keys = realloc(keys, sizeof *keys * (size_t)(n_keys + 1));
-                keys[n_keys++] = (err_key){strdup(k), 0, cases[i].id};
-            }
-            keys[j].n++;
-        }
-    }
-    if (rf) fclose(rf);
-    qsort(st.mask_ns, (size_t)st.n_mask, sizeof(double), cmp_d);
-    qsort(st.compile_us, (size_t)st.n_compile, sizeof(double), cmp_d);
-    double sum = 0;
-    for (int64_t i = 0; i < st.n_mask; i++) sum += st.mask_ns[i];
-#define PCT(a, n, p) ((n) ? (a)[(int64_t)((p) * (double)((n) - 1))] : 0.0)
-    printf("MaskBench: %d schemas from %s, vocabulary %s (%d tokens), one thread, %.0f s\n", n_cases, data, vocab, w.V,
-           t_run);
-    printf("| metric | tutti |\n|---|---:|\n");
-    printf("| schemas | %d |\n", n_cases);
-    printf("| passing | %d (%.1f %%) |\n", st.count[ST_PASS], n_cases ? 100.0 * st.count[ST_PASS] / n_cases : 0.0);
-    printf("| compile error | %d |\n| validation error | %d |\n| invalidation error | %d |\n", st.count[ST_COMPILE],
-           st.count[ST_VALIDATION], st.count[ST_INVALIDATION]);
-    printf("| crash | %d |\n| timeout (%d s) | %d |\n| schemas over 10 s | %d |\n", st.count[ST_CRASH], timeout_s,
-           st.count[ST_TIMEOUT], st.over_10s);
-    printf("| tokens | %lld |\n", (long long)st.n_mask);
-    printf("| mask mean (us) | %.1f |\n| mask p50 (us) | %.1f |\n| mask p99 (us) | %.1f |\n| mask max (us) | %.1f |\n",
-           st.n_mask ? 1e-3 * sum / (double)st.n_mask : 0.0, 1e-3 * PCT(st.mask_ns, st.n_mask, 0.5),
-           1e-3 * PCT(st.mask_ns, st.n_mask, 0.99), 1e-3 * PCT(st.mask_ns, st.n_mask, 1.0));
-    printf("| compile p50 (ms) | %.3f |\n| compile p99 (ms) | %.3f |\n| compile max (ms) | %.3f |\n",
-           1e-3 * PCT(st.compile_us, st.n_compile, 0.5), 1e-3 * PCT(st.compile_us, st.n_compile, 0.99),
-           1e-3 * PCT(st.compile_us, st.n_compile, 1.0));
+    int n_keys = count_results(res, cases, n_cases, &st, results_file, verbose, &keys);
+    print_table(&st, n_cases, data, vocab, w.V, t_run, timeout_s);
     qsort(keys, (size_t)n_keys, sizeof *keys, cmp_key);
     if (n_keys) printf("\ncompile errors by reason (%d distinct; count, first schema):\n", n_keys);
     for (int j = 0; j < n_keys && j < 60; j++) printf("%6d  %-90.90s %s\n", keys[j].n, keys[j].key, keys[j].example);
