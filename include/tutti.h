@@ -423,6 +423,23 @@ void tutti_grammar_free(tutti_grammar *g);
 char *tutti_json_schema_to_gbnf(const char *schema, size_t len);
 /* The same, parsed: NULL + error. */
 tutti_grammar *tutti_grammar_from_json_schema(const char *schema, size_t len);
+/* Options of the JSON schema conversion. */
+typedef struct tutti_json_schema_params {
+    /* false (default): a keyword that constrains the value but cannot be
+     * enforced exactly is an error naming its schema path and keyword.
+     * true: it is dropped (the grammar then accepts more than the schema)
+     * with a warning naming it. */
+    bool lenient;
+    /* out: NULL, or the warnings, one per line ("json schema: at PATH:
+     * keyword 'K' ... dropped"), malloc'd: the caller frees it.  Set by
+     * the calls below, also when they fail. */
+    char *warnings;
+} tutti_json_schema_params;
+tutti_json_schema_params tutti_json_schema_default_params(void);
+/* tutti_json_schema_to_gbnf / tutti_grammar_from_json_schema with options
+ * (params NULL: the defaults). */
+char *tutti_json_schema_to_gbnf_params(const char *schema, size_t len, tutti_json_schema_params *params);
+tutti_grammar *tutti_grammar_from_json_schema_params(const char *schema, size_t len, tutti_json_schema_params *params);
 /* A grammar for any JSON value (llama.cpp's grammars/json.gbnf shape, any
  * top-level value, whitespace between tokens). */
 tutti_grammar *tutti_grammar_json(void);

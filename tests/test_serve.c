@@ -782,8 +782,8 @@ static void test_errors(void **state) {
                  "needs", "response_format", NULL);
     expect_error(&g_s, "POST", "/v1/completions",
                  "{\"prompt\":\"x\",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":"
-                 "{\"type\":\"object\",\"frob\":1}}}}",
-                 NULL, 400, "unsupported keyword 'frob'", "response_format", NULL);
+                 "{\"type\":\"array\",\"uniqueItems\":true}}}}",
+                 NULL, 400, "keyword 'uniqueItems'", "response_format", NULL);
     expect_error(&g_s, "POST", "/v1/completions", "{\"prompt\":\"x\",\"response_format\":{\"type\":\"xml\"}}", NULL,
                  400, "not one of", "response_format", NULL);
     /* logprobs: OpenAI's types and limits (0..20), span alignment refused */

@@ -38,7 +38,20 @@ tutti_grammar *cli_grammar_build(const cli_grammar *g, int *status) {
         } else {
             len = strlen(text);
         }
-        gr = g->json_schema ? tutti_grammar_from_json_schema(text, len) : tutti_grammar_parse(text, len);
+        if (g->json_schema) {
+            tutti_json_schema_params jp = tutti_json_schema_default_params();
+            jp.lenient = g->json_schema_lenient;
+            gr = tutti_grammar_from_json_schema_params(text, len, &jp);
+            for (const char *w = jp.warnings; gr && w && *w;) { /* one warning a line */
+                const char *e = strchr(w, '\n');
+                int n = e ? (int)(e - w) : (int)strlen(w);
+                fprintf(stderr, "tutti: warning: --json-schema: %.*s\n", n, w);
+                w += n + (e != NULL);
+            }
+            free(jp.warnings);
+        } else {
+            gr = tutti_grammar_parse(text, len);
+        }
     }
     if (!gr) { /* a grammar or schema given inline is a flag value: exit 2; a file's content: 1 */
         *status = (file ? cli_error : cli_usage_error)("%s%s%s: %s", flag, file ? " " : "",

@@ -1,6 +1,6 @@
 /* Grammar flags shared by `tutti generate` and `tutti run` (and later
  * commands): --grammar TEXT | --grammar-file FILE | --json-schema FILE|TEXT |
- * --json, one table group for the shared parser (opts.h). */
+ * --json [--json-schema-lenient], one table group for the shared parser (opts.h). */
 #ifndef TUTTI_CLI_GRAMMAR_ARGS_H
 #define TUTTI_CLI_GRAMMAR_ARGS_H
 
@@ -12,6 +12,7 @@
 typedef struct cli_grammar {
     const char *grammar, *grammar_file, *json_schema;
     bool json;
+    bool json_schema_lenient; /* drop keywords that cannot be enforced, with a warning */
 } cli_grammar;
 
 #define CLI_GRAMMAR_OPTS(g)                                                                                  \
@@ -23,7 +24,10 @@ typedef struct cli_grammar {
             "constrain the output to JSON valid against a JSON schema\n"                                     \
             "(the schema's text if it starts with '{', else a file)",                                        \
             "none"),                                                                                         \
-    CLI_FLAG("--json", &(g)->json, "constrain the output to any JSON value")
+    CLI_FLAG("--json", &(g)->json, "constrain the output to any JSON value"),                               \
+    CLI_FLAG("--json-schema-lenient", &(g)->json_schema_lenient,                                             \
+             "drop the schema keywords that cannot be enforced exactly (each named in a warning)\n"         \
+             "instead of refusing the schema")
 
 /* The grammar the flags ask for: NULL with *status 0 when none was given;
  * NULL with *status 2 (two grammar flags: usage) or 1 (a bad grammar,

@@ -76,12 +76,46 @@ static int32_t left_cycle(const tutti_grammar *g, const bool *nullable, int32_t 
     return -1;
 }
 
-/* Generated rule names are "base-N": show the user the rule they wrote. */
-static void user_name(const char *name, char *out, size_t cap) {
-    snprintf(out, cap, "%s", name);
+/* Line and column of byte offset at in text. */
+static void line_col(const char *text, size_t len, size_t at, int *line, int *col) {
+    int l = 1, c = 1;
+    for (size_t i = 0; i < at && i < len; i++) {
+        if (text[i] == '\n') l++, c = 1;
+        else if (((unsigned char)text[i] & 0xC0) != 0x80) c++;
+    }
+    *line = l, *col = c;
 }
 
-int gr_compile(tutti_grammar *g) {
+/* A left-recursion cycle (rules path[0..n)), told in the user's terms:
+ * generated rules (groups, repetitions) are not named but shown as the
+ * construct the user wrote, at its line and column. */
+static int left_recursion_error(const tutti_grammar *g, const int32_t *path, int32_t n, const char *text, size_t len) {
+    /* a repetition in the cycle: its repeated part can match nothing */
+    for (int32_t i = 0; i < n; i++) {
+        const gr_rule *r = &g->rules[path[i]];
+        if (!r->rep) continue;
+        int line, col;
+        line_col(text, len, (size_t)(r->at - 1), &line, &col);
+        return tutti_set_error("grammar: line %d, column %d: in rule '%s', the repeated part can match the empty "
+                               "string, so the repetition never ends: make each repetition consume something, "
+                               "e.g. (\"a\"?)* is \"a\"*",
+                               line, col, g->rules[r->origin].name);
+    }
+    char chain[1024] = "";
+    size_t k = 0;
+    int32_t last = -1;
+    for (int32_t i = 0; i < n && k + 260 < sizeof chain; i++) {
+        int32_t u = g->rules[path[i]].origin;
+        if (u == last && i + 1 < n) continue; /* the closing rule is always shown */
+        k += (size_t)snprintf(chain + k, sizeof chain - k, "%s%.200s", k ? " -> " : "", g->rules[u].name);
+        last = u;
+    }
+    return tutti_set_error("grammar: rule '%s' is left-recursive (%s): rewrite it with repetition, e.g. "
+                           "x ::= y (op y)*",
+                           g->rules[g->rules[path[0]].origin].name, chain);
+}
+
+int gr_compile(tutti_grammar *g, const char *text, size_t len) {
     int32_t R = g->n_rules;
     bool *nullable = calloc((size_t)R, sizeof(bool));
     bool *prod = calloc((size_t)R, sizeof(bool));
@@ -98,18 +132,9 @@ int gr_compile(tutti_grammar *g) {
         int32_t np = 0;
         int32_t c = left_cycle(g, nullable, r, color, path, &np);
         if (c >= 0) {
-            char chain[1024] = "", nm[256];
-            size_t k = 0;
             int32_t start = 0;
             while (path[start] != c) start++;
-            for (int32_t i = start; i < np && k + 260 < sizeof chain; i++) {
-                user_name(g->rules[path[i]].name, nm, sizeof nm);
-                k += (size_t)snprintf(chain + k, sizeof chain - k, "%s%s", i > start ? " -> " : "", nm);
-            }
-            user_name(g->rules[c].name, nm, sizeof nm);
-            tutti_set_error("grammar: rule '%s' is left-recursive (%s): rewrite it with repetition, e.g. "
-                            "x ::= y (op y)*",
-                            nm, chain);
+            left_recursion_error(g, path + start, np - start, text, len);
             goto done;
         }
     }

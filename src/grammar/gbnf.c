@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "grammar/grammar.h"
+#include "util/hash.h"
 #include "util/error.h"
 
 #define GR_MAX_REPEAT 10000 /* {m,n} bounds; beyond this the expansion is refused */
@@ -74,36 +75,67 @@ int gr_rule_add_alt(tutti_grammar *g, int32_t rule, gr_seq *seq) {
     return 0;
 }
 
-static int32_t rule_new(tutti_grammar *g, char *name) {
+static uint64_t name_hash(const char *s, size_t n) { return tutti_fnv1a(TUTTI_FNV_OFFSET, s, n); }
+
+/* Names are looked up for every reference: a hash keeps parsing linear in
+ * grammars of thousands of rules (JSON schemas make such). */
+static int rehash_rules(tutti_grammar *g) {
+    int32_t nc = g->rule_hcap ? g->rule_hcap * 2 : 64;
+    int32_t *h = malloc(sizeof(int32_t) * (size_t)nc);
+    if (!h) return tutti_set_error("grammar: out of memory");
+    for (int32_t i = 0; i < nc; i++) h[i] = -1;
+    for (int32_t r = 0; r < g->n_rules; r++) {
+        if (g->rules[r].origin != r) continue; /* generated: not found by name */
+        uint64_t j = name_hash(g->rules[r].name, strlen(g->rules[r].name)) & (uint64_t)(nc - 1);
+        while (h[j] >= 0) j = (j + 1) & (uint64_t)(nc - 1);
+        h[j] = r;
+    }
+    free(g->rule_hash);
+    g->rule_hash = h, g->rule_hcap = nc;
+    return 0;
+}
+
+/* A new rule named name (taken); origin < 0: a user's rule, found by name;
+ * else a generated rule of user rule origin, never found by name (a user's
+ * rule may be called like one: "root-1"). */
+static int32_t rule_new(tutti_grammar *g, char *name, int32_t origin) {
     gr_rule *r = grow(g->rules, &g->cap_rules, g->n_rules + 1, sizeof *r);
-    if (!r) {
+    if (r) g->rules = r;
+    if (!r || ((g->n_rules + 1) * 2 > g->rule_hcap && rehash_rules(g) < 0)) {
         free(name);
         return tutti_set_error("grammar: out of memory");
     }
-    g->rules = r;
     memset(&g->rules[g->n_rules], 0, sizeof(gr_rule));
     g->rules[g->n_rules].name = name;
+    g->rules[g->n_rules].origin = origin < 0 ? g->n_rules : origin;
+    if (origin >= 0) return g->n_rules++;
+    uint64_t j = name_hash(name, strlen(name)) & (uint64_t)(g->rule_hcap - 1);
+    while (g->rule_hash[j] >= 0) j = (j + 1) & (uint64_t)(g->rule_hcap - 1);
+    g->rule_hash[j] = g->n_rules;
     return g->n_rules++;
 }
 
 int32_t gr_rule_get(tutti_grammar *g, const char *name, size_t n, bool create) {
-    for (int32_t i = 0; i < g->n_rules; i++)
-        if (strlen(g->rules[i].name) == n && !memcmp(g->rules[i].name, name, n)) return i;
+    if (g->rule_hcap) {
+        uint64_t j = name_hash(name, n) & (uint64_t)(g->rule_hcap - 1);
+        for (int32_t i; (i = g->rule_hash[j]) >= 0; j = (j + 1) & (uint64_t)(g->rule_hcap - 1))
+            if (strlen(g->rules[i].name) == n && !memcmp(g->rules[i].name, name, n)) return i;
+    }
     if (!create) return -1;
     char *nm = malloc(n + 1);
     if (!nm) return tutti_set_error("grammar: out of memory");
     memcpy(nm, name, n);
     nm[n] = 0;
-    return rule_new(g, nm);
+    return rule_new(g, nm, -1);
 }
 
-int32_t gr_rule_new_anon(tutti_grammar *g, const char *base) {
+int32_t gr_rule_new_anon(tutti_grammar *g, int32_t origin, size_t at, bool rep) {
     char buf[300];
-    snprintf(buf, sizeof buf, "%.200s-%d", base, g->n_rules);
+    snprintf(buf, sizeof buf, "%.200s-%d", g->rules[origin].name, g->n_rules);
     char *nm = strdup(buf);
     if (!nm) return tutti_set_error("grammar: out of memory");
-    int32_t r = rule_new(g, nm);
-    if (r >= 0) g->rules[r].defined = true;
+    int32_t r = rule_new(g, nm, origin);
+    if (r >= 0) g->rules[r].defined = true, g->rules[r].at = (int64_t)at + 1, g->rules[r].rep = rep;
     return r;
 }
 
@@ -201,6 +233,7 @@ void gr_grammar_free_parts(tutti_grammar *g) {
         free(g->rules[i].name);
     }
     free(g->rules);
+    free(g->rule_hash);
     free(g->ranges);
     free(g->classes);
     free(g->elems);
@@ -300,9 +333,9 @@ static int32_t single_class(tutti_grammar *g, uint32_t cp) {
 }
 
 /* A rule standing for seq->e[from..n) (the unit a repetition repeats). */
-static int32_t unit_rule(parser *p, gr_seq *seq, int32_t from, const char *base) {
+static int32_t unit_rule(parser *p, gr_seq *seq, int32_t from, int32_t origin, size_t at) {
     if (seq->n - from == 1 && seq->e[from].type == GR_REF) return seq->e[from].arg;
-    int32_t r = gr_rule_new_anon(p->g, base);
+    int32_t r = gr_rule_new_anon(p->g, origin, at, false);
     if (r < 0) return r;
     gr_seq alt = {0};
     for (int32_t i = from; i < seq->n; i++)
@@ -312,15 +345,15 @@ static int32_t unit_rule(parser *p, gr_seq *seq, int32_t from, const char *base)
 }
 
 /* Replaces seq->e[from..n) by min..max copies (max < 0: unbounded). */
-static int apply_repeat(parser *p, gr_seq *seq, int32_t from, int32_t min, int32_t max, const char *base) {
-    int32_t u = unit_rule(p, seq, from, base);
+static int apply_repeat(parser *p, gr_seq *seq, int32_t from, int32_t min, int32_t max, int32_t origin, size_t at) {
+    int32_t u = unit_rule(p, seq, from, origin, at);
     if (u < 0) return TUTTI_ERR;
     seq->n = from;
     for (int32_t i = 0; i < min; i++)
         if (gr_seq_push(seq, GR_REF, u) < 0) return TUTTI_ERR;
     if (max < 0) {
         /* star ::= u star | (empty) */
-        int32_t st = gr_rule_new_anon(p->g, base);
+        int32_t st = gr_rule_new_anon(p->g, origin, at, true);
         if (st < 0) return TUTTI_ERR;
         gr_seq a = {0}, e = {0};
         if (gr_seq_push(&a, GR_REF, u) < 0 || gr_seq_push(&a, GR_REF, st) < 0) return TUTTI_ERR;
@@ -330,7 +363,7 @@ static int apply_repeat(parser *p, gr_seq *seq, int32_t from, int32_t min, int32
     /* opt_k ::= u opt_{k-1} | (empty), opt_1 ::= u | (empty) */
     int32_t prev = -1;
     for (int32_t k = 0; k < max - min; k++) {
-        int32_t o = gr_rule_new_anon(p->g, base);
+        int32_t o = gr_rule_new_anon(p->g, origin, at, true);
         if (o < 0) return TUTTI_ERR;
         gr_seq a = {0}, e = {0};
         if (gr_seq_push(&a, GR_REF, u) < 0 || (prev >= 0 && gr_seq_push(&a, GR_REF, prev) < 0)) return TUTTI_ERR;
@@ -354,7 +387,7 @@ static int parse_int(parser *p, int32_t *out) {
 
 static int parse_sequence(parser *p, int32_t rule, gr_seq *seq, bool nested) {
     int32_t last = -1; /* start of the last symbol in seq, for repetitions */
-    const char *base = p->g->rules[rule].name;
+    int32_t origin = p->g->rules[rule].origin;
     while (p->pos < p->n) {
         char c = p->s[p->pos];
         size_t at = p->pos;
@@ -431,15 +464,15 @@ static int parse_sequence(parser *p, int32_t rule, gr_seq *seq, bool nested) {
             p->pos = save;
             int32_t r = gr_rule_get(p->g, p->s + st, p->pos - st, true);
             if (r < 0) return TUTTI_ERR;
-            if (!p->g->rules[r].defined && !p->g->rules[r].ref_line) {
-                line_col(p, st, &p->g->rules[r].ref_line, &p->g->rules[r].ref_col);
-            }
+            /* the position only: its line and column are counted when an
+             * error needs them (counting here would be quadratic) */
+            if (!p->g->rules[r].defined && !p->g->rules[r].ref_at) p->g->rules[r].ref_at = (int64_t)st + 1;
             last = seq->n;
             if (gr_seq_push(seq, GR_REF, r) < 0) return TUTTI_ERR;
         } else if (c == '(') {
             p->pos++;
             if (++p->depth > GR_MAX_DEPTH) return perr(p, at, "groups nested more than 256 deep");
-            int32_t sub = gr_rule_new_anon(p->g, base);
+            int32_t sub = gr_rule_new_anon(p->g, origin, at, false);
             if (sub < 0) return TUTTI_ERR;
             if (parse_alternates(p, sub) < 0) return TUTTI_ERR;
             if (p->pos >= p->n || p->s[p->pos] != ')') return perr(p, at, "unclosed '('");
@@ -472,7 +505,7 @@ static int parse_sequence(parser *p, int32_t rule, gr_seq *seq, bool nested) {
                 p->pos++;
                 if (mx >= 0 && mx < mn) return perr(p, at, "repetition {m,n} with n < m");
             }
-            if (apply_repeat(p, seq, last, mn, mx, base) < 0) return TUTTI_ERR;
+            if (apply_repeat(p, seq, last, mn, mx, origin, at) < 0) return TUTTI_ERR;
             last = -1; /* x** is refused as in llama.cpp */
         } else if (c == '<') {
             return perr(p, at, "token references <...> are not supported");
@@ -555,8 +588,9 @@ tutti_grammar *tutti_grammar_parse(const char *text, size_t len) {
     }
     for (int32_t i = 0; i < g->n_rules; i++)
         if (!g->rules[i].defined) {
-            tutti_set_error("grammar: line %d, column %d: undefined rule '%s'", g->rules[i].ref_line,
-                            g->rules[i].ref_col, g->rules[i].name);
+            int32_t line, col;
+            line_col(&p, (size_t)(g->rules[i].ref_at - 1), &line, &col);
+            tutti_set_error("grammar: line %d, column %d: undefined rule '%s'", line, col, g->rules[i].name);
             goto fail;
         }
     g->root = gr_rule_get(g, "root", 4, false);
@@ -564,7 +598,7 @@ tutti_grammar *tutti_grammar_parse(const char *text, size_t len) {
         tutti_set_error("grammar: no 'root' rule (the start symbol must be called root)");
         goto fail;
     }
-    if (gr_compile(g) < 0) goto fail;
+    if (gr_compile(g, text, len) < 0) goto fail;
     return g;
 fail:
     tutti_grammar_free(g);

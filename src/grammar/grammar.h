@@ -67,12 +67,20 @@ typedef struct gr_rule {
     gr_seq *alts;
     int32_t n_alts, cap_alts;
     bool defined;
-    int32_t ref_line, ref_col; /* first reference (for "undefined rule") */
+    int64_t ref_at;            /* byte offset + 1 of the first reference (for "undefined rule"), 0: none */
+    /* generated rules (groups, repetitions): the rule the user wrote them
+     * in and where (byte offset + 1 of the '(' or the repetition operator),
+     * for messages; origin of a user's rule is itself */
+    int32_t origin;
+    int64_t at;
+    bool rep; /* a repetition x*, x+, x{m,n} (its alternatives repeat a unit) */
 } gr_rule;
 
 struct tutti_grammar {
     gr_rule *rules;
     int32_t n_rules, cap_rules;
+    int32_t *rule_hash; /* open addressing over rule names (gbnf.c) */
+    int32_t rule_hcap;
     gr_range *ranges;
     int32_t n_ranges, cap_ranges;
     gr_class *classes;
@@ -88,7 +96,9 @@ struct tutti_grammar {
 
 /* Builder helpers (gbnf.c). */
 int32_t gr_rule_get(tutti_grammar *g, const char *name, size_t n, bool create);
-int32_t gr_rule_new_anon(tutti_grammar *g, const char *base);
+/* A generated rule for a construct of user rule `origin` at byte offset
+ * at (rep: a repetition). */
+int32_t gr_rule_new_anon(tutti_grammar *g, int32_t origin, size_t at, bool rep);
 int gr_seq_push(gr_seq *s, int32_t type, int32_t arg);
 int gr_rule_add_alt(tutti_grammar *g, int32_t rule, gr_seq *seq); /* takes seq's elements */
 /* Class from ranges (any order, may overlap), negated or not. */
@@ -238,8 +248,9 @@ static inline int32_t gm_step(tutti_grammar_matcher *m, int32_t s, uint8_t b) {
  * character), created if new; -3 out of memory. */
 int32_t gm_state_of(tutti_grammar_matcher *m, const int32_t *ids, int32_t n);
 
-/* Checks and flattens (compile.c); errors name the rule. */
-int gr_compile(tutti_grammar *g);
+/* Checks and flattens (compile.c); errors name the user's rule and, for
+ * what a group or repetition causes, its line and column in text[0..len). */
+int gr_compile(tutti_grammar *g, const char *text, size_t len);
 
 /* UTF-8 decode of one character from s[0..n): code point and length, or
  * length 0 for invalid input. */
