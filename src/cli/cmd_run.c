@@ -21,7 +21,9 @@
 
 /* ---- ensemble flags shared by run / eval / fit ---- */
 
-static const char *g_rules[5], *g_aligns[5];
+/* the rules, then "auto" (fit only: ens_args.rule_auto) */
+#define ENS_RULE_AUTO 4
+static const char *g_rules[6], *g_aligns[5];
 
 const char ens_file_help[] = ENS_FILE_HELP;
 
@@ -31,11 +33,13 @@ void ens_args_init(ens_args *a) {
     a->prune = -1;
     a->adapt_alpha = -1;
     a->route_tau = -1;
+    a->select = -1;
     a->n_ctx = CLI_CTX_UNSET;
     for (int k = 0; k < 4; k++) {
         g_rules[k] = tutti_rule_name((tutti_fusion_rule)k);
         g_aligns[k] = tutti_align_name((tutti_align)k);
     }
+    g_rules[ENS_RULE_AUTO] = "auto";
     const cli_opt t[] = {
         CLI_SECTION("ensemble"),
         CLI_STRS("-m,--model", "FILE", &a->models, "a member's GGUF file (repeat: one -m per member)"),
@@ -43,7 +47,8 @@ void ens_args_init(ens_args *a) {
         CLI_FLOATS("-w,--weights", "W1,W2,...", &a->weights, -1e30, 1e30, "member weights, one per member",
                    "uniform"),
         CLI_FLOATS("--temps", "T1,T2,...", &a->temps, 1e-6, 1e6, "member temperatures tau_i, one per member", "1"),
-        CLI_CHOICE("--rule", "RULE", &a->rule, g_rules, "mix | product | gate | contrastive",
+        CLI_CHOICE("--rule", "RULE", &a->rule, g_rules,
+                   "mix | product | gate | contrastive (fit: also auto, the best on held-out text)",
                    "the ensemble file's, else mix"),
         CLI_CHOICE("--align", "ALIGN", &a->align, g_aligns,
                    "auto | token | byte | span (auto: token if the vocabularies\nare identical, else byte)",
@@ -56,7 +61,7 @@ void ens_args_init(ens_args *a) {
                    "byte alignment: hypothesis pruning share, 0 = exact", "1e-4"),
         CLI_INT("--max-hyps", "N", &a->max_hyps, 1, 4096, "byte alignment: hypotheses per member", "8"),
         CLI_FLOAT("--beta", "X", &a->beta, 1e-6, 1, "contrastive plausibility cut", "0.1"),
-        ENS_WEIGHT_OPTS(&a->adapt, &a->adapt_alpha, &a->route, &a->route_tau),
+        ENS_WEIGHT_OPTS(&a->adapt, &a->adapt_alpha, &a->route, &a->route_tau, &a->select, &a->no_context),
         CLI_SECTION("members over MPI ranks (mpirun -np K tutti CMD ...)"),
         CLI_SPLIT_OPTS(&a->split_counts, &a->split_ub, "members"),
         ENS_SPLIT_MEMBER_OPT(&a->split_member, "members"),
@@ -87,6 +92,8 @@ int ens_split_members(const char *list, const char *const *members, int n, const
 void ens_args_free(ens_args *a) { tutti_ensemble_file_free(a->file); }
 
 int ens_args_check(ens_args *a) {
+    if (a->rule == ENS_RULE_AUTO && !a->rule_auto)
+        return cli_usage_error("--rule auto is for tutti fit (it writes the rule it chose into the ensemble file)");
     int n = a->models.n;
     if (a->ens_file) {
         if (!(a->file = tutti_ensemble_file_read(a->ens_file))) return cli_error("%s", tutti_last_error());
@@ -120,7 +127,7 @@ int ens_args_check(ens_args *a) {
 
 tutti_ensemble *ens_args_build(ens_args *a, const char *cmd) {
     int n = 0;
-    int rule = a->rule, align = a->align;
+    int rule = a->rule == ENS_RULE_AUTO ? -1 : a->rule, align = a->align; /* auto: fit chooses */
     (void)cmd; /* messages carry the command's name (cli_cmd) */
     if (a->file) { /* read by ens_args_check */
         for (int i = 0; i < a->file->n_members && n < TUTTI_ENSEMBLE_MAX_MEMBERS; i++) a->desc[n++] = a->file->members[i];
@@ -167,6 +174,14 @@ tutti_ensemble *ens_args_build(ens_args *a, const char *cmd) {
     }
     double tau = a->route_tau > 0 ? a->route_tau : a->file && a->file->route > 0 ? a->file->route : -1;
     if ((a->route || tau > 0) && tutti_ensemble_set_route(e, tau > 0 ? tau : 0.25) < 0) {
+        cli_error("%s", tutti_last_error());
+        tutti_ensemble_free(e);
+        return NULL;
+    }
+    /* the file's context weights (its members' coefficients; -m members get 0) and selective fusion */
+    double sel = a->select >= 0 ? a->select : a->file ? a->file->select : -1;
+    if ((a->file && !a->no_context && tutti_ensemble_set_context(e, &a->file->context) < 0) ||
+        (sel >= 0 && tutti_ensemble_set_select(e, sel) < 0)) {
         cli_error("%s", tutti_last_error());
         tutti_ensemble_free(e);
         return NULL;

@@ -22,6 +22,7 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
     o->rule = o->align = -1;
     o->prune = -1;
     o->adapt_alpha = o->route_tau = -1;
+    o->select = -1;
     o->host = "127.0.0.1";
     o->port = 8080;
     o->parallel = 1;
@@ -51,7 +52,7 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
         CLI_FLOAT("--beta", "X", &o->beta, 1e-6, 1, "contrastive plausibility cut", "0.1"),
         CLI_DOUBLE("--prune", "X", &o->prune, 0, 0.999999, "byte alignment: hypothesis pruning share", "1e-4"),
         CLI_INT("--max-hyps", "N", &o->max_hyps, 1, 4096, "byte alignment: hypotheses per member", "8"),
-        ENS_WEIGHT_OPTS(&o->adapt, &o->adapt_alpha, &o->route, &o->route_tau),
+        ENS_WEIGHT_OPTS(&o->adapt, &o->adapt_alpha, &o->route, &o->route_tau, &o->select, &o->no_context),
         CLI_SECTION("server"),
         CLI_STR("--host", "ADDR", &o->host, "address to bind (loopback unless told otherwise)", NULL),
         CLI_INT("--port", "N", &o->port, 0, 65535, "TCP port; 0 = any free port (printed on stderr)", NULL),
