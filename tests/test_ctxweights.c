@@ -312,6 +312,150 @@ static void file_lines(void **state) {
     unlink(path);
 }
 
+/* ---- real members, TOKEN alignment: eval and generation against the
+ * formula computed here from each member's own session logits ---- */
+
+static const char *SAME_VOCAB[] = {"models/stories260K.gguf", "models/stories260K-ft/stories260K-dreams.gguf"};
+
+/* log-softmax of a logits row in double */
+static void lsm(const float *z, int32_t V, double *out) {
+    double mx = -INFINITY, s = 0;
+    for (int32_t x = 0; x < V; x++) mx = z[x] > mx ? z[x] : mx;
+    for (int32_t x = 0; x < V; x++) s += exp((double)z[x] - mx);
+    for (int32_t x = 0; x < V; x++) out[x] = (double)z[x] - mx - log(s);
+}
+
+/* The two members' weights at one position by the formula of tutti.h:
+ * w_i ∝ W_i exp(Σ_k b_ik f_ik), f = (entropy / ln V, top, loss, agree). */
+static void hand_weights(const tutti_context_weights *cw, const float *W, double *const *lp, int32_t V,
+                         const double *loss, double *w) {
+    double f[2][4] = {{0}}, agree = 0;
+    for (int32_t x = 0; x < V; x++) agree += exp(lp[0][x]) * exp(lp[1][x]);
+    for (int i = 0; i < 2; i++) {
+        double h = 0, top = 0;
+        for (int32_t x = 0; x < V; x++) {
+            double p = exp(lp[i][x]);
+            h -= p * lp[i][x];
+            top = p > top ? p : top;
+        }
+        f[i][0] = h / log((double)V), f[i][1] = top, f[i][2] = loss[i], f[i][3] = agree;
+    }
+    double u[2];
+    for (int i = 0; i < 2; i++) {
+        u[i] = log((double)W[i]);
+        for (int k = 0; k < cw->n_features; k++) u[i] += (double)cw->coef[i][k] * f[i][cw->features[k]];
+    }
+    w[0] = 1 / (1 + exp(u[1] - u[0])), w[1] = 1 - w[0];
+}
+
+typedef struct sink {
+    char b[1024];
+    size_t n;
+} sink;
+
+static int collect(const char *bytes, size_t nb, void *u) {
+    sink *k = u;
+    if (k->n + nb < sizeof k->b) memcpy(k->b + k->n, bytes, nb), k->n += nb, k->b[k->n] = 0;
+    return 0;
+}
+
+typedef struct hand_ctx {
+    tutti_session *ss[2];
+    int32_t V;
+    double *lp[2];
+    double lm[2], lz[2], lambda; /* LOSS state */
+} hand_ctx;
+
+static void hand_push(hand_ctx *h, int32_t tok) {
+    for (int i = 0; i < 2; i++) {
+        double l = -h->lp[i][tok];
+        h->lm[i] = h->lambda * h->lm[i] + (l > 30 ? 30 : l), h->lz[i] = h->lambda * h->lz[i] + 1;
+    }
+}
+
+static void token_by_hand(void **state) {
+    (void)state;
+    require_shared();
+    tutti_ensemble *e = test_ensemble(SAME_VOCAB, 2, TUTTI_ALIGN_TOKEN, TUTTI_RULE_MIX);
+    assert_non_null(e);
+    float W[2] = {0.4f, 0.6f};
+    assert_int_equal(tutti_ensemble_set_weights(e, W, NULL), 0);
+    tutti_context_weights cw = {.n_features = 4,
+                                .features = {TUTTI_FEAT_ENTROPY, TUTTI_FEAT_TOP, TUTTI_FEAT_LOSS, TUTTI_FEAT_AGREE},
+                                .halflife = 2};
+    const float b[2][4] = {{-4, 1, -0.5f, 2}, {-1, -2, 0.3f, -1}};
+    memcpy(cw.coef, b, sizeof b);
+    assert_int_equal(tutti_ensemble_set_context(e, &cw), 0);
+    const tutti_model *m0 = tutti_ensemble_member_model(e, 0);
+    const tutti_vocab *v = tutti_model_vocab(m0);
+    hand_ctx h = {.V = tutti_model_n_vocab(m0), .lambda = pow(2, -0.5)};
+    int32_t V = h.V;
+    for (int i = 0; i < 2; i++) {
+        tutti_session_params p = tutti_session_default_params();
+        p.n_threads = 1;
+        h.ss[i] = tutti_session_new(tutti_ensemble_member_model(e, i), &p);
+        h.lp[i] = malloc(sizeof(double) * (size_t)V);
+    }
+    /* eval: one chunk from BOS; each member's logits at every position in one session pass */
+    const char *text = "Once upon a time, there was a little dog who liked to run.";
+    int32_t ids[128];
+    int32_t n = tutti_tokenize(v, text, strlen(text), true, false, ids, 128);
+    float *rows[2] = {malloc(sizeof(float) * (size_t)n * (size_t)V), malloc(sizeof(float) * (size_t)n * (size_t)V)};
+    for (int i = 0; i < 2; i++) assert_int_equal(tutti_session_eval(h.ss[i], ids, n, rows[i]), 0);
+    double want = 0;
+    for (int32_t k = 0; k + 1 < n; k++) {
+        for (int i = 0; i < 2; i++) lsm(rows[i] + (size_t)k * (size_t)V, V, h.lp[i]);
+        double loss[2] = {h.lz[0] > 0 ? h.lm[0] / h.lz[0] : 0, h.lz[1] > 0 ? h.lm[1] / h.lz[1] : 0}, w[2];
+        hand_weights(&cw, W, h.lp, V, loss, w);
+        want -= log(w[0] * exp(h.lp[0][ids[k + 1]]) + w[1] * exp(h.lp[1][ids[k + 1]]));
+        hand_push(&h, ids[k + 1]);
+    }
+    tutti_bpb_result r;
+    assert_int_equal(tutti_ensemble_eval_bpb(e, text, strlen(text), &r), 0);
+    double ens = r.ensemble_bpb * log(2.0) * (double)r.n_bytes;
+    printf("eval: %.6f nats, by hand %.6f\n", ens, want);
+    NEAR(ens, want, 1e-5);
+    free(rows[0]), free(rows[1]);
+    /* generation: greedy decoding of the same mixture, the loss from the first generated token on */
+    const char *prompt = "Lily saw a cat";
+    n = tutti_tokenize(v, prompt, strlen(prompt), true, false, ids, 128);
+    for (int i = 0; i < 2; i++) {
+        tutti_session_free(h.ss[i]);
+        tutti_session_params p = tutti_session_default_params();
+        p.n_threads = 1;
+        h.ss[i] = tutti_session_new(tutti_ensemble_member_model(e, i), &p);
+        assert_int_equal(tutti_session_eval(h.ss[i], ids, n, NULL), 0);
+    }
+    h.lm[0] = h.lm[1] = h.lz[0] = h.lz[1] = 0;
+    char hand[1024] = "";
+    size_t nh = 0;
+    for (int t = 0; t < 30; t++) {
+        for (int i = 0; i < 2; i++) lsm(tutti_session_logits(h.ss[i]), V, h.lp[i]);
+        double loss[2] = {h.lz[0] > 0 ? h.lm[0] / h.lz[0] : 0, h.lz[1] > 0 ? h.lm[1] / h.lz[1] : 0}, w[2], bp = -1;
+        hand_weights(&cw, W, h.lp, V, loss, w);
+        int32_t best = 0;
+        for (int32_t x = 0; x < V; x++) {
+            double p = w[0] * exp(h.lp[0][x]) + w[1] * exp(h.lp[1][x]);
+            if (p > bp) bp = p, best = x;
+        }
+        if (tutti_vocab_is_eog(v, best)) break;
+        hand_push(&h, best);
+        char piece[64];
+        int32_t k = tutti_token_to_piece(v, best, false, piece, sizeof piece);
+        memcpy(hand + nh, piece, (size_t)k), nh += (size_t)k, hand[nh] = 0;
+        for (int i = 0; i < 2; i++) assert_int_equal(tutti_session_eval(h.ss[i], &best, 1, NULL), 0);
+    }
+    sink got = {.n = 0};
+    tutti_sampler_params sp = tutti_sampler_default_params();
+    sp.temp = 0;
+    tutti_mask mk = {.max_len = 30};
+    assert_int_equal(tutti_ensemble_generate(e, prompt, strlen(prompt), &sp, &mk, collect, &got, NULL), 0);
+    printf("generated: [%s]\nby hand:   [%s]\n", got.b, hand);
+    assert_string_equal(got.b, hand);
+    for (int i = 0; i < 2; i++) tutti_session_free(h.ss[i]), free(h.lp[i]);
+    tutti_ensemble_free(e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(features_by_hand),
@@ -319,6 +463,7 @@ int main(void) {
         cmocka_unit_test(entropy_decides),
         cmocka_unit_test(gradient_check),
         cmocka_unit_test(file_lines),
+        cmocka_unit_test(token_by_hand),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -151,6 +151,16 @@ int tutti_cmd_eval(int argc, char **argv) {
             cJSON_AddStringToObject(en, "choice_weights", choice_weights);
         }
         cJSON_AddStringToObject(en, "rule", tutti_rule_name(tutti_ensemble_rule(e)));
+        tutti_context_weights cw;
+        if (tutti_ensemble_context(e, &cw) > 0) {
+            cJSON *cf = cJSON_AddArrayToObject(en, "context");
+            for (int32_t k = 0; k < cw.n_features; k++)
+                cJSON_AddItemToArray(cf, cJSON_CreateString(tutti_feature_name((tutti_feature)cw.features[k])));
+        }
+        if (tutti_ensemble_select(e) >= 0) {
+            cJSON_AddNumberToObject(en, "select", tutti_ensemble_select(e));
+            if (text) cJSON_AddNumberToObject(en, "fused_share", r.fused_share);
+        }
         cJSON_AddStringToObject(en, "align", tutti_align_name(tutti_ensemble_align(e)));
         if (adapt >= 0) cJSON_AddNumberToObject(en, "adapt_alpha", adapt);
         if (tutti_ensemble_route(e) > 0) cJSON_AddNumberToObject(en, "route_tau", tutti_ensemble_route(e));
@@ -164,8 +174,13 @@ int tutti_cmd_eval(int argc, char **argv) {
         free(js);
         cJSON_Delete(root);
     } else {
-        char how[64] = "";
-        if (adapt >= 0) snprintf(how, sizeof how, ", adapt %g", adapt);
+        char how[160] = "";
+        size_t k = 0;
+        if (adapt >= 0) k += (size_t)snprintf(how + k, sizeof how - k, ", adapt %g", adapt);
+        if (tutti_ensemble_context(e, NULL) > 0) k += (size_t)snprintf(how + k, sizeof how - k, ", context weights");
+        if (tutti_ensemble_select(e) >= 0 && k < sizeof how)
+            k += (size_t)snprintf(how + k, sizeof how - k, ", fused where D >= %g: %.1f %% of the units",
+                                  tutti_ensemble_select(e), text ? 100 * r.fused_share : 100.0);
         if (text) {
             printf("%d chunks, %lld bytes\n", r.n_chunks, (long long)r.n_bytes);
             for (int i = 0; i < nm; i++) {

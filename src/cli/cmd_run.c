@@ -339,6 +339,9 @@ int tutti_cmd_run(int argc, char **argv) {
         cli_info("\n%s alignment, rule %s: %d %ss (%d bytes) in %.3f s (%.1f %ss/s)\n", tutti_align_name(al),
                  tutti_rule_name(tutti_ensemble_rule(e)), st.n_units, unit, st.n_bytes, st.t_total_s,
                  st.n_units / t, unit);
+        if (tutti_ensemble_select(e) >= 0)
+            cli_info("selective fusion (D >= %g nats): %d of %d %ss fused (%.1f %%)\n", tutti_ensemble_select(e),
+                     st.n_fused, st.n_units, unit, st.n_units ? 100.0 * st.n_fused / st.n_units : 100.0);
         for (int i = 0; i < tutti_ensemble_n_members(e); i++)
             cli_info("  member %d %-40s w=%.3g tau=%.3g: %6lld tokens evaluated in %lld forward passes, forward %.3f s "
                      "(%.1f tokens/s)%s\n",

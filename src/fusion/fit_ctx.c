@@ -15,7 +15,6 @@
  * loss is lowest (early stopping), so the coefficients do not chase the
  * fitted text. */
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -248,7 +247,6 @@ int fusion_fit_context(tutti_ensemble *e, const text_data *d, float *const *rows
         double theta[TUTTI_ENSEMBLE_MAX_MEMBERS * (1 + TUTTI_N_FEATURES)] = {0};
         for (int32_t i = 0; i < n; i++) theta[i] = e->w[i] > 0 ? log(e->w[i] / wsum) : 0;
         double L = fusion_ctx_descend(&cd, theta, 400);
-        if (getenv("TUTTI_DEBUG_CTX")) { fprintf(stderr, "hl %g L %g theta", hl, L); for (int32_t j = 0; j < n + n * K; j++) fprintf(stderr, " %g", theta[j]); fprintf(stderr, " mean %g %g sd %g %g\n", mean[0], mean[1], sd[0], sd[1]); }
         fusion_ctx_data_free(&cd);
         if (L < best) {
             best = L, best_hl = hl;
