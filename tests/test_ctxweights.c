@@ -348,17 +348,6 @@ static void hand_weights(const tutti_context_weights *cw, const float *W, double
     w[0] = 1 / (1 + exp(u[1] - u[0])), w[1] = 1 - w[0];
 }
 
-typedef struct sink {
-    char b[1024];
-    size_t n;
-} sink;
-
-static int collect(const char *bytes, size_t nb, void *u) {
-    sink *k = u;
-    if (k->n + nb < sizeof k->b) memcpy(k->b + k->n, bytes, nb), k->n += nb, k->b[k->n] = 0;
-    return 0;
-}
-
 typedef struct hand_ctx {
     tutti_session *ss[2];
     int32_t V;
@@ -445,11 +434,11 @@ static void token_by_hand(void **state) {
         memcpy(hand + nh, piece, (size_t)k), nh += (size_t)k, hand[nh] = 0;
         for (int i = 0; i < 2; i++) assert_int_equal(tutti_session_eval(h.ss[i], &best, 1, NULL), 0);
     }
-    sink got = {.n = 0};
+    test_sink got = {.n = 0};
     tutti_sampler_params sp = tutti_sampler_default_params();
     sp.temp = 0;
     tutti_mask mk = {.max_len = 30};
-    assert_int_equal(tutti_ensemble_generate(e, prompt, strlen(prompt), &sp, &mk, collect, &got, NULL), 0);
+    assert_int_equal(tutti_ensemble_generate(e, prompt, strlen(prompt), &sp, &mk, test_sink_cb, &got, NULL), 0);
     printf("generated: [%s]\nby hand:   [%s]\n", got.b, hand);
     assert_string_equal(got.b, hand);
     for (int i = 0; i < 2; i++) tutti_session_free(h.ss[i]), free(h.lp[i]);

@@ -786,40 +786,40 @@ static double objective(const tutti_ensemble *e, const text_data *d, float *cons
     }
     /* product: s(x) = Σ w_i l_i(x); L = -Σ [s(y) - lse s] */
     int W = d->width;
-    double *s = malloc(sizeof(double) * (size_t)W);
+    double *s = malloc(sizeof(double) * (size_t)W), gu[TUTTI_ENSEMBLE_MAX_MEMBERS];
     if (!s) return INFINITY;
     for (int64_t k = 0; k < d->n_rows; k++) {
-        double mx = -INFINITY;
-        for (int x = 0; x < W; x++) {
-            double a = 0;
-            for (int32_t i = 0; i < n; i++) {
-                float l = rows[i][k * W + x];
-                a += w[i] * (l < -1e4f ? -1e4 : (double)l);
-            }
-            s[x] = a;
-            if (a > mx) mx = a;
-        }
-        double z = 0;
-        for (int x = 0; x < W; x++) z += (s[x] = exp(s[x] - mx));
-        int32_t y = d->y[k];
-        double sy = 0;
-        for (int32_t i = 0; i < n; i++) {
-            float l = rows[i][k * W + y];
-            sy += w[i] * (l < -1e4f ? -1e4 : (double)l);
-        }
-        L -= sy - (mx + log(z));
-        for (int32_t i = 0; i < n; i++) {
-            double el = 0;
-            for (int x = 0; x < W; x++) {
-                float l = rows[i][k * W + x];
-                el += s[x] / z * (l < -1e4f ? -1e4 : (double)l);
-            }
-            float ly = rows[i][k * W + y];
-            g[i] -= (ly < -1e4f ? -1e4 : (double)ly) - el;
-        }
+        const float *r[TUTTI_ENSEMBLE_MAX_MEMBERS];
+        for (int32_t i = 0; i < n; i++) r[i] = rows[i] + (size_t)k * (size_t)W;
+        L -= fusion_pool_unit(n, r, w, W, d->y[k], s, gu);
+        for (int32_t i = 0; i < n; i++) g[i] -= gu[i];
     }
     free(s);
     return L;
+}
+
+static double pool_clamp(float l) { return l < FUSION_POOL_CLAMP ? FUSION_POOL_CLAMP : (double)l; }
+
+double fusion_pool_unit(int32_t n, const float *const *rows, const double *c, int W, int32_t y, double *s, double *g) {
+    double mx = -INFINITY;
+    for (int x = 0; x < W; x++) {
+        double a = 0;
+        for (int32_t i = 0; i < n; i++)
+            if (rows[i]) a += c[i] * pool_clamp(rows[i][x]);
+        s[x] = a;
+        if (a > mx) mx = a;
+    }
+    double z = 0, sy = 0;
+    for (int x = 0; x < W; x++) z += (s[x] = exp(s[x] - mx));
+    for (int32_t i = 0; i < n; i++)
+        if (rows[i]) sy += c[i] * pool_clamp(rows[i][y]);
+    for (int32_t i = 0; g && i < n; i++) {
+        if (!rows[i]) continue;
+        double el = 0;
+        for (int x = 0; x < W; x++) el += s[x] / z * pool_clamp(rows[i][x]);
+        g[i] = pool_clamp(rows[i][y]) - el;
+    }
+    return sy - mx - log(z);
 }
 
 /* Adam on softmax-parameterised weights; theta is updated in place. */

@@ -53,6 +53,14 @@ typedef void (*fusion_unit_hook)(void *user, int64_t u, int chunk, const struct 
                                  const bool *gone);
 int fusion_weighed_nll(tutti_ensemble *e, const text_data *d, float *const *rows, const float *w, double *nll,
                        double *fused, struct fusion_weigher *cont, fusion_unit_hook hook, void *user);
+/* One unit of the log-linear pool (PRODUCT) as the fits differentiate it:
+ * s(x) = Σ_i c_i max(l_i(x), FUSION_POOL_CLAMP) over the members with a row
+ * (rows[i] != NULL, [W] log-probabilities); returns log softmax(s)(y) and,
+ * when g is not NULL, g[i] = d/dc_i = l_i(y) - E_softmax(s)[l_i].  s: W
+ * doubles of scratch.  The clamp stands for an outcome a member rules out
+ * (its log-probability -inf would make every gradient infinite). */
+#define FUSION_POOL_CLAMP (-1e4f)
+double fusion_pool_unit(int32_t n, const float *const *rows, const double *c, int W, int32_t y, double *s, double *g);
 /* The unit's row index of unit u (SPAN: its first byte) and the units. */
 static inline int64_t text_data_units(const tutti_ensemble *e, const text_data *d) {
     return e->align == TUTTI_ALIGN_SPAN ? d->n_spans : d->n_rows;

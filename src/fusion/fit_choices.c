@@ -22,8 +22,6 @@
 #include "fusion/eval_impl.h"
 #include "util/error.h"
 
-#define CLAMP (-1e4f)
-
 typedef struct cf_text {
     text_data d;
     float *rows[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* static: tables at the ensemble's temperatures */
@@ -80,29 +78,14 @@ static double text_ll(const cf *c, const cf_text *t, const double *w, double *g)
                 if (row[i]) g[i] += exp(row[i][y] - mx) / q - 1 / wp;
             continue;
         }
-        /* product over the present members, weights renormalised */
+        /* product over the present members, weights renormalised: with
+         * w~ = w / wp, d ll / d w_i = (d ll / d w~_i - Σ_j w~_j d ll / d w~_j) / wp */
         double sx[FUSION_N_BYTE_OUT], *s = W <= FUSION_N_BYTE_OUT ? sx : malloc(sizeof(double) * (size_t)W);
         if (!s) return NAN;
-        double smx = -INFINITY;
-        for (int x = 0; x < W; x++) {
-            double a = 0;
-            for (int32_t i = 0; i < n; i++)
-                if (row[i]) a += w[i] / wp * (double)(row[i][x] < CLAMP ? CLAMP : row[i][x]);
-            s[x] = a;
-            smx = a > smx ? a : smx;
-        }
-        double z = 0;
-        for (int x = 0; x < W; x++) z += (s[x] = exp(s[x] - smx));
-        double sy = 0, gt[TUTTI_ENSEMBLE_MAX_MEMBERS], gbar = 0;
-        for (int32_t i = 0; i < n; i++) {
-            if (!row[i]) continue;
-            double ly = row[i][y] < CLAMP ? CLAMP : row[i][y], el = 0;
-            sy += w[i] / wp * ly;
-            for (int x = 0; x < W; x++) el += s[x] / z * (double)(row[i][x] < CLAMP ? CLAMP : row[i][x]);
-            gt[i] = ly - el; /* d ll / d w~_i */
-            gbar += w[i] / wp * gt[i];
-        }
-        ll += sy - smx - log(z);
+        double c[TUTTI_ENSEMBLE_MAX_MEMBERS], gt[TUTTI_ENSEMBLE_MAX_MEMBERS], gbar = 0;
+        for (int32_t i = 0; i < n; i++) c[i] = row[i] ? w[i] / wp : 0;
+        ll += fusion_pool_unit(n, row, c, W, y, s, gt);
+        for (int32_t i = 0; i < n; i++) gbar += row[i] ? c[i] * gt[i] : 0;
         for (int32_t i = 0; i < n; i++)
             if (row[i]) g[i] += (gt[i] - gbar) / wp;
         if (s != sx) free(s);

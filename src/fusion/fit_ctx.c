@@ -22,8 +22,6 @@
 #include "fusion/fit_ctx.h"
 #include "util/error.h"
 
-#define PRODUCT_CLAMP (-1e4f) /* a ruled-out outcome's log-probability in the gradient (as eval.c's fit) */
-
 /* Loss of both parts in one pass (L[0] fitted units, L[1] held out) and the
  * gradient of the units of `part` (-1: all). */
 static void objective2(const ctx_fit_data *d, const double *theta, int part, double *grad, double *L, double *s) {
@@ -50,30 +48,10 @@ static void objective2(const ctx_fit_data *d, const double *theta, int part, dou
         for (int32_t i = 0; i < n; i++) c[i] /= zs;
         double Lu;
         if (d->rule == TUTTI_RULE_PRODUCT) {
-            int W = d->width;
             const float *r[TUTTI_ENSEMBLE_MAX_MEMBERS];
-            for (int32_t i = 0; i < n; i++) r[i] = c[i] > 0 ? d->rows[i] + (size_t)u * (size_t)W : NULL;
-            double smx = -INFINITY;
-            for (int x = 0; x < W; x++) {
-                double a = 0;
-                for (int32_t i = 0; i < n; i++)
-                    if (r[i]) a += c[i] * (double)(r[i][x] < PRODUCT_CLAMP ? PRODUCT_CLAMP : r[i][x]);
-                s[x] = a;
-                if (a > smx) smx = a;
-            }
-            double zz = 0;
-            for (int x = 0; x < W; x++) zz += (s[x] = exp(s[x] - smx));
-            int32_t y = d->y[u];
-            double sy = 0;
-            for (int32_t i = 0; i < n; i++)
-                if (r[i]) sy += c[i] * (double)(r[i][y] < PRODUCT_CLAMP ? PRODUCT_CLAMP : r[i][y]);
-            Lu = -(sy - smx - log(zz));
-            for (int32_t i = 0; grad && i < n; i++) {
-                if (!r[i]) continue;
-                double el = 0;
-                for (int x = 0; x < W; x++) el += s[x] / zz * (double)(r[i][x] < PRODUCT_CLAMP ? PRODUCT_CLAMP : r[i][x]);
-                g[i] = -((double)(r[i][y] < PRODUCT_CLAMP ? PRODUCT_CLAMP : r[i][y]) - el);
-            }
+            for (int32_t i = 0; i < n; i++) r[i] = c[i] > 0 ? d->rows[i] + (size_t)u * (size_t)d->width : NULL;
+            Lu = -fusion_pool_unit(n, r, c, d->width, d->y[u], s, grad ? g : NULL);
+            for (int32_t i = 0; grad && i < n; i++) g[i] = r[i] ? -g[i] : 0;
         } else {
             double q = 0, e[TUTTI_ENSEMBLE_MAX_MEMBERS];
             for (int32_t i = 0; i < n; i++) q += c[i] * (e[i] = c[i] > 0 ? exp(lp[i] - lmx) : 0);
