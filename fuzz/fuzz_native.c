@@ -70,9 +70,9 @@ static bool setup(void) {
     if (!g_model) return false;
     static srv_file files[3];
     static srv_spec specs[2];
-    files[0] = (srv_file){.path = "stories260K.gguf", .name = "stories", .model = g_model, .n_ctx = 64};
-    files[1] = (srv_file){.path = "stories260K.gguf", .name = "a", .model = g_model, .n_ctx = 64};
-    files[2] = (srv_file){.path = "stories260K-b.gguf", .name = "b", .model = g_model, .n_ctx = 8};
+    files[0] = (srv_file){.path = "stories260K.gguf", .name = "stories", .model = g_model, .vocab = tutti_model_vocab(g_model), .n_ctx = 64};
+    files[1] = (srv_file){.path = "stories260K.gguf", .name = "a", .model = g_model, .vocab = tutti_model_vocab(g_model), .n_ctx = 64};
+    files[2] = (srv_file){.path = "stories260K-b.gguf", .name = "b", .model = g_model, .vocab = tutti_model_vocab(g_model), .n_ctx = 8};
     g_reg[0].files = &files[0], g_reg[0].n_files = 1;
     g_reg[1].files = &files[1], g_reg[1].n_files = 2;
     g_reg[1].specs = specs;

@@ -122,6 +122,25 @@ static void next_token(fusion_remote_vocab *rv, int api, const char *body, size_
     if (rc == 0) check_next(rv, out, &a);
     else check_error();
     keep(&r[0], rc, rv, out, &a);
+    if (rc == 0) { /* as a distribution (on a copy: the comparisons below use the answer as read) */
+        fusion_remote_next b = a;
+        bool renorm;
+        float *o2 = malloc(sizeof(float) * (size_t)V);
+        CHECK(o2);
+        memcpy(o2, out, sizeof(float) * (size_t)V);
+        int rd = fusion_remote_check_next(rv, WHERE, o2, &b, &renorm);
+        CHECK(rd == 0 || rd == TUTTI_ERR);
+        if (rd == 0) {
+            double m = 0;
+            for (int32_t i = 0; i < V; i++)
+                if (rv->seen[i]) m += exp((double)o2[i]);
+            CHECK(m <= 1 + 2 * FUSION_REMOTE_MASS_TOL);
+            if (b.k >= V) CHECK(fabs(m - 1) <= 2 * FUSION_REMOTE_MASS_TOL);
+        } else {
+            check_error();
+        }
+        free(o2);
+    }
     if (api == FUSION_REMOTE_API_LLAMA) {
         /* the full parser alone, and the scanner alone */
         rc = fusion_remote_parse_next(rv, api, false, WHERE, body, n, out, &a);

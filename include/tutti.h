@@ -44,6 +44,12 @@ extern "C" {
 /* Message describing the last error on this thread ("no error recorded" if
  * none).  Never NULL; valid until the next failing call on this thread. */
 const char *tutti_last_error(void);
+/* text with every URL's credentials hidden: the user information
+ * ("user:password@" before the host) becomes "***@", and the values of query parameters whose names
+ * hold key, token, secret, pass, pwd, auth, sig or cred -> "***".  Writes
+ * at most cap bytes (NUL included) into out and returns out.  Every library
+ * message (tutti_last_error) is already redacted this way. */
+char *tutti_redact_urls(const char *text, char *out, size_t cap);
 
 /* ------------------------------------------------------------------------ */
 /* Vocabulary and tokenizer (SentencePiece "spm" and byte-level "bpe"),
@@ -375,7 +381,7 @@ int tutti_align_parse(const char *name);
 typedef struct tutti_member_desc {
     const char *model_path; /* GGUF file, or a remote member "http://HOST:PORT#MODEL;vocab=PATH[;...]" (README "Remote members") */
     float weight;           /* NAN = default (uniform; contrastive: 1 for member 1, -0.5 for the others) */
-    float temp;             /* tau_i > 0; NAN or 0 = 1 */
+    float temp;             /* tau_i in [TUTTI_TEMP_MIN, TUTTI_TEMP_MAX]; NAN = 1 (0 is refused) */
 } tutti_member_desc;
 
 typedef struct tutti_ensemble_params {
@@ -402,6 +408,42 @@ typedef struct tutti_ensemble_params {
 } tutti_ensemble_params;
 
 tutti_ensemble_params tutti_ensemble_default_params(void);
+
+/* Checking ensemble settings: the one validator.  tutti_ensemble_new, the
+ * weight, adapt and route setters, ensemble files, the command line and
+ * `tutti serve` (its flags, --config ensembles and a request's inline
+ * ensemble) all call these, so a value is refused everywhere with the same
+ * message.  Each returns 0, or TUTTI_ERR with a message naming the member
+ * (1-based) and the value, never a path or where the value came from (the
+ * caller prefixes that: a flag, a file's line, a JSON field).
+ *   temperature  NAN = the default 1; else in [TUTTI_TEMP_MIN, TUTTI_TEMP_MAX]
+ *                (0 is refused, not read as 1)
+ *   weights      [n_members], NAN = the rule's default (tutti_default_weight);
+ *                finite; >= 0 except in CONTRASTIVE, whose member 1 (the
+ *                expert) must be > 0; not all 0; MIX and PRODUCT: sum > 0.
+ *                Also checks n_members (1..16, CONTRASTIVE 2..16) and rule.
+ *   adapt        alpha in [0, 1] (the rule is checked when it is set: MIX,
+ *                or SPAN alignment)
+ *   route        tau in [TUTTI_ROUTE_TAU_MIN, TUTTI_ROUTE_TAU_MAX] nats per
+ *                byte (the rule: MIX or PRODUCT, checked when it is set)
+ *   context      context weights (tutti_check_context, below at
+ *                tutti_context_weights), select the selective-fusion
+ *                threshold (tutti_check_select, at tutti_ensemble_set_select)
+ *   params       all of a tutti_ensemble_params' settings (members' weights
+ *                and temperatures, rule, align, beta, prune, max_hyps), no file
+ *                opened */
+#define TUTTI_TEMP_MIN 1e-6
+#define TUTTI_TEMP_MAX 1e6
+#define TUTTI_ROUTE_TAU_MIN 1e-6
+#define TUTTI_ROUTE_TAU_MAX 1e6
+int tutti_check_temp(int32_t member, float temp);
+int tutti_check_weights(const float *weights, int32_t n_members, tutti_fusion_rule rule);
+int tutti_check_adapt(double alpha);
+int tutti_check_route(double tau);
+int tutti_ensemble_params_check(const tutti_ensemble_params *params);
+/* Member's (1-based) default weight: uniform 1/n; CONTRASTIVE: 1 for
+ * member 1, -0.5/(n-1) for the others. */
+float tutti_default_weight(int32_t member, int32_t n_members, tutti_fusion_rule rule);
 
 typedef struct tutti_ensemble tutti_ensemble;
 
@@ -574,6 +616,15 @@ typedef struct tutti_mask {
                                      longest generated text that member 1 tokenizes (on its own, no BOS, as
                                      tutti_tokenize) into at most max_tokens tokens, ending between two
                                      UTF-8 characters */
+    /* OpenAI's logit_bias: bias[k] is added to the fused log-probability of
+     * token bias_ids[k] (an id of member 1's vocabulary) every step, after
+     * the rule and before the mask, the grammar and the sampler (which
+     * renormalises); -INFINITY bans the token.  TOKEN alignment only: BYTE
+     * and SPAN fuse over bytes and drafts, which have no token ids (error).
+     * Ids in [0, n_vocab), biases finite or -INFINITY; n_bias 0 = none. */
+    const int32_t *bias_ids;
+    const float *bias;
+    int32_t n_bias;
 } tutti_mask;
 
 typedef struct tutti_ensemble_stats {

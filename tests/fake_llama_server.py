@@ -15,7 +15,8 @@ answers: connections are refused from then on); garbage (next-token answers
 are not JSON); badjson (JSON with a token id out of range); hang (next-token
 answers never come); notok (no /tokenize or /detokenize, as many OpenAI-style
 servers); dup (a token listed twice); odd, oddkey (valid JSON in unusual
-shapes).  --key K: answer 401 unless "Authorization: Bearer K".
+shapes); unnormal (every log-probability 0: the answer's probabilities sum
+to the number of entries, no distribution).  --key K: answer 401 unless "Authorization: Bearer K".
 Binds 127.0.0.1 on a free port and writes it to --port-file."""
 import argparse, json, math, os, struct, sys, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -102,6 +103,8 @@ class H(BaseHTTPRequestHandler):
             return self.send(400, '{"error":"fake server: prompt is not a prefix of the replayed tokens"}')
         if a.mode == "badjson":
             top[0] = (V + 7, top[0][1])
+        if a.mode == "unnormal":
+            top = [(i, 0.0) for i, _ in top]
         ent = [{"id": i, "token": "t%d" % i, "logprob": lp} for i, lp in top]
         timings = {"prompt_n": 1, "prompt_ms": 0.0, "predicted_ms": 0.0}
         if api == "openai" and a.classic:

@@ -21,8 +21,10 @@ PY
 out=$HERE/data/merge_quant.sha256
 : > "$out.part"
 for c in q-slerp q-ties q-stories; do
-  for q in F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K; do
-    chroot "$ROOT" llama-quantize --pure /tmp/merge-oracle/$c.f32.gguf /tmp/merge-oracle/$c.$q.gguf $q 1 >/dev/null 2>&1
+  for q in F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K MXFP4; do
+    # llama-quantize names MXFP4's ftype MXFP4_MOE (with --pure: every weight MXFP4)
+    ft=$q; [ "$q" = MXFP4 ] && ft=MXFP4_MOE
+    chroot "$ROOT" llama-quantize --pure /tmp/merge-oracle/$c.f32.gguf /tmp/merge-oracle/$c.$q.gguf $ft 1 >/dev/null 2>&1
     chroot "$ROOT" python3 /tmp/merge-oracle/hash.py /tmp/merge-oracle/$c.$q.gguf | sed "s/^/$c $q /" >> "$out.part"
   done
 done

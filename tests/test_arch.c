@@ -7,6 +7,11 @@
  * the whole prompt in one batch, and split (a prefix batch, then one token at
  * a time) so that the KV-cache path is checked against the same reference.
  *
+ * Rows named "quant/..." are the small llama files of the tensor types that
+ * ../shared has no file of (MXFP4, the i-quants): tests/data/quant/models,
+ * written by llama-quantize with llama.cpp's logits beside them (made by
+ * tests/data/quant/make_models.sh).
+ *
  * Adding an architecture = adding rows to g_rows.  The tolerances come from
  * the task: F32/F16 0.02, BF16 0.05, quantized 0.15 (llama.cpp quantizes
  * activations to 8 bits for quantized weights, we do not).
@@ -72,6 +77,14 @@ static const arch_row g_rows[] = {
     {"phi3-F16", TOL_FLOAT},
     {"phi3-Q8_0", TOL_QUANT},
     {"phi3-Q4_K_M", TOL_QUANT},
+    {"quant/llama-MXFP4", TOL_QUANT},
+    {"quant/llama-IQ2_XXS", TOL_QUANT},
+    {"quant/llama-IQ2_XS", TOL_QUANT},
+    {"quant/llama-IQ2_S", TOL_QUANT},
+    {"quant/llama-IQ3_XXS", TOL_QUANT},
+    {"quant/llama-IQ3_S", TOL_QUANT},
+    {"quant/llama-IQ1_S", TOL_QUANT},
+    {"quant/llama-IQ1_M", TOL_QUANT},
 };
 #define N_ROWS (sizeof g_rows / sizeof g_rows[0])
 
@@ -83,12 +96,25 @@ static int read_input_ids(int32_t *ids) {
     return n;
 }
 
+/* Path of row `name`'s file with suffix ext (".gguf", ".logits.f32"). */
+static const char *row_path(const char *name, const char *ext) {
+    static char buf[2][512];
+    static int k;
+    char *b = buf[k++ % 2], rel[256];
+    if (!strncmp(name, "quant/", 6)) {
+        snprintf(b, 512, "%s/tests/data/quant/models/%s%s", TUTTI_SOURCE_DIR, name + 6, ext);
+        return b;
+    }
+    snprintf(rel, sizeof rel, "ref/arch/%s%s", name, ext);
+    snprintf(b, 512, "%s", shared_path(rel));
+    return b;
+}
+
 static float *read_ref_logits(const char *name) {
-    char rel[256];
-    snprintf(rel, sizeof rel, "ref/arch/%s.logits.f32", name);
+    const char *path = row_path(name, ".logits.f32");
     size_t len = 0;
-    float *ref = (float *)read_file(shared_path(rel), &len);
-    if (!ref) fail_msg("cannot read %s", shared_path(rel));
+    float *ref = (float *)read_file(path, &len);
+    if (!ref) fail_msg("cannot read %s", path);
     assert_int_equal(len, sizeof(float) * N_IDS * N_VOCAB);
     return ref;
 }
@@ -96,13 +122,11 @@ static float *read_ref_logits(const char *name) {
 static void test_arch_row(void **state) {
     const arch_row *row = *state;
     require_shared();
-    char rel[256];
-    snprintf(rel, sizeof rel, "ref/arch/%s.gguf", row->name);
     int32_t ids[N_IDS + 1];
     assert_int_equal(read_input_ids(ids), N_IDS);
     float *ref = read_ref_logits(row->name);
 
-    tutti_model *m = tutti_model_load(shared_path(rel), NULL);
+    tutti_model *m = tutti_model_load(row_path(row->name, ".gguf"), NULL);
     if (!m) fail_msg("%s: %s", row->name, tutti_last_error());
     assert_int_equal(tutti_model_n_vocab(m), N_VOCAB);
     tutti_session_params sp = tutti_session_default_params();

@@ -23,6 +23,9 @@ int parse_ids(const char *s, int32_t *ids, int n_max);
 /* The ids of the JSON array `"key":[...]` in js; returns their count, or -1
  * when js has no such array (or it is not closed). */
 int json_ids(const char *js, const char *key, int32_t *ids, int n_max);
+/* SHA-256 (FIPS 180-4) of n bytes as 64 lower-case hex digits and a NUL,
+ * for comparing with hashes python's hashlib made. */
+void sha256_hex(const void *data, size_t n, char out[65]);
 /* max over positions and ids of |log_softmax(a) - log_softmax(b)|, rows of n_vocab. */
 double max_logsoftmax_diff(const float *a, const float *b, int n_rows, int n_vocab);
 

@@ -42,7 +42,9 @@ static float frand(void) { return (float)rnd() / 4294967296.0f * 2.0f - 1.0f; }
 static const int k_types[] = {TUTTI_TYPE_F32,  TUTTI_TYPE_F16,  TUTTI_TYPE_BF16,   TUTTI_TYPE_Q4_0,
                               TUTTI_TYPE_Q4_1, TUTTI_TYPE_Q5_0, TUTTI_TYPE_Q5_1,   TUTTI_TYPE_Q8_0,
                               TUTTI_TYPE_Q2_K, TUTTI_TYPE_Q3_K, TUTTI_TYPE_Q4_K,   TUTTI_TYPE_Q5_K,
-                              TUTTI_TYPE_Q6_K, TUTTI_TYPE_IQ4_NL, TUTTI_TYPE_IQ4_XS};
+                              TUTTI_TYPE_Q6_K, TUTTI_TYPE_IQ4_NL, TUTTI_TYPE_IQ4_XS, TUTTI_TYPE_MXFP4,
+                              TUTTI_TYPE_IQ2_XXS, TUTTI_TYPE_IQ2_XS, TUTTI_TYPE_IQ2_S, TUTTI_TYPE_IQ3_XXS,
+                              TUTTI_TYPE_IQ3_S, TUTTI_TYPE_IQ1_S, TUTTI_TYPE_IQ1_M};
 #define N_TYPES ((int)(sizeof k_types / sizeof k_types[0]))
 
 /* Random activations with a varying scale and a few outliers, like
@@ -60,10 +62,24 @@ static void put_half(uint8_t *p, float f) {
     memcpy(p, &h, 2);
 }
 
-/* One random weight row of `type`. */
+/* Types whose SIMD kernels must give the scalar kernel's bits exactly (the
+ * same integer sums, then the same float operations in the same order);
+ * the others add their float terms in another order (tolerance of 3). */
+static bool bit_exact(int type) {
+    switch (type) {
+    case TUTTI_TYPE_Q8_0: case TUTTI_TYPE_MXFP4: case TUTTI_TYPE_IQ2_XXS: case TUTTI_TYPE_IQ2_XS:
+    case TUTTI_TYPE_IQ2_S: case TUTTI_TYPE_IQ3_XXS: case TUTTI_TYPE_IQ3_S: case TUTTI_TYPE_IQ1_S:
+    case TUTTI_TYPE_IQ1_M:
+        return true;
+    default: return false;
+    }
+}
+
+/* One random weight row of `type`: quantized floats, or random bytes with
+ * sane scales (every code, also those no quantizer makes: MXFP4's -0). */
 static void fill_w(int type, void *w, int64_t n) {
     const size_t bytes = tutti_row_size(type, n);
-    if (tutti_type_can_quantize(type)) {
+    if (tutti_type_can_quantize(type) && type != TUTTI_TYPE_MXFP4) {
         float *f = malloc(sizeof(float) * (size_t)n);
         fill_x(f, n);
         assert_true(tutti_quantize_row_ref(type, f, w, n));
@@ -81,6 +97,13 @@ static void fill_w(int type, void *w, int64_t n) {
         case TUTTI_TYPE_Q3_K: put_half(blk + 108, 0.01f * frand()); break;
         case TUTTI_TYPE_IQ4_NL: put_half(blk, 0.01f * frand()); break;
         case TUTTI_TYPE_IQ4_XS: put_half(blk, 0.01f * frand()); break;
+        case TUTTI_TYPE_MXFP4: blk[0] = (uint8_t)(118 + rnd() % 16); break; /* 2^-10 .. 2^5 */
+        case TUTTI_TYPE_IQ2_XXS: case TUTTI_TYPE_IQ2_XS: case TUTTI_TYPE_IQ2_S: case TUTTI_TYPE_IQ3_XXS:
+        case TUTTI_TYPE_IQ3_S: case TUTTI_TYPE_IQ1_S: put_half(blk, 0.01f * frand()); break;
+        case TUTTI_TYPE_IQ1_M: { /* the f16 d lives in the top nibbles of the 4 scale words */
+            const uint16_t h = tutti_f32_to_fp16(0.01f * frand());
+            for (int k = 0; k < 4; k++) blk[49 + 2 * k] = (uint8_t)((blk[49 + 2 * k] & 0x0F) | (((h >> (4 * k)) & 15) << 4));
+        } break;
         default: fail_msg("no weight generator for %s", tutti_type_name(type));
         }
     }
@@ -279,7 +302,7 @@ static void check_path(tutti_simd path) {
                     sc->vec_dot(n, &want[c][r], w, xq);
                     float got;
                     k->vec_dot(n, &got, w, xq);
-                    const double tol = 2e-5 * m + 1e-6;
+                    const double tol = bit_exact(type) ? 0 : 2e-5 * m + 1e-6;
                     if (!(fabs((double)got - want[c][r]) <= tol))
                         fail_msg("%s vec_dot %s n=%lld: %.9g vs scalar %.9g (tol %.3g)", tutti_simd_name(path),
                                  tutti_type_name(type), (long long)n, got, want[c][r], tol);
@@ -292,7 +315,7 @@ static void check_path(tutti_simd path) {
                     k->gemm(n, rc.w, rc.ldw, nr, rc.xq, rc.ldx, nc, &s[0][0], NR + 1);
                     for (int c = 0; c < nc; c++)
                         for (int r = 0; r < nr; r++) {
-                            const double tol = 2e-5 * mag[c][r] + 1e-6;
+                            const double tol = bit_exact(type) ? 0 : 2e-5 * mag[c][r] + 1e-6;
                             if (!(fabs((double)s[c][r] - want[c][r]) <= tol))
                                 fail_msg("%s gemm %s n=%lld tile %dx%d [%d][%d]: %.9g vs scalar %.9g",
                                          tutti_simd_name(path), tutti_type_name(type), (long long)n, nr, nc, c,
@@ -843,7 +866,7 @@ static int legacy_tile_case(int type, int64_t n_rows, int64_t n) {
                     }
                     float own;
                     k->vec_dot(n, &own, w + (size_t)r * ldw, xq + (size_t)t * ldx);
-                    const bool exact = type == TUTTI_TYPE_Q8_0 || p == TUTTI_SIMD_SCALAR;
+                    const bool exact = bit_exact(type) || p == TUTTI_SIMD_SCALAR;
                     if (memcmp(&y[i], &own, sizeof own) != 0 || (exact && memcmp(&y[i], &want[i], sizeof own) != 0) ||
                         !(fabs((double)y[i] - want[i]) <= 2e-5 * mag[i] + 1e-6))
                         fail_msg("%s %s %lld x %lld, %d tokens: [%d][%lld] = %.9g, the path's vec_dot %.9g, scalar %.9g",
@@ -866,10 +889,10 @@ static int legacy_tile_case(int type, int64_t n_rows, int64_t n) {
 
 static void test_legacy_tiles(void **state) {
     (void)state;
-    const int types[] = {TUTTI_TYPE_Q8_0, TUTTI_TYPE_Q4_0, TUTTI_TYPE_Q5_0, TUTTI_TYPE_IQ4_NL};
+    const int types[] = {TUTTI_TYPE_Q8_0, TUTTI_TYPE_Q4_0, TUTTI_TYPE_Q5_0, TUTTI_TYPE_IQ4_NL, TUTTI_TYPE_MXFP4};
     const int64_t rows[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 31, 33};
     const int64_t cols[] = {32, 96, 544};
-    for (int ti = 0; ti < 4; ti++)
+    for (int ti = 0; ti < (int)(sizeof types / sizeof types[0]); ti++)
         for (int ri = 0; ri < (int)(sizeof rows / sizeof rows[0]); ri++)
             for (int ci = 0; ci < 3; ci++) {
                 const int paths = legacy_tile_case(types[ti], rows[ri], cols[ci]);

@@ -298,7 +298,8 @@ static void test_tied_untied(void **state) {
 /* ------------------------------------------------------------------------ */
 /* Quantized outputs = llama-quantize --pure on the float32 merge */
 
-static const char *const k_quant_types[] = {"F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"};
+static const char *const k_quant_types[] = {"F16",  "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0",
+                                            "Q5_1", "Q4_K", "Q5_K", "Q6_K", "MXFP4"};
 
 /* The float32 merges that tests/merge_oracle.sh quantizes with llama-quantize:
  * slerp of llama-F16 and its perturbation, ties of qwen2-Q8_0 and two
@@ -580,6 +581,17 @@ static void test_refusals(void **state) {
     expect_refusal(args, 2, "unknown merge_method");
     snprintf(args, sizeof args, "-m %s -m %s --method slerp --t 0.5 --type Q4_K_M -o %s", m, m, tmp("x.gguf"));
     expect_refusal(args, 2, "--type");
+    /* i-quants need an importance matrix: refused as output types, saying so */
+    snprintf(args, sizeof args, "-m %s -m %s --method slerp --t 0.5 --type IQ2_XXS -o %s", m, m, tmp("x.gguf"));
+    expect_refusal(args, 2, "importance matrix");
+    const char *yaml = "merge_method: linear\nmodels:\n  - model: a.gguf\n";
+    tutti_merge_config *qc = tutti_merge_config_parse(yaml, strlen(yaml));
+    assert_non_null(qc);
+    tutti_merge_params qp = tutti_merge_default_params();
+    qp.type = "iq3_s";
+    assert_int_not_equal(tutti_merge(qc, tmp("x.gguf"), &qp), TUTTI_OK);
+    assert_non_null(strstr(tutti_last_error(), "importance matrix"));
+    tutti_merge_config_free(qc);
     snprintf(args, sizeof args, "-m %s -m %s --method slerp -o %s", m, m, tmp("x.gguf"));
     expect_refusal(args, 1, "parameter t missing");
     snprintf(args, sizeof args, "-m %s --method slerp --t 0.5", m);

@@ -194,18 +194,24 @@ split_member "eval bits per byte (byte, Q4_K_M), member 1 over 2 ranks" 2 "--spl
 split_member "eval bits per byte (byte, Q4_K_M), every member over 3 ranks" 3 "--split-layers" eval --json --align byte \
   --text "$W/ev.txt" $KQ -t 2
 
+# the port of a `tutti serve` (pid $2) logging to $1, once it is ready
+# (the port is printed before the models are loaded); empty when it exited
+serve_port() {
+  for i in $(seq 1 600); do
+    if grep -q "tutti serve: ready" "$1"; then
+      sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$1"; return
+    fi
+    kill -0 "$2" 2>/dev/null || return
+    sleep 0.1
+  done
+}
+
 # serve: one request to 'default' (member 2 split over 2 ranks) equals tutti run
 "$T" run $BYTE2 -p "Once upon a time" -n 60 --seed 2 -t 1 >"$W/one.out" 2>/dev/null
 TUTTI_MPI_TIMEOUT=30 timeout 120 "$MPIEXEC" --oversubscribe --allow-run-as-root -np 2 "$T" serve $BYTE2 --split-layers \
   --split-member 2 --port 0 -t 1 >/dev/null 2>"$W/srv.err" &
 sp=$!
-port=""
-for i in $(seq 1 600); do  # (the port is printed before the models are loaded: wait for "ready")
-  grep -q "tutti serve: ready" "$W/srv.err" && port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$W/srv.err")
-  [ -n "$port" ] && break
-  kill -0 "$sp" 2>/dev/null || break
-  sleep 0.1
-done
+port=$(serve_port "$W/srv.err" "$sp")
 if [ -z "$port" ]; then echo "FAIL split member serve: the server did not start"; cat "$W/srv.err"; fail=1
 else
   curl -s --max-time 60 "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
@@ -215,6 +221,25 @@ else
   if [ -s "$W/one.out" ] && cmp -s "$W/one.out" "$W/srv.txt" && grep -q "split over 2 ranks" "$W/srv.err"; then
     echo "ok   split member serve: $(wc -c <"$W/srv.txt") bytes identical to tutti run"
   else echo "FAIL split member serve: the served text differs from tutti run"; cat "$W/srv.json" "$W/srv.err"; fail=1; fi
+fi
+kill "$sp" 2>/dev/null; wait "$sp" 2>/dev/null
+
+# serve's /health: 200 while the member ranks answer, 503 naming the rank
+# once one stopped answering (it hangs on its 20th request: the request in
+# flight fails after TUTTI_MPI_TIMEOUT)
+TUTTI_MPI_TEST_FAULT=hang:20@1 TUTTI_MPI_TIMEOUT=2 timeout 120 "$MPIEXEC" --oversubscribe --allow-run-as-root -np 2 \
+  "$T" serve $BYTE2 --port 0 -t 1 >/dev/null 2>"$W/h.err" &
+sp=$!
+port=$(serve_port "$W/h.err" "$sp")
+if [ -z "$port" ]; then echo "FAIL serve /health with a dead rank: the server did not start"; cat "$W/h.err"; fail=1
+else
+  h1=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 "http://127.0.0.1:$port/health")
+  c=$(curl -s -o "$W/h.json" -w '%{http_code}' --max-time 60 "http://127.0.0.1:$port/v1/completions" \
+      -H 'Content-Type: application/json' -d '{"prompt":"Once upon a time","max_tokens":200,"temperature":0}')
+  h2=$(curl -s -o "$W/h2.json" -w '%{http_code}' --max-time 10 "http://127.0.0.1:$port/health")
+  if [ "$h1" = 200 ] && [ "$c" != 200 ] && [ "$h2" = 503 ] && grep -q "MPI rank 1" "$W/h2.json"; then
+    echo "ok   serve /health: 200, then 503 once rank 1 stopped answering"
+  else echo "FAIL serve /health with a dead rank: health $h1, request $c, health $h2"; cat "$W/h2.json" "$W/h.err"; fail=1; fi
 fi
 kill "$sp" 2>/dev/null; wait "$sp" 2>/dev/null
 

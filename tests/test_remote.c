@@ -333,6 +333,34 @@ static void test_garbage(void **state) {
         m->vt->free(m);
         server_stop(&s);
     }
+    /* answers that are no distribution: all 512 probabilities 1 (sum 512)
+     * refused; the top 8 summing to 8 renormalised (said once on stderr) */
+    {
+        const char *extra2[] = {"--mode", "unnormal", NULL};
+        server s2 = fake_start(extra2);
+        char sp[1024];
+        spec(sp, sizeof sp, s2.port, NULL);
+        fusion_member *m = fusion_member_remote_new(sp, 0);
+        assert_non_null(m);
+        float z[NV];
+        assert_true(m->vt->logits(m, TOKS, 2, z) < 0);
+        if (!strstr(tutti_last_error(), "not a distribution")) fail_msg("unnormal answer: %s", tutti_last_error());
+        m->vt->free(m);
+        spec(sp, sizeof sp, s2.port, ";top=8");
+        m = fusion_member_remote_new(sp, 0);
+        assert_non_null(m);
+        for (int r = 0; r < 2; r++) {
+            assert_int_equal(m->vt->logits(m, TOKS, 2, z), 0);
+            double sum = 0;
+            int nfin = 0;
+            for (int i = 0; i < NV; i++)
+                if (z[i] > -INFINITY) sum += exp((double)z[i]), nfin++;
+            assert_int_equal(nfin, 8);
+            assert_true(fabs(sum - 1) < 1e-5);
+        }
+        m->vt->free(m);
+        server_stop(&s2);
+    }
     /* a hanging server: the timeout */
     const char *extra[] = {"--mode", "hang", NULL};
     server s = fake_start(extra);
@@ -516,21 +544,22 @@ static void test_real_llama_server(void **state) {
  * seeded; token alignment, which the vocabulary check via /tokenize allows,
  * and byte alignment).  With top=16 only, the text and the approximated
  * mass are reported. */
-static void test_tutti_serve_member(void **state) {
-    (void)state;
-    load_ref();
-    const char *model = shared_path("models/stories260K.gguf");
-    char log[256], cmd[8192];
-    snprintf(log, sizeof log, "/tmp/tutti_remote_serve_%d.log", (int)getpid());
+/* Starts `tutti serve --port 0 -t 1 ARGS...` (NULL-terminated), stderr to
+ * log; returns its port once ready (0 when it exited first). */
+static int serve_start(const char *const *args, const char *log, pid_t *pid) {
     unlink(log);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
+    *pid = fork();
+    assert_true(*pid >= 0);
+    if (*pid == 0) {
         if (!freopen("/dev/null", "w", stdout) || !freopen(log, "w", stderr)) _exit(127);
-        execl(TUTTI_CLI, TUTTI_CLI, "serve", "--port", "0", "-m", model, "-t", "1", (char *)NULL);
+        const char *argv[32] = {TUTTI_CLI, "serve", "--port", "0", "-t", "1"};
+        int k = 6;
+        for (int i = 0; args[i] && k < 31; i++) argv[k++] = args[i];
+        argv[k] = NULL;
+        execv(TUTTI_CLI, (char *const *)argv);
         _exit(127);
     }
-    track(pid);
+    track(*pid);
     int port = 0;
     for (int t = 0; t < 600; t++) {
         size_t n;
@@ -539,9 +568,72 @@ static void test_tutti_serve_member(void **state) {
         if (p) port = atoi(p + strlen("listening on http://127.0.0.1:"));
         bool ready = l && strstr(l, "tutti serve: ready");
         free(l);
-        if (port && ready) break;
+        if (port && ready) return port;
+        if (waitpid(*pid, NULL, WNOHANG) == *pid) return 0;
         usleep(50000);
     }
+    return 0;
+}
+
+/* Against a running `tutti serve` of stories260K at port (sp: the member
+ * spec naming it): api=openai (token-id prompts on /v1/completions), and a
+ * second `tutti serve` whose members are that server (-m URL, and a URL in
+ * an -e file), serving the text two local copies give. */
+static void serve_as_member_checks(int port, const char *model, const char *sp) {
+    char osp[1200], log[256], ens[256], cmd[8192];
+    snprintf(osp, sizeof osp, "%s;api=openai;top=20", sp);
+    fusion_member *m = fusion_member_remote_new(osp, 0);
+    assert_non_null(m);
+    double d = top_diff(m, 20, NULL);
+    printf("  tutti serve through api=openai: max |log p - llama.cpp| over the top 20 = %.3g\n", d);
+    assert_true(d < 1e-3);
+    m->vt->free(m);
+    int st;
+    snprintf(cmd, sizeof cmd, "%s run -m %s -m %s -p 'Once upon a time' -n 40 -t 1 --temp 0 2>/dev/null", TUTTI_CLI,
+             model, model);
+    char *want = run_cmd(cmd, &st);
+    assert_int_equal(st, 0);
+    snprintf(log, sizeof log, "/tmp/tutti_remote_serve2_%d.log", (int)getpid());
+    snprintf(ens, sizeof ens, "/tmp/tutti_remote_serve2_%d.ens", (int)getpid());
+    FILE *f = fopen(ens, "w");
+    assert_non_null(f);
+    fprintf(f, "%s\n%s\n", sp, model);
+    fclose(f);
+    for (int k = 0; k < 2; k++) {
+        const char *a_m[] = {"-m", sp, "-m", model, NULL}, *a_e[] = {"-e", ens, NULL};
+        pid_t pid;
+        int p2 = serve_start(k ? a_e : a_m, log, &pid);
+        if (!p2) {
+            size_t n;
+            char *l = read_file(log, &n);
+            fail_msg("tutti serve %s with a remote member did not start:\n%s", k ? "-e" : "-m", l ? l : "");
+        }
+        snprintf(cmd, sizeof cmd,
+                 "curl -sS http://127.0.0.1:%d/v1/completions -H 'Content-Type: application/json' -d "
+                 "'{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0}'", p2);
+        char *out = run_cmd(cmd, &st);
+        const char *t = out ? strstr(out, "\"text\":\"") : NULL;
+        if (!t || strncmp(t + 8, want, strlen(want)) || t[8 + strlen(want)] != '"')
+            fail_msg("%s: served text differs from two local copies:\n  %s\n  want %s", k ? "-e" : "-m", out, want);
+        free(out);
+        kill(pid, SIGTERM);
+        waitpid(pid, &st, 0);
+        assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    }
+    unlink(log), unlink(ens);
+    free(want);
+    (void)port;
+}
+
+static void test_tutti_serve_member(void **state) {
+    (void)state;
+    load_ref();
+    const char *model = shared_path("models/stories260K.gguf");
+    char log[256], cmd[8192];
+    snprintf(log, sizeof log, "/tmp/tutti_remote_serve_%d.log", (int)getpid());
+    pid_t pid;
+    const char *args[] = {"-m", model, NULL};
+    int port = serve_start(args, log, &pid);
     assert_true(port > 0);
     char sp[1024];
     snprintf(sp, sizeof sp, "http://127.0.0.1:%d#stories260K;vocab=%s", port, model);
@@ -601,6 +693,7 @@ static void test_tutti_serve_member(void **state) {
         free(err), free(topk), free(local);
         unlink(errf);
     }
+    serve_as_member_checks(port, model, sp);
     kill(pid, SIGTERM);
     waitpid(pid, &st, 0);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
@@ -608,6 +701,36 @@ static void test_tutti_serve_member(void **state) {
     char f2[300];
     snprintf(f2, sizeof f2, "%s.run", log);
     unlink(f2);
+}
+
+/* Credentials in a member's URL never reach a message: the library's
+ * errors, `tutti run`'s and `tutti serve`'s stderr. */
+static void test_redaction(void **state) {
+    (void)state;
+    require_shared();
+    char out[512];
+    tutti_redact_urls("a http://alice:pw1@h:1/v1?api_key=K2&n=3&access_token=T3#m;vocab=v b https://h2/x?Key=K4", out,
+                      sizeof out);
+    assert_string_equal(out, "a http://***@h:1/v1?api_key=***&n=3&access_token=***#m;vocab=v b https://h2/x?Key=***");
+    int port = free_port(); /* nothing listens there */
+    char sp[1024], cmd[4096];
+    snprintf(sp, sizeof sp, "http://alice:pw1zz@127.0.0.1:%d/?token=tk2zz#fake;vocab=%s", port,
+             shared_path("models/stories260K.gguf"));
+    assert_null(fusion_member_remote_new(sp, 0));
+    if (strstr(tutti_last_error(), "pw1zz") || strstr(tutti_last_error(), "tk2zz"))
+        fail_msg("a credential in the error: %s", tutti_last_error());
+    const char *cmds[] = {"run -m '%s' -p x -n 2", "serve --port 0 -m '%s'"};
+    for (int k = 0; k < 2; k++) {
+        char c[2048];
+        snprintf(c, sizeof c, cmds[k], sp);
+        snprintf(cmd, sizeof cmd, "%s %s 2>&1", TUTTI_CLI, c);
+        int st;
+        char *o = run_cmd(cmd, &st);
+        assert_int_equal(st, 1);
+        if (!o || strstr(o, "pw1zz") || strstr(o, "tk2zz") || !strstr(o, "***@127.0.0.1"))
+            fail_msg("tutti %s: a credential shown (or no URL):\n%s", c, o ? o : "");
+        free(o);
+    }
 }
 
 /* Ensemble files: URL#MODEL keeps its '#', comments still work, a relative
@@ -648,6 +771,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_real_llama_server, teardown),
         cmocka_unit_test_teardown(test_ensemble_file, teardown),
         cmocka_unit_test_teardown(test_tutti_serve_member, teardown),
+        cmocka_unit_test_teardown(test_redaction, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

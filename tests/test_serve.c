@@ -1,3 +1,4 @@
+#define _GNU_SOURCE /* strcasestr */
 /* `tutti serve` end to end: starts the server (the built CLI) on a free
  * loopback port with the story models from ../shared and talks to it with
  * the curl command and with the official `openai` npm package
@@ -520,10 +521,12 @@ static int setup(void **state) {
     snprintf(cfg, sizeof cfg, "/tmp/tutti_test_serve_cfg_%d.json", (int)getpid());
     FILE *f = fopen(cfg, "w");
     if (!f) return -1;
-    fprintf(f, "{\"models\": [{\"path\": \"%s\", \"name\": \"tiny\"}],\n"
+    /* the tiny model named twice: both names serve it; the first, with a
+     * quote, a backslash and a line feed, labels its /metrics lines */
+    fprintf(f, "{\"models\": [{\"path\": \"%s\", \"name\": \"ti\\\"ny\\\\\\n\"}, {\"path\": \"%s\", \"name\": \"tiny\"}],\n"
                " \"ensembles\": [{\"name\": \"pair\", \"members\": [\"stories260K\", \"babyllama-tok361\"],\n"
                "   \"weights\": [0.7, 0.3], \"rule\": \"product\", \"align\": \"byte\"}]}\n",
-            shared_path(M_TINY));
+            shared_path(M_TINY), shared_path(M_TINY));
     fclose(f);
     snprintf(args, sizeof args, "%s --config %s --chat-template %s -t 1 --parallel 2 --max-body 65536", four_models(),
              cfg, TEMPLATE);
@@ -563,7 +566,8 @@ static void test_health_models_metrics(void **state) {
     cJSON *j = cJSON_Parse(b);
     assert_non_null(j);
     assert_string_equal(jstr(j, "object"), "list");
-    const char *want[] = {"default", "stories260K", "tiny", "babyllama-tok105", "babyllama-tok361", "pair"};
+    const char *want[] = {"default", "stories260K", "tiny", "ti\"ny\\\n", "babyllama-tok105", "babyllama-tok361",
+                          "pair"};
     for (size_t k = 0; k < sizeof want / sizeof *want; k++) {
         bool found = false;
         const cJSON *m;
@@ -586,6 +590,14 @@ static void test_health_models_metrics(void **state) {
     for (size_t k = 0; k < sizeof names / sizeof *names; k++)
         if (!strstr(b, names[k])) fail_msg("/metrics lacks %s", names[k]);
     assert_non_null(strstr(b, "tutti_requests_total{endpoint=\"/v1/models\",code=\"200\"}"));
+    /* a model name from --config is escaped in the label (\\, \" and \n):
+     * one line per sample, the label closed */
+    if (!strstr(b, "tutti_member_forward_tokens_total{model=\"ti\\\"ny\\\\\\n\"} "))
+        fail_msg("/metrics does not escape the label:\n%s", b);
+    for (char *l = b; *l; l = strchr(l, '\n') + 1) {
+        if (*l != '#' && !strchr(l, ' ')) fail_msg("/metrics line without a value: %.80s", l);
+        if (!strchr(l, '\n')) break;
+    }
     free(b);
 }
 
@@ -728,7 +740,11 @@ static void test_errors(void **state) {
     expect_error(&g_s, "POST", "/v1/completions", "{\"prompt\":\"x\",\"stream\":1}", NULL, 400, NULL, "stream", NULL);
     expect_error(&g_s, "POST", "/v1/completions", "{\"prompt\":\"x\",\"n\":0}", NULL, 400, NULL, "n", NULL);
     expect_error(&g_s, "POST", "/v1/completions", "{\"max_tokens\":3}", NULL, 400, "required", "prompt", NULL);
-    expect_error(&g_s, "POST", "/v1/completions", "{\"prompt\":[1,2,3]}", NULL, 400, "token-id", "prompt", NULL);
+    expect_error(&g_s, "POST", "/v1/completions", "{\"prompt\":[1,-2,3]}", NULL, 400, "token id", "prompt", NULL);
+    expect_error(&g_s, "POST", "/v1/completions", "{\"prompt\":[]}", NULL, 400, "empty", "prompt", NULL);
+    expect_error(&g_s, "POST", "/v1/completions", "{\"model\":\"stories260K\",\"prompt\":[1,99999]}", NULL, 400,
+                 "not in the vocabulary", "prompt", NULL);
+    expect_error(&g_s, "POST", "/v1/completions", "{\"prompt\":[\"a\",[1]]}", NULL, 400, "batch", "prompt", NULL);
     expect_error(&g_s, "POST", "/v1/chat/completions", "{\"messages\":[]}", NULL, 400, NULL, "messages", NULL);
     expect_error(&g_s, "POST", "/v1/chat/completions", "{\"messages\":[{\"content\":\"x\"}]}", NULL, 400, "role",
                  "messages", NULL);
@@ -919,6 +935,253 @@ static void test_openai_npm(void **state) {
     }
 }
 
+/* Issue 21, item 5: the fields that change the output are honoured or
+ * refused naming the field; the neutral values of refused fields pass. */
+static void test_output_fields(void **state) {
+    (void)state;
+    /* grammar (GBNF): the text is one of the grammar's sentences, greedy and sampled */
+    for (int k = 0; k < 3; k++) {
+        char body[512];
+        snprintf(body, sizeof body,
+                 "{\"model\":\"%s\",\"prompt\":\"" PROMPT "\",\"max_tokens\":20,\"seed\":%d,%s"
+                 "\"grammar\":\"root ::= \\\" yes\\\" | \\\" no\\\" | \\\" maybe so\\\"\"}",
+                 k == 2 ? "default" : "stories260K", k, k == 0 ? "\"temperature\":0," : "");
+        char *t = completion_text(&g_s, body);
+        if (strcmp(t, " yes") && strcmp(t, " no") && strcmp(t, " maybe so")) fail_msg("grammar ignored: [%s]", t);
+        free(t);
+    }
+    /* top-level json_schema (llama-server) and response_format json_object with a schema */
+    const char *schema = "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\"}},\"required\":[\"n\"],"
+                         "\"additionalProperties\":false}";
+    for (int k = 0; k < 2; k++) {
+        char body[1024];
+        snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"prompt\":\"" PROMPT "\",\"max_tokens\":60,\"seed\":3,%s%s%s}",
+                 k ? "\"response_format\":{\"type\":\"json_object\",\"schema\":" : "\"json_schema\":", schema,
+                 k ? "}" : "");
+        char *t = completion_text(&g_s, body);
+        cJSON *o = cJSON_Parse(t);
+        if (!o || !cJSON_IsObject(o) || cJSON_GetArraySize(o) != 1 ||
+            !cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(o, "n")))
+            fail_msg("%s ignored: [%s]", k ? "response_format.schema" : "json_schema", t);
+        cJSON_Delete(o);
+        free(t);
+    }
+    expect_error(&g_s, "POST", "/v1/completions",
+                 "{\"prompt\":\"x\",\"grammar\":\"root ::= \\\"a\\\"\",\"json_schema\":{\"type\":\"object\"}}", NULL, 400,
+                 "both constrain", "grammar", NULL);
+    expect_error(&g_s, "POST", "/v1/completions", "{\"prompt\":\"x\",\"grammar\":\"root ::= (\"}", NULL, 400, "grammar",
+                 "grammar", NULL);
+    /* logit_bias: the greedy first token banned (-100) is not drawn, the
+     * second most likely is (llama-server's /completion names both, by the
+     * model's own distribution); a token pushed +100 is drawn */
+    cJSON *nat = post_json(&g_s, "/completion", "{\"model\":\"stories260K\",\"prompt\":\"" PROMPT "\",\"n_probs\":2}", 200);
+    int best = (int)jnum(nat, "completion_probabilities.0.top_logprobs.0.id");
+    int second = (int)jnum(nat, "completion_probabilities.0.top_logprobs.1.id");
+    char *second_text = strdup(jstr(nat, "completion_probabilities.0.top_logprobs.1.token")); /* its piece */
+    cJSON_Delete(nat);
+    char body[1024];
+    const char *forms[3] = {"{\"%d\":-100}", "[[%d,false]]", "{\"%d\":-100.0}"};
+    for (int k = 0; k < 3; k++) {
+        char bias[64];
+        snprintf(bias, sizeof bias, forms[k], best);
+        snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"prompt\":\"" PROMPT "\",\"max_tokens\":1,"
+                                    "\"temperature\":0,\"logit_bias\":%s}", bias);
+        char *t = completion_text(&g_s, body);
+        expect_same("greedy first token with the best one banned", second_text, t);
+        free(t);
+    }
+    snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"prompt\":\"" PROMPT "\",\"max_tokens\":1,\"seed\":1,"
+                                "\"logit_bias\":{\"%d\":100}}", second);
+    char *t = completion_text(&g_s, body);
+    expect_same("a token pushed by +100", second_text, t);
+    free(t);
+    free(second_text);
+    expect_error(&g_s, "POST", "/v1/completions", "{\"prompt\":\"x\",\"logit_bias\":{\"5\":1}}", NULL, 400,
+                 "token alignment", "logit_bias", NULL); /* default: four vocabularies, byte-aligned */
+    expect_error(&g_s, "POST", "/v1/completions", "{\"model\":\"stories260K\",\"prompt\":\"x\",\"logit_bias\":{\"5\":101}}",
+                 NULL, 400, "[-100, 100]", "logit_bias", NULL);
+    expect_error(&g_s, "POST", "/v1/completions", "{\"model\":\"stories260K\",\"prompt\":\"x\",\"logit_bias\":{\"a\":1}}",
+                 NULL, 400, "token ids", "logit_bias", NULL);
+    expect_error(&g_s, "POST", "/v1/completions",
+                 "{\"model\":\"stories260K\",\"prompt\":\"x\",\"logit_bias\":{\"99999\":1}}", NULL, 400,
+                 "not in the vocabulary", "logit_bias", NULL);
+    /* not honoured: a 400 naming the field; the neutral values pass */
+    const char *M = "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]";
+    const struct {
+        const char *path, *field, *bad, *neutral;
+    } refused[] = {
+        {"/v1/chat/completions", "tools", "[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]", "[]"},
+        {"/v1/chat/completions", "tool_choice", "\"required\"", "\"none\""},
+        {"/v1/chat/completions", "functions", "[{\"name\":\"f\"}]", "[]"},
+        {"/v1/completions", "echo", "true", "false"},
+        {"/v1/completions", "best_of", "2", "1"},
+        {"/v1/completions", "suffix", "\"end\"", "\"\""},
+        {"/v1/completions", "presence_penalty", "0.5", "0"},
+        {"/v1/completions", "frequency_penalty", "-1", "0"},
+        {"/v1/completions", "mirostat", "2", "0"},
+        {"/v1/completions", "typical_p", "0.5", "1"},
+        {"/v1/completions", "ignore_eos", "true", "false"},
+        {"/v1/chat/completions", "audio", "{\"voice\":\"a\"}", "{}"},
+    };
+    for (size_t k = 0; k < sizeof refused / sizeof *refused; k++) {
+        bool chat = strstr(refused[k].path, "chat") != NULL;
+        char b1[512];
+        snprintf(b1, sizeof b1, "{%s,\"model\":\"stories260K\",\"max_tokens\":2,\"%s\":%s}",
+                 chat ? M : "\"prompt\":\"x\"", refused[k].field, refused[k].bad);
+        expect_error(&g_s, "POST", refused[k].path, b1, NULL, 400, "not supported", refused[k].field, NULL);
+        if (chat) continue; /* the story models have no chat template */
+        snprintf(b1, sizeof b1, "{\"prompt\":\"x\",\"model\":\"stories260K\",\"max_tokens\":2,\"%s\":%s}",
+                 refused[k].field, refused[k].neutral);
+        cJSON_Delete(post_json(&g_s, refused[k].path, b1, 200));
+    }
+    /* fields that change nothing stay accepted */
+    cJSON_Delete(post_json(&g_s, "/v1/completions",
+                           "{\"prompt\":\"x\",\"model\":\"stories260K\",\"max_tokens\":2,\"user\":\"u\",\"store\":false,"
+                           "\"cache_prompt\":true,\"metadata\":{\"a\":\"b\"},\"no_such_field\":[1]}",
+                           200));
+}
+
+/* Item 7: token-id prompts (OpenAI's array of ids and array of arrays):
+ * the text of the same ids as given as text; a batch answers each prompt
+ * (choice p * n + k), as separate requests do. */
+static void test_token_prompts(void **state) {
+    (void)state;
+    cJSON *tk = post_json(&g_s, "/tokenize", "{\"model\":\"stories260K\",\"content\":\"" PROMPT "\",\"add_special\":true}",
+                          200);
+    char *ids = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(tk, "tokens"));
+    cJSON_Delete(tk);
+    const char *models[2] = {"stories260K", "default"}; /* one model; four fused by bytes */
+    for (int m = 0; m < 2; m++) {
+        char body[1024];
+        snprintf(body, sizeof body, "{\"model\":\"%s\",\"prompt\":\"" PROMPT "\",\"max_tokens\":12,\"temperature\":0}",
+                 models[m]);
+        char *want = completion_text(&g_s, body);
+        snprintf(body, sizeof body, "{\"model\":\"%s\",\"prompt\":%s,\"max_tokens\":12,\"temperature\":0}", models[m], ids);
+        char *got = completion_text(&g_s, body);
+        expect_same("token-id prompt vs its text", want, got);
+        free(got);
+        snprintf(body, sizeof body, "{\"model\":\"%s\",\"prompt\":[%s,[1]],\"max_tokens\":12,\"temperature\":0,\"n\":2}",
+                 models[m], ids);
+        cJSON *j = post_json(&g_s, "/v1/completions", body, 200);
+        const cJSON *ch = cJSON_GetObjectItemCaseSensitive(j, "choices");
+        assert_int_equal(cJSON_GetArraySize(ch), 4);
+        expect_same("batch prompt 0", want, jstr(j, "choices.0.text"));
+        expect_same("batch prompt 0, choice 1", want, jstr(j, "choices.1.text")); /* greedy */
+        assert_int_equal((int)jnum(j, "choices.3.index"), 3);
+        cJSON_Delete(j);
+        free(want);
+    }
+    free(ids);
+    cJSON *j = post_json(&g_s, "/v1/completions",
+                         "{\"model\":\"stories260K\",\"prompt\":[\"" PROMPT "\",\"Lily\"],\"max_tokens\":5,\"temperature\":0}",
+                         200);
+    char *one = completion_text(&g_s, "{\"model\":\"stories260K\",\"prompt\":\"Lily\",\"max_tokens\":5,\"temperature\":0}");
+    expect_same("batch of texts, prompt 1", one, jstr(j, "choices.1.text"));
+    free(one);
+    cJSON_Delete(j);
+    expect_error(&g_s, "POST", "/v1/completions",
+                 "{\"prompt\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\"],\"n\":2}", NULL, 400, "choices", "n",
+                 NULL);
+}
+
+/* Item 8: one validator: the inline ensemble's temperatures 0, 1e-30 and
+ * 1e30 refused with the CLI's message. */
+static void test_inline_settings(void **state) {
+    (void)state;
+    const char *temps[] = {"0", "1e-30", "1e30", "-1"};
+    for (size_t k = 0; k < sizeof temps / sizeof *temps; k++) {
+        char body[512], cmd[2048];
+        snprintf(body, sizeof body, "{\"prompt\":\"x\",\"tutti\":{\"members\":[\"stories260K\",\"babyllama-tok361\"],"
+                                    "\"temperatures\":[%s,1]}}", temps[k]);
+        int st;
+        char *out = http(&g_s, "POST", "/v1/completions", body, NULL, &st);
+        assert_int_equal(st, 400);
+        snprintf(cmd, sizeof cmd, "%s run -m %s -m %s --temps %s,1 -p x -n 2 2>&1 >/dev/null", TUTTI_CLI,
+                 shared_path(M_STORIES), shared_path(M_B361), temps[k]);
+        char *cli_msg = run_cmd(cmd, &st);
+        assert_int_equal(st, 2);
+        const char *core = strstr(cli_msg, "member 1: temperature");
+        assert_non_null(core);
+        char want[512];
+        snprintf(want, sizeof want, "%.*s", (int)strcspn(core, "\n"), core);
+        cJSON *j = cJSON_Parse(out);
+        const char *msg = jstr(j, "error.message");
+        if (!msg || !strstr(msg, want)) fail_msg("temperature %s: the server says '%s', the CLI '%s'", temps[k], msg, want);
+        assert_string_equal(jstr(j, "error.param"), "tutti");
+        cJSON_Delete(j);
+        free(out), free(cli_msg);
+    }
+    expect_error(&g_s, "POST", "/v1/completions",
+                 "{\"prompt\":\"x\",\"tutti\":{\"members\":[\"stories260K\",\"tiny\"],\"weights\":[-1,1]}}", NULL, 400,
+                 "negative", "tutti", NULL);
+}
+
+/* Item 9: strict JSON (llama-server answers 400): \u0000, invalid UTF-8,
+ * raw control characters, trailing bytes, non-JSON numbers. */
+static void test_strict_json(void **state) {
+    (void)state;
+    const struct {
+        const char *body, *want;
+    } bad[] = {
+        {"{\"prompt\":\"ab\\u0000cd\"}", "\\u0000"},
+        {"{\"prompt\":\"ab\xff\xfe\"}", "UTF-8"},
+        {"{\"prompt\":\"\xc0\xaf\"}", "UTF-8"},            /* overlong */
+        {"{\"prompt\":\"\xed\xa0\x80\"}", "UTF-8"},        /* a surrogate */
+        {"{\"prompt\":\"a\tb\"}", "control character"},
+        {"{\"prompt\":\"x\"} trailing", "goes on"},
+        {"{\"prompt\":\"x\"}{\"prompt\":\"y\"}", "goes on"},
+        {"{\"prompt\":\"x\",\"max_tokens\":01}", "number"},
+        {"{\"prompt\":\"x\",\"max_tokens\":1.}", "number"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++)
+        expect_error(&g_s, "POST", "/v1/completions", bad[k].body, NULL, 400, bad[k].want, NULL, NULL);
+    expect_error(&g_s, "POST", "/tokenize", "{\"content\":\"a\\u0000\"} x", NULL, 400, NULL, NULL, NULL);
+    /* what stays valid: escapes, UTF-8, whitespace after the value */
+    cJSON_Delete(post_json(&g_s, "/v1/completions",
+                           "{\"model\":\"stories260K\",\"prompt\":\"caf\xc3\xa9 \\u00e9\\n\\ud83d\\ude00\",\"max_tokens\":1}"
+                           " \r\n",
+                           200));
+}
+
+/* Items 10 and 11: no path or flag in error bodies, an inline ensemble
+ * named for its members, empty logprobs lists for an empty text, CORS. */
+static void test_leaks_and_small(void **state) {
+    (void)state;
+    int st;
+    char *out = http(&g_s, "POST", "/v1/completions",
+                     "{\"prompt\":\"x\",\"tutti\":{\"members\":[\"stories260K\",\"tiny\"],\"align\":\"token\"}}", NULL, &st);
+    assert_int_equal(st, 400);
+    if (strstr(out, TUTTI_SHARED_DIR) || strstr(out, ".gguf") || strstr(out, "--"))
+        fail_msg("an error body shows a path or a flag: %s", out);
+    assert_non_null(strstr(out, "different vocabularies"));
+    free(out);
+    cJSON *j = post_json(&g_s, "/v1/completions",
+                         "{\"prompt\":\"x\",\"max_tokens\":3,\"tutti\":{\"members\":[\"stories260K\",\"babyllama-tok361\"]}}",
+                         200);
+    assert_string_equal(jstr(j, "model"), "inline(stories260K,babyllama-tok361)");
+    cJSON_Delete(j);
+    /* logprobs of an empty text: empty lists, not null (OpenAI's shape) */
+    j = post_json(&g_s, "/v1/completions", "{\"model\":\"stories260K\",\"prompt\":\"x\",\"max_tokens\":0,\"logprobs\":2}", 200);
+    const cJSON *lp = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0),
+                                                       "logprobs");
+    const char *keys[4] = {"tokens", "token_logprobs", "top_logprobs", "text_offset"};
+    for (int k = 0; k < 4; k++) {
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(lp, keys[k]);
+        if (!cJSON_IsArray(a) || cJSON_GetArraySize(a)) fail_msg("logprobs.%s of an empty text is not []", keys[k]);
+    }
+    cJSON_Delete(j);
+}
+
+/* CORS headers of an answer: `curl -si` of a request */
+static char *head_of(server *s, const char *args) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "curl -s -i -o - %s 'http://127.0.0.1:%d/v1/chat/completions'", args, s->port);
+    int st;
+    char *out = run_cmd(cmd, &st);
+    assert_non_null(out);
+    return out;
+}
+
 /* ---- servers of their own ---- */
 
 static void test_loading_auth(void **state) {
@@ -941,6 +1204,21 @@ static void test_loading_auth(void **state) {
     expect_error(&s, "POST", "/v1/completions", "{\"prompt\":\"x\"}", "-H 'Authorization: Bearer wrong'", 401,
                  "API key", NULL, "invalid_api_key");
     expect_error(&s, "GET", "/v1/models", NULL, "-H 'Authorization: Bearer s3cret2'", 401, NULL, NULL, NULL);
+    /* the scheme is case-insensitive (RFC 9110 section 11.1) */
+    free(http(&s, "GET", "/v1/models", NULL, "-H 'Authorization: bearer s3cret'", &st));
+    assert_int_equal(st, 200);
+    free(http(&s, "GET", "/v1/models", NULL, "-H 'Authorization: BEARER   s3cret'", &st));
+    assert_int_equal(st, 200);
+    /* a CORS preflight carries no credentials: answered, with the headers */
+    char *h = head_of(&s, "-X OPTIONS -H 'Origin: http://page.example' -H 'Access-Control-Request-Method: POST' "
+                          "-H 'Access-Control-Request-Headers: authorization, content-type'");
+    if (!strstr(h, " 204 ") || !strcasestr(h, "Access-Control-Allow-Origin: *") ||
+        !strcasestr(h, "Access-Control-Allow-Methods:") || !strcasestr(h, "Access-Control-Allow-Headers: authorization"))
+        fail_msg("CORS preflight:\n%s", h);
+    free(h);
+    h = head_of(&s, "-H 'Origin: http://page.example'");
+    if (!strstr(h, " 401 ") || !strcasestr(h, "Access-Control-Allow-Origin: *")) fail_msg("CORS on an answer:\n%s", h);
+    free(h);
     char *b = http(&s, "POST", "/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":3}",
                    "-H 'Authorization: Bearer s3cret'", &st);
     assert_int_equal(st, 200);
@@ -949,6 +1227,67 @@ static void test_loading_auth(void **state) {
     expect_error(&s, "POST", "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
                  "-H 'Authorization: Bearer s3cret'", 400, "chat_template", NULL, NULL);
     assert_int_equal(stop(&s), 0);
+}
+
+/* --api-key-file (one key per line) and TUTTI_API_KEY: the key off the
+ * command line (ps shows it otherwise). */
+static void test_key_sources(void **state) {
+    (void)state;
+    server s;
+    char args[4096], kf[256];
+    snprintf(kf, sizeof kf, "/tmp/tutti_test_serve_keys_%d", (int)getpid());
+    FILE *f = fopen(kf, "w");
+    assert_non_null(f);
+    fprintf(f, "# keys\nkey-one\n\n  key-two  \n");
+    fclose(f);
+    for (int k = 0; k < 2; k++) {
+        if (k == 0) snprintf(args, sizeof args, "-m %s --api-key-file %s -t 1", shared_path(M_STORIES), kf);
+        else snprintf(args, sizeof args, "-m %s -t 1", shared_path(M_STORIES));
+        start(&s, k ? "TUTTI_API_KEY=env-key" : "", args, true);
+        int st;
+        const char *good[2][2] = {{"key-one", "key-two"}, {"env-key", "env-key"}};
+        for (int g = 0; g < 2; g++) {
+            char hdr[128];
+            snprintf(hdr, sizeof hdr, "-H 'Authorization: Bearer %s'", good[k][g]);
+            free(http(&s, "GET", "/v1/models", NULL, hdr, &st));
+            assert_int_equal(st, 200);
+        }
+        expect_error(&s, "GET", "/v1/models", NULL, "-H 'Authorization: Bearer # keys'", 401, NULL, NULL, NULL);
+        expect_error(&s, "GET", "/v1/models", NULL, NULL, 401, NULL, NULL, NULL);
+        assert_int_equal(stop(&s), 0);
+    }
+    unlink(kf);
+    char cmd[4096];
+    int st;
+    snprintf(cmd, sizeof cmd, "%s serve --port 0 -m %s --api-key a --api-key-file %s 2>&1", TUTTI_CLI,
+             shared_path(M_STORIES), kf);
+    free(run_cmd(cmd, &st));
+    assert_int_equal(st, 2);
+}
+
+/* Item 11: every file is checked before "listening": a missing model, a
+ * file that is no GGUF, a bad config: exit 1, never listening. */
+static void test_checks_before_listening(void **state) {
+    (void)state;
+    require_shared();
+    char cmd[4096], bad_cfg[256];
+    snprintf(bad_cfg, sizeof bad_cfg, "/tmp/tutti_test_serve_badcfg_%d.json", (int)getpid());
+    FILE *f = fopen(bad_cfg, "w");
+    assert_non_null(f);
+    fprintf(f, "{\"models\": [{\"path\": \"/nonexistent/m.gguf\"}]}");
+    fclose(f);
+    const char *cases[] = {"-m %s -m /nonexistent/b.gguf", "-m %s -m " TUTTI_SOURCE_DIR "/README.md",
+                           "-m %s --config /nonexistent/cfg.json", "-m %s --config %s"};
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        char a[1024];
+        snprintf(a, sizeof a, cases[k], shared_path(M_STORIES), bad_cfg);
+        snprintf(cmd, sizeof cmd, "%s serve --port 0 %s 2>&1", TUTTI_CLI, a);
+        int st;
+        char *out = run_cmd(cmd, &st);
+        if (st != 1 || strstr(out, "listening")) fail_msg("tutti serve %s: exit %d, or it listened:\n%s", a, st, out);
+        free(out);
+    }
+    unlink(bad_cfg);
 }
 
 /* One slot, no queue: a second request while the first streams is a 503;
@@ -1263,10 +1602,14 @@ int main(void) {
         cmocka_unit_test(test_health_models_metrics), cmocka_unit_test(test_equals_cli),
         cmocka_unit_test(test_request_options),       cmocka_unit_test(test_errors),
         cmocka_unit_test(test_chat_kv_reuse),         cmocka_unit_test(test_chat_stream),
-        cmocka_unit_test(test_openai_npm),
+        cmocka_unit_test(test_openai_npm),            cmocka_unit_test(test_output_fields),
+        cmocka_unit_test(test_token_prompts),         cmocka_unit_test(test_inline_settings),
+        cmocka_unit_test(test_strict_json),           cmocka_unit_test(test_leaks_and_small),
     };
     const struct CMUnitTest own_server[] = {
         cmocka_unit_test(test_loading_auth),
+        cmocka_unit_test(test_key_sources),
+        cmocka_unit_test(test_checks_before_listening),
         cmocka_unit_test(test_queue_disconnect),
         cmocka_unit_test(test_cli_usage),
         cmocka_unit_test(test_logprobs),

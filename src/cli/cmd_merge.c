@@ -15,9 +15,13 @@
 
 #define MAX_MODELS 64
 
-/* Output types --type accepts (the project's quantizers). */
-static const char *const g_types[] = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1",
-                                      "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", NULL};
+/* Output types --type accepts (the project's quantizers), then the
+ * i-quants it names only to refuse them (N_WRITABLE: the first of those). */
+static const char *const g_types[] = {"F32",  "F16",     "BF16",   "Q8_0",    "Q4_0",   "Q4_1",  "Q5_0",
+                                      "Q5_1", "Q4_K",    "Q5_K",   "Q6_K",    "MXFP4",  "IQ1_S", "IQ1_M",
+                                      "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ3_XXS", "IQ3_S", "IQ3_M",
+                                      "IQ4_NL", "IQ4_XS", NULL};
+#define N_WRITABLE 12
 /* Numeric merge parameters of the command-line form (mergekit's names). */
 static const char *const g_params[] = {"t", "density", "lambda", "epsilon", "gamma", "normalize", "rescale", "scale"};
 #define N_PARAMS (int)(sizeof g_params / sizeof g_params[0])
@@ -48,7 +52,8 @@ static int parse_args(int argc, char **argv, merge_args *a) {
         CLI_STR("-o,--out", "FILE", &a->out, "the merged GGUF file", "none"),
         CLI_CHOICE("--type", "TYPE", &a->type, g_types,
                    "tensor type of the output: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,\n"
-                   "Q5_K, Q6_K (mixtures like Q4_K_M: llama-quantize)",
+                   "Q5_K, Q6_K, MXFP4 (mixtures like Q4_K_M, and the i-quants IQ1_S..IQ4_XS, which need\n"
+                   "an importance matrix: llama-quantize)",
                    "F16"),
         CLI_SEED("--seed", &a->seed, "seed of the random masks of dare_* and della* (same seed, same file)"),
         CLI_STR("--name", "NAME", &a->name, "general.name of the output", "the base model's"),
@@ -85,6 +90,10 @@ static int parse_args(int argc, char **argv, merge_args *a) {
     if (r != CLI_RUN) return r;
     for (int k = 0; k < N_PARAMS; k++)
         if (!isnan(pv[k])) a->param_names[a->n_params] = g_params[k], a->param_values[a->n_params++] = (float)pv[k];
+    if (a->type >= N_WRITABLE)
+        return cli_usage_error("--type %s: i-quants are fitted with an importance matrix, which a merge does not "
+                               "have; merge to F16, then run llama-imatrix and llama-quantize --imatrix",
+                               g_types[a->type]);
     if (!a->out) return cli_usage_error("need -o OUT.gguf");
     if (!a->config == !a->models.n)
         return cli_usage_error("need either --config FILE or models (-m A -m B --method M)");

@@ -7,6 +7,7 @@
  * stderr.  Also home of the ensemble flags shared with `tutti eval` and
  * `tutti fit` (ens_args_*). */
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,7 +47,8 @@ void ens_args_init(ens_args *a) {
         CLI_STR("-e,--ensemble", "FILE", &a->ens_file, "members from an ensemble file (format below)", "none"),
         CLI_FLOATS("-w,--weights", "W1,W2,...", &a->weights, -1e30, 1e30, "member weights, one per member",
                    "uniform"),
-        CLI_FLOATS("--temps", "T1,T2,...", &a->temps, 1e-6, 1e6, "member temperatures tau_i, one per member", "1"),
+        CLI_FLOATS("--temps", "T1,T2,...", &a->temps, -FLT_MAX, FLT_MAX,
+                   "member temperatures tau_i in [1e-6, 1e6], one per member", "1"),
         CLI_CHOICE("--rule", "RULE", &a->rule, g_rules,
                    "mix | product | gate | contrastive (fit: also auto, the best on held-out text)",
                    "the ensemble file's, else mix"),
@@ -91,6 +93,37 @@ int ens_split_members(const char *list, const char *const *members, int n, const
 
 void ens_args_free(ens_args *a) { tutti_ensemble_file_free(a->file); }
 
+int ens_check_flags(const cli_floats *temps, bool adapt_given, double alpha, bool route_given, double tau,
+                    bool select_given, double select) {
+    for (int i = 0; i < temps->n; i++)
+        if (tutti_check_temp(i + 1, temps->v[i]) < 0) return cli_usage_error("--temps: %s", tutti_last_error());
+    if (adapt_given && tutti_check_adapt(alpha) < 0) return cli_usage_error("--adapt-alpha: %s", tutti_last_error());
+    if (route_given && tutti_check_route(tau) < 0) return cli_usage_error("--route-tau: %s", tutti_last_error());
+    if (select_given && (select < 0 || tutti_check_select(select) < 0))
+        return cli_usage_error("--select: %s", select < 0 ? "the threshold must be >= 0 nats" : tutti_last_error());
+    return CLI_RUN;
+}
+
+/* The settings as the ensemble will get them (file, -m, then the flags),
+ * through the library's validator, so that a bad value is a usage error
+ * with the message an ensemble file or the server gives. */
+static int ens_check_settings(const ens_args *a, int n) {
+    int r = ens_check_flags(&a->temps, cli_given("--adapt-alpha"), a->adapt_alpha, cli_given("--route-tau"),
+                            a->route_tau, cli_given("--select"), a->select);
+    if (r != CLI_RUN) return r;
+    float w[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    int k = 0;
+    for (int i = 0; a->file && i < a->file->n_members && k < n; i++) w[k++] = a->file->members[i].weight;
+    while (k < n) w[k++] = NAN;
+    for (int i = 0; i < a->weights.n && i < n; i++) w[i] = a->weights.v[i];
+    int rule = a->rule >= 0 && a->rule != ENS_RULE_AUTO ? a->rule
+             : a->file && a->file->rule >= 0                 ? a->file->rule
+                                                            : TUTTI_RULE_MIX;
+    if (tutti_check_weights(w, n, (tutti_fusion_rule)rule) < 0)
+        return cli_usage_error("%s%s", a->weights.n ? "-w: " : "", tutti_last_error());
+    return CLI_RUN;
+}
+
 int ens_args_check(ens_args *a) {
     if (a->rule == ENS_RULE_AUTO && !a->rule_auto)
         return cli_usage_error("--rule auto is for tutti fit (it writes the rule it chose into the ensemble file)");
@@ -108,8 +141,10 @@ int ens_args_check(ens_args *a) {
     if (a->temps.n && a->temps.n != n)
         return cli_usage_error("--temps gives %d temperature%s but the ensemble has %d member%s", a->temps.n,
                                a->temps.n == 1 ? "" : "s", n, n == 1 ? "" : "s");
+    int r = ens_check_settings(a, n);
+    if (r != CLI_RUN) return r;
     /* members split by layers over the MPI ranks (member_split.c) */
-    int r = cli_split_check(a->split_counts, a->split_ub);
+    r = cli_split_check(a->split_counts, a->split_ub);
     if (r != CLI_RUN) return r;
     if (a->split_member && !a->split_counts) return cli_usage_error("--split-member needs --split-layers");
     if (a->split_counts) {

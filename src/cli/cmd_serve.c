@@ -15,6 +15,49 @@
 
 static const char *g_rules[5], *g_aligns[5];
 
+/* The API keys: --api-key KEY, else the lines of --api-key-file FILE (one
+ * key per line; blank lines and '#' comments skipped), else the environment
+ * variable TUTTI_API_KEY (as llama-server's LLAMA_API_KEY), so that a key
+ * need not show in `ps`.  CLI_RUN or the exit status. */
+#define MAX_KEYS 64
+static char *g_keys[MAX_KEYS];
+
+static int add_key(server_opts *o, const char *k, size_t n, const char *from) {
+    while (n && (*k == ' ' || *k == '\t')) k++, n--;
+    while (n && (k[n - 1] == ' ' || k[n - 1] == '\t' || k[n - 1] == '\r' || k[n - 1] == '\n')) n--;
+    if (!n || *k == '#') return CLI_RUN;
+    if (o->n_api_keys == MAX_KEYS) return cli_usage_error("%s: at most %d API keys", from, MAX_KEYS);
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)k[i] < 0x21 || k[i] == 0x7f)
+            return cli_usage_error("%s: an API key holds a space or a control character", from);
+    if (!(g_keys[o->n_api_keys] = strndup(k, n))) return cli_error("out of memory");
+    o->api_keys = g_keys;
+    o->n_api_keys++;
+    return CLI_RUN;
+}
+
+static int api_keys(server_opts *o, const char *key, const char *file) {
+    if (key && file) return cli_usage_error("give --api-key or --api-key-file, not both");
+    if (key) return *key ? add_key(o, key, strlen(key), "--api-key") : cli_usage_error("--api-key needs a non-empty key");
+    if (file) {
+        size_t n;
+        char *t = cli_read_file(file, &n);
+        if (!t) return 1;
+        int r = CLI_RUN;
+        for (char *l = t; r == CLI_RUN && l < t + n;) {
+            char *e = memchr(l, '\n', (size_t)(t + n - l));
+            size_t k = e ? (size_t)(e - l) : (size_t)(t + n - l);
+            r = add_key(o, l, k, "--api-key-file");
+            l += k + 1;
+        }
+        free(t);
+        if (r == CLI_RUN && !o->n_api_keys) r = cli_usage_error("--api-key-file %s holds no key", file);
+        return r;
+    }
+    const char *env = getenv("TUTTI_API_KEY");
+    return env && *env ? add_key(o, env, strlen(env), "TUTTI_API_KEY") : CLI_RUN;
+}
+
 /* Parses argv into o with the shared parser (opts.h): CLI_RUN, or the exit
  * status (0 after --help/--version, 2 after a usage error). */
 static int serve_parse_args(int argc, char **argv, server_opts *o) {
@@ -27,6 +70,12 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
     o->port = 8080;
     o->parallel = 1;
     o->queue = 16;
+    o->timeout_read = 5;
+    o->timeout_head = 10;
+    o->timeout_body = 60;
+    o->max_conns = -1;
+    o->max_conns_per_ip = 32;
+    const char *api_key = NULL, *api_key_file = NULL;
     o->n_ctx = CLI_CTX_UNSET;
     int32_t max_body = 1 << 20;
     for (int k = 0; k < 4; k++) {
@@ -46,7 +95,8 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
                 "Jinja chat template for every model (overrides theirs)", "the models' own"),
         CLI_FLOATS("-w,--weights", "W1,W2,...", &weights, -1e30, 1e30, "weights of 'default', one per member",
                    "uniform"),
-        CLI_FLOATS("--temps", "T1,T2,...", &temps, 1e-6, 1e6, "member temperatures of 'default'", "1"),
+        CLI_FLOATS("--temps", "T1,T2,...", &temps, -3e38, 3e38, "member temperatures of 'default', in [1e-6, 1e6]",
+                   "1"),
         CLI_CHOICE("--rule", "RULE", &o->rule, g_rules, "mix | product | gate | contrastive", "mix"),
         CLI_CHOICE("--align", "ALIGN", &o->align, g_aligns, "auto | token | byte | span", "auto"),
         CLI_FLOAT("--beta", "X", &o->beta, 1e-6, 1, "contrastive plausibility cut", "0.1"),
@@ -56,10 +106,24 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
         CLI_SECTION("server"),
         CLI_STR("--host", "ADDR", &o->host, "address to bind (loopback unless told otherwise)", NULL),
         CLI_INT("--port", "N", &o->port, 0, 65535, "TCP port; 0 = any free port (printed on stderr)", NULL),
-        CLI_STR("--api-key", "KEY", &o->api_key, "require 'Authorization: Bearer KEY' (all but /health)", "none"),
+        CLI_STR("--api-key", "KEY", &api_key, "require 'Authorization: Bearer KEY' (all but /health and CORS "
+                "preflights)", "$TUTTI_API_KEY, else none"),
+        CLI_STR("--api-key-file", "FILE", &api_key_file, "the API keys, one per line (not shown by ps)", "none"),
         CLI_INT("--parallel,-np", "N", &o->parallel, 1, 256, "slots generating at once (as llama-server)", NULL),
         CLI_INT("--queue", "N", &o->queue, 0, 1 << 16, "requests waiting for a slot before 503", NULL),
         CLI_INT("--max-body", "BYTES", &max_body, 64, 1 << 30, "request body limit", NULL),
+        CLI_SECTION("connections (beyond the limits: 503; late requests: closed)"),
+        CLI_INT("-to,--timeout", "S", &o->timeout_read, 1, 86400,
+                "seconds a connection may stay silent between two reads or writes\n(also the keep-alive idle limit)",
+                NULL),
+        CLI_INT("--timeout-head", "S", &o->timeout_head, 1, 86400,
+                "seconds for a request's head (request line and headers) from the\nconnection's start or the previous "
+                "response", NULL),
+        CLI_INT("--timeout-body", "S", &o->timeout_body, 1, 86400, "seconds for a request's body after its head", NULL),
+        CLI_INT("--max-connections", "N", &o->max_conns, 1, 1 << 16, "connections at once",
+                "parallel + queue + 64"),
+        CLI_INT("--max-connections-per-ip", "N", &o->max_conns_per_ip, 0, 1 << 16,
+                "connections at once from one client address (0 = no limit)", NULL),
         CLI_CTX_OPT(&o->n_ctx, " per member and slot"),
         CLI_INT("-t,--threads", "N", &o->n_threads, 1, CLI_MAX_THREADS, "threads per slot", "cores / slots"),
         CLI_SECTION("models over MPI ranks (mpirun -np K tutti serve ...)"),
@@ -73,7 +137,9 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
         .description = "OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions, /v1/models,\n"
                        "/health, /metrics. Model names: 'default' (the ensemble of every -m member, or of\n"
                        "the -e file), every file alone under its name without .gguf, and the --config\n"
-                       "file's named ensembles. SIGINT/SIGTERM stop it gracefully.",
+                       "file's named ensembles. A -m may be a remote member's URL (README). The API key\n"
+                       "may also come from the environment variable TUTTI_API_KEY. SIGINT/SIGTERM stop\n"
+                       "it gracefully.",
         .opts = opts,
     };
     int r = cli_parse(&spec, argc, argv);
@@ -87,7 +153,11 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
     memcpy(o->temps, temps.v, sizeof(float) * (size_t)temps.n);
     o->n_temps = temps.n;
     o->max_body = (size_t)max_body;
-    if (o->api_key && !o->api_key[0]) return cli_usage_error("--api-key needs a non-empty key");
+    if (o->max_conns < 0) o->max_conns = o->parallel + o->queue + 64;
+    if ((r = api_keys(o, api_key, api_key_file)) != CLI_RUN) return r;
+    if ((r = ens_check_flags(&temps, cli_given("--adapt-alpha"), o->adapt_alpha, cli_given("--route-tau"),
+                             o->route_tau, cli_given("--select"), o->select)) != CLI_RUN)
+        return r;
     if (!o->n_models && !o->ens_file && !o->config)
         return cli_usage_error("no models: give -m MODEL.gguf (repeat), -e ENSEMBLE or --config FILE");
     /* models split by layers over the MPI ranks: every ensemble member of

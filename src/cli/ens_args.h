@@ -39,20 +39,28 @@ typedef struct ens_args {
     CLI_FLAG("--adapt", adapt,                                                                     \
              "mix: weights follow the text (posterior over members with fixed share;\n"             \
              "the given or fitted weights are the prior; fit fits ALPHA)"),                        \
-    CLI_DOUBLE("--adapt-alpha", "ALPHA", adapt_alpha, 0, 1,                                        \
-               "fixed-share alpha of --adapt: 0 = Bayes, 1 = static weights (implies --adapt)",    \
+    CLI_DOUBLE("--adapt-alpha", "ALPHA", adapt_alpha, -1e300, 1e300,                               \
+               "fixed-share alpha of --adapt in [0, 1]: 0 = Bayes, 1 = static weights (implies --adapt)",    \
                "the ensemble file's, else 0.01"),                                                  \
     CLI_FLAG("--route", route,                                                                     \
              "mix, product: weights set once per request from each member's perplexity\n"          \
              "on the prompt (PackLLM): w_i ~ w0_i exp(-nats per byte_i / TAU)"),                   \
-    CLI_DOUBLE("--route-tau", "TAU", route_tau, 1e-6, 1e6,                                         \
-               "temperature of --route in nats per byte (implies --route; 1/bytes of the\n"        \
+    CLI_DOUBLE("--route-tau", "TAU", route_tau, -1e300, 1e300,                                     \
+               "temperature of --route in [1e-6, 1e6] nats per byte (implies --route; 1/bytes of the\n"        \
                "prompt would be the Bayes posterior)", "the ensemble file's, else 0.25"),           \
-    CLI_DOUBLE("--select", "D", select, 0, TUTTI_SELECT_MAX,                                       \
-               "token, byte: fuse only units where the members disagree by >= D nats\n"            \
-               "(Jensen-Shannon); elsewhere the largest-weight member alone", "the ensemble file's, else off"), \
+    CLI_DOUBLE("--select", "D", select, -1e300, 1e300,                                             \
+               "token, byte: fuse only units where the members disagree by >= D nats in\n"        \
+               "[0, 100] (Jensen-Shannon); elsewhere the largest-weight member alone",             \
+               "the ensemble file's, else off"),                                                   \
     CLI_FLAG("--no-context", no_context,                                                           \
              "ignore the ensemble file's context weights (static weights)")
+
+/* Checks --temps, --adapt-alpha, --route-tau and --select (when given) with
+ * the library's validator of ensemble settings (tutti.h), so that they are
+ * refused with the message an ensemble file or the server gives.  CLI_RUN,
+ * or 2 after the message. */
+int ens_check_flags(const cli_floats *temps, bool adapt_given, double alpha, bool route_given, double tau,
+                    bool select_given, double select);
 
 /* --split-member I,J,... (1-based, into members[0..n)): every index in
  * range, no remote member.  Fills paths[] (*n_paths; NULL list: 0 = every

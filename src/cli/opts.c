@@ -39,8 +39,9 @@ static const char *strip_prefixes(const char *s) {
 }
 
 static void emit(const char *kind, const char *fmt, va_list ap) {
-    char buf[8192];
-    vsnprintf(buf, sizeof buf, fmt, ap);
+    char raw[8192], buf[8192];
+    vsnprintf(raw, sizeof raw, fmt, ap);
+    tutti_redact_urls(raw, buf, sizeof buf); /* a URL's credentials never reach the terminal */
     const char *s = strip_prefixes(buf);
     /* a message that starts on a fresh line after streamed text keeps it */
     const char *lead = "";
@@ -81,8 +82,10 @@ void cli_info(const char *fmt, ...) {
     if (cli_quiet) return;
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    char raw[8192], buf[8192];
+    vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
+    fputs(tutti_redact_urls(raw, buf, sizeof buf), stderr);
 }
 
 /* ---- the table ---- */

@@ -26,7 +26,7 @@ int tutti_ensemble_set_adapt(tutti_ensemble *e, double alpha) {
         e->adapt_on = false;
         return 0;
     }
-    if (!(alpha <= 1)) return tutti_set_error("adapt: the fixed-share alpha must be in [0, 1], got %g", alpha);
+    if (tutti_check_adapt(alpha) < 0) return TUTTI_ERR;
     if (e->rule != TUTTI_RULE_MIX && e->align != TUTTI_ALIGN_SPAN)
         return tutti_set_error("adapt: weights that follow the text need the mix rule (or span alignment), not %s",
                                tutti_rule_name(e->rule));

@@ -133,26 +133,12 @@ void ens_prompt_done(tutti_ensemble *e) {
  * whenever there are two or more members and two or more threads. */
 static bool default_parallel(int32_t n_members, int32_t n_threads) { return n_members > 1 && n_threads >= 2; }
 
-static int check_weights(const tutti_ensemble *e, const float *w) {
-    bool any = false;
-    for (int32_t i = 0; i < e->n; i++) {
-        if (isnan(w[i]) || isinf(w[i]))
-            return tutti_set_error("member %d (%s): weight is not a finite number", i + 1, e->path[i]);
-        if (w[i] < 0 && e->rule != TUTTI_RULE_CONTRASTIVE)
-            return tutti_set_error("member %d (%s): negative weight %g is only allowed with --rule contrastive",
-                                   i + 1, e->path[i], (double)w[i]);
-        if (w[i] != 0) any = true;
-    }
-    if (!any) return tutti_set_error("ensemble: every weight is 0");
-    if (e->rule == TUTTI_RULE_CONTRASTIVE && !(w[0] > 0))
-        return tutti_set_error("contrastive: member 1 is the expert and needs a positive weight (got %g)",
-                               (double)w[0]);
-    if (e->rule == TUTTI_RULE_MIX || e->rule == TUTTI_RULE_PRODUCT) {
-        double s = 0;
-        for (int32_t i = 0; i < e->n; i++) s += w[i];
-        if (!(s > 0)) return tutti_set_error("ensemble: weights must sum to a positive number");
-    }
-    return 0;
+/* weights and temperatures go through the one validator (settings.c);
+ * NAN entries take the defaults */
+static int check_weights(const tutti_ensemble *e, const float *w) { return tutti_check_weights(w, e->n, e->rule); }
+
+static void resolve_weights(const tutti_ensemble *e, const float *given, float *w) {
+    for (int32_t i = 0; i < e->n; i++) w[i] = isnan(given[i]) ? tutti_default_weight(i + 1, e->n, e->rule) : given[i];
 }
 
 void tutti_ensemble_free(tutti_ensemble *e) {
@@ -176,25 +162,8 @@ void tutti_ensemble_free(tutti_ensemble *e) {
     free(e);
 }
 
-static float default_weight(const tutti_ensemble *e, int32_t i) {
-    if (e->rule == TUTTI_RULE_CONTRASTIVE) return i == 0 ? 1.0f : -0.5f / (float)(e->n - 1 > 0 ? e->n - 1 : 1);
-    return 1.0f / (float)e->n;
-}
-
 tutti_ensemble *tutti_ensemble_new(const tutti_ensemble_params *params) {
-    if (!params || !params->members || params->n_members < 1 || params->n_members > TUTTI_ENSEMBLE_MAX_MEMBERS) {
-        tutti_set_error("ensemble: need 1 to %d members (got %d)", TUTTI_ENSEMBLE_MAX_MEMBERS,
-                        params ? params->n_members : 0);
-        return NULL;
-    }
-    if ((unsigned)params->rule > TUTTI_RULE_CONTRASTIVE) {
-        tutti_set_error("ensemble: unknown rule %d", params->rule);
-        return NULL;
-    }
-    if ((unsigned)params->align > TUTTI_ALIGN_SPAN) {
-        tutti_set_error("ensemble: unknown alignment %d", params->align);
-        return NULL;
-    }
+    if (tutti_ensemble_params_check(params) < 0) return NULL;
     tutti_ensemble *e = calloc(1, sizeof *e);
     if (!e) return tutti_set_error("ensemble: out of memory"), NULL;
     pthread_mutex_init(&e->mu, NULL);
@@ -206,10 +175,6 @@ tutti_ensemble *tutti_ensemble_new(const tutti_ensemble_params *params) {
     e->beta = params->beta > 0 ? params->beta : 0.1f;
     e->prune = params->prune >= 0 ? params->prune : 1e-4;
     e->max_hyps = params->max_hyps > 0 ? params->max_hyps : 8;
-    if (params->rule == TUTTI_RULE_CONTRASTIVE && e->n < 2) {
-        tutti_set_error("contrastive: needs an expert and at least one amateur (2+ members, got %d)", e->n);
-        goto fail;
-    }
     float w[TUTTI_ENSEMBLE_MAX_MEMBERS];
     for (int32_t i = 0; i < e->n; i++) {
         const tutti_member_desc *d = &params->members[i];
@@ -226,17 +191,10 @@ tutti_ensemble *tutti_ensemble_new(const tutti_ensemble_params *params) {
             tutti_set_error("member %d: cannot open model file %s: %s", i + 1, d->model_path, strerror(errno));
             goto fail;
         }
-        float t = d->temp;
-        if (isnan(t) || t == 0) t = 1.0f;
-        if (!(t > 0) || isinf(t)) {
-            tutti_set_error("member %d (%s): temperature must be > 0 (got %g)", i + 1, d->model_path, (double)t);
-            goto fail;
-        }
-        e->temp[i] = t;
+        e->temp[i] = isnan(d->temp) ? 1.0f : d->temp; /* checked above */
+        w[i] = d->weight;
     }
-    for (int32_t i = 0; i < e->n; i++) w[i] = isnan(params->members[i].weight) ? default_weight(e, i) : params->members[i].weight;
-    if (check_weights(e, w) < 0) goto fail;
-    memcpy(e->w, w, sizeof(float) * (size_t)e->n);
+    resolve_weights(e, w, e->w);
 
     /* vocabulary identity decides the alignment */
     uint64_t h[TUTTI_ENSEMBLE_MAX_MEMBERS];
@@ -255,8 +213,8 @@ tutti_ensemble *tutti_ensemble_new(const tutti_ensemble_params *params) {
     e->align = params->align;
     if (e->align == TUTTI_ALIGN_AUTO) e->align = e->same_vocab ? TUTTI_ALIGN_TOKEN : TUTTI_ALIGN_BYTE;
     if (e->align == TUTTI_ALIGN_TOKEN && !e->same_vocab) {
-        tutti_set_error("--align token: members 1 (%s) and %d (%s) have different vocabularies (token lists, merges "
-                        "or scores differ), so they cannot share token ids; use --align byte or span",
+        tutti_set_error("token alignment: members 1 (%s) and %d (%s) have different vocabularies (token lists, "
+                        "merges or scores differ), so they cannot share token ids; use byte or span alignment",
                         e->path[0], differ + 1, e->path[differ]);
         goto fail;
     }
@@ -325,7 +283,7 @@ tutti_ensemble *tutti_ensemble_new(const tutti_ensemble_params *params) {
     if (e->align == TUTTI_ALIGN_TOKEN)
         for (int32_t i = 1; i < e->n; i++)
             if (e->m[i]->n_vocab != e->m[0]->n_vocab) {
-                tutti_set_error("--align token: members 1 and %d give %d and %d logits per position", i + 1,
+                tutti_set_error("token alignment: members 1 and %d give %d and %d logits per position", i + 1,
                                 e->m[0]->n_vocab, e->m[i]->n_vocab);
                 goto fail;
             }
@@ -386,11 +344,10 @@ int tutti_ensemble_set_weights(tutti_ensemble *e, const float *w, const float *t
     if (w && check_weights(e, w) < 0) return TUTTI_ERR;
     if (temps)
         for (int32_t i = 0; i < e->n; i++)
-            if (!(temps[i] > 0) || isinf(temps[i]))
-                return tutti_set_error("member %d (%s): temperature must be > 0 (got %g)", i + 1, e->path[i],
-                                       (double)temps[i]);
-    if (w) memcpy(e->w, w, sizeof(float) * (size_t)e->n);
-    if (temps) memcpy(e->temp, temps, sizeof(float) * (size_t)e->n);
+            if (tutti_check_temp(i + 1, temps[i]) < 0) return TUTTI_ERR;
+    if (w) resolve_weights(e, w, e->w);
+    if (temps)
+        for (int32_t i = 0; i < e->n; i++) e->temp[i] = isnan(temps[i]) ? 1.0f : temps[i];
     return 0;
 }
 

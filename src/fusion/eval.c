@@ -576,8 +576,8 @@ int tutti_ensemble_eval_bpb(tutti_ensemble *e, const char *text, size_t len, tut
         return TUTTI_ERR_UNSUPPORTED;
     }
     if (e->align == TUTTI_ALIGN_SPAN && e->rule != TUTTI_RULE_MIX) {
-        tutti_set_error("span alignment scores only the span-level mixture (--rule mix); span generation "
-                        "with --rule %s ranks drafts but defines no probability to score", tutti_rule_name(e->rule));
+        tutti_set_error("span alignment scores only the span-level mixture (the mix rule); span generation "
+                        "with the %s rule ranks drafts but defines no probability to score", tutti_rule_name(e->rule));
         return TUTTI_ERR_UNSUPPORTED;
     }
     text_data d;
@@ -1091,25 +1091,21 @@ tutti_ensemble_file *tutti_ensemble_file_read(const char *path) {
                             path, lineno, p);
             goto fail;
         }
-        if (!strcmp(tok[0], "route")) {
+        if (!strcmp(tok[0], "route") || !strcmp(tok[0], "adapt")) {
+            bool route = tok[0][0] == 'r';
             char *e2 = NULL;
-            double t = nt == 2 ? strtod(tok[1], &e2) : -1;
-            if (nt != 2 || e2 == tok[1] || *e2 || !(t > 0) || !isfinite(t)) {
-                tutti_set_error("ensemble file %s: line %d: route needs a temperature tau > 0 (nats per byte)", path,
-                                lineno);
+            double v = nt == 2 ? strtod(tok[1], &e2) : NAN;
+            if (nt != 2 || e2 == tok[1] || *e2) {
+                tutti_set_error("ensemble file %s: line %d: %s needs one number (%s)", path, lineno, tok[0],
+                                route ? "the temperature tau, nats per byte" : "the fixed-share alpha");
                 goto fail;
             }
-            ef->route = t;
-            continue;
-        }
-        if (!strcmp(tok[0], "adapt")) {
-            char *e2 = NULL;
-            double a = nt == 2 ? strtod(tok[1], &e2) : -1;
-            if (nt != 2 || e2 == tok[1] || *e2 || !(a >= 0 && a <= 1)) {
-                tutti_set_error("ensemble file %s: line %d: adapt needs a fixed-share alpha in [0, 1]", path, lineno);
+            if ((route ? tutti_check_route(v) : tutti_check_adapt(v)) < 0) {
+                tutti_error_prefix("ensemble file %s: line %d", path, lineno);
                 goto fail;
             }
-            ef->adapt = a;
+            if (route) ef->route = v;
+            else ef->adapt = v;
             continue;
         }
         if (!strcmp(tok[0], "rule") || !strcmp(tok[0], "align")) {
@@ -1133,10 +1129,13 @@ tutti_ensemble_file *tutti_ensemble_file_read(const char *path) {
         for (int k = 1; k < nt; k++) {
             char *e2;
             float v = strtof(tok[k], &e2);
-            if (e2 == tok[k] || *e2 || !isfinite(v) || (k == 2 && !(v > 0))) {
-                tutti_set_error("ensemble file %s: line %d: %s \"%s\" is not %s", path, lineno,
-                                k == 1 ? "weight" : "temperature", tok[k],
-                                k == 1 ? "a finite number" : "a number > 0");
+            if (e2 == tok[k] || *e2 || !isfinite(v)) {
+                tutti_set_error("ensemble file %s: line %d: %s \"%s\" is not a finite number", path, lineno,
+                                k == 1 ? "weight" : "temperature", tok[k]);
+                goto fail;
+            }
+            if (k == 2 && tutti_check_temp(ef->n_members + 1, v) < 0) {
+                tutti_error_prefix("ensemble file %s: line %d", path, lineno);
                 goto fail;
             }
             if (k == 1) m->weight = v;

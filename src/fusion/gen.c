@@ -54,10 +54,13 @@ static int gen_loop(fusion_align *a, const gen_prompt *pr, const tutti_sampler_p
         /* the mask and the grammar, after the rule, before sampling (which
          * renormalises), on a writable copy of the row */
         bool gr = ops->kind == ALIGN_OUT_BYTES || (ops->kind == ALIGN_OUT_TOKENS && g->gc.m);
-        if ((a->masked || gr) && row != a->work) {
+        bool bias = ops->kind == ALIGN_OUT_TOKENS && g->mask && g->mask->n_bias > 0;
+        if ((a->masked || gr || bias) && row != a->work) {
             memcpy(a->work, row, sizeof(float) * (size_t)n);
             row = a->work;
         }
+        if (bias)
+            for (int32_t k = 0; k < g->mask->n_bias; k++) a->work[g->mask->bias_ids[k]] += g->mask->bias[k];
         if (a->masked) ops->mask(a, a->work);
         if (gr && (ops->kind == ALIGN_OUT_TOKENS ? gr_constraint_mask_tokens(&g->gc, a->work)
                                                  : gr_constraint_mask_bytes(&g->gc, a->work)) < 0) {
@@ -99,6 +102,23 @@ static int gen_loop(fusion_align *a, const gen_prompt *pr, const tutti_sampler_p
     return rc;
 }
 
+/* logit_bias: token ids of the shared vocabulary (TOKEN alignment) */
+static int check_bias(const tutti_ensemble *e, const tutti_mask *mask) {
+    if (e->align != TUTTI_ALIGN_TOKEN)
+        return tutti_set_error("logit_bias needs token alignment: this ensemble fuses in %s alignment, over %s, "
+                               "which have no token ids to bias", tutti_align_name(e->align),
+                               e->align == TUTTI_ALIGN_BYTE ? "bytes" : "drafted spans");
+    if (!mask->bias_ids || !mask->bias || mask->n_bias < 0) return tutti_set_error("logit_bias: no ids or biases");
+    for (int32_t k = 0; k < mask->n_bias; k++) {
+        if (mask->bias_ids[k] < 0 || mask->bias_ids[k] >= e->m[0]->n_vocab)
+            return tutti_set_error("logit_bias: token id %d is not in the vocabulary (0 to %d)", mask->bias_ids[k],
+                                   e->m[0]->n_vocab - 1);
+        if (isnan(mask->bias[k]) || mask->bias[k] == INFINITY)
+            return tutti_set_error("logit_bias: the bias of token %d is not a finite number", mask->bias_ids[k]);
+    }
+    return 0;
+}
+
 static int ens_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sampler_params *sp,
                         const tutti_mask *mask, tutti_text_cb cb, void *user, tutti_ensemble_stats *stats) {
     tutti_sampler_params spd = sp ? *sp : tutti_sampler_default_params();
@@ -121,6 +141,7 @@ static int ens_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sam
     e->prompt_marked = false;
     double t0 = ens_now_s(), t_phase = 0;
     int rc;
+    if (mask && mask->n_bias > 0 && check_bias(e, mask) < 0) return TUTTI_ERR;
     if (mask && mask->grammar &&
         gr_constraint_init(&g.gc, mask->grammar, e->align == TUTTI_ALIGN_TOKEN ? e->m[0]->vocab : NULL) < 0)
         return TUTTI_ERR;

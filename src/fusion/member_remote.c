@@ -65,6 +65,7 @@ typedef struct remote_member {
     int rest;
     bool leave;         /* on_fail=leave */
     bool left;
+    bool warned_mass;   /* a top-k answer summing past 1 was renormalised (said once) */
     int32_t top_k;
     char *body;         /* request scratch */
     size_t body_cap;
@@ -654,6 +655,23 @@ done:
     return rc;
 }
 
+int fusion_remote_check_next(const fusion_remote_vocab *rv, const char *where, float *out, fusion_remote_next *info,
+                             bool *renormalised) {
+    *renormalised = false;
+    double m = info->mass;
+    if (!isfinite(m) || m <= 0) return tutti_set_error("%s: the answer's probabilities sum to %g", where, m);
+    if (info->k >= rv->n_vocab && fabs(m - 1) > FUSION_REMOTE_MASS_TOL)
+        return tutti_set_error("%s: the answer's probabilities of all %d tokens sum to %g, not 1: it is not a "
+                               "distribution", where, rv->n_vocab, m);
+    if (m <= 1 + FUSION_REMOTE_MASS_TOL) return 0;
+    float shift = (float)log(m);
+    for (int32_t i = 0; i < rv->n_vocab; i++)
+        if (rv->seen[i]) out[i] -= shift;
+    info->mass = 1;
+    *renormalised = true;
+    return 0;
+}
+
 /* ---- the start's answers ---- */
 
 int fusion_remote_parse_tokenize(const char *where, const char *resp, size_t n, const int32_t *want,
@@ -809,9 +827,16 @@ static int fetch(remote_member *rm, const int32_t *ids, int32_t n, float *out) {
     char where[1200];
     where_of(rm, path, where, sizeof where);
     fusion_remote_next a;
+    bool renorm;
     if (http_ok(where, status, resp, nresp) < 0 ||
-        fusion_remote_parse_next(&rm->rv, rm->api, true, where, resp, nresp, out, &a) < 0)
+        fusion_remote_parse_next(&rm->rv, rm->api, true, where, resp, nresp, out, &a) < 0 ||
+        fusion_remote_check_next(&rm->rv, where, out, &a, &renorm) < 0)
         return TUTTI_ERR;
+    if (renorm && !rm->warned_mass) {
+        fprintf(stderr, "tutti: member %s: the server's top %d probabilities sum to more than 1; renormalised (said "
+                        "once)\n", m->name, a.k);
+        rm->warned_mass = true;
+    }
     double r = a.k >= V ? 0 : (a.mass < 1 ? 1 - a.mass : 0);
     if (a.k < V && rm->rest == REST_UNIFORM && r > 0) {
         float fill = (float)log(r / (double)(V - a.k));
@@ -966,7 +991,9 @@ static fusion_member *remote_new(const char *spec_s, int32_t n_ctx, bool quiet) 
     remote_member *rm = calloc(1, sizeof *rm);
     if (!rm) return tutti_set_error("out of memory"), NULL;
     rm->base.vt = &remote_vt;
-    snprintf(rm->base.name, sizeof rm->base.name, "%.180s%s%.60s", sp.base, *sp.model ? "#" : "", sp.model);
+    char shown[sizeof sp.base]; /* the name goes into messages: no credentials */
+    snprintf(rm->base.name, sizeof rm->base.name, "%.180s%s%.60s", tutti_redact_urls(sp.base, shown, sizeof shown),
+             *sp.model ? "#" : "", sp.model);
     rm->api = sp.api, rm->rest = sp.rest, rm->leave = sp.leave;
     rm->model = strdup(sp.model);
     if (*sp.model) {

@@ -56,6 +56,17 @@ typedef struct fusion_remote_next {
  * or listed twice, a logprob > 1e-3 or NaN, no token of the vocabulary. */
 int fusion_remote_parse_next(fusion_remote_vocab *rv, int api, bool scan, const char *where, const char *resp,
                              size_t n, float *out, fusion_remote_next *info);
+/* The answer read by fusion_remote_parse_next as a distribution: its
+ * probabilities sum to 1 within FUSION_REMOTE_MASS_TOL when it gives every
+ * token (k == n_vocab; else the answer is refused: a server whose numbers
+ * sum to 512 is not giving probabilities), and to at most 1 within the
+ * tolerance for a top-k answer; a top-k answer that sums to more is
+ * renormalised (out[] shifted by -log(mass), info->mass then 1) and
+ * *renormalised set, for the member to warn once.  0, or TUTTI_ERR naming
+ * where. */
+#define FUSION_REMOTE_MASS_TOL 1e-3
+int fusion_remote_check_next(const fusion_remote_vocab *rv, const char *where, float *out, fusion_remote_next *info,
+                             bool *renormalised);
 /* The fast scanner of llama-server's /completion answer alone: 0 when it
  * read the answer (out, rv->seen and info as fusion_remote_parse_next; the
  * full parser gives the same for the same bytes), -1 when it declines

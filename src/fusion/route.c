@@ -34,8 +34,7 @@ int tutti_ensemble_set_route(tutti_ensemble *e, double tau) {
         e->route_tau = -1;
         return 0;
     }
-    if (!(tau > 0) || !isfinite(tau))
-        return tutti_set_error("route: the temperature tau must be a finite number > 0 (nats per byte), got %g", tau);
+    if (tutti_check_route(tau) < 0) return TUTTI_ERR;
     if (e->rule != TUTTI_RULE_MIX && e->rule != TUTTI_RULE_PRODUCT)
         return tutti_set_error("route: weights from the prompt need the mix or product rule, not %s",
                                tutti_rule_name(e->rule));

@@ -68,15 +68,16 @@ float *tutti_threadpool_scratch(tutti_threadpool *tp, size_t n_floats);
  *   x̃: x rounded to the activation format llama.cpp uses with weights of
  *      this type (its "vec_dot type"), so that our numerics follow the
  *      reference implementation: F32 weights: x itself; F16 / BF16: x
- *      rounded to F16 / BF16; Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 IQ4_NL: 8-bit blocks
- *      of 32 (Q8_0 rounding: d = amax/127 stored as f16, q = round(x/d));
- *      K-quants and IQ4_XS: 8-bit blocks of 256 (Q8_K rounding).  The
+ *      rounded to F16 / BF16; Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 IQ4_NL MXFP4: 8-bit
+ *      blocks of 32 (Q8_0 rounding: d = amax/127 stored as f16, q =
+ *      round(x/d)); K-quants and IQ4_XS: 8-bit blocks of 256 (Q8_K
+ *      rounding).  The
  *      weights themselves are dequantized exactly.  (If the pool's scratch
  *      cannot be had, x is used unrounded.)
  * Rows are split across the pool's threads (tp may be NULL: single thread);
  * each weight block is read from memory once for all n_tok activation rows
  * (register tiles of several rows x up to 4 tokens, 8 for Q8_0 / Q4_0 /
- * Q5_0 / IQ4_NL on AVX-512; rows longer than about 96 KiB of one token's
+ * Q5_0 / IQ4_NL / MXFP4 on AVX-512; rows longer than about 96 KiB of one token's
  * activations are cut into segments so that the tokens' activations stay
  * in L2), so a batch of a few tokens costs about one pass over the weights,
  * like one token (Q8_0, 2 threads, 2-4 tokens: 1.1-1.4x the 1-token time,

@@ -49,16 +49,15 @@ static float dot_f32(const float *a, const float *b, int64_t n) {
 
 typedef enum act_fmt { ACT_F32, ACT_F16, ACT_BF16, ACT_Q8_0, ACT_Q8_K } act_fmt;
 
+/* The weight type's vec_dot format (quant/vecdot.h), so that the reference
+ * path rounds activations as the kernels do for every type they know. */
 static act_fmt act_format(int wtype) {
-    switch (wtype) {
+    const tutti_vec_dot_traits *vt = tutti_vec_dot_get_path(TUTTI_SIMD_SCALAR, wtype);
+    switch (vt ? vt->vec_type : TUTTI_TYPE_F32) {
     case TUTTI_TYPE_F16: return ACT_F16;
     case TUTTI_TYPE_BF16: return ACT_BF16;
-    case TUTTI_TYPE_Q4_0: case TUTTI_TYPE_Q4_1: case TUTTI_TYPE_Q5_0: case TUTTI_TYPE_Q5_1:
-    case TUTTI_TYPE_Q8_0: case TUTTI_TYPE_IQ4_NL:
-        return ACT_Q8_0;
-    case TUTTI_TYPE_Q2_K: case TUTTI_TYPE_Q3_K: case TUTTI_TYPE_Q4_K: case TUTTI_TYPE_Q5_K:
-    case TUTTI_TYPE_Q6_K: case TUTTI_TYPE_IQ4_XS:
-        return ACT_Q8_K;
+    case TUTTI_TYPE_Q8_0: case TUTTI_TYPE_Q8_1: return ACT_Q8_0; /* the same rounding */
+    case TUTTI_TYPE_Q8_K: return ACT_Q8_K;
     default: return ACT_F32;
     }
 }

@@ -38,7 +38,7 @@ static const struct {
 } k_out_types[] = {
     {"F32", TUTTI_TYPE_F32},   {"F16", TUTTI_TYPE_F16},   {"BF16", TUTTI_TYPE_BF16}, {"Q8_0", TUTTI_TYPE_Q8_0},
     {"Q4_0", TUTTI_TYPE_Q4_0}, {"Q4_1", TUTTI_TYPE_Q4_1}, {"Q5_0", TUTTI_TYPE_Q5_0}, {"Q5_1", TUTTI_TYPE_Q5_1},
-    {"Q4_K", TUTTI_TYPE_Q4_K}, {"Q5_K", TUTTI_TYPE_Q5_K}, {"Q6_K", TUTTI_TYPE_Q6_K},
+    {"Q4_K", TUTTI_TYPE_Q4_K}, {"Q5_K", TUTTI_TYPE_Q5_K}, {"Q6_K", TUTTI_TYPE_Q6_K}, {"MXFP4", TUTTI_TYPE_MXFP4},
 };
 
 static int out_type_of(const char *s) {
@@ -46,6 +46,11 @@ static int out_type_of(const char *s) {
         if (!strcasecmp(s, k_out_types[i].name)) return k_out_types[i].type;
     return -1;
 }
+
+/* The i-quants (tensor types IQ1_S .. IQ4_XS, llama-quantize's IQ2_M,
+ * IQ3_M ...) are fitted to their codebooks with an importance matrix, which
+ * a merge does not have: tutti writes none of them. */
+static bool is_iquant_name(const char *s) { return !strncasecmp(s, "IQ", 2) && s[2] >= '1' && s[2] <= '4'; }
 
 typedef struct src_ref { /* one source of a slice, resolved */
     int file;            /* index into files */
@@ -505,6 +510,7 @@ static int llama_ftype(int type) {
     case TUTTI_TYPE_Q5_K: return 17;
     case TUTTI_TYPE_Q6_K: return 18;
     case TUTTI_TYPE_BF16: return 32;
+    case TUTTI_TYPE_MXFP4: return 38; /* LLAMA_FTYPE_MOSTLY_MXFP4_MOE, MXFP4's only ftype */
     default: return 0;
     }
 }
@@ -576,9 +582,13 @@ int tutti_merge(const tutti_merge_config *c, const char *out_path, const tutti_m
     tutti_merge_params p = pp ? *pp : tutti_merge_default_params();
     int out_type = p.type ? out_type_of(p.type) : merge_config_out_type(c);
     if (!p.type && out_type < 0) out_type = TUTTI_TYPE_F16;
+    if (out_type < 0 && is_iquant_name(p.type))
+        return tutti_set_error("merge: output type '%s' is an i-quant, which is fitted with an importance matrix "
+                               "that a merge does not have; merge to F16 or F32, then llama-imatrix and "
+                               "llama-quantize --imatrix", p.type);
     if (out_type < 0)
         return tutti_set_error("merge: output type '%s' is not one tutti writes (F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
-                               "Q5_0, Q5_1, Q4_K, Q5_K, Q6_K; mixtures like Q4_K_M: llama-quantize)", p.type);
+                               "Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4; mixtures like Q4_K_M: llama-quantize)", p.type);
     if (c->n_models == 0 && c->n_slices == 0) return tutti_set_error("merge: no models");
     if (c->method == MM_PASSTHROUGH && c->n_models > 1)
         return tutti_set_error("merge: passthrough takes slices (one source each), not a list of models");

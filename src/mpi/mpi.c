@@ -182,6 +182,16 @@ int tmpi_fail(int rank, const char *what) {
 
 int tutti_mpi_size(void) { return g_size; }
 
+int tutti_mpi_dead_rank(char *members, size_t cap) {
+    if (tmpi_comm == MPI_COMM_NULL || g_rank != 0) return 0;
+    for (int r = 1; r < g_size && r < TMPI_MAX_RANKS; r++)
+        if (g_dead[r] || (g_pid[r] > 0 && kill(g_pid[r], 0) < 0 && errno == ESRCH)) {
+            if (members && cap) tmpi_members_on(r, members, cap);
+            return r;
+        }
+    return 0;
+}
+
 int tutti_mpi_member_rank(int32_t i, int32_t n) {
     if (g_n_place >= 0) {
         if (g_n_place != n)

@@ -22,6 +22,10 @@ int tutti_mpi_member_rank(int32_t i, int32_t n) {
     return 0;
 }
 int tutti_mpi_size(void) { return 1; }
+int tutti_mpi_dead_rank(char *members, size_t cap) {
+    (void)members, (void)cap;
+    return 0;
+}
 
 /* --split-layers needs ranks: refused like --place */
 int tutti_mpi_split_check(const char *counts, int32_t ubatch) {

@@ -24,6 +24,7 @@
 #define TUTTI_MPI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* Called first by main(): removes --place LIST from argv, initialises MPI
@@ -42,6 +43,11 @@ int tutti_mpi_stop(int rc);
 int tutti_mpi_member_rank(int32_t i, int32_t n);
 /* Number of ranks (1 without MPI). */
 int tutti_mpi_size(void);
+/* On rank 0: a member rank seen dead (a failed or timed-out wait, or its
+ * process gone from this host), with its members' names in members[cap]
+ * (may be NULL); 0 when every rank is alive as far as rank 0 knows (and
+ * without MPI).  For `tutti serve`'s /health. */
+int tutti_mpi_dead_rank(char *members, size_t cap);
 
 /* ---- one model split by layers (src/mpi/split.c) ----
  *

@@ -26,14 +26,12 @@
 
 #include "util/fp16.h"
 
-#define QK 32  /* elements per block of the legacy types and IQ4_NL */
+#define QK 32  /* elements per block of the legacy types, IQ4_NL and MXFP4 */
 #define QKK 256 /* elements per K / IQ4_XS super-block */
 
-static inline uint16_t rd_u16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
-static inline uint32_t rd_u32(const uint8_t *p) {
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
-}
-static inline float rd_half(const uint8_t *p) { return tutti_fp16_to_f32(rd_u16(p)); }
+#define rd_u16 tutti_rd_u16
+#define rd_u32 tutti_rd_u32
+#define rd_half tutti_rd_half
 
 /* The 16 non-linear levels of IQ4_NL / IQ4_XS (ggml's kvalues_iq4nl). */
 static const int8_t k_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
@@ -137,6 +135,23 @@ void tutti_to_float_iq4_nl(const void *src, float *dst, int64_t n) {
         for (int j = 0; j < QK / 2; j++) {
             dst[j] = d * (float)k_iq4nl_values[qs[j] & 0x0F];
             dst[j + QK / 2] = d * (float)k_iq4nl_values[qs[j] >> 4];
+        }
+    }
+}
+
+/* MXFP4, 17 bytes: u8 e (E8M0 scale) | u8 qs[16] (E2M1 codes, nibbles as
+ * Q4_0).  x = code value * 2^(e - 128) (quant_impl.h: values doubled, scale
+ * halved; both factors exact, so is their product unless it underflows). */
+const int8_t tutti_mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+void tutti_to_float_mxfp4(const void *src, float *dst, int64_t n) {
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / QK; i++, b += 17, dst += QK) {
+        const float d = tutti_e8m0_half(b[0]);
+        const uint8_t *qs = b + 1;
+        for (int j = 0; j < QK / 2; j++) {
+            dst[j] = (float)tutti_mxfp4_values[qs[j] & 0x0F] * d;
+            dst[j + QK / 2] = (float)tutti_mxfp4_values[qs[j] >> 4] * d;
         }
     }
 }

@@ -1,6 +1,7 @@
 /* The quant layer's scalar reference path: row dequantization with argument
  * checks, the reference dot product, and the reference quantizers
- * float32 -> Q8_0 / Q8_K / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K.
+ * float32 -> Q8_0 / Q8_K / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K /
+ * MXFP4.
  *
  * The quantizers reproduce ggml's quantize_row_*_ref (ggml-quants.c) bit for
  * bit, which is what llama-quantize writes without an importance matrix.
@@ -24,6 +25,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "quant/quant_impl.h"
 #include "util/error.h"
 #include "util/fp16.h"
 
@@ -536,6 +538,43 @@ void tutti_quantize_row_q6_K_ref(const float *x, void *dst, int64_t n) {
     }
 }
 
+/* ---- MXFP4 ------------------------------------------------------------------- */
+
+/* MXFP4 (17 bytes: u8 e | u8 qs[16], quant_impl.h), ggml's
+ * quantize_row_mxfp4_ref: e = floor(log2f(amax)) - 2 + 127 (0 for an
+ * all-zero block), d = 2^(e - 128), and each element takes the first code
+ * whose value * d is nearest.  The largest element then lies in [8d, 16d),
+ * so it maps to 8d or 12d.  Below amax = 2^-125 the exponent goes negative;
+ * ggml stores its low 8 bits (a huge scale: every element becomes code 0),
+ * and so does this. */
+void tutti_quantize_row_mxfp4_ref(const float *x, void *dst, int64_t n) {
+    uint8_t *b = dst;
+    for (int64_t i = 0; i < n / 32; i++, x += 32, b += 17) {
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++)
+            if (amax < fabsf(x[j])) amax = fabsf(x[j]);
+        /* log2f of a finite positive float lies in [-150, 128]: the int is exact */
+        const int ie = amax > 0.0f ? (int)floorf(log2f(amax)) - 2 + 127 : 0;
+        const uint8_t e = (uint8_t)(ie & 0xFF);
+        const float d = tutti_e8m0_half(e);
+        b[0] = e;
+        for (int j = 0; j < 16; j++) {
+            uint8_t q[2];
+            for (int h = 0; h < 2; h++) {
+                const float v = x[j + 16 * h];
+                int best = 0;
+                float best_err = fabsf((float)tutti_mxfp4_values[0] * d - v);
+                for (int k = 1; k < 16; k++) {
+                    const float err = fabsf((float)tutti_mxfp4_values[k] * d - v);
+                    if (err < best_err) best = k, best_err = err;
+                }
+                q[h] = (uint8_t)best;
+            }
+            b[1 + j] = (uint8_t)(q[0] | (q[1] << 4));
+        }
+    }
+}
+
 /* ---- dispatch --------------------------------------------------------------- */
 
 static void quantize_f32(const float *x, void *dst, int64_t n) { memcpy(dst, x, sizeof(float) * (size_t)n); }
@@ -564,6 +603,7 @@ static quantize_fn quantizer(int type) {
     case TUTTI_TYPE_Q4_K: return tutti_quantize_row_q4_K_ref;
     case TUTTI_TYPE_Q5_K: return tutti_quantize_row_q5_K_ref;
     case TUTTI_TYPE_Q6_K: return tutti_quantize_row_q6_K_ref;
+    case TUTTI_TYPE_MXFP4: return tutti_quantize_row_mxfp4_ref;
     default: return NULL;
     }
 }

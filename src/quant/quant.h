@@ -101,6 +101,11 @@ float tutti_vec_dot_ref(int type, const void *w_row, const float *x, int64_t n);
  *     stored scales.
  *   - Q6_K: per 16-element sub-block, ggml's make_qx_quants (weights x^2,
  *     19 trial scales); int8 sub-scales relative to d = max_scale / -128.
+ *   - MXFP4: E8M0 scale e = floor(log2f(amax)) - 2 + 127 (its low 8 bits),
+ *     each element the first nearest of the 16 E2M1 values times
+ *     2^(e - 127) (ggml's quantize_row_mxfp4_ref, gguf-py's quantize).
+ * The i-quants (IQ1_S .. IQ3_S) have no quantizer here: llama-quantize
+ * fits them to their codebooks with an importance matrix.
  * All-zero blocks give all-zero data.
  *
  * n must be a non-negative multiple of the block size (32, or 256 for the K
@@ -136,6 +141,7 @@ void tutti_quantize_row_q5_1_ref(const float *x, void *dst, int64_t n);
 void tutti_quantize_row_q4_K_ref(const float *x, void *dst, int64_t n);
 void tutti_quantize_row_q5_K_ref(const float *x, void *dst, int64_t n);
 void tutti_quantize_row_q6_K_ref(const float *x, void *dst, int64_t n);
+void tutti_quantize_row_mxfp4_ref(const float *x, void *dst, int64_t n);
 
 /* true when tutti_quantize_row_ref can produce `type` (F32, F16, BF16 and the
  * types above). */

@@ -4,10 +4,13 @@
 #ifndef TUTTI_QUANT_SIMD_COMMON_H
 #define TUTTI_QUANT_SIMD_COMMON_H
 
+#include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "quant/quant.h"
+#include "quant/quant_impl.h"
 #include "quant/vecdot.h"
 #include "util/fp16.h"
 
@@ -31,6 +34,8 @@ static inline float simd_rd_f32(const uint8_t *p) {
 
 /* Table-driven half -> float (vecdot.c); exact. */
 extern float tutti_simd_f16_table[65536];
+/* tutti_e8m0_half(e) for every e (vecdot.c), for the MXFP4 kernels. */
+extern float tutti_simd_e8m0_table[256];
 static inline float simd_rd_half(const uint8_t *p) { return tutti_simd_f16_table[simd_rd_u16(p)]; }
 
 /* ggml's kvalues_iq4nl: the 16 levels of IQ4_NL / IQ4_XS. */
@@ -61,6 +66,42 @@ static inline void simd_q3k_scales(const uint8_t *sb, int8_t out[16]) {
     }
 }
 
+/* The float order of the Q8_0-activation kernels that every path shares
+ * (vecdot.c's vd_q8_0 explains why it is llama.cpp's): per 32-element
+ * block, lane k (of 8) takes the exact integer sum of elements 4k..4k+3
+ * through acc[k] = fma(d, isum_k, acc[k]); the lanes are added as
+ * ((0+4) + (2+6)) + ((1+5) + (3+7)), as hsum_ps does in the x86 kernels. */
+static inline void simd_lanes8_acc(float acc[8], float d, const int8_t *w, const int8_t *x) {
+    for (int k = 0; k < 8; k++) {
+        int isum = 0;
+        for (int j = 4 * k; j < 4 * k + 4; j++) isum += w[j] * x[j];
+        acc[k] = fmaf(d, (float)isum, acc[k]);
+    }
+}
+static inline float simd_lanes8_sum(const float acc[8]) {
+    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+
+/* The scalar steps of the i-quant kernels (vecdot_iq.c explains them),
+ * shared by every path so that all give the same bits: the weight scale of
+ * a super-block (IQ1_M keeps its f16 in the top nibbles of its 4 scale
+ * words), and the row's result from the sum of the grid lanes and the
+ * delta part (IQ1 only). */
+static inline float simd_iq_d(int type, const uint8_t *b) {
+    if (type != TUTTI_TYPE_IQ1_M) return simd_rd_half(b);
+    uint16_t h = 0;
+    for (int k = 0; k < 4; k++) h |= (uint16_t)((simd_rd_u16(b + 48 + 2 * k) >> 12) << (4 * k));
+    return tutti_simd_f16_table[h];
+}
+static inline float simd_iq_finish(int type, float sum, float delta_sum) {
+    switch (type) {
+    case TUTTI_TYPE_IQ2_XXS: case TUTTI_TYPE_IQ2_XS: case TUTTI_TYPE_IQ2_S: return 0.125f * sum;
+    case TUTTI_TYPE_IQ3_XXS: return 0.25f * sum;
+    case TUTTI_TYPE_IQ1_S: case TUTTI_TYPE_IQ1_M: return sum + TUTTI_IQ1_DELTA * delta_sum;
+    default: return sum;
+    }
+}
+
 /* Generic tile product built from a vec_dot (used where a path has no
  * dedicated tile kernel). */
 /* Defines gemm_NAME, the table entry that runs vd_NAME over every (row, token) pair. */
@@ -78,6 +119,8 @@ void tutti_simd_gemm_from_vec_dot(tutti_vec_dot_fn vd, int64_t n, const void *w,
 void tutti_simd_fill_avx2(tutti_vec_dot_traits *tab);
 void tutti_simd_fill_avx512(tutti_vec_dot_traits *tab);
 void tutti_simd_fill_neon(tutti_vec_dot_traits *tab);
+/* The scalar kernels of MXFP4 and the i-quants (vecdot_iq.c). */
+void tutti_simd_fill_scalar_iq(tutti_vec_dot_traits *tab);
 /* CPU feature tests of the paths (false when not compiled in). */
 bool tutti_simd_cpu_avx2(void);
 bool tutti_simd_cpu_avx512(void);

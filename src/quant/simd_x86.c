@@ -4,6 +4,12 @@
  * CPU; the path is only used after the CPU feature test below passes. */
 #include "quant/simd_common.h"
 
+/* Plain float expressions stay two roundings, as in the scalar kernels they
+ * must match (GCC in ISO C mode does not contract; clang needs this). */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #include <math.h>

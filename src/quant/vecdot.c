@@ -19,6 +19,7 @@
 #include "util/error.h"
 
 float tutti_simd_f16_table[65536];
+float tutti_simd_e8m0_table[256];
 
 const int8_t tutti_simd_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                             1,    13,   25,  38,  53,  69,  89,  113};
@@ -172,15 +173,9 @@ static void vd_q5_1(int64_t n, float *s, const void *w, const void *vx) {
 static void vd_q8_0(int64_t n, float *s, const void *w, const void *vx) {
     const uint8_t *b = w, *y = vx;
     float acc[8] = {0};
-    for (int64_t i = 0; i < n / 32; i++, b += 34, y += SIMD_Q8_0_BYTES) {
-        const float d = simd_rd_half(b) * simd_rd_half(y);
-        for (int k = 0; k < 8; k++) {
-            int isum = 0;
-            for (int j = 4 * k; j < 4 * k + 4; j++) isum += (int8_t)b[2 + j] * (int8_t)y[2 + j];
-            acc[k] = fmaf(d, (float)isum, acc[k]);
-        }
-    }
-    *s = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+    for (int64_t i = 0; i < n / 32; i++, b += 34, y += SIMD_Q8_0_BYTES)
+        simd_lanes8_acc(acc, simd_rd_half(b) * simd_rd_half(y), (const int8_t *)(b + 2), (const int8_t *)(y + 2));
+    *s = simd_lanes8_sum(acc);
 }
 
 static void vd_iq4_nl(int64_t n, float *s, const void *w, const void *vx) {
@@ -372,7 +367,9 @@ static void fill_scalar(tutti_vec_dot_traits *t) {
 
 static void build_tables(void) {
     for (uint32_t h = 0; h < 65536; h++) tutti_simd_f16_table[h] = tutti_fp16_to_f32((uint16_t)h);
+    for (int e = 0; e < 256; e++) tutti_simd_e8m0_table[e] = tutti_e8m0_half((uint8_t)e);
     fill_scalar(g_tab[TUTTI_SIMD_SCALAR]);
+    tutti_simd_fill_scalar_iq(g_tab[TUTTI_SIMD_SCALAR]);
     g_avail[TUTTI_SIMD_SCALAR] = true;
     g_avail[TUTTI_SIMD_AVX2] = tutti_simd_cpu_avx2();
     g_avail[TUTTI_SIMD_AVX512] = g_avail[TUTTI_SIMD_AVX2] && tutti_simd_cpu_avx512();

@@ -8,7 +8,7 @@
  * arithmetic:
  *
  *   weight type                          vec_dot type (activation blocks)
- *   Q4_0 Q5_0 Q8_0 IQ4_NL                Q8_0: f16 d | i8 qs[32], d = amax/127
+ *   Q4_0 Q5_0 Q8_0 IQ4_NL MXFP4          Q8_0: f16 d | i8 qs[32], d = amax/127
  *   Q4_1 Q5_1                            Q8_1: f16 d | f16 s = d*sum(qs) | i8 qs[32]
  *   Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_XS      Q8_K: f32 d | i8 qs[256] | i16 bsums[16]
  *   F16 / BF16 / F32                     F16 / BF16 / F32
@@ -21,7 +21,7 @@
  * Paths: "scalar" (portable C, the reference every SIMD path is tested
  * against), "avx2" (AVX2 + FMA + F16C), "avx512" (AVX-512 F/BW/VL/DQ with
  * VNNI, on 256-bit vectors but for the 512-bit Q8_0 / Q4_0 / Q5_0 / IQ4_NL
- * tiles), "neon" (AArch64 Advanced SIMD, baseline
+ * / MXFP4 tiles), "neon" (AArch64 Advanced SIMD, baseline
  * ARMv8.0).  Each is compiled with per-function
  * target attributes, so one binary runs on any x86-64 and picks the best
  * path at run time from the CPU's features.  A path lacking a kernel for

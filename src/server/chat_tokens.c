@@ -40,17 +40,20 @@ int32_t *server_tokenize(const tutti_vocab *vocab, const char *text, size_t len,
     return ids;
 }
 
-int32_t *server_chat_tokens(const tutti_model *model, const char *tmpl_override, const tutti_chat_message *msgs,
+int32_t *server_chat_tokens(const srv_file *f, const char *tmpl_override, const tutti_chat_message *msgs,
                             size_t n_msgs, int32_t *n_out, char *err, size_t errlen) {
-    char *tmpl = tmpl_override ? strdup(tmpl_override) : tutti_model_meta_str(model, "tokenizer.chat_template");
+    /* a remote member's template is not known here: the override serves it */
+    char *tmpl = tmpl_override ? strdup(tmpl_override)
+               : f->model  ? tutti_model_meta_str(f->model, "tokenizer.chat_template")
+                           : NULL;
     if (!tmpl) {
-        set_err(err, errlen, "the model has no chat template (tokenizer.chat_template); use /v1/completions, or "
-                             "start the server with --chat-template FILE");
+        set_err(err, errlen, "the model has no chat template (tokenizer.chat_template); use /v1/completions, or ask "
+                             "the server's operator for a chat template");
         return NULL;
     }
     /* the library renders and tokenizes so that no role or content can
      * become a control token (tutti_chat_tokenize: per-byte provenance) */
-    int32_t *ids = tutti_chat_tokenize(tutti_model_vocab(model), tmpl, msgs, n_msgs, true, n_out, NULL);
+    int32_t *ids = tutti_chat_tokenize(f->vocab, tmpl, msgs, n_msgs, true, n_out, NULL);
     free(tmpl);
     if (!ids) set_err(err, errlen, "%s", tutti_last_error());
     return ids;

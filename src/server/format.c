@@ -86,7 +86,9 @@ static cJSON *usage(const srv_job *j) {
     cJSON *pt = cJSON_AddArrayToObject(t, "prompt_tokens");
     cJSON *pe = cJSON_AddArrayToObject(t, "prompt_tokens_evaluated");
     for (int i = 0; i < j->spec.n; i++) {
-        cJSON_AddItemToArray(pt, cJSON_CreateNumber(j->n_ids[i]));
+        int64_t n = 0;
+        for (int p = 0; p < j->n_prompts; p++) n += j->n_ids[p][i];
+        cJSON_AddItemToArray(pt, cJSON_CreateNumber((double)n));
         cJSON_AddItemToArray(pe, cJSON_CreateNumber((double)j->prompt_eval[i]));
     }
     return u;
@@ -99,9 +101,10 @@ static char *print_free(cJSON *o) {
 }
 
 /* The logprobs of choice c's entries [from, to), or null (none asked, or
- * none in this chunk). */
-static cJSON *logprobs_json(const srv_job *j, int c, size_t from, size_t to, size_t text_len) {
-    if (j->req.logprobs < 0 || from >= to) return cJSON_CreateNull();
+ * none in this chunk of a stream; a whole answer has its lists, empty for
+ * an empty text, as OpenAI's). */
+static cJSON *logprobs_json(const srv_job *j, int c, size_t from, size_t to, size_t text_len, bool whole) {
+    if (j->req.logprobs < 0 || (from >= to && !whole)) return cJSON_CreateNull();
     cJSON *o = srv_lp_json(&j->lp[c], from, to, text_len, j->req.kind == SRV_CHAT);
     return o ? o : cJSON_CreateNull();
 }
@@ -122,7 +125,7 @@ char *srv_chunk_json(srv_job *j, int choice, const char *text, size_t n, const c
     }
     free(t);
     srv_lp *lp = &j->lp[choice];
-    cJSON_AddItemToObject(c, "logprobs", logprobs_json(j, choice, lp->sent, lp_to, lp->emitted));
+    cJSON_AddItemToObject(c, "logprobs", logprobs_json(j, choice, lp->sent, lp_to, lp->emitted, false));
     if (lp_to > lp->sent) lp->sent = lp_to;
     if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
     else cJSON_AddNullToObject(c, "finish_reason");
@@ -139,7 +142,7 @@ char *srv_usage_chunk_json(const srv_job *j) {
 char *srv_final_json(const srv_job *j) {
     cJSON *o = base_object(j, false);
     cJSON *ch = cJSON_AddArrayToObject(o, "choices");
-    for (int k = 0; k < j->req.n; k++) {
+    for (int k = 0; k < j->n_prompts * j->req.n; k++) {
         cJSON *c = cJSON_CreateObject();
         cJSON_AddItemToArray(ch, c);
         cJSON_AddNumberToObject(c, "index", k);
@@ -153,7 +156,7 @@ char *srv_final_json(const srv_job *j) {
         }
         free(t);
         const srv_lp *lp = &j->lp[k];
-        cJSON_AddItemToObject(c, "logprobs", logprobs_json(j, k, 0, srv_lp_ready(lp, j->n_text[k], true), j->n_text[k]));
+        cJSON_AddItemToObject(c, "logprobs", logprobs_json(j, k, 0, srv_lp_ready(lp, j->n_text[k], true), j->n_text[k], true));
         cJSON_AddStringToObject(c, "finish_reason", j->finish[k] ? j->finish[k] : "stop");
     }
     cJSON_AddItemToObject(o, "usage", usage(j));

@@ -17,12 +17,21 @@ static int err_out(char *err, size_t cap, int status, const char *msg) {
     return status;
 }
 
+/* a served file, not a remote member (whose distribution is another
+ * server's to give) */
+static int local_file(const srv_registry *reg, int fi, int *status, char *err, size_t cap) {
+    if (reg->files[fi].model) return fi;
+    *status = 400;
+    snprintf(err, cap, "'%s' is a remote member (a model another server holds): ask that server", reg->files[fi].name);
+    return -1;
+}
+
 int srv_native_model(const srv_registry *reg, const char *model, int *status, char *err, size_t cap) {
     const char *name = model && *model ? model : "default";
     int fi = srv_registry_file_index(reg, name);
-    if (fi >= 0) return fi;
+    if (fi >= 0) return local_file(reg, fi, status, err, cap);
     const srv_spec *sp = srv_registry_find(reg, name);
-    if (sp && sp->n == 1) return sp->file[0];
+    if (sp && sp->n == 1) return local_file(reg, sp->file[0], status, err, cap);
     if (sp) {
         *status = 400;
         snprintf(err, cap, "'%s' is an ensemble: llama-server's endpoints serve single models (name one of "
@@ -30,7 +39,7 @@ int srv_native_model(const srv_registry *reg, const char *model, int *status, ch
         return -1;
     }
     if (!model || !*model) {
-        if (reg->n_files == 1) return 0;
+        if (reg->n_files == 1) return local_file(reg, 0, status, err, cap);
         *status = 400;
         snprintf(err, cap, "several models are loaded: name one in \"model\"");
         return -1;
@@ -54,22 +63,20 @@ char *srv_native_props(const srv_server *s) {
     cJSON_AddNumberToObject(d, "n_ctx", reg->n_files ? reg->files[fi].n_ctx : 0);
     if (reg->n_files) cJSON_AddStringToObject(d, "model", reg->files[fi].name);
     cJSON_AddNumberToObject(o, "total_slots", s->n_slots);
-    if (reg->n_files) cJSON_AddStringToObject(o, "model_path", reg->files[fi].path);
+    /* the file's name, not where the server keeps it */
+    if (reg->n_files) {
+        const char *p = reg->files[fi].path, *b = strrchr(p, '/');
+        cJSON_AddStringToObject(o, "model_path", srv_is_url(p) ? reg->files[fi].name : b ? b + 1 : p);
+    }
     char *r = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return r;
 }
 
 static cJSON *parse_body(const char *body, size_t n, int *status, char *err, size_t cap) {
-    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER; /* cJSON's error global */
-    const char *end = NULL;
-    pthread_mutex_lock(&mu);
-    cJSON *j = cJSON_ParseWithLengthOpts(body, n, &end, false);
-    pthread_mutex_unlock(&mu);
+    cJSON *j = srv_json_parse(body, n, err, cap); /* strict, as the OpenAI endpoints */
     if (!j) {
         *status = 400;
-        snprintf(err, cap, "malformed JSON in the request body at byte %zu",
-                 end && end >= body && end <= body + n ? (size_t)(end - body) : (size_t)0);
         return NULL;
     }
     if (!cJSON_IsObject(j)) {
@@ -135,7 +142,7 @@ char *srv_native_tokenize(const srv_registry *reg, const char *body, size_t n, i
         *status = err_out(err, cap, 400, "'add_special' and 'with_pieces' must be true or false");
         goto done;
     }
-    const tutti_vocab *v = tutti_model_vocab(reg->files[fi].model);
+    const tutti_vocab *v = reg->files[fi].vocab;
     /* as llama-server: special-token text in content becomes those tokens */
     ids = server_tokenize(v, c->valuestring, strlen(c->valuestring), add_special && tutti_vocab_add_bos(v), true,
                           &nid);
@@ -187,14 +194,14 @@ char *srv_native_detokenize(const srv_registry *reg, const char *body, size_t n,
         *status = err_out(err, cap, 400, "'tokens' must be an array of token ids");
         goto done;
     }
-    const tutti_vocab *v = tutti_model_vocab(reg->files[fi].model);
+    const tutti_vocab *v = reg->files[fi].vocab;
     if (!(ids = id_array(t, tutti_vocab_n_tokens(v), &nid, err, cap))) {
         *status = 400;
         goto done;
     }
     int32_t k = tutti_detokenize(v, ids, nid, NULL, 0);
-    size_t need = k < 0 ? (size_t)(-k) : (size_t)k;
-    text = malloc(need + 1);
+    size_t need = k < 0 ? (size_t)(-(int64_t)k) : (size_t)k;
+    text = k == TUTTI_ERR_SIZE ? NULL : malloc(need + 1);
     if (!text || (k = tutti_detokenize(v, ids, nid, text, (int32_t)need + 1)) < 0) {
         *status = err_out(err, cap, 500, "cannot detokenize");
         goto done;
@@ -219,7 +226,7 @@ int srv_native_parse_completion(const srv_registry *reg, const char *body, size_
     if (!root) return status;
     int fi = model_of(reg, root, &status, err, cap);
     if (fi < 0) goto fail;
-    const tutti_vocab *v = tutti_model_vocab(reg->files[fi].model);
+    const tutti_vocab *v = reg->files[fi].vocab;
     int32_t V = tutti_vocab_n_tokens(v);
     j->nat_file = fi;
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
@@ -285,7 +292,7 @@ static int build_frags(srv_file *f) {
     pthread_mutex_lock(&g_frag_mu);
     int rc = 0;
     if (f->nat_frag) goto out;
-    const tutti_vocab *v = tutti_model_vocab(f->model);
+    const tutti_vocab *v = f->vocab;
     int32_t V = tutti_vocab_n_tokens(v);
     int64_t *off = malloc(sizeof(int64_t) * ((size_t)V + 1));
     size_t cap = (size_t)V * 64 + 64, n = 0;
@@ -357,7 +364,7 @@ char *srv_native_completion_json(srv_file *f, const float *logits, int32_t n_pro
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     if (build_frags(f) < 0) return NULL;
-    int32_t V = tutti_vocab_n_tokens(tutti_model_vocab(f->model));
+    int32_t V = tutti_vocab_n_tokens(f->vocab);
     /* log-softmax in double (as the fusion layer reads it back) */
     double mx = -INFINITY, z = 0;
     for (int32_t i = 0; i < V; i++) mx = logits[i] > mx ? logits[i] : mx;

@@ -2,13 +2,16 @@
  * (libmicrohttpd for HTTP, cJSON for JSON).  Uses only include/tutti.h.
  *
  * Pieces:
- *   request.c      body -> srv_request (fuzzed)
+ *   request.c      body -> srv_request (fuzzed): strict JSON, the table of fields
+ *   framing.c      HTTP framing checks (fuzzed): Content-Length, Transfer-Encoding, request line
+ *   conn.c         the listening socket, connection limits and time limits
  *   chat_tokens.c  messages -> a member's prompt ids (server_chat_tokens)
  *   registry.c     loaded models, served model names (specs), config file
  *   slots.c        --parallel slots (each with its own ensembles, so its own
  *                  sessions and KV caches; weights shared), the bounded
  *                  queue, generation jobs and their output
- *   http.c         endpoints, SSE, errors, /metrics, the daemon's life
+ *   generate.c     a completion request -> a job (prompts, context, limits)
+ *   http.c         endpoints, auth, CORS, SSE, errors, /metrics, the daemon's life
  */
 #ifndef TUTTI_SERVER_H
 #define TUTTI_SERVER_H
@@ -43,12 +46,18 @@ typedef struct server_opts {
     const char *chat_template_file;
     const char *host;
     int port;             /* 0: any free port (printed) */
-    const char *api_key;
+    /* API keys: --api-key, the lines of --api-key-file, or TUTTI_API_KEY
+     * (n_api_keys 0: no authentication) */
+    char **api_keys;
+    int n_api_keys;
     int parallel;         /* slots */
     int queue;            /* waiting requests beyond the slots */
     int n_ctx;            /* -1: min(trained, 4096); 0: the trained context; else tokens */
     int n_threads;
     size_t max_body;
+    /* connections (conn.h): seconds, and counts (max_conns_per_ip 0: no limit) */
+    int timeout_read, timeout_head, timeout_body;
+    int max_conns, max_conns_per_ip;
 } server_opts;
 
 /* Runs the server until SIGINT/SIGTERM.  Returns the exit status (0, or 1
@@ -57,10 +66,17 @@ int server_main(const server_opts *o);
 
 /* ---- registry ---- */
 
+#define SRV_MAX_FILES 64
+
 typedef struct srv_file {
-    char *path;
+    char *path;           /* a GGUF file, or a remote member's URL (README "Remote members") */
     char *name;           /* served name of the model alone */
-    tutti_model *model;
+    bool named;           /* the name came from --config */
+    char **aliases;       /* more names (the same file named twice in --config) */
+    int n_aliases;
+    tutti_model *model;   /* NULL for a remote member */
+    tutti_ensemble *remote; /* a remote member: a one-member ensemble holding its tokenizer */
+    const tutti_vocab *vocab; /* the model's or the remote member's */
     int32_t n_ctx;        /* its sessions' context */
     /* native /completion: each token's JSON '"id":I,"token":"T","bytes":[..]',
      * built once (native.c) */
@@ -98,9 +114,19 @@ typedef struct srv_registry {
     int n_ctx_opt;
 } srv_registry;
 
-/* Loads the -m / -e files and the config file's models, builds the served
- * names.  Returns 0, or -1 with a message in err. */
-int srv_registry_load(srv_registry *reg, const server_opts *o, char *err, size_t errlen);
+/* Reads the -e and --config files, checks that every model file opens as
+ * GGUF and builds the served names (nothing loaded yet).  Returns 0, or -1
+ * with a message in err. */
+int srv_registry_plan(srv_registry *reg, const server_opts *o, char *err, size_t errlen);
+/* Loads the planned files (remote members: connected and checked) and
+ * checks the named ensembles.  0, or -1 with a message. */
+int srv_registry_load(srv_registry *reg, char *err, size_t errlen);
+/* msg with every model file's path (or URL) replaced by its served name,
+ * for error bodies (clients never see where the models are). */
+void srv_registry_scrub(const srv_registry *reg, const char *msg, char *out, size_t cap);
+/* A spec's weights and temperatures through the library's validator. */
+int srv_spec_check(const srv_spec *s);
+bool srv_is_url(const char *path);
 void srv_registry_free(srv_registry *reg);
 const srv_spec *srv_registry_find(const srv_registry *reg, const char *name);
 int srv_registry_file_index(const srv_registry *reg, const char *name);
@@ -122,26 +148,37 @@ int32_t *server_tokenize(const tutti_vocab *vocab, const char *text, size_t len,
  * non-NULL), add_generation_prompt on, and tokenizes it: template text with
  * special tokens, message text without.  Returns malloc'd ids (count in
  * *n_out) or NULL with a message in err. */
-int32_t *server_chat_tokens(const tutti_model *model, const char *tmpl_override, const tutti_chat_message *msgs,
+int32_t *server_chat_tokens(const srv_file *f, const char *tmpl_override, const tutti_chat_message *msgs,
                             size_t n_msgs, int32_t *n_out, char *err, size_t errlen);
 
-/* ---- metrics ---- */
+/* ---- metrics (metrics.c) ---- */
+
+/* /props, /tokenize, /detokenize and /completion are llama-server's own
+ * (native.c), for remote members */
+enum { SRV_EP_HEALTH, SRV_EP_MODELS, SRV_EP_COMPLETIONS, SRV_EP_CHAT, SRV_EP_METRICS, SRV_EP_PROPS, SRV_EP_TOKENIZE,
+       SRV_EP_DETOKENIZE, SRV_EP_NATIVE, SRV_EP_OTHER, SRV_N_EP };
+extern const char *const srv_ep_names[SRV_N_EP];
+extern const int srv_status_codes[6]; /* the counted statuses; 0: any other */
 
 typedef struct srv_metrics {
     pthread_mutex_t mu;
-    int64_t requests[12][6];  /* [endpoint][status class 2xx 4xx 5xx ...] see http.c */
+    int64_t requests[SRV_N_EP][6]; /* [endpoint][srv_status_codes index] */
     int64_t prompt_tokens, prompt_evaluated, prompt_reused;
     int64_t gen_units;
     double gen_seconds;
     double last_tokens_per_s;
     int64_t cancelled;
-    double member_forward_s[64];  /* per loaded file */
-    int64_t member_tokens[64];
+    double member_forward_s[SRV_MAX_FILES];  /* per loaded file */
+    int64_t member_tokens[SRV_MAX_FILES];
 } srv_metrics;
 
 /* ---- jobs and slots ---- */
 
 typedef struct srv_job srv_job;
+typedef struct srv_server srv_server;
+/* GET /v1/models' and /metrics' bodies (malloc'd) */
+char *srv_models_json(const srv_server *s);
+char *srv_metrics_text(srv_server *s);
 
 struct srv_job {
     pthread_mutex_t mu;
@@ -151,9 +188,12 @@ struct srv_job {
     srv_request req;
     srv_spec spec;            /* resolved (a copy: inline specs live here) */
     char model_name[256];     /* echoed in responses */
-    int32_t *ids[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* chat: each member's prompt ids */
-    int32_t n_ids[TUTTI_ENSEMBLE_MAX_MEMBERS];
-    int32_t n_prompt;         /* member 1's prompt tokens (usage) */
+    /* each prompt's ids per member (chat: one prompt; completions: for
+     * token-id prompts; NULL: the member tokenizes the text itself) */
+    int32_t *ids[SRV_MAX_N][TUTTI_ENSEMBLE_MAX_MEMBERS];
+    int32_t n_ids[SRV_MAX_N][TUTTI_ENSEMBLE_MAX_MEMBERS];
+    int n_prompts;            /* 1, or a completions batch */
+    int32_t n_prompt;         /* member 1's prompt tokens over all prompts (usage) */
     int32_t max_units;
     char id[40];
     long created;
@@ -187,8 +227,6 @@ struct srv_job {
     char error[1024];
 };
 
-typedef struct srv_server srv_server;
-
 /* Creates the slots and their worker threads. */
 int srv_slots_start(srv_server *s, char *err, size_t errlen);
 /* Wakes every worker, cancels waiting and running jobs, joins the workers
@@ -207,6 +245,7 @@ int srv_queue_len(srv_server *s);
 int srv_slots_busy(srv_server *s);
 
 typedef struct srv_slot srv_slot;
+typedef struct srv_conns srv_conns;
 
 struct srv_server {
     server_opts opts;
@@ -222,6 +261,14 @@ struct srv_server {
     srv_job **queue;          /* ring [queue_cap] */
     int q_head, q_len, q_cap;
     int busy;
+    srv_conns *conns;         /* conn.c */
 };
+
+/* POST /v1/completions and /v1/chat/completions (generate.c): the request
+ * parsed into j, the model resolved, every prompt prepared and checked
+ * against the contexts.  0, or an HTTP status with the message in err and
+ * the field in *param. */
+int srv_prepare_job(srv_server *s, srv_job *j, srv_kind kind, const char *body, size_t n, char *err, size_t cap,
+                    const char **param, const char **code);
 
 #endif

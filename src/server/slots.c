@@ -47,7 +47,7 @@ typedef struct nat_sess {
 
 struct srv_slot {
     srv_server *s;
-    nat_sess nat[64];
+    nat_sess nat[SRV_MAX_FILES];
     int id;
     pthread_t th;
     bool started;
@@ -75,7 +75,8 @@ void srv_job_unref(srv_job *j) {
     pthread_mutex_unlock(&j->mu);
     if (r > 0) return;
     srv_request_free(&j->req);
-    for (int i = 0; i < TUTTI_ENSEMBLE_MAX_MEMBERS; i++) free(j->ids[i]);
+    for (int p = 0; p < SRV_MAX_N; p++)
+        for (int i = 0; i < TUTTI_ENSEMBLE_MAX_MEMBERS; i++) free(j->ids[p][i]);
     for (int i = 0; i < SRV_MAX_N; i++) free(j->text[i]), srv_lp_free(&j->lp[i]);
     free(j->out);
     free(j->nat_ids);
@@ -180,10 +181,11 @@ static void finish_job(srv_job *j, int status, const char *msg) {
     pthread_mutex_unlock(&j->mu);
 }
 
-/* member 1's prompt as bytes, to compare prefixes */
+/* member 1's (first) prompt as bytes, to compare prefixes */
 static void job_prompt_bytes(const srv_job *j, const char **p, size_t *n) {
-    if (j->req.kind == SRV_CHAT) *p = (const char *)j->ids[0], *n = sizeof(int32_t) * (size_t)j->n_ids[0];
-    else *p = j->req.prompt, *n = j->req.prompt_len;
+    if (j->native) *p = (const char *)j->nat_ids, *n = sizeof(int32_t) * (size_t)j->n_nat_ids;
+    else if (j->ids[0][0]) *p = (const char *)j->ids[0][0], *n = sizeof(int32_t) * (size_t)j->n_ids[0][0];
+    else *p = j->req.prompts[0].text, *n = j->req.prompts[0].len;
 }
 
 static size_t common_prefix(const char *a, size_t na, const char *b, size_t nb) {
@@ -249,7 +251,7 @@ static double mono_s(void) {
  * that file holds */
 static void run_native(srv_slot *sl, srv_job *j) {
     srv_server *s = sl->s;
-    if (j->nat_file < 0 || j->nat_file >= 64) {
+    if (j->nat_file < 0 || j->nat_file >= SRV_MAX_FILES) {
         finish_job(j, 400, "too many loaded models for /completion");
         return;
     }
@@ -325,23 +327,35 @@ static void run_job(srv_slot *sl, srv_job *j) {
         return;
     }
     if (j->max_units <= 0) { /* max_tokens 0: nothing to generate */
-        for (int c = 0; c < j->req.n; c++) j->finish[c] = "length";
+        for (int c = 0; c < j->n_prompts * j->req.n; c++) j->finish[c] = "length";
         finish_job(j, 200, NULL);
         return;
     }
-    j->unit = tutti_ensemble_align(e) == TUTTI_ALIGN_TOKEN ? "token" : "byte";
-    if (j->req.logprobs >= 0 && tutti_ensemble_align(e) == TUTTI_ALIGN_SPAN) {
+    tutti_align al = tutti_ensemble_align(e);
+    j->unit = al == TUTTI_ALIGN_TOKEN ? "token" : "byte";
+    /* per-token features, in the alignment resolved now (AUTO) */
+    if (j->req.logprobs >= 0 && al == TUTTI_ALIGN_SPAN) {
         finish_job(j, 400, "logprobs need token or byte alignment (this ensemble fuses spans, whose steps have no "
                            "per-token distribution)");
         return;
     }
+    if (j->req.n_bias > 0 && al != TUTTI_ALIGN_TOKEN) {
+        snprintf(err, sizeof err, "logit_bias needs token alignment: this ensemble fuses in %s alignment (its members' "
+                                  "vocabularies differ), over %s, which have no token ids to bias",
+                 tutti_align_name(al), al == TUTTI_ALIGN_BYTE ? "bytes" : "drafted spans");
+        finish_job(j, 400, err);
+        return;
+    }
     /* the slot's ensemble is reused: set (or clear) the receiver per job */
-    j->lp_vocab = tutti_model_vocab(s->reg.files[j->spec.file[0]].model);
+    j->lp_vocab = s->reg.files[j->spec.file[0]].vocab;
     tutti_ensemble_set_step_cb(e, j->req.logprobs >= 0 ? step_cb : NULL, j);
     tutti_mask m = {.stop = (const char *const *)j->req.stop, .n_stop = j->req.n_stop, .max_tokens = j->max_units,
-                    .grammar = j->req.grammar};
+                    .grammar = j->req.grammar, .bias_ids = j->req.bias_ids, .bias = j->req.bias,
+                    .n_bias = j->req.n_bias};
     int rc = 0;
-    for (int c = 0; c < j->req.n && rc == 0; c++) {
+    int n_choices = j->n_prompts * j->req.n;
+    for (int c = 0; c < n_choices && rc == 0; c++) {
+        int p = c / j->req.n; /* a batch: choice c answers prompt c / n */
         pthread_mutex_lock(&j->mu);
         j->choice = c;
         j->role_sent = false;
@@ -349,13 +363,14 @@ static void run_job(srv_slot *sl, srv_job *j) {
         pthread_mutex_unlock(&j->mu);
         if (cancelled) break;
         tutti_sampler_params sp = j->req.sp;
-        sp.seed += (uint64_t)c; /* choice k draws with seed + k */
+        sp.seed += (uint64_t)(c % j->req.n); /* choice k of a prompt draws with seed + k */
         tutti_ensemble_stats st;
         memset(&st, 0, sizeof st);
-        if (j->req.kind == SRV_CHAT)
-            rc = tutti_ensemble_generate_ids(e, (const int32_t *const *)j->ids, j->n_ids, &sp, &m, text_cb, j, &st);
+        if (j->ids[p][0])
+            rc = tutti_ensemble_generate_ids(e, (const int32_t *const *)j->ids[p], j->n_ids[p], &sp, &m, text_cb, j,
+                                             &st);
         else
-            rc = tutti_ensemble_generate(e, j->req.prompt, j->req.prompt_len, &sp, &m, text_cb, j, &st);
+            rc = tutti_ensemble_generate(e, j->req.prompts[p].text, j->req.prompts[p].len, &sp, &m, text_cb, j, &st);
         if (rc < 0) snprintf(err, sizeof err, "generation failed: %s", tutti_last_error());
         if (rc == 0 && j->lp_oom) rc = -1, snprintf(err, sizeof err, "logprobs: out of memory");
         const char *finish = st.at_limit ? "length" : "stop";
@@ -384,10 +399,11 @@ static void run_job(srv_slot *sl, srv_job *j) {
             int f = j->spec.file[i];
             mt->member_forward_s[f] += st.t_member_s[i];
             mt->member_tokens[f] += st.n_member_tokens[i];
-            mt->prompt_tokens += j->n_ids[i];
-            int64_t ev = st.n_prompt_evaluated[i] < j->n_ids[i] ? st.n_prompt_evaluated[i] : j->n_ids[i];
+            int32_t np = j->n_ids[p][i];
+            mt->prompt_tokens += np;
+            int64_t ev = st.n_prompt_evaluated[i] < np ? st.n_prompt_evaluated[i] : np;
             mt->prompt_evaluated += ev;
-            mt->prompt_reused += j->n_ids[i] - ev;
+            mt->prompt_reused += np - ev;
         }
         if (cancelled) mt->cancelled++;
         pthread_mutex_unlock(&mt->mu);
@@ -467,7 +483,7 @@ void srv_slots_stop(srv_server *s) {
             tutti_ensemble_free(sl->cache[k].e);
             free(sl->cache[k].last);
         }
-        for (int k = 0; k < 64; k++) {
+        for (int k = 0; k < SRV_MAX_FILES; k++) {
             tutti_session_free(sl->nat[k].sess);
             free(sl->nat[k].ids);
         }
@@ -500,7 +516,7 @@ int srv_submit(srv_server *s, srv_job *j) {
         if (sl->job) continue;
         size_t k = 0;
         bool has = false;
-        if (j->native && j->nat_file >= 0 && j->nat_file < 64) { /* the session holding the longest prefix */
+        if (j->native && j->nat_file >= 0 && j->nat_file < SRV_MAX_FILES) { /* the session holding the longest prefix */
             const nat_sess *ns = &sl->nat[j->nat_file];
             while ((int32_t)k < ns->n && (int32_t)k < j->n_nat_ids && ns->ids[k] == j->nat_ids[k]) k++;
             k += ns->sess != NULL;

@@ -9,8 +9,10 @@ static _Thread_local char g_error[1024];
 int tutti_set_error(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(g_error, sizeof g_error, fmt, ap);
+    char raw[sizeof g_error];
+    vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
+    tutti_redact_urls(raw, g_error, sizeof g_error); /* no credentials in any message */
     return TUTTI_ERR;
 }
 
@@ -30,6 +32,8 @@ void tutti_error_prefix(const char *fmt, ...) {
     if (m > sizeof g_error - n - 3) m = sizeof g_error - n - 3;
     memcpy(g_error + n + 2, old, m);
     g_error[n + 2 + m] = 0;
+    memcpy(old, g_error, sizeof old);
+    tutti_redact_urls(old, g_error, sizeof g_error);
 }
 
 const char *tutti_last_error(void) { return g_error[0] ? g_error : "no error recorded"; }

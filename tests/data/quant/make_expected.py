@@ -25,8 +25,16 @@ manifest.txt lines (space separated; paths relative to ../shared):
          give the bytes of the same tensor in DST_GGUF (made by llama-quantize
          from SRC_GGUF, see ../shared/oracle/make_refs.sh); the script checks
          those bytes equal ggml_quantize_chunk without an importance matrix
-  quant TYPE TYPE_ID N EXPECTED
-      -> quantizing the first N floats of quant_input.f32 must give EXPECTED
+  quant TYPE TYPE_ID N EXPECTED [INPUT]
+      -> quantizing the first N floats of INPUT (default quant_input.f32)
+         must give EXPECTED
+  dequant_raw TYPE TYPE_ID RAW N EXPECTED
+      -> the blocks in RAW (random bytes with a finite scale, see
+         random_blocks) must dequantize to EXPECTED: gguf-py's values, which
+         the script checks against ggml's dequantize_row_*
+
+The types llama-quantize needs a model and an importance matrix for (the
+i-quants) are tested on real files by make_models.sh (models/).
 """
 import ctypes
 import os
@@ -53,7 +61,9 @@ DEQ_CASES = [
 # ggml symbol suffix of each type
 GGML_NAME = {T.Q4_0: "q4_0", T.Q4_1: "q4_1", T.Q5_0: "q5_0", T.Q5_1: "q5_1", T.Q8_0: "q8_0",
              T.Q2_K: "q2_K", T.Q3_K: "q3_K", T.Q4_K: "q4_K", T.Q5_K: "q5_K", T.Q6_K: "q6_K",
-             T.IQ4_NL: "iq4_nl", T.IQ4_XS: "iq4_xs", T.Q8_K: "q8_K"}
+             T.IQ4_NL: "iq4_nl", T.IQ4_XS: "iq4_xs", T.Q8_K: "q8_K", T.MXFP4: "mxfp4",
+             T.IQ2_XXS: "iq2_xxs", T.IQ2_XS: "iq2_xs", T.IQ2_S: "iq2_s", T.IQ3_XXS: "iq3_xxs",
+             T.IQ3_S: "iq3_s", T.IQ1_S: "iq1_s", T.IQ1_M: "iq1_m"}
 
 readers = {}
 
@@ -170,9 +180,37 @@ def synthetic_input():
     return np.concatenate(b).astype(np.float32)
 
 
+def fp4_input():
+    """32 blocks of 32 floats probing MXFP4's scale choice (e = floor(log2f(amax))
+    - 2 + 127) and its nearest-level search."""
+    rng = np.random.default_rng(39)
+    b = []
+    for k in (-3, 0, 1, 7):                                      # amax just below, at, above 2^k
+        for a in (np.nextafter(np.float32(2.0 ** k), np.float32(0)), np.float32(2.0 ** k),
+                  np.nextafter(np.float32(2.0 ** k), np.float32(np.inf))):
+            v = rng.standard_normal(32) * 0.3 * a
+            v[int(rng.integers(32))] = -a if k % 2 else a
+            b.append(v)
+    d = 2.0 ** -3                                                # ties: halfway between two levels
+    lv = np.array([0, 1, 2, 3, 4, 6, 8, 12]) * d
+    t = np.concatenate([(lv[:-1] + lv[1:]) / 2, -(lv[:-1] + lv[1:]) / 2, lv, -lv, [12 * d, -0.0, 0.0, 5 * d]])
+    b.append(t[:32]); b.append(np.concatenate([t[32:], np.full(64 - len(t), 7 * d)]))
+    for a in (1e-38, 2.0 ** -125, 2.0 ** -126, 3e-39, 1e-45):    # exponent below 0: ggml keeps the low byte
+        v = rng.standard_normal(32) * a / 4; v[3] = a; b.append(v)
+    b.append(rng.standard_normal(32) * 1e37); b[-1][0] = 3e38      # near the top of float32
+    b.append(np.zeros(32))
+    while len(b) < 32:
+        b.append(rng.standard_normal(32) * 10.0 ** rng.uniform(-4, 4))
+    return np.concatenate(b).astype(np.float32)
+
+
 x = synthetic_input()
 x.astype("<f4").tofile(os.path.join(OUT, "quant_input.f32"))
-for qtype in (T.Q8_0, T.Q8_K, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q4_K, T.Q5_K, T.Q6_K):
+x4 = fp4_input()
+x4.astype("<f4").tofile(os.path.join(OUT, "quant_input_fp4.f32"))
+for qtype, xin, xname in [(q, x, None) for q in (T.Q8_0, T.Q8_K, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q4_K, T.Q5_K,
+                                                 T.Q6_K, T.MXFP4)] + [(T.MXFP4, x4, "quant_input_fp4.f32")]:
+    x = xin
     ref = ggml_quant_ref(qtype, x)
     try:
         py = bytes(gguf.quants.quantize(x.reshape(-1, 256), qtype).reshape(-1).view(np.uint8))
@@ -180,11 +218,47 @@ for qtype in (T.Q8_0, T.Q8_K, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q4_K, T.Q5_K, T.
         py = None
     if py is not None and py != ref:
         raise SystemExit(f"{qtype.name}: gguf-py quantize differs from ggml quantize_row_*_ref")
-    out = f"q_{qtype.name}.dat"
+    out = f"q_{qtype.name}.dat" if xname is None else f"q_{qtype.name}_{xname.split('_')[-1][:-4]}.dat"
     with open(os.path.join(OUT, out), "wb") as f:
         f.write(ref)
-    manifest.append(f"quant {qtype.name} {int(qtype)} {x.size} {out}"
+    manifest.append(f"quant {qtype.name} {int(qtype)} {x.size} {out}" + ("" if xname is None else f" {xname}")
                     + ("" if py is None else "  # gguf-py agrees"))
+
+
+# ---- dequantization of random blocks -------------------------------------------
+def random_blocks(qtype, n_blocks, rng):
+    """Random bytes, except that f16 scales are set to finite values of
+    varied magnitude (a random one could be inf or NaN, whose payload gguf-py
+    and ggml need not agree on); MXFP4's E8M0 byte stays random: every value
+    is a finite power of two, and the top ones overflow to inf in both."""
+    bs, ts = gguf.GGML_QUANT_SIZES[qtype]
+    b = rng.integers(0, 256, (n_blocks, ts), dtype=np.uint8)
+    d = (rng.uniform(0.5, 2, n_blocks) * 10.0 ** rng.uniform(-5, 1, n_blocks)).astype(np.float16)
+    d[::7] *= -1  # negative scales are legal too
+    dh = d.view(np.uint16)
+    if qtype == T.IQ1_M:  # the f16 scale is the top nibble of each of the 4 u16 scale words
+        for k in range(4):
+            w = b[:, 48 + 2 * k].astype(np.uint16) | (b[:, 49 + 2 * k].astype(np.uint16) << 8)
+            w = (w & 0x0FFF) | (((dh >> (4 * k)) & 0xF) << 12)
+            b[:, 48 + 2 * k], b[:, 49 + 2 * k] = w & 0xFF, w >> 8
+    elif qtype != T.MXFP4:  # f16 d first
+        b[:, 0], b[:, 1] = dh & 0xFF, dh >> 8
+    return b.reshape(-1)
+
+
+rng = np.random.default_rng(20250523)
+for qtype in (T.MXFP4, T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S, T.IQ1_S, T.IQ1_M):
+    bs, ts = gguf.GGML_QUANT_SIZES[qtype]
+    n = 4096
+    raw = random_blocks(qtype, n // bs, rng)
+    with np.errstate(over="ignore"):
+        ref = gguf.quants.dequantize(raw, qtype).astype("<f4").reshape(-1)
+    other = ggml_dequant(qtype, raw.tobytes(), n)
+    if ref.view(np.uint32).tolist() != other.view(np.uint32).tolist():
+        raise SystemExit(f"{qtype.name}: gguf-py and ggml dequantize disagree on random blocks")
+    raw.tofile(os.path.join(OUT, f"rand_{qtype.name}.dat"))
+    ref.tofile(os.path.join(OUT, f"deq_rand_{qtype.name}.f32"))
+    manifest.append(f"dequant_raw {qtype.name} {int(qtype)} rand_{qtype.name}.dat {n} deq_rand_{qtype.name}.f32")
 
 with open(os.path.join(OUT, "manifest.txt"), "w") as f:
     f.write("# generated by make_expected.py (llama.cpp 0.7.0 / ggml 0.27.0 in the oracle chroot)\n")
