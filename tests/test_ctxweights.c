@@ -445,6 +445,41 @@ static void token_by_hand(void **state) {
     tutti_ensemble_free(e);
 }
 
+/* BYTE and SPAN generation: context weights with b = 0 are the static
+ * ensemble bit for bit (the weights are W normalised, as fusion_combine
+ * normalises them), and with b != 0 they generate (and report the share
+ * fused under selective fusion). */
+static void byte_span_generation(void **state) {
+    (void)state;
+    require_shared();
+    const char *rel[] = {"models/stories260K.gguf", "models/BabyLlama-tok361/babyllama-tok361.gguf"};
+    tutti_align aligns[] = {TUTTI_ALIGN_BYTE, TUTTI_ALIGN_SPAN};
+    tutti_sampler_params sp = tutti_sampler_default_params();
+    sp.temp = 0;
+    tutti_mask mk = {.max_len = 48};
+    for (int a = 0; a < 2; a++) {
+        tutti_ensemble *e = test_ensemble(rel, 2, aligns[a], TUTTI_RULE_MIX);
+        assert_non_null(e);
+        test_sink st = {.n = 0}, zero = {.n = 0}, ctx = {.n = 0};
+        assert_int_equal(tutti_ensemble_generate(e, "Once upon", 9, &sp, &mk, test_sink_cb, &st, NULL), 0);
+        tutti_context_weights cw = {.n_features = 4, .features = {0, 1, 2, 3}, .halflife = 16};
+        assert_int_equal(tutti_ensemble_set_context(e, &cw), 0);
+        assert_int_equal(tutti_ensemble_generate(e, "Once upon", 9, &sp, &mk, test_sink_cb, &zero, NULL), 0);
+        assert_string_equal(st.b, zero.b);
+        cw.coef[0][0] = -6, cw.coef[1][2] = -1, cw.coef[1][3] = 2;
+        assert_int_equal(tutti_ensemble_set_context(e, &cw), 0);
+        tutti_ensemble_stats stats;
+        if (aligns[a] == TUTTI_ALIGN_BYTE) assert_int_equal(tutti_ensemble_set_select(e, 0.02), 0);
+        else assert_int_equal(tutti_ensemble_set_select(e, 0.02), TUTTI_ERR); /* a span draft is one member's */
+        assert_int_equal(tutti_ensemble_generate(e, "Once upon", 9, &sp, &mk, test_sink_cb, &ctx, &stats), 0);
+        printf("%s: static [%s]\n      context [%s], %d of %d units fused\n", tutti_align_name(aligns[a]), st.b,
+               ctx.b, stats.n_fused, stats.n_units);
+        assert_true(stats.n_units > 0 && stats.n_fused <= stats.n_units);
+        if (aligns[a] == TUTTI_ALIGN_SPAN) assert_int_equal(stats.n_fused, stats.n_units);
+        tutti_ensemble_free(e);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(features_by_hand),
@@ -453,6 +488,7 @@ int main(void) {
         cmocka_unit_test(gradient_check),
         cmocka_unit_test(file_lines),
         cmocka_unit_test(token_by_hand),
+        cmocka_unit_test(byte_span_generation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
