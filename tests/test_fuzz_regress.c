@@ -33,6 +33,7 @@ int tutti_fuzz_http_one(const uint8_t *data, size_t size) __attribute__((weak));
 int tutti_fuzz_remote_one(const uint8_t *data, size_t size) __attribute__((weak));
 int tutti_fuzz_native_one(const uint8_t *data, size_t size) __attribute__((weak));
 int tutti_fuzz_ensemble_file_one(const uint8_t *data, size_t size) __attribute__((weak));
+int tutti_fuzz_hub_one(const uint8_t *data, size_t size) __attribute__((weak));
 
 static const struct {
     const char *name;
@@ -48,6 +49,7 @@ static const struct {
     {"remote", tutti_fuzz_remote_one},
     {"native", tutti_fuzz_native_one},
     {"ensemble_file", tutti_fuzz_ensemble_file_one},
+    {"hub", tutti_fuzz_hub_one},
 };
 #define N_HARNESSES (sizeof g_harnesses / sizeof g_harnesses[0])
 

@@ -205,9 +205,7 @@ static int plot(const char *path, const ens_eval *x, int n_x, bool text, bool ch
         acc[n] = choices ? x[k].cr.ensemble_acc : NAN;
         accn[n] = choices ? x[k].cr.ensemble_acc_norm : NAN;
     }
-    if (plot_svg_write(path, labels, n, text ? bpb : NULL, choices ? acc : NULL, choices ? accn : NULL) < 0)
-        return cli_error("cannot write %s", path);
-    return 0;
+    return plot_svg_write(path, labels, n, text ? bpb : NULL, choices ? acc : NULL, choices ? accn : NULL);
 }
 
 /* A --compare file's ensemble: its own settings, this command's thread,
@@ -259,7 +257,8 @@ int tutti_cmd_eval(int argc, char **argv) {
                  "one more line, JSON \"compare\" entry and bar each"),
         CLI_FLAG("--json", &json, "one JSON object: {\"members\":[{\"model\",\"bits_per_byte\",\"acc\",\"acc_norm\",...}],\n"
                                   "\"ensemble\":{\"bits_per_byte\",\"acc\",\"acc_norm\",\"rule\",\"align\"},...}"),
-        CLI_STR("--plot", "FILE.svg", &plot_path, "draw every member's and the ensemble's figures as bar charts", "none"),
+        CLI_STR("--plot", "FILE.svg", &plot_path, "draw every member's and the ensemble's figures as bar charts\n"
+                                                  "(an SVG file; not -: stdout holds the figures)", "none"),
         CLI_INCLUDE(a->opts),
         CLI_END,
     };
@@ -277,6 +276,7 @@ int tutti_cmd_eval(int argc, char **argv) {
     if (!text_path && !choices_path)
         return cli_usage_error("give a text to score with --text FILE, or choice items with --choices FILE.jsonl");
     if (compare.n > 32 - TUTTI_ENSEMBLE_MAX_MEMBERS - 1) return cli_usage_error("--compare: at most 15 files");
+    if ((pr = cli_output_check("--plot", plot_path, CLI_OUT_FILE_ONLY)) != CLI_RUN) return pr;
     if ((pr = ens_args_check(a)) != CLI_RUN) {
         ens_args_free(a);
         return pr;
@@ -289,7 +289,10 @@ int tutti_cmd_eval(int argc, char **argv) {
     int n_x = 0, rc = 1;
     if (text_path && !(text = cli_read_file(text_path, &len))) goto done;
     if (choices_path && choice_file_read(choices_path, &cf)) goto done;
-    if (!(x[0].e = ens_args_build(a, "eval"))) goto done;
+    if (!(x[0].e = ens_args_build(a, "eval"))) {
+        rc = a->status;
+        goto done;
+    }
     n_x = 1;
     for (int k = 0; k < compare.n; k++, n_x++) {
         x[n_x].file = compare.v[k];

@@ -83,6 +83,20 @@ static void note_fit(notes *nt, tutti_ensemble *e, const char *what, const tutti
               100 * fr->fused_share, fr->fitted_bpb);
 }
 
+/* What goes into the ensemble file: the head line, the notes, the file. */
+typedef struct fit_out {
+    const tutti_ensemble *e;
+    const char *head;
+    const notes *nt;
+} fit_out;
+
+static int write_fit(FILE *out, void *ctx) {
+    const fit_out *f = ctx;
+    fputs(f->head, out);
+    fwrite(f->nt->text, 1, f->nt->n, out);
+    return tutti_ensemble_file_write(f->e, out) < 0 ? TUTTI_ERR : 0;
+}
+
 int tutti_cmd_fit(int argc, char **argv) {
     ens_args a;
     ens_args_init(&a);
@@ -107,7 +121,7 @@ int tutti_cmd_fit(int argc, char **argv) {
         CLI_DOUBLE("--select-share", "S", &select_share, 1e-6, 1,
                    "token, byte: set the selective-fusion threshold that fuses this share of\n"
                    "the text's units (measured on it) and report the figure", "off"),
-        CLI_STR("-o,--out", "FILE", &out_path, "write the ensemble file there instead of stdout", "stdout"),
+        CLI_STR("-o,--out", "FILE", &out_path, "write the ensemble file there instead of stdout (- = stdout)", "stdout"),
         CLI_INCLUDE(a.opts),
         CLI_END,
     };
@@ -131,6 +145,7 @@ int tutti_cmd_fit(int argc, char **argv) {
     if (choices_path && (context || select_share > 0 || auto_rule))
         return cli_usage_error("--choices fits weights (and temperatures) only: drop --context, --select-share and --rule auto");
     if (choices_static && !choices_path) return cli_usage_error("--choices-static goes with --choices");
+    if ((pr = cli_output_check("-o", out_path, CLI_OUT_TEXT)) != CLI_RUN) return pr; /* before the fit, not after */
     float grid[CLI_MAX_FLOATS] = {0.8f, 0.9f, 1.0f, 1.1f, 1.25f};
     int n_grid = 5;
     if (grid_f.n) {
@@ -150,7 +165,10 @@ int tutti_cmd_fit(int argc, char **argv) {
     int rc = 1;
     if (text_path && !(text = cli_read_file(text_path, &len))) goto done;
     if (choices_path && choice_file_read(choices_path, &cf)) goto done;
-    if (!(e = ens_args_build(&a, "fit"))) goto done;
+    if (!(e = ens_args_build(&a, "fit"))) {
+        rc = a.status;
+        goto done;
+    }
     notes nt = {.n = 0};
     fp.report = note, fp.user = &nt;
     tutti_fit_result fr;
@@ -180,19 +198,13 @@ int tutti_cmd_fit(int argc, char **argv) {
               fr.acc, fr.acc_norm, fr.choice_loss);
     else
         note_fit(&nt, e, text_path, &fr);
-    FILE *out = out_path ? fopen(out_path, "w") : stdout;
-    if (!out) {
-        cli_error("cannot write %s: %s", out_path, strerror(errno));
-        goto done;
-    }
-    if (auto_rule) fprintf(out, "# fitted by tutti fit --rule auto on %s: chose %s\n", text_path, fr.chosen);
-    else if (choices_path) fprintf(out, "# fitted by tutti fit --choices %s\n", choices_path);
-    else fprintf(out, "# fitted by tutti fit on %s: %.4f bits/byte (uniform weights: %.4f)\n", text_path, fr.fitted_bpb,
-                 fr.uniform_bpb);
-    fwrite(nt.text, 1, nt.n, out);
-    rc = tutti_ensemble_file_write(e, out) < 0 ? 1 : 0;
-    if (out != stdout && fclose(out) != 0 && rc == 0) rc = cli_error("cannot write %s: %s", out_path, strerror(errno));
-    if (rc && out == stdout) fprintf(stderr, "tutti fit: %s\n", tutti_last_error());
+    char head[4608];
+    if (auto_rule) snprintf(head, sizeof head, "# fitted by tutti fit --rule auto on %s: chose %s\n", text_path, fr.chosen);
+    else if (choices_path) snprintf(head, sizeof head, "# fitted by tutti fit --choices %s\n", choices_path);
+    else snprintf(head, sizeof head, "# fitted by tutti fit on %s: %.4f bits/byte (uniform weights: %.4f)\n", text_path,
+                  fr.fitted_bpb, fr.uniform_bpb);
+    fit_out fo = {e, head, &nt};
+    rc = cli_output_write(out_path ? out_path : "-", write_fit, &fo);
 done:
     tutti_ensemble_free(e);
     choice_file_free(&cf);

@@ -179,7 +179,18 @@ struct tutti_session {
      * ranks.  Owned: freed with the session. */
     struct tutti_pipe *pipe;
     struct tutti_work *work; /* owner count of tp and the activations (shared: tutti_session_new_sharing) */
+    /* context shift (tutti_session_params.ctx_shift): the timeline holds
+     * n_past + n_discarded tokens; rewinds below shift_floor (its length at
+     * the last shift) must start over */
+    bool ctx_shift;
+    int32_t n_keep, n_discarded, shift_floor;
 };
+
+/* Session dst takes the state of src after the first n_tokens tokens of
+ * src's timeline (same model and n_ctx; n_tokens >= the floor of src, see
+ * tutti_session_rewind_floor): the cache rows they occupy and the shift
+ * bookkeeping.  dst's logits are not current afterwards. */
+void tutti_session_copy_tokens(tutti_session *dst, const tutti_session *src, int32_t n_tokens);
 
 /* A session that shares `with`'s thread pool and activation buffers (not
  * its KV cache, logits or rows): sessions of one member that never run at
@@ -247,7 +258,9 @@ void tutti_forward_range(tutti_session *s, const tutti_fwd_seg *seg, int32_t n_s
 
 /* Evaluates ids[i][0..n[i]) on session ss[i] for every i < n_seq (sessions
  * distinct, of one model and one n_ctx), batching the sequences into as few
- * forward passes as the micro-batch size allows (tutti_forward_segments).
+ * forward passes as the micro-batch size allows (tutti_forward_segments);
+ * a sequence that reaches its session's context shift runs on its own
+ * (tutti_session_eval).
  * Each session's logits are then its last row, as after tutti_session_eval.
  * Returns the number of forward passes run, or TUTTI_ERR (nothing is run
  * when an argument is invalid). */
