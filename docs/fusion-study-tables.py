@@ -22,9 +22,10 @@ CLOZE = ["uniform mix (posterior)", "uniform product", "mix fitted on stories", 
 
 def load(name):
     path = os.path.join(W, name + ".json")
-    if not os.path.exists(path):
+    try:
+        return json.load(open(path))
+    except (OSError, ValueError):  # not run (yet)
         return None
-    return json.load(open(path))
 
 
 def members_bpb(j):
@@ -38,6 +39,26 @@ def members_bpb(j):
 
 def ensembles(j):
     return [j["ensemble"]] + j.get("compare", [])
+
+
+def by_name(j, first):
+    """the ensembles of one eval by config name (WORK/PREFIX-NAME.ens; the
+    first one, eval's -e, is named FIRST)"""
+    out = {first: j["ensemble"]}
+    for e in j.get("compare", []):
+        n = name_of(e["file"])
+        out[n.split("-", 1)[1] if n.startswith(("st-", "mx-", "cv")) else n] = e
+    return out
+
+
+def bpb_of(j, c):
+    """c's bits per byte in j: None if not run, inf if n/a (a member that
+    cannot spell the text under product, a chunk past a member's context)"""
+    e = by_name(j, CONFIGS[0]).get(c) if j else None
+    if e is None:
+        return None
+    v = e.get("bits_per_byte")
+    return math.inf if v is None else v
 
 
 def name_of(path):
@@ -62,12 +83,14 @@ def bpb_table(title, runs, note=""):
         print(f"| {short(m)} | " + " | ".join(fmt(members_bpb(j)[i]) for _, j in runs) + " |")
     best = [min(members_bpb(j)) for _, j in runs]
     print("| **best member** | " + " | ".join(f"**{fmt(b)}**" for b in best) + " |")
-    for k, c in enumerate(CONFIGS):
+    for c in CONFIGS:
         cells = []
         for (t, j), b in zip(runs, best):
-            e = ensembles(j)[k]["bits_per_byte"]
-            cells.append(f"{fmt(e)} ({100 * (e - b) / b:+.1f} %)")
-        print(f"| {c} | " + " | ".join(cells) + " |")
+            e = bpb_of(j, c)
+            cells.append("not run" if e is None else f"{fmt(e)} ({100 * (e - b) / b:+.1f} %)" if math.isfinite(e)
+                         else "n/a")
+        if any(x != "not run" for x in cells):
+            print(f"| {c} | " + " | ".join(cells) + " |")
     print()
 
 
@@ -87,7 +110,8 @@ def combine(ja, jb):
             if key in ma and key in mb:
                 m[key] = (ma[key] * na + mb[key] * nb) / (na + nb)
     for e, ea, eb in zip(ensembles(j), ensembles(ja), ensembles(jb)):
-        e["bits_per_byte"] = (ea["bits_per_byte"] * na + eb["bits_per_byte"] * nb) / (na + nb)
+        va, vb = ea.get("bits_per_byte"), eb.get("bits_per_byte")
+        e["bits_per_byte"] = None if va is None or vb is None else (va * na + vb * nb) / (na + nb)
     j["bytes"] = na + nb
     return j
 
@@ -110,11 +134,14 @@ def mixed_table(title, whole, domains):
               f"Per-domain specialist oracle (each domain at its best member's figure): **{fmt(o)}** bits/byte.")
     print("| rule / fit | whole vs oracle | worse than the best member on |")
     print("|---|---|---|")
-    for k, c in enumerate(CONFIGS):
-        e = ensembles(whole)[k]["bits_per_byte"]
+    for c in CONFIGS:
+        e = bpb_of(whole, c)
+        if e is None:
+            continue
         worse = [d for d, j in zip(("stories", "dreams", "poems"), domains)
-                 if j and ensembles(j)[k]["bits_per_byte"] > min(members_bpb(j))]
-        print(f"| {c} | {fmt(e)} ({100 * (e - o) / o:+.1f} %) | {', '.join(worse) or 'none'} |")
+                 if j and bpb_of(j, c) is not None and not bpb_of(j, c) <= min(members_bpb(j))]
+        vs = f"{fmt(e)} ({100 * (e - o) / o:+.1f} %)" if math.isfinite(e) else "n/a"
+        print(f"| {c} | {vs} | {', '.join(worse) or 'none'} |")
     print()
 
 
