@@ -177,4 +177,5 @@ mixed_table("Mixed: cross-validated halves of mixed-dev.txt", combine(load("cv-m
 cloze_table("Cloze: the story models", [("held-out", load("cloze-heldout")), ("dev", load("cloze-dev"))], CLOZE)
 cloze_table("Cloze: cross-validated halves of cloze-dev (fit --choices on one half)",
             [("A (fit on B)", load("cv-cloze-A")), ("B (fit on A)", load("cv-cloze-B"))],
-            ["uniform mix (posterior)", "fit --choices, mix (posterior)", "fit --choices, product"])
+            ["uniform mix (posterior)", "uniform product", "fit --choices on the other half, mix (posterior)",
+             "fit --choices on the other half, product"])
