@@ -10,6 +10,7 @@ token-level and byte-level bits per byte (the ensemble sees the byte level);
 import json
 import math
 import os
+import re
 import sys
 
 W = sys.argv[1]
@@ -46,8 +47,7 @@ def by_name(j, first):
     first one, eval's -e, is named FIRST)"""
     out = {first: j["ensemble"]}
     for e in j.get("compare", []):
-        n = name_of(e["file"])
-        out[n.split("-", 1)[1] if n.startswith(("st-", "mx-", "cv")) else n] = e
+        out[re.sub(r"^(cv[AB]-)?(st|mx)-", "", name_of(e["file"]))] = e
     return out
 
 
@@ -108,7 +108,8 @@ def combine(ja, jb):
     for m, ma, mb in zip(j["members"], ja["members"], jb["members"]):
         for key in ("bits_per_byte", "byte_bits_per_byte"):
             if key in ma and key in mb:
-                m[key] = (ma[key] * na + mb[key] * nb) / (na + nb)
+                va, vb = ma[key], mb[key]
+                m[key] = None if va is None or vb is None else (va * na + vb * nb) / (na + nb)
     for e, ea, eb in zip(ensembles(j), ensembles(ja), ensembles(jb)):
         va, vb = ea.get("bits_per_byte"), eb.get("bits_per_byte")
         e["bits_per_byte"] = None if va is None or vb is None else (va * na + vb * nb) / (na + nb)
