@@ -486,9 +486,10 @@ int main(void) {
         cmocka_unit_test(weights_and_nll_by_hand),
         cmocka_unit_test(entropy_decides),
         cmocka_unit_test(gradient_check),
-        cmocka_unit_test(file_lines),
-        cmocka_unit_test(token_by_hand),
-        cmocka_unit_test(byte_span_generation),
+        shared_unit_test(file_lines),
+        shared_unit_test(token_by_hand),
+        shared_unit_test(byte_span_generation),
     };
+    test_select_part();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -55,7 +55,6 @@ static char *four_models(void) {
 /* Starts `tutti serve --port 0 ARGS` (env: extra environment, may be "");
  * waits for "ready" (or only for "listening" when !wait_ready). */
 static void start(server *s, const char *env, const char *args, bool wait_ready) {
-    require_shared();
     memset(s, 0, sizeof *s);
     snprintf(s->dir, sizeof s->dir, "/tmp/tutti_test_serve_%d_%d", (int)getpid(), g_seq++);
     mkdir(s->dir, 0700);
@@ -1291,7 +1290,6 @@ static void test_key_sources(void **state) {
  * file that is no GGUF, a bad config: exit 1, never listening. */
 static void test_checks_before_listening(void **state) {
     (void)state;
-    require_shared();
     char cmd[4096], bad_cfg[256];
     snprintf(bad_cfg, sizeof bad_cfg, "/tmp/tutti_test_serve_badcfg_%d.json", (int)getpid());
     FILE *f = fopen(bad_cfg, "w");
@@ -1364,6 +1362,7 @@ static void test_queue_disconnect(void **state) {
 
 static void test_logprobs(void **state) {
     (void)state;
+    require_shared();
     server s;
     char args[4096], body[4096];
     snprintf(args, sizeof args, "-m %s -m %s -m %s --chat-template %s -t 1", shared_path(M_STORIES),
@@ -1595,7 +1594,6 @@ static void test_context_file(void **state) {
 
 static void test_cli_usage(void **state) {
     (void)state;
-    require_shared();
     char cmd[4096];
     int st;
     const char *usage[] = {"", "--port 70000 -m x.gguf", "--parallel 0 -m x.gguf", "--bogus", "-m"};
@@ -1635,11 +1633,12 @@ int main(void) {
         cmocka_unit_test(test_checks_before_listening),
         cmocka_unit_test(test_queue_disconnect),
         cmocka_unit_test(test_cli_usage),
-        cmocka_unit_test(test_logprobs),
+        shared_unit_test(test_logprobs),
         cmocka_unit_test(test_native),
         cmocka_unit_test(test_route_adapt),
-        cmocka_unit_test(test_context_file),
+        shared_unit_test(test_context_file),
     };
+    test_select_part();
     int rc = cmocka_run_group_tests(shared_server, setup, teardown);
     rc |= cmocka_run_group_tests(own_server, NULL, NULL);
     return rc;

@@ -130,14 +130,14 @@ int tutti_ensemble_fit_auto(tutti_ensemble *e, const char *text, size_t len, con
     }
     free(fit_text), free(held_text);
     if (rc == 0 && best < 0) rc = tutti_set_error("fit --rule auto: no candidate could be scored");
-    if (rc < 0) return rc;
+    if (rc < 0) return tutti_primary_code(rc);
     /* the winner, fitted again on the whole text */
     tutti_fit_result r;
     memset(&r, 0, sizeof r);
-    if ((rc = fit_candidate(e, best, w0, t0, text, len, p, p->select_share, &r)) < 0) return rc;
+    if ((rc = fit_candidate(e, best, w0, t0, text, len, p, p->select_share, &r)) < 0) return tutti_primary_code(rc);
     if (candidates[best].rule == TUTTI_RULE_GATE) {
         tutti_bpb_result b;
-        if ((rc = tutti_ensemble_eval_bpb(e, text, len, &b)) < 0) return rc;
+        if ((rc = tutti_ensemble_eval_bpb(e, text, len, &b)) < 0) return tutti_primary_code(rc);
         r.uniform_bpb = r.static_bpb = r.fitted_bpb = b.ensemble_bpb;
         r.context_bpb = r.heldout_bpb = r.acc = r.acc_norm = NAN;
         r.adapt_alpha = r.select_threshold = -1;

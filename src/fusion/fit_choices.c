@@ -283,5 +283,5 @@ int tutti_ensemble_fit_choices(tutti_ensemble *e, const tutti_choice_item *items
         memcpy(out->weights, wf, sizeof(float) * (size_t)c.n);
         memcpy(out->temps, tf, sizeof(float) * (size_t)c.n);
     }
-    return rc;
+    return tutti_primary_code(rc); /* no internal kind escapes (util/error.h) */
 }
