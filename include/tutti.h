@@ -614,6 +614,9 @@ tutti_ensemble_params tutti_ensemble_default_params(void);
  *                or SPAN alignment)
  *   route        tau in [TUTTI_ROUTE_TAU_MIN, TUTTI_ROUTE_TAU_MAX] nats per
  *                byte (the rule: MIX or PRODUCT, checked when it is set)
+ *   context      context weights (tutti_check_context, below at
+ *                tutti_context_weights), select the selective-fusion
+ *                threshold (tutti_check_select, at tutti_ensemble_set_select)
  *   params       all of a tutti_ensemble_params' settings (members' weights
  *                and temperatures, rule, align, beta, prune, max_hyps), no file
  *                opened */
@@ -711,6 +714,78 @@ double tutti_ensemble_route(const tutti_ensemble *ens);
 int tutti_ensemble_route_weights(tutti_ensemble *ens, const char *prompt, size_t len, double tau,
                                  float *weights, double *nll_per_byte);
 
+/* Context-dependent weights (docs/fusion-study.md "Context weights"; `tutti fit
+ * --context`): at every unit t (token, byte or span) member i's weight is
+ *
+ *   w_i(t) = W_i exp(Σ_k b_ik f_ik(t)) / Σ_j W_j exp(Σ_k b_jk f_jk(t))
+ *
+ * over the members present at t (W: the given, fitted or routed weights;
+ * b = 0 is the static ensemble), under MIX or PRODUCT, in every alignment,
+ * in generation, eval and fit.  The features of member i at unit t are what
+ * the members show before the unit is drawn (SPAN: their next-byte
+ * distributions at the span's first byte):
+ *   ENTROPY  entropy of its next-unit distribution / log(n outcomes), in [0, 1]
+ *   TOP      its largest next-unit probability, in [0, 1]
+ *   LOSS     its recent log-loss: the mean of min(-ln p_i(unit), 30) nats
+ *            (SPAN: per byte of the span) over the units so far, unit u
+ *            weighted by 2^-(t-1-u)/halflife; 0 at the first unit.  The
+ *            units so far start at a generation's first generated unit (the
+ *            prompt is not scored) and at an eval chunk's BOS.
+ *   AGREE    agreement with the others: Σ_x p_i(x) q_i(x), q_i the mean
+ *            distribution of the other members present (0 alone), in [0, 1]
+ * With adapt on, the fixed share goes to w(t) instead of the static prior:
+ * weights(t) = (1 - alpha) posterior(t-1) + alpha w(t). */
+typedef enum tutti_feature {
+    TUTTI_FEAT_ENTROPY = 0,
+    TUTTI_FEAT_TOP = 1,
+    TUTTI_FEAT_LOSS = 2,
+    TUTTI_FEAT_AGREE = 3,
+} tutti_feature;
+#define TUTTI_N_FEATURES 4
+#define TUTTI_HALFLIFE_MIN 0.5
+#define TUTTI_HALFLIFE_MAX 1e6
+#define TUTTI_COEF_MAX 1e4
+/* "entropy", "top", "loss", "agree" <-> values (parse: -1 if unknown). */
+const char *tutti_feature_name(tutti_feature f);
+int tutti_feature_parse(const char *name);
+
+typedef struct tutti_context_weights {
+    int32_t n_features;                 /* 0 = off (static weights) */
+    int32_t features[TUTTI_N_FEATURES]; /* distinct TUTTI_FEAT_* */
+    double halflife;                    /* of LOSS, in units: [TUTTI_HALFLIFE_MIN, _MAX] */
+    float coef[TUTTI_ENSEMBLE_MAX_MEMBERS][TUTTI_N_FEATURES]; /* b_ik for features[k]: finite,
+                                                                 |b| <= TUTTI_COEF_MAX */
+} tutti_context_weights;
+
+/* The validator of context weights for n_members members (0 or TUTTI_ERR
+ * with a message naming the member and the value). */
+int tutti_check_context(const tutti_context_weights *cw, int32_t n_members);
+/* Sets (copies) the context weights of later generations and evaluations;
+ * NULL or n_features 0 turns them off.  Error: an invalid setting, or a rule
+ * other than MIX and PRODUCT. */
+int tutti_ensemble_set_context(tutti_ensemble *ens, const tutti_context_weights *cw);
+/* Copies the setting in use into out (n_features 0: off); returns n_features. */
+int32_t tutti_ensemble_context(const tutti_ensemble *ens, tutti_context_weights *out);
+
+/* Selective fusion (SAFE, "fuse only where the members disagree"): a unit is
+ * fused only where the members' disagreement, the generalised Jensen-Shannon
+ * divergence under this unit's weights,
+ *
+ *   D(t) = H(Σ_i w_i p_i) - Σ_i w_i H(p_i)   (nats, >= 0),
+ *
+ * is at least the threshold; elsewhere the member with the largest weight
+ * at this unit gives its own distribution.  TOKEN and BYTE alignment (a SPAN
+ * draft is already one member's).  threshold < 0 turns it off (the
+ * default: every unit fused); 0 fuses every unit too.  How often it fused:
+ * tutti_ensemble_stats.n_fused, tutti_bpb_result.fused_share; `tutti fit
+ * --select-share S` measures the threshold that fuses a share S of the
+ * dev text's units. */
+#define TUTTI_SELECT_MAX 100.0
+int tutti_check_select(double threshold);
+int tutti_ensemble_set_select(tutti_ensemble *ens, double threshold);
+/* The threshold in use, or -1 when off. */
+double tutti_ensemble_select(const tutti_ensemble *ens);
+
 /* One mask for the whole ensemble, applied to the fused distribution (per
  * token in TOKEN alignment, per byte in BYTE and SPAN alignment).  All
  * pointers borrowed; NULL/0 = off. */
@@ -786,6 +861,9 @@ typedef struct tutti_ensemble_stats {
     /* The generation ended at mask->max_len or mask->max_tokens, not at end
      * of text, a stop string or a full context. */
     bool at_limit;
+    /* Units whose members' distributions were fused (n_units without
+     * selective fusion, tutti_ensemble_set_select; SPAN: n_units). */
+    int32_t n_fused;
     /* LENGTH when at_limit or ctx_full_member >= 0, else STOP. */
     tutti_finish finish;
     /* Drafting (tutti_ensemble_set_draft; all 0 without a draft): rounds in
@@ -941,6 +1019,7 @@ typedef struct tutti_bpb_result {
     double member_byte_bpb[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* BYTE/SPAN: the member alone through the
                                                            byte marginals at its tau_i; else NAN */
     double ensemble_bpb;
+    double fused_share; /* share of the scored units that were fused (1 without selective fusion) */
 } tutti_bpb_result;
 
 int tutti_ensemble_eval_bpb(tutti_ensemble *ens, const char *text, size_t len, tutti_bpb_result *out);
@@ -999,17 +1078,75 @@ typedef struct tutti_fit_result {
     double adapt_alpha; /* fixed-share alpha fitted when adapt was on (tutti_ensemble_set_adapt), else -1 */
     float weights[TUTTI_ENSEMBLE_MAX_MEMBERS];
     float temps[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    double context_bpb;      /* with context weights (tutti_fit_params.n_context), before adapt; else NAN */
+    double heldout_bpb;      /* context weights: on the held-out quarter that stopped the gradient; else NAN */
+    double select_threshold; /* measured for tutti_fit_params.select_share, else -1 */
+    double fused_share;      /* share of the text's units fused at that threshold (1 without) */
+    /* tutti_ensemble_fit_choices: the fitted setting's accuracy on the items
+     * and the fitted loss per item (nats; the bits-per-byte fields are NAN) */
+    double acc, acc_norm, choice_loss;
+    /* tutti_ensemble_fit_auto: what it chose, e.g. "product + context" */
+    char chosen[96];
 } tutti_fit_result;
 
 int tutti_ensemble_fit(tutti_ensemble *ens, const char *text, size_t len, const float *temps,
                        int32_t n_temps, tutti_fit_result *out);
 
+/* What to fit beyond weights and temperatures (tutti_ensemble_fit_with,
+ * _fit_auto, _fit_choices).  All fields optional (zero = off). */
+typedef struct tutti_fit_params {
+    const float *temps; /* candidate temperatures [n_temps]; NULL = {1} */
+    int32_t n_temps;
+    /* Context weights (tutti_ensemble_set_context) over these features:
+     * after the static fit, the coefficients b (and the members' log-weights)
+     * by Adam on the log-loss of three quarters of the text's chunks, stopped
+     * where the last quarter's log-loss is lowest, for each half-life of
+     * the LOSS feature in {4, 16, 64} (the best on the held-out quarter). */
+    int32_t context[TUTTI_N_FEATURES];
+    int32_t n_context;
+    /* (0, 1]: sets the selective-fusion threshold (tutti_ensemble_set_select)
+     * to the one that fuses this share of the text's units under the fitted
+     * setting (measured: the (1 - share) quantile of D(t)). */
+    double select_share;
+    /* tutti_ensemble_fit_auto: one line per candidate (its held-out figure)
+     * and one for the choice; NULL = silent. */
+    void (*report)(const char *line, void *user);
+    void *user;
+} tutti_fit_params;
+
+/* tutti_ensemble_fit with the settings of p (NULL = weights only). */
+int tutti_ensemble_fit_with(tutti_ensemble *ens, const char *text, size_t len, const tutti_fit_params *p,
+                            tutti_fit_result *out);
+/* Chooses the rule: the text's chunks are split into a fitting part (two
+ * chunks of every three) and a held-out part (the third); every candidate
+ * the alignment can score (mix, mix + adapt, product, gate, mix + context,
+ * mix + context + adapt, product + context; context weights over p's
+ * features, all four when p names none) is fitted on the fitting part and
+ * scored on the held-out part (p->report gets each figure), and the best is
+ * fitted again on the whole text and set on the ensemble (out->chosen names
+ * it).  TUTTI_ERR when no candidate can be scored. */
+int tutti_ensemble_fit_auto(tutti_ensemble *ens, const char *text, size_t len, const tutti_fit_params *p,
+                            tutti_fit_result *out);
+/* Fits the weights (and temperatures from p's grid; context weights are
+ * left as they are) for multiple-choice accuracy on items, scored as
+ * tutti_ensemble_eval_choices scores them (MIX: the posterior after the
+ * context unless adapt is set to a positive alpha, which is refused here;
+ * PRODUCT: static weights per unit): minimises the mean over items of
+ * -log softmax_c(LL_c / bytes_c / s)[label], acc_norm's normalisation, with
+ * the scale s fitted too.  out->acc/acc_norm: the fitted setting's
+ * accuracy on the items. */
+int tutti_ensemble_fit_choices(tutti_ensemble *ens, const tutti_choice_item *items, int32_t n_items,
+                               const tutti_fit_params *p, tutti_fit_result *out);
+
 /* Ensemble files: one member per line, `MODEL_PATH WEIGHT TEMP` (weight and
  * temperature optional; a path with spaces goes in double quotes; relative
  * paths are relative to the file's folder; tutti_ensemble_file_write writes
  * absolute paths, so a file means the same models wherever it is put), plus
- * optional lines `rule NAME`, `align NAME`, `adapt ALPHA` and `route TAU`;
- * `#` starts a comment. */
+ * optional lines `rule NAME`, `align NAME`, `adapt ALPHA`, `route TAU`,
+ * `select D` and the context weights' `context FEATURE...`,
+ * `context-halflife H` and `context-coef MEMBER B1 B2 ...` (MEMBER 1-based in
+ * file order, one coefficient per feature of the `context` line, which comes
+ * first; members without a line have b = 0); `#` starts a comment. */
 typedef struct tutti_ensemble_file {
     tutti_member_desc *members; /* [n_members], paths owned by this struct */
     int32_t n_members;
@@ -1017,6 +1154,10 @@ typedef struct tutti_ensemble_file {
     int align; /* tutti_align, or -1 */
     double adapt; /* fixed-share alpha of a line `adapt ALPHA` (tutti_ensemble_set_adapt), or -1 */
     double route; /* tau of a line `route TAU` (tutti_ensemble_set_route), or -1 */
+    /* lines `context FEATURE...`, `context-halflife H`, `context-coef I B...`
+     * (tutti_ensemble_set_context; n_features 0 when absent) */
+    tutti_context_weights context;
+    double select; /* threshold of a line `select D` (tutti_ensemble_set_select), or -1 */
 } tutti_ensemble_file;
 
 /* NULL + error (naming the line) on a malformed file. */

@@ -320,3 +320,10 @@ double test_direct_ll(const char *model_path, const char *text) {
     tutti_model_free(m);
     return ll;
 }
+
+int test_sink_cb(const char *bytes, size_t n, void *sink) {
+    test_sink *s = sink;
+    if (s->n + n < sizeof s->b) memcpy(s->b + s->n, bytes, n), s->n += n;
+    s->b[s->n] = 0;
+    return 0;
+}

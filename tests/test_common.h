@@ -80,4 +80,12 @@ struct tutti_ensemble *test_ensemble(const char *const *rel, int n, int align, i
  * logits (one forward pass; up to 4096 tokens). */
 double test_direct_ll(const char *model_path, const char *text);
 
+/* A text receiver for tutti_ensemble_generate (tutti_text_cb): appends to
+ * b (NUL-terminated, truncated at its size). */
+typedef struct test_sink {
+    char b[8192];
+    size_t n;
+} test_sink;
+int test_sink_cb(const char *bytes, size_t n, void *sink);
+
 #endif

@@ -34,6 +34,7 @@ int tutti_fuzz_merge_yaml_one(const uint8_t *data, size_t size) __attribute__((w
 int tutti_fuzz_http_one(const uint8_t *data, size_t size) __attribute__((weak));
 int tutti_fuzz_remote_one(const uint8_t *data, size_t size) __attribute__((weak));
 int tutti_fuzz_native_one(const uint8_t *data, size_t size) __attribute__((weak));
+int tutti_fuzz_ensemble_file_one(const uint8_t *data, size_t size) __attribute__((weak));
 int tutti_fuzz_hub_one(const uint8_t *data, size_t size) __attribute__((weak));
 int tutti_fuzz_pipeline_one(const uint8_t *data, size_t size) __attribute__((weak));
 
@@ -50,6 +51,7 @@ static const struct {
     {"http", tutti_fuzz_http_one},
     {"remote", tutti_fuzz_remote_one},
     {"native", tutti_fuzz_native_one},
+    {"ensemble_file", tutti_fuzz_ensemble_file_one},
     {"hub", tutti_fuzz_hub_one},
     {"pipeline", tutti_fuzz_pipeline_one},
 };

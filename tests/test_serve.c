@@ -1554,6 +1554,44 @@ static void test_route_adapt(void **state) {
     }
 }
 
+/* A file from `tutti fit --context --select-share` (context weights and
+ * selective fusion) serves unchanged: 'default' from -e gives what `tutti
+ * run -e` gives. */
+static void test_context_file(void **state) {
+    (void)state;
+    require_shared();
+    char ens[] = "/tmp/tutti_test_ctxw_XXXXXX", txt[300], args[8192], body[1024];
+    int fd = mkstemp(ens);
+    assert_true(fd >= 0);
+    close(fd);
+    snprintf(txt, sizeof txt, "%s.txt", ens);
+    FILE *f = fopen(txt, "w");
+    fprintf(f, "Tom had a red ball. He liked to throw it to his dog. One day the ball went into the pond.\n\n"
+               "The dog jumped in and got the ball. Tom was happy and gave the dog a big hug.\n\n"
+               "Mia found a little bird. It was cold, so she put it in a warm box.\n");
+    fclose(f);
+    snprintf(args, sizeof args, "fit --quiet --text %s -m %s -m %s --align byte --temp-grid 1 --context entropy,loss "
+             "--select-share 0.5 -o %s -t 1", txt, shared_path(M_STORIES), shared_path(M_B361), ens);
+    free(cli(args));
+    size_t n;
+    char *file = read_file(ens, &n);
+    assert_non_null(file);
+    assert_non_null(strstr(file, "context entropy loss"));
+    assert_non_null(strstr(file, "select "));
+    free(file);
+    server s;
+    snprintf(args, sizeof args, "-e %s -t 1", ens);
+    start(&s, "", args, true);
+    snprintf(args, sizeof args, "run -e %s -p '" PROMPT "' -n 60 --seed 4 -t 1", ens);
+    char *want = cli(args);
+    snprintf(body, sizeof body, "{\"prompt\":\"" PROMPT "\",\"max_tokens\":60,\"seed\":4}");
+    char *got = completion_text(&s, body);
+    expect_same("context weights and selective fusion from the fitted file", want, got);
+    free(got), free(want);
+    assert_int_equal(stop(&s), 0);
+    unlink(ens), unlink(txt);
+}
+
 static void test_cli_usage(void **state) {
     (void)state;
     char cmd[4096];
@@ -1598,6 +1636,7 @@ int main(void) {
         shared_unit_test(test_logprobs),
         cmocka_unit_test(test_native),
         cmocka_unit_test(test_route_adapt),
+        shared_unit_test(test_context_file),
     };
     test_select_part();
     int rc = cmocka_run_group_tests(shared_server, setup, teardown);

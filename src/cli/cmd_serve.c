@@ -64,6 +64,7 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
     o->rule = o->align = -1;
     o->prune = -1;
     o->adapt_alpha = o->route_tau = -1;
+    o->select = -1;
     o->host = "127.0.0.1";
     o->port = 8080;
     o->parallel = 1;
@@ -102,7 +103,7 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
         CLI_FLOAT("--beta", "X", &o->beta, 1e-6, 1, "contrastive plausibility cut", "0.1"),
         CLI_DOUBLE("--prune", "X", &o->prune, 0, 0.999999, "byte alignment: hypothesis pruning share", "1e-4"),
         CLI_INT("--max-hyps", "N", &o->max_hyps, 1, 4096, "byte alignment: hypotheses per member", "8"),
-        ENS_WEIGHT_OPTS(&o->adapt, &o->adapt_alpha, &o->route, &o->route_tau),
+        ENS_WEIGHT_OPTS(&o->adapt, &o->adapt_alpha, &o->route, &o->route_tau, &o->select, &o->no_context),
         CLI_SECTION("server"),
         CLI_STR("--host", "ADDR", &o->host, "address to bind (loopback unless told otherwise)", NULL),
         CLI_INT("--port", "N", &o->port, 0, 65535, "TCP port; 0 = any free port (printed on stderr)", NULL),
@@ -158,7 +159,7 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
     if (o->max_conns < 0) o->max_conns = o->parallel + o->queue + 64;
     if ((r = api_keys(o, api_key, api_key_file)) != CLI_RUN) return r;
     if ((r = ens_check_flags(&temps, cli_given("--adapt-alpha"), o->adapt_alpha, cli_given("--route-tau"),
-                             o->route_tau)) != CLI_RUN)
+                             o->route_tau, cli_given("--select"), o->select)) != CLI_RUN)
         return r;
     if (!o->n_models && !o->ens_file && !o->config)
         return cli_usage_error("no models: give -m MODEL.gguf (repeat), -e ENSEMBLE or --config FILE");

@@ -11,7 +11,9 @@
 #include "cli/ens_args.h"
 #include "tutti.h"
 
-static const char *g_rules[5], *g_aligns[5];
+/* the rules, then "auto" (fit only: ens_args.rule_auto) */
+#define ENS_RULE_AUTO 4
+static const char *g_rules[6], *g_aligns[5];
 
 const char ens_file_help[] = ENS_FILE_HELP;
 
@@ -22,11 +24,14 @@ void ens_args_init(ens_args *a) {
     a->prune = -1;
     a->adapt_alpha = -1;
     a->route_tau = -1;
+    a->select = -1;
+    a->select = -1;
     a->n_ctx = CLI_CTX_UNSET;
     for (int k = 0; k < 4; k++) {
         g_rules[k] = tutti_rule_name((tutti_fusion_rule)k);
         g_aligns[k] = tutti_align_name((tutti_align)k);
     }
+    g_rules[ENS_RULE_AUTO] = "auto";
     const cli_opt t[] = {
         CLI_SECTION("ensemble"),
         CLI_STRS("-m,--model", "FILE", &a->models, "a member's GGUF file (repeat: one -m per member)"),
@@ -35,7 +40,8 @@ void ens_args_init(ens_args *a) {
         CLI_FLOATS("-w,--weights", "W1,W2,...", &a->weights, -1e30, 1e30, "member weights, one per member", "uniform"),
         CLI_FLOATS("--temps", "T1,T2,...", &a->temps, -FLT_MAX, FLT_MAX,
                    "member temperatures tau_i in [1e-6, 1e6], one per member", "1"),
-        CLI_CHOICE("--rule", "RULE", &a->rule, g_rules, "mix | product | gate | contrastive",
+        CLI_CHOICE("--rule", "RULE", &a->rule, g_rules,
+                   "mix | product | gate | contrastive (fit: also auto, the best on held-out text)",
                    "the ensemble file's, else mix"),
         CLI_CHOICE("--align", "ALIGN", &a->align, g_aligns,
                    "auto | token | byte | span (auto: token if the vocabularies\nare identical, else byte)",
@@ -48,7 +54,7 @@ void ens_args_init(ens_args *a) {
                    "1e-4"),
         CLI_INT("--max-hyps", "N", &a->max_hyps, 1, 4096, "byte alignment: hypotheses per member", "8"),
         CLI_FLOAT("--beta", "X", &a->beta, 1e-6, 1, "contrastive plausibility cut", "0.1"),
-        ENS_WEIGHT_OPTS(&a->adapt, &a->adapt_alpha, &a->route, &a->route_tau),
+        ENS_WEIGHT_OPTS(&a->adapt, &a->adapt_alpha, &a->route, &a->route_tau, &a->select, &a->no_context),
         CLI_SECTION("members over MPI ranks (mpirun -np K tutti CMD ...)"),
         CLI_SPLIT_OPTS(&a->split_counts, &a->split_ub, "members"),
         ENS_SPLIT_MEMBER_OPT(&a->split_member, "members"),
@@ -79,11 +85,14 @@ int ens_split_members(const char *list, const char *const *members, int n, const
 
 void ens_args_free(ens_args *a) { tutti_ensemble_file_free(a->file); }
 
-int ens_check_flags(const cli_floats *temps, bool adapt_given, double alpha, bool route_given, double tau) {
+int ens_check_flags(const cli_floats *temps, bool adapt_given, double alpha, bool route_given, double tau,
+                    bool select_given, double select) {
     for (int i = 0; i < temps->n; i++)
         if (tutti_check_temp(i + 1, temps->v[i]) < 0) return cli_usage_error("--temps: %s", tutti_last_error());
     if (adapt_given && tutti_check_adapt(alpha) < 0) return cli_usage_error("--adapt-alpha: %s", tutti_last_error());
     if (route_given && tutti_check_route(tau) < 0) return cli_usage_error("--route-tau: %s", tutti_last_error());
+    if (select_given && (select < 0 || tutti_check_select(select) < 0))
+        return cli_usage_error("--select: %s", select < 0 ? "the threshold must be >= 0 nats" : tutti_last_error());
     return CLI_RUN;
 }
 
@@ -92,20 +101,25 @@ int ens_check_flags(const cli_floats *temps, bool adapt_given, double alpha, boo
  * with the message an ensemble file or the server gives. */
 static int ens_check_settings(const ens_args *a, int n) {
     int r =
-        ens_check_flags(&a->temps, cli_given("--adapt-alpha"), a->adapt_alpha, cli_given("--route-tau"), a->route_tau);
+        ens_check_flags(&a->temps, cli_given("--adapt-alpha"), a->adapt_alpha, cli_given("--route-tau"), a->route_tau,
+                        cli_given("--select"), a->select);
     if (r != CLI_RUN) return r;
     float w[TUTTI_ENSEMBLE_MAX_MEMBERS];
     int k = 0;
     for (int i = 0; a->file && i < a->file->n_members && k < n; i++) w[k++] = a->file->members[i].weight;
     while (k < n) w[k++] = NAN;
     for (int i = 0; i < a->weights.n && i < n; i++) w[i] = a->weights.v[i];
-    int rule = a->rule >= 0 ? a->rule : a->file && a->file->rule >= 0 ? a->file->rule : TUTTI_RULE_MIX;
+    int rule = a->rule >= 0 && a->rule != ENS_RULE_AUTO ? a->rule
+             : a->file && a->file->rule >= 0                 ? a->file->rule
+                                                            : TUTTI_RULE_MIX;
     if (tutti_check_weights(w, n, (tutti_fusion_rule)rule) < 0)
         return cli_usage_error("%s%s", a->weights.n ? "-w: " : "", tutti_last_error());
     return CLI_RUN;
 }
 
 int ens_args_check(ens_args *a) {
+    if (a->rule == ENS_RULE_AUTO && !a->rule_auto)
+        return cli_usage_error("--rule auto is for tutti fit (it writes the rule it chose into the ensemble file)");
     int n = a->models.n;
     if (a->ens_file) {
         if (!(a->file = tutti_ensemble_file_read(a->ens_file))) return cli_error("%s", tutti_last_error());
@@ -147,7 +161,7 @@ int ens_args_check(ens_args *a) {
 
 tutti_ensemble *ens_args_build(ens_args *a, const char *cmd) {
     int n = 0;
-    int rule = a->rule, align = a->align;
+    int rule = a->rule == ENS_RULE_AUTO ? -1 : a->rule, align = a->align; /* auto: fit chooses */
     (void)cmd;     /* messages carry the command's name (cli_cmd) */
     if (a->file) { /* read by ens_args_check */
         for (int i = 0; i < a->file->n_members && n < TUTTI_ENSEMBLE_MAX_MEMBERS; i++)
@@ -194,6 +208,14 @@ tutti_ensemble *ens_args_build(ens_args *a, const char *cmd) {
     if (((a->adapt || alpha >= 0) && tutti_ensemble_set_adapt(e, alpha >= 0 ? alpha : 0.01) < 0) ||
         ((a->route || tau > 0) && tutti_ensemble_set_route(e, tau > 0 ? tau : 0.25) < 0)) {
         a->status = cli_library_error();
+        tutti_ensemble_free(e);
+        return NULL;
+    }
+    /* the file's context weights (its members' coefficients; -m members get 0) and selective fusion */
+    double sel = a->select >= 0 ? a->select : a->file ? a->file->select : -1;
+    if ((a->file && !a->no_context && tutti_ensemble_set_context(e, &a->file->context) < 0) ||
+        (sel >= 0 && tutti_ensemble_set_select(e, sel) < 0)) {
+        cli_error("%s", tutti_last_error());
         tutti_ensemble_free(e);
         return NULL;
     }

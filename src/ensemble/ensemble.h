@@ -13,7 +13,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <stdio.h>
+
 #include "member/member.h"
+#include "tutti.h"
+
+/* ---- file_weights.c: the ensemble file's context-weight and select lines ---- */
+
+/* One comment-stripped, trimmed line: 1 when it is a `context`,
+ * `context-halflife`, `context-coef` or `select` line (parsed into ef;
+ * *max_member: the largest member number a context-coef line named), 0 when
+ * it is another kind of line, TUTTI_ERR with a message (the caller names
+ * the file and line). */
+int ens_file_weights_line(tutti_ensemble_file *ef, const char *line, int32_t *max_member);
+/* After the last line: every context-coef names a member of the file. */
+int ens_file_weights_done(const tutti_ensemble_file *ef, int32_t max_member);
+/* The lines for e's context weights and selective fusion (if on). */
+int ens_file_weights_write(const tutti_ensemble *e, FILE *out);
 
 /* ---- schedule.c ---- */
 

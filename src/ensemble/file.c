@@ -1,6 +1,6 @@
 /* The ensemble file (tutti run/eval/serve -e FILE; tutti fit writes one):
- * one member per line, MODEL [WEIGHT [TEMP]], and the settings rule, align,
- * adapt and route.  The format is in src/cli/ens_args.h (--help) and the
+ * one member per line, MODEL [WEIGHT [TEMP]], the settings rule, align,
+ * adapt and route, and the context-weight and select lines (file_weights.c).  The format is in src/cli/ens_args.h (--help) and the
  * README. */
 #include <limits.h>
 #include <math.h>
@@ -131,14 +131,25 @@ static int read_lines(tutti_ensemble_file *ef, FILE *f, const char *path) {
         dir[slash - path + 1] = 0;
     }
     char line[FIELD_MAX], tok[3][FIELD_MAX];
+    int32_t max_coef = 0; /* the largest member a context-coef line names */
     for (int lineno = 1; fgets(line, sizeof line, f); lineno++) {
         char *p = strip_line(line);
         if (!*p) continue;
+        int kw = ens_file_weights_line(ef, p, &max_coef); /* context weights, selective fusion */
+        if (kw < 0) {
+            tutti_error_prefix("ensemble file %s: line %d", path, lineno);
+            return TUTTI_ERR;
+        }
+        if (kw) continue;
         int nt = split_fields(p, tok, path, lineno), r = nt < 0 ? -1 : read_setting(ef, tok, nt, path, lineno);
         if (r < 0 || (r == 0 && read_member(ef, tok, nt, dir, path, lineno) < 0)) return TUTTI_ERR;
     }
     if (ef->n_members == 0)
         return tutti_set_error("ensemble file %s: no members (one line per member: MODEL WEIGHT TEMP)", path);
+    if (ens_file_weights_done(ef, max_coef) < 0) {
+        tutti_error_prefix("ensemble file %s", path);
+        return TUTTI_ERR;
+    }
     return 0;
 }
 
@@ -153,6 +164,7 @@ tutti_ensemble_file *tutti_ensemble_file_read(const char *path) {
         ef->rule = ef->align = -1;
         ef->adapt = -1;
         ef->route = -1;
+        ef->select = -1;
         if (read_lines(ef, f, path) == 0) {
             fclose(f);
             return ef;
@@ -176,6 +188,7 @@ int tutti_ensemble_file_write(const tutti_ensemble *e, FILE *out) {
     fprintf(out, "rule %s\nalign %s\n", tutti_rule_name(e->rule), tutti_align_name(e->align));
     if (e->adapt_on) fprintf(out, "adapt %.6g\n", e->adapt_alpha);
     if (e->route_tau > 0) fprintf(out, "route %.6g\n", e->route_tau);
+    ens_file_weights_write(e, out);
     for (int32_t i = 0; i < e->n; i++) {
         /* Absolute paths: the reader resolves relative ones against the
          * file's folder, and the writer does not know where the file goes

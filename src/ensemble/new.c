@@ -183,6 +183,7 @@ tutti_ensemble *tutti_ensemble_new(const tutti_ensemble_params *params) {
     pthread_cond_init(&e->cv_done, NULL);
     e->n = params->n_members;
     e->rule = params->rule;
+    e->select = -1; /* selective fusion off (fusion/ctxweights.c) */
     e->beta = params->beta > 0 ? params->beta : 0.1f;
     e->prune = params->prune >= 0 ? params->prune : 1e-4;
     e->max_hyps = params->max_hyps > 0 ? params->max_hyps : 8;

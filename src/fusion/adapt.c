@@ -59,16 +59,3 @@ double fusion_adapt_update(const tutti_ensemble *e, double alpha, const double *
      * generation gives its weight to the others) */
     return mx + log(z) - log(wa);
 }
-
-void fusion_adapt_begin(const tutti_ensemble *e, fusion_adapt *a) {
-    a->on = e->adapt_on;
-    a->alpha = e->adapt_alpha;
-    fusion_adapt_prior(e, e->w, a->prior);
-    for (int32_t i = 0; i < e->n; i++) a->w[i] = a->prior[i];
-}
-
-void fusion_adapt_step(const tutti_ensemble *e, fusion_adapt *a, const double *logp, const bool *gone, float *w) {
-    if (!a->on) return;
-    fusion_adapt_update(e, a->alpha, a->prior, a->w, logp, gone);
-    for (int32_t i = 0; i < e->n; i++) w[i] = gone && gone[i] ? 0.0f : (float)a->w[i];
-}

@@ -14,7 +14,7 @@
 #ifndef TUTTI_FUSION_ALIGN_H
 #define TUTTI_FUSION_ALIGN_H
 
-#include "fusion/ensemble_impl.h"
+#include "fusion/ctxweights.h"
 
 /* step / commit: a clean end of the generation (not an error) */
 #define ALIGN_STOP 1
@@ -55,7 +55,8 @@ typedef struct align_ops {
      * x ends the generation here, not committed. */
     size_t (*bytes)(fusion_align *a, int32_t x, const char **bytes, bool *end);
     /* Every member follows outcome x; *units: what x counts for max_units;
-     * with a->ad.on each member's log-probability of x in a->unit_logp.
+     * each member's log-probability of x in a->unit_logp when the weigher
+     * needs it (fusion_weigher_needs_logp; BYTE and SPAN always).
      * 0, ALIGN_STOP (x is the last: its bytes are appended, then the
      * generation ends) or TUTTI_ERR. */
     int (*commit)(fusion_align *a, int32_t x, int32_t *units);
@@ -70,14 +71,25 @@ struct fusion_align {
     bool masked;     /* ops->mask applies each step */
     float *work;     /* writable row of the widest step (the loop's mask and grammar) */
     /* weights of this step: e->w at the start, 0 for members that left;
-     * with adapt (the loop, after every commit) the posterior from each
-     * member's log-probability of the committed unit, which commit leaves in
-     * unit_logp (gone: the members that left, or NULL) */
+     * with context weights, adapt or selective fusion the weigher's
+     * (align_unit_weights, each step); after every commit the loop gives
+     * it each member's log-probability of the committed unit, which commit
+     * leaves in unit_logp (gone: the members that left, or NULL; unit_bytes:
+     * the unit's length, SPAN) */
     float w[TUTTI_ENSEMBLE_MAX_MEMBERS];
-    fusion_adapt ad;
+    fusion_weigher wg;
+    int32_t lead; /* this step: the member that speaks alone (selective fusion), or -1 */
     double unit_logp[TUTTI_ENSEMBLE_MAX_MEMBERS];
     const bool *gone;
+    double unit_bytes;
 };
+
+/* This step's weights into a->w from the members' rows logp[i][0..n)
+ * (log-probabilities; may be NULL unless fusion_weigher_needs_rows; gone:
+ * members without a row, or NULL): the weigher's when it varies or selects,
+ * else a->w as it is; members that left get 0.  Returns a->lead (-1: fuse)
+ * or TUTTI_ERR (< -1). */
+int32_t align_unit_weights(fusion_align *a, const float *const *logp, int32_t n, const bool *gone);
 
 /* Each returns a started-to-be alignment (not yet started) or NULL + error. */
 fusion_align *align_token_new(tutti_ensemble *e, gen_ctx *g, const tutti_sampler_params *sp);

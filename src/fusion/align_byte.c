@@ -164,7 +164,14 @@ static int byte_step(fusion_align *a, const float **row, int32_t *n) {
     ens_prompt_done(e);
     for (int32_t i = 0; i < e->n; i++)
         if (fusion_member_has_left(e->m[i])) a->w[i] = 0;
-    if (bytes_rows(e, s->st, s->j.dead, s->lp) < 0 || bytes_combine(e, a->w, s->lp, s->fused) < 0)
+    if (bytes_rows(e, s->st, s->j.dead, s->lp) < 0) return TUTTI_ERR;
+    const float *rows[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    for (int32_t i = 0; i < e->n; i++) rows[i] = s->lp[i];
+    int32_t lead = align_unit_weights(a, rows, FUSION_N_BYTE_OUT, s->j.dead);
+    if (lead < -1) return TUTTI_ERR;
+    if (lead >= 0) /* the members agree: the lead member's distribution */
+        memcpy(s->fused, s->lp[lead], sizeof s->fused);
+    else if (bytes_combine(e, a->w, s->lp, s->fused) < 0)
         return TUTTI_ERR;
     *row = s->fused;
     *n = FUSION_N_BYTE_OUT;

@@ -46,6 +46,8 @@ typedef struct span_ctx {
     token_mask tm[TUTTI_ENSEMBLE_MAX_MEMBERS];
     gr_constraint gc[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* mask->grammar over each member's vocabulary */
     const gen_prompt *pr;
+    bool want_rows; /* context weights: each member's next-byte row at the span's start */
+    float row0[TUTTI_ENSEMBLE_MAX_MEMBERS][FUSION_N_BYTE_OUT];
 } span_ctx;
 
 static int job_start(tutti_ensemble *e, int32_t i, void *arg) {
@@ -209,6 +211,11 @@ done:
 static int job_score(tutti_ensemble *e, int32_t i, void *arg) {
     span_ctx *c = arg;
     double p[FUSION_N_BYTE_OUT];
+    if (c->want_rows) { /* the features' row, computed once: the copies below start from it */
+        if (!c->dead[i] && fusion_bytes_next(c->st[i], p) < 0) return TUTTI_ERR;
+        for (int b = 0; b < FUSION_N_BYTE_OUT; b++)
+            c->row0[i][b] = !c->dead[i] && p[b] > 0 ? (float)log(p[b]) : -INFINITY;
+    }
     for (int32_t k = 0; k < c->n_d; k++) {
         c->full[i][k] = false;
         if (c->dead[i]) {
@@ -349,6 +356,7 @@ static int span_step(fusion_align *a, const float **row, int32_t *n_row) {
     }
     memcpy(c->d, all, sizeof(draft) * (size_t)n_all);
     c->n_d = n_all;
+    c->want_rows = fusion_weigher_needs_rows(&a->wg);
     t0 = ens_now_s();
     if (ens_run_members(e, job_score, c) < 0) {
         free_clones(e, c, -1);
@@ -357,6 +365,12 @@ static int span_step(fusion_align *a, const float **row, int32_t *n_row) {
     a->t_phase += ens_now_s() - t0;
     for (int32_t i = 0; i < e->n; i++)
         if (fusion_member_has_left(e->m[i])) c->base.w[i] = 0;
+    const float *rows[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    for (int32_t i = 0; i < e->n; i++) rows[i] = c->row0[i];
+    if (align_unit_weights(a, rows, FUSION_N_BYTE_OUT, c->dead) < -1) { /* this span's weights */
+        free_clones(e, c, -1);
+        return TUTTI_ERR;
+    }
     int32_t best = -1;
     double best_s = -INFINITY, wsum = 0;
     for (int32_t i = 0; i < e->n; i++) wsum += c->base.w[i];
@@ -430,6 +444,7 @@ static int span_commit(fusion_align *a, int32_t best, int32_t *units) {
     /* weights that follow the text: each member's probability of the span */
     for (int32_t i = 0; i < e->n; i++) a->unit_logp[i] = c->ll[i][best];
     a->gone = c->dead;
+    a->unit_bytes = c->d[best].n > 0 ? c->d[best].n : 1; /* LOSS is per byte */
     free_clones(e, c, best);
     const draft *d = &c->d[best];
     *units = d->n;

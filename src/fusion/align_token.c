@@ -160,7 +160,7 @@ static int token_start(fusion_align *a, const gen_prompt *pr, tutti_sampler *smp
         return TUTTI_ERR;
     /* as tutti generate: the prompt (member 1's) counts for the repetition penalty */
     for (int32_t k = 0; k < t->n[0]; k++) tutti_sampler_accept(smp, t->ids[0][k]);
-    t->pass = a->ad.on ? -1 : passthrough_member(e);
+    t->pass = fusion_weigher_varies(&a->wg) || a->wg.select ? -1 : passthrough_member(e);
     a->masked = token_mask_needed(g->mask);
     if (a->masked) {
         /* the piece table of the (shared) vocabulary, built once per ensemble */
@@ -218,15 +218,24 @@ static int token_step_row(fusion_align *a, const float **row, int32_t *n_out) {
     }
     fusion_rule_params rp = ens_rule_params(e);
     rp.weights = a->w;
+    /* context weights and selective fusion read every member's distribution */
+    bool rows = fusion_weigher_needs_rows(&a->wg);
+    for (int32_t i = 0; rows && i < e->n; i++) fusion_log_softmax(t->logits[i], V, e->temp[i], t->logp[i]);
+    int32_t lead = align_unit_weights(a, (const float *const *)t->logp, V, NULL);
+    if (lead < -1) return TUTTI_ERR;
+    if (lead >= 0) { /* the members agree: the lead member's distribution */
+        *row = t->logp[lead];
+        return 0;
+    }
     int r;
-    if (e->rule == TUTTI_RULE_MIX || e->rule == TUTTI_RULE_PRODUCT) {
+    if ((e->rule == TUTTI_RULE_MIX || e->rule == TUTTI_RULE_PRODUCT) && !rows) {
         /* logp[0] spans all n_members rows: the scratch it needs */
         r = fusion_combine_logits(&rp, e->temp, e->n, t->logits, V, fused, t->logp[0]);
     } else {
         const float *lp[TUTTI_ENSEMBLE_MAX_MEMBERS];
         for (int32_t i = 0; i < e->n; i++) {
-            if (e->w[i] != 0) fusion_log_softmax(t->logits[i], V, e->temp[i], t->logp[i]);
-            lp[i] = e->w[i] != 0 ? t->logp[i] : t->logits[i]; /* weight 0: unused */
+            if (a->w[i] != 0 && !rows) fusion_log_softmax(t->logits[i], V, e->temp[i], t->logp[i]);
+            lp[i] = a->w[i] != 0 || rows ? t->logp[i] : t->logits[i]; /* weight 0: unused */
         }
         r = fusion_combine(&rp, e->n, lp, V, fused, t->work, NULL);
     }
@@ -264,7 +273,7 @@ static int token_commit(fusion_align *a, int32_t id, int32_t *units) {
     token_align *t = (token_align *)a;
     tutti_ensemble *e = a->e;
     int32_t V = t->V;
-    if (a->ad.on) /* each member's log-probability of the drawn token at its temperature */
+    if (fusion_weigher_needs_logp(&a->wg)) /* each member's log-probability of the drawn token at its temperature */
         for (int32_t i = 0; i < e->n; i++) {
             const float *z = t->logits[i];
             double tau = e->temp[i] > 0 ? e->temp[i] : 1.0, mx = -INFINITY, s = 0;

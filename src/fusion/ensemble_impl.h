@@ -38,6 +38,8 @@ struct tutti_ensemble {
     bool adapt_on;        /* MIX weights follow the text (adapt.c) */
     double adapt_alpha;   /* fixed-share alpha in [0, 1] */
     double route_tau;     /* > 0: weights from the prompt's perplexities (route.c), else off */
+    tutti_context_weights ctx; /* n_features > 0: context-dependent weights (ctxweights.c) */
+    double select;        /* >= 0: selective fusion threshold (nats), else off */
     /* worker pool (parallel): one thread per member */
     pthread_t th[TUTTI_ENSEMBLE_MAX_MEMBERS];
     bool th_started;
@@ -113,19 +115,6 @@ double fusion_adapt_update(const tutti_ensemble *e, double alpha, const double *
  * states built once and cloned (static weights; eval.c). */
 int fusion_branches_nll(tutti_ensemble *e, const char *prefix, const char *const *cont, int n_cont, double *nll);
 
-/* Generation with weights that follow the text: begin takes the prior
- * from the ensemble's weights; after each committed unit, step updates the
- * mixture weights from each member's log-probability of it (gone members:
- * weight 0) and writes the weights the next unit is fused with to w[n].
- * Both do nothing when adapt is off. */
-typedef struct fusion_adapt {
-    bool on;
-    double alpha;
-    double prior[TUTTI_ENSEMBLE_MAX_MEMBERS], w[TUTTI_ENSEMBLE_MAX_MEMBERS];
-} fusion_adapt;
-void fusion_adapt_begin(const tutti_ensemble *e, fusion_adapt *a);
-void fusion_adapt_step(const tutti_ensemble *e, fusion_adapt *a, const double *logp, const bool *gone, float *w);
-
 /* The prompt of a generation: raw text that every member tokenizes itself
  * (ids == NULL), or token ids of each member's own vocabulary,
  * ids[i][0..n_ids[i]) (tutti_ensemble_generate_ids). */
@@ -172,6 +161,7 @@ struct gen_ctx {
     int32_t left_why[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* TUTTI_LEFT_* */
     int32_t ctx_full;  /* member whose full context stopped the generation, -1 */
     int32_t n_units;
+    int32_t n_fused;   /* units whose members' distributions were fused (selective fusion) */
     int32_t max_units;
     gr_constraint gc;  /* mask->grammar following the text (TOKEN: with member 1's vocabulary) */
     /* BYTE/SPAN: tutti_mask.max_tokens, counted by re-tokenizing the text

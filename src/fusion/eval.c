@@ -10,7 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fusion/ensemble_impl.h"
+#include "fusion/ctxweights.h"
+#include "fusion/eval_impl.h"
+#include "fusion/fit_ctx.h"
 #include "util/error.h"
 
 /* ---- chunks (../shared/oracle/bpb.py) ---- */
@@ -190,7 +192,7 @@ int fusion_byte_table(fusion_member *m, const fusion_trie *trie, const fusion_by
  * (context full, cannot spell it) gets -inf rows everywhere. */
 static int byte_table_branches(fusion_member *m, const fusion_trie *trie, const fusion_bytes_params *bp,
                                const char *prefix, size_t plen, const char *const *cont, int n_cont, float *out,
-                               double *plp, bool *pgone) {
+                               double *plp, bool *pgone, float *prow) {
     size_t total = 0;
     for (int c = 0; c < n_cont; c++) total += strlen(cont[c]);
     fusion_bytes *st = fusion_bytes_new(m, trie, bp);
@@ -204,10 +206,13 @@ static int byte_table_branches(fusion_member *m, const fusion_trie *trie, const 
      * rows of fusion_byte_table: the byte it cannot follow still counts,
      * with probability 0; from the next byte on it is gone) */
     for (size_t i = 0; i < plen; i++) plp[i] = -INFINITY, pgone[i] = true;
+    for (size_t k = 0; prow && k < plen * FUSION_N_BYTE_OUT; k++) prow[k] = -INFINITY;
     for (size_t i = 0; rc == 0 && i < plen && !gone; i++) {
         if ((gone = fusion_bytes_need_tokens(st) > m->n_ctx)) break;
         if ((rc = fusion_bytes_next(st, d)) < 0) break;
         pgone[i] = false;
+        for (int b = 0; prow && b < FUSION_N_BYTE_OUT; b++)
+            prow[i * FUSION_N_BYTE_OUT + b] = d[b] > 0 ? (float)log(d[b]) : -INFINITY;
         plp[i] = d[(uint8_t)prefix[i]] > 0 ? log(d[(uint8_t)prefix[i]]) : -INFINITY;
         if ((gone = !(d[(uint8_t)prefix[i]] > 0))) break;
         rc = fusion_bytes_commit(st, (uint8_t)prefix[i]);
@@ -292,28 +297,14 @@ static int job_token_tables(tutti_ensemble *e, int32_t i, void *arg) {
     return 0;
 }
 
-typedef struct text_data {
-    char **chunks;
-    int n_chunks;
-    int64_t n_bytes;
-    int64_t n_rows;   /* bytes (BYTE/SPAN) or scored tokens (TOKEN) */
-    int32_t *y;       /* [n_rows] true outcome */
-    int width;        /* 257 or n_vocab */
-    /* SPAN: row ranges of the spans */
-    int64_t n_spans;
-    int64_t *span_start; /* [n_spans+1] */
-} text_data;
-
-static void text_data_free(text_data *d) {
+void fusion_text_data_free(text_data *d) {
     fusion_free_chunks(d->chunks, d->n_chunks);
     free(d->y);
+    free(d->chunk_start);
     free(d->span_start);
 }
 
-/* max_chunk > 0: the text split into sentence-aligned chunks of at most
- * that many bytes (bits per byte); 0: the whole text is one chunk (choice
- * scoring, where context + choice is one text scored from BOS). */
-static int text_data_init(tutti_ensemble *e, const char *text, size_t len, int max_chunk, text_data *d) {
+int fusion_text_data_init(tutti_ensemble *e, const char *text, size_t len, int max_chunk, text_data *d) {
     memset(d, 0, sizeof *d);
     if (max_chunk > 0) {
         d->n_chunks = fusion_split_chunks(text, len, max_chunk, &d->chunks);
@@ -329,9 +320,12 @@ static int text_data_init(tutti_ensemble *e, const char *text, size_t len, int m
     if (d->n_chunks < 0) return TUTTI_ERR;
     if (d->n_chunks == 0) return tutti_set_error("eval: the text has no chunks to score (empty?)");
     for (int c = 0; c < d->n_chunks; c++) d->n_bytes += (int64_t)strlen(d->chunks[c]);
+    if (!(d->chunk_start = malloc(sizeof(int64_t) * (size_t)(d->n_chunks + 1))))
+        return tutti_set_error("eval: out of memory");
     if (e->align == TUTTI_ALIGN_TOKEN) {
         d->width = e->m[0]->n_vocab;
         for (int c = 0; c < d->n_chunks; c++) {
+            d->chunk_start[c] = d->n_rows;
             int32_t *ids = NULL;
             int32_t n = tokenize_alloc(e->m[0]->vocab, d->chunks[c], strlen(d->chunks[c]), &ids);
             if (n < 0) return TUTTI_ERR;
@@ -344,6 +338,7 @@ static int text_data_init(tutti_ensemble *e, const char *text, size_t len, int m
             for (int32_t k = 1; k < n; k++) d->y[d->n_rows++] = ids[k];
             free(ids);
         }
+        d->chunk_start[d->n_chunks] = d->n_rows;
         return 0;
     }
     d->width = FUSION_N_BYTE_OUT;
@@ -355,6 +350,7 @@ static int text_data_init(tutti_ensemble *e, const char *text, size_t len, int m
     for (int c = 0; c < d->n_chunks; c++) {
         const char *s = d->chunks[c];
         size_t l = strlen(s);
+        d->chunk_start[c] = r;
         bool word = false; /* the current span has a non-space byte */
         for (size_t k = 0; k < l; k++, r++) {
             bool sp = s[k] == ' ' || s[k] == '\n';
@@ -369,10 +365,11 @@ static int text_data_init(tutti_ensemble *e, const char *text, size_t len, int m
         }
     }
     d->span_start[d->n_spans] = r;
+    d->chunk_start[d->n_chunks] = r;
     return 0;
 }
 
-static int compute_tables(tutti_ensemble *e, text_data *d, const float *temps, float **rows) {
+int fusion_compute_tables(tutti_ensemble *e, text_data *d, const float *temps, float **rows) {
     table_job j = {.chunks = d->chunks, .n_chunks = d->n_chunks, .temps = temps, .width = d->width};
     for (int32_t i = 0; i < e->n; i++) {
         rows[i] = malloc(sizeof(float) * (size_t)d->n_rows * (size_t)d->width + 1);
@@ -382,8 +379,7 @@ static int compute_tables(tutti_ensemble *e, text_data *d, const float *temps, f
     return ens_run_members(e, e->align == TUTTI_ALIGN_TOKEN ? job_token_tables : job_byte_tables, &j);
 }
 
-/* Span log-probabilities of one member: sp[s] = Σ over the span's bytes. */
-static void span_logp(const text_data *d, const float *rows, double *sp) {
+void fusion_span_logp(const text_data *d, const float *rows, double *sp) {
     for (int64_t s = 0; s < d->n_spans; s++) {
         double a = 0;
         for (int64_t r = d->span_start[s]; r < d->span_start[s + 1]; r++) a += rows[r * d->width + d->y[r]];
@@ -394,7 +390,7 @@ static void span_logp(const text_data *d, const float *rows, double *sp) {
 /* true when a member has no distribution at this row (every outcome -inf:
  * BYTE/SPAN tables of a member whose context is full or whose tokens cannot
  * spell the text, fusion_byte_table); token rows always have one. */
-static bool row_gone(const float *row, int width) {
+bool fusion_row_gone(const float *row, int width) {
     if (width != FUSION_N_BYTE_OUT) return false;
     for (int b = 0; b < width; b++)
         if (row[b] > -INFINITY) return false;
@@ -415,11 +411,11 @@ static int unit_logp(const tutti_ensemble *e, const text_data *d, float *const *
         return tutti_set_error("eval: out of memory");
     }
     for (int32_t i = 0; i < e->n; i++) {
-        if (span) span_logp(d, rows[i], *lp + (size_t)i * (size_t)nu);
+        if (span) fusion_span_logp(d, rows[i], *lp + (size_t)i * (size_t)nu);
         for (int64_t k = 0; k < nu; k++) {
             int64_t r = span ? d->span_start[k] : k;
             if (!span) (*lp)[i * nu + k] = rows[i][k * d->width + d->y[k]];
-            (*gone)[i * nu + k] = row_gone(rows[i] + r * d->width, d->width);
+            (*gone)[i * nu + k] = fusion_row_gone(rows[i] + r * d->width, d->width);
         }
     }
     return 0;
@@ -440,8 +436,73 @@ static double adapt_nll(const tutti_ensemble *e, double alpha, const float *w0, 
     return nll;
 }
 
+int fusion_weighed_nll(tutti_ensemble *e, const text_data *d, float *const *rows, const float *w, double *nll,
+                       double *fused, fusion_weigher *cont, fusion_unit_hook hook, void *user) {
+    bool span = e->align == TUTTI_ALIGN_SPAN;
+    if (e->adapt_on && e->rule != TUTTI_RULE_MIX && !span)
+        return tutti_set_error("adapt: weights that follow the text need the mix rule, not %s",
+                               tutti_rule_name(e->rule));
+    fusion_weigher own, *s = cont ? cont : &own;
+    if (!cont && fusion_weigher_begin(s, e, w) < 0) return TUTTI_ERR;
+    int W = d->width;
+    int64_t nu = text_data_units(e, d);
+    double *sp = span ? malloc(sizeof(double) * (size_t)(nu ? nu : 1) * (size_t)e->n) : NULL;
+    float *out = malloc(sizeof(float) * (size_t)W);
+    double *work = malloc(sizeof(double) * (size_t)W);
+    int rc = 0;
+    if ((span && !sp) || !out || !work) rc = tutti_set_error("eval: out of memory");
+    for (int32_t i = 0; span && rc == 0 && i < e->n; i++) fusion_span_logp(d, rows[i], sp + (size_t)i * (size_t)nu);
+    int c = 0;
+    *nll = 0;
+    for (int64_t u = 0; rc == 0 && u < nu; u++) {
+        int64_t r0 = text_data_unit_row(e, d, u);
+        if (d->chunk_start && c < d->n_chunks && r0 == d->chunk_start[c]) {
+            if (u > 0) fusion_weigher_stream(s); /* a chunk from BOS */
+            c++;
+        }
+        const float *ru[TUTTI_ENSEMBLE_MAX_MEMBERS];
+        bool gone[TUTTI_ENSEMBLE_MAX_MEMBERS];
+        double lp[TUTTI_ENSEMBLE_MAX_MEMBERS];
+        for (int32_t i = 0; i < e->n; i++) {
+            ru[i] = rows[i] + (size_t)r0 * (size_t)W;
+            gone[i] = fusion_row_gone(ru[i], W);
+            lp[i] = gone[i] ? -INFINITY : span ? sp[(size_t)i * (size_t)nu + (size_t)u] : ru[i][d->y[r0]];
+        }
+        float wu[TUTTI_ENSEMBLE_MAX_MEMBERS];
+        int32_t lead = fusion_weigher_unit(s, ru, W, gone, wu);
+        if (lead < -1) {
+            rc = TUTTI_ERR;
+            break;
+        }
+        double ll = 0;
+        bool mixture = span || e->rule == TUTTI_RULE_MIX;
+        if (lead >= 0) {
+            ll = lp[lead];
+        } else if (!mixture) {
+            fusion_rule_params rp = {.rule = e->rule, .weights = wu, .beta = e->beta};
+            if ((rc = fusion_combine(&rp, e->n, ru, W, out, work, NULL)) < 0) break;
+            ll = out[d->y[r0]];
+        }
+        if (hook) hook(user, u, c - 1, s, lp, gone);
+        double bytes = span ? (double)(d->span_start[u + 1] - d->span_start[u]) : 1;
+        double m = fusion_weigher_observe(s, lp, gone, bytes);
+        *nll -= lead < 0 && mixture ? m : ll;
+    }
+    if (fused) *fused = s->n_units > 0 ? (double)s->n_fused / (double)s->n_units : 1;
+    free(sp), free(out), free(work);
+    if (!cont) fusion_weigher_free(s);
+    return rc;
+}
+
+int fusion_ensemble_nll(tutti_ensemble *e, const text_data *d, float *const *rows, const float *w, double *nll) {
+    return fusion_ensemble_nll_fused(e, d, rows, w, nll, NULL);
+}
+
 /* Ensemble negative log-likelihood (nats) from the tables with weights w. */
-static int ensemble_nll(tutti_ensemble *e, const text_data *d, float *const *rows, const float *w, double *nll) {
+int fusion_ensemble_nll_fused(tutti_ensemble *e, const text_data *d, float *const *rows, const float *w, double *nll,
+                              double *fused) {
+    if (fused) *fused = 1;
+    if (e->ctx.n_features > 0 || e->select >= 0) return fusion_weighed_nll(e, d, rows, w, nll, fused, NULL, NULL, NULL);
     *nll = 0;
     if (e->adapt_on) {
         if (e->rule != TUTTI_RULE_MIX && e->align != TUTTI_ALIGN_SPAN)
@@ -461,17 +522,17 @@ static int ensemble_nll(tutti_ensemble *e, const text_data *d, float *const *row
         if (!(ws > 0)) return tutti_set_error("span: weights must sum to a positive number");
         double *sp = malloc(sizeof(double) * (size_t)d->n_spans * (size_t)e->n + 1);
         if (!sp) return tutti_set_error("eval: out of memory");
-        for (int32_t i = 0; i < e->n; i++) span_logp(d, rows[i], sp + (size_t)i * (size_t)d->n_spans);
+        for (int32_t i = 0; i < e->n; i++) fusion_span_logp(d, rows[i], sp + (size_t)i * (size_t)d->n_spans);
         for (int64_t s = 0; s < d->n_spans; s++) {
             double mx = -INFINITY, acc = 0, wa = 0;
             const int64_t r0 = d->span_start[s];
             for (int32_t i = 0; i < e->n; i++) {
-                if (!(w[i] > 0) || row_gone(rows[i] + r0 * d->width, d->width)) continue;
+                if (!(w[i] > 0) || fusion_row_gone(rows[i] + r0 * d->width, d->width)) continue;
                 wa += w[i];
                 if (sp[i * d->n_spans + s] > mx) mx = sp[i * d->n_spans + s];
             }
             for (int32_t i = 0; i < e->n; i++)
-                if (w[i] > 0 && !row_gone(rows[i] + r0 * d->width, d->width))
+                if (w[i] > 0 && !fusion_row_gone(rows[i] + r0 * d->width, d->width))
                     acc += w[i] / wa * exp(sp[i * d->n_spans + s] - mx);
             *nll -= mx + log(acc);
         }
@@ -493,7 +554,7 @@ static int ensemble_nll(tutti_ensemble *e, const text_data *d, float *const *row
         /* a member gone at this row has weight 0 there (the others renormalised) */
         for (int32_t i = 0; i < e->n; i++) {
             r[i] = rows[i] + (size_t)k * (size_t)d->width;
-            wr[i] = row_gone(r[i], d->width) ? 0.0f : w[i];
+            wr[i] = fusion_row_gone(r[i], d->width) ? 0.0f : w[i];
         }
         if ((rc = fusion_combine(&rp, e->n, r, d->width, out, work, NULL)) < 0) break;
         *nll -= out[d->y[k]];
@@ -517,7 +578,7 @@ int tutti_ensemble_eval_bpb(tutti_ensemble *e, const char *text, size_t len, tut
     }
     text_data d;
     float *rows[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0};
-    int rc = text_data_init(e, text, len, 200, &d);
+    int rc = fusion_text_data_init(e, text, len, 200, &d);
     if (rc < 0) goto done;
     out->n_members = e->n;
     out->n_chunks = d.n_chunks;
@@ -535,7 +596,7 @@ int tutti_ensemble_eval_bpb(tutti_ensemble *e, const char *text, size_t len, tut
         out->member_bpb[i] = s / ln2n;
         out->member_byte_bpb[i] = NAN;
     }
-    if ((rc = compute_tables(e, &d, e->temp, rows)) < 0) goto done;
+    if ((rc = fusion_compute_tables(e, &d, e->temp, rows)) < 0) goto done;
     if (e->align != TUTTI_ALIGN_TOKEN)
         for (int32_t i = 0; i < e->n; i++) {
             double s = 0;
@@ -543,11 +604,11 @@ int tutti_ensemble_eval_bpb(tutti_ensemble *e, const char *text, size_t len, tut
             out->member_byte_bpb[i] = s / ln2n;
         }
     double nll;
-    if ((rc = ensemble_nll(e, &d, rows, e->w, &nll)) < 0) goto done;
+    if ((rc = fusion_ensemble_nll_fused(e, &d, rows, e->w, &nll, &out->fused_share)) < 0) goto done;
     out->ensemble_bpb = nll / ln2n;
 done:
     for (int32_t i = 0; i < e->n; i++) free(rows[i]);
-    text_data_free(&d);
+    fusion_text_data_free(&d);
     return tutti_primary_code(rc); /* no internal kind escapes (util/error.h) */
 }
 
@@ -562,11 +623,11 @@ int fusion_text_nll(tutti_ensemble *e, const char *text, size_t len, double *mem
     if (len == 0) return 0;
     text_data d;
     float *rows[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0};
-    int rc = text_data_init(e, text, len, 0, &d);
-    if (rc == 0 && d.n_rows > 0 && (rc = compute_tables(e, &d, e->temp, rows)) == 0)
-        rc = ensemble_nll(e, &d, rows, e->w, ens_nll);
+    int rc = fusion_text_data_init(e, text, len, 0, &d);
+    if (rc == 0 && d.n_rows > 0 && (rc = fusion_compute_tables(e, &d, e->temp, rows)) == 0)
+        rc = fusion_ensemble_nll(e, &d, rows, e->w, ens_nll);
     for (int32_t i = 0; i < e->n; i++) free(rows[i]);
-    text_data_free(&d);
+    fusion_text_data_free(&d);
     return rc;
 }
 
@@ -577,17 +638,47 @@ typedef struct branch_job {
     float *rows[TUTTI_ENSEMBLE_MAX_MEMBERS];
     double *plp[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* [strlen(prefix)] per member */
     bool *pgone[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    float *prow[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* the prefix's rows (context weights), or NULL */
 } branch_job;
 
 static int job_branches(tutti_ensemble *e, int32_t i, void *arg) {
     branch_job *j = arg;
     fusion_bytes_params bp = ens_bytes_params(e, i);
     if (byte_table_branches(e->m[i], e->trie[i], &bp, j->prefix, strlen(j->prefix), j->cont, j->n_cont,
-                            j->rows[i], j->plp[i], j->pgone[i]) < 0) {
+                            j->rows[i], j->plp[i], j->pgone[i], j->prow[i]) < 0) {
         tutti_error_prefix("member %d (%s)", i + 1, e->path[i]);
         return TUTTI_ERR;
     }
     return 0;
+}
+
+/* fusion_branches_nll through the weigher: fed with the prefix's rows,
+ * then copied for every continuation.  y: scratch for max(prefix,
+ * continuation) bytes. */
+static int weighed_branches(tutti_ensemble *e, const char *prefix, const char *const *cont, int n_cont,
+                            const branch_job *j, int32_t *y, double *nll) {
+    fusion_weigher s;
+    if (fusion_weigher_begin(&s, e, e->w) < 0) return TUTTI_ERR;
+    size_t plen = strlen(prefix);
+    for (size_t k = 0; k < plen; k++) y[k] = (uint8_t)prefix[k];
+    double pnll;
+    text_data dp = {.n_rows = (int64_t)plen, .y = y, .width = FUSION_N_BYTE_OUT};
+    int rc = plen ? fusion_weighed_nll(e, &dp, (float *const *)j->prow, e->w, &pnll, NULL, &s, NULL, NULL) : 0;
+    size_t r = 0;
+    for (int c = 0; c < n_cont && rc == 0; c++) {
+        size_t len = strlen(cont[c]);
+        for (size_t k = 0; k < len; k++) y[k] = (uint8_t)cont[c][k];
+        float *rows[TUTTI_ENSEMBLE_MAX_MEMBERS];
+        for (int32_t i = 0; i < e->n; i++) rows[i] = j->rows[i] + r * FUSION_N_BYTE_OUT;
+        fusion_weigher sc = s; /* the state after the prefix; scratch of its own */
+        sc.scratch = NULL, sc.cap = 0;
+        text_data d = {.n_rows = (int64_t)len, .y = y, .width = FUSION_N_BYTE_OUT};
+        rc = fusion_weighed_nll(e, &d, rows, e->w, &nll[c], NULL, &sc, NULL, NULL);
+        fusion_weigher_free(&sc);
+        r += len;
+    }
+    fusion_weigher_free(&s);
+    return rc;
 }
 
 int fusion_branches_nll(tutti_ensemble *e, const char *prefix, const char *const *cont, int n_cont, double *nll) {
@@ -603,9 +694,17 @@ int fusion_branches_nll(tutti_ensemble *e, const char *prefix, const char *const
         j.pgone[i] = malloc(sizeof(bool) * (plen ? plen : 1));
         if (!j.rows[i] || !j.plp[i] || !j.pgone[i]) rc = tutti_set_error("eval: out of memory");
     }
-    int32_t *y = malloc(sizeof(int32_t) * (total ? total : 1));
+    bool weighed = e->ctx.n_features > 0 || e->select >= 0;
+    for (int32_t i = 0; weighed && i < e->n && rc == 0; i++)
+        if (!(j.prow[i] = malloc(sizeof(float) * (plen ? plen : 1) * FUSION_N_BYTE_OUT)))
+            rc = tutti_set_error("eval: out of memory");
+    int32_t *y = malloc(sizeof(int32_t) * (total > plen ? total : plen ? plen : 1));
     if (!y && rc == 0) rc = tutti_set_error("eval: out of memory");
     if (rc == 0) rc = ens_run_members(e, job_branches, &j);
+    if (rc == 0 && weighed) {
+        rc = weighed_branches(e, prefix, cont, n_cont, &j, y, nll);
+        n_cont = 0; /* scored */
+    }
     /* weights that follow the text: the posterior after the prefix is the
      * prior of every continuation (alpha 0: the exact mixture of whole
      * sequences, log Σ w_i p_i(prefix + cont) - log Σ w_i p_i(prefix)) */
@@ -632,17 +731,17 @@ int fusion_branches_nll(tutti_ensemble *e, const char *prefix, const char *const
             for (size_t k = 0; k < len; k++) {
                 for (int32_t i = 0; i < e->n; i++) {
                     const float *row = rows[i] + k * FUSION_N_BYTE_OUT;
-                    l[i] = row[y[r + k]], g[i] = row_gone(row, FUSION_N_BYTE_OUT);
+                    l[i] = row[y[r + k]], g[i] = fusion_row_gone(row, FUSION_N_BYTE_OUT);
                 }
                 nll[c] -= fusion_adapt_update(e, e->adapt_alpha, prior, w, l, g);
             }
         } else {
             text_data d = {.n_rows = (int64_t)len, .y = y + r, .width = FUSION_N_BYTE_OUT};
-            rc = ensemble_nll(e, &d, rows, e->w, &nll[c]);
+            rc = fusion_ensemble_nll(e, &d, rows, e->w, &nll[c]);
         }
         r += len;
     }
-    for (int32_t i = 0; i < e->n; i++) free(j.rows[i]), free(j.plp[i]), free(j.pgone[i]);
+    for (int32_t i = 0; i < e->n; i++) free(j.rows[i]), free(j.plp[i]), free(j.pgone[i]), free(j.prow[i]);
     free(y);
     return rc;
 }
@@ -666,7 +765,7 @@ static double objective(const tutti_ensemble *e, const text_data *d, float *cons
             bool present[TUTTI_ENSEMBLE_MAX_MEMBERS];
             int64_t r0 = span ? d->span_start[k] : k;
             for (int32_t i = 0; i < n; i++) {
-                present[i] = !row_gone(rows[i] + r0 * d->width, d->width);
+                present[i] = !fusion_row_gone(rows[i] + r0 * d->width, d->width);
                 p[i] = span ? sp[i * nr + k] : rows[i][k * d->width + d->y[k]];
                 if (!present[i]) continue;
                 wa += w[i];
@@ -683,40 +782,47 @@ static double objective(const tutti_ensemble *e, const text_data *d, float *cons
     }
     /* product: s(x) = Σ w_i l_i(x); L = -Σ [s(y) - lse s] */
     int W = d->width;
-    double *s = malloc(sizeof(double) * (size_t)W);
+    double *s = malloc(sizeof(double) * (size_t)W), gu[TUTTI_ENSEMBLE_MAX_MEMBERS];
     if (!s) return INFINITY;
     for (int64_t k = 0; k < d->n_rows; k++) {
-        double mx = -INFINITY;
-        for (int x = 0; x < W; x++) {
-            double a = 0;
-            for (int32_t i = 0; i < n; i++) {
-                float l = rows[i][k * W + x];
-                a += w[i] * (l < -1e4f ? -1e4 : (double)l);
-            }
-            s[x] = a;
-            if (a > mx) mx = a;
-        }
-        double z = 0;
-        for (int x = 0; x < W; x++) z += (s[x] = exp(s[x] - mx));
-        int32_t y = d->y[k];
-        double sy = 0;
-        for (int32_t i = 0; i < n; i++) {
-            float l = rows[i][k * W + y];
-            sy += w[i] * (l < -1e4f ? -1e4 : (double)l);
-        }
-        L -= sy - (mx + log(z));
-        for (int32_t i = 0; i < n; i++) {
-            double el = 0;
-            for (int x = 0; x < W; x++) {
-                float l = rows[i][k * W + x];
-                el += s[x] / z * (l < -1e4f ? -1e4 : (double)l);
-            }
-            float ly = rows[i][k * W + y];
-            g[i] -= (ly < -1e4f ? -1e4 : (double)ly) - el;
-        }
+        const float *r[TUTTI_ENSEMBLE_MAX_MEMBERS];
+        for (int32_t i = 0; i < n; i++) r[i] = rows[i] + (size_t)k * (size_t)W;
+        L -= fusion_pool_unit(n, r, w, W, d->y[k], s, gu);
+        for (int32_t i = 0; i < n; i++) g[i] -= gu[i];
     }
     free(s);
     return L;
+}
+
+static double pool_clamp(float l) { return l < FUSION_POOL_CLAMP ? FUSION_POOL_CLAMP : (double)l; }
+
+/* Σ_x p[x] max(l[x], clamp) with four partial sums (a loop the compiler
+ * vectorises; the fits run it n_members times per unit per step) */
+static double pool_dot(const double *p, const float *l, int W) {
+    double a[4] = {0, 0, 0, 0};
+    int x = 0;
+    for (; x + 4 <= W; x += 4)
+        for (int k = 0; k < 4; k++) a[k] += p[x + k] * pool_clamp(l[x + k]);
+    for (; x < W; x++) a[0] += p[x] * pool_clamp(l[x]);
+    return (a[0] + a[1]) + (a[2] + a[3]);
+}
+
+double fusion_pool_unit(int32_t n, const float *const *rows, const double *c, int W, int32_t y, double *s, double *g) {
+    for (int x = 0; x < W; x++) s[x] = 0;
+    double sy = 0;
+    for (int32_t i = 0; i < n; i++) { /* member by member: each pass over the row is one plain loop */
+        if (!rows[i]) continue;
+        const float *r = rows[i];
+        double ci = c[i];
+        for (int x = 0; x < W; x++) s[x] += ci * pool_clamp(r[x]);
+        sy += ci * pool_clamp(r[y]);
+    }
+    double mx = -INFINITY, z = 0;
+    for (int x = 0; x < W; x++) mx = s[x] > mx ? s[x] : mx;
+    for (int x = 0; x < W; x++) z += (s[x] = exp(s[x] - mx)); /* libm: the loss stays smooth for the gradient */
+    for (int32_t i = 0; g && i < n; i++)
+        if (rows[i]) g[i] = pool_clamp(rows[i][y]) - pool_dot(s, rows[i], W) / z;
+    return sy - mx - log(z);
 }
 
 /* Adam on softmax-parameterised weights; theta is updated in place. */
@@ -753,88 +859,52 @@ static double fit_weights(const tutti_ensemble *e, const text_data *d, float *co
     return best * (double)nr;
 }
 
-int tutti_ensemble_fit(tutti_ensemble *e, const char *text, size_t len, const float *temps, int32_t n_temps,
-                       tutti_fit_result *out) {
-    if (!e || !text) return tutti_set_error("fit: missing argument");
-    if (e->rule == TUTTI_RULE_CONTRASTIVE) {
-        tutti_set_error("fit: the contrastive rule has no likelihood to fit weights on; use mix or product");
-        return TUTTI_ERR_UNSUPPORTED;
-    }
-    if (e->rule == TUTTI_RULE_GATE && e->align != TUTTI_ALIGN_SPAN) {
-        tutti_set_error("fit: the gate rule has no weights to fit; use mix or product");
-        return TUTTI_ERR_UNSUPPORTED;
-    }
-    static const float one = 1.0f;
-    if (!temps || n_temps <= 0) temps = &one, n_temps = 1;
-    for (int32_t t = 0; t < n_temps; t++)
-        if (!(temps[t] > 0)) return tutti_set_error("fit: temperature grid value %g is not > 0", (double)temps[t]);
-    /* weights and temperatures are fitted statically; the adapt alpha after */
-    bool adapt = e->adapt_on;
-    e->adapt_on = false;
-    text_data d;
-    int rc = text_data_init(e, text, len, 200, &d);
+/* Static weights and temperatures on the tables tab[t * n + i] (member i at
+ * grid temperature t): coordinate descent over each member's temperature,
+ * the weights refit by Adam for every candidate.  cur[i]: the chosen
+ * tables; wf, tf the fitted weights and temperatures; *uniform_nll: uniform
+ * weights at the grid value closest to 1. */
+static int fit_static(tutti_ensemble *e, const text_data *d, float **tab, const float *temps, int32_t n_temps,
+                      float **cur, float *wf, float *tf, double *uniform_nll) {
     int32_t n = e->n;
-    /* tables[t][i] */
-    float **tab = calloc((size_t)n_temps * (size_t)n + 1, sizeof(float *));
-    float *unif_rows[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0};
-    double *sp = NULL;
-    if (rc < 0) goto done;
-    if (!tab) {
-        rc = tutti_set_error("fit: out of memory");
-        goto done;
-    }
-    for (int32_t t = 0; t < n_temps; t++) {
-        float tt[TUTTI_ENSEMBLE_MAX_MEMBERS];
-        for (int32_t i = 0; i < n; i++) tt[i] = temps[t];
-        if ((rc = compute_tables(e, &d, tt, tab + (size_t)t * (size_t)n)) < 0) goto done;
-    }
-    double ln2n = log(2.0) * (double)d.n_bytes;
     bool span = e->align == TUTTI_ALIGN_SPAN;
-    int64_t nsp = span ? d.n_spans : 0;
-    sp = malloc(sizeof(double) * (size_t)(nsp ? nsp : 1) * (size_t)n);
-    if (!sp) {
-        rc = tutti_set_error("fit: out of memory");
-        goto done;
-    }
-    /* uniform weights at tau = 1 (computed at the grid value closest to 1 when 1 is not in it) */
+    int64_t nsp = span ? d->n_spans : 0;
+    double *sp = malloc(sizeof(double) * (size_t)(nsp ? nsp : 1) * (size_t)n);
+    if (!sp) return tutti_set_error("fit: out of memory");
     int32_t t1 = 0;
     for (int32_t t = 1; t < n_temps; t++)
         if (fabsf(temps[t] - 1.0f) < fabsf(temps[t1] - 1.0f)) t1 = t;
     float wu[TUTTI_ENSEMBLE_MAX_MEMBERS];
-    for (int32_t i = 0; i < n; i++) wu[i] = 1.0f / (float)n, unif_rows[i] = tab[(size_t)t1 * (size_t)n + (size_t)i];
-    tutti_fusion_rule saved_rule = e->rule;
-    if (span) e->rule = TUTTI_RULE_MIX;
-    double nll;
-    if ((rc = ensemble_nll(e, &d, unif_rows, wu, &nll)) < 0) goto restore;
-    double uniform_bpb = nll / ln2n;
-    /* coordinate descent over each member's temperature; weights refit by
-     * Adam for every candidate */
     int32_t choice[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    for (int32_t i = 0; i < n; i++) wu[i] = 1.0f / (float)n, choice[i] = t1, cur[i] = tab[(size_t)t1 * (size_t)n + (size_t)i];
+    int rc = fusion_ensemble_nll(e, d, cur, wu, uniform_nll);
+    if (rc < 0) {
+        free(sp);
+        return rc;
+    }
     double theta[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0};
-    float *cur[TUTTI_ENSEMBLE_MAX_MEMBERS];
-    for (int32_t i = 0; i < n; i++) choice[i] = t1, cur[i] = tab[(size_t)t1 * (size_t)n + (size_t)i];
     if (span)
-        for (int32_t i = 0; i < n; i++) span_logp(&d, cur[i], sp + (size_t)i * (size_t)nsp);
-    double best = fit_weights(e, &d, cur, sp, theta, 300);
+        for (int32_t i = 0; i < n; i++) fusion_span_logp(d, cur[i], sp + (size_t)i * (size_t)nsp);
+    double best = fit_weights(e, d, cur, sp, theta, 300);
     for (int round = 0; round < 2 && n_temps > 1; round++)
         for (int32_t i = 0; i < n; i++)
             for (int32_t t = 0; t < n_temps; t++) {
                 if (t == choice[i]) continue;
                 cur[i] = tab[(size_t)t * (size_t)n + (size_t)i];
-                if (span) span_logp(&d, cur[i], sp + (size_t)i * (size_t)nsp);
+                if (span) fusion_span_logp(d, cur[i], sp + (size_t)i * (size_t)nsp);
                 double th[TUTTI_ENSEMBLE_MAX_MEMBERS];
                 memcpy(th, theta, sizeof th);
-                double L = fit_weights(e, &d, cur, sp, th, 120);
+                double L = fit_weights(e, d, cur, sp, th, 120);
                 if (L < best) {
                     best = L, choice[i] = t;
                     memcpy(theta, th, sizeof th);
                 } else {
                     cur[i] = tab[(size_t)choice[i] * (size_t)n + (size_t)i];
-                    if (span) span_logp(&d, cur[i], sp + (size_t)i * (size_t)nsp);
+                    if (span) fusion_span_logp(d, cur[i], sp + (size_t)i * (size_t)nsp);
                 }
             }
-    best = fit_weights(e, &d, cur, sp, theta, 300);
-    float wf[TUTTI_ENSEMBLE_MAX_MEMBERS], tf[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    fit_weights(e, d, cur, sp, theta, 300);
+    free(sp);
     double mx = -INFINITY, z = 0;
     for (int32_t i = 0; i < n; i++)
         if (theta[i] > mx) mx = theta[i];
@@ -845,43 +915,107 @@ int tutti_ensemble_fit(tutti_ensemble *e, const char *text, size_t len, const fl
         if (wf[i] < 1e-4f) wf[i] = 0;
         tf[i] = temps[choice[i]];
     }
-    /* the reported figure goes through the same code path as eval */
-    if ((rc = ensemble_nll(e, &d, cur, wf, &nll)) < 0) goto restore;
-    double static_nll = nll, alpha = -1;
-    if (adapt) {
-        /* fixed-share alpha on a log grid, the fitted weights as the prior */
-        static const double grid[] = {0, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1};
-        double *lp;
-        bool *gone;
-        int64_t nu;
-        if ((rc = unit_logp(e, &d, cur, &lp, &gone, &nu)) < 0) goto restore;
-        for (size_t g = 0; g < sizeof grid / sizeof grid[0]; g++) {
-            double L = adapt_nll(e, grid[g], wf, lp, gone, nu);
-            if (alpha < 0 || L < nll) nll = L, alpha = grid[g];
-        }
-        free(lp), free(gone);
-        e->adapt_alpha = alpha;
+    return 0;
+}
+
+/* The fixed-share alpha on a log grid, the ensemble's weights as the prior
+ * (adapt on): *nll the best figure. */
+static int fit_alpha(tutti_ensemble *e, const text_data *d, float *const *cur, double *nll, double *alpha) {
+    static const double grid[] = {0, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1};
+    *alpha = -1;
+    for (size_t g = 0; g < sizeof grid / sizeof grid[0]; g++) {
+        double L;
+        e->adapt_alpha = grid[g];
+        if (fusion_ensemble_nll(e, d, cur, e->w, &L) < 0) return TUTTI_ERR;
+        if (*alpha < 0 || L < *nll) *nll = L, *alpha = grid[g];
     }
+    e->adapt_alpha = *alpha;
+    return 0;
+}
+
+int tutti_ensemble_fit(tutti_ensemble *e, const char *text, size_t len, const float *temps, int32_t n_temps,
+                       tutti_fit_result *out) {
+    tutti_fit_params p = {.temps = temps, .n_temps = n_temps};
+    return tutti_ensemble_fit_with(e, text, len, &p, out);
+}
+
+int tutti_ensemble_fit_with(tutti_ensemble *e, const char *text, size_t len, const tutti_fit_params *p,
+                            tutti_fit_result *out) {
+    if (!e || !text) return tutti_set_error("fit: missing argument");
+    static const tutti_fit_params none = {0};
+    if (!p) p = &none;
+    if (e->rule == TUTTI_RULE_CONTRASTIVE) {
+        tutti_set_error("fit: the contrastive rule has no likelihood to fit weights on; use mix or product");
+        return TUTTI_ERR_UNSUPPORTED;
+    }
+    if (e->rule == TUTTI_RULE_GATE && e->align != TUTTI_ALIGN_SPAN) {
+        tutti_set_error("fit: the gate rule has no weights to fit; use mix or product");
+        return TUTTI_ERR_UNSUPPORTED;
+    }
+    if (p->n_context < 0 || p->n_context > TUTTI_N_FEATURES) return tutti_set_error("fit: %d context features", p->n_context);
+    if (p->select_share > 1) return tutti_set_error("fit: the share of units to fuse must be in (0, 1]");
+    if (p->select_share > 0 && e->align == TUTTI_ALIGN_SPAN)
+        return tutti_set_error("fit: selective fusion needs token or byte alignment");
+    static const float one = 1.0f;
+    const float *temps = p->temps;
+    int32_t n_temps = p->n_temps;
+    if (!temps || n_temps <= 0) temps = &one, n_temps = 1;
+    for (int32_t t = 0; t < n_temps; t++)
+        if (!(temps[t] > 0)) return tutti_set_error("fit: temperature grid value %g is not > 0", (double)temps[t]);
+    /* weights and temperatures are fitted statically, then the context
+     * weights, the adapt alpha and the selective-fusion threshold */
+    bool adapt = e->adapt_on;
+    e->adapt_on = false;
+    memset(&e->ctx, 0, sizeof e->ctx);
+    e->select = -1;
+    text_data d;
+    int rc = fusion_text_data_init(e, text, len, 200, &d);
+    int32_t n = e->n;
+    float **tab = calloc((size_t)n_temps * (size_t)n + 1, sizeof(float *)); /* tables[t][i] */
+    if (rc == 0 && !tab) rc = tutti_set_error("fit: out of memory");
+    for (int32_t t = 0; rc == 0 && t < n_temps; t++) {
+        float tt[TUTTI_ENSEMBLE_MAX_MEMBERS];
+        for (int32_t i = 0; i < n; i++) tt[i] = temps[t];
+        rc = fusion_compute_tables(e, &d, tt, tab + (size_t)t * (size_t)n);
+    }
+    double ln2n = log(2.0) * (double)d.n_bytes;
+    tutti_fusion_rule saved_rule = e->rule;
+    if (e->align == TUTTI_ALIGN_SPAN) e->rule = TUTTI_RULE_MIX; /* the span mixture is what eval scores */
+    float *cur[TUTTI_ENSEMBLE_MAX_MEMBERS], wf[TUTTI_ENSEMBLE_MAX_MEMBERS], tf[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    double uniform_nll = NAN, static_nll = NAN, ctx_nll = NAN, heldout = NAN, nll = NAN, alpha = -1, thr = -1, fused = 1;
+    if (rc == 0) rc = fit_static(e, &d, tab, temps, n_temps, cur, wf, tf, &uniform_nll);
+    if (rc == 0) rc = tutti_ensemble_set_weights(e, wf, tf);
+    /* the reported figures go through the same code path as eval */
+    if (rc == 0) rc = fusion_ensemble_nll(e, &d, cur, e->w, &static_nll);
+    nll = static_nll;
+    if (rc == 0 && p->n_context > 0 && (rc = fusion_fit_context(e, &d, cur, p->context, p->n_context, &heldout)) == 0)
+        rc = fusion_ensemble_nll(e, &d, cur, e->w, &ctx_nll), nll = ctx_nll;
+    if (rc == 0 && adapt) {
+        e->adapt_on = true;
+        rc = fit_alpha(e, &d, cur, &nll, &alpha);
+    }
+    if (rc == 0 && p->select_share > 0 && (rc = fusion_select_threshold(e, &d, cur, p->select_share, &thr)) == 0 &&
+        (rc = tutti_ensemble_set_select(e, thr)) == 0)
+        rc = fusion_ensemble_nll_fused(e, &d, cur, e->w, &nll, &fused);
     e->rule = saved_rule;
-    if ((rc = tutti_ensemble_set_weights(e, wf, tf)) < 0) goto done;
-    if (out) {
+    e->adapt_on = adapt;
+    if (rc == 0 && out) {
         memset(out, 0, sizeof *out);
-        out->uniform_bpb = uniform_bpb;
+        out->uniform_bpb = uniform_nll / ln2n;
         out->fitted_bpb = nll / ln2n;
         out->static_bpb = static_nll / ln2n;
+        out->context_bpb = ctx_nll / ln2n;
+        out->heldout_bpb = heldout;
         out->adapt_alpha = alpha;
-        memcpy(out->weights, wf, sizeof(float) * (size_t)n);
-        memcpy(out->temps, tf, sizeof(float) * (size_t)n);
+        out->select_threshold = thr;
+        out->fused_share = fused;
+        out->acc = out->acc_norm = NAN;
+        memcpy(out->weights, e->w, sizeof(float) * (size_t)n);
+        memcpy(out->temps, e->temp, sizeof(float) * (size_t)n);
     }
-    goto done;
-restore:
-    e->rule = saved_rule;
-done:
-    e->adapt_on = adapt;
     if (tab)
         for (int32_t k = 0; k < n_temps * n; k++) free(tab[k]);
     free(tab);
-    free(sp);
-    text_data_free(&d);
+    fusion_text_data_free(&d);
     return tutti_primary_code(rc);
 }

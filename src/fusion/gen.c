@@ -6,12 +6,26 @@
 #include <string.h>
 
 #include "fusion/align.h"
+#include "member/remote.h"
 #include "util/error.h"
 
 static double member_forward_sum(const tutti_ensemble *e) {
     double s = 0;
     for (int32_t i = 0; i < e->n; i++) s += e->m[i]->t_forward_s;
     return s;
+}
+
+int32_t align_unit_weights(fusion_align *a, const float *const *logp, int32_t n, const bool *gone) {
+    a->lead = -1;
+    if (!fusion_weigher_varies(&a->wg) && !a->wg.select) return -1;
+    tutti_ensemble *e = a->e;
+    bool out[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    for (int32_t i = 0; i < e->n; i++) out[i] = (gone && gone[i]) || fusion_member_has_left(e->m[i]);
+    float w[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    int32_t lead = fusion_weigher_unit(&a->wg, fusion_weigher_needs_rows(&a->wg) ? logp : NULL, n, out, w);
+    if (lead < -1) return TUTTI_ERR;
+    if (fusion_weigher_varies(&a->wg)) memcpy(a->w, w, sizeof(float) * (size_t)e->n);
+    return a->lead = lead;
 }
 
 static int gen_loop(fusion_align *a, const gen_prompt *pr, const tutti_sampler_params *sp) {
@@ -21,7 +35,11 @@ static int gen_loop(fusion_align *a, const gen_prompt *pr, const tutti_sampler_p
     tutti_sampler *smp = NULL;
     if (!ops->choose && !(smp = tutti_sampler_new(sp))) return TUTTI_ERR;
     memcpy(a->w, e->w, sizeof(float) * (size_t)e->n);
-    fusion_adapt_begin(e, &a->ad);
+    if (fusion_weigher_begin(&a->wg, e, e->w) < 0) {
+        tutti_sampler_free(smp);
+        return TUTTI_ERR;
+    }
+    a->lead = -1;
     int rc = ops->start(a, pr, smp) < 0 ? TUTTI_ERR : 0;
     while (rc == 0 && !g->stopped && (g->max_units <= 0 || g->n_units < g->max_units)) {
         if (ops->ctx_full(a)) break;
@@ -68,13 +86,15 @@ static int gen_loop(fusion_align *a, const gen_prompt *pr, const tutti_sampler_p
         }
         if (end) break;
         int32_t units = 0;
+        a->unit_bytes = 1;
         r = ops->commit(a, x, &units);
         if (r < 0) {
             rc = TUTTI_ERR;
             break;
         }
-        if (a->ad.on) fusion_adapt_step(e, &a->ad, a->unit_logp, a->gone, a->w);
+        if (fusion_weigher_varies(&a->wg)) fusion_weigher_observe(&a->wg, a->unit_logp, a->gone, a->unit_bytes);
         g->n_units += units;
+        if (a->lead < 0) g->n_fused += units;
         if (gr_constraint_accept(&g->gc, bytes, nb) < 0 || gen_append(g, bytes, nb) < 0) {
             rc = TUTTI_ERR;
             break;
@@ -82,6 +102,7 @@ static int gen_loop(fusion_align *a, const gen_prompt *pr, const tutti_sampler_p
         if (r == ALIGN_STOP) break;
     }
     tutti_sampler_free(smp);
+    fusion_weigher_free(&a->wg);
     return rc;
 }
 
@@ -179,6 +200,7 @@ static int ens_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sam
         }
         stats->ctx_full_member = g.ctx_full;
         stats->at_limit = g.at_limit || (g.max_units > 0 && g.n_units >= g.max_units);
+        stats->n_fused = g.n_fused;
         /* a full context cuts the text as a limit does, whatever the
          * alignment (and an unfinished grammar with it): "length" */
         stats->finish = stats->at_limit || g.ctx_full >= 0 ? TUTTI_FINISH_LENGTH : TUTTI_FINISH_STOP;

@@ -6,6 +6,7 @@
  * are the caller's usage (tutti_last_error_kind: TUTTI_ERR_UNSUPPORTED, the
  * CLI exits 2). */
 #include <math.h>
+#include <string.h>
 
 #include "util/error.h"
 
@@ -83,5 +84,36 @@ int tutti_ensemble_params_check(const tutti_ensemble_params *p) {
         return tutti_set_usage_error("the byte alignment's pruning share must be in [0, 1) (got %g)", p->prune);
     if (p->max_hyps > 4096)
         return tutti_set_usage_error("the byte alignment keeps at most 4096 hypotheses per member (got %d)", p->max_hyps);
+    return 0;
+}
+
+int tutti_check_context(const tutti_context_weights *cw, int32_t n_members) {
+    if (!cw || cw->n_features == 0) return 0;
+    if (cw->n_features < 0 || cw->n_features > TUTTI_N_FEATURES)
+        return tutti_set_error("context weights: %d features (1 to %d)", cw->n_features, TUTTI_N_FEATURES);
+    unsigned seen = 0;
+    for (int32_t k = 0; k < cw->n_features; k++) {
+        int32_t f = cw->features[k];
+        if (f < 0 || f >= TUTTI_N_FEATURES) return tutti_set_error("context weights: unknown feature %d", f);
+        if (seen & (1u << f)) return tutti_set_error("context weights: feature %s named twice", tutti_feature_name((tutti_feature)f));
+        seen |= 1u << f;
+    }
+    if (!(cw->halflife >= TUTTI_HALFLIFE_MIN && cw->halflife <= TUTTI_HALFLIFE_MAX))
+        return tutti_set_error("context weights: half-life %g is not in [%g, %g] units", cw->halflife,
+                               TUTTI_HALFLIFE_MIN, TUTTI_HALFLIFE_MAX);
+    for (int32_t i = 0; i < n_members; i++)
+        for (int32_t k = 0; k < cw->n_features; k++) {
+            float b = cw->coef[i][k];
+            if (!isfinite(b) || fabsf(b) > TUTTI_COEF_MAX)
+                return tutti_set_error("context weights: member %d's coefficient for %s is %g (finite, |b| <= %g)",
+                                       i + 1, tutti_feature_name((tutti_feature)cw->features[k]), (double)b, TUTTI_COEF_MAX);
+        }
+    return 0;
+}
+
+int tutti_check_select(double threshold) {
+    if (threshold < 0) return 0; /* off */
+    if (!(threshold <= TUTTI_SELECT_MAX))
+        return tutti_set_error("selective fusion: threshold %g is not in [0, %g] nats", threshold, TUTTI_SELECT_MAX);
     return 0;
 }

@@ -196,8 +196,13 @@ void srv_spec_make_key(srv_spec *s) {
     size_t o = 0;
     /* one member always fuses per token; more are resolved at start-up */
     s->align_used = s->n == 1 ? TUTTI_ALIGN_TOKEN : s->align != TUTTI_ALIGN_AUTO ? s->align : -1;
-    o += (size_t)snprintf(s->key + o, sizeof s->key - o, "r%d a%d ad%d:%a ro%a", s->rule, s->align, s->adapt,
-                          s->adapt_alpha, s->route);
+    /* the context weights by a hash of their bytes (FNV-1a: the coefficients would not fit) */
+    uint64_t h = 1469598103934665603ull;
+    const unsigned char *cb = (const unsigned char *)&s->ctx;
+    for (size_t k = 0; s->ctx.n_features > 0 && k < sizeof s->ctx; k++) h = (h ^ cb[k]) * 1099511628211ull;
+    o += (size_t)snprintf(s->key + o, sizeof s->key - o, "r%d a%d ad%d:%a ro%a cw%d:%llx se%d:%a", s->rule, s->align,
+                          s->adapt, s->adapt_alpha, s->route, s->ctx.n_features, (unsigned long long)h, s->select,
+                          s->select ? s->select_thresh : 0.0);
     for (int i = 0; i < s->n && o < sizeof s->key; i++)
         o += (size_t)snprintf(s->key + o, sizeof s->key - o, " %d:%a:%a", s->file[i], (double)s->w[i], (double)s->t[i]);
 }
@@ -206,6 +211,8 @@ void srv_spec_make_key(srv_spec *s) {
 int srv_spec_check(const srv_spec *s) {
     for (int i = 0; i < s->n; i++)
         if (tutti_check_temp(i + 1, s->t[i]) < 0) return TUTTI_ERR;
+    if (tutti_check_context(&s->ctx, s->n) < 0 || (s->select && tutti_check_select(s->select_thresh) < 0))
+        return TUTTI_ERR;
     return tutti_check_weights(s->w, s->n, (tutti_fusion_rule)s->rule);
 }
 
@@ -346,6 +353,9 @@ static int command_line_spec(srv_registry *reg, const server_opts *o, char *err,
     float fw[TUTTI_ENSEMBLE_MAX_MEMBERS], ft[TUTTI_ENSEMBLE_MAX_MEMBERS];
     int rule = o->rule, align = o->align;
     double adapt = o->adapt_alpha >= 0 ? o->adapt_alpha : -1, route = o->route_tau > 0 ? o->route_tau : -1;
+    double select = o->select;
+    tutti_context_weights ctx;
+    memset(&ctx, 0, sizeof ctx);
     if (o->ens_file) {
         tutti_ensemble_file *ef = tutti_ensemble_file_read(o->ens_file);
         if (!ef) return fail(err, cap, "-e %s: %s", o->ens_file, tutti_last_error());
@@ -362,6 +372,8 @@ static int command_line_spec(srv_registry *reg, const server_opts *o, char *err,
         if (align < 0) align = ef->align;
         if (adapt < 0) adapt = ef->adapt;
         if (route <= 0) route = ef->route;
+        if (select < 0) select = ef->select;
+        if (!o->no_context) ctx = ef->context;
         tutti_ensemble_file_free(ef);
     }
     for (int i = 0; i < o->n_models; i++) {
@@ -373,8 +385,8 @@ static int command_line_spec(srv_registry *reg, const server_opts *o, char *err,
     }
     if (o->adapt && adapt < 0) adapt = 0.01;
     if (o->route && route <= 0) route = 0.25;
-    if ((adapt >= 0 || route > 0) && n_mem == 0)
-        return fail(err, cap, "--adapt and --route apply to 'default': give its members with -m or -e");
+    if ((adapt >= 0 || route > 0 || select >= 0) && n_mem == 0)
+        return fail(err, cap, "--adapt, --route and --select apply to 'default': give its members with -m or -e");
     if (o->n_weights && o->n_weights != n_mem)
         return fail(err, cap, "-w gives %d weights for %d members", o->n_weights, n_mem);
     if (o->n_temps && o->n_temps != n_mem)
@@ -393,6 +405,9 @@ static int command_line_spec(srv_registry *reg, const server_opts *o, char *err,
     s->adapt = adapt >= 0;
     s->adapt_alpha = adapt;
     s->route = route > 0 ? route : 0;
+    s->ctx = ctx;
+    s->select = select >= 0;
+    s->select_thresh = select;
     if (srv_spec_check(s) < 0) return fail(err, cap, "'default': %s", tutti_last_error());
     srv_spec_make_key(s);
     return 1;
@@ -557,6 +572,8 @@ void srv_registry_scrub(const srv_registry *reg, const char *msg, char *out, siz
 int srv_spec_apply(const srv_spec *s, tutti_ensemble *e) {
     if (s->adapt && tutti_ensemble_set_adapt(e, s->adapt_alpha) < 0) return TUTTI_ERR;
     if (s->route > 0 && tutti_ensemble_set_route(e, s->route) < 0) return TUTTI_ERR;
+    if (s->ctx.n_features > 0 && tutti_ensemble_set_context(e, &s->ctx) < 0) return TUTTI_ERR;
+    if (s->select && tutti_ensemble_set_select(e, s->select_thresh) < 0) return TUTTI_ERR;
     return 0;
 }
 

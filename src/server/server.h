@@ -40,6 +40,8 @@ typedef struct server_opts {
     bool adapt, route;    /* --adapt, --route (for 'default') */
     double adapt_alpha;   /* --adapt-alpha, < 0: not given */
     double route_tau;     /* --route-tau, <= 0: not given */
+    double select;        /* --select, < 0: not given */
+    bool no_context;      /* --no-context: the -e file's context weights are not used */
     const char *config;   /* --config FILE (JSON) */
     const char *chat_template_file;
     const char *host;
@@ -102,6 +104,9 @@ typedef struct srv_spec {
     bool adapt;           /* weights follow the text with fixed-share alpha adapt_alpha (--adapt) */
     double adapt_alpha;
     double route;         /* > 0: weights from the prompt with this tau (--route); 0 (as zeroed): off */
+    tutti_context_weights ctx; /* the -e file's context weights (n_features 0, as zeroed: off) */
+    bool select;          /* selective fusion at select_thresh (--select, the -e file's); false: off */
+    double select_thresh;
     int align_used;       /* the alignment the ensemble resolved (AUTO decided), -1 if not known yet */
     char key[1024];       /* identity for the slots' ensemble caches */
 } srv_spec;
@@ -137,7 +142,7 @@ const srv_spec *srv_registry_find(const srv_registry *reg, const char *name);
 int srv_registry_file_index(const srv_registry *reg, const char *name);
 /* Fills an ensemble's parameters for spec (members/models point into the
  * caller's arrays). */
-/* Applies s's adapt and route settings to an ensemble made from
+/* Applies s's adapt, route, context-weight and selective-fusion settings to an ensemble made from
  * srv_spec_params.  0, or TUTTI_ERR (the library's message). */
 int srv_spec_apply(const srv_spec *s, struct tutti_ensemble *e);
 void srv_spec_params(const srv_registry *reg, const srv_spec *s, int n_threads, tutti_member_desc *desc,
