@@ -68,6 +68,8 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
     o->host = "127.0.0.1";
     o->port = 8080;
     o->parallel = 1;
+    o->cont_batching = true;
+    o->n_ubatch = 512;
     o->queue = 16;
     o->timeout_read = 5;
     o->timeout_head = 10;
@@ -124,7 +126,15 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
         CLI_INT("--max-connections-per-ip", "N", &o->max_conns_per_ip, 0, 1 << 16,
                 "connections at once from one client address (0 = no limit)", NULL),
         CLI_CTX_OPT(&o->n_ctx, " per member and slot"),
-        CLI_INT("-t,--threads", "N", &o->n_threads, 1, CLI_MAX_THREADS, "threads per slot", "cores / slots"),
+        CLI_INT("-t,--threads", "N", &o->n_threads, 1, CLI_MAX_THREADS,
+                "threads of the forward passes (without continuous batching: per slot)",
+                "cores (without: cores / slots)"),
+        CLI_SECTION("continuous batching (README \"Continuous batching\")"),
+        CLI_FLAG("-cb,--cont-batching", &o->cont_batching,
+                 "one forward pass per model and step for every slot's pending tokens (default)"),
+        CLI_FLAG_OFF("-nocb,--no-cont-batching", &o->cont_batching, "each slot runs its own forward passes"),
+        CLI_INT("-ub,--ubatch-size", "N", &o->n_ubatch, 1, 8192,
+                "tokens per forward pass: a long prompt goes in chunks of this size", "512"),
         CLI_SECTION("models over MPI ranks (mpirun -np K tutti serve ...)"),
         CLI_SPLIT_OPTS(&split_counts, &split_ub, "members"),
         ENS_SPLIT_MEMBER_OPT(&split_member, "-m models"),

@@ -247,6 +247,12 @@ tutti_ensemble *tutti_ensemble_new(const tutti_ensemble_params *params) {
     }
     bool all_local = true; /* remote and MPI members wait on I/O: they run concurrently */
     for (int32_t i = 0; i < e->n; i++) all_local &= fusion_member_local_model(e->m[i]) != NULL;
+    if (params->batch) { /* the batch runs the local members' passes: in turn */
+        e->parallel = false;
+        for (int32_t i = 0; i < e->n; i++)
+            if (fusion_member_local_model(e->m[i]) && fusion_member_local_set_batch(e->m[i], params->batch) < 0)
+                goto fail;
+    }
     if (params->parallel == 0 && !e->parallel && !all_local) {
         /* with one thread the default is "in turn", but a remote or MPI
          * member's step is a wait, not work: run every member concurrently

@@ -192,6 +192,9 @@ void fusion_member_local_keep(fusion_member *m, int32_t n_seq, const int32_t *co
 /* Recreates a local member's sessions with n_threads threads each (its
  * cached timelines are lost). */
 int fusion_member_local_set_threads(fusion_member *m, int32_t n_threads);
+/* Recreates a local member's sessions as sessions of batch (borrowed;
+ * tutti_session_new_batched), its cached timelines lost. */
+int fusion_member_local_set_batch(fusion_member *m, tutti_batch *batch);
 /* Scheduling calibration for local members m[0..n): seconds per step (one
  * one-token forward pass of every member) when they run concurrently with
  * n_threads_each threads each (*t_par) and one after the other with

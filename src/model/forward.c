@@ -60,7 +60,7 @@ static void add_bias(float *x, const tutti_weight *b, int64_t n_tok, int64_t n) 
 }
 
 void tutti_forward_ubatch(tutti_session *s, const int32_t *ids, int32_t n, float *out) {
-    const tutti_fwd_seg seg = {s, ids, n};
+    const tutti_fwd_seg seg = {s, ids, n, NULL, NULL, false};
     tutti_forward_segments(s, &seg, 1, out, NULL);
 }
 
@@ -127,9 +127,9 @@ void tutti_forward_range(tutti_session *s, const tutti_fwd_seg *seg, int32_t n_s
             tutti_rmsnorm(s->q, L->q_norm.data, s->q, (int64_t)n * hp->n_head, hp->head_dim_k, hp->rms_eps);
             tutti_rmsnorm(s->k, L->k_norm.data, s->k, (int64_t)n * hp->n_head_kv, hp->head_dim_k, hp->rms_eps);
         }
-        const float *ff = s->rope_factors;
         for (int32_t j = 0, t0 = 0; j < n_seg; t0 += seg[j].n, j++) {
             tutti_session *ss = seg[j].s;
+            const float *ff = ss->rope_factors; /* the segment's own (they depend on its n_ctx) */
             const int32_t nt = seg[j].n, pos0 = ss->n_past;
             float *q = s->q + (int64_t)t0 * nq, *k = s->k + (int64_t)t0 * nk;
             tutti_rope(q, nt, hp->n_head, hp->head_dim_k, hp->n_rot, pos0, L->rope_base, L->rope_scale, ff,
@@ -197,9 +197,10 @@ void tutti_forward_range(tutti_session *s, const tutti_fwd_seg *seg, int32_t n_s
 
     if (!(flags & TUTTI_FWD_HEAD)) return; /* s->x: the activations after layer il1 - 1 */
 
-    /* ---- output: all rows into `out`, or the last row of every segment:
-     * one segment's into s->logits, several into rows[n_seg][n_vocab] and
-     * each into its own session's logits ---- */
+    /* ---- output: all rows into `out`, or per segment: its rows after the
+     * output norm into seg.embd, all its logits rows into seg.out, nothing
+     * (no_logits), or its last row: one segment's into its logits, several
+     * into rows[n_seg][n_vocab] and each into its own session's logits ---- */
     if (out) {
         tutti_rmsnorm(s->x, m->output_norm.data, s->h, n, n_embd, hp->rms_eps);
         matmul_w(s, &m->output, s->h, n, out);
@@ -209,13 +210,31 @@ void tutti_forward_range(tutti_session *s, const tutti_fwd_seg *seg, int32_t n_s
                    sizeof(float) * (size_t)hp->n_vocab);
         return;
     }
-    for (int32_t j = 0, t0 = 0; j < n_seg; t0 += seg[j].n, j++)
-        tutti_rmsnorm(s->x + (int64_t)(t0 + seg[j].n - 1) * n_embd, m->output_norm.data, s->h + (int64_t)j * n_embd,
-                      1, n_embd, hp->rms_eps);
-    float *dst = n_seg == 1 ? seg[0].s->logits : rows;
-    matmul_w(s, &m->output, s->h, n_seg, dst);
-    if (hp->final_softcap > 0) tutti_softcap(dst, (int64_t)n_seg * hp->n_vocab, hp->final_softcap);
-    if (n_seg > 1)
-        for (int32_t j = 0; j < n_seg; j++)
-            memcpy(seg[j].s->logits, rows + (int64_t)j * hp->n_vocab, sizeof(float) * (size_t)hp->n_vocab);
+    int32_t n_last = 0, last = -1;
+    for (int32_t j = 0, t0 = 0; j < n_seg; t0 += seg[j].n, j++) {
+        const float *xs = s->x + (int64_t)t0 * n_embd;
+        if (seg[j].embd) tutti_rmsnorm(xs, m->output_norm.data, seg[j].embd, seg[j].n, n_embd, hp->rms_eps);
+        if (seg[j].no_logits) continue;
+        if (!seg[j].out) {
+            n_last++, last = j;
+            continue;
+        }
+        tutti_rmsnorm(xs, m->output_norm.data, s->h, seg[j].n, n_embd, hp->rms_eps);
+        matmul_w(s, &m->output, s->h, seg[j].n, seg[j].out);
+        if (hp->final_softcap > 0) tutti_softcap(seg[j].out, (int64_t)seg[j].n * hp->n_vocab, hp->final_softcap);
+        memcpy(seg[j].s->logits, seg[j].out + (int64_t)(seg[j].n - 1) * hp->n_vocab,
+               sizeof(float) * (size_t)hp->n_vocab);
+    }
+    if (n_last == 0) return;
+    for (int32_t j = 0, t0 = 0, k = 0; j < n_seg; t0 += seg[j].n, j++)
+        if (!seg[j].out && !seg[j].no_logits)
+            tutti_rmsnorm(s->x + (int64_t)(t0 + seg[j].n - 1) * n_embd, m->output_norm.data,
+                          s->h + (int64_t)k++ * n_embd, 1, n_embd, hp->rms_eps);
+    float *dst = n_last == 1 ? seg[last].s->logits : rows;
+    matmul_w(s, &m->output, s->h, n_last, dst);
+    if (hp->final_softcap > 0) tutti_softcap(dst, (int64_t)n_last * hp->n_vocab, hp->final_softcap);
+    if (n_last > 1)
+        for (int32_t j = 0, k = 0; j < n_seg; j++)
+            if (!seg[j].out && !seg[j].no_logits)
+                memcpy(seg[j].s->logits, rows + (int64_t)k++ * hp->n_vocab, sizeof(float) * (size_t)hp->n_vocab);
 }

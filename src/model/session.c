@@ -64,14 +64,59 @@ static int yarn_factors(tutti_session *s) {
  * scratch) and the activations; the last session to go frees them. */
 struct tutti_work {
     int refs;
+    bool owns_tp; /* the pool is the sessions' own (not a batch's, batch.c) */
 };
 
 tutti_session *tutti_session_new(const tutti_model *model, const tutti_session_params *params) {
     return tutti_session_new_sharing(model, params, NULL);
 }
 
-tutti_session *tutti_session_new_sharing(const tutti_model *model, const tutti_session_params *params,
-                                         tutti_session *with) {
+/* The activations of one pass of up to ub tokens, the attention scratch
+ * for n_ctx positions and the matmul's input scratch, on thread pool tp
+ * (s->work counts the sessions sharing them). */
+int tutti_session_alloc_work(tutti_session *s, int32_t ub_tokens, int32_t n_ctx, tutti_threadpool *tp,
+                             bool owns_tp) {
+    const tutti_model *model = s->model;
+    const tutti_hparams *hp = &model->hp;
+    const size_t ub = (size_t)ub_tokens;
+    const size_t nq = (size_t)hp->n_head * hp->head_dim_k, nk = (size_t)hp->n_head_kv * hp->head_dim_k,
+                 nv = (size_t)hp->n_head_kv * hp->head_dim_v, no = (size_t)hp->n_head * hp->head_dim_v;
+    if (!(s->work = calloc(1, sizeof *s->work))) {
+        if (owns_tp) tutti_threadpool_free(tp);
+        return tutti_set_error("tutti_session_new: out of memory");
+    }
+    s->work->refs = 1;
+    s->work->owns_tp = owns_tp;
+    s->tp = tp;
+    s->x = alloc3(ub, (size_t)hp->n_embd, 1, sizeof(float));
+    s->h = alloc3(ub, (size_t)hp->n_embd, 1, sizeof(float));
+    s->o = alloc3(ub, (size_t)hp->n_embd, 1, sizeof(float));
+    s->q = alloc3(ub, nq, 1, sizeof(float));
+    s->k = alloc3(ub, nk, 1, sizeof(float));
+    s->v = alloc3(ub, nv, 1, sizeof(float));
+    s->att = alloc3(ub, no, 1, sizeof(float));
+    s->gate = alloc3(ub, 2, (size_t)hp->n_ff, sizeof(float)); /* room for a fused [gate; up] */
+    s->up = alloc3(ub, (size_t)hp->n_ff, 1, sizeof(float));
+    s->attn_scratch = alloc3((size_t)tutti_threadpool_n_threads(s->tp),
+                             tutti_attn_scratch_floats(n_ctx, hp->n_head, hp->n_head_kv, hp->head_dim_k,
+                                                       hp->head_dim_v),
+                             1, sizeof(float));
+    if (model->arch->fused_qkv) s->qkv = alloc3(ub, nq + nk + nv, 1, sizeof(float));
+    /* the matmul's rounded copy of its input: widest input row is one of these */
+    size_t max_in = (size_t)hp->n_embd;
+    if (no > max_in) max_in = no;
+    if ((size_t)hp->n_ff > max_in) max_in = (size_t)hp->n_ff;
+    if (!tutti_threadpool_scratch(s->tp, ub * max_in))
+        return tutti_set_error("tutti_session_new: out of memory for the activation scratch");
+    if (!s->x || !s->h || !s->o || !s->q || !s->k || !s->v || !s->att || !s->gate || !s->up || !s->attn_scratch ||
+        (model->arch->fused_qkv && !s->qkv))
+        return tutti_set_error("tutti_session_new: out of memory for the activations (n_ctx = %d)", n_ctx);
+    return TUTTI_OK;
+}
+
+/* The parts every session owns: the KV cache (unless !kv: a batch's
+ * workspace), the logits row, the rope factors.  NULL + error. */
+tutti_session *tutti_session_alloc_own(const tutti_model *model, const tutti_session_params *params, bool kv) {
     if (!model) {
         tutti_set_error("tutti_session_new: model is NULL");
         return NULL;
@@ -82,17 +127,7 @@ tutti_session *tutti_session_new_sharing(const tutti_model *model, const tutti_s
         tutti_set_error("tutti_session_new: n_ctx = %d is out of range (0 = default, up to %d)", p.n_ctx, MAX_CTX);
         return NULL;
     }
-    if (p.n_threads < 0 || p.n_threads > MAX_THREADS) {
-        tutti_set_error("tutti_session_new: n_threads = %d is out of range (0 = all CPUs, up to %d)", p.n_threads,
-                        MAX_THREADS);
-        return NULL;
-    }
     if (p.n_ctx == 0) p.n_ctx = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
-    if (p.n_threads == 0) {
-        long c = sysconf(_SC_NPROCESSORS_ONLN);
-        p.n_threads = c < 1 ? 1 : (c > MAX_THREADS ? MAX_THREADS : (int32_t)c);
-    }
-
     tutti_session *s = calloc(1, sizeof *s);
     if (!s) {
         tutti_set_error("tutti_session_new: out of memory");
@@ -107,22 +142,44 @@ tutti_session *tutti_session_new_sharing(const tutti_model *model, const tutti_s
                                                   : model->rope_short.data;
     if (hp->yarn_scale > 0 && yarn_factors(s)) goto fail;
     s->n_ubatch = p.n_ctx < MAX_UBATCH ? p.n_ctx : MAX_UBATCH;
-    const size_t ub = (size_t)s->n_ubatch;
-    const size_t nq = (size_t)hp->n_head * hp->head_dim_k, nk = (size_t)hp->n_head_kv * hp->head_dim_k,
-                 nv = (size_t)hp->n_head_kv * hp->head_dim_v, no = (size_t)hp->n_head * hp->head_dim_v;
-
-    s->k_cache = alloc3((size_t)hp->n_layer, (size_t)s->n_ctx, nk, sizeof(uint16_t));
-    s->v_cache = alloc3((size_t)hp->n_layer, (size_t)s->n_ctx, nv, sizeof(uint16_t));
+    const size_t nk = (size_t)hp->n_head_kv * hp->head_dim_k, nv = (size_t)hp->n_head_kv * hp->head_dim_v;
+    if (kv) {
+        s->k_cache = alloc3((size_t)hp->n_layer, (size_t)s->n_ctx, nk, sizeof(uint16_t));
+        s->v_cache = alloc3((size_t)hp->n_layer, (size_t)s->n_ctx, nv, sizeof(uint16_t));
+    }
     s->logits = alloc3((size_t)hp->n_vocab, 1, 1, sizeof(float));
-    if (!s->k_cache || !s->v_cache || !s->logits) {
+    if ((kv && (!s->k_cache || !s->v_cache)) || !s->logits) {
         tutti_set_error("tutti_session_new: out of memory for n_ctx = %d (KV cache %.1f MiB)", s->n_ctx,
                         2.0 * hp->n_layer * (double)s->n_ctx * (double)(nk + nv) / (1 << 20));
         goto fail;
     }
+    return s;
+fail:
+    tutti_session_free(s);
+    return NULL;
+}
+
+int32_t tutti_session_threads(int32_t n_threads) {
+    if (n_threads != 0) return n_threads;
+    long c = sysconf(_SC_NPROCESSORS_ONLN);
+    return c < 1 ? 1 : (c > MAX_THREADS ? MAX_THREADS : (int32_t)c);
+}
+
+tutti_session *tutti_session_new_sharing(const tutti_model *model, const tutti_session_params *params,
+                                         tutti_session *with) {
+    tutti_session_params p = params ? *params : tutti_session_default_params();
+    if (p.n_threads < 0 || p.n_threads > MAX_THREADS) {
+        tutti_set_error("tutti_session_new: n_threads = %d is out of range (0 = all CPUs, up to %d)", p.n_threads,
+                        MAX_THREADS);
+        return NULL;
+    }
+    p.n_threads = tutti_session_threads(p.n_threads);
+    tutti_session *s = tutti_session_alloc_own(model, &p, true);
+    if (!s) return NULL;
     if (with) {
-        if (with->model != model || with->n_ctx != s->n_ctx || with->pipe ||
+        if (with->model != model || with->n_ctx != s->n_ctx || with->pipe || with->batch ||
             tutti_threadpool_n_threads(with->tp) != p.n_threads) {
-            tutti_set_error("tutti_session_new_sharing: the sessions differ (model, n_ctx, threads or split)");
+            tutti_set_error("tutti_session_new_sharing: the sessions differ (model, n_ctx, threads, split or batch)");
             goto fail;
         }
         s->work = with->work;
@@ -133,37 +190,9 @@ tutti_session *tutti_session_new_sharing(const tutti_model *model, const tutti_s
         s->attn_scratch = with->attn_scratch;
         return s;
     }
-    if (!(s->work = calloc(1, sizeof *s->work))) goto fail;
-    s->work->refs = 1;
-    s->tp = tutti_threadpool_new(p.n_threads);
-    if (!s->tp) goto fail;
-    s->x = alloc3(ub, (size_t)hp->n_embd, 1, sizeof(float));
-    s->h = alloc3(ub, (size_t)hp->n_embd, 1, sizeof(float));
-    s->o = alloc3(ub, (size_t)hp->n_embd, 1, sizeof(float));
-    s->q = alloc3(ub, nq, 1, sizeof(float));
-    s->k = alloc3(ub, nk, 1, sizeof(float));
-    s->v = alloc3(ub, nv, 1, sizeof(float));
-    s->att = alloc3(ub, no, 1, sizeof(float));
-    s->gate = alloc3(ub, 2, (size_t)hp->n_ff, sizeof(float)); /* room for a fused [gate; up] */
-    s->up = alloc3(ub, (size_t)hp->n_ff, 1, sizeof(float));
-    s->attn_scratch = alloc3((size_t)tutti_threadpool_n_threads(s->tp),
-                             tutti_attn_scratch_floats(s->n_ctx, hp->n_head, hp->n_head_kv, hp->head_dim_k,
-                                                       hp->head_dim_v),
-                             1, sizeof(float));
-    if (model->arch->fused_qkv) s->qkv = alloc3(ub, nq + nk + nv, 1, sizeof(float));
-    /* the matmul's rounded copy of its input: widest input row is one of these */
-    size_t max_in = (size_t)hp->n_embd;
-    if (no > max_in) max_in = no;
-    if ((size_t)hp->n_ff > max_in) max_in = (size_t)hp->n_ff;
-    if (!tutti_threadpool_scratch(s->tp, ub * max_in)) {
-        tutti_set_error("tutti_session_new: out of memory for the activation scratch");
-        goto fail;
-    }
-    if (!s->x || !s->h || !s->o || !s->q || !s->k || !s->v || !s->att || !s->gate || !s->up || !s->attn_scratch ||
-        (model->arch->fused_qkv && !s->qkv)) {
-        tutti_set_error("tutti_session_new: out of memory for the activations (n_ctx = %d)", s->n_ctx);
-        goto fail;
-    }
+    tutti_threadpool *tp = tutti_threadpool_new(p.n_threads);
+    if (!tp) goto fail;
+    if (tutti_session_alloc_work(s, s->n_ubatch, s->n_ctx, tp, true) < 0) goto fail;
     return s;
 fail:
     tutti_session_free(s);
@@ -173,8 +202,9 @@ fail:
 void tutti_session_free(tutti_session *s) {
     if (!s) return;
     if (s->pipe) s->pipe->free(s->pipe);
-    if (!s->work || --s->work->refs == 0) { /* the last of the sessions sharing them */
-        tutti_threadpool_free(s->tp);
+    if (s->batch) tutti_batch_detach(s);
+    if (s->work && --s->work->refs == 0) { /* the last of the sessions sharing them */
+        if (s->work->owns_tp) tutti_threadpool_free(s->tp);
         free(s->x);
         free(s->h);
         free(s->o);
@@ -211,6 +241,7 @@ int tutti_session_eval(tutti_session *s, const int32_t *ids, int32_t n, float *l
             return tutti_set_error("tutti_session_eval: token id %d at index %d is out of range (n_vocab %d)",
                                    ids[i], i, n_vocab);
     if (s->pipe) return s->pipe->eval(s->pipe, s, ids, n, logits);
+    if (s->batch) return tutti_batch_eval(&s, &ids, &n, &logits, 1) < 0 ? TUTTI_ERR : TUTTI_OK;
     for (int32_t done = 0; done < n;) {
         const int32_t chunk = n - done < s->n_ubatch ? n - done : s->n_ubatch;
         /* Without a caller buffer only the last row of each micro-batch is
@@ -243,6 +274,10 @@ int tutti_session_eval_multi(tutti_session *const *ss, const int32_t *const *ids
                                        ids[i][k], s->model->hp.n_vocab);
     }
     tutti_session *s0 = ss[0];
+    for (int32_t i = 0; i < n_seq; i++)
+        if (!ss[i]->batch != !s0->batch)
+            return tutti_set_error("tutti_session_eval_multi: batched sessions mixed with others");
+    if (s0->batch) return tutti_batch_eval(ss, ids, n, NULL, n_seq); /* the steps it took */
     /* a model split by layers: the pipeline runs each batch (src/mpi/split.c) */
     for (int32_t i = 0; i < n_seq; i++)
         if (!ss[i]->pipe != !s0->pipe || (s0->pipe && !s0->pipe->eval_segments))
@@ -269,7 +304,7 @@ int tutti_session_eval_multi(tutti_session *const *ss, const int32_t *const *ids
         }
         int32_t k = 0, tok = 0;
         while (i + k < n_seq && n[i + k] <= ub && tok + n[i + k] <= ub) {
-            seg[k] = (tutti_fwd_seg){ss[i + k], ids[i + k], n[i + k]};
+            seg[k] = (tutti_fwd_seg){.s = ss[i + k], .ids = ids[i + k], .n = n[i + k]};
             tok += n[i + k];
             k++;
         }

@@ -49,6 +49,8 @@ typedef struct server_opts {
     char **api_keys;
     int n_api_keys;
     int parallel;         /* slots */
+    bool cont_batching;   /* the slots' passes share one batch (tutti_batch) */
+    int n_ubatch;         /* its tokens per forward pass */
     int queue;            /* waiting requests beyond the slots */
     int n_ctx;            /* -1: min(trained, 4096); 0: the trained context; else tokens */
     int n_threads;
@@ -257,6 +259,7 @@ struct srv_server {
     int q_head, q_len, q_cap;
     int busy;
     srv_conns *conns;         /* conn.c */
+    tutti_batch *batch;       /* continuous batching: every slot's sessions (NULL: off) */
 };
 
 /* POST /v1/completions and /v1/chat/completions (generate.c): the request

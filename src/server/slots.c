@@ -128,6 +128,36 @@ static void sse_event(srv_job *j, char *json) {
 /* test hook (TUTTI_SERVE_TEST_PIECE_DELAY_MS): the tiny test models finish
  * a generation faster than a test can disconnect in the middle of it */
 static int g_piece_delay_ms;
+/* test hook (TUTTI_SERVE_TEST_START_TOGETHER=N): jobs start in groups,
+ * each slot waiting until N slots hold a job or 300 ms passed without a
+ * new one, so that a test's concurrent requests overlap even though the
+ * tiny models answer faster than curl processes start */
+static int g_start_together, g_n_ready;
+static uint64_t g_release;
+static double g_last_arrival;
+
+static double mono_s(void);
+
+static void start_together(srv_server *s) {
+    if (g_start_together <= 0) return;
+    pthread_mutex_lock(&s->qmu);
+    g_n_ready++;
+    g_last_arrival = mono_s();
+    uint64_t gen = g_release;
+    while (g_release == gen) {
+        if (g_n_ready >= g_start_together || mono_s() - g_last_arrival > 0.3) {
+            g_release++, g_n_ready = 0;
+            pthread_cond_broadcast(&s->qcv);
+            break;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 20000000L;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&s->qcv, &s->qmu, &ts);
+    }
+    pthread_mutex_unlock(&s->qmu);
+}
 
 static int text_cb(const char *bytes, size_t n, void *user) {
     srv_job *j = user;
@@ -216,6 +246,7 @@ static tutti_ensemble *slot_ensemble(srv_slot *sl, srv_job *j, char *err, size_t
         const tutti_model *models[TUTTI_ENSEMBLE_MAX_MEMBERS];
         tutti_ensemble_params p;
         srv_spec_params(&s->reg, &j->spec, slot_threads(s), desc, models, &p);
+        p.batch = s->batch;
         c->e = tutti_ensemble_new(&p);
         if (c->e && srv_spec_apply(&j->spec, c->e) < 0) {
             tutti_ensemble_free(c->e);
@@ -261,7 +292,8 @@ static void run_native(srv_slot *sl, srv_job *j) {
     if (!ns->sess) {
         tutti_session_params p = tutti_session_default_params();
         p.n_ctx = f->n_ctx, p.n_threads = slot_threads(s);
-        if (!(ns->sess = tutti_session_new(f->model, &p))) {
+        ns->sess = s->batch ? tutti_session_new_batched(f->model, &p, s->batch) : tutti_session_new(f->model, &p);
+        if (!ns->sess) {
             finish_job(j, 500, tutti_last_error());
             return;
         }
@@ -425,7 +457,10 @@ static void *slot_main(void *arg) {
         if (!sl->job) break; /* stopping */
         srv_job *j = sl->job;
         pthread_mutex_unlock(&s->qmu);
+        start_together(s);
+        tutti_batch_join(s->batch); /* a step waits for this slot's tokens while it runs a job */
         run_job(sl, j);
+        tutti_batch_leave(s->batch);
         srv_job_unref(j);
         pthread_mutex_lock(&s->qmu);
         sl->job = NULL;
@@ -438,6 +473,14 @@ static void *slot_main(void *arg) {
 int srv_slots_start(srv_server *s, char *err, size_t cap) {
     const char *d = getenv("TUTTI_SERVE_TEST_PIECE_DELAY_MS");
     g_piece_delay_ms = d ? atoi(d) : 0;
+    const char *tg = getenv("TUTTI_SERVE_TEST_START_TOGETHER");
+    g_start_together = tg ? atoi(tg) : 0;
+    if (s->opts.cont_batching) {
+        tutti_batch_params bp = tutti_batch_default_params();
+        bp.n_threads = s->opts.n_threads > 0 ? s->opts.n_threads : 0;
+        bp.n_ubatch = s->opts.n_ubatch > 0 ? s->opts.n_ubatch : 512;
+        if (!(s->batch = tutti_batch_new(&bp))) return snprintf(err, cap, "%s", tutti_last_error()), -1;
+    }
     pthread_mutex_init(&s->qmu, NULL);
     pthread_cond_init(&s->qcv, NULL);
     s->n_slots = s->opts.parallel;
@@ -456,7 +499,11 @@ int srv_slots_start(srv_server *s, char *err, size_t cap) {
 }
 
 void srv_slots_stop(srv_server *s) {
-    if (!s->slots) return;
+    if (!s->slots) {
+        tutti_batch_free(s->batch);
+        s->batch = NULL;
+        return;
+    }
     pthread_mutex_lock(&s->qmu);
     s->stopping = 1;
     while (s->q_len > 0) {
@@ -488,6 +535,8 @@ void srv_slots_stop(srv_server *s) {
             free(sl->nat[k].ids);
         }
     }
+    tutti_batch_free(s->batch); /* after every slot's sessions */
+    s->batch = NULL;
 }
 
 void srv_slots_free(srv_server *s) {
