@@ -697,6 +697,24 @@ typedef int (*tutti_step_cb)(const tutti_step *step, void *user);
  * nothing; with one, each step pays one pass over the fused row). */
 void tutti_ensemble_set_step_cb(tutti_ensemble *ens, tutti_step_cb cb, void *user);
 
+/* Scores a known text: the fused distribution at every unit of it, as
+ * generation would have drawn the text (OpenAI's echo with logprobs, hence
+ * lm-evaluation-harness's loglikelihood requests), given to cb as steps
+ * (tutti_step; logprobs renormalised as there).  TOKEN alignment: the ids
+ * ids[0..n_ids) of member 1's (the shared) vocabulary, or when ids is NULL
+ * text[0..len) tokenized by member 1 (BOS as its vocabulary asks); one step
+ * per token after the first: the distribution after the tokens before it,
+ * chosen = the token, bytes its piece (control tokens not rendered), unit
+ * its position.  BYTE alignment: text (ids: their text by member 1's
+ * tokenizer), one step per byte, each member from BOS through its byte
+ * marginals, the UTF-8 rule applied as in generation.  Static weights
+ * (adapt and route do not apply).  The members' KV caches keep the text,
+ * so a generation after it reuses them.  cb returning non-zero stops.
+ * Returns 0, TUTTI_ERR, or TUTTI_ERR_UNSUPPORTED for SPAN alignment (it
+ * selects drafts: no distribution per unit). */
+int tutti_ensemble_score(tutti_ensemble *ens, const char *text, size_t len, const int32_t *ids, int32_t n_ids,
+                         tutti_step_cb cb, void *user);
+
 /* Receives output bytes as they are committed (never splits a UTF-8
  * character: an incomplete character is held back, and one left incomplete
  * at the end of generation is not output); return non-zero to stop. */

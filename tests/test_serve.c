@@ -766,7 +766,6 @@ static void test_output_fields(void **state) {
         {"/v1/chat/completions", "tools", "[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]", "[]"},
         {"/v1/chat/completions", "tool_choice", "\"required\"", "\"none\""},
         {"/v1/chat/completions", "functions", "[{\"name\":\"f\"}]", "[]"},
-        {"/v1/completions", "echo", "true", "false"},
         {"/v1/completions", "best_of", "2", "1"},
         {"/v1/completions", "suffix", "\"end\"", "\"\""},
         {"/v1/completions", "presence_penalty", "0.5", "0"},

@@ -143,9 +143,250 @@ static void test_batching_identical(void **state) {
     unlink(cfg);
 }
 
+/* ---- echo with logprobs ---- */
+
+/* the prompt ids and llama.cpp's logits of ../shared/ref/models/MODEL.pN */
+static int32_t ref_prompt(const char *model, int p, int32_t *ids, int cap, float **logits, int32_t V) {
+    char rel[256];
+    snprintf(rel, sizeof rel, "ref/models/%s.p%d.jsonl", model, p);
+    size_t len;
+    char *js = read_file(shared_path(rel), &len);
+    assert_non_null(js);
+    int32_t n = 0;
+    for (char *q = js; (q = strstr(q, "\"token\":")) && n < cap; q += 8) ids[n++] = (int32_t)strtol(q + 8, NULL, 10);
+    free(js);
+    snprintf(rel, sizeof rel, "ref/models/%s.p%d.logits.f32", model, p);
+    *logits = (float *)read_file(shared_path(rel), &len);
+    assert_non_null(*logits);
+    assert_int_equal(len, sizeof(float) * (size_t)n * (size_t)V);
+    return n;
+}
+
+/* log_softmax(row)[id] in double */
+static double ref_lp(const float *row, int32_t V, int32_t id) {
+    double mx = -INFINITY, z = 0;
+    for (int32_t i = 0; i < V; i++) mx = row[i] > mx ? row[i] : mx;
+    for (int32_t i = 0; i < V; i++) z += exp((double)row[i] - mx);
+    return (double)row[id] - mx - log(z);
+}
+
+static char *ids_json(const int32_t *ids, int32_t n) {
+    char *b = malloc(16 * (size_t)n + 4);
+    size_t o = (size_t)sprintf(b, "[");
+    for (int32_t i = 0; i < n; i++) o += (size_t)sprintf(b + o, "%s%d", i ? "," : "", ids[i]);
+    sprintf(b + o, "]");
+    return b;
+}
+
+/* all n rows of logits of ids under the model at path (the C API) */
+static float *api_logits(const char *path, const int32_t *ids, int32_t n) {
+    tutti_model_params mp = tutti_model_default_params();
+    tutti_model *m = tutti_model_load(path, &mp);
+    assert_non_null(m);
+    tutti_session_params sp = {.n_ctx = 512, .n_threads = 1};
+    tutti_session *se = tutti_session_new(m, &sp);
+    float *out = malloc(sizeof(float) * (size_t)n * (size_t)tutti_model_n_vocab(m));
+    assert_int_equal(tutti_session_eval(se, ids, n, out), 0);
+    tutti_session_free(se);
+    tutti_model_free(m);
+    return out;
+}
+
+static const cJSON *choice_lp(const cJSON *j, int c, const char *key) {
+    return cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), c),
+                                         "logprobs"),
+        key);
+}
+
+/* ensembles: token alignment against the members' mixed softmax (C API
+ * logits, uniform weights); byte alignment: the characters of a generated
+ * text scored by echo as generation scored them, and a token-id prompt
+ * regrouped into one entry per token whose sum is the characters' */
+static void echo_ensembles(server *s) {
+    int32_t ids[64];
+    float *ref;
+    int32_t n = ref_prompt("stories260K", 2, ids, 64, &ref, 512);
+    free(ref);
+    char *idj = ids_json(ids, n), body[8192];
+    snprintf(body, sizeof body, "{\"prompt\":%s,\"max_tokens\":0,\"echo\":true,\"logprobs\":1,"
+             "\"tutti\":{\"members\":[\"stories260K\",\"stories260K-dreams\"]}}", idj);
+    cJSON *j = post_json(s, "/v1/completions", body, 200);
+    float *a = api_logits(shared_path(M_STORIES), ids, n), *b = api_logits(shared_path(M_DREAMS), ids, n);
+    const cJSON *tl = choice_lp(j, 0, "token_logprobs");
+    assert_int_equal(cJSON_GetArraySize(tl), n);
+    double worst = 0;
+    for (int32_t k = 1; k < n; k++) {
+        double la = ref_lp(a + (size_t)(k - 1) * 512, 512, ids[k]), lb = ref_lp(b + (size_t)(k - 1) * 512, 512, ids[k]);
+        double want = log(0.5 * exp(la) + 0.5 * exp(lb)), got = cJSON_GetArrayItem(tl, k)->valuedouble;
+        if (fabs(got - want) > worst) worst = fabs(got - want);
+    }
+    print_message("token-aligned ensemble: max |logprob - mix of the members| %.2e\n", worst);
+    assert_true(worst < 1e-4);
+    free(a), free(b);
+    cJSON_Delete(j);
+    /* byte alignment: generate, then echo the prompt + the generated text */
+    const char *ens = "\"tutti\":{\"members\":[\"stories260K\",\"babyllama-tok361\"],\"align\":\"byte\"}";
+    snprintf(body, sizeof body, "{\"prompt\":\"Once upon\",\"max_tokens\":12,\"temperature\":0,\"logprobs\":1,%s}", ens);
+    j = post_json(s, "/v1/completions", body, 200);
+    char gen[512];
+    snprintf(gen, sizeof gen, "%s", jstr(j, "choices.0.text"));
+    cJSON *gl = cJSON_Duplicate(choice_lp(j, 0, "token_logprobs"), true);
+    cJSON_Delete(j);
+    snprintf(body, sizeof body, "{\"prompt\":\"Once upon%s\",\"max_tokens\":0,\"echo\":true,\"logprobs\":1,%s}", gen,
+             ens);
+    j = post_json(s, "/v1/completions", body, 200);
+    tl = choice_lp(j, 0, "token_logprobs");
+    int n_gen = cJSON_GetArraySize(gl), n_all = cJSON_GetArraySize(tl);
+    assert_int_equal(n_all, (int)strlen("Once upon") + n_gen); /* ASCII: one entry per byte */
+    worst = 0;
+    double chars = 0;
+    for (int k = 0; k < n_all; k++) chars += cJSON_GetArrayItem(tl, k)->valuedouble; /* byte alignment: the first character too */
+    for (int k = 0; k < n_gen; k++) {
+        double d = fabs(cJSON_GetArrayItem(tl, n_all - n_gen + k)->valuedouble - cJSON_GetArrayItem(gl, k)->valuedouble);
+        worst = d > worst ? d : worst;
+    }
+    print_message("byte-aligned ensemble: max |echo - generation| over %d characters %.2e\n", n_gen, worst);
+    assert_true(worst < 1e-3);
+    cJSON_Delete(gl);
+    cJSON_Delete(j);
+    /* the same text as member 1's token ids: one entry per token */
+    snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"prompt\":\"Once upon%s\",\"max_tokens\":0,\"echo\":true,"
+             "\"logprobs\":0}", gen);
+    j = post_json(s, "/v1/completions", body, 200);
+    int n_tok = cJSON_GetArraySize(choice_lp(j, 0, "tokens"));
+    cJSON_Delete(j);
+    int32_t tid[64];
+    tutti_vocab *v = tutti_vocab_load(shared_path(M_STORIES));
+    char txt[600];
+    snprintf(txt, sizeof txt, "Once upon%s", gen);
+    int32_t nt = tutti_tokenize(v, txt, strlen(txt), true, false, tid, 64);
+    tutti_vocab_free(v);
+    assert_int_equal(nt, n_tok);
+    char *tj = ids_json(tid, nt);
+    snprintf(body, sizeof body, "{\"prompt\":%s,\"max_tokens\":0,\"echo\":true,\"logprobs\":1,%s}", tj, ens);
+    j = post_json(s, "/v1/completions", body, 200);
+    tl = choice_lp(j, 0, "token_logprobs");
+    assert_int_equal(cJSON_GetArraySize(tl), nt);
+    assert_true(cJSON_IsNull(cJSON_GetArrayItem(tl, 0)));
+    double toks = 0;
+    for (int k = 1; k < nt; k++) toks += cJSON_GetArrayItem(tl, k)->valuedouble;
+    print_message("byte-aligned ensemble, %d token ids: sum %.5f, characters' sum %.5f\n", nt, toks, chars);
+    assert_true(fabs(toks - chars) < 1e-3);
+    assert_string_equal(jstr(j, "choices.0.text"), txt);
+    cJSON_Delete(j);
+    free(tj), free(idj);
+}
+
+/* one model: the echoed prompt's token logprobs are llama.cpp's log-softmax
+ * (within 0.02), the first null; as ids (lm-eval) and as text (BOS added:
+ * the same tokens); an lm-eval loglikelihood request (a batch of
+ * context+continuation id lists, max_tokens 1, echo, logprobs 1) gives
+ * the continuation's sum */
+static void test_echo_logprobs(void **state) {
+    (void)state;
+    server s;
+    char args[4096];
+    snprintf(args, sizeof args, "-m %s -m %s -m %s -m %s --parallel 2 -t 1", shared_path(M_STORIES),
+             shared_path(M_DREAMS), shared_path(M_B361), shared_path(M_TINY));
+    start(&s, "", args, true);
+    const struct {
+        const char *name;
+        int32_t V;
+        int p;
+    } cases[] = {{"stories260K", 512, 1}, {"stories260K", 512, 2}, {"TinyStories-656K-Q8_0", 2048, 3}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+        const char *name = cases[ci].name;
+        const int32_t V = cases[ci].V;
+        int p = cases[ci].p;
+        int32_t ids[512];
+        float *ref;
+        int32_t n = ref_prompt(name, p, ids, 512, &ref, V);
+        char *idj = ids_json(ids, n), body[16384];
+        char ptxt[2048];
+        snprintf(ptxt, sizeof ptxt, "ref/models/p%d.txt", p);
+        size_t plen;
+        char *prompt = read_file(shared_path(ptxt), &plen);
+        for (int form = 0; form < 2; form++) {
+            if (form == 0)
+                snprintf(body, sizeof body,
+                         "{\"model\":\"%s\",\"prompt\":%s,\"max_tokens\":0,\"echo\":true,\"logprobs\":1}", name,
+                         idj);
+            else {
+                cJSON *b = cJSON_CreateObject();
+                cJSON_AddStringToObject(b, "model", name);
+                cJSON_AddStringToObject(b, "prompt", prompt);
+                cJSON_AddNumberToObject(b, "max_tokens", 0);
+                cJSON_AddTrueToObject(b, "echo");
+                cJSON_AddNumberToObject(b, "logprobs", 3);
+                char *t = cJSON_PrintUnformatted(b);
+                snprintf(body, sizeof body, "%s", t);
+                free(t);
+                cJSON_Delete(b);
+            }
+            cJSON *j = post_json(&s, "/v1/completions", body, 200);
+            const cJSON *lp = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(
+                                                                   cJSON_GetObjectItemCaseSensitive(j, "choices"), 0),
+                                                               "logprobs");
+            const cJSON *tl = cJSON_GetObjectItemCaseSensitive(lp, "token_logprobs");
+            const cJSON *tops = cJSON_GetObjectItemCaseSensitive(lp, "top_logprobs");
+            const cJSON *toks = cJSON_GetObjectItemCaseSensitive(lp, "tokens");
+            assert_int_equal(cJSON_GetArraySize(tl), n);
+            assert_true(cJSON_IsNull(cJSON_GetArrayItem(tl, 0)));
+            assert_true(cJSON_IsNull(cJSON_GetArrayItem(tops, 0)));
+            double worst = 0;
+            char cat[4096] = "";
+            for (int32_t k = 0; k < n; k++) {
+                strncat(cat, cJSON_GetArrayItem(toks, k)->valuestring, sizeof cat - strlen(cat) - 1);
+                if (k == 0) continue;
+                double got = cJSON_GetArrayItem(tl, k)->valuedouble, want = ref_lp(ref + (size_t)(k - 1) * V, V, ids[k]);
+                if (fabs(got - want) > worst) worst = fabs(got - want);
+                /* the alternatives' best is at least the token's own */
+                double best = -INFINITY;
+                const cJSON *it;
+                cJSON_ArrayForEach(it, cJSON_GetArrayItem(tops, k)) best = it->valuedouble > best ? it->valuedouble : best;
+                assert_true(best >= got - 1e-9);
+            }
+            print_message("%s p%d %s: %d tokens, max |logprob - llama.cpp| %.5f\n", name, p, form ? "text" : "ids", n,
+                          worst);
+            assert_true(worst < 0.02);
+            /* the tokens spell the echoed text, which is the prompt */
+            assert_string_equal(cat, jstr(j, "choices.0.text"));
+            if (form == 1) assert_string_equal(jstr(j, "choices.0.text"), prompt);
+            cJSON_Delete(j);
+        }
+        /* lm-eval: context = ids[0..c), continuation = ids[c..n) */
+        int32_t c = n / 2;
+        char *ctx = ids_json(ids, c);
+        snprintf(body, sizeof body,
+                 "{\"model\":\"%s\",\"prompt\":[%s,%s],\"max_tokens\":1,\"temperature\":0,\"logprobs\":1,"
+                 "\"seed\":1234,\"echo\":true}", name, idj, ctx);
+        cJSON *j = post_json(&s, "/v1/completions", body, 200);
+        const cJSON *tl = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0),
+                                             "logprobs"),
+            "token_logprobs");
+        assert_int_equal(cJSON_GetArraySize(tl), n + 1); /* the prompt and the one generated token */
+        double got = 0, want = 0;
+        for (int32_t k = c; k < n; k++) got += cJSON_GetArrayItem(tl, k)->valuedouble, want += ref_lp(ref + (size_t)(k - 1) * V, V, ids[k]);
+        print_message("p%d loglikelihood of the continuation: %.5f (llama.cpp %.5f)\n", p, got, want);
+        assert_true(fabs(got - want) < 0.02 * (n - c));
+        assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(
+                             cJSON_GetObjectItemCaseSensitive(
+                                 cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 1), "logprobs"),
+                             "token_logprobs")),
+                         c + 1);
+        cJSON_Delete(j);
+        free(ctx), free(idj), free(ref), free(prompt);
+    }
+    echo_ensembles(&s);
+    assert_int_equal(stop(&s), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batching_identical),
+        cmocka_unit_test(test_echo_logprobs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -131,7 +131,7 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
                 "cores (without: cores / slots)"),
         CLI_SECTION("continuous batching (README \"Continuous batching\")"),
         CLI_FLAG("-cb,--cont-batching", &o->cont_batching,
-                 "one forward pass per model and step for every slot's pending tokens (default)"),
+                 "one forward pass per model and step for every slot's pending tokens"),
         CLI_FLAG_OFF("-nocb,--no-cont-batching", &o->cont_batching, "each slot runs its own forward passes"),
         CLI_INT("-ub,--ubatch-size", "N", &o->n_ubatch, 1, 8192,
                 "tokens per forward pass: a long prompt goes in chunks of this size", "512"),

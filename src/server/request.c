@@ -359,6 +359,9 @@ static int f_stop(pctx *x, const char *name, const cJSON *s) {
 
 static int f_stream(pctx *x, const char *name, const cJSON *v) { return boolean(x, name, v, &x->r->stream); }
 
+/* the prompt in front of the completion (with logprobs: its tokens' too) */
+static int f_echo(pctx *x, const char *name, const cJSON *v) { return boolean(x, name, v, &x->r->echo); }
+
 static int f_stream_options(pctx *x, const char *name, const cJSON *v) {
     if (!cJSON_IsObject(v)) return bad(x, name, "'stream_options' must be an object");
     const cJSON *u = field(v, "include_usage");
@@ -596,6 +599,7 @@ static const srv_field fields[] = {
     HONOURED("stream_options", K_BOTH, f_stream_options),
     HONOURED("n", K_BOTH, f_n),
     HONOURED("logprobs", K_BOTH, f_logprobs),
+    HONOURED("echo", K_CMPL, f_echo),
     HONOURED("top_logprobs", K_CHAT, f_top_logprobs),
     HONOURED("response_format", K_BOTH, f_response_format),
     HONOURED("json_schema", K_BOTH, f_json_schema),
@@ -619,7 +623,6 @@ static const srv_field fields[] = {
     REFUSED("functions", K_CHAT, N_EMPTY, 0, NULL, "function calls are not implemented yet"),
     REFUSED("tool_choice", K_CHAT, N_WORDS, 0, "none|auto", "tool calls are not implemented yet"),
     REFUSED("function_call", K_CHAT, N_WORDS, 0, "none|auto", "function calls are not implemented yet"),
-    REFUSED("echo", K_CMPL, N_FALSE, 0, NULL, "echoing the prompt is not implemented yet"),
     REFUSED("best_of", K_CMPL, N_LE, 1, NULL, "choosing the best of several generations is not implemented"),
     REFUSED("suffix", K_CMPL, N_EMPTY, 0, NULL, "insertion (text after the completion) is not implemented"),
     REFUSED("presence_penalty", K_BOTH, N_EQ, 0, NULL, "use repeat_penalty"),

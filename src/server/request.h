@@ -7,7 +7,7 @@
  * every field of OpenAI's and llama-server's completion APIs and what is
  * done with it: honoured, accepted as changing nothing (`user`, `store`,
  * ...), or refused with a 400 naming it unless it has its neutral value
- * (`tools` [], `echo` false, `best_of` 1, `presence_penalty` 0, ...);
+ * (`best_of` 1, `presence_penalty` 0, ...);
  * fields no API defines are ignored; a JSON null counts as absent (clients
  * send explicit nulls); a known field of the wrong type or out of range is a
  * 400 naming the field. */
@@ -85,6 +85,7 @@ typedef struct srv_request {
      * of alternatives per entry (0..SRV_MAX_TOP_LOGPROBS).  Completions:
      * "logprobs": N; chat: "logprobs": true with "top_logprobs": N. */
     int logprobs;
+    bool echo;           /* completions: the prompt returned in front of the text (echo.c) */
 } srv_request;
 
 #define SRV_MAX_TOP_LOGPROBS 20

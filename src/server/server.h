@@ -224,6 +224,15 @@ struct srv_job {
     char error[1024];
 };
 
+/* Text returned for the job's current choice (a streamed chunk, or the
+ * choice's text), as the generation's pieces are. */
+void srv_job_emit(srv_job *j, const char *bytes, size_t n);
+/* echo (echo.c): the prompt of choice c (prompt p) returned before its
+ * completion, with its tokens' (or characters') log-probabilities when
+ * logprobs are asked for (tutti_ensemble_score): the first token's null.
+ * 0, or -1 with a message in err. */
+int srv_echo_prompt(srv_job *j, tutti_ensemble *e, int c, int p, char *err, size_t cap);
+
 /* Creates the slots and their worker threads. */
 int srv_slots_start(srv_server *s, char *err, size_t errlen);
 /* Wakes every worker, cancels waiting and running jobs, joins the workers

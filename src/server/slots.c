@@ -159,15 +159,9 @@ static void start_together(srv_server *s) {
     pthread_mutex_unlock(&s->qmu);
 }
 
-static int text_cb(const char *bytes, size_t n, void *user) {
-    srv_job *j = user;
-    if (g_piece_delay_ms > 0) usleep((useconds_t)g_piece_delay_ms * 1000u);
-    pthread_mutex_lock(&j->mu);
-    if (j->cancelled || peer_closed(j)) {
-        j->cancelled = true;
-        pthread_mutex_unlock(&j->mu);
-        return 1;
-    }
+/* Returned text of the current choice: an SSE chunk (with the logprobs
+ * entries it completes) or the choice's text (j->mu held). */
+static void emit_locked(srv_job *j, const char *bytes, size_t n) {
     int c = j->choice;
     j->lp[c].emitted += n;
     if (j->req.stream) {
@@ -177,15 +171,33 @@ static int text_cb(const char *bytes, size_t n, void *user) {
     } else {
         append(&j->text[c], &j->n_text[c], &j->cap_text[c], bytes, n);
     }
+}
+
+static int text_cb(const char *bytes, size_t n, void *user) {
+    srv_job *j = user;
+    if (g_piece_delay_ms > 0) usleep((useconds_t)g_piece_delay_ms * 1000u);
+    pthread_mutex_lock(&j->mu);
+    if (j->cancelled || peer_closed(j)) {
+        j->cancelled = true;
+        pthread_mutex_unlock(&j->mu);
+        return 1;
+    }
+    emit_locked(j, bytes, n);
     pthread_mutex_unlock(&j->mu);
     return 0;
+}
+
+void srv_job_emit(srv_job *j, const char *bytes, size_t n) {
+    pthread_mutex_lock(&j->mu);
+    emit_locked(j, bytes, n);
+    pthread_mutex_unlock(&j->mu);
 }
 
 /* The fused distribution of each step, for logprobs (worker thread only;
  * the connection reads the entries once the job is done). */
 static int step_cb(const tutti_step *st, void *user) {
     srv_job *j = user;
-    if (srv_lp_step(&j->lp[j->choice], st, j->lp_vocab, j->req.logprobs) < 0) {
+    if (srv_lp_step(&j->lp[j->choice], st, j->lp_vocab, j->req.logprobs, false) < 0) {
         j->lp_oom = true;
         return 1;
     }
@@ -358,7 +370,7 @@ static void run_job(srv_slot *sl, srv_job *j) {
         finish_job(j, 400, err);
         return;
     }
-    if (j->max_units <= 0) { /* max_tokens 0: nothing to generate */
+    if (j->max_units <= 0 && !j->req.echo) { /* max_tokens 0: nothing to generate */
         for (int c = 0; c < j->n_prompts * j->req.n; c++) j->finish[c] = "length";
         finish_job(j, 200, NULL);
         return;
@@ -398,6 +410,17 @@ static void run_job(srv_slot *sl, srv_job *j) {
         sp.seed += (uint64_t)(c % j->req.n); /* choice k of a prompt draws with seed + k */
         tutti_ensemble_stats st;
         memset(&st, 0, sizeof st);
+        if (j->req.echo && (rc = srv_echo_prompt(j, e, c, p, err, sizeof err)) < 0) break;
+        if (j->max_units <= 0) { /* echo with max_tokens 0: the prompt only */
+            j->finish[c] = "length";
+            if (j->req.stream) {
+                pthread_mutex_lock(&j->mu);
+                size_t to = j->req.logprobs >= 0 ? srv_lp_ready(&j->lp[c], j->lp[c].emitted, true) : 0;
+                sse_event(j, srv_chunk_json(j, c, NULL, 0, "length", !j->role_sent, to));
+                pthread_mutex_unlock(&j->mu);
+            }
+            continue;
+        }
         if (j->ids[p][0])
             rc = tutti_ensemble_generate_ids(e, (const int32_t *const *)j->ids[p], j->n_ids[p], &sp, &m, text_cb, j,
                                              &st);
