@@ -187,6 +187,20 @@ const float *tutti_session_logits(const tutti_session *session);
 int32_t tutti_session_n_past(const tutti_session *session);
 int32_t tutti_session_n_ctx(const tutti_session *session);
 
+/* Embeddings: runs ids[0..n) at positions n_past.. as tutti_session_eval
+ * does (appending them to the KV cache) and writes each position's hidden
+ * state after the model's output norm, the vector the output head reads,
+ * to rows, float32 [n][tutti_model_n_embd] (llama.cpp's embeddings of a
+ * decoder, before pooling).  No logits are computed: tutti_session_logits
+ * is NULL afterwards until the next eval.  Same failures as
+ * tutti_session_eval. */
+int tutti_session_embed(tutti_session *session, const int32_t *ids, int32_t n, float *rows);
+int32_t tutti_model_n_embd(const tutti_model *model);
+/* The GGUF's {arch}.pooling_type (llama.cpp's numbering below), or -1
+ * when the file does not say. */
+enum { TUTTI_POOL_NONE = 0, TUTTI_POOL_MEAN = 1, TUTTI_POOL_CLS = 2, TUTTI_POOL_LAST = 3, TUTTI_POOL_RANK = 4 };
+int tutti_model_pooling(const tutti_model *model);
+
 /* Forgets every position >= n_past (0 clears the cache).  The logits of the
  * last kept position are not recomputed. */
 int tutti_session_rewind(tutti_session *session, int32_t n_past);

@@ -383,10 +383,156 @@ static void test_echo_logprobs(void **state) {
     assert_int_equal(stop(&s), 0);
 }
 
+/* ---- /v1/embeddings ---- */
+
+/* cosine of a JSON array of numbers with another */
+static double cosine(const cJSON *a, const cJSON *b) {
+    double ab = 0, aa = 0, bb = 0;
+    int n = cJSON_GetArraySize(a);
+    assert_int_equal(n, cJSON_GetArraySize(b));
+    for (int i = 0; i < n; i++) {
+        double x = cJSON_GetArrayItem(a, i)->valuedouble, y = cJSON_GetArrayItem(b, i)->valuedouble;
+        ab += x * y, aa += x * x, bb += y * y;
+    }
+    return ab / sqrt(aa * bb);
+}
+
+/* the worst cosine of got's vectors (data[i].embedding, or arrays) with want's */
+static double worst_cosine(const cJSON *got, const cJSON *want) {
+    assert_int_equal(cJSON_GetArraySize(got), cJSON_GetArraySize(want));
+    double worst = 1;
+    for (int i = 0; i < cJSON_GetArraySize(want); i++) {
+        const cJSON *g = cJSON_GetArrayItem(got, i);
+        if (cJSON_IsObject(g)) {
+            assert_int_equal((int)cJSON_GetObjectItemCaseSensitive(g, "index")->valuedouble, i);
+            assert_string_equal(cJSON_GetObjectItemCaseSensitive(g, "object")->valuestring, "embedding");
+            g = cJSON_GetObjectItemCaseSensitive(g, "embedding");
+        }
+        double c = cosine(g, cJSON_GetArrayItem(want, i));
+        worst = c < worst ? c : worst;
+        double nn = 0;
+        for (int k = 0; k < cJSON_GetArraySize(g); k++) nn += pow(cJSON_GetArrayItem(g, k)->valuedouble, 2);
+        assert_true(fabs(sqrt(nn) - 1) < 1e-4); /* normalised as llama-server's --embd-normalize 2 */
+    }
+    return worst;
+}
+
+/* tutti serve's vectors against llama-server --embeddings' (embd_refs.json,
+ * made by tests/data/serve/make_embd_refs.sh): strings and token ids,
+ * mean / cls / last pooling, batched and not, one -ub 16 micro-batch and
+ * several; the openai npm package's base64 answer; the refusals. */
+static void test_embeddings(void **state) {
+    (void)state;
+    size_t len;
+    char *txt = read_file(TUTTI_SOURCE_DIR "/tests/data/serve/embd_refs.json", &len);
+    assert_non_null(txt);
+    cJSON *refs = cJSON_Parse(txt);
+    free(txt);
+    assert_non_null(refs);
+    const char *poolings[] = {"mean", "cls", "last"};
+    for (int pi = 0; pi < 3; pi++) {
+        server s;
+        char args[4096];
+        snprintf(args, sizeof args, "-m %s -m %s --parallel 2 -t 1 -ub 16 %s%s", shared_path(M_STORIES),
+                 shared_path(M_TINY), pi ? "--pooling " : "", pi ? poolings[pi] : "");
+        if (pi == 1) strcat(args, " -nocb"); /* the session's own passes, not tutti_batch's */
+        start(&s, "", args, true);
+        const cJSON *c;
+        cJSON_ArrayForEach(c, refs) {
+            if (strcmp(cJSON_GetObjectItemCaseSensitive(c, "pooling")->valuestring, poolings[pi])) continue;
+            const char *model = cJSON_GetObjectItemCaseSensitive(c, "model")->valuestring;
+            const cJSON *r;
+            cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(c, "requests")) {
+                const cJSON *input = cJSON_GetObjectItemCaseSensitive(r, "input");
+                const cJSON *want = cJSON_GetObjectItemCaseSensitive(r, "embeddings");
+                cJSON *b = cJSON_CreateObject();
+                cJSON_AddStringToObject(b, "model", model);
+                cJSON_AddItemToObject(b, "input", cJSON_Duplicate(input, true));
+                char *body = cJSON_PrintUnformatted(b);
+                cJSON_Delete(b);
+                cJSON *j = post_json(&s, "/v1/embeddings", body, 200);
+                free(body);
+                assert_string_equal(jstr(j, "object"), "list");
+                assert_string_equal(jstr(j, "model"), model);
+                assert_int_equal((int)jnum(j, "usage.prompt_tokens"),
+                                 (int)cJSON_GetObjectItemCaseSensitive(r, "prompt_tokens")->valuedouble);
+                double w = worst_cosine(cJSON_GetObjectItemCaseSensitive(j, "data"), want);
+                print_message("%s %s pooling, %d inputs: worst cosine with llama-server %.7f\n", model, poolings[pi],
+                              cJSON_GetArraySize(want), w);
+                assert_true(w > 1 - 1e-3);
+                cJSON_Delete(j);
+                /* one input alone (a string, or one list of ids): its vector */
+                cJSON *one = cJSON_CreateObject();
+                cJSON_AddStringToObject(one, "model", model);
+                cJSON_AddItemToObject(one, "input", cJSON_Duplicate(cJSON_GetArrayItem(input, 1), true));
+                body = cJSON_PrintUnformatted(one);
+                cJSON_Delete(one);
+                j = post_json(&s, "/v1/embeddings", body, 200);
+                free(body);
+                assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(j, "data")), 1);
+                assert_true(cosine(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(
+                                                                        cJSON_GetObjectItemCaseSensitive(j, "data"), 0),
+                                                                    "embedding"),
+                                   cJSON_GetArrayItem(want, 1)) > 1 - 1e-3);
+                cJSON_Delete(j);
+            }
+            /* the openai npm package (base64 by default, and float) */
+            if (pi == 0 && !strcmp(model, "stories260K")) {
+                const cJSON *r0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(c, "requests"), 0);
+                char *in = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(r0, "input"));
+                char cmd[8192];
+                snprintf(cmd, sizeof cmd, "node %s/tests/serve/openai_embed.mjs http://127.0.0.1:%d %s '%s'",
+                         TUTTI_SOURCE_DIR, s.port, model, in);
+                free(in);
+                int rc;
+                char *out = run_cmd(cmd, &rc);
+                if (rc != 0) fail_msg("%s failed (%d): %s", cmd, rc, out ? out : "");
+                cJSON *j = cJSON_Parse(out);
+                if (!j) fail_msg("openai client output: %s", out);
+                const cJSON *want = cJSON_GetObjectItemCaseSensitive(r0, "embeddings");
+                double wb = worst_cosine(cJSON_GetObjectItemCaseSensitive(j, "base64"), want);
+                double wf = worst_cosine(cJSON_GetObjectItemCaseSensitive(j, "float"), want);
+                print_message("openai npm: worst cosine base64 %.7f, float %.7f\n", wb, wf);
+                assert_true(wb > 1 - 1e-3 && wf > 1 - 1e-3);
+                /* base64 carries the same float32 values */
+                const cJSON *vb = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "base64"), 0),
+                            *vf = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "float"), 0);
+                for (int k = 0; k < cJSON_GetArraySize(vf); k++)
+                    assert_true(fabs(cJSON_GetArrayItem(vb, k)->valuedouble - cJSON_GetArrayItem(vf, k)->valuedouble) <
+                                1e-6);
+                cJSON_Delete(j);
+                free(out);
+            }
+        }
+        if (pi == 0) {
+            const char *P = "/v1/embeddings";
+            expect_error(&s, "POST", P, "{\"model\":\"default\",\"input\":\"a\"}", NULL, 400, "ensemble", "model", NULL);
+            expect_error(&s, "POST", P, "{\"model\":\"nope\",\"input\":\"a\"}", NULL, 404, "does not exist", "model",
+                         NULL);
+            expect_error(&s, "POST", P, "{\"model\":\"stories260K\"}", NULL, 400, "required", "input", NULL);
+            expect_error(&s, "POST", P, "{\"model\":\"stories260K\",\"input\":[]}", NULL, 400, "no tokens", "input", NULL);
+            expect_error(&s, "POST", P, "{\"model\":\"stories260K\",\"input\":[3,512]}", NULL, 400, "not a token id",
+                         "input", NULL);
+            expect_error(&s, "POST", P, "{\"model\":\"stories260K\",\"input\":[\"a\",[1,-2]]}", NULL, 400,
+                         "not a token id", "input", NULL);
+            expect_error(&s, "POST", P, "{\"model\":\"stories260K\",\"input\":7}", NULL, 400, "must be", "input", NULL);
+            expect_error(&s, "POST", P, "{\"model\":\"stories260K\",\"input\":\"a\",\"encoding_format\":\"hex\"}", NULL,
+                         400, "base64", "encoding_format", NULL);
+            expect_error(&s, "POST", P, "{\"model\":\"stories260K\",\"input\":\"a\",\"dimensions\":8}", NULL, 400,
+                         "64 dimensions", "dimensions", NULL);
+            expect_error(&s, "GET", P, NULL, NULL, 405, "POST", NULL, NULL);
+            assert_true(metric(&s, "tutti_requests_total{endpoint=\"/v1/embeddings\",code=\"200\"}") >= 4);
+        }
+        assert_int_equal(stop(&s), 0);
+    }
+    cJSON_Delete(refs);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batching_identical),
         cmocka_unit_test(test_echo_logprobs),
+        cmocka_unit_test(test_embeddings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

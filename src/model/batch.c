@@ -54,7 +54,8 @@ typedef struct batch_seg {
     tutti_session *s;
     const int32_t *ids;
     int32_t n, done;
-    float *out; /* all rows, or NULL */
+    float *out;  /* all rows, or NULL */
+    float *embd; /* embeddings: the rows after the output norm, no logits (or NULL) */
 } batch_seg;
 
 typedef struct batch_client {
@@ -161,7 +162,9 @@ static int32_t plan_pass(tutti_batch *b, batch_ws *ws, int32_t max_k) {
                                              .n = take,
                                              .out = sg->out ? sg->out + (size_t)sg->done * (size_t)ws->model->hp.n_vocab
                                                             : NULL,
-                                             .no_logits = take < left && !sg->out};
+                                             .embd = sg->embd ? sg->embd + (size_t)sg->done * (size_t)ws->model->hp.n_embd
+                                                              : NULL,
+                                             .no_logits = (take < left && !sg->out) || sg->embd};
                 b->plan_src[k] = sg, b->plan_req[k] = r;
                 k++, tok += take;
             }
@@ -178,7 +181,7 @@ static void apply_pass(tutti_batch *b, int32_t k) {
         sg->done += b->plan[q].n;
         b->st.n_tokens += b->plan[q].n;
         if (sg->done < sg->n) continue;
-        sg->s->has_logits = true;
+        sg->s->has_logits = !sg->embd;
         if (--r->n_left > 0) continue;
         /* unlink and wake */
         batch_req **pp = &b->head, *prev = NULL;
@@ -383,7 +386,7 @@ void tutti_batch_detach(tutti_session *s) {
 }
 
 int tutti_batch_eval(tutti_session *const *ss, const int32_t *const *ids, const int32_t *n, float *const *out,
-                     int32_t n_seq) {
+                     float *const *embd, int32_t n_seq) {
     tutti_batch *b = ss[0]->batch;
     for (int32_t i = 1; i < n_seq; i++)
         if (ss[i]->batch != b || ss[i]->ws != ss[0]->ws)
@@ -391,7 +394,8 @@ int tutti_batch_eval(tutti_session *const *ss, const int32_t *const *ids, const 
     batch_seg stack[16];
     batch_seg *seg = n_seq <= 16 ? stack : malloc(sizeof *seg * (size_t)n_seq);
     if (!seg) return tutti_set_error("tutti_session_eval_multi: out of memory");
-    for (int32_t i = 0; i < n_seq; i++) seg[i] = (batch_seg){ss[i], ids[i], n[i], 0, out ? out[i] : NULL};
+    for (int32_t i = 0; i < n_seq; i++)
+        seg[i] = (batch_seg){ss[i], ids[i], n[i], 0, out ? out[i] : NULL, embd ? embd[i] : NULL};
     batch_req r = {.ws = ss[0]->ws, .seg = seg, .n_seg = n_seq, .n_left = n_seq};
     pthread_cond_init(&r.cv, NULL);
     pthread_mutex_lock(&b->mu);

@@ -195,9 +195,10 @@ int tutti_session_alloc_work(tutti_session *s, int32_t ub, int32_t n_ctx, tutti_
 int32_t tutti_session_threads(int32_t n_threads);
 /* A batched session's evaluation (validated, one model): sequence i is
  * ids[i][0..n[i]) on ss[i], its rows into out[i] when out and out[i] are
- * not NULL.  Returns the steps it took.  tutti_batch_detach: at free. */
+ * not NULL, or (embd and embd[i]) its rows after the output norm and no
+ * logits.  Returns the steps it took.  tutti_batch_detach: at free. */
 int tutti_batch_eval(tutti_session *const *ss, const int32_t *const *ids, const int32_t *n, float *const *out,
-                     int32_t n_seq);
+                     float *const *embd, int32_t n_seq);
 void tutti_batch_detach(tutti_session *s);
 
 /* A session that shares `with`'s thread pool and activation buffers (not

@@ -226,7 +226,8 @@ void tutti_session_free(tutti_session *s) {
     free(s);
 }
 
-int tutti_session_eval(tutti_session *s, const int32_t *ids, int32_t n, float *logits) {
+/* The checks of an eval of ids[0..n) on s (TUTTI_OK or an error). */
+static int check_eval(const tutti_session *s, const int32_t *ids, int32_t n) {
     if (!s) return tutti_set_error("tutti_session_eval: session is NULL");
     if (n < 0) return tutti_set_error("tutti_session_eval: n = %d is negative", n);
     if (n == 0) return TUTTI_OK;
@@ -240,8 +241,15 @@ int tutti_session_eval(tutti_session *s, const int32_t *ids, int32_t n, float *l
         if (ids[i] < 0 || ids[i] >= n_vocab)
             return tutti_set_error("tutti_session_eval: token id %d at index %d is out of range (n_vocab %d)",
                                    ids[i], i, n_vocab);
+    return TUTTI_OK;
+}
+
+int tutti_session_eval(tutti_session *s, const int32_t *ids, int32_t n, float *logits) {
+    if (n == 0 && s) return TUTTI_OK;
+    if (check_eval(s, ids, n) < 0) return TUTTI_ERR;
+    const int32_t n_vocab = s->model->hp.n_vocab;
     if (s->pipe) return s->pipe->eval(s->pipe, s, ids, n, logits);
-    if (s->batch) return tutti_batch_eval(&s, &ids, &n, &logits, 1) < 0 ? TUTTI_ERR : TUTTI_OK;
+    if (s->batch) return tutti_batch_eval(&s, &ids, &n, &logits, NULL, 1) < 0 ? TUTTI_ERR : TUTTI_OK;
     for (int32_t done = 0; done < n;) {
         const int32_t chunk = n - done < s->n_ubatch ? n - done : s->n_ubatch;
         /* Without a caller buffer only the last row of each micro-batch is
@@ -277,7 +285,7 @@ int tutti_session_eval_multi(tutti_session *const *ss, const int32_t *const *ids
     for (int32_t i = 0; i < n_seq; i++)
         if (!ss[i]->batch != !s0->batch)
             return tutti_set_error("tutti_session_eval_multi: batched sessions mixed with others");
-    if (s0->batch) return tutti_batch_eval(ss, ids, n, NULL, n_seq); /* the steps it took */
+    if (s0->batch) return tutti_batch_eval(ss, ids, n, NULL, NULL, n_seq); /* the steps it took */
     /* a model split by layers: the pipeline runs each batch (src/mpi/split.c) */
     for (int32_t i = 0; i < n_seq; i++)
         if (!ss[i]->pipe != !s0->pipe || (s0->pipe && !s0->pipe->eval_segments))
@@ -323,6 +331,24 @@ int tutti_session_eval_multi(tutti_session *const *ss, const int32_t *const *ids
     }
     free(seg);
     return n_pass;
+}
+
+int tutti_session_embed(tutti_session *s, const int32_t *ids, int32_t n, float *rows) {
+    if (n == 0 && s) return TUTTI_OK;
+    if (check_eval(s, ids, n) < 0) return TUTTI_ERR;
+    if (!rows) return tutti_set_error("tutti_session_embed: rows is NULL");
+    if (s->pipe) return tutti_set_error("tutti_session_embed: not for a model split by layers");
+    s->has_logits = false;
+    if (s->batch) return tutti_batch_eval(&s, &ids, &n, NULL, &rows, 1) < 0 ? TUTTI_ERR : TUTTI_OK;
+    for (int32_t done = 0; done < n;) {
+        const int32_t chunk = n - done < s->n_ubatch ? n - done : s->n_ubatch;
+        const tutti_fwd_seg seg = {.s = s, .ids = ids + done, .n = chunk,
+                                   .embd = rows + (size_t)done * (size_t)s->model->hp.n_embd, .no_logits = true};
+        tutti_forward_segments(s, &seg, 1, NULL, NULL);
+        s->n_past += chunk;
+        done += chunk;
+    }
+    return TUTTI_OK;
 }
 
 const float *tutti_session_logits(const tutti_session *s) { return s && s->has_logits ? s->logits : NULL; }

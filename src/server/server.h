@@ -51,6 +51,7 @@ typedef struct server_opts {
     int parallel;         /* slots */
     bool cont_batching;   /* the slots' passes share one batch (tutti_batch) */
     int n_ubatch;         /* its tokens per forward pass */
+    int pooling;          /* /v1/embeddings: TUTTI_POOL_MEAN, _CLS or _LAST; -1: the GGUF's */
     int queue;            /* waiting requests beyond the slots */
     int n_ctx;            /* -1: min(trained, 4096); 0: the trained context; else tokens */
     int n_threads;
@@ -153,7 +154,7 @@ int32_t *server_chat_tokens(const srv_file *f, const char *tmpl_override, const 
 /* /props, /tokenize, /detokenize and /completion are llama-server's own
  * (native.c), for remote members */
 enum { SRV_EP_HEALTH, SRV_EP_MODELS, SRV_EP_COMPLETIONS, SRV_EP_CHAT, SRV_EP_METRICS, SRV_EP_PROPS, SRV_EP_TOKENIZE,
-       SRV_EP_DETOKENIZE, SRV_EP_NATIVE, SRV_EP_OTHER, SRV_N_EP };
+       SRV_EP_DETOKENIZE, SRV_EP_NATIVE, SRV_EP_EMBEDDINGS, SRV_EP_OTHER, SRV_N_EP };
 extern const char *const srv_ep_names[SRV_N_EP];
 extern const int srv_status_codes[6]; /* the counted statuses; 0: any other */
 
@@ -176,6 +177,19 @@ typedef struct srv_server srv_server;
 /* GET /v1/models' and /metrics' bodies (malloc'd) */
 char *srv_models_json(const srv_server *s);
 char *srv_metrics_text(srv_server *s);
+
+/* POST /v1/embeddings (embed.c): the inputs' ids and their vectors */
+typedef struct srv_embd {
+    bool on;
+    int file;             /* the registry file */
+    int pooling;          /* TUTTI_POOL_MEAN, _CLS or _LAST */
+    bool base64;          /* encoding_format "base64" */
+    int32_t **ids, *n_ids;
+    int n;
+    int64_t n_tokens;
+    float *out;           /* [n][dim], normalised */
+    int32_t dim;
+} srv_embd;
 
 struct srv_job {
     pthread_mutex_t mu;
@@ -219,6 +233,7 @@ struct srv_job {
     int32_t *nat_ids, n_nat_ids;
     int32_t n_probs, n_predict;
     char *nat_out;            /* the answer's JSON */
+    srv_embd embd;            /* /v1/embeddings (embd.on) */
     bool done;
     int status;               /* 200, or an HTTP error status */
     char error[1024];
@@ -232,6 +247,15 @@ void srv_job_emit(srv_job *j, const char *bytes, size_t n);
  * logprobs are asked for (tutti_ensemble_score): the first token's null.
  * 0, or -1 with a message in err. */
 int srv_echo_prompt(srv_job *j, tutti_ensemble *e, int c, int p, char *err, size_t cap);
+
+/* /v1/embeddings (embed.c): the body parsed into j->embd (model, inputs
+ * tokenized), 0 or an HTTP status with err and *param; run on a slot's
+ * session of the model (0, or -1 with err); the answer's JSON. */
+int srv_embd_prepare(srv_server *s, srv_job *j, const char *body, size_t n, char *err, size_t cap,
+                     const char **param);
+int srv_embd_run(srv_embd *e, tutti_session *sess, const tutti_model *m, char *err, size_t cap);
+char *srv_embd_json(const srv_job *j);
+void srv_embd_free(srv_embd *e);
 
 /* Creates the slots and their worker threads. */
 int srv_slots_start(srv_server *s, char *err, size_t errlen);

@@ -81,6 +81,7 @@ void srv_job_unref(srv_job *j) {
     free(j->out);
     free(j->nat_ids);
     free(j->nat_out);
+    srv_embd_free(&j->embd);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
@@ -226,6 +227,7 @@ static void finish_job(srv_job *j, int status, const char *msg) {
 /* member 1's (first) prompt as bytes, to compare prefixes */
 static void job_prompt_bytes(const srv_job *j, const char **p, size_t *n) {
     if (j->native) *p = (const char *)j->nat_ids, *n = sizeof(int32_t) * (size_t)j->n_nat_ids;
+    else if (j->embd.on) *p = "", *n = 0;
     else if (j->ids[0][0]) *p = (const char *)j->ids[0][0], *n = sizeof(int32_t) * (size_t)j->n_ids[0][0];
     else *p = j->req.prompts[0].text, *n = j->req.prompts[0].len;
 }
@@ -289,6 +291,44 @@ static double mono_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* the slot's session of loaded file k (made at its first use), NULL with
+ * the library's message */
+static nat_sess *nat_session(srv_slot *sl, int k) {
+    srv_server *s = sl->s;
+    const srv_file *f = &s->reg.files[k];
+    nat_sess *ns = &sl->nat[k];
+    if (!ns->sess) {
+        tutti_session_params p = tutti_session_default_params();
+        p.n_ctx = f->n_ctx, p.n_threads = slot_threads(s);
+        ns->sess = s->batch ? tutti_session_new_batched(f->model, &p, s->batch) : tutti_session_new(f->model, &p);
+    }
+    return ns->sess ? ns : NULL;
+}
+
+/* POST /v1/embeddings on the slot's session of the model (its cache is
+ * cleared: the prefix it held for /completion is gone) */
+static void run_embd(srv_slot *sl, srv_job *j) {
+    srv_server *s = sl->s;
+    const int k = j->embd.file;
+    nat_sess *ns = k >= 0 && k < SRV_MAX_FILES ? nat_session(sl, k) : NULL;
+    if (!ns) {
+        finish_job(j, 500, k >= 0 && k < SRV_MAX_FILES ? tutti_last_error() : "too many loaded models");
+        return;
+    }
+    ns->n = 0;
+    double t0 = mono_s();
+    char err[1024];
+    int rc = srv_embd_run(&j->embd, ns->sess, s->reg.files[k].model, err, sizeof err);
+    srv_metrics *mt = &s->metrics;
+    pthread_mutex_lock(&mt->mu);
+    mt->prompt_tokens += j->embd.n_tokens;
+    mt->prompt_evaluated += j->embd.n_tokens;
+    mt->member_forward_s[k] += mono_s() - t0;
+    mt->member_tokens[k] += j->embd.n_tokens;
+    pthread_mutex_unlock(&mt->mu);
+    finish_job(j, rc < 0 ? 500 : 200, err);
+}
+
 /* llama-server's POST /completion: the next token's distribution after
  * the prompt ids, reusing the longest common prefix the slot's session for
  * that file holds */
@@ -299,16 +339,11 @@ static void run_native(srv_slot *sl, srv_job *j) {
         return;
     }
     srv_file *f = &s->reg.files[j->nat_file];
-    nat_sess *ns = &sl->nat[j->nat_file];
     double t0 = mono_s();
-    if (!ns->sess) {
-        tutti_session_params p = tutti_session_default_params();
-        p.n_ctx = f->n_ctx, p.n_threads = slot_threads(s);
-        ns->sess = s->batch ? tutti_session_new_batched(f->model, &p, s->batch) : tutti_session_new(f->model, &p);
-        if (!ns->sess) {
-            finish_job(j, 500, tutti_last_error());
-            return;
-        }
+    nat_sess *ns = nat_session(sl, j->nat_file);
+    if (!ns) {
+        finish_job(j, 500, tutti_last_error());
+        return;
     }
     int32_t n = j->n_nat_ids, k = 0;
     while (k < n && k < ns->n && ns->ids[k] == j->nat_ids[k]) k++;
@@ -363,6 +398,10 @@ static void run_job(srv_slot *sl, srv_job *j) {
     }
     if (j->native) {
         run_native(sl, j);
+        return;
+    }
+    if (j->embd.on) {
+        run_embd(sl, j);
         return;
     }
     tutti_ensemble *e = slot_ensemble(sl, j, err, sizeof err);
