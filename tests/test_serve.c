@@ -763,8 +763,6 @@ static void test_output_fields(void **state) {
     const struct {
         const char *path, *field, *bad, *neutral;
     } refused[] = {
-        {"/v1/chat/completions", "tools", "[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]", "[]"},
-        {"/v1/chat/completions", "tool_choice", "\"required\"", "\"none\""},
         {"/v1/chat/completions", "functions", "[{\"name\":\"f\"}]", "[]"},
         {"/v1/completions", "best_of", "2", "1"},
         {"/v1/completions", "suffix", "\"end\"", "\"\""},

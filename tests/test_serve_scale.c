@@ -528,11 +528,179 @@ static void test_embeddings(void **state) {
     cJSON_Delete(refs);
 }
 
+/* ---- tools ---- */
+
+static const char *const TOOL_SCHEMAS[2][2] = {
+    {"get_weather", "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"enum\":[\"Paris\",\"Rome\","
+                    "\"Oslo\"]},\"days\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":7}},\"required\":[\"city\","
+                    "\"days\"],\"additionalProperties\":false}"},
+    {"get_time", "{\"type\":\"object\",\"properties\":{\"zone\":{\"type\":\"string\",\"maxLength\":12}},\"required\":"
+                 "[\"zone\"],\"additionalProperties\":false}"},
+};
+
+/* Every call of calls (OpenAI's, or the node script's {name, arguments})
+ * names a tool, has a 9-character id, and its arguments validate against
+ * the tool's schema (python3-jsonschema, the independent validator);
+ * returns the number of calls. */
+static int check_calls(const cJSON *calls, const char *dir) {
+    char path[300];
+    snprintf(path, sizeof path, "%s/calls.json", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputc('[', f);
+    int n = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, calls) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn ? fn : c, "name");
+        const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn ? fn : c, "arguments");
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(c, "id");
+        assert_true(cJSON_IsString(name) && cJSON_IsString(args) && cJSON_IsString(id));
+        assert_int_equal(strlen(id->valuestring), 9);
+        const char *schema = NULL;
+        for (int k = 0; k < 2; k++)
+            if (!strcmp(TOOL_SCHEMAS[k][0], name->valuestring)) schema = TOOL_SCHEMAS[k][1];
+        if (!schema) fail_msg("a call of an unknown function '%s'", name->valuestring);
+        cJSON *a = cJSON_CreateString(args->valuestring);
+        char *as = cJSON_PrintUnformatted(a);
+        fprintf(f, "%s[%s,%s]", n++ ? "," : "", schema, as);
+        free(as);
+        cJSON_Delete(a);
+    }
+    fputc(']', f);
+    fclose(f);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "python3 -c 'import json,sys,jsonschema\n"
+             "for s,a in json.load(open(sys.argv[1])): jsonschema.validate(json.loads(a), s)' %s 2>&1",
+             path);
+    int rc;
+    char *out = run_cmd(cmd, &rc);
+    if (rc != 0) fail_msg("arguments do not match their schema: %s", out);
+    free(out);
+    return n;
+}
+
+static const cJSON *case_of(const cJSON *j, const char *what) {
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(j, "cases"))
+        if (!strcmp(cJSON_GetObjectItemCaseSensitive(c, "what")->valuestring, what)) return c;
+    fail_msg("no case %s", what);
+    return NULL;
+}
+
+/* a chat body with the two tools */
+static char *tools_body(const char *model, const char *extra) {
+    static char b[4096];
+    snprintf(b, sizeof b,
+             "{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],\"max_tokens\":120,"
+             "\"seed\":3,\"parallel_tool_calls\":false,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+             "\"%s\",\"parameters\":%s}},{\"type\":\"function\",\"function\":{\"name\":\"%s\",\"parameters\":%s}}]%s}",
+             model, TOOL_SCHEMAS[0][0], TOOL_SCHEMAS[0][1], TOOL_SCHEMAS[1][0], TOOL_SCHEMAS[1][1], extra);
+    return b;
+}
+
+/* Tool calls in the Hermes format (the real Qwen3 template), the generic
+ * one (Llama 3.0's template, which has no tools) with the openai npm
+ * package: "required", a named function, "auto", parallel calls, streamed
+ * deltas, a conversation going on after a tool message; the Llama 3.1 and
+ * Mistral formats (minimal templates that name their markers) with curl;
+ * the refusals.  Every returned call's arguments match its schema. */
+static void test_tools(void **state) {
+    (void)state;
+    char llama31[256], mistral[256];
+    snprintf(llama31, sizeof llama31, "/tmp/tutti_test_tools_l31_%d.jinja", (int)getpid());
+    snprintf(mistral, sizeof mistral, "/tmp/tutti_test_tools_mis_%d.jinja", (int)getpid());
+    FILE *f = fopen(llama31, "w");
+    assert_non_null(f);
+    fputs("{% if tools %}Environment: ipython\n{{ tools | tojson }}\nAnswer {\"name\": N, \"parameters\": {...}}\n"
+          "{% endif %}{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}assistant: ", f);
+    fclose(f);
+    f = fopen(mistral, "w");
+    assert_non_null(f);
+    fputs("[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]{% for m in messages %}[INST]{{ m.content }}[/INST]"
+          "{% if m.tool_calls %}[TOOL_CALLS]{{ m.tool_calls | tojson }}{% endif %}{% endfor %}", f);
+    fclose(f);
+    const char *tmpls[4] = {"ref/chat/qwen3.jinja", "ref/chat/llama3.jinja", llama31, mistral};
+    for (int t = 0; t < 4; t++) {
+        server s;
+        char args[4096];
+        snprintf(args, sizeof args, "-m %s --chat-template %s -t 1", shared_path(M_STORIES),
+                 t < 2 ? shared_path(tmpls[t]) : tmpls[t]);
+        start(&s, "", args, true);
+        if (t < 2) {
+            char cmd[4096];
+            snprintf(cmd, sizeof cmd, "node %s/tests/serve/openai_tools.mjs http://127.0.0.1:%d stories260K",
+                     TUTTI_SOURCE_DIR, s.port);
+            int rc;
+            char *out = run_cmd(cmd, &rc);
+            if (rc != 0) fail_msg("%s failed (%d): %s", cmd, rc, out ? out : "");
+            cJSON *j = cJSON_Parse(out);
+            if (!j) fail_msg("openai client output: %s", out);
+            const char *must[] = {"required", "named", "stream"};
+            for (int k = 0; k < 3; k++) {
+                const cJSON *c = case_of(j, must[k]);
+                assert_string_equal(cJSON_GetObjectItemCaseSensitive(c, "finish")->valuestring, "tool_calls");
+                assert_true(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(c, "content")));
+                assert_int_equal(check_calls(cJSON_GetObjectItemCaseSensitive(c, "calls"), s.dir), 1);
+            }
+            const cJSON *named = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(case_of(j, "named"), "calls"), 0);
+            assert_string_equal(cJSON_GetObjectItemCaseSensitive(named, "name")->valuestring, "get_weather");
+            /* streamed: the same call as the plain answer (same seed) */
+            const cJSON *a = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(case_of(j, "required"), "calls"), 0);
+            const cJSON *b = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(case_of(j, "stream"), "calls"), 0);
+            assert_string_equal(cJSON_GetObjectItemCaseSensitive(a, "arguments")->valuestring,
+                                cJSON_GetObjectItemCaseSensitive(b, "arguments")->valuestring);
+            assert_string_equal(cJSON_GetObjectItemCaseSensitive(b, "type")->valuestring, "function");
+            /* auto and parallel: whatever calls come back are valid */
+            int n_auto = check_calls(cJSON_GetObjectItemCaseSensitive(case_of(j, "auto"), "calls"), s.dir);
+            int n_par = check_calls(cJSON_GetObjectItemCaseSensitive(case_of(j, "parallel"), "calls"), s.dir);
+            print_message("%s: auto %d calls, parallel %d calls\n", tmpls[t], n_auto, n_par);
+            if (t == 0) assert_true(n_par >= 2); /* the calls before the one max_tokens cut */
+            const cJSON *cont = cJSON_GetObjectItemCaseSensitive(j, "continued");
+            assert_true(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(cont, "content")) ||
+                        cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(cont, "calls")) > 0);
+            cJSON_Delete(j);
+            free(out);
+        } else {
+            cJSON *j = post_json(&s, "/v1/chat/completions", tools_body("stories260K", ",\"tool_choice\":\"required\""),
+                                 200);
+            assert_string_equal(jstr(j, "choices.0.finish_reason"), "tool_calls");
+            const cJSON *calls = cJSON_GetObjectItemCaseSensitive(
+                cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0),
+                                                 "message"),
+                "tool_calls");
+            assert_int_equal(check_calls(calls, s.dir), 1);
+            cJSON_Delete(j);
+        }
+        if (t == 0) {
+            const char *P = "/v1/chat/completions";
+            expect_error(&s, "POST", P, tools_body("stories260K", ",\"tool_choice\":{\"type\":\"function\",\"function\":"
+                                                                  "{\"name\":\"nope\"}}"),
+                         NULL, 400, "nope", "tool_choice", NULL);
+            expect_error(&s, "POST", P, tools_body("stories260K", ",\"response_format\":{\"type\":\"json_object\"}"),
+                         NULL, 400, "grammar", "response_format", NULL);
+            expect_error(&s, "POST", P,
+                         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\"}", NULL,
+                         400, "no tools", "tool_choice", NULL);
+            expect_error(&s, "POST", P, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":"
+                                        "\"function\"}]}", NULL, 400, "every tool", "tools", NULL);
+            expect_error(&s, "POST", P, "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":{}}]}", NULL, 400,
+                         "tool_calls", "messages", NULL);
+            expect_error(&s, "POST", P, tools_body("stories260K", ",\"tool_choice\":\"sometimes\""), NULL, 400,
+                         "required", "tool_choice", NULL);
+        }
+        assert_int_equal(stop(&s), 0);
+    }
+    unlink(llama31), unlink(mistral);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batching_identical),
         cmocka_unit_test(test_echo_logprobs),
         cmocka_unit_test(test_embeddings),
+        cmocka_unit_test(test_tools),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -148,6 +148,11 @@ int32_t *server_tokenize(const tutti_vocab *vocab, const char *text, size_t len,
  * *n_out) or NULL with a message in err. */
 int32_t *server_chat_tokens(const srv_file *f, const char *tmpl_override, const tutti_chat_message *msgs,
                             size_t n_msgs, int32_t *n_out, char *err, size_t errlen);
+/* The same from the template's variables as JSON (messages with tool
+ * fields, tools: tools.c), and the template itself (malloc'd; NULL: none). */
+int32_t *server_chat_tokens_json(const srv_file *f, const char *tmpl_override, const char *ctx_json, int32_t *n_out,
+                                 char *err, size_t errlen);
+char *server_chat_template(const srv_file *f, const char *tmpl_override);
 
 /* ---- metrics (metrics.c) ---- */
 
@@ -234,6 +239,12 @@ struct srv_job {
     int32_t n_probs, n_predict;
     char *nat_out;            /* the answer's JSON */
     srv_embd embd;            /* /v1/embeddings (embd.on) */
+    /* tools in use (tools.h): the format (-1: none); per choice: the text
+     * seen to be no call (streamed as it comes), the calls read back and
+     * the content beside them */
+    int tool_fmt;
+    bool tool_plain[SRV_MAX_N];
+    char *tool_calls[SRV_MAX_N], *tool_content[SRV_MAX_N];
     bool done;
     int status;               /* 200, or an HTTP error status */
     char error[1024];

@@ -24,6 +24,7 @@
 
 #include "server/format.h"
 #include "server/native.h"
+#include "server/tools.h"
 #include "server/server.h"
 
 #define SLOT_CACHE 8
@@ -65,6 +66,7 @@ srv_job *srv_job_new(void) {
     j->fd = -1;
     j->status = 200;
     j->unit = "token";
+    j->tool_fmt = -1;
     return j;
 }
 
@@ -82,6 +84,7 @@ void srv_job_unref(srv_job *j) {
     free(j->nat_ids);
     free(j->nat_out);
     srv_embd_free(&j->embd);
+    for (int i = 0; i < SRV_MAX_N; i++) free(j->tool_calls[i]), free(j->tool_content[i]);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
@@ -165,6 +168,15 @@ static void start_together(srv_server *s) {
 static void emit_locked(srv_job *j, const char *bytes, size_t n) {
     int c = j->choice;
     j->lp[c].emitted += n;
+    if (j->tool_fmt >= 0 && !j->tool_plain[c]) {
+        /* tools: held until the answer is seen to be text (streamed from
+         * then on) or a call (read back at the end) */
+        append(&j->text[c], &j->n_text[c], &j->cap_text[c], bytes, n);
+        if (!j->req.stream || !srv_tools_is_text(j->tool_fmt, j->text[c], j->n_text[c])) return;
+        j->tool_plain[c] = true;
+        bytes = j->text[c], n = j->n_text[c];
+        j->n_text[c] = 0;
+    }
     if (j->req.stream) {
         size_t to = j->req.logprobs >= 0 ? srv_lp_ready(&j->lp[c], j->lp[c].emitted, false) : 0;
         sse_event(j, srv_chunk_json(j, c, bytes, n, NULL, !j->role_sent, to));
@@ -172,6 +184,21 @@ static void emit_locked(srv_job *j, const char *bytes, size_t n) {
     } else {
         append(&j->text[c], &j->n_text[c], &j->cap_text[c], bytes, n);
     }
+}
+
+/* The end of a choice's text under tools (j->mu held): its calls (1) or
+ * its text answer (0) into the job, and streamed; -1: out of memory. */
+static int tools_close(srv_job *j, int c) {
+    int k = srv_tools_answer(j->text[c] ? j->text[c] : "", j->n_text[c], j->tool_fmt, &j->req.tools,
+                             &j->tool_calls[c], &j->tool_content[c]);
+    if (k < 0 || !j->req.stream) return k;
+    j->n_text[c] = 0;
+    if (k > 0) sse_event(j, srv_tool_chunk_json(j, c, !j->role_sent));
+    else if (j->tool_content[c] && j->tool_content[c][0])
+        sse_event(j, srv_chunk_json(j, c, j->tool_content[c], strlen(j->tool_content[c]), NULL, !j->role_sent, 0));
+    else return 0;
+    j->role_sent = true;
+    return k;
 }
 
 static int text_cb(const char *bytes, size_t n, void *user) {
@@ -469,6 +496,11 @@ static void run_job(srv_slot *sl, srv_job *j) {
         if (rc == 0 && j->lp_oom) rc = -1, snprintf(err, sizeof err, "logprobs: out of memory");
         const char *finish = st.at_limit ? "length" : "stop";
         pthread_mutex_lock(&j->mu);
+        if (rc == 0 && j->tool_fmt >= 0 && !j->tool_plain[c]) {
+            int k = tools_close(j, c);
+            if (k > 0) finish = "tool_calls";
+            if (k < 0) rc = -1, snprintf(err, sizeof err, "tool calls: out of memory");
+        }
         j->finish[c] = finish;
         j->n_units += st.n_units;
         j->t_gen_s += st.t_total_s;
