@@ -695,12 +695,72 @@ static void test_tools(void **state) {
     unlink(llama31), unlink(mistral);
 }
 
+/* ---- the page at GET / ---- */
+
+/* The page: served as built in (the source file's bytes), self-contained
+ * (no outside URL, a CSP that loads nothing else), GET only; its script,
+ * run by tests/serve/page_driver.mjs against a minimal DOM (no browser on
+ * the test machines), lists /v1/models, shows the ensemble's members in
+ * their colours, streams a chat reply and the speed. */
+static void test_web_page(void **state) {
+    (void)state;
+    server s;
+    char args[4096];
+    snprintf(args, sizeof args, "-m %s -m %s --chat-template %s -t 1", shared_path(M_STORIES), shared_path(M_DREAMS),
+             shared_path("ref/chat/qwen3.jinja"));
+    start(&s, "", args, true);
+    int st;
+    char *page = http(&s, "GET", "/", NULL, "-i", &st);
+    assert_int_equal(st, 200);
+    assert_non_null(strstr(page, "Content-Type: text/html; charset=utf-8"));
+    assert_non_null(strstr(page, "Content-Security-Policy: default-src 'none'"));
+    size_t len;
+    char *src = read_file(TUTTI_SOURCE_DIR "/src/server/web/index.html", &len);
+    assert_non_null(src);
+    const char *body = strstr(page, "\r\n\r\n");
+    assert_non_null(body);
+    assert_string_equal(body + 4, src);
+    assert_null(strstr(src, "http://"));
+    assert_null(strstr(src, "https://"));
+    assert_null(strstr(src, " src="));
+    assert_null(strstr(src, " href="));
+    free(src), free(page);
+    expect_error(&s, "POST", "/", "{}", NULL, 405, "GET", NULL, NULL);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "node %s/tests/serve/page_driver.mjs http://127.0.0.1:%d default 'Hello there'",
+             TUTTI_SOURCE_DIR, s.port);
+    int rc;
+    char *out = run_cmd(cmd, &rc);
+    if (rc != 0) fail_msg("%s failed (%d): %s", cmd, rc, out ? out : "");
+    cJSON *j = cJSON_Parse(out);
+    if (!j) fail_msg("page driver output: %s", out);
+    const char *want[] = {"default", "stories260K", "stories260K-dreams"};
+    const cJSON *opts = cJSON_GetObjectItemCaseSensitive(j, "options");
+    assert_int_equal(cJSON_GetArraySize(opts), 3);
+    for (int k = 0; k < 3; k++) assert_string_equal(cJSON_GetArrayItem(opts, k)->valuestring, want[k]);
+    const cJSON *mem = cJSON_GetObjectItemCaseSensitive(j, "members");
+    for (int k = 0; k < 2; k++) {
+        const cJSON *m = cJSON_GetArrayItem(mem, k);
+        assert_string_equal(cJSON_GetArrayItem(m, 0)->valuestring, want[k + 1]);
+        assert_true(cJSON_IsString(cJSON_GetArrayItem(m, 1)) && cJSON_GetArrayItem(m, 1)->valuestring[0] == '#');
+    }
+    assert_string_equal(jstr(j, "user"), "Hello there");
+    assert_string_equal(jstr(j, "reply_class"), "msg assistant");
+    assert_true(strlen(jstr(j, "reply")) > 0);
+    print_message("page reply: %s | %s\n", jstr(j, "reply"), jstr(j, "stats"));
+    assert_non_null(strstr(jstr(j, "stats"), "tokens/s"));
+    cJSON_Delete(j);
+    free(out);
+    assert_int_equal(stop(&s), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batching_identical),
         cmocka_unit_test(test_echo_logprobs),
         cmocka_unit_test(test_embeddings),
         cmocka_unit_test(test_tools),
+        cmocka_unit_test(test_web_page),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

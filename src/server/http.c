@@ -255,6 +255,22 @@ static enum MHD_Result do_health(srv_server *s, struct MHD_Connection *c) {
     return send_body(c, 200, strdup("{\"status\":\"ok\"}"), "application/json");
 }
 
+/* GET /: the page is public (it holds no data; its API calls need the key
+ * like any client's) */
+static enum MHD_Result do_web(srv_server *s, struct MHD_Connection *c) {
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(srv_web_page_len, (void *)srv_web_page, MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "text/html; charset=utf-8");
+    /* everything it needs is inline: nothing else may load */
+    MHD_add_response_header(r, "Content-Security-Policy",
+                            "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                            "connect-src 'self'");
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    count_request(s, SRV_EP_WEB, 200);
+    return queue(c, 200, r, false);
+}
+
 /* CORS preflight: answered before authentication (a browser sends no
  * credentials with it), for any endpoint */
 static enum MHD_Result do_preflight(srv_server *s, struct MHD_Connection *c, int ep) {
@@ -275,7 +291,8 @@ static int endpoint(const char *url) {
     } routes[] = {{"/health", SRV_EP_HEALTH},       {"/v1/models", SRV_EP_MODELS},         {"/v1/completions", SRV_EP_COMPLETIONS},
                   {"/v1/chat/completions", SRV_EP_CHAT}, {"/metrics", SRV_EP_METRICS},     {"/props", SRV_EP_PROPS},
                   {"/tokenize", SRV_EP_TOKENIZE},    {"/detokenize", SRV_EP_DETOKENIZE},    {"/completion", SRV_EP_NATIVE},
-                  {"/completions", SRV_EP_NATIVE},   {"/v1/embeddings", SRV_EP_EMBEDDINGS}};
+                  {"/completions", SRV_EP_NATIVE},   {"/v1/embeddings", SRV_EP_EMBEDDINGS},
+                  {"/", SRV_EP_WEB},                 {"/index.html", SRV_EP_WEB}};
     for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
         if (!strcmp(url, routes[i].path)) return routes[i].ep;
     return SRV_EP_OTHER;
@@ -307,6 +324,7 @@ static enum MHD_Result route(srv_server *s, struct MHD_Connection *c, conn_ctx *
     bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     if (!strcmp(method, "OPTIONS")) return do_preflight(s, c, ep);
     if (ep == SRV_EP_HEALTH) return get ? do_health(s, c) : send_error(s, c, ep, 405, NULL, NULL, "use GET %s", url);
+    if (ep == SRV_EP_WEB) return get ? do_web(s, c) : send_error(s, c, ep, 405, NULL, NULL, "use GET %s", url);
     if (!key_ok(s, c))
         return send_error(s, c, ep, 401, NULL, "invalid_api_key",
                           "missing or wrong API key (send the header 'Authorization: Bearer KEY')");

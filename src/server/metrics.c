@@ -11,7 +11,7 @@
 
 const char *const srv_ep_names[SRV_N_EP] = {"/health",    "/v1/models", "/v1/completions", "/v1/chat/completions",
                                            "/metrics",   "/props",     "/tokenize",       "/detokenize",
-                                           "/completion", "/v1/embeddings", "other"};
+                                           "/completion", "/v1/embeddings", "/", "other"};
 const int srv_status_codes[6] = {200, 400, 401, 404, 503, 0}; /* 0: any other */
 
 char *srv_models_json(const srv_server *s) {

@@ -159,7 +159,10 @@ char *server_chat_template(const srv_file *f, const char *tmpl_override);
 /* /props, /tokenize, /detokenize and /completion are llama-server's own
  * (native.c), for remote members */
 enum { SRV_EP_HEALTH, SRV_EP_MODELS, SRV_EP_COMPLETIONS, SRV_EP_CHAT, SRV_EP_METRICS, SRV_EP_PROPS, SRV_EP_TOKENIZE,
-       SRV_EP_DETOKENIZE, SRV_EP_NATIVE, SRV_EP_EMBEDDINGS, SRV_EP_OTHER, SRV_N_EP };
+       SRV_EP_DETOKENIZE, SRV_EP_NATIVE, SRV_EP_EMBEDDINGS, SRV_EP_WEB, SRV_EP_OTHER, SRV_N_EP };
+/* GET /: the chat page (src/server/web/index.html, built in by CMakeLists.txt) */
+extern const unsigned char srv_web_page[];
+extern const unsigned long srv_web_page_len;
 extern const char *const srv_ep_names[SRV_N_EP];
 extern const int srv_status_codes[6]; /* the counted statuses; 0: any other */
 
