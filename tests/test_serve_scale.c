@@ -383,6 +383,20 @@ static void test_echo_logprobs(void **state) {
     assert_int_equal(stop(&s), 0);
 }
 
+/* The JSON a Node script of tests/serve prints: node SCRIPT URL ARGS
+ * (fails when it fails or prints something else). */
+static cJSON *node_json(const server *s, const char *script, const char *args) {
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "node %s/tests/serve/%s http://127.0.0.1:%d %s", TUTTI_SOURCE_DIR, script, s->port, args);
+    int rc;
+    char *out = run_cmd(cmd, &rc);
+    if (rc != 0) fail_msg("%s failed (%d): %s", cmd, rc, out ? out : "");
+    cJSON *j = cJSON_Parse(out);
+    if (!j) fail_msg("%s printed: %s", script, out);
+    free(out);
+    return j;
+}
+
 /* ---- /v1/embeddings ---- */
 
 /* cosine of a JSON array of numbers with another */
@@ -479,16 +493,10 @@ static void test_embeddings(void **state) {
             /* the openai npm package (base64 by default, and float) */
             if (pi == 0 && !strcmp(model, "stories260K")) {
                 const cJSON *r0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(c, "requests"), 0);
-                char *in = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(r0, "input"));
-                char cmd[8192];
-                snprintf(cmd, sizeof cmd, "node %s/tests/serve/openai_embed.mjs http://127.0.0.1:%d %s '%s'",
-                         TUTTI_SOURCE_DIR, s.port, model, in);
+                char *in = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(r0, "input")), na[4096];
+                snprintf(na, sizeof na, "%s '%s'", model, in);
                 free(in);
-                int rc;
-                char *out = run_cmd(cmd, &rc);
-                if (rc != 0) fail_msg("%s failed (%d): %s", cmd, rc, out ? out : "");
-                cJSON *j = cJSON_Parse(out);
-                if (!j) fail_msg("openai client output: %s", out);
+                cJSON *j = node_json(&s, "openai_embed.mjs", na);
                 const cJSON *want = cJSON_GetObjectItemCaseSensitive(r0, "embeddings");
                 double wb = worst_cosine(cJSON_GetObjectItemCaseSensitive(j, "base64"), want);
                 double wf = worst_cosine(cJSON_GetObjectItemCaseSensitive(j, "float"), want);
@@ -501,7 +509,6 @@ static void test_embeddings(void **state) {
                     assert_true(fabs(cJSON_GetArrayItem(vb, k)->valuedouble - cJSON_GetArrayItem(vf, k)->valuedouble) <
                                 1e-6);
                 cJSON_Delete(j);
-                free(out);
             }
         }
         if (pi == 0) {
@@ -629,14 +636,7 @@ static void test_tools(void **state) {
                  t < 2 ? shared_path(tmpls[t]) : tmpls[t]);
         start(&s, "", args, true);
         if (t < 2) {
-            char cmd[4096];
-            snprintf(cmd, sizeof cmd, "node %s/tests/serve/openai_tools.mjs http://127.0.0.1:%d stories260K",
-                     TUTTI_SOURCE_DIR, s.port);
-            int rc;
-            char *out = run_cmd(cmd, &rc);
-            if (rc != 0) fail_msg("%s failed (%d): %s", cmd, rc, out ? out : "");
-            cJSON *j = cJSON_Parse(out);
-            if (!j) fail_msg("openai client output: %s", out);
+            cJSON *j = node_json(&s, "openai_tools.mjs", "stories260K");
             const char *must[] = {"required", "named", "stream"};
             for (int k = 0; k < 3; k++) {
                 const cJSON *c = case_of(j, must[k]);
@@ -661,7 +661,6 @@ static void test_tools(void **state) {
             assert_true(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(cont, "content")) ||
                         cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(cont, "calls")) > 0);
             cJSON_Delete(j);
-            free(out);
         } else {
             cJSON *j = post_json(&s, "/v1/chat/completions", tools_body("stories260K", ",\"tool_choice\":\"required\""),
                                  200);
@@ -726,14 +725,7 @@ static void test_web_page(void **state) {
     assert_null(strstr(src, " href="));
     free(src), free(page);
     expect_error(&s, "POST", "/", "{}", NULL, 405, "GET", NULL, NULL);
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "node %s/tests/serve/page_driver.mjs http://127.0.0.1:%d default 'Hello there'",
-             TUTTI_SOURCE_DIR, s.port);
-    int rc;
-    char *out = run_cmd(cmd, &rc);
-    if (rc != 0) fail_msg("%s failed (%d): %s", cmd, rc, out ? out : "");
-    cJSON *j = cJSON_Parse(out);
-    if (!j) fail_msg("page driver output: %s", out);
+    cJSON *j = node_json(&s, "page_driver.mjs", "default 'Hello there'");
     const char *want[] = {"default", "stories260K", "stories260K-dreams"};
     const cJSON *opts = cJSON_GetObjectItemCaseSensitive(j, "options");
     assert_int_equal(cJSON_GetArraySize(opts), 3);
@@ -750,7 +742,6 @@ static void test_web_page(void **state) {
     print_message("page reply: %s | %s\n", jstr(j, "reply"), jstr(j, "stats"));
     assert_non_null(strstr(jstr(j, "stats"), "tokens/s"));
     cJSON_Delete(j);
-    free(out);
     assert_int_equal(stop(&s), 0);
 }
 
