@@ -168,13 +168,19 @@ static int pool(const float *rows, int32_t n, int32_t d, int how, float *v) {
     return 0;
 }
 
-int srv_embd_run(srv_embd *e, tutti_session *sess, const tutti_model *m, char *err, size_t cap) {
+int srv_embd_run(srv_embd *e, tutti_session *sess, const tutti_model *m, bool (*gone)(void *), void *arg, char *err,
+                 size_t cap) {
     int32_t d = tutti_model_n_embd(m), longest = 0;
     for (int i = 0; i < e->n; i++) longest = e->n_ids[i] > longest ? e->n_ids[i] : longest;
     float *rows = malloc(sizeof(float) * (size_t)longest * (size_t)d);
     e->out = malloc(sizeof(float) * (size_t)e->n * (size_t)d);
     int rc = rows && e->out ? 0 : (snprintf(err, cap, "out of memory"), -1);
     for (int i = 0; i < e->n && rc == 0; i++) {
+        if (gone && gone(arg)) { /* the client left: the rest is not computed */
+            snprintf(err, cap, "the client left");
+            rc = -1;
+            break;
+        }
         if (tutti_session_rewind(sess, 0) < 0 || tutti_session_embed(sess, e->ids[i], e->n_ids[i], rows) < 0) {
             snprintf(err, cap, "embedding failed: %s", tutti_last_error());
             rc = -1;

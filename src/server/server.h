@@ -12,6 +12,11 @@
  *                  queue, generation jobs and their output
  *   generate.c     a completion request -> a job (prompts, context, limits)
  *   http.c         endpoints, auth, CORS, SSE, errors, /metrics, the daemon's life
+ *   echo.c         /v1/completions echo: the prompt's logprobs
+ *   embed.c        POST /v1/embeddings
+ *   tools_req.c    the tool fields of a chat request (fuzzed with request.c)
+ *   tools.c        tool calls: template variables, the call grammar, the calls read back
+ *   web/index.html the page at GET / (built in as srv_web_page by CMakeLists.txt)
  */
 #ifndef TUTTI_SERVER_H
 #define TUTTI_SERVER_H
@@ -264,10 +269,12 @@ int srv_echo_prompt(srv_job *j, tutti_ensemble *e, int c, int p, char *err, size
 
 /* /v1/embeddings (embed.c): the body parsed into j->embd (model, inputs
  * tokenized), 0 or an HTTP status with err and *param; run on a slot's
- * session of the model (0, or -1 with err); the answer's JSON. */
+ * session of the model, asking gone(arg) before each input whether the
+ * client left (0, or -1 with err); the answer's JSON. */
 int srv_embd_prepare(srv_server *s, srv_job *j, const char *body, size_t n, char *err, size_t cap,
                      const char **param);
-int srv_embd_run(srv_embd *e, tutti_session *sess, const tutti_model *m, char *err, size_t cap);
+int srv_embd_run(srv_embd *e, tutti_session *sess, const tutti_model *m, bool (*gone)(void *), void *arg, char *err,
+                 size_t cap);
 char *srv_embd_json(const srv_job *j);
 void srv_embd_free(srv_embd *e);
 

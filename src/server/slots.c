@@ -332,6 +332,16 @@ static nat_sess *nat_session(srv_slot *sl, int k) {
     return ns->sess ? ns : NULL;
 }
 
+/* true when the job's client has left (then the job is cancelled) */
+static bool job_gone(void *arg) {
+    srv_job *j = arg;
+    pthread_mutex_lock(&j->mu);
+    if (!j->cancelled && peer_closed(j)) j->cancelled = true;
+    bool gone = j->cancelled;
+    pthread_mutex_unlock(&j->mu);
+    return gone;
+}
+
 /* POST /v1/embeddings on the slot's session of the model (its cache is
  * cleared: the prefix it held for /completion is gone) */
 static void run_embd(srv_slot *sl, srv_job *j) {
@@ -345,7 +355,7 @@ static void run_embd(srv_slot *sl, srv_job *j) {
     ns->n = 0;
     double t0 = mono_s();
     char err[1024];
-    int rc = srv_embd_run(&j->embd, ns->sess, s->reg.files[k].model, err, sizeof err);
+    int rc = srv_embd_run(&j->embd, ns->sess, s->reg.files[k].model, job_gone, j, err, sizeof err);
     srv_metrics *mt = &s->metrics;
     pthread_mutex_lock(&mt->mu);
     mt->prompt_tokens += j->embd.n_tokens;
