@@ -5,7 +5,8 @@
  * Promises checked (trap when broken): parsing returns a configuration or
  * NULL with a non-empty "merge config: ..." message; every parameter of a
  * parsed configuration evaluates, for a few tensor names and gradient
- * positions, to a finite number, a string, or "does not apply".  Alias
+ * positions, to a finite number, a string, or "does not apply", and a
+ * numeric one (density, t, ...) to a number in mergekit's range.  Alias
  * cycles and exponential alias trees must be refused quickly (timeouts are
  * findings), and crashes, leaks and undefined behaviour are the others. */
 #include <math.h>
@@ -33,7 +34,10 @@ static void eval_all(const merge_params *p) {
             for (size_t j = 0; j < 4; j++) {
                 double v = NAN;
                 const char *s = NULL;
-                if (merge_setting_eval(p->p[i].set, names[k][0], names[k][1], ts[j], &v, &s)) CHECK(s || isfinite(v));
+                if (!merge_setting_eval(p->p[i].set, names[k][0], names[k][1], ts[j], &v, &s)) continue;
+                CHECK(s || isfinite(v));
+                /* a numeric parameter is a number in mergekit's range (merge_param_check) */
+                if (merge_param_kind(p->p[i].name) == 1) CHECK(!s && merge_param_check(p->p[i].name, v) == 0);
             }
 }
 

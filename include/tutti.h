@@ -44,6 +44,12 @@ extern "C" {
 /* Message describing the last error on this thread ("no error recorded" if
  * none).  Never NULL; valid until the next failing call on this thread. */
 const char *tutti_last_error(void);
+/* What the last error on this thread was: TUTTI_ERR_UNSUPPORTED when the
+ * caller's arguments caused it (a value out of range, a combination the
+ * function cannot do, an option the given models do not allow: the fix is
+ * a different argument; the CLI exits 2), TUTTI_ERR otherwise (a file, the
+ * data, the system).  For the calls that report failure by NULL. */
+int tutti_last_error_kind(void);
 /* text with every URL's credentials hidden: the user information
  * ("user:password@" before the host) becomes "***@", and the values of query parameters whose names
  * hold key, token, secret, pass, pwd, auth, sig or cred -> "***".  Writes
@@ -166,6 +172,18 @@ typedef struct tutti_session tutti_session;
 typedef struct tutti_session_params {
     int32_t n_ctx;     /* context length in tokens; 0 = min(n_ctx_train, 4096) */
     int32_t n_threads; /* worker threads; 0 = number of online CPUs */
+    /* llama.cpp's context shift (its --context-shift, as llama-cli and
+     * llama-server do it): false (the default) = an eval that would pass
+     * n_ctx fails.  true = whenever a token is about to be evaluated with
+     * n_past = n_ctx - 1, the first n_keep positions stay, the next
+     * n_discard = (n_past - n_keep) / 2 are dropped and the rest move down
+     * (tutti_session_shift), so evals never fail for a full context.  A
+     * batch is split at those points, so the cache after any sequence of
+     * evals is a function of the timeline's tokens alone, as if they had
+     * come one at a time.  Not for a model split over MPI ranks. */
+    bool ctx_shift;
+    int32_t n_keep; /* with ctx_shift: positions kept at the start (1 = BOS; at most n_ctx - 4, as
+                       llama-server caps it) */
 } tutti_session_params;
 
 tutti_session_params tutti_session_default_params(void);
@@ -176,8 +194,9 @@ void tutti_session_free(tutti_session *session);
 /* Runs the forward pass on ids[0..n) at positions n_past..n_past+n-1 in one
  * batch, appending them to the KV cache.  If logits is non-NULL it receives
  * all n rows, float32 [n][n_vocab]; the last row is always available from
- * tutti_session_logits.  Fails (nothing appended) if n_past + n would exceed
- * n_ctx or an id is out of range. */
+ * tutti_session_logits.  Fails (nothing appended) if an id is out of range
+ * or, without ctx_shift, if n_past + n would exceed n_ctx (with it, the
+ * context shifts where needed: see tutti_session_params). */
 int tutti_session_eval(tutti_session *session, const int32_t *ids, int32_t n, float *logits);
 
 /* Logits of the last evaluated position, [n_vocab]; owned by the session,
@@ -204,6 +223,31 @@ int tutti_model_pooling(const tutti_model *model);
 /* Forgets every position >= n_past (0 clears the cache).  The logits of the
  * last kept position are not recomputed. */
 int tutti_session_rewind(tutti_session *session, int32_t n_past);
+
+/* Context shift (llama.cpp's llama_memory_seq_rm(n_keep, n_keep + n_discard)
+ * followed by llama_memory_seq_add(n_keep + n_discard, n_past, -n_discard),
+ * with its K-shift): drops positions [n_keep, n_keep + n_discard) and moves
+ * positions [n_keep + n_discard, n_past) down by n_discard, the keys rotated
+ * back by n_discard positions (RoPE rotations compose: a key computed at
+ * position p then turned by -n_discard is the key at p - n_discard, up to
+ * float rounding and the cache's f16); values move as they are.  The rows
+ * that stay keep what they attended to when they were computed.  n_past
+ * drops by n_discard; the logits stay those of the last eval.  0, or
+ * TUTTI_ERR for a range outside [0, n_past] or a split model. */
+int tutti_session_shift(tutti_session *session, int32_t n_keep, int32_t n_discard);
+/* Tokens of the session's timeline: n_past plus every token a context shift
+ * dropped (0 after tutti_session_rewind to 0). */
+int32_t tutti_session_n_tokens(const tutti_session *session);
+/* The shortest timeline length tutti_session_rewind_tokens can go back to
+ * without starting over: the length at the last context shift (0 if none). */
+int32_t tutti_session_rewind_floor(const tutti_session *session);
+/* Back to the state after the first n_tokens tokens of the timeline
+ * (n_tokens <= tutti_session_n_tokens): kept when n_tokens >=
+ * tutti_session_rewind_floor (the cache then holds exactly that state);
+ * otherwise the session is emptied, since a shift has dropped rows that
+ * state needs, and the caller evaluates the tokens again from the start.
+ * Returns the tokens kept (n_tokens or 0), or TUTTI_ERR. */
+int32_t tutti_session_rewind_tokens(tutti_session *session, int32_t n_tokens);
 
 /* ------------------------------------------------------------------------ */
 /* Continuous batching: one forward pass per model and step for every
@@ -486,6 +530,14 @@ typedef struct tutti_ensemble_params {
      * batch's threads do every pass; parallel and n_threads are ignored
      * for them).  Must outlive the ensemble.  NULL = none. */
     tutti_batch *batch;
+    /* llama.cpp's context shift for the members' contexts (tutti run's
+     * default; false = a member's full context ends the generation with
+     * finish LENGTH): a local member whose window fills keeps its BOS and
+     * the n_keep tokens after it, drops the oldest half of the rest and goes
+     * on (tutti_session_params.ctx_shift).  Remote, MPI and split members
+     * keep their hard limit.  The prompt must still fit every context. */
+    bool ctx_shift;
+    int32_t n_keep;
 } tutti_ensemble_params;
 
 tutti_ensemble_params tutti_ensemble_default_params(void);
@@ -622,6 +674,10 @@ typedef struct tutti_mask {
                                      longest generated text that member 1 tokenizes (on its own, no BOS, as
                                      tutti_tokenize) into at most max_tokens tokens, ending between two
                                      UTF-8 characters */
+    bool ignore_eos;              /* the text never ends by itself (tutti generate --ignore-eos): TOKEN
+                                     end-of-generation tokens, BYTE the end-of-text outcome, SPAN drafts'
+                                     end-of-generation tokens are ruled out; it ends at max_len /
+                                     max_tokens, a stop string or a full context */
     /* OpenAI's logit_bias: bias[k] is added to the fused log-probability of
      * token bias_ids[k] (an id of member 1's vocabulary) every step, after
      * the rule and before the mask, the grammar and the sampler (which
@@ -632,6 +688,14 @@ typedef struct tutti_mask {
     const float *bias;
     int32_t n_bias;
 } tutti_mask;
+
+/* Why a generation ended, in the OpenAI API's terms (finish_reason). */
+typedef enum tutti_finish {
+    TUTTI_FINISH_STOP = 0,   /* "stop": end of text, a stop string, the grammar complete (nothing may
+                                follow), or the text callback asked to stop */
+    TUTTI_FINISH_LENGTH = 1, /* "length": mask->max_len / max_tokens reached, or a member's full
+                                context ended it (ctx_full_member), in every alignment */
+} tutti_finish;
 
 typedef struct tutti_ensemble_stats {
     int32_t n_units;        /* tokens (TOKEN) or bytes (BYTE, SPAN) generated */
@@ -660,9 +724,11 @@ typedef struct tutti_ensemble_stats {
     /* The member whose full context ended the generation (0-based), -1 if
      * none did.  NaN/+inf logits are not a stop but an error. */
     int32_t ctx_full_member;
-    /* The generation ended at mask->max_len or mask->max_tokens (a client's
-     * "length" finish), not at end of text, a stop string or a full context. */
+    /* The generation ended at mask->max_len or mask->max_tokens, not at end
+     * of text, a stop string or a full context. */
     bool at_limit;
+    /* LENGTH when at_limit or ctx_full_member >= 0, else STOP. */
+    tutti_finish finish;
 } tutti_ensemble_stats;
 
 #define TUTTI_LEFT_SPELL 1
@@ -1014,13 +1080,88 @@ typedef struct tutti_merge_params {
     uint64_t seed;     /* of the random masks (dare_*, della*) */
     const char *name;  /* general.name of the output; NULL: "merge of ..." */
     bool verbose;      /* one line per tensor on stderr */
+    /* Receives a line worth telling the user (NULL: none): the tensors
+     * written in a fallback type (rows the output type's blocks do not
+     * divide), once per merge, as llama-quantize warns of them. */
+    tutti_notice_cb notice;
+    void *notice_user;
 } tutti_merge_params;
 
 tutti_merge_params tutti_merge_default_params(void); /* type NULL, seed 0 */
 
-/* Merges into out_path (created; removed again on failure).  0 or TUTTI_ERR
- * with tutti_last_error() saying which check or tensor failed. */
+/* Merges into out_path.  Refused before any work when out_path is one of
+ * the inputs (the same file: device and inode after following symlinks, so
+ * also another spelling, a symlink or a hard link) or cannot be written.
+ * The file is written atomically: a temporary file in its folder, renamed
+ * onto out_path when complete; on failure out_path is left as it was (an
+ * input that is mapped is never truncated).  0 or TUTTI_ERR with
+ * tutti_last_error() saying which check or tensor failed. */
 int tutti_merge(const tutti_merge_config *c, const char *out_path, const tutti_merge_params *p);
+/* The same GGUF file streamed to out (binary, sequential: a pipe will do),
+ * e.g. stdout; a failure leaves a partial stream. */
+int tutti_merge_stream(const tutti_merge_config *c, FILE *out, const tutti_merge_params *p);
+
+/* ------------------------------------------------------------------------ */
+/* Models by name: the Hugging Face hub, as llama.cpp's -hf (README "Models
+ * by name").  A model spec "hf://USER/MODEL[:QUANT]" or "hf://USER/MODEL/FILE"
+ * may stand wherever a GGUF path does: tutti_model_load, tutti_vocab_load,
+ * tutti_file_meta_str, ensemble members (tutti_ensemble_new, ensemble files),
+ * merge configurations.  It is resolved to a file of the local cache,
+ * downloading what is missing (src/hub/hub.h has the protocol and the cache
+ * layout); each spec is resolved once per process. */
+
+typedef struct tutti_hub_params {
+    const char *endpoint;  /* NULL: $MODEL_ENDPOINT, else $HF_ENDPOINT, else https://huggingface.co/ */
+    const char *token;     /* NULL: $HF_TOKEN; sent as "Authorization: Bearer", never printed */
+    const char *cache_dir; /* NULL: $LLAMA_CACHE, $HF_HUB_CACHE, $HUGGINGFACE_HUB_CACHE, $HF_HOME/hub,
+                              $XDG_CACHE_HOME/huggingface/hub, ~/.cache/huggingface/hub */
+    bool offline;          /* the cache only, no network (also $LLAMA_OFFLINE or $HF_HUB_OFFLINE = 1) */
+    bool progress;         /* download progress on stderr (default true) */
+} tutti_hub_params;
+
+tutti_hub_params tutti_hub_default_params(void);
+/* Settings for every later resolution in this process (strings copied);
+ * NULL restores the defaults.  Forgets what was resolved so far. */
+int tutti_hub_configure(const tutti_hub_params *params);
+/* true for "hf://..." */
+bool tutti_is_hub_spec(const char *s);
+/* The local path of a spec's file (a split model: its first part, every part
+ * beside it), as a malloc'd string the caller frees; anything that is not a
+ * spec is returned as a copy.  QUANT: the file whose path holds the tag
+ * followed by '.' or '-', in any case; none: Q4_K_M, else Q8_0, else the
+ * first model file.  Online: the repository's listing, then each missing
+ * file downloaded (resumed with HTTP Range after a cut, its sha256 checked
+ * before it is used, renamed into place when complete; one process at a time
+ * per file).  Offline, or when the hub cannot be reached (a warning says
+ * so): the cache.  NULL on error: a malformed spec, 401/403 (set HF_TOKEN),
+ * 404, a quant tag the repository lacks (the message lists its tags), a
+ * corrupted download, nothing cached while offline. */
+char *tutti_hub_resolve(const char *spec);
+
+/* The cache folder in force (params, else the variables above) into buf;
+ * 0, or TUTTI_ERR when it does not fit or there is none. */
+int tutti_hub_cache_dir(char *buf, size_t cap);
+
+/* One file of the cache. */
+typedef struct tutti_hub_entry {
+    char repo[260];    /* USER/MODEL */
+    char file[516];    /* its path in the repository */
+    char tag[68];      /* quant tag from the name, upper case ("" none) */
+    char commit[44];   /* the snapshot */
+    char path[4608];   /* on disk (the snapshot's link) */
+    int64_t size;      /* bytes */
+    int64_t last_use;  /* Unix seconds: the last resolution that used it (or its download) */
+    bool current;      /* in the snapshot refs/main names */
+} tutti_hub_entry;
+
+/* Every file of the cache, by repository then path (*entries malloc'd, the
+ * caller frees; an absent cache is an empty list).  0 or TUTTI_ERR. */
+int tutti_hub_list(tutti_hub_entry **entries, int32_t *n);
+/* Removes "USER/MODEL" (the whole repository), "USER/MODEL:QUANT" (its files
+ * of that tag) or a FILE (a path as listed, its base name, or USER/MODEL/FILE;
+ * a split model's part removes all its parts), then the blobs nothing links
+ * to any more.  *n_removed: files removed; TUTTI_ERR when nothing matches. */
+int tutti_hub_remove(const char *what, int32_t *n_removed);
 
 #ifdef __cplusplus
 }

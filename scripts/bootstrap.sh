@@ -6,10 +6,10 @@ set -e
 BUILD=${1:-build}
 # (dash exits on a failing `shift`, even with `|| true`: test first)
 if [ $# -gt 0 ]; then shift; fi
-# libraries (PCRE2, cmocka, cJSON, libmicrohttpd, libyaml, libcurl) and what the
+# libraries (PCRE2, cmocka, cJSON, libmicrohttpd, libyaml, libcurl, Nettle) and what the
 # tests check against: Python's jinja2 and jsonschema, numpy (merge reference),
 # curl (the HTTP server's tests; Node.js and npm come with the machine)
-PKGS="build-essential cmake pkg-config libpcre2-dev libcmocka-dev libcjson-dev libmicrohttpd-dev libyaml-dev libcurl4-openssl-dev python3 python3-numpy python3-jsonschema python3-jinja2 curl openmpi-bin libopenmpi-dev iproute2"
+PKGS="build-essential cmake pkg-config libpcre2-dev libcmocka-dev libcjson-dev libmicrohttpd-dev libyaml-dev libcurl4-openssl-dev nettle-dev python3 python3-numpy python3-jsonschema python3-jinja2 curl openmpi-bin libopenmpi-dev iproute2"
 missing=""
 for p in $PKGS; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

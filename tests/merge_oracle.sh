@@ -30,3 +30,11 @@ for c in q-slerp q-ties q-stories; do
 done
 mv "$out.part" "$out"
 wc -l "$out"
+# llama-quantize's own report of the fallback types (tests/data/merge_fallback.txt,
+# read by test_parameter_ranges_and_fallbacks): --pure Q4_K on stories260K
+cp "$HERE/../../shared/models/stories260K.gguf" "$WORK/s.gguf"
+log=$(chroot "$ROOT" llama-quantize --pure /tmp/merge-oracle/s.gguf /tmp/merge-oracle/s.q4k.gguf Q4_K 1 2>&1)
+n=$(echo "$log" | sed -n 's/.*WARNING: \([0-9]*\) of \([0-9]*\) tensor(s) required fallback.*/\1 \2/p')
+echo "stories260K Q4_K $n q5_0=$(echo "$log" | grep -c 'falling back to *q5_0') f16=$(echo "$log" | grep -c 'falling back to *f16')" \
+  > "$HERE/data/merge_fallback.txt"
+cat "$HERE/data/merge_fallback.txt"

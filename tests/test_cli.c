@@ -647,6 +647,163 @@ static void test_quiet_version_help(void **state) {
     free(first);
 }
 
+/* Every bad flag or flag value of every command is a usage error: exit
+ * status 2 and a message naming what was wrong (issue 21, item 11: some
+ * exited 1, e.g. weights, --align token or --adapt that the models or the
+ * rule do not allow, an inline grammar, an empty or "-" output name).  In
+ * the commands, {S} and {B} stand for two models with different
+ * vocabularies (stories260K, BabyLlama-tok361), {D} for a scratch folder. */
+static void test_flag_errors_exit_2(void **state) {
+    (void)state;
+    require_shared();
+    static const char *const cases[][2] = {
+        /* what the parser refuses, the same in every command */
+        {"generate -m {S} -p a --temp x", "--temp needs a number"},
+        {"generate -m {S} -m {S} -p a", "given twice"},
+        {"generate -m {S} -p a --nope", "unknown option"},
+        {"generate -m {S} -p a -n", "needs a value"},
+        {"generate -m {S} -p a --ignore-eos=1", "takes no value"},
+        {"generate -m {S} -p a --keep -2", "--keep needs an integer"},
+        {"run -m {S} -p a --rule nope", "not one of"},
+        {"run -m {S} -p a --ignore-eos=x", "takes no value"},
+        {"eval -m {S} --text /dev/null --route-tau 0", "--route-tau"},
+        {"fit -m {S} --text /dev/null --temp-grid 1,x", "--temp-grid"},
+        {"logits -m {S} --ids 1,x -o /dev/null", "--ids"},
+        {"tokenize -m {S} -p a --inp x", "exactly one"},
+        {"info -m {S} -m {S}", "given twice"},
+        {"bench -m {S} -p x", "-p needs an integer"},
+        {"bench -m {S} --fused", "two -m members"},
+        {"merge -m {S} -m {S} --method nope -o {D}/x.gguf", "unknown merge_method"},
+        {"merge -m {S} -m {S} --method ties --base {S} --density 1.5 -o {D}/x.gguf", "--density"},
+        {"merge -m {S} -m {S} --method slerp --t -0.5 -o {D}/x.gguf", "--t needs"},
+        {"serve -m {S} --port 70000", "--port"},
+        /* grammars and schemas given inline are flag values */
+        {"generate -m {S} -p a --grammar 'root ::= x'", "undefined rule"},
+        {"generate -m {S} -p a --json-schema '{\"type\":\"nope\"}'", "unknown type"},
+        {"run -m {S} -p a --json-schema '{\"type\":5}'", "type must be"},
+        /* flags the models or the rule do not allow */
+        {"run -m {S} -m {S} -p a -w -1,2", "negative weight"},
+        {"run -m {S} -m {S} -p a -w 0,0", "every weight is 0"},
+        {"run -m {S} -m {B} -p a --align token", "different vocabularies"},
+        {"run -m {S} -m {S} -p a --rule product --adapt", "need the mix rule"},
+        {"run -m {S} -m {S} -p a --rule gate --route", "mix or product"},
+        {"eval -m {S} -m {B} --align token --text /dev/null", "different vocabularies"},
+        {"eval -m {S} -m {S} --rule product --adapt --text /dev/null", "need the mix rule"},
+        {"fit -m {S} -m {S} -w -1,1 --text /dev/null", "negative weight"},
+        {"bench -m {S} -m {B} --fused --align token -p 8 -n 4 -r 1", "different vocabularies"},
+        {"serve -m {S} -m {S} -w -1,2 --port 0", "negative weight"},
+        {"serve -m {S} -m {B} --align token --port 0", "different vocabularies"},
+        /* output names */
+        {"eval -m {S} --text /dev/null --plot -", "stdout holds"},
+        {"logits -m {S} -p a -o ''", "empty file name"},
+        {"fit -m {S} --text /dev/null -o ''", "empty file name"},
+        {"merge -m {S} -m {S} --method linear -o ''", "empty file name"},
+    };
+    char dir[] = "/tmp/tutti_cli_flagsXXXXXX";
+    assert_non_null(mkdtemp(dir));
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char args[2048];
+        size_t len = 0;
+        for (const char *p = cases[i][0]; *p && len + 600 < sizeof args;) {
+            const char *sub = !strncmp(p, "{S}", 3)   ? shared_path("models/stories260K.gguf")
+                              : !strncmp(p, "{B}", 3) ? shared_path("models/BabyLlama-tok361/babyllama-tok361.gguf")
+                              : !strncmp(p, "{D}", 3) ? dir
+                                                      : NULL;
+            if (sub) {
+                len += (size_t)snprintf(args + len, sizeof args - len, "%s", sub);
+                p += 3;
+            } else {
+                args[len++] = *p++;
+            }
+        }
+        args[len] = 0;
+        char cmd[4096];
+        /* serve must refuse before it serves: the timeout only guards the test */
+        snprintf(cmd, sizeof cmd, "timeout 60 %s %s 2>&1 >/dev/null", TUTTI_CLI, args);
+        int st;
+        char *err = run_cmd(cmd, &st);
+        if (st != 2 || !strstr(err, cases[i][1]))
+            fail_msg("tutti %s: exit %d (want 2), message: %s(want '%s')", args, st, err, cases[i][1]);
+        free(err);
+    }
+    /* -o - is stdout (the same bytes as a file), never a file named "-" */
+    char cmd[4096];
+    int st;
+    snprintf(cmd, sizeof cmd, "cd %s && %s logits -m %s -p 'Lily and Ben' -o file.f32 2>/dev/null && %s logits -m %s "
+             "-p 'Lily and Ben' -o - 2>/dev/null > stdout.f32 && cmp file.f32 stdout.f32 && test ! -e ./-", dir, TUTTI_CLI,
+             stories(), TUTTI_CLI, stories());
+    free(run_cmd(cmd, &st));
+    assert_int_equal(st, 0);
+    char rm[128];
+    snprintf(rm, sizeof rm, "rm -rf %s", dir);
+    assert_int_equal(system(rm), 0);
+}
+
+/* run takes every sampling flag of generate (one table, CLI_SAMPLING_OPTS),
+ * --ignore-eos included (issue 21, item 14: refused before), which rules out
+ * end of text in every alignment; the summary says what it counts. */
+static void test_run_takes_generate_sampling_flags(void **state) {
+    (void)state;
+    require_shared();
+    int st;
+    char *err;
+    /* the flags of generate's "sampling" section, as its --help lists them */
+    char *help = tutti(&st, NULL, "generate --help");
+    assert_int_equal(st, 0);
+    char *sec = strstr(help, "\nsampling:\n");
+    assert_non_null(sec);
+    char *run_help = tutti(&st, NULL, "run --help");
+    int n_flags = 0;
+    for (char *l = sec + 11; *l && *l != '\n'; l = strchr(l, '\n') + 1) {
+        char *dash = strstr(l, "--");
+        if (dash && dash - l < 12) {
+            char name[64];
+            sscanf(dash, "%63[a-z-]", name);
+            if (!strstr(run_help, name)) fail_msg("run --help lacks generate's sampling flag %s", name);
+            n_flags++;
+        }
+        if (!strchr(l, '\n')) break;
+    }
+    assert_true(n_flags >= 8);
+    free(help), free(run_help);
+    static const char *const values[] = {"--temp 0.5",           "--top-k 5",          "--top-p 0.9", "--min-p 0.05",
+                                         "--repeat-penalty 1.1", "--repeat-last-n 32", "--seed 3",    "--ignore-eos"};
+    for (size_t i = 0; i < sizeof values / sizeof *values; i++) {
+        free(tutti(&st, &err, "run -m %s -m %s -p 'Once' -n 4 -t 1 %s", stories(),
+                   shared_path("models/BabyLlama-tok361/babyllama-tok361.gguf"), values[i]));
+        if (st != 0) fail_msg("run %s: exit %d: %s", values[i], st, err);
+        free(err);
+    }
+    /* TinyStories-656K's greedy story ends after 108 tokens; --ignore-eos
+     * goes on to -n in token alignment and in byte alignment */
+    const char *ts = shared_path("models/TinyStories-656K-Q8_0.gguf");
+    free(tutti(&st, &err, "run -m %s -p 'Once upon a time' -n 140 --temp 0 -t 1", ts));
+    assert_non_null(strstr(err, "108 tokens generated"));
+    assert_non_null(strstr(err, "finish: stop"));
+    free(err);
+    free(tutti(&st, &err, "run -m %s -p 'Once upon a time' -n 140 --temp 0 -t 1 --ignore-eos", ts));
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(err, "140 tokens generated"));
+    assert_non_null(strstr(err, "finish: length: -n 140 reached"));
+    free(err);
+    for (int ign = 0; ign < 2; ign++) {
+        char *out = tutti(&st, &err, "run -m %s -m %s -p 'Once upon a time' -n 130 --temp 0 -t 1%s", ts, stories(),
+                          ign ? " --ignore-eos" : "");
+        assert_int_equal(st, 0);
+        print_message("byte alignment%s: %s", ign ? " --ignore-eos" : "", strstr(err, "byte alignment"));
+        /* byte alignment: the summary counts the bytes it sampled and the
+         * ones it output, and says why they differ */
+        if (ign) {
+            assert_non_null(strstr(err, "finish: length: -n 130 reached"));
+            char *b = strstr(err, "bytes sampled, ");
+            if (b) assert_non_null(strstr(b, "-n counts member 1's tokens"));
+        } else {
+            assert_non_null(strstr(err, "finish: stop"));
+        }
+        free(out), free(err);
+    }
+}
+
 /* One prefix per message: "tutti CMD: ...", never twice, never "error: error:". */
 static void test_messages_have_one_prefix(void **state) {
     (void)state;
@@ -890,9 +1047,13 @@ int main(void) {
         cmocka_unit_test(test_sigint_stops_cleanly),
         cmocka_unit_test(test_quiet_version_help),
         cmocka_unit_test(test_messages_have_one_prefix),
+        cmocka_unit_test(test_flag_errors_exit_2),
+        cmocka_unit_test(test_run_takes_generate_sampling_flags),
         cmocka_unit_test(test_info),
         cmocka_unit_test(test_json_and_ensemble_files),
         cmocka_unit_test(test_eval_progress),
     };
+    /* TUTTI_TEST_FILTER=test_info runs one test (cmocka's pattern) */
+    if (getenv("TUTTI_TEST_FILTER")) cmocka_set_test_filter(getenv("TUTTI_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

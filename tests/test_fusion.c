@@ -452,9 +452,12 @@ static void test_chat_run_is_generate_chat(void **state) {
     chat_files c;
     chat_files_make(&c);
     const char *models[2] = {c.phi3, c.llama};
-    /* the last case fills the context a few tokens after the prompt */
-    const char *opts[2][4] = {{"--temp 0 -n 40", "--seed 7 -n 40", "--seed 3 --repeat-penalty 1.3 -n 40", "--temp 0 -n 64 -c 12"},
-                              {"--temp 0 -n 40", "--seed 7 -n 40", "--seed 3 --repeat-penalty 1.3 -n 40", "--temp 0 -n 64 -c 39"}};
+    /* the last case fills the context a few tokens after the prompt (and
+     * stops there: no context shift) */
+    const char *opts[2][4] = {{"--temp 0 -n 40", "--seed 7 -n 40", "--seed 3 --repeat-penalty 1.3 -n 40",
+                               "--temp 0 -n 64 --no-context-shift -c 12"},
+                              {"--temp 0 -n 40", "--seed 7 -n 40", "--seed 3 --repeat-penalty 1.3 -n 40",
+                               "--temp 0 -n 64 --no-context-shift -c 39"}};
     char cmd[4096];
     int st;
     int n_stopped = 0;

@@ -32,6 +32,7 @@ int tutti_fuzz_merge_yaml_one(const uint8_t *data, size_t size) __attribute__((w
 int tutti_fuzz_http_one(const uint8_t *data, size_t size) __attribute__((weak));
 int tutti_fuzz_remote_one(const uint8_t *data, size_t size) __attribute__((weak));
 int tutti_fuzz_native_one(const uint8_t *data, size_t size) __attribute__((weak));
+int tutti_fuzz_hub_one(const uint8_t *data, size_t size) __attribute__((weak));
 
 static const struct {
     const char *name;
@@ -46,6 +47,7 @@ static const struct {
     {"http", tutti_fuzz_http_one},
     {"remote", tutti_fuzz_remote_one},
     {"native", tutti_fuzz_native_one},
+    {"hub", tutti_fuzz_hub_one},
 };
 #define N_HARNESSES (sizeof g_harnesses / sizeof g_harnesses[0])
 

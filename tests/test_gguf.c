@@ -11,12 +11,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "gguf/gguf.h"
 #include "gguf/gguf_write.h"
 #include "quant/quant.h"
 #include "tutti.h"
+#include "util/error.h"
+#include "util/file.h"
 
 /* ------------------------------------------------------------------------ */
 /* Facts about every GGUF file under ../shared, produced by gguf-py (the
@@ -397,6 +400,84 @@ static const char *tmp_path(const char *name) {
     static char p[512];
     snprintf(p, sizeof p, "%s/%s", g_tmpdir, name);
     return p;
+}
+
+static int write_text_fn(FILE *fp, void *ctx) {
+    fputs(ctx, fp);
+    return 0;
+}
+
+static int write_then_fail(FILE *fp, void *ctx) {
+    (void)ctx;
+    fputs("half of a file", fp);
+    return tutti_set_error("the producer failed half-way");
+}
+
+static bool dir_holds(const char *needle) {
+    DIR *d = opendir(g_tmpdir);
+    assert_non_null(d);
+    bool found = false;
+    for (struct dirent *e; (e = readdir(d));) found |= strstr(e->d_name, needle) != NULL;
+    closedir(d);
+    return found;
+}
+
+/* util/file.h, the one way every output file is written (issue 21, item 1):
+ * whole or not at all, a failed producer leaves the old file and no
+ * temporary, permissions kept, a symlink followed (the link stays), a
+ * device written in place, a directory or a missing folder refused; and
+ * file identity by device and inode. */
+static void test_write_atomic(void **state) {
+    (void)state;
+    char a[512], l[512], h[512], dangling[512];
+    snprintf(a, sizeof a, "%s", tmp_path("atomic.txt"));
+    snprintf(l, sizeof l, "%s", tmp_path("atomic-link.txt"));
+    snprintf(h, sizeof h, "%s", tmp_path("atomic-hard.txt"));
+    snprintf(dangling, sizeof dangling, "%s", tmp_path("dangling-link.txt"));
+    assert_int_equal(tutti_write_atomic(a, write_text_fn, "first\n"), 0);
+    assert_int_equal(chmod(a, 0640), 0);
+    assert_int_equal(tutti_write_atomic(a, write_then_fail, NULL), TUTTI_ERR);
+    assert_non_null(strstr(tutti_last_error(), "half-way"));
+    char *t = read_file(a, NULL);
+    assert_string_equal(t, "first\n");
+    free(t);
+    assert_false(dir_holds(".tmp-"));
+    assert_int_equal(tutti_write_atomic(a, write_text_fn, "second\n"), 0);
+    struct stat st;
+    assert_int_equal(stat(a, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0640);
+    /* a symlink: the file it names is replaced, the link stays a link */
+    assert_int_equal(symlink("atomic.txt", l), 0);
+    assert_int_equal(tutti_write_atomic(l, write_text_fn, "third\n"), 0);
+    assert_int_equal(lstat(l, &st), 0);
+    assert_true(S_ISLNK(st.st_mode));
+    t = read_file(a, NULL);
+    assert_string_equal(t, "third\n");
+    free(t);
+    assert_int_equal(symlink("atomic-target.txt", dangling), 0);
+    assert_int_equal(tutti_write_atomic(dangling, write_text_fn, "made\n"), 0);
+    t = read_file(tmp_path("atomic-target.txt"), NULL);
+    assert_string_equal(t, "made\n");
+    free(t);
+    /* identity: the link and a hard link are the file, a copy is not */
+    assert_int_equal(link(a, h), 0);
+    assert_true(tutti_same_file(a, l));
+    assert_true(tutti_same_file(l, h));
+    assert_false(tutti_same_file(a, dangling));
+    assert_false(tutti_same_file(a, tmp_path("no-such-file")));
+    /* a device is written in place (never replaced); a folder is refused */
+    assert_int_equal(tutti_write_atomic("/dev/null", write_text_fn, "x"), 0);
+    assert_int_equal(stat("/dev/null", &st), 0);
+    assert_true(S_ISCHR(st.st_mode));
+    assert_int_equal(tutti_write_atomic(g_tmpdir, write_text_fn, "x"), TUTTI_ERR);
+    assert_non_null(strstr(tutti_last_error(), "directory"));
+    char missing[600];
+    snprintf(missing, sizeof missing, "%s/no/such/folder/x", g_tmpdir);
+    assert_int_equal(tutti_write_atomic(missing, write_text_fn, "x"), TUTTI_ERR);
+    assert_int_equal(tutti_check_writable(missing), TUTTI_ERR);
+    assert_non_null(strstr(tutti_last_error(), "does not exist"));
+    assert_int_equal(tutti_check_writable(a), 0);
+    unlink(l), unlink(h), unlink(dangling), unlink(a), unlink(tmp_path("atomic-target.txt"));
 }
 
 static void test_writer_roundtrip(void **state) {
@@ -1064,11 +1145,122 @@ static void test_open_errors(void **state) {
     gguf_close(NULL);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Split models (llama.cpp's gguf-split): tests/data/hub/ holds
+ * TinyStories-656K-Q8_0.gguf cut by llama-gguf-split into 3 parts
+ * (tests/data/hub/make_split.sh).  Opened through its first part it must be
+ * the whole file: the same metadata and every tensor with the same bytes. */
+static const char *split_part(int k) {
+    static char p[4][600];
+    snprintf(p[k], sizeof p[k], "%s/tests/data/hub/TinyStories-656K-Q8_0-%05d-of-00003.gguf", TUTTI_SOURCE_DIR, k);
+    return p[k];
+}
+
+static void test_split_model(void **state) {
+    (void)state;
+    require_shared();
+    gguf_file *w = gguf_open(shared_path("models/TinyStories-656K-Q8_0.gguf"));
+    gguf_file *s = gguf_open(split_part(1));
+    assert_non_null(w);
+    assert_non_null(s);
+    assert_int_equal(gguf_n_tensors(s), gguf_n_tensors(w));
+    assert_int_equal(gguf_n_tensors(s), 20);
+    /* every key of the whole file, same type and bytes; plus the 3 split keys */
+    assert_int_equal(gguf_n_kv(s), gguf_n_kv(w) + 3);
+    for (int64_t i = 0; i < gguf_n_kv(w); i++) {
+        gguf_str k = gguf_kv_key(w, i);
+        char key[256];
+        snprintf(key, sizeof key, "%.*s", (int)k.len, k.data);
+        int64_t j = gguf_find_key(s, key);
+        assert_true(j >= 0);
+        assert_int_equal(gguf_kv_type(s, j), gguf_kv_type(w, i));
+        assert_int_equal(gguf_kv_arr_n(s, j), gguf_kv_arr_n(w, i));
+    }
+    for (int64_t i = 0; i < gguf_n_tensors(w); i++) {
+        const gguf_tensor_info *a = gguf_tensor(w, i);
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)a->name.len, a->name.data);
+        const gguf_tensor_info *b = gguf_find_tensor(s, name);
+        assert_non_null(b);
+        assert_true(gguf_str_eq(gguf_tensor(s, i)->name, name)); /* part order = the whole file's order */
+        assert_int_equal(b->type, a->type);
+        assert_int_equal(b->n_dims, a->n_dims);
+        for (int d = 0; d < GGUF_MAX_DIMS; d++) assert_int_equal(b->ne[d], a->ne[d]);
+        assert_int_equal(b->size, a->size);
+        assert_memory_equal(b->data, a->data, a->size);
+    }
+    gguf_close(s);
+    gguf_close(w);
+    /* a later part is refused, naming the first */
+    assert_null(gguf_open(split_part(2)));
+    assert_non_null(strstr(tutti_last_error(), "part 2 of a split model of 3 parts"));
+    assert_non_null(strstr(tutti_last_error(), "TinyStories-656K-Q8_0-00001-of-00003.gguf"));
+}
+
+/* A part of a synthetic split: split.no, split.count, split.tensors.count as
+ * llama-gguf-split writes them (u16, u16, i32), then the named 1-row F32
+ * tensors. */
+static void write_part(const char *name, int no, int count, int total, const char *const *tensors, int n) {
+    static const float row[4] = {1, 2, 3, 4};
+    gguf_writer *w = gguf_writer_new();
+    assert_non_null(w);
+    if (no == 0) assert_int_equal(gguf_writer_add_str(w, "general.architecture", "llama"), 0);
+    if (no >= 0) assert_int_equal(gguf_writer_add_u16(w, "split.no", (uint16_t)no), 0);
+    assert_int_equal(gguf_writer_add_u16(w, "split.count", (uint16_t)count), 0);
+    assert_int_equal(gguf_writer_add_i32(w, "split.tensors.count", total), 0);
+    const int64_t ne[1] = {4};
+    for (int i = 0; i < n; i++) assert_int_equal(gguf_writer_add_tensor(w, tensors[i], TUTTI_TYPE_F32, 1, ne, row), 0);
+    assert_int_equal(gguf_writer_write(w, tmp_path(name)), 0);
+    gguf_writer_free(w);
+}
+
+static void expect_split_error(const char *first, const char *what) {
+    gguf_file *f = gguf_open(tmp_path(first));
+    if (f || !strstr(tutti_last_error(), what))
+        fail_msg("expected an error with '%s', got %s", what, f ? "success" : tutti_last_error());
+}
+
+/* The rules of llama.cpp's loader for split models, each broken once. */
+static void test_split_errors(void **state) {
+    (void)state;
+    const char *a[] = {"a", "b"}, *c[] = {"c"}, *dup[] = {"b"};
+    write_part("s-00001-of-00002.gguf", 0, 2, 3, a, 2);
+    write_part("s-00002-of-00002.gguf", 1, 2, 3, c, 1);
+    gguf_file *f = gguf_open(tmp_path("s-00001-of-00002.gguf"));
+    assert_non_null(f);
+    assert_int_equal(gguf_n_tensors(f), 3);
+    assert_non_null(gguf_find_tensor(f, "c"));
+    gguf_close(f);
+    /* the second part missing */
+    unlink(tmp_path("s-00002-of-00002.gguf"));
+    expect_split_error("s-00001-of-00002.gguf", "part 2 of 2");
+    /* a tensor in two parts */
+    write_part("s-00002-of-00002.gguf", 1, 2, 3, dup, 1);
+    expect_split_error("s-00001-of-00002.gguf", "is in two parts");
+    /* a part that says it is another part */
+    write_part("s-00002-of-00002.gguf", 0, 2, 3, c, 1);
+    expect_split_error("s-00001-of-00002.gguf", "expected part 2 of 2");
+    /* split.no missing in a part */
+    write_part("s-00002-of-00002.gguf", -1, 2, 3, c, 1);
+    expect_split_error("s-00001-of-00002.gguf", "missing key split.no");
+    /* the tensor total of split.tensors.count */
+    write_part("s-00001-of-00002.gguf", 0, 2, 4, a, 2);
+    write_part("s-00002-of-00002.gguf", 1, 2, 4, c, 1);
+    expect_split_error("s-00001-of-00002.gguf", "split.tensors.count says 4 tensors");
+    /* a first part whose name does not lead to the others */
+    write_part("model.gguf", 0, 2, 3, a, 2);
+    expect_split_error("model.gguf", "must be named PREFIX-00001-of-00002.gguf");
+    /* a count the name does not give */
+    write_part("t-00001-of-00002.gguf", 0, 3, 3, a, 2);
+    expect_split_error("t-00001-of-00002.gguf", "PREFIX-00001-of-00003.gguf");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shared_files_match_gguf_py),
         cmocka_unit_test(test_known_values),
         cmocka_unit_test(test_writer_roundtrip),
+        cmocka_unit_test(test_write_atomic),
         cmocka_unit_test(test_writer_reproduces_llamacpp_files),
         cmocka_unit_test(test_truncation_every_offset),
         cmocka_unit_test(test_malformed_header),
@@ -1076,6 +1268,8 @@ int main(void) {
         cmocka_unit_test(test_malformed_tensors),
         cmocka_unit_test(test_layout_edge_cases),
         cmocka_unit_test(test_open_errors),
+        cmocka_unit_test(test_split_model),
+        cmocka_unit_test(test_split_errors),
     };
     return cmocka_run_group_tests(tests, setup_tmpdir, teardown_tmpdir);
 }

@@ -262,10 +262,11 @@ static void test_cli_errors(void **state) {
         const char *args, *msg;
         int status;
     } k[] = {
-        {"--grammar 'root ::= \"a\" b'", "line 1, column 14: undefined rule 'b'", 1},
-        {"--grammar 'root ::= root \"a\"'", "left-recursive", 1},
-        {"--grammar 'root ::= [^\\x00-\\U0010FFFF]'", "admits no string", 1},
-        {"--json-schema '{\"type\":\"object\",\"patternProperties\":{}}'", "unsupported keyword 'patternProperties'", 1},
+        /* a grammar or schema given inline is a flag value: exit 2 (a file's content: 1) */
+        {"--grammar 'root ::= \"a\" b'", "line 1, column 14: undefined rule 'b'", 2},
+        {"--grammar 'root ::= root \"a\"'", "left-recursive", 2},
+        {"--grammar 'root ::= [^\\x00-\\U0010FFFF]'", "admits no string", 2},
+        {"--json-schema '{\"type\":\"object\",\"patternProperties\":{}}'", "unsupported keyword 'patternProperties'", 2},
         {"--json-schema /nonexistent.json", "/nonexistent.json", 1},
         {"--json --grammar 'root ::= \"a\"'", "give one grammar", 2},
         {"--grammar", "needs a value", 2},

@@ -623,6 +623,163 @@ static void test_refusals(void **state) {
     }
 }
 
+/* True when g_dir holds a file whose name contains needle (a temporary left behind). */
+static bool dir_has(const char *needle) {
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "ls -a %s", g_dir);
+    int st;
+    char *out = run_cmd(cmd, &st);
+    bool found = out && strstr(out, needle);
+    free(out);
+    return found;
+}
+
+/* Item 1 of issue 21: the output compared with the inputs as files (device
+ * and inode), every output written to a temporary file renamed into place,
+ * never a truncated or half-written file. */
+static void test_output_never_destroys(void **state) {
+    (void)state;
+    require_shared();
+    char args[2048], cmd[2048];
+    /* s.gguf copied, reached as ./s, /abs/s, a symlink and a hard link */
+    snprintf(cmd, sizeof cmd, "cd %s && cp %s s.gguf && cp %s d.gguf && ln -sf s.gguf link.gguf && ln -f s.gguf hard.gguf",
+             g_dir, shared_path("models/stories260K.gguf"), shared_path("models/stories260K-ft/stories260K-dreams.gguf"));
+    int st;
+    free(run_cmd(cmd, &st));
+    assert_int_equal(st, 0);
+    const char *outs[] = {"./s.gguf", "", "link.gguf", "hard.gguf"};
+    for (size_t i = 0; i < sizeof outs / sizeof *outs; i++) {
+        snprintf(cmd, sizeof cmd, "cd %s && %s merge -m s.gguf -m d.gguf --method linear -o %s%s 2>&1", g_dir,
+                 TUTTI_CLI, outs[i][0] ? outs[i] : g_dir, outs[i][0] ? "" : "/s.gguf");
+        char *err = run_cmd(cmd, &st);
+        if (st != 1 || !strstr(err, "the same file")) fail_msg("%s: status %d: %s", cmd, st, err);
+        free(err);
+        assert_true(same_file(tmp("s.gguf"), shared_path("models/stories260K.gguf")));
+    }
+    /* a merge that fails half-way (della's epsilon is checked per tensor,
+     * while the file is being written) leaves an existing output as it was
+     * and no temporary behind */
+    write_text(tmp("old.gguf"), "the previous output\n");
+    snprintf(args, sizeof args, "-m %s -m %s --method della --base %s --density 0.9 --epsilon 0.2 -o %s", tmp("s.gguf"),
+             tmp("d.gguf"), tmp("s.gguf"), tmp("old.gguf"));
+    expect_refusal(args, 1, "epsilon");
+    size_t len;
+    char *old = file_bytes(tmp("old.gguf"), &len);
+    assert_string_equal(old, "the previous output\n");
+    free(old);
+    assert_false(dir_has(".tmp-"));
+    /* a file that another process has mapped (a loaded model) is replaced,
+     * not rewritten in place: the mapping keeps the old bytes */
+    snprintf(cmd, sizeof cmd, "cp %s %s", shared_path("models/stories260K.gguf"), tmp("mapped.gguf"));
+    free(run_cmd(cmd, &st));
+    gguf_file *f = gguf_open(tmp("mapped.gguf"));
+    assert_non_null(f);
+    const gguf_tensor_info *t = gguf_find_tensor(f, "token_embd.weight");
+    assert_non_null(t);
+    void *before = malloc((size_t)t->size);
+    memcpy(before, t->data, (size_t)t->size);
+    snprintf(args, sizeof args, "-m %s -m %s --method linear -w 1,3 --type Q8_0 -o %s", tmp("s.gguf"), tmp("d.gguf"),
+             tmp("mapped.gguf"));
+    merge_ok(args);
+    assert_memory_equal(before, t->data, (size_t)t->size);
+    free(before);
+    gguf_close(f);
+    /* -o - streams the same bytes to stdout and creates no file named "-" */
+    const char *to[] = {"file.gguf", "- > stdout.gguf"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(cmd, sizeof cmd, "cd %s && %s merge -m s.gguf -m d.gguf --method linear --quiet -o %s", g_dir, TUTTI_CLI,
+                 to[k]);
+        free(run_cmd(cmd, &st));
+        assert_int_equal(st, 0);
+    }
+    assert_true(same_file(tmp("file.gguf"), tmp("stdout.gguf")));
+    assert_int_equal(access(tmp("-"), F_OK), -1);
+    /* an output that cannot be written is refused before the merge runs */
+    snprintf(args, sizeof args, "-m %s -m %s --method linear -o %s/no/such/dir/x.gguf", tmp("s.gguf"), tmp("d.gguf"), g_dir);
+    expect_refusal(args, 1, "does not exist");
+}
+
+/* Item 12 of issue 21: parameter ranges as mergekit defines them, YAML's
+ * non-finite floats, and llama-quantize's fallback types said on stderr. */
+static void test_parameter_ranges_and_fallbacks(void **state) {
+    (void)state;
+    require_shared();
+    const char *s = shared_path("models/stories260K.gguf"), *d = shared_path("models/stories260K-ft/stories260K-dreams.gguf");
+    char args[2048];
+    /* the -m form: out-of-range flags are usage errors */
+    static const char *const bad_flags[][2] = {
+        {"--method ties --density 1.5", "--density"},  {"--method ties --density -0.2", "--density"},
+        {"--method breadcrumbs --gamma 2", "--gamma"}, {"--method slerp --t 1.5", "--t"},
+        {"--method della --epsilon -0.1", "--epsilon"},
+    };
+    for (size_t i = 0; i < sizeof bad_flags / sizeof *bad_flags; i++) {
+        snprintf(args, sizeof args, "-m %s -m %s --base %s %s -o %s", s, d, s, bad_flags[i][0], tmp("x.gguf"));
+        expect_refusal(args, 2, bad_flags[i][1]);
+    }
+    /* the same in a configuration, at every level, in gradients and
+     * conditions; YAML's .nan / .inf / -.inf are floats, refused as such */
+    static const char *const bad_values[][2] = {
+        {"density: 1.5", "outside [0, 1]"},
+        {"density: -0.2", "outside [0, 1]"},
+        {"density: [0.5, 1.2]", "outside [0, 1]"},
+        {"density: [{filter: mlp, value: 2}, {value: 0.5}]", "outside [0, 1]"},
+        {"gamma: 1.01", "outside [0, 1]"},
+        {"epsilon: -0.1", "outside [0, 1]"},
+        {"density: .nan", "finite"},
+        {"density: .NaN", "finite"},
+        {"weight: .inf", "finite"},
+        {"weight: -.Inf", "finite"},
+        {"density: 1e999", "finite"},
+        {"density: abc", "a number is needed"},
+    };
+    for (size_t i = 0; i < sizeof bad_values / sizeof *bad_values; i++) {
+        char yaml[1024];
+        snprintf(yaml, sizeof yaml,
+                 "merge_method: ties\nbase_model: %s\nmodels:\n  - model: %s\n  - model: %s\n    parameters:\n"
+                 "      weight: 1\n      %s\n",
+                 s, s, d, bad_values[i][0]);
+        /* weight given twice is its own error: drop the default one (the
+         * value is then on line 7) */
+        bool is_weight = !strncmp(bad_values[i][0], "weight", 6);
+        if (is_weight) {
+            char *w = strstr(yaml, "      weight: 1\n");
+            memmove(w, w + 16, strlen(w + 16) + 1);
+        }
+        tutti_merge_config *c = tutti_merge_config_parse(yaml, strlen(yaml));
+        if (c || !strstr(tutti_last_error(), bad_values[i][1]) ||
+            !strstr(tutti_last_error(), is_weight ? "line 7" : "line 8"))
+            fail_msg("%s: %s (want '%s' at its line)", bad_values[i][0], c ? "accepted" : tutti_last_error(),
+                     bad_values[i][1]);
+    }
+    /* the library's own setter refuses them too */
+    tutti_merge_config *c = tutti_merge_config_new("ties");
+    assert_non_null(c);
+    assert_int_equal(tutti_merge_config_set_param(c, "density", 1.5), TUTTI_ERR);
+    assert_int_equal(tutti_merge_config_set_param(c, "density", NAN), TUTTI_ERR);
+    assert_int_equal(tutti_merge_config_set_param(c, "density", 0.5), 0);
+    tutti_merge_config_free(c);
+    /* --type Q4_K on stories260K: rows of 64 and 172 values do not fill
+     * 256-value blocks.  llama-quantize --pure on this file says "37 of 48
+     * tensor(s) required fallback quantization", 32 falling back to q5_0
+     * and 5 to f16 (tests/data/merge_fallback.txt, from tests/merge_oracle.sh) */
+    size_t len;
+    char *ref = read_file(TUTTI_SOURCE_DIR "/tests/data/merge_fallback.txt", &len);
+    assert_non_null(ref);
+    int n_fb = 0, n_all = 0, n_q5 = 0, n_f16 = 0;
+    assert_int_equal(sscanf(ref, "stories260K Q4_K %d %d q5_0=%d f16=%d", &n_fb, &n_all, &n_q5, &n_f16), 4);
+    free(ref);
+    char *err;
+    snprintf(args, sizeof args, "-m %s -m %s --method linear --type Q4_K -o %s", s, d, tmp("q4k.gguf"));
+    assert_int_equal(merge_cli(args, &err), 0);
+    char want[3][96];
+    snprintf(want[0], sizeof want[0], "%d of %d tensors", n_fb, n_all);
+    snprintf(want[1], sizeof want[1], "%d as q5_0", n_q5);
+    snprintf(want[2], sizeof want[2], "%d as f16", n_f16);
+    for (int k = 0; k < 3; k++)
+        if (!strstr(err, want[k]) || !strstr(err, "warning")) fail_msg("want '%s' in: %s", want[k], err);
+    free(err);
+}
+
 /* The block-style YAML a person writes = its flow-style (JSON) form, and the
  * merge record lands in the output's metadata. */
 static void test_yaml_block_style(void **state) {
@@ -722,6 +879,8 @@ int main(void) {
         cmocka_unit_test(test_merged_with_itself),
         cmocka_unit_test(test_dare_kept_fraction_and_seed),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_output_never_destroys),
+        cmocka_unit_test(test_parameter_ranges_and_fallbacks),
         cmocka_unit_test(test_yaml_block_style),
         cmocka_unit_test(test_passthrough_runs),
     };

@@ -382,7 +382,8 @@ static void test_equals_cli(void **state) {
     free(got);
     free(want1);
 
-    snprintf(args, sizeof args, "run %s -p '" PROMPT "' -n 120 --seed 11 -t 1 --top-p 0.9 --min-p 0.02",
+    /* the server's members keep their hard context limit (llama-server's default): the CLI's too */
+    snprintf(args, sizeof args, "run %s -p '" PROMPT "' -n 120 --seed 11 -t 1 --top-p 0.9 --min-p 0.02 --no-context-shift",
              four_models());
     char *want4 = cli(args);
     snprintf(body, sizeof body,
@@ -475,6 +476,27 @@ static void test_request_options(void **state) {
     /* max_tokens 0 */
     j = post_json(&g_s, "/v1/completions", "{\"model\":\"stories260K\",\"prompt\":\"x\",\"max_tokens\":0}", 200);
     assert_string_equal(jstr(j, "choices.0.text"), "");
+    assert_string_equal(jstr(j, "choices.0.finish_reason"), "length");
+    cJSON_Delete(j);
+}
+
+/* A byte-aligned ensemble cut by a member's full context finishes with
+ * "length", as OpenAI and a single model do (issue 21, item 2: it said
+ * "stop"), also with a schema left unfinished: "pair" fuses stories260K with
+ * the character-level BabyLlama-tok361, whose 256-token context fills long
+ * before a JSON string of 400 or more characters can end. */
+static void test_full_context_finish_length(void **state) {
+    (void)state;
+    cJSON *j = post_json(&g_s, "/v1/completions",
+                         "{\"model\":\"pair\",\"prompt\":\"" PROMPT "\",\"max_tokens\":2000,\"temperature\":0,"
+                         "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"s\",\"schema\":"
+                         "{\"type\":\"string\",\"minLength\":400}}}}",
+                         200);
+    const char *t = jstr(j, "choices.0.text");
+    assert_non_null(t);
+    print_message("pair, a string of >= 400 characters: %zu bytes, finish_reason %s\n", strlen(t),
+                  jstr(j, "choices.0.finish_reason"));
+    assert_true(t[0] == '"' && strlen(t) > 100 && strlen(t) < 400); /* unterminated */
     assert_string_equal(jstr(j, "choices.0.finish_reason"), "length");
     cJSON_Delete(j);
 }
@@ -1317,6 +1339,7 @@ int main(void) {
         cmocka_unit_test(test_openai_npm),            cmocka_unit_test(test_output_fields),
         cmocka_unit_test(test_token_prompts),         cmocka_unit_test(test_inline_settings),
         cmocka_unit_test(test_strict_json),           cmocka_unit_test(test_leaks_and_small),
+        cmocka_unit_test(test_full_context_finish_length),
     };
     const struct CMUnitTest own_server[] = {
         cmocka_unit_test(test_loading_auth),

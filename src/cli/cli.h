@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "cli/opts.h"
 #include "tutti.h"
@@ -42,18 +43,38 @@ double cli_now(void);
 
 /* ---- flag groups shared by several commands (same names, ranges, help) ---- */
 
-/* Sampling (generate, run): sp holds the defaults (tutti_sampler_default_params
- * with seed = CLI_SEED_RANDOM). */
-#define CLI_SAMPLING_OPTS(sp)                                                                                  \
-    CLI_FLOAT("--temp", "T", &(sp)->temp, 0, 100, "temperature, 0 = greedy", NULL),                          \
-    CLI_INT("--top-k", "K", &(sp)->top_k, 0, 1 << 30, "keep the K most likely tokens, 0 = off", NULL),       \
-    CLI_FLOAT("--top-p", "P", &(sp)->top_p, 1e-6, 1, "nucleus sampling, 1 = off", NULL),                      \
-    CLI_FLOAT("--min-p", "P", &(sp)->min_p, 0, 1, "drop tokens below P x the top probability, 0 = off", NULL), \
-    CLI_FLOAT("--repeat-penalty", "R", &(sp)->repeat_penalty, 1e-3, 100,                                     \
+/* The sampling flags of every generating command (generate, run): one set,
+ * one table, so each takes all of them with the same names, ranges and
+ * defaults.  cli_sampling_init gives the defaults
+ * (tutti_sampler_default_params, seed CLI_SEED_RANDOM, end of text
+ * allowed). */
+typedef struct cli_sampling {
+    tutti_sampler_params sp;
+    bool ignore_eos; /* --ignore-eos: end of text is never drawn */
+} cli_sampling;
+void cli_sampling_init(cli_sampling *s);
+#define CLI_SAMPLING_OPTS(cs)                                                                                  \
+    CLI_FLOAT("--temp", "T", &(cs)->sp.temp, 0, 100, "temperature, 0 = greedy", NULL),                       \
+    CLI_INT("--top-k", "K", &(cs)->sp.top_k, 0, 1 << 30, "keep the K most likely tokens, 0 = off", NULL),    \
+    CLI_FLOAT("--top-p", "P", &(cs)->sp.top_p, 1e-6, 1, "nucleus sampling, 1 = off", NULL),                   \
+    CLI_FLOAT("--min-p", "P", &(cs)->sp.min_p, 0, 1, "drop tokens below P x the top probability, 0 = off", NULL), \
+    CLI_FLOAT("--repeat-penalty", "R", &(cs)->sp.repeat_penalty, 1e-3, 100,                                  \
               "penalise the last --repeat-last-n tokens, 1 = off", NULL),                                   \
-    CLI_INT("--repeat-last-n", "N", &(sp)->repeat_last_n, 0, 1 << 20, "tokens the repeat penalty looks back over", \
-            NULL),                                                                                           \
-    CLI_SEED("-s,--seed", &(sp)->seed, "random seed; the one used is printed on stderr (\"seed: N\")")
+    CLI_INT("--repeat-last-n", "N", &(cs)->sp.repeat_last_n, 0, 1 << 20,                                      \
+            "tokens the repeat penalty looks back over", NULL),                                              \
+    CLI_SEED("-s,--seed", &(cs)->sp.seed, "random seed; the one used is printed on stderr (\"seed: N\")"),    \
+    CLI_FLAG("--ignore-eos", &(cs)->ignore_eos,                                                              \
+             "never end the text: end-of-generation tokens (byte/span alignment: the\n"                      \
+             "end of text) are never drawn, so all -n tokens are generated")
+
+/* llama.cpp's context shift (generate, run): a context that fills slides
+ * its window instead of ending the generation; see tutti_session_params. */
+#define CLI_CTX_SHIFT_OPTS(on, keep, what)                                                                     \
+    CLI_FLAG("--context-shift", (on),                                                                         \
+             "when a context is full, keep its first tokens (BOS, --keep), drop the\n"                         \
+             "oldest half of the rest and go on (llama.cpp's context shift; not with -n -1)"),                 \
+    CLI_FLAG_OFF("--no-context-shift", (on), "stop the generation when a context is full"),                 \
+    CLI_INT("--keep", "N", (keep), -1, CLI_MAX_CTX, "tokens kept by a context shift after BOS: " what, NULL)
 
 /* -t/--threads into an int32_t (0 = all cores). */
 #define CLI_THREADS_OPT(dest) \
@@ -78,6 +99,31 @@ double cli_now(void);
 /* --split-layers / --split-ubatch as given: CLI_RUN, or 2 after the message
  * (bad counts or micro-batch, --split-ubatch alone, no MPI in this build). */
 int cli_split_check(const char *counts, int32_t ubatch);
+
+/* Models by name (hub_args.c, README "Models by name"): -hf into the same
+ * destination as the command's -m (dest: a cli_strs for CLI_T_STRS, a
+ * const char * for CLI_T_STR with once = CLI_ONCE), --hf-file, --hf-token,
+ * --offline.  After cli_parse, cli_resolve_model(s) turns the specs into the
+ * cached files' paths (downloading them). */
+extern const char *cli_hf_token;
+extern bool cli_offline;
+#define CLI_HF_OPTS(dest, type, once)                                                                        \
+    {"-hf,-hfr,--hf-repo", "REPO[:QUANT]", (type), 0, 0, (dest),                                              \
+     "a GGUF model from the Hugging Face hub, USER/MODEL[:QUANT] (QUANT in any case;\n"                     \
+     "default Q4_K_M, else Q8_0, else the first), downloaded once into the cache\n"                         \
+     "(tutti models lists it; a split model's parts all come)",                                            \
+     "none", NULL, CLI_HF | (once)},                                                                       \
+    {"-hff,--hf-file", "FILE", (type), 0, 0, (dest),                                                       \
+     "the file of the -hf repository before it (instead of :QUANT)", "none", NULL, CLI_HF_FILE},          \
+    CLI_STR("-hft,--hf-token", "TOKEN", &cli_hf_token, "Hugging Face access token (private, gated models)", \
+            "$HF_TOKEN"),                                                                                  \
+    CLI_FLAG("--offline", &cli_offline, "models from the cache only, no network (also LLAMA_OFFLINE=1)")
+/* *path as given, or for a model spec its cached file (held until exit).
+ * CLI_RUN, 2 for a malformed spec, 1 when it cannot be had (message printed). */
+int cli_resolve_model(const char **path);
+int cli_resolve_models(cli_strs *paths);
+/* The same for a malloc'd path (an ensemble file's member): replaced, the old freed. */
+int cli_resolve_owned(char **path);
 
 /* ---- behaviour shared by the commands (common.c) ---- */
 
@@ -110,6 +156,24 @@ char *cli_prompt_text(const char *prompt, const char *file, bool escape, size_t 
 /* llama.cpp's warning for a prompt that starts with two BOS tokens (the
  * model adds one and the text, with --special, gives another). */
 void cli_warn_double_bos(const tutti_vocab *vocab, const int32_t *ids, int32_t n);
+
+/* Output files (merge -o, fit -o, logits -o, eval --plot): "-" is stdout,
+ * streamed, where the command's stdout is free for it; any other name is
+ * written atomically (util/file.h: a temporary file renamed into place when
+ * complete, never a truncated or half-written file, never a file named
+ * "-"). */
+typedef enum cli_out_kind {
+    CLI_OUT_TEXT,      /* "-" allowed */
+    CLI_OUT_BINARY,    /* "-" allowed unless stdout is a terminal */
+    CLI_OUT_FILE_ONLY, /* "-" refused: stdout holds the command's results */
+} cli_out_kind;
+/* Before the work: CLI_RUN, 2 after the message for an empty name or a "-"
+ * this output cannot take, 1 when the file cannot be written (a missing or
+ * read-only folder, a directory).  NULL path: CLI_RUN. */
+int cli_output_check(const char *flag, const char *path, cli_out_kind kind);
+/* Writes path ("-": stdout) with produce (util/file.h's tutti_write_fn):
+ * 0, or 1 after the message. */
+int cli_output_write(const char *path, int (*produce)(FILE *fp, void *ctx), void *ctx);
 
 /* Ctrl-C: the first SIGINT sets cli_interrupted (the generation finishes
  * its current token, prints the text so far and the timings, and the

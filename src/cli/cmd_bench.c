@@ -151,6 +151,7 @@ int tutti_cmd_bench(int argc, char **argv) {
     for (int k = 0; k < 4; k++) aligns[k] = tutti_align_name((tutti_align)k);
     const cli_opt opts[] = {
         CLI_STRS("-m,--model", "FILE", &models, "a GGUF model (repeat to bench several; up to 8)"),
+        CLI_HF_OPTS(&models, CLI_T_STRS, 0),
         CLI_INT("-t,--threads", "N", &n_threads, 1, CLI_MAX_THREADS, "worker threads", NULL),
         CLI_INT("-p,--n-prompt", "N", &n_pp, 0, 65536, "prompt-processing test: one batch of N tokens, 0 = skip", NULL),
         CLI_INT("-n,--n-gen", "N", &n_tg, 0, 65536, "generation test: N single-token evals, 0 = skip", NULL),
@@ -172,9 +173,10 @@ int tutti_cmd_bench(int argc, char **argv) {
     };
     int pr = cli_parse(&spec, argc, argv);
     if (pr != CLI_RUN) return pr;
-    if (models.n == 0) return cli_usage_error("need -m MODEL (see tutti bench --help)");
+    if (models.n == 0) return cli_usage_error("need -m MODEL or -hf REPO[:QUANT] (see tutti bench --help)");
     if (models.n > BENCH_MAX_MODELS) return cli_usage_error("at most %d models", BENCH_MAX_MODELS);
     if (fused && models.n < 2) return cli_usage_error("--fused needs at least two -m members");
+    if ((pr = cli_resolve_models(&models)) != CLI_RUN) return pr;
     int n_models = models.n;
     const char *const *model_paths = models.v;
     if (tutti_simd_init() != TUTTI_OK) {
@@ -204,10 +206,7 @@ int tutti_cmd_bench(int argc, char **argv) {
         ep.n_ctx = 512 + n_tg;
         ep.parallel = parallel;
         tutti_ensemble *ens = tutti_ensemble_new(&ep);
-        if (!ens) {
-            cli_error("ensemble: %s", tutti_last_error());
-            return 1;
-        }
+        if (!ens) return cli_library_error();
         tutti_sampler_params smp = tutti_sampler_default_params();
         smp.temp = 0;
         tutti_mask mask = {0};

@@ -108,7 +108,8 @@ int tutti_cmd_eval(int argc, char **argv) {
                  "sequence mixture, the default for mix; --adapt/--route choose others)"),
         CLI_FLAG("--json", &json, "one JSON object: {\"members\":[{\"model\",\"bits_per_byte\",\"acc\",\"acc_norm\",...}],\n"
                                   "\"ensemble\":{\"bits_per_byte\",\"acc\",\"acc_norm\",\"rule\",\"align\"},...}"),
-        CLI_STR("--plot", "FILE.svg", &plot_path, "draw every member's and the ensemble's figures as bar charts", "none"),
+        CLI_STR("--plot", "FILE.svg", &plot_path, "draw every member's and the ensemble's figures as bar charts\n"
+                                                  "(an SVG file; not -: stdout holds the figures)", "none"),
         CLI_INCLUDE(a->opts),
         CLI_END,
     };
@@ -125,6 +126,7 @@ int tutti_cmd_eval(int argc, char **argv) {
     if (pr != CLI_RUN) return pr;
     if (!text_path && !choices_path)
         return cli_usage_error("give a text to score with --text FILE, or choice items with --choices FILE.jsonl");
+    if ((pr = cli_output_check("--plot", plot_path, CLI_OUT_FILE_ONLY)) != CLI_RUN) return pr;
     if ((pr = ens_args_check(a)) != CLI_RUN) {
         ens_args_free(a);
         return pr;
@@ -138,7 +140,10 @@ int tutti_cmd_eval(int argc, char **argv) {
     int rc = 1;
     if (text_path && !(text = cli_read_file(text_path, &len))) goto done;
     if (choices_path && choice_file_read(choices_path, &cf)) goto done;
-    if (!(e = ens_args_build(a, "eval"))) goto done;
+    if (!(e = ens_args_build(a, "eval"))) {
+        rc = a->status;
+        goto done;
+    }
     if (text) {
         char what[96];
         snprintf(what, sizeof what, "scoring %zu bytes with %d members", len, (int)tutti_ensemble_n_members(e));
@@ -274,8 +279,7 @@ int tutti_cmd_eval(int argc, char **argv) {
         bpb[nm] = text ? r.ensemble_bpb : NAN;
         acc[nm] = cf.n ? cr.ensemble_acc : NAN;
         accn[nm] = cf.n ? cr.ensemble_acc_norm : NAN;
-        if (plot_svg_write(plot_path, labels, nm + 1, text ? bpb : NULL, cf.n ? acc : NULL, cf.n ? accn : NULL) < 0)
-            rc = cli_error("cannot write %s", plot_path);
+        rc = plot_svg_write(plot_path, labels, nm + 1, text ? bpb : NULL, cf.n ? acc : NULL, cf.n ? accn : NULL);
     }
 done:
     tutti_ensemble_free(e);

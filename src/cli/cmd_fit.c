@@ -17,6 +17,19 @@
 #include "cli/ens_args.h"
 #include "tutti.h"
 
+typedef struct fit_out {
+    const tutti_ensemble *e;
+    const char *text_path;
+    const tutti_fit_result *fr;
+} fit_out;
+
+static int write_fit(FILE *out, void *ctx) {
+    const fit_out *f = ctx;
+    fprintf(out, "# fitted by tutti fit on %s: %.4f bits/byte (uniform weights: %.4f)\n", f->text_path,
+            f->fr->fitted_bpb, f->fr->uniform_bpb);
+    return tutti_ensemble_file_write(f->e, out) < 0 ? TUTTI_ERR : 0;
+}
+
 int tutti_cmd_fit(int argc, char **argv) {
     ens_args a;
     ens_args_init(&a);
@@ -26,7 +39,7 @@ int tutti_cmd_fit(int argc, char **argv) {
         CLI_STR("--text,-f,--file", "FILE", &text_path, "training text (chunks of <= 200 bytes, each from BOS)", "none"),
         CLI_FLOATS("--temp-grid", "LIST", &grid_f, 1e-3, 1e3,
                    "candidate member temperatures (\"1\" fits weights only)", "0.8,0.9,1,1.1,1.25"),
-        CLI_STR("-o,--out", "FILE", &out_path, "write the ensemble file there instead of stdout", "stdout"),
+        CLI_STR("-o,--out", "FILE", &out_path, "write the ensemble file there instead of stdout (- = stdout)", "stdout"),
         CLI_INCLUDE(a.opts),
         CLI_END,
     };
@@ -42,6 +55,7 @@ int tutti_cmd_fit(int argc, char **argv) {
     int pr = cli_parse(&spec, argc, argv);
     if (pr != CLI_RUN) return pr;
     if (!text_path) return cli_usage_error("give the training text with --text FILE");
+    if ((pr = cli_output_check("-o", out_path, CLI_OUT_TEXT)) != CLI_RUN) return pr; /* before the fit, not after */
     float grid[CLI_MAX_FLOATS] = {0.8f, 0.9f, 1.0f, 1.1f, 1.25f};
     int n_grid = 5;
     if (grid_f.n) {
@@ -59,7 +73,7 @@ int tutti_cmd_fit(int argc, char **argv) {
         return 1;
     }
     tutti_ensemble *e = ens_args_build(&a, "fit");
-    int rc = 1;
+    int rc = e ? 1 : a.status;
     if (e) {
         tutti_fit_result fr;
         char what[96];
@@ -77,16 +91,8 @@ int tutti_cmd_fit(int argc, char **argv) {
             if (fr.adapt_alpha >= 0)
                 fprintf(stderr, "fit: weights that follow the text (--adapt), fixed-share alpha %g: %.4f bits/byte\n",
                         fr.adapt_alpha, fr.fitted_bpb);
-            FILE *out = out_path ? fopen(out_path, "w") : stdout;
-            if (!out) {
-                fprintf(stderr, "tutti fit: cannot write %s: %s\n", out_path, strerror(errno));
-            } else {
-                fprintf(out, "# fitted by tutti fit on %s: %.4f bits/byte (uniform weights: %.4f)\n", text_path,
-                        fr.fitted_bpb, fr.uniform_bpb);
-                rc = tutti_ensemble_file_write(e, out) < 0 ? 1 : 0;
-                if (out != stdout) fclose(out);
-                if (rc) fprintf(stderr, "tutti fit: %s\n", tutti_last_error());
-            }
+            fit_out fo = {e, text_path, &fr};
+            rc = cli_output_write(out_path ? out_path : "-", write_fit, &fo);
         }
         tutti_ensemble_free(e);
     }

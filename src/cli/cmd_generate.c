@@ -74,17 +74,20 @@ static void stop_emit(stop_buf *b, const char *piece, size_t n, bool final) {
 
 int cmd_generate(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *system = NULL;
-    bool chat = false, verbose_prompt = false, escape = true, ignore_eos = false;
-    int32_t n_predict = 128, n_threads = 0, n_ctx = CLI_CTX_UNSET;
+    bool chat = false, verbose_prompt = false, escape = true;
+    int32_t n_predict = 128, n_threads = 0, n_ctx = CLI_CTX_UNSET, n_keep = 0;
+    bool ctx_shift = true;
     bool parse_special = false;
     cli_strs stop = {.n = 0};
-    tutti_sampler_params sp = tutti_sampler_default_params();
-    sp.seed = CLI_SEED_RANDOM;
+    cli_sampling cs;
+    cli_sampling_init(&cs);
+    tutti_sampler_params *sp = &cs.sp;
     cli_grammar ga = {0};
     const char *split_counts = NULL; /* --split-layers: NULL = off, "" = by memory */
     int32_t split_ub = 0;
     cli_opt opts[] = {
         {"-m,--model", "FILE", CLI_T_STR, 0, 0, &model_path, "GGUF model file", "none", NULL, CLI_ONCE},
+        CLI_HF_OPTS(&model_path, CLI_T_STR, CLI_ONCE),
         CLI_STR("-p,--prompt", "TEXT", &prompt, "prompt (BOS is added when the model's metadata asks for it)", "none"),
         CLI_STR("-f,--file", "FILE", &prompt_file, "read the prompt from FILE (one trailing newline is dropped)", "none"),
         CLI_FLAG("-e,--escape", &escape, "process escapes (\\n \\r \\t \\' \\\" \\\\ \\xHH) in the prompt and --stop"),
@@ -93,15 +96,15 @@ int cmd_generate(int argc, char **argv) {
                 "tokens to generate; -1 = until end of text or a full context", NULL),
         CLI_THREADS_OPT(&n_threads),
         CLI_CTX_OPT(&n_ctx, ""),
+        CLI_CTX_SHIFT_OPTS(&ctx_shift, &n_keep, "the prompt's first N\n(-1 = the whole prompt)"),
         CLI_STRS("--stop", "TEXT", &stop, "stop when the output contains TEXT (not printed; repeatable)"),
-        CLI_FLAG("--ignore-eos", &ignore_eos, "never sample end-of-generation tokens (generate all -n tokens)"),
         CLI_FLAG("--special", &parse_special, "parse control-token text in the prompt (e.g. <|eot_id|>)"),
         CLI_FLAG("--chat", &chat, "the prompt is a user message, formatted with the model's own\n"
                                    "chat template; generation stops at the end-of-turn token"),
         CLI_STR("--system", "TEXT", &system, "with --chat: a system message before the user message", "none"),
         CLI_FLAG("--verbose-prompt", &verbose_prompt, "print the prompt's token ids on stderr"),
         CLI_SECTION("sampling"),
-        CLI_SAMPLING_OPTS(&sp),
+        CLI_SAMPLING_OPTS(&cs),
         CLI_GRAMMAR_OPTS(&ga),
         CLI_SECTION("one model over MPI ranks (mpirun -np K tutti generate ...)"),
         CLI_SPLIT_OPTS(&split_counts, &split_ub, "the model"),
@@ -109,7 +112,7 @@ int cmd_generate(int argc, char **argv) {
     };
     const cli_spec spec = {
         .name = "generate",
-        .usage = "-m MODEL (-p TEXT | -f FILE) [options]",
+        .usage = "(-m MODEL | -hf REPO[:QUANT]) (-p TEXT | -f FILE) [options]",
         .description = "Generates a continuation of the prompt with one model. The generated text alone goes to\n"
                        "stdout; the seed, loading progress and speed (tokens/s) go to stderr.",
         .opts = opts,
@@ -121,10 +124,11 @@ int cmd_generate(int argc, char **argv) {
     if (pr != CLI_RUN) return pr;
     if ((pr = cli_split_check(split_counts, split_ub)) != CLI_RUN) return pr;
     const bool split = split_counts != NULL;
-    if (!model_path) return cli_usage_error("need -m MODEL (see tutti generate --help)");
+    if (!model_path) return cli_usage_error("need -m MODEL or -hf REPO[:QUANT] (see tutti generate --help)");
     if (!prompt && !prompt_file) return cli_usage_error("need -p TEXT or -f FILE (see tutti generate --help)");
     if (prompt && prompt_file) return cli_usage_error("-p and -f both give the prompt; use one");
     if (system && !chat) return cli_usage_error("--system needs --chat");
+    if ((pr = cli_resolve_model(&model_path)) != CLI_RUN) return pr;
     char *stop_owned[CLI_MAX_STRS] = {0};
     if (escape)
         for (int k = 0; k < stop.n; k++) {
@@ -171,6 +175,15 @@ int cmd_generate(int argc, char **argv) {
     tutti_session_params cp = tutti_session_default_params();
     cp.n_ctx = cli_ctx_for(model, n_ctx, NULL);
     cp.n_threads = n_threads;
+    /* llama.cpp's context shift; -n -1 asks for "until the context is
+     * full", which a shift would make endless */
+    cp.ctx_shift = ctx_shift && n_predict >= 0 && !split;
+    if (cp.ctx_shift) {
+        /* llama.cpp: --keep N prompt tokens besides BOS, -1 (or more than
+         * the prompt has) = the whole prompt */
+        int32_t bos = tutti_vocab_add_bos(vocab) ? 1 : 0;
+        cp.n_keep = n_keep < 0 || n_keep > n_ids ? n_ids : n_keep + bos; /* the session caps it */
+    }
     if (!(sess = tutti_session_new(model, &cp)) || (split && tutti_mpi_split_attach(sess, n_threads, split_ub) < 0)) {
         cli_error("%s", tutti_last_error());
         goto done;
@@ -180,13 +193,13 @@ int cmd_generate(int argc, char **argv) {
                   tutti_session_n_ctx(sess));
         goto done;
     }
-    sp.seed = cli_seed_resolve(sp.seed); /* printed once the run can go ahead */
-    if (!(smp = tutti_sampler_new(&sp))) {
+    sp->seed = cli_seed_resolve(sp->seed); /* printed once the run can go ahead */
+    if (!(smp = tutti_sampler_new(sp))) {
         cli_error("%s", tutti_last_error());
         goto done;
     }
     int32_t n_vocab = tutti_model_n_vocab(model);
-    if (ignore_eos && !(biased = malloc(sizeof(float) * (size_t)n_vocab))) {
+    if (cs.ignore_eos && !(biased = malloc(sizeof(float) * (size_t)n_vocab))) {
         cli_error("out of memory");
         goto done;
     }
@@ -286,6 +299,10 @@ int cmd_generate(int argc, char **argv) {
     cli_info("\ntutti generate: prompt %d tokens in %.3f s (%.1f tokens/s); generated %d tokens in %.3f s (%.1f tokens/s)\n",
              n_ids, t_prompt, n_ids / (t_prompt > 0 ? t_prompt : 1e-9), n_gen, t_gen,
              n_gen / (t_gen > 0 ? t_gen : 1e-9));
+    if (tutti_session_n_tokens(sess) > tutti_session_n_past(sess))
+        cli_info("tutti generate: the context (%d tokens) filled and shifted: %d of its oldest tokens were dropped, "
+                 "the first %d kept (--keep; --no-context-shift stops at a full context instead)\n",
+                 tutti_session_n_ctx(sess), tutti_session_n_tokens(sess) - tutti_session_n_past(sess), cp.n_keep);
 done:
     gr_constraint_free(&gc);
     free(row);

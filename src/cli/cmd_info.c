@@ -186,12 +186,13 @@ int cmd_info(int argc, char **argv) {
     cli_opt opts[] = {
         {"-m,--model", "FILE", CLI_T_STR, 0, 0, &model_path, "GGUF model or vocabulary-only file", "none", NULL,
          CLI_ONCE},
+        CLI_HF_OPTS(&model_path, CLI_T_STR, CLI_ONCE),
         CLI_FLAG("--json", &json, "one JSON object instead of text"),
         CLI_END,
     };
     const cli_spec spec = {
         .name = "info",
-        .usage = "-m MODEL [--json]",
+        .usage = "(-m MODEL | -hf REPO[:QUANT]) [--json]",
         .description = "Prints a GGUF file's general.* metadata, parameter count, tokenizer (BOS/EOS/EOT ids,\n"
                        "add_bos, chat template or its absence) and, for a full model, every hyper-parameter\n"
                        "tutti uses, tensor types and sizes. Works on vocabulary-only files.",
@@ -199,7 +200,8 @@ int cmd_info(int argc, char **argv) {
     };
     int pr = cli_parse(&spec, argc, argv);
     if (pr != CLI_RUN) return pr;
-    if (!model_path) return cli_usage_error("need -m MODEL");
+    if (!model_path) return cli_usage_error("need -m MODEL or -hf REPO[:QUANT]");
+    if ((pr = cli_resolve_model(&model_path)) != CLI_RUN) return pr;
     gguf_file *f = gguf_open(model_path);
     if (!f) return cli_error("%s", tutti_last_error());
     tutti_model *model = NULL;

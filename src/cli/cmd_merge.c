@@ -12,6 +12,7 @@
 
 #include "cli/cli.h"
 #include "cli/opts.h"
+#include "util/error.h"
 
 #define MAX_MODELS 64
 
@@ -49,7 +50,8 @@ static int parse_args(int argc, char **argv, merge_args *a) {
         CLI_SECTION("configuration file"),
         CLI_STR("--config", "FILE", &a->config, "mergekit YAML configuration (merge_method, models/slices, ...)",
                 "none"),
-        CLI_STR("-o,--out", "FILE", &a->out, "the merged GGUF file", "none"),
+        CLI_STR("-o,--out", "FILE", &a->out, "the merged GGUF file (written whole or not at all: a temporary file\n"
+                                             "renamed into place; - = stdout, streamed)", "none"),
         CLI_CHOICE("--type", "TYPE", &a->type, g_types,
                    "tensor type of the output: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,\n"
                    "Q5_K, Q6_K, MXFP4 (mixtures like Q4_K_M, and the i-quants IQ1_S..IQ4_XS, which need\n"
@@ -60,6 +62,7 @@ static int parse_args(int argc, char **argv, merge_args *a) {
         CLI_FLAG("-v,--verbose", &a->verbose, "one line per tensor on stderr"),
         CLI_SECTION("command-line form (instead of --config)"),
         CLI_STRS("-m,--model", "FILE", &a->models, "a model to merge (repeat)"),
+        CLI_HF_OPTS(&a->models, CLI_T_STRS, 0),
         CLI_STR("--method", "METHOD", &a->method,
                 "linear, slerp, nuslerp, task_arithmetic, ties, dare_linear, dare_ties, della,\n"
                 "della_linear, breadcrumbs, breadcrumbs_ties, model_stock, passthrough",
@@ -68,11 +71,13 @@ static int parse_args(int argc, char **argv, merge_args *a) {
                 "slerp: the first -m; others: none"),
         CLI_FLOATS("-w,--weights", "W1,W2,...", &a->weights, -1e6, 1e6, "weight of each -m model",
                    "linear/nuslerp: equal; task vectors: 1"),
-        CLI_DOUBLE("--t", "T", &pv[0], -1e6, 1e6, "slerp/nuslerp interpolation t", "none"),
-        CLI_DOUBLE("--density", "D", &pv[1], -1e6, 1e6, "ties/dare/della/breadcrumbs kept fraction", "none"),
+        /* mergekit's ranges (merge_param_check in src/merge/config.c checks the same for --config) */
+        CLI_DOUBLE("--t", "T", &pv[0], 0, 1, "slerp interpolation t in [0, 1] (0 = --base, 1 = the other)", "none"),
+        CLI_DOUBLE("--density", "D", &pv[1], 0, 1, "ties/dare/della/breadcrumbs kept fraction in [0, 1]", "none"),
         CLI_DOUBLE("--lambda", "L", &pv[2], -1e6, 1e6, "task-vector scale", "none"),
-        CLI_DOUBLE("--epsilon", "E", &pv[3], -1e6, 1e6, "della's magnitude window", "none"),
-        CLI_DOUBLE("--gamma", "G", &pv[4], -1e6, 1e6, "breadcrumbs' cut of the largest values", "none"),
+        CLI_DOUBLE("--epsilon", "E", &pv[3], 0, 1,
+                   "della's half-width of keep probabilities (density +- E inside (0, 1))", "none"),
+        CLI_DOUBLE("--gamma", "G", &pv[4], 0, 1, "breadcrumbs' fraction of the largest values cut, in [0, 1]", "none"),
         CLI_DOUBLE("--normalize", "0|1", &pv[5], 0, 1, "divide by the sum of the weights", "per method"),
         CLI_DOUBLE("--rescale", "0|1", &pv[6], 0, 1, "dare: restore the task vector's L1 norm", "per method"),
         CLI_DOUBLE("--scale", "S", &pv[7], -1e6, 1e6, "passthrough scale", "none"),
@@ -95,6 +100,7 @@ static int parse_args(int argc, char **argv, merge_args *a) {
                                "have; merge to F16, then run llama-imatrix and llama-quantize --imatrix",
                                g_types[a->type]);
     if (!a->out) return cli_usage_error("need -o OUT.gguf");
+    if ((r = cli_output_check("-o", a->out, CLI_OUT_BINARY)) != CLI_RUN) return r;
     if (!a->config == !a->models.n)
         return cli_usage_error("need either --config FILE or models (-m A -m B --method M)");
     if (a->config && (a->method || a->base || a->weights.n || a->n_params))
@@ -104,7 +110,9 @@ static int parse_args(int argc, char **argv, merge_args *a) {
     if (a->weights.n && a->weights.n != a->models.n)
         return cli_usage_error("--weights needs %d comma-separated numbers (one per -m), got %d", a->models.n,
                                a->weights.n);
-    return CLI_RUN;
+    /* -hf models, and hf:// in --base (a --config file's are resolved by the library) */
+    if ((r = cli_resolve_models(&a->models)) != CLI_RUN) return r;
+    return cli_resolve_model(&a->base);
 }
 
 /* The configuration of the -m form; NULL after printing why (*status set). */
@@ -144,6 +152,12 @@ fail:
     return NULL;
 }
 
+/* Fallback types and other news from the merge, as warnings. */
+static void notice_cb(const char *msg, void *user) {
+    (void)user;
+    cli_warn("%s", msg);
+}
+
 int cmd_merge(int argc, char **argv) {
     merge_args a = {0};
     int st = parse_args(argc, argv, &a);
@@ -167,13 +181,16 @@ int cmd_merge(int argc, char **argv) {
     p.seed = a.seed;
     p.name = a.name;
     p.verbose = a.verbose;
+    p.notice = notice_cb;
     double t0 = cli_now();
-    int rc = tutti_merge(c, a.out, &p);
+    bool to_stdout = !strcmp(a.out, "-");
+    int rc = to_stdout ? tutti_merge_stream(c, stdout, &p) : tutti_merge(c, a.out, &p);
+    if (to_stdout && fflush(stdout) != 0 && rc == 0) rc = tutti_set_error("cannot write to stdout");
     tutti_merge_config_free(c);
     if (rc) {
         cli_error("%s", tutti_last_error());
         return 1;
     }
-    cli_info("tutti merge: wrote %s in %.2f s\n", a.out, cli_now() - t0);
+    cli_info("tutti merge: wrote %s in %.2f s\n", to_stdout ? "stdout" : a.out, cli_now() - t0);
     return 0;
 }

@@ -28,6 +28,7 @@ const char ens_file_help[] = ENS_FILE_HELP;
 
 void ens_args_init(ens_args *a) {
     memset(a, 0, sizeof *a);
+    a->status = 1;
     a->rule = a->align = -1;
     a->prune = -1;
     a->adapt_alpha = -1;
@@ -40,6 +41,7 @@ void ens_args_init(ens_args *a) {
     const cli_opt t[] = {
         CLI_SECTION("ensemble"),
         CLI_STRS("-m,--model", "FILE", &a->models, "a member's GGUF file (repeat: one -m per member)"),
+        CLI_HF_OPTS(&a->models, CLI_T_STRS, 0),
         CLI_STR("-e,--ensemble", "FILE", &a->ens_file, "members from an ensemble file (format below)", "none"),
         CLI_FLOATS("-w,--weights", "W1,W2,...", &a->weights, -1e30, 1e30, "member weights, one per member",
                    "uniform"),
@@ -120,7 +122,12 @@ int ens_args_check(ens_args *a) {
         if (!(a->file = tutti_ensemble_file_read(a->ens_file))) return cli_error("%s", tutti_last_error());
         n += a->file->n_members;
     }
-    if (n == 0) return cli_usage_error("no members: give -m MODEL.gguf (one per member) or -e ENSEMBLE_FILE");
+    if (n == 0)
+        return cli_usage_error("no members: give -m MODEL.gguf or -hf REPO[:QUANT] (one per member) or -e ENSEMBLE_FILE");
+    int r = cli_resolve_models(&a->models);
+    for (int i = 0; r == CLI_RUN && a->file && i < a->file->n_members; i++)
+        r = cli_resolve_owned((char **)&a->file->members[i].model_path);
+    if (r != CLI_RUN) return r;
     if (n > TUTTI_ENSEMBLE_MAX_MEMBERS)
         return cli_usage_error("%d members; at most %d", n, TUTTI_ENSEMBLE_MAX_MEMBERS);
     if (a->weights.n && a->weights.n != n)
@@ -129,7 +136,7 @@ int ens_args_check(ens_args *a) {
     if (a->temps.n && a->temps.n != n)
         return cli_usage_error("--temps gives %d temperature%s but the ensemble has %d member%s", a->temps.n,
                                a->temps.n == 1 ? "" : "s", n, n == 1 ? "" : "s");
-    int r = ens_check_settings(a, n);
+    r = ens_check_settings(a, n);
     if (r != CLI_RUN) return r;
     /* members split by layers over the MPI ranks (member_split.c) */
     r = cli_split_check(a->split_counts, a->split_ub);
@@ -184,20 +191,18 @@ tutti_ensemble *ens_args_build(ens_args *a, const char *cmd) {
     if (a->max_hyps > 0) p.max_hyps = a->max_hyps;
     if (a->prune >= 0) p.prune = a->prune;
     if (a->beta > 0) p.beta = a->beta;
+    p.ctx_shift = a->ctx_shift;
+    p.n_keep = a->n_keep;
     tutti_ensemble *e = tutti_ensemble_new(&p);
     if (!e) {
-        cli_error("%s", tutti_last_error());
+        a->status = cli_library_error();
         return NULL;
     }
     double alpha = a->adapt_alpha >= 0 ? a->adapt_alpha : a->file && a->file->adapt >= 0 ? a->file->adapt : -1;
-    if ((a->adapt || alpha >= 0) && tutti_ensemble_set_adapt(e, alpha >= 0 ? alpha : 0.01) < 0) {
-        cli_error("%s", tutti_last_error());
-        tutti_ensemble_free(e);
-        return NULL;
-    }
     double tau = a->route_tau > 0 ? a->route_tau : a->file && a->file->route > 0 ? a->file->route : -1;
-    if ((a->route || tau > 0) && tutti_ensemble_set_route(e, tau > 0 ? tau : 0.25) < 0) {
-        cli_error("%s", tutti_last_error());
+    if (((a->adapt || alpha >= 0) && tutti_ensemble_set_adapt(e, alpha >= 0 ? alpha : 0.01) < 0) ||
+        ((a->route || tau > 0) && tutti_ensemble_set_route(e, tau > 0 ? tau : 0.25) < 0)) {
+        a->status = cli_library_error();
         tutti_ensemble_free(e);
         return NULL;
     }
@@ -226,11 +231,43 @@ static int write_cb(const char *b, size_t n, void *u) {
     return cli_interrupted(); /* Ctrl-C: stop after this unit */
 }
 
+/* The first summary line: what was generated and why it ended.  In byte
+ * and span alignment the fusion samples bytes, and the output can be
+ * shorter than what was sampled: -n counts member 1's tokens and cuts the
+ * text back to the longest prefix it allows, a stop string is not printed,
+ * and an unfinished UTF-8 character at the end is held back. */
+static void print_summary(const tutti_ensemble *e, const tutti_ensemble_stats *st, int32_t n_gen, bool stops) {
+    tutti_align al = tutti_ensemble_align(e);
+    const char *unit = al == TUTTI_ALIGN_TOKEN ? "token" : "byte";
+    double t = st->t_total_s > 0 ? st->t_total_s : 1e-9;
+    char what[256];
+    if (al == TUTTI_ALIGN_TOKEN)
+        snprintf(what, sizeof what, "%d tokens generated (%d bytes of text)", st->n_units, st->n_bytes);
+    else if (st->n_units == st->n_bytes)
+        snprintf(what, sizeof what, "%d bytes generated", st->n_units);
+    else
+        snprintf(what, sizeof what, "%d bytes sampled, %d output (the last %d cut: %s)", st->n_units, st->n_bytes,
+                 st->n_units - st->n_bytes,
+                 st->at_limit ? "-n counts member 1's tokens and ends the text at the last whole one"
+                 : stops      ? "a stop string, which is not printed"
+                              : "an unfinished UTF-8 character");
+    char why[256];
+    if (st->ctx_full_member >= 0)
+        snprintf(why, sizeof why, "length: member %d's context is full", st->ctx_full_member + 1);
+    else if (st->finish == TUTTI_FINISH_LENGTH)
+        snprintf(why, sizeof why, "length: -n %d reached", n_gen);
+    else
+        snprintf(why, sizeof why, "stop");
+    cli_info("\n%s alignment, rule %s: %s in %.3f s (%.1f %ss/s); finish: %s\n", tutti_align_name(al),
+             tutti_rule_name(tutti_ensemble_rule(e)), what, st->t_total_s, st->n_units / t, unit, why);
+}
+
 int tutti_cmd_run(int argc, char **argv) {
     ens_args a;
     ens_args_init(&a);
-    tutti_sampler_params sp = tutti_sampler_default_params();
-    sp.seed = CLI_SEED_RANDOM;
+    cli_sampling cs;
+    cli_sampling_init(&cs);
+    a.ctx_shift = true; /* llama.cpp's context shift, unless --no-context-shift */
     const char *prompt = NULL, *prompt_file = NULL, *system = NULL;
     bool chat = false, verbose_prompt = false, escape = true;
     int32_t n_gen = 128;
@@ -247,6 +284,7 @@ int tutti_cmd_run(int argc, char **argv) {
                 "(byte/span: the longest text member 1 tokenizes into at most N tokens,\n"
                 "ending between UTF-8 characters); -1 = until end of text or a full context",
                 NULL),
+        CLI_CTX_SHIFT_OPTS(&a.ctx_shift, &a.n_keep, "each member's first N\nof its own prompt tokens"),
         CLI_STRS("--stop", "TEXT", &stop_s, "stop when the output contains TEXT (not printed; repeatable)"),
         CLI_STRS("--allow", "TEXT", &allow_s, "the output must be (a prefix of) one of these strings (repeatable)"),
         CLI_STRS("--forbid", "TEXT", &forbid_s, "the output never contains TEXT (repeatable)"),
@@ -259,7 +297,7 @@ int tutti_cmd_run(int argc, char **argv) {
         CLI_FLAG("--verbose-prompt", &verbose_prompt, "print every member's prompt token ids on stderr"),
         CLI_INCLUDE(a.opts),
         CLI_SECTION("sampling (on the fused distribution)"),
-        CLI_SAMPLING_OPTS(&sp),
+        CLI_SAMPLING_OPTS(&cs),
         CLI_GRAMMAR_OPTS(&ga),
         CLI_END,
     };
@@ -277,6 +315,9 @@ int tutti_cmd_run(int argc, char **argv) {
     if (pr != CLI_RUN) return pr;
     if (system && !chat) return cli_usage_error("--system needs --chat");
     if (prompt && prompt_file) return cli_usage_error("-p and -f both give the prompt; use one");
+    if (a.n_keep < 0)
+        return cli_usage_error("--keep -1 (the whole prompt) needs one tokenizer: give N >= 0 tokens per member");
+    a.ctx_shift &= n_gen >= 0; /* -n -1 means "until a context is full" */
     int gst;
     tutti_grammar *grammar = cli_grammar_build(&ga, &gst); /* before loading: fail fast */
     if (gst) return gst;
@@ -301,13 +342,14 @@ int tutti_cmd_run(int argc, char **argv) {
         tutti_grammar_free(grammar);
         ens_args_free(&a);
         for (int k = 0; k < CLI_MAX_STRS; k++) free(owned[k]);
-        return 1;
+        return buf ? a.status : 1;
     }
     prompt = buf;
-    sp.seed = cli_seed_resolve(sp.seed);
+    cs.sp.seed = cli_seed_resolve(cs.sp.seed);
     tutti_ensemble_set_notice(e, notice_cb, NULL);
     tutti_mask m = {.allowed = allow, .n_allowed = n_allow, .forbidden = forbid, .n_forbidden = n_forbid,
-                    .stop = stop, .n_stop = n_stop, .max_tokens = n_gen, .grammar = grammar};
+                    .stop = stop, .n_stop = n_stop, .max_tokens = n_gen, .grammar = grammar,
+                    .ignore_eos = cs.ignore_eos};
     int n_mem = tutti_ensemble_n_members(e);
     int32_t *ids[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0}, n_ids[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0};
     int rc = 0;
@@ -340,20 +382,15 @@ int tutti_cmd_run(int argc, char **argv) {
     cli_catch_sigint();
     if (rc == 0 && n_gen != 0) {
         /* stdout holds the generated text only, exactly as tutti generate's */
-        rc = chat ? tutti_ensemble_generate_ids(e, (const int32_t *const *)ids, n_ids, &sp, &m, write_cb, NULL, &st)
-                  : tutti_ensemble_generate(e, prompt, plen, &sp, &m, write_cb, NULL, &st);
+        rc = chat ? tutti_ensemble_generate_ids(e, (const int32_t *const *)ids, n_ids, &cs.sp, &m, write_cb, NULL, &st)
+                  : tutti_ensemble_generate(e, prompt, plen, &cs.sp, &m, write_cb, NULL, &st);
     }
     fflush(stdout);
     if (rc == TUTTI_ERR) {
         fprintf(stderr, "tutti run: %s\n", tutti_last_error());
     } else if (rc == 0 && n_gen != 0) {
-        tutti_align al = tutti_ensemble_align(e);
-        const char *unit = al == TUTTI_ALIGN_TOKEN ? "token" : "byte";
         if (cli_interrupted()) cli_info("\ntutti run: interrupted (Ctrl-C)\n");
-        double t = st.t_total_s > 0 ? st.t_total_s : 1e-9;
-        cli_info("\n%s alignment, rule %s: %d %ss (%d bytes) in %.3f s (%.1f %ss/s)\n", tutti_align_name(al),
-                 tutti_rule_name(tutti_ensemble_rule(e)), st.n_units, unit, st.n_bytes, st.t_total_s,
-                 st.n_units / t, unit);
+        print_summary(e, &st, n_gen, n_stop > 0);
         for (int i = 0; i < tutti_ensemble_n_members(e); i++)
             cli_info("  member %d %-40s w=%.3g tau=%.3g: %6lld tokens evaluated in %lld forward passes, forward %.3f s "
                      "(%.1f tokens/s)%s\n",
@@ -365,7 +402,8 @@ int tutti_cmd_run(int argc, char **argv) {
                      : st.member_left_reason[i] == TUTTI_LEFT_PRUNED ? " (left: its hypotheses were pruned)"
                                                                      : " (left: its tokens cannot spell the text)");
         cli_info("  fusion overhead (outside forward passes): %.3f s = %.3f ms per %s\n", st.t_fusion_s,
-                st.n_units ? 1e3 * st.t_fusion_s / st.n_units : 0.0, unit);
+                st.n_units ? 1e3 * st.t_fusion_s / st.n_units : 0.0,
+                tutti_ensemble_align(e) == TUTTI_ALIGN_TOKEN ? "token" : "byte");
     }
     for (int i = 0; i < n_mem; i++) free(ids[i]);
     tutti_ensemble_free(e);

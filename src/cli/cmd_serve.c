@@ -93,6 +93,7 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
     const cli_opt opts[] = {
         CLI_SECTION("models"),
         CLI_STRS("-m,--model", "FILE", &models, "a member of 'default', also served alone (repeat)"),
+        CLI_HF_OPTS(&models, CLI_T_STRS, 0),
         CLI_STR("-e,--ensemble", "FILE", &o->ens_file, "members of 'default' from an ensemble file", "none"),
         CLI_STR("--config", "FILE", &o->config, "JSON: more models, renames, named ensembles (README)", "none"),
         CLI_STR("--chat-template", "FILE", &o->chat_template_file,
@@ -148,7 +149,7 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
     };
     const cli_spec spec = {
         .name = "serve",
-        .usage = "(-m A.gguf [-m ...] | -e ENSEMBLE | --config FILE) [options]",
+        .usage = "(-m A.gguf | -hf REPO[:QUANT] [...] | -e ENSEMBLE | --config FILE) [options]",
         .description = "OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions, /v1/embeddings,\n/v1/models, "
                        "/health, /metrics. Model names: 'default' (the ensemble of every -m member, or of\n"
                        "the -e file), every file alone under its name without .gguf, and the --config\n"
@@ -160,6 +161,7 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
     int r = cli_parse(&spec, argc, argv);
     if (r != CLI_RUN) return r;
     if (models.n > TUTTI_ENSEMBLE_MAX_MEMBERS) return cli_usage_error("at most %d -m", TUTTI_ENSEMBLE_MAX_MEMBERS);
+    if ((r = cli_resolve_models(&models)) != CLI_RUN) return r;
     for (int i = 0; i < models.n; i++) o->models[o->n_models++] = models.v[i];
     if (weights.n > TUTTI_ENSEMBLE_MAX_MEMBERS || temps.n > TUTTI_ENSEMBLE_MAX_MEMBERS)
         return cli_usage_error("-w and --temps take at most %d values", TUTTI_ENSEMBLE_MAX_MEMBERS);

@@ -16,6 +16,7 @@ int cmd_tokenize(int argc, char **argv) {
     cli_opt opts[] = {
         {"-m,--model", "FILE", CLI_T_STR, 0, 0, &model_path, "GGUF model or vocabulary-only file", "none", NULL,
          CLI_ONCE},
+        CLI_HF_OPTS(&model_path, CLI_T_STR, CLI_ONCE),
         CLI_STR("-p,--prompt", "TEXT", &prompt, "text to tokenize (BOS as the model's metadata says)", "none"),
         CLI_STR("-f,--file", "FILE", &prompt_file, "tokenize the text of FILE (one trailing newline is dropped)",
                 "none"),
@@ -29,7 +30,7 @@ int cmd_tokenize(int argc, char **argv) {
     };
     const cli_spec spec = {
         .name = "tokenize",
-        .usage = "-m MODEL (-p TEXT | -f FILE | --inp FILE) [options]",
+        .usage = "(-m MODEL | -hf REPO[:QUANT]) (-p TEXT | -f FILE | --inp FILE) [options]",
         .description = "Prints token ids: of -p/-f text on one line; of every --inp string one line each,\n"
                        "each id preceded by a space. MODEL may be a vocabulary-only GGUF.",
         .opts = opts,
@@ -37,7 +38,8 @@ int cmd_tokenize(int argc, char **argv) {
     int pr = cli_parse(&spec, argc, argv);
     if (pr != CLI_RUN) return pr;
     if (!model_path || (!!prompt + !!prompt_file + !!inp) != 1)
-        return cli_usage_error("need -m MODEL and exactly one of -p TEXT, -f FILE or --inp FILE");
+        return cli_usage_error("need -m MODEL (or -hf REPO) and exactly one of -p TEXT, -f FILE or --inp FILE");
+    if ((pr = cli_resolve_model(&model_path)) != CLI_RUN) return pr;
     tutti_vocab *vocab = tutti_vocab_load(model_path);
     if (!vocab) {
         return cli_error("%s", tutti_last_error());

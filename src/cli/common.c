@@ -13,6 +13,8 @@
 #include "cli/cli.h"
 #include "gguf/gguf.h"
 #include "mpi/tutti_mpi.h"
+#include "util/error.h"
+#include "util/file.h"
 
 /* ---- seeds ---- */
 
@@ -36,6 +38,14 @@ uint64_t cli_seed_resolve(uint64_t seed) {
     }
     cli_info("seed: %llu\n", (unsigned long long)seed);
     return seed;
+}
+
+/* ---- sampling ---- */
+
+void cli_sampling_init(cli_sampling *s) {
+    memset(s, 0, sizeof *s);
+    s->sp = tutti_sampler_default_params();
+    s->sp.seed = CLI_SEED_RANDOM;
 }
 
 /* ---- context ---- */
@@ -131,6 +141,32 @@ void cli_warn_double_bos(const tutti_vocab *vocab, const int32_t *ids, int32_t n
     if (bos >= 0 && tutti_vocab_add_bos(vocab) && n >= 2 && ids[0] == bos && ids[1] == bos)
         cli_warn("the prompt starts with 2 BOS tokens: the model adds one and the prompt text (with --special) "
                  "begins with another; drop the BOS text from the prompt");
+}
+
+/* ---- output files ---- */
+
+int cli_output_check(const char *flag, const char *path, cli_out_kind kind) {
+    if (!path) return CLI_RUN;
+    if (!*path) return cli_usage_error("%s: empty file name", flag);
+    if (!strcmp(path, "-")) {
+        if (kind == CLI_OUT_FILE_ONLY)
+            return cli_usage_error("%s -: stdout holds tutti %s's results; give a file name", flag, cli_cmd);
+        if (kind == CLI_OUT_BINARY && isatty(STDOUT_FILENO))
+            return cli_usage_error("%s -: binary output to a terminal; redirect stdout (> FILE) or give a file name",
+                                   flag);
+        return CLI_RUN;
+    }
+    if (tutti_check_writable(path) < 0) return cli_error("%s", tutti_last_error());
+    return CLI_RUN;
+}
+
+int cli_output_write(const char *path, tutti_write_fn produce, void *ctx) {
+    if (!strcmp(path, "-")) { /* streamed: what was written before a failure stays written */
+        int rc = produce(stdout, ctx);
+        if (fflush(stdout) != 0 && rc == 0) rc = tutti_set_error("cannot write to stdout: %s", strerror(errno));
+        return rc < 0 ? cli_error("%s", tutti_last_error()) : 0;
+    }
+    return tutti_write_atomic(path, produce, ctx) < 0 ? cli_error("%s", tutti_last_error()) : 0;
 }
 
 /* ---- Ctrl-C ---- */

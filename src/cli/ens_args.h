@@ -24,6 +24,10 @@ typedef struct ens_args {
     const char *split_counts; /* --split-layers: NULL = off, "" = by memory */
     int32_t split_ub;         /* --split-ubatch (0 = auto) */
     const char *split_member; /* --split-member I,J,... (NULL = every member) */
+    bool ctx_shift;          /* run's --context-shift (eval and fit: off) */
+    int32_t n_keep;          /* run's --keep */
+    int status;              /* exit status after ens_args_build failed: 2 for flags the models do not
+                                allow (weights, --align token, --adapt/--route with the rule), else 1 */
     cli_opt opts[30];        /* the flag table, pointing into this struct */
     tutti_ensemble_file *file;
     tutti_member_desc desc[TUTTI_ENSEMBLE_MAX_MEMBERS];
@@ -67,7 +71,8 @@ void ens_args_init(ens_args *a);
  * the -w/--temps counts.  CLI_RUN, or the exit status after a message (2
  * for inconsistent flags, 1 for an unreadable ensemble file). */
 int ens_args_check(ens_args *a);
-/* Builds the ensemble (message printed on error). */
+/* Builds the ensemble (message printed on error; a->status says the exit
+ * status). */
 tutti_ensemble *ens_args_build(ens_args *a, const char *cmd);
 void ens_args_free(ens_args *a);
 /* The ensemble file format (the reader is tutti_ensemble_file_read in

@@ -40,8 +40,8 @@ tutti_grammar *cli_grammar_build(const cli_grammar *g, int *status) {
         }
         gr = g->json_schema ? tutti_grammar_from_json_schema(text, len) : tutti_grammar_parse(text, len);
     }
-    if (!gr) {
-        *status = cli_error("%s%s%s: %s", flag, file ? " " : "",
+    if (!gr) { /* a grammar or schema given inline is a flag value: exit 2; a file's content: 1 */
+        *status = (file ? cli_error : cli_usage_error)("%s%s%s: %s", flag, file ? " " : "",
                             file ? (g->grammar_file ? g->grammar_file : g->json_schema) : "", tutti_last_error());
     }
     free(file);

@@ -8,6 +8,7 @@
 
 int tutti_cmd_bench(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_models(int argc, char **argv);
 
 static const struct {
     const char *name;
@@ -24,6 +25,7 @@ static const struct {
     {"merge", cmd_merge, "merge models of one architecture into one GGUF file (mergekit's methods)"},
     {"bench", tutti_cmd_bench, "prompt-processing and generation speed (tokens/s), like llama-bench"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server for models and ensembles"},
+    {"models", cmd_models, "the models -hf downloaded (the cache); `tutti models rm` removes them"},
 };
 
 static void usage(FILE *f) {
@@ -31,7 +33,7 @@ static void usage(FILE *f) {
                "       tutti --version\n\ncommands:\n");
     for (size_t i = 0; i < sizeof g_cmds / sizeof g_cmds[0]; i++)
         fprintf(f, "  %-10s %s\n", g_cmds[i].name, g_cmds[i].help);
-    fprintf(f, "\nEvery command takes the same names for the same things (-m, -p, -f, -n, -c, -t, -s, --temp,\n"
+    fprintf(f, "\nEvery command takes the same names for the same things (-m, -hf, -p, -f, -n, -c, -t, -s, --temp,\n"
                "...; as llama.cpp names them), --help, --version and --quiet. Exit status: 0 ok, 1 runtime\n"
                "error, 2 bad flags or values, 130 generation stopped by Ctrl-C.\n");
 }

@@ -70,6 +70,12 @@ int cli_error(const char *fmt, ...) {
     return 1;
 }
 
+int cli_library_error(void) {
+    int kind = tutti_last_error_kind();
+    cli_error("%s", tutti_last_error());
+    return kind == TUTTI_ERR_UNSUPPORTED ? 2 : 1;
+}
+
 int cli_warn(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -241,12 +247,64 @@ static bool parse_num(const char *v, double *out) {
     return true;
 }
 
+/* ---- -hf / --hf-file (CLI_HF, CLI_HF_FILE): model specs in command-line order ---- */
+
+static char g_specs[CLI_MAX_STRS][1024]; /* the specs made, referenced by the destinations until exit */
+static int g_n_specs;
+static const char **g_hf_open;    /* the slot of the last -hf spec without a file yet */
+static const char *g_hf_file;     /* a --hf-file given before its -hf */
+
+/* "hf://REPO[:QUANT]", or with file "hf://REPO/FILE" (the tag dropped). */
+static const char *hf_spec(const char *flag, const char *repo, const char *file) {
+    if (!strncmp(repo, "hf://", 5)) repo += 5;
+    if (g_n_specs == CLI_MAX_STRS) return cli_usage_error("%s: at most %d models", flag, CLI_MAX_STRS), NULL;
+    char *s = g_specs[g_n_specs];
+    size_t rl = file ? strcspn(repo, ":") : strlen(repo);
+    if ((size_t)snprintf(s, sizeof g_specs[0], "hf://%.*s%s%s", (int)rl, repo, file ? "/" : "", file ? file : "") >=
+        sizeof g_specs[0])
+        return cli_usage_error("%s: '%.200s' is too long", flag, repo), NULL;
+    g_n_specs++;
+    return s;
+}
+
+/* Stores value v of a -hf or --hf-file flag into slot (a -m destination). */
+static int take_hf(const cli_opt *o, const char *flag, const char *v, const char **slot) {
+    if (o->flags & CLI_HF_FILE) {
+        if (g_hf_open) { /* the file of the -hf before */
+            char repo[1024];
+            snprintf(repo, sizeof repo, "%s", *g_hf_open);
+            const char *s = hf_spec(flag, repo, v);
+            if (!s) return 2;
+            *g_hf_open = s;
+            g_hf_open = NULL;
+        } else {
+            g_hf_file = v;
+        }
+        return 0;
+    }
+    const char *s = hf_spec(flag, v, g_hf_file);
+    if (!s) return 2;
+    *slot = s;
+    g_hf_open = g_hf_file ? NULL : slot;
+    g_hf_file = NULL;
+    return 0;
+}
+
 static int take_value(const cli_opt *o, const char *flag, const char *v) {
     switch (o->type) {
-    case CLI_T_STR: *(const char **)o->dest = v; return 0;
+    case CLI_T_STR:
+        if (o->flags & (CLI_HF | CLI_HF_FILE)) return take_hf(o, flag, v, (const char **)o->dest);
+        *(const char **)o->dest = v;
+        return 0;
     case CLI_T_STRS: {
         cli_strs *s = o->dest;
+        if (o->flags & CLI_HF_FILE) return take_hf(o, flag, v, NULL);
         if (s->n == CLI_MAX_STRS) return cli_usage_error("%s: at most %d values", flag, CLI_MAX_STRS);
+        if (o->flags & CLI_HF) {
+            int r = take_hf(o, flag, v, &s->v[s->n]);
+            if (r == 0) s->n++;
+            return r;
+        }
         s->v[s->n++] = v;
         return 0;
     }
@@ -319,6 +377,7 @@ int cli_parse(const cli_spec *spec, int argc, char **argv) {
     g_flat.n = 0;
     flatten(spec->opts, &g_flat, 0);
     memset(g_given, 0, sizeof g_given);
+    g_hf_open = NULL, g_hf_file = NULL;
     /* defaults as they are before any flag changes them, for --help */
     for (int i = 0; i < g_flat.n; i++) fmt_default(g_flat.o[i], defs[i], sizeof defs[i]);
     for (int i = 0; i < argc; i++) {
@@ -350,6 +409,11 @@ int cli_parse(const cli_spec *spec, int argc, char **argv) {
         if ((o->flags & CLI_ONCE) && g_given[k])
             return cli_usage_error("%s given twice (tutti %s takes one)", flag, spec->name);
         g_given[k] = true;
+        /* -m and -hf of a one-model command fill the same destination */
+        for (int j = 0; j < g_flat.n && o->type == CLI_T_STR && (o->flags & CLI_ONCE); j++)
+            if (j != k && g_given[j] && g_flat.o[j]->dest == o->dest && !((g_flat.o[j]->flags | o->flags) & CLI_HF_FILE))
+                return cli_usage_error("%s and %.*s both name the model (tutti %s takes one)", flag,
+                                       (int)strcspn(g_flat.o[j]->names, ","), g_flat.o[j]->names, spec->name);
         if (o->type == CLI_T_FLAG) {
             if (eq) return cli_usage_error("%s takes no value", flag);
             *(bool *)o->dest = o->lo != 0;
@@ -368,5 +432,6 @@ int cli_parse(const cli_spec *spec, int argc, char **argv) {
         int r = take_value(o, flag, v);
         if (r) return r;
     }
+    if (g_hf_file) return cli_usage_error("--hf-file %s needs -hf REPO (the repository it is in)", g_hf_file);
     return CLI_RUN;
 }

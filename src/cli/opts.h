@@ -79,6 +79,10 @@ typedef enum cli_opt_type {
 #define CLI_HIDDEN 2u /* accepted but not listed in --help */
 #define CLI_OPTVAL 4u /* CLI_T_STR whose value may be left out: `--name` alone stores "";
                          `--name VALUE` takes the next word only when it does not start with '-' */
+#define CLI_HF 8u      /* -hf: the value REPO[:QUANT] goes into the destination (CLI_T_STR or CLI_T_STRS, the
+                          same as -m's) as the model spec "hf://REPO[:QUANT]", in command-line order */
+#define CLI_HF_FILE 16u /* --hf-file FILE: the -hf before it (else the next one) becomes "hf://REPO/FILE"
+                           (the file replaces the quant tag, as in llama.cpp) */
 
 typedef struct cli_strs {
     const char *v[CLI_MAX_STRS];
@@ -150,6 +154,11 @@ bool cli_given(const char *name);
 int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A library call failed: its message (tutti_last_error) on stderr, and the
+ * exit status its kind says: 2 when the caller's arguments caused it
+ * (tutti_last_error_kind() == TUTTI_ERR_UNSUPPORTED: a flag value or a
+ * combination of flags), else 1. */
+int cli_library_error(void);
 /* Informational line on stderr (progress, timings, "seed: N"), suppressed
  * by --quiet (cli_quiet). */
 void cli_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -7,6 +7,8 @@
 
 #include "cli/plot_svg.h"
 
+#include "cli/cli.h"
+
 static void xml_text(FILE *f, const char *s) {
     for (; *s; s++) {
         switch (*s) {
@@ -71,26 +73,37 @@ static void panel(FILE *f, double x0, double w, const char *title, const char *c
     }
 }
 
-int plot_svg_write(const char *path, const char *const *labels, int n, const double *bpb, const double *acc,
-                   const double *acc_norm) {
-    FILE *f = fopen(path, "w");
-    if (!f) return -1;
-    int panels = (bpb != NULL) + (acc != NULL);
+typedef struct plot_job {
+    const char *const *labels;
+    int n;
+    const double *bpb, *acc, *acc_norm;
+} plot_job;
+
+static int write_plot(FILE *f, void *ctx) {
+    const plot_job *j = ctx;
+    const int n = j->n;
+    int panels = (j->bpb != NULL) + (j->acc != NULL);
     double pw = 60.0 * n + 120, W = panels * (pw + 80) + 40;
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"480\" "
                "font-family=\"sans-serif\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n", W);
     double x = 70;
-    if (bpb) {
+    if (j->bpb) {
         const char *ser[] = {"bits per byte"};
-        panel(f, x, pw, "bits per byte", labels, n, bpb, 1, ser, true);
+        panel(f, x, pw, "bits per byte", j->labels, n, j->bpb, 1, ser, true);
         x += pw + 80;
     }
-    if (acc) {
+    if (j->acc) {
         double v[2 * 32];
-        for (int i = 0; i < n && i < 32; i++) v[2 * i] = acc[i], v[2 * i + 1] = acc_norm[i];
+        for (int i = 0; i < n && i < 32; i++) v[2 * i] = j->acc[i], v[2 * i + 1] = j->acc_norm[i];
         const char *ser[] = {"acc", "acc_norm"};
-        panel(f, x, pw, "multiple-choice accuracy", labels, n, v, 2, ser, false);
+        panel(f, x, pw, "multiple-choice accuracy", j->labels, n, v, 2, ser, false);
     }
     fprintf(f, "</svg>\n");
-    return fclose(f) == 0 ? 0 : -1;
+    return 0;
+}
+
+int plot_svg_write(const char *path, const char *const *labels, int n, const double *bpb, const double *acc,
+                   const double *acc_norm) {
+    plot_job j = {labels, n, bpb, acc, acc_norm};
+    return cli_output_write(path, write_plot, &j);
 }

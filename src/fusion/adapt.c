@@ -28,7 +28,7 @@ int tutti_ensemble_set_adapt(tutti_ensemble *e, double alpha) {
     }
     if (tutti_check_adapt(alpha) < 0) return TUTTI_ERR;
     if (e->rule != TUTTI_RULE_MIX && e->align != TUTTI_ALIGN_SPAN)
-        return tutti_set_error("adapt: weights that follow the text need the mix rule (or span alignment), not %s",
+        return tutti_set_usage_error("adapt: weights that follow the text need the mix rule (or span alignment), not %s",
                                tutti_rule_name(e->rule));
     e->adapt_on = true;
     e->adapt_alpha = alpha;

@@ -16,13 +16,19 @@ typedef struct byte_job {
     bool *dead; /* members that left the generation (NULL: none may leave) */
 } byte_job;
 
-int ens_bytes_start(fusion_bytes *st, const gen_prompt *pr, int32_t i) {
-    return pr->ids ? fusion_bytes_start_ids(st, pr->ids[i], pr->n_ids[i]) : fusion_bytes_start(st, pr->text, pr->len);
+int ens_bytes_start(const tutti_ensemble *e, fusion_bytes *st, const gen_prompt *pr, int32_t i) {
+    int rc = pr->ids ? fusion_bytes_start_ids(st, pr->ids[i], pr->n_ids[i]) : fusion_bytes_start(st, pr->text, pr->len);
+    /* a member that shifts its context still takes the prompt whole, as
+     * llama.cpp does: only generated tokens push the oldest out */
+    int32_t np = 0;
+    if (rc == 0 && e->m[i]->ctx_shift && (fusion_bytes_best_path(st, &np), np > e->m[i]->n_ctx))
+        rc = FUSION_ERR_CTX;
+    return rc;
 }
 
 int32_t ens_bytes_ctx_full(const tutti_ensemble *e, fusion_bytes *const *st) {
     for (int32_t i = 0; i < e->n; i++)
-        if (fusion_bytes_need_tokens(st[i]) > e->m[i]->n_ctx) return i;
+        if (!fusion_member_fits(e->m[i], fusion_bytes_need_tokens(st[i]))) return i;
     return -1;
 }
 
@@ -33,7 +39,7 @@ int32_t ens_bytes_ctx_full(const tutti_ensemble *e, fusion_bytes *const *st) {
  * filling a context is the caller's to fix: named in the message. */
 static int job_bytes_start(tutti_ensemble *e, int32_t i, void *arg) {
     byte_job *j = arg;
-    int rc = ens_bytes_start(j->st[i], j->pr, i);
+    int rc = ens_bytes_start(e, j->st[i], j->pr, i);
     if (rc == FUSION_ERR_SPELL && j->dead) {
         j->dead[i] = true;
         return 0;

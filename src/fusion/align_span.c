@@ -50,7 +50,7 @@ typedef struct span_ctx {
 
 static int job_start(tutti_ensemble *e, int32_t i, void *arg) {
     span_ctx *c = arg;
-    int rc = ens_bytes_start(c->st[i], c->pr, i);
+    int rc = ens_bytes_start(e, c->st[i], c->pr, i);
     if (rc == FUSION_ERR_CTX)
         return tutti_set_error("member %s: the prompt needs more than its context of %d tokens; raise -c or "
                                "shorten the prompt", e->m[i]->name, e->m[i]->n_ctx);
@@ -152,7 +152,7 @@ static int job_draft(tutti_ensemble *e, int32_t i, void *arg) {
     bool word = false;
     c->ctx_hit[i] = false;
     for (int32_t k = 0; k < SPAN_MAX_TOKENS; k++) {
-        if (n > m->n_ctx) { /* no logits after more tokens than the context holds */
+        if (!fusion_member_fits(m, n)) { /* no logits after more tokens than the context holds */
             c->ctx_hit[i] = true;
             break;
         }
@@ -223,7 +223,7 @@ static int job_score(tutti_ensemble *e, int32_t i, void *arg) {
         const draft *d = &c->d[k];
         for (int32_t b = 0; b <= d->n; b++) {
             if (b == d->n && !d->end) break;
-            if (fusion_bytes_need_tokens(s) > e->m[i]->n_ctx) {
+            if (!fusion_member_fits(e->m[i], fusion_bytes_need_tokens(s))) {
                 c->full[i][k] = true;
                 ll = -INFINITY;
                 break;
@@ -271,7 +271,7 @@ static int span_start(fusion_align *a, const gen_prompt *pr, tutti_sampler *smp)
         c->smp[i] = tutti_sampler_new(&p);
         if (!c->st[i] || !c->smp[i]) return TUTTI_ERR;
     }
-    c->masked = g->mask && (g->mask->n_allowed > 0 || g->mask->n_forbidden > 0);
+    c->masked = token_mask_needed(g->mask);
     if (c->masked)
         for (int32_t i = 0; i < e->n; i++)
             if (token_mask_init(&c->tm[i], e->trie[i], g->mask) < 0) return TUTTI_ERR;

@@ -94,7 +94,7 @@ static int token_start(fusion_align *a, const gen_prompt *pr, tutti_sampler *smp
     /* as tutti generate: the prompt (member 1's) counts for the repetition penalty */
     for (int32_t k = 0; k < t->n[0]; k++) tutti_sampler_accept(smp, t->ids[0][k]);
     t->pass = a->ad.on ? -1 : passthrough_member(e);
-    a->masked = g->mask && (g->mask->n_allowed > 0 || g->mask->n_forbidden > 0);
+    a->masked = token_mask_needed(g->mask);
     if (a->masked) {
         /* the piece table of the (shared) vocabulary, built once per ensemble */
         if (!e->trie[0] && !(e->trie[0] = fusion_trie_build(e->m[0]->vocab))) return TUTTI_ERR;
@@ -116,9 +116,11 @@ static bool token_ctx_full(fusion_align *a) {
     tutti_ensemble *e = a->e;
     int32_t full = -1;
     for (int32_t i = 0; i < e->n && full < 0; i++)
-        if (t->n[i] > e->m[i]->n_ctx || t->n[i] >= t->cap[i]) full = i;
+        if (!fusion_member_fits(e->m[i], t->n[i]) || t->n[i] >= t->cap[i]) full = i;
     if (full < 0) return false;
-    if (t->n[full] > e->m[full]->n_ctx) ens_note_ctx_full(e, a->g, full);
+    /* without a limit the buffers hold a context's worth of generated
+     * tokens, also for members that shift: that end is a full context too */
+    if (!fusion_member_fits(e->m[full], t->n[full]) || a->g->max_units <= 0) ens_note_ctx_full(e, a->g, full);
     return true;
 }
 

@@ -383,7 +383,7 @@ static void ahead_take(fusion_bytes *s, hyp *h) {
 static int ahead_fetch(fusion_bytes *s, hyp *h) {
     ahead *a = &s->ah;
     int32_t L = h->n_ids, end = L + a->window - 1 < a->n ? L + a->window - 1 : a->n; /* lengths [L, end] */
-    if (s->m->n_ctx > 0 && end > s->m->n_ctx) end = s->m->n_ctx;
+    if (s->m->n_ctx > 0 && !fusion_member_fits(s->m, end)) end = s->m->n_ctx;
     if (end < L) return 0;
     ahead_drop_window(s);
     if (s->m->vt->logits_from(s->m, a->ids, end, L - 1, a->rows) < 0)
@@ -538,7 +538,7 @@ static int32_t spec_select(fusion_bytes *s, int32_t *cand_h, int32_t *cand_t) {
     for (int32_t i = 0; i < s->n_h; i++) {
         const hyp *h = &s->h[i];
         if (!h->dist) continue;
-        if (s->m->n_ctx > 0 && h->n_ids + 1 > s->m->n_ctx) continue;
+        if (s->m->n_ctx > 0 && !fusion_member_fits(s->m, h->n_ids + 1)) continue;
         const float *ps = dist_ps(t, h->dist);
         double w = exp(h->logp - mx) * h->inv_total / total;
         int32_t node = h->node;

@@ -181,13 +181,13 @@ tutti_ensemble *tutti_ensemble_new(const tutti_ensemble_params *params) {
             tutti_set_error("member %d: no model path", i + 1);
             goto fail;
         }
-        e->path[i] = strdup(d->model_path);
+        e->path[i] = tutti_hub_resolve(d->model_path); /* a model spec (src/hub): its cached file */
         if (!e->path[i]) {
-            tutti_set_error("ensemble: out of memory");
+            tutti_error_prefix("member %d", i + 1);
             goto fail;
         }
-        if (!fusion_is_remote_spec(d->model_path) && access(d->model_path, R_OK) != 0) {
-            tutti_set_error("member %d: cannot open model file %s: %s", i + 1, d->model_path, strerror(errno));
+        if (!fusion_is_remote_spec(e->path[i]) && access(e->path[i], R_OK) != 0) {
+            tutti_set_error("member %d: cannot open model file %s: %s", i + 1, e->path[i], strerror(errno));
             goto fail;
         }
         e->temp[i] = isnan(d->temp) ? 1.0f : d->temp; /* checked above */
@@ -212,7 +212,7 @@ tutti_ensemble *tutti_ensemble_new(const tutti_ensemble_params *params) {
     e->align = params->align;
     if (e->align == TUTTI_ALIGN_AUTO) e->align = e->same_vocab ? TUTTI_ALIGN_TOKEN : TUTTI_ALIGN_BYTE;
     if (e->align == TUTTI_ALIGN_TOKEN && !e->same_vocab) {
-        tutti_set_error("token alignment: members 1 (%s) and %d (%s) have different vocabularies (token lists, "
+        tutti_set_usage_error("token alignment: members 1 (%s) and %d (%s) have different vocabularies (token lists, "
                         "merges or scores differ), so they cannot share token ids; use byte or span alignment",
                         e->path[0], differ + 1, e->path[differ]);
         goto fail;
@@ -233,6 +233,13 @@ tutti_ensemble *tutti_ensemble_new(const tutti_ensemble_params *params) {
             goto fail;
         }
         e->m[i]->vocab_hash = h[i];
+        if (params->ctx_shift && e->m[i]->set_ctx_shift && e->m[i]->set_ctx_shift(e->m[i], params->n_keep) < 0) {
+            tutti_error_prefix("member %d", i + 1);
+            goto fail;
+        }
+        if (params->ctx_shift && !e->m[i]->set_ctx_shift && params->verbose)
+            fprintf(stderr, "ensemble: member %d (%s) cannot shift its context (remote, MPI or split member): a full "
+                            "context still ends the generation\n", i + 1, e->path[i]);
         /* messages say "member 2 (b.gguf): ..." */
         char file[256];
         snprintf(file, sizeof file, "%s", e->m[i]->name);
@@ -369,9 +376,9 @@ void tutti_ensemble_set_step_cb(tutti_ensemble *e, tutti_step_cb cb, void *user)
 }
 
 int tutti_ensemble_set_rule(tutti_ensemble *e, tutti_fusion_rule rule) {
-    if ((unsigned)rule > TUTTI_RULE_CONTRASTIVE) return tutti_set_error("ensemble: unknown rule %d", rule);
+    if ((unsigned)rule > TUTTI_RULE_CONTRASTIVE) return tutti_set_usage_error("ensemble: unknown rule %d", rule);
     if (rule == TUTTI_RULE_CONTRASTIVE && e->n < 2)
-        return tutti_set_error("contrastive: needs an expert and at least one amateur (2+ members)");
+        return tutti_set_usage_error("contrastive: needs an expert and at least one amateur (2+ members)");
     tutti_fusion_rule old = e->rule;
     e->rule = rule;
     if (check_weights(e, e->w) < 0) {

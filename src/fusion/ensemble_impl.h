@@ -143,8 +143,10 @@ void fusion_route_end(tutti_ensemble *e, const float *w_given);
 
 typedef struct gen_ctx gen_ctx;
 
-/* Starts member i's byte state after the prompt. */
-int ens_bytes_start(fusion_bytes *st, const gen_prompt *pr, int32_t i);
+/* Starts member i's byte state after the prompt (FUSION_ERR_CTX when the
+ * prompt needs more tokens than its context holds, also for a member that
+ * shifts its context). */
+int ens_bytes_start(const tutti_ensemble *e, fusion_bytes *st, const gen_prompt *pr, int32_t i);
 /* The first member whose byte state needs a forward pass over more tokens
  * than its context holds (generation stops there), or -1. */
 int32_t ens_bytes_ctx_full(const tutti_ensemble *e, fusion_bytes *const *st);
@@ -209,6 +211,11 @@ typedef struct token_mask {
     uint8_t *keep;       /* [n_vocab] scratch */
 } token_mask;
 int token_mask_init(token_mask *tm, const fusion_trie *t, const tutti_mask *mask);
+/* Whether a mask rules out any token by itself (allowed or forbidden
+ * strings, ignore_eos): the alignments then apply it to every row. */
+static inline bool token_mask_needed(const tutti_mask *m) {
+    return m && (m->n_allowed > 0 || m->n_forbidden > 0 || m->ignore_eos);
+}
 void token_mask_apply(const token_mask *tm, const gen_ctx *g, float *dist);
 void token_mask_free(token_mask *tm);
 

@@ -1004,7 +1004,7 @@ tutti_ensemble_file *tutti_ensemble_file_read(const char *path) {
                 tutti_error_prefix("ensemble file %s: line %d", path, lineno);
                 goto fail;
             }
-        } else if (tok[0][0] != '/' && dir[0]) snprintf(full, sizeof full, "%s%s", dir, tok[0]);
+        } else if (tok[0][0] != '/' && dir[0] && !tutti_is_hub_spec(tok[0])) snprintf(full, sizeof full, "%s%s", dir, tok[0]);
         else snprintf(full, sizeof full, "%s", tok[0]);
         m->model_path = strdup(full);
         if (!m->model_path) goto oom;
@@ -1046,12 +1046,13 @@ int tutti_ensemble_file_write(const tutti_ensemble *e, FILE *out) {
          * name another file (or none) once read back. */
         char abs[PATH_MAX];
         const char *p = e->path[i];
-        if (realpath(e->path[i], abs)) p = abs;
-        else if (e->path[i][0] != '/') {
-            char cwd[PATH_MAX];
-            if (getcwd(cwd, sizeof cwd) && (size_t)snprintf(abs, sizeof abs, "%s/%s", cwd, e->path[i]) < sizeof abs)
-                p = abs;
-        }
+        /* absolute paths and remote members stay as they are (a model of
+         * the hub's cache keeps its file's name, not its blob's) */
+        char cwd[PATH_MAX];
+        if (p[0] != '/' && !fusion_is_remote_spec(p) && !(p = realpath(e->path[i], abs)) && getcwd(cwd, sizeof cwd) &&
+            (size_t)snprintf(abs, sizeof abs, "%s/%s", cwd, e->path[i]) < sizeof abs)
+            p = abs;
+        if (!p) p = e->path[i];
         if (strchr(p, '"') || strchr(p, '\n'))
             return tutti_set_error("ensemble file: member %d's path %s cannot be written (it holds a quote or a "
                                    "newline)", i + 1, p);

@@ -134,7 +134,20 @@ struct fusion_member {
      * members that reuse sessions by prefix (local and split); NULL:
      * ignored. */
     void (*keep)(fusion_member *m, int32_t n_seq, const int32_t *const *ids, const int32_t *n);
+    /* Sequences may be longer than n_ctx (the window): the member slides
+     * it as llama.cpp's context shift does, and its logits after ids[0..n)
+     * are those of one session fed the tokens one at a time with
+     * tutti_session_params.ctx_shift.  Set by set_ctx_shift. */
+    bool ctx_shift;
+    /* Optional method (local members; NULL for the others: remote, MPI and
+     * split members keep their hard limit): turns the context shift on,
+     * keeping BOS and the n_keep tokens after it.  0 or TUTTI_ERR. */
+    int (*set_ctx_shift)(fusion_member *m, int32_t n_keep);
 };
+
+/* Whether member m can give logits after n tokens: within its context, or
+ * any length when it shifts its context. */
+static inline bool fusion_member_fits(const fusion_member *m, int64_t n) { return m->ctx_shift || n <= m->n_ctx; }
 
 /* Logits after ids[0..n) without a copy when the member can give its own
  * row (vt->logits_view), else written to scratch[n_vocab].  NULL + error. */

@@ -161,6 +161,9 @@ static int ens_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sam
         }
         stats->ctx_full_member = g.ctx_full;
         stats->at_limit = g.at_limit || (g.max_units > 0 && g.n_units >= g.max_units);
+        /* a full context cuts the text as a limit does, whatever the
+         * alignment (and an unfinished grammar with it): "length" */
+        stats->finish = stats->at_limit || g.ctx_full >= 0 ? TUTTI_FINISH_LENGTH : TUTTI_FINISH_STOP;
     }
     free(g.text);
     free(g.count_ids);

@@ -140,6 +140,7 @@ void gen_flush(gen_ctx *g) { emit(g, g->n_text - utf8_tail(g->text, g->n_text));
 bool gen_text_ok(const gen_ctx *g, const char *bytes, size_t n, bool at_end) {
     const tutti_mask *m = g->mask;
     if (!m) return true;
+    if (at_end && m->ignore_eos) return false;
     if (m->n_allowed > 0) {
         bool ok = false;
         for (int32_t k = 0; k < m->n_allowed && !ok; k++) {
@@ -254,6 +255,8 @@ void token_mask_apply(const token_mask *tm, const gen_ctx *g, float *dist) {
     const tutti_mask *m = tm->mask;
     int32_t V = t->n_vocab;
     if (!m) return;
+    if (m->ignore_eos)
+        for (int32_t k = 0; k < t->n_eog; k++) dist[t->eog_ids[k]] = -INFINITY;
     if (m->n_allowed > 0) {
         /* keep[id]: the text tokens that may come */
         memset(tm->keep, 0, (size_t)V);

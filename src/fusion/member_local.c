@@ -19,8 +19,9 @@
 
 typedef struct local_session {
     tutti_session *s;
-    int32_t *hist; /* [n_ctx] tokens in the KV cache */
-    int32_t n_hist;
+    int32_t *hist; /* [cap_hist] the session's timeline (tokens in the KV cache, and with a
+                      context shift those it dropped) */
+    int32_t n_hist, cap_hist;
     uint64_t last_use;
     bool live;     /* holds a sequence of the last keep() hint */
 } local_session;
@@ -45,6 +46,24 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Room for n tokens of timeline in ls->hist (a context shift lets a
+ * timeline grow past n_ctx). */
+static int hist_fit(local_member *lm, local_session *ls, int32_t n) {
+    if (n <= ls->cap_hist) return 0;
+    int32_t cap = n > 2 * ls->cap_hist ? n : 2 * ls->cap_hist;
+    int32_t *h = realloc(ls->hist, sizeof(int32_t) * (size_t)cap);
+    if (!h) return tutti_set_error("member %s: out of memory", lm->base.name);
+    ls->hist = h, ls->cap_hist = cap;
+    return 0;
+}
+
+/* The longest prefix of session ls usable for a sequence sharing k tokens
+ * with its timeline: k, unless a context shift since then dropped rows
+ * that state needs (then nothing: the sequence runs from its start). */
+static int32_t usable_prefix(const local_session *ls, int32_t k) {
+    return ls->s && k < tutti_session_rewind_floor(ls->s) ? 0 : k;
+}
+
 static int ensure_session(local_member *lm, int32_t i) {
     local_session *ls = &lm->pool[i];
     if (ls->s) return 0;
@@ -60,33 +79,35 @@ static int ensure_session(local_member *lm, int32_t i) {
         return TUTTI_ERR;
     }
     if (!lm->n_ctx) lm->n_ctx = lm->base.n_ctx = tutti_session_n_ctx(ls->s);
-    ls->hist = malloc(sizeof(int32_t) * (size_t)lm->n_ctx);
-    if (!ls->hist) return tutti_set_error("member %s: out of memory", lm->base.name);
     ls->n_hist = 0;
-    return 0;
+    return hist_fit(lm, ls, lm->n_ctx);
 }
 
 /* Runs ids[k..n) on session i after rewinding it to k. */
 static int run_suffix(local_member *lm, int32_t i, const int32_t *ids, int32_t k, int32_t n, float *all) {
     local_session *ls = &lm->pool[i];
     lm->base.err_kind = TUTTI_ERR;
-    if (n > lm->n_ctx) {
+    if (n > lm->n_ctx && !lm->base.ctx_shift) {
         lm->base.err_kind = FUSION_ERR_CTX;
         return tutti_set_error("member %s: context full (%d tokens needed, n_ctx %d)", lm->base.name, n,
                                lm->n_ctx);
     }
-    if (ls->n_hist > k && tutti_session_rewind(ls->s, k) < 0) return TUTTI_ERR;
-    ls->n_hist = k;
+    int32_t kept = k;
+    if (ls->n_hist > k && (kept = tutti_session_rewind_tokens(ls->s, k)) < 0) return TUTTI_ERR;
+    ls->n_hist = kept;
+    if (hist_fit(lm, ls, n) < 0) return TUTTI_ERR;
     double t0 = now_s();
-    int rc = tutti_session_eval(ls->s, ids + k, n - k, all);
+    /* a context shift dropped rows of that state: the tokens before k again, without rows */
+    int rc = kept < k ? tutti_session_eval(ls->s, ids + kept, k - kept, NULL) : 0;
+    if (rc == 0) rc = tutti_session_eval(ls->s, ids + k, n - k, all);
     lm->base.t_forward_s += now_s() - t0;
     if (rc < 0) {
         tutti_error_prefix("member %s", lm->base.name);
         return TUTTI_ERR;
     }
-    lm->base.n_forward_tokens += n - k;
+    lm->base.n_forward_tokens += n - kept;
     lm->base.n_forward_calls++;
-    memcpy(ls->hist + k, ids + k, sizeof(int32_t) * (size_t)(n - k));
+    memcpy(ls->hist + kept, ids + kept, sizeof(int32_t) * (size_t)(n - kept));
     ls->n_hist = n;
     ls->last_use = ++lm->clock;
     ls->live = true; /* a new hypothesis: live until the next hint says otherwise */
@@ -149,6 +170,7 @@ static int32_t pick_session(const local_member *lm, const int32_t *ids, int32_t 
             return i;
         }
         if (k > n - 1) k = n - 1;
+        k = usable_prefix(ls, k);
         if (k > k_src) src = i, k_src = k;
     }
     for (int32_t i = 0; i < lm->n_pool; i++) {
@@ -162,6 +184,7 @@ static int32_t pick_session(const local_member *lm, const int32_t *ids, int32_t 
             int32_t lim = ls->n_hist < n ? ls->n_hist : n;
             while (k < lim && ls->hist[k] == ids[k]) k++;
             if (k > n - 1) k = n - 1;
+            k = usable_prefix(ls, k);
             int32_t older = 0; /* sessions (unused ones included) used less recently than this one */
             for (int32_t j = 0; j < lm->n_pool; j++) older += !lm->pool[j].s || lm->pool[j].last_use < ls->last_use;
             int64_t price = lm->base.new_generation ? 0
@@ -189,19 +212,8 @@ static int32_t pick_session(const local_member *lm, const int32_t *ids, int32_t 
  * again (siblings of a hypothesis each need its timeline, and only one can
  * extend the session that holds it). */
 static int copy_prefix(local_member *lm, int32_t dst, int32_t src, int32_t k) {
-    if (ensure_session(lm, dst) < 0) return TUTTI_ERR;
-    tutti_session *d = lm->pool[dst].s;
-    const tutti_session *s = lm->pool[src].s;
-    const tutti_hparams *hp = &lm->model->hp;
-    size_t nk = (size_t)hp->n_head_kv * hp->head_dim_k, nv = (size_t)hp->n_head_kv * hp->head_dim_v;
-    for (int32_t l = 0; l < hp->n_layer; l++) {
-        memcpy(d->k_cache + (size_t)l * (size_t)d->n_ctx * nk, s->k_cache + (size_t)l * (size_t)s->n_ctx * nk,
-               sizeof(uint16_t) * nk * (size_t)k);
-        memcpy(d->v_cache + (size_t)l * (size_t)d->n_ctx * nv, s->v_cache + (size_t)l * (size_t)s->n_ctx * nv,
-               sizeof(uint16_t) * nv * (size_t)k);
-    }
-    d->n_past = k;
-    d->has_logits = false;
+    if (ensure_session(lm, dst) < 0 || hist_fit(lm, &lm->pool[dst], k) < 0) return TUTTI_ERR;
+    tutti_session_copy_tokens(lm->pool[dst].s, lm->pool[src].s, k);
     /* the sessions' state elsewhere (a split model's other layers) follows */
     if (lm->ops.copy && lm->ops.copy(lm->ops.ctx, dst, src, k) < 0) {
         lm->pool[dst].n_hist = 0;
@@ -268,7 +280,7 @@ static int32_t local_logits_batch(fusion_member *m, int32_t n_seq, const int32_t
             tutti_set_error("member %s: no token to condition on (the model has no BOS; give a prompt)", m->name);
             goto out;
         }
-        if (n[i] > lm->n_ctx) {
+        if (n[i] > lm->n_ctx && !lm->base.ctx_shift) {
             lm->base.err_kind = FUSION_ERR_CTX;
             tutti_set_error("member %s: context full (%d tokens needed, n_ctx %d)", m->name, n[i], lm->n_ctx);
             goto out;
@@ -291,8 +303,9 @@ static int32_t local_logits_batch(fusion_member *m, int32_t n_seq, const int32_t
         local_session *ls = &lm->pool[pick[i]];
         ls->last_use = ++lm->clock;
         if (kk[i] == n[i]) continue;
-        if (ls->n_hist > kk[i] && tutti_session_rewind(ls->s, kk[i]) < 0) goto out;
+        if (ls->n_hist > kk[i] && (kk[i] = tutti_session_rewind_tokens(ls->s, kk[i])) < 0) goto out;
         ls->n_hist = kk[i];
+        if (hist_fit(lm, ls, n[i]) < 0) goto out;
         ss[n_run] = ls->s, sid[n_run] = ids[i] + kk[i], sn[n_run] = n[i] - kk[i];
         n_run++;
     }
@@ -302,9 +315,13 @@ static int32_t local_logits_batch(fusion_member *m, int32_t n_seq, const int32_t
         lm->base.t_forward_s += now_s() - t0;
         if (rc < 0) {
             /* whatever ran is not in hist: back to the prefixes hist holds */
-            for (int32_t i = 0; i < answered; i++)
-                if (kk[i] < n[i] && tutti_session_n_past(lm->pool[pick[i]].s) > kk[i])
-                    (void)tutti_session_rewind(lm->pool[pick[i]].s, kk[i]);
+            for (int32_t i = 0; i < answered; i++) {
+                local_session *ls = &lm->pool[pick[i]];
+                if (kk[i] < n[i] && tutti_session_n_tokens(ls->s) > kk[i]) {
+                    int32_t kept = tutti_session_rewind_tokens(ls->s, kk[i]);
+                    ls->n_hist = kept > 0 ? kept : 0;
+                }
+            }
             tutti_error_prefix("member %s", m->name);
             goto out;
         }
@@ -390,6 +407,22 @@ static int local_logits_from(fusion_member *m, const int32_t *ids, int32_t n, in
     return run_suffix(lm, best, ids, from, n, out);
 }
 
+/* The sessions are made again with the shift on (a member turns it on
+ * before its first request, so nothing cached is lost). */
+static int local_set_ctx_shift(fusion_member *m, int32_t n_keep) {
+    local_member *lm = (local_member *)m;
+    lm->sp.ctx_shift = true;
+    lm->sp.n_keep = (m->bos >= 0 ? 1 : 0) + (n_keep > 0 ? n_keep : 0);
+    for (int32_t i = 0; i < lm->n_pool; i++) {
+        tutti_session_free(lm->pool[i].s);
+        lm->pool[i].s = NULL;
+        lm->pool[i].n_hist = 0;
+    }
+    if (ensure_session(lm, 0) < 0) return TUTTI_ERR;
+    m->ctx_shift = true;
+    return 0;
+}
+
 static void local_free(fusion_member *m) {
     local_member *lm = (local_member *)m;
     if (!lm) return;
@@ -431,6 +464,7 @@ static fusion_member *local_new(const char *path, const tutti_model *model, int3
     if (!lm) return tutti_set_error("member %s: out of memory", path), NULL;
     lm->base.vt = &local_vt;
     lm->base.keep = local_keep;
+    if (!ops) lm->base.set_ctx_shift = local_set_ctx_shift; /* a split model's sessions cannot shift */
     const char *slash = strrchr(path, '/');
     snprintf(lm->base.name, sizeof lm->base.name, "%s", slash ? slash + 1 : path);
     lm->base.vocab_hash = h;

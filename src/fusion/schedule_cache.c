@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "fusion/ensemble_impl.h"
+#include "util/file.h"
 
 static uint64_t fnv(uint64_t h, const void *p, size_t n) {
     const unsigned char *c = p;
@@ -80,28 +81,38 @@ bool fusion_schedule_cache_get(uint64_t key, double *t_seq, double *t_par, char 
     return found;
 }
 
-void fusion_schedule_cache_put(uint64_t key, double t_seq, double t_par, char *path, size_t cap) {
-    if (!cache_path(path, cap, true)) return;
-    /* the old lines of other keys, then this one: written to a temporary
-     * file and renamed, so a concurrent reader sees one or the other */
-    char tmp[PATH_MAX + 32];
-    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
-    FILE *out = fopen(tmp, "w");
-    if (!out) return;
-    FILE *in = fopen(path, "r");
+typedef struct cache_put {
+    const char *path;
+    uint64_t key;
+    double t_seq, t_par;
+} cache_put;
+
+/* The old lines of other keys, then this one. */
+static int write_cache(FILE *out, void *ctx) {
+    const cache_put *c = ctx;
+    FILE *in = fopen(c->path, "r");
     int32_t kept = 0;
     if (in) {
         char line[256];
         while (fgets(line, sizeof line, in) && kept < 1000) {
             unsigned long long k;
             double s, p;
-            if (sscanf(line, "%llx %lf %lf", &k, &s, &p) == 3 && k != key) {
+            if (sscanf(line, "%llx %lf %lf", &k, &s, &p) == 3 && k != c->key) {
                 fprintf(out, "%016llx %.9g %.9g\n", k, s, p);
                 kept++;
             }
         }
         fclose(in);
     }
-    fprintf(out, "%016llx %.9g %.9g\n", (unsigned long long)key, t_seq, t_par);
-    if (fclose(out) != 0 || rename(tmp, path) != 0) remove(tmp);
+    fprintf(out, "%016llx %.9g %.9g\n", (unsigned long long)c->key, c->t_seq, c->t_par);
+    return 0;
+}
+
+void fusion_schedule_cache_put(uint64_t key, double t_seq, double t_par, char *path, size_t cap) {
+    if (!cache_path(path, cap, true)) return;
+    /* written to a temporary file and renamed (util/file.h), so a
+     * concurrent reader sees the old file or the new one; a cache that
+     * cannot be written is only slower next time */
+    cache_put c = {path, key, t_seq, t_par};
+    (void)tutti_write_atomic(path, write_cache, &c);
 }

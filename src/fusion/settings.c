@@ -2,7 +2,9 @@
  * ensemble settings"): the ensemble itself, ensemble files, the command
  * line and `tutti serve` all call these, so a value is refused everywhere
  * with the same message.  Messages name the member and the value, never a
- * file path or a flag: the caller prefixes where the value came from. */
+ * file path or a flag: the caller prefixes where the value came from.  They
+ * are the caller's usage (tutti_last_error_kind: TUTTI_ERR_UNSUPPORTED, the
+ * CLI exits 2). */
 #include <math.h>
 
 #include "util/error.h"
@@ -10,7 +12,7 @@
 int tutti_check_temp(int32_t member, float t) {
     if (isnan(t)) return 0; /* the default, 1 */
     if (!(t >= TUTTI_TEMP_MIN && t <= TUTTI_TEMP_MAX))
-        return tutti_set_error("member %d: temperature %g is out of range: a member's temperature must be in "
+        return tutti_set_usage_error("member %d: temperature %g is out of range: a member's temperature must be in "
                                "[%g, %g] (1 = the model's own distribution)",
                                member, (double)t, TUTTI_TEMP_MIN, TUTTI_TEMP_MAX);
     return 0;
@@ -24,50 +26,50 @@ float tutti_default_weight(int32_t member, int32_t n_members, tutti_fusion_rule 
 
 int tutti_check_weights(const float *given, int32_t n, tutti_fusion_rule rule) {
     if (n < 1 || n > TUTTI_ENSEMBLE_MAX_MEMBERS)
-        return tutti_set_error("an ensemble needs 1 to %d members (got %d)", TUTTI_ENSEMBLE_MAX_MEMBERS, n);
-    if ((unsigned)rule > TUTTI_RULE_CONTRASTIVE) return tutti_set_error("unknown fusion rule %d", (int)rule);
+        return tutti_set_usage_error("an ensemble needs 1 to %d members (got %d)", TUTTI_ENSEMBLE_MAX_MEMBERS, n);
+    if ((unsigned)rule > TUTTI_RULE_CONTRASTIVE) return tutti_set_usage_error("unknown fusion rule %d", (int)rule);
     if (rule == TUTTI_RULE_CONTRASTIVE && n < 2)
-        return tutti_set_error("the contrastive rule needs an expert and at least one amateur (2 or more members, "
+        return tutti_set_usage_error("the contrastive rule needs an expert and at least one amateur (2 or more members, "
                                "got %d)", n);
     float w[TUTTI_ENSEMBLE_MAX_MEMBERS];
     bool any = false;
     double sum = 0;
     for (int32_t i = 0; i < n; i++) {
         w[i] = given && !isnan(given[i]) ? given[i] : tutti_default_weight(i + 1, n, rule);
-        if (isinf(w[i])) return tutti_set_error("member %d: weight %g is not a finite number", i + 1, (double)w[i]);
+        if (isinf(w[i])) return tutti_set_usage_error("member %d: weight %g is not a finite number", i + 1, (double)w[i]);
         if (w[i] < 0 && rule != TUTTI_RULE_CONTRASTIVE)
-            return tutti_set_error("member %d: weight %g is negative: only the contrastive rule takes negative "
+            return tutti_set_usage_error("member %d: weight %g is negative: only the contrastive rule takes negative "
                                    "weights (its amateurs)", i + 1, (double)w[i]);
         any |= w[i] != 0;
         sum += w[i];
     }
-    if (!any) return tutti_set_error("every weight is 0: give at least one member a positive weight");
+    if (!any) return tutti_set_usage_error("every weight is 0: give at least one member a positive weight");
     if (rule == TUTTI_RULE_CONTRASTIVE && !(w[0] > 0))
-        return tutti_set_error("member 1: the contrastive rule's expert needs a positive weight (got %g)", (double)w[0]);
+        return tutti_set_usage_error("member 1: the contrastive rule's expert needs a positive weight (got %g)", (double)w[0]);
     if ((rule == TUTTI_RULE_MIX || rule == TUTTI_RULE_PRODUCT) && !(sum > 0))
-        return tutti_set_error("the weights must sum to a positive number (they sum to %g)", sum);
+        return tutti_set_usage_error("the weights must sum to a positive number (they sum to %g)", sum);
     return 0;
 }
 
 int tutti_check_adapt(double alpha) {
     if (!(alpha >= 0 && alpha <= 1))
-        return tutti_set_error("adapt: the fixed-share alpha must be in [0, 1] (got %g)", alpha);
+        return tutti_set_usage_error("adapt: the fixed-share alpha must be in [0, 1] (got %g)", alpha);
     return 0;
 }
 
 int tutti_check_route(double tau) {
     if (!(tau >= TUTTI_ROUTE_TAU_MIN && tau <= TUTTI_ROUTE_TAU_MAX))
-        return tutti_set_error("route: the temperature tau must be in [%g, %g] nats per byte (got %g)",
+        return tutti_set_usage_error("route: the temperature tau must be in [%g, %g] nats per byte (got %g)",
                                TUTTI_ROUTE_TAU_MIN, TUTTI_ROUTE_TAU_MAX, tau);
     return 0;
 }
 
 int tutti_ensemble_params_check(const tutti_ensemble_params *p) {
     if (!p || !p->members || p->n_members < 1 || p->n_members > TUTTI_ENSEMBLE_MAX_MEMBERS)
-        return tutti_set_error("an ensemble needs 1 to %d members (got %d)", TUTTI_ENSEMBLE_MAX_MEMBERS,
+        return tutti_set_usage_error("an ensemble needs 1 to %d members (got %d)", TUTTI_ENSEMBLE_MAX_MEMBERS,
                                p ? p->n_members : 0);
-    if ((unsigned)p->rule > TUTTI_RULE_CONTRASTIVE) return tutti_set_error("unknown fusion rule %d", (int)p->rule);
-    if ((unsigned)p->align > TUTTI_ALIGN_SPAN) return tutti_set_error("unknown alignment %d", (int)p->align);
+    if ((unsigned)p->rule > TUTTI_RULE_CONTRASTIVE) return tutti_set_usage_error("unknown fusion rule %d", (int)p->rule);
+    if ((unsigned)p->align > TUTTI_ALIGN_SPAN) return tutti_set_usage_error("unknown alignment %d", (int)p->align);
     float w[TUTTI_ENSEMBLE_MAX_MEMBERS];
     for (int32_t i = 0; i < p->n_members; i++) {
         if (tutti_check_temp(i + 1, p->members[i].temp) < 0) return TUTTI_ERR;
@@ -76,10 +78,10 @@ int tutti_ensemble_params_check(const tutti_ensemble_params *p) {
     if (tutti_check_weights(w, p->n_members, p->rule) < 0) return TUTTI_ERR;
     /* 0 (or below) takes the default */
     if (p->beta > 0 && !(p->beta <= 1))
-        return tutti_set_error("the contrastive plausibility cut beta must be in (0, 1] (got %g)", (double)p->beta);
+        return tutti_set_usage_error("the contrastive plausibility cut beta must be in (0, 1] (got %g)", (double)p->beta);
     if (p->prune >= 0 && !(p->prune < 1))
-        return tutti_set_error("the byte alignment's pruning share must be in [0, 1) (got %g)", p->prune);
+        return tutti_set_usage_error("the byte alignment's pruning share must be in [0, 1) (got %g)", p->prune);
     if (p->max_hyps > 4096)
-        return tutti_set_error("the byte alignment keeps at most 4096 hypotheses per member (got %d)", p->max_hyps);
+        return tutti_set_usage_error("the byte alignment keeps at most 4096 hypotheses per member (got %d)", p->max_hyps);
     return 0;
 }

@@ -7,6 +7,7 @@
  * allocate more than a small multiple of its own size.  Accessors afterwards
  * only index arrays built here, and tolerate bad indices. */
 #include "gguf/gguf.h"
+#include "gguf/gguf_impl.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -71,6 +72,10 @@ struct gguf_file {
     size_t data_offset;
     name_index kv_index;
     name_index tensor_index;
+    /* a split model's parts 2..N (split.c): their tensors are in `tensors`,
+     * their mappings stay open until gguf_close */
+    gguf_file **parts;
+    int n_parts;
 };
 
 /* ------------------------------------------------------------------------ */
@@ -550,7 +555,7 @@ gguf_file *gguf_open_buffer(const void *buf, size_t size, const char *name) {
     return open_common(buf ? buf : empty, size, name, NULL);
 }
 
-gguf_file *gguf_open(const char *path) {
+gguf_file *gguf_open_one(const char *path) {
     if (!path) {
         tutti_set_error("gguf_open: path is NULL");
         return NULL;
@@ -594,6 +599,8 @@ void gguf_close(gguf_file *f) {
          * that entry may already own its string array */
         for (int64_t i = 0; i <= f->n_kv; i++) free(f->kvs[i].strs);
     }
+    for (int i = 0; i < f->n_parts; i++) gguf_close(f->parts[i]);
+    free(f->parts);
     free(f->kvs);
     free(f->tensors);
     free(f->kv_index.slots);
@@ -601,6 +608,46 @@ void gguf_close(gguf_file *f) {
     if (f->map) munmap(f->map, f->size);
     free(f->path);
     free(f);
+}
+
+
+int gguf_adopt_parts(gguf_file *f, gguf_file **parts, int n_parts) {
+    int64_t total = f->n_tensors;
+    for (int p = 0; p < n_parts; p++) {
+        if (parts[p]->n_tensors > INT64_MAX / 4 - total) return tutti_set_error("%s: too many tensors", f->path);
+        total += parts[p]->n_tensors;
+    }
+    gguf_tensor_info *t = calloc((size_t)total + 1, sizeof *t);
+    name_index ix;
+    if (!t || !index_init(&ix, total)) {
+        free(t);
+        return tutti_set_error("%s: out of memory", f->path);
+    }
+    int64_t n = 0;
+    gguf_file merged = {.tensors = t}; /* index_find reads names through a gguf_file */
+    for (int p = -1; p < n_parts; p++) {
+        const gguf_file *g = p < 0 ? f : parts[p];
+        for (int64_t i = 0; i < g->n_tensors; i++) {
+            const gguf_tensor_info *ti = &g->tensors[i];
+            if (index_find(&merged, &ix, tensor_name, ti->name.data, (size_t)ti->name.len) >= 0) {
+                free(t);
+                free(ix.slots);
+                return tutti_set_error("%s: tensor " NAME_FMT " is in two parts of the split model (the second: %s)",
+                                       f->path, NAME_ARG(ti->name), g->path);
+            }
+            t[n] = *ti;
+            index_insert(&ix, ti->name.data, (size_t)ti->name.len, n);
+            n++;
+        }
+    }
+    free(f->tensors);
+    free(f->tensor_index.slots);
+    f->tensors = t;
+    f->tensor_index = ix;
+    f->n_tensors = n;
+    f->parts = parts;
+    f->n_parts = n_parts;
+    return 0;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -69,7 +69,11 @@ typedef struct gguf_tensor_info {
 
 typedef struct gguf_file gguf_file;
 
-/* Opens and validates path (mmap, read-only). NULL on error (tutti_last_error). */
+/* Opens and validates path (mmap, read-only). NULL on error (tutti_last_error).
+ * The first part of a split model (PREFIX-00001-of-0000N.gguf, llama.cpp's
+ * gguf-split: src/gguf/split.c) opens all N parts as one file: the first
+ * part's metadata, every part's tensors; opening another part is an error
+ * naming the first. */
 gguf_file *gguf_open(const char *path);
 /* Same, over a caller-owned buffer (used by the fuzzer and tests); the buffer
  * must outlive the handle.  name is used in error messages. */

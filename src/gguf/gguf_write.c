@@ -11,6 +11,7 @@
 
 #include "quant/quant.h"
 #include "util/error.h"
+#include "util/file.h"
 
 typedef struct wkv {
     char *key;
@@ -386,14 +387,22 @@ int gguf_writer_write_stream(const gguf_writer *w, FILE *fp, const char *name) {
     return 0;
 }
 
+typedef struct stream_job {
+    const gguf_writer *w;
+    const char *path;
+} stream_job;
+
+static int write_job(FILE *fp, void *ctx) {
+    const stream_job *j = ctx;
+    return gguf_writer_write_stream(j->w, fp, j->path);
+}
+
 int gguf_writer_write(const gguf_writer *w, const char *path) {
     if (!path) return tutti_set_error("gguf writer: NULL path");
-    FILE *fp = fopen(path, "wb");
-    if (!fp) return tutti_set_error("%s: cannot create: %s", path, strerror(errno));
-    int rc = gguf_writer_write_stream(w, fp, path);
-    if (fclose(fp) != 0 && rc == 0) rc = tutti_set_error("%s: close failed: %s", path, strerror(errno));
-    if (rc != 0) remove(path);
-    return rc;
+    /* never a half-written or truncated model: a temporary file renamed
+     * into place when complete (util/file.h) */
+    stream_job j = {w, path};
+    return tutti_write_atomic(path, write_job, &j);
 }
 
 int gguf_writer_write_buffer(const gguf_writer *w, void **out_buf, size_t *out_size) {

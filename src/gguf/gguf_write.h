@@ -82,9 +82,10 @@ int gguf_writer_add_tensor_fill(gguf_writer *w, const char *name, int type, uint
 int64_t gguf_writer_n_kv(const gguf_writer *w);
 int64_t gguf_writer_n_tensors(const gguf_writer *w);
 
-/* Writes the file to an open stream (binary), to a path (created/truncated;
- * on failure the partial file is removed), or into a malloc'ed buffer that
- * the caller frees (*out_buf, *out_size). */
+/* Writes the file to an open stream (binary), to a path, or into a
+ * malloc'ed buffer that the caller frees (*out_buf, *out_size).  A path is
+ * written atomically (util/file.h: a temporary file in its folder, renamed
+ * onto it when complete; on failure the old file, if any, is untouched). */
 int gguf_writer_write_stream(const gguf_writer *w, FILE *fp, const char *name);
 int gguf_writer_write(const gguf_writer *w, const char *path);
 int gguf_writer_write_buffer(const gguf_writer *w, void **out_buf, size_t *out_size);

@@ -70,8 +70,8 @@ float *tutti_threadpool_scratch(tutti_threadpool *tp, size_t n_floats);
  *      reference implementation: F32 weights: x itself; F16 / BF16: x
  *      rounded to F16 / BF16; Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 IQ4_NL MXFP4: 8-bit
  *      blocks of 32 (Q8_0 rounding: d = amax/127 stored as f16, q =
- *      round(x/d)); K-quants and IQ4_XS: 8-bit blocks of 256 (Q8_K
- *      rounding).  The
+ *      round(x/d)); K-quants, IQ4_XS and the i-quants (IQ1_S .. IQ3_S):
+ *      8-bit blocks of 256 (Q8_K rounding).  The
  *      weights themselves are dequantized exactly.  (If the pool's scratch
  *      cannot be had, x is used unrounded.)
  * Rows are split across the pool's threads (tp may be NULL: single thread);

@@ -169,6 +169,7 @@ int tutti_merge_config_add_model(tutti_merge_config *c, const char *path, double
     merge_source *s = &m[c->n_models];
     memset(s, 0, sizeof *s);
     s->hi = -1;
+    if (!isnan(weight) && !isfinite(weight)) return tutti_set_error("merge: the weight of %s must be finite", path);
     s->model = strdup(path);
     if (!s->model) return tutti_set_error("merge: out of memory");
     c->n_models++;
@@ -197,6 +198,89 @@ int merge_param_kind(const char *name) {
     return 0;
 }
 
+/* mergekit's ranges (its sparsify.py and merge-method guide): density and
+ * gamma are fractions of the task vector (kept; the largest dropped), t is
+ * slerp's interpolation factor (0 the base model, 1 the other), epsilon the
+ * half-width of DELLA's keep probabilities (della also needs density ±
+ * epsilon inside (0, 1), checked with the density of each tensor); weight,
+ * lambda and scale are any finite factor (negative weights subtract). */
+static const struct {
+    const char *name;
+    double lo, hi;
+    const char *what;
+} k_ranges[] = {
+    {"density", 0, 1, "the fraction of the task vector kept"},
+    {"gamma", 0, 1, "the fraction of the largest task-vector values dropped"},
+    {"t", 0, 1, "the interpolation factor: 0 the base model, 1 the other"},
+    {"epsilon", 0, 1, "the half-width of della's keep probabilities"},
+};
+
+int merge_param_check(const char *name, double v) {
+    if (!isfinite(v))
+        return tutti_set_error("parameter %s is %s: a finite number is needed", name,
+                               isnan(v) ? "not a number (.nan)" : v > 0 ? "infinite (.inf)" : "infinite (-.inf)");
+    for (size_t i = 0; i < sizeof k_ranges / sizeof *k_ranges; i++)
+        if (!strcmp(name, k_ranges[i].name) && !(v >= k_ranges[i].lo && v <= k_ranges[i].hi))
+            return tutti_set_error("parameter %s is %g, outside [%g, %g] (%s)", name, v, k_ranges[i].lo,
+                                   k_ranges[i].hi, k_ranges[i].what);
+    return 0;
+}
+
+/* Every number a setting can evaluate to: a gradient interpolates between
+ * its entries, so checking them covers every t. */
+int merge_setting_check(const char *name, const merge_setting *s) {
+    if (!s) return 0;
+    int kind = merge_param_kind(name);
+    switch (s->kind) {
+    case MSET_NUM: return s->is_bool || kind != 1 ? 0 : merge_param_check(name, s->num);
+    case MSET_STR:
+        return kind == 1 ? tutti_set_error("parameter %s is the string '%s': a number is needed", name, s->str) : 0;
+    case MSET_GRAD:
+    case MSET_SEL:
+        for (int i = 0; i < s->n; i++) {
+            if (s->strs && s->strs[i]) {
+                if (kind == 1)
+                    return tutti_set_error("parameter %s lists the string '%s': numbers are needed", name, s->strs[i]);
+                continue;
+            }
+            if (kind == 1 && merge_param_check(name, s->nums[i]) < 0) return TUTTI_ERR;
+        }
+        return 0;
+    case MSET_COND:
+        for (int i = 0; i < s->n; i++)
+            if (merge_setting_check(name, s->conds[i].value) < 0) return TUTTI_ERR;
+        return 0;
+    }
+    return 0;
+}
+
+static int check_params(const merge_params *p, const char *where) {
+    for (int i = 0; i < p->n; i++)
+        if (merge_setting_check(p->p[i].name, p->p[i].set) < 0) {
+            tutti_error_prefix("merge: %s", where);
+            return TUTTI_ERR;
+        }
+    return 0;
+}
+
+int merge_config_check(const tutti_merge_config *c) {
+    char where[160];
+    if (check_params(&c->params, "parameters")) return TUTTI_ERR;
+    for (int i = 0; i < c->n_models; i++) {
+        snprintf(where, sizeof where, "model %d (%.100s)", i + 1, c->models[i].model);
+        if (check_params(&c->models[i].params, where)) return TUTTI_ERR;
+    }
+    for (int k = 0; k < c->n_slices; k++) {
+        snprintf(where, sizeof where, "slice %d", k + 1);
+        if (check_params(&c->slices[k].params, where)) return TUTTI_ERR;
+        for (int j = 0; j < c->slices[k].n_src; j++) {
+            snprintf(where, sizeof where, "slice %d, source %d (%.100s)", k + 1, j + 1, c->slices[k].src[j].model);
+            if (check_params(&c->slices[k].src[j].params, where)) return TUTTI_ERR;
+        }
+    }
+    return 0;
+}
+
 int tutti_merge_config_set_param(tutti_merge_config *c, const char *name, double value) {
     if (!c || !name) return tutti_set_error("merge: NULL configuration or name");
     int k = merge_param_kind(name);
@@ -204,6 +288,10 @@ int tutti_merge_config_set_param(tutti_merge_config *c, const char *name, double
         return tutti_set_error("merge: unknown parameter '%s' (t, weight, density, lambda, epsilon, gamma, "
                                "scale, normalize, rescale, nuslerp_flatten, nuslerp_row_wise, filter_wise)",
                                name);
+    if (k == 1 && merge_param_check(name, value) < 0) {
+        tutti_error_prefix("merge");
+        return TUTTI_ERR;
+    }
     if (!isfinite(value)) return tutti_set_error("merge: parameter %s must be finite", name);
     return merge_params_set_num(&c->params, name, k == 2 ? (value != 0) : value, k == 2);
 }

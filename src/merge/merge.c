@@ -24,12 +24,13 @@
 #include "merge/merge.h"
 #include "quant/quant.h"
 #include "util/error.h"
+#include "util/file.h"
 
 #define NAME_MAX_LEN 64
 #define MAX_SOURCES 64 /* models of one slice (fixed arrays below) */
 
 tutti_merge_params tutti_merge_default_params(void) {
-    return (tutti_merge_params){.type = NULL, .seed = 0, .name = NULL, .verbose = false};
+    return (tutti_merge_params){.type = NULL, .seed = 0, .name = NULL, .verbose = false, .notice = NULL};
 }
 
 static const struct {
@@ -74,6 +75,7 @@ typedef struct plan_tensor {
     int slice;
     double t;
     bool copy_first; /* rope_freqs: not a learned weight */
+    bool fallback;   /* rows the output type's blocks do not divide: type is llama-quantize's fallback */
     const gguf_tensor_info **in; /* per source of the slice */
 } plan_tensor;
 
@@ -104,7 +106,9 @@ static int file_index(merge_run *r, const char *path) {
     r->files = nf;
     r->paths[r->n_files] = strdup(path);
     if (!r->paths[r->n_files]) return tutti_set_error("merge: out of memory");
-    r->files[r->n_files] = gguf_open(path);
+    char *local = tutti_hub_resolve(path); /* a model spec (src/hub): its cached file */
+    r->files[r->n_files] = local ? gguf_open(local) : NULL;
+    free(local);
     if (!r->files[r->n_files]) {
         free(r->paths[r->n_files]);
         return TUTTI_ERR;
@@ -214,10 +218,12 @@ static int check_counterparts(merge_run *r, int f, int lf, int g, int lg) {
 /* llama-quantize's choice for a tensor: only 2-D+ weights are quantized
  * (norms, biases and other vectors stay F32); a row length the type's block
  * does not divide falls back like llama_tensor_get_type (Q4_K -> Q5_0,
- * Q5_K -> Q5_1, Q6_K -> Q8_0, else F16). */
-static int tensor_type(int out_type, const char *name, uint32_t n_dims, int64_t ne0) {
+ * Q5_K -> Q5_1, Q6_K -> Q8_0, else F16; F16 too when the fallback's block
+ * does not divide it either), and *fallback says so. */
+static int tensor_type(int out_type, const char *name, uint32_t n_dims, int64_t ne0, bool *fallback) {
     size_t l = strlen(name);
     bool weight = l >= 7 && !strcmp(name + l - 7, ".weight");
+    *fallback = false;
     if (n_dims < 2 || !weight || strstr(name, "_norm.weight")) return TUTTI_TYPE_F32;
     int t = out_type;
     const tutti_type_traits *tt = tutti_type_get(t);
@@ -225,6 +231,7 @@ static int tensor_type(int out_type, const char *name, uint32_t n_dims, int64_t 
         t = t == TUTTI_TYPE_Q4_K ? TUTTI_TYPE_Q5_0 : t == TUTTI_TYPE_Q5_K ? TUTTI_TYPE_Q5_1
           : t == TUTTI_TYPE_Q6_K ? TUTTI_TYPE_Q8_0 : TUTTI_TYPE_F16;
         if (ne0 % tutti_type_get(t)->block_size) t = TUTTI_TYPE_F16;
+        *fallback = true;
     }
     return t;
 }
@@ -262,7 +269,7 @@ static int add_plan(merge_run *r, const char *out_name, int slice, double t, con
     }
     pt->n_dims = pt->in[0]->n_dims;
     for (int d = 0; d < GGUF_MAX_DIMS; d++) pt->ne[d] = pt->in[0]->ne[d];
-    pt->type = tensor_type(r->out_type, out_name, pt->n_dims, pt->ne[0]);
+    pt->type = tensor_type(r->out_type, out_name, pt->n_dims, pt->ne[0], &pt->fallback);
     return 0;
 }
 
@@ -486,8 +493,9 @@ static int fill_tensor(void *ctx, int64_t index, void *buf, uint64_t size) {
                 rc = TUTTI_ERR;
     }
     if (rc == 0 && r->p->verbose)
-        fprintf(stderr, "merge: [%lld/%lld] %-28s %-6s t=%.3f\n", (long long)index + 1, (long long)r->n_plan, pt->name,
-                tutti_type_name(pt->type), pt->t);
+        fprintf(stderr, "merge: [%lld/%lld] %-28s %-6s t=%.3f%s\n", (long long)index + 1, (long long)r->n_plan, pt->name,
+                tutti_type_name(pt->type), pt->t, pt->fallback ? " (fallback: rows of this length do not fill the "
+                                                                 "output type's blocks)" : "");
     for (int i = 0; in && i < n_in; i++) free(in[i]);
     free(in);
     free(out);
@@ -577,8 +585,33 @@ static int write_metadata(merge_run *r, gguf_writer *w, int meta_file) {
     return gguf_writer_add_str(w, "tutti.merge.config", rec);
 }
 
-int tutti_merge(const tutti_merge_config *c, const char *out_path, const tutti_merge_params *pp) {
-    if (!c || !out_path) return tutti_set_error("merge: NULL configuration or output path");
+/* The tensors written in a fallback type (tensor_type), said once through
+ * the caller's notice as llama-quantize warns: how many, in which types, and
+ * the first few names with their row lengths. */
+static void report_fallbacks(const merge_run *r) {
+    int64_t n_fb = 0, per_type[TUTTI_TYPE_COUNT] = {0};
+    for (int64_t i = 0; i < r->n_plan; i++)
+        if (r->plan[i].fallback) n_fb++, per_type[r->plan[i].type]++;
+    if (!n_fb || !r->p->notice) return;
+    char msg[1024];
+    int o = snprintf(msg, sizeof msg,
+                     "%lld of %lld tensors have rows that %s's %d-value blocks do not divide; written as llama-quantize "
+                     "falls back:", (long long)n_fb, (long long)r->n_plan, tutti_type_name(r->out_type),
+                     (int)tutti_type_get(r->out_type)->block_size);
+    for (int t = 0; t < TUTTI_TYPE_COUNT && o < (int)sizeof msg; t++)
+        if (per_type[t]) o += snprintf(msg + o, sizeof msg - (size_t)o, " %lld as %s,", (long long)per_type[t],
+                                       tutti_type_name(t));
+    int shown = 0;
+    for (int64_t i = 0; i < r->n_plan && shown < 4 && o < (int)sizeof msg; i++)
+        if (r->plan[i].fallback)
+            o += snprintf(msg + o, sizeof msg - (size_t)o, "%s %s (rows of %lld)", shown++ ? "," : " e.g.",
+                          r->plan[i].name, (long long)r->plan[i].ne[0]);
+    if (n_fb > shown && o < (int)sizeof msg) snprintf(msg + o, sizeof msg - (size_t)o, ", ... (-v lists every tensor)");
+    r->p->notice(msg, r->p->notice_user);
+}
+
+/* The merge, written to out_path (atomically) or streamed to out. */
+static int merge_to(const tutti_merge_config *c, const char *out_path, FILE *out, const tutti_merge_params *pp) {
     tutti_merge_params p = pp ? *pp : tutti_merge_default_params();
     int out_type = p.type ? out_type_of(p.type) : merge_config_out_type(c);
     if (!p.type && out_type < 0) out_type = TUTTI_TYPE_F16;
@@ -592,19 +625,23 @@ int tutti_merge(const tutti_merge_config *c, const char *out_path, const tutti_m
     if (c->n_models == 0 && c->n_slices == 0) return tutti_set_error("merge: no models");
     if (c->method == MM_PASSTHROUGH && c->n_models > 1)
         return tutti_set_error("merge: passthrough takes slices (one source each), not a list of models");
+    if (merge_config_check(c) < 0) return TUTTI_ERR;
     merge_run r = {.cfg = c, .p = &p, .out_type = out_type, .page = sysconf(_SC_PAGESIZE)};
     if (r.page <= 0) r.page = 4096;
     gguf_writer *w = NULL;
     int rc = make_slices(&r);
     if (rc == 0) rc = check_arch_vocab(&r);
     if (rc == 0) rc = build_plan(&r);
-    if (rc == 0) {
-        for (int i = 0; i < r.n_files; i++)
-            if (!strcmp(r.paths[i], out_path)) rc = tutti_set_error("merge: the output %s is also an input", out_path);
-    }
+    /* the output must not be an input: compared as files (device and
+     * inode), so ./x, /abs/x, a symlink or a hard link to x are all x */
+    for (int i = 0; rc == 0 && out_path && i < r.n_files; i++)
+        if (tutti_same_file(r.paths[i], out_path))
+            rc = tutti_set_error("merge: the output %s is the input %s (the same file); write the merge to another "
+                                 "file", out_path, r.paths[i]);
+    if (rc == 0 && out_path) rc = tutti_check_writable(out_path); /* before the work, not after it */
     if (rc == 0) {
         w = gguf_writer_new();
-        if (!w) rc = TUTTI_ERR;
+        if (!w) rc = tutti_set_error("merge: out of memory");
     }
     if (rc == 0) {
         int meta = r.slices[0].base >= 0 ? r.slices[0].src[r.slices[0].base].file : r.slices[0].src[0].file;
@@ -612,7 +649,8 @@ int tutti_merge(const tutti_merge_config *c, const char *out_path, const tutti_m
     }
     for (int64_t i = 0; rc == 0 && i < r.n_plan; i++)
         rc = gguf_writer_add_tensor_fill(w, r.plan[i].name, r.plan[i].type, r.plan[i].n_dims, r.plan[i].ne, fill_tensor, &r);
-    if (rc == 0) rc = gguf_writer_write(w, out_path);
+    if (rc == 0) report_fallbacks(&r);
+    if (rc == 0) rc = out_path ? gguf_writer_write(w, out_path) : gguf_writer_write_stream(w, out, "<stdout>");
     gguf_writer_free(w);
     for (int64_t i = 0; i < r.n_plan; i++) free(r.plan[i].in);
     free(r.plan);
@@ -625,4 +663,14 @@ int tutti_merge(const tutti_merge_config *c, const char *out_path, const tutti_m
     free(r.files);
     free(r.paths);
     return rc;
+}
+
+int tutti_merge(const tutti_merge_config *c, const char *out_path, const tutti_merge_params *p) {
+    if (!c || !out_path || !*out_path) return tutti_set_error("merge: NULL configuration or output path");
+    return merge_to(c, out_path, NULL, p);
+}
+
+int tutti_merge_stream(const tutti_merge_config *c, FILE *out, const tutti_merge_params *p) {
+    if (!c || !out) return tutti_set_error("merge: NULL configuration or stream");
+    return merge_to(c, NULL, out, p);
 }

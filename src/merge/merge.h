@@ -101,6 +101,17 @@ int merge_param_kind(const char *name);
 int merge_config_out_type(const tutti_merge_config *c);
 /* ggml type id of a mergekit dtype string (float32, float16, bfloat16), or -1. */
 int merge_dtype_type(const char *s);
+/* A numeric parameter's value against mergekit's range for its name
+ * (density, gamma, t, epsilon in [0, 1]; any finite number otherwise).  0,
+ * or TUTTI_ERR with a message naming the parameter and its range. */
+int merge_param_check(const char *name, double v);
+/* One parameter's setting (every value of a gradient or a condition): a
+ * number where one is needed, each checked by merge_param_check. */
+int merge_setting_check(const char *name, const merge_setting *s);
+/* Every parameter of the configuration (global, per model, per slice and
+ * source; every value of a gradient or a condition): numbers where numbers
+ * are needed, each in range.  0 or TUTTI_ERR naming where. */
+int merge_config_check(const tutti_merge_config *c);
 /* Adds (or replaces) a numeric parameter. */
 int merge_params_set_num(merge_params *p, const char *name, double v, bool is_bool);
 

@@ -35,20 +35,29 @@ static const char *scalar(const yaml_node_t *n) {
 
 static bool plain(const yaml_node_t *n) { return n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE; }
 
-/* A plain scalar that reads as a number (YAML 1.1/1.2 floats and ints). */
-static bool as_number(const yaml_node_t *n, double *v) {
-    if (!plain(n)) return false;
+/* A plain scalar as a number (YAML 1.1/1.2 floats and ints): 1 a finite
+ * number, -1 a number that is not finite (YAML's .inf, -.inf, .nan in any
+ * of their spellings, or a decimal beyond double's range), 0 not a number. */
+static int as_number(const yaml_node_t *n, double *v) {
+    if (!plain(n)) return 0;
     const char *s = scalar(n);
-    if (!*s) return false;
+    if (!*s) return 0;
+    static const char *const nonfinite[] = {".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF", "-.inf", "-.Inf",
+                                            "-.INF", ".nan", ".NaN", ".NAN"};
+    for (size_t i = 0; i < sizeof nonfinite / sizeof *nonfinite; i++)
+        if (!strcmp(s, nonfinite[i])) {
+            *v = i >= 9 ? NAN : s[0] == '-' ? -INFINITY : INFINITY;
+            return -1;
+        }
+    /* strtod reads hex, inf and nan too: YAML numbers are decimal */
+    for (const char *p = s; *p; p++)
+        if (!strchr("0123456789+-.eE", *p)) return 0;
     char *end;
     errno = 0;
     double x = strtod(s, &end);
-    if (*end || errno || !isfinite(x)) return false;
-    /* strtod reads hex, inf and nan too: YAML numbers are decimal */
-    for (const char *p = s; *p; p++)
-        if (!strchr("0123456789+-.eE", *p)) return false;
-    *v = x;
-    return true;
+    if (*end || end == s) return 0;
+    *v = x; /* an overflow reads as +-inf (ERANGE), an underflow as a tiny finite value */
+    return isfinite(x) ? 1 : -1;
 }
 
 static bool as_bool(const yaml_node_t *n, bool *b) {
@@ -116,7 +125,7 @@ static int parse_setting(ctx *c, yaml_node_t *n, int depth, merge_setting **out)
             s->kind = MSET_NUM;
             s->num = b;
             s->is_bool = true;
-        } else if (as_number(n, &s->num)) {
+        } else if (as_number(n, &s->num)) { /* a non-finite one is refused by merge_setting_check */
             s->kind = MSET_NUM;
         } else {
             s->kind = MSET_STR;
@@ -143,7 +152,7 @@ static int parse_setting(ctx *c, yaml_node_t *n, int depth, merge_setting **out)
         bool b;
         if (e->type == YAML_SCALAR_NODE) {
             n_scalar++;
-            if (as_number(e, &v) && !as_bool(e, &b)) n_num++;
+            if (as_number(e, &v) != 0 && !as_bool(e, &b)) n_num++;
         } else if (e->type == YAML_MAPPING_NODE) {
             n_map++;
         }
@@ -174,7 +183,7 @@ static int parse_setting(ctx *c, yaml_node_t *n, int depth, merge_setting **out)
         yaml_node_t *e = node(c, n->data.sequence.items.start[i]);
         bool b;
         if (as_bool(e, &b)) s->nums[i] = b;
-        else if (as_number(e, &s->nums[i])) {
+        else if (as_number(e, &s->nums[i]) != 0) {
         } else if (dup_str(e, "parameter", &s->strs[i])) return TUTTI_ERR;
     }
     return 0;
@@ -206,13 +215,18 @@ static int parse_params(ctx *c, yaml_node_t *n, merge_params *out) {
         if (!mp->name) return tutti_set_error("merge config: out of memory");
         out->n++;
         if (parse_setting(c, v, 0, &mp->set)) return TUTTI_ERR;
+        /* numbers where numbers belong, finite and in mergekit's range */
+        if (merge_setting_check(ks, mp->set) < 0) {
+            tutti_error_prefix("merge config: line %d", line(k));
+            return TUTTI_ERR;
+        }
     }
     return 0;
 }
 
 static int parse_int(yaml_node_t *n, int *out) {
     double v;
-    if (!n || n->type != YAML_SCALAR_NODE || !as_number(n, &v) || v != floor(v) || v < 0 || v > 1e6)
+    if (!n || n->type != YAML_SCALAR_NODE || as_number(n, &v) != 1 || v != floor(v) || v < 0 || v > 1e6)
         return err(n, "layer_range needs two non-negative integers");
     *out = (int)v;
     return 0;

@@ -496,8 +496,8 @@ static int place_weights(tutti_model *m) {
 /* ---- public ---- */
 
 /* Loads from path (buf == NULL: mmap) or from the caller's buffer. */
-static tutti_model *load(const char *path, const void *buf, size_t size, const tutti_model_params *params,
-                         int32_t il0, int32_t il1, bool head) {
+static tutti_model *load_local(const char *path, const void *buf, size_t size, const tutti_model_params *params,
+                               int32_t il0, int32_t il1, bool head) {
     tutti_model_params defaults = tutti_model_default_params();
     if (!params) params = &defaults;
     if (!path) {
@@ -561,6 +561,16 @@ static tutti_model *load(const char *path, const void *buf, size_t size, const t
 fail:
     tutti_model_free(m);
     return NULL;
+}
+
+/* A model spec "hf://..." (src/hub) loads its cached file. */
+static tutti_model *load(const char *path, const void *buf, size_t size, const tutti_model_params *params,
+                         int32_t il0, int32_t il1, bool head) {
+    if (buf || !tutti_is_hub_spec(path)) return load_local(path, buf, size, params, il0, il1, head);
+    char *local = tutti_hub_resolve(path);
+    tutti_model *m = local ? load_local(local, NULL, 0, params, il0, il1, head) : NULL;
+    free(local);
+    return m;
 }
 
 tutti_model *tutti_model_load(const char *path, const tutti_model_params *params) {

@@ -29,7 +29,9 @@ char *tutti_model_meta_str(const tutti_model *model, const char *key) {
 
 char *tutti_file_meta_str(const char *path, const char *key) {
     if (!path || !key) return NULL;
-    gguf_file *f = gguf_open(path);
+    char *local = tutti_hub_resolve(path); /* a model spec (src/hub): its cached file */
+    gguf_file *f = local ? gguf_open(local) : NULL;
+    free(local);
     if (!f) return NULL;
     char *out = meta_str(f, key);
     gguf_close(f);

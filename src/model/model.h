@@ -183,6 +183,11 @@ struct tutti_session {
      * whose workspace ws for the model runs them; no activations here. */
     struct tutti_batch *batch;
     struct batch_ws *ws;
+    /* context shift (tutti_session_params.ctx_shift): the timeline holds
+     * n_past + n_discarded tokens; rewinds below shift_floor (its length at
+     * the last shift) must start over */
+    bool ctx_shift;
+    int32_t n_keep, n_discarded, shift_floor;
 };
 
 /* Session construction in parts (session.c, batch.c): the session's own
@@ -200,6 +205,12 @@ int32_t tutti_session_threads(int32_t n_threads);
 int tutti_batch_eval(tutti_session *const *ss, const int32_t *const *ids, const int32_t *n, float *const *out,
                      float *const *embd, int32_t n_seq);
 void tutti_batch_detach(tutti_session *s);
+
+/* Session dst takes the state of src after the first n_tokens tokens of
+ * src's timeline (same model and n_ctx; n_tokens >= the floor of src, see
+ * tutti_session_rewind_floor): the cache rows they occupy and the shift
+ * bookkeeping.  dst's logits are not current afterwards. */
+void tutti_session_copy_tokens(tutti_session *dst, const tutti_session *src, int32_t n_tokens);
 
 /* A session that shares `with`'s thread pool and activation buffers (not
  * its KV cache, logits or rows): sessions of one member that never run at
@@ -273,7 +284,9 @@ void tutti_forward_range(tutti_session *s, const tutti_fwd_seg *seg, int32_t n_s
 
 /* Evaluates ids[i][0..n[i]) on session ss[i] for every i < n_seq (sessions
  * distinct, of one model and one n_ctx), batching the sequences into as few
- * forward passes as the micro-batch size allows (tutti_forward_segments).
+ * forward passes as the micro-batch size allows (tutti_forward_segments);
+ * a sequence that reaches its session's context shift runs on its own
+ * (tutti_session_eval).
  * Each session's logits are then its last row, as after tutti_session_eval.
  * Returns the number of forward passes run, or TUTTI_ERR (nothing is run
  * when an argument is invalid). */

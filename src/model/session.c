@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "model/model.h"
+#include "util/fp16.h"
 #include "util/error.h"
 
 #define MAX_CTX (1 << 22)
@@ -128,6 +129,12 @@ tutti_session *tutti_session_alloc_own(const tutti_model *model, const tutti_ses
         return NULL;
     }
     if (p.n_ctx == 0) p.n_ctx = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
+    if (p.ctx_shift && p.n_keep < 0) {
+        tutti_set_error("tutti_session_new: n_keep = %d is negative", p.n_keep);
+        return NULL;
+    }
+    /* as llama-server: at most n_ctx - 4, so that a shift drops something */
+    if (p.ctx_shift && p.n_keep > p.n_ctx - 4) p.n_keep = p.n_ctx - 4 > 0 ? p.n_ctx - 4 : 0;
     tutti_session *s = calloc(1, sizeof *s);
     if (!s) {
         tutti_set_error("tutti_session_new: out of memory");
@@ -135,6 +142,8 @@ tutti_session *tutti_session_alloc_own(const tutti_model *model, const tutti_ses
     }
     s->model = model;
     s->n_ctx = p.n_ctx;
+    s->ctx_shift = p.ctx_shift;
+    s->n_keep = p.n_keep;
     /* llama.cpp: rope_freqs if present, else Phi-3's long factors when the
      * context exceeds the original one, else the short ones */
     s->rope_factors = model->rope_freqs.data      ? model->rope_freqs.data
@@ -232,10 +241,12 @@ static int check_eval(const tutti_session *s, const int32_t *ids, int32_t n) {
     if (n < 0) return tutti_set_error("tutti_session_eval: n = %d is negative", n);
     if (n == 0) return TUTTI_OK;
     if (!ids) return tutti_set_error("tutti_session_eval: ids is NULL");
-    if ((int64_t)s->n_past + n > s->n_ctx)
+    if (!s->ctx_shift && (int64_t)s->n_past + n > s->n_ctx)
         return tutti_set_error("tutti_session_eval: context full: n_past %d + %d new tokens > n_ctx %d (rewind, "
                                "or create the session with a larger n_ctx)",
                                s->n_past, n, s->n_ctx);
+    if (s->ctx_shift && (int64_t)tutti_session_n_tokens(s) + n > INT32_MAX)
+        return tutti_set_error("tutti_session_eval: the timeline would pass 2^31 tokens");
     const int32_t n_vocab = s->model->hp.n_vocab;
     for (int32_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= n_vocab)
@@ -244,12 +255,12 @@ static int check_eval(const tutti_session *s, const int32_t *ids, int32_t n) {
     return TUTTI_OK;
 }
 
-int tutti_session_eval(tutti_session *s, const int32_t *ids, int32_t n, float *logits) {
-    if (n == 0 && s) return TUTTI_OK;
-    if (check_eval(s, ids, n) < 0) return TUTTI_ERR;
-    const int32_t n_vocab = s->model->hp.n_vocab;
+/* Runs ids[0..n) at n_past (room checked by the caller) in micro-batches,
+ * or as the batch's requests for a batched session. */
+static int eval_run(tutti_session *s, const int32_t *ids, int32_t n, float *logits) {
     if (s->pipe) return s->pipe->eval(s->pipe, s, ids, n, logits);
     if (s->batch) return tutti_batch_eval(&s, &ids, &n, &logits, NULL, 1) < 0 ? TUTTI_ERR : TUTTI_OK;
+    const int32_t n_vocab = s->model->hp.n_vocab;
     for (int32_t done = 0; done < n;) {
         const int32_t chunk = n - done < s->n_ubatch ? n - done : s->n_ubatch;
         /* Without a caller buffer only the last row of each micro-batch is
@@ -263,6 +274,33 @@ int tutti_session_eval(tutti_session *s, const int32_t *ids, int32_t n, float *l
     return TUTTI_OK;
 }
 
+/* With ctx_shift: llama.cpp's rule, before each token: at n_past = n_ctx - 1
+ * the oldest half after n_keep goes.  The tokens between two such points go
+ * in one pass. */
+static int eval_shifting(tutti_session *s, const int32_t *ids, int32_t n, float *logits) {
+    const int32_t n_vocab = s->model->hp.n_vocab;
+    for (int32_t done = 0; done < n;) {
+        if (s->n_past + 1 >= s->n_ctx) {
+            int32_t n_discard = (s->n_past - s->n_keep) / 2;
+            if (n_discard < 1)
+                return tutti_set_error("tutti_session_eval: context full (n_ctx %d) and nothing to shift out "
+                                       "(n_keep %d)", s->n_ctx, s->n_keep);
+            if (tutti_session_shift(s, s->n_keep, n_discard) < 0) return TUTTI_ERR;
+        }
+        int32_t room = s->n_ctx - 1 - s->n_past, chunk = n - done < room ? n - done : room;
+        if (eval_run(s, ids + done, chunk, logits ? logits + (int64_t)done * n_vocab : NULL) < 0) return TUTTI_ERR;
+        done += chunk;
+    }
+    return TUTTI_OK;
+}
+
+int tutti_session_eval(tutti_session *s, const int32_t *ids, int32_t n, float *logits) {
+    if (n == 0 && s) return TUTTI_OK;
+    if (check_eval(s, ids, n) < 0) return TUTTI_ERR;
+    if (s->ctx_shift && s->n_past + n > s->n_ctx - 1) return eval_shifting(s, ids, n, logits);
+    return eval_run(s, ids, n, logits);
+}
+
 int tutti_session_eval_multi(tutti_session *const *ss, const int32_t *const *ids, const int32_t *n, int32_t n_seq) {
     if (n_seq < 1 || !ss || !ids || !n) return tutti_set_error("tutti_session_eval_multi: no sequences");
     for (int32_t i = 0; i < n_seq; i++) {
@@ -273,7 +311,7 @@ int tutti_session_eval_multi(tutti_session *const *ss, const int32_t *const *ids
             return tutti_set_error("tutti_session_eval_multi: sessions of different models or contexts");
         for (int32_t j = 0; j < i; j++)
             if (ss[j] == s) return tutti_set_error("tutti_session_eval_multi: session given twice");
-        if ((int64_t)s->n_past + n[i] > s->n_ctx)
+        if (!s->ctx_shift && (int64_t)s->n_past + n[i] > s->n_ctx)
             return tutti_set_error("tutti_session_eval_multi: context full: n_past %d + %d new tokens > n_ctx %d",
                                    s->n_past, n[i], s->n_ctx);
         for (int32_t k = 0; k < n[i]; k++)
@@ -285,7 +323,16 @@ int tutti_session_eval_multi(tutti_session *const *ss, const int32_t *const *ids
     for (int32_t i = 0; i < n_seq; i++)
         if (!ss[i]->batch != !s0->batch)
             return tutti_set_error("tutti_session_eval_multi: batched sessions mixed with others");
-    if (s0->batch) return tutti_batch_eval(ss, ids, n, NULL, NULL, n_seq); /* the steps it took */
+    if (s0->batch) {
+        /* a sequence reaching a context shift: each on its own (the shift
+         * comes first) */
+        bool shift = false;
+        for (int32_t i = 0; i < n_seq; i++) shift |= ss[i]->ctx_shift && ss[i]->n_past + n[i] > ss[i]->n_ctx - 1;
+        if (!shift) return tutti_batch_eval(ss, ids, n, NULL, NULL, n_seq); /* the steps it took */
+        for (int32_t i = 0; i < n_seq; i++)
+            if (tutti_session_eval(ss[i], ids[i], n[i], NULL) < 0) return TUTTI_ERR;
+        return n_seq;
+    }
     /* a model split by layers: the pipeline runs each batch (src/mpi/split.c) */
     for (int32_t i = 0; i < n_seq; i++)
         if (!ss[i]->pipe != !s0->pipe || (s0->pipe && !s0->pipe->eval_segments))
@@ -301,7 +348,8 @@ int tutti_session_eval_multi(tutti_session *const *ss, const int32_t *const *ids
     if (!seg) return tutti_set_error("tutti_session_eval_multi: out of memory");
     int n_pass = 0;
     for (int32_t i = 0; i < n_seq;) {
-        if (n[i] > ub) { /* longer than a micro-batch: on its own */
+        /* longer than a micro-batch, or reaching a context shift: on its own */
+        if (n[i] > ub || (ss[i]->ctx_shift && ss[i]->n_past + n[i] > ss[i]->n_ctx - 1)) {
             if (tutti_session_eval(ss[i], ids[i], n[i], NULL) < 0) {
                 free(seg);
                 return TUTTI_ERR;
@@ -311,7 +359,8 @@ int tutti_session_eval_multi(tutti_session *const *ss, const int32_t *const *ids
             continue;
         }
         int32_t k = 0, tok = 0;
-        while (i + k < n_seq && n[i + k] <= ub && tok + n[i + k] <= ub) {
+        while (i + k < n_seq && n[i + k] <= ub && tok + n[i + k] <= ub &&
+               !(ss[i + k]->ctx_shift && ss[i + k]->n_past + n[i + k] > ss[i + k]->n_ctx - 1)) {
             seg[k] = (tutti_fwd_seg){.s = ss[i + k], .ids = ids[i + k], .n = n[i + k]};
             tok += n[i + k];
             k++;
@@ -338,6 +387,8 @@ int tutti_session_embed(tutti_session *s, const int32_t *ids, int32_t n, float *
     if (check_eval(s, ids, n) < 0) return TUTTI_ERR;
     if (!rows) return tutti_set_error("tutti_session_embed: rows is NULL");
     if (s->pipe) return tutti_set_error("tutti_session_embed: not for a model split by layers");
+    if ((int64_t)s->n_past + n > s->n_ctx) /* no context shift: every position is part of the vector */
+        return tutti_set_error("tutti_session_embed: n_past %d + %d tokens > n_ctx %d", s->n_past, n, s->n_ctx);
     s->has_logits = false;
     if (s->batch) return tutti_batch_eval(&s, &ids, &n, NULL, &rows, 1) < 0 ? TUTTI_ERR : TUTTI_OK;
     for (int32_t done = 0; done < n;) {
@@ -362,6 +413,76 @@ int tutti_session_rewind(tutti_session *s, int32_t n_past) {
                                s->n_past);
     /* Cache rows >= n_past are simply overwritten by later evals. */
     s->n_past = n_past;
-    if (n_past == 0) s->has_logits = false;
+    if (n_past == 0) s->has_logits = false, s->n_discarded = s->shift_floor = 0;
     return TUTTI_OK;
+}
+
+/* ---- context shift ---- */
+
+int tutti_session_shift(tutti_session *s, int32_t n_keep, int32_t n_discard) {
+    if (!s) return tutti_set_error("tutti_session_shift: session is NULL");
+    if (s->pipe) return tutti_set_error("tutti_session_shift: a model split over MPI ranks cannot shift its context");
+    if (n_keep < 0 || n_discard < 0 || (int64_t)n_keep + n_discard > s->n_past)
+        return tutti_set_error("tutti_session_shift: keep %d, discard %d: outside the %d cached positions", n_keep,
+                               n_discard, s->n_past);
+    if (n_discard == 0) return TUTTI_OK;
+    const tutti_model *m = s->model;
+    const tutti_hparams *hp = &m->hp;
+    const size_t nk = (size_t)hp->n_head_kv * hp->head_dim_k, nv = (size_t)hp->n_head_kv * hp->head_dim_v;
+    const int32_t n_move = s->n_past - n_keep - n_discard;
+    /* s->k (the activations' [n_ubatch][nk] keys) is free between passes; a
+     * batched session has no activations of its own */
+    float *row = s->k ? s->k : malloc(sizeof(float) * (size_t)s->n_ubatch * nk);
+    if (!row) return tutti_set_error("tutti_session_shift: out of memory");
+    for (int32_t il = 0; il < hp->n_layer; il++) {
+        const tutti_layer *L = &m->layers[il];
+        uint16_t *kc = s->k_cache + (size_t)il * (size_t)s->n_ctx * nk;
+        uint16_t *vc = s->v_cache + (size_t)il * (size_t)s->n_ctx * nv;
+        for (int32_t p = 0; p < n_move; p += s->n_ubatch) {
+            const int32_t c = n_move - p < s->n_ubatch ? n_move - p : s->n_ubatch;
+            const uint16_t *src = kc + (size_t)(n_keep + n_discard + p) * nk;
+            for (size_t j = 0; j < (size_t)c * nk; j++) row[j] = tutti_fp16_to_f32(src[j]);
+            /* every row turned by the same -n_discard positions: the chunk
+             * is one "token" of c * n_head_kv heads */
+            tutti_rope(row, 1, c * hp->n_head_kv, hp->head_dim_k, hp->n_rot, -n_discard, L->rope_base,
+                       L->rope_scale, s->rope_factors, m->arch->rope_mode);
+            tutti_f32_to_f16_row(row, kc + (size_t)(n_keep + p) * nk, (int64_t)c * (int64_t)nk);
+        }
+        memmove(vc + (size_t)n_keep * nv, vc + (size_t)(n_keep + n_discard) * nv, sizeof(uint16_t) * nv * (size_t)n_move);
+    }
+    if (row != s->k) free(row);
+    s->n_past -= n_discard;
+    s->n_discarded += n_discard;
+    s->shift_floor = s->n_past + s->n_discarded;
+    return TUTTI_OK;
+}
+
+int32_t tutti_session_n_tokens(const tutti_session *s) { return s ? s->n_past + s->n_discarded : 0; }
+
+int32_t tutti_session_rewind_floor(const tutti_session *s) { return s ? s->shift_floor : 0; }
+
+int32_t tutti_session_rewind_tokens(tutti_session *s, int32_t n_tokens) {
+    if (!s) return tutti_set_error("tutti_session_rewind_tokens: session is NULL");
+    if (n_tokens < 0 || n_tokens > tutti_session_n_tokens(s))
+        return tutti_set_error("tutti_session_rewind_tokens: %d is outside 0..%d (the timeline's length)", n_tokens,
+                               tutti_session_n_tokens(s));
+    if (n_tokens < s->shift_floor) n_tokens = 0; /* the rows it needs were shifted out */
+    if (tutti_session_rewind(s, n_tokens ? n_tokens - s->n_discarded : 0) < 0) return TUTTI_ERR;
+    return n_tokens;
+}
+
+void tutti_session_copy_tokens(tutti_session *d, const tutti_session *s, int32_t n_tokens) {
+    const tutti_hparams *hp = &s->model->hp;
+    const size_t nk = (size_t)hp->n_head_kv * hp->head_dim_k, nv = (size_t)hp->n_head_kv * hp->head_dim_v;
+    const int32_t k = n_tokens - s->n_discarded; /* the cache rows of that state */
+    for (int32_t l = 0; l < hp->n_layer; l++) {
+        memcpy(d->k_cache + (size_t)l * (size_t)d->n_ctx * nk, s->k_cache + (size_t)l * (size_t)s->n_ctx * nk,
+               sizeof(uint16_t) * nk * (size_t)k);
+        memcpy(d->v_cache + (size_t)l * (size_t)d->n_ctx * nv, s->v_cache + (size_t)l * (size_t)s->n_ctx * nv,
+               sizeof(uint16_t) * nv * (size_t)k);
+    }
+    d->n_past = k;
+    d->n_discarded = s->n_discarded;
+    d->shift_floor = s->shift_floor;
+    d->has_logits = false;
 }

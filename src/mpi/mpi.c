@@ -47,6 +47,10 @@ static int g_n_reg;
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static int64_t g_sent, g_recv, g_n_req;
 static double g_rtt;
+/* ranks with a request in flight now, and the most at once: members on
+ * different ranks computing concurrently show as more than one (test_mpi.sh
+ * checks this instead of wall-clock times, which a loaded machine skews) */
+static int g_busy, g_busy_max;
 
 static void update_killmsg(int rank);
 
@@ -62,7 +66,14 @@ void tmpi_register(int rank, int tag, const char *name, int32_t index) {
 }
 
 void tmpi_inflight(int rank, int delta) {
-    if (rank > 0 && rank < TMPI_MAX_RANKS) __atomic_add_fetch(&g_inflight[rank], delta, __ATOMIC_SEQ_CST);
+    if (rank <= 0 || rank >= TMPI_MAX_RANKS) return;
+    int now = __atomic_add_fetch(&g_inflight[rank], delta, __ATOMIC_SEQ_CST);
+    if ((delta > 0 && now == delta) || (delta < 0 && now == 0)) { /* the rank became busy or idle */
+        pthread_mutex_lock(&g_mu);
+        g_busy += delta > 0 ? 1 : -1;
+        if (g_busy > g_busy_max) g_busy_max = g_busy;
+        pthread_mutex_unlock(&g_mu);
+    }
 }
 
 void tmpi_unregister(int rank, int tag) {
@@ -689,9 +700,9 @@ int tutti_mpi_stop(int rc) {
     if (tmpi_comm == MPI_COMM_NULL || g_rank != 0) return rc;
     if (g_n_req > 0)
         fprintf(stderr, "tutti: mpi: %lld requests, %.1f bytes sent and %.1f received per request, mean round trip "
-                        "%.1f us\n",
+                        "%.1f us, at most %d ranks busy at once\n",
                 (long long)g_n_req, (double)g_sent / (double)g_n_req, (double)g_recv / (double)g_n_req,
-                1e6 * g_rtt / (double)g_n_req);
+                1e6 * g_rtt / (double)g_n_req, g_busy_max);
     if (g_fault) {
         /* A peer is dead or stuck: MPI_Finalize could wait for it forever.
          * Tell the healthy ranks to leave too (without finalising), then

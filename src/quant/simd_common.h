@@ -38,6 +38,13 @@ extern float tutti_simd_f16_table[65536];
 extern float tutti_simd_e8m0_table[256];
 static inline float simd_rd_half(const uint8_t *p) { return tutti_simd_f16_table[simd_rd_u16(p)]; }
 
+/* Sign vectors for vpsignb-style kernels (vecdot_iq.c, filled with the
+ * scalar table): byte j of tutti_simd_sign8[s] is 0xFF where bit j of s is
+ * set (a minus sign), else 0x01; tutti_simd_ksign64[i] =
+ * tutti_simd_sign8[tutti_iq_ksigns[i]]. */
+extern uint64_t tutti_simd_sign8[256];
+extern uint64_t tutti_simd_ksign64[128];
+
 /* ggml's kvalues_iq4nl: the 16 levels of IQ4_NL / IQ4_XS. */
 extern const int8_t tutti_simd_iq4nl_values[16];
 

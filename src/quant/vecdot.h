@@ -11,7 +11,13 @@
  *   Q4_0 Q5_0 Q8_0 IQ4_NL MXFP4          Q8_0: f16 d | i8 qs[32], d = amax/127
  *   Q4_1 Q5_1                            Q8_1: f16 d | f16 s = d*sum(qs) | i8 qs[32]
  *   Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_XS      Q8_K: f32 d | i8 qs[256] | i16 bsums[16]
+ *   IQ1_S IQ1_M IQ2_XXS IQ2_XS IQ2_S     Q8_K
+ *   IQ3_XXS IQ3_S
  *   F16 / BF16 / F32                     F16 / BF16 / F32
+ *
+ * MXFP4 and the i-quants are bit-identical on every path (their scalar
+ * kernels, quant/vecdot_iq.c, add in the SIMD kernels' float order, which
+ * is llama.cpp's x86 one); so is Q8_0.
  *
  * The activation rounding is that of ggml's SIMD quantize_row_q8_0/q8_1 and
  * of quantize_row_q8_K, so results follow llama.cpp's numerics, not the exact float product

@@ -195,7 +195,16 @@ IQ_KERNEL(iq1_m, TUTTI_TYPE_IQ1_M)
 
 TUTTI_GEMM_FROM_VEC_DOT(mxfp4)
 
+uint64_t tutti_simd_sign8[256];
+uint64_t tutti_simd_ksign64[128];
+
 void tutti_simd_fill_scalar_iq(tutti_vec_dot_traits *t) {
+    for (int s = 0; s < 256; s++) {
+        uint64_t v = 0;
+        for (int j = 0; j < 8; j++) v |= (uint64_t)(s >> j & 1 ? 0xFF : 0x01) << (8 * j);
+        tutti_simd_sign8[s] = v;
+    }
+    for (int i = 0; i < 128; i++) tutti_simd_ksign64[i] = tutti_simd_sign8[tutti_iq_ksigns[i]];
 #define E(T, VT, FF, NAME) t[T] = (tutti_vec_dot_traits){VT, FF, vd_##NAME, gemm_##NAME, TUTTI_SIMD_SCALAR}
     E(TUTTI_TYPE_MXFP4, TUTTI_TYPE_Q8_0, tutti_quantize_row_q8_0_act, mxfp4);
     E(TUTTI_TYPE_IQ2_XXS, TUTTI_TYPE_Q8_K, tutti_quantize_row_q8_K_ref, iq2_xxs);

@@ -52,12 +52,15 @@ static size_t on_data(char *p, size_t sz, size_t nm, void *ud) {
 
 const char *remote_http_base(const remote_http *h) { return h->base; }
 
-remote_http *remote_http_new(const char *base, long timeout_ms, const char *api_key) {
+int remote_http_init(void) {
     pthread_once(&g_once, global_init);
-    if (g_init_rc != CURLE_OK) {
-        tutti_set_error("remote: libcurl initialisation failed: %s", curl_easy_strerror(g_init_rc));
-        return NULL;
-    }
+    if (g_init_rc != CURLE_OK)
+        return tutti_set_error("remote: libcurl initialisation failed: %s", curl_easy_strerror(g_init_rc));
+    return 0;
+}
+
+remote_http *remote_http_new(const char *base, long timeout_ms, const char *api_key) {
+    if (remote_http_init() < 0) return NULL;
     remote_http *h = calloc(1, sizeof *h);
     if (!h) return tutti_set_error("remote: out of memory"), NULL;
     size_t bl = strlen(base);

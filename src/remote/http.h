@@ -13,6 +13,10 @@
 
 typedef struct remote_http remote_http;
 
+/* libcurl's process-wide initialisation, once (also for src/hub's
+ * downloads); 0, or -1 with an error. */
+int remote_http_init(void);
+
 /* base: "http://host:port" or with a path prefix ("http://h/v1" style bases
  * are joined as base + path).  timeout_ms > 0.  api_key may be NULL.
  * NULL + error on out of memory or a libcurl failure. */

@@ -430,6 +430,14 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 
 /* ---- the daemon's life ---- */
 
+/* Whether a start-up failure is the user's usage (exit 2): its message
+ * carries a library error of that kind (ensemble settings the models do
+ * not allow: weights, token alignment over different vocabularies,
+ * --adapt/--route with a rule they do not take). */
+static bool usage_error(const char *err) {
+    return tutti_last_error_kind() == TUTTI_ERR_UNSUPPORTED && strstr(err, tutti_last_error()) != NULL;
+}
+
 /* The models are loaded and the slots started after "listening" (/health
  * answers 503 meanwhile); every file was checked before. */
 static int serve(srv_server *s, sigset_t *set) {
@@ -438,7 +446,11 @@ static int serve(srv_server *s, sigset_t *set) {
      * tests can see /health answer 503 */
     const char *delay = getenv("TUTTI_SERVE_TEST_LOAD_DELAY_MS");
     if (delay && atoi(delay) > 0) usleep((useconds_t)atoi(delay) * 1000u);
-    if (srv_registry_load(&s->reg, err, sizeof err) < 0 || srv_slots_start(s, err, sizeof err) < 0) {
+    if (srv_registry_load(&s->reg, err, sizeof err) < 0) {
+        fprintf(stderr, "tutti serve: %s\n", err);
+        return usage_error(err) ? 2 : 1;
+    }
+    if (srv_slots_start(s, err, sizeof err) < 0) {
         fprintf(stderr, "tutti serve: %s\n", err);
         return 1;
     }
@@ -469,7 +481,7 @@ int server_main(const server_opts *o) {
     int lr = srv_registry_plan(&s->reg, o, err, sizeof err) < 0 ? -1 : srv_conns_listen(s, &port, err, sizeof err);
     if (lr < 0) {
         fprintf(stderr, "tutti serve: %s\n", err);
-        rc = lr == -2 ? 2 : 1; /* -2: a --host that is no address (usage) */
+        rc = lr == -2 || usage_error(err) ? 2 : 1; /* -2: a --host that is no address (usage) */
         goto out;
     }
     /* connections come from conn.c (no listening socket here); the limits

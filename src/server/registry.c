@@ -114,9 +114,21 @@ static int check_gguf(const char *path, char *err, size_t cap) {
     return 0;
 }
 
+static int add_local_file(srv_registry *reg, const char *path, const char *name, char *err, size_t cap);
+
+/* Adds (or finds) a file, a model spec "hf://..." by its cached file (named
+ * after it); returns its index or -1. */
+static int add_file(srv_registry *reg, const char *path, const char *name, char *err, size_t cap) {
+    char *local = tutti_hub_resolve(path);
+    if (!local) return fail(err, cap, "%s", tutti_last_error());
+    int i = add_local_file(reg, local, name, err, cap);
+    free(local);
+    return i;
+}
+
 /* Adds (or finds) a file by identity; name: the name a config entry gives
  * (NULL: the file's own).  Returns its index or -1. */
-static int add_file(srv_registry *reg, const char *path, const char *name, char *err, size_t cap) {
+static int add_local_file(srv_registry *reg, const char *path, const char *name, char *err, size_t cap) {
     for (int i = 0; i < reg->n_files; i++) {
         srv_file *f = &reg->files[i];
         if (!same_file(f->path, path)) continue;
@@ -252,7 +264,8 @@ static int config_models(srv_registry *reg, const cJSON *models, const char *pat
             return fail(err, cap, "--config %s: models[%d] needs a string 'path' and an optional non-empty 'name'",
                         path, k);
         char full[PATH_MAX * 2];
-        if (p->valuestring[0] == '/' || srv_is_url(p->valuestring)) snprintf(full, sizeof full, "%s", p->valuestring);
+        if (p->valuestring[0] == '/' || srv_is_url(p->valuestring) || tutti_is_hub_spec(p->valuestring))
+            snprintf(full, sizeof full, "%s", p->valuestring);
         else snprintf(full, sizeof full, "%s/%s", d, p->valuestring);
         if (add_file(reg, full, nm ? nm->valuestring : NULL, err, cap) < 0) return -1;
         k++;

@@ -504,7 +504,7 @@ static void run_job(srv_slot *sl, srv_job *j) {
             rc = tutti_ensemble_generate(e, j->req.prompts[p].text, j->req.prompts[p].len, &sp, &m, text_cb, j, &st);
         if (rc < 0) snprintf(err, sizeof err, "generation failed: %s", tutti_last_error());
         if (rc == 0 && j->lp_oom) rc = -1, snprintf(err, sizeof err, "logprobs: out of memory");
-        const char *finish = st.at_limit ? "length" : "stop";
+        const char *finish = st.finish == TUTTI_FINISH_LENGTH ? "length" : "stop";
         pthread_mutex_lock(&j->mu);
         if (rc == 0 && j->tool_fmt >= 0 && !j->tool_plain[c]) {
             int k = tools_close(j, c);

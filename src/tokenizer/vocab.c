@@ -696,7 +696,9 @@ tutti_vocab *tutti_vocab_load(const char *gguf_path) {
         tutti_set_error("tutti_vocab_load: no path");
         return NULL;
     }
-    gguf_file *f = gguf_open(gguf_path);
+    char *local = tutti_hub_resolve(gguf_path); /* a model spec (src/hub): its cached file */
+    gguf_file *f = local ? gguf_open(local) : NULL;
+    free(local);
     if (!f) return NULL;
     tutti_vocab *v = tutti_vocab_from_gguf(f);
     gguf_close(f);

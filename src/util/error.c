@@ -5,14 +5,30 @@
 #include <string.h>
 
 static _Thread_local char g_error[1024];
+static _Thread_local int g_kind = TUTTI_ERR;
+
+/* Every message goes through here: no credentials of a URL in any of them. */
+static int set(int kind, const char *fmt, va_list ap) {
+    char raw[sizeof g_error];
+    vsnprintf(raw, sizeof raw, fmt, ap);
+    tutti_redact_urls(raw, g_error, sizeof g_error);
+    g_kind = kind;
+    return TUTTI_ERR;
+}
 
 int tutti_set_error(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    char raw[sizeof g_error];
-    vsnprintf(raw, sizeof raw, fmt, ap);
+    set(TUTTI_ERR, fmt, ap);
     va_end(ap);
-    tutti_redact_urls(raw, g_error, sizeof g_error); /* no credentials in any message */
+    return TUTTI_ERR;
+}
+
+int tutti_set_usage_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    set(TUTTI_ERR_UNSUPPORTED, fmt, ap);
+    va_end(ap);
     return TUTTI_ERR;
 }
 
@@ -37,3 +53,4 @@ void tutti_error_prefix(const char *fmt, ...) {
 }
 
 const char *tutti_last_error(void) { return g_error[0] ? g_error : "no error recorded"; }
+int tutti_last_error_kind(void) { return g_kind; }

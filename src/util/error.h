@@ -20,7 +20,14 @@
  * write `return tutti_set_error("...")`. */
 int tutti_set_error(const char *fmt, ...) TUTTI_PRINTF(1, 2);
 
-/* Prepends "prefix: " to the current message (adds context while unwinding). */
+/* The same for an error the caller's arguments caused (a value out of
+ * range, a combination the function cannot do, an option the given models
+ * do not allow): tutti_last_error_kind() then says TUTTI_ERR_UNSUPPORTED,
+ * and the CLI exits 2 (bad usage) instead of 1.  Returns TUTTI_ERR. */
+int tutti_set_usage_error(const char *fmt, ...) TUTTI_PRINTF(1, 2);
+
+/* Prepends "prefix: " to the current message (adds context while
+ * unwinding; the kind stays). */
 void tutti_error_prefix(const char *fmt, ...) TUTTI_PRINTF(1, 2);
 
 #endif
