@@ -7,10 +7,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Path of rel (e.g. "models/stories260K.gguf") in the shared data:
+/* Path of rel (e.g. "models/stories260K.gguf") in the shared data: the
+ * repository's copy of a models/ file (the four quick-start models), else
  * $TUTTI_SHARED_DIR, else the TUTTI_SHARED_DIR of the test build, else
  * ../shared beside the source tree (this file is <root>/fuzz/common.h). */
 static inline void fuzz_shared_path(const char *rel, char *out, size_t cap) {
+    const char *f = __FILE__, *slash = strrchr(f, '/');
+    int n = slash ? (int)(slash - f) : 1;
+    if (!strncmp(rel, "models/", 7)) {
+        snprintf(out, cap, "%.*s/../%s", n, slash ? f : ".", rel);
+        FILE *probe = fopen(out, "rb");
+        if (probe) {
+            fclose(probe);
+            return;
+        }
+    }
     const char *dir = getenv("TUTTI_SHARED_DIR");
 #ifdef TUTTI_SHARED_DIR
     if (!dir) dir = TUTTI_SHARED_DIR;
@@ -19,8 +30,6 @@ static inline void fuzz_shared_path(const char *rel, char *out, size_t cap) {
         snprintf(out, cap, "%s/%s", dir, rel);
         return;
     }
-    const char *f = __FILE__, *slash = strrchr(f, '/');
-    int n = slash ? (int)(slash - f) : 1;
     snprintf(out, cap, "%.*s/../../shared/%s", n, slash ? f : ".", rel);
 }
 

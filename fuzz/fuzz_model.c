@@ -6,7 +6,7 @@
  * runs three tokens through a small session (one batch of two, one single),
  * checks that an out-of-range id is refused without advancing the session,
  * and tokenizes a short text: every id must be a valid row.  Seeds:
- * fuzz/corpus/model/NAME.in, written by tests/test_model_hostile.c (tiny
+ * NAME.in of fuzz/corpus/model.tar, written by tests/test_model_hostile.c (tiny
  * self-made models, valid and hostile), plus minimized coverage inputs of a
  * 7-minute run (3.66M execs, no findings) named by their SHA-1. */
 #include <stdint.h>

@@ -19,7 +19,7 @@
  *    range, 0 <= n_probs <= n_vocab, n_predict 0 or 1; then the answer
  *    srv_native_completion_json writes for it (logits made from the prompt,
  *    with ties) is read back by the remote member's parser
- *    (remote_answer.h), by its fast scanner: exactly the n_probs most
+ *    (member/remote_json.h), by its fast scanner: exactly the n_probs most
  *    likely tokens, each with its log-softmax (to float precision);
  *  - /tokenize, /detokenize: an answer, or NULL with a 4xx/5xx status and
  *    a message; the answer is JSON with the promised shape (ids in range;
@@ -38,7 +38,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "fusion/remote_answer.h"
+#include "member/remote_json.h"
 #include "common.h"
 #include "guarded.h"
 #include "server/native.h"

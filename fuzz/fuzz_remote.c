@@ -1,5 +1,5 @@
 /* Fuzz harness of the remote member's answer parsing (src/fusion/
- * member_remote.c through remote_answer.h): what a model server sends back
+ * member/remote.c through member/remote_json.h): what a model server sends back
  * is outside input.  See fuzz/README.md for the pattern.
  *
  * Input: byte 0 picks the answer and the vocabulary, the rest is the answer
@@ -35,7 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fusion/remote_answer.h"
+#include "member/remote_json.h"
 #include "common.h"
 #include "guarded.h"
 #include "tutti.h"

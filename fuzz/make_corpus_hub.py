@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Seeds of fuzz/corpus/hub/ (fuzz_hub.c: the hub's answers to -hf).  Byte 0
+"""Seeds of fuzz/corpus/hub.tar (fuzz_hub.c: the hub's answers to -hf).  Byte 0
 is the harness's selector (bit 0: 0 tree listing, 1 branches; bits 1-2: the
 spec), the rest the HTTP body: answers in the layout of the Hugging Face
 hub's API (as tests/fake_hub.py serves them) and hostile variants.  The
@@ -7,9 +7,12 @@ files named by a SHA-1 are coverage inputs from fuzzing; this script leaves
 them alone.
 
   fuzz/make_corpus_hub.py"""
-import json, os
+import json, os, shutil, subprocess, tempfile
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "hub")
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORK = tempfile.mkdtemp(prefix="tutti-corpus-")
+OUT = os.path.join(WORK, "hub")  # the pack unpacked, written here, packed again (fuzz/corpus.sh)
+subprocess.run([os.path.join(HERE, "corpus.sh"), "unpack", "hub", OUT], check=True)
 TREE, REFS = 0, 1
 DEFAULT, Q8, Q4, FILE = 0, 2, 4, 6
 SHA = "c773a9eb8883751131f30e0c1965c56b1102a4972fdac6a6f71fe156ba6d8cb7"
@@ -54,3 +57,5 @@ raw = {"not-json": (TREE, b"[{\"type\":\"file\",\"path\":"), "not-array": (TREE,
 for name, (ctl, body) in raw.items():
     with open(os.path.join(OUT, name), "wb") as f:
         f.write(bytes([ctl]) + body)
+subprocess.run([os.path.join(HERE, "corpus.sh"), "pack", "hub", OUT], check=True)
+shutil.rmtree(WORK)

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""Seeds of fuzz/corpus/remote/ (fuzz_remote.c: answers of model servers)
-and fuzz/corpus/native/ (fuzz_native.c: bodies of tutti serve's
+"""Seeds of fuzz/corpus/remote.tar (fuzz_remote.c: answers of model servers)
+and fuzz/corpus/native.tar (fuzz_native.c: bodies of tutti serve's
 llama-server endpoints).  Byte 0 of each file is the harness's selector (see
 the harnesses), the rest the HTTP body.
 
@@ -13,12 +13,14 @@ realistic seeds; committed, since CI has no llama-server) and the malformed
 seeds derived from them are rewritten; without it only the hand-made seeds
 are (re)written, from the recorded answers in the corpus.  The files named
 by a SHA-1 are coverage inputs from fuzzing (merged as fuzz/README.md says);
-this script leaves them alone."""
-import argparse, json, os, urllib.request
+this script leaves them alone.  The packs are unpacked into a scratch
+folder, the seeds written there and the packs written again (fuzz/corpus.sh)."""
+import argparse, json, os, shutil, subprocess, tempfile, urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REMOTE = os.path.join(HERE, "corpus", "remote")
-NATIVE = os.path.join(HERE, "corpus", "native")
+WORK = tempfile.mkdtemp(prefix="tutti-corpus-")
+REMOTE = os.path.join(WORK, "remote")
+NATIVE = os.path.join(WORK, "native")
 
 # fuzz_remote.c byte 0: kind in bits 0-2, bit 3 no vocabulary (n_vocab = 1 + (b >> 4))
 LLAMA, OPENAI, TOKENIZE, DETOKENIZE, PROPS, MODELS = 0, 1, 2, 3, 4, 5
@@ -26,12 +28,12 @@ NOVOCAB = 8
 # fuzz_native.c byte 0: endpoint in bits 0-1, bit 2 two models
 COMPLETION, NTOKENIZE, NDETOKENIZE, TWO = 0, 1, 2, 4
 
-# what a remote member sends (src/fusion/member_remote.c fetch())
+# what a remote member sends (src/member/remote.c fetch())
 MEMBER_REQ = {"prompt": [1, 403, 407], "n_predict": 1, "n_probs": 512, "samplers": [],
               "post_sampling_probs": False, "cache_prompt": True, "return_tokens": False, "stream": False}
 
 
-# seeds that were findings of fuzz_remote.c before their fix (member_remote.c's
+# seeds that were findings of fuzz_remote.c before their fix (member/remote_json.c's
 # scanner): named crash-<what>, as fuzz/README.md asks
 CRASHES = {
     "trunc-3": "crash-overread-strtod-cut",  # strtod read past the answer's end
@@ -336,11 +338,22 @@ def native_seeds():
     write(NATIVE, "detokenize-two-pair", NDETOKENIZE | TWO, '{"tokens":[1],"model":"pair"}')
 
 
+def corpus(*args):
+    subprocess.run([os.path.join(HERE, "corpus.sh")] + list(args), check=True)
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--url")
     a = ap.parse_args()
-    if a.url:
-        record(a.url.rstrip("/"))
-    remote_seeds()
-    native_seeds()
+    try:
+        corpus("unpack", "remote", REMOTE)
+        corpus("unpack", "native", NATIVE)
+        if a.url:
+            record(a.url.rstrip("/"))
+        remote_seeds()
+        native_seeds()
+        corpus("pack", "remote", REMOTE)
+        corpus("pack", "native", NATIVE)
+    finally:
+        shutil.rmtree(WORK)

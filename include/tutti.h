@@ -56,6 +56,36 @@ int tutti_last_error_kind(void);
  * at most cap bytes (NUL included) into out and returns out.  Every library
  * message (tutti_last_error) is already redacted this way. */
 char *tutti_redact_urls(const char *text, char *out, size_t cap);
+/* Records this thread's last error (printf-style message) for a function
+ * the library calls back, such as a tutti_write_fn, that reports a failure
+ * through tutti_last_error.  Returns TUTTI_ERR. */
+int tutti_set_error(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+
+/* ------------------------------------------------------------------------ */
+/* Files written safely (every command that writes one: merge, fit -o,
+ * logits -o, eval --plot; details in src/util/file.h): the bytes go to a
+ * temporary file in the destination's folder, fsync'd and renamed onto it
+ * once complete, so no reader sees a partial file and a failure destroys
+ * nothing (a symlink at the destination is followed; an existing file keeps
+ * its permission bits). */
+
+/* Writes the file's whole content to fp; 0, or TUTTI_ERR with
+ * tutti_last_error() set (the write is then abandoned). */
+typedef int (*tutti_write_fn)(FILE *fp, void *ctx);
+/* Creates or replaces path with what produce(fp, ctx) writes.  0, or
+ * TUTTI_ERR with tutti_last_error() naming path and the cause. */
+int tutti_write_atomic(const char *path, tutti_write_fn produce, void *ctx);
+/* true when a and b name the same existing file (device and inode after
+ * following symbolic links); false when either does not exist. */
+bool tutti_same_file(const char *a, const char *b);
+/* Whether tutti_write_atomic(path) can be expected to succeed, checked
+ * before long work: path is not a directory and its folder exists and is
+ * writable.  0, or TUTTI_ERR with the reason. */
+int tutti_check_writable(const char *path);
 
 /* ------------------------------------------------------------------------ */
 /* Vocabulary and tokenizer (SentencePiece "spm" and byte-level "bpe"),
@@ -72,6 +102,7 @@ void tutti_vocab_free(tutti_vocab *vocab);
 int32_t tutti_vocab_n_tokens(const tutti_vocab *vocab);
 int32_t tutti_vocab_bos(const tutti_vocab *vocab); /* -1 if none */
 int32_t tutti_vocab_eos(const tutti_vocab *vocab); /* -1 if none */
+int32_t tutti_vocab_eot(const tutti_vocab *vocab); /* end of turn, -1 if none */
 /* true when the model's metadata asks for BOS at the start of a prompt. */
 bool tutti_vocab_add_bos(const tutti_vocab *vocab);
 /* true for tokens that end generation (EOS, EOT, <|im_end|>, ...). */
@@ -163,6 +194,68 @@ char *tutti_file_meta_str(const char *path, const char *key);
 /* Writes a human-readable description (architecture, hyper-parameters,
  * tensor types and sizes, tokenizer) to out. */
 void tutti_model_describe(const tutti_model *model, FILE *out);
+
+/* ------------------------------------------------------------------------ */
+/* GGUF files: metadata and tensor directory without loading a model
+ * (tutti info).  Format: github.com/ggml-org/ggml docs/gguf.md, versions 2
+ * and 3; a file is validated as tutti_model_load does before any call
+ * returns it. */
+
+typedef struct tutti_gguf tutti_gguf;
+
+typedef enum tutti_gguf_kind {
+    TUTTI_GGUF_NUMBER, /* an integer or floating-point type */
+    TUTTI_GGUF_BOOL,
+    TUTTI_GGUF_STRING,
+    TUTTI_GGUF_ARRAY,
+} tutti_gguf_kind;
+
+/* One metadata value; pointers are into the file, valid until it is closed. */
+typedef struct tutti_gguf_value {
+    tutti_gguf_kind kind;
+    const char *type;      /* GGUF's type name: "u8" "i8" "u16" "i16" "u32" "i32" "u64" "i64" "f32" "f64"
+                              "bool" "str" "arr" */
+    double number;         /* NUMBER: the value (a 64-bit integer rounded to the nearest double; a float
+                              may be NaN or infinite); BOOL: 0 or 1 */
+    bool is_float;         /* NUMBER: f32 or f64 */
+    const char *str;       /* STRING: its bytes, not NUL-terminated (they may hold NUL) */
+    size_t len;            /* STRING: their count */
+    const char *elem_type; /* ARRAY: the GGUF type name of its elements (never "arr") */
+    uint64_t n;            /* ARRAY: its element count */
+} tutti_gguf_value;
+
+/* Opens and validates path's header (memory-mapped).  NULL + error naming
+ * the file and what is wrong with it. */
+tutti_gguf *tutti_gguf_open(const char *path);
+void tutti_gguf_close(tutti_gguf *f);
+uint32_t tutti_gguf_version(const tutti_gguf *f);
+int64_t tutti_gguf_n_tensors(const tutti_gguf *f);
+/* Sum over the tensors of their element counts (the parameter count; 0 for
+ * a vocabulary-only file). */
+double tutti_gguf_n_params(const tutti_gguf *f);
+int64_t tutti_gguf_n_kv(const tutti_gguf *f);
+/* Key i's bytes (not NUL-terminated), length in *len; NULL when i is out of
+ * [0, n_kv). */
+const char *tutti_gguf_key(const tutti_gguf *f, int64_t i, size_t *len);
+/* Index of key (NUL-terminated), or -1 when the file has none. */
+int64_t tutti_gguf_find(const tutti_gguf *f, const char *key);
+/* Entry i's value (elem < 0), or element elem of the array entry i.  0, or
+ * TUTTI_ERR + error when i or elem is out of range. */
+int tutti_gguf_get(const tutti_gguf *f, int64_t i, int64_t elem, tutti_gguf_value *out);
+
+/* ------------------------------------------------------------------------ */
+/* The machine (tutti bench) */
+
+typedef struct tutti_system_info {
+    const char *kernels; /* the matrix-vector kernels in use: "scalar", "avx2", "avx512" or "neon" (the best
+                            this CPU runs, or the environment's TUTTI_KERNELS) */
+    int32_t n_cpus;      /* online CPUs, the default thread count */
+    bool mpi;            /* built with MPI: ensembles over ranks (mpirun -np K tutti ...) */
+} tutti_system_info;
+
+/* Fills *out.  0, or TUTTI_ERR when TUTTI_KERNELS names a path that is
+ * unknown or that this CPU cannot run (the message lists the ones it can). */
+int tutti_system_info_get(tutti_system_info *out);
 
 /* ------------------------------------------------------------------------ */
 /* Sessions: one timeline of tokens with its own KV cache. */
@@ -497,7 +590,7 @@ int tutti_rule_parse(const char *name);
 int tutti_align_parse(const char *name);
 
 typedef struct tutti_member_desc {
-    const char *model_path; /* GGUF file, or a remote member "http://HOST:PORT#MODEL;vocab=PATH[;...]" (README "Remote members") */
+    const char *model_path; /* GGUF file, or a remote member "http://HOST:PORT#MODEL;vocab=PATH[;...]" (docs/remote-members.md) */
     float weight;           /* NAN = default (uniform; contrastive: 1 for member 1, -0.5 for the others) */
     float temp;             /* tau_i in [TUTTI_TEMP_MIN, TUTTI_TEMP_MAX]; NAN = 1 (0 is refused) */
 } tutti_member_desc;
@@ -595,6 +688,9 @@ const char *tutti_ensemble_member_path(const tutti_ensemble *ens, int32_t i);
  * rank, a split member, a tutti server): owned by the ensemble; NULL out of
  * range. */
 const tutti_vocab *tutti_ensemble_member_vocab(const tutti_ensemble *ens, int32_t i);
+/* The longest token sequence member i conditions on (its context: -c, or
+ * the model's default); 0 out of range. */
+int32_t tutti_ensemble_member_n_ctx(const tutti_ensemble *ens, int32_t i);
 /* A string of member i's GGUF metadata (e.g. "tokenizer.chat_template") as
  * a malloc'd copy the caller frees: from the loaded model, else from the
  * member's file (members on other ranks); NULL when absent or for a URL
@@ -701,6 +797,7 @@ typedef struct tutti_ensemble_stats {
     int32_t n_units;        /* tokens (TOKEN) or bytes (BYTE, SPAN) generated */
     int32_t n_bytes;        /* bytes output */
     double t_total_s;       /* wall time of the generation (prompt included) */
+    double t_prompt_s;      /* of t_total_s, up to the first fused distribution (the prompt's forward passes) */
     double t_forward_s;     /* wall time during which members ran forward passes */
     double t_fusion_s;      /* t_total_s - t_forward_s: alignment, fusion, mask, sampling */
     double t_member_s[TUTTI_ENSEMBLE_MAX_MEMBERS];       /* forward time per member */
@@ -1102,6 +1199,54 @@ int tutti_merge(const tutti_merge_config *c, const char *out_path, const tutti_m
 int tutti_merge_stream(const tutti_merge_config *c, FILE *out, const tutti_merge_params *p);
 
 /* ------------------------------------------------------------------------ */
+/* Runs over MPI ranks (src/mpi/tutti_mpi.h has the design).
+ *
+ *   mpirun -np K tutti run -m A.gguf -m B.gguf ... [--place 0,1,1]
+ *   mpirun -np K tutti generate --split-layers [N0,N1,...] -m M.gguf ...
+ *
+ * Without an MPI library at build time (tutti_system_info_get: mpi false)
+ * every member is local and the split flags are refused with a message. */
+
+/* Called first by main(): removes --place LIST from argv, initialises MPI
+ * (MPI_THREAD_MULTIPLE) when the process was started by mpirun.  Returns -1
+ * on rank 0 or without MPI (go on with the command); otherwise the exit
+ * status for main to return (a member rank that served until rank 0
+ * finished, or 2 for bad usage). */
+int tutti_mpi_start(int *argc, char **argv);
+/* Called by main() with the command's exit status on rank 0: releases the
+ * member ranks and finalises MPI (skipped after a fault: a dead peer would
+ * hang MPI_Finalize).  Returns the status to exit with. */
+int tutti_mpi_stop(int rc);
+/* On rank 0: a member rank seen dead (a failed or timed-out wait, or its
+ * process gone from this host), with its members' names in members[cap]
+ * (may be NULL); 0 when every rank is alive as far as rank 0 knows (and
+ * without MPI).  For `tutti serve`'s /health. */
+int tutti_mpi_dead_rank(char *members, size_t cap);
+
+/* Checks the split flags as parsed (--split-layers [N0,N1,...] and
+ * --split-ubatch N, cli.h CLI_SPLIT_OPTS): counts NULL = not given, "" =
+ * by memory; ubatch 0 = auto.  TUTTI_OK, or TUTTI_ERR with the error set
+ * (bad usage: exit 2; also any split flag in a build without MPI). */
+int tutti_mpi_split_check(const char *counts, int32_t ubatch);
+/* Plans the split of path over the ranks (counts or by memory; printed on
+ * stderr) and loads rank 0's part.  NULL with the error set. */
+tutti_model *tutti_mpi_split_load(const char *path, const tutti_model_params *params, const char *counts);
+/* Loads the other ranks' parts with s's context size and n_threads each,
+ * then routes s's evaluations through the ring (s owns the pipeline; freed
+ * with s).  A rank that cannot load its part is an error naming it.  Does
+ * nothing on one rank.  0 or TUTTI_ERR. */
+int tutti_mpi_split_attach(tutti_session *s, int32_t n_threads, int32_t ubatch);
+
+/* Ensemble members split by layers (tutti run/eval/fit/serve
+ * --split-layers [COUNTS] [--split-ubatch N] [--split-member I,J]): the
+ * member files to split (paths[0..n_paths); n_paths 0 = every member),
+ * counts (NULL or "" = by memory) and ubatch (0 = auto) for all of them.
+ * A split member occupies every rank, so --place cannot be combined
+ * (the other members are placed round robin as always).  TUTTI_OK, or
+ * TUTTI_ERR with the error set (bad usage: exit 2). */
+int tutti_mpi_split_members(const char *counts, int32_t ubatch, const char *const *paths, int32_t n_paths);
+
+/* ------------------------------------------------------------------------ */
 /* Models by name: the Hugging Face hub, as llama.cpp's -hf (README "Models
  * by name").  A model spec "hf://USER/MODEL[:QUANT]" or "hf://USER/MODEL/FILE"
  * may stand wherever a GGUF path does: tutti_model_load, tutti_vocab_load,
@@ -1125,6 +1270,10 @@ tutti_hub_params tutti_hub_default_params(void);
 int tutti_hub_configure(const tutti_hub_params *params);
 /* true for "hf://..." */
 bool tutti_is_hub_spec(const char *s);
+/* 0 when s is a well-formed spec (hf://REPO, hf://REPO:QUANT, hf://REPO/FILE;
+ * also without "hf://"), else TUTTI_ERR with an error saying the form (a
+ * command line's usage error).  Asks nothing of the network. */
+int tutti_hub_spec_check(const char *s);
 /* The local path of a spec's file (a split model: its first part, every part
  * beside it), as a malloc'd string the caller frees; anything that is not a
  * spec is returned as a copy.  QUANT: the file whose path holds the tag

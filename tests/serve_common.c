@@ -29,7 +29,6 @@ char *four_models(void) {
 /* Starts `tutti serve --port 0 ARGS` (env: extra environment, may be "");
  * waits for "ready" (or only for "listening" when !wait_ready). */
 void start(server *s, const char *env, const char *args, bool wait_ready) {
-    require_shared();
     memset(s, 0, sizeof *s);
     snprintf(s->dir, sizeof s->dir, "/tmp/tutti_test_serve_%d_%d", (int)getpid(), g_seq++);
     mkdir(s->dir, 0700);

@@ -84,7 +84,6 @@ static void test_limits_on_real_text(void **state) {
 
 static void test_file_line(void **state) {
     (void)state;
-    require_shared();
     char path[] = "/tmp/tutti-adapt-XXXXXX";
     int fd = mkstemp(path);
     assert_true(fd >= 0);
@@ -233,11 +232,12 @@ static void test_generation(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_update_by_hand),
-        cmocka_unit_test(test_limits_on_real_text),
+        shared_unit_test(test_update_by_hand),
+        shared_unit_test(test_limits_on_real_text),
         cmocka_unit_test(test_file_line),
-        cmocka_unit_test(test_mixed_domains),
-        cmocka_unit_test(test_generation),
+        shared_unit_test(test_mixed_domains),
+        shared_unit_test(test_generation),
     };
+    test_select_part();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

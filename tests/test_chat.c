@@ -1295,21 +1295,22 @@ static void test_cli_chat_injection(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_reference_renderings),
+        shared_unit_test(test_reference_renderings),
         cmocka_unit_test(test_features),
         cmocka_unit_test(test_jinja2_cases),
         cmocka_unit_test(test_error_positions),
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_public_api),
         cmocka_unit_test(test_fuzz_regressions),
-        cmocka_unit_test(test_threads),
-        cmocka_unit_test(test_tokenize_marked),
+        shared_unit_test(test_threads),
+        shared_unit_test(test_tokenize_marked),
         cmocka_unit_test(test_render_marks),
-        cmocka_unit_test(test_chat_tokenize_benign),
-        cmocka_unit_test(test_chat_tokenize_injection),
-        cmocka_unit_test(test_chat_tokenize_json_injection),
-        cmocka_unit_test(test_cli_chat_injection),
-        cmocka_unit_test(test_member_template_from_file),
+        shared_unit_test(test_chat_tokenize_benign),
+        shared_unit_test(test_chat_tokenize_injection),
+        shared_unit_test(test_chat_tokenize_json_injection),
+        shared_unit_test(test_cli_chat_injection),
+        shared_unit_test(test_member_template_from_file),
     };
+    test_select_part();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

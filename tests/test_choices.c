@@ -16,7 +16,6 @@
 
 static void test_ll_is_direct_computation(void **state) {
     (void)state;
-    require_shared();
     const char *rel[] = {"models/stories260K.gguf"};
     tutti_ensemble *e = make_ens(rel, 1, TUTTI_ALIGN_TOKEN, TUTTI_RULE_MIX);
     assert_non_null(e);
@@ -41,7 +40,6 @@ static void test_ll_is_direct_computation(void **state) {
  * the same as scoring context + choice and the context as whole texts. */
 static void test_branches_equal_whole_texts(void **state) {
     (void)state;
-    require_shared();
     const char *rel[] = {"models/stories260K.gguf", "models/BabyLlama-tok361/babyllama-tok361.gguf"};
     tutti_ensemble *e = make_ens(rel, 2, TUTTI_ALIGN_BYTE, TUTTI_RULE_MIX);
     assert_non_null(e);
@@ -166,7 +164,6 @@ static void cloze_free(cloze *c) {
 /* ../shared/README.md: acc / acc_norm measured with llama.cpp. */
 static void test_cloze_members_match_llamacpp(void **state) {
     (void)state;
-    require_shared();
     cloze c;
     cloze_read(&c);
     assert_int_equal(c.n, 40);
@@ -208,7 +205,6 @@ static void test_cloze_members_match_llamacpp(void **state) {
 
 static void test_bad_items(void **state) {
     (void)state;
-    require_shared();
     const char *rel[] = {"models/stories260K.gguf"};
     tutti_ensemble *e = make_ens(rel, 1, TUTTI_ALIGN_TOKEN, TUTTI_RULE_MIX);
     assert_non_null(e);
@@ -227,7 +223,6 @@ static void test_bad_items(void **state) {
 /* The CLI: eval --choices --json --plot on the first items of cloze-dev. */
 static void test_cli_choices_json_plot(void **state) {
     (void)state;
-    require_shared();
     char items[] = "/tmp/tutti-choices-XXXXXX";
     int fd = mkstemp(items);
     assert_true(fd >= 0);
@@ -282,11 +277,12 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ll_is_direct_computation),
         cmocka_unit_test(test_branches_equal_whole_texts),
-        cmocka_unit_test(test_posterior_is_sequence_mixture),
-        cmocka_unit_test(test_route_and_adapt_refused),
+        shared_unit_test(test_posterior_is_sequence_mixture),
+        shared_unit_test(test_route_and_adapt_refused),
         cmocka_unit_test(test_cloze_members_match_llamacpp),
         cmocka_unit_test(test_bad_items),
         cmocka_unit_test(test_cli_choices_json_plot),
     };
+    test_select_part();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

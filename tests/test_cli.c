@@ -66,7 +66,6 @@ static const char *stories(void) { return shared_path("models/stories260K.gguf")
 
 static void test_generate_greedy_matches_llama_cpp(void **state) {
     (void)state;
-    require_shared();
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "%s generate -m %s -p \"Once upon a time\" -n 48 --temp 0 2>/dev/null", TUTTI_CLI,
              shared_path("models/stories260K.gguf"));
@@ -80,7 +79,6 @@ static void test_generate_greedy_matches_llama_cpp(void **state) {
 
 static void test_generate_same_seed_same_text(void **state) {
     (void)state;
-    require_shared();
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "%s generate -m %s -p \"Lily and Ben\" -n 32 --seed 11 2>/dev/null", TUTTI_CLI,
              shared_path("models/stories260K.gguf"));
@@ -95,7 +93,6 @@ static void test_generate_same_seed_same_text(void **state) {
 
 static void test_logits_match_reference(void **state) {
     (void)state;
-    require_shared();
     char out_path[] = "/tmp/tutti_cli_logitsXXXXXX";
     int fd = mkstemp(out_path);
     assert_true(fd >= 0);
@@ -135,7 +132,6 @@ static void test_tokenize_inp_matches_reference(void **state) {
 
 static void test_bad_input_exits_with_message(void **state) {
     (void)state;
-    require_shared();
     const char *cases[][2] = {
         {"generate -m /nonexistent.gguf -p hi", "1"},
         {"generate -p hi", "2"},
@@ -237,13 +233,12 @@ static void test_generate_chat(void **state) {
     rmdir(dir);
 }
 
-/* Hostile inputs (fuzz/corpus/model/ holds the tiny hostile models written
+/* Hostile inputs (fuzz/corpus/model.tar holds the tiny hostile models written
  * by tests/test_model_hostile.c): each must end with the given exit status
  * and a message on stderr naming the problem. */
 static void test_hostile_inputs(void **state) {
     (void)state;
-    require_shared();
-    const char *corpus = TUTTI_SOURCE_DIR "/fuzz/corpus/model";
+    const char *corpus = corpus_dir("model");
     const char *stories = shared_path("models/stories260K.gguf");
     struct {
         char args[1024];
@@ -278,7 +273,6 @@ static void test_hostile_inputs(void **state) {
  * instead of failing it; the others go on. */
 static void test_run_member_leaves(void **state) {
     (void)state;
-    require_shared();
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "%s run -m %s -m %s -p 'Tom saw a \xf0\x9f\x90\xb6. He' -n 20 --seed 1 2>&1", TUTTI_CLI,
              shared_path("models/stories260K.gguf"), shared_path("models/BabyLlama-tok105/babyllama-tok105.gguf"));
@@ -298,7 +292,6 @@ static void test_run_member_leaves(void **state) {
  * prints (generated text only), greedy and seeded. */
 static void test_run_one_member_equals_generate(void **state) {
     (void)state;
-    require_shared();
     const char *opts[] = {"--temp 0 -n 40", "--seed 9 -n 40"};
     for (int k = 0; k < 2; k++) {
         char cmd[4096];
@@ -323,7 +316,6 @@ static void test_run_one_member_equals_generate(void **state) {
  * as aliases), the --flag=value form, -n -1, -c 0, -s. */
 static void test_flag_forms(void **state) {
     (void)state;
-    require_shared();
     int st;
     char *err;
     /* --flag=value and -s are the same as --flag value and --seed */
@@ -395,7 +387,6 @@ static void test_flag_forms(void **state) {
 /* The seed comes from getrandom(2), is printed ("seed: N"), and repeats the run. */
 static void test_seed_printed_and_repeatable(void **state) {
     (void)state;
-    require_shared();
     const char *cmds[] = {"generate -m %s -p 'Lily and Ben' -n 32", "run -m %s --align token -p 'Lily and Ben' -n 32"};
     for (int c = 0; c < 2; c++) {
         int st;
@@ -423,7 +414,6 @@ static void test_seed_printed_and_repeatable(void **state) {
 
 static void test_ctx_warning(void **state) {
     (void)state;
-    require_shared();
     int st;
     char *err;
     /* stories260K's trained context is 2048 (llama.cpp: print_info n_ctx_train = 2048) */
@@ -447,7 +437,6 @@ static void test_ctx_warning(void **state) {
  * (tests/data/cli/make_refs.sh). */
 static void test_prompt_text_matches_llama_cpp(void **state) {
     (void)state;
-    require_shared();
     char *refs = read_file(TUTTI_SOURCE_DIR "/tests/data/cli/prompt_ids.txt", NULL);
     assert_non_null(refs);
     char dir[] = "/tmp/tutti_cli_promptXXXXXX";
@@ -517,7 +506,6 @@ static void test_prompt_text_matches_llama_cpp(void **state) {
 /* --stop cuts llama.cpp's greedy text at the stop string (not printed). */
 static void test_generate_stop(void **state) {
     (void)state;
-    require_shared();
     char *want = ref_text("ref/models/stories260K.p1.jsonl");
     /* the last one with an escape: "red\x20ball" is "red ball" */
     const char *stops[] = {"Lily", "play", "red\\x20ball"};
@@ -542,7 +530,6 @@ static void test_generate_stop(void **state) {
  * printed, exit 130. */
 static void test_sigint_stops_cleanly(void **state) {
     (void)state;
-    require_shared();
     const char *argvs[][16] = {
         {"tutti", "generate", "-m", NULL, "-p", "Once", "-n", "-1", "-c", "400000", "--ignore-eos", "-t", "1", NULL},
         {"tutti", "run", "-m", NULL, "--align", "token", "-p", "Once", "-n", "-1", "-c", "400000", "-t", "1", NULL},
@@ -592,7 +579,6 @@ static void test_sigint_stops_cleanly(void **state) {
 
 static void test_quiet_version_help(void **state) {
     (void)state;
-    require_shared();
     int st;
     char *err;
     char *out = tutti(&st, &err, "generate -m %s -p 'Lily and Ben' -n 16 --quiet", stories());
@@ -807,7 +793,6 @@ static void test_run_takes_generate_sampling_flags(void **state) {
 /* One prefix per message: "tutti CMD: ...", never twice, never "error: error:". */
 static void test_messages_have_one_prefix(void **state) {
     (void)state;
-    require_shared();
     struct {
         const char *cmd, *fmt;
     } cases[] = {
@@ -906,7 +891,6 @@ static void test_info(void **state) {
  * comments, rule/align lines); bench --fused --align. */
 static void test_json_and_ensemble_files(void **state) {
     (void)state;
-    require_shared();
     char dir[] = "/tmp/tutti_cli_jsonXXXXXX";
     assert_non_null(mkdtemp(dir));
     char odd[700], ens[700], link2[700];
@@ -995,7 +979,6 @@ static void test_json_and_ensemble_files(void **state) {
 /* eval and fit say they are working when they take longer than a second. */
 static void test_eval_progress(void **state) {
     (void)state;
-    require_shared();
     char text[] = "/tmp/tutti_cli_evalXXXXXX";
     int fd = mkstemp(text);
     assert_true(fd >= 0);
@@ -1033,9 +1016,9 @@ int main(void) {
         cmocka_unit_test(test_generate_greedy_matches_llama_cpp),
         cmocka_unit_test(test_generate_same_seed_same_text),
         cmocka_unit_test(test_logits_match_reference),
-        cmocka_unit_test(test_tokenize_inp_matches_reference),
+        shared_unit_test(test_tokenize_inp_matches_reference),
         cmocka_unit_test(test_bad_input_exits_with_message),
-        cmocka_unit_test(test_generate_chat),
+        shared_unit_test(test_generate_chat),
         cmocka_unit_test(test_run_member_leaves),
         cmocka_unit_test(test_run_one_member_equals_generate),
         cmocka_unit_test(test_hostile_inputs),
@@ -1047,13 +1030,15 @@ int main(void) {
         cmocka_unit_test(test_sigint_stops_cleanly),
         cmocka_unit_test(test_quiet_version_help),
         cmocka_unit_test(test_messages_have_one_prefix),
-        cmocka_unit_test(test_flag_errors_exit_2),
-        cmocka_unit_test(test_run_takes_generate_sampling_flags),
-        cmocka_unit_test(test_info),
+        shared_unit_test(test_flag_errors_exit_2),
+        shared_unit_test(test_run_takes_generate_sampling_flags),
+        shared_unit_test(test_info),
         cmocka_unit_test(test_json_and_ensemble_files),
         cmocka_unit_test(test_eval_progress),
     };
-    /* TUTTI_TEST_FILTER=test_info runs one test (cmocka's pattern) */
+    test_select_part();
+    /* TUTTI_TEST_FILTER=test_info runs one test (cmocka's pattern; shared
+     * cases are named shared_test_...) */
     if (getenv("TUTTI_TEST_FILTER")) cmocka_set_test_filter(getenv("TUTTI_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -11,22 +11,51 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
+
+/* ../shared, or $TUTTI_SHARED_DIR when set (CI runs ctest -L core with it
+ * pointing nowhere). */
+static const char *shared_dir(void) {
+    const char *d = getenv("TUTTI_SHARED_DIR");
+    return d && *d ? d : TUTTI_SHARED_DIR;
+}
 
 const char *shared_path(const char *rel) {
     static char bufs[8][4096];
     static int k;
     char *b = bufs[k++ & 7];
-    snprintf(b, sizeof bufs[0], "%s/%s", TUTTI_SHARED_DIR, rel);
+    /* the repository's copies first: the quick start's four models in
+     * models/, the core tests' references in tests/data/ (same names as in
+     * ../shared; tests/data/copy_shared.sh) */
+    static const char *const copies[] = {TUTTI_SOURCE_DIR, TUTTI_SOURCE_DIR "/tests/data"};
+    for (int i = 0; i < 2; i++) {
+        if (i == 0 && strncmp(rel, "models/", 7) != 0) continue;
+        struct stat st;
+        snprintf(b, sizeof bufs[0], "%s/%s", copies[i], rel);
+        if (stat(b, &st) == 0 && S_ISREG(st.st_mode)) return b;
+    }
+    snprintf(b, sizeof bufs[0], "%s/%s", shared_dir(), rel);
     return b;
 }
 
 void require_shared(void) {
     struct stat st;
-    if (stat(TUTTI_SHARED_DIR "/ref", &st) != 0) {
+    char ref[4096];
+    snprintf(ref, sizeof ref, "%s/ref", shared_dir());
+    if (stat(ref, &st) != 0) {
         fail_msg("the shared reference data is missing: expected %s (the ../shared folder beside "
-                 "the project, with models/ and ref/); these tests cannot run without it",
-                 TUTTI_SHARED_DIR);
+                 "the project, with models/ and ref/); these tests cannot run without it (ctest -L core "
+                 "runs the ones that can)",
+                 shared_dir());
     }
+}
+
+void test_select_part(void) {
+    const char *part = getenv("TUTTI_TEST_PART");
+    if (!part || !*part) return;
+    if (!strcmp(part, "core")) cmocka_set_skip_filter(SHARED_TEST_PREFIX "*");
+    else if (!strcmp(part, "shared")) cmocka_set_test_filter(SHARED_TEST_PREFIX "*");
+    else fail_msg("TUTTI_TEST_PART=%s: expected core or shared", part);
 }
 
 char *read_file(const char *path, size_t *len) {
@@ -45,6 +74,79 @@ char *read_file(const char *path, size_t *len) {
     fclose(f);
     if (len) *len = (size_t)n;
     return buf;
+}
+
+/* ustar header fields (POSIX.1-1988): name[100] at 0, size (octal) at
+ * 124, typeflag at 156, prefix[155] at 345, "ustar" at 257; 512-byte
+ * blocks, data padded to a block; two zero blocks end the archive. */
+static uint64_t tar_octal(const unsigned char *p, size_t n) {
+    uint64_t v = 0;
+    for (size_t i = 0; i < n && p[i] >= '0' && p[i] <= '7'; i++) v = v * 8 + (uint64_t)(p[i] - '0');
+    return v;
+}
+
+int pack_each(const char *path, pack_entry_fn fn, void *user) {
+    size_t len = 0;
+    unsigned char *t = (unsigned char *)read_file(path, &len);
+    if (!t) fail_msg("cannot read %s", path);
+    int n = 0;
+    size_t off = 0;
+    while (off + 512 <= len && t[off]) {
+        const unsigned char *h = t + off;
+        if (memcmp(h + 257, "ustar", 5) != 0) fail_msg("%s: entry %d is not a ustar header", path, n + 1);
+        uint64_t size = tar_octal(h + 124, 12);
+        char name[260];
+        snprintf(name, sizeof name, "%.155s%s%.100s", (const char *)h + 345, h[345] ? "/" : "",
+                 (const char *)h);
+        if ((h[156] != '0' && h[156] != 0) || strchr(name, '/'))
+            fail_msg("%s: %s is not a plain file at the top (fuzz/corpus.sh packs those only)", path, name);
+        if (size > len - off - 512) fail_msg("%s: %s runs past the end of the pack", path, name);
+        uint8_t *exact = malloc(size ? size : 1);
+        assert_non_null(exact);
+        memcpy(exact, h + 512, size);
+        fn(name, exact, size, user);
+        free(exact);
+        n++;
+        off += 512 + (size + 511) / 512 * 512;
+    }
+    free(t);
+    return n;
+}
+
+static char g_corpus_root[64];
+
+static void remove_corpus_root(void) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_corpus_root);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_corpus_root);
+}
+
+static void write_entry(const char *name, const uint8_t *data, size_t size, void *user) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", (const char *)user, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(data, 1, size, f) != size) fail_msg("cannot write %s", path);
+    fclose(f);
+}
+
+const char *corpus_dir(const char *harness) {
+    static char dirs[16][4096];
+    static int n;
+    if (!g_corpus_root[0]) {
+        snprintf(g_corpus_root, sizeof g_corpus_root, "/tmp/tutti-corpus-%ld", (long)getpid());
+        if (mkdir(g_corpus_root, 0700) != 0) fail_msg("cannot make %s", g_corpus_root);
+        atexit(remove_corpus_root);
+    }
+    for (int i = 0; i < n; i++)
+        if (!strcmp(strrchr(dirs[i], '/') + 1, harness)) return dirs[i];
+    if (n == 16) fail_msg("corpus_dir: too many corpora");
+    char *d = dirs[n++];
+    snprintf(d, sizeof dirs[0], "%s/%s", g_corpus_root, harness);
+    if (mkdir(d, 0700) != 0) fail_msg("cannot make %s", d);
+    char pack[4096];
+    snprintf(pack, sizeof pack, "%s/fuzz/corpus/%s.tar", TUTTI_SOURCE_DIR, harness);
+    pack_each(pack, write_entry, d);
+    return d;
 }
 
 /* SHA-256 by Nettle (a library independent of the code under test). */

@@ -9,12 +9,37 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-/* Absolute path of ../shared/<rel> (static buffer, rotates among 8). */
+/* Path of the shared data file rel ("models/stories260K.gguf",
+ * "ref/models/p1.txt"): the repository's copy when it has one (the four
+ * quick-start models in models/, the core tests' references in tests/data/),
+ * else ../shared/<rel> ($TUTTI_SHARED_DIR when set).  Static buffer,
+ * rotates among 8. */
 const char *shared_path(const char *rel);
 /* Fails the current test, saying that ../shared is missing, unless it exists. */
 void require_shared(void);
+
+/* Two parts of a test binary: its core cases, whose data the repository
+ * holds (ctest -L core runs them with ../shared absent), and the cases that
+ * need ../shared, listed with shared_unit_test(f) (named "shared_f"; each
+ * calls require_shared()).  main() calls test_select_part() before running
+ * its group: TUTTI_TEST_PART=core runs the core cases only, =shared the
+ * others, unset both.  tests/CMakeLists.txt registers such a binary twice,
+ * NAME (core) and NAME_shared. */
+#define SHARED_TEST_PREFIX "shared_"
+#define shared_unit_test(f) {SHARED_TEST_PREFIX #f, f, NULL, NULL, NULL}
+void test_select_part(void);
 /* Reads a whole file; NULL if it cannot (size in *len).  Caller frees. */
 char *read_file(const char *path, size_t *len);
+/* The inputs of a fuzz corpus pack (fuzz/corpus/NAME.tar, POSIX ustar of
+ * regular files; fuzz/corpus.sh writes them): fn(name, data, size, user)
+ * for each, data an exact-size copy (so ASan sees a read past its end).
+ * Returns the count; fails the test on a malformed pack. */
+typedef void (*pack_entry_fn)(const char *name, const uint8_t *data, size_t size, void *user);
+int pack_each(const char *path, pack_entry_fn fn, void *user);
+/* A folder holding fuzz/corpus/<harness>.tar's inputs as files (unpacked
+ * once per process under /tmp, removed at exit), for tests that give a seed
+ * to the CLI or the library by name. */
+const char *corpus_dir(const char *harness);
 /* Runs a shell command; returns its stdout (malloc'd, NUL-terminated) and
  * sets *status to its exit status (-1 if it did not exit normally). */
 char *run_cmd(const char *cmd, int *status);

@@ -114,7 +114,6 @@ static int sbuf_cb(const char *bytes, size_t n, void *u) {
 
 static void test_token_one_member_is_generate(void **state) {
     (void)state;
-    require_shared();
     const char *prompt = "Once upon a time, there was a";
     tutti_sampler_params sps[2] = {tutti_sampler_default_params(), tutti_sampler_default_params()};
     sps[0].seed = 7;
@@ -173,7 +172,6 @@ static void test_token_weights_one_zero(void **state) {
 /* N copies of one model with any weights: mix and product are that model. */
 static void test_copies_give_the_model(void **state) {
     (void)state;
-    require_shared();
     const char *models[3] = {M_STORIES, M_STORIES, M_STORIES};
     float w[3] = {0.5f, 0.3f, 0.2f};
     tutti_ensemble *e = make_ens(models, 3, w, TUTTI_ALIGN_TOKEN, TUTTI_RULE_MIX, -1);
@@ -363,7 +361,6 @@ static void check_bruteforce(const char *rel, const char *text) { check_brutefor
 
 static void test_byte_marginal_bruteforce(void **state) {
     (void)state;
-    require_shared();
     check_bruteforce(M_STORIES, "Once upon a time, Lily");
     check_bruteforce(M_TOK105, "Once upon a time, Lily");
 }
@@ -636,7 +633,6 @@ static void test_chat_prompt_ids(void **state) {
  * and tutti generate do): the text is what a large context gives, cut. */
 static void test_context_full_is_clean_stop(void **state) {
     (void)state;
-    require_shared();
     const char *models[2] = {M_STORIES, M_TOK361}; /* tok361: one token per character */
     const char *prompt = "Once upon a time";
     tutti_sampler_params sp = tutti_sampler_default_params();
@@ -752,7 +748,6 @@ static void test_token_mask_definition(void **state) {
  * allowed string, never contains a forbidden one. */
 static void test_generate_masks(void **state) {
     (void)state;
-    require_shared();
     const char *models[2] = {M_STORIES, M_TOK361};
     const char *allowed[2] = {", there was a big dog.", ", a cat sat."};
     const char *forbidden[2] = {" the", "girl"};
@@ -786,7 +781,6 @@ static void test_generate_masks(void **state) {
  * no '#', forced here through an allowed string. */
 static void test_member_that_cannot_spell_leaves(void **state) {
     (void)state;
-    require_shared();
     tutti_vocab *v = tutti_vocab_load(shared_path(M_TOK105));
     assert_non_null(v);
     char piece[64];
@@ -849,7 +843,6 @@ static double token_bpb(const char *path, char **chunks, int n_chunks) {
 
 static void test_byte_bpb_matches_token_bpb(void **state) {
     (void)state;
-    require_shared();
     size_t len;
     char *text = read_file(shared_path("eval/stories-dev.txt"), &len);
     assert_non_null(text);
@@ -880,7 +873,6 @@ static void test_byte_bpb_matches_token_bpb(void **state) {
  * weights beat the best member. */
 static void test_ensemble_beats_best_member(void **state) {
     (void)state;
-    require_shared();
     size_t len;
     char *text = read_file(shared_path("eval/stories-dev.txt"), &len);
     assert_non_null(text);
@@ -1201,7 +1193,6 @@ static void check_batch_is_single(const char *rel, const char *text) {
 
 static void test_byte_batch_is_single(void **state) {
     (void)state;
-    require_shared();
     /* prune 0 keeps every tokenization: their number grows exponentially
      * with the text, so a short one */
     check_batch_is_single(M_STORIES, "Once upon a");
@@ -1311,7 +1302,6 @@ static void test_step_logprobs_token(void **state) {
  * the bytes that cannot start a UTF-8 character, renormalised. */
 static void test_step_logprobs_byte(void **state) {
     (void)state;
-    require_shared();
     tutti_ensemble *e = make_ens(&M_STORIES, 1, NULL, TUTTI_ALIGN_BYTE, TUTTI_RULE_MIX, 0);
     assert_non_null(e);
     tutti_model_params mp = tutti_model_default_params();
@@ -1356,25 +1346,26 @@ static void test_step_logprobs_byte(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_token_one_member_is_generate),
-        cmocka_unit_test(test_token_weights_one_zero),
+        shared_unit_test(test_token_weights_one_zero),
         cmocka_unit_test(test_copies_give_the_model),
         cmocka_unit_test(test_byte_marginal_bruteforce),
-        cmocka_unit_test(test_chat_run_is_generate_chat),
-        cmocka_unit_test(test_chat_run_byte_members),
-        cmocka_unit_test(test_chat_prompt_ids),
+        shared_unit_test(test_chat_run_is_generate_chat),
+        shared_unit_test(test_chat_run_byte_members),
+        shared_unit_test(test_chat_prompt_ids),
         cmocka_unit_test(test_context_full_is_clean_stop),
-        cmocka_unit_test(test_token_mask_definition),
+        shared_unit_test(test_token_mask_definition),
         cmocka_unit_test(test_generate_masks),
         cmocka_unit_test(test_member_that_cannot_spell_leaves),
         cmocka_unit_test(test_byte_bpb_matches_token_bpb),
-        cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_overhead_qwen3_vocab),
+        shared_unit_test(test_errors),
+        shared_unit_test(test_overhead_qwen3_vocab),
         cmocka_unit_test(test_ensemble_beats_best_member),
         cmocka_unit_test(test_byte_batch_is_single),
-        cmocka_unit_test(test_step_logprobs_token),
+        shared_unit_test(test_step_logprobs_token),
         cmocka_unit_test(test_step_logprobs_byte),
     };
     /* TUTTI_TEST_FILTER=name runs the matching tests only (while working on one) */
     if (getenv("TUTTI_TEST_FILTER")) cmocka_set_test_filter(getenv("TUTTI_TEST_FILTER"));
+    test_select_part();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

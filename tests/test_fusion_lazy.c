@@ -266,5 +266,6 @@ int main(void) {
         cmocka_unit_test(test_lazy_close_to_exact),
         cmocka_unit_test(test_expect_same),
     };
+    test_select_part();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

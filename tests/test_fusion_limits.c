@@ -13,13 +13,14 @@
 #include <unistd.h>
 
 #include "test_common.h"
+#include "ensemble/ensemble.h"
 #include "fusion/ensemble_impl.h"
 
 static const char *M_STORIES = "models/stories260K.gguf";
 static const char *M_656K = "models/TinyStories-656K-Q8_0.gguf";
 static const char *M_TOK105 = "models/BabyLlama-tok105/babyllama-tok105.gguf";
 static const char *M_TOK361 = "models/BabyLlama-tok361/babyllama-tok361.gguf";
-#define CORPUS TUTTI_SOURCE_DIR "/fuzz/corpus/model"
+#define CORPUS corpus_dir("model") /* fuzz/corpus/model.tar, unpacked */
 
 static tutti_ensemble *make_ens(const char *const *rel, int n, tutti_align align, tutti_fusion_rule rule, int n_ctx) {
     tutti_member_desc d[TUTTI_ENSEMBLE_MAX_MEMBERS];
@@ -59,11 +60,14 @@ static void note_cb(const char *msg, void *u) {
 }
 
 /* ---- 1: NaN logits are an error naming the member, in every alignment,
- * in eval and in fit (fuzz/corpus/model/ok-nan-weights.in: every weight
- * NaN, same vocabulary as ok-base.in) ---- */
+ * in eval and in fit (fuzz/corpus/model.tar's ok-nan-weights.in: every
+ * weight NaN, same vocabulary as ok-base.in) ---- */
 static void test_nan_member_is_an_error(void **state) {
     (void)state;
-    const char *models[2] = {CORPUS "/ok-base.in", CORPUS "/ok-nan-weights.in"};
+    char base[4200], nan_w[4200];
+    snprintf(base, sizeof base, "%s/ok-base.in", CORPUS);
+    snprintf(nan_w, sizeof nan_w, "%s/ok-nan-weights.in", CORPUS);
+    const char *models[2] = {base, nan_w};
     const char *want = "member 2 (ok-nan-weights.in): logits contain NaN at position ";
     for (int al = TUTTI_ALIGN_TOKEN; al <= TUTTI_ALIGN_SPAN; al++) {
         tutti_ensemble *e = make_ens(models, 2, (tutti_align)al, TUTTI_RULE_MIX, 0);
@@ -94,7 +98,6 @@ static void test_nan_member_is_an_error(void **state) {
  * a context filling up mid-way is a clean stop that says which ---- */
 static void test_context_limits(void **state) {
     (void)state;
-    require_shared();
     char prompt[401];
     const char *s = "Once upon a time there was a little girl named Lily who loved to play outside. ";
     for (int i = 0; i < 400; i++) prompt[i] = s[i % strlen(s)];
@@ -153,7 +156,6 @@ static const char *PRUNE_TEXT =
 
 static void test_pruning_keeps_a_spelling_hypothesis(void **state) {
     (void)state;
-    require_shared();
     const char *models[1] = {M_656K};
     tutti_ensemble *e = make_ens(models, 1, TUTTI_ALIGN_BYTE, TUTTI_RULE_MIX, 0);
     assert_non_null(e);
@@ -184,7 +186,6 @@ static void test_pruning_keeps_a_spelling_hypothesis(void **state) {
  * no '#': forced through an allowed string). */
 static void test_leaving_is_announced(void **state) {
     (void)state;
-    require_shared();
     const char *models[2] = {M_STORIES, M_TOK105};
     const char *allowed[1] = {" there was a #1 dog."};
     tutti_sampler_params sp = tutti_sampler_default_params();
@@ -210,11 +211,10 @@ static void test_leaving_is_announced(void **state) {
  * file is read back from another folder ---- */
 static void test_ensemble_file_paths(void **state) {
     (void)state;
-    require_shared();
     char cwd[4096];
     assert_non_null(getcwd(cwd, sizeof cwd));
-    char shared[4096];
-    snprintf(shared, sizeof shared, "%s", shared_path(""));
+    char shared[4096]; /* the repository root: its models/ holds both files */
+    snprintf(shared, sizeof shared, "%s", TUTTI_SOURCE_DIR);
     assert_int_equal(chdir(shared), 0);
     const char *rel[2] = {"./models/stories260K.gguf", "models/BabyLlama-tok361/babyllama-tok361.gguf"};
     tutti_member_desc d[2] = {{rel[0], 0.25f, 1.0f}, {rel[1], 0.75f, 1.1f}};
@@ -254,7 +254,6 @@ static void test_ensemble_file_paths(void **state) {
 /* ---- 7: eval refuses what it cannot score ---- */
 static void test_eval_refuses(void **state) {
     (void)state;
-    require_shared();
     const char *models[2] = {M_STORIES, M_TOK361};
     const char *text = "Once upon a time there was a dog. It was happy.";
     tutti_bpb_result r;
@@ -303,7 +302,6 @@ static bool valid_utf8(const char *s, size_t n) {
 
 static void test_max_tokens_and_utf8(void **state) {
     (void)state;
-    require_shared();
     const char *models[2] = {M_STORIES, M_TOK361};
     tutti_vocab *v = tutti_vocab_load(shared_path(M_STORIES));
     assert_non_null(v);
@@ -347,7 +345,6 @@ static void test_max_tokens_and_utf8(void **state) {
  * context and for NaN logits; -n in tokens ---- */
 static void test_cli_limits(void **state) {
     (void)state;
-    require_shared();
     char prompt[401];
     const char *s = "Once upon a time there was a little girl named Lily who loved to play outside. ";
     for (int i = 0; i < 400; i++) prompt[i] = s[i % strlen(s)];
@@ -399,25 +396,25 @@ static void test_schedule_cache(void **state) {
     char *a = strdup(shared_path(M_STORIES)), *b = strdup(shared_path(M_TOK361));
     const char *paths[2] = {a, b};
     uint64_t key, key3;
-    assert_int_equal(fusion_schedule_cache_key(paths, 2, 1, 2, &key), 0);
-    assert_int_equal(fusion_schedule_cache_key(paths, 2, 1, 3, &key3), 0);
+    assert_int_equal(ens_schedule_cache_key(paths, 2, 1, 2, &key), 0);
+    assert_int_equal(ens_schedule_cache_key(paths, 2, 1, 3, &key3), 0);
     assert_true(key != key3);
     double ts = 0, tp = 0;
     char path[4096];
-    assert_false(fusion_schedule_cache_get(key, &ts, &tp, path, sizeof path));
+    assert_false(ens_schedule_cache_get(key, &ts, &tp, path, sizeof path));
     /* the first start measures and stores */
     tutti_ensemble *e = make_ens_threads(a, b, 2);
     assert_non_null(e);
     tutti_ensemble_free(e);
-    assert_true(fusion_schedule_cache_get(key, &ts, &tp, path, sizeof path));
+    assert_true(ens_schedule_cache_get(key, &ts, &tp, path, sizeof path));
     assert_true(ts > 0 && tp > 0);
     /* the cached numbers decide: in turn faster, then concurrently faster */
-    fusion_schedule_cache_put(key, 1e-3, 2e-3, path, sizeof path);
+    ens_schedule_cache_put(key, 1e-3, 2e-3, path, sizeof path);
     e = make_ens_threads(a, b, 2);
     assert_non_null(e);
     assert_false(e->parallel);
     tutti_ensemble_free(e);
-    fusion_schedule_cache_put(key, 2e-3, 1e-3, path, sizeof path);
+    ens_schedule_cache_put(key, 2e-3, 1e-3, path, sizeof path);
     e = make_ens_threads(a, b, 2);
     assert_non_null(e);
     assert_true(e->parallel);
@@ -434,21 +431,21 @@ static void test_schedule_cache(void **state) {
     fclose(in), fclose(out);
     const char *cpaths[2] = {cp, b};
     uint64_t kc1, kc2;
-    assert_int_equal(fusion_schedule_cache_key(cpaths, 2, 1, 2, &kc1), 0);
+    assert_int_equal(ens_schedule_cache_key(cpaths, 2, 1, 2, &kc1), 0);
     struct timespec t[2] = {{1000000000, 0}, {1000000000, 0}};
     assert_int_equal(utimensat(AT_FDCWD, cp, t, 0), 0);
-    assert_int_equal(fusion_schedule_cache_key(cpaths, 2, 1, 2, &kc2), 0);
+    assert_int_equal(ens_schedule_cache_key(cpaths, 2, 1, 2, &kc2), 0);
     assert_true(kc1 != kc2 && kc1 != key);
     /* a malformed cache file is a miss, not an error */
     FILE *f = fopen(path, "w");
     assert_non_null(f);
     fputs("zz not a line\n\x01\x02\n", f);
     fclose(f);
-    assert_false(fusion_schedule_cache_get(key, &ts, &tp, path, sizeof path));
+    assert_false(ens_schedule_cache_get(key, &ts, &tp, path, sizeof path));
     e = make_ens_threads(a, b, 2);
     assert_non_null(e);
     tutti_ensemble_free(e);
-    assert_true(fusion_schedule_cache_get(key, &ts, &tp, path, sizeof path));
+    assert_true(ens_schedule_cache_get(key, &ts, &tp, path, sizeof path));
     remove(path), remove(cp);
     char sub[512];
     snprintf(sub, sizeof sub, "%s/tutti", dir);
@@ -470,5 +467,6 @@ int main(void) {
         cmocka_unit_test(test_cli_limits),
         cmocka_unit_test(test_schedule_cache),
     };
+    test_select_part();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

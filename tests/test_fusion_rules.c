@@ -301,7 +301,6 @@ static void test_utf8_mask(void **state) {
 
 static void test_chunks(void **state) {
     (void)state;
-    require_shared();
     size_t len;
     char *text = read_file(shared_path("eval/stories-dev.txt"), &len);
     assert_non_null(text);
@@ -419,5 +418,6 @@ int main(void) {
         cmocka_unit_test(test_byte_marginal_bruteforce), cmocka_unit_test(test_utf8_mask),
         cmocka_unit_test(test_chunks),              cmocka_unit_test(test_ensemble_file),
     };
+    test_select_part();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

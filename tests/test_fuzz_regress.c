@@ -1,8 +1,10 @@
-/* Fuzz regression: replays every file under fuzz/corpus/<harness>/ through
- * the harness function tutti_fuzz_<harness>_one() (the fuzz/fuzz_*.c files
- * are linked into this test without libFuzzer, see tests/CMakeLists.txt).
+/* Fuzz regression: replays every input of fuzz/corpus/<harness>.tar (or of
+ * the folder fuzz/corpus/<harness>/, for a corpus too big to pack; see
+ * fuzz/corpus.sh) through the harness function tutti_fuzz_<harness>_one()
+ * (the fuzz/fuzz_*.c files are linked into this test without libFuzzer, see
+ * tests/CMakeLists.txt).
  * Crashes, sanitizer reports (ASan/UBSan CI builds) and the harnesses' own
- * invariant traps fail the test.  Every corpus folder must have a harness in
+ * invariant traps fail the test.  Every corpus must have a harness in
  * the table below, and every registered harness that is linked must have a
  * non-empty corpus, so neither side can silently drop out. */
 #include "test_common.h"
@@ -51,6 +53,10 @@ static const struct {
 };
 #define N_HARNESSES (sizeof g_harnesses / sizeof g_harnesses[0])
 
+/* Harnesses whose inputs need ../shared (the tokenizer's reference
+ * vocabularies): their corpora replay in test_fuzz_regress_shared. */
+static bool needs_shared(const char *name) { return !strcmp(name, "tokenizer"); }
+
 static fuzz_one_fn find_harness(const char *name, bool *registered) {
     for (size_t i = 0; i < N_HARNESSES; i++)
         if (strcmp(g_harnesses[i].name, name) == 0) {
@@ -61,7 +67,13 @@ static fuzz_one_fn find_harness(const char *name, bool *registered) {
     return NULL;
 }
 
-/* Runs every regular file of dir through fn; returns how many. */
+static void replay_one(const char *name, const uint8_t *data, size_t size, void *user) {
+    (void)name;
+    ((fuzz_one_fn)user)(data, size);
+}
+
+/* Runs every regular file of dir through fn (a corpus kept as a folder:
+ * fuzz/corpus.sh packs none whose pack would pass 2 MB); returns how many. */
 static int replay_dir(const char *dir, fuzz_one_fn fn) {
     DIR *d = opendir(dir);
     if (!d) fail_msg("cannot open %s", dir);
@@ -89,40 +101,68 @@ static int replay_dir(const char *dir, fuzz_one_fn fn) {
     return n;
 }
 
-static void test_replay_corpora(void **state) {
-    (void)state;
+/* The corpus entry de of fuzz/corpus/ (NAME.tar or the folder NAME): its
+ * harness name into name[cap]; false for anything else. */
+static bool corpus_entry(const struct dirent *de, char *name, size_t cap, bool *is_pack) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", TUTTI_FUZZ_CORPUS_DIR, de->d_name);
+    struct stat st;
+    if (de->d_name[0] == '.' || stat(path, &st) != 0) return false;
+    size_t n = strlen(de->d_name);
+    *is_pack = S_ISREG(st.st_mode) && n > 4 && !strcmp(de->d_name + n - 4, ".tar");
+    if (!*is_pack && !S_ISDIR(st.st_mode)) return false;
+    snprintf(name, cap, "%.*s", (int)(*is_pack ? n - 4 : n), de->d_name);
+    return true;
+}
+
+/* Replays the corpora of the harnesses that need ../shared (shared true)
+ * or of the others. */
+static void replay_corpora(bool shared) {
     DIR *d = opendir(TUTTI_FUZZ_CORPUS_DIR);
     if (!d) fail_msg("fuzz corpus folder %s is missing", TUTTI_FUZZ_CORPUS_DIR);
     struct dirent *de;
-    int total = 0, dirs = 0;
+    int total = 0, corpora = 0;
     while ((de = readdir(d))) {
-        if (de->d_name[0] == '.') continue;
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", TUTTI_FUZZ_CORPUS_DIR, de->d_name);
-        struct stat st;
-        if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+        char name[256], path[4096];
+        bool is_pack;
+        if (!corpus_entry(de, name, sizeof name, &is_pack)) continue;
         bool registered;
-        fuzz_one_fn fn = find_harness(de->d_name, &registered);
+        fuzz_one_fn fn = find_harness(name, &registered);
         if (!registered || !fn) {
-            char name[256];
-            snprintf(name, sizeof name, "%s", de->d_name);
             closedir(d); /* fail_msg does not return */
             if (!registered)
-                fail_msg("fuzz/corpus/%s has no harness registered in tests/test_fuzz_regress.c",
-                         name);
+                fail_msg("fuzz/corpus/%s has no harness registered in tests/test_fuzz_regress.c", name);
             fail_msg("fuzz/corpus/%s: tutti_fuzz_%s_one is not linked: fuzz/fuzz_%s.c must "
                      "define it (and LLVMFuzzerTestOneInput only under #ifdef TUTTI_LIBFUZZER), "
                      "see fuzz/README.md",
                      name, name, name);
         }
-        int n = replay_dir(path, fn);
+        if (needs_shared(name) != shared) continue;
+        snprintf(path, sizeof path, "%s/%s", TUTTI_FUZZ_CORPUS_DIR, de->d_name);
+        int n = is_pack ? pack_each(path, replay_one, (void *)fn) : replay_dir(path, fn);
         print_message("fuzz/corpus/%s: %d inputs replayed\n", de->d_name, n);
         total += n;
-        dirs++;
+        corpora++;
     }
     closedir(d);
-    assert_true(dirs > 0);
+    assert_true(corpora > 0);
     assert_true(total > 0);
+}
+
+static void test_replay_corpora(void **state) {
+    (void)state;
+    replay_corpora(false);
+}
+
+static void test_replay_shared_corpora(void **state) {
+    (void)state;
+    require_shared();
+    replay_corpora(true);
+}
+
+static void count_entry(const char *name, const uint8_t *data, size_t size, void *user) {
+    (void)name, (void)data, (void)size;
+    ++*(int *)user;
 }
 
 static void test_linked_harnesses_have_corpora(void **state) {
@@ -130,16 +170,19 @@ static void test_linked_harnesses_have_corpora(void **state) {
     for (size_t i = 0; i < N_HARNESSES; i++) {
         if (!g_harnesses[i].fn) continue;
         char path[4096];
+        int n = 0;
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s.tar", TUTTI_FUZZ_CORPUS_DIR, g_harnesses[i].name);
+        if (stat(path, &st) == 0) pack_each(path, count_entry, &n);
         snprintf(path, sizeof path, "%s/%s", TUTTI_FUZZ_CORPUS_DIR, g_harnesses[i].name);
         DIR *d = opendir(path);
-        if (!d) fail_msg("harness %s is linked but fuzz/corpus/%s is missing", g_harnesses[i].name,
-                         g_harnesses[i].name);
-        int n = 0;
         struct dirent *de;
-        while ((de = readdir(d)))
+        while (d && (de = readdir(d)))
             if (de->d_name[0] != '.') n++;
-        closedir(d);
-        if (n == 0) fail_msg("fuzz/corpus/%s is empty", g_harnesses[i].name);
+        if (d) closedir(d);
+        if (n == 0)
+            fail_msg("harness %s is linked but fuzz/corpus/%s.tar is missing or empty", g_harnesses[i].name,
+                     g_harnesses[i].name);
     }
     /* the empty input and a lone magic must be handled by every harness */
     static const uint8_t magic[4] = {'G', 'G', 'U', 'F'};
@@ -158,7 +201,9 @@ static void test_linked_harnesses_have_corpora(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_replay_corpora),
+        shared_unit_test(test_replay_shared_corpora),
         cmocka_unit_test(test_linked_harnesses_have_corpora),
     };
+    test_select_part();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

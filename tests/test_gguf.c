@@ -7,6 +7,7 @@
 #include "test_common.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1145,6 +1146,56 @@ static void test_open_errors(void **state) {
     gguf_close(NULL);
 }
 
+/* The public GGUF API (tutti.h, "GGUF files"): stories260K's header as
+ * ../shared/models/SOURCES.md describes it (GGUF v3, 48 tensors, 292,800
+ * parameters counting the duplicated output matrix, llama with
+ * context_length 2048, 512 tokens: <unk>, <s>, </s>, then the byte tokens). */
+static void test_public_api(void **state) {
+    (void)state;
+    tutti_gguf *f = tutti_gguf_open(shared_path("models/stories260K.gguf"));
+    assert_non_null(f);
+    assert_int_equal(tutti_gguf_version(f), 3);
+    assert_int_equal(tutti_gguf_n_tensors(f), 48);
+    assert_true(tutti_gguf_n_params(f) == 292800.0);
+    tutti_gguf_value v;
+    int64_t k = tutti_gguf_find(f, "general.architecture");
+    assert_true(k >= 0);
+    size_t kl = 0;
+    const char *key = tutti_gguf_key(f, k, &kl);
+    assert_int_equal(kl, strlen("general.architecture"));
+    assert_memory_equal(key, "general.architecture", kl);
+    assert_int_equal(tutti_gguf_get(f, k, -1, &v), 0);
+    assert_int_equal(v.kind, TUTTI_GGUF_STRING);
+    assert_string_equal(v.type, "str");
+    assert_int_equal(v.len, 5);
+    assert_memory_equal(v.str, "llama", 5);
+    assert_int_equal(tutti_gguf_get(f, tutti_gguf_find(f, "llama.context_length"), -1, &v), 0);
+    assert_int_equal(v.kind, TUTTI_GGUF_NUMBER);
+    assert_false(v.is_float);
+    assert_true(v.number == 2048.0);
+    assert_int_equal(tutti_gguf_get(f, tutti_gguf_find(f, "llama.attention.layer_norm_rms_epsilon"), -1, &v), 0);
+    assert_true(v.is_float);
+    assert_true(fabs(v.number - 1e-5) < 1e-9);
+    k = tutti_gguf_find(f, "tokenizer.ggml.tokens");
+    assert_int_equal(tutti_gguf_get(f, k, -1, &v), 0);
+    assert_int_equal(v.kind, TUTTI_GGUF_ARRAY);
+    assert_string_equal(v.elem_type, "str");
+    assert_int_equal(v.n, 512);
+    assert_int_equal(tutti_gguf_get(f, k, 1, &v), 0);
+    assert_int_equal(v.kind, TUTTI_GGUF_STRING);
+    assert_int_equal(v.len, 3);
+    assert_memory_equal(v.str, "<s>", 3);
+    /* out of range: errors, not reads past the array */
+    assert_int_equal(tutti_gguf_get(f, k, 512, &v), TUTTI_ERR);
+    assert_int_equal(tutti_gguf_get(f, tutti_gguf_n_kv(f), -1, &v), TUTTI_ERR);
+    assert_int_equal(tutti_gguf_get(f, tutti_gguf_find(f, "llama.context_length"), 0, &v), TUTTI_ERR);
+    assert_null(tutti_gguf_key(f, -1, &kl));
+    assert_int_equal(tutti_gguf_find(f, "no.such.key"), -1);
+    tutti_gguf_close(f);
+    assert_null(tutti_gguf_open("/nonexistent.gguf"));
+    assert_non_null(strstr(tutti_last_error(), "/nonexistent.gguf"));
+}
+
 /* ------------------------------------------------------------------------ */
 /* Split models (llama.cpp's gguf-split): tests/data/hub/ holds
  * TinyStories-656K-Q8_0.gguf cut by llama-gguf-split into 3 parts
@@ -1158,7 +1209,6 @@ static const char *split_part(int k) {
 
 static void test_split_model(void **state) {
     (void)state;
-    require_shared();
     gguf_file *w = gguf_open(shared_path("models/TinyStories-656K-Q8_0.gguf"));
     gguf_file *s = gguf_open(split_part(1));
     assert_non_null(w);
@@ -1257,20 +1307,22 @@ static void test_split_errors(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_shared_files_match_gguf_py),
-        cmocka_unit_test(test_known_values),
+        shared_unit_test(test_shared_files_match_gguf_py),
+        shared_unit_test(test_known_values),
         cmocka_unit_test(test_writer_roundtrip),
         cmocka_unit_test(test_write_atomic),
-        cmocka_unit_test(test_writer_reproduces_llamacpp_files),
+        shared_unit_test(test_writer_reproduces_llamacpp_files),
         cmocka_unit_test(test_truncation_every_offset),
         cmocka_unit_test(test_malformed_header),
         cmocka_unit_test(test_malformed_kv),
         cmocka_unit_test(test_malformed_tensors),
         cmocka_unit_test(test_layout_edge_cases),
         cmocka_unit_test(test_open_errors),
+        cmocka_unit_test(test_public_api),
         cmocka_unit_test(test_split_model),
         cmocka_unit_test(test_split_errors),
     };
+    test_select_part();
     return cmocka_run_group_tests(tests, setup_tmpdir, teardown_tmpdir);
 }
 

@@ -56,7 +56,6 @@ static char *unescape(const char *s) {
 
 static void test_greedy_equals_llamacpp(void **state) {
     (void)state;
-    require_shared();
     size_t len;
     char *tsv = read_file(DATA "oracle.tsv", &len);
     assert_non_null(tsv);
@@ -257,7 +256,6 @@ static void test_200_generations_valid(void **state) {
  * malformed grammars and schemas name the position; exit statuses. */
 static void test_cli_errors(void **state) {
     (void)state;
-    require_shared();
     static const struct {
         const char *args, *msg;
         int status;
@@ -297,8 +295,9 @@ static void test_cli_errors(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_equals_llamacpp),
-        cmocka_unit_test(test_200_generations_valid),
+        shared_unit_test(test_200_generations_valid),
         cmocka_unit_test(test_cli_errors),
     };
+    test_select_part();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

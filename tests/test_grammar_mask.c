@@ -112,6 +112,7 @@ static void check_vocab(const tutti_grammar_vocab *gv, int32_t V, const char *co
 
 static void test_qwen3_vocab(void **state) {
     (void)state;
+    require_shared();
     tutti_vocab *v = tutti_vocab_load(shared_path("models/vocab/ggml-vocab-qwen3.gguf"));
     if (!v) fail_msg("%s", tutti_last_error());
     int32_t V = tutti_vocab_n_tokens(v);
@@ -206,6 +207,7 @@ static void test_synthetic_vocab(void **state) {
  * check of the sanitizer build sees that). */
 static void test_shared_vocab(void **state) {
     (void)state;
+    require_shared();
     tutti_vocab *v = tutti_vocab_load(shared_path("models/vocab/ggml-vocab-qwen3.gguf"));
     if (!v) fail_msg("%s", tutti_last_error());
     tutti_grammar *g = tutti_grammar_json();
@@ -267,9 +269,10 @@ static void test_table_cap(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_synthetic_vocab),
-        cmocka_unit_test(test_qwen3_vocab),
-        cmocka_unit_test(test_shared_vocab),
+        shared_unit_test(test_qwen3_vocab),
+        shared_unit_test(test_shared_vocab),
         cmocka_unit_test(test_table_cap),
     };
+    test_select_part();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

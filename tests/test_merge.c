@@ -871,20 +871,21 @@ static int teardown(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_methods_vs_numpy),
-        cmocka_unit_test(test_tied_untied),
-        cmocka_unit_test(test_quantized_vs_llama_quantize),
-        cmocka_unit_test(test_slerp_endpoints_colinear),
-        cmocka_unit_test(test_density_one_is_task_arithmetic),
-        cmocka_unit_test(test_merged_with_itself),
+        shared_unit_test(test_methods_vs_numpy),
+        shared_unit_test(test_tied_untied),
+        shared_unit_test(test_quantized_vs_llama_quantize),
+        shared_unit_test(test_slerp_endpoints_colinear),
+        shared_unit_test(test_density_one_is_task_arithmetic),
+        shared_unit_test(test_merged_with_itself),
         cmocka_unit_test(test_dare_kept_fraction_and_seed),
-        cmocka_unit_test(test_refusals),
-        cmocka_unit_test(test_output_never_destroys),
-        cmocka_unit_test(test_parameter_ranges_and_fallbacks),
-        cmocka_unit_test(test_yaml_block_style),
-        cmocka_unit_test(test_passthrough_runs),
+        shared_unit_test(test_refusals),
+        shared_unit_test(test_output_never_destroys),
+        shared_unit_test(test_parameter_ranges_and_fallbacks),
+        shared_unit_test(test_yaml_block_style),
+        shared_unit_test(test_passthrough_runs),
     };
     /* TUTTI_TEST_FILTER=test_refusals runs one test (cmocka's pattern) */
     if (getenv("TUTTI_TEST_FILTER")) cmocka_set_test_filter(getenv("TUTTI_TEST_FILTER"));
+    test_select_part();
     return cmocka_run_group_tests(tests, setup, teardown);
 }

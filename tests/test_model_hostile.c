@@ -13,9 +13,10 @@
  * unless the case says why not (.diverges: tutti refuses metadata llama.cpp
  * takes, or a tensor it does not implement).
  *
- * The same builder wrote fuzz/corpus/model/ (the seeds of fuzz/fuzz_model.c):
- *   TUTTI_HOSTILE_DUMP=fuzz/corpus/model build/tests/test_model_hostile
- * writes every case there as <name>.in. */
+ * The same builder wrote the seeds of fuzz/fuzz_model.c (fuzz/corpus/model.tar):
+ *   TUTTI_HOSTILE_DUMP=/tmp/seeds build/tests/test_model_hostile
+ * writes every case there as <name>.in; fuzz/corpus.sh add model /tmp/seeds/...
+ * puts them in the pack. */
 #include "test_common.h"
 
 #include <math.h>
@@ -449,7 +450,8 @@ static void test_arch_tensor_sets_match_llamacpp(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hostile_models),
-        cmocka_unit_test(test_arch_tensor_sets_match_llamacpp),
+        shared_unit_test(test_arch_tensor_sets_match_llamacpp),
     };
+    test_select_part();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -553,15 +553,16 @@ static void test_bad_input(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_dequant_matches_gguf_py),
+        shared_unit_test(test_dequant_matches_gguf_py),
         cmocka_unit_test(test_dequant_random_blocks),
         cmocka_unit_test(test_dequant_model_files),
         cmocka_unit_test(test_dequant_f16_all_patterns),
-        cmocka_unit_test(test_vec_dot_ref),
-        cmocka_unit_test(test_quantize_matches_llama_quantize),
+        shared_unit_test(test_vec_dot_ref),
+        shared_unit_test(test_quantize_matches_llama_quantize),
         cmocka_unit_test(test_quantize_edge_cases),
         cmocka_unit_test(test_quantize_round_trip_bounds),
         cmocka_unit_test(test_bad_input),
     };
+    test_select_part();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

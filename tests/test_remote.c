@@ -17,7 +17,7 @@
 
 #include "test_common.h"
 #include "fusion/ensemble_impl.h"
-#include "fusion/member_remote.h"
+#include "member/remote.h"
 
 #define NV 512
 #define NPOS 5
@@ -26,7 +26,6 @@ static const int32_t TOKS[NPOS] = {1, 403, 407, 261, 378};
 static float g_ref[NPOS][NV]; /* llama.cpp's log-softmax rows */
 
 static void load_ref(void) {
-    require_shared();
     size_t n = 0;
     char *raw = read_file(shared_path("ref/models/stories260K.p1.logits.f32"), &n);
     assert_non_null(raw);
@@ -261,7 +260,6 @@ static int free_port(void) {
 /* A port nobody listens on: a clear error naming the URL. */
 static void test_server_down(void **state) {
     (void)state;
-    require_shared();
     int port = free_port();
     char sp[1024], url[64];
     spec(sp, sizeof sp, port, ";timeout=2000");
@@ -280,7 +278,6 @@ static void test_server_down(void **state) {
 /* Spec errors: no vocabulary, a vocabulary the server does not have, bad options. */
 static void test_spec_errors(void **state) {
     (void)state;
-    require_shared();
     server s = fake_start(NULL);
     char sp[1024];
     snprintf(sp, sizeof sp, "http://127.0.0.1:%d#fake", s.port);
@@ -302,7 +299,6 @@ static void test_spec_errors(void **state) {
 /* Garbage and malformed answers: clear errors, no crash. */
 static void test_garbage(void **state) {
     (void)state;
-    require_shared();
     /* valid answers in unusual shapes: the scanner reads them or hands them
      * to cJSON, either way the reference's rows */
     load_ref();
@@ -737,7 +733,6 @@ static void test_redaction(void **state) {
  * vocab=PATH is relative to the file's folder. */
 static void test_ensemble_file(void **state) {
     (void)state;
-    require_shared();
     char out[512];
     assert_int_equal(fusion_remote_spec_resolve("http://h:1#m;vocab=v.gguf;top=5", "/d/", out, sizeof out), 0);
     assert_string_equal(out, "http://h:1#m;vocab=/d/v.gguf;top=5");
@@ -773,5 +768,6 @@ int main(void) {
         cmocka_unit_test_teardown(test_tutti_serve_member, teardown),
         cmocka_unit_test_teardown(test_redaction, teardown),
     };
+    test_select_part();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -32,7 +32,6 @@ static void want_weights(const double *ll, const double *w0, int n, double n_byt
 
 static void test_weights_equal_direct(void **state) {
     (void)state;
-    require_shared();
     tutti_ensemble *e = test_ensemble(THREE, 3, TUTTI_ALIGN_BYTE, TUTTI_RULE_MIX);
     assert_non_null(e);
     double ll[3], nb = (double)strlen(PROMPT);
@@ -71,7 +70,6 @@ static void test_weights_equal_direct(void **state) {
  * prompt is NAN for it (weight 0), the others share the weight. */
 static void test_member_without_room(void **state) {
     (void)state;
-    require_shared();
     tutti_ensemble *e = test_ensemble(THREE, 3, TUTTI_ALIGN_BYTE, TUTTI_RULE_MIX);
     assert_non_null(e);
     char longp[1200] = "";
@@ -153,7 +151,6 @@ static void test_generation(void **state) {
  * weights routed from its context. */
 static void test_choices(void **state) {
     (void)state;
-    require_shared();
     tutti_ensemble *e = test_ensemble(THREE, 3, TUTTI_ALIGN_BYTE, TUTTI_RULE_PRODUCT);
     assert_non_null(e);
     const char *ch[] = {" kicked it high.", " ate it for lunch."};
@@ -177,7 +174,6 @@ static void test_choices(void **state) {
 
 static void test_errors(void **state) {
     (void)state;
-    require_shared();
     const char *rel[] = {THREE[0]};
     tutti_ensemble *e = test_ensemble(rel, 1, TUTTI_ALIGN_BYTE, TUTTI_RULE_MIX);
     assert_non_null(e);
@@ -197,7 +193,6 @@ static void test_errors(void **state) {
 /* The CLI: --route / --route-tau in run, the ensemble-file line, bad values. */
 static void test_cli(void **state) {
     (void)state;
-    require_shared();
     char cmd[4096];
     int st;
     snprintf(cmd, sizeof cmd, "%s run -m %s -m %s --route-tau 0.5 -p 'Once upon a time' -n 20 --temp 0 2>&1", TUTTI_CLI,
@@ -264,8 +259,9 @@ static void test_cli(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_weights_equal_direct), cmocka_unit_test(test_member_without_room),
-        cmocka_unit_test(test_generation),           cmocka_unit_test(test_choices),
+        shared_unit_test(test_generation),           cmocka_unit_test(test_choices),
         cmocka_unit_test(test_errors),               cmocka_unit_test(test_cli),
     };
+    test_select_part();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1041,7 +1041,6 @@ static void test_key_sources(void **state) {
  * file that is no GGUF, a bad config: exit 1, never listening. */
 static void test_checks_before_listening(void **state) {
     (void)state;
-    require_shared();
     char cmd[4096], bad_cfg[256];
     snprintf(bad_cfg, sizeof bad_cfg, "/tmp/tutti_test_serve_badcfg_%d.json", (int)getpid());
     FILE *f = fopen(bad_cfg, "w");
@@ -1114,6 +1113,7 @@ static void test_queue_disconnect(void **state) {
 
 static void test_logprobs(void **state) {
     (void)state;
+    require_shared();
     server s;
     char args[4096], body[4096];
     snprintf(args, sizeof args, "-m %s -m %s -m %s --chat-template %s -t 1", shared_path(M_STORIES),
@@ -1307,7 +1307,6 @@ static void test_route_adapt(void **state) {
 
 static void test_cli_usage(void **state) {
     (void)state;
-    require_shared();
     char cmd[4096];
     int st;
     const char *usage[] = {"", "--port 70000 -m x.gguf", "--parallel 0 -m x.gguf", "--bogus", "-m"};
@@ -1347,10 +1346,11 @@ int main(void) {
         cmocka_unit_test(test_checks_before_listening),
         cmocka_unit_test(test_queue_disconnect),
         cmocka_unit_test(test_cli_usage),
-        cmocka_unit_test(test_logprobs),
+        shared_unit_test(test_logprobs),
         cmocka_unit_test(test_native),
         cmocka_unit_test(test_route_adapt),
     };
+    test_select_part();
     int rc = cmocka_run_group_tests(shared_server, setup, teardown);
     rc |= cmocka_run_group_tests(own_server, NULL, NULL);
     return rc;

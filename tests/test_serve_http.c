@@ -43,7 +43,6 @@ static double now_s(void) {
 static int setup(void **state) {
     (void)state;
     alarm(120); /* nothing here may hang the suite */
-    require_shared();
     snprintf(g_log, sizeof g_log, "/tmp/tutti_test_serve_http_%d.log", (int)getpid());
     unlink(g_log);
     g_pid = fork();

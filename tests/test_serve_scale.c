@@ -69,6 +69,7 @@ static char *choices_of(const char *body) {
  * passes (single model: passes per generated token near 1/4). */
 static void test_batching_identical(void **state) {
     (void)state;
+    require_shared();
     server s;
     char args[4096], cfg[512];
     snprintf(cfg, sizeof cfg, "/tmp/tutti_test_scale_cfg_%d.json", (int)getpid());
@@ -285,6 +286,7 @@ static void echo_ensembles(server *s) {
  * the continuation's sum */
 static void test_echo_logprobs(void **state) {
     (void)state;
+    require_shared();
     server s;
     char args[4096];
     snprintf(args, sizeof args, "-m %s -m %s -m %s -m %s --parallel 2 -t 1", shared_path(M_STORIES),
@@ -437,6 +439,7 @@ static double worst_cosine(const cJSON *got, const cJSON *want) {
  * several; the openai npm package's base64 answer; the refusals. */
 static void test_embeddings(void **state) {
     (void)state;
+    require_shared();
     size_t len;
     char *txt = read_file(TUTTI_SOURCE_DIR "/tests/data/serve/embd_refs.json", &len);
     assert_non_null(txt);
@@ -615,6 +618,7 @@ static char *tools_body(const char *model, const char *extra) {
  * the refusals.  Every returned call's arguments match its schema. */
 static void test_tools(void **state) {
     (void)state;
+    require_shared();
     char llama31[256], mistral[256];
     snprintf(llama31, sizeof llama31, "/tmp/tutti_test_tools_l31_%d.jinja", (int)getpid());
     snprintf(mistral, sizeof mistral, "/tmp/tutti_test_tools_mis_%d.jinja", (int)getpid());
@@ -703,6 +707,7 @@ static void test_tools(void **state) {
  * their colours, streams a chat reply and the speed. */
 static void test_web_page(void **state) {
     (void)state;
+    require_shared();
     server s;
     char args[4096];
     snprintf(args, sizeof args, "-m %s -m %s --chat-template %s -t 1", shared_path(M_STORIES), shared_path(M_DREAMS),

@@ -704,12 +704,13 @@ static void test_synthetic_spm(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_reference_vocabs),  cmocka_unit_test(test_unsupported_vocab),
-        cmocka_unit_test(test_round_trip),        cmocka_unit_test(test_lossy_cases),
-        cmocka_unit_test(test_oracle_cases),      cmocka_unit_test(test_real_models),
-        cmocka_unit_test(test_vocab_facts),       cmocka_unit_test(test_api_conventions),
+        shared_unit_test(test_reference_vocabs),  shared_unit_test(test_unsupported_vocab),
+        shared_unit_test(test_round_trip),        shared_unit_test(test_lossy_cases),
+        shared_unit_test(test_oracle_cases),      shared_unit_test(test_real_models),
+        shared_unit_test(test_vocab_facts),       shared_unit_test(test_api_conventions),
         cmocka_unit_test(test_malformed_metadata), cmocka_unit_test(test_synthetic_spm),
-        cmocka_unit_test(test_speed),
+        shared_unit_test(test_speed),
     };
+    test_select_part();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

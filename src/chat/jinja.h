@@ -319,7 +319,6 @@ typedef struct jjson_opts {
     bool sort_keys, ensure_ascii;
 } jjson_opts;
 void jv_to_json(jctx *c, struct jbuf *b, const jv *v, const jjson_opts *o, int depth, int line, int col);
-void jv_format_float(double f, char *buf, size_t n);
 
 /* builtins (jinja_builtins.c): a = operand, args/kwnames already evaluated */
 typedef struct jargs {

@@ -603,304 +603,437 @@ static jv select_items(jctx *c, const jargs *a, jv list, bool by_attr, bool keep
 }
 
 /* ---- filters ----------------------------------------------------------- */
+
+/* One filter: v filtered with a's arguments; `what` names it in messages
+ * ("filter 'join'"), name is the name it was called by (several share a
+ * function). */
+typedef jv (*jfilter_fn)(jctx *c, jstr name, jv v, const jargs *a, const char *what);
+
+static jv f_safe(jctx *c, jstr name, jv v, const jargs *a, const char *what)
+{
+    /* chat templates render without autoescape */
+    if (!jstr_eqz(name, "safe"))
+        FAIL(c, a, "%s: HTML escaping is not supported", what);
+    return v;
+}
+
+static jv f_default(jctx *c, jstr name, jv v, const jargs *a, const char *what)
+{
+    (void)c, (void)name, (void)what;
+    const jv *d = jargs_get(a, 0, "default_value");
+    bool boolean = arg_bool(a, 1, "boolean", false);
+    if (v.t == JV_UNDEF || (boolean && !jv_truthy(&v)))
+        return d ? *d : jv_str(jstr_z(""));
+    return v;
+}
+
+/* transformers' tojson(x, ensure_ascii=False, indent=None, separators=None,
+ * sort_keys=False) = json.dumps(...) */
+static jv f_tojson(jctx *c, jstr name, jv v, const jargs *a, const char *what)
+{
+    (void)name;
+    jjson_opts o = {.ensure_ascii = arg_bool(a, 0, "ensure_ascii", false),
+                    .sort_keys = arg_bool(a, 3, "sort_keys", false)};
+    const jv *ind = jargs_get(a, 1, "indent");
+    if (ind && ind->t != JV_NONE && ind->t != JV_UNDEF) {
+        o.has_indent = true;
+        if (ind->t == JV_STR) {
+            o.indent = ind->u.s;
+        } else if (ind->t == JV_INT || ind->t == JV_BOOL) {
+            int64_t w = ind->t == JV_INT ? ind->u.i : ind->u.b;
+            if (w > 64)
+                FAIL(c, a, "%s: indent %lld is too wide", what, (long long)w);
+            char *sp = jalloc(c, 65);
+            memset(sp, ' ', w > 0 ? (size_t)w : 0);
+            o.indent = (jstr){sp, w > 0 ? (size_t)w : 0, NULL};
+        } else {
+            FAIL(c, a, "%s: indent must be an integer or a string, got %s", what, jv_type_name(ind));
+        }
+    }
+    o.item_sep = jstr_z(o.has_indent ? "," : ", ");
+    o.key_sep = jstr_z(": ");
+    const jv *sep = jargs_get(a, 2, "separators");
+    if (sep && sep->t != JV_NONE && sep->t != JV_UNDEF) {
+        if (sep->t != JV_LIST || sep->u.l->n != 2 || sep->u.l->v[0].t != JV_STR || sep->u.l->v[1].t != JV_STR)
+            FAIL(c, a, "%s: separators must be a pair of strings", what);
+        o.item_sep = sep->u.l->v[0].u.s;
+        o.key_sep = sep->u.l->v[1].u.s;
+    }
+    struct jbuf b = {0};
+    jv_to_json(c, &b, &v, &o, 0, a->line, a->col);
+    return jv_str(jbuf_take(c, &b));
+}
+
+static jv f_string(jctx *c, jstr name, jv v, const jargs *a, const char *what)
+{
+    (void)name, (void)a, (void)what;
+    return jv_str(jv_to_str(c, &v));
+}
+
+static jv f_length(jctx *c, jstr name, jv v, const jargs *a, const char *what)
+{
+    (void)name;
+    switch (v.t) {
+    case JV_STR: return jv_int((int64_t)n_codepoints(v.u.s));
+    case JV_LIST: return jv_int((int64_t)v.u.l->n);
+    case JV_DICT:
+    case JV_NS: return jv_int((int64_t)v.u.d->n);
+    case JV_UNDEF: return jv_int(0);
+    default: FAIL(c, a, "%s: a %s has no length", what, jv_type_name(&v));
+    }
+}
+
+static jv f_list(jctx *c, jstr name, jv v, const jargs *a, const char *what)
+{
+    (void)name;
+    return as_list(c, a, v, what);
+}
+
+static jv f_number(jctx *c, jstr name, jv v, const jargs *a, const char *what)
+{
+    bool fl = jstr_eqz(name, "float");
+    const jv *d = jargs_get(a, 0, "default");
+    int64_t base = fl ? 10 : arg_int(c, a, 1, "base", what, 10);
+    if (base < 2 || base > 36)
+        FAIL(c, a, "%s: base must be in [2, 36]", what);
+    return parse_number(c, v, fl, (int)base, d ? *d : fl ? jv_float(0) : jv_int(0));
+}
+
+static jv f_abs(jctx *c, jstr name, jv v, const jargs *a, const char *what)
+{
+    (void)name;
+    if (v.t == JV_INT) {
+        if (v.u.i == INT64_MIN)
+            FAIL(c, a, "abs: integer overflow");
+        return jv_int(v.u.i < 0 ? -v.u.i : v.u.i);
+    }
+    if (v.t == JV_FLOAT)
+        return jv_float(fabs(v.u.f));
+    FAIL(c, a, "%s: expected a number, got %s", what, jv_type_name(&v));
+}
+
+static jv f_round(jctx *c, jstr name, jv v, const jargs *a, const char *what)
+{
+    (void)name;
+    int64_t prec = arg_int(c, a, 0, "precision", what, 0);
+    jstr method = arg_str(c, a, 1, "method", what, "common");
+    if (v.t != JV_INT && v.t != JV_FLOAT)
+        FAIL(c, a, "%s: expected a number, got %s", what, jv_type_name(&v));
+    if (prec < 0 || prec > 15)
+        FAIL(c, a, "%s: precision out of range", what);
+    double x = v.t == JV_INT ? (double)v.u.i : v.u.f, m = pow(10, (double)prec);
+    double r = jstr_eqz(method, "floor") ? floor(x * m) / m
+               : jstr_eqz(method, "ceil") ? ceil(x * m) / m
+                                          : nearbyint(x * m) / m; /* Python's round: half to even */
+    return jv_float(r);
+}
+
+static jv f_items(jctx *c, jstr name, jv v, const jargs *a, const char *what)
+{
+    (void)name, (void)what;
+    return items_of(c, a, v);
+}
+
+static jv f_dictsort(jctx *c, jstr name, jv v, const jargs *a, const char *what)
+{
+    (void)name;
+    sort_opts o = {.case_sensitive = arg_bool(a, 0, "case_sensitive", false), .by = 0};
+    jstr by = arg_str(c, a, 1, "by", what, "key");
+    o.by = jstr_eqz(by, "value") ? 1 : 0;
+    return sorted(c, a, items_of(c, a, v), &o, arg_bool(a, 2, "reverse", false));
+}
+
+static jv f_select(jctx *c, jstr name, jv v, const jargs *a, const char *what)
+{
+    (void)what;
+    bool by_attr = jstr_eqz(name, "selectattr") || jstr_eqz(name, "rejectattr");
+    return select_items(c, a, v, by_attr, jstr_eqz(name, "select") || jstr_eqz(name, "selectattr"));
+}
+
+static jv f_map(jctx *c, jstr name, jv v, const jargs *a, const char *what)
+{
+    (void)name;
+    jv list = as_list(c, a, v, what);
+    jv r = jv_list_new(c, list.u.l->n);
+    const jv *attr = jargs_get(a, 99, "attribute");
+    if (attr) {
+        if (attr->t != JV_STR)
+            FAIL(c, a, "%s: attribute must be a string", what);
+        const jv *d = jargs_get(a, 99, "default");
+        for (size_t i = 0; i < list.u.l->n; i++) {
+            jv x = attr_path(c, list.u.l->v[i], attr->u.s);
+            jlist_push(c, r.u.l, x.t == JV_UNDEF && d ? *d : x);
+        }
+        return r;
+    }
+    jstr fname = arg_str(c, a, 0, NULL, what, NULL);
+    jargs fa = *a;
+    fa.v = a->n ? a->v + 1 : a->v;
+    fa.kw = a->n ? a->kw + 1 : a->kw;
+    fa.n = a->n ? a->n - 1 : 0;
+    for (size_t i = 0; i < list.u.l->n; i++)
+        jlist_push(c, r.u.l, jinja_filter(c, fname, list.u.l->v[i], &fa));
+    return r;
+}
+
+static jv f_unique(jctx *c, jstr name, jv v, const jargs *a, const char *what)
+{
+    (void)name;
+    jv list = as_list(c, a, v, what);
+    jv r = jv_list_new(c, 0);
+    for (size_t i = 0; i < list.u.l->n; i++) {
+        bool seen = false;
+        for (size_t j = 0; j < r.u.l->n && !seen; j++)
+            seen = jv_equal(&r.u.l->v[j], &list.u.l->v[i]);
+        if (!seen)
+            jlist_push(c, r.u.l, list.u.l->v[i]);
+    }
+    return r;
+}
+
+static jv f_sort(jctx *c, jstr name, jv v, const jargs *a, const char *what)
+{
+    (void)name;
+    sort_opts o = {.case_sensitive = arg_bool(a, 1, "case_sensitive", false), .by = -1};
+    const jv *attr = jargs_get(a, 2, "attribute");
+    if (attr && attr->t == JV_STR)
+        o.attribute = attr->u.s;
+    return sorted(c, a, as_list(c, a, v, what), &o, arg_bool(a, 0, "reverse", false));
+}
+
+/* sum, min, max */
+static jv f_fold(jctx *c, jstr name, jv v, const jargs *a, const char *what)
+{
+    bool sum = jstr_eqz(name, "sum"), min = jstr_eqz(name, "min");
+    jv list = as_list(c, a, v, what);
+    const jv *attr = jargs_get(a, sum ? 0 : 1, "attribute");
+    jv acc = sum ? *(jargs_get(a, 1, "start") ? jargs_get(a, 1, "start") : &(jv){.t = JV_INT}) : jv_undef();
+    for (size_t i = 0; i < list.u.l->n; i++) {
+        jv x = list.u.l->v[i];
+        if (attr && attr->t == JV_STR)
+            x = attr_path(c, x, attr->u.s);
+        if (sum) {
+            if ((acc.t != JV_INT && acc.t != JV_FLOAT) || (x.t != JV_INT && x.t != JV_FLOAT))
+                FAIL(c, a, "%s: items must be numbers", what);
+            if (acc.t == JV_INT && x.t == JV_INT) {
+                int64_t s;
+                if (__builtin_add_overflow(acc.u.i, x.u.i, &s))
+                    FAIL(c, a, "%s: integer overflow", what);
+                acc = jv_int(s);
+            } else {
+                acc = jv_float((acc.t == JV_INT ? (double)acc.u.i : acc.u.f) +
+                               (x.t == JV_INT ? (double)x.u.i : x.u.f));
+            }
+        } else if (acc.t == JV_UNDEF || (jv_compare(c, &x, &acc, a->line, a->col) < 0) == min) {
+            if (acc.t == JV_UNDEF || !jv_equal(&x, &acc))
+                acc = x;
+        }
+    }
+    return acc;
+}
+
+/* first, last (of a list or a string) */
+static jv f_end(jctx *c, jstr name, jv v, const jargs *a, const char *what)
+{
+    jv list = as_list(c, a, v, what);
+    if (list.u.l->n == 0)
+        return jv_undef();
+    return list.u.l->v[jstr_eqz(name, "first") ? 0 : list.u.l->n - 1];
+}
+
+static jv f_reverse(jctx *c, jstr name, jv v, const jargs *a, const char *what)
+{
+    (void)name;
+    jv list = as_list(c, a, v, what);
+    size_t n = list.u.l->n;
+    jv r = jv_list_new(c, n);
+    for (size_t i = 0; i < n; i++)
+        jlist_push(c, r.u.l, list.u.l->v[n - 1 - i]);
+    if (v.t == JV_STR) {
+        struct jbuf b = {0};
+        for (size_t i = 0; i < n; i++)
+            jbuf_puts(c, &b, r.u.l->v[i].u.s);
+        return jv_str(jbuf_take(c, &b));
+    }
+    return r;
+}
+
+static jv f_join(jctx *c, jstr name, jv v, const jargs *a, const char *what)
+{
+    (void)name;
+    jv list = as_list(c, a, v, what);
+    jstr sep = arg_str(c, a, 0, "d", what, "");
+    const jv *attr = jargs_get(a, 1, "attribute");
+    struct jbuf b = {0};
+    for (size_t i = 0; i < list.u.l->n; i++) {
+        if (i)
+            jbuf_puts(c, &b, sep);
+        jv x = list.u.l->v[i];
+        if (attr && attr->t == JV_STR)
+            x = attr_path(c, x, attr->u.s);
+        jbuf_puts(c, &b, jv_to_str(c, &x));
+    }
+    return jv_str(jbuf_take(c, &b));
+}
+
+/* ---- string filters (v is a string) ---- */
+
+static jv f_trim(jctx *c, jstr name, jv v, const jargs *a, const char *what)
+{
+    (void)c, (void)name, (void)what;
+    const jv *chars = jargs_get(a, 0, "chars");
+    if (chars && chars->t == JV_STR)
+        return jv_str(strip(v.u.s, &chars->u.s, true, true));
+    return jv_str(strip(v.u.s, NULL, true, true));
+}
+
+/* upper, lower, capitalize, title */
+static jv f_case(jctx *c, jstr name, jv v, const jargs *a, const char *what)
+{
+    (void)a, (void)what;
+    jstr s = v.u.s;
+    if (jstr_eqz(name, "upper"))
+        return jv_str(map_case(c, s, 1));
+    if (jstr_eqz(name, "lower"))
+        return jv_str(map_case(c, s, 0));
+    if (jstr_eqz(name, "capitalize"))
+        return jv_str(map_case(c, map_case(c, s, 0), 2));
+    return jv_str(map_case(c, s, 4)); /* title */
+}
+
+static jv f_replace(jctx *c, jstr name, jv v, const jargs *a, const char *what)
+{
+    (void)name;
+    jstr old = arg_str(c, a, 0, "old", what, NULL);
+    jstr rep = arg_str(c, a, 1, "new", what, NULL);
+    return replace(c, v.u.s, old, rep, arg_int(c, a, 2, "count", what, -1));
+}
+
+static jv f_wordcount(jctx *c, jstr name, jv v, const jargs *a, const char *what)
+{
+    (void)name, (void)what;
+    jv w = split(c, a, v.u.s, NULL, -1);
+    return jv_int((int64_t)w.u.l->n);
+}
+
+static jv f_indent(jctx *c, jstr name, jv v, const jargs *a, const char *what)
+{
+    (void)name;
+    jstr s = v.u.s;
+    const jv *wv = jargs_get(a, 0, "width");
+    jstr pad = jstr_z("    ");
+    if (wv && wv->t == JV_STR)
+        pad = wv->u.s;
+    else if (wv && wv->t == JV_INT) {
+        if (wv->u.i < 0 || wv->u.i > 1024)
+            FAIL(c, a, "%s: width out of range", what);
+        char *p = jalloc(c, (size_t)wv->u.i + 1);
+        memset(p, ' ', (size_t)wv->u.i);
+        pad = (jstr){p, (size_t)wv->u.i, NULL};
+    }
+    bool first = arg_bool(a, 1, "first", false), blank = arg_bool(a, 2, "blank", false);
+    struct jbuf b = {0};
+    size_t i = 0;
+    bool is_first = true;
+    while (i <= s.n) {
+        size_t j = i;
+        while (j < s.n && s.p[j] != '\n')
+            j++;
+        bool empty = j == i;
+        if ((is_first ? first : true) && (blank || !empty))
+            jbuf_puts(c, &b, pad);
+        jbuf_puts(c, &b, jstr_sub(s, i, j - i));
+        if (j < s.n)
+            jbuf_puts(c, &b, jstr_sub(s, j, 1)); /* the string's own newline */
+        is_first = false;
+        i = j + 1;
+    }
+    return jv_str(jbuf_take(c, &b));
+}
+
+static jv f_center(jctx *c, jstr name, jv v, const jargs *a, const char *what)
+{
+    (void)name;
+    jstr s = v.u.s;
+    int64_t w = arg_int(c, a, 0, "width", what, 80);
+    int64_t len = (int64_t)n_codepoints(s);
+    if (w > 4096)
+        FAIL(c, a, "%s: width out of range", what);
+    if (w <= len)
+        return v;
+    int64_t total = w - len, left = total / 2 + (total & w & 1);
+    struct jbuf b = {0};
+    for (int64_t k = 0; k < left; k++)
+        jbuf_put(c, &b, " ", 1);
+    jbuf_puts(c, &b, s);
+    for (int64_t k = 0; k < total - left; k++)
+        jbuf_put(c, &b, " ", 1);
+    return jv_str(jbuf_take(c, &b));
+}
+
+/* What a filter takes: any value; a list or a string (first, last,
+ * reverse: undefined gives undefined, anything else is an error); a string,
+ * str(value) of anything else as Jinja2's string filters do (undefined is
+ * ""); a string and nothing else (truncate, which is not implemented: an
+ * unknown filter on a string). */
+typedef enum jfilter_takes { JF_ANY, JF_SEQ, JF_STR, JF_STR_ONLY } jfilter_takes;
+
+static const struct {
+    const char *name;
+    jfilter_fn fn;
+    jfilter_takes takes;
+} g_filters[] = {
+    {"safe", f_safe, JF_ANY},          {"e", f_safe, JF_ANY},
+    {"escape", f_safe, JF_ANY},        {"forceescape", f_safe, JF_ANY},
+    {"default", f_default, JF_ANY},    {"d", f_default, JF_ANY},
+    {"tojson", f_tojson, JF_ANY},      {"string", f_string, JF_ANY},
+    {"length", f_length, JF_ANY},      {"count", f_length, JF_ANY},
+    {"list", f_list, JF_ANY},          {"int", f_number, JF_ANY},
+    {"float", f_number, JF_ANY},       {"abs", f_abs, JF_ANY},
+    {"round", f_round, JF_ANY},        {"items", f_items, JF_ANY},
+    {"dictsort", f_dictsort, JF_ANY},  {"select", f_select, JF_ANY},
+    {"reject", f_select, JF_ANY},      {"selectattr", f_select, JF_ANY},
+    {"rejectattr", f_select, JF_ANY},  {"map", f_map, JF_ANY},
+    {"unique", f_unique, JF_ANY},      {"sort", f_sort, JF_ANY},
+    {"sum", f_fold, JF_ANY},           {"min", f_fold, JF_ANY},
+    {"max", f_fold, JF_ANY},           {"join", f_join, JF_ANY},
+    {"first", f_end, JF_SEQ},          {"last", f_end, JF_SEQ},
+    {"reverse", f_reverse, JF_SEQ},    {"trim", f_trim, JF_STR},
+    {"upper", f_case, JF_STR},         {"lower", f_case, JF_STR},
+    {"title", f_case, JF_STR},         {"capitalize", f_case, JF_STR},
+    {"replace", f_replace, JF_STR},    {"indent", f_indent, JF_STR},
+    {"center", f_center, JF_STR},      {"wordcount", f_wordcount, JF_STR},
+    {"truncate", NULL, JF_STR_ONLY},
+};
+
 jv jinja_filter(jctx *c, jstr name, jv v, const jargs *a)
 {
-#define IS(n) jstr_eqz(name, n)
     char what[48];
     snprintf(what, sizeof what, "filter '%.*s'", (int)(name.n > 30 ? 30 : name.n), name.p);
-    if (IS("safe") || IS("e") || IS("escape") || IS("forceescape")) {
-        /* chat templates render without autoescape */
-        if (!IS("safe"))
-            FAIL(c, a, "%s: HTML escaping is not supported", what);
-        return v;
-    }
-    if (IS("default") || IS("d")) {
-        const jv *d = jargs_get(a, 0, "default_value");
-        bool boolean = arg_bool(a, 1, "boolean", false);
-        if (v.t == JV_UNDEF || (boolean && !jv_truthy(&v)))
-            return d ? *d : jv_str(jstr_z(""));
-        return v;
-    }
-    if (IS("tojson")) {
-        /* transformers' tojson(x, ensure_ascii=False, indent=None,
-         * separators=None, sort_keys=False) = json.dumps(...) */
-        jjson_opts o = {.ensure_ascii = arg_bool(a, 0, "ensure_ascii", false),
-                        .sort_keys = arg_bool(a, 3, "sort_keys", false)};
-        const jv *ind = jargs_get(a, 1, "indent");
-        if (ind && ind->t != JV_NONE && ind->t != JV_UNDEF) {
-            o.has_indent = true;
-            if (ind->t == JV_STR) {
-                o.indent = ind->u.s;
-            } else if (ind->t == JV_INT || ind->t == JV_BOOL) {
-                int64_t w = ind->t == JV_INT ? ind->u.i : ind->u.b;
-                if (w > 64)
-                    FAIL(c, a, "%s: indent %lld is too wide", what, (long long)w);
-                char *sp = jalloc(c, 65);
-                memset(sp, ' ', w > 0 ? (size_t)w : 0);
-                o.indent = (jstr){sp, w > 0 ? (size_t)w : 0, NULL};
-            } else {
-                FAIL(c, a, "%s: indent must be an integer or a string, got %s", what, jv_type_name(ind));
-            }
-        }
-        o.item_sep = jstr_z(o.has_indent ? "," : ", ");
-        o.key_sep = jstr_z(": ");
-        const jv *sep = jargs_get(a, 2, "separators");
-        if (sep && sep->t != JV_NONE && sep->t != JV_UNDEF) {
-            if (sep->t != JV_LIST || sep->u.l->n != 2 || sep->u.l->v[0].t != JV_STR || sep->u.l->v[1].t != JV_STR)
-                FAIL(c, a, "%s: separators must be a pair of strings", what);
-            o.item_sep = sep->u.l->v[0].u.s;
-            o.key_sep = sep->u.l->v[1].u.s;
-        }
-        struct jbuf b = {0};
-        jv_to_json(c, &b, &v, &o, 0, a->line, a->col);
-        return jv_str(jbuf_take(c, &b));
-    }
-    if (IS("string"))
-        return jv_str(jv_to_str(c, &v));
-    if (IS("length") || IS("count")) {
-        switch (v.t) {
-        case JV_STR: return jv_int((int64_t)n_codepoints(v.u.s));
-        case JV_LIST: return jv_int((int64_t)v.u.l->n);
-        case JV_DICT:
-        case JV_NS: return jv_int((int64_t)v.u.d->n);
-        case JV_UNDEF: return jv_int(0);
-        default: FAIL(c, a, "%s: a %s has no length", what, jv_type_name(&v));
-        }
-    }
-    if (IS("list"))
-        return as_list(c, a, v, what);
-    if (IS("int") || IS("float")) {
-        bool fl = IS("float");
-        const jv *d = jargs_get(a, 0, "default");
-        int64_t base = fl ? 10 : arg_int(c, a, 1, "base", what, 10);
-        if (base < 2 || base > 36)
-            FAIL(c, a, "%s: base must be in [2, 36]", what);
-        return parse_number(c, v, fl, (int)base, d ? *d : fl ? jv_float(0) : jv_int(0));
-    }
-    if (IS("abs")) {
-        if (v.t == JV_INT) {
-            if (v.u.i == INT64_MIN)
-                FAIL(c, a, "abs: integer overflow");
-            return jv_int(v.u.i < 0 ? -v.u.i : v.u.i);
-        }
-        if (v.t == JV_FLOAT)
-            return jv_float(fabs(v.u.f));
-        FAIL(c, a, "%s: expected a number, got %s", what, jv_type_name(&v));
-    }
-    if (IS("round")) {
-        int64_t prec = arg_int(c, a, 0, "precision", what, 0);
-        jstr method = arg_str(c, a, 1, "method", what, "common");
-        if (v.t != JV_INT && v.t != JV_FLOAT)
-            FAIL(c, a, "%s: expected a number, got %s", what, jv_type_name(&v));
-        if (prec < 0 || prec > 15)
-            FAIL(c, a, "%s: precision out of range", what);
-        double x = v.t == JV_INT ? (double)v.u.i : v.u.f, m = pow(10, (double)prec);
-        double r = jstr_eqz(method, "floor") ? floor(x * m) / m
-                   : jstr_eqz(method, "ceil") ? ceil(x * m) / m
-                                              : nearbyint(x * m) / m; /* Python's round: half to even */
-        return jv_float(r);
-    }
-    if (IS("items"))
-        return items_of(c, a, v);
-    if (IS("dictsort")) {
-        sort_opts o = {.case_sensitive = arg_bool(a, 0, "case_sensitive", false), .by = 0};
-        jstr by = arg_str(c, a, 1, "by", what, "key");
-        o.by = jstr_eqz(by, "value") ? 1 : 0;
-        return sorted(c, a, items_of(c, a, v), &o, arg_bool(a, 2, "reverse", false));
-    }
-    if (IS("select") || IS("reject"))
-        return select_items(c, a, v, false, IS("select"));
-    if (IS("selectattr") || IS("rejectattr"))
-        return select_items(c, a, v, true, IS("selectattr"));
-    if (IS("map")) {
-        jv list = as_list(c, a, v, what);
-        jv r = jv_list_new(c, list.u.l->n);
-        const jv *attr = jargs_get(a, 99, "attribute");
-        if (attr) {
-            if (attr->t != JV_STR)
-                FAIL(c, a, "%s: attribute must be a string", what);
-            const jv *d = jargs_get(a, 99, "default");
-            for (size_t i = 0; i < list.u.l->n; i++) {
-                jv x = attr_path(c, list.u.l->v[i], attr->u.s);
-                jlist_push(c, r.u.l, x.t == JV_UNDEF && d ? *d : x);
-            }
-            return r;
-        }
-        jstr fname = arg_str(c, a, 0, NULL, what, NULL);
-        jargs fa = *a;
-        fa.v = a->n ? a->v + 1 : a->v;
-        fa.kw = a->n ? a->kw + 1 : a->kw;
-        fa.n = a->n ? a->n - 1 : 0;
-        for (size_t i = 0; i < list.u.l->n; i++)
-            jlist_push(c, r.u.l, jinja_filter(c, fname, list.u.l->v[i], &fa));
-        return r;
-    }
-    if (IS("unique")) {
-        jv list = as_list(c, a, v, what);
-        jv r = jv_list_new(c, 0);
-        for (size_t i = 0; i < list.u.l->n; i++) {
-            bool seen = false;
-            for (size_t j = 0; j < r.u.l->n && !seen; j++)
-                seen = jv_equal(&r.u.l->v[j], &list.u.l->v[i]);
-            if (!seen)
-                jlist_push(c, r.u.l, list.u.l->v[i]);
-        }
-        return r;
-    }
-    if (IS("sort")) {
-        sort_opts o = {.case_sensitive = arg_bool(a, 1, "case_sensitive", false), .by = -1};
-        const jv *attr = jargs_get(a, 2, "attribute");
-        if (attr && attr->t == JV_STR)
-            o.attribute = attr->u.s;
-        return sorted(c, a, as_list(c, a, v, what), &o, arg_bool(a, 0, "reverse", false));
-    }
-    if (IS("sum") || IS("min") || IS("max")) {
-        jv list = as_list(c, a, v, what);
-        const jv *attr = jargs_get(a, IS("sum") ? 0 : 1, "attribute");
-        jv acc = IS("sum") ? *(jargs_get(a, 1, "start") ? jargs_get(a, 1, "start") : &(jv){.t = JV_INT})
-                           : jv_undef();
-        for (size_t i = 0; i < list.u.l->n; i++) {
-            jv x = list.u.l->v[i];
-            if (attr && attr->t == JV_STR)
-                x = attr_path(c, x, attr->u.s);
-            if (IS("sum")) {
-                if ((acc.t != JV_INT && acc.t != JV_FLOAT) || (x.t != JV_INT && x.t != JV_FLOAT))
-                    FAIL(c, a, "%s: items must be numbers", what);
-                if (acc.t == JV_INT && x.t == JV_INT) {
-                    int64_t s;
-                    if (__builtin_add_overflow(acc.u.i, x.u.i, &s))
-                        FAIL(c, a, "%s: integer overflow", what);
-                    acc = jv_int(s);
-                } else {
-                    acc = jv_float((acc.t == JV_INT ? (double)acc.u.i : acc.u.f) +
-                                   (x.t == JV_INT ? (double)x.u.i : x.u.f));
-                }
-            } else if (acc.t == JV_UNDEF || (jv_compare(c, &x, &acc, a->line, a->col) < 0) == IS("min")) {
-                if (acc.t == JV_UNDEF || !jv_equal(&x, &acc))
-                    acc = x;
-            }
-        }
-        return acc;
-    }
-    if (v.t == JV_LIST || v.t == JV_STR) {
-        if (IS("first") || IS("last")) {
-            jv list = as_list(c, a, v, what);
-            if (list.u.l->n == 0)
-                return jv_undef();
-            return list.u.l->v[IS("first") ? 0 : list.u.l->n - 1];
-        }
-        if (IS("reverse")) {
-            jv list = as_list(c, a, v, what);
-            size_t n = list.u.l->n;
-            jv r = jv_list_new(c, n);
-            for (size_t i = 0; i < n; i++)
-                jlist_push(c, r.u.l, list.u.l->v[n - 1 - i]);
-            if (v.t == JV_STR) {
-                struct jbuf b = {0};
-                for (size_t i = 0; i < n; i++)
-                    jbuf_puts(c, &b, r.u.l->v[i].u.s);
-                return jv_str(jbuf_take(c, &b));
-            }
-            return r;
-        }
-    }
-    if (IS("join")) {
-        jv list = as_list(c, a, v, what);
-        jstr sep = arg_str(c, a, 0, "d", what, "");
-        const jv *attr = jargs_get(a, 1, "attribute");
-        struct jbuf b = {0};
-        for (size_t i = 0; i < list.u.l->n; i++) {
-            if (i)
-                jbuf_puts(c, &b, sep);
-            jv x = list.u.l->v[i];
-            if (attr && attr->t == JV_STR)
-                x = attr_path(c, x, attr->u.s);
-            jbuf_puts(c, &b, jv_to_str(c, &x));
-        }
-        return jv_str(jbuf_take(c, &b));
-    }
-    if (v.t != JV_STR && (IS("trim") || IS("upper") || IS("lower") || IS("title") || IS("capitalize") ||
-                          IS("replace") || IS("indent") || IS("center") || IS("wordcount")))
-        v = jv_str(jv_to_str(c, &v)); /* Jinja2's string filters take str(value); undefined is "" */
-    if (v.t != JV_STR) {
-        if (IS("first") || IS("last") || IS("reverse")) {
+    for (size_t k = 0; k < sizeof g_filters / sizeof g_filters[0]; k++) {
+        if (!jstr_eqz(name, g_filters[k].name))
+            continue;
+        switch (g_filters[k].takes) {
+        case JF_ANY: break;
+        case JF_SEQ:
+            if (v.t == JV_LIST || v.t == JV_STR)
+                break;
             if (v.t == JV_UNDEF)
                 return jv_undef();
             FAIL(c, a, "%s: expected a list or string, got %s", what, jv_type_name(&v));
+        case JF_STR:
+            if (v.t != JV_STR)
+                v = jv_str(jv_to_str(c, &v));
+            break;
+        case JF_STR_ONLY:
+            if (v.t != JV_STR)
+                FAIL(c, a, "%s: expected a string, got %s", what, jv_type_name(&v));
+            break;
         }
-        if (IS("trim") || IS("upper") || IS("lower") || IS("title") || IS("capitalize") || IS("replace") ||
-            IS("indent") || IS("center") || IS("wordcount") || IS("truncate"))
-            FAIL(c, a, "%s: expected a string, got %s", what, jv_type_name(&v));
-        FAIL(c, a, "unknown filter '%.*s'", (int)name.n, name.p);
+        if (!g_filters[k].fn)
+            break;
+        return g_filters[k].fn(c, name, v, a, what);
     }
-    jstr s = v.u.s;
-    if (IS("trim")) {
-        const jv *chars = jargs_get(a, 0, "chars");
-        if (chars && chars->t == JV_STR)
-            return jv_str(strip(s, &chars->u.s, true, true));
-        return jv_str(strip(s, NULL, true, true));
-    }
-    if (IS("upper")) return jv_str(map_case(c, s, 1));
-    if (IS("lower")) return jv_str(map_case(c, s, 0));
-    if (IS("capitalize")) return jv_str(map_case(c, map_case(c, s, 0), 2));
-    if (IS("title")) return jv_str(map_case(c, s, 4));
-    if (IS("replace")) {
-        jstr old = arg_str(c, a, 0, "old", what, NULL);
-        jstr rep = arg_str(c, a, 1, "new", what, NULL);
-        return replace(c, s, old, rep, arg_int(c, a, 2, "count", what, -1));
-    }
-    if (IS("wordcount")) {
-        jv w = split(c, a, s, NULL, -1);
-        return jv_int((int64_t)w.u.l->n);
-    }
-    if (IS("indent")) {
-        const jv *wv = jargs_get(a, 0, "width");
-        jstr pad = jstr_z("    ");
-        if (wv && wv->t == JV_STR)
-            pad = wv->u.s;
-        else if (wv && wv->t == JV_INT) {
-            if (wv->u.i < 0 || wv->u.i > 1024)
-                FAIL(c, a, "%s: width out of range", what);
-            char *p = jalloc(c, (size_t)wv->u.i + 1);
-            memset(p, ' ', (size_t)wv->u.i);
-            pad = (jstr){p, (size_t)wv->u.i, NULL};
-        }
-        bool first = arg_bool(a, 1, "first", false), blank = arg_bool(a, 2, "blank", false);
-        struct jbuf b = {0};
-        size_t i = 0;
-        bool is_first = true;
-        while (i <= s.n) {
-            size_t j = i;
-            while (j < s.n && s.p[j] != '\n')
-                j++;
-            bool empty = j == i;
-            if ((is_first ? first : true) && (blank || !empty))
-                jbuf_puts(c, &b, pad);
-            jbuf_puts(c, &b, jstr_sub(s, i, j - i));
-            if (j < s.n)
-                jbuf_puts(c, &b, jstr_sub(s, j, 1)); /* the string's own newline */
-            is_first = false;
-            i = j + 1;
-        }
-        return jv_str(jbuf_take(c, &b));
-    }
-    if (IS("center")) {
-        int64_t w = arg_int(c, a, 0, "width", what, 80);
-        int64_t len = (int64_t)n_codepoints(s);
-        if (w > 4096)
-            FAIL(c, a, "%s: width out of range", what);
-        if (w <= len)
-            return v;
-        int64_t total = w - len, left = total / 2 + (total & w & 1);
-        struct jbuf b = {0};
-        for (int64_t k = 0; k < left; k++)
-            jbuf_put(c, &b, " ", 1);
-        jbuf_puts(c, &b, s);
-        for (int64_t k = 0; k < total - left; k++)
-            jbuf_put(c, &b, " ", 1);
-        return jv_str(jbuf_take(c, &b));
-    }
-#undef IS
     FAIL(c, a, "unknown filter '%.*s'", (int)name.n, name.p);
 }
 

@@ -282,11 +282,6 @@ static void py_float(double f, bool json, char *buf, size_t n)
     snprintf(buf, n, "%s", out);
 }
 
-void jv_format_float(double f, char *buf, size_t n)
-{
-    py_float(f, false, buf, n);
-}
-
 /* One UTF-8 character at s[0..n): its code point and length; an invalid
  * byte gives -1 and length 1. */
 static int32_t utf8_at(const unsigned char *s, size_t n, size_t *len)

@@ -9,11 +9,6 @@
 
 #include "cli/cli.h"
 
-int32_t *cli_chat_tokens(const tutti_model *model, const char *system, const char *user, int32_t *n_out) {
-    return cli_chat_tokens_with(tutti_model_vocab(model), tutti_model_meta_str(model, "tokenizer.chat_template"),
-                                NULL, system, user, n_out);
-}
-
 int32_t *cli_chat_tokens_with(const tutti_vocab *vocab, char *tmpl, const char *label, const char *system,
                               const char *user, int32_t *n_out) {
     /* messages name the model when there are several ("member 2 (b.gguf): ...") */

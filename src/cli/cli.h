@@ -26,16 +26,13 @@ char *cli_read_file(const char *path, size_t *len);
 /* Tokenizes with a growing buffer; malloc'd ids or NULL (error printed). */
 int32_t *cli_tokenize(const tutti_vocab *vocab, const char *text, size_t len, bool add_bos,
                       bool parse_special, int32_t *n_out);
-/* --chat: renders the model's chat template with an optional system
- * message and the user message (add_generation_prompt on) and tokenizes it:
+/* --chat: renders a model's chat template (tmpl: malloc'd, taken and
+ * freed; NULL = the model has none) with an optional system message and the
+ * user message (add_generation_prompt on) and tokenizes it with vocab:
  * special-token text of the template becomes special tokens, the messages'
- * text never does.  Returns malloc'd ids (count in *n_out), or NULL after
- * printing the reason. */
-int32_t *cli_chat_tokens(const tutti_model *model, const char *system, const char *user, int32_t *n_out);
-/* The same from a tokenizer and its template (tmpl: malloc'd, taken and
- * freed; NULL = the model has none), for one of several models (an
- * ensemble member): label (e.g. "member 2 (b.gguf)") goes in front of
- * every message; NULL = as above. */
+ * text never does.  label (e.g. "member 2 (b.gguf)", for one of several
+ * models; NULL for one) goes in front of every message.  Returns malloc'd
+ * ids (count in *n_out), or NULL after printing the reason. */
 int32_t *cli_chat_tokens_with(const tutti_vocab *vocab, char *tmpl, const char *label, const char *system,
                               const char *user, int32_t *n_out);
 /* Seconds since an arbitrary epoch (monotonic). */
@@ -139,6 +136,8 @@ uint64_t cli_seed_resolve(uint64_t seed);
 /* The n_ctx to pass to tutti_session_new for model; warns on stderr when N
  * exceeds the trained context (label names the model in the warning). */
 int32_t cli_ctx_for(const tutti_model *model, int32_t n_ctx, const char *label);
+/* The same for a model whose trained context is train (0: unknown). */
+int32_t cli_ctx_for_train(int32_t train, int32_t n_ctx, const char *label);
 /* The trained context length of a GGUF file from its metadata only
  * (<arch>.context_length), or 0 if unknown. */
 int32_t cli_ctx_train_of_file(const char *path);

@@ -29,7 +29,6 @@
 #include <time.h>
 
 #include "cli/cli.h"
-#include "quant/vecdot.h"
 #include "tutti.h"
 
 int tutti_cmd_bench(int argc, char **argv);
@@ -142,25 +141,178 @@ static const char *base_name(const char *p) {
     return s ? s + 1 : p;
 }
 
+/* The settings of one bench run. */
+typedef struct bench_cfg {
+    int32_t n_threads, n_pp, n_tg, reps, parallel;
+    int align;
+    bool json;
+    const char *kpath; /* kernel path in use */
+} bench_cfg;
+
+/* The fused run's figures: its length is the length of the single-model
+ * runs that follow. */
+typedef struct fused_result {
+    int units;
+    int64_t member_tokens[BENCH_MAX_MODELS];
+    double mean, sd, fwd, fusion;
+} fused_result;
+
+static const char *const fuse_prompt = "Once upon a time";
+
+/* Fused generation of the members (MIX, greedy, up to n_tg units), a
+ * warm-up then reps runs.  0, or 1 after the message. */
+static int bench_fused(const bench_cfg *cfg, const char *const *paths, int n_models, fused_result *out) {
+    tutti_member_desc md[BENCH_MAX_MODELS];
+    for (int mi = 0; mi < n_models; mi++)
+        md[mi] = (tutti_member_desc){.model_path = paths[mi], .weight = NAN, .temp = NAN};
+    tutti_ensemble_params ep = tutti_ensemble_default_params();
+    ep.members = md;
+    ep.n_members = n_models;
+    ep.rule = TUTTI_RULE_MIX;
+    ep.align = (tutti_align)cfg->align;
+    ep.n_threads = cfg->n_threads;
+    ep.n_ctx = 512 + cfg->n_tg;
+    ep.parallel = cfg->parallel;
+    tutti_ensemble *ens = tutti_ensemble_new(&ep);
+    if (!ens) return cli_library_error();
+    tutti_sampler_params smp = tutti_sampler_default_params();
+    smp.temp = 0;
+    tutti_mask mask = {0};
+    mask.max_len = cfg->n_tg;
+    stat_acc st = {.n = 0};
+    tutti_ensemble_stats es = {0};
+    for (int r = -1; r < cfg->reps; r++) {
+        if (tutti_ensemble_generate(ens, fuse_prompt, strlen(fuse_prompt), &smp, &mask, NULL, NULL, &es) != TUTTI_OK) {
+            cli_error("fused generation: %s", tutti_last_error());
+            tutti_ensemble_free(ens);
+            return 1;
+        }
+        if (r >= 0) {
+            st.v[st.n++] = es.t_total_s;
+            out->fwd += es.t_forward_s / cfg->reps;
+            out->fusion += es.t_fusion_s / cfg->reps;
+        }
+    }
+    tutti_ensemble_free(ens);
+    out->units = es.n_units > 0 ? es.n_units : 1;
+    for (int mi = 0; mi < n_models; mi++) out->member_tokens[mi] = es.n_member_tokens[mi];
+    stat_mean_sd(&st, &out->mean, &out->sd);
+    return 0;
+}
+
+/* One line (table row or JSON object) of a pp or tg test. */
+static void print_test(const bench_cfg *cfg, const char *path, int test, int n, const stat_acc *st) {
+    double mean, sd;
+    stat_mean_sd(st, &mean, &sd);
+    if (cfg->json) {
+        char test_name[32];
+        snprintf(test_name, sizeof test_name, "%s%d", test == 0 ? "pp" : "tg", n);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "model", base_name(path));
+        cJSON_AddStringToObject(o, "kernels", cfg->kpath);
+        cJSON_AddNumberToObject(o, "threads", cfg->n_threads);
+        cJSON_AddStringToObject(o, "test", test_name);
+        cJSON_AddNumberToObject(o, "tps", round3(mean));
+        cJSON_AddNumberToObject(o, "tps_sd", round3(sd));
+        cJSON *sa = cJSON_AddArrayToObject(o, "samples");
+        for (int k = 0; k < st->n; k++) cJSON_AddItemToArray(sa, cJSON_CreateNumber(round3(st->v[k])));
+        cJSON_AddNumberToObject(o, "peak_rss_mib", round3(peak_rss_mib()));
+        print_json(o);
+    } else
+        printf("| %s | %s | %d | %s%d | %.2f ± %.2f | %.1f |\n", base_name(path), cfg->kpath, cfg->n_threads,
+               test == 0 ? "pp" : "tg", n, mean, sd, peak_rss_mib());
+    fflush(stdout);
+}
+
+/* The pp and tg tests of one loaded model.  0, or 1 after the message. */
+static int bench_model(const bench_cfg *cfg, const char *path, const tutti_model *m) {
+    tutti_session_params sp = tutti_session_default_params();
+    sp.n_threads = cfg->n_threads;
+    sp.n_ctx = cfg->n_pp + cfg->n_tg > 0 ? cfg->n_pp + cfg->n_tg : 16;
+    tutti_session *s = tutti_session_new(m, &sp);
+    if (!s) return cli_error("%s: %s", path, tutti_last_error());
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(cfg->n_pp > 0 ? cfg->n_pp : 1));
+    int rc = ids ? 0 : cli_error("out of memory");
+    for (int test = 0; test < 2 && rc == 0; test++) {
+        const int n = test == 0 ? cfg->n_pp : cfg->n_tg;
+        if (n == 0) continue;
+        stat_acc st = {.n = 0};
+        for (int r = -1; r < cfg->reps && rc == 0; r++) { /* r = -1: warm-up */
+            const double tps = test == 0 ? run_pp(s, m, n, ids) : run_tg(s, m, n);
+            if (tps < 0) rc = cli_error("%s: %s", path, tutti_last_error());
+            else if (r >= 0) st.v[st.n++] = tps;
+        }
+        if (rc == 0) print_test(cfg, path, test, n, &st);
+    }
+    free(ids);
+    tutti_session_free(s);
+    return rc;
+}
+
+/* Mean seconds of m's single-model greedy generation as long as the fused
+ * run (its tokens, or in byte/span alignment the tokens m ran there), after
+ * a warm-up; < 0 after the message. */
+static double bench_single(const bench_cfg *cfg, const char *path, const tutti_model *m, const fused_result *f,
+                           int mi) {
+    double sum = 0;
+    for (int r = -1; r < cfg->reps; r++) {
+        const double t = cfg->align == TUTTI_ALIGN_TOKEN
+                             ? run_single_gen(m, cfg->n_threads, fuse_prompt, f->units, false)
+                             : run_single_gen(m, cfg->n_threads, fuse_prompt, (int)f->member_tokens[mi], true);
+        if (t < 0) return cli_error("%s: %s", path, tutti_last_error()), -1;
+        if (r >= 0) sum += t;
+    }
+    return sum / cfg->reps;
+}
+
+static void print_fused(const bench_cfg *cfg, int n_models, const fused_result *f, double sum_single) {
+    const char *align = tutti_align_name((tutti_align)cfg->align);
+    if (cfg->json) {
+        char test_name[32];
+        snprintf(test_name, sizeof test_name, "fused-tg%d", cfg->n_tg);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "test", test_name);
+        cJSON_AddNumberToObject(o, "members", n_models);
+        cJSON_AddStringToObject(o, "align", align);
+        cJSON_AddNumberToObject(o, "threads", cfg->n_threads);
+        cJSON_AddNumberToObject(o, "parallel", cfg->parallel);
+        cJSON_AddNumberToObject(o, "fused_s", f->mean);
+        cJSON_AddNumberToObject(o, "fused_sd", f->sd);
+        cJSON_AddNumberToObject(o, "fused_forward_s", f->fwd);
+        cJSON_AddNumberToObject(o, "fused_fusion_s", f->fusion);
+        cJSON_AddNumberToObject(o, "sum_single_s", sum_single);
+        cJSON_AddNumberToObject(o, "ratio", round3(f->mean / sum_single));
+        cJSON_AddNumberToObject(o, "units", f->units);
+        cJSON_AddNumberToObject(o, "peak_rss_mib", round3(peak_rss_mib()));
+        print_json(o);
+    } else
+        printf("\n%s-aligned fused generation, %d members, %d %ss (prompt \"%s\"), %d threads, parallel=%d:\n"
+               "  fused %.3f ± %.3f s (forward passes %.3f s, fusion/sampling %.3f s), sum of the members'\n"
+               "  single-model runs of the same length %.3f s, ratio %.3f\n",
+               align, n_models, f->units, cfg->align == TUTTI_ALIGN_TOKEN ? "token" : "byte", fuse_prompt,
+               cfg->n_threads, cfg->parallel, f->mean, f->sd, f->fwd, f->fusion, sum_single, f->mean / sum_single);
+}
+
 int tutti_cmd_bench(int argc, char **argv) {
     cli_strs models = {.n = 0};
-    int32_t n_threads = 2, n_pp = 512, n_tg = 128, reps = 3, parallel = 0;
-    int align = TUTTI_ALIGN_TOKEN;
-    bool fused = false, json = false;
+    bench_cfg cfg = {.n_threads = 2, .n_pp = 512, .n_tg = 128, .reps = 3, .align = TUTTI_ALIGN_TOKEN};
+    bool fused = false;
     static const char *aligns[5];
     for (int k = 0; k < 4; k++) aligns[k] = tutti_align_name((tutti_align)k);
     const cli_opt opts[] = {
         CLI_STRS("-m,--model", "FILE", &models, "a GGUF model (repeat to bench several; up to 8)"),
         CLI_HF_OPTS(&models, CLI_T_STRS, 0),
-        CLI_INT("-t,--threads", "N", &n_threads, 1, CLI_MAX_THREADS, "worker threads", NULL),
-        CLI_INT("-p,--n-prompt", "N", &n_pp, 0, 65536, "prompt-processing test: one batch of N tokens, 0 = skip", NULL),
-        CLI_INT("-n,--n-gen", "N", &n_tg, 0, 65536, "generation test: N single-token evals, 0 = skip", NULL),
-        CLI_INT("-r,--repetitions", "N", &reps, 1, 64, "repetitions after one warm-up", NULL),
-        CLI_FLAG("--fused", &fused, "also time fused generation of all -m members against the sum\n"
-                                    "of their single-model generation times"),
-        CLI_CHOICE("--align", "ALIGN", &align, aligns, "--fused: auto | token | byte | span", NULL),
-        CLI_INT("--parallel", "N", &parallel, 0, 2, "--fused: 0 default, 1 members in turn, 2 concurrently", NULL),
-        CLI_FLAG("--json", &json, "one JSON object per line instead of a table"),
+        CLI_INT("-t,--threads", "N", &cfg.n_threads, 1, CLI_MAX_THREADS, "worker threads", NULL),
+        CLI_INT("-p,--n-prompt", "N", &cfg.n_pp, 0, 65536, "prompt-processing test: one batch of N tokens, 0 = skip",
+                NULL),
+        CLI_INT("-n,--n-gen", "N", &cfg.n_tg, 0, 65536, "generation test: N single-token evals, 0 = skip", NULL),
+        CLI_INT("-r,--repetitions", "N", &cfg.reps, 1, 64, "repetitions after one warm-up", NULL),
+        CLI_FLAG("--fused", &fused,
+                 "also time fused generation of all -m members against the sum\n"
+                 "of their single-model generation times"),
+        CLI_CHOICE("--align", "ALIGN", &cfg.align, aligns, "--fused: auto | token | byte | span", NULL),
+        CLI_INT("--parallel", "N", &cfg.parallel, 0, 2, "--fused: 0 default, 1 members in turn, 2 concurrently", NULL),
+        CLI_FLAG("--json", &cfg.json, "one JSON object per line instead of a table"),
         CLI_END,
     };
     const cli_spec spec = {
@@ -179,166 +331,33 @@ int tutti_cmd_bench(int argc, char **argv) {
     if ((pr = cli_resolve_models(&models)) != CLI_RUN) return pr;
     int n_models = models.n;
     const char *const *model_paths = models.v;
-    if (tutti_simd_init() != TUTTI_OK) {
-        cli_error("%s", tutti_last_error());
-        return 1;
-    }
-    const char *kpath = tutti_simd_name(tutti_simd_current());
-    const char *fuse_prompt = "Once upon a time";
-    if (!json)
-        printf("| model | kernels | threads | test | t/s | peak RSS MiB |\n|---|---|---:|---|---:|---:|\n");
-
+    tutti_system_info sys;
+    if (tutti_system_info_get(&sys) != TUTTI_OK) return cli_error("%s", tutti_last_error());
+    cfg.kpath = sys.kernels;
+    if (!cfg.json) printf("| model | kernels | threads | test | t/s | peak RSS MiB |\n|---|---|---:|---|---:|---:|\n");
     /* fused generation first: its length (it may stop at an end-of-text
      * token) is the length of the single-model runs below */
-    int fused_units = 0;
-    int64_t member_tokens[BENCH_MAX_MODELS] = {0};
-    double fused_mean = 0, fused_sd = 0, fused_fwd = 0, fused_fusion = 0;
-    if (fused && n_models >= 2 && n_tg > 0) {
-        tutti_member_desc md[BENCH_MAX_MODELS];
-        for (int mi = 0; mi < n_models; mi++)
-            md[mi] = (tutti_member_desc){.model_path = model_paths[mi], .weight = NAN, .temp = NAN};
-        tutti_ensemble_params ep = tutti_ensemble_default_params();
-        ep.members = md;
-        ep.n_members = n_models;
-        ep.rule = TUTTI_RULE_MIX;
-        ep.align = (tutti_align)align;
-        ep.n_threads = n_threads;
-        ep.n_ctx = 512 + n_tg;
-        ep.parallel = parallel;
-        tutti_ensemble *ens = tutti_ensemble_new(&ep);
-        if (!ens) return cli_library_error();
-        tutti_sampler_params smp = tutti_sampler_default_params();
-        smp.temp = 0;
-        tutti_mask mask = {0};
-        mask.max_len = n_tg;
-        stat_acc st = {.n = 0};
-        tutti_ensemble_stats es = {0};
-        for (int r = -1; r < reps; r++) {
-            if (tutti_ensemble_generate(ens, fuse_prompt, strlen(fuse_prompt), &smp, &mask, NULL, NULL, &es) !=
-                TUTTI_OK) {
-                cli_error("fused generation: %s", tutti_last_error());
-                tutti_ensemble_free(ens);
-                return 1;
-            }
-            if (r >= 0) {
-                st.v[st.n++] = es.t_total_s;
-                fused_fwd += es.t_forward_s / reps;
-                fused_fusion += es.t_fusion_s / reps;
-            }
-        }
-        tutti_ensemble_free(ens);
-        fused_units = es.n_units > 0 ? es.n_units : 1;
-        for (int mi = 0; mi < n_models; mi++) member_tokens[mi] = es.n_member_tokens[mi];
-        stat_mean_sd(&st, &fused_mean, &fused_sd);
-    }
-
+    fused_result fr = {0};
+    int frc = fused && n_models >= 2 && cfg.n_tg > 0 ? bench_fused(&cfg, model_paths, n_models, &fr) : 0;
+    if (frc != 0) return frc; /* 2: flags the models do not allow */
+    /* every model stays loaded to the end (peak RSS counts them all, as it did) */
     tutti_model *loaded[BENCH_MAX_MODELS] = {0};
     int rc = 0;
-    double single_gen_s[BENCH_MAX_MODELS] = {0};
+    double sum_single = 0;
     for (int mi = 0; mi < n_models && rc == 0; mi++) {
         tutti_model_params mp = tutti_model_default_params();
-        tutti_model *m = tutti_model_load(model_paths[mi], &mp);
-        if (!m) {
-            cli_error("%s", tutti_last_error());
-            rc = 1;
+        if (!(loaded[mi] = tutti_model_load(model_paths[mi], &mp))) {
+            rc = cli_error("%s", tutti_last_error());
             break;
         }
-        loaded[mi] = m;
-        tutti_session_params sp = tutti_session_default_params();
-        sp.n_threads = n_threads;
-        sp.n_ctx = n_pp + n_tg > 0 ? n_pp + n_tg : 16;
-        tutti_session *s = tutti_session_new(m, &sp);
-        if (!s) {
-            cli_error("%s: %s", model_paths[mi], tutti_last_error());
-            rc = 1;
-            break;
-        }
-        int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n_pp > 0 ? n_pp : 1));
-        for (int test = 0; test < 2 && rc == 0 && ids; test++) {
-            const int n = test == 0 ? n_pp : n_tg;
-            if (n == 0) continue;
-            stat_acc st = {.n = 0};
-            for (int r = -1; r < reps; r++) { /* r = -1: warm-up */
-                const double tps = test == 0 ? run_pp(s, m, n, ids) : run_tg(s, m, n);
-                if (tps < 0) {
-                    cli_error("%s: %s", model_paths[mi], tutti_last_error());
-                    rc = 1;
-                    break;
-                }
-                if (r >= 0) st.v[st.n++] = tps;
-            }
-            if (rc) break;
-            double mean, sd;
-            stat_mean_sd(&st, &mean, &sd);
-            if (json) {
-                char test_name[32];
-                snprintf(test_name, sizeof test_name, "%s%d", test == 0 ? "pp" : "tg", n);
-                cJSON *o = cJSON_CreateObject();
-                cJSON_AddStringToObject(o, "model", base_name(model_paths[mi]));
-                cJSON_AddStringToObject(o, "kernels", kpath);
-                cJSON_AddNumberToObject(o, "threads", n_threads);
-                cJSON_AddStringToObject(o, "test", test_name);
-                cJSON_AddNumberToObject(o, "tps", round3(mean));
-                cJSON_AddNumberToObject(o, "tps_sd", round3(sd));
-                cJSON *sa = cJSON_AddArrayToObject(o, "samples");
-                for (int k = 0; k < st.n; k++) cJSON_AddItemToArray(sa, cJSON_CreateNumber(round3(st.v[k])));
-                cJSON_AddNumberToObject(o, "peak_rss_mib", round3(peak_rss_mib()));
-                print_json(o);
-            } else
-                printf("| %s | %s | %d | %s%d | %.2f ± %.2f | %.1f |\n", base_name(model_paths[mi]), kpath, n_threads,
-                       test == 0 ? "pp" : "tg", n, mean, sd, peak_rss_mib());
-            fflush(stdout);
-        }
-        free(ids);
-        tutti_session_free(s);
-        if (rc == 0 && fused_units > 0) {
-            /* same prompt, same number of tokens as the fused run; warm-up
-             * first, mean of the repetitions */
-            double sum = 0;
-            for (int r = -1; r < reps && rc == 0; r++) {
-                const double t = align == TUTTI_ALIGN_TOKEN
-                                     ? run_single_gen(m, n_threads, fuse_prompt, fused_units, false)
-                                     : run_single_gen(m, n_threads, fuse_prompt, (int)member_tokens[mi], true);
-                if (t < 0) {
-                    cli_error("%s: %s", model_paths[mi], tutti_last_error());
-                    rc = 1;
-                } else if (r >= 0) {
-                    sum += t;
-                }
-            }
-            single_gen_s[mi] = sum / reps;
+        rc = bench_model(&cfg, model_paths[mi], loaded[mi]);
+        if (rc == 0 && fr.units > 0) { /* same prompt, same number of tokens as the fused run */
+            double t = bench_single(&cfg, model_paths[mi], loaded[mi], &fr, mi);
+            if (t < 0) rc = 1;
+            else sum_single += t;
         }
     }
     for (int mi = 0; mi < n_models; mi++) tutti_model_free(loaded[mi]);
-
-    if (rc == 0 && fused_units > 0) {
-        double sum_single = 0;
-        for (int mi = 0; mi < n_models; mi++) sum_single += single_gen_s[mi];
-        if (json) {
-            char test_name[32];
-            snprintf(test_name, sizeof test_name, "fused-tg%d", n_tg);
-            cJSON *o = cJSON_CreateObject();
-            cJSON_AddStringToObject(o, "test", test_name);
-            cJSON_AddNumberToObject(o, "members", n_models);
-            cJSON_AddStringToObject(o, "align", tutti_align_name((tutti_align)align));
-            cJSON_AddNumberToObject(o, "threads", n_threads);
-            cJSON_AddNumberToObject(o, "parallel", parallel);
-            cJSON_AddNumberToObject(o, "fused_s", fused_mean);
-            cJSON_AddNumberToObject(o, "fused_sd", fused_sd);
-            cJSON_AddNumberToObject(o, "fused_forward_s", fused_fwd);
-            cJSON_AddNumberToObject(o, "fused_fusion_s", fused_fusion);
-            cJSON_AddNumberToObject(o, "sum_single_s", sum_single);
-            cJSON_AddNumberToObject(o, "ratio", round3(fused_mean / sum_single));
-            cJSON_AddNumberToObject(o, "units", fused_units);
-            cJSON_AddNumberToObject(o, "peak_rss_mib", round3(peak_rss_mib()));
-            print_json(o);
-        } else
-            printf("\n%s-aligned fused generation, %d members, %d %ss (prompt \"%s\"), %d threads, parallel=%d:\n"
-                   "  fused %.3f ± %.3f s (forward passes %.3f s, fusion/sampling %.3f s), sum of the members'\n"
-                   "  single-model runs of the same length %.3f s, ratio %.3f\n",
-                   tutti_align_name((tutti_align)align), n_models, fused_units,
-                   align == TUTTI_ALIGN_TOKEN ? "token" : "byte", fuse_prompt, n_threads, parallel, fused_mean, fused_sd, fused_fwd,
-                   fused_fusion, sum_single, fused_mean / sum_single);
-    }
+    if (rc == 0 && fr.units > 0) print_fused(&cfg, n_models, &fr, sum_single);
     return rc;
 }

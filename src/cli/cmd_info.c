@@ -10,72 +10,42 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "gguf/gguf.h"
-#include "tokenizer/tokenizer.h"
 
-/* A scalar metadata value as JSON (NULL for strings and arrays). */
-static cJSON *scalar_json(gguf_type t, const void *p) {
-    union {
-        uint8_t u8;
-        int8_t i8;
-        uint16_t u16;
-        int16_t i16;
-        uint32_t u32;
-        int32_t i32;
-        float f32;
-        uint64_t u64;
-        int64_t i64;
-        double f64;
-        bool b;
-    } v;
-    size_t n = gguf_type_size(t);
-    if (!n || n > sizeof v) return NULL;
-    memcpy(&v, p, n);
-    switch (t) {
-    case GGUF_TYPE_UINT8: return cJSON_CreateNumber(v.u8);
-    case GGUF_TYPE_INT8: return cJSON_CreateNumber(v.i8);
-    case GGUF_TYPE_UINT16: return cJSON_CreateNumber(v.u16);
-    case GGUF_TYPE_INT16: return cJSON_CreateNumber(v.i16);
-    case GGUF_TYPE_UINT32: return cJSON_CreateNumber(v.u32);
-    case GGUF_TYPE_INT32: return cJSON_CreateNumber(v.i32);
-    case GGUF_TYPE_FLOAT32: return isfinite(v.f32) ? cJSON_CreateNumber(v.f32) : cJSON_CreateNull();
-    case GGUF_TYPE_UINT64: return cJSON_CreateNumber((double)v.u64);
-    case GGUF_TYPE_INT64: return cJSON_CreateNumber((double)v.i64);
-    case GGUF_TYPE_FLOAT64: return isfinite(v.f64) ? cJSON_CreateNumber(v.f64) : cJSON_CreateNull();
-    case GGUF_TYPE_BOOL: return cJSON_CreateBool(v.b != 0);
+/* A scalar or string value as JSON (NULL for arrays). */
+static cJSON *value_json(const tutti_gguf_value *v) {
+    switch (v->kind) {
+    case TUTTI_GGUF_NUMBER: return !v->is_float || isfinite(v->number) ? cJSON_CreateNumber(v->number) : cJSON_CreateNull();
+    case TUTTI_GGUF_BOOL: return cJSON_CreateBool(v->number != 0);
+    case TUTTI_GGUF_STRING: {
+        /* metadata strings may hold NUL bytes: cut there, as tutti_model_meta_str */
+        char *c = malloc(v->len + 1);
+        if (!c) return cJSON_CreateNull();
+        memcpy(c, v->str, v->len);
+        c[v->len] = 0;
+        cJSON *j = cJSON_CreateString(c);
+        free(c);
+        return j;
+    }
     default: return NULL;
     }
 }
 
-static cJSON *str_json(gguf_str s) {
-    /* metadata strings may hold NUL bytes: cut there, as tutti_model_meta_str */
-    char *c = malloc(s.len + 1);
-    if (!c) return cJSON_CreateNull();
-    memcpy(c, s.data, s.len);
-    c[s.len] = 0;
-    cJSON *j = cJSON_CreateString(c);
-    free(c);
-    return j;
-}
-
-/* Value i as JSON; arrays of more than 64 elements become {"type","n"}. */
-static cJSON *kv_json(const gguf_file *f, int64_t i) {
-    gguf_type t = gguf_kv_type(f, i);
-    if (t == GGUF_TYPE_STRING) return str_json(gguf_kv_str(f, i, 0));
-    if (t != GGUF_TYPE_ARRAY) return scalar_json(t, gguf_kv_data(f, i));
-    gguf_type et = gguf_kv_arr_type(f, i);
-    uint64_t n = gguf_kv_arr_n(f, i);
-    if (n > 64 || et == GGUF_TYPE_ARRAY) {
+/* Value i as JSON; arrays of more than 64 elements become {"array_of","n"}. */
+static cJSON *kv_json(const tutti_gguf *f, int64_t i) {
+    tutti_gguf_value v;
+    if (tutti_gguf_get(f, i, -1, &v) < 0) return NULL;
+    if (v.kind != TUTTI_GGUF_ARRAY) return value_json(&v);
+    if (v.n > 64) {
         cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "array_of", gguf_type_name(et));
-        cJSON_AddNumberToObject(o, "n", (double)n);
+        cJSON_AddStringToObject(o, "array_of", v.elem_type);
+        cJSON_AddNumberToObject(o, "n", (double)v.n);
         return o;
     }
     cJSON *a = cJSON_CreateArray();
-    const char *base = et == GGUF_TYPE_STRING ? NULL : gguf_kv_data(f, i);
-    for (uint64_t j = 0; j < n; j++)
-        cJSON_AddItemToArray(a, et == GGUF_TYPE_STRING ? str_json(gguf_kv_str(f, i, j))
-                                                       : scalar_json(et, base + j * gguf_type_size(et)));
+    for (uint64_t j = 0; j < v.n; j++) {
+        tutti_gguf_value e;
+        cJSON_AddItemToArray(a, tutti_gguf_get(f, i, (int64_t)j, &e) == 0 ? value_json(&e) : cJSON_CreateNull());
+    }
     return a;
 }
 
@@ -106,28 +76,22 @@ static void print_value(const cJSON *j, FILE *out) {
     free(s);
 }
 
-static cJSON *describe(const char *path, const gguf_file *f, const tutti_vocab *v, char *tmpl) {
+static cJSON *describe(const char *path, const tutti_gguf *f, const tutti_vocab *v, char *tmpl) {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "file", path);
-    cJSON_AddNumberToObject(root, "gguf_version", gguf_version(f));
-    cJSON_AddNumberToObject(root, "n_tensors", (double)gguf_n_tensors(f));
+    cJSON_AddNumberToObject(root, "gguf_version", tutti_gguf_version(f));
+    cJSON_AddNumberToObject(root, "n_tensors", (double)tutti_gguf_n_tensors(f));
     cJSON *gen = cJSON_AddObjectToObject(root, "general");
-    for (int64_t i = 0; i < gguf_n_kv(f); i++) {
-        gguf_str k = gguf_kv_key(f, i);
-        if (k.len < 8 || memcmp(k.data, "general.", 8) || k.len > 255) continue;
+    for (int64_t i = 0; i < tutti_gguf_n_kv(f); i++) {
+        size_t kl = 0;
+        const char *k = tutti_gguf_key(f, i, &kl);
+        if (kl < 8 || memcmp(k, "general.", 8) || kl > 255) continue;
         char key[256];
-        snprintf(key, sizeof key, "%.*s", (int)k.len, k.data);
+        snprintf(key, sizeof key, "%.*s", (int)kl, k);
         cJSON *val = kv_json(f, i);
         if (val) cJSON_AddItemToObject(gen, key, val);
     }
-    double n_params = 0;
-    for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
-        const gguf_tensor_info *t = gguf_tensor(f, i);
-        double e = 1;
-        for (uint32_t d = 0; d < t->n_dims; d++) e *= (double)t->ne[d];
-        n_params += e;
-    }
-    cJSON_AddNumberToObject(root, "n_params", n_params);
+    cJSON_AddNumberToObject(root, "n_params", tutti_gguf_n_params(f));
     cJSON *tok = cJSON_AddObjectToObject(root, "tokenizer");
     if (v) {
         cJSON_AddStringToObject(tok, "type", tutti_vocab_type(v));
@@ -202,13 +166,13 @@ int cmd_info(int argc, char **argv) {
     if (pr != CLI_RUN) return pr;
     if (!model_path) return cli_usage_error("need -m MODEL or -hf REPO[:QUANT]");
     if ((pr = cli_resolve_model(&model_path)) != CLI_RUN) return pr;
-    gguf_file *f = gguf_open(model_path);
+    tutti_gguf *f = tutti_gguf_open(model_path);
     if (!f) return cli_error("%s", tutti_last_error());
     tutti_model *model = NULL;
     tutti_vocab *vocab = NULL;
     char *tmpl = NULL;
     int rc = 1;
-    if (gguf_n_tensors(f) > 0) {
+    if (tutti_gguf_n_tensors(f) > 0) {
         /* a model: load it (validates every tensor); metadata only, so no copy */
         tutti_model_params mp = tutti_model_default_params();
         mp.use_mmap = true;
@@ -222,9 +186,11 @@ int cmd_info(int argc, char **argv) {
         /* still show the metadata; the tokenizer's problem is the error */
         snprintf(vocab_err, sizeof vocab_err, "%s", tutti_last_error());
     const tutti_vocab *v = model ? tutti_model_vocab(model) : vocab;
-    gguf_str ts;
-    if (gguf_get_str(f, "tokenizer.chat_template", &ts) && (tmpl = malloc(ts.len + 1))) {
-        memcpy(tmpl, ts.data, ts.len);
+    tutti_gguf_value ts;
+    int64_t kt = tutti_gguf_find(f, "tokenizer.chat_template");
+    if (kt >= 0 && tutti_gguf_get(f, kt, -1, &ts) == 0 && ts.kind == TUTTI_GGUF_STRING &&
+        (tmpl = malloc(ts.len + 1))) {
+        memcpy(tmpl, ts.str, ts.len);
         tmpl[ts.len] = 0;
     }
     cJSON *d = describe(model_path, f, v, tmpl);
@@ -252,6 +218,6 @@ done:
     free(tmpl);
     tutti_vocab_free(vocab);
     tutti_model_free(model);
-    gguf_close(f);
+    tutti_gguf_close(f);
     return rc;
 }

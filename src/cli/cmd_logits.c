@@ -6,8 +6,6 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "mpi/tutti_mpi.h"
-#include "util/error.h"
 
 typedef struct rows_out {
     const float *logits;

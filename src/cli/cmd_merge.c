@@ -12,7 +12,6 @@
 
 #include "cli/cli.h"
 #include "cli/opts.h"
-#include "util/error.h"
 
 #define MAX_MODELS 64
 

@@ -1,4 +1,4 @@
-/* `tutti models`: the model cache of -hf (README "Models by name").
+/* `tutti models`: the model cache of -hf (docs/models-by-name.md).
  *
  *   tutti models [--json]                 every cached file: repository, file, tag, size, last use
  *   tutti models rm REPO[:QUANT]|FILE ... removes entries (and blobs nothing uses any more) */

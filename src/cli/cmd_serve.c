@@ -10,7 +10,6 @@
 #include "cli/cli.h"
 #include "cli/ens_args.h"
 #include "cli/opts.h"
-#include "mpi/tutti_mpi.h"
 #include "server/server.h"
 
 static const char *g_rules[5], *g_aligns[5];
@@ -95,7 +94,7 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
         CLI_STRS("-m,--model", "FILE", &models, "a member of 'default', also served alone (repeat)"),
         CLI_HF_OPTS(&models, CLI_T_STRS, 0),
         CLI_STR("-e,--ensemble", "FILE", &o->ens_file, "members of 'default' from an ensemble file", "none"),
-        CLI_STR("--config", "FILE", &o->config, "JSON: more models, renames, named ensembles (README)", "none"),
+        CLI_STR("--config", "FILE", &o->config, "JSON: more models, renames, named ensembles (docs/server.md)", "none"),
         CLI_STR("--chat-template", "FILE", &o->chat_template_file,
                 "Jinja chat template for every model (overrides theirs)", "the models' own"),
         CLI_FLOATS("-w,--weights", "W1,W2,...", &weights, -1e30, 1e30, "weights of 'default', one per member",
@@ -153,9 +152,9 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
         .description = "OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions, /v1/embeddings,\n/v1/models, "
                        "/health, /metrics. Model names: 'default' (the ensemble of every -m member, or of\n"
                        "the -e file), every file alone under its name without .gguf, and the --config\n"
-                       "file's named ensembles. A -m may be a remote member's URL (README). The API key\n"
-                       "may also come from the environment variable TUTTI_API_KEY. SIGINT/SIGTERM stop\n"
-                       "it gracefully.",
+                       "file's named ensembles. A -m may be a remote member's URL (docs/remote-members.md).\n"
+                       "The API key may also come from the environment variable TUTTI_API_KEY.\n"
+                       "SIGINT/SIGTERM stop it gracefully.",
         .opts = opts,
     };
     int r = cli_parse(&spec, argc, argv);

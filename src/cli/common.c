@@ -11,10 +11,6 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "gguf/gguf.h"
-#include "mpi/tutti_mpi.h"
-#include "util/error.h"
-#include "util/file.h"
 
 /* ---- seeds ---- */
 
@@ -51,7 +47,10 @@ void cli_sampling_init(cli_sampling *s) {
 /* ---- context ---- */
 
 int32_t cli_ctx_for(const tutti_model *model, int32_t n_ctx, const char *label) {
-    int32_t train = tutti_model_n_ctx_train(model);
+    return cli_ctx_for_train(tutti_model_n_ctx_train(model), n_ctx, label);
+}
+
+int32_t cli_ctx_for_train(int32_t train, int32_t n_ctx, const char *label) {
     if (n_ctx == CLI_CTX_UNSET) return 0; /* session default: min(trained, 4096) */
     if (n_ctx == 0) return train > 0 && train <= CLI_MAX_CTX ? train : 0;
     if (train > 0 && n_ctx > train)
@@ -61,17 +60,21 @@ int32_t cli_ctx_for(const tutti_model *model, int32_t n_ctx, const char *label) 
 }
 
 int32_t cli_ctx_train_of_file(const char *path) {
-    gguf_file *f = gguf_open(path);
+    tutti_gguf *f = tutti_gguf_open(path);
     if (!f) return 0;
-    gguf_str arch;
-    int64_t v = 0;
-    if (gguf_get_str(f, "general.architecture", &arch) && arch.len < 64) {
+    tutti_gguf_value arch, v;
+    int32_t n = 0;
+    int64_t k = tutti_gguf_find(f, "general.architecture");
+    if (k >= 0 && tutti_gguf_get(f, k, -1, &arch) == 0 && arch.kind == TUTTI_GGUF_STRING && arch.len < 64) {
         char key[128];
-        snprintf(key, sizeof key, "%.*s.context_length", (int)arch.len, arch.data);
-        if (!gguf_get_i64(f, key, &v) || v < 0 || v > INT32_MAX) v = 0;
+        snprintf(key, sizeof key, "%.*s.context_length", (int)arch.len, arch.str);
+        k = tutti_gguf_find(f, key);
+        if (k >= 0 && tutti_gguf_get(f, k, -1, &v) == 0 && v.kind == TUTTI_GGUF_NUMBER && !v.is_float &&
+            v.number >= 0 && v.number <= INT32_MAX)
+            n = (int32_t)v.number;
     }
-    gguf_close(f);
-    return (int32_t)v;
+    tutti_gguf_close(f);
+    return n;
 }
 
 /* ---- prompt text ---- */

@@ -1,5 +1,5 @@
 /* Ensemble flags shared by `tutti run`, `tutti eval` and `tutti fit`
- * (implemented in cmd_run.c): one flag table, included in each command's
+ * (implemented in ens_args.c): one flag table, included in each command's
  * own table with CLI_INCLUDE(a.opts). */
 #ifndef TUTTI_CLI_ENS_ARGS_H
 #define TUTTI_CLI_ENS_ARGS_H
@@ -87,7 +87,7 @@ void ens_args_free(ens_args *a);
     "  route TAU            weights from the prompt's perplexities, TAU > 0 nats/byte (--route)\n" \
     "  # ...                a comment: '#' at the start of a line or after a blank, to the\n" \
     "                       end of the line (also inside quotes); blank lines are skipped\n"  \
-    "  URL#MODEL;vocab=PATH a remote member (README \"Remote members\"; PATH relative to\n"     \
+    "  URL#MODEL;vocab=PATH a remote member (docs/remote-members.md; PATH relative to\n"      \
     "                       the file's folder)\n"                                             \
     "  \"a b/c.gguf\" 0.5     double quotes keep spaces in a path (no escapes inside)\n"       \
     "A relative MODEL path is relative to the ensemble file's folder. At most 16 members.\n"   \

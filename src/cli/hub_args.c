@@ -3,7 +3,6 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "hub/hub.h"
 
 const char *cli_hf_token = NULL;
 bool cli_offline = false;
@@ -27,8 +26,7 @@ static void configure(void) {
 
 /* A malloc'd local path for spec, or NULL with the exit status in *rc. */
 static char *resolve(const char *spec, int *rc) {
-    hub_spec sp;
-    if (hub_spec_parse(spec, &sp) < 0) {
+    if (tutti_hub_spec_check(spec) < 0) {
         *rc = cli_usage_error("%s", tutti_last_error());
         return NULL;
     }

@@ -4,7 +4,6 @@
 
 #include "cli/cli.h"
 #include "cli/ens_args.h"
-#include "mpi/tutti_mpi.h"
 
 int tutti_cmd_bench(int argc, char **argv);
 int cmd_serve(int argc, char **argv);

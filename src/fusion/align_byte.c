@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "fusion/align.h"
-#include "fusion/member_remote.h"
+#include "member/remote.h"
 #include "util/error.h"
 
 typedef struct byte_job {

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "fusion/align.h"
-#include "fusion/member_remote.h"
+#include "member/remote.h"
 #include "util/error.h"
 
 #define SPAN_MAX_BYTES 64

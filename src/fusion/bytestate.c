@@ -96,6 +96,21 @@ typedef struct ahead {
     float *rows; /* [window][n_vocab] scratch of the last fetch */
 } ahead;
 
+/* A hypothesis after a commit, by its effective mass (commit's pruning). */
+typedef struct ranked {
+    double mass;
+    int32_t i;
+} ranked;
+
+/* commit's scratch, kept with the state and grown as hypotheses multiply
+ * (not allocated per committed byte) */
+typedef struct commit_scratch {
+    double *eff;  /* [cap] effective mass of hypothesis i after the byte, -1 = none */
+    ranked *rk;   /* [cap] the hypotheses kept, by mass */
+    bool *keep;   /* [cap] */
+    int32_t cap;
+} commit_scratch;
+
 struct fusion_bytes {
     fusion_member *m;
     const fusion_trie *trie;
@@ -119,6 +134,7 @@ struct fusion_bytes {
     int32_t n_sp;
     int64_t n_spec_run, n_spec_used; /* statistics */
     ahead ah;
+    commit_scratch cs;
 };
 #define REMOTE(call) \
     do { \
@@ -280,6 +296,7 @@ void fusion_bytes_free(fusion_bytes *s) {
     free(s->h);
     free(s->view);
     free(s->logits);
+    free(s->cs.eff), free(s->cs.rk), free(s->cs.keep);
     free(s);
 }
 
@@ -779,11 +796,6 @@ int fusion_bytes_next(fusion_bytes *s, double *out) {
     return 0;
 }
 
-typedef struct ranked {
-    double mass;
-    int32_t i;
-} ranked;
-
 static int cmp_ranked(const void *a, const void *b) {
     double x = ((const ranked *)a)->mass, y = ((const ranked *)b)->mass;
     return x > y ? -1 : x < y;
@@ -808,55 +820,66 @@ static void evaluated_at(const fusion_bytes *s, uint8_t b, bool *spawn, bool *co
     }
 }
 
-int fusion_bytes_commit(fusion_bytes *s, uint8_t b) {
-    REMOTE(commit(s->ops_ctx, b));
-    int prc = fusion_bytes_prepare(s);
-    if (prc < 0) return prc;
-    /* Deferred hypotheses, and no evaluated one ends a token at b: the
-     * boundary they would give is kept as one stale hypothesis, the
-     * heaviest deferred one, unevaluated; its pending bytes grow with each
-     * commit (node -1: they may span several tokens).  It stands for all
-     * its descendants (their mass is at most its own, below the pruning
-     * share), so the member still has a boundary to turn to, and it costs
-     * a pass only when expanded: when b itself needs it (no evaluated
-     * hypothesis continues with b), on resolve, or when its share grows
-     * past prune.  Until then an evaluated spawn drops it, as every
-     * deferred hypothesis.  (Evaluating that boundary hypothesis at each
-     * byte, as before, cost a pass per byte inside long tokens.) */
-    int32_t stale = -1;
+/* Room for n hypotheses in commit's scratch.  0 or TUTTI_ERR. */
+static int scratch_reserve(fusion_bytes *s, int32_t n) {
+    commit_scratch *cs = &s->cs;
+    if (n <= cs->cap) return 0;
+    int32_t cap = cs->cap ? cs->cap : 16;
+    while (cap < n) cap *= 2;
+    double *eff = realloc(cs->eff, sizeof(double) * (size_t)cap);
+    if (eff) cs->eff = eff;
+    ranked *rk = eff ? realloc(cs->rk, sizeof(ranked) * (size_t)cap) : NULL;
+    if (rk) cs->rk = rk;
+    bool *keep = rk ? realloc(cs->keep, sizeof(bool) * (size_t)cap) : NULL;
+    if (keep) cs->keep = keep;
+    if (!keep) return tutti_set_error("byte alignment: out of memory");
+    cs->cap = cap;
+    return 0;
+}
+
+/* Deferred hypotheses, and no evaluated one ends a token at b: the
+ * boundary they would give is kept as one stale hypothesis, the heaviest
+ * deferred one, unevaluated; its pending bytes grow with each commit (node
+ * -1: they may span several tokens).  It stands for all its descendants
+ * (their mass is at most its own, below the pruning share), so the member
+ * still has a boundary to turn to, and it costs a pass only when expanded:
+ * when b itself needs it (no evaluated hypothesis continues with b), on
+ * resolve, or when its share grows past prune.  Until then an evaluated
+ * spawn drops it, as every deferred hypothesis.  (Evaluating that boundary
+ * hypothesis at each byte, as before, cost a pass per byte inside long
+ * tokens.)  *stale: its index, or -1.  0 or an error. */
+static int choose_stale(fusion_bytes *s, uint8_t b, int32_t *stale) {
+    *stale = -1;
     bool spawn = true, cont = true;
     if (fusion_bytes_n_deferred(s) > 0) evaluated_at(s, b, &spawn, &cont);
-    if (!spawn) {
-        if (cont) {
-            for (int32_t i = 0; i < s->n_h; i++)
-                if (!s->h[i].dist && (stale < 0 || s->h[i].logp > s->h[stale].logp)) stale = i;
-        } else if ((prc = fusion_bytes_resolve(s)) < 0) {
-            return prc;
-        }
-    }
+    if (spawn) return 0;
+    if (!cont) return fusion_bytes_resolve(s);
+    for (int32_t i = 0; i < s->n_h; i++)
+        if (!s->h[i].dist && (*stale < 0 || s->h[i].logp > s->h[*stale].logp)) *stale = i;
+    return 0;
+}
+
+/* Every hypothesis follows b: one that cannot goes (effective mass -1),
+ * tokens ending exactly at b spawn hypotheses at the new position, and
+ * each keeps what it can still contribute to future bytes (a new one its
+ * whole mass): cs.eff[0..n_h), relative to exp(mx).  *deferred: the mass
+ * of the deferred hypotheses dropped here.  0 or TUTTI_ERR. */
+static int follow_byte(fusion_bytes *s, uint8_t b, int32_t stale, double mx, double *deferred) {
     const fusion_trie *t = s->trie;
-    int32_t n_old = s->n_h;
-    int32_t new_pos = s->n_view + 1;
-    /* effective mass of every hypothesis after the commit: what it can
-     * still contribute to future bytes (continuing) or its whole mass (new) */
-    double mx = -INFINITY;
-    for (int32_t i = 0; i < n_old; i++)
-        if (s->h[i].logp > mx) mx = s->h[i].logp;
-    int32_t cap_eff = n_old * 4 + 16, n_eff = 0;
-    double *eff = malloc(sizeof(double) * (size_t)cap_eff);
-    if (!eff) return tutti_set_error("byte alignment: out of memory");
-    double deferred = 0.0; /* mass of the deferred hypotheses dropped here */
+    int32_t n_old = s->n_h, new_pos = s->n_view + 1;
+    *deferred = 0.0;
+    if (scratch_reserve(s, n_old) < 0) return TUTTI_ERR;
     for (int32_t i = 0; i < n_old; i++) {
         hyp *h = &s->h[i];
         if (!h->dist) { /* deferred (lazy): below prune, and a boundary comes from the others */
             if (i == stale) h->node = -1;
-            else deferred += exp(h->logp - mx);
-            eff[i] = -1.0;
+            else *deferred += exp(h->logp - mx);
+            s->cs.eff[i] = -1.0;
             continue;
         }
         int32_t c = fusion_trie_child(t, h->node, b);
         if (c < 0) {
-            eff[i] = -1.0;
+            s->cs.eff[i] = -1.0;
             continue;
         }
         const fusion_trie_node *nd = &t->node[c];
@@ -865,51 +888,29 @@ int fusion_bytes_commit(fusion_bytes *s, uint8_t b) {
         for (int32_t r = nd->lo; r < nd->lo + nd->n_exact; r++) {
             double p = (double)ps[r] * h->inv_total;
             if (!(p > 0)) continue;
-            if (push_hyp(s, h->ids, h->n_ids, t->sorted[r], new_pos, 0, h->logp + log(p)) < 0) {
-                free(eff);
-                return TUTTI_ERR;
-            }
+            if (push_hyp(s, h->ids, h->n_ids, t->sorted[r], new_pos, 0, h->logp + log(p)) < 0) return TUTTI_ERR;
             if (s->n_sp) spec_take(s, &s->h[s->n_h - 1]);
             if (s->ah.n_dist) ahead_take(s, &s->h[s->n_h - 1]);
             h = &s->h[i]; /* push may have moved the array */
-            if (s->n_h > cap_eff) {
-                cap_eff *= 2;
-                double *ne = realloc(eff, sizeof(double) * (size_t)cap_eff);
-                if (!ne) {
-                    free(eff);
-                    return tutti_set_error("byte alignment: out of memory");
-                }
-                eff = ne;
-            }
-            eff[s->n_h - 1] = exp(h->logp + log(p) - mx);
+            if (scratch_reserve(s, s->n_h) < 0) return TUTTI_ERR;
+            s->cs.eff[s->n_h - 1] = exp(h->logp + log(p) - mx);
         }
         double rest = range_mass(t, h, nd->lo + nd->n_exact, nd->hi);
         h->node = c;
-        eff[i] = rest > 0 ? exp(h->logp - mx) * rest : -1.0;
+        s->cs.eff[i] = rest > 0 ? exp(h->logp - mx) * rest : -1.0;
     }
-    n_eff = s->n_h;
-    if (view_push(s, b) < 0) {
-        free(eff);
-        return TUTTI_ERR;
-    }
-    double total = 0.0;
-    for (int32_t i = 0; i < n_eff; i++)
-        if (eff[i] > 0) total += eff[i];
-    if (!(total > 0)) {
-        free(eff);
-        tutti_set_error("member %s: the text has probability 0 (byte 0x%02x at offset %d cannot be covered by "
-                        "its tokens)", s->m->name, b, s->n_view - 1 - s->n_prefix);
-        return FUSION_ERR_SPELL;
-    }
-    /* prune: relative share below p.prune, then keep the max_hyps heaviest */
-    ranked *rk = malloc(sizeof(ranked) * (size_t)(n_eff ? n_eff : 1));
-    if (!rk) {
-        free(eff);
-        return tutti_set_error("byte alignment: out of memory");
-    }
-    int32_t n_rk = 0;
+    return 0;
+}
+
+/* Pruning: a relative share below p.prune goes, then the max_hyps
+ * heaviest stay, in cs.rk (returns how many); the pruned mass is added to
+ * s->pruned.  total: Σ of the positive cs.eff[0..n). */
+static int32_t prune_hyps(fusion_bytes *s, int32_t n, double total, double deferred) {
+    const double *eff = s->cs.eff;
+    ranked *rk = s->cs.rk;
+    int32_t n_rk = 0, new_pos = s->n_view;
     s->pruned += deferred / total;
-    for (int32_t i = 0; i < n_eff; i++) {
+    for (int32_t i = 0; i < n; i++) {
         if (eff[i] > 0 && eff[i] >= s->p.prune * total) rk[n_rk++] = (ranked){eff[i], i};
         else if (eff[i] > 0) s->pruned += eff[i] / total;
     }
@@ -926,32 +927,33 @@ int fusion_bytes_commit(fusion_bytes *s, uint8_t b) {
      * spell it, and leave the generation for a reason that is not true (a
      * boundary whose token is unlikely next to a long token still in
      * progress, e.g. "ti" inside "time", falls below 1e-4 of the mass). */
-    int32_t best_b = -1;
     bool kept_b = false;
     for (int32_t k = 0; k < n_rk; k++) kept_b |= s->h[rk[k].i].pos == new_pos;
-    if (!kept_b) {
-        for (int32_t i = 0; i < n_eff; i++)
-            if (eff[i] > 0 && s->h[i].pos == new_pos && (best_b < 0 || eff[i] > eff[best_b])) best_b = i;
-        if (best_b >= 0) {
-            int32_t slot = n_rk;
-            if (n_rk >= s->p.max_hyps) { /* take the lightest kept one's place */
-                slot = 0;
-                for (int32_t k = 1; k < n_rk; k++)
-                    if (rk[k].mass < rk[slot].mass) slot = k;
-                s->pruned += rk[slot].mass / total;
-            } else {
-                n_rk++;
-            }
-            rk[slot] = (ranked){eff[best_b], best_b};
-            s->pruned -= eff[best_b] / total;
-        }
+    if (kept_b) return n_rk;
+    int32_t best_b = -1;
+    for (int32_t i = 0; i < n; i++)
+        if (eff[i] > 0 && s->h[i].pos == new_pos && (best_b < 0 || eff[i] > eff[best_b])) best_b = i;
+    if (best_b < 0) return n_rk;
+    int32_t slot = n_rk;
+    if (n_rk >= s->p.max_hyps) { /* take the lightest kept one's place */
+        slot = 0;
+        for (int32_t k = 1; k < n_rk; k++)
+            if (rk[k].mass < rk[slot].mass) slot = k;
+        s->pruned += rk[slot].mass / total;
+    } else {
+        n_rk++;
     }
-    bool *keep = calloc((size_t)(n_eff ? n_eff : 1), sizeof(bool));
-    if (!keep) {
-        free(eff), free(rk);
-        return tutti_set_error("byte alignment: out of memory");
-    }
-    for (int32_t k = 0; k < n_rk; k++) keep[rk[k].i] = true;
+    rk[slot] = (ranked){eff[best_b], best_b};
+    s->pruned -= eff[best_b] / total;
+    return n_rk;
+}
+
+/* Keeps the n_rk hypotheses of cs.rk (and the stale one), in order, and
+ * renormalises their log-probabilities to a maximum of 0. */
+static void keep_hyps(fusion_bytes *s, int32_t n_rk, int32_t stale) {
+    bool *keep = s->cs.keep;
+    memset(keep, 0, sizeof(bool) * (size_t)s->n_h);
+    for (int32_t k = 0; k < n_rk; k++) keep[s->cs.rk[k].i] = true;
     if (stale >= 0) keep[stale] = true;
     int32_t w = 0;
     double nmx = -INFINITY;
@@ -975,7 +977,26 @@ int fusion_bytes_commit(fusion_bytes *s, uint8_t b) {
             s->ah.rows = NULL;
         }
     }
-    free(eff), free(rk), free(keep);
+}
+
+int fusion_bytes_commit(fusion_bytes *s, uint8_t b) {
+    REMOTE(commit(s->ops_ctx, b));
+    int rc = fusion_bytes_prepare(s);
+    int32_t stale = -1;
+    if (rc < 0 || (rc = choose_stale(s, b, &stale)) < 0) return rc;
+    double mx = -INFINITY, deferred = 0.0;
+    for (int32_t i = 0; i < s->n_h; i++)
+        if (s->h[i].logp > mx) mx = s->h[i].logp;
+    if (follow_byte(s, b, stale, mx, &deferred) < 0 || view_push(s, b) < 0) return TUTTI_ERR;
+    double total = 0.0;
+    for (int32_t i = 0; i < s->n_h; i++)
+        if (s->cs.eff[i] > 0) total += s->cs.eff[i];
+    if (!(total > 0)) {
+        tutti_set_error("member %s: the text has probability 0 (byte 0x%02x at offset %d cannot be covered by "
+                        "its tokens)", s->m->name, b, s->n_view - 1 - s->n_prefix);
+        return FUSION_ERR_SPELL;
+    }
+    keep_hyps(s, prune_hyps(s, s->n_h, total, deferred), stale);
     return 0;
 }
 

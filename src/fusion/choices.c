@@ -129,7 +129,7 @@ int tutti_ensemble_eval_choices(tutti_ensemble *e, const tutti_choice_item *item
     }
     free(buf);
     memcpy(e->w, w_given, sizeof(float) * (size_t)e->n);
-    if (rc < 0) return rc;
+    if (rc < 0) return tutti_primary_code(rc);
     out->n_members = e->n;
     out->n_items = n_items;
     for (int32_t k = 0; k < e->n; k++) {

@@ -1,4 +1,5 @@
-/* Internal layout of tutti_ensemble, shared by ensemble.c (creation), the
+/* Internal layout of tutti_ensemble, shared by its creation (the ensemble
+ * layer, src/ensemble/new.c), ensemble.c (parameters, worker pool), the
  * generation loop (gen.c, gen_output.c) and its alignments (align.h:
  * align_token.c, align_byte.c, align_span.c), and eval.c (bits per byte,
  * fitting). */
@@ -52,16 +53,18 @@ struct tutti_ensemble {
      * in the current generation (tutti_ensemble_stats.n_prompt_evaluated) */
     int64_t prompt_eval[TUTTI_ENSEMBLE_MAX_MEMBERS];
     bool prompt_marked;
+    double t_prompt_done; /* when prompt_marked was set (ens_now_s) */
 };
 
-/* The scheduling calibration cached per machine, member files and thread
- * counts (schedule_cache.c).  key: -1 when a path cannot be resolved; get:
- * true with the cached seconds per step; put stores them (errors ignored);
- * path[cap] receives the cache file's name. */
-int fusion_schedule_cache_key(const char *const *paths, int32_t n, int32_t threads_each, int32_t threads_all,
-                              uint64_t *key);
-bool fusion_schedule_cache_get(uint64_t key, double *t_seq, double *t_par, char *path, size_t cap);
-void fusion_schedule_cache_put(uint64_t key, double t_seq, double t_par, char *path, size_t cap);
+/* Checks weights w[0..e->n) for e's rule (finite, not all 0, negative only
+ * for contrastive, ...).  0 or TUTTI_ERR naming the member. */
+int ens_check_weights(const tutti_ensemble *e, const float *w);
+/* The weights given[0..e->n) with their NAN entries replaced by the
+ * defaults for e's rule, into w. */
+void ens_resolve_weights(const tutti_ensemble *e, const float *given, float *w);
+/* Starts one worker thread per member (e->parallel); 0 or TUTTI_ERR (the
+ * ones started are joined again). */
+int ens_start_workers(tutti_ensemble *e);
 
 /* Called after each forward phase: the first call of a generation records
  * the members' forward-token counts as their prompt evaluation. */

@@ -6,14 +6,11 @@
  * temperature; every weight setting is then scored from the tables alone.
  * TOKEN alignment does the same with [n_tokens][n_vocab] tables, SPAN with
  * one log-probability per member and word-level span. */
-#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "fusion/ensemble_impl.h"
-#include "fusion/member_remote.h"
 #include "util/error.h"
 
 /* ---- chunks (../shared/oracle/bpb.py) ---- */
@@ -551,7 +548,7 @@ int tutti_ensemble_eval_bpb(tutti_ensemble *e, const char *text, size_t len, tut
 done:
     for (int32_t i = 0; i < e->n; i++) free(rows[i]);
     text_data_free(&d);
-    return rc;
+    return tutti_primary_code(rc); /* no internal kind escapes (util/error.h) */
 }
 
 int fusion_text_nll(tutti_ensemble *e, const char *text, size_t len, double *member_nll, double *ens_nll) {
@@ -886,178 +883,5 @@ done:
     free(tab);
     free(sp);
     text_data_free(&d);
-    return rc;
-}
-
-/* ---- ensemble files ---- */
-
-tutti_ensemble_file *tutti_ensemble_file_read(const char *path) {
-    size_t len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        tutti_set_error("ensemble file %s: cannot open", path);
-        return NULL;
-    }
-    tutti_ensemble_file *ef = calloc(1, sizeof *ef);
-    char line[4096];
-    char dir[4096] = "";
-    const char *slash = strrchr(path, '/');
-    if (slash && (size_t)(slash - path) < sizeof dir - 1) memcpy(dir, path, (size_t)(slash - path + 1)), dir[slash - path + 1] = 0;
-    if (!ef) goto oom;
-    ef->rule = ef->align = -1;
-    ef->adapt = -1;
-    ef->route = -1;
-    ef->members = calloc(TUTTI_ENSEMBLE_MAX_MEMBERS, sizeof(tutti_member_desc));
-    if (!ef->members) goto oom;
-    int lineno = 0;
-    while (fgets(line, sizeof line, f)) {
-        lineno++;
-        len = strlen(line);
-        /* '#' starts a comment where a field could start (line start, after
-         * a blank), so a remote member's URL#MODEL keeps its '#' */
-        for (char *q = line; *q; q++)
-            if (*q == '#' && (q == line || q[-1] == ' ' || q[-1] == '\t')) {
-                *q = 0;
-                break;
-            }
-        char *p = line;
-        while (*p == ' ' || *p == '\t') p++;
-        char *end = p + strlen(p);
-        while (end > p && (end[-1] == '\n' || end[-1] == '\r' || end[-1] == ' ' || end[-1] == '\t')) *--end = 0;
-        if (!*p) continue;
-        char tok[3][4096];
-        int nt = 0;
-        while (*p && nt < 3) {
-            size_t k = 0;
-            if (*p == '"') {
-                p++;
-                while (*p && *p != '"' && k < 4095) tok[nt][k++] = *p++;
-                if (*p != '"') {
-                    tutti_set_error("ensemble file %s: line %d: unterminated quote", path, lineno);
-                    goto fail;
-                }
-                p++;
-            } else {
-                while (*p && *p != ' ' && *p != '\t' && k < 4095) tok[nt][k++] = *p++;
-            }
-            tok[nt++][k] = 0;
-            while (*p == ' ' || *p == '\t') p++;
-        }
-        if (*p) {
-            tutti_set_error("ensemble file %s: line %d: expected `MODEL [WEIGHT [TEMP]]`, found extra text \"%s\"",
-                            path, lineno, p);
-            goto fail;
-        }
-        if (!strcmp(tok[0], "route") || !strcmp(tok[0], "adapt")) {
-            bool route = tok[0][0] == 'r';
-            char *e2 = NULL;
-            double v = nt == 2 ? strtod(tok[1], &e2) : NAN;
-            if (nt != 2 || e2 == tok[1] || *e2) {
-                tutti_set_error("ensemble file %s: line %d: %s needs one number (%s)", path, lineno, tok[0],
-                                route ? "the temperature tau, nats per byte" : "the fixed-share alpha");
-                goto fail;
-            }
-            if ((route ? tutti_check_route(v) : tutti_check_adapt(v)) < 0) {
-                tutti_error_prefix("ensemble file %s: line %d", path, lineno);
-                goto fail;
-            }
-            if (route) ef->route = v;
-            else ef->adapt = v;
-            continue;
-        }
-        if (!strcmp(tok[0], "rule") || !strcmp(tok[0], "align")) {
-            bool is_rule = tok[0][0] == 'r';
-            int v = nt == 2 ? (is_rule ? tutti_rule_parse(tok[1]) : tutti_align_parse(tok[1])) : -1;
-            if (v < 0) {
-                tutti_set_error("ensemble file %s: line %d: %s must be one of %s", path, lineno, tok[0],
-                                is_rule ? "mix, product, gate, contrastive" : "auto, token, byte, span");
-                goto fail;
-            }
-            if (is_rule) ef->rule = v;
-            else ef->align = v;
-            continue;
-        }
-        if (ef->n_members == TUTTI_ENSEMBLE_MAX_MEMBERS) {
-            tutti_set_error("ensemble file %s: line %d: more than %d members", path, lineno, TUTTI_ENSEMBLE_MAX_MEMBERS);
-            goto fail;
-        }
-        tutti_member_desc *m = &ef->members[ef->n_members];
-        m->weight = NAN, m->temp = NAN;
-        for (int k = 1; k < nt; k++) {
-            char *e2;
-            float v = strtof(tok[k], &e2);
-            if (e2 == tok[k] || *e2 || !isfinite(v)) {
-                tutti_set_error("ensemble file %s: line %d: %s \"%s\" is not a finite number", path, lineno,
-                                k == 1 ? "weight" : "temperature", tok[k]);
-                goto fail;
-            }
-            if (k == 2 && tutti_check_temp(ef->n_members + 1, v) < 0) {
-                tutti_error_prefix("ensemble file %s: line %d", path, lineno);
-                goto fail;
-            }
-            if (k == 1) m->weight = v;
-            else m->temp = v;
-        }
-        char full[8192];
-        if (fusion_is_remote_spec(tok[0])) {
-            if (fusion_remote_spec_resolve(tok[0], dir, full, sizeof full) < 0) {
-                tutti_error_prefix("ensemble file %s: line %d", path, lineno);
-                goto fail;
-            }
-        } else if (tok[0][0] != '/' && dir[0] && !tutti_is_hub_spec(tok[0])) snprintf(full, sizeof full, "%s%s", dir, tok[0]);
-        else snprintf(full, sizeof full, "%s", tok[0]);
-        m->model_path = strdup(full);
-        if (!m->model_path) goto oom;
-        ef->n_members++;
-    }
-    (void)len;
-    fclose(f);
-    if (ef->n_members == 0) {
-        tutti_set_error("ensemble file %s: no members (one line per member: MODEL WEIGHT TEMP)", path);
-        tutti_ensemble_file_free(ef);
-        return NULL;
-    }
-    return ef;
-oom:
-    tutti_set_error("ensemble file %s: out of memory", path);
-fail:
-    fclose(f);
-    tutti_ensemble_file_free(ef);
-    return NULL;
-}
-
-void tutti_ensemble_file_free(tutti_ensemble_file *ef) {
-    if (!ef) return;
-    if (ef->members)
-        for (int32_t i = 0; i < ef->n_members; i++) free((char *)ef->members[i].model_path);
-    free(ef->members);
-    free(ef);
-}
-
-int tutti_ensemble_file_write(const tutti_ensemble *e, FILE *out) {
-    fprintf(out, "# tutti ensemble: MODEL WEIGHT TEMP per line\n");
-    fprintf(out, "rule %s\nalign %s\n", tutti_rule_name(e->rule), tutti_align_name(e->align));
-    if (e->adapt_on) fprintf(out, "adapt %.6g\n", e->adapt_alpha);
-    if (e->route_tau > 0) fprintf(out, "route %.6g\n", e->route_tau);
-    for (int32_t i = 0; i < e->n; i++) {
-        /* Absolute paths: the reader resolves relative ones against the
-         * file's folder, and the writer does not know where the file goes
-         * (a FILE *), so a path relative to the working directory would
-         * name another file (or none) once read back. */
-        char abs[PATH_MAX];
-        const char *p = e->path[i];
-        /* absolute paths and remote members stay as they are (a model of
-         * the hub's cache keeps its file's name, not its blob's) */
-        char cwd[PATH_MAX];
-        if (p[0] != '/' && !fusion_is_remote_spec(p) && !(p = realpath(e->path[i], abs)) && getcwd(cwd, sizeof cwd) &&
-            (size_t)snprintf(abs, sizeof abs, "%s/%s", cwd, e->path[i]) < sizeof abs)
-            p = abs;
-        if (!p) p = e->path[i];
-        if (strchr(p, '"') || strchr(p, '\n'))
-            return tutti_set_error("ensemble file: member %d's path %s cannot be written (it holds a quote or a "
-                                   "newline)", i + 1, p);
-        bool q = strpbrk(p, " \t#") != NULL;
-        fprintf(out, "%s%s%s %.6g %.4g\n", q ? "\"" : "", p, q ? "\"" : "", (double)e->w[i], (double)e->temp[i]);
-    }
-    return ferror(out) ? tutti_set_error("ensemble file: write error") : 0;
+    return tutti_primary_code(rc);
 }

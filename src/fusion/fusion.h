@@ -1,14 +1,9 @@
-/* The `fusion` layer (internal): members, vocabulary identity, byte tries,
- * exact next-byte marginals, fusion rules, masks, evaluation and fitting.
+/* The `fusion` layer (internal): byte tries, exact next-byte marginals,
+ * fusion rules, masks, evaluation and fitting, over the members of
+ * member/member.h.
  * Public entry points are the "Ensembles" section of include/tutti.h.
  *
  * Pieces, top to bottom:
- *   fusion_member   an interface (vtable): vocabulary + "logits after this
- *                   token sequence".  member_local.c wraps tutti_model and a
- *                   small pool of tutti_sessions reused by longest common
- *                   prefix, so any token sequence can be asked for and only
- *                   the new suffix is run.  A remote member implements the
- *                   same vtable.
  *   fusion_trie     every token's exact bytes in a byte trie whose nodes are
  *                   ranges of the byte-sorted token table: "mass of all tokens
  *                   whose bytes start with u" is one subtraction of a
@@ -31,6 +26,7 @@
 
 #include <math.h>
 
+#include "member/member.h"
 #include "tutti.h"
 #include "util/fastmath.h"
 
@@ -39,49 +35,9 @@
 static inline float fusion_fast_exp(float x) { return tutti_fast_exp(x); }
 static inline float fusion_fast_log(float x) { return tutti_fast_log(x); }
 
-/* Error kinds (negative statuses besides TUTTI_ERR) that let the
- * alignments tell why a member failed: its tokens cannot spell the text
- * (it may leave a byte/span generation), its context is full (generation
- * stops), or its logits are NaN/+inf (an error).  The message is set too. */
-#define FUSION_ERR_SPELL (-2)
-#define FUSION_ERR_CTX (-3)
-#define FUSION_ERR_NONFINITE (-4)
-
 /* ------------------------------------------------------------------------ */
-/* Members */
-
-typedef struct fusion_member fusion_member;
-
-typedef struct fusion_member_vt {
-    /* Logits after ids[0..n) (n >= 1; the sequence starts with BOS when the
-     * member uses one), written to out[n_vocab].  Members keep whatever
-     * state lets them answer a sequence that extends or shares a prefix with
-     * an earlier one cheaply. */
-    int (*logits)(fusion_member *m, const int32_t *ids, int32_t n, float *out);
-    /* Logits of every position of ids[0..n): out[n][n_vocab] (teacher
-     * forcing for evaluation). */
-    int (*logits_all)(fusion_member *m, const int32_t *ids, int32_t n, float *out);
-    void (*free)(fusion_member *m);
-    /* As logits, without a copy: the member's own logits row [n_vocab], valid
-     * until the next call on m; NULL + error on failure.  Optional (NULL):
-     * use fusion_member_logits_view. */
-    const float *(*logits_view)(fusion_member *m, const int32_t *ids, int32_t n);
-    /* Logits after each of several sequences ids[i][0..n[i]) (distinct), in
-     * as few forward passes as the member can (a local member batches them
-     * through one matmul per weight: the weights are read once, not once
-     * per sequence).  Answers the first k <= n_seq sequences (k >= 1) and
-     * returns k: rows[i] (i < k) is the member's own logits row [n_vocab],
-     * all valid together until the next call on m.  TUTTI_ERR on failure.
-     * Optional (NULL): one logits_view call per sequence. */
-    int32_t (*logits_batch)(fusion_member *m, int32_t n_seq, const int32_t *const *ids, const int32_t *n,
-                            const float **rows);
-    /* Logits after each of ids[0..j] for j in [from, n) (0 <= from < n):
-     * out[n - from][n_vocab], logits_all's rows from row `from` on, in one
-     * forward pass over what the member does not hold already (a local
-     * member keeps each timeline's KV cache).  Optional (NULL): byte
-     * alignment then reads known text one pass per token boundary. */
-    int (*logits_from)(fusion_member *m, const int32_t *ids, int32_t n, int32_t from, float *out);
-} fusion_member_vt;
+/* Members: the interface is member/member.h; here the calls of a byte state
+ * kept where a member's model is (a member on another MPI rank). */
 
 struct fusion_bytes_params;
 struct fusion_trie;
@@ -103,124 +59,6 @@ typedef struct fusion_bytes_ops {
     int32_t (*n_deferred)(void *c);
     int (*resolve)(void *c);
 } fusion_bytes_ops;
-
-struct fusion_member {
-    const fusion_member_vt *vt;
-    const tutti_vocab *vocab; /* tokenizer (owned by the implementation) */
-    int32_t n_vocab;          /* logits per position */
-    int32_t n_ctx;            /* longest token sequence it can condition on */
-    int32_t bos;              /* token every sequence starts with, -1 if the vocabulary adds none */
-    char name[256];           /* for messages, after "member ": the file name; in an ensemble
-                                 "2 (b.gguf)" (its 1-based index and file name) */
-    int err_kind;             /* FUSION_ERR_* of the last failed call (TUTTI_ERR otherwise) */
-    uint64_t vocab_hash;      /* vocabulary identity (tokens, merges, scores, types, model) */
-    /* statistics, accumulated by the implementation */
-    double t_forward_s;       /* wall time inside forward passes */
-    int64_t n_forward_tokens; /* tokens run through the model */
-    int64_t n_forward_calls;  /* forward-pass batches */
-    /* set at the start of each generation: what the member cached beyond
-     * the new prompt's common prefix belongs to a finished generation, so
-     * the next request may rewind any cached sequence for free (a server
-     * slot's next prompt then reuses its longest common prefix) */
-    bool new_generation;
-    /* Byte states kept where the model is (a member on another MPI rank,
-     * member_mpi.c): fusion_bytes_new then makes a state whose calls go to
-     * these, so the member's rank runs the alignment and sends only the 257
-     * outcomes.  NULL (every other member): the byte state runs here on the
-     * member's logits. */
-    const struct fusion_bytes_ops *bytes_ops;
-    /* Optional method (outside the vtable so that every implementation's
-     * table stays as it is): the hint of fusion_member_local_keep, set by
-     * members that reuse sessions by prefix (local and split); NULL:
-     * ignored. */
-    void (*keep)(fusion_member *m, int32_t n_seq, const int32_t *const *ids, const int32_t *n);
-    /* Sequences may be longer than n_ctx (the window): the member slides
-     * it as llama.cpp's context shift does, and its logits after ids[0..n)
-     * are those of one session fed the tokens one at a time with
-     * tutti_session_params.ctx_shift.  Set by set_ctx_shift. */
-    bool ctx_shift;
-    /* Optional method (local members; NULL for the others: remote, MPI and
-     * split members keep their hard limit): turns the context shift on,
-     * keeping BOS and the n_keep tokens after it.  0 or TUTTI_ERR. */
-    int (*set_ctx_shift)(fusion_member *m, int32_t n_keep);
-};
-
-/* Whether member m can give logits after n tokens: within its context, or
- * any length when it shifts its context. */
-static inline bool fusion_member_fits(const fusion_member *m, int64_t n) { return m->ctx_shift || n <= m->n_ctx; }
-
-/* Logits after ids[0..n) without a copy when the member can give its own
- * row (vt->logits_view), else written to scratch[n_vocab].  NULL + error. */
-static inline const float *fusion_member_logits_view(fusion_member *m, const int32_t *ids, int32_t n,
-                                                     float *scratch) {
-    if (m->vt->logits_view) return m->vt->logits_view(m, ids, n);
-    return m->vt->logits(m, ids, n, scratch) < 0 ? NULL : scratch;
-}
-
-/* Local member: loads path.  n_sessions >= 1 sessions of n_ctx tokens with
- * n_threads threads each.  NULL + error on a missing or malformed file. */
-fusion_member *fusion_member_local_new(const char *path, int32_t n_sessions, int32_t n_ctx,
-                                       int32_t n_threads);
-/* As fusion_member_local_new with a model already loaded from path
- * (borrowed, read-only, must outlive the member): only the sessions are new. */
-fusion_member *fusion_member_local_new_shared(const char *path, const tutti_model *model, int32_t n_sessions,
-                                              int32_t n_ctx, int32_t n_threads);
-/* A local member whose sessions come from open() (NULL + error), for
- * members whose model is not wholly in this process (member_split.c):
- * the session pool, its scheduling and its batches are the local
- * member's, so the forward passes have the same shapes and the logits
- * the same bits.  copy (may be NULL) is told after the pool copied the
- * first k cache positions of session slot src into slot dst. */
-typedef struct fusion_local_sessions {
-    void *ctx;
-    tutti_session *(*open)(void *ctx, int32_t slot, const tutti_model *model, const tutti_session_params *sp);
-    int (*copy)(void *ctx, int32_t dst, int32_t src, int32_t k);
-} fusion_local_sessions;
-/* As fusion_member_local_new_shared over model (borrowed), sessions from
- * ops (copied).  The member is the plain local kind in every other way. */
-fusion_member *fusion_member_local_new_sessions(const char *path, const tutti_model *model, int32_t n_sessions,
-                                                int32_t n_ctx, int32_t n_threads, const fusion_local_sessions *ops);
-/* A member whose model is split by layers over the MPI ranks
- * (member_split.c, src/mpi/tutti_mpi.h): rank 0 holds the first layers,
- * the embeddings and the head (or shared, the whole model already loaded
- * here, borrowed), the other ranks the rest.  counts: layers per rank
- * (NULL = by memory); ubatch: prompt micro-batch (0 = auto).  The same
- * logits as a local member, bit for bit.  NULL + error. */
-fusion_member *fusion_member_split_new(const char *path, const tutti_model *shared, const char *counts,
-                                       int32_t ubatch, int32_t n_sessions, int32_t n_ctx, int32_t n_threads);
-/* Member index of n_members: split by layers over the ranks when
- * --split-layers names its file (member_split.c), on another MPI rank when
- * the placement (src/mpi/tutti_mpi.h) says so (member_mpi.c), else in this
- * process (fusion_member_open: remote for a URL, local otherwise,
- * borrowing shared when not NULL).  NULL + error. */
-fusion_member *fusion_member_placed_new(int32_t index, int32_t n_members, const char *path, const tutti_model *shared,
-                                        int32_t n_sessions, int32_t n_ctx, int32_t n_threads);
-/* The model of a local member (NULL for other kinds). */
-tutti_model *fusion_member_local_model(fusion_member *m);
-/* Hint to a member (m->keep: local and split members; no-op for other
- * kinds): the sequences ids[i][0..n[i]) are the live tokenization
- * hypotheses, whose continuations will be asked for next; it keeps the
- * sessions holding them and reuses the others first. */
-void fusion_member_local_keep(fusion_member *m, int32_t n_seq, const int32_t *const *ids, const int32_t *n);
-/* Recreates a local member's sessions with n_threads threads each (its
- * cached timelines are lost). */
-int fusion_member_local_set_threads(fusion_member *m, int32_t n_threads);
-/* Recreates a local member's sessions as sessions of batch (borrowed;
- * tutti_session_new_batched), its cached timelines lost. */
-int fusion_member_local_set_batch(fusion_member *m, tutti_batch *batch);
-/* Scheduling calibration for local members m[0..n): seconds per step (one
- * one-token forward pass of every member) when they run concurrently with
- * n_threads_each threads each (*t_par) and one after the other with
- * n_threads_all each (*t_seq): the fastest of three alternating rounds of
- * about 30 ms (at least one step) per mode, after a warm-up step per
- * member and mode (which also pages the weights in). */
-int fusion_members_calibrate(fusion_member *const *m, int32_t n, int32_t n_threads_each, int32_t n_threads_all,
-                             double *t_seq, double *t_par);
-
-/* Hash of the tokenizer metadata of a GGUF file (tokenizer.ggml.model, .pre,
- * .tokens, .merges, .scores, .token_type, bos/eos ids).  Two members fuse
- * per token id only when their hashes are equal. */
-int fusion_vocab_hash_file(const char *path, uint64_t *out);
 
 /* ------------------------------------------------------------------------ */
 /* Byte trie over a vocabulary */

@@ -146,6 +146,7 @@ static int ens_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sam
         stats->n_units = g.n_units;
         stats->n_bytes = (int32_t)g.n_text;
         stats->t_total_s = t_total;
+        stats->t_prompt_s = e->prompt_marked ? e->t_prompt_done - t0 : t_total;
         /* time on the members' critical path: their summed forward time when
          * they run one after the other, the wall time of the forward phases
          * when they run concurrently */
@@ -176,7 +177,7 @@ int tutti_ensemble_generate(tutti_ensemble *e, const char *prompt, size_t prompt
     if (!e) return tutti_set_error("generation: no ensemble");
     if (!prompt) prompt = "", prompt_len = 0;
     gen_prompt pr = {.text = prompt, .len = prompt_len};
-    return ens_generate(e, &pr, sp, mask, cb, user, stats);
+    return tutti_primary_code(ens_generate(e, &pr, sp, mask, cb, user, stats));
 }
 
 int tutti_ensemble_generate_ids(tutti_ensemble *e, const int32_t *const *prompt_ids, const int32_t *n_prompt_ids,
@@ -188,5 +189,5 @@ int tutti_ensemble_generate_ids(tutti_ensemble *e, const int32_t *const *prompt_
         if (!prompt_ids[i] || n_prompt_ids[i] < 1)
             return tutti_set_error("generation: member %d (%s): empty token-id prompt", i + 1, e->path[i]);
     gen_prompt pr = {.ids = prompt_ids, .n_ids = n_prompt_ids};
-    return ens_generate(e, &pr, sp, mask, cb, user, stats);
+    return tutti_primary_code(ens_generate(e, &pr, sp, mask, cb, user, stats));
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "fusion/ensemble_impl.h"
+#include "util/buf.h"
 #include "util/error.h"
 
 /* ---- output, stop strings and mask ---- */
@@ -77,16 +78,9 @@ static void token_limit(gen_ctx *g) {
 }
 
 int gen_append(gen_ctx *g, const char *bytes, size_t n) {
-    if (g->n_text + n + 1 > g->cap_text) {
-        size_t nc = (g->cap_text + n + 1) * 2;
-        char *nt = realloc(g->text, nc);
-        if (!nt) return tutti_set_error("generation: out of memory");
-        g->text = nt, g->cap_text = nc;
-    }
     size_t old = g->n_text;
-    memcpy(g->text + g->n_text, bytes, n);
-    g->n_text += n;
-    g->text[g->n_text] = 0;
+    if (tutti_buf_append(&g->text, &g->n_text, &g->cap_text, bytes, n) < 0)
+        return tutti_set_error("generation: out of memory");
     token_limit(g);
     if (g->n_text < old) old = g->n_text;
     size_t hold = 0;

@@ -25,7 +25,7 @@
 #include <string.h>
 
 #include "fusion/ensemble_impl.h"
-#include "fusion/member_remote.h"
+#include "member/remote.h"
 #include "util/error.h"
 
 int tutti_ensemble_set_route(tutti_ensemble *e, double tau) {
@@ -148,7 +148,7 @@ int tutti_ensemble_route_weights(tutti_ensemble *e, const char *prompt, size_t l
         return tutti_set_usage_error("route: the temperature tau must be a finite number > 0 (nats per byte), got %g", tau);
     if (memchr(prompt ? prompt : "", 0, len)) return tutti_set_error("route: the prompt holds a NUL byte");
     gen_prompt pr = {.text = prompt ? prompt : "", .len = len};
-    return route_prompt(e, &pr, tau, weights, nll_per_byte);
+    return tutti_primary_code(route_prompt(e, &pr, tau, weights, nll_per_byte));
 }
 
 int fusion_route_begin(tutti_ensemble *e, const gen_prompt *pr, float *w_given) {

@@ -3,24 +3,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <pthread.h>
-
 #include "grammar/constrain.h"
-#include "tokenizer/tok_impl.h"
+#include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
-static pthread_mutex_t g_vocab_lock = PTHREAD_MUTEX_INITIALIZER;
+/* The grammar layer's tables of a vocabulary are its own: made here, kept
+ * in the vocabulary's attachment slot, freed by tutti_grammar_vocab_free
+ * when the vocabulary goes (the tokenizer knows nothing of grammars). */
+static void *make_tables(const tutti_vocab *vocab) { return tutti_grammar_vocab_new(vocab); }
+static void free_tables(void *gv) { tutti_grammar_vocab_free(gv); }
 
 tutti_grammar_vocab *gr_vocab_shared(const tutti_vocab *vocab) {
-    /* the cache field is the only thing written in the vocabulary: a
-     * loaded vocabulary is otherwise immutable and shared (members of one
-     * ensemble, server requests), hence the lock */
-    tutti_vocab *v = (tutti_vocab *)vocab;
-    pthread_mutex_lock(&g_vocab_lock);
-    if (!v->grammar) v->grammar = tutti_grammar_vocab_new(vocab);
-    tutti_grammar_vocab *gv = v->grammar;
-    pthread_mutex_unlock(&g_vocab_lock);
-    return gv;
+    return tok_vocab_attachment(vocab, make_tables, free_tables);
 }
 
 int gr_constraint_init(gr_constraint *c, const tutti_grammar *g, const tutti_vocab *vocab) {

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "grammar/grammar.h"
+#include "util/buf.h"
 #include "util/error.h"
 
 #define JS_MAX_DEPTH 64
@@ -32,19 +33,7 @@ typedef struct sbuf {
 } sbuf;
 
 static void sb_putn(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t nc = (b->cap + n + 1) * 2;
-        char *ns = realloc(b->s, nc);
-        if (!ns) {
-            b->oom = true;
-            return;
-        }
-        b->s = ns, b->cap = nc;
-    }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = 0;
+    if (!b->oom && tutti_buf_append(&b->s, &b->n, &b->cap, s, n) < 0) b->oom = true;
 }
 static void sb_puts(sbuf *b, const char *s) { sb_putn(b, s, strlen(s)); }
 static void sb_printf(sbuf *b, const char *fmt, ...) TUTTI_PRINTF(2, 3);
@@ -989,6 +978,107 @@ fail:
     return TUTTI_ERR;
 }
 
+/* A schema that is a $ref (and annotations): one rule per target, recorded
+ * before its body is visited, so recursive schemas refer to it by name. */
+static int visit_ref(conv *c, const cJSON *s, const cJSON *ref, const char *path, char *name_out, size_t cap) {
+    if (!cJSON_IsString(ref)) return jerr(c, path, "$ref must be a string");
+    for (const cJSON *k = s->child; k; k = k->next)
+        if (strcmp(k->string, "$ref") && strcmp(k->string, "title") && strcmp(k->string, "description") &&
+            strcmp(k->string, "$defs") && strcmp(k->string, "definitions"))
+            return jerr(c, path, "keyword '%s' next to $ref is not supported", k->string);
+    for (int32_t i = 0; i < c->n_refs; i++)
+        if (!strcmp(c->refs[i], ref->valuestring)) {
+            snprintf(name_out, cap, "%s", c->ref_rule[i]);
+            return 0;
+        }
+    const cJSON *t = resolve_ref(c, ref->valuestring, path);
+    if (!t) return TUTTI_ERR;
+    char name[128];
+    const char *last = strrchr(ref->valuestring, '/');
+    fresh_name(c, last && last[1] ? last + 1 : "ref", name, sizeof name);
+    if (add_name(c, name) < 0) return TUTTI_ERR;
+    if (c->n_refs == c->cap_refs) {
+        int32_t nc = c->cap_refs ? c->cap_refs * 2 : 16;
+        char **a = realloc(c->refs, sizeof(char *) * (size_t)nc), **r2;
+        if (!a) return TUTTI_ERR;
+        c->refs = a;
+        r2 = realloc(c->ref_rule, sizeof(char *) * (size_t)nc);
+        if (!r2) return TUTTI_ERR;
+        c->ref_rule = r2, c->cap_refs = nc;
+    }
+    c->refs[c->n_refs] = strdup(ref->valuestring);
+    c->ref_rule[c->n_refs] = strdup(name);
+    c->n_refs++;
+    char inner[128];
+    if (visit(c, t, name, ref->valuestring + 1, inner, sizeof inner) < 0) return TUTTI_ERR;
+    emit_rule(c, name, inner);
+    snprintf(name_out, cap, "%s", name);
+    return 0;
+}
+
+/* const, enum, anyOf / oneOf, allOf: the body of rule `name` into b. */
+static int combined_body(conv *c, const cJSON *s, const char *name, const char *path, sbuf *b, cJSON **merged) {
+    const cJSON *cst = cJSON_GetObjectItemCaseSensitive(s, "const");
+    const cJSON *en = cJSON_GetObjectItemCaseSensitive(s, "enum");
+    const cJSON *any = cJSON_GetObjectItemCaseSensitive(s, "anyOf");
+    if (!any) any = cJSON_GetObjectItemCaseSensitive(s, "oneOf");
+    const cJSON *all = cJSON_GetObjectItemCaseSensitive(s, "allOf");
+    if (cst) return const_expr(c, cst, b, path);
+    if (en) {
+        if (!cJSON_IsArray(en) || !en->child) return jerr(c, path, "enum must be a non-empty array");
+        sb_puts(b, "(");
+        for (const cJSON *v = en->child; v; v = v->next) {
+            if (v != en->child) sb_puts(b, " | ");
+            if (const_expr(c, v, b, path) < 0) return TUTTI_ERR;
+        }
+        sb_puts(b, ")");
+        return 0;
+    }
+    if (any) {
+        const char *kw = cJSON_GetObjectItemCaseSensitive(s, "anyOf") ? "anyOf" : "oneOf";
+        if (!cJSON_IsArray(any) || !any->child) return jerr(c, path, "%s must be a non-empty array", kw);
+        int i = 0;
+        for (const cJSON *v = any->child; v; v = v->next, i++) {
+            char sp[512], idx[16], vn[128], h[160];
+            snprintf(idx, sizeof idx, "%d", i);
+            sub_path(sp, sizeof sp, path, kw, idx);
+            snprintf(h, sizeof h, "%s-%d", name, i);
+            if (visit(c, v, h, sp, vn, sizeof vn) < 0) return TUTTI_ERR;
+            if (i) sb_puts(b, " | ");
+            sb_puts(b, vn);
+        }
+        return 0;
+    }
+    if (!cJSON_IsArray(all) || !all->child) return jerr(c, path, "allOf must be a non-empty array");
+    if (merge_allof(c, all, path, merged) < 0) return TUTTI_ERR;
+    return object_rule(c, cJSON_GetObjectItemCaseSensitive(*merged, "properties"),
+                       cJSON_GetObjectItemCaseSensitive(*merged, "required"), NULL, name, path, b);
+}
+
+/* A schema by its type: a list of types, one, or none (inferred from the
+ * keywords, as llama.cpp does: 1 when it is any value).  Body into b. */
+static int typed_or_inferred(conv *c, const cJSON *s, const char *name, const char *path, sbuf *b) {
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(s, "type");
+    if (type && cJSON_IsArray(type)) {
+        int i = 0;
+        for (const cJSON *t = type->child; t; t = t->next, i++) {
+            if (!cJSON_IsString(t)) return jerr(c, path, "type must be a string or an array of strings");
+            if (i) sb_puts(b, " | ");
+            sb_puts(b, "(");
+            if (typed_body(c, s, t->valuestring, name, path, b) < 0) return TUTTI_ERR;
+            sb_puts(b, ")");
+        }
+        return i ? 0 : jerr(c, path, "type list is empty");
+    }
+    if (type) {
+        if (!cJSON_IsString(type)) return jerr(c, path, "type must be a string or an array of strings");
+        return typed_body(c, s, type->valuestring, name, path, b);
+    }
+    const char *t = NULL;
+    for (const cJSON *k = s->child; k && !t; k = k->next) t = type_of_keyword(k->string);
+    return t ? typed_body(c, s, t, name, path, b) : 1;
+}
+
 /* Emits the rule for schema s and writes its name to name_out. */
 static int visit(conv *c, const cJSON *s, const char *hint, const char *path, char *name_out, size_t cap) {
     if (c->failed) return TUTTI_ERR;
@@ -1016,45 +1106,7 @@ static int visit(conv *c, const cJSON *s, const char *hint, const char *path, ch
     if (check_keys(c, s, path) < 0) goto done;
     const cJSON *ref = cJSON_GetObjectItemCaseSensitive(s, "$ref");
     if (ref) {
-        if (!cJSON_IsString(ref)) {
-            jerr(c, path, "$ref must be a string");
-            goto done;
-        }
-        for (const cJSON *k = s->child; k; k = k->next)
-            if (strcmp(k->string, "$ref") && strcmp(k->string, "title") && strcmp(k->string, "description") &&
-                strcmp(k->string, "$defs") && strcmp(k->string, "definitions")) {
-                jerr(c, path, "keyword '%s' next to $ref is not supported", k->string);
-                goto done;
-            }
-        for (int32_t i = 0; i < c->n_refs; i++)
-            if (!strcmp(c->refs[i], ref->valuestring)) {
-                snprintf(name_out, cap, "%s", c->ref_rule[i]);
-                rc = 0;
-                goto done;
-            }
-        const cJSON *t = resolve_ref(c, ref->valuestring, path);
-        if (!t) goto done;
-        const char *last = strrchr(ref->valuestring, '/');
-        fresh_name(c, last && last[1] ? last + 1 : "ref", name, sizeof name);
-        if (add_name(c, name) < 0) goto done;
-        /* record before visiting: recursive schemas refer to the rule by name */
-        if (c->n_refs == c->cap_refs) {
-            int32_t nc = c->cap_refs ? c->cap_refs * 2 : 16;
-            char **a = realloc(c->refs, sizeof(char *) * (size_t)nc), **r2;
-            if (!a) goto done;
-            c->refs = a;
-            r2 = realloc(c->ref_rule, sizeof(char *) * (size_t)nc);
-            if (!r2) goto done;
-            c->ref_rule = r2, c->cap_refs = nc;
-        }
-        c->refs[c->n_refs] = strdup(ref->valuestring);
-        c->ref_rule[c->n_refs] = strdup(name);
-        c->n_refs++;
-        char inner[128];
-        if (visit(c, t, name, ref->valuestring + 1, inner, sizeof inner) < 0) goto done;
-        emit_rule(c, name, inner);
-        snprintf(name_out, cap, "%s", name);
-        rc = 0;
+        rc = visit_ref(c, s, ref, path, name_out, cap);
         goto done;
     }
     fresh_name(c, hint, name, sizeof name);
@@ -1064,7 +1116,6 @@ static int visit(conv *c, const cJSON *s, const char *hint, const char *path, ch
     const cJSON *any = cJSON_GetObjectItemCaseSensitive(s, "anyOf");
     if (!any) any = cJSON_GetObjectItemCaseSensitive(s, "oneOf");
     const cJSON *all = cJSON_GetObjectItemCaseSensitive(s, "allOf");
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(s, "type");
     int n_comb = (cst != NULL) + (en != NULL) + (any != NULL) + (all != NULL);
     if (n_comb > 1 || (n_comb == 1 && cJSON_GetObjectItemCaseSensitive(s, "anyOf") && cJSON_GetObjectItemCaseSensitive(s, "oneOf"))) {
         jerr(c, path, "const, enum, anyOf, oneOf and allOf together are not supported");
@@ -1079,76 +1130,12 @@ static int visit(conv *c, const cJSON *s, const char *hint, const char *path, ch
                 goto done;
             }
     }
-    if (cst) {
-        if (const_expr(c, cst, &b, path) < 0) goto done;
-    } else if (en) {
-        if (!cJSON_IsArray(en) || !en->child) {
-            jerr(c, path, "enum must be a non-empty array");
-            goto done;
-        }
-        sb_puts(&b, "(");
-        for (const cJSON *v = en->child; v; v = v->next) {
-            if (v != en->child) sb_puts(&b, " | ");
-            if (const_expr(c, v, &b, path) < 0) goto done;
-        }
-        sb_puts(&b, ")");
-    } else if (any) {
-        const char *kw = cJSON_GetObjectItemCaseSensitive(s, "anyOf") ? "anyOf" : "oneOf";
-        if (!cJSON_IsArray(any) || !any->child) {
-            jerr(c, path, "%s must be a non-empty array", kw);
-            goto done;
-        }
-        int i = 0;
-        for (const cJSON *v = any->child; v; v = v->next, i++) {
-            char sp[512], idx[16], vn[128], h[160];
-            snprintf(idx, sizeof idx, "%d", i);
-            sub_path(sp, sizeof sp, path, kw, idx);
-            snprintf(h, sizeof h, "%s-%d", name, i);
-            if (visit(c, v, h, sp, vn, sizeof vn) < 0) goto done;
-            if (i) sb_puts(&b, " | ");
-            sb_puts(&b, vn);
-        }
-    } else if (all) {
-        if (!cJSON_IsArray(all) || !all->child) {
-            jerr(c, path, "allOf must be a non-empty array");
-            goto done;
-        }
-        if (merge_allof(c, all, path, &merged) < 0) goto done;
-        if (object_rule(c, cJSON_GetObjectItemCaseSensitive(merged, "properties"),
-                        cJSON_GetObjectItemCaseSensitive(merged, "required"), NULL, name, path, &b) < 0)
-            goto done;
-    } else if (type && cJSON_IsArray(type)) {
-        int i = 0;
-        for (const cJSON *t = type->child; t; t = t->next, i++) {
-            if (!cJSON_IsString(t)) {
-                jerr(c, path, "type must be a string or an array of strings");
-                goto done;
-            }
-            if (i) sb_puts(&b, " | ");
-            sb_puts(&b, "(");
-            if (typed_body(c, s, t->valuestring, name, path, &b) < 0) goto done;
-            sb_puts(&b, ")");
-        }
-        if (!i) {
-            jerr(c, path, "type list is empty");
-            goto done;
-        }
-    } else if (type) {
-        if (!cJSON_IsString(type)) {
-            jerr(c, path, "type must be a string or an array of strings");
-            goto done;
-        }
-        if (typed_body(c, s, type->valuestring, name, path, &b) < 0) goto done;
-    } else {
-        /* no type: infer it from the keywords, as llama.cpp does */
-        const char *t = NULL;
-        for (const cJSON *k = s->child; k && !t; k = k->next) t = type_of_keyword(k->string);
-        if (!t) {
-            snprintf(name_out, cap, "%s", use_prim(c, "value"));
-            rc = 0;
-            goto done;
-        }
-        if (typed_body(c, s, t, name, path, &b) < 0) goto done;
+    int body = n_comb ? combined_body(c, s, name, path, &b, &merged) : typed_or_inferred(c, s, name, path, &b);
+    if (body < 0) goto done;
+    if (body == 1) { /* no type, no keyword of one: any value */
+        snprintf(name_out, cap, "%s", use_prim(c, "value"));
+        rc = 0;
+        goto done;
     }
     if (b.oom) {
         jerr(c, path, "out of memory");

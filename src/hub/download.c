@@ -23,7 +23,7 @@
 
 #include "hub/hub.h"
 #include "hub/sha256.h"
-#include "remote/http.h"
+#include "net/http.h"
 #include "util/error.h"
 
 #define MAX_ATTEMPTS 3

@@ -11,7 +11,7 @@
 
 #include "hub/hub.h"
 #include "hub/sha256.h"
-#include "remote/http.h"
+#include "net/http.h"
 #include "tutti.h"
 #include "util/error.h"
 
@@ -63,6 +63,11 @@ int tutti_hub_configure(const tutti_hub_params *p) {
 }
 
 bool tutti_is_hub_spec(const char *s) { return s && !strncmp(s, HUB_PREFIX, strlen(HUB_PREFIX)); }
+
+int tutti_hub_spec_check(const char *s) {
+    hub_spec sp;
+    return hub_spec_parse(s, &sp) < 0 ? TUTTI_ERR : 0;
+}
 
 static bool env_on(const char *name) {
     const char *v = getenv(name);

@@ -169,8 +169,7 @@ void tutti_attention(tutti_threadpool *tp, const tutti_attn_params *p);
 size_t tutti_attn_scratch_floats(int32_t n_ctx, int32_t n_head, int32_t n_head_kv, int32_t head_dim_k,
                                  int32_t head_dim_v);
 
-/* f16 <-> f32 for cache writes/reads (table-driven f16 -> f32). */
+/* f32 -> f16 for cache writes. */
 void tutti_f32_to_f16_row(const float *x, uint16_t *y, int64_t n);
-float tutti_f16_lookup(uint16_t h);
 
 #endif

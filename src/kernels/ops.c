@@ -24,11 +24,6 @@ static void f16_table_init(void) {
     for (uint32_t i = 0; i < 65536; i++) g_f16_table[i] = tutti_fp16_to_f32((uint16_t)i);
 }
 
-float tutti_f16_lookup(uint16_t h) {
-    pthread_once(&g_f16_once, f16_table_init);
-    return g_f16_table[h];
-}
-
 /* The row kernels below have an AVX2 (F16C, FMA) version used on the avx2
  * and avx512 kernel paths; the scalar code is the reference
  * (TUTTI_KERNELS=scalar). */

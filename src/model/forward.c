@@ -73,6 +73,54 @@ void tutti_forward_segments(tutti_session *s, const tutti_fwd_seg *seg, int32_t 
     tutti_forward_range(s, seg, n_seg, 0, s->model->hp.n_layer, TUTTI_FWD_EMBED | TUTTI_FWD_HEAD, out, rows);
 }
 
+/* The output of a pass over n tokens (s->x the activations after the last
+ * layer): all rows into `out`, or per segment: its rows after the output
+ * norm into seg.embd, all its logits rows into seg.out, nothing
+ * (no_logits), or its last row: one segment's into its logits, several
+ * into rows[n_seg][n_vocab] and each into its own session's logits. */
+static void forward_head(tutti_session *s, const tutti_fwd_seg *seg, int32_t n_seg, int32_t n, float *out,
+                         float *rows) {
+    const tutti_model *m = s->model;
+    const tutti_hparams *hp = &m->hp;
+    const int64_t n_embd = hp->n_embd;
+    if (out) {
+        tutti_rmsnorm(s->x, m->output_norm.data, s->h, n, n_embd, hp->rms_eps);
+        matmul_w(s, &m->output, s->h, n, out);
+        if (hp->final_softcap > 0) tutti_softcap(out, (int64_t)n * hp->n_vocab, hp->final_softcap);
+        for (int32_t j = 0, t0 = 0; j < n_seg; t0 += seg[j].n, j++)
+            memcpy(seg[j].s->logits, out + (int64_t)(t0 + seg[j].n - 1) * hp->n_vocab,
+                   sizeof(float) * (size_t)hp->n_vocab);
+        return;
+    }
+    int32_t n_last = 0, last = -1;
+    for (int32_t j = 0, t0 = 0; j < n_seg; t0 += seg[j].n, j++) {
+        const float *xs = s->x + (int64_t)t0 * n_embd;
+        if (seg[j].embd) tutti_rmsnorm(xs, m->output_norm.data, seg[j].embd, seg[j].n, n_embd, hp->rms_eps);
+        if (seg[j].no_logits) continue;
+        if (!seg[j].out) {
+            n_last++, last = j;
+            continue;
+        }
+        tutti_rmsnorm(xs, m->output_norm.data, s->h, seg[j].n, n_embd, hp->rms_eps);
+        matmul_w(s, &m->output, s->h, seg[j].n, seg[j].out);
+        if (hp->final_softcap > 0) tutti_softcap(seg[j].out, (int64_t)seg[j].n * hp->n_vocab, hp->final_softcap);
+        memcpy(seg[j].s->logits, seg[j].out + (int64_t)(seg[j].n - 1) * hp->n_vocab,
+               sizeof(float) * (size_t)hp->n_vocab);
+    }
+    if (n_last == 0) return;
+    for (int32_t j = 0, t0 = 0, k = 0; j < n_seg; t0 += seg[j].n, j++)
+        if (!seg[j].out && !seg[j].no_logits)
+            tutti_rmsnorm(s->x + (int64_t)(t0 + seg[j].n - 1) * n_embd, m->output_norm.data,
+                          s->h + (int64_t)k++ * n_embd, 1, n_embd, hp->rms_eps);
+    float *dst = n_last == 1 ? seg[last].s->logits : rows;
+    matmul_w(s, &m->output, s->h, n_last, dst);
+    if (hp->final_softcap > 0) tutti_softcap(dst, (int64_t)n_last * hp->n_vocab, hp->final_softcap);
+    if (n_last > 1)
+        for (int32_t j = 0, k = 0; j < n_seg; j++)
+            if (!seg[j].out && !seg[j].no_logits)
+                memcpy(seg[j].s->logits, rows + (int64_t)k++ * hp->n_vocab, sizeof(float) * (size_t)hp->n_vocab);
+}
+
 /* The whole pass, or a part of it (a model split by layers over ranks,
  * src/mpi/split.c): the same code runs the same arithmetic on every row
  * either way, so a split pass gives the same bits. */
@@ -197,44 +245,5 @@ void tutti_forward_range(tutti_session *s, const tutti_fwd_seg *seg, int32_t n_s
 
     if (!(flags & TUTTI_FWD_HEAD)) return; /* s->x: the activations after layer il1 - 1 */
 
-    /* ---- output: all rows into `out`, or per segment: its rows after the
-     * output norm into seg.embd, all its logits rows into seg.out, nothing
-     * (no_logits), or its last row: one segment's into its logits, several
-     * into rows[n_seg][n_vocab] and each into its own session's logits ---- */
-    if (out) {
-        tutti_rmsnorm(s->x, m->output_norm.data, s->h, n, n_embd, hp->rms_eps);
-        matmul_w(s, &m->output, s->h, n, out);
-        if (hp->final_softcap > 0) tutti_softcap(out, (int64_t)n * hp->n_vocab, hp->final_softcap);
-        for (int32_t j = 0, t0 = 0; j < n_seg; t0 += seg[j].n, j++)
-            memcpy(seg[j].s->logits, out + (int64_t)(t0 + seg[j].n - 1) * hp->n_vocab,
-                   sizeof(float) * (size_t)hp->n_vocab);
-        return;
-    }
-    int32_t n_last = 0, last = -1;
-    for (int32_t j = 0, t0 = 0; j < n_seg; t0 += seg[j].n, j++) {
-        const float *xs = s->x + (int64_t)t0 * n_embd;
-        if (seg[j].embd) tutti_rmsnorm(xs, m->output_norm.data, seg[j].embd, seg[j].n, n_embd, hp->rms_eps);
-        if (seg[j].no_logits) continue;
-        if (!seg[j].out) {
-            n_last++, last = j;
-            continue;
-        }
-        tutti_rmsnorm(xs, m->output_norm.data, s->h, seg[j].n, n_embd, hp->rms_eps);
-        matmul_w(s, &m->output, s->h, seg[j].n, seg[j].out);
-        if (hp->final_softcap > 0) tutti_softcap(seg[j].out, (int64_t)seg[j].n * hp->n_vocab, hp->final_softcap);
-        memcpy(seg[j].s->logits, seg[j].out + (int64_t)(seg[j].n - 1) * hp->n_vocab,
-               sizeof(float) * (size_t)hp->n_vocab);
-    }
-    if (n_last == 0) return;
-    for (int32_t j = 0, t0 = 0, k = 0; j < n_seg; t0 += seg[j].n, j++)
-        if (!seg[j].out && !seg[j].no_logits)
-            tutti_rmsnorm(s->x + (int64_t)(t0 + seg[j].n - 1) * n_embd, m->output_norm.data,
-                          s->h + (int64_t)k++ * n_embd, 1, n_embd, hp->rms_eps);
-    float *dst = n_last == 1 ? seg[last].s->logits : rows;
-    matmul_w(s, &m->output, s->h, n_last, dst);
-    if (hp->final_softcap > 0) tutti_softcap(dst, (int64_t)n_last * hp->n_vocab, hp->final_softcap);
-    if (n_last > 1)
-        for (int32_t j = 0, k = 0; j < n_seg; j++)
-            if (!seg[j].out && !seg[j].no_logits)
-                memcpy(seg[j].s->logits, rows + (int64_t)k++ * hp->n_vocab, sizeof(float) * (size_t)hp->n_vocab);
+    forward_head(s, seg, n_seg, n, out, rows);
 }

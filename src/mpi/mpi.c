@@ -11,7 +11,8 @@
 #include <time.h>
 
 #include "fusion/fusion.h"
-#include "fusion/member_remote.h"
+#include "member/member.h"
+#include "mpi/member_kinds.h"
 #include "mpi/proto.h"
 #include "mpi/tutti_mpi.h"
 #include "util/error.h"
@@ -213,6 +214,13 @@ int tutti_mpi_member_rank(int32_t i, int32_t n) {
     return 1 + i % (g_size - 1);
 }
 
+/* The member kinds of this layer, for member/member.h's factory: a member
+ * on another rank (member_rank.c), split over the ranks (member_split.c). */
+static void register_kinds(void) {
+    member_register_kind(MEMBER_KIND_RANK, tmpi_member_rank_open);
+    member_register_kind(MEMBER_KIND_SPLIT, tmpi_member_split_open);
+}
+
 /* ---- members split by layers (split.c has the rest) ---- */
 
 static struct {
@@ -238,6 +246,7 @@ int tutti_mpi_split_members(const char *counts, int32_t ubatch, const char *cons
     snprintf(g_split.counts, sizeof g_split.counts, "%s", counts ? counts : "");
     g_split.ubatch = ubatch;
     g_split.on = true;
+    register_kinds();
     return TUTTI_OK;
 }
 
@@ -579,7 +588,8 @@ static int serve(void) {
             char *path = buf + sizeof ld;
             path[ld.path_len] = 0;
             srv_member *s = calloc(1, sizeof *s);
-            fusion_member *m = s ? fusion_member_open(path, NULL, ld.n_sessions, ld.n_ctx, ld.n_threads) : NULL;
+            member_spec spec = {.path = path, .n_sessions = ld.n_sessions, .n_ctx = ld.n_ctx, .n_threads = ld.n_threads};
+            fusion_member *m = s ? member_open(&spec) : NULL;
             if (!m) {
                 if (!s) tutti_set_error("mpi: out of memory");
                 free(s);
@@ -691,6 +701,7 @@ int tutti_mpi_start(int *argc, char **argv) {
         tutti_mpi_stop(0);
         return 2;
     }
+    register_kinds();
     return -1;
 }
 

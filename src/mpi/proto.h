@@ -1,5 +1,5 @@
 /* Wire protocol between rank 0 and the member ranks (internal to
- * src/mpi/mpi.c and src/fusion/member_mpi.c; only with MPI).
+ * src/mpi/mpi.c and src/mpi/member_rank.c; only with MPI).
  *
  * Control (rank 0 -> member rank, tag TMPI_TAG_CTRL, MPI_BYTE):
  *   LOAD: tmpi_load header + path bytes; answer on TMPI_TAG_CTRL_REPLY: a

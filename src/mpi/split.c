@@ -682,7 +682,7 @@ static tutti_session *srv_session(split_srv *q, int32_t sid) {
 }
 
 /* The first k cache positions of session src to session dst, for this
- * rank's layers (as member_local.c's copy_prefix does for all of them). */
+ * rank's layers (as member/local.c's copy_prefix does for all of them). */
 static const char *srv_copy(split_srv *q, const tmpi_copy *c) {
     tutti_session *d = srv_session(q, c->dst), *s = d ? srv_session(q, c->src) : NULL;
     if (!s) return tutti_last_error();

@@ -1,4 +1,6 @@
-/* The `mpi` layer (internal): an ensemble over MPI ranks.
+/* The `mpi` layer (internal): an ensemble over MPI ranks.  Its entry points
+ * for front ends (tutti_mpi_start/stop, the split flags) are in
+ * include/tutti.h, "Runs over MPI ranks".
  *
  *   mpirun -np K tutti run -m A.gguf -m B.gguf ... [--place 0,1,1]
  *
@@ -7,7 +9,7 @@
  * the models rank 0 places on it and answers "logits after this token
  * sequence" (and "logits of every position" for eval) for them.  On rank 0
  * such a member is one more implementation of the fusion_member vtable
- * (src/fusion/member_mpi.c), so the fusion code does not know where a
+ * (src/mpi/member_rank.c), so the fusion code does not know where a
  * member runs.
  *
  * Placement: --place R1,R2,... gives the rank of each member (0 = in rank
@@ -27,28 +29,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Called first by main(): removes --place LIST from argv, initialises MPI
- * (MPI_THREAD_MULTIPLE) when the process was started by mpirun.  Returns -1
- * on rank 0 or without MPI (go on with the command); otherwise the exit
- * status for main to return (a member rank that served until rank 0
- * finished, or 2 for bad usage). */
-int tutti_mpi_start(int *argc, char **argv);
-/* Called by main() with the command's exit status on rank 0: releases the
- * member ranks and finalises MPI (skipped after a fault: a dead peer would
- * hang MPI_Finalize).  Returns the status to exit with. */
-int tutti_mpi_stop(int rc);
+#include "tutti.h"
 
 /* Rank that holds member i of n (0 = this process); -1 + error when the
  * placement does not fit the members. */
 int tutti_mpi_member_rank(int32_t i, int32_t n);
 /* Number of ranks (1 without MPI). */
 int tutti_mpi_size(void);
-/* On rank 0: a member rank seen dead (a failed or timed-out wait, or its
- * process gone from this host), with its members' names in members[cap]
- * (may be NULL); 0 when every rank is alive as far as rank 0 knows (and
- * without MPI).  For `tutti serve`'s /health. */
-int tutti_mpi_dead_rank(char *members, size_t cap);
-
 /* ---- one model split by layers (src/mpi/split.c) ----
  *
  *   mpirun -np K tutti generate --split-layers [N0,N1,...] -m M.gguf ...
@@ -76,29 +63,6 @@ struct tutti_session;
 struct tutti_model_params;
 typedef struct tutti_mpi_ring tutti_mpi_ring;
 
-/* Checks the split flags as parsed (--split-layers [N0,N1,...] and
- * --split-ubatch N, cli.h CLI_SPLIT_OPTS): counts NULL = not given, "" =
- * by memory; ubatch 0 = auto.  TUTTI_OK, or TUTTI_ERR with the error set
- * (bad usage: exit 2; also any split flag in a build without MPI). */
-int tutti_mpi_split_check(const char *counts, int32_t ubatch);
-/* Plans the split of path over the ranks (counts or by memory; printed on
- * stderr) and loads rank 0's part.  NULL with the error set. */
-struct tutti_model *tutti_mpi_split_load(const char *path, const struct tutti_model_params *params,
-                                         const char *counts);
-/* Loads the other ranks' parts with s's context size and n_threads each,
- * then routes s's evaluations through the ring (s owns the pipeline; freed
- * with s).  A rank that cannot load its part is an error naming it.  Does
- * nothing on one rank.  0 or TUTTI_ERR. */
-int tutti_mpi_split_attach(struct tutti_session *s, int32_t n_threads, int32_t ubatch);
-
-/* Ensemble members split by layers (tutti run/eval/fit/serve
- * --split-layers [COUNTS] [--split-ubatch N] [--split-member I,J]): the
- * member files to split (paths[0..n_paths); n_paths 0 = every member),
- * counts (NULL or "" = by memory) and ubatch (0 = auto) for all of them.
- * A split member occupies every rank, so --place cannot be combined
- * (the other members are placed round robin as always).  TUTTI_OK, or
- * TUTTI_ERR with the error set (bad usage: exit 2). */
-int tutti_mpi_split_members(const char *counts, int32_t ubatch, const char *const *paths, int32_t n_paths);
 /* Whether member file path is to be split (tutti_mpi_split_members);
  * *counts and *ubatch (may be NULL) receive the split's settings. */
 bool tutti_mpi_member_split(const char *path, const char **counts, int32_t *ubatch);

@@ -15,12 +15,12 @@
 
 #include <microhttpd.h>
 
-#include "mpi/tutti_mpi.h"
 #include "server/conn.h"
 #include "server/format.h"
 #include "server/framing.h"
 #include "server/native.h"
 #include "server/server.h"
+#include "util/buf.h"
 
 typedef struct conn_ctx {
     char *body;
@@ -370,19 +370,7 @@ static void take_upload(srv_server *s, conn_ctx *cx, const char *upload, size_t 
         cx->too_big = true;
         return;
     }
-    if (cx->n + k + 1 > cx->cap) {
-        size_t nc = (cx->n + k + 1) * 2;
-        if (nc > s->opts.max_body + 1) nc = s->opts.max_body + 1;
-        char *b = realloc(cx->body, nc);
-        if (!b) {
-            cx->too_big = true;
-            return;
-        }
-        cx->body = b, cx->cap = nc;
-    }
-    memcpy(cx->body + cx->n, upload, k);
-    cx->n += k;
-    cx->body[cx->n] = 0;
+    if (tutti_buf_append(&cx->body, &cx->n, &cx->cap, upload, k) < 0) cx->too_big = true;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,

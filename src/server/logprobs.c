@@ -1,5 +1,6 @@
 /* Logprobs of the fused distribution for `tutti serve` (see logprobs.h). */
 #include "server/logprobs.h"
+#include "util/buf.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -23,15 +24,7 @@ static bool utf8_valid(const char *s, size_t n) {
 }
 
 static int push_raw(srv_lp *lp, const char *b, size_t n) {
-    if (lp->n_raw + n + 1 > lp->cap_raw) {
-        size_t c = (lp->cap_raw + n + 1) * 2;
-        char *nb = realloc(lp->raw, c);
-        if (!nb) return -1;
-        lp->raw = nb, lp->cap_raw = c;
-    }
-    memcpy(lp->raw + lp->n_raw, b, n);
-    lp->n_raw += n;
-    return 0;
+    return tutti_buf_append(&lp->raw, &lp->n_raw, &lp->cap_raw, b, n);
 }
 
 /* The top_n most likely outcomes of row[0..n) (finite only), most likely

@@ -8,6 +8,7 @@
 #include <cjson/cJSON.h>
 
 #include "server/server.h"
+#include "util/buf.h"
 
 const char *const srv_ep_names[SRV_N_EP] = {"/health",    "/v1/models", "/v1/completions", "/v1/chat/completions",
                                            "/metrics",   "/props",     "/tokenize",       "/detokenize",
@@ -60,14 +61,7 @@ static void prom(text *t, const char *fmt, ...) {
     va_end(ap);
     if (k < 0) return;
     if ((size_t)k >= sizeof line) k = sizeof line - 1;
-    if (t->n + (size_t)k + 1 > t->cap) {
-        size_t nc = (t->cap + (size_t)k + 1) * 2;
-        char *nb = realloc(t->b, nc);
-        if (!nb) return;
-        t->b = nb, t->cap = nc;
-    }
-    memcpy(t->b + t->n, line, (size_t)k + 1);
-    t->n += (size_t)k;
+    (void)tutti_buf_append(&t->b, &t->n, &t->cap, line, (size_t)k); /* out of memory: the line is left out */
 }
 
 /* A label value in the text format: backslash, double quote and line feed

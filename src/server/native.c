@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 
 #include "server/format.h"
+#include "util/buf.h"
 
 static int err_out(char *err, size_t cap, int status, const char *msg) {
     snprintf(err, cap, "%s", msg);
@@ -347,16 +348,7 @@ static int cmp_scored(const void *a, const void *b) {
 }
 
 static int put(char **b, size_t *n, size_t *cap, const char *s, size_t k) {
-    if (*n + k + 1 > *cap) {
-        size_t c = (*cap + k + 1) * 2;
-        char *nb = realloc(*b, c);
-        if (!nb) return -1;
-        *b = nb, *cap = c;
-    }
-    memcpy(*b + *n, s, k);
-    *n += k;
-    (*b)[*n] = 0;
-    return 0;
+    return tutti_buf_append(b, n, cap, s, k);
 }
 
 char *srv_native_completion_json(srv_file *f, const float *logits, int32_t n_probs, int32_t n_predict,

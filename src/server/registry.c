@@ -12,7 +12,7 @@
  * "models" loads more files or renames command-line ones (same file: the
  * entry's name replaces the file name; a file named twice by entries keeps
  * both names); relative paths are relative to the config file's folder.  A
- * path may be a remote member's URL (README "Remote members").  Ensemble
+ * path may be a remote member's URL (docs/remote-members.md).  Ensemble
  * members are served names of single models; weights, temperatures, rule
  * and align are optional (defaults as `tutti run`) and go through the
  * library's validator.  Without -m/-e, "default" is the first config

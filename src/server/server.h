@@ -75,7 +75,7 @@ int server_main(const server_opts *o);
 #define SRV_MAX_FILES 64
 
 typedef struct srv_file {
-    char *path;           /* a GGUF file, or a remote member's URL (README "Remote members") */
+    char *path;           /* a GGUF file, or a remote member's URL (docs/remote-members.md) */
     char *name;           /* served name of the model alone */
     bool named;           /* the name came from --config */
     char **aliases;       /* more names (the same file named twice in --config) */

@@ -26,6 +26,7 @@
 #include "server/native.h"
 #include "server/tools.h"
 #include "server/server.h"
+#include "util/buf.h"
 
 #define SLOT_CACHE 8
 
@@ -107,16 +108,7 @@ static bool peer_closed(srv_job *j) {
 }
 
 static int append(char **buf, size_t *n, size_t *cap, const char *s, size_t k) {
-    if (*n + k + 1 > *cap) {
-        size_t c = (*cap + k + 1) * 2;
-        char *b = realloc(*buf, c);
-        if (!b) return -1;
-        *buf = b, *cap = c;
-    }
-    memcpy(*buf + *n, s, k);
-    *n += k;
-    (*buf)[*n] = 0;
-    return 0;
+    return tutti_buf_append(buf, n, cap, s, k);
 }
 
 /* Appends one SSE event "data: JSON\n\n" (j->mu held). */

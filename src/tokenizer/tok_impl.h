@@ -125,15 +125,12 @@ struct tutti_vocab {
 
     int32_t byte_tok[256]; /* SPM byte fallback: <0xNN>, else the 1-byte token, else -1 */
 
-    /* the grammar layer's token trie and class tables for this vocabulary,
-     * made by the first constrained generation and shared by the later
-     * ones (src/grammar/constrain.c); freed with the vocabulary */
-    tutti_grammar_vocab *grammar;
+    /* what an upper layer derives from this vocabulary and keeps with it
+     * (tok_vocab_attachment: the grammar layer's token trie and class
+     * tables); freed with the vocabulary by the free function it gave */
+    void *attachment;
+    void (*attachment_free)(void *);
 };
-
-static inline const char *tok_text(const tutti_vocab *v, int32_t id) {
-    return v->arena + v->tokens[id].text_off;
-}
 
 /* Lookups used by the tokenizers. */
 int32_t vocab_find(const tutti_vocab *v, const char *s, size_t n);

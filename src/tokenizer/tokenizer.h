@@ -72,7 +72,6 @@ tutti_vocab *tutti_vocab_from_gguf(const gguf_file *f);
  * (*len is the length); they are NUL-terminated in practice but may contain
  * NUL bytes. */
 const char *tutti_vocab_token_text(const tutti_vocab *vocab, int32_t id, size_t *len);
-float tutti_vocab_token_score(const tutti_vocab *vocab, int32_t id);
 enum tutti_token_type tutti_vocab_token_type(const tutti_vocab *vocab, int32_t id);
 uint32_t tutti_vocab_token_attr(const tutti_vocab *vocab, int32_t id);
 /* The exact bytes token id contributes to running text, as
@@ -80,13 +79,17 @@ uint32_t tutti_vocab_token_attr(const tutti_vocab *vocab, int32_t id);
  * control and unknown tokens (and unused/undefined ones). */
 const char *tutti_vocab_token_piece(const tutti_vocab *vocab, int32_t id, size_t *len);
 
+/* What an upper layer derives from a vocabulary and keeps with it (the
+ * grammar layer's token trie and class tables): made by make(vocab) at the
+ * first call (under a lock: a loaded vocabulary is shared between threads)
+ * and freed by free_fn(attachment) with the vocabulary.  One slot per
+ * vocabulary, the grammar layer's; NULL when make failed (the next call
+ * tries again). */
+void *tok_vocab_attachment(const tutti_vocab *vocab, void *(*make)(const tutti_vocab *), void (*free_fn)(void *));
+
 /* The id whose text is exactly text[0..len), or -1. */
 int32_t tutti_vocab_find(const tutti_vocab *vocab, const char *text, size_t len);
 
-/* Further special ids (-1 if none). */
-int32_t tutti_vocab_unk(const tutti_vocab *vocab);
-int32_t tutti_vocab_eot(const tutti_vocab *vocab);
-int32_t tutti_vocab_pad(const tutti_vocab *vocab);
 /* The token of "\n" (SPM: <0x0A>; BPE: first token of "\n"), or -1. */
 int32_t tutti_vocab_nl(const tutti_vocab *vocab);
 /* SPM: a space is put in front of the first text fragment (and of every text

@@ -6,6 +6,7 @@
  * text, and the per-token piece cache used for detokenizing. */
 #include <ctype.h>
 #include <stdio.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -289,8 +290,21 @@ void tutti_vocab_free(tutti_vocab *v) {
     free(v->merge_map.slots);
     free(v->is_eog);
     free(v->special);
-    tutti_grammar_vocab_free(v->grammar);
+    if (v->attachment_free) v->attachment_free(v->attachment);
     free(v);
+}
+
+void *tok_vocab_attachment(const tutti_vocab *vocab, void *(*make)(const tutti_vocab *), void (*free_fn)(void *)) {
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    /* the slot is the only thing written in a loaded vocabulary, which is
+     * otherwise immutable and shared (members of one ensemble, server
+     * requests), hence the lock */
+    tutti_vocab *v = (tutti_vocab *)vocab;
+    pthread_mutex_lock(&lock);
+    if (!v->attachment && (v->attachment = make(vocab))) v->attachment_free = free_fn;
+    void *a = v->attachment;
+    pthread_mutex_unlock(&lock);
+    return a;
 }
 
 static bool is_llama3_family(const char *pre) {
@@ -330,49 +344,41 @@ static bool read_special_id(tutti_vocab *v, const gguf_file *f, const char *key,
     return true;
 }
 
-tutti_vocab *tutti_vocab_from_gguf(const gguf_file *f) {
-    if (!f) {
-        tutti_set_error("tutti_vocab_from_gguf: no GGUF file");
-        return NULL;
-    }
-    const char *path = fpath(f);
-    tutti_vocab *v = calloc(1, sizeof *v);
-    char *scratch = NULL;
-    int32_t *tmp = NULL;
-    if (!v) goto oom;
+static int vocab_oom(const gguf_file *f) {
+    return tutti_set_error("%s: out of memory loading the vocabulary", fpath(f));
+}
 
-    /* ---- tokenizer model and pre-tokenizer ---- */
+/* The tokenizer model and pre-tokenizer, and llama.cpp's defaults for
+ * them. */
+static int read_model(tutti_vocab *v, const gguf_file *f) {
+    const char *path = fpath(f);
     gguf_str model;
     if (!gguf_get_str(f, KEY("model"), &model)) {
         if (gguf_find_key(f, KEY("model")) < 0)
             tutti_set_error("%s: %s is missing: the file has no tokenizer", path, KEY("model"));
-        goto fail;
+        return TUTTI_ERR;
     }
     if (gguf_str_eq(model, "llama")) {
         v->kind = TOK_SPM;
     } else if (gguf_str_eq(model, "gpt2")) {
         v->kind = TOK_BPE;
     } else {
-        tutti_set_error("%s: %s: unsupported tokenizer '%.*s' (supported: 'llama' = SentencePiece, "
-                        "'gpt2' = byte-level BPE)",
-                        path, KEY("model"), (int)(model.len > 64 ? 64 : model.len), model.data);
-        goto fail;
+        return tutti_set_error("%s: %s: unsupported tokenizer '%.*s' (supported: 'llama' = SentencePiece, "
+                               "'gpt2' = byte-level BPE)",
+                               path, KEY("model"), (int)(model.len > 64 ? 64 : model.len), model.data);
     }
     gguf_str pre;
     if (gguf_get_str(f, KEY("pre"), &pre)) {
-        if (pre.len == 0 || pre.len >= sizeof v->pre_name || memchr(pre.data, 0, pre.len)) {
-            tutti_set_error("%s: %s: invalid pre-tokenizer name (%llu bytes)", path, KEY("pre"),
-                            (unsigned long long)pre.len);
-            goto fail;
-        }
+        if (pre.len == 0 || pre.len >= sizeof v->pre_name || memchr(pre.data, 0, pre.len))
+            return tutti_set_error("%s: %s: invalid pre-tokenizer name (%llu bytes)", path, KEY("pre"),
+                                   (unsigned long long)pre.len);
         memcpy(v->pre_name, pre.data, pre.len);
         v->pre_name[pre.len] = 0;
     } else if (gguf_find_key(f, KEY("pre")) >= 0) {
-        goto fail;
+        return TUTTI_ERR;
     } else {
         strcpy(v->pre_name, "default");
     }
-
     /* defaults (llama.cpp) */
     if (v->kind == TOK_SPM) {
         v->bos = 1;
@@ -396,43 +402,43 @@ tutti_vocab *tutti_vocab_from_gguf(const gguf_file *f) {
             v->bos = -1;
         }
         v->pre = pretok_new(v->pre_name, path);
-        if (!v->pre) goto fail;
+        if (!v->pre) return TUTTI_ERR;
     }
     v->eot = v->eom = v->sep = v->pad = v->mask = v->nl = -1;
     v->fim_pre = v->fim_suf = v->fim_mid = v->fim_pad = v->fim_rep = v->fim_sep = -1;
-    if (!opt_bool(f, KEY("add_space_prefix"), &v->add_space_prefix)) goto fail;
+    return opt_bool(f, KEY("add_space_prefix"), &v->add_space_prefix) ? 0 : TUTTI_ERR;
+}
 
-    /* ---- tokens, scores, types ---- */
+/* Array key of n entries or more (optional: -1 when absent), or -2 + error. */
+static int64_t per_token_array(const gguf_file *f, const char *key, gguf_type t1, gguf_type t2, uint64_t n) {
+    int64_t k = find_array(f, key, t1, t2);
+    if (k >= 0 && gguf_kv_arr_n(f, k) < n) {
+        tutti_set_error("%s: %s has %llu entries for %llu tokens", fpath(f), key,
+                        (unsigned long long)gguf_kv_arr_n(f, k), (unsigned long long)n);
+        return -2;
+    }
+    return k;
+}
+
+/* The tokens' texts, scores and types; *max_len: the longest text, at
+ * least 16. */
+static int read_tokens(tutti_vocab *v, const gguf_file *f, size_t *max_len) {
+    const char *path = fpath(f);
     int64_t ti = find_array(f, KEY("tokens"), GGUF_TYPE_STRING, GGUF_TYPE_STRING);
     if (ti == -1) tutti_set_error("%s: %s is missing: the file has no vocabulary", path, KEY("tokens"));
-    if (ti < 0) goto fail;
+    if (ti < 0) return TUTTI_ERR;
     uint64_t n_tokens = gguf_kv_arr_n(f, ti);
-    if (n_tokens == 0 || n_tokens > INT32_MAX / 2) {
-        tutti_set_error("%s: %s: %llu tokens is not a usable vocabulary size", path, KEY("tokens"),
-                        (unsigned long long)n_tokens);
-        goto fail;
-    }
+    if (n_tokens == 0 || n_tokens > INT32_MAX / 2)
+        return tutti_set_error("%s: %s: %llu tokens is not a usable vocabulary size", path, KEY("tokens"),
+                               (unsigned long long)n_tokens);
     v->n_tokens = (int32_t)n_tokens;
-
-    int64_t si = find_array(f, KEY("scores"), GGUF_TYPE_FLOAT32, GGUF_TYPE_INT32);
-    if (si == -2) goto fail;
-    if (si >= 0 && gguf_kv_arr_n(f, si) < n_tokens) {
-        tutti_set_error("%s: %s has %llu entries for %llu tokens", path, KEY("scores"),
-                        (unsigned long long)gguf_kv_arr_n(f, si), (unsigned long long)n_tokens);
-        goto fail;
-    }
-    int64_t yi = find_array(f, KEY("token_type"), GGUF_TYPE_INT32, GGUF_TYPE_INT32);
-    if (yi == -2) goto fail;
-    if (yi >= 0 && gguf_kv_arr_n(f, yi) < n_tokens) {
-        tutti_set_error("%s: %s has %llu entries for %llu tokens", path, KEY("token_type"),
-                        (unsigned long long)gguf_kv_arr_n(f, yi), (unsigned long long)n_tokens);
-        goto fail;
-    }
-
+    int64_t si = per_token_array(f, KEY("scores"), GGUF_TYPE_FLOAT32, GGUF_TYPE_INT32, n_tokens);
+    int64_t yi = si == -2 ? -2 : per_token_array(f, KEY("token_type"), GGUF_TYPE_INT32, GGUF_TYPE_INT32, n_tokens);
+    if (si == -2 || yi == -2) return TUTTI_ERR;
     v->tokens = calloc(n_tokens, sizeof *v->tokens);
     v->is_eog = calloc(n_tokens, 1);
-    if (!v->tokens || !v->is_eog || !map_init(&v->token_map, n_tokens)) goto oom;
-    size_t max_len = 16;
+    if (!v->tokens || !v->is_eog || !map_init(&v->token_map, n_tokens)) return vocab_oom(f);
+    *max_len = 16;
     const unsigned char *scores = si >= 0 ? gguf_kv_data(f, si) : NULL;
     bool int_scores = si >= 0 && gguf_kv_arr_type(f, si) == GGUF_TYPE_INT32;
     const unsigned char *types = yi >= 0 ? gguf_kv_data(f, yi) : NULL;
@@ -446,15 +452,13 @@ tutti_vocab *tutti_vocab_from_gguf(const gguf_file *f) {
             len = (size_t)snprintf(empty, sizeof empty, "[EMPTY_%d]", i);
             text = empty;
         }
-        if (len > UINT32_MAX / 4) {
-            tutti_set_error("%s: %s: token %d is %zu bytes long", path, KEY("tokens"), i, len);
-            goto fail;
-        }
+        if (len > UINT32_MAX / 4)
+            return tutti_set_error("%s: %s: token %d is %zu bytes long", path, KEY("tokens"), i, len);
         uint32_t off = arena_add(v, text, len);
-        if (off == UINT32_MAX) goto oom;
+        if (off == UINT32_MAX) return vocab_oom(f);
         t->text_off = off;
         t->text_len = (uint32_t)len;
-        if (len > max_len) max_len = len;
+        if (len > *max_len) *max_len = len;
         if (len > v->max_token_len) v->max_token_len = (uint32_t)len;
         if (scores) {
             if (int_scores) {
@@ -469,50 +473,51 @@ tutti_vocab *tutti_vocab_from_gguf(const gguf_file *f) {
         if (types) memcpy(&t->type, types + 4 * (size_t)i, 4);
         t->attr = attr_of_type(t->type);
         int32_t o = token_map_insert(v, i);
-        if (o != i) {
-            tutti_set_error("%s: %s: duplicate token text '%.*s' at ids %d and %d", path, KEY("tokens"),
-                            (int)(len > 40 ? 40 : len), text, o, i);
-            goto fail;
-        }
+        if (o != i)
+            return tutti_set_error("%s: %s: duplicate token text '%.*s' at ids %d and %d", path, KEY("tokens"),
+                                   (int)(len > 40 ? 40 : len), text, o, i);
     }
+    return 0;
+}
 
-    /* ---- merges ---- */
-    if (v->kind == TOK_BPE) {
-        int64_t mi = find_array(f, KEY("merges"), GGUF_TYPE_STRING, GGUF_TYPE_STRING);
-        if (mi == -1)
-            tutti_set_error("%s: %s is missing (needed by the 'gpt2' tokenizer)", path, KEY("merges"));
-        if (mi < 0) goto fail;
-        uint64_t nm = gguf_kv_arr_n(f, mi);
-        if (nm > INT32_MAX / 2) {
-            tutti_set_error("%s: %s: too many merges (%llu)", path, KEY("merges"), (unsigned long long)nm);
-            goto fail;
-        }
-        v->merges = calloc(nm ? nm : 1, sizeof *v->merges);
-        if (!v->merges || !map_init(&v->merge_map, nm)) goto oom;
-        for (uint64_t k = 0; k < nm; k++) {
-            gguf_str s = gguf_kv_str(f, mi, k);
-            /* "left right", split at the first space after the first byte;
-             * an entry without one can never match (llama.cpp: empty pair) */
-            const char *sp = s.len > 1 ? memchr(s.data + 1, ' ', s.len - 1) : NULL;
-            if (!sp) continue;
-            size_t ln = (size_t)(sp - s.data), rn = s.len - ln - 1;
-            uint32_t off = arena_add(v, s.data, s.len);
-            if (off == UINT32_MAX) goto oom;
-            bpe_merge *m = &v->merges[v->n_merges];
-            m->off = off;
-            m->left_len = (uint32_t)ln;
-            m->right_len = (uint32_t)rn;
-            m->rank = (int32_t)k; /* the index in the file; the first of duplicates wins */
-            if (ln + rn > v->max_merge_len) v->max_merge_len = (uint32_t)(ln + rn);
-            if (vocab_merge_rank(v, s.data, ln, sp + 1, rn) >= 0) continue;
-            uint32_t i = (uint32_t)merge_hash(s.data, ln, sp + 1, rn) & v->merge_map.mask;
-            while (v->merge_map.slots[i] >= 0) i = (i + 1) & v->merge_map.mask;
-            v->merge_map.slots[i] = v->n_merges;
-            v->n_merges++;
-        }
+/* BPE merges "left right", ranked by their index in the file. */
+static int read_merges(tutti_vocab *v, const gguf_file *f) {
+    const char *path = fpath(f);
+    int64_t mi = find_array(f, KEY("merges"), GGUF_TYPE_STRING, GGUF_TYPE_STRING);
+    if (mi == -1) tutti_set_error("%s: %s is missing (needed by the 'gpt2' tokenizer)", path, KEY("merges"));
+    if (mi < 0) return TUTTI_ERR;
+    uint64_t nm = gguf_kv_arr_n(f, mi);
+    if (nm > INT32_MAX / 2)
+        return tutti_set_error("%s: %s: too many merges (%llu)", path, KEY("merges"), (unsigned long long)nm);
+    v->merges = calloc(nm ? nm : 1, sizeof *v->merges);
+    if (!v->merges || !map_init(&v->merge_map, nm)) return vocab_oom(f);
+    for (uint64_t k = 0; k < nm; k++) {
+        gguf_str s = gguf_kv_str(f, mi, k);
+        /* "left right", split at the first space after the first byte; an
+         * entry without one can never match (llama.cpp: empty pair) */
+        const char *sp = s.len > 1 ? memchr(s.data + 1, ' ', s.len - 1) : NULL;
+        if (!sp) continue;
+        size_t ln = (size_t)(sp - s.data), rn = s.len - ln - 1;
+        uint32_t off = arena_add(v, s.data, s.len);
+        if (off == UINT32_MAX) return vocab_oom(f);
+        bpe_merge *m = &v->merges[v->n_merges];
+        m->off = off;
+        m->left_len = (uint32_t)ln;
+        m->right_len = (uint32_t)rn;
+        m->rank = (int32_t)k; /* the index in the file; the first of duplicates wins */
+        if (ln + rn > v->max_merge_len) v->max_merge_len = (uint32_t)(ln + rn);
+        if (vocab_merge_rank(v, s.data, ln, sp + 1, rn) >= 0) continue;
+        uint32_t i = (uint32_t)merge_hash(s.data, ln, sp + 1, rn) & v->merge_map.mask;
+        while (v->merge_map.slots[i] >= 0) i = (i + 1) & v->merge_map.mask;
+        v->merge_map.slots[i] = v->n_merges;
+        v->n_merges++;
     }
+    return 0;
+}
 
-    /* ---- special ids ---- */
+/* The special ids the file sets, add_bos/add_eos. */
+static int read_special_ids(tutti_vocab *v, const gguf_file *f) {
+    const char *path = fpath(f);
     if (v->bos >= v->n_tokens) v->bos = -1;
     if (v->eos >= v->n_tokens) v->eos = -1;
     if (v->unk >= v->n_tokens) v->unk = -1;
@@ -532,23 +537,22 @@ tutti_vocab *tutti_vocab_from_gguf(const gguf_file *f) {
         {KEY("middle_token_id"), &v->fim_mid, false},
     };
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
-        if (!read_special_id(v, f, keys[k].key, keys[k].id, keys[k].strict)) goto fail;
-    if (!opt_bool(f, KEY("add_bos_token"), &v->add_bos)) goto fail;
-    if (!opt_bool(f, KEY("add_eos_token"), &v->add_eos)) goto fail;
-    if (v->add_bos && v->bos < 0) {
-        tutti_set_error("%s: %s is true but %s is not set", path, KEY("add_bos_token"), KEY("bos_token_id"));
-        goto fail;
-    }
-    if (v->add_eos && v->eos < 0) {
-        tutti_set_error("%s: %s is true but %s is not set", path, KEY("add_eos_token"), KEY("eos_token_id"));
-        goto fail;
-    }
+        if (!read_special_id(v, f, keys[k].key, keys[k].id, keys[k].strict)) return TUTTI_ERR;
+    if (!opt_bool(f, KEY("add_bos_token"), &v->add_bos)) return TUTTI_ERR;
+    if (!opt_bool(f, KEY("add_eos_token"), &v->add_eos)) return TUTTI_ERR;
+    if (v->add_bos && v->bos < 0)
+        return tutti_set_error("%s: %s is true but %s is not set", path, KEY("add_bos_token"), KEY("bos_token_id"));
+    if (v->add_eos && v->eos < 0)
+        return tutti_set_error("%s: %s is true but %s is not set", path, KEY("add_eos_token"), KEY("eos_token_id"));
+    return 0;
+}
 
-    /* ---- special tokens found by their text (llama.cpp does this because
-     * converters do not always set the ids); such tokens become CONTROL.
-     * llama.cpp walks a hash map, so with several candidates the pick
-     * depends on it; the Debian build picks the earliest text of each list
-     * (checked on llama3, phi-3, qwen3), which is what we do. ---- */
+/* Special tokens found by their text (llama.cpp does this because
+ * converters do not always set the ids); such tokens become CONTROL.
+ * llama.cpp walks a hash map, so with several candidates the pick depends
+ * on it; the Debian build picks the earliest text of each list (checked on
+ * llama3, phi-3, qwen3), which is what we do. */
+static void find_special_by_text(tutti_vocab *v) {
     struct {
         int32_t *id;
         const char *const *texts;
@@ -574,7 +578,10 @@ tutti_vocab *tutti_vocab_from_gguf(const gguf_file *f) {
         if ((t->attr & TUTTI_TOKEN_ATTR_CONTROL) && strstr(v->arena + t->text_off, "unused"))
             t->attr |= TUTTI_TOKEN_ATTR_UNUSED;
     }
-    /* end of generation */
+}
+
+/* End-of-generation tokens, as llama.cpp decides them. */
+static void mark_eog(tutti_vocab *v) {
     if (v->fim_pad >= 0) v->is_eog[v->fim_pad] = 1;
     if (v->fim_rep >= 0) v->is_eog[v->fim_rep] = 1;
     if (v->fim_sep >= 0) v->is_eog[v->fim_sep] = 1;
@@ -584,81 +591,88 @@ tutti_vocab *tutti_vocab_from_gguf(const gguf_file *f) {
             v->tokens[i].attr |= TUTTI_TOKEN_ATTR_CONTROL;
         }
     }
-    {
-        /* gpt-oss: these are always rendered */
-        static const char *const ud[] = {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"};
-        for (size_t k = 0; k < 4; k++) {
-            int32_t id = find_cstr(v, ud[k]);
-            if (id >= 0) v->tokens[id].attr = TUTTI_TOKEN_ATTR_USER_DEFINED;
-        }
+    /* gpt-oss: these are always rendered */
+    static const char *const ud[] = {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"};
+    for (size_t k = 0; k < 4; k++) {
+        int32_t id = find_cstr(v, ud[k]);
+        if (id >= 0) v->tokens[id].attr = TUTTI_TOKEN_ATTR_USER_DEFINED;
     }
     if (v->eos >= 0) v->is_eog[v->eos] = 1;
     if (v->eot >= 0) v->is_eog[v->eot] = 1;
     if (v->eom >= 0) v->is_eog[v->eom] = 1;
-    {
-        /* o200k_harmony / solar-open: "<|end|>" is not the end there */
-        int32_t ret = find_cstr(v, "<|return|>"), call = find_cstr(v, "<|call|>"),
-                calls = find_cstr(v, "<|calls|>"), flush = find_cstr(v, "<|flush|>"),
-                end = find_cstr(v, "<|end|>");
-        bool has_ret = ret >= 0 && v->is_eog[ret];
-        bool has_call = (call >= 0 && v->is_eog[call]) || (calls >= 0 && v->is_eog[calls]);
-        bool has_flush = flush >= 0 && v->is_eog[flush];
-        if (end >= 0 && v->is_eog[end] && ((has_ret && has_call) || (has_call && has_flush))) {
-            v->is_eog[end] = 0;
-            v->tokens[end].attr = TUTTI_TOKEN_ATTR_USER_DEFINED;
-        }
-        /* gemma4 / paddleocr: "</s>" is not the end there */
-        int32_t tr = find_cstr(v, "<|tool_response>"), s = find_cstr(v, "</s>");
-        if (tr >= 0 && v->is_eog[tr] && s >= 0 && v->is_eog[s]) {
-            v->is_eog[s] = 0;
-            v->tokens[s].attr = TUTTI_TOKEN_ATTR_NORMAL;
-        }
+    /* o200k_harmony / solar-open: "<|end|>" is not the end there */
+    int32_t ret = find_cstr(v, "<|return|>"), call = find_cstr(v, "<|call|>"), calls = find_cstr(v, "<|calls|>"),
+            flush = find_cstr(v, "<|flush|>"), end = find_cstr(v, "<|end|>");
+    bool has_ret = ret >= 0 && v->is_eog[ret];
+    bool has_call = (call >= 0 && v->is_eog[call]) || (calls >= 0 && v->is_eog[calls]);
+    bool has_flush = flush >= 0 && v->is_eog[flush];
+    if (end >= 0 && v->is_eog[end] && ((has_ret && has_call) || (has_call && has_flush))) {
+        v->is_eog[end] = 0;
+        v->tokens[end].attr = TUTTI_TOKEN_ATTR_USER_DEFINED;
     }
+    /* gemma4 / paddleocr: "</s>" is not the end there */
+    int32_t tr = find_cstr(v, "<|tool_response>"), s = find_cstr(v, "</s>");
+    if (tr >= 0 && v->is_eog[tr] && s >= 0 && v->is_eog[s]) {
+        v->is_eog[s] = 0;
+        v->tokens[s].attr = TUTTI_TOKEN_ATTR_NORMAL;
+    }
+}
 
-    /* ---- special tokens, longest first (text is split on them) ---- */
+/* The special tokens, longest text first (text is split on them). */
+static int collect_special(tutti_vocab *v, const gguf_file *f) {
     v->special = malloc((size_t)v->n_tokens * sizeof *v->special);
-    tmp = malloc((size_t)v->n_tokens * sizeof *tmp);
-    if (!v->special || !tmp) goto oom;
+    int32_t *tmp = malloc((size_t)v->n_tokens * sizeof *tmp);
+    if (!v->special || !tmp) {
+        free(tmp);
+        return vocab_oom(f);
+    }
     for (int32_t i = 0; i < v->n_tokens; i++)
-        if (v->tokens[i].attr &
-            (TUTTI_TOKEN_ATTR_CONTROL | TUTTI_TOKEN_ATTR_USER_DEFINED | TUTTI_TOKEN_ATTR_UNKNOWN))
+        if (v->tokens[i].attr & (TUTTI_TOKEN_ATTR_CONTROL | TUTTI_TOKEN_ATTR_USER_DEFINED | TUTTI_TOKEN_ATTR_UNKNOWN))
             v->special[v->n_special++] = i;
     sort_special(v, v->special, tmp, v->n_special);
+    free(tmp);
+    return 0;
+}
 
-    /* ---- attributes llama.cpp sets by model name ---- */
-    {
-        gguf_str name = {"", 0}, arch = {"", 0};
-        char lname[256];
-        if (!gguf_get_str(f, "general.name", &name)) name = (gguf_str){"", 0};
-        if (!gguf_get_str(f, "general.architecture", &arch)) arch = (gguf_str){"", 0};
-        size_t nl = name.len < sizeof lname - 1 ? name.len : sizeof lname - 1;
-        for (size_t k = 0; k < nl; k++) lname[k] = (char)tolower((unsigned char)name.data[k]);
-        lname[nl] = 0;
-        if (strstr(v->pre_name, "jina-v2-de") || strstr(v->pre_name, "jina-v2-es") ||
-            strstr(v->pre_name, "jina-v2-code") || gguf_str_eq(arch, "nomic-bert-moe") ||
-            gguf_str_eq(arch, "jina-bert-v3")) {
-            int32_t id = find_cstr(v, "<mask>");
-            if (id >= 0) v->tokens[id].attr |= TUTTI_TOKEN_ATTR_LSTRIP;
-        } else if (strstr(lname, "phi-3") || strstr(lname, "phi3")) {
-            for (int32_t k = 0; k < v->n_special; k++) v->tokens[v->special[k]].attr |= TUTTI_TOKEN_ATTR_RSTRIP;
-            int32_t id = find_cstr(v, "</s>");
-            if (id >= 0) v->tokens[id].attr |= TUTTI_TOKEN_ATTR_RSTRIP;
-            static const char *const off[] = {"<unk>", "<s>", "<|endoftext|>"};
-            for (size_t k = 0; k < 3; k++) {
-                id = find_cstr(v, off[k]);
-                if (id >= 0) v->tokens[id].attr &= ~(uint32_t)TUTTI_TOKEN_ATTR_RSTRIP;
-            }
-        } else if (strstr(lname, "modern-bert")) {
-            int32_t id = find_cstr(v, "[MASK]");
-            if (id >= 0) v->tokens[id].attr |= TUTTI_TOKEN_ATTR_LSTRIP;
+/* Attributes llama.cpp sets by model name. */
+static void attrs_by_name(tutti_vocab *v, const gguf_file *f) {
+    gguf_str name = {"", 0}, arch = {"", 0};
+    char lname[256];
+    if (!gguf_get_str(f, "general.name", &name)) name = (gguf_str){"", 0};
+    if (!gguf_get_str(f, "general.architecture", &arch)) arch = (gguf_str){"", 0};
+    size_t nl = name.len < sizeof lname - 1 ? name.len : sizeof lname - 1;
+    for (size_t k = 0; k < nl; k++) lname[k] = (char)tolower((unsigned char)name.data[k]);
+    lname[nl] = 0;
+    if (strstr(v->pre_name, "jina-v2-de") || strstr(v->pre_name, "jina-v2-es") ||
+        strstr(v->pre_name, "jina-v2-code") || gguf_str_eq(arch, "nomic-bert-moe") ||
+        gguf_str_eq(arch, "jina-bert-v3")) {
+        int32_t id = find_cstr(v, "<mask>");
+        if (id >= 0) v->tokens[id].attr |= TUTTI_TOKEN_ATTR_LSTRIP;
+    } else if (strstr(lname, "phi-3") || strstr(lname, "phi3")) {
+        for (int32_t k = 0; k < v->n_special; k++) v->tokens[v->special[k]].attr |= TUTTI_TOKEN_ATTR_RSTRIP;
+        int32_t id = find_cstr(v, "</s>");
+        if (id >= 0) v->tokens[id].attr |= TUTTI_TOKEN_ATTR_RSTRIP;
+        static const char *const off[] = {"<unk>", "<s>", "<|endoftext|>"};
+        for (size_t k = 0; k < 3; k++) {
+            id = find_cstr(v, off[k]);
+            if (id >= 0) v->tokens[id].attr &= ~(uint32_t)TUTTI_TOKEN_ATTR_RSTRIP;
         }
+    } else if (strstr(lname, "modern-bert")) {
+        int32_t id = find_cstr(v, "[MASK]");
+        if (id >= 0) v->tokens[id].attr |= TUTTI_TOKEN_ATTR_LSTRIP;
     }
+}
 
-    /* ---- piece cache, byte fallback ---- */
-    scratch = malloc(max_len * 2 + 16);
-    if (!scratch) goto oom;
+/* The piece cache, the byte-fallback tokens and the newline token. */
+static int build_pieces(tutti_vocab *v, const gguf_file *f, size_t max_len) {
+    char *scratch = malloc(max_len * 2 + 16);
+    if (!scratch) return vocab_oom(f);
     for (int32_t i = 0; i < v->n_tokens; i++)
-        if (!build_piece(v, i, scratch)) goto oom;
+        if (!build_piece(v, i, scratch)) {
+            free(scratch);
+            return vocab_oom(f);
+        }
+    free(scratch);
     for (int b = 0; b < 256; b++) {
         char hex[8];
         snprintf(hex, sizeof hex, "<0x%02X>", b);
@@ -669,8 +683,6 @@ tutti_vocab *tutti_vocab_from_gguf(const gguf_file *f) {
         }
         v->byte_tok[b] = id;
     }
-
-    /* ---- newline token ---- */
     if (v->kind == TOK_SPM) {
         v->nl = v->byte_tok['\n'] >= 0 ? v->byte_tok['\n'] : v->pad;
     } else {
@@ -678,17 +690,34 @@ tutti_vocab *tutti_vocab_from_gguf(const gguf_file *f) {
         int32_t n = tutti_tokenize(v, "\n", 1, false, false, ids, 8);
         v->nl = n > 0 ? ids[0] : v->pad;
     }
+    return 0;
+}
 
-    free(scratch);
-    free(tmp);
+tutti_vocab *tutti_vocab_from_gguf(const gguf_file *f) {
+    if (!f) {
+        tutti_set_error("tutti_vocab_from_gguf: no GGUF file");
+        return NULL;
+    }
+    tutti_vocab *v = calloc(1, sizeof *v);
+    if (!v) return vocab_oom(f), NULL;
+    size_t max_len = 16;
+    if (read_model(v, f) < 0 || read_tokens(v, f, &max_len) < 0 || (v->kind == TOK_BPE && read_merges(v, f) < 0) ||
+        read_special_ids(v, f) < 0) {
+        tutti_vocab_free(v);
+        return NULL;
+    }
+    find_special_by_text(v);
+    mark_eog(v);
+    if (collect_special(v, f) < 0) {
+        tutti_vocab_free(v);
+        return NULL;
+    }
+    attrs_by_name(v, f);
+    if (build_pieces(v, f, max_len) < 0) {
+        tutti_vocab_free(v);
+        return NULL;
+    }
     return v;
-oom:
-    tutti_set_error("%s: out of memory loading the vocabulary", path);
-fail:
-    free(scratch);
-    free(tmp);
-    tutti_vocab_free(v);
-    return NULL;
 }
 
 tutti_vocab *tutti_vocab_load(const char *gguf_path) {
@@ -710,9 +739,7 @@ tutti_vocab *tutti_vocab_load(const char *gguf_path) {
 int32_t tutti_vocab_n_tokens(const tutti_vocab *v) { return v ? v->n_tokens : 0; }
 int32_t tutti_vocab_bos(const tutti_vocab *v) { return v ? v->bos : -1; }
 int32_t tutti_vocab_eos(const tutti_vocab *v) { return v ? v->eos : -1; }
-int32_t tutti_vocab_unk(const tutti_vocab *v) { return v ? v->unk : -1; }
 int32_t tutti_vocab_eot(const tutti_vocab *v) { return v ? v->eot : -1; }
-int32_t tutti_vocab_pad(const tutti_vocab *v) { return v ? v->pad : -1; }
 int32_t tutti_vocab_nl(const tutti_vocab *v) { return v ? v->nl : -1; }
 bool tutti_vocab_add_bos(const tutti_vocab *v) { return v && v->add_bos; }
 bool tutti_vocab_add_space_prefix(const tutti_vocab *v) { return v && v->add_space_prefix; }
@@ -735,9 +762,6 @@ const char *tutti_vocab_token_text(const tutti_vocab *v, int32_t id, size_t *len
     }
     if (len) *len = v->tokens[id].text_len;
     return v->arena + v->tokens[id].text_off;
-}
-float tutti_vocab_token_score(const tutti_vocab *v, int32_t id) {
-    return in_range(v, id) ? v->tokens[id].score : 0.0f;
 }
 enum tutti_token_type tutti_vocab_token_type(const tutti_vocab *v, int32_t id) {
     return in_range(v, id) ? (enum tutti_token_type)v->tokens[id].type : TUTTI_TOKEN_TYPE_UNDEFINED;

@@ -18,29 +18,8 @@
 #ifndef TUTTI_UTIL_FILE_H
 #define TUTTI_UTIL_FILE_H
 
-#include <stdbool.h>
-#include <stdio.h>
-
-/* Writes the file's whole content to fp; 0, or TUTTI_ERR with
- * tutti_last_error() set (the write is then abandoned).  A short write
- * seen only at flush time (disk full) is caught by tutti_write_atomic. */
-typedef int (*tutti_write_fn)(FILE *fp, void *ctx);
-
-/* Creates or replaces path with what produce(fp, ctx) writes (see above).
- * 0, or TUTTI_ERR with tutti_last_error() naming path and the cause (the
- * folder is missing or not writable, path is a directory, write failed,
- * the disk is full, ...). */
-int tutti_write_atomic(const char *path, tutti_write_fn produce, void *ctx);
-
-/* true when a and b name the same existing file: the same device and inode
- * after following symbolic links, so "./x", "/abs/x", a symlink to x and a
- * hard link to x are all x.  false when either does not exist. */
-bool tutti_same_file(const char *a, const char *b);
-
-/* Whether tutti_write_atomic(path) can be expected to succeed, checked
- * before long work (a merge, a fit) so that it does not end in a lost
- * result: path is not a directory and its folder exists and is writable.
- * 0, or TUTTI_ERR with the reason. */
-int tutti_check_writable(const char *path);
+/* The declarations (tutti_write_fn, tutti_write_atomic, tutti_same_file,
+ * tutti_check_writable) are public: include/tutti.h. */
+#include "tutti.h"
 
 #endif
