@@ -8,7 +8,9 @@
  * broken): the parser returns 0 or 400, a 400 has a message; an accepted
  * request is internally consistent (n in 1..16, choices at most 16, stop
  * strings non-empty, prompts without NUL, token-id prompts non-empty, a
- * prompt or >= 1 message with a role, logit_bias ids >= 0 with biases in
+ * prompt or >= 1 message with a role (tool fields a JSON object), tools
+ * named with parameters that parse, a named tool_choice among them, no
+ * grammar beside tools in use, logit_bias ids >= 0 with biases in
  * [-100, 100] or -inf); an accepted body is valid UTF-8 without NUL;
  * srv_utf8_clean of any bytes is valid UTF-8 without NUL; an error object
  * built from any message is JSON that parses back with the same shape; the
@@ -41,7 +43,27 @@ static void check_request(const srv_request *r, srv_kind kind, const char *body,
     CHECK(fuzz_valid_utf8((const unsigned char *)body, len) && !memchr(body, 0, len));
     if (kind == SRV_CHAT) {
         CHECK(r->n_msgs >= 1 && r->msgs);
-        for (int i = 0; i < r->n_msgs; i++) CHECK(r->msgs[i].role && r->msgs[i].role[0]);
+        for (int i = 0; i < r->n_msgs; i++) {
+            CHECK(r->msgs[i].role && r->msgs[i].role[0]);
+            if (r->msgs[i].tool_json) { /* the template's tool fields: a JSON object */
+                cJSON *m = cJSON_Parse(r->msgs[i].tool_json);
+                CHECK(cJSON_IsObject(m));
+                cJSON_Delete(m);
+            }
+        }
+        /* tools: named, with parameters that parse; a named tool_choice is one of them */
+        const srv_tools *t = &r->tools;
+        CHECK(t->n >= 0 && t->n <= SRV_MAX_TOOLS && (!t->n || t->json));
+        bool named = false;
+        for (int k = 0; k < t->n; k++) {
+            CHECK(t->name[k] && t->name[k][0] && t->params[k]);
+            cJSON *p = cJSON_Parse(t->params[k]);
+            CHECK(cJSON_IsObject(p));
+            cJSON_Delete(p);
+            named |= t->choice == SRV_TC_NAMED && !strcmp(t->name[k], t->named);
+        }
+        CHECK(t->choice != SRV_TC_NAMED || named);
+        CHECK(!(t->n && t->choice != SRV_TC_NONE && r->grammar));
     } else {
         CHECK(r->n_prompts >= 1 && r->n_prompts * r->n <= SRV_MAX_N);
         for (int p = 0; p < r->n_prompts; p++) {

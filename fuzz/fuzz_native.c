@@ -4,8 +4,8 @@
  *
  * Input: byte 0 picks the endpoint and the served models, the rest is the
  * request body as it arrives (not NUL-terminated).
- *   bits 0-1: 0, 3 /completion (srv_native_parse_completion); 1 /tokenize;
- *             2 /detokenize
+ *   bits 0-1: 0 /completion (srv_native_parse_completion); 1 /tokenize;
+ *             2 /detokenize; 3 /v1/embeddings (srv_embd_prepare, embed.c)
  *   bit 2:    0 one model "stories" (context 64); 1 two, "a" (context 64)
  *             and "b" (context 8), and the ensembles "pair" (a, b) and
  *             "solo" (b alone)
@@ -23,7 +23,11 @@
  *    likely tokens, each with its log-softmax (to float precision);
  *  - /tokenize, /detokenize: an answer, or NULL with a 4xx/5xx status and
  *    a message; the answer is JSON with the promised shape (ids in range;
- *    content valid UTF-8).
+ *    content valid UTF-8);
+ *  - /v1/embeddings: 0, or 400/404 with a message and the field; an
+ *    accepted request names a served single file, holds 1 to 2048 inputs of
+ *    1 to n_ctx ids in range, and its answer (made of stand-in vectors) is
+ *    JSON with one vector per input (float or base64 of n_embd float32s).
  * Crashes, leaks, undefined behaviour and timeouts are the other findings. */
 #include <math.h>
 #include <stdbool.h>
@@ -193,6 +197,50 @@ static void detokenize(srv_registry *reg, const char *body, size_t n) {
     free(r);
 }
 
+static void embeddings(srv_registry *reg, const char *body, size_t n) {
+    static srv_server srv; /* only reg and opts.pooling are read */
+    srv.reg = *reg;
+    srv.opts.pooling = -1;
+    srv_job j;
+    memset(&j, 0, sizeof j);
+    char err[512] = "";
+    const char *param = NULL;
+    int rc = srv_embd_prepare(&srv, &j, body, n, err, sizeof err, &param);
+    CHECK(rc == 0 || rc == 400 || rc == 404);
+    if (rc) {
+        CHECK(err[0] != 0);
+    } else {
+        srv_embd *e = &j.embd;
+        CHECK(e->file >= 0 && e->file < reg->n_files && e->n >= 1 && e->n <= 2048);
+        const srv_file *f = &reg->files[e->file];
+        int32_t V = tutti_model_n_vocab(f->model);
+        int64_t total = 0;
+        for (int i = 0; i < e->n; i++) {
+            CHECK(e->n_ids[i] >= 1 && e->n_ids[i] <= f->n_ctx);
+            for (int32_t k = 0; k < e->n_ids[i]; k++) CHECK(e->ids[i][k] >= 0 && e->ids[i][k] < V);
+            total += e->n_ids[i];
+        }
+        CHECK(total == e->n_tokens);
+        e->dim = tutti_model_n_embd(f->model);
+        e->out = malloc(sizeof(float) * (size_t)e->n * (size_t)e->dim);
+        CHECK(e->out);
+        for (size_t k = 0; k < (size_t)e->n * (size_t)e->dim; k++) e->out[k] = (float)(k % 7) * 0.125f - 0.375f;
+        char *js = srv_embd_json(&j);
+        CHECK(js);
+        cJSON *root = cJSON_Parse(js);
+        const cJSON *data = cJSON_GetObjectItemCaseSensitive(root, "data");
+        CHECK(cJSON_IsArray(data) && cJSON_GetArraySize(data) == e->n);
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(data, 0), "embedding");
+        if (e->base64)
+            CHECK(cJSON_IsString(v) && strlen(v->valuestring) == ((size_t)e->dim * 4 + 2) / 3 * 4);
+        else
+            CHECK(cJSON_IsArray(v) && cJSON_GetArraySize(v) == e->dim);
+        cJSON_Delete(root);
+        free(js);
+    }
+    srv_embd_free(&j.embd); /* as srv_job_unref, also after an error */
+}
+
 int tutti_fuzz_native_one(const uint8_t *data, size_t size) {
     if (size < 1 || !setup()) return 0;
     srv_registry *reg = &g_reg[(data[0] >> 2) & 1];
@@ -202,6 +250,7 @@ int tutti_fuzz_native_one(const uint8_t *data, size_t size) {
     switch (data[0] & 3) {
     case 1: tokenize(reg, body, n); break;
     case 2: detokenize(reg, body, n); break;
+    case 3: embeddings(reg, body, n); break;
     default: completion(reg, body, n); break;
     }
     return 0;

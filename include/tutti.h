@@ -304,6 +304,20 @@ const float *tutti_session_logits(const tutti_session *session);
 int32_t tutti_session_n_past(const tutti_session *session);
 int32_t tutti_session_n_ctx(const tutti_session *session);
 
+/* Embeddings: runs ids[0..n) at positions n_past.. as tutti_session_eval
+ * does (appending them to the KV cache) and writes each position's hidden
+ * state after the model's output norm, the vector the output head reads,
+ * to rows, float32 [n][tutti_model_n_embd] (llama.cpp's embeddings of a
+ * decoder, before pooling).  No logits are computed: tutti_session_logits
+ * is NULL afterwards until the next eval.  Same failures as
+ * tutti_session_eval. */
+int tutti_session_embed(tutti_session *session, const int32_t *ids, int32_t n, float *rows);
+int32_t tutti_model_n_embd(const tutti_model *model);
+/* The GGUF's {arch}.pooling_type (llama.cpp's numbering below), or -1
+ * when the file does not say. */
+enum { TUTTI_POOL_NONE = 0, TUTTI_POOL_MEAN = 1, TUTTI_POOL_CLS = 2, TUTTI_POOL_LAST = 3, TUTTI_POOL_RANK = 4 };
+int tutti_model_pooling(const tutti_model *model);
+
 /* Forgets every position >= n_past (0 clears the cache).  The logits of the
  * last kept position are not recomputed. */
 int tutti_session_rewind(tutti_session *session, int32_t n_past);
@@ -332,6 +346,66 @@ int32_t tutti_session_rewind_floor(const tutti_session *session);
  * state needs, and the caller evaluates the tokens again from the start.
  * Returns the tokens kept (n_tokens or 0), or TUTTI_ERR. */
 int32_t tutti_session_rewind_tokens(tutti_session *session, int32_t n_tokens);
+
+/* ------------------------------------------------------------------------ */
+/* Continuous batching: one forward pass per model and step for every
+ * session's pending tokens (a server's slots, each with its own sessions).
+ *
+ * A batch owns one thread pool and an executor thread.  Sessions made with
+ * tutti_session_new_batched (of any models; their KV caches stay their own)
+ * hand their tutti_session_eval and tutti_session_eval_multi calls to it:
+ * the calling thread waits while the executor runs steps.  A step is one
+ * forward pass per model over the pending tokens of all its sessions, each
+ * at its own positions over its own cache (tutti_forward_segments, as byte
+ * alignment's hypotheses share a pass): short requests (a generated token,
+ * a hypothesis's few tokens) go in whole, the rest of the n_ubatch tokens
+ * goes to long ones (prompts) in arrival order, a chunk at a time, so a
+ * long prompt holds the others' next token back by at most one chunk.
+ * Threads that post requests join the batch (tutti_batch_join) while they
+ * run a generation: a step then waits until every joined thread has posted
+ * (or waits elsewhere), at most as long as the last step took (no less
+ * than 0.2 ms, no more than max_wait_ms), so the slots' tokens share one
+ * pass instead of taking turns.  The logits are those of an unbatched
+ * session bit for bit for F32, F16, BF16 and Q8_0 weights, whose kernels
+ * give a token's row whatever the other rows of the call; with the other
+ * types a token's row also depends on whether its pass holds 8 or more
+ * tokens (the K-quant panels, the 4 x 8 tiles), in the last bits (README
+ * "Continuous batching").
+ * Thread safety: a batch is shared by any number of threads; each batched
+ * session is used by one thread at a time, as any session. */
+
+typedef struct tutti_batch tutti_batch;
+
+typedef struct tutti_batch_params {
+    int32_t n_threads;  /* threads of the passes; 0 = online CPUs */
+    int32_t n_ubatch;   /* tokens per forward pass (llama.cpp's n_ubatch); 0 = 512 */
+    double max_wait_ms; /* longest a step waits for joined threads; 0 = 50 */
+} tutti_batch_params;
+
+tutti_batch_params tutti_batch_default_params(void);
+/* NULL + error (bad parameters, no thread). */
+tutti_batch *tutti_batch_new(const tutti_batch_params *params);
+/* After every session made on it is freed. */
+void tutti_batch_free(tutti_batch *batch);
+/* A session whose passes run in batch (params->n_threads is ignored).
+ * NULL + error. */
+tutti_session *tutti_session_new_batched(const tutti_model *model, const tutti_session_params *params,
+                                         tutti_batch *batch);
+/* The calling thread will post passes (join) or is done (leave); calls
+ * nest.  Only joined threads are waited for. */
+void tutti_batch_join(tutti_batch *batch);
+void tutti_batch_leave(tutti_batch *batch);
+
+typedef struct tutti_batch_stats {
+    int64_t n_steps;    /* steps run */
+    int64_t n_passes;   /* forward passes (a step runs one per model with work) */
+    int64_t n_tokens;   /* tokens through them */
+    int64_t n_segments; /* sessions' pieces through them (a generated token is one) */
+    int64_t n_requests; /* eval calls answered */
+    int32_t max_tokens; /* the largest pass */
+    int32_t n_joined;   /* threads joined now */
+} tutti_batch_stats;
+void tutti_batch_get_stats(tutti_batch *batch, tutti_batch_stats *out);
 
 /* ------------------------------------------------------------------------ */
 /* Sampling on a distribution given as logits (any unnormalised log-scale
@@ -585,6 +659,13 @@ typedef struct tutti_ensemble_params {
      * one read-only copy of the weights, each with its own sessions and KV
      * caches.  Every given model must outlive the ensemble.  NULL = load all. */
     const tutti_model *const *models;
+    /* Optional, borrowed: the local members' sessions are batched in it
+     * (tutti_session_new_batched), so the forward passes of several
+     * ensembles sharing the batch (a server's slots) go through one pass
+     * per model and step; the members then run one after the other (the
+     * batch's threads do every pass; parallel and n_threads are ignored
+     * for them).  Must outlive the ensemble.  NULL = none. */
+    tutti_batch *batch;
     /* llama.cpp's context shift for the members' contexts (tutti run's
      * default; false = a member's full context ends the generation with
      * finish LENGTH): a local member whose window fills keeps its BOS and
@@ -956,6 +1037,24 @@ typedef int (*tutti_step_cb)(const tutti_step *step, void *user);
 /* Sets the step receiver of later generations (NULL: none, which costs
  * nothing; with one, each step pays one pass over the fused row). */
 void tutti_ensemble_set_step_cb(tutti_ensemble *ens, tutti_step_cb cb, void *user);
+
+/* Scores a known text: the fused distribution at every unit of it, as
+ * generation would have drawn the text (OpenAI's echo with logprobs, hence
+ * lm-evaluation-harness's loglikelihood requests), given to cb as steps
+ * (tutti_step; logprobs renormalised as there).  TOKEN alignment: the ids
+ * ids[0..n_ids) of member 1's (the shared) vocabulary, or when ids is NULL
+ * text[0..len) tokenized by member 1 (BOS as its vocabulary asks); one step
+ * per token after the first: the distribution after the tokens before it,
+ * chosen = the token, bytes its piece (control tokens not rendered), unit
+ * its position.  BYTE alignment: text (ids: their text by member 1's
+ * tokenizer), one step per byte, each member from BOS through its byte
+ * marginals, the UTF-8 rule applied as in generation.  Static weights
+ * (adapt and route do not apply).  The members' KV caches keep the text,
+ * so a generation after it reuses them.  cb returning non-zero stops.
+ * Returns 0, TUTTI_ERR, or TUTTI_ERR_UNSUPPORTED for SPAN alignment (it
+ * selects drafts: no distribution per unit). */
+int tutti_ensemble_score(tutti_ensemble *ens, const char *text, size_t len, const int32_t *ids, int32_t n_ids,
+                         tutti_step_cb cb, void *user);
 
 /* Receives output bytes as they are committed (never splits a UTF-8
  * character: an incomplete character is held back, and one left incomplete

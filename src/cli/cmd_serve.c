@@ -13,6 +13,8 @@
 #include "server/server.h"
 
 static const char *g_rules[5], *g_aligns[5];
+/* /v1/embeddings' poolings, in llama.cpp's numbering from 1 (TUTTI_POOL_MEAN) */
+static const char *const g_pools[] = {"mean", "cls", "last", NULL};
 
 /* The API keys: --api-key KEY, else the lines of --api-key-file FILE (one
  * key per line; blank lines and '#' comments skipped), else the environment
@@ -68,6 +70,9 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
     o->host = "127.0.0.1";
     o->port = 8080;
     o->parallel = 1;
+    o->cont_batching = true;
+    o->n_ubatch = 512;
+    o->pooling = -1;
     o->queue = 16;
     o->timeout_read = 5;
     o->timeout_head = 10;
@@ -126,7 +131,18 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
         CLI_INT("--max-connections-per-ip", "N", &o->max_conns_per_ip, 0, 1 << 16,
                 "connections at once from one client address (0 = no limit)", NULL),
         CLI_CTX_OPT(&o->n_ctx, " per member and slot"),
-        CLI_INT("-t,--threads", "N", &o->n_threads, 1, CLI_MAX_THREADS, "threads per slot", "cores / slots"),
+        CLI_INT("-t,--threads", "N", &o->n_threads, 1, CLI_MAX_THREADS,
+                "threads of the forward passes (without continuous batching: per slot)",
+                "cores (without: cores / slots)"),
+        CLI_SECTION("continuous batching (README \"Continuous batching\")"),
+        CLI_FLAG("-cb,--cont-batching", &o->cont_batching,
+                 "one forward pass per model and step for every slot's pending tokens"),
+        CLI_FLAG_OFF("-nocb,--no-cont-batching", &o->cont_batching, "each slot runs its own forward passes"),
+        CLI_INT("-ub,--ubatch-size", "N", &o->n_ubatch, 1, 8192,
+                "tokens per forward pass: a long prompt goes in chunks of this size", "512"),
+        CLI_SECTION("embeddings (POST /v1/embeddings)"),
+        CLI_CHOICE("--pooling", "TYPE", &o->pooling, g_pools, "mean | cls | last: one vector from the positions' ones",
+                   "the GGUF's pooling_type, else mean"),
         CLI_SECTION("models over MPI ranks (mpirun -np K tutti serve ...)"),
         CLI_SPLIT_OPTS(&split_counts, &split_ub, "members"),
         ENS_SPLIT_MEMBER_OPT(&split_member, "-m models"),
@@ -136,7 +152,7 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
     const cli_spec spec = {
         .name = "serve",
         .usage = "(-m A.gguf | -hf REPO[:QUANT] [...] | -e ENSEMBLE | --config FILE) [options]",
-        .description = "OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions, /v1/models,\n"
+        .description = "OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions, /v1/embeddings,\n/v1/models, "
                        "/health, /metrics. Model names: 'default' (the ensemble of every -m member, or of\n"
                        "the -e file), every file alone under its name without .gguf, and the --config\n"
                        "file's named ensembles. A -m may be a remote member's URL (docs/remote-members.md).\n"
@@ -156,6 +172,7 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
     memcpy(o->temps, temps.v, sizeof(float) * (size_t)temps.n);
     o->n_temps = temps.n;
     o->max_body = (size_t)max_body;
+    if (o->pooling >= 0) o->pooling += TUTTI_POOL_MEAN;
     if (o->max_conns < 0) o->max_conns = o->parallel + o->queue + 64;
     if ((r = api_keys(o, api_key, api_key_file)) != CLI_RUN) return r;
     if ((r = ens_check_flags(&temps, cli_given("--adapt-alpha"), o->adapt_alpha, cli_given("--route-tau"),

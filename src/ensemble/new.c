@@ -132,6 +132,16 @@ static int open_members(tutti_ensemble *e, const tutti_ensemble_params *params, 
     return 0;
 }
 
+/* A batch (a server's slots) runs the local members' passes: the members
+ * then go in turn, each pass on all the batch's threads. */
+static int use_batch(tutti_ensemble *e, tutti_batch *b) {
+    if (!b) return 0;
+    e->parallel = false;
+    for (int32_t i = 0; i < e->n; i++)
+        if (fusion_member_local_model(e->m[i]) && fusion_member_local_set_batch(e->m[i], b) < 0) return TUTTI_ERR;
+    return 0;
+}
+
 /* Members one after the other or concurrently (e->parallel, asked: the
  * params' 0 default, 1 in turn, 2 concurrently); per: threads each member
  * got when concurrent. */
@@ -194,7 +204,7 @@ tutti_ensemble *tutti_ensemble_new(const tutti_ensemble_params *params) {
     e->n_threads = n_threads;
     e->parallel = params->parallel == 2 || (params->parallel == 0 && default_parallel(e->n, n_threads));
     int32_t per = e->parallel ? (n_threads / e->n > 0 ? n_threads / e->n : 1) : n_threads;
-    if (open_members(e, params, h, per) < 0 ||
+    if (open_members(e, params, h, per) < 0 || use_batch(e, params->batch) < 0 ||
         choose_schedule(e, params->parallel, params->verbose, n_threads, per) < 0)
         goto fail;
     if (e->parallel && e->n > 1 && ens_start_workers(e) < 0) goto fail;

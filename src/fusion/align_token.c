@@ -252,6 +252,21 @@ static int32_t token_drafted(fusion_align *a, const float **q) {
     return t->dr->tok[t->at];
 }
 
+int ens_fuse_token_row(const tutti_ensemble *e, const float *w, const float *const *logits, float *fused,
+                       float *const *logp, double *work) {
+    int32_t V = e->m[0]->n_vocab;
+    fusion_rule_params rp = ens_rule_params(e);
+    rp.weights = w;
+    if (e->rule == TUTTI_RULE_MIX || e->rule == TUTTI_RULE_PRODUCT) /* logp[0] spans all n_members rows */
+        return fusion_combine_logits(&rp, e->temp, e->n, logits, V, fused, logp[0]);
+    const float *lp[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    for (int32_t i = 0; i < e->n; i++) {
+        if (e->w[i] != 0) fusion_log_softmax(logits[i], V, e->temp[i], logp[i]);
+        lp[i] = e->w[i] != 0 ? logp[i] : logits[i]; /* weight 0: unused */
+    }
+    return fusion_combine(&rp, e->n, lp, V, fused, work, NULL);
+}
+
 static void token_mask_row(fusion_align *a, float *row) {
     token_align *t = (token_align *)a;
     token_mask_apply(&t->tm, a->g, row);

@@ -91,6 +91,12 @@ fusion_rule_params ens_rule_params(const tutti_ensemble *e);
  * alignment), out[n_vocab]; and of the 257 byte outcomes given one byte
  * state per member (BYTE alignment), out[257].  Used by tests. */
 int fusion_token_fused(tutti_ensemble *e, const int32_t *ids, int32_t n, float *out);
+/* TOKEN alignment: the fused row[n_vocab] of the members' logits rows
+ * logits[n_members] under weights w (their temperatures applied); logp:
+ * n_members consecutive rows of scratch (logp[i] = logp[0] + i * n_vocab),
+ * work: n_vocab doubles.  0 or TUTTI_ERR. */
+int ens_fuse_token_row(const tutti_ensemble *e, const float *w, const float *const *logits, float *fused,
+                       float *const *logp, double *work);
 int fusion_bytes_fused(tutti_ensemble *e, fusion_bytes **st, float *out);
 
 /* Negative log-likelihood (nats) of text[0..len) scored as one piece from

@@ -37,6 +37,7 @@ typedef struct local_member {
     uint64_t clock;
     bool hinted;               /* keep() was called: sessions' live flags are current */
     fusion_local_sessions ops; /* where sessions come from (open NULL: tutti_session_new) */
+    tutti_batch *batch;  /* non-NULL: sessions of this batch (borrowed) */
 } local_member;
 
 /* Room for n tokens of timeline in ls->hist (a context shift lets a
@@ -65,6 +66,7 @@ static int ensure_session(local_member *lm, int32_t i) {
     tutti_session *with = NULL;
     for (int32_t j = 0; j < lm->n_pool && !with && !lm->ops.open; j++) with = lm->pool[j].s;
     ls->s = lm->ops.open ? lm->ops.open(lm->ops.ctx, i, lm->model, &lm->sp)
+            : lm->batch  ? tutti_session_new_batched(lm->model, &lm->sp, lm->batch)
                          : tutti_session_new_sharing(lm->model, &lm->sp, with);
     if (!ls->s) {
         tutti_error_prefix("member %s", lm->base.name);
@@ -499,16 +501,28 @@ tutti_model *fusion_member_local_model(fusion_member *m) {
     return m && m->vt == &local_vt ? ((local_member *)m)->model : NULL;
 }
 
-int fusion_member_local_set_threads(fusion_member *m, int32_t n_threads) {
-    if (!fusion_member_local_model(m)) return tutti_set_error("member %s: not local", m->name);
-    local_member *lm = (local_member *)m;
-    if (lm->sp.n_threads == n_threads) return 0;
-    lm->sp.n_threads = n_threads;
-    /* sessions are recreated on first use with the new thread count */
+/* sessions are recreated on first use with the new settings */
+static int renew_sessions(local_member *lm) {
     for (int32_t i = 0; i < lm->n_pool; i++) {
         tutti_session_free(lm->pool[i].s);
         free(lm->pool[i].hist);
         lm->pool[i] = (local_session){0};
     }
     return ensure_session(lm, 0);
+}
+
+int fusion_member_local_set_threads(fusion_member *m, int32_t n_threads) {
+    if (!fusion_member_local_model(m)) return tutti_set_error("member %s: not local", m->name);
+    local_member *lm = (local_member *)m;
+    if (lm->sp.n_threads == n_threads) return 0;
+    lm->sp.n_threads = n_threads;
+    return renew_sessions(lm);
+}
+
+int fusion_member_local_set_batch(fusion_member *m, tutti_batch *batch) {
+    if (!fusion_member_local_model(m)) return tutti_set_error("member %s: not local", m->name);
+    local_member *lm = (local_member *)m;
+    if (lm->batch == batch || lm->ops.open) return 0; /* sessions from elsewhere (a split model) run their own */
+    lm->batch = batch;
+    return renew_sessions(lm);
 }

@@ -189,6 +189,9 @@ void fusion_member_local_keep(fusion_member *m, int32_t n_seq, const int32_t *co
 /* Recreates a local member's sessions with n_threads threads each (its
  * cached timelines are lost). */
 int fusion_member_local_set_threads(fusion_member *m, int32_t n_threads);
+/* Recreates a local member's sessions as sessions of batch (borrowed;
+ * tutti_session_new_batched), its cached timelines lost. */
+int fusion_member_local_set_batch(fusion_member *m, tutti_batch *batch);
 
 /* ------------------------------------------------------------------------ */
 /* Vocabulary identity (vocab_id.c) */

@@ -82,7 +82,7 @@ void tutti_fwd_ffn(tutti_session *s, const tutti_weight *gate, const tutti_weigh
 }
 
 void tutti_forward_ubatch(tutti_session *s, const int32_t *ids, int32_t n, float *out) {
-    const tutti_fwd_seg seg = {s, ids, n};
+    const tutti_fwd_seg seg = {s, ids, n, NULL, NULL, false};
     tutti_forward_segments(s, &seg, 1, out, NULL);
 }
 
@@ -152,8 +152,9 @@ static void attn_segments(tutti_session *s, const tutti_fwd_seg *seg, int32_t n_
         tutti_session *ss = seg[j].s;
         const int32_t nt = seg[j].n, pos0 = ss->n_past;
         float *q = s->q + (int64_t)t0 * nq, *k = s->k + (int64_t)t0 * nk;
-        tutti_fwd_rope(s, L, q, nt, hp->n_head, hp->head_dim_k, pos0);
-        tutti_fwd_rope(s, L, k, nt, hp->n_head_kv, hp->head_dim_k, pos0);
+        /* the segment's own rope factors (they depend on its n_ctx) */
+        tutti_fwd_rope(ss, L, q, nt, hp->n_head, hp->head_dim_k, pos0);
+        tutti_fwd_rope(ss, L, k, nt, hp->n_head_kv, hp->head_dim_k, pos0);
         if (m->arch->attn_scale_on_q)
             for (int64_t i = 0; i < (int64_t)nt * nq; i++) q[i] *= hp->attn_scale;
 
@@ -192,6 +193,61 @@ static void residual(tutti_session *s, const tutti_weight *post_norm, int32_t n)
     if (hp->residual_scale != 1.0f)
         for (int64_t i = 0; i < (int64_t)n * n_embd; i++) s->o[i] *= hp->residual_scale;
     for (int64_t i = 0; i < (int64_t)n * n_embd; i++) s->x[i] += s->o[i];
+}
+
+/* softcap and logit scale of n_rows logits rows */
+static void head_scale(const tutti_hparams *hp, float *x, int64_t n_rows) {
+    if (hp->final_softcap > 0) tutti_softcap(x, n_rows * hp->n_vocab, hp->final_softcap);
+    if (hp->logit_scale != 1.0f)
+        for (int64_t i = 0; i < n_rows * hp->n_vocab; i++) x[i] *= hp->logit_scale;
+}
+
+/* The output of a pass over n tokens (s->x the activations after the last
+ * layer): all rows into `out`, or per segment: its rows after the output
+ * norm into seg.embd, all its logits rows into seg.out, nothing
+ * (no_logits), or its last row: one segment's into its logits, several
+ * into rows[n_seg][n_vocab] and each into its own session's logits. */
+static void forward_head(tutti_session *s, const tutti_fwd_seg *seg, int32_t n_seg, int32_t n, float *out,
+                         float *rows) {
+    const tutti_model *m = s->model;
+    const tutti_hparams *hp = &m->hp;
+    const int64_t n_embd = hp->n_embd;
+    if (out) {
+        tutti_rmsnorm(s->x, m->output_norm.data, s->h, n, n_embd, hp->rms_eps);
+        tutti_fwd_matmul(s, &m->output, s->h, n, out);
+        head_scale(hp, out, n);
+        for (int32_t j = 0, t0 = 0; j < n_seg; t0 += seg[j].n, j++)
+            memcpy(seg[j].s->logits, out + (int64_t)(t0 + seg[j].n - 1) * hp->n_vocab,
+                   sizeof(float) * (size_t)hp->n_vocab);
+        return;
+    }
+    int32_t n_last = 0, last = -1;
+    for (int32_t j = 0, t0 = 0; j < n_seg; t0 += seg[j].n, j++) {
+        const float *xs = s->x + (int64_t)t0 * n_embd;
+        if (seg[j].embd) tutti_rmsnorm(xs, m->output_norm.data, seg[j].embd, seg[j].n, n_embd, hp->rms_eps);
+        if (seg[j].no_logits) continue;
+        if (!seg[j].out) {
+            n_last++, last = j;
+            continue;
+        }
+        tutti_rmsnorm(xs, m->output_norm.data, s->h, seg[j].n, n_embd, hp->rms_eps);
+        tutti_fwd_matmul(s, &m->output, s->h, seg[j].n, seg[j].out);
+        head_scale(hp, seg[j].out, seg[j].n);
+        memcpy(seg[j].s->logits, seg[j].out + (int64_t)(seg[j].n - 1) * hp->n_vocab,
+               sizeof(float) * (size_t)hp->n_vocab);
+    }
+    if (n_last == 0) return;
+    for (int32_t j = 0, t0 = 0, k = 0; j < n_seg; t0 += seg[j].n, j++)
+        if (!seg[j].out && !seg[j].no_logits)
+            tutti_rmsnorm(s->x + (int64_t)(t0 + seg[j].n - 1) * n_embd, m->output_norm.data,
+                          s->h + (int64_t)k++ * n_embd, 1, n_embd, hp->rms_eps);
+    float *dst = n_last == 1 ? seg[last].s->logits : rows;
+    tutti_fwd_matmul(s, &m->output, s->h, n_last, dst);
+    head_scale(hp, dst, n_last);
+    if (n_last > 1)
+        for (int32_t j = 0, k = 0; j < n_seg; j++)
+            if (!seg[j].out && !seg[j].no_logits)
+                memcpy(seg[j].s->logits, rows + (int64_t)k++ * hp->n_vocab, sizeof(float) * (size_t)hp->n_vocab);
 }
 
 /* The whole pass, or a part of it (a model split by layers over ranks,
@@ -239,25 +295,5 @@ void tutti_forward_range(tutti_session *s, const tutti_fwd_seg *seg, int32_t n_s
 
     if (!(flags & TUTTI_FWD_HEAD)) return; /* s->x: the activations after layer il1 - 1 */
 
-    /* ---- output: all rows into `out`, or the last row of every segment:
-     * one segment's into s->logits, several into rows[n_seg][n_vocab] and
-     * each into its own session's logits ---- */
-    const int64_t n_out = out ? n : n_seg;
-    float *dst = out ? out : n_seg == 1 ? seg[0].s->logits : rows;
-    if (out) {
-        tutti_rmsnorm(s->x, m->output_norm.data, s->h, n, n_embd, hp->rms_eps);
-    } else {
-        for (int32_t j = 0, t0 = 0; j < n_seg; t0 += seg[j].n, j++)
-            tutti_rmsnorm(s->x + (int64_t)(t0 + seg[j].n - 1) * n_embd, m->output_norm.data,
-                          s->h + (int64_t)j * n_embd, 1, n_embd, hp->rms_eps);
-    }
-    tutti_fwd_matmul(s, &m->output, s->h, n_out, dst);
-    if (hp->final_softcap > 0) tutti_softcap(dst, n_out * hp->n_vocab, hp->final_softcap);
-    if (hp->logit_scale != 1.0f)
-        for (int64_t i = 0; i < n_out * hp->n_vocab; i++) dst[i] *= hp->logit_scale;
-    for (int32_t j = 0, t0 = 0; j < n_seg; t0 += seg[j].n, j++) {
-        const int64_t row = out ? t0 + seg[j].n - 1 : j;
-        if (dst + row * hp->n_vocab != seg[j].s->logits)
-            memcpy(seg[j].s->logits, dst + row * hp->n_vocab, sizeof(float) * (size_t)hp->n_vocab);
-    }
+    forward_head(s, seg, n_seg, n, out, rows);
 }

@@ -1,5 +1,6 @@
 /* Read access to a loaded model's GGUF metadata for front ends (chat
  * templates, names) without exposing the gguf layer. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,4 +36,15 @@ char *tutti_file_meta_str(const char *path, const char *key) {
     char *out = meta_str(f, key);
     gguf_close(f);
     return out;
+}
+
+int32_t tutti_model_n_embd(const tutti_model *model) { return model ? model->hp.n_embd : 0; }
+
+int tutti_model_pooling(const tutti_model *model) {
+    if (!model) return -1;
+    char key[256];
+    snprintf(key, sizeof key, "%s.pooling_type", model->arch->name);
+    uint32_t v = 0;
+    if (!gguf_get_u32(model->gguf, key, &v)) return -1;
+    return v <= TUTTI_POOL_RANK ? (int)v : -1;
 }

@@ -319,12 +319,32 @@ struct tutti_session {
      * --split-experts): owned, freed with the session. */
     struct tutti_moe_remote *moe_remote;
     struct tutti_work *work; /* owner count of tp and the activations (shared: tutti_session_new_sharing) */
+    /* A batched session (batch.c): its evals are requests to the batch,
+     * whose workspace ws for the model runs them; no activations here. */
+    struct tutti_batch *batch;
+    struct batch_ws *ws;
     /* context shift (tutti_session_params.ctx_shift): the timeline holds
      * n_past + n_discarded tokens; rewinds below shift_floor (its length at
      * the last shift) must start over */
     bool ctx_shift;
     int32_t n_keep, n_discarded, shift_floor;
 };
+
+/* Session construction in parts (session.c, batch.c): the session's own
+ * state (KV cache when kv, logits, rope factors), and the activations of
+ * ub tokens with the attention scratch of n_ctx positions on pool tp
+ * (freed with the last session sharing them, and tp too when owns_tp).
+ * tutti_session_threads: n_threads, or the online CPUs for 0. */
+tutti_session *tutti_session_alloc_own(const tutti_model *model, const tutti_session_params *params, bool kv);
+int tutti_session_alloc_work(tutti_session *s, int32_t ub, int32_t n_ctx, tutti_threadpool *tp, bool owns_tp);
+int32_t tutti_session_threads(int32_t n_threads);
+/* A batched session's evaluation (validated, one model): sequence i is
+ * ids[i][0..n[i]) on ss[i], its rows into out[i] when out and out[i] are
+ * not NULL, or (embd and embd[i]) its rows after the output norm and no
+ * logits.  Returns the steps it took.  tutti_batch_detach: at free. */
+int tutti_batch_eval(tutti_session *const *ss, const int32_t *const *ids, const int32_t *n, float *const *out,
+                     float *const *embd, int32_t n_seq);
+void tutti_batch_detach(tutti_session *s);
 
 /* Session dst takes the state of src after the first n_tokens tokens of
  * src's timeline (same model and n_ctx; n_tokens >= the floor of src, see
@@ -379,15 +399,21 @@ typedef struct tutti_fwd_seg {
     tutti_session *s;
     const int32_t *ids;
     int32_t n;
+    float *out;     /* non-NULL: all n rows of logits [n][n_vocab] (the last also into s->logits) */
+    float *embd;    /* non-NULL: the n rows after the output norm [n][n_embd] (embeddings) */
+    bool no_logits; /* no logits (a prompt chunk before its last, or embeddings only) */
 } tutti_fwd_seg;
 
 /* Forward pass of n_seg timelines as one batch: the matmuls run once over
  * all Σ n tokens (the weights are read once), rope, cache writes and
- * attention per segment in its own session.  Activations, scratch and the
- * thread pool are s's: every seg[j].s has s's model and n_ctx, and Σ n <=
- * s->n_ubatch.  The last row of each segment goes to seg[j].s->logits; out
- * (non-NULL) receives all Σ n rows in order; otherwise rows (n_seg > 1)
- * is scratch of n_seg * n_vocab floats.  Advances nothing. */
+ * attention per segment in its own session, at its positions, with its
+ * rope factors.  Activations, scratch and the thread pool are s's: every
+ * seg[j].s has s's model and an n_ctx <= s's, and Σ n <= s->n_ubatch.  The
+ * last row of each segment goes to seg[j].s->logits; out (non-NULL)
+ * receives all Σ n rows in order; otherwise each segment's seg.out,
+ * seg.embd and no_logits say what it gets, and rows (more than one
+ * segment wanting only its last row) is scratch of n_seg * n_vocab floats.
+ * Advances nothing. */
 void tutti_forward_segments(tutti_session *s, const tutti_fwd_seg *seg, int32_t n_seg, float *out, float *rows);
 
 /* Part of a forward pass, for a model split by layers (src/mpi/split.c):

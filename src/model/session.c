@@ -65,6 +65,7 @@ static int yarn_factors(tutti_session *s) {
  * scratch) and the activations; the last session to go frees them. */
 struct tutti_work {
     int refs;
+    bool owns_tp; /* the pool is the sessions' own (not a batch's, batch.c) */
 };
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
@@ -110,12 +111,12 @@ static void free_mla(tutti_mla_bufs *mb) {
     free(mb->q), free(mb->qa), free(mb->kv), free(mb->in), free(mb->out), free(mb->att);
 }
 
-/* Every activation buffer of s, [n_ubatch] rows, and the pool's matmul
- * scratch (sized for the widest matmul input). */
-static int alloc_activations(tutti_session *s) {
+/* Every activation buffer of s, [ub] rows, the attention scratch for n_ctx
+ * positions and the pool's matmul scratch (sized for the widest matmul
+ * input). */
+static int alloc_activations(tutti_session *s, size_t ub, int32_t n_ctx) {
     const tutti_model *model = s->model;
     const tutti_hparams *hp = &model->hp;
-    const size_t ub = (size_t)s->n_ubatch;
     const size_t nq = (size_t)hp->n_head * hp->head_dim_k, nk = (size_t)hp->n_head_kv * hp->head_dim_k,
                  nv = (size_t)hp->n_head_kv * hp->head_dim_v, no = (size_t)hp->n_head * hp->head_dim_v;
     const size_t n_ff = max_sz((size_t)hp->n_ff, (size_t)hp->n_ff_shexp);
@@ -129,7 +130,7 @@ static int alloc_activations(tutti_session *s) {
     s->gate = alloc3(ub, 2, n_ff, sizeof(float)); /* room for a fused [gate; up] */
     s->up = alloc3(ub, n_ff, 1, sizeof(float));
     s->attn_scratch = alloc3((size_t)tutti_threadpool_n_threads(s->tp),
-                             tutti_attn_scratch_floats(s->n_ctx, hp->n_head, hp->n_head_kv, hp->head_dim_k,
+                             tutti_attn_scratch_floats(n_ctx, hp->n_head, hp->n_head_kv, hp->head_dim_k,
                                                        hp->head_dim_v),
                              1, sizeof(float));
     if (model->arch->fused_qkv) s->qkv = alloc3(ub, nq + nk + nv, 1, sizeof(float));
@@ -151,7 +152,7 @@ static int alloc_activations(tutti_session *s) {
     if (!s->x || !s->h || !s->o || !s->q || !s->k || !s->v || !s->att || !s->gate || !s->up || !s->attn_scratch ||
         (model->arch->fused_qkv && !s->qkv) || (hp->n_expert > 0 && !alloc_moe(&s->moe, hp, ub)) ||
         (model->arch->mla && !alloc_mla(&s->mla, hp, ub)))
-        return tutti_set_error("tutti_session_new: out of memory for the activations (n_ctx = %d)", s->n_ctx);
+        return tutti_set_error("tutti_session_new: out of memory for the activations (n_ctx = %d)", n_ctx);
     return TUTTI_OK;
 }
 
@@ -159,8 +160,24 @@ tutti_session *tutti_session_new(const tutti_model *model, const tutti_session_p
     return tutti_session_new_sharing(model, params, NULL);
 }
 
-tutti_session *tutti_session_new_sharing(const tutti_model *model, const tutti_session_params *params,
-                                         tutti_session *with) {
+/* The activations of one pass of up to ub tokens, the attention scratch
+ * for n_ctx positions and the matmul's input scratch, on thread pool tp
+ * (s->work counts the sessions sharing them). */
+int tutti_session_alloc_work(tutti_session *s, int32_t ub_tokens, int32_t n_ctx, tutti_threadpool *tp,
+                             bool owns_tp) {
+    if (!(s->work = calloc(1, sizeof *s->work))) {
+        if (owns_tp) tutti_threadpool_free(tp);
+        return tutti_set_error("tutti_session_new: out of memory");
+    }
+    s->work->refs = 1;
+    s->work->owns_tp = owns_tp;
+    s->tp = tp;
+    return alloc_activations(s, (size_t)ub_tokens, n_ctx);
+}
+
+/* The parts every session owns: the KV cache (unless !kv: a batch's
+ * workspace), the logits row, the rope factors.  NULL + error. */
+tutti_session *tutti_session_alloc_own(const tutti_model *model, const tutti_session_params *params, bool kv) {
     if (!model) {
         tutti_set_error("tutti_session_new: model is NULL");
         return NULL;
@@ -171,11 +188,6 @@ tutti_session *tutti_session_new_sharing(const tutti_model *model, const tutti_s
         tutti_set_error("tutti_session_new: n_ctx = %d is out of range (0 = default, up to %d)", p.n_ctx, MAX_CTX);
         return NULL;
     }
-    if (p.n_threads < 0 || p.n_threads > MAX_THREADS) {
-        tutti_set_error("tutti_session_new: n_threads = %d is out of range (0 = all CPUs, up to %d)", p.n_threads,
-                        MAX_THREADS);
-        return NULL;
-    }
     if (p.n_ctx == 0) p.n_ctx = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
     if (p.ctx_shift && p.n_keep < 0) {
         tutti_set_error("tutti_session_new: n_keep = %d is negative", p.n_keep);
@@ -183,11 +195,6 @@ tutti_session *tutti_session_new_sharing(const tutti_model *model, const tutti_s
     }
     /* as llama-server: at most n_ctx - 4, so that a shift drops something */
     if (p.ctx_shift && p.n_keep > p.n_ctx - 4) p.n_keep = p.n_ctx - 4 > 0 ? p.n_ctx - 4 : 0;
-    if (p.n_threads == 0) {
-        long c = sysconf(_SC_NPROCESSORS_ONLN);
-        p.n_threads = c < 1 ? 1 : (c > MAX_THREADS ? MAX_THREADS : (int32_t)c);
-    }
-
     tutti_session *s = calloc(1, sizeof *s);
     if (!s) {
         tutti_set_error("tutti_session_new: out of memory");
@@ -206,18 +213,43 @@ tutti_session *tutti_session_new_sharing(const tutti_model *model, const tutti_s
     s->n_ubatch = p.n_ctx < MAX_UBATCH ? p.n_ctx : MAX_UBATCH;
     size_t nk, nv;
     tutti_cache_widths(model, &nk, &nv);
-    s->k_cache = alloc3((size_t)hp->n_layer, (size_t)s->n_ctx, nk, sizeof(uint16_t));
-    s->v_cache = nv ? alloc3((size_t)hp->n_layer, (size_t)s->n_ctx, nv, sizeof(uint16_t)) : NULL;
+    if (kv) {
+        s->k_cache = alloc3((size_t)hp->n_layer, (size_t)s->n_ctx, nk, sizeof(uint16_t));
+        s->v_cache = nv ? alloc3((size_t)hp->n_layer, (size_t)s->n_ctx, nv, sizeof(uint16_t)) : NULL;
+    }
     s->logits = alloc3((size_t)hp->n_vocab, 1, 1, sizeof(float));
-    if (!s->k_cache || (nv && !s->v_cache) || !s->logits) {
+    if ((kv && (!s->k_cache || (nv && !s->v_cache))) || !s->logits) {
         tutti_set_error("tutti_session_new: out of memory for n_ctx = %d (KV cache %.1f MiB)", s->n_ctx,
                         2.0 * hp->n_layer * (double)s->n_ctx * (double)(nk + nv) / (1 << 20));
         goto fail;
     }
+    return s;
+fail:
+    tutti_session_free(s);
+    return NULL;
+}
+
+int32_t tutti_session_threads(int32_t n_threads) {
+    if (n_threads != 0) return n_threads;
+    long c = sysconf(_SC_NPROCESSORS_ONLN);
+    return c < 1 ? 1 : (c > MAX_THREADS ? MAX_THREADS : (int32_t)c);
+}
+
+tutti_session *tutti_session_new_sharing(const tutti_model *model, const tutti_session_params *params,
+                                         tutti_session *with) {
+    tutti_session_params p = params ? *params : tutti_session_default_params();
+    if (p.n_threads < 0 || p.n_threads > MAX_THREADS) {
+        tutti_set_error("tutti_session_new: n_threads = %d is out of range (0 = all CPUs, up to %d)", p.n_threads,
+                        MAX_THREADS);
+        return NULL;
+    }
+    p.n_threads = tutti_session_threads(p.n_threads);
+    tutti_session *s = tutti_session_alloc_own(model, &p, true);
+    if (!s) return NULL;
     if (with) {
-        if (with->model != model || with->n_ctx != s->n_ctx || with->pipe ||
+        if (with->model != model || with->n_ctx != s->n_ctx || with->pipe || with->batch ||
             tutti_threadpool_n_threads(with->tp) != p.n_threads) {
-            tutti_set_error("tutti_session_new_sharing: the sessions differ (model, n_ctx, threads or split)");
+            tutti_set_error("tutti_session_new_sharing: the sessions differ (model, n_ctx, threads, split or batch)");
             goto fail;
         }
         s->work = with->work;
@@ -229,10 +261,9 @@ tutti_session *tutti_session_new_sharing(const tutti_model *model, const tutti_s
         s->moe = with->moe, s->mla = with->mla;
         return s;
     }
-    if (!(s->work = calloc(1, sizeof *s->work))) goto fail;
-    s->work->refs = 1;
-    s->tp = tutti_threadpool_new(p.n_threads);
-    if (!s->tp || alloc_activations(s)) goto fail;
+    tutti_threadpool *tp = tutti_threadpool_new(p.n_threads);
+    if (!tp) goto fail;
+    if (tutti_session_alloc_work(s, s->n_ubatch, s->n_ctx, tp, true) < 0) goto fail;
     return s;
 fail:
     tutti_session_free(s);
@@ -243,8 +274,9 @@ void tutti_session_free(tutti_session *s) {
     if (!s) return;
     if (s->pipe) s->pipe->free(s->pipe);
     if (s->moe_remote) s->moe_remote->free(s->moe_remote);
-    if (!s->work || --s->work->refs == 0) { /* the last of the sessions sharing them */
-        tutti_threadpool_free(s->tp);
+    if (s->batch) tutti_batch_detach(s);
+    if (s->work && --s->work->refs == 0) { /* the last of the sessions sharing them */
+        if (s->work->owns_tp) tutti_threadpool_free(s->tp);
         free(s->x);
         free(s->h);
         free(s->o);
@@ -276,10 +308,32 @@ static int remote_failed(const tutti_session *s, bool before) {
     return TUTTI_ERR;
 }
 
-/* Runs ids[0..n) at n_past (room checked by the caller) in micro-batches. */
+/* The checks of an eval of ids[0..n) on s (TUTTI_OK or an error). */
+static int check_eval(const tutti_session *s, const int32_t *ids, int32_t n) {
+    if (!s) return tutti_set_error("tutti_session_eval: session is NULL");
+    if (n < 0) return tutti_set_error("tutti_session_eval: n = %d is negative", n);
+    if (n == 0) return TUTTI_OK;
+    if (!ids) return tutti_set_error("tutti_session_eval: ids is NULL");
+    if (!s->ctx_shift && (int64_t)s->n_past + n > s->n_ctx)
+        return tutti_set_error("tutti_session_eval: context full: n_past %d + %d new tokens > n_ctx %d (rewind, "
+                               "or create the session with a larger n_ctx)",
+                               s->n_past, n, s->n_ctx);
+    if (s->ctx_shift && (int64_t)tutti_session_n_tokens(s) + n > INT32_MAX)
+        return tutti_set_error("tutti_session_eval: the timeline would pass 2^31 tokens");
+    const int32_t n_vocab = s->model->hp.n_vocab;
+    for (int32_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= n_vocab)
+            return tutti_set_error("tutti_session_eval: token id %d at index %d is out of range (n_vocab %d)",
+                                   ids[i], i, n_vocab);
+    return TUTTI_OK;
+}
+
+/* Runs ids[0..n) at n_past (room checked by the caller) in micro-batches,
+ * or as the batch's requests for a batched session. */
 static int eval_run(tutti_session *s, const int32_t *ids, int32_t n, float *logits) {
     if (s->pipe) return s->pipe->eval(s->pipe, s, ids, n, logits);
     if (remote_failed(s, true) < 0) return TUTTI_ERR;
+    if (s->batch) return tutti_batch_eval(&s, &ids, &n, &logits, NULL, 1) < 0 ? TUTTI_ERR : TUTTI_OK;
     const int32_t n_vocab = s->model->hp.n_vocab;
     for (int32_t done = 0; done < n;) {
         const int32_t chunk = n - done < s->n_ubatch ? n - done : s->n_ubatch;
@@ -316,21 +370,8 @@ static int eval_shifting(tutti_session *s, const int32_t *ids, int32_t n, float 
 }
 
 int tutti_session_eval(tutti_session *s, const int32_t *ids, int32_t n, float *logits) {
-    if (!s) return tutti_set_error("tutti_session_eval: session is NULL");
-    if (n < 0) return tutti_set_error("tutti_session_eval: n = %d is negative", n);
-    if (n == 0) return TUTTI_OK;
-    if (!ids) return tutti_set_error("tutti_session_eval: ids is NULL");
-    if (!s->ctx_shift && (int64_t)s->n_past + n > s->n_ctx)
-        return tutti_set_error("tutti_session_eval: context full: n_past %d + %d new tokens > n_ctx %d (rewind, "
-                               "or create the session with a larger n_ctx)",
-                               s->n_past, n, s->n_ctx);
-    if (s->ctx_shift && (int64_t)tutti_session_n_tokens(s) + n > INT32_MAX)
-        return tutti_set_error("tutti_session_eval: the timeline would pass 2^31 tokens");
-    const int32_t n_vocab = s->model->hp.n_vocab;
-    for (int32_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= n_vocab)
-            return tutti_set_error("tutti_session_eval: token id %d at index %d is out of range (n_vocab %d)",
-                                   ids[i], i, n_vocab);
+    if (n == 0 && s) return TUTTI_OK;
+    if (check_eval(s, ids, n) < 0) return TUTTI_ERR;
     if (s->ctx_shift && s->n_past + n > s->n_ctx - 1) return eval_shifting(s, ids, n, logits);
     return eval_run(s, ids, n, logits);
 }
@@ -354,6 +395,19 @@ int tutti_session_eval_multi(tutti_session *const *ss, const int32_t *const *ids
                                        ids[i][k], s->model->hp.n_vocab);
     }
     tutti_session *s0 = ss[0];
+    for (int32_t i = 0; i < n_seq; i++)
+        if (!ss[i]->batch != !s0->batch)
+            return tutti_set_error("tutti_session_eval_multi: batched sessions mixed with others");
+    if (s0->batch) {
+        /* a sequence reaching a context shift: each on its own (the shift
+         * comes first) */
+        bool shift = false;
+        for (int32_t i = 0; i < n_seq; i++) shift |= ss[i]->ctx_shift && ss[i]->n_past + n[i] > ss[i]->n_ctx - 1;
+        if (!shift) return tutti_batch_eval(ss, ids, n, NULL, NULL, n_seq); /* the steps it took */
+        for (int32_t i = 0; i < n_seq; i++)
+            if (tutti_session_eval(ss[i], ids[i], n[i], NULL) < 0) return TUTTI_ERR;
+        return n_seq;
+    }
     /* a model split by layers: the pipeline runs each batch (src/mpi/split.c) */
     for (int32_t i = 0; i < n_seq; i++)
         if (!ss[i]->pipe != !s0->pipe || (s0->pipe && !s0->pipe->eval_segments))
@@ -382,7 +436,7 @@ int tutti_session_eval_multi(tutti_session *const *ss, const int32_t *const *ids
         int32_t k = 0, tok = 0;
         while (i + k < n_seq && n[i + k] <= ub && tok + n[i + k] <= ub &&
                !(ss[i + k]->ctx_shift && ss[i + k]->n_past + n[i + k] > ss[i + k]->n_ctx - 1)) {
-            seg[k] = (tutti_fwd_seg){ss[i + k], ids[i + k], n[i + k]};
+            seg[k] = (tutti_fwd_seg){.s = ss[i + k], .ids = ids[i + k], .n = n[i + k]};
             tok += n[i + k];
             k++;
         }
@@ -405,6 +459,26 @@ int tutti_session_eval_multi(tutti_session *const *ss, const int32_t *const *ids
     }
     free(seg);
     return n_pass;
+}
+
+int tutti_session_embed(tutti_session *s, const int32_t *ids, int32_t n, float *rows) {
+    if (n == 0 && s) return TUTTI_OK;
+    if (check_eval(s, ids, n) < 0) return TUTTI_ERR;
+    if (!rows) return tutti_set_error("tutti_session_embed: rows is NULL");
+    if (s->pipe) return tutti_set_error("tutti_session_embed: not for a model split by layers");
+    if ((int64_t)s->n_past + n > s->n_ctx) /* no context shift: every position is part of the vector */
+        return tutti_set_error("tutti_session_embed: n_past %d + %d tokens > n_ctx %d", s->n_past, n, s->n_ctx);
+    s->has_logits = false;
+    if (s->batch) return tutti_batch_eval(&s, &ids, &n, NULL, &rows, 1) < 0 ? TUTTI_ERR : TUTTI_OK;
+    for (int32_t done = 0; done < n;) {
+        const int32_t chunk = n - done < s->n_ubatch ? n - done : s->n_ubatch;
+        const tutti_fwd_seg seg = {.s = s, .ids = ids + done, .n = chunk,
+                                   .embd = rows + (size_t)done * (size_t)s->model->hp.n_embd, .no_logits = true};
+        tutti_forward_segments(s, &seg, 1, NULL, NULL);
+        s->n_past += chunk;
+        done += chunk;
+    }
+    return TUTTI_OK;
 }
 
 const float *tutti_session_logits(const tutti_session *s) { return s && s->has_logits ? s->logits : NULL; }
@@ -442,8 +516,10 @@ int tutti_session_shift(tutti_session *s, int32_t n_keep, int32_t n_discard) {
     size_t nk, nv;
     tutti_cache_widths(m, &nk, &nv);
     const int32_t n_move = s->n_past - n_keep - n_discard;
-    /* s->k (the activations' [n_ubatch][nk] keys) is free between passes */
-    float *row = s->k;
+    /* s->k (the activations' [n_ubatch][nk] keys) is free between passes; a
+     * batched session has no activations of its own */
+    float *row = s->k ? s->k : malloc(sizeof(float) * (size_t)s->n_ubatch * nk);
+    if (!row) return tutti_set_error("tutti_session_shift: out of memory");
     for (int32_t il = 0; il < hp->n_layer; il++) {
         const tutti_layer *L = &m->layers[il];
         uint16_t *kc = s->k_cache + (size_t)il * (size_t)s->n_ctx * nk;
@@ -460,6 +536,7 @@ int tutti_session_shift(tutti_session *s, int32_t n_keep, int32_t n_discard) {
         }
         memmove(vc + (size_t)n_keep * nv, vc + (size_t)(n_keep + n_discard) * nv, sizeof(uint16_t) * nv * (size_t)n_move);
     }
+    if (row != s->k) free(row);
     s->n_past -= n_discard;
     s->n_discarded += n_discard;
     s->shift_floor = s->n_past + s->n_discarded;

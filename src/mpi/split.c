@@ -553,7 +553,7 @@ static int pipe_eval(tutti_pipe *pp, tutti_session *s, const int32_t *ids, int32
         for (int32_t o = 0; o < c;) {
             int32_t len = c - o <= ub || c - o - ub < SPLIT_UB_MIN ? c - o : ub;
             if (ring_room(r, (size_t)n_piece + 1, (size_t)n_piece + 1) < 0) return TUTTI_ERR;
-            r->seg[n_piece] = (tutti_fwd_seg){s, ids + done + o, len};
+            r->seg[n_piece] = (tutti_fwd_seg){.s = s, .ids = ids + done + o, .n = len};
             r->pos0[n_piece] = pos + done + o;
             r->pseg[n_piece] = n_piece;
             n_piece++;
@@ -806,7 +806,7 @@ static void *srv_main(void *arg) {
                 break;
             }
             s->n_past = sg.pos0;
-            fseg[j] = (tutti_fwd_seg){s, NULL, sg.n};
+            fseg[j] = (tutti_fwd_seg){.s = s, .n = sg.n};
             if (!s0) s0 = s;
         }
         /* fault injection for tests/test_mpi.sh: TUTTI_MPI_TEST_FAULT=spliterr:N@R

@@ -40,20 +40,38 @@ int32_t *server_tokenize(const tutti_vocab *vocab, const char *text, size_t len,
     return ids;
 }
 
-int32_t *server_chat_tokens(const srv_file *f, const char *tmpl_override, const tutti_chat_message *msgs,
-                            size_t n_msgs, int32_t *n_out, char *err, size_t errlen) {
+char *server_chat_template(const srv_file *f, const char *tmpl_override) {
     /* a remote member's template is not known here: the override serves it */
-    char *tmpl = tmpl_override ? strdup(tmpl_override)
-               : f->model  ? tutti_model_meta_str(f->model, "tokenizer.chat_template")
-                           : NULL;
-    if (!tmpl) {
+    return tmpl_override ? strdup(tmpl_override)
+         : f->model      ? tutti_model_meta_str(f->model, "tokenizer.chat_template")
+                         : NULL;
+}
+
+static char *need_template(const srv_file *f, const char *tmpl_override, char *err, size_t errlen) {
+    char *tmpl = server_chat_template(f, tmpl_override);
+    if (!tmpl)
         set_err(err, errlen, "the model has no chat template (tokenizer.chat_template); use /v1/completions, or ask "
                              "the server's operator for a chat template");
-        return NULL;
-    }
+    return tmpl;
+}
+
+int32_t *server_chat_tokens(const srv_file *f, const char *tmpl_override, const tutti_chat_message *msgs,
+                            size_t n_msgs, int32_t *n_out, char *err, size_t errlen) {
+    char *tmpl = need_template(f, tmpl_override, err, errlen);
+    if (!tmpl) return NULL;
     /* the library renders and tokenizes so that no role or content can
      * become a control token (tutti_chat_tokenize: per-byte provenance) */
     int32_t *ids = tutti_chat_tokenize(f->vocab, tmpl, msgs, n_msgs, true, n_out, NULL);
+    free(tmpl);
+    if (!ids) set_err(err, errlen, "%s", tutti_last_error());
+    return ids;
+}
+
+int32_t *server_chat_tokens_json(const srv_file *f, const char *tmpl_override, const char *ctx_json, int32_t *n_out,
+                                 char *err, size_t errlen) {
+    char *tmpl = need_template(f, tmpl_override, err, errlen);
+    if (!tmpl) return NULL;
+    int32_t *ids = tutti_chat_tokenize_json(f->vocab, tmpl, ctx_json, n_out, NULL);
     free(tmpl);
     if (!ids) set_err(err, errlen, "%s", tutti_last_error());
     return ids;

@@ -133,6 +133,30 @@ char *srv_chunk_json(srv_job *j, int choice, const char *text, size_t n, const c
     return print_free(o);
 }
 
+/* OpenAI's tool_calls array from the job's JSON text; with index (deltas) */
+static cJSON *tool_calls(const char *json, bool index) {
+    cJSON *a = cJSON_Parse(json ? json : "[]"), *it;
+    int i = 0;
+    if (index)
+        cJSON_ArrayForEach(it, a) cJSON_AddItemToObject(it, "index", cJSON_CreateNumber(i++));
+    return a ? a : cJSON_CreateArray();
+}
+
+char *srv_tool_chunk_json(const srv_job *j, int c, bool role) {
+    cJSON *o = base_object(j, true);
+    cJSON *ch = cJSON_AddArrayToObject(o, "choices"), *x = cJSON_CreateObject();
+    cJSON_AddItemToArray(ch, x);
+    cJSON_AddNumberToObject(x, "index", c);
+    cJSON *d = cJSON_AddObjectToObject(x, "delta");
+    if (role) cJSON_AddStringToObject(d, "role", "assistant");
+    if (j->tool_content[c] && j->tool_content[c][0]) cJSON_AddStringToObject(d, "content", j->tool_content[c]);
+    else cJSON_AddNullToObject(d, "content");
+    cJSON_AddItemToObject(d, "tool_calls", tool_calls(j->tool_calls[c], true));
+    cJSON_AddNullToObject(x, "logprobs");
+    cJSON_AddNullToObject(x, "finish_reason");
+    return print_free(o);
+}
+
 char *srv_usage_chunk_json(const srv_job *j) {
     cJSON *o = base_object(j, true);
     cJSON_AddArrayToObject(o, "choices");
@@ -151,7 +175,10 @@ char *srv_final_json(const srv_job *j) {
         if (j->req.kind == SRV_CHAT) {
             cJSON *m = cJSON_AddObjectToObject(c, "message");
             cJSON_AddStringToObject(m, "role", "assistant");
-            cJSON_AddStringToObject(m, "content", t ? t : "");
+            const char *tc = j->tool_content[k]; /* under tools: the text beside the calls, or the text answer */
+            if (j->tool_calls[k] && !(tc && tc[0])) cJSON_AddNullToObject(m, "content");
+            else cJSON_AddStringToObject(m, "content", j->tool_calls[k] || tc ? tc : t ? t : "");
+            if (j->tool_calls[k]) cJSON_AddItemToObject(m, "tool_calls", tool_calls(j->tool_calls[k], false));
         } else {
             cJSON_AddStringToObject(c, "text", t ? t : "");
         }

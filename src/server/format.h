@@ -15,6 +15,9 @@ char *srv_error_json(int status, const char *message, const char *param, const c
 char *srv_chunk_json(srv_job *j, int choice, const char *text, size_t n, const char *finish, bool role,
                      size_t lp_to);
 char *srv_usage_chunk_json(const srv_job *j);
+/* A chunk with choice c's tool calls (j->tool_calls[c]) as OpenAI's
+ * deltas: each call whole with its index, id, name and arguments. */
+char *srv_tool_chunk_json(const srv_job *j, int c, bool role);
 /* The whole (non-streamed) response. */
 char *srv_final_json(const srv_job *j);
 

@@ -10,6 +10,7 @@
 
 #include "server/pipeline_srv.h"
 #include "server/server.h"
+#include "server/tools.h"
 
 static uint64_t g_counter;
 
@@ -124,7 +125,22 @@ static int prepare_prompts(srv_server *s, srv_job *j, char *err, size_t cap, con
             const srv_file *f = &s->reg.files[j->spec.file[i]];
             const srv_prompt *pr = &r->prompts[p];
             *param = field;
-            if (r->kind == SRV_CHAT) {
+            if (r->kind == SRV_CHAT && srv_tools_in_chat(r)) {
+                if (i == 0) { /* the format of member 1's template */
+                    char *t = server_chat_template(f, s->reg.chat_template);
+                    j->tool_fmt = r->tools.n && r->tools.choice != SRV_TC_NONE ? srv_tools_format(t) : -1;
+                    free(t);
+                }
+                char *ctx = srv_tools_ctx_json(r, j->tool_fmt);
+                j->ids[0][i] = ctx ? server_chat_tokens_json(f, s->reg.chat_template, ctx, &j->n_ids[0][i], err, cap)
+                                   : NULL;
+                free(ctx);
+                if (!j->ids[0][i]) {
+                    char m[1024];
+                    snprintf(m, sizeof m, "%s", err);
+                    return fail(err, cap, 400, "model %s: %s", f->name, m);
+                }
+            } else if (r->kind == SRV_CHAT) {
                 tutti_chat_message msgs[256];
                 if (r->n_msgs > 256) return fail(err, cap, 400, "at most 256 messages");
                 for (int k = 0; k < r->n_msgs; k++) msgs[k] = (tutti_chat_message){r->msgs[k].role, r->msgs[k].content};
@@ -170,6 +186,11 @@ int srv_prepare_job(srv_server *s, srv_job *j, srv_kind kind, const char *body, 
     if ((st = resolve_model(s, j, err, cap, param, code)) || (st = check_features(s, j, err, cap, param)) ||
         (st = prepare_prompts(s, j, err, cap, param, code, &room)))
         return st;
+    if (j->tool_fmt >= 0 && !(r->grammar = srv_tools_grammar(&r->tools, j->tool_fmt, err, cap))) {
+        *param = "tools";
+        return 400;
+    }
+    if (j->tool_fmt >= 0) r->grammar_field = "tools";
     j->n_prompt = 0;
     for (int p = 0; p < j->n_prompts; p++) j->n_prompt += j->n_ids[p][0];
     /* max_tokens counts tokens of member 1's tokenizer in every alignment

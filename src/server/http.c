@@ -225,6 +225,25 @@ static enum MHD_Result do_native(srv_server *s, struct MHD_Connection *c, conn_c
     return send_body(c, 200, strdup(j->nat_out), "application/json");
 }
 
+/* POST /v1/embeddings (embed.c): one slot job, answered in one body */
+static enum MHD_Result do_embeddings(srv_server *s, struct MHD_Connection *c, conn_ctx *cx) {
+    const int ep = SRV_EP_EMBEDDINGS;
+    srv_job *j = srv_job_new();
+    if (!j) return send_error(s, c, ep, 500, NULL, NULL, "out of memory");
+    cx->job = j;
+    char err[1024];
+    const char *param = NULL;
+    int st = srv_embd_prepare(s, j, cx->body ? cx->body : "", cx->n, err, sizeof err, &param);
+    if (st) return send_error(s, c, ep, st, param, NULL, "%s", err);
+    if (submit(s, c, j)) return busy(s, c, ep);
+    int status = wait_job(j);
+    if (status != 200) return send_error(s, c, ep, status, NULL, NULL, "%s", j->error);
+    char *body = srv_embd_json(j);
+    if (!body) return send_error(s, c, ep, 500, NULL, NULL, "out of memory");
+    count_request(s, ep, 200);
+    return send_body(c, 200, body, "application/json");
+}
+
 static enum MHD_Result do_health(srv_server *s, struct MHD_Connection *c) {
     if (!s->ready) return send_error(s, c, SRV_EP_HEALTH, 503, NULL, "loading", "loading models");
     char who[512] = "";
@@ -235,6 +254,22 @@ static enum MHD_Result do_health(srv_server *s, struct MHD_Connection *c) {
                           "server", r, who);
     count_request(s, SRV_EP_HEALTH, 200);
     return send_body(c, 200, strdup("{\"status\":\"ok\"}"), "application/json");
+}
+
+/* GET /: the page is public (it holds no data; its API calls need the key
+ * like any client's) */
+static enum MHD_Result do_web(srv_server *s, struct MHD_Connection *c) {
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(srv_web_page_len, (void *)srv_web_page, MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "text/html; charset=utf-8");
+    /* everything it needs is inline: nothing else may load */
+    MHD_add_response_header(r, "Content-Security-Policy",
+                            "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                            "connect-src 'self'");
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    count_request(s, SRV_EP_WEB, 200);
+    return queue(c, 200, r, false);
 }
 
 /* CORS preflight: answered before authentication (a browser sends no
@@ -257,7 +292,8 @@ static int endpoint(const char *url) {
     } routes[] = {{"/health", SRV_EP_HEALTH},       {"/v1/models", SRV_EP_MODELS},         {"/v1/completions", SRV_EP_COMPLETIONS},
                   {"/v1/chat/completions", SRV_EP_CHAT}, {"/metrics", SRV_EP_METRICS},     {"/props", SRV_EP_PROPS},
                   {"/tokenize", SRV_EP_TOKENIZE},    {"/detokenize", SRV_EP_DETOKENIZE},    {"/completion", SRV_EP_NATIVE},
-                  {"/completions", SRV_EP_NATIVE}};
+                  {"/completions", SRV_EP_NATIVE},   {"/v1/embeddings", SRV_EP_EMBEDDINGS},
+                  {"/", SRV_EP_WEB},                 {"/index.html", SRV_EP_WEB}};
     for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
         if (!strcmp(url, routes[i].path)) return routes[i].ep;
     return SRV_EP_OTHER;
@@ -289,12 +325,13 @@ static enum MHD_Result route(srv_server *s, struct MHD_Connection *c, conn_ctx *
     bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     if (!strcmp(method, "OPTIONS")) return do_preflight(s, c, ep);
     if (ep == SRV_EP_HEALTH) return get ? do_health(s, c) : send_error(s, c, ep, 405, NULL, NULL, "use GET %s", url);
+    if (ep == SRV_EP_WEB) return get ? do_web(s, c) : send_error(s, c, ep, 405, NULL, NULL, "use GET %s", url);
     if (!key_ok(s, c))
         return send_error(s, c, ep, 401, NULL, "invalid_api_key",
                           "missing or wrong API key (send the header 'Authorization: Bearer KEY')");
     if (ep == SRV_EP_OTHER) return send_error(s, c, ep, 404, NULL, NULL, "no such endpoint: %s %s", method, url);
     bool want_post = ep == SRV_EP_COMPLETIONS || ep == SRV_EP_CHAT || ep == SRV_EP_TOKENIZE ||
-                     ep == SRV_EP_DETOKENIZE || ep == SRV_EP_NATIVE;
+                     ep == SRV_EP_DETOKENIZE || ep == SRV_EP_NATIVE || ep == SRV_EP_EMBEDDINGS;
     if ((want_post && !post) || (!want_post && !get))
         return send_error(s, c, ep, 405, NULL, NULL, "use %s %s", want_post ? "POST" : "GET", url);
     if (!s->ready) return send_error(s, c, ep, 503, NULL, "loading", "loading models; retry when /health says ok");
@@ -325,6 +362,7 @@ static enum MHD_Result route(srv_server *s, struct MHD_Connection *c, conn_ctx *
         return send_body(c, 200, b, "application/json");
     }
     if (ep == SRV_EP_NATIVE) return do_native(s, c, cx);
+    if (ep == SRV_EP_EMBEDDINGS) return do_embeddings(s, c, cx);
     return do_generate(s, c, cx, ep);
 }
 

@@ -86,8 +86,37 @@ static srv_lp_entry *new_entry(srv_lp *lp) {
     return e;
 }
 
-int srv_lp_step(srv_lp *lp, const tutti_step *st, const tutti_vocab *vocab, int top_n) {
-    if (st->n_bytes == 0) return 0; /* end of text, or a token without text: nothing returned */
+int srv_lp_unscored(srv_lp *lp, const char *b, size_t n) {
+    srv_lp_entry *e = new_entry(lp);
+    if (!e || push_raw(lp, b, n) < 0) return -1;
+    e->len = n, e->lp = NAN, e->n_top = -1;
+    return 0;
+}
+
+int srv_lp_whole(srv_lp *lp, const char *b, size_t n, double l) {
+    srv_lp_entry *e = new_entry(lp);
+    if (!e || push_raw(lp, b, n) < 0 || !(e->top = calloc(1, sizeof *e->top)) || !(e->top->bytes = malloc(n + 1)))
+        return -1;
+    memcpy(e->top->bytes, b, n);
+    e->top->n = (int32_t)n, e->top->lp = (float)l;
+    e->len = n, e->lp = l, e->n_top = 1;
+    return 0;
+}
+
+void srv_lp_trim_front(srv_lp *lp, size_t k) {
+    if (k > lp->n_raw) k = lp->n_raw;
+    memmove(lp->raw, lp->raw + k, lp->n_raw - k);
+    lp->n_raw -= k;
+    for (size_t i = 0; i < lp->n; i++) {
+        srv_lp_entry *e = &lp->e[i];
+        size_t cut = e->start < k ? (k - e->start < e->len ? k - e->start : e->len) : 0;
+        e->len -= cut;
+        e->start = e->start >= k ? e->start - k : 0;
+    }
+}
+
+int srv_lp_step(srv_lp *lp, const tutti_step *st, const tutti_vocab *vocab, int top_n, bool every) {
+    if (st->n_bytes == 0 && !(every && st->align == TUTTI_ALIGN_TOKEN)) return 0; /* end of text, or a token without text: nothing returned */
     double l = st->chosen >= 0 && st->chosen < st->n_outcomes ? (double)st->logprobs[st->chosen] : -INFINITY;
     if (st->align == TUTTI_ALIGN_BYTE) {
         unsigned char b = (unsigned char)st->bytes[0];
@@ -161,7 +190,8 @@ static cJSON *chat_entry(const char *b, size_t n, double l, const srv_lp_alt *to
     char *t = b ? token_text(b, n) : NULL;
     cJSON_AddStringToObject(o, "token", b ? (t ? t : "") : "<|endoftext|>");
     free(t);
-    cJSON_AddNumberToObject(o, "logprob", finite_lp(l));
+    if (isnan(l)) cJSON_AddNullToObject(o, "logprob");
+    else cJSON_AddNumberToObject(o, "logprob", finite_lp(l));
     cJSON_AddItemToObject(o, "bytes", bytes_array(b, n));
     if (alt_list) {
         cJSON *a = cJSON_AddArrayToObject(o, "top_logprobs");
@@ -193,6 +223,12 @@ cJSON *srv_lp_json(const srv_lp *lp, size_t from, size_t to, size_t text_len, bo
         char *t = token_text(lp->raw + e->start, n);
         cJSON_AddItemToArray(toks, cJSON_CreateString(t ? t : ""));
         free(t);
+        if (isnan(e->lp)) { /* an echoed prompt's first token: nothing to condition on */
+            cJSON_AddItemToArray(tlp, cJSON_CreateNull());
+            cJSON_AddItemToArray(top, cJSON_CreateNull());
+            cJSON_AddItemToArray(off, cJSON_CreateNumber((double)chars));
+            continue;
+        }
         cJSON_AddItemToArray(tlp, cJSON_CreateNumber(finite_lp(e->lp)));
         cJSON *d = cJSON_CreateObject();
         for (int k = 0; k < e->n_top; k++) {

@@ -58,9 +58,20 @@ typedef struct srv_lp {
     size_t emitted;    /* bytes of text returned so far */
 } srv_lp;
 
-/* Adds step st (top_n alternatives; vocab: member 1's, for TOKEN pieces).
- * Returns 0 or -1 (out of memory). */
-int srv_lp_step(srv_lp *lp, const tutti_step *st, const tutti_vocab *vocab, int top_n);
+/* Adds step st (top_n alternatives; vocab: member 1's, for TOKEN pieces);
+ * every: an entry also for a token without bytes (a prompt's control
+ * tokens: echo gives one entry per prompt token).  Returns 0 or -1 (out of
+ * memory). */
+int srv_lp_step(srv_lp *lp, const tutti_step *st, const tutti_vocab *vocab, int top_n, bool every);
+/* An entry without a log-probability (logprob and top_logprobs null: an
+ * echoed prompt's first token) for bytes b[0..n).  0 or -1. */
+int srv_lp_unscored(srv_lp *lp, const char *b, size_t n);
+/* An entry for bytes b[0..n) with logprob l, its only alternative itself. */
+int srv_lp_whole(srv_lp *lp, const char *b, size_t n, double l);
+/* Drops the first k bytes of the entries (their text) from the front,
+ * entries left empty stay (0 bytes): the tokenizer's space prefix of an
+ * echoed prompt. */
+void srv_lp_trim_front(srv_lp *lp, size_t k);
 void srv_lp_free(srv_lp *lp);
 /* The end of the entries (from lp->sent) that may be given out when
  * text_len bytes of text are returned; final: the generation is over (a cut

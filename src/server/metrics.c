@@ -13,7 +13,7 @@
 
 const char *const srv_ep_names[SRV_N_EP] = {"/health",    "/v1/models", "/v1/completions", "/v1/chat/completions",
                                            "/metrics",   "/props",     "/tokenize",       "/detokenize",
-                                           "/completion", "other"};
+                                           "/completion", "/v1/embeddings", "/", "other"};
 const int srv_status_codes[6] = {200, 400, 401, 404, 503, 0}; /* 0: any other */
 
 char *srv_models_json(const srv_server *s) {
@@ -129,5 +129,21 @@ char *srv_metrics_text(srv_server *s) {
     for (int i = 0; i < s->reg.n_files && i < SRV_MAX_FILES; i++)
         prom(&t, "tutti_member_forward_tokens_total{model=\"%s\"} %lld\n", label(s->reg.files[i].name, lb, sizeof lb),
              (long long)m.member_tokens[i]);
+    if (s->batch) { /* continuous batching: passes per generated token show how well the slots share them */
+        tutti_batch_stats b;
+        tutti_batch_get_stats(s->batch, &b);
+        prom(&t, "# HELP tutti_batch_steps_total steps of the shared batch (one forward pass per model each)\n"
+                 "# TYPE tutti_batch_steps_total counter\ntutti_batch_steps_total %lld\n"
+                 "# HELP tutti_batch_passes_total forward passes of the shared batch\n"
+                 "# TYPE tutti_batch_passes_total counter\ntutti_batch_passes_total %lld\n"
+                 "# HELP tutti_batch_tokens_total tokens through those passes\n"
+                 "# TYPE tutti_batch_tokens_total counter\ntutti_batch_tokens_total %lld\n"
+                 "# HELP tutti_batch_segments_total sessions' pieces through those passes (a generated token is one)\n"
+                 "# TYPE tutti_batch_segments_total counter\ntutti_batch_segments_total %lld\n"
+                 "# HELP tutti_batch_max_tokens the largest pass in tokens\n"
+                 "# TYPE tutti_batch_max_tokens gauge\ntutti_batch_max_tokens %d\n",
+             (long long)b.n_steps, (long long)b.n_passes, (long long)b.n_tokens, (long long)b.n_segments,
+             b.max_tokens);
+    }
     return t.b;
 }

@@ -272,8 +272,8 @@ static int parse_content(pctx *x, const cJSON *c, char **out) {
 }
 
 /* Message fields that would change the conversation and are not honoured
- * (tool calls and their results, names; a later server issue). */
-static const char *const msg_refused[] = {"tool_calls", "tool_call_id", "function_call", "name", NULL};
+ * (the legacy function calls; tools' fields are read by tools_req.c). */
+static const char *const msg_refused[] = {"function_call", NULL};
 
 static int f_messages(pctx *x, const char *name, const cJSON *m) {
     srv_request *r = x->r;
@@ -291,14 +291,33 @@ static int f_messages(pctx *x, const char *name, const cJSON *m) {
         for (int k = 0; msg_refused[k]; k++) {
             const cJSON *f = field(it, msg_refused[k]);
             if (f && !(cJSON_IsArray(f) && !cJSON_GetArraySize(f)) && !(cJSON_IsString(f) && !f->valuestring[0]))
-                return bad(x, name, "message %d: '%s' is not supported (tool calls and named participants are not "
-                                    "implemented yet)", r->n_msgs + 1, msg_refused[k]);
+                return bad(x, name, "message %d: '%s' is not supported (the legacy function calls: use tools)",
+                           r->n_msgs + 1, msg_refused[k]);
         }
         srv_msg *dst = &r->msgs[r->n_msgs++];
         if (!(dst->role = dup_str(role->valuestring, NULL))) return oom(x);
+        char terr[512];
+        if (srv_msg_tools_parse(dst, it, terr, sizeof terr) < 0) return bad(x, name, "message %d: %s", r->n_msgs, terr);
         int rc = parse_content(x, field(it, "content"), &dst->content);
         if (rc) return rc;
     }
+    return 0;
+}
+
+/* tools, tool_choice, parallel_tool_calls (tools_req.c) */
+static int f_tools(pctx *x, const char *name, const cJSON *v) {
+    char e[512];
+    return srv_tools_parse(&x->r->tools, v, e, sizeof e) < 0 ? bad(x, name, "%s", e) : 0;
+}
+
+static int f_tool_choice(pctx *x, const char *name, const cJSON *v) {
+    char e[512];
+    return srv_tool_choice_parse(&x->r->tools, v, e, sizeof e) < 0 ? bad(x, name, "%s", e) : 0;
+}
+
+static int f_parallel_tool_calls(pctx *x, const char *name, const cJSON *v) {
+    if (!cJSON_IsBool(v)) return bad(x, name, "'parallel_tool_calls' must be true or false");
+    x->r->tools.parallel = cJSON_IsTrue(v);
     return 0;
 }
 
@@ -358,6 +377,9 @@ static int f_stop(pctx *x, const char *name, const cJSON *s) {
 }
 
 static int f_stream(pctx *x, const char *name, const cJSON *v) { return boolean(x, name, v, &x->r->stream); }
+
+/* the prompt in front of the completion (with logprobs: its tokens' too) */
+static int f_echo(pctx *x, const char *name, const cJSON *v) { return boolean(x, name, v, &x->r->echo); }
 
 static int f_stream_options(pctx *x, const char *name, const cJSON *v) {
     if (!cJSON_IsObject(v)) return bad(x, name, "'stream_options' must be an object");
@@ -596,6 +618,7 @@ static const srv_field fields[] = {
     HONOURED("stream_options", K_BOTH, f_stream_options),
     HONOURED("n", K_BOTH, f_n),
     HONOURED("logprobs", K_BOTH, f_logprobs),
+    HONOURED("echo", K_CMPL, f_echo),
     HONOURED("top_logprobs", K_CHAT, f_top_logprobs),
     HONOURED("response_format", K_BOTH, f_response_format),
     HONOURED("json_schema", K_BOTH, f_json_schema),
@@ -603,23 +626,22 @@ static const srv_field fields[] = {
     HONOURED("logit_bias", K_BOTH, f_logit_bias),
     HONOURED("modalities", K_CHAT, f_modalities),
     HONOURED("tutti", K_BOTH, f_tutti),
+    HONOURED("tools", K_CHAT, f_tools),
+    HONOURED("tool_choice", K_CHAT, f_tool_choice),
+    HONOURED("parallel_tool_calls", K_CHAT, f_parallel_tool_calls),
     /* changes nothing here */
     ACCEPTED("user", K_BOTH), ACCEPTED("metadata", K_BOTH), ACCEPTED("store", K_BOTH),
     ACCEPTED("service_tier", K_BOTH), ACCEPTED("prompt_cache_key", K_BOTH), ACCEPTED("safety_identifier", K_BOTH),
-    ACCEPTED("prediction", K_CHAT), ACCEPTED("parallel_tool_calls", K_CHAT), ACCEPTED("cache_prompt", K_BOTH),
+    ACCEPTED("prediction", K_CHAT), ACCEPTED("cache_prompt", K_BOTH),
     ACCEPTED("id_slot", K_BOTH), ACCEPTED("n_keep", K_BOTH), ACCEPTED("n_discard", K_BOTH),
     ACCEPTED("timings_per_token", K_BOTH), ACCEPTED("return_progress", K_BOTH), ACCEPTED("reasoning_format", K_CHAT),
     ACCEPTED("mirostat_tau", K_BOTH), ACCEPTED("mirostat_eta", K_BOTH), ACCEPTED("dry_base", K_BOTH),
     ACCEPTED("dry_allowed_length", K_BOTH), ACCEPTED("dry_penalty_last_n", K_BOTH),
     ACCEPTED("dry_sequence_breakers", K_BOTH), ACCEPTED("xtc_threshold", K_BOTH),
     ACCEPTED("dynatemp_exponent", K_BOTH),
-    /* would change the output and are not honoured (tools and echo come
-     * with a later server issue) */
-    REFUSED("tools", K_CHAT, N_EMPTY, 0, NULL, "tool calls are not implemented yet"),
-    REFUSED("functions", K_CHAT, N_EMPTY, 0, NULL, "function calls are not implemented yet"),
-    REFUSED("tool_choice", K_CHAT, N_WORDS, 0, "none|auto", "tool calls are not implemented yet"),
-    REFUSED("function_call", K_CHAT, N_WORDS, 0, "none|auto", "function calls are not implemented yet"),
-    REFUSED("echo", K_CMPL, N_FALSE, 0, NULL, "echoing the prompt is not implemented yet"),
+    /* would change the output and are not honoured */
+    REFUSED("functions", K_CHAT, N_EMPTY, 0, NULL, "the legacy function calls: use tools"),
+    REFUSED("function_call", K_CHAT, N_WORDS, 0, "none|auto", "the legacy function calls: use tool_choice"),
     REFUSED("best_of", K_CMPL, N_LE, 1, NULL, "choosing the best of several generations is not implemented"),
     REFUSED("suffix", K_CMPL, N_EMPTY, 0, NULL, "insertion (text after the completion) is not implemented"),
     REFUSED("presence_penalty", K_BOTH, N_EQ, 0, NULL, "use repeat_penalty"),
@@ -721,6 +743,9 @@ static int finish(pctx *x) {
         if (x->top_logprobs >= 0 && !x->logprobs_true)
             return bad(x, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
         if (x->logprobs_true) r->logprobs = x->top_logprobs >= 0 ? (int)x->top_logprobs : 0;
+        char e[512];
+        const char *p = NULL;
+        if (srv_tools_check(r, e, sizeof e, &p) < 0) return bad(x, p, "%s", e);
     }
     return 0;
 }
@@ -734,6 +759,7 @@ int srv_request_parse(const char *body, size_t len, srv_kind kind, srv_request *
     r->max_tokens = -1;
     r->logprobs = -1;
     r->ens.rule = r->ens.align = -1;
+    r->tools.parallel = true;
     *param = NULL;
     if (errlen) err[0] = 0;
     pctx x = {err, errlen, param, r, -1, false};
@@ -758,7 +784,8 @@ void srv_request_free(srv_request *r) {
     tutti_grammar_free(r->grammar);
     free(r->model);
     for (int i = 0; i < r->n_prompts; i++) free(r->prompts[i].text), free(r->prompts[i].ids);
-    for (int i = 0; i < r->n_msgs; i++) free(r->msgs[i].role), free(r->msgs[i].content);
+    for (int i = 0; i < r->n_msgs; i++) free(r->msgs[i].role), free(r->msgs[i].content), free(r->msgs[i].tool_json);
+    srv_tools_free(&r->tools);
     free(r->msgs);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     for (int i = 0; i < r->ens.n_members; i++) free(r->ens.members[i]);

@@ -7,7 +7,7 @@
  * every field of OpenAI's and llama-server's completion APIs and what is
  * done with it: honoured, accepted as changing nothing (`user`, `store`,
  * ...), or refused with a 400 naming it unless it has its neutral value
- * (`tools` [], `echo` false, `best_of` 1, `presence_penalty` 0, ...);
+ * (`best_of` 1, `presence_penalty` 0, ...);
  * fields no API defines are ignored; a JSON null counts as absent (clients
  * send explicit nulls); a known field of the wrong type or out of range is a
  * 400 naming the field. */
@@ -29,7 +29,28 @@ typedef enum srv_kind { SRV_COMPLETION = 0, SRV_CHAT = 1 } srv_kind;
 typedef struct srv_msg {
     char *role;
     char *content; /* NULL: no content */
+    /* OpenAI's tool fields of the message as a JSON object for the chat
+     * template (tools.c): tool_calls (each call's arguments an object, as
+     * Hugging Face templates expect), tool_call_id, name; NULL: none */
+    char *tool_json;
 } srv_msg;
+
+/* tool_choice */
+typedef enum srv_tool_choice { SRV_TC_AUTO = 0, SRV_TC_NONE, SRV_TC_REQUIRED, SRV_TC_NAMED } srv_tool_choice;
+
+#define SRV_MAX_TOOLS 128
+
+/* The request's tools (OpenAI's chat "tools": functions with a JSON-schema
+ * "parameters"), parsed by tools_req.c. */
+typedef struct srv_tools {
+    int n;                   /* 0: none */
+    char *name[SRV_MAX_TOOLS];
+    char *params[SRV_MAX_TOOLS]; /* each one's parameters schema (JSON text) */
+    char *json;              /* the tools array as given, for the chat template */
+    srv_tool_choice choice;
+    char *named;             /* SRV_TC_NAMED: the function's name */
+    bool parallel;           /* parallel_tool_calls (default true) */
+} srv_tools;
 
 /* One prompt of /v1/completions: text, or token ids of member 1's
  * vocabulary (OpenAI's "array of tokens"; ids checked against the model
@@ -85,6 +106,8 @@ typedef struct srv_request {
      * of alternatives per entry (0..SRV_MAX_TOP_LOGPROBS).  Completions:
      * "logprobs": N; chat: "logprobs": true with "top_logprobs": N. */
     int logprobs;
+    bool echo;           /* completions: the prompt returned in front of the text (echo.c) */
+    srv_tools tools;     /* chat: tools, tool_choice, parallel_tool_calls */
 } srv_request;
 
 #define SRV_MAX_TOP_LOGPROBS 20
@@ -96,6 +119,16 @@ typedef struct srv_request {
 int srv_request_parse(const char *body, size_t len, srv_kind kind, srv_request *r, char *err, size_t errlen,
                       const char **param);
 void srv_request_free(srv_request *r);
+
+/* tools_req.c: the fields "tools", "tool_choice", "parallel_tool_calls" and
+ * a message's tool fields, each 0 or -1 with a message in err; the
+ * cross-field checks once all are read (0, or -1 with err and *param). */
+struct cJSON;
+int srv_tools_parse(srv_tools *t, const struct cJSON *v, char *err, size_t cap);
+int srv_tool_choice_parse(srv_tools *t, const struct cJSON *v, char *err, size_t cap);
+int srv_msg_tools_parse(srv_msg *m, const struct cJSON *msg, char *err, size_t cap);
+int srv_tools_check(const srv_request *r, char *err, size_t cap, const char **param);
+void srv_tools_free(srv_tools *t);
 
 /* A request body as strict JSON (the rules above): the root, or NULL with a
  * message naming the byte.  Also for llama-server's endpoints (native.c). */

@@ -12,6 +12,11 @@
  *                  queue, generation jobs and their output
  *   generate.c     a completion request -> a job (prompts, context, limits)
  *   http.c         endpoints, auth, CORS, SSE, errors, /metrics, the daemon's life
+ *   echo.c         /v1/completions echo: the prompt's logprobs
+ *   embed.c        POST /v1/embeddings
+ *   tools_req.c    the tool fields of a chat request (fuzzed with request.c)
+ *   tools.c        tool calls: template variables, the call grammar, the calls read back
+ *   web/index.html the page at GET / (built in as srv_web_page by CMakeLists.txt)
  */
 #ifndef TUTTI_SERVER_H
 #define TUTTI_SERVER_H
@@ -51,6 +56,9 @@ typedef struct server_opts {
     char **api_keys;
     int n_api_keys;
     int parallel;         /* slots */
+    bool cont_batching;   /* the slots' passes share one batch (tutti_batch) */
+    int n_ubatch;         /* its tokens per forward pass */
+    int pooling;          /* /v1/embeddings: TUTTI_POOL_MEAN, _CLS or _LAST; -1: the GGUF's */
     int queue;            /* waiting requests beyond the slots */
     int n_ctx;            /* -1: min(trained, 4096); 0: the trained context; else tokens */
     int n_threads;
@@ -160,13 +168,21 @@ int32_t *server_tokenize(const tutti_vocab *vocab, const char *text, size_t len,
  * *n_out) or NULL with a message in err. */
 int32_t *server_chat_tokens(const srv_file *f, const char *tmpl_override, const tutti_chat_message *msgs,
                             size_t n_msgs, int32_t *n_out, char *err, size_t errlen);
+/* The same from the template's variables as JSON (messages with tool
+ * fields, tools: tools.c), and the template itself (malloc'd; NULL: none). */
+int32_t *server_chat_tokens_json(const srv_file *f, const char *tmpl_override, const char *ctx_json, int32_t *n_out,
+                                 char *err, size_t errlen);
+char *server_chat_template(const srv_file *f, const char *tmpl_override);
 
 /* ---- metrics (metrics.c) ---- */
 
 /* /props, /tokenize, /detokenize and /completion are llama-server's own
  * (native.c), for remote members */
 enum { SRV_EP_HEALTH, SRV_EP_MODELS, SRV_EP_COMPLETIONS, SRV_EP_CHAT, SRV_EP_METRICS, SRV_EP_PROPS, SRV_EP_TOKENIZE,
-       SRV_EP_DETOKENIZE, SRV_EP_NATIVE, SRV_EP_OTHER, SRV_N_EP };
+       SRV_EP_DETOKENIZE, SRV_EP_NATIVE, SRV_EP_EMBEDDINGS, SRV_EP_WEB, SRV_EP_OTHER, SRV_N_EP };
+/* GET /: the chat page (src/server/web/index.html, built in by CMakeLists.txt) */
+extern const unsigned char srv_web_page[];
+extern const unsigned long srv_web_page_len;
 extern const char *const srv_ep_names[SRV_N_EP];
 extern const int srv_status_codes[6]; /* the counted statuses; 0: any other */
 
@@ -189,6 +205,19 @@ typedef struct srv_server srv_server;
 /* GET /v1/models' and /metrics' bodies (malloc'd) */
 char *srv_models_json(const srv_server *s);
 char *srv_metrics_text(srv_server *s);
+
+/* POST /v1/embeddings (embed.c): the inputs' ids and their vectors */
+typedef struct srv_embd {
+    bool on;
+    int file;             /* the registry file */
+    int pooling;          /* TUTTI_POOL_MEAN, _CLS or _LAST */
+    bool base64;          /* encoding_format "base64" */
+    int32_t **ids, *n_ids;
+    int n;
+    int64_t n_tokens;
+    float *out;           /* [n][dim], normalised */
+    int32_t dim;
+} srv_embd;
 
 struct srv_job {
     pthread_mutex_t mu;
@@ -234,10 +263,37 @@ struct srv_job {
     char *nat_out;            /* the answer's JSON */
     const struct pl_pipeline *pipeline; /* the model is a pipeline (pipeline_srv.h): it runs the job */
     char *pipe_steps;         /* its steps' usage (a JSON array), for usage.tutti.steps */
+    srv_embd embd;            /* /v1/embeddings (embd.on) */
+    /* tools in use (tools.h): the format (-1: none); per choice: the text
+     * seen to be no call (streamed as it comes), the calls read back and
+     * the content beside them */
+    int tool_fmt;
+    bool tool_plain[SRV_MAX_N];
+    char *tool_calls[SRV_MAX_N], *tool_content[SRV_MAX_N];
     bool done;
     int status;               /* 200, or an HTTP error status */
     char error[1024];
 };
+
+/* Text returned for the job's current choice (a streamed chunk, or the
+ * choice's text), as the generation's pieces are. */
+void srv_job_emit(srv_job *j, const char *bytes, size_t n);
+/* echo (echo.c): the prompt of choice c (prompt p) returned before its
+ * completion, with its tokens' (or characters') log-probabilities when
+ * logprobs are asked for (tutti_ensemble_score): the first token's null.
+ * 0, or -1 with a message in err. */
+int srv_echo_prompt(srv_job *j, tutti_ensemble *e, int c, int p, char *err, size_t cap);
+
+/* /v1/embeddings (embed.c): the body parsed into j->embd (model, inputs
+ * tokenized), 0 or an HTTP status with err and *param; run on a slot's
+ * session of the model, asking gone(arg) before each input whether the
+ * client left (0, or -1 with err); the answer's JSON. */
+int srv_embd_prepare(srv_server *s, srv_job *j, const char *body, size_t n, char *err, size_t cap,
+                     const char **param);
+int srv_embd_run(srv_embd *e, tutti_session *sess, const tutti_model *m, bool (*gone)(void *), void *arg, char *err,
+                 size_t cap);
+char *srv_embd_json(const srv_job *j);
+void srv_embd_free(srv_embd *e);
 
 /* Creates the slots and their worker threads. */
 int srv_slots_start(srv_server *s, char *err, size_t errlen);
@@ -274,6 +330,7 @@ struct srv_server {
     int q_head, q_len, q_cap;
     int busy;
     srv_conns *conns;         /* conn.c */
+    tutti_batch *batch;       /* continuous batching: every slot's sessions (NULL: off) */
 };
 
 /* POST /v1/completions and /v1/chat/completions (generate.c): the request

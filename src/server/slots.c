@@ -24,6 +24,7 @@
 
 #include "server/format.h"
 #include "server/native.h"
+#include "server/tools.h"
 #include "server/server.h"
 #include "util/buf.h"
 
@@ -66,6 +67,7 @@ srv_job *srv_job_new(void) {
     j->fd = -1;
     j->status = 200;
     j->unit = "token";
+    j->tool_fmt = -1;
     return j;
 }
 
@@ -83,6 +85,8 @@ void srv_job_unref(srv_job *j) {
     free(j->nat_ids);
     free(j->nat_out);
     free(j->pipe_steps);
+    srv_embd_free(&j->embd);
+    for (int i = 0; i < SRV_MAX_N; i++) free(j->tool_calls[i]), free(j->tool_content[i]);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
@@ -121,6 +125,74 @@ static void sse_event(srv_job *j, char *json) {
 /* test hook (TUTTI_SERVE_TEST_PIECE_DELAY_MS): the tiny test models finish
  * a generation faster than a test can disconnect in the middle of it */
 static int g_piece_delay_ms;
+/* test hook (TUTTI_SERVE_TEST_START_TOGETHER=N): jobs start in groups,
+ * each slot waiting until N slots hold a job or 300 ms passed without a
+ * new one, so that a test's concurrent requests overlap even though the
+ * tiny models answer faster than curl processes start */
+static int g_start_together, g_n_ready;
+static uint64_t g_release;
+static double g_last_arrival;
+
+static double mono_s(void);
+
+static void start_together(srv_server *s) {
+    if (g_start_together <= 0) return;
+    pthread_mutex_lock(&s->qmu);
+    g_n_ready++;
+    g_last_arrival = mono_s();
+    uint64_t gen = g_release;
+    while (g_release == gen) {
+        if (g_n_ready >= g_start_together || mono_s() - g_last_arrival > 0.3) {
+            g_release++, g_n_ready = 0;
+            pthread_cond_broadcast(&s->qcv);
+            break;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 20000000L;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&s->qcv, &s->qmu, &ts);
+    }
+    pthread_mutex_unlock(&s->qmu);
+}
+
+/* Returned text of the current choice: an SSE chunk (with the logprobs
+ * entries it completes) or the choice's text (j->mu held). */
+static void emit_locked(srv_job *j, const char *bytes, size_t n) {
+    int c = j->choice;
+    j->lp[c].emitted += n;
+    if (j->tool_fmt >= 0 && !j->tool_plain[c]) {
+        /* tools: held until the answer is seen to be text (streamed from
+         * then on) or a call (read back at the end) */
+        append(&j->text[c], &j->n_text[c], &j->cap_text[c], bytes, n);
+        if (!j->req.stream || !srv_tools_is_text(j->tool_fmt, j->text[c], j->n_text[c])) return;
+        j->tool_plain[c] = true;
+        bytes = j->text[c], n = j->n_text[c];
+        j->n_text[c] = 0;
+    }
+    if (j->req.stream) {
+        size_t to = j->req.logprobs >= 0 ? srv_lp_ready(&j->lp[c], j->lp[c].emitted, false) : 0;
+        sse_event(j, srv_chunk_json(j, c, bytes, n, NULL, !j->role_sent, to));
+        j->role_sent = true;
+    } else {
+        append(&j->text[c], &j->n_text[c], &j->cap_text[c], bytes, n);
+    }
+}
+
+/* The end of a choice's text under tools (j->mu held): its calls (1) or
+ * its text answer (0) into the job, and streamed; -1: out of memory. */
+static int tools_close(srv_job *j, int c) {
+    int k = srv_tools_answer(j->text[c] ? j->text[c] : "", j->n_text[c], j->tool_fmt, &j->req.tools,
+                             &j->tool_calls[c], &j->tool_content[c]);
+    if (k < 0 || !j->req.stream) return k;
+    j->n_text[c] = 0;
+    if (k > 0) sse_event(j, srv_tool_chunk_json(j, c, !j->role_sent));
+    else if (j->tool_content[c] && j->tool_content[c][0])
+        sse_event(j, srv_chunk_json(j, c, j->tool_content[c], strlen(j->tool_content[c]), NULL, !j->role_sent, 0));
+    else return 0;
+    j->role_sent = true;
+    return k;
+}
 
 static int text_cb(const char *bytes, size_t n, void *user) {
     srv_job *j = user;
@@ -131,24 +203,22 @@ static int text_cb(const char *bytes, size_t n, void *user) {
         pthread_mutex_unlock(&j->mu);
         return 1;
     }
-    int c = j->choice;
-    j->lp[c].emitted += n;
-    if (j->req.stream) {
-        size_t to = j->req.logprobs >= 0 ? srv_lp_ready(&j->lp[c], j->lp[c].emitted, false) : 0;
-        sse_event(j, srv_chunk_json(j, c, bytes, n, NULL, !j->role_sent, to));
-        j->role_sent = true;
-    } else {
-        append(&j->text[c], &j->n_text[c], &j->cap_text[c], bytes, n);
-    }
+    emit_locked(j, bytes, n);
     pthread_mutex_unlock(&j->mu);
     return 0;
+}
+
+void srv_job_emit(srv_job *j, const char *bytes, size_t n) {
+    pthread_mutex_lock(&j->mu);
+    emit_locked(j, bytes, n);
+    pthread_mutex_unlock(&j->mu);
 }
 
 /* The fused distribution of each step, for logprobs (worker thread only;
  * the connection reads the entries once the job is done). */
 static int step_cb(const tutti_step *st, void *user) {
     srv_job *j = user;
-    if (srv_lp_step(&j->lp[j->choice], st, j->lp_vocab, j->req.logprobs) < 0) {
+    if (srv_lp_step(&j->lp[j->choice], st, j->lp_vocab, j->req.logprobs, false) < 0) {
         j->lp_oom = true;
         return 1;
     }
@@ -177,6 +247,7 @@ static void finish_job(srv_job *j, int status, const char *msg) {
 /* member 1's (first) prompt as bytes, to compare prefixes */
 static void job_prompt_bytes(const srv_job *j, const char **p, size_t *n) {
     if (j->native) *p = (const char *)j->nat_ids, *n = sizeof(int32_t) * (size_t)j->n_nat_ids;
+    else if (j->embd.on) *p = "", *n = 0;
     else if (j->ids[0][0]) *p = (const char *)j->ids[0][0], *n = sizeof(int32_t) * (size_t)j->n_ids[0][0];
     else *p = j->req.prompts[0].text, *n = j->req.prompts[0].len;
 }
@@ -209,6 +280,7 @@ static tutti_ensemble *slot_ensemble(srv_slot *sl, srv_job *j, char *err, size_t
         const tutti_model *models[TUTTI_ENSEMBLE_MAX_MEMBERS];
         tutti_ensemble_params p;
         srv_spec_params(&s->reg, &j->spec, slot_threads(s), desc, models, &p);
+        p.batch = s->batch;
         c->e = tutti_ensemble_new(&p);
         if (c->e && srv_spec_apply(&j->spec, c->e) < 0) {
             tutti_ensemble_free(c->e);
@@ -239,6 +311,54 @@ static double mono_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* the slot's session of loaded file k (made at its first use), NULL with
+ * the library's message */
+static nat_sess *nat_session(srv_slot *sl, int k) {
+    srv_server *s = sl->s;
+    const srv_file *f = &s->reg.files[k];
+    nat_sess *ns = &sl->nat[k];
+    if (!ns->sess) {
+        tutti_session_params p = tutti_session_default_params();
+        p.n_ctx = f->n_ctx, p.n_threads = slot_threads(s);
+        ns->sess = s->batch ? tutti_session_new_batched(f->model, &p, s->batch) : tutti_session_new(f->model, &p);
+    }
+    return ns->sess ? ns : NULL;
+}
+
+/* true when the job's client has left (then the job is cancelled) */
+static bool job_gone(void *arg) {
+    srv_job *j = arg;
+    pthread_mutex_lock(&j->mu);
+    if (!j->cancelled && peer_closed(j)) j->cancelled = true;
+    bool gone = j->cancelled;
+    pthread_mutex_unlock(&j->mu);
+    return gone;
+}
+
+/* POST /v1/embeddings on the slot's session of the model (its cache is
+ * cleared: the prefix it held for /completion is gone) */
+static void run_embd(srv_slot *sl, srv_job *j) {
+    srv_server *s = sl->s;
+    const int k = j->embd.file;
+    nat_sess *ns = k >= 0 && k < SRV_MAX_FILES ? nat_session(sl, k) : NULL;
+    if (!ns) {
+        finish_job(j, 500, k >= 0 && k < SRV_MAX_FILES ? tutti_last_error() : "too many loaded models");
+        return;
+    }
+    ns->n = 0;
+    double t0 = mono_s();
+    char err[1024];
+    int rc = srv_embd_run(&j->embd, ns->sess, s->reg.files[k].model, job_gone, j, err, sizeof err);
+    srv_metrics *mt = &s->metrics;
+    pthread_mutex_lock(&mt->mu);
+    mt->prompt_tokens += j->embd.n_tokens;
+    mt->prompt_evaluated += j->embd.n_tokens;
+    mt->member_forward_s[k] += mono_s() - t0;
+    mt->member_tokens[k] += j->embd.n_tokens;
+    pthread_mutex_unlock(&mt->mu);
+    finish_job(j, rc < 0 ? 500 : 200, err);
+}
+
 /* llama-server's POST /completion: the next token's distribution after
  * the prompt ids, reusing the longest common prefix the slot's session for
  * that file holds */
@@ -249,15 +369,11 @@ static void run_native(srv_slot *sl, srv_job *j) {
         return;
     }
     srv_file *f = &s->reg.files[j->nat_file];
-    nat_sess *ns = &sl->nat[j->nat_file];
     double t0 = mono_s();
-    if (!ns->sess) {
-        tutti_session_params p = tutti_session_default_params();
-        p.n_ctx = f->n_ctx, p.n_threads = slot_threads(s);
-        if (!(ns->sess = tutti_session_new(f->model, &p))) {
-            finish_job(j, 500, tutti_last_error());
-            return;
-        }
+    nat_sess *ns = nat_session(sl, j->nat_file);
+    if (!ns) {
+        finish_job(j, 500, tutti_last_error());
+        return;
     }
     int32_t n = j->n_nat_ids, k = 0;
     while (k < n && k < ns->n && ns->ids[k] == j->nat_ids[k]) k++;
@@ -314,12 +430,16 @@ static void run_job(srv_slot *sl, srv_job *j) {
         run_native(sl, j);
         return;
     }
+    if (j->embd.on) {
+        run_embd(sl, j);
+        return;
+    }
     tutti_ensemble *e = slot_ensemble(sl, j, err, sizeof err);
     if (!e) {
         finish_job(j, 400, err);
         return;
     }
-    if (j->max_units <= 0) { /* max_tokens 0: nothing to generate */
+    if (j->max_units <= 0 && !j->req.echo) { /* max_tokens 0: nothing to generate */
         for (int c = 0; c < j->n_prompts * j->req.n; c++) j->finish[c] = "length";
         finish_job(j, 200, NULL);
         return;
@@ -359,6 +479,17 @@ static void run_job(srv_slot *sl, srv_job *j) {
         sp.seed += (uint64_t)(c % j->req.n); /* choice k of a prompt draws with seed + k */
         tutti_ensemble_stats st;
         memset(&st, 0, sizeof st);
+        if (j->req.echo && (rc = srv_echo_prompt(j, e, c, p, err, sizeof err)) < 0) break;
+        if (j->max_units <= 0) { /* echo with max_tokens 0: the prompt only */
+            j->finish[c] = "length";
+            if (j->req.stream) {
+                pthread_mutex_lock(&j->mu);
+                size_t to = j->req.logprobs >= 0 ? srv_lp_ready(&j->lp[c], j->lp[c].emitted, true) : 0;
+                sse_event(j, srv_chunk_json(j, c, NULL, 0, "length", !j->role_sent, to));
+                pthread_mutex_unlock(&j->mu);
+            }
+            continue;
+        }
         if (j->ids[p][0])
             rc = tutti_ensemble_generate_ids(e, (const int32_t *const *)j->ids[p], j->n_ids[p], &sp, &m, text_cb, j,
                                              &st);
@@ -368,6 +499,11 @@ static void run_job(srv_slot *sl, srv_job *j) {
         if (rc == 0 && j->lp_oom) rc = -1, snprintf(err, sizeof err, "logprobs: out of memory");
         const char *finish = st.finish == TUTTI_FINISH_LENGTH ? "length" : "stop";
         pthread_mutex_lock(&j->mu);
+        if (rc == 0 && j->tool_fmt >= 0 && !j->tool_plain[c]) {
+            int k = tools_close(j, c);
+            if (k > 0) finish = "tool_calls";
+            if (k < 0) rc = -1, snprintf(err, sizeof err, "tool calls: out of memory");
+        }
         j->finish[c] = finish;
         j->n_units += st.n_units;
         j->t_gen_s += st.t_total_s;
@@ -418,7 +554,10 @@ static void *slot_main(void *arg) {
         if (!sl->job) break; /* stopping */
         srv_job *j = sl->job;
         pthread_mutex_unlock(&s->qmu);
+        start_together(s);
+        tutti_batch_join(s->batch); /* a step waits for this slot's tokens while it runs a job */
         run_job(sl, j);
+        tutti_batch_leave(s->batch);
         srv_job_unref(j);
         pthread_mutex_lock(&s->qmu);
         sl->job = NULL;
@@ -431,6 +570,14 @@ static void *slot_main(void *arg) {
 int srv_slots_start(srv_server *s, char *err, size_t cap) {
     const char *d = getenv("TUTTI_SERVE_TEST_PIECE_DELAY_MS");
     g_piece_delay_ms = d ? atoi(d) : 0;
+    const char *tg = getenv("TUTTI_SERVE_TEST_START_TOGETHER");
+    g_start_together = tg ? atoi(tg) : 0;
+    if (s->opts.cont_batching) {
+        tutti_batch_params bp = tutti_batch_default_params();
+        bp.n_threads = s->opts.n_threads > 0 ? s->opts.n_threads : 0;
+        bp.n_ubatch = s->opts.n_ubatch > 0 ? s->opts.n_ubatch : 512;
+        if (!(s->batch = tutti_batch_new(&bp))) return snprintf(err, cap, "%s", tutti_last_error()), -1;
+    }
     pthread_mutex_init(&s->qmu, NULL);
     pthread_cond_init(&s->qcv, NULL);
     s->n_slots = s->opts.parallel;
@@ -449,7 +596,11 @@ int srv_slots_start(srv_server *s, char *err, size_t cap) {
 }
 
 void srv_slots_stop(srv_server *s) {
-    if (!s->slots) return;
+    if (!s->slots) {
+        tutti_batch_free(s->batch);
+        s->batch = NULL;
+        return;
+    }
     pthread_mutex_lock(&s->qmu);
     s->stopping = 1;
     while (s->q_len > 0) {
@@ -481,6 +632,8 @@ void srv_slots_stop(srv_server *s) {
             free(sl->nat[k].ids);
         }
     }
+    tutti_batch_free(s->batch); /* after every slot's sessions */
+    s->batch = NULL;
 }
 
 void srv_slots_free(srv_server *s) {
