@@ -75,6 +75,9 @@ static void print_summary(const tutti_ensemble *e, const tutti_ensemble_stats *s
                                                                  : " (left: its tokens cannot spell the text)");
     cli_info("  fusion overhead (outside forward passes): %.3f s = %.3f ms per %s\n", st->t_fusion_s,
              st->n_units ? 1e3 * st->t_fusion_s / st->n_units : 0.0, unit);
+    if (tutti_ensemble_select(e) >= 0)
+        cli_info("selective fusion (D >= %g nats): %d of %d %ss fused (%.1f %%)\n", tutti_ensemble_select(e),
+                 st->n_fused, st->n_units, unit, st->n_units ? 100.0 * st->n_fused / st->n_units : 100.0);
     cli_draft_report("run", draft, st);
 }
 
@@ -216,11 +219,6 @@ int tutti_cmd_run(int argc, char **argv) {
     } else if (rc == 0 && n_gen != 0) {
         if (cli_interrupted()) cli_info("\ntutti run: interrupted (Ctrl-C)\n");
         print_summary(e, &st, n_gen, n_stop > 0, &draft);
-        if (tutti_ensemble_select(e) >= 0) {
-            const char *unit = tutti_ensemble_align(e) == TUTTI_ALIGN_TOKEN ? "token" : "byte";
-            cli_info("selective fusion (D >= %g nats): %d of %d %ss fused (%.1f %%)\n", tutti_ensemble_select(e),
-                     st.n_fused, st.n_units, unit, st.n_units ? 100.0 * st.n_fused / st.n_units : 100.0);
-        }
     }
     for (int i = 0; i < n_mem; i++) free(ids[i]);
     tutti_ensemble_free(e);
