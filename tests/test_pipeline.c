@@ -197,7 +197,8 @@ static void test_errors(void **state) {
     expect_run_error("{\"name\": \"stories\", \"steps\": [{\"name\": \"a\", \"model\": \"tiny\"}]}",
                      "the name 'stories' is taken", NULL);
     /* a runtime failure names its step: a byte-fused generation that
-     * cannot end by itself, stopped by its 0.2 s timeout */
+     * cannot end by itself, stopped by its 1 ms timeout (its member's context ends it at
+     * 254 bytes, 0.1 s on a quiet machine: a longer timeout would race) */
     char cmd[4096];
     const char *cfg = write_config("slow.json", "");
     char *slow = malloc(1 << 16);
@@ -210,14 +211,14 @@ static void test_errors(void **state) {
     at += strlen("\"pipelines\": [\n");
     snprintf(slow, 1 << 16, "%.*s{\"name\": \"slow\", \"steps\": [{\"name\": \"quick\", \"model\": \"stories\", "
                             "\"max_tokens\": 4}, {\"name\": \"long\", \"model\": \"fused\", \"prompt\": \"{quick}\", "
-                            "\"max_tokens\": 100000, \"ignore_eos\": true, \"timeout\": 0.2}]},\n%s",
+                            "\"max_tokens\": 100000, \"ignore_eos\": true, \"timeout\": 0.001}]},\n%s",
              (int)(at - body), body, at);
     write_text(cfg, slow);
     free(slow), free(body);
     snprintf(cmd, sizeof cmd, "%s run -e %s -p x 2>&1 >/dev/null", TUTTI_CLI, cfg);
     int st;
     char *err = run_cmd(cmd, &st);
-    if (st != 1 || !strstr(err, "pipeline 'slow': step 'long' (model 'fused'): timed out after 0.2 s"))
+    if (st != 1 || !strstr(err, "pipeline 'slow': step 'long' (model 'fused'): timed out after 0.001 s"))
         fail_msg("timeout: exit %d: %s", st, err);
     free(err);
 }
@@ -482,7 +483,7 @@ static void test_serve(void **state) {
     require_shared();
     const char *cfg = write_config("serve.json", "{\"name\": \"slow\", \"steps\": [{\"name\": \"long\", \"model\": "
                                                  "\"fused\", \"max_tokens\": 100000, \"ignore_eos\": true, "
-                                                 "\"timeout\": 0.2}]}");
+                                                 "\"timeout\": 0.001}]}");
     char *want = moa3_by_hand(), *want2 = two_by_hand();
     server s;
     start(&s, cfg);

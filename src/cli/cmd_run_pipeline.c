@@ -49,7 +49,7 @@ int cli_run_pipeline(ens_args *a, const cli_sampling *cs, const char *prompt, co
     for (int i = 0; i < a->models.n && i < TUTTI_ENSEMBLE_MAX_MEMBERS; i++) o.models[o.n_models++] = a->models.v[i];
     o.config = a->ens_file;
     o.rule = o.align = -1;
-    o.prune = o.adapt_alpha = -1;
+    o.prune = o.adapt_alpha = o.select = -1; /* -1: not given */
     o.n_ctx = a->n_ctx == CLI_CTX_UNSET ? -1 : a->n_ctx;
     o.n_threads = a->n_threads;
     size_t plen = 0;

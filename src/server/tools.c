@@ -108,10 +108,17 @@ static cJSON *call_schema(const srv_tools *t, int k, int fmt) {
     cJSON *nm = cJSON_AddObjectToObject(p, "name");
     cJSON_AddStringToObject(nm, "const", t->name[k]);
     cJSON *params = cJSON_Parse(t->params[k]);
+    /* JSON Schema admits properties a schema does not name; a call takes
+     * only the ones its tool declares (as llama.cpp's tool grammars and
+     * OpenAI's strict mode), unless the tool says otherwise: a small model
+     * free to invent keys keeps inventing them */
+    if (cJSON_IsObject(params) && !cJSON_HasObjectItem(params, "additionalProperties"))
+        cJSON_AddFalseToObject(params, "additionalProperties");
     cJSON_AddItemToObject(p, fmt == SRV_TF_LLAMA3 ? "parameters" : "arguments", params ? params : cJSON_CreateObject());
     cJSON *req = cJSON_AddArrayToObject(s, "required");
     cJSON_AddItemToArray(req, cJSON_CreateString("name"));
     cJSON_AddItemToArray(req, cJSON_CreateString(fmt == SRV_TF_LLAMA3 ? "parameters" : "arguments"));
+    cJSON_AddFalseToObject(s, "additionalProperties"); /* {"name", ARGS} and nothing else */
     return s;
 }
 

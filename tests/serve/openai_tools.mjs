@@ -17,7 +17,7 @@ const tools = [
     parameters: { type: "object", properties: { zone: { type: "string", maxLength: 12 } }, required: ["zone"] } } },
 ];
 const messages = [{ role: "user", content: "What is the weather in Paris?" }];
-const common = { model, messages, tools, max_tokens: 120, seed: 3, parallel_tool_calls: false };
+const common = { model, messages, tools, max_tokens: 400, seed: 3, parallel_tool_calls: false };
 const out = { cases: [] };
 const plain = (what, r) => {
   const m = r.choices[0].message;
