@@ -61,6 +61,16 @@
 #define TUTTI_HAS_ASAN 0
 #endif
 
+/* A worker's address space is capped at 8 GB, so that a runaway schema
+ * fails and not the machine; not under AddressSanitizer, whose shadow
+ * memory reserves terabytes of address space. */
+static void limit_memory(void) {
+#if !defined(__SANITIZE_ADDRESS__) && !TUTTI_HAS_ASAN
+    struct rlimit rl = {(rlim_t)8 << 30, (rlim_t)8 << 30};
+    setrlimit(RLIMIT_AS, &rl);
+#endif
+}
+
 enum { ST_PASS, ST_COMPILE, ST_VALIDATION, ST_INVALIDATION, ST_CRASH, ST_TIMEOUT, ST_N };
 static const char *const k_status[ST_N] = {"pass", "compile-error", "validation-error", "invalidation-error",
                                             "crash", "timeout"};
@@ -545,12 +555,7 @@ int main(int argc, char **argv) {
         if (pid < 0) return 1;
         if (pid == 0) {
             close(fd[0]);
-#if !defined(__SANITIZE_ADDRESS__) && !TUTTI_HAS_ASAN
-            /* a runaway schema fails, not the machine (AddressSanitizer
-             * reserves terabytes of address space: no limit under it) */
-            struct rlimit rl = {(rlim_t)8 << 30, (rlim_t)8 << 30};
-            setrlimit(RLIMIT_AS, &rl);
-#endif
+            limit_memory();
             w.out = fdopen(fd[1], "w");
             for (int i = next; i < n_cases; i++) run_schema(&w, i, cases[i].line);
             fclose(w.out);
