@@ -267,7 +267,7 @@ static const bad_key g_bad[] = {
     {"deepseek3-a-F32", "deepseek2.expert_group_used_count", 4, "do not fit expert_count 8"},
     {"deepseek3-a-F32", "deepseek2.expert_gating_func", 7, "expert_gating_func = 7 is out of range"},
     {"deepseek3-a-F32", "deepseek2.attention.key_length_mla", -1, "old layout (attn_kv_b"},
-    {"deepseek3-a-F32", "deepseek2.attention.kv_lora_rank", 16, "latent attention needs"},
+    {"deepseek3-a-F32", "deepseek2.attention.kv_lora_rank", 12, "latent attention needs"},
     {"deepseek3-a-F32", "deepseek2.leading_dense_block_count", 3, "leading_dense_block_count = 3 is out of range"},
     {"glm4moe-a-F32", "glm4moe.expert_shared_count", -1, "expert_shared_count is missing"},
     {"gpt-oss-a-F32", "gpt-oss.attention.sliding_window", -1, "attention.sliding_window is missing"},

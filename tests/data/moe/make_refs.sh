@@ -10,7 +10,9 @@
 # two shapes and seeds per architecture (the generator's --config files
 # shape-a.json and shape-b.json here: expert counts, top-k, shared experts,
 # leading dense layers, heads, sliding window, expert groups, scales, YaRN
-# differ between them; n_embd 32, the smallest rows llama-quantize takes):
+# differ between them; shape b has n_embd 32, the smallest rows llama-quantize
+# takes; shape a, kept only in F32 and F16, n_embd 16 (small files), except
+# gpt-oss, whose MXFP4 copy needs rows of 32):
 #   NAME-a-F32.gguf, NAME-a-F16.gguf      shape a, seed 1 (one layer, unless the architecture
 #                                         has leading dense layers or a sliding window)
 #   NAME-b-Q8_0.gguf, NAME-b-Q4_K_M.gguf  shape b, seed 2 (rows of 32: Q4_K_M falls back to
