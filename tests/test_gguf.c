@@ -1198,23 +1198,23 @@ static void test_public_api(void **state) {
 
 /* ------------------------------------------------------------------------ */
 /* Split models (llama.cpp's gguf-split): tests/data/hub/ holds
- * TinyStories-656K-Q8_0.gguf cut by llama-gguf-split into 3 parts
+ * tests/data/moe/mixtral-b-Q8_0.gguf cut by llama-gguf-split into 3 parts
  * (tests/data/hub/make_split.sh).  Opened through its first part it must be
  * the whole file: the same metadata and every tensor with the same bytes. */
 static const char *split_part(int k) {
     static char p[4][600];
-    snprintf(p[k], sizeof p[k], "%s/tests/data/hub/TinyStories-656K-Q8_0-%05d-of-00003.gguf", TUTTI_SOURCE_DIR, k);
+    snprintf(p[k], sizeof p[k], "%s/tests/data/hub/mixtral-b-Q8_0-%05d-of-00003.gguf", TUTTI_SOURCE_DIR, k);
     return p[k];
 }
 
 static void test_split_model(void **state) {
     (void)state;
-    gguf_file *w = gguf_open(shared_path("models/TinyStories-656K-Q8_0.gguf"));
+    gguf_file *w = gguf_open(TUTTI_SOURCE_DIR "/tests/data/moe/mixtral-b-Q8_0.gguf");
     gguf_file *s = gguf_open(split_part(1));
     assert_non_null(w);
     assert_non_null(s);
     assert_int_equal(gguf_n_tensors(s), gguf_n_tensors(w));
-    assert_int_equal(gguf_n_tensors(s), 20);
+    assert_int_equal(gguf_n_tensors(s), 23);
     /* every key of the whole file, same type and bytes; plus the 3 split keys */
     assert_int_equal(gguf_n_kv(s), gguf_n_kv(w) + 3);
     for (int64_t i = 0; i < gguf_n_kv(w); i++) {
@@ -1244,7 +1244,7 @@ static void test_split_model(void **state) {
     /* a later part is refused, naming the first */
     assert_null(gguf_open(split_part(2)));
     assert_non_null(strstr(tutti_last_error(), "part 2 of a split model of 3 parts"));
-    assert_non_null(strstr(tutti_last_error(), "TinyStories-656K-Q8_0-00001-of-00003.gguf"));
+    assert_non_null(strstr(tutti_last_error(), "mixtral-b-Q8_0-00001-of-00003.gguf"));
 }
 
 /* A part of a synthetic split: split.no, split.count, split.tensors.count as

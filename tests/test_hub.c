@@ -87,11 +87,11 @@ static hub hub_start(const char *const *extra) {
              shared_path("models/BabyLlama-tok361/babyllama-tok361.gguf"));
     int o = snprintf(repos[1], sizeof repos[1], "tt/split-GGUF=");
     for (int k = 1; k <= 3; k++)
-        o += snprintf(repos[1] + o, sizeof repos[1] - (size_t)o, "%sQ8_0/TinyStories-656K-Q8_0-%05d-of-00003.gguf:%s",
+        o += snprintf(repos[1] + o, sizeof repos[1] - (size_t)o, "%sQ8_0/mixtral-b-Q8_0-%05d-of-00003.gguf:%s",
                       k > 1 ? "," : "", k,
-                      src_file(k == 1   ? "tests/data/hub/TinyStories-656K-Q8_0-00001-of-00003.gguf"
-                               : k == 2 ? "tests/data/hub/TinyStories-656K-Q8_0-00002-of-00003.gguf"
-                                        : "tests/data/hub/TinyStories-656K-Q8_0-00003-of-00003.gguf"));
+                      src_file(k == 1   ? "tests/data/hub/mixtral-b-Q8_0-00001-of-00003.gguf"
+                               : k == 2 ? "tests/data/hub/mixtral-b-Q8_0-00002-of-00003.gguf"
+                                        : "tests/data/hub/mixtral-b-Q8_0-00003-of-00003.gguf"));
     snprintf(repos[2], sizeof repos[2], "tt/private-GGUF=stories260K-F32.gguf:%s",
              shared_path("models/stories260K.gguf"));
     /* the merge repository needs a fine-tune of ../shared (only
@@ -605,31 +605,42 @@ static void test_split(void **state) {
     use_hub(&h, "c6", false);
     char *p = tutti_hub_resolve("hf://tt/split-GGUF:Q8_0");
     assert_non_null(p);
-    assert_non_null(strstr(p, "/Q8_0/TinyStories-656K-Q8_0-00001-of-00003.gguf"));
+    assert_non_null(strstr(p, "/Q8_0/mixtral-b-Q8_0-00001-of-00003.gguf"));
     for (int k = 1; k <= 3; k++) {
         char part[1024], src[256];
         snprintf(part, sizeof part, "%.*s%05d-of-00003.gguf", (int)(strlen(p) - strlen("00001-of-00003.gguf")), p, k);
-        snprintf(src, sizeof src, "tests/data/hub/TinyStories-656K-Q8_0-%05d-of-00003.gguf", k);
+        snprintf(src, sizeof src, "tests/data/hub/mixtral-b-Q8_0-%05d-of-00003.gguf", k);
         assert_true(same_bytes(part, src_file(src)));
     }
-    /* llama.cpp's tokens and logits of prompt 1 */
+    /* llama.cpp's logits of the whole file (tests/data/moe/make_refs.sh) for
+     * the ids of tests/data/moe/input.ids */
     size_t n;
-    char *js = read_file(shared_path("ref/models/TinyStories-656K-Q8_0.p1.jsonl"), &n);
-    assert_non_null(js);
+    char *txt = read_file(src_file("tests/data/moe/input.ids"), &n);
+    assert_non_null(txt);
     int32_t ids[256];
     int n_ids = 0;
-    for (const char *q = js; (q = strstr(q, "\"token\":")) && n_ids < 256; q += 8) ids[n_ids++] = atoi(q + 8);
-    free(js);
+    for (char *q = txt; *q && n_ids < 256;) {
+        char *end;
+        long v = strtol(q, &end, 10);
+        if (end == q) {
+            q++;
+            continue;
+        }
+        ids[n_ids++] = (int32_t)v;
+        q = end;
+    }
+    free(txt);
     assert_true(n_ids > 1);
-    float *ref = (float *)read_file(shared_path("ref/models/TinyStories-656K-Q8_0.p1.logits.f32"), &n);
-    assert_int_equal(n, sizeof(float) * 2048 * (size_t)n_ids);
+    enum { N_VOCAB = 105 };
+    float *ref = (float *)read_file(src_file("tests/data/moe/mixtral-b-Q8_0.logits.f32"), &n);
+    assert_int_equal(n, sizeof(float) * N_VOCAB * (size_t)n_ids);
     tutti_model *m = tutti_model_load(p, NULL);
     assert_non_null(m);
     tutti_session *s = tutti_session_new(m, NULL);
     assert_non_null(s);
-    float *got = malloc(sizeof(float) * 2048 * (size_t)n_ids);
+    float *got = malloc(sizeof(float) * N_VOCAB * (size_t)n_ids);
     assert_int_equal(tutti_session_eval(s, ids, n_ids, got), 0);
-    double d = max_logsoftmax_diff(got, ref, n_ids, 2048);
+    double d = max_logsoftmax_diff(got, ref, n_ids, N_VOCAB);
     assert_true(d < 0.15);
     free(got), free(ref);
     tutti_session_free(s);
