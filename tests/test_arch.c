@@ -10,7 +10,9 @@
  * Rows named "quant/..." are the small llama files of the tensor types that
  * ../shared has no file of (MXFP4, the i-quants): tests/data/quant/models,
  * written by llama-quantize with llama.cpp's logits beside them (made by
- * tests/data/quant/make_models.sh).
+ * tests/data/quant/make_models.sh), of the 105-token vocabulary of
+ * BabyLlama-tok105 and fed the 33 ids of tests/data/quant/models/input.ids:
+ * [33][105].
  *
  * Adding an architecture = adding rows to g_rows.  The tolerances come from
  * the task: F32/F16 0.02, BF16 0.05, quantized 0.15 (llama.cpp quantizes
@@ -32,8 +34,9 @@
 #include "quant/quant.h"
 #include "tutti.h"
 
-#define N_IDS 41
+#define N_IDS 41 /* ref/arch/input.ids */
 #define N_VOCAB 512
+#define N_VOCAB_QUANT 105
 
 typedef struct arch_row {
     const char *name; /* ref/arch/<name>.gguf */
@@ -88,9 +91,15 @@ static const arch_row g_rows[] = {
 };
 #define N_ROWS (sizeof g_rows / sizeof g_rows[0])
 
-static int read_input_ids(int32_t *ids) {
-    char *s = read_file(shared_path("ref/arch/input.ids"), NULL);
-    assert_non_null(s);
+static bool is_quant_row(const char *name) { return !strncmp(name, "quant/", 6); }
+
+/* The row's prompt ids (BOS first); returns their count. */
+static int read_input_ids(const char *name, int32_t *ids) {
+    char path[512];
+    if (is_quant_row(name)) snprintf(path, sizeof path, "%s/tests/data/quant/models/input.ids", TUTTI_SOURCE_DIR);
+    else snprintf(path, sizeof path, "%s", shared_path("ref/arch/input.ids"));
+    char *s = read_file(path, NULL);
+    if (!s) fail_msg("cannot read %s", path);
     int n = parse_ids(s, ids, N_IDS + 1);
     free(s);
     return n;
@@ -101,7 +110,7 @@ static const char *row_path(const char *name, const char *ext) {
     static char buf[2][512];
     static int k;
     char *b = buf[k++ % 2], rel[256];
-    if (!strncmp(name, "quant/", 6)) {
+    if (is_quant_row(name)) {
         snprintf(b, 512, "%s/tests/data/quant/models/%s%s", TUTTI_SOURCE_DIR, name + 6, ext);
         return b;
     }
@@ -110,25 +119,26 @@ static const char *row_path(const char *name, const char *ext) {
     return b;
 }
 
-static float *read_ref_logits(const char *name) {
+static float *read_ref_logits(const char *name, int n_ids, int n_vocab) {
     const char *path = row_path(name, ".logits.f32");
     size_t len = 0;
     float *ref = (float *)read_file(path, &len);
     if (!ref) fail_msg("cannot read %s", path);
-    assert_int_equal(len, sizeof(float) * N_IDS * N_VOCAB);
+    assert_int_equal(len, sizeof(float) * (size_t)n_ids * (size_t)n_vocab);
     return ref;
 }
 
 static void test_arch_row(void **state) {
     const arch_row *row = *state;
-    require_shared();
+    if (!is_quant_row(row->name)) require_shared();
     int32_t ids[N_IDS + 1];
-    assert_int_equal(read_input_ids(ids), N_IDS);
-    float *ref = read_ref_logits(row->name);
+    const int n_ids = read_input_ids(row->name, ids), n_vocab = is_quant_row(row->name) ? N_VOCAB_QUANT : N_VOCAB;
+    assert_int_equal(n_ids, is_quant_row(row->name) ? 33 : N_IDS);
+    float *ref = read_ref_logits(row->name, n_ids, n_vocab);
 
     tutti_model *m = tutti_model_load(row_path(row->name, ".gguf"), NULL);
     if (!m) fail_msg("%s: %s", row->name, tutti_last_error());
-    assert_int_equal(tutti_model_n_vocab(m), N_VOCAB);
+    assert_int_equal(tutti_model_n_vocab(m), n_vocab);
     tutti_session_params sp = tutti_session_default_params();
     sp.n_ctx = 64;
     sp.n_threads = 2;
@@ -136,16 +146,17 @@ static void test_arch_row(void **state) {
     if (!s) fail_msg("%s: %s", row->name, tutti_last_error());
 
     /* 1. the whole prompt in one batch */
-    float *logits = malloc(sizeof(float) * N_IDS * N_VOCAB);
-    assert_int_equal(tutti_session_eval(s, ids, N_IDS, logits), TUTTI_OK);
-    assert_int_equal(tutti_session_n_past(s), N_IDS);
-    const double d_batch = max_logsoftmax_diff(logits, ref, N_IDS, N_VOCAB);
+    float *logits = malloc(sizeof(float) * (size_t)n_ids * (size_t)n_vocab);
+    assert_int_equal(tutti_session_eval(s, ids, n_ids, logits), TUTTI_OK);
+    assert_int_equal(tutti_session_n_past(s), n_ids);
+    const double d_batch = max_logsoftmax_diff(logits, ref, n_ids, n_vocab);
     /* the last row is also what tutti_session_logits gives */
-    assert_memory_equal(tutti_session_logits(s), logits + (N_IDS - 1) * N_VOCAB, sizeof(float) * N_VOCAB);
+    assert_memory_equal(tutti_session_logits(s), logits + (size_t)(n_ids - 1) * (size_t)n_vocab,
+                        sizeof(float) * (size_t)n_vocab);
 
     /* 2. rewind, a 17-token batch, then one token at a time through the cache */
-    eval_prefix_then_steps(s, ids, 17, N_IDS, N_VOCAB, logits);
-    const double d_incr = max_logsoftmax_diff(logits, ref, N_IDS, N_VOCAB);
+    eval_prefix_then_steps(s, ids, 17, n_ids, n_vocab, logits);
+    const double d_incr = max_logsoftmax_diff(logits, ref, n_ids, n_vocab);
 
     print_message("%-22s max |dlogsoftmax| batch %.5f, incremental %.5f (tolerance %.2f)\n", row->name, d_batch,
                   d_incr, row->tol);

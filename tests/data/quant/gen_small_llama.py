@@ -6,8 +6,9 @@ Runs inside the oracle chroot (numpy and gguf-py; see make_models.sh).
 Every weight matrix has rows of 256 elements (n_embd = n_ff = q dim = 256),
 so that llama-quantize --pure can store every one of them, token_embd and
 output included, in a 256-element i-quant; one layer keeps the files small.
-The 512-token SentencePiece vocabulary is copied from SOURCE_VOCAB.gguf
-(../shared/models/stories260K.gguf) so token ids 0..511 are valid.
+The SentencePiece vocabulary is copied from SOURCE_VOCAB.gguf (the 105 tokens
+of ../shared/models/BabyLlama-tok105: a small vocabulary keeps token_embd,
+output and the logits references small).
 
 Usage: gen_small_llama.py SOURCE_VOCAB.gguf OUT_F32.gguf OUT_TEXT.txt"""
 import sys
@@ -62,6 +63,6 @@ w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); 
 
 # llama-imatrix text: vocabulary pieces in random order (random weights: any
 # text that tokenizes into many different ids will do)
-pieces = [t.replace("\u2581", " ") for t, ty in zip(tokens, ttypes) if ty == 1 and len(t) > 1]
+pieces = [t.replace("\u2581", " ") for t, ty in zip(tokens, ttypes) if ty == 1 and t.strip("\u2581")]
 open(text, "w").write("".join(pieces[i] for i in rng.integers(0, len(pieces), 6000)))
 print(out)

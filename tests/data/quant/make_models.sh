@@ -15,8 +15,8 @@
 #    2-D weight in that ftype's tensor type (MXFP4_MOE -> MXFP4, IQ2_M ->
 #    IQ2_S); the three types ggml cannot quantize without importance data keep
 #    token_embd (which has none: it is never multiplied) in Q4_K.
-# 3. /oracle/dumplogits runs each file on ../shared/ref/arch/input.ids:
-#    llama-TYPE.logits.f32 = float32 [41][512].
+# 3. /oracle/dumplogits runs each file on models/input.ids (33 ids, BOS first):
+#    llama-TYPE.logits.f32 = float32 [33][105].
 # 4. dequant_sha.py writes dequant.sha256: per quantized tensor, the sha256 of
 #    gguf.quants.dequantize's float32 bytes, after checking that ggml's own
 #    dequantize_row_* gives the same bits.
@@ -26,10 +26,10 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 SHARED=$(cd "$HERE/../../../../shared" 2>/dev/null && pwd || echo /work/shared)
 WORK=$ROOT/tmp/tutti-quant-models
 rm -rf "$WORK" && mkdir -p "$WORK/out"
-cp "$HERE/gen_small_llama.py" "$HERE/dequant_sha.py" "$SHARED/models/stories260K.gguf" "$WORK/"
-IDS=$(cat "$SHARED/ref/arch/input.ids")
+cp "$HERE/gen_small_llama.py" "$HERE/dequant_sha.py" "$SHARED/models/BabyLlama-tok105/babyllama-tok105.gguf" "$WORK/"
+IDS=$(tr -d ' \n' < "$HERE/models/input.ids")
 T=/tmp/tutti-quant-models
-chroot "$ROOT" python3 $T/gen_small_llama.py $T/stories260K.gguf $T/small-F32.gguf $T/calib.txt > /dev/null
+chroot "$ROOT" python3 $T/gen_small_llama.py $T/babyllama-tok105.gguf $T/small-F32.gguf $T/calib.txt > /dev/null
 chroot "$ROOT" llama-imatrix -m $T/small-F32.gguf -f $T/calib.txt -o $T/small.imatrix.gguf -c 128 -t 2 \
   --no-ppl --process-output > "$WORK/imatrix.log" 2>&1
 # ftype:tensor type; '+' = token_embd in Q4_K (ggml needs importance data)
