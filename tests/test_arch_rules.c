@@ -4,7 +4,7 @@
  * time, deterministically (a seeded integer PRNG, F32 weights, the 512-token
  * vocabulary of ../shared/ref/arch/ARCH-F16.gguf): model files are never
  * committed.  What is committed is llama.cpp's answer on exactly that file
- * (tests/data/arch/NAME.logits.f32: the logits of positions 0, 5, ..., 40 of
+ * (tests/data/arch/NAME.logits.f32: the logits of positions 0, 10, ..., 40 of
  * ref/arch/input.ids, or NAME.fail when llama.cpp refuses the file or
  * computes non-finite logits; tutti must then refuse it with a clear error), made by
  * tests/data/arch/make_refs.sh, which writes the same files with
@@ -33,8 +33,8 @@
 
 #define N_IDS 41
 #define N_VOCAB 512
-#define POS_STEP 5
-#define N_POS ((N_IDS - 1) / POS_STEP + 1) /* positions 0, 5, ..., 40 */
+#define POS_STEP 10
+#define N_POS ((N_IDS - 1) / POS_STEP + 1) /* positions 0, 10, ..., 40 */
 #define TOL 0.02
 
 enum {

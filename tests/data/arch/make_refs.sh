@@ -6,8 +6,8 @@
 # For every model of the test (or the NAMEs given) it writes the very file the
 # test makes (test_arch_rules --write NAME PATH) into the chroot, runs
 # llama.cpp's /oracle/dumplogits on ../shared/ref/arch/input.ids and keeps
-# the logits of positions 0, 5, ..., 40 as NAME.logits.f32 (raw little-endian
-# float32 [9][512]), or, when llama.cpp refuses the file (or computes NaN),
+# the logits of positions 0, 10, ..., 40 as NAME.logits.f32 (raw little-endian
+# float32 [5][512]), or, when llama.cpp refuses the file (or computes NaN),
 # its message as NAME.fail.
 set -euo pipefail
 BIN=$(realpath "$1"); shift
@@ -28,7 +28,7 @@ for n in "${NAMES[@]}"; do
 import sys, numpy as np
 a = np.fromfile(sys.argv[1], dtype="<f4").reshape(41, 512)
 if not np.isfinite(a).all(): sys.exit(3)  # llama.cpp ran but computed NaN/inf: a refusal too
-a[0:41:5].astype("<f4").tofile(sys.argv[2])
+a[0:41:10].astype("<f4").tofile(sys.argv[2])
 PY
     then echo "$n: logits"
     else echo "llama.cpp (oracle /oracle/dumplogits) ran this file but its logits are not finite (NaN/inf)" > "$HERE/$n.fail"
