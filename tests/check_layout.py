@@ -15,9 +15,8 @@
    line of its closing one), outside generated code and kernel tables
    (EXEMPT: none today).
 4. Data: models/ (the four quick-start models, which the mission allows in
-   the tree) holds at most 12 MB, tests/data/ (small references and
-   random-weight files made by scripts beside them) at most 12 MB, and no
-   other file of the repository is larger than 2 MB (fuzz corpora are packed
+   the tree) and tests/data/ (small references and random-weight files made
+   by scripts beside them) hold at most 16 MB together, and no other file of the repository is larger than 2 MB (fuzz corpora are packed
    one file per harness, fuzz/corpus.sh).
 5. Test parts (tests/test_common.h): in a test that lists cases with
    shared_unit_test(), every case that calls require_shared() is listed so
@@ -177,7 +176,10 @@ def check_lengths(root):
     return errors
 
 
-DATA_MAX = {"models/": 12 << 20, "tests/data/": 12 << 20}
+# models/ (the quick start's four models, about 9.4 MB) and tests/data/ (the
+# core tests' and the MoE/quant references) together: a clone stays small
+DATA_DIRS = ("models/", "tests/data/")
+DATA_MAX = 16 << 20
 FILE_MAX = 2 << 20
 
 
@@ -195,17 +197,15 @@ def repository_files(root):
 
 
 def check_sizes(root):
-    errors, data = [], dict.fromkeys(DATA_MAX, 0)
+    errors, data = [], 0
     for f in repository_files(root):
         size = os.path.getsize(os.path.join(root, f))
-        top = next((d for d in DATA_MAX if f.startswith(d)), None)
-        if top:
-            data[top] += size
+        if f.startswith(DATA_DIRS):
+            data += size
         elif size > FILE_MAX:
             errors.append(f"{f}: {size} bytes; outside models/ and tests/data/ no file may pass 2 MB")
-    for d, n in data.items():
-        if n > DATA_MAX[d]:
-            errors.append(f"{d} holds {n} bytes, over {DATA_MAX[d] >> 20} MB")
+    if data > DATA_MAX:
+        errors.append(f"models/ and tests/data/ hold {data} bytes, over {DATA_MAX >> 20} MB together")
     return errors
 
 
