@@ -167,11 +167,15 @@ typedef struct tutti_model_params {
 
 tutti_model_params tutti_model_default_params(void);
 
-/* Memory-maps a GGUF file and prepares the weights: unless params->use_mmap,
- * they are copied into huge-page memory owned by the model (repacked where
- * the CPU's kernels have an interleaved layout) and the file's pages are
- * released, so resident memory stays about the file's size; if that memory
- * cannot be had, they stay mapped.  Returns NULL on error: unreadable or
+/* Memory-maps a GGUF file and prepares the weights (unless params->use_mmap):
+ * the file is read into the page cache (as llama.cpp's MAP_POPULATE does);
+ * where Linux maps it with 2 MiB pages (a page cache of 2 MiB folios, which
+ * this mapping's readahead makes) the weights are read there, with no copy;
+ * else they are copied, with all cores, into huge-page memory owned by the
+ * model and the file's pages released, so resident memory stays about the
+ * file's size.  Weights of a type the CPU's kernels have an interleaved
+ * layout for are repacked into that memory either way.  If the memory
+ * cannot be had, the weights stay mapped.  Returns NULL on error: unreadable or
  * malformed file, unsupported architecture or tensor type (the message
  * names the tensor and the type). */
 tutti_model *tutti_model_load(const char *path, const tutti_model_params *params);

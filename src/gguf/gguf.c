@@ -589,6 +589,10 @@ gguf_file *gguf_open_one(const char *path) {
         tutti_set_error("%s: cannot mmap %zu bytes: %s", path, size, strerror(err));
         return NULL;
     }
+    /* before the first read: then readahead fills the page cache with 2 MiB
+     * folios, which the mapping maps with 2 MiB entries (model weights are
+     * read from there, src/model/load.c); advisory */
+    (void)madvise(map, size, MADV_HUGEPAGE);
     return open_common(map, size, path, map);
 }
 

@@ -7,6 +7,9 @@
  * "<arch>.<name>", tensors "token_embd.weight", "blk.N.attn_q.weight", ... */
 #include <inttypes.h>
 #include <math.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +20,9 @@
 #include "quant/quant.h"
 #include "quant/vecdot.h"
 #include "tokenizer/tokenizer.h"
+#include "kernels/kernels.h"
 #include "util/error.h"
+#include "util/mem.h"
 
 
 tutti_model_params tutti_model_default_params(void) {
@@ -28,26 +33,48 @@ tutti_model_params tutti_model_default_params(void) {
 /* ---- weight placement ---- */
 
 /* Where the weights live.  Generation streams every weight once per token,
- * so they are moved out of the file mapping into one anonymous arena that
- * is 2 MiB-aligned and advised as transparent huge pages (4 KiB pages of
- * the mapping cost a TLB miss every 4 KiB: +9% tokens/s measured on
- * Llama-1B Q8_0, +2-3% on Q4_K_M).  One arena, not one allocation per
- * tensor: huge pages are resident whole, so per-tensor allocations would
- * each waste up to 2 MiB of resident memory.  All tensors move, small
- * ones too (norms, biases): the page cache may hold the file in 2 MiB
- * folios, and touching one 1 KiB norm would map a whole folio (measured:
- * Qwen2.5-0.5B Q8_0 kept 140 MiB of the file resident for its 47 MiB of
- * small matrices).  On the way, a weight whose type has an interleaved
- * layout (quant.h) is repacked when the kernel path has kernels for it, as
+ * so they must be mapped by 2 MiB pages (4 KiB pages cost a TLB miss every
+ * 4 KiB: +9% tokens/s measured on Llama-1B Q8_0, +2-3% on Q4_K_M).  Two
+ * ways give that:
+ *   - the file's own mapping, when Linux maps its page cache with 2 MiB
+ *     entries (2 MiB folios: ext4 on Linux 6.x makes them when a mapping
+ *     advised MADV_HUGEPAGE, as gguf_open advises, reads the file; a file
+ *     cached earlier by small writes or reads may hold small folios).  The
+ *     weights are then read where they are: no copy, no second copy of the
+ *     model beside the page cache, a load that costs only the populate
+ *     (reading the file, as llama.cpp's MAP_POPULATE does);
+ *   - else one anonymous arena, 2 MiB-aligned and advised as transparent
+ *     huge pages, the weights copied in with all cores.  One arena, not one
+ *     allocation per tensor: huge pages are resident whole, so per-tensor
+ *     allocations would each waste up to 2 MiB.  All tensors move then,
+ *     small ones too (norms, biases): touching one 1 KiB norm of a mapping
+ *     would map a whole folio (measured: Qwen2.5-0.5B Q8_0 kept 140 MiB of
+ *     the file resident for its 47 MiB of small matrices).  The mapped pages
+ *     are given back (madvise) slice by slice, so resident memory does not
+ *     double, not even at the peak.
+ * A weight whose type has an interleaved layout (quant.h) is repacked into
+ * the arena in either case when the kernel path has kernels for it, as
  * llama.cpp's CPU "repack" buffers do (the kernels then feed 8 rows per
- * activation load).  The mapped pages are given back (madvise) slice by
- * slice, so resident memory does not double, not even at the peak.  An
- * untied token_embd stays mapped (lookups touch only the rows used), and
- * so do the unrepacked weights of a model loaded from a caller's buffer.  A
- * tied output matrix (alias = token_embd) shares a plain copy, but keeps
- * the original for the embedding lookups when repacked. */
-/* Bytes w takes in the arena (0: stays where it is); *rt = repacked type or -1. */
-static size_t place_size(const tutti_model *m, const tutti_weight *w, int *rt) {
+ * activation load).  An untied token_embd stays mapped (lookups touch only
+ * the rows used), and so do the unrepacked weights of a model loaded from a
+ * caller's buffer.  A tied output matrix (alias = token_embd) shares a plain
+ * copy, but keeps the original for the embedding lookups when repacked. */
+/* Whether the file mapping at w->data is mapped by 2 MiB pages (after
+ * faulting w in); *range caches the answer for the mapping [range[0],
+ * range[1]) that was asked about last (range[2]: 1 huge, 0 not). */
+static bool mapped_huge(const tutti_weight *w, uintptr_t range[3]) {
+    const uintptr_t a = (uintptr_t)w->data;
+    tutti_mem_populate(w->data, tutti_row_size(w->type, w->n_cols) * (size_t)(w->n_rows * w->n_mat));
+    if (a >= range[0] && a < range[1]) return range[2];
+    const double share = tutti_mem_huge_share(w->data, range);
+    if (share < 0) range[0] = range[1] = 0; /* unknown: ask again next time */
+    range[2] = share >= 0.9;
+    return range[2];
+}
+
+/* Bytes w takes in the arena (0: stays where it is); *rt = repacked type or -1.
+ * in_place: the file's mapping may keep it (mapped by 2 MiB pages). */
+static size_t place_size(const tutti_model *m, const tutti_weight *w, bool in_place, int *rt) {
     *rt = -1;
     if (!w->data) return 0;
     const int64_t rows = w->n_rows * w->n_mat;
@@ -61,7 +88,7 @@ static size_t place_size(const tutti_model *m, const tutti_weight *w, int *rt) {
         *rt = t;
         return bytes;
     }
-    return m->mapped ? tutti_row_size(w->type, w->n_cols) * (size_t)rows : 0;
+    return m->mapped && !in_place ? tutti_row_size(w->type, w->n_cols) * (size_t)rows : 0;
 }
 
 /* Copies (rt < 0) or repacks (into type rt) w to dst. */
@@ -128,34 +155,76 @@ static int model_weights(tutti_model *m, tutti_weight **out, int cap) {
     return n;
 }
 
+/* One weight's move into the arena (place_weight's arguments). */
+typedef struct placement {
+    tutti_weight *w, *alias;
+    char *dst;
+    int rt;
+} placement;
+
+typedef struct place_job {
+    const tutti_model *m;
+    placement *p;
+    int n;
+    atomic_int next;
+} place_job;
+
+/* A thread's share of the moves: the next unclaimed weight until none is left. */
+static void place_worker(void *arg, int ith, int nth) {
+    (void)ith, (void)nth;
+    place_job *job = arg;
+    for (int i; (i = atomic_fetch_add(&job->next, 1)) < job->n;)
+        place_weight(job->m, job->p[i].w, job->p[i].alias, job->p[i].dst, job->p[i].rt);
+}
+
+/* Moves every placed weight into arena (laid out as place_size says), with
+ * all cores: copying is bound by faulting in fresh pages, which scales. */
+static void place_all(tutti_model *m, tutti_weight **ws, const bool *in_place, int n, char *arena) {
+    placement *p = malloc(sizeof *p * (size_t)n);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    tutti_threadpool *tp = p ? tutti_threadpool_new(cores < 1 ? 1 : cores > 8 ? 8 : (int)cores) : NULL;
+    place_job job = {.m = m, .p = p, .n = 0};
+    char *at = arena;
+    for (int i = 0; i < n; i++) {
+        int rt;
+        const size_t sz = place_size(m, ws[i], in_place[i], &rt);
+        if (!sz) continue;
+        tutti_weight *alias = ws[i] == &m->output && m->tied ? &m->token_embd : NULL;
+        if (p) p[job.n++] = (placement){ws[i], alias, at, rt};
+        else place_weight(m, ws[i], alias, at, rt); /* no memory for the list: one thread */
+        at += (sz + 63) / 64 * 64;
+    }
+    atomic_init(&job.next, 0);
+    if (p) tutti_threadpool_run_dynamic(tp, place_worker, &job); /* tp NULL: this thread alone */
+    tutti_threadpool_free(tp);
+    free(p);
+}
+
 static int place_weights(tutti_model *m) {
     const int cap = LAYER_WEIGHTS * m->hp.n_layer + 3;
     tutti_weight **ws = malloc(sizeof *ws * (size_t)cap);
-    if (!ws) return tutti_set_error("%s: out of memory", m->path);
+    bool *in_place = calloc((size_t)cap, sizeof *in_place);
+    if (!ws || !in_place) {
+        free(ws), free(in_place);
+        return tutti_set_error("%s: out of memory", m->path);
+    }
     const int n = model_weights(m, ws, cap);
+    uintptr_t range[3] = {0, 0, 0};
     size_t total = 0;
     for (int i = 0; i < n; i++) {
         int rt;
-        total += (place_size(m, ws[i], &rt) + 63) / 64 * 64;
+        if (m->mapped && ws[i]->data) in_place[i] = mapped_huge(ws[i], range);
+        total += (place_size(m, ws[i], in_place[i], &rt) + 63) / 64 * 64;
+        if (in_place[i] && rt < 0)
+            m->weights_in_place += tutti_row_size(ws[i]->type, ws[i]->n_cols) * (size_t)(ws[i]->n_rows * ws[i]->n_mat);
     }
-    if (total) {
-        void *arena = NULL;
-        if (posix_memalign(&arena, (size_t)2 << 20, total)) {
-            free(ws); /* no memory for a copy: the weights stay mapped (and unrepacked) */
-            return TUTTI_OK;
-        }
+    void *arena = NULL;
+    if (total && posix_memalign(&arena, (size_t)2 << 20, total) == 0) {
         (void)madvise(arena, total, MADV_HUGEPAGE); /* advisory */
-        m->weights_mem = arena;
-        char *at = arena;
-        for (int i = 0; i < n; i++) {
-            int rt;
-            const size_t sz = place_size(m, ws[i], &rt);
-            if (!sz) continue;
-            place_weight(m, ws[i], ws[i] == &m->output && m->tied ? &m->token_embd : NULL, at, rt);
-            at += (sz + 63) / 64 * 64;
-        }
-    }
-    free(ws);
+        m->weights_mem = arena, m->weights_mem_size = total;
+        place_all(m, ws, in_place, n, arena);
+    } /* else no memory for a copy: the weights stay mapped (and unrepacked) */
+    free(ws), free(in_place);
     return TUTTI_OK;
 }
 
@@ -355,6 +424,9 @@ void tutti_model_describe(const tutti_model *model, FILE *out) {
         if (count[t])
             fprintf(out, " %s×%" PRId64 " (%.2f MiB)", tutti_type_name(t), count[t], (double)bytes[t] / (1 << 20));
     fprintf(out, "\n");
+    if (model->weights_in_place || model->weights_mem_size)
+        fprintf(out, "  weights: %.2f MiB read in the file's mapping (2 MiB pages), %.2f MiB copied or repacked\n",
+                (double)model->weights_in_place / (1 << 20), (double)model->weights_mem_size / (1 << 20));
     fprintf(out, "  tokenizer: %s (pre %s), %d tokens\n", tutti_vocab_type(model->vocab),
             tutti_vocab_pre(model->vocab), tutti_vocab_n_tokens(model->vocab));
 }

@@ -227,6 +227,8 @@ struct tutti_model {
     tutti_vocab *vocab;        /* owned (tokenizer.ggml.* of the same file) */
     bool mapped;               /* weights point into an mmap of the file (not a caller's buffer) */
     void *weights_mem;         /* owned arena of the weights moved out of the mapping (load.c) */
+    size_t weights_mem_size;   /* its bytes (copied or repacked weights) */
+    size_t weights_in_place;   /* bytes of weights read where the file is mapped (2 MiB pages) */
     /* The part this process computes (a model split by layers over ranks):
      * layers [part_il0, part_il1), and the embeddings and head when
      * part_head.  Only those weights are placed (moved out of the mapping);
