@@ -264,6 +264,11 @@ static int finish(const hub_download *d, xfer *x, const char *part, bool *retry)
     }
     if (fsync(x->fd) != 0 || rename(part, d->dest) != 0)
         return tutti_set_error("%s: cannot move the download to %s: %s", d->label, d->dest, strerror(errno));
+    /* The written pages are cached in small folios, which a model's mapping
+     * would map with 4 KiB pages (and the loader then copies the weights,
+     * src/model/load.c): drop them, so that the first load reads the file
+     * into 2 MiB folios and uses it in place.  Advisory. */
+    (void)posix_fadvise(x->fd, 0, 0, POSIX_FADV_DONTNEED);
     return 0;
 }
 
