@@ -30,6 +30,7 @@
 
 #include "cli/cli.h"
 #include "tutti.h"
+#include "util/path.h"
 
 int tutti_cmd_bench(int argc, char **argv);
 
@@ -136,11 +137,6 @@ static void print_json(cJSON *o) {
     cJSON_Delete(o);
 }
 
-static const char *base_name(const char *p) {
-    const char *s = strrchr(p, '/');
-    return s ? s + 1 : p;
-}
-
 /* The settings of one bench run. */
 typedef struct bench_cfg {
     int32_t n_threads, n_pp, n_tg, reps, parallel;
@@ -208,7 +204,7 @@ static void print_test(const bench_cfg *cfg, const char *path, int test, int n, 
         char test_name[32];
         snprintf(test_name, sizeof test_name, "%s%d", test == 0 ? "pp" : "tg", n);
         cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "model", base_name(path));
+        cJSON_AddStringToObject(o, "model", tutti_base_name(path));
         cJSON_AddStringToObject(o, "kernels", cfg->kpath);
         cJSON_AddNumberToObject(o, "threads", cfg->n_threads);
         cJSON_AddStringToObject(o, "test", test_name);
@@ -219,7 +215,7 @@ static void print_test(const bench_cfg *cfg, const char *path, int test, int n, 
         cJSON_AddNumberToObject(o, "peak_rss_mib", round3(peak_rss_mib()));
         print_json(o);
     } else
-        printf("| %s | %s | %d | %s%d | %.2f ± %.2f | %.1f |\n", base_name(path), cfg->kpath, cfg->n_threads,
+        printf("| %s | %s | %d | %s%d | %.2f ± %.2f | %.1f |\n", tutti_base_name(path), cfg->kpath, cfg->n_threads,
                test == 0 ? "pp" : "tg", n, mean, sd, peak_rss_mib());
     fflush(stdout);
 }

@@ -27,15 +27,11 @@
 #include "mpi/proto.h"
 #include "mpi/tutti_mpi.h"
 #include "util/error.h"
+#include "util/path.h"
 
 #define XP_MAX_RANKS 64
 #define XP_MAX_ROWS (1 << 20) /* rows of one request (a micro-batch x top-k) */
 #define XP_ERR_CAP 600
-
-static const char *base_name(const char *p) {
-    const char *b = strrchr(p, '/');
-    return b ? b + 1 : p;
-}
 
 /* the experts of rank r of k: [r E / k, (r + 1) E / k) */
 static void share(int32_t n_expert, int32_t k, int32_t r, int32_t *e0, int32_t *e1) {
@@ -153,12 +149,13 @@ static int xp_recv(tutti_moe_remote *rm, int32_t il, const int32_t *offs, float 
         if (h.status < 0) {
             char text[XP_ERR_CAP];
             snprintf(text, sizeof text, "%.*s", XP_ERR_CAP - 1, x->rbuf[r] + sizeof h);
-            rc = tutti_set_error("mpi: rank %d (experts %d-%d of %s): %s", r, e0, e1 - 1, base_name(x->path), text);
+            rc = tutti_set_error("mpi: rank %d (experts %d-%d of %s): %s", r, e0, e1 - 1, tutti_base_name(x->path),
+                                 text);
             continue;
         }
         if (h.n_rows != n) {
             rc = tutti_set_error("mpi: rank %d (experts %d-%d of %s): %d rows back for %d", r, e0, e1 - 1,
-                                 base_name(x->path), h.n_rows, n);
+                                 tutti_base_name(x->path), h.n_rows, n);
             continue;
         }
         memcpy(slots + (int64_t)offs[e0] * x->n_embd, x->rbuf[r] + sizeof h,
@@ -193,7 +190,7 @@ static void xp_group_free(xp_split *x) {
         fprintf(stderr,
                 "tutti: mpi: experts: %lld tokens x MoE layers of %s, %.1f%% of their routed rows computed on ranks "
                 "1-%d; %.1f bytes per token and layer over MPI, %.3f s waiting for the other ranks\n",
-                (long long)(x->n_rows / x->n_used), base_name(x->path),
+                (long long)(x->n_rows / x->n_used), tutti_base_name(x->path),
                 100.0 * (double)x->n_rows_out / (double)x->n_rows, x->k - 1,
                 (double)x->bytes * x->n_used / (double)x->n_rows, x->t_wait);
     for (int32_t r = 0; r < x->k; r++) free(x->sbuf[r]), free(x->rbuf[r]);
@@ -240,7 +237,7 @@ static int start_servers(xp_split *x, int32_t n_threads) {
         memcpy(msg, &h, sizeof h);
         memcpy(msg + sizeof h, x->path, plen);
         char name[96];
-        snprintf(name, sizeof name, "experts %d-%d of %s", h.e0, h.e1 - 1, base_name(x->path));
+        snprintf(name, sizeof name, "experts %d-%d of %s", h.e0, h.e1 - 1, tutti_base_name(x->path));
         tmpi_register(r, x->tag, name, -1);
         MPI_Request rq;
         if (MPI_Isend(msg, (int)(sizeof h + plen), MPI_BYTE, r, TMPI_TAG_CTRL, tmpi_comm, &rq) != MPI_SUCCESS)
@@ -272,7 +269,7 @@ tutti_mpi_experts *tutti_mpi_experts_open(const tutti_session *s, const char *pa
     if (k > XP_MAX_RANKS) return tutti_set_error("--split-experts: at most %d ranks", XP_MAX_RANKS), NULL;
     if (k > n_expert && n_expert > 0)
         return tutti_set_error("--split-experts: %d ranks for the %d experts of %s (at most one rank per expert)", k,
-                               n_expert, base_name(path)),
+                               n_expert, tutti_base_name(path)),
                NULL;
     xp_split *x = calloc(1, sizeof *x);
     if (!x || !(x->path = strdup(path))) {
@@ -299,7 +296,8 @@ tutti_mpi_experts *tutti_mpi_experts_open(const tutti_session *s, const char *pa
         return NULL;
     }
     char line[1024];
-    size_t o = (size_t)snprintf(line, sizeof line, "tutti: mpi: %s experts split over %d ranks:", base_name(path), k);
+    size_t o =
+        (size_t)snprintf(line, sizeof line, "tutti: mpi: %s experts split over %d ranks:", tutti_base_name(path), k);
     for (int32_t r = 0; r < k && o < sizeof line; r++) {
         int32_t e0, e1;
         share(n_expert, k, r, &e0, &e1);
@@ -334,7 +332,8 @@ int tutti_mpi_experts_join(tutti_mpi_experts *x, tutti_session *s) {
 }
 
 int tutti_mpi_experts_attach(tutti_session *s, const char *path) {
-    if (s->model->hp.n_expert < 1) return tutti_set_error("--split-experts: %s has no routed experts", base_name(path));
+    if (s->model->hp.n_expert < 1)
+        return tutti_set_error("--split-experts: %s has no routed experts", tutti_base_name(path));
     tutti_mpi_experts *x = tutti_mpi_experts_open(s, path);
     if (!x) return TUTTI_ERR;
     const int rc = tutti_mpi_experts_join(x, s);
@@ -432,7 +431,7 @@ static void *srv_main(void *arg) {
         n_rows += h.n_rows;
     }
     fprintf(stderr, "tutti: mpi: experts: rank %d computed experts %d-%d of %s for %lld routed rows\n", tmpi_rank(),
-            q->e0, q->e1 - 1, base_name(q->m->path), (long long)n_rows);
+            q->e0, q->e1 - 1, tutti_base_name(q->m->path), (long long)n_rows);
     free(offs), free(mm), free(buf), free(out), free(ge), free(ue);
     tutti_threadpool_free(q->tp);
     q->tp = NULL;

@@ -24,6 +24,7 @@
 #include "mpi/proto.h"
 #include "mpi/tutti_mpi.h"
 #include "util/error.h"
+#include "util/path.h"
 
 #define SPLIT_MAX_RANKS 64
 #define SPLIT_UB_ALIGN 4     /* tokens per matmul tile (quant/vecdot.h) */
@@ -44,11 +45,6 @@ static void rss_mib(double *now, double *peak) {
         if (sscanf(line, "VmHWM: %ld", &kb) == 1) *peak = (double)kb / 1024;
     }
     fclose(f);
-}
-
-static const char *base_name(const char *p) {
-    const char *b = strrchr(p, '/');
-    return b ? b + 1 : p;
 }
 
 /* ---- arguments ---- */
@@ -173,7 +169,7 @@ static int plan(tutti_mpi_ring *g, const tutti_model *m, const char *counts, int
         }
     }
     char line[2048];
-    size_t o = (size_t)snprintf(line, sizeof line, "tutti: mpi: %s split over %d ranks:", base_name(m->path), k);
+    size_t o = (size_t)snprintf(line, sizeof line, "tutti: mpi: %s split over %d ranks:", tutti_base_name(m->path), k);
     for (int32_t r = 0; r < k && o < sizeof line; r++) {
         uint64_t by = r == 0 ? rest : 0;
         for (int32_t il = g->il0[r]; il < g->il1[r]; il++) by += b[il];
@@ -225,7 +221,7 @@ void tutti_mpi_ring_free(tutti_mpi_ring *r) {
                 "tutti: mpi: split: %lld tokens in %lld micro-batches (%lld passes), %.1f bytes per token over the "
                 "ring (%d hops), %.3f s in the pipeline of %s; rank 0 RSS %.1f MiB (peak %.1f MiB)\n",
                 (long long)r->n_tok, (long long)r->n_piece, (long long)r->n_pass, (double)r->bytes / (double)r->n_tok,
-                r->k, r->t_eval, base_name(r->path), rss, peak);
+                r->k, r->t_eval, tutti_base_name(r->path), rss, peak);
     }
     free(r->seg);
     free(r->pos0);
@@ -324,7 +320,7 @@ static int start_parts(tutti_mpi_ring *g, int32_t n_threads) {
         memcpy(msg, &h, sizeof h);
         memcpy(msg + sizeof h, g->path, plen);
         char name[64];
-        snprintf(name, sizeof name, "layers %d-%d of %s", g->il0[r], g->il1[r] - 1, base_name(g->path));
+        snprintf(name, sizeof name, "layers %d-%d of %s", g->il0[r], g->il1[r] - 1, tutti_base_name(g->path));
         tmpi_register(r, g->tag, name, -1);
         MPI_Request rq;
         if (MPI_Isend(msg, (int)(sizeof h + plen), MPI_BYTE, r, TMPI_TAG_CTRL, tmpi_comm, &rq) != MPI_SUCCESS)
@@ -486,7 +482,7 @@ static int ring_pass(tutti_mpi_ring *r, tutti_session *s, int32_t n_piece, float
         tmpi_act h;
         memcpy(&h, msg, sizeof h);
         if (h.op == TMPI_ACT_ERR) {
-            rc = tutti_set_error("mpi: rank %d (%s split part): %.*s", h.from, base_name(r->path),
+            rc = tutti_set_error("mpi: rank %d (%s split part): %.*s", h.from, tutti_base_name(r->path),
                                  h.n > 0 && (size_t)h.n < slot - sizeof h ? h.n : 0, msg + sizeof h);
             continue;
         }
@@ -844,7 +840,7 @@ static void *srv_main(void *arg) {
     fprintf(stderr,
             "tutti: mpi: split: rank %d computed layers %d-%d of %s for %lld tokens (%d sessions); RSS %.1f MiB "
             "(peak %.1f MiB)\n",
-            rank, q->il0, q->il1 - 1, base_name(q->m->path), (long long)n_tok, n_ss, rss, peak);
+            rank, q->il0, q->il1 - 1, tutti_base_name(q->m->path), (long long)n_tok, n_ss, rss, peak);
     /* the part's memory goes now (a server frees split members it evicts) */
     for (int32_t i = 0; i < q->cap_ss; i++) tutti_session_free(q->ss[i]);
     free(q->ss);
