@@ -26,6 +26,7 @@
 #include "model/model.h"
 #include "mpi/proto.h"
 #include "mpi/tutti_mpi.h"
+#include "util/buf.h"
 #include "util/error.h"
 #include "util/path.h"
 
@@ -71,14 +72,6 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static xp_split *g_live; /* tutti_mpi_stop releases what a failed command left */
 static int32_t g_seq;
 
-static bool grow(char **buf, size_t *cap, size_t need) {
-    if (need <= *cap) return true;
-    char *n = realloc(*buf, need);
-    if (!n) return false;
-    *buf = n, *cap = need;
-    return true;
-}
-
 /* Sends the layer's rows of every other rank's experts; on success the
  * split stays locked until xp_recv. */
 static int xp_send(tutti_moe_remote *rm, int32_t il, const int32_t *offs, const float *xe) {
@@ -101,7 +94,8 @@ static int xp_post(xp_split *x, int32_t il, const int32_t *offs, const float *xe
         const size_t head = sizeof(tmpi_xreq) + sizeof(int32_t) * (size_t)(e1 - e0);
         const size_t len = head + sizeof(float) * (size_t)n * (size_t)x->n_embd;
         const size_t rlen = sizeof(tmpi_xrep) + sizeof(float) * (size_t)n * (size_t)x->n_embd + XP_ERR_CAP;
-        if (!grow(&x->sbuf[r], &x->scap[r], len) || !grow(&x->rbuf[r], &x->rcap[r], rlen)) {
+        if (tutti_buf_reserve(&x->sbuf[r], &x->scap[r], len) < 0 ||
+            tutti_buf_reserve(&x->rbuf[r], &x->rcap[r], rlen) < 0) {
             x->dead = true; /* requests of this layer are out: a fault ends the run (tutti_mpi_stop) */
             return tmpi_fail(r, "out of memory for its expert rows");
         }
@@ -388,7 +382,7 @@ static void *srv_main(void *arg) {
         int cnt = 0;
         if (tmpi_probe_idle(0, q->tag, &msg, &st) != MPI_SUCCESS) break;
         MPI_Get_count(&st, MPI_BYTE, &cnt);
-        const bool room = cnt >= 0 && offs && mm && grow(&buf, &cap, cnt > 0 ? (size_t)cnt : 1);
+        const bool room = cnt >= 0 && offs && mm && tutti_buf_reserve(&buf, &cap, cnt > 0 ? (size_t)cnt : 1) == 0;
         if (!room) { /* cannot hold it: take it anyway and answer an error */
             char *tmp = malloc(cnt > 0 ? (size_t)cnt : 1);
             if (!tmp) break;
@@ -403,8 +397,9 @@ static void *srv_main(void *arg) {
         const char *err = h.op == TMPI_XP_RUN ? srv_check(q, buf, cnt, &h, offs) : "malformed expert request";
         if (!room) err = "out of memory for an expert request";
         const size_t n = err ? 0 : (size_t)h.n_rows;
-        if (!err && (!grow(&out, &cap_out, sizeof(tmpi_xrep) + sizeof(float) * n * (size_t)n_embd) ||
-                     !tutti_threadpool_scratch(q->tp, n * (size_t)(n_embd > nf ? n_embd : nf) + 16 * (size_t)hp->n_expert)))
+        if (!err &&
+            (tutti_buf_reserve(&out, &cap_out, sizeof(tmpi_xrep) + sizeof(float) * n * (size_t)n_embd) < 0 ||
+             !tutti_threadpool_scratch(q->tp, n * (size_t)(n_embd > nf ? n_embd : nf) + 16 * (size_t)hp->n_expert)))
             err = "out of memory for an expert request";
         if (!err && n > cap_rows) {
             float *g = realloc(ge, sizeof(float) * n * (size_t)nf), *u = g ? realloc(ue, sizeof(float) * n * (size_t)nf) : NULL;
