@@ -233,11 +233,7 @@ static int start_servers(xp_split *x, int32_t n_threads) {
         char name[96];
         snprintf(name, sizeof name, "experts %d-%d of %s", h.e0, h.e1 - 1, tutti_base_name(x->path));
         tmpi_register(r, x->tag, name, -1);
-        MPI_Request rq;
-        if (MPI_Isend(msg, (int)(sizeof h + plen), MPI_BYTE, r, TMPI_TAG_CTRL, tmpi_comm, &rq) != MPI_SUCCESS)
-            rc = tmpi_fail(r, "sending the expert split");
-        else
-            rc = tmpi_wait(&rq, MPI_Wtime() + tmpi_timeout_s(), r, "sending the expert split");
+        rc = tmpi_send_wait(r, TMPI_TAG_CTRL, msg, sizeof h + plen, "sending the expert split");
     }
     free(msg);
     char first_err[1200] = "";
@@ -443,16 +439,9 @@ int tmpi_experts_serve(const char *buf, int cnt, char *ebuf, size_t cap) {
         h.tag >= TMPI_TAG_EXPERTS0 + TMPI_MAX_XSPLITS || h.e0 < 0 || h.e1 <= h.e0 || h.n_threads < 1 ||
         h.n_threads > 1024)
         return snprintf(ebuf, cap, "mpi: malformed expert split"), -1;
-    if (!tmpi_serving_room()) return snprintf(ebuf, cap, "mpi: out of memory"), -1;
-    char *path = malloc((size_t)h.path_len + 1);
-    xp_srv *q = calloc(1, sizeof *q);
-    if (!path || !q) {
-        free(path);
-        free(q);
-        return snprintf(ebuf, cap, "mpi: out of memory"), -1;
-    }
-    memcpy(path, buf + sizeof h, (size_t)h.path_len);
-    path[h.path_len] = 0;
+    char *path;
+    xp_srv *q = tmpi_serving_new(buf, sizeof h, h.path_len, sizeof *q, &path, ebuf, cap);
+    if (!q) return -1;
     q->e0 = h.e0, q->e1 = h.e1, q->tag = h.tag;
     const char *f = getenv("TUTTI_MPI_TEST_FAULT"); /* xpload@R: rank R cannot load (tests/test_mpi.sh) */
     const char *err = f && !strncmp(f, "xpload@", 7) && atoi(f + 7) == tmpi_rank() ? "injected load failure" : NULL;

@@ -322,11 +322,7 @@ static int start_parts(tutti_mpi_ring *g, int32_t n_threads) {
         char name[64];
         snprintf(name, sizeof name, "layers %d-%d of %s", g->il0[r], g->il1[r] - 1, tutti_base_name(g->path));
         tmpi_register(r, g->tag, name, -1);
-        MPI_Request rq;
-        if (MPI_Isend(msg, (int)(sizeof h + plen), MPI_BYTE, r, TMPI_TAG_CTRL, tmpi_comm, &rq) != MPI_SUCCESS)
-            rc = tmpi_fail(r, "sending the split");
-        else
-            rc = tmpi_wait(&rq, MPI_Wtime() + tmpi_timeout_s(), r, "sending the split");
+        rc = tmpi_send_wait(r, TMPI_TAG_CTRL, msg, sizeof h + plen, "sending the split");
     }
     free(msg);
     int rc_load = TUTTI_OK;
@@ -689,6 +685,19 @@ void tmpi_serving_add(pthread_t th, void *obj) {
     g_srv[g_n_srv++].obj = obj;
 }
 
+void *tmpi_serving_new(const char *buf, size_t hdr, int32_t path_len, size_t obj, char **path, char *ebuf, size_t cap) {
+    void *q = tmpi_serving_room() ? calloc(1, obj) : NULL;
+    *path = q ? malloc((size_t)path_len + 1) : NULL;
+    if (!*path) {
+        free(q);
+        snprintf(ebuf, cap, "mpi: out of memory");
+        return NULL;
+    }
+    memcpy(*path, buf + hdr, (size_t)path_len);
+    (*path)[path_len] = 0;
+    return q;
+}
+
 void tmpi_serving_join(void) {
     for (int i = 0; i < g_n_srv; i++) {
         pthread_join(g_srv[i].th, NULL);
@@ -857,16 +866,9 @@ int tmpi_split_serve(const char *buf, int cnt, char *ebuf, size_t cap) {
     if (h.path_len < 1 || (int)sizeof h + h.path_len != cnt || h.tag < TMPI_TAG_SPLIT0 ||
         h.tag >= TMPI_TAG_SPLIT0 + TMPI_MAX_RINGS || h.il0 < 0 || h.il1 < h.il0)
         return snprintf(ebuf, cap, "mpi: malformed split request"), -1;
-    if (!tmpi_serving_room()) return snprintf(ebuf, cap, "mpi: out of memory"), -1;
-    char *path = malloc((size_t)h.path_len + 1);
-    split_srv *q = calloc(1, sizeof *q);
-    if (!path || !q) {
-        free(path);
-        free(q);
-        return snprintf(ebuf, cap, "mpi: out of memory"), -1;
-    }
-    memcpy(path, buf + sizeof h, (size_t)h.path_len);
-    path[h.path_len] = 0;
+    char *path;
+    split_srv *q = tmpi_serving_new(buf, sizeof h, h.path_len, sizeof *q, &path, ebuf, cap);
+    if (!q) return -1;
     q->il0 = h.il0, q->il1 = h.il1, q->tag = h.tag;
     /* fault injection for tests/test_mpi.sh: TUTTI_MPI_TEST_FAULT=splitload@R
      * makes rank R fail to load its part (as a file it cannot read would) */
