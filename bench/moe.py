@@ -36,7 +36,7 @@ import argparse, json, os, statistics, subprocess, sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from run import bench_pair, machine_details, run_child  # noqa: E402
+from run import bench_pair, machine_details, run_child, tutti_bench_cmd  # noqa: E402
 
 SHAPES = {
     "olmoe": ("olmoe", dict(arch="olmoe", n_embd=2048, n_head=16, n_head_kv=16, head_dim=128, n_expert=64,
@@ -111,14 +111,7 @@ def main():
 
     name, cfg = SHAPES[a.shape]
     rel = f"/tmp/tutti-bench-moe/{a.shape}-{a.layers}l-{a.type.lower()}.gguf"
-    if a.tutti:
-        tutti = a.tutti.split()
-    else:
-        bd = os.path.join(REPO, "build-bench")
-        subprocess.run(["cmake", "-S", REPO, "-B", bd, "-DCMAKE_BUILD_TYPE=Release", "-DTUTTI_TESTS=OFF"],
-                       check=True, stdout=subprocess.DEVNULL)
-        subprocess.run(["cmake", "--build", bd, "-j2", "--target", "tutti"], check=True, stdout=subprocess.DEVNULL)
-        tutti = [os.path.join(bd, "tutti"), "bench"]
+    tutti = tutti_bench_cmd(a.tutti)
     try:
         size = make_model(a, name, cfg, rel)
         act = active_bytes(a, rel)

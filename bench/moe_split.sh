@@ -14,22 +14,8 @@ T=${TUTTI:-$HERE/../build/tutti}
 MODEL=${1:?usage: bench/moe_split.sh MODEL [REPEATS]}
 REP=${2:-3}
 TH=${THREADS:-1}
-W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
-head -c 600 "$HERE/../../shared/eval/stories-dev.txt" | tr '\n' ' ' >"$W/prompt.txt"
-mpi() { mpirun --oversubscribe --allow-run-as-root "$@"; }
-rate() { sed -n 's/.*prompt [0-9]* tokens in [0-9.]* s (\([0-9.]*\) tokens\/s); generated [0-9]* tokens in [0-9.]* s (\([0-9.]*\) tokens\/s).*/\1 \2/p' "$1"; }
-median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
-run_cfg() {
-  name=$1; shift
-  : >"$W/p"; : >"$W/g"
-  for i in $(seq "$REP"); do
-    "$@" -m "$MODEL" -f "$W/prompt.txt" -n 64 --temp 0 --ignore-eos >"$W/out.$i" 2>"$W/err"
-    rate "$W/err" | awk '{ print $1 >> "'"$W/p"'"; print $2 >> "'"$W/g"'" }'
-  done
-  printf '%-40s prompt %8.1f tok/s   generation %7.1f tok/s\n' "$name" "$(median <"$W/p")" "$(median <"$W/g")"
-  grep 'tutti: mpi: experts:' "$W/err" | sed 's/^/    /'
-}
-echo "model: $MODEL, prompt $(wc -c <"$W/prompt.txt") bytes, median of $REP runs, $(nproc) CPUs"
+PROMPT_BYTES=600 N_GEN=64 REPORT='tutti: mpi: experts:'
+. "$HERE/split_common.sh"
 run_cfg "1 process, -t $TH" "$T" generate -t "$TH"
 run_cfg "1 process, -t $((2 * TH))" "$T" generate -t "$((2 * TH))"
 run_cfg "2 ranks x -t $TH, --split-experts" mpi -np 2 "$T" generate -t "$TH" --split-experts

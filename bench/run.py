@@ -65,6 +65,18 @@ def bench_pair(a, tutti, rel):
     return lsamp, tsamp, l_rss, t_rss
 
 
+def tutti_bench_cmd(given):
+    """The command of tutti's bench subcommand: given (--tutti), else
+    build-bench/tutti bench, built here (Release, no tests)."""
+    if given:
+        return given.split()
+    bd = os.path.join(REPO, "build-bench")
+    subprocess.run(["cmake", "-S", REPO, "-B", bd, "-DCMAKE_BUILD_TYPE=Release", "-DTUTTI_TESTS=OFF"],
+                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["cmake", "--build", bd, "-j2", "--target", "tutti"], check=True, stdout=subprocess.DEVNULL)
+    return [os.path.join(bd, "tutti"), "bench"]
+
+
 def machine_details():
     lines = []
     try:
@@ -101,14 +113,7 @@ def main():
     a = ap.parse_args()
 
     subprocess.run([os.path.join(HERE, "make_models.sh"), a.root], check=True)
-    if a.tutti:
-        tutti = a.tutti.split()
-    else:
-        bd = os.path.join(REPO, "build-bench")
-        subprocess.run(["cmake", "-S", REPO, "-B", bd, "-DCMAKE_BUILD_TYPE=Release", "-DTUTTI_TESTS=OFF"],
-                       check=True, stdout=subprocess.DEVNULL)
-        subprocess.run(["cmake", "--build", bd, "-j2", "--target", "tutti"], check=True, stdout=subprocess.DEVNULL)
-        tutti = [os.path.join(bd, "tutti"), "bench"]
+    tutti = tutti_bench_cmd(a.tutti)
 
     for l in machine_details():
         print(l)

@@ -24,18 +24,9 @@
 
 #include "gguf/gguf.h"
 #include "gguf/gguf_write.h"
+#include "merge_common.h"
 #include "quant/quant.h"
 #include "tutti.h"
-
-static char g_dir[256];
-
-static const char *tmp(const char *name) {
-    static char buf[8][512];
-    static int k;
-    char *b = buf[k++ % 8];
-    snprintf(b, 512, "%s/%s", g_dir, name);
-    return b;
-}
 
 static uint64_t splitmix(uint64_t *s) {
     uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
@@ -92,35 +83,6 @@ static void make_variant(const char *src, const char *dst, variant_kind kind, ui
     gguf_close(f);
 }
 
-static void write_text(const char *path, const char *text) {
-    FILE *fp = fopen(path, "w");
-    assert_non_null(fp);
-    fputs(text, fp);
-    fclose(fp);
-}
-
-/* Runs tutti merge with args; returns the exit status, stderr in *err (malloc'd). */
-static int merge_cli(const char *args, char **err) {
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "%s merge %s 2>%s", TUTTI_CLI, args, tmp("stderr.txt"));
-    int st;
-    char *out = run_cmd(cmd, &st);
-    free(out);
-    size_t len;
-    char *e = read_file(tmp("stderr.txt"), &len);
-    if (err) *err = e ? e : strdup("");
-    else free(e);
-    return st;
-}
-
-static void merge_ok(const char *args) {
-    char *err;
-    int st = merge_cli(args, &err);
-    if (st != 0) fprintf(stderr, "tutti merge %s\n%s", args, err);
-    assert_int_equal(st, 0);
-    free(err);
-}
-
 /* ---- float32 tensors of a file ---- */
 
 static float *tensor_f32(const char *path, const char *name, int64_t *n_out) {
@@ -159,14 +121,6 @@ static char *file_bytes(const char *path, size_t *len) {
     char *d = read_file(path, len);
     assert_non_null(d);
     return d;
-}
-
-static bool same_file(const char *a, const char *b) {
-    size_t la, lb;
-    char *x = file_bytes(a, &la), *y = file_bytes(b, &lb);
-    bool same = la == lb && !memcmp(x, y, la);
-    free(x), free(y);
-    return same;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -243,14 +197,7 @@ static void run_reference_checks(const char *a, const char *b, const char *c, co
         merge_ok(args);
         o += (size_t)snprintf(checks + o, sizeof checks - o, " %s %s 11", cfg_path, out_path);
     }
-    char cmd[20000];
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/merge_ref.py check%s 2>&1", TUTTI_SOURCE_DIR, checks);
-    int st;
-    char *out = run_cmd(cmd, &st);
-    if (st != 0) fprintf(stderr, "%s", out);
-    else printf("%s: %s", tag, out);
-    free(out);
-    assert_int_equal(st, 0);
+    reference_run(tag, "merge_ref.py check%s", checks);
 }
 
 static void test_methods_vs_numpy(void **state) {
@@ -352,7 +299,7 @@ static void test_quantized_vs_llama_quantize(void **state) {
     if (odir) {
         for (int c = 0; c < 3; c++) {
             char cmd[2048];
-            snprintf(cmd, sizeof cmd, "cp %s/%s.f32.gguf %s/", g_dir, cases[c], odir);
+            snprintf(cmd, sizeof cmd, "cp %s/%s.f32.gguf %s/", merge_dir(), cases[c], odir);
             assert_int_equal(system(cmd), 0);
         }
         return;
@@ -556,14 +503,6 @@ static void test_dare_kept_fraction_and_seed(void **state) {
 /* ------------------------------------------------------------------------ */
 /* Refusals and the front end */
 
-static void expect_refusal(const char *args, int status, const char *needle) {
-    char *err;
-    int st = merge_cli(args, &err);
-    if (st != status || !strstr(err, needle))
-        fail_msg("tutti merge %s: status %d (want %d), stderr: %s (want '%s')", args, st, status, err, needle);
-    free(err);
-}
-
 static void test_refusals(void **state) {
     (void)state;
     require_shared();
@@ -636,10 +575,10 @@ static void test_refusals(void **state) {
     }
 }
 
-/* True when g_dir holds a file whose name contains needle (a temporary left behind). */
+/* True when the scratch folder holds a file whose name contains needle (a temporary left behind). */
 static bool dir_has(const char *needle) {
     char cmd[700];
-    snprintf(cmd, sizeof cmd, "ls -a %s", g_dir);
+    snprintf(cmd, sizeof cmd, "ls -a %s", merge_dir());
     int st;
     char *out = run_cmd(cmd, &st);
     bool found = out && strstr(out, needle);
@@ -655,15 +594,16 @@ static void test_output_never_destroys(void **state) {
     require_shared();
     char args[2048], cmd[2048];
     /* s.gguf copied, reached as ./s, /abs/s, a symlink and a hard link */
-    snprintf(cmd, sizeof cmd, "cd %s && cp %s s.gguf && cp %s d.gguf && ln -sf s.gguf link.gguf && ln -f s.gguf hard.gguf",
-             g_dir, shared_path("models/stories260K.gguf"), shared_path("models/stories260K-ft/stories260K-dreams.gguf"));
+    snprintf(cmd, sizeof cmd,
+             "cd %s && cp %s s.gguf && cp %s d.gguf && ln -sf s.gguf link.gguf && ln -f s.gguf hard.gguf", merge_dir(),
+             shared_path("models/stories260K.gguf"), shared_path("models/stories260K-ft/stories260K-dreams.gguf"));
     int st;
     free(run_cmd(cmd, &st));
     assert_int_equal(st, 0);
     const char *outs[] = {"./s.gguf", "", "link.gguf", "hard.gguf"};
     for (size_t i = 0; i < sizeof outs / sizeof *outs; i++) {
-        snprintf(cmd, sizeof cmd, "cd %s && %s merge -m s.gguf -m d.gguf --method linear -o %s%s 2>&1", g_dir,
-                 TUTTI_CLI, outs[i][0] ? outs[i] : g_dir, outs[i][0] ? "" : "/s.gguf");
+        snprintf(cmd, sizeof cmd, "cd %s && %s merge -m s.gguf -m d.gguf --method linear -o %s%s 2>&1", merge_dir(),
+                 TUTTI_CLI, outs[i][0] ? outs[i] : merge_dir(), outs[i][0] ? "" : "/s.gguf");
         char *err = run_cmd(cmd, &st);
         if (st != 1 || !strstr(err, "the same file")) fail_msg("%s: status %d: %s", cmd, st, err);
         free(err);
@@ -700,15 +640,16 @@ static void test_output_never_destroys(void **state) {
     /* -o - streams the same bytes to stdout and creates no file named "-" */
     const char *to[] = {"file.gguf", "- > stdout.gguf"};
     for (int k = 0; k < 2; k++) {
-        snprintf(cmd, sizeof cmd, "cd %s && %s merge -m s.gguf -m d.gguf --method linear --quiet -o %s", g_dir, TUTTI_CLI,
-                 to[k]);
+        snprintf(cmd, sizeof cmd, "cd %s && %s merge -m s.gguf -m d.gguf --method linear --quiet -o %s", merge_dir(),
+                 TUTTI_CLI, to[k]);
         free(run_cmd(cmd, &st));
         assert_int_equal(st, 0);
     }
     assert_true(same_file(tmp("file.gguf"), tmp("stdout.gguf")));
     assert_int_equal(access(tmp("-"), F_OK), -1);
     /* an output that cannot be written is refused before the merge runs */
-    snprintf(args, sizeof args, "-m %s -m %s --method linear -o %s/no/such/dir/x.gguf", tmp("s.gguf"), tmp("d.gguf"), g_dir);
+    snprintf(args, sizeof args, "-m %s -m %s --method linear -o %s/no/such/dir/x.gguf", tmp("s.gguf"), tmp("d.gguf"),
+             merge_dir());
     expect_refusal(args, 1, "does not exist");
 }
 
@@ -871,15 +812,7 @@ static void test_passthrough_runs(void **state) {
 
 static int setup(void **state) {
     (void)state;
-    snprintf(g_dir, sizeof g_dir, "/tmp/tutti-merge-test-XXXXXX");
-    return mkdtemp(g_dir) ? 0 : -1;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return merge_dir_make("/tmp/tutti-merge-test-XXXXXX");
 }
 
 int main(void) {
@@ -900,5 +833,5 @@ int main(void) {
     /* TUTTI_TEST_FILTER=test_refusals runs one test (cmocka's pattern) */
     if (getenv("TUTTI_TEST_FILTER")) cmocka_set_test_filter(getenv("TUTTI_TEST_FILTER"));
     test_select_part();
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, merge_dir_remove);
 }

@@ -14,23 +14,15 @@
 #include "test_common.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "gguf/gguf.h"
+#include "merge_common.h"
 #include "tutti.h"
-
-static char g_dir[256];
-
-static const char *tmp(const char *name) {
-    static char buf[8][512];
-    static int k;
-    char *b = buf[k++ % 8];
-    snprintf(b, 512, "%s/%s", g_dir, name);
-    return b;
-}
 
 static const char *data_path(const char *name) {
     static char buf[4][1024];
@@ -72,34 +64,19 @@ static const char *config_from(const char *name, const char *mode, const char *o
     return tmp(out_name);
 }
 
-static int merge_cli(const char *args, char **err) {
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "%s merge %s 2>%s", TUTTI_CLI, args, tmp("stderr.txt"));
-    int st;
-    free(run_cmd(cmd, &st));
-    size_t len;
-    char *e = read_file(tmp("stderr.txt"), &len);
-    if (err) *err = e ? e : strdup("");
-    else free(e);
-    return st;
-}
-
-static void merge_ok(const char *args) {
-    char *err;
-    if (merge_cli(args, &err) != 0) fail_msg("tutti merge %s\n%s", args, err);
-    free(err);
-}
-
 static void reference_check(const char *cfg, const char *gguf, int seed) {
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/moe_ref.py check %s %s %s %d 2>&1", TUTTI_SOURCE_DIR, cfg, gguf,
-             data_path("prompts.json"), seed);
-    int st;
-    char *out = run_cmd(cmd, &st);
-    if (st) fprintf(stderr, "%s", out);
-    else printf("%s", out);
-    free(out);
-    assert_int_equal(st, 0);
+    reference_run(NULL, "moe_ref.py check %s %s %s %d", cfg, gguf, data_path("prompts.json"), seed);
+}
+
+/* tests/data/moe_merge/NAME.yaml merged into tmp(PREFIX-NAME.gguf), whose
+ * path goes to gguf[512]. */
+static void merge_config(const char *name, const char *prefix, char *gguf) {
+    char yaml[64], out[64], args[2048];
+    snprintf(yaml, sizeof yaml, "%s.yaml", name);
+    snprintf(out, sizeof out, "%s-%s.gguf", prefix, name);
+    snprintf(gguf, 512, "%s", tmp(out));
+    snprintf(args, sizeof args, "--config %s -o %s", config_from(yaml, NULL, yaml), gguf);
+    merge_ok(args);
 }
 
 static void test_moe_vs_reference(void **state) {
@@ -152,14 +129,11 @@ static void test_moe_files_as_llamacpp_ran(void **state) {
     require_shared();
     static const char *const names[] = {"hidden", "cheap"};
     for (int i = 0; i < 2; i++) {
-        char yaml[64], gguf[64], tensors[64], args[2048];
-        snprintf(yaml, sizeof yaml, "%s.yaml", names[i]);
-        snprintf(gguf, sizeof gguf, "ll-%s.gguf", names[i]);
+        char gguf[512], tensors[64];
+        merge_config(names[i], "ll", gguf);
         snprintf(tensors, sizeof tensors, "%s.tensors", names[i]);
-        snprintf(args, sizeof args, "--config %s -o %s", config_from(yaml, NULL, yaml), tmp(gguf));
-        merge_ok(args);
-        assert_tensors_as(tmp(gguf), tensors);
-        gguf_file *f = gguf_open(tmp(gguf));
+        assert_tensors_as(gguf, tensors);
+        gguf_file *f = gguf_open(gguf);
         uint32_t v;
         assert_true(gguf_get_u32(f, "llama.expert_count", &v));
         assert_int_equal(v, 3);
@@ -187,13 +161,10 @@ static void test_moe_logits_vs_llamacpp(void **state) {
     assert_true(n > 100);
     static const char *const names[] = {"hidden", "cheap"};
     for (int i = 0; i < 2; i++) {
-        char yaml[64], gguf[64], ref_name[64], args[2048];
-        snprintf(yaml, sizeof yaml, "%s.yaml", names[i]);
-        snprintf(gguf, sizeof gguf, "lg-%s.gguf", names[i]);
+        char gguf[512], ref_name[64];
+        merge_config(names[i], "lg", gguf);
         snprintf(ref_name, sizeof ref_name, "%s.logits.f32", names[i]);
-        snprintf(args, sizeof args, "--config %s -o %s", config_from(yaml, NULL, yaml), tmp(gguf));
-        merge_ok(args);
-        tutti_model *m = tutti_model_load(tmp(gguf), NULL);
+        tutti_model *m = tutti_model_load(gguf, NULL);
         if (!m) fail_msg("%s: %s", gguf, tutti_last_error());
         int n_vocab = tutti_model_n_vocab(m);
         /* the reference keeps positions 0, 2, 4, ... (make_refs.sh) */
@@ -222,81 +193,92 @@ static void test_moe_logits_vs_llamacpp(void **state) {
     }
 }
 
-static void expect_refusal(const char *yaml, const char *needle) {
-    FILE *f = fopen(tmp("bad.yaml"), "w");
-    assert_non_null(f);
-    fputs(yaml, f);
-    fclose(f);
+/* The configuration that fmt makes is refused: status 1, needle on
+ * stderr, no output file. */
+static void expect_config_refusal(const char *needle, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void expect_config_refusal(const char *needle, const char *fmt, ...) {
+    va_list ap, ap2;
+    va_start(ap, fmt);
+    va_copy(ap2, ap);
+    const int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    assert_true(n >= 0);
+    char *yaml = malloc((size_t)n + 1);
+    assert_non_null(yaml);
+    vsnprintf(yaml, (size_t)n + 1, fmt, ap2);
+    va_end(ap2);
+    write_text(tmp("bad.yaml"), yaml);
     char args[2048], *err;
     snprintf(args, sizeof args, "--config %s -o %s", tmp("bad.yaml"), tmp("bad.gguf"));
     int st = merge_cli(args, &err);
     if (st != 1 || !strstr(err, needle)) fail_msg("config:\n%s\nstatus %d, stderr: %s (want '%s')", yaml, st, err, needle);
-    free(err);
+    free(err), free(yaml);
     assert_int_equal(access(tmp("bad.gguf"), F_OK), -1);
 }
 
 static void test_moe_refusals(void **state) {
     (void)state;
     require_shared();
-    char y[4096];
     const char *b = shared_path("models/stories260K.gguf"), *d = shared_path("models/stories260K-ft/stories260K-dreams.gguf");
-    snprintf(y, sizeof y, "experts:\n  - source_model: %s\n    positive_prompts: [a]\n", d);
-    expect_refusal(y, "base_model missing");
-    snprintf(y, sizeof y, "base_model: %s\nexperts_per_token: 3\nexperts:\n  - {source_model: %s, positive_prompts: [a]}\n"
-             "  - {source_model: %s, positive_prompts: [b]}\n", b, b, d);
-    expect_refusal(y, "experts_per_token is larger");
-    snprintf(y, sizeof y, "base_model: %s\nexperts:\n  - {source_model: %s, positive_prompts: [a]}\n"
-             "  - {source_model: %s, positive_prompts: [a]}\n", b, b, d);
-    expect_refusal(y, "same prompts");
-    snprintf(y, sizeof y, "base_model: %s\nexperts:\n  - {source_model: %s, positive_prompts: [a]}\n"
-             "  - {source_model: %s, positive_prompts: [b]}\n", b, d, d);
-    expect_refusal(y, "same source_model");
-    snprintf(y, sizeof y, "base_model: %s\nexperts:\n  - {source_model: %s, positive_prompts: [a]}\n"
-             "  - {source_model: %s}\n", b, b, d);
-    expect_refusal(y, "expert 2 has no positive_prompts");
-    snprintf(y, sizeof y, "base_model: %s\nshared_experts:\n  - {source_model: %s}\nexperts:\n  - {source_model: %s, "
-             "positive_prompts: [a]}\n", b, b, d);
-    expect_refusal(y, "shared_experts");
-    snprintf(y, sizeof y, "base_model: %s\narchitecture: qwen\nexperts:\n  - {source_model: %s, positive_prompts: [a]}\n", b, d);
-    expect_refusal(y, "Mixtral layout only");
-    snprintf(y, sizeof y, "base_model: %s\ngate_mode: psychic\nexperts:\n  - {source_model: %s, positive_prompts: [a]}\n", b, d);
-    expect_refusal(y, "gate_mode must be");
-    snprintf(y, sizeof y, "base_model: %s\nexperts_per_token: 1\nexperts:\n  - {source_model: %s, positive_prompts: [a], noise_scale: -1}\n", b, d);
-    expect_refusal(y, "noise_scale must be");
-    snprintf(y, sizeof y, "base_model: %s\nexperts:\n  - {source_model: %s, positive_prompts: [a], wieght: 1}\n", b, d);
-    expect_refusal(y, "unknown key in an expert");
+    expect_config_refusal("base_model missing", "experts:\n  - source_model: %s\n    positive_prompts: [a]\n", d);
+    expect_config_refusal(
+        "experts_per_token is larger",
+        "base_model: %s\nexperts_per_token: 3\nexperts:\n  - {source_model: %s, positive_prompts: [a]}\n"
+        "  - {source_model: %s, positive_prompts: [b]}\n",
+        b, b, d);
+    expect_config_refusal("same prompts",
+                          "base_model: %s\nexperts:\n  - {source_model: %s, positive_prompts: [a]}\n"
+                          "  - {source_model: %s, positive_prompts: [a]}\n",
+                          b, b, d);
+    expect_config_refusal("same source_model",
+                          "base_model: %s\nexperts:\n  - {source_model: %s, positive_prompts: [a]}\n"
+                          "  - {source_model: %s, positive_prompts: [b]}\n",
+                          b, d, d);
+    expect_config_refusal("expert 2 has no positive_prompts",
+                          "base_model: %s\nexperts:\n  - {source_model: %s, positive_prompts: [a]}\n"
+                          "  - {source_model: %s}\n",
+                          b, b, d);
+    expect_config_refusal("shared_experts",
+                          "base_model: %s\nshared_experts:\n  - {source_model: %s}\nexperts:\n  - {source_model: %s, "
+                          "positive_prompts: [a]}\n",
+                          b, b, d);
+    expect_config_refusal(
+        "Mixtral layout only",
+        "base_model: %s\narchitecture: qwen\nexperts:\n  - {source_model: %s, positive_prompts: [a]}\n", b, d);
+    expect_config_refusal(
+        "gate_mode must be",
+        "base_model: %s\ngate_mode: psychic\nexperts:\n  - {source_model: %s, positive_prompts: [a]}\n", b, d);
+    expect_config_refusal(
+        "noise_scale must be",
+        "base_model: %s\nexperts_per_token: 1\nexperts:\n  - {source_model: %s, positive_prompts: [a], noise_scale: -1}\n",
+        b, d);
+    expect_config_refusal("unknown key in an expert",
+                          "base_model: %s\nexperts:\n  - {source_model: %s, positive_prompts: [a], wieght: 1}\n", b, d);
     /* inputs: another vocabulary, another shape, an MoE already, a prompt too long */
-    snprintf(y, sizeof y, "base_model: %s\ngate_mode: random\nexperts_per_token: 1\nexperts:\n  - {source_model: %s}\n", b,
-             shared_path("models/BabyLlama-tok361/babyllama-tok361.gguf"));
-    expect_refusal(y, "different vocabularies");
-    snprintf(y, sizeof y, "base_model: %s\ngate_mode: random\nexperts_per_token: 1\nexperts:\n  - {source_model: %s}\n",
-             shared_path("ref/arch/llama-F16.gguf"), shared_path("ref/arch/qwen2-F16.gguf"));
-    expect_refusal(y, "different architectures");
-    snprintf(y, sizeof y, "base_model: %s\ngate_mode: random\nexperts_per_token: 1\nexperts:\n  - {source_model: %s}\n", b,
-             shared_path("ref/arch/llama-F16.gguf"));
-    expect_refusal(y, "layers");
+    expect_config_refusal("different vocabularies",
+                          "base_model: %s\ngate_mode: random\nexperts_per_token: 1\nexperts:\n  - {source_model: %s}\n",
+                          b, shared_path("models/BabyLlama-tok361/babyllama-tok361.gguf"));
+    expect_config_refusal("different architectures",
+                          "base_model: %s\ngate_mode: random\nexperts_per_token: 1\nexperts:\n  - {source_model: %s}\n",
+                          shared_path("ref/arch/llama-F16.gguf"), shared_path("ref/arch/qwen2-F16.gguf"));
+    expect_config_refusal("layers",
+                          "base_model: %s\ngate_mode: random\nexperts_per_token: 1\nexperts:\n  - {source_model: %s}\n",
+                          b, shared_path("ref/arch/llama-F16.gguf"));
     char *long_prompt = malloc(20000);
     assert_non_null(long_prompt);
     memset(long_prompt, 'a', 19999);
     long_prompt[19999] = 0;
-    char *y2 = malloc(24000);
-    snprintf(y2, 24000, "base_model: %s\nexperts:\n  - {source_model: %s, positive_prompts: [a]}\n  - {source_model: %s, "
-             "positive_prompts: [\"%s\"]}\n", b, b, d, long_prompt);
-    expect_refusal(y2, "longer than");
-    free(y2), free(long_prompt);
+    expect_config_refusal(
+        "longer than",
+        "base_model: %s\nexperts:\n  - {source_model: %s, positive_prompts: [a]}\n  - {source_model: %s, "
+        "positive_prompts: [\"%s\"]}\n",
+        b, b, d, long_prompt);
+    free(long_prompt);
 }
 
 static int setup(void **state) {
     (void)state;
-    snprintf(g_dir, sizeof g_dir, "/tmp/tutti-merge-moe-XXXXXX");
-    return mkdtemp(g_dir) ? 0 : -1;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return merge_dir_make("/tmp/tutti-merge-moe-XXXXXX");
 }
 
 int main(void) {
@@ -307,5 +289,5 @@ int main(void) {
         cmocka_unit_test(test_moe_refusals),
     };
     if (getenv("TUTTI_TEST_FILTER")) cmocka_set_test_filter(getenv("TUTTI_TEST_FILTER"));
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, merge_dir_remove);
 }

@@ -25,17 +25,8 @@
 #include <unistd.h>
 
 #include "merge/cmaes.h"
+#include "merge_common.h"
 #include "tutti.h"
-
-static char g_dir[256];
-
-static const char *tmp(const char *name) {
-    static char buf[8][512];
-    static int k;
-    char *b = buf[k++ % 8];
-    snprintf(b, 512, "%s/%s", g_dir, name);
-    return b;
-}
 
 /* ---- CMA-ES ---- */
 
@@ -152,35 +143,6 @@ static void test_cmaes_deterministic(void **state) {
 
 /* ---- the search through the CLI ---- */
 
-static int merge_cli(const char *args, char **err) {
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "%s merge %s 2>%s", TUTTI_CLI, args, tmp("stderr.txt"));
-    int st;
-    free(run_cmd(cmd, &st));
-    size_t len;
-    char *e = read_file(tmp("stderr.txt"), &len);
-    if (err) *err = e ? e : strdup("");
-    else free(e);
-    return st;
-}
-
-static char *merge_ok(const char *args) {
-    char *err;
-    int st = merge_cli(args, &err);
-    if (st != 0) fail_msg("tutti merge %s\n%s", args, err);
-    return err;
-}
-
-static bool same_file(const char *a, const char *b) {
-    size_t la, lb;
-    char *x = read_file(a, &la), *y = read_file(b, &lb);
-    assert_non_null(x);
-    assert_non_null(y);
-    bool same = la == lb && !memcmp(x, y, la);
-    free(x), free(y);
-    return same;
-}
-
 /* The first n paragraphs of mixed-dev.txt (a story, a dream, a poem), written to path. */
 static void dev_text(const char *path, int n) {
     size_t len;
@@ -206,15 +168,20 @@ static double number_after(const char *text, const char *key) {
     return NAN;
 }
 
-static void reference_check(const char *yaml, const char *gguf) {
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/merge_ref.py check %s %s 0 2>&1", TUTTI_SOURCE_DIR, yaml, gguf);
+/* The number after key in what `tutti eval ARGS` prints (it must exit 0). */
+static double eval_number(const char *args, const char *key) {
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "%s eval %s", TUTTI_CLI, args);
     int st;
     char *out = run_cmd(cmd, &st);
-    if (st) fprintf(stderr, "%s", out);
-    else printf("%s", out);
-    free(out);
     assert_int_equal(st, 0);
+    double v = number_after(out, key);
+    free(out);
+    return v;
+}
+
+static void reference_check(const char *yaml, const char *gguf) {
+    reference_run(NULL, "merge_ref.py check %s %s 0", yaml, gguf);
 }
 
 static const char *models_args(void) {
@@ -232,17 +199,17 @@ static void test_search_reproduces(void **state) {
     char args[4096];
     snprintf(args, sizeof args, "--search --text %s %s --evals 7 --seed 3 --type F32 -o %s --yaml %s", tmp("dev.txt"),
              models_args(), tmp("s1.gguf"), tmp("s1.yaml"));
-    char *err = merge_ok(args);
+    char *err = merge_ok_stderr(args);
     double start = number_after(err, "start (every gene 0.5): ");
     free(err);
     /* the YAML alone gives the same file */
     snprintf(args, sizeof args, "--config %s -o %s", tmp("s1.yaml"), tmp("r1.gguf"));
-    free(merge_ok(args));
+    merge_ok(args);
     assert_true(same_file(tmp("s1.gguf"), tmp("r1.gguf")));
     /* one seed, one result */
     snprintf(args, sizeof args, "--search --text %s %s --evals 7 --seed 3 --type F32 -o %s --yaml %s", tmp("dev.txt"),
              models_args(), tmp("s2.gguf"), tmp("s2.yaml"));
-    free(merge_ok(args));
+    merge_ok(args);
     assert_true(same_file(tmp("s1.yaml"), tmp("s2.yaml")));
     assert_true(same_file(tmp("s1.gguf"), tmp("s2.gguf")));
     /* the reported score is the file's, as tutti eval measures it, and no worse than the start */
@@ -251,13 +218,8 @@ static void test_search_reproduces(void **state) {
     assert_non_null(yaml);
     double best = number_after(yaml, "# best: ");
     free(yaml);
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s eval --text %s -m %s 2>&1", TUTTI_CLI, tmp("dev.txt"), tmp("s1.gguf"));
-    int st;
-    char *out = run_cmd(cmd, &st);
-    assert_int_equal(st, 0);
-    double measured = number_after(out, "s1.gguf: ");
-    free(out);
+    snprintf(args, sizeof args, "--text %s -m %s 2>&1", tmp("dev.txt"), tmp("s1.gguf"));
+    double measured = eval_number(args, "s1.gguf: ");
     printf("search: start %.4f, best %.4f, tutti eval of the file %.4f bits/byte\n", start, best, measured);
     assert_true(fabs(best - measured) < 6e-5);
     assert_true(best <= start);
@@ -275,7 +237,7 @@ static void test_search_groups(void **state) {
     snprintf(args, sizeof args,
              "--search --text %s %s --method ties --layer-groups 2 --evals 5 --seed 1 --type F32 -o %s --yaml %s",
              tmp("dev2.txt"), models_args(), tmp("g1.gguf"), tmp("g1.yaml"));
-    free(merge_ok(args));
+    merge_ok(args);
     size_t len;
     char *y = read_file(tmp("g1.yaml"), &len);
     assert_non_null(y);
@@ -287,7 +249,7 @@ static void test_search_groups(void **state) {
     snprintf(args, sizeof args,
              "--search --text %s %s --method ties --layer-groups 2 --evals 5 --seed 2 --type F32 -o %s --yaml %s",
              tmp("dev2.txt"), models_args(), tmp("g2.gguf"), tmp("g2.yaml"));
-    free(merge_ok(args));
+    merge_ok(args);
     assert_false(same_file(tmp("g1.yaml"), tmp("g2.yaml")));
 }
 
@@ -307,30 +269,17 @@ static void test_search_choices(void **state) {
     char args[4096];
     snprintf(args, sizeof args, "--search --choices %s %s --method linear --evals 3 -o %s --yaml %s", tmp("cloze8.jsonl"),
              models_args(), tmp("c.gguf"), tmp("c.yaml"));
-    free(merge_ok(args));
+    merge_ok(args);
     char *y = read_file(tmp("c.yaml"), &len);
     double acc = number_after(y, "# best: ");
     assert_non_null(strstr(y, "accuracy"));
     /* linear weights the base model too */
     assert_non_null(strstr(y, "stories260K.gguf\"\n        layer_range: [0, 5]\n        parameters: {weight: "));
     free(y);
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s eval --choices %s -m %s --json 2>/dev/null", TUTTI_CLI, tmp("cloze8.jsonl"), tmp("c.gguf"));
-    int st;
-    char *out = run_cmd(cmd, &st);
-    assert_int_equal(st, 0);
-    double measured = number_after(out, "\"acc\":");
+    snprintf(args, sizeof args, "--choices %s -m %s --json 2>/dev/null", tmp("cloze8.jsonl"), tmp("c.gguf"));
+    double measured = eval_number(args, "\"acc\":");
     printf("search by accuracy: %.4f, tutti eval: %.4f\n", acc, measured);
-    free(out);
     assert_true(fabs(acc - measured) < 1e-4);
-}
-
-static void expect_refusal(const char *args, int status, const char *needle) {
-    char *err;
-    int st = merge_cli(args, &err);
-    if (st != status || !strstr(err, needle))
-        fail_msg("tutti merge %s: status %d (want %d), stderr: %s (want '%s')", args, st, status, err, needle);
-    free(err);
 }
 
 static void test_search_refusals(void **state) {
@@ -363,15 +312,7 @@ static void test_search_refusals(void **state) {
 
 static int setup(void **state) {
     (void)state;
-    snprintf(g_dir, sizeof g_dir, "/tmp/tutti-merge-search-XXXXXX");
-    return mkdtemp(g_dir) ? 0 : -1;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return merge_dir_make("/tmp/tutti-merge-search-XXXXXX");
 }
 
 int main(void) {
@@ -385,5 +326,5 @@ int main(void) {
         cmocka_unit_test(test_search_refusals),
     };
     if (getenv("TUTTI_TEST_FILTER")) cmocka_set_test_filter(getenv("TUTTI_TEST_FILTER"));
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, merge_dir_remove);
 }

@@ -88,21 +88,34 @@ else echo "FAIL concurrency: at most \"$bp\" ranks busy at once in parallel, \"$
 # tails, which the pipeline must cut as the kernels' tiles require).
 R=$S/ref/arch
 IDS=$(tr -d ' \n' <"$R/input.ids")
-split_same() {
-  name=$1 np=$2 model=$3; shift 3
-  "$T" logits -m "$model" --ids "$IDS" -o "$W/one.f32" -t 2 2>"$W/one.err" ||
-    { echo "FAIL split $name: single-process logits failed"; cat "$W/one.err"; fail=1; return; }
-  run_mpi "$np" "$T" logits -m "$model" --ids "$IDS" -o "$W/split.f32" -t 1 --split-layers "$@" >/dev/null 2>"$W/split.err"
-  rc=$?
-  if [ $rc -ne 0 ]; then echo "FAIL split $name: mpirun exit $rc"; cat "$W/split.err"; fail=1; return; fi
-  if ! grep -q "split over $np ranks" "$W/split.err" || ! grep -q "rank $((np - 1)) computed layers" "$W/split.err"; then
-    echo "FAIL split $name: the model was not split over $np ranks"; cat "$W/split.err"; fail=1; return
-  fi
-  if ! cmp -s "$W/one.f32" "$W/split.f32"; then
-    echo "FAIL split $name: logits differ from the single-process run"; fail=1; return
-  fi
-  echo "ok   split $name: $(wc -c <"$W/one.f32") bytes of logits identical;$(grep 'split over' "$W/split.err" | sed 's/.*ranks://')"
+# The split kinds, by KIND (split: the layers; experts: the routed experts):
+# the flag, what the run says ("SAYS over N ranks") and what each rank
+# computes ("rank N computed PART")
+split_kind() {
+  case $1 in
+    split) flag=--split-layers says=split part=layers ;;
+    *) flag=--split-experts says="experts split" part=experts ;;
+  esac
 }
+# logits_same KIND IDS NAME NP MODEL ARGS...: tutti logits of MODEL on IDS in
+# one process and under mpirun -np NP split by KIND (and ARGS): the same bytes
+logits_same() {
+  kind=$1 ids=$2 name=$3 np=$4 model=$5; shift 5
+  split_kind "$kind"
+  "$T" logits -m "$model" --ids "$ids" -o "$W/one.f32" -t 2 2>"$W/one.err" ||
+    { echo "FAIL $kind $name: single-process logits failed"; cat "$W/one.err"; fail=1; return; }
+  run_mpi "$np" "$T" logits -m "$model" --ids "$ids" -o "$W/$kind.f32" -t 1 "$flag" "$@" >/dev/null 2>"$W/$kind.err"
+  rc=$?
+  if [ $rc -ne 0 ]; then echo "FAIL $kind $name: mpirun exit $rc"; cat "$W/$kind.err"; fail=1; return; fi
+  if ! grep -q "$says over $np ranks" "$W/$kind.err" || ! grep -q "rank $((np - 1)) computed $part" "$W/$kind.err"; then
+    echo "FAIL $kind $name: the $part were not split over $np ranks"; cat "$W/$kind.err"; fail=1; return
+  fi
+  if ! cmp -s "$W/one.f32" "$W/$kind.f32"; then
+    echo "FAIL $kind $name: logits differ from the single-process run"; fail=1; return
+  fi
+  echo "ok   $kind $name: $(wc -c <"$W/one.f32") bytes of logits identical;$(grep "$says over" "$W/$kind.err" | sed 's/.*ranks://')"
+}
+split_same() { logits_same split "$IDS" "$@"; }
 split_same "llama Q4_K_M, 2 ranks by memory" 2 "$R/llama-Q4_K_M.gguf"
 split_same "llama Q8_0, 3 ranks (0,1,1), 8-token micro-batches" 3 "$R/llama-Q8_0.gguf" 0,1,1 --split-ubatch 8
 split_same "qwen2 Q8_0, 2 ranks (1,1)" 2 "$R/qwen2-Q8_0.gguf" 1,1 --split-ubatch 12
@@ -113,20 +126,24 @@ split_same "gemma3 Q4_K_M, 3 ranks by memory, 8-token micro-batches" 3 "$R/gemma
 split_same "gemma3 F16, 2 ranks (3,4), 36-token micro-batches" 2 "$R/gemma3-F16.gguf" 3,4 --split-ubatch 36
 split_same "stories260K F32, 3 ranks (1,2,2)" 3 "$M/stories260K.gguf" 1,2,2 --split-ubatch 16
 
-# generated text: greedy and seeded, 2 and 3 ranks
-split_gen() {
-  name=$1 np=$2; shift 2
-  "$T" generate "$@" -t 2 >"$W/one.out" 2>"$W/one.err" || { echo "FAIL split $name: single-process run failed"; cat "$W/one.err"; fail=1; return; }
-  run_mpi "$np" "$T" generate --split-layers "$@" -t 1 >"$W/split.out" 2>"$W/split.err"
+# gen_same KIND NAME NP ARGS...: `generate ARGS` in one process and under
+# mpirun -np NP split by KIND print the same text
+gen_same() {
+  kind=$1 name=$2 np=$3; shift 3
+  split_kind "$kind"
+  "$T" generate "$@" -t 2 >"$W/one.out" 2>"$W/one.err" || { echo "FAIL $kind $name: single-process run failed"; cat "$W/one.err"; fail=1; return; }
+  run_mpi "$np" "$T" generate "$flag" "$@" -t 1 >"$W/$kind.out" 2>"$W/$kind.err"
   rc=$?
-  if [ $rc -ne 0 ] || ! grep -q "split over $np ranks" "$W/split.err"; then
-    echo "FAIL split $name: mpirun exit $rc"; cat "$W/split.err"; fail=1; return
+  if [ $rc -ne 0 ] || ! grep -q "$says over $np ranks" "$W/$kind.err"; then
+    echo "FAIL $kind $name: mpirun exit $rc"; cat "$W/$kind.err"; fail=1; return
   fi
-  if ! [ -s "$W/one.out" ] || ! cmp -s "$W/one.out" "$W/split.out"; then
-    echo "FAIL split $name: text differs from the single-process run"; diff "$W/one.out" "$W/split.out" | head; fail=1; return
+  if ! [ -s "$W/one.out" ] || ! cmp -s "$W/one.out" "$W/$kind.out"; then
+    echo "FAIL $kind $name: text differs from the single-process run"; diff "$W/one.out" "$W/$kind.out" | head; fail=1; return
   fi
-  echo "ok   split $name: $(wc -c <"$W/split.out") bytes identical; $(grep 'split: [0-9]* tokens' "$W/split.err" | sed 's/.*split: //')"
+  echo "ok   $kind $name: $(wc -c <"$W/$kind.out") bytes identical; $(grep "$kind: [0-9]* tokens" "$W/$kind.err" | sed "s/.*$kind: //")"
 }
+# generated text: greedy and seeded, 2 and 3 ranks
+split_gen() { gen_same split "$@"; }
 split_gen "generate stories260K greedy, 2 ranks" 2 -m "$M/stories260K.gguf" -p "Once upon a time" -n 60 --temp 0
 split_gen "generate gemma3 seeded, 3 ranks" 3 -m "$R/gemma3-Q4_K_M.gguf" -p "Once upon a time" -n 40 --temp 0.8 --seed 7
 split_gen "generate qwen2 greedy, 3 ranks" 3 -m "$R/qwen2-Q8_0.gguf" -p "The dog" -n 40 --temp 0
@@ -163,36 +180,12 @@ expect_fault() {
 # (3 ranks of 8 experts: shares of 2, 3 and 3), prompt and token steps.
 XD=$(dirname "$0")/data/moe
 XIDS=$(tr -d ' \n' <"$XD/input.ids")
-xp_same() {
-  name=$1 np=$2 model=$XD/$3; shift 3
-  "$T" logits -m "$model" --ids "$XIDS" -o "$W/one.f32" -t 2 2>"$W/one.err" ||
-    { echo "FAIL experts $name: single-process logits failed"; cat "$W/one.err"; fail=1; return; }
-  run_mpi "$np" "$T" logits -m "$model" --ids "$XIDS" -o "$W/xp.f32" -t 1 --split-experts "$@" >/dev/null 2>"$W/xp.err"
-  rc=$?
-  if [ $rc -ne 0 ] || ! grep -q "experts split over $np ranks" "$W/xp.err" ||
-     ! grep -q "rank $((np - 1)) computed experts" "$W/xp.err"; then
-    echo "FAIL experts $name: mpirun exit $rc, or the experts were not split over $np ranks"; cat "$W/xp.err"; fail=1; return
-  fi
-  if ! cmp -s "$W/one.f32" "$W/xp.f32"; then echo "FAIL experts $name: logits differ from the single-process run"; fail=1; return; fi
-  echo "ok   experts $name: $(wc -c <"$W/one.f32") bytes of logits identical; $(grep 'experts: [0-9]* tokens' "$W/xp.err" | sed 's/.*experts: //')"
-}
+xp_same() { name=$1 np=$2 model=$XD/$3; shift 3; logits_same experts "$XIDS" "$name" "$np" "$model" "$@"; }
 xp_same "qwen3moe K-quant experts, 2 ranks" 2 qwen3moe-k-Q4_K_M.gguf
 xp_same "deepseek3 Q8_0 (groups, shared expert), 3 ranks" 3 deepseek3-b-Q8_0.gguf
 xp_same "gpt-oss MXFP4_MOE, 3 ranks" 3 gpt-oss-b-MXFP4_MOE.gguf
 xp_same "mixtral F16, 2 ranks" 2 mixtral-a-F16.gguf
-xp_gen() {
-  name=$1 np=$2; shift 2
-  "$T" generate "$@" -t 2 >"$W/one.out" 2>"$W/one.err" || { echo "FAIL experts $name: single-process run failed"; cat "$W/one.err"; fail=1; return; }
-  run_mpi "$np" "$T" generate --split-experts "$@" -t 1 >"$W/xp.out" 2>"$W/xp.err"
-  rc=$?
-  if [ $rc -ne 0 ] || ! grep -q "experts split over $np ranks" "$W/xp.err"; then
-    echo "FAIL experts $name: mpirun exit $rc"; cat "$W/xp.err"; fail=1; return
-  fi
-  if ! [ -s "$W/one.out" ] || ! cmp -s "$W/one.out" "$W/xp.out"; then
-    echo "FAIL experts $name: text differs from the single-process run"; diff "$W/one.out" "$W/xp.out" | head; fail=1; return
-  fi
-  echo "ok   experts $name: $(wc -c <"$W/xp.out") bytes identical; $(grep 'experts: [0-9]* tokens' "$W/xp.err" | sed 's/.*experts: //')"
-}
+xp_gen() { gen_same experts "$@"; }
 xp_gen "generate qwen2moe greedy, 2 ranks" 2 -m "$XD/qwen2moe-b-Q8_0.gguf" -p "Once upon a time" -n 40 --temp 0 --ignore-eos
 xp_gen "generate olmoe seeded, 3 ranks" 3 -m "$XD/olmoe-b-Q4_K_M.gguf" -p "The dog" -n 40 --temp 0.9 --seed 5 --ignore-eos
 # refused: a dense model, more ranks than experts, both splits at once

@@ -3,9 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include "cli/cli.h"
+#include "util/clock.h"
 
 const char *cli_cmd = "";
 
@@ -101,8 +101,4 @@ int32_t *cli_tokenize(const tutti_vocab *vocab, const char *text, size_t len, bo
     return ids;
 }
 
-double cli_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+double cli_now(void) { return tutti_now_s(); }

@@ -26,20 +26,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 
 #include "cli/cli.h"
 #include "tutti.h"
+#include "util/clock.h"
+#include "util/path.h"
 
 int tutti_cmd_bench(int argc, char **argv);
 
 #define BENCH_MAX_MODELS 8
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static double peak_rss_mib(void) {
     struct rusage ru;
@@ -76,9 +71,9 @@ static double run_pp(tutti_session *s, const tutti_model *m, int n_pp, int32_t *
     for (int i = 0; i < n_pp; i++) ids[i] = rand_id(n_vocab);
     if (tutti_vocab_bos(v) >= 0) ids[0] = tutti_vocab_bos(v);
     if (tutti_session_rewind(s, 0) != TUTTI_OK) return -1;
-    const double t0 = now_s();
+    const double t0 = tutti_now_s();
     if (tutti_session_eval(s, ids, n_pp, NULL) != TUTTI_OK) return -1;
-    return n_pp / (now_s() - t0);
+    return n_pp / (tutti_now_s() - t0);
 }
 
 static double run_tg(tutti_session *s, const tutti_model *m, int n_tg) {
@@ -86,12 +81,12 @@ static double run_tg(tutti_session *s, const tutti_model *m, int n_tg) {
     const int32_t n_vocab = tutti_model_n_vocab(m);
     int32_t id = tutti_vocab_bos(v) >= 0 ? tutti_vocab_bos(v) : rand_id(n_vocab);
     if (tutti_session_rewind(s, 0) != TUTTI_OK) return -1;
-    const double t0 = now_s();
+    const double t0 = tutti_now_s();
     for (int i = 0; i < n_tg; i++) {
         if (tutti_session_eval(s, &id, 1, NULL) != TUTTI_OK) return -1;
         id = rand_id(n_vocab);
     }
-    return n_tg / (now_s() - t0);
+    return n_tg / (tutti_now_s() - t0);
 }
 
 /* Greedy single-model generation of n tokens after a prompt (the single-
@@ -110,7 +105,7 @@ static double run_single_gen(const tutti_model *m, int n_threads, const char *pr
     double t = -1;
     if (total) n_gen = n_gen - n > 1 ? n_gen - n : 1;
     if (n > 0 && n + n_gen <= sp.n_ctx) {
-        const double t0 = now_s();
+        const double t0 = tutti_now_s();
         int ok = tutti_session_eval(s, ids, n, NULL) == TUTTI_OK;
         const int32_t n_vocab = tutti_model_n_vocab(m);
         for (int i = 0; ok && i < n_gen; i++) {
@@ -120,7 +115,7 @@ static double run_single_gen(const tutti_model *m, int n_threads, const char *pr
                 if (lg[j] > lg[best]) best = j;
             ok = tutti_session_eval(s, &best, 1, NULL) == TUTTI_OK;
         }
-        if (ok) t = now_s() - t0;
+        if (ok) t = tutti_now_s() - t0;
     }
     tutti_session_free(s);
     return t;
@@ -134,11 +129,6 @@ static void print_json(cJSON *o) {
     if (s) printf("%s\n", s);
     free(s);
     cJSON_Delete(o);
-}
-
-static const char *base_name(const char *p) {
-    const char *s = strrchr(p, '/');
-    return s ? s + 1 : p;
 }
 
 /* The settings of one bench run. */
@@ -208,7 +198,7 @@ static void print_test(const bench_cfg *cfg, const char *path, int test, int n, 
         char test_name[32];
         snprintf(test_name, sizeof test_name, "%s%d", test == 0 ? "pp" : "tg", n);
         cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "model", base_name(path));
+        cJSON_AddStringToObject(o, "model", tutti_base_name(path));
         cJSON_AddStringToObject(o, "kernels", cfg->kpath);
         cJSON_AddNumberToObject(o, "threads", cfg->n_threads);
         cJSON_AddStringToObject(o, "test", test_name);
@@ -219,7 +209,7 @@ static void print_test(const bench_cfg *cfg, const char *path, int test, int n, 
         cJSON_AddNumberToObject(o, "peak_rss_mib", round3(peak_rss_mib()));
         print_json(o);
     } else
-        printf("| %s | %s | %d | %s%d | %.2f ± %.2f | %.1f |\n", base_name(path), cfg->kpath, cfg->n_threads,
+        printf("| %s | %s | %d | %s%d | %.2f ± %.2f | %.1f |\n", tutti_base_name(path), cfg->kpath, cfg->n_threads,
                test == 0 ? "pp" : "tg", n, mean, sd, peak_rss_mib());
     fflush(stdout);
 }

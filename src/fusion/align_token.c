@@ -191,6 +191,24 @@ static bool token_ctx_full(fusion_align *a) {
     return true;
 }
 
+/* The fused row of the members' logits under weights w (ens_fuse_token_row);
+ * have_logp: logp holds every member's log-probabilities already. */
+static int fuse_row(const tutti_ensemble *e, const float *w, const float *const *logits, float *fused,
+                    float *const *logp, double *work, bool have_logp) {
+    int32_t V = e->m[0]->n_vocab;
+    fusion_rule_params rp = ens_rule_params(e);
+    rp.weights = w;
+    if ((e->rule == TUTTI_RULE_MIX || e->rule == TUTTI_RULE_PRODUCT) && !have_logp)
+        /* logp[0] spans all n_members rows: the scratch it needs */
+        return fusion_combine_logits(&rp, e->temp, e->n, logits, V, fused, logp[0]);
+    const float *lp[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    for (int32_t i = 0; i < e->n; i++) {
+        if (w[i] != 0 && !have_logp) fusion_log_softmax(logits[i], V, e->temp[i], logp[i]);
+        lp[i] = w[i] != 0 || have_logp ? logp[i] : logits[i]; /* weight 0: unused */
+    }
+    return fusion_combine(&rp, e->n, lp, V, fused, work, NULL);
+}
+
 static int token_step_row(fusion_align *a, const float **row, int32_t *n_out) {
     token_align *t = (token_align *)a;
     tutti_ensemble *e = a->e;
@@ -216,8 +234,6 @@ static int token_step_row(fusion_align *a, const float **row, int32_t *n_out) {
         *row = t->logits[t->pass];
         return 0;
     }
-    fusion_rule_params rp = ens_rule_params(e);
-    rp.weights = a->w;
     /* context weights and selective fusion read every member's distribution */
     bool rows = fusion_weigher_needs_rows(&a->wg);
     for (int32_t i = 0; rows && i < e->n; i++) fusion_log_softmax(t->logits[i], V, e->temp[i], t->logp[i]);
@@ -227,19 +243,7 @@ static int token_step_row(fusion_align *a, const float **row, int32_t *n_out) {
         *row = t->logp[lead];
         return 0;
     }
-    int r;
-    if ((e->rule == TUTTI_RULE_MIX || e->rule == TUTTI_RULE_PRODUCT) && !rows) {
-        /* logp[0] spans all n_members rows: the scratch it needs */
-        r = fusion_combine_logits(&rp, e->temp, e->n, t->logits, V, fused, t->logp[0]);
-    } else {
-        const float *lp[TUTTI_ENSEMBLE_MAX_MEMBERS];
-        for (int32_t i = 0; i < e->n; i++) {
-            if (a->w[i] != 0 && !rows) fusion_log_softmax(t->logits[i], V, e->temp[i], t->logp[i]);
-            lp[i] = a->w[i] != 0 || rows ? t->logp[i] : t->logits[i]; /* weight 0: unused */
-        }
-        r = fusion_combine(&rp, e->n, lp, V, fused, t->work, NULL);
-    }
-    if (r < 0) return TUTTI_ERR;
+    if (fuse_row(e, a->w, t->logits, fused, t->logp, t->work, rows) < 0) return TUTTI_ERR;
     *row = fused;
     return 0;
 }
@@ -254,17 +258,7 @@ static int32_t token_drafted(fusion_align *a, const float **q) {
 
 int ens_fuse_token_row(const tutti_ensemble *e, const float *w, const float *const *logits, float *fused,
                        float *const *logp, double *work) {
-    int32_t V = e->m[0]->n_vocab;
-    fusion_rule_params rp = ens_rule_params(e);
-    rp.weights = w;
-    if (e->rule == TUTTI_RULE_MIX || e->rule == TUTTI_RULE_PRODUCT) /* logp[0] spans all n_members rows */
-        return fusion_combine_logits(&rp, e->temp, e->n, logits, V, fused, logp[0]);
-    const float *lp[TUTTI_ENSEMBLE_MAX_MEMBERS];
-    for (int32_t i = 0; i < e->n; i++) {
-        if (e->w[i] != 0) fusion_log_softmax(logits[i], V, e->temp[i], logp[i]);
-        lp[i] = e->w[i] != 0 ? logp[i] : logits[i]; /* weight 0: unused */
-    }
-    return fusion_combine(&rp, e->n, lp, V, fused, work, NULL);
+    return fuse_row(e, w, logits, fused, logp, work, false);
 }
 
 static void token_mask_row(fusion_align *a, float *row) {

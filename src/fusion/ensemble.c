@@ -22,6 +22,21 @@
 
 double ens_now_s(void) { return tutti_now_s(); }
 
+int32_t ens_tokenize(const tutti_vocab *v, const char *text, size_t len, int32_t **ids) {
+    /* a token is at least a byte, so len + BOS + a few fit: one pass as a rule */
+    int32_t cap = (int32_t)len + 8;
+    for (int tries = 0; tries < 2; tries++) {
+        if (!(*ids = malloc(sizeof(int32_t) * (size_t)cap))) return tutti_set_error("out of memory");
+        int32_t n = tutti_tokenize(v, text, len, tutti_vocab_add_bos(v), false, *ids, cap);
+        if (n >= 0) return n;
+        free(*ids);
+        *ids = NULL;
+        if (n == TUTTI_ERR_SIZE) break;
+        cap = -n;
+    }
+    return tutti_set_error("the text cannot be tokenized");
+}
+
 static const char *const rule_names[] = {"mix", "product", "gate", "contrastive"};
 static const char *const align_names[] = {"auto", "token", "byte", "span"};
 

@@ -84,6 +84,10 @@ int ens_run_members(tutti_ensemble *e, member_job fn, void *arg);
  * when no weight is left.  ens_run_members calls it after every job. */
 int ens_drop_left(tutti_ensemble *e);
 double ens_now_s(void);
+/* text[0..len) tokenized by v (with its BOS when it adds one) into a
+ * malloc'd *ids (the caller frees it): the count, or TUTTI_ERR ("out of
+ * memory" or "the text cannot be tokenized"; the caller prefixes it). */
+int32_t ens_tokenize(const tutti_vocab *v, const char *text, size_t len, int32_t **ids);
 fusion_bytes_params ens_bytes_params(const tutti_ensemble *e, int32_t i);
 fusion_rule_params ens_rule_params(const tutti_ensemble *e);
 

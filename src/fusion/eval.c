@@ -89,23 +89,10 @@ oom:
 
 /* ---- per-member scores ---- */
 
+/* ens_tokenize with this file's prefix on its error */
 static int tokenize_alloc(const tutti_vocab *v, const char *text, size_t len, int32_t **ids) {
-    int32_t cap = (int32_t)len + 8;
-    *ids = malloc(sizeof(int32_t) * (size_t)cap);
-    if (!*ids) return tutti_set_error("eval: out of memory");
-    int32_t n = tutti_tokenize(v, text, len, tutti_vocab_add_bos(v), false, *ids, cap);
-    if (n < 0) {
-        cap = -n;
-        free(*ids);
-        *ids = malloc(sizeof(int32_t) * (size_t)cap);
-        if (!*ids) return tutti_set_error("eval: out of memory");
-        n = tutti_tokenize(v, text, len, tutti_vocab_add_bos(v), false, *ids, cap);
-    }
-    if (n < 0) {
-        free(*ids);
-        *ids = NULL;
-        return tutti_set_error("eval: tokenization failed");
-    }
+    int32_t n = ens_tokenize(v, text, len, ids);
+    if (n < 0) tutti_error_prefix("eval");
     return n;
 }
 

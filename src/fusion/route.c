@@ -95,19 +95,8 @@ static int job_route(tutti_ensemble *e, int32_t i, void *arg) {
         j->n_bytes[i] = nb < 0 ? -(double)nb : 0; /* the size needed (0 bytes: nothing to score) */
     } else {
         j->n_bytes[i] = (double)pr->len;
-        int32_t cap = (int32_t)pr->len + 8;
-        bool bos = tutti_vocab_add_bos(m->vocab);
-        for (int tries = 0; tries < 2; tries++) {
-            free(ids);
-            if (!(ids = malloc(sizeof(int32_t) * (size_t)cap))) return tutti_set_error("route: out of memory");
-            n = tutti_tokenize(m->vocab, pr->text, pr->len, bos, false, ids, cap);
-            if (n >= 0) break;
-            cap = -n;
-        }
-        if (n < 0) {
-            free(ids);
-            return tutti_set_error("route: member %s: cannot tokenize the prompt", m->name);
-        }
+        if ((n = ens_tokenize(m->vocab, pr->text, pr->len, &ids)) < 0)
+            return tutti_error_prefix("route: member %s", m->name), TUTTI_ERR;
     }
     int rc = ids_nll(m, ids, n, e->temp[i], &j->nll[i]);
     if (!pr->ids) free(ids);

@@ -138,15 +138,10 @@ int tutti_ensemble_score(tutti_ensemble *e, const char *text, size_t len, const 
                                            e->m[0]->n_vocab);
             return n_ids > 1 ? score_tokens(e, ids, n_ids, cb, user) : 0;
         }
-        int32_t need = tutti_tokenize(v, text, len, tutti_vocab_add_bos(v), false, NULL, 0);
-        if (need == TUTTI_ERR_SIZE) return tutti_set_error("score: the text cannot be tokenized");
-        int32_t cap = need < 0 ? -need : need;
-        int32_t *tok = malloc(sizeof(int32_t) * (size_t)(cap ? cap : 1));
-        if (!tok) return tutti_set_error("score: out of memory");
-        int32_t n = tutti_tokenize(v, text, len, tutti_vocab_add_bos(v), false, tok, cap);
-        int rc = n < 0 ? tutti_set_error("score: the text cannot be tokenized")
-                 : n > 1 ? score_tokens(e, tok, n, cb, user)
-                         : 0;
+        int32_t *tok;
+        int32_t n = ens_tokenize(v, text, len, &tok);
+        if (n < 0) return tutti_error_prefix("score"), TUTTI_ERR;
+        int rc = n > 1 ? score_tokens(e, tok, n, cb, user) : 0;
         free(tok);
         return rc;
     }

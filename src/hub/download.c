@@ -24,6 +24,7 @@
 #include "hub/hub.h"
 #include "hub/sha256.h"
 #include "net/http.h"
+#include "util/clock.h"
 #include "util/error.h"
 
 #define MAX_ATTEMPTS 3
@@ -46,12 +47,6 @@ typedef struct xfer {
     double t0, t_shown;
     bool tty;
 } xfer;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void mib(char *buf, size_t cap, double bytes) {
     if (bytes < 1 << 20) snprintf(buf, cap, "%.0f KiB", bytes / 1024);
@@ -79,7 +74,7 @@ static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_
     (void)ultotal, (void)ulnow;
     xfer *x = ud;
     if (!x->d->progress || dlnow <= 0) return 0;
-    double t = now_s();
+    double t = tutti_now_s();
     /* a terminal: the line redrawn 4 times a second; a log: one line every 10 s */
     if (t - x->t_shown < (x->tty ? 0.25 : 10.0)) return 0;
     x->t_shown = t;
@@ -287,7 +282,7 @@ static int attempts(const hub_download *d, const char *part) {
         int rc = TUTTI_ERR;
         if (d->size < 0 || x.have < d->size) {
             x.ranged = x.have > 0;
-            x.t0 = x.t_shown = now_s();
+            x.t0 = x.t_shown = tutti_now_s();
             if (d->progress && x.have > 0) {
                 char a[32];
                 mib(a, sizeof a, (double)x.have);
@@ -342,7 +337,7 @@ int hub_download_file(const hub_download *d) {
     int rc = 0;
     if (access(d->dest, F_OK) != 0) { /* not done meanwhile by the lock's previous holder */
         char part[HUB_PATH_CAP];
-        double t0 = now_s();
+        double t0 = tutti_now_s();
         if (d->progress) {
             char a[32] = "size unknown";
             if (d->size >= 0) mib(a, sizeof a, (double)d->size);
@@ -353,7 +348,7 @@ int hub_download_file(const hub_download *d) {
         if (rc == 0 && d->progress) {
             struct stat st;
             char a[32], r[32];
-            double t = now_s() - t0, n = stat(d->dest, &st) == 0 ? (double)st.st_size : 0;
+            double t = tutti_now_s() - t0, n = stat(d->dest, &st) == 0 ? (double)st.st_size : 0;
             mib(a, sizeof a, n);
             mib(r, sizeof r, n / (t + 1e-9));
             fprintf(stderr, "tutti: %s: %s in %.1f s (%s/s)\n", d->label, a, t, r);

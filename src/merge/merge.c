@@ -25,6 +25,7 @@
 #include "quant/quant.h"
 #include "util/error.h"
 #include "util/file.h"
+#include "util/path.h"
 
 #define NAME_MAX_LEN 64
 #define MAX_SOURCES 64 /* models of one slice (fixed arrays below) */
@@ -559,11 +560,6 @@ int merge_llama_ftype(int type) {
     }
 }
 
-static const char *base_name(const char *p) {
-    const char *s = strrchr(p, '/');
-    return s ? s + 1 : p;
-}
-
 static int write_metadata(merge_run *r, gguf_writer *w, int meta_file) {
     gguf_file *f = r->files[meta_file];
     char bc_key[96];
@@ -575,7 +571,7 @@ static int write_metadata(merge_run *r, gguf_writer *w, int meta_file) {
     else {
         int o = snprintf(name, sizeof name, "%s merge of", merge_method_name(r->cfg->method));
         for (int i = 0; i < r->n_files && o < (int)sizeof name; i++)
-            o += snprintf(name + o, sizeof name - (size_t)o, "%s %s", i ? " +" : "", base_name(r->paths[i]));
+            o += snprintf(name + o, sizeof name - (size_t)o, "%s %s", i ? " +" : "", tutti_base_name(r->paths[i]));
     }
     bool quantized = r->out_type != TUTTI_TYPE_F32 && r->out_type != TUTTI_TYPE_F16 && r->out_type != TUTTI_TYPE_BF16;
     bool have_name = false, have_ft = false, have_qv = false;

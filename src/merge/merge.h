@@ -245,6 +245,9 @@ int merge_tensor(const merge_tensor_args *a, float *out);
 
 /* An error naming the method, model and tensor when input i has no weight. */
 int merge_need_weight(const merge_tensor_args *a, int i);
+/* The task vector in[i] - in[base] of a's tensor (float32, as mergekit's),
+ * malloc'd; NULL with the error set. */
+float *merge_task_vector(const merge_tensor_args *a, int i);
 /* The methods of spherical.c and selective.c, as merge_tensor calls them
  * (a->n_in >= 2).  0 or TUTTI_ERR. */
 int merge_karcher(const merge_tensor_args *a, float *out);

@@ -16,6 +16,14 @@ int merge_need_weight(const merge_tensor_args *a, int i) {
     return 0;
 }
 
+float *merge_task_vector(const merge_tensor_args *a, int i) {
+    const float *base = a->in[a->base];
+    float *d = malloc(sizeof(float) * (size_t)(a->n ? a->n : 1));
+    if (!d) return tutti_set_error("merge: out of memory (task vector of %s)", a->name), NULL;
+    for (int64_t j = 0; j < a->n; j++) d[j] = a->in[i][j] - base[j];
+    return d;
+}
+
 static int linear(const merge_tensor_args *a, float *out) {
     double wsum = 0;
     for (int i = 0; i < a->n_in; i++) {
@@ -192,12 +200,10 @@ static int task_arithmetic(const merge_tensor_args *a, float *out) {
         if (i == a->base) continue;
         if ((rc = merge_need_weight(a, i))) break;
         w[k] = a->weight[i];
-        d[k] = malloc(sizeof(float) * (size_t)(a->n ? a->n : 1));
-        if (!d[k]) {
-            rc = tutti_set_error("merge: out of memory (task vector of %s)", a->name);
+        if (!(d[k] = merge_task_vector(a, i))) {
+            rc = TUTTI_ERR;
             break;
         }
-        for (int64_t j = 0; j < a->n; j++) d[k][j] = a->in[i][j] - base[j];
         double dens = isnan(a->density[i]) ? 1.0 : a->density[i];
         double gamma = isnan(a->gamma[i]) ? 0.01 : a->gamma[i];
         double eps = isnan(a->epsilon[i]) ? 0.15 : a->epsilon[i];

@@ -26,6 +26,7 @@
 #include "merge/merge.h"
 #include "quant/quant.h"
 #include "util/error.h"
+#include "util/path.h"
 
 enum { T_COPY, T_ROUTER, T_GATE, T_UP, T_DOWN };
 
@@ -202,11 +203,6 @@ static int fill(void *ctx, int64_t index, void *buf, uint64_t size) {
     return rc;
 }
 
-static const char *base_name(const char *p) {
-    const char *s = strrchr(p, '/');
-    return s ? s + 1 : p;
-}
-
 static int write_metadata(moe_run *r, gguf_writer *w) {
     gguf_file *f = r->files[0];
     char name[512];
@@ -214,7 +210,7 @@ static int write_metadata(moe_run *r, gguf_writer *w) {
     else {
         int o = snprintf(name, sizeof name, "mixture of experts of");
         for (int i = 1; i < r->n_files && o < (int)sizeof name; i++)
-            o += snprintf(name + o, sizeof name - (size_t)o, "%s %s", i > 1 ? " +" : "", base_name(r->paths[i]));
+            o += snprintf(name + o, sizeof name - (size_t)o, "%s %s", i > 1 ? " +" : "", tutti_base_name(r->paths[i]));
     }
     bool quantized = r->out_type != TUTTI_TYPE_F32 && r->out_type != TUTTI_TYPE_F16 && r->out_type != TUTTI_TYPE_BF16;
     int rc = 0;

@@ -37,6 +37,7 @@
 #include "merge/cmaes.h"
 #include "merge/merge.h"
 #include "model/model.h"
+#include "util/buf.h"
 #include "util/error.h"
 
 #define MAX_MODELS 16
@@ -92,21 +93,11 @@ typedef struct search {
 
 static int append(char **s, size_t *len, size_t *cap, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static int append(char **s, size_t *len, size_t *cap, const char *fmt, ...) {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(*s ? *s + *len : NULL, *s ? *cap - *len : 0, fmt, ap);
-        va_end(ap);
-        if (k < 0) return tutti_set_error("merge search: formatting failed");
-        if (*s && *len + (size_t)k < *cap) {
-            *len += (size_t)k;
-            return 0;
-        }
-        size_t nc = (*cap ? *cap * 2 : 1024) + (size_t)k;
-        char *n = realloc(*s, nc);
-        if (!n) return tutti_set_error("merge search: out of memory");
-        *s = n, *cap = nc;
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    const int rc = tutti_buf_vappendf(s, len, cap, fmt, ap);
+    va_end(ap);
+    return rc < 0 ? tutti_set_error("merge search: out of memory") : 0;
 }
 
 /* A YAML double-quoted scalar of a path (\ and " escaped; control bytes

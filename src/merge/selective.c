@@ -103,13 +103,7 @@ int merge_sce(const merge_tensor_args *a, float *out) {
     for (int i = 0, k = 0; rc == 0 && i < a->n_in; i++) {
         if (i == a->base) continue;
         /* float32 task vectors, as mergekit's (the variance ordering sees its values) */
-        d[k] = malloc(sizeof(float) * (size_t)(a->n ? a->n : 1));
-        if (!d[k]) {
-            rc = tutti_set_error("merge: out of memory (task vector of %s)", a->name);
-            break;
-        }
-        for (int64_t j = 0; j < a->n; j++) d[k][j] = a->in[i][j] - base[j];
-        k++;
+        if (!(d[k++] = merge_task_vector(a, i))) rc = TUTTI_ERR;
     }
     double frac = isnan(a->select_topk) ? 1.0 : a->select_topk;
     if (rc == 0) rc = sce_select(d, nd, a->n, frac, a->name);

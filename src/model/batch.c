@@ -32,6 +32,7 @@
 #include <time.h>
 
 #include "model/model.h"
+#include "util/clock.h"
 #include "util/error.h"
 
 #define BATCH_MAX_MODELS 64
@@ -96,12 +97,6 @@ struct tutti_batch {
     batch_seg *plan_src[BATCH_MAX_SEGS];
     batch_req *plan_req[BATCH_MAX_SEGS];
 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 tutti_batch_params tutti_batch_default_params(void) {
     tutti_batch_params p = {.n_threads = 0, .n_ubatch = 512, .max_wait_ms = 50};
@@ -197,7 +192,7 @@ static void apply_pass(tutti_batch *b, int32_t k) {
 }
 
 static void run_step(tutti_batch *b) {
-    double t0 = now_s();
+    double t0 = tutti_now_s();
     bool any = false;
     for (int m = 0; m < BATCH_MAX_MODELS; m++) {
         batch_ws *ws = &b->ws[m];
@@ -229,7 +224,7 @@ static void run_step(tutti_batch *b) {
         any = true;
     }
     if (any) b->st.n_steps++;
-    b->step_end = now_s();
+    b->step_end = tutti_now_s();
     b->step_s = b->step_end - t0;
 }
 
@@ -246,10 +241,10 @@ static void *executor_main(void *arg) {
         if (budget > lim) budget = lim;
         double since = b->head->t_post > b->step_end ? b->head->t_post : b->step_end;
         double deadline = since + budget;
-        while (!b->quit && b->n_working > 0 && now_s() < deadline) {
+        while (!b->quit && b->n_working > 0 && tutti_now_s() < deadline) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
-            double wait = deadline - now_s();
+            double wait = deadline - tutti_now_s();
             long ns = ts.tv_nsec + (long)(wait * 1e9);
             ts.tv_sec += ns / 1000000000L;
             ts.tv_nsec = ns % 1000000000L;
@@ -399,7 +394,7 @@ int tutti_batch_eval(tutti_session *const *ss, const int32_t *const *ids, const 
     batch_req r = {.ws = ss[0]->ws, .seg = seg, .n_seg = n_seq, .n_left = n_seq};
     pthread_cond_init(&r.cv, NULL);
     pthread_mutex_lock(&b->mu);
-    r.t_post = now_s();
+    r.t_post = tutti_now_s();
     r.cl = find_client(b);
     if (r.cl && !r.cl->waiting) r.cl->waiting = true, b->n_working--;
     if (b->tail) b->tail->next = &r;

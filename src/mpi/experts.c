@@ -26,16 +26,13 @@
 #include "model/model.h"
 #include "mpi/proto.h"
 #include "mpi/tutti_mpi.h"
+#include "util/buf.h"
 #include "util/error.h"
+#include "util/path.h"
 
 #define XP_MAX_RANKS 64
 #define XP_MAX_ROWS (1 << 20) /* rows of one request (a micro-batch x top-k) */
 #define XP_ERR_CAP 600
-
-static const char *base_name(const char *p) {
-    const char *b = strrchr(p, '/');
-    return b ? b + 1 : p;
-}
 
 /* the experts of rank r of k: [r E / k, (r + 1) E / k) */
 static void share(int32_t n_expert, int32_t k, int32_t r, int32_t *e0, int32_t *e1) {
@@ -75,14 +72,6 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static xp_split *g_live; /* tutti_mpi_stop releases what a failed command left */
 static int32_t g_seq;
 
-static bool grow(char **buf, size_t *cap, size_t need) {
-    if (need <= *cap) return true;
-    char *n = realloc(*buf, need);
-    if (!n) return false;
-    *buf = n, *cap = need;
-    return true;
-}
-
 /* Sends the layer's rows of every other rank's experts; on success the
  * split stays locked until xp_recv. */
 static int xp_send(tutti_moe_remote *rm, int32_t il, const int32_t *offs, const float *xe) {
@@ -105,7 +94,8 @@ static int xp_post(xp_split *x, int32_t il, const int32_t *offs, const float *xe
         const size_t head = sizeof(tmpi_xreq) + sizeof(int32_t) * (size_t)(e1 - e0);
         const size_t len = head + sizeof(float) * (size_t)n * (size_t)x->n_embd;
         const size_t rlen = sizeof(tmpi_xrep) + sizeof(float) * (size_t)n * (size_t)x->n_embd + XP_ERR_CAP;
-        if (!grow(&x->sbuf[r], &x->scap[r], len) || !grow(&x->rbuf[r], &x->rcap[r], rlen)) {
+        if (tutti_buf_reserve(&x->sbuf[r], &x->scap[r], len) < 0 ||
+            tutti_buf_reserve(&x->rbuf[r], &x->rcap[r], rlen) < 0) {
             x->dead = true; /* requests of this layer are out: a fault ends the run (tutti_mpi_stop) */
             return tmpi_fail(r, "out of memory for its expert rows");
         }
@@ -153,12 +143,13 @@ static int xp_recv(tutti_moe_remote *rm, int32_t il, const int32_t *offs, float 
         if (h.status < 0) {
             char text[XP_ERR_CAP];
             snprintf(text, sizeof text, "%.*s", XP_ERR_CAP - 1, x->rbuf[r] + sizeof h);
-            rc = tutti_set_error("mpi: rank %d (experts %d-%d of %s): %s", r, e0, e1 - 1, base_name(x->path), text);
+            rc = tutti_set_error("mpi: rank %d (experts %d-%d of %s): %s", r, e0, e1 - 1, tutti_base_name(x->path),
+                                 text);
             continue;
         }
         if (h.n_rows != n) {
             rc = tutti_set_error("mpi: rank %d (experts %d-%d of %s): %d rows back for %d", r, e0, e1 - 1,
-                                 base_name(x->path), h.n_rows, n);
+                                 tutti_base_name(x->path), h.n_rows, n);
             continue;
         }
         memcpy(slots + (int64_t)offs[e0] * x->n_embd, x->rbuf[r] + sizeof h,
@@ -193,7 +184,7 @@ static void xp_group_free(xp_split *x) {
         fprintf(stderr,
                 "tutti: mpi: experts: %lld tokens x MoE layers of %s, %.1f%% of their routed rows computed on ranks "
                 "1-%d; %.1f bytes per token and layer over MPI, %.3f s waiting for the other ranks\n",
-                (long long)(x->n_rows / x->n_used), base_name(x->path),
+                (long long)(x->n_rows / x->n_used), tutti_base_name(x->path),
                 100.0 * (double)x->n_rows_out / (double)x->n_rows, x->k - 1,
                 (double)x->bytes * x->n_used / (double)x->n_rows, x->t_wait);
     for (int32_t r = 0; r < x->k; r++) free(x->sbuf[r]), free(x->rbuf[r]);
@@ -240,13 +231,9 @@ static int start_servers(xp_split *x, int32_t n_threads) {
         memcpy(msg, &h, sizeof h);
         memcpy(msg + sizeof h, x->path, plen);
         char name[96];
-        snprintf(name, sizeof name, "experts %d-%d of %s", h.e0, h.e1 - 1, base_name(x->path));
+        snprintf(name, sizeof name, "experts %d-%d of %s", h.e0, h.e1 - 1, tutti_base_name(x->path));
         tmpi_register(r, x->tag, name, -1);
-        MPI_Request rq;
-        if (MPI_Isend(msg, (int)(sizeof h + plen), MPI_BYTE, r, TMPI_TAG_CTRL, tmpi_comm, &rq) != MPI_SUCCESS)
-            rc = tmpi_fail(r, "sending the expert split");
-        else
-            rc = tmpi_wait(&rq, MPI_Wtime() + tmpi_timeout_s(), r, "sending the expert split");
+        rc = tmpi_send_wait(r, TMPI_TAG_CTRL, msg, sizeof h + plen, "sending the expert split");
     }
     free(msg);
     char first_err[1200] = "";
@@ -272,7 +259,7 @@ tutti_mpi_experts *tutti_mpi_experts_open(const tutti_session *s, const char *pa
     if (k > XP_MAX_RANKS) return tutti_set_error("--split-experts: at most %d ranks", XP_MAX_RANKS), NULL;
     if (k > n_expert && n_expert > 0)
         return tutti_set_error("--split-experts: %d ranks for the %d experts of %s (at most one rank per expert)", k,
-                               n_expert, base_name(path)),
+                               n_expert, tutti_base_name(path)),
                NULL;
     xp_split *x = calloc(1, sizeof *x);
     if (!x || !(x->path = strdup(path))) {
@@ -299,7 +286,8 @@ tutti_mpi_experts *tutti_mpi_experts_open(const tutti_session *s, const char *pa
         return NULL;
     }
     char line[1024];
-    size_t o = (size_t)snprintf(line, sizeof line, "tutti: mpi: %s experts split over %d ranks:", base_name(path), k);
+    size_t o =
+        (size_t)snprintf(line, sizeof line, "tutti: mpi: %s experts split over %d ranks:", tutti_base_name(path), k);
     for (int32_t r = 0; r < k && o < sizeof line; r++) {
         int32_t e0, e1;
         share(n_expert, k, r, &e0, &e1);
@@ -334,7 +322,8 @@ int tutti_mpi_experts_join(tutti_mpi_experts *x, tutti_session *s) {
 }
 
 int tutti_mpi_experts_attach(tutti_session *s, const char *path) {
-    if (s->model->hp.n_expert < 1) return tutti_set_error("--split-experts: %s has no routed experts", base_name(path));
+    if (s->model->hp.n_expert < 1)
+        return tutti_set_error("--split-experts: %s has no routed experts", tutti_base_name(path));
     tutti_mpi_experts *x = tutti_mpi_experts_open(s, path);
     if (!x) return TUTTI_ERR;
     const int rc = tutti_mpi_experts_join(x, s);
@@ -389,7 +378,7 @@ static void *srv_main(void *arg) {
         int cnt = 0;
         if (tmpi_probe_idle(0, q->tag, &msg, &st) != MPI_SUCCESS) break;
         MPI_Get_count(&st, MPI_BYTE, &cnt);
-        const bool room = cnt >= 0 && offs && mm && grow(&buf, &cap, cnt > 0 ? (size_t)cnt : 1);
+        const bool room = cnt >= 0 && offs && mm && tutti_buf_reserve(&buf, &cap, cnt > 0 ? (size_t)cnt : 1) == 0;
         if (!room) { /* cannot hold it: take it anyway and answer an error */
             char *tmp = malloc(cnt > 0 ? (size_t)cnt : 1);
             if (!tmp) break;
@@ -404,8 +393,9 @@ static void *srv_main(void *arg) {
         const char *err = h.op == TMPI_XP_RUN ? srv_check(q, buf, cnt, &h, offs) : "malformed expert request";
         if (!room) err = "out of memory for an expert request";
         const size_t n = err ? 0 : (size_t)h.n_rows;
-        if (!err && (!grow(&out, &cap_out, sizeof(tmpi_xrep) + sizeof(float) * n * (size_t)n_embd) ||
-                     !tutti_threadpool_scratch(q->tp, n * (size_t)(n_embd > nf ? n_embd : nf) + 16 * (size_t)hp->n_expert)))
+        if (!err &&
+            (tutti_buf_reserve(&out, &cap_out, sizeof(tmpi_xrep) + sizeof(float) * n * (size_t)n_embd) < 0 ||
+             !tutti_threadpool_scratch(q->tp, n * (size_t)(n_embd > nf ? n_embd : nf) + 16 * (size_t)hp->n_expert)))
             err = "out of memory for an expert request";
         if (!err && n > cap_rows) {
             float *g = realloc(ge, sizeof(float) * n * (size_t)nf), *u = g ? realloc(ue, sizeof(float) * n * (size_t)nf) : NULL;
@@ -432,7 +422,7 @@ static void *srv_main(void *arg) {
         n_rows += h.n_rows;
     }
     fprintf(stderr, "tutti: mpi: experts: rank %d computed experts %d-%d of %s for %lld routed rows\n", tmpi_rank(),
-            q->e0, q->e1 - 1, base_name(q->m->path), (long long)n_rows);
+            q->e0, q->e1 - 1, tutti_base_name(q->m->path), (long long)n_rows);
     free(offs), free(mm), free(buf), free(out), free(ge), free(ue);
     tutti_threadpool_free(q->tp);
     q->tp = NULL;
@@ -449,16 +439,9 @@ int tmpi_experts_serve(const char *buf, int cnt, char *ebuf, size_t cap) {
         h.tag >= TMPI_TAG_EXPERTS0 + TMPI_MAX_XSPLITS || h.e0 < 0 || h.e1 <= h.e0 || h.n_threads < 1 ||
         h.n_threads > 1024)
         return snprintf(ebuf, cap, "mpi: malformed expert split"), -1;
-    if (!tmpi_serving_room()) return snprintf(ebuf, cap, "mpi: out of memory"), -1;
-    char *path = malloc((size_t)h.path_len + 1);
-    xp_srv *q = calloc(1, sizeof *q);
-    if (!path || !q) {
-        free(path);
-        free(q);
-        return snprintf(ebuf, cap, "mpi: out of memory"), -1;
-    }
-    memcpy(path, buf + sizeof h, (size_t)h.path_len);
-    path[h.path_len] = 0;
+    char *path;
+    xp_srv *q = tmpi_serving_new(buf, sizeof h, h.path_len, sizeof *q, &path, ebuf, cap);
+    if (!q) return -1;
     q->e0 = h.e0, q->e1 = h.e1, q->tag = h.tag;
     const char *f = getenv("TUTTI_MPI_TEST_FAULT"); /* xpload@R: rank R cannot load (tests/test_mpi.sh) */
     const char *err = f && !strncmp(f, "xpload@", 7) && atoi(f + 7) == tmpi_rank() ? "injected load failure" : NULL;

@@ -18,6 +18,7 @@
 #include "mpi/member_kinds.h"
 #include "mpi/tutti_mpi.h"
 #include "util/error.h"
+#include "util/path.h"
 
 typedef struct experts_ctx {
     char *path;
@@ -28,10 +29,8 @@ typedef struct experts_ctx {
 static tutti_session *experts_open(void *ctx, int32_t slot, const tutti_model *model, const tutti_session_params *sp) {
     experts_ctx *c = ctx;
     (void)slot;
-    if (c->strict && model->hp.n_expert < 1) {
-        const char *b = strrchr(c->path, '/');
-        return tutti_set_error("--split-experts: %s has no routed experts", b ? b + 1 : c->path), NULL;
-    }
+    if (c->strict && model->hp.n_expert < 1)
+        return tutti_set_error("--split-experts: %s has no routed experts", tutti_base_name(c->path)), NULL;
     tutti_session *s = tutti_session_new(model, sp);
     if (!s) return NULL;
     /* the other ranks get the session's thread count (sp's 0: all CPUs) */

@@ -19,6 +19,7 @@
 #include "mpi/member_kinds.h"
 #include "mpi/tutti_mpi.h"
 #include "util/error.h"
+#include "util/path.h"
 
 #include <pthread.h>
 
@@ -467,8 +468,7 @@ fusion_member *tmpi_member_rank_open(const member_spec *spec) {
     mm->base.vt = &mpi_vt;
     mm->rank = rank;
     mm->index = spec->index;
-    const char *slash = strrchr(path, '/');
-    snprintf(mm->base.name, sizeof mm->base.name, "%s", slash ? slash + 1 : path);
+    snprintf(mm->base.name, sizeof mm->base.name, "%s", tutti_base_name(path));
     if (remote_load(mm, path, spec->n_sessions, spec->n_ctx, spec->n_threads) < 0) {
         mpi_free(&mm->base);
         return NULL;

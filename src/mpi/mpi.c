@@ -190,6 +190,12 @@ int tmpi_fail(int rank, const char *what) {
     return tutti_set_error("mpi: rank %d (%s): %s failed", rank, who, what);
 }
 
+int tmpi_send_wait(int rank, int tag, const void *msg, size_t len, const char *what) {
+    MPI_Request rq;
+    if (MPI_Isend(msg, (int)len, MPI_BYTE, rank, tag, tmpi_comm, &rq) != MPI_SUCCESS) return tmpi_fail(rank, what);
+    return tmpi_wait(&rq, MPI_Wtime() + tmpi_timeout_s(), rank, what);
+}
+
 /* ---- placement ---- */
 
 int tutti_mpi_size(void) { return g_size; }

@@ -165,6 +165,9 @@ double tmpi_timeout_s(void);
 int tmpi_wait(MPI_Request *req, double deadline, int rank, const char *what);
 /* Records a fault with rank and its members in the error; TUTTI_ERR. */
 int tmpi_fail(int rank, const char *what);
+/* Sends len bytes of msg to rank on tag and waits for the send (what: for
+ * the fault's report); TUTTI_OK, or TUTTI_ERR with the fault recorded. */
+int tmpi_send_wait(int rank, int tag, const void *msg, size_t len, const char *what);
 /* Rank 0's table of live remote members (for the fault message and so that
  * tutti_mpi_stop can release them). */
 void tmpi_register(int rank, int tag, const char *name, int32_t index);
@@ -193,6 +196,12 @@ int tmpi_split_serve(const char *buf, int cnt, char *ebuf, size_t cap);
 bool tmpi_serving_room(void);
 void tmpi_serving_add(pthread_t th, void *obj);
 void tmpi_serving_join(void);
+/* Member-rank side of a SPLIT or EXPERTS control message whose header of
+ * hdr bytes is followed by path_len bytes of a model's path (the caller
+ * checked the lengths): room for one more server (tmpi_serving_room), its
+ * object (obj bytes, zeroed) and the path, NUL-terminated in *path (the
+ * caller frees both).  The object, or NULL with the error text in ebuf. */
+void *tmpi_serving_new(const char *buf, size_t hdr, int32_t path_len, size_t obj, char **path, char *ebuf, size_t cap);
 /* Rank 0: rank r's answer to a SPLIT or EXPERTS control message (what:
  * for a fault report): *loaded, or its error text in err[cap].  TUTTI_ERR
  * on a fault (tmpi_wait's error set). */

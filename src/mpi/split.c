@@ -24,6 +24,7 @@
 #include "mpi/proto.h"
 #include "mpi/tutti_mpi.h"
 #include "util/error.h"
+#include "util/path.h"
 
 #define SPLIT_MAX_RANKS 64
 #define SPLIT_UB_ALIGN 4     /* tokens per matmul tile (quant/vecdot.h) */
@@ -44,11 +45,6 @@ static void rss_mib(double *now, double *peak) {
         if (sscanf(line, "VmHWM: %ld", &kb) == 1) *peak = (double)kb / 1024;
     }
     fclose(f);
-}
-
-static const char *base_name(const char *p) {
-    const char *b = strrchr(p, '/');
-    return b ? b + 1 : p;
 }
 
 /* ---- arguments ---- */
@@ -173,7 +169,7 @@ static int plan(tutti_mpi_ring *g, const tutti_model *m, const char *counts, int
         }
     }
     char line[2048];
-    size_t o = (size_t)snprintf(line, sizeof line, "tutti: mpi: %s split over %d ranks:", base_name(m->path), k);
+    size_t o = (size_t)snprintf(line, sizeof line, "tutti: mpi: %s split over %d ranks:", tutti_base_name(m->path), k);
     for (int32_t r = 0; r < k && o < sizeof line; r++) {
         uint64_t by = r == 0 ? rest : 0;
         for (int32_t il = g->il0[r]; il < g->il1[r]; il++) by += b[il];
@@ -225,7 +221,7 @@ void tutti_mpi_ring_free(tutti_mpi_ring *r) {
                 "tutti: mpi: split: %lld tokens in %lld micro-batches (%lld passes), %.1f bytes per token over the "
                 "ring (%d hops), %.3f s in the pipeline of %s; rank 0 RSS %.1f MiB (peak %.1f MiB)\n",
                 (long long)r->n_tok, (long long)r->n_piece, (long long)r->n_pass, (double)r->bytes / (double)r->n_tok,
-                r->k, r->t_eval, base_name(r->path), rss, peak);
+                r->k, r->t_eval, tutti_base_name(r->path), rss, peak);
     }
     free(r->seg);
     free(r->pos0);
@@ -324,13 +320,9 @@ static int start_parts(tutti_mpi_ring *g, int32_t n_threads) {
         memcpy(msg, &h, sizeof h);
         memcpy(msg + sizeof h, g->path, plen);
         char name[64];
-        snprintf(name, sizeof name, "layers %d-%d of %s", g->il0[r], g->il1[r] - 1, base_name(g->path));
+        snprintf(name, sizeof name, "layers %d-%d of %s", g->il0[r], g->il1[r] - 1, tutti_base_name(g->path));
         tmpi_register(r, g->tag, name, -1);
-        MPI_Request rq;
-        if (MPI_Isend(msg, (int)(sizeof h + plen), MPI_BYTE, r, TMPI_TAG_CTRL, tmpi_comm, &rq) != MPI_SUCCESS)
-            rc = tmpi_fail(r, "sending the split");
-        else
-            rc = tmpi_wait(&rq, MPI_Wtime() + tmpi_timeout_s(), r, "sending the split");
+        rc = tmpi_send_wait(r, TMPI_TAG_CTRL, msg, sizeof h + plen, "sending the split");
     }
     free(msg);
     int rc_load = TUTTI_OK;
@@ -486,7 +478,7 @@ static int ring_pass(tutti_mpi_ring *r, tutti_session *s, int32_t n_piece, float
         tmpi_act h;
         memcpy(&h, msg, sizeof h);
         if (h.op == TMPI_ACT_ERR) {
-            rc = tutti_set_error("mpi: rank %d (%s split part): %.*s", h.from, base_name(r->path),
+            rc = tutti_set_error("mpi: rank %d (%s split part): %.*s", h.from, tutti_base_name(r->path),
                                  h.n > 0 && (size_t)h.n < slot - sizeof h ? h.n : 0, msg + sizeof h);
             continue;
         }
@@ -693,6 +685,19 @@ void tmpi_serving_add(pthread_t th, void *obj) {
     g_srv[g_n_srv++].obj = obj;
 }
 
+void *tmpi_serving_new(const char *buf, size_t hdr, int32_t path_len, size_t obj, char **path, char *ebuf, size_t cap) {
+    void *q = tmpi_serving_room() ? calloc(1, obj) : NULL;
+    *path = q ? malloc((size_t)path_len + 1) : NULL;
+    if (!*path) {
+        free(q);
+        snprintf(ebuf, cap, "mpi: out of memory");
+        return NULL;
+    }
+    memcpy(*path, buf + hdr, (size_t)path_len);
+    (*path)[path_len] = 0;
+    return q;
+}
+
 void tmpi_serving_join(void) {
     for (int i = 0; i < g_n_srv; i++) {
         pthread_join(g_srv[i].th, NULL);
@@ -844,7 +849,7 @@ static void *srv_main(void *arg) {
     fprintf(stderr,
             "tutti: mpi: split: rank %d computed layers %d-%d of %s for %lld tokens (%d sessions); RSS %.1f MiB "
             "(peak %.1f MiB)\n",
-            rank, q->il0, q->il1 - 1, base_name(q->m->path), (long long)n_tok, n_ss, rss, peak);
+            rank, q->il0, q->il1 - 1, tutti_base_name(q->m->path), (long long)n_tok, n_ss, rss, peak);
     /* the part's memory goes now (a server frees split members it evicts) */
     for (int32_t i = 0; i < q->cap_ss; i++) tutti_session_free(q->ss[i]);
     free(q->ss);
@@ -861,16 +866,9 @@ int tmpi_split_serve(const char *buf, int cnt, char *ebuf, size_t cap) {
     if (h.path_len < 1 || (int)sizeof h + h.path_len != cnt || h.tag < TMPI_TAG_SPLIT0 ||
         h.tag >= TMPI_TAG_SPLIT0 + TMPI_MAX_RINGS || h.il0 < 0 || h.il1 < h.il0)
         return snprintf(ebuf, cap, "mpi: malformed split request"), -1;
-    if (!tmpi_serving_room()) return snprintf(ebuf, cap, "mpi: out of memory"), -1;
-    char *path = malloc((size_t)h.path_len + 1);
-    split_srv *q = calloc(1, sizeof *q);
-    if (!path || !q) {
-        free(path);
-        free(q);
-        return snprintf(ebuf, cap, "mpi: out of memory"), -1;
-    }
-    memcpy(path, buf + sizeof h, (size_t)h.path_len);
-    path[h.path_len] = 0;
+    char *path;
+    split_srv *q = tmpi_serving_new(buf, sizeof h, h.path_len, sizeof *q, &path, ebuf, cap);
+    if (!q) return -1;
     q->il0 = h.il0, q->il1 = h.il1, q->tag = h.tag;
     /* fault injection for tests/test_mpi.sh: TUTTI_MPI_TEST_FAULT=splitload@R
      * makes rank R fail to load its part (as a file it cannot read would) */

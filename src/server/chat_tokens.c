@@ -4,19 +4,12 @@
  * --chat-template override) through tutti_chat_tokenize, as the CLI's
  * --chat does: the template's control-token text becomes control tokens,
  * message text never does. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/fail.h"
 #include "server/server.h"
-
-static void set_err(char *err, size_t cap, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, cap, fmt, ap);
-    va_end(ap);
-}
 
 /* tutti_tokenize with a growing buffer; malloc'd ids or NULL. */
 int32_t *server_tokenize(const tutti_vocab *vocab, const char *text, size_t len, bool add_bos, bool special,
@@ -50,8 +43,9 @@ char *server_chat_template(const srv_file *f, const char *tmpl_override) {
 static char *need_template(const srv_file *f, const char *tmpl_override, char *err, size_t errlen) {
     char *tmpl = server_chat_template(f, tmpl_override);
     if (!tmpl)
-        set_err(err, errlen, "the model has no chat template (tokenizer.chat_template); use /v1/completions, or ask "
-                             "the server's operator for a chat template");
+        srv_fail(err, errlen,
+                 "the model has no chat template (tokenizer.chat_template); use /v1/completions, or ask "
+                 "the server's operator for a chat template");
     return tmpl;
 }
 
@@ -63,7 +57,7 @@ int32_t *server_chat_tokens(const srv_file *f, const char *tmpl_override, const 
      * become a control token (tutti_chat_tokenize: per-byte provenance) */
     int32_t *ids = tutti_chat_tokenize(f->vocab, tmpl, msgs, n_msgs, true, n_out, NULL);
     free(tmpl);
-    if (!ids) set_err(err, errlen, "%s", tutti_last_error());
+    if (!ids) srv_fail(err, errlen, "%s", tutti_last_error());
     return ids;
 }
 
@@ -73,6 +67,6 @@ int32_t *server_chat_tokens_json(const srv_file *f, const char *tmpl_override, c
     if (!tmpl) return NULL;
     int32_t *ids = tutti_chat_tokenize_json(f->vocab, tmpl, ctx_json, n_out, NULL);
     free(tmpl);
-    if (!ids) set_err(err, errlen, "%s", tutti_last_error());
+    if (!ids) srv_fail(err, errlen, "%s", tutti_last_error());
     return ids;
 }

@@ -10,13 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "server/conn.h"
 #include "server/format.h"
 #include "server/framing.h"
 #include "server/server.h"
+#include "util/clock.h"
 
 #define FIRST_LINE_MAX 8192 /* the longest request line read before handing over */
 #define LINGER_S 2.0        /* draining a closed connection's input */
@@ -54,12 +54,6 @@ struct srv_conns {
     struct MHD_Daemon *d;
     srv_server *s;
 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void addr_key(const struct sockaddr *a, unsigned char *key) {
     memset(key, 0, 16);
@@ -138,7 +132,7 @@ static void reject(srv_conns *cs, int fd, int status, const char *reason, const 
     shutdown(fd, SHUT_WR);
     pthread_mutex_lock(&cs->mu);
     if (cs->n_closing < MAX_CLOSING) {
-        cs->close_q[cs->n_closing++] = (closing){fd, now_s() + LINGER_S};
+        cs->close_q[cs->n_closing++] = (closing){fd, tutti_now_s() + LINGER_S};
         fd = -1;
     }
     pthread_mutex_unlock(&cs->mu);
@@ -171,7 +165,7 @@ static void admit(srv_conns *cs, int fd, const struct sockaddr_storage *a, sockl
         t->alen = alen;
         memcpy(t->key, key, 16);
         t->ph = PH_PRE;
-        t->deadline = now_s() + o->timeout_head;
+        t->deadline = tutti_now_s() + o->timeout_head;
         t->next = cs->head;
         cs->head = t;
         cs->n_active++;
@@ -299,7 +293,7 @@ static void *conns_main(void *arg) {
             }
         if (r > 0) drain(cs, p + first_closing, n - first_closing);
         for (int i = 0; i < n_pre; i++) first_line(cs, pre[i]);
-        reap(cs, now_s());
+        reap(cs, tutti_now_s());
     }
     free(p), free(pre);
     return NULL;
@@ -390,7 +384,7 @@ static void set_phase(srv_server *s, struct MHD_Connection *c, phase ph, double 
     track *t = ci->socket_context;
     if (!t->gone) {
         t->ph = ph;
-        t->deadline = limit_s > 0 ? now_s() + limit_s : 0;
+        t->deadline = limit_s > 0 ? tutti_now_s() + limit_s : 0;
     }
     pthread_mutex_unlock(&cs->mu);
 }

@@ -6,23 +6,14 @@
  * field.  Templates are parsed once here into segments, so that running a
  * step only concatenates. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cjson/cJSON.h>
 
+#include "server/fail.h"
 #include "server/pipeline.h"
-
-static int fail(char *err, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t cap, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, cap, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 static bool name_char(char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
@@ -88,8 +79,8 @@ static int get_num(const cJSON *o, const char *key, double lo, double hi, bool i
     if (!x || cJSON_IsNull(x)) return 0;
     double d = cJSON_IsNumber(x) ? x->valuedouble : NAN;
     if (!isfinite(d) || d < lo || d > hi || (integral && d != floor(d)))
-        return fail(err, cap, "%s: '%s' must be %s in [%g, %g]", where, key, integral ? "an integer" : "a number", lo,
-                    hi);
+        return srv_fail(err, cap, "%s: '%s' must be %s in [%g, %g]", where, key, integral ? "an integer" : "a number",
+                        lo, hi);
     *v = d;
     return 1;
 }
@@ -98,9 +89,9 @@ static int get_str(const cJSON *o, const char *key, char **out, size_t max, cons
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!x || cJSON_IsNull(x)) return 0;
     if (!cJSON_IsString(x) || strlen(x->valuestring) > max)
-        return fail(err, cap, "%s: '%s' must be a string of at most %zu bytes", where, key, max);
+        return srv_fail(err, cap, "%s: '%s' must be a string of at most %zu bytes", where, key, max);
     free(*out);
-    if (!(*out = strdup(x->valuestring))) return fail(err, cap, "out of memory");
+    if (!(*out = strdup(x->valuestring))) return srv_fail(err, cap, "out of memory");
     return 1;
 }
 
@@ -109,13 +100,13 @@ static int get_stop(const cJSON *o, pl_step *s, const char *where, char *err, si
     if (!x || cJSON_IsNull(x)) return 0;
     const cJSON *one = cJSON_IsString(x) ? x : NULL, *it;
     if (!one && (!cJSON_IsArray(x) || cJSON_GetArraySize(x) > PL_MAX_STOP))
-        return fail(err, cap, "%s: 'stop' must be a string or an array of at most %d strings", where, PL_MAX_STOP);
+        return srv_fail(err, cap, "%s: 'stop' must be a string or an array of at most %d strings", where, PL_MAX_STOP);
     for (int k = 0; k < s->n_stop; k++) free(s->stop[k]);
     s->n_stop = 0;
     for (it = one ? one : x->child; it; it = one ? NULL : it->next) {
         if (!cJSON_IsString(it) || !it->valuestring[0] || strlen(it->valuestring) > 1024)
-            return fail(err, cap, "%s: 'stop' strings must be non-empty, at most 1024 bytes", where);
-        if (!(s->stop[s->n_stop] = strdup(it->valuestring))) return fail(err, cap, "out of memory");
+            return srv_fail(err, cap, "%s: 'stop' strings must be non-empty, at most 1024 bytes", where);
+        if (!(s->stop[s->n_stop] = strdup(it->valuestring))) return srv_fail(err, cap, "out of memory");
         s->n_stop++;
     }
     return 0;
@@ -143,7 +134,8 @@ static int get_sampling(const cJSON *o, pl_step *s, const char *where, char *err
     if ((r = get_num(o, "timeout", 0.001, 86400, false, &v, where, err, cap)) < 0) return -1;
     if (r) s->timeout_s = v;
     const cJSON *ie = cJSON_GetObjectItemCaseSensitive(o, "ignore_eos");
-    if (ie && !cJSON_IsNull(ie) && !cJSON_IsBool(ie)) return fail(err, cap, "%s: 'ignore_eos' must be true or false", where);
+    if (ie && !cJSON_IsNull(ie) && !cJSON_IsBool(ie))
+        return srv_fail(err, cap, "%s: 'ignore_eos' must be true or false", where);
     s->ignore_eos = cJSON_IsTrue(ie);
     return get_stop(o, s, where, err, cap);
 }
@@ -155,20 +147,20 @@ static int get_constraint(const cJSON *o, pl_step *s, const char *where, char *e
     n += s->grammar != NULL;
     const cJSON *js = cJSON_GetObjectItemCaseSensitive(o, "json_schema");
     if (js && !cJSON_IsNull(js)) {
-        if (!cJSON_IsObject(js)) return fail(err, cap, "%s: 'json_schema' must be an object", where);
-        if (!(s->json_schema = cJSON_PrintUnformatted(js))) return fail(err, cap, "out of memory");
+        if (!cJSON_IsObject(js)) return srv_fail(err, cap, "%s: 'json_schema' must be an object", where);
+        if (!(s->json_schema = cJSON_PrintUnformatted(js))) return srv_fail(err, cap, "out of memory");
         n++;
     }
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, "json");
-    if (j && !cJSON_IsNull(j) && !cJSON_IsBool(j)) return fail(err, cap, "%s: 'json' must be true or false", where);
+    if (j && !cJSON_IsNull(j) && !cJSON_IsBool(j)) return srv_fail(err, cap, "%s: 'json' must be true or false", where);
     s->json = cJSON_IsTrue(j);
     n += s->json;
-    if (n > 1) return fail(err, cap, "%s: give one of 'grammar', 'json_schema' and 'json'", where);
+    if (n > 1) return srv_fail(err, cap, "%s: give one of 'grammar', 'json_schema' and 'json'", where);
     tutti_grammar *g = s->grammar       ? tutti_grammar_parse(s->grammar, strlen(s->grammar))
                      : s->json_schema ? tutti_grammar_from_json_schema(s->json_schema, strlen(s->json_schema))
                                         : NULL;
     if ((s->grammar || s->json_schema) && !g)
-        return fail(err, cap, "%s: '%s': %s", where, s->grammar ? "grammar" : "json_schema", tutti_last_error());
+        return srv_fail(err, cap, "%s: '%s': %s", where, s->grammar ? "grammar" : "json_schema", tutti_last_error());
     tutti_grammar_free(g);
     return 0;
 }
@@ -211,14 +203,14 @@ static int parse_template(const pl_pipeline *p, pl_step *s, char *err, size_t ca
     const char *t = s->prompt;
     for (size_t i = 0; t[i];) {
         if ((t[i] == '{' && t[i + 1] == '{') || (t[i] == '}' && t[i + 1] == '}')) {
-            if (add_seg(s, PL_SEG_TEXT, t + i, 1, 0) < 0) return fail(err, cap, "out of memory");
+            if (add_seg(s, PL_SEG_TEXT, t + i, 1, 0) < 0) return srv_fail(err, cap, "out of memory");
             i += 2;
             continue;
         }
         size_t k = i + 1;
         while (t[i] == '{' && name_char(t[k])) k++;
         if (t[i] != '{' || k == i + 1 || t[k] != '}') {
-            if (add_seg(s, PL_SEG_TEXT, t + i, 1, 0) < 0) return fail(err, cap, "out of memory");
+            if (add_seg(s, PL_SEG_TEXT, t + i, 1, 0) < 0) return srv_fail(err, cap, "out of memory");
             i++;
             continue;
         }
@@ -230,12 +222,12 @@ static int parse_template(const pl_pipeline *p, pl_step *s, char *err, size_t ca
         if (ref < 0) {
             char names[1024];
             step_names(p, names, sizeof names);
-            return fail(err, cap,
-                        "pipeline '%s': step '%s': the prompt refers to {%.*s}, which is no step of this pipeline "
-                        "(its steps: %s) nor {input} or {messages}",
-                        p->name, s->name, (int)(n > 64 ? 64 : n), nm, names);
+            return srv_fail(err, cap,
+                            "pipeline '%s': step '%s': the prompt refers to {%.*s}, which is no step of this pipeline "
+                            "(its steps: %s) nor {input} or {messages}",
+                            p->name, s->name, (int)(n > 64 ? 64 : n), nm, names);
         }
-        if (add_seg(s, kind, NULL, 0, ref) < 0) return fail(err, cap, "out of memory");
+        if (add_seg(s, kind, NULL, 0, ref) < 0) return srv_fail(err, cap, "out of memory");
         if (kind == PL_SEG_STEP) s->deps |= (uint64_t)1 << ref;
         i = k + 1;
     }
@@ -277,20 +269,21 @@ static int check_graph(const pl_pipeline *p, char *err, size_t cap) {
 
 static pl_step *new_step(pl_pipeline *p, const char *name, const char *model, char *err, size_t cap) {
     if (p->n_steps == PL_MAX_STEPS)
-        return fail(err, cap, "pipeline '%s': more than %d steps", p->name, PL_MAX_STEPS), NULL;
+        return srv_fail(err, cap, "pipeline '%s': more than %d steps", p->name, PL_MAX_STEPS), NULL;
     if (!step_name_ok(name))
-        return fail(err, cap,
-                    "pipeline '%s': step name '%.64s' must be 1 to %d of A-Z a-z 0-9 _ . - and not input, messages or "
-                    "drafts",
-                    p->name, name, PL_MAX_NAME - 1),
+        return srv_fail(
+                   err, cap,
+                   "pipeline '%s': step name '%.64s' must be 1 to %d of A-Z a-z 0-9 _ . - and not input, messages or "
+                   "drafts",
+                   p->name, name, PL_MAX_NAME - 1),
                NULL;
     if (find_step(p, name, strlen(name)) >= 0)
-        return fail(err, cap, "pipeline '%s': two steps are named '%s'", p->name, name), NULL;
+        return srv_fail(err, cap, "pipeline '%s': two steps are named '%s'", p->name, name), NULL;
     pl_step *s = &p->steps[p->n_steps];
     step_init(s);
     if (!(s->name = strdup(name)) || !(s->model = strdup(model))) {
         step_free(s);
-        return fail(err, cap, "out of memory"), NULL;
+        return srv_fail(err, cap, "out of memory"), NULL;
     }
     p->n_steps++;
     return s;
@@ -300,11 +293,12 @@ static int step_model(const cJSON *o, const char *key, const char *where, pl_has
                       const char **out, char *err, size_t cap) {
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!cJSON_IsString(m) || !m->valuestring[0] || strlen(m->valuestring) > 255)
-        return fail(err, cap, "%s: '%s' must be a model's name", where, key);
+        return srv_fail(err, cap, "%s: '%s' must be a model's name", where, key);
     if (has_model && !has_model(user, m->valuestring))
-        return fail(err, cap, "%s: model '%.255s' is not a served model (a loaded model's name, 'default', or a config "
-                              "ensemble's name)",
-                    where, m->valuestring);
+        return srv_fail(err, cap,
+                        "%s: model '%.255s' is not a served model (a loaded model's name, 'default', or a config "
+                        "ensemble's name)",
+                        where, m->valuestring);
     *out = m->valuestring;
     return 0;
 }
@@ -313,7 +307,7 @@ static int explicit_steps(pl_pipeline *p, const cJSON *item, pl_has_model_fn has
                           size_t cap) {
     const cJSON *steps = cJSON_GetObjectItemCaseSensitive(item, "steps"), *it;
     if (!cJSON_IsArray(steps) || !steps->child)
-        return fail(err, cap, "pipeline '%s': 'steps' must be a non-empty array (or give 'moa')", p->name);
+        return srv_fail(err, cap, "pipeline '%s': 'steps' must be a non-empty array (or give 'moa')", p->name);
     int k = 0;
     cJSON_ArrayForEach(it, steps) {
         char where[256];
@@ -321,7 +315,7 @@ static int explicit_steps(pl_pipeline *p, const cJSON *item, pl_has_model_fn has
         const cJSON *nm = cJSON_GetObjectItemCaseSensitive(it, "name");
         const char *model;
         if (!cJSON_IsObject(it) || !cJSON_IsString(nm))
-            return fail(err, cap, "%s: a step is an object with a string 'name'", where);
+            return srv_fail(err, cap, "%s: a step is an object with a string 'name'", where);
         snprintf(where, sizeof where, "pipeline '%s': step '%.64s'", p->name, nm->valuestring);
         if (step_model(it, "model", where, has_model, user, &model, err, cap) < 0) return -1;
         pl_step *s = new_step(p, nm->valuestring, model, err, cap);
@@ -333,8 +327,7 @@ static int explicit_steps(pl_pipeline *p, const cJSON *item, pl_has_model_fn has
     p->output = p->n_steps - 1;
     if (out && !cJSON_IsNull(out)) {
         p->output = cJSON_IsString(out) ? find_step(p, out->valuestring, strlen(out->valuestring)) : -1;
-        if (p->output < 0)
-            return fail(err, cap, "pipeline '%s': 'output' must name one of its steps", p->name);
+        if (p->output < 0) return srv_fail(err, cap, "pipeline '%s': 'output' must name one of its steps", p->name);
     }
     return 0;
 }
@@ -347,7 +340,7 @@ static int copy_sampling(pl_step *s, const pl_step *base, char *err, size_t cap)
     s->ignore_eos = base->ignore_eos;
     s->seed = base->seed;
     for (int k = 0; k < base->n_stop; k++) {
-        if (!(s->stop[k] = strdup(base->stop[k]))) return fail(err, cap, "out of memory");
+        if (!(s->stop[k] = strdup(base->stop[k]))) return srv_fail(err, cap, "out of memory");
         s->n_stop = k + 1;
     }
     return 0;
@@ -389,14 +382,14 @@ static int moa_steps(pl_pipeline *p, const cJSON *moa, pl_has_model_fn has_model
     const char *agg;
     double layers = 1;
     if (!cJSON_IsObject(moa) || !cJSON_IsArray(props) || !props->child)
-        return fail(err, cap, "%s: needs 'proposers', a non-empty array of model names, and 'aggregator'", where);
+        return srv_fail(err, cap, "%s: needs 'proposers', a non-empty array of model names, and 'aggregator'", where);
     int n_prop = cJSON_GetArraySize(props);
     if (step_model(moa, "aggregator", where, has_model, user, &agg, err, cap) < 0 ||
         get_num(moa, "layers", 1, 16, true, &layers, where, err, cap) < 0)
         return -1;
     if ((double)n_prop * layers + 1 > PL_MAX_STEPS)
-        return fail(err, cap, "%s: %d proposers x %d layers + 1 aggregator is more than %d steps", where, n_prop,
-                    (int)layers, PL_MAX_STEPS);
+        return srv_fail(err, cap, "%s: %d proposers x %d layers + 1 aggregator is more than %d steps", where, n_prop,
+                        (int)layers, PL_MAX_STEPS);
     pl_step base;
     step_init(&base);
     char *prompt = NULL, *aggp = NULL;
@@ -411,7 +404,8 @@ static int moa_steps(pl_pipeline *p, const cJSON *moa, pl_has_model_fn has_model
             snprintf(w2, sizeof w2, "%s: proposers[%d]", where, k - 1);
             const char *model = cJSON_IsString(it) ? it->valuestring : NULL;
             if (!model || (has_model && !has_model(user, model))) {
-                rc = fail(err, cap, "%s: '%.255s' is not a served model's name", w2, model ? model : "(not a string)");
+                rc = srv_fail(err, cap, "%s: '%.255s' is not a served model's name", w2,
+                              model ? model : "(not a string)");
                 break;
             }
             pl_step *s = new_step(p, name, model, err, cap);
@@ -422,14 +416,14 @@ static int moa_steps(pl_pipeline *p, const cJSON *moa, pl_has_model_fn has_model
             if (base.seed >= 0) s->seed = base.seed + p->n_steps - 1;
             s->prompt = l == 0 ? strdup(prompt ? prompt : "{input}")
                                : moa_prompt(aggp ? aggp : moa_default_aggregate, p, first - n_prop, n_prop);
-            if (!s->prompt) rc = fail(err, cap, "out of memory");
+            if (!s->prompt) rc = srv_fail(err, cap, "out of memory");
         }
     }
     pl_step *s = rc < 0 ? NULL : new_step(p, "aggregator", agg, err, cap);
     if (s && (rc = copy_sampling(s, &base, err, cap)) == 0) {
         if (base.seed >= 0) s->seed = base.seed + p->n_steps - 1;
         if (!(s->prompt = moa_prompt(aggp ? aggp : moa_default_aggregate, p, p->n_steps - 1 - n_prop, n_prop)))
-            rc = fail(err, cap, "out of memory");
+            rc = srv_fail(err, cap, "out of memory");
     } else if (!s) {
         rc = -1;
     }
@@ -444,27 +438,27 @@ static int parse_one(pl_set *set, const cJSON *item, int idx, pl_has_model_fn ha
                      void *user, char *err, size_t cap) {
     const cJSON *nm = cJSON_GetObjectItemCaseSensitive(item, "name");
     if (!cJSON_IsObject(item) || !cJSON_IsString(nm) || !nm->valuestring[0] || strlen(nm->valuestring) > 255)
-        return fail(err, cap, "pipelines[%d]: a pipeline is an object with a 'name' (1 to 255 bytes)", idx);
+        return srv_fail(err, cap, "pipelines[%d]: a pipeline is an object with a 'name' (1 to 255 bytes)", idx);
     if (pl_set_find(set, nm->valuestring) || (taken && taken(user, nm->valuestring)))
-        return fail(err, cap, "pipelines[%d]: the name '%s' is taken (by a model or another pipeline)", idx,
-                    nm->valuestring);
+        return srv_fail(err, cap, "pipelines[%d]: the name '%s' is taken (by a model or another pipeline)", idx,
+                        nm->valuestring);
     pl_pipeline *p = &set->items[set->n];
     memset(p, 0, sizeof *p);
     if (!(p->name = strdup(nm->valuestring)) || !(p->steps = calloc(PL_MAX_STEPS, sizeof *p->steps))) {
         free(p->name);
         free(p->steps);
-        return fail(err, cap, "out of memory");
+        return srv_fail(err, cap, "out of memory");
     }
     set->n++; /* owned by the set from here: freed with it on any error */
     const cJSON *moa = cJSON_GetObjectItemCaseSensitive(item, "moa");
     if (moa && cJSON_GetObjectItemCaseSensitive(item, "steps"))
-        return fail(err, cap, "pipeline '%s': give 'steps' or 'moa', not both", p->name);
+        return srv_fail(err, cap, "pipeline '%s': give 'steps' or 'moa', not both", p->name);
     p->moa = moa != NULL;
     if ((moa ? moa_steps(p, moa, has_model, user, err, cap) : explicit_steps(p, item, has_model, user, err, cap)) < 0)
         return -1;
     for (int k = 0; k < p->n_steps; k++) {
         pl_step *s = &p->steps[k];
-        if (!s->prompt && !(s->prompt = strdup("{input}"))) return fail(err, cap, "out of memory");
+        if (!s->prompt && !(s->prompt = strdup("{input}"))) return srv_fail(err, cap, "out of memory");
         if (parse_template(p, s, err, cap) < 0) return -1;
     }
     return check_graph(p, err, cap);
@@ -475,10 +469,10 @@ int pl_set_parse(pl_set *set, const cJSON *pipelines, pl_has_model_fn has_model,
     memset(set, 0, sizeof *set);
     if (!pipelines || cJSON_IsNull(pipelines)) return 0;
     if (!cJSON_IsArray(pipelines) || cJSON_GetArraySize(pipelines) > 256)
-        return fail(err, cap, "'pipelines' must be an array of at most 256 pipelines");
+        return srv_fail(err, cap, "'pipelines' must be an array of at most 256 pipelines");
     int n = cJSON_GetArraySize(pipelines), k = 0;
     if (n == 0) return 0;
-    if (!(set->items = calloc((size_t)n, sizeof *set->items))) return fail(err, cap, "out of memory");
+    if (!(set->items = calloc((size_t)n, sizeof *set->items))) return srv_fail(err, cap, "out of memory");
     const cJSON *it;
     cJSON_ArrayForEach(it, pipelines) {
         if (parse_one(set, it, k++, has_model, taken, user, err, cap) < 0) return -1;

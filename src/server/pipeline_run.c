@@ -9,9 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "server/pipeline.h"
+#include "util/clock.h"
 
 enum { ST_WAITING, ST_RUNNING, ST_DONE, ST_FAILED };
 
@@ -42,12 +42,6 @@ struct run_ctx {
     double t_start;
     step_job jobs[PL_MAX_STEPS];
 };
-
-static double mono_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 char *pl_expand(const pl_step *s, const pl_run_opts *o, const pl_result *r, size_t *n) {
     size_t len = 0;
@@ -80,7 +74,7 @@ static int piece_cb(const char *bytes, size_t n, void *user) {
     step_job *sj = user;
     run_ctx *rc = sj->rc;
     if (rc->stop || (rc->o->should_stop && rc->o->should_stop(rc->o->user))) return 1;
-    if (sj->deadline > 0 && mono_s() > sj->deadline) {
+    if (sj->deadline > 0 && tutti_now_s() > sj->deadline) {
         sj->timed_out = true;
         return 1;
     }
@@ -166,7 +160,7 @@ static void *step_main(void *arg) {
     pthread_mutex_lock(&rc->mu);
     u.ran = true;
     u.start_s = sj->t0 - rc->t_start;
-    u.end_s = mono_s() - rc->t_start;
+    u.end_s = tutti_now_s() - rc->t_start;
     rc->r->usage[sj->k] = u;
     if (!sj->buf) sj->buf = calloc(1, 1);
     rc->r->text[sj->k] = sj->buf, rc->r->n_text[sj->k] = sj->n;
@@ -195,7 +189,7 @@ static int start_ready(run_ctx *rc) {
         if (ready) {
             step_job *sj = &rc->jobs[k];
             sj->rc = rc, sj->k = k;
-            sj->t0 = mono_s();
+            sj->t0 = tutti_now_s();
             sj->deadline = s->timeout_s > 0 ? sj->t0 + s->timeout_s : 0;
             rc->state[k] = ST_RUNNING;
             if (pthread_create(&sj->th, NULL, step_main, sj) != 0) {
@@ -220,7 +214,7 @@ int pl_run(const pl_pipeline *p, const pl_backend *b, const pl_run_opts *o, pl_r
     rc->p = p, rc->b = b, rc->o = o, rc->r = r;
     pthread_mutex_init(&rc->mu, NULL);
     pthread_cond_init(&rc->cv, NULL);
-    rc->t_start = mono_s();
+    rc->t_start = tutti_now_s();
     pthread_mutex_lock(&rc->mu);
     for (;;) {
         int running = start_ready(rc);
@@ -230,7 +224,7 @@ int pl_run(const pl_pipeline *p, const pl_backend *b, const pl_run_opts *o, pl_r
     pthread_mutex_unlock(&rc->mu);
     for (int k = 0; k < p->n_steps; k++)
         if (rc->jobs[k].joinable) pthread_join(rc->jobs[k].th, NULL);
-    r->wall_s = mono_s() - rc->t_start;
+    r->wall_s = tutti_now_s() - rc->t_start;
     for (int k = 0; k < p->n_steps; k++)
         if (r->usage[k].ran) r->sum_s += r->usage[k].end_s - r->usage[k].start_s;
     int ret = 0;

@@ -25,7 +25,6 @@
 #include <libgen.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,17 +32,9 @@
 
 #include <cjson/cJSON.h>
 
+#include "server/fail.h"
 #include "server/pipeline_srv.h"
 #include "server/server.h"
-
-static int fail(char *err, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t cap, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, cap, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 bool srv_is_url(const char *path) { return !strncmp(path, "http://", 7) || !strncmp(path, "https://", 8); }
 
@@ -104,14 +95,14 @@ static bool name_taken(const srv_registry *reg, const char *name) {
  * the load's). */
 static int check_gguf(const char *path, char *err, size_t cap) {
     FILE *f = fopen(path, "rb");
-    if (!f) return fail(err, cap, "%s: cannot open: %s", path, strerror(errno));
+    if (!f) return srv_fail(err, cap, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     char magic[4] = {0};
     bool dir = fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode);
     size_t n = dir ? 0 : fread(magic, 1, 4, f);
     fclose(f);
-    if (dir) return fail(err, cap, "%s is a directory, not a GGUF file", path);
-    if (n != 4 || memcmp(magic, "GGUF", 4)) return fail(err, cap, "%s is not a GGUF file", path);
+    if (dir) return srv_fail(err, cap, "%s is a directory, not a GGUF file", path);
+    if (n != 4 || memcmp(magic, "GGUF", 4)) return srv_fail(err, cap, "%s is not a GGUF file", path);
     return 0;
 }
 
@@ -121,7 +112,7 @@ static int add_local_file(srv_registry *reg, const char *path, const char *name,
  * after it); returns its index or -1. */
 static int add_file(srv_registry *reg, const char *path, const char *name, char *err, size_t cap) {
     char *local = tutti_hub_resolve(path);
-    if (!local) return fail(err, cap, "%s", tutti_last_error());
+    if (!local) return srv_fail(err, cap, "%s", tutti_last_error());
     int i = add_local_file(reg, local, name, err, cap);
     free(local);
     return i;
@@ -134,54 +125,54 @@ static int add_local_file(srv_registry *reg, const char *path, const char *name,
         srv_file *f = &reg->files[i];
         if (!same_file(f->path, path)) continue;
         if (!name || file_has_name(f, name)) return i;
-        if (name_taken(reg, name)) return fail(err, cap, "model name '%s' is used twice", name);
+        if (name_taken(reg, name)) return srv_fail(err, cap, "model name '%s' is used twice", name);
         if (!f->named) { /* a command-line file renamed by the config */
             free(f->name);
             f->name = strdup(name);
             f->named = true;
-            return f->name ? i : fail(err, cap, "out of memory");
+            return f->name ? i : srv_fail(err, cap, "out of memory");
         }
         /* named twice: both names serve it */
         char **a = realloc(f->aliases, sizeof *a * (size_t)(f->n_aliases + 1));
-        if (!a) return fail(err, cap, "out of memory");
+        if (!a) return srv_fail(err, cap, "out of memory");
         f->aliases = a;
-        if (!(a[f->n_aliases] = strdup(name))) return fail(err, cap, "out of memory");
+        if (!(a[f->n_aliases] = strdup(name))) return srv_fail(err, cap, "out of memory");
         f->n_aliases++;
         return i;
     }
-    if (reg->n_files == SRV_MAX_FILES) return fail(err, cap, "at most %d model files", SRV_MAX_FILES);
+    if (reg->n_files == SRV_MAX_FILES) return srv_fail(err, cap, "at most %d model files", SRV_MAX_FILES);
     if (!srv_is_url(path) && check_gguf(path, err, cap) < 0) return -1;
     srv_file *f = realloc(reg->files, sizeof *f * (size_t)(reg->n_files + 1));
-    if (!f) return fail(err, cap, "out of memory");
+    if (!f) return srv_fail(err, cap, "out of memory");
     reg->files = f;
     srv_file *nf = &f[reg->n_files];
     memset(nf, 0, sizeof *nf);
     char *stem = name ? strdup(name) : file_stem(path);
-    if (!stem) return fail(err, cap, "out of memory");
+    if (!stem) return srv_fail(err, cap, "out of memory");
     /* two files with the same stem: the later ones get -2, -3, ... */
     for (int k = 2; name_taken(reg, stem); k++) {
         if (name) {
             free(stem);
-            return fail(err, cap, "model name '%s' is used twice", name);
+            return srv_fail(err, cap, "model name '%s' is used twice", name);
         }
         char *base = file_stem(path), buf[512];
         snprintf(buf, sizeof buf, "%s-%d", base ? base : "model", k);
         free(base);
         free(stem);
         stem = strdup(buf);
-        if (!stem) return fail(err, cap, "out of memory");
+        if (!stem) return srv_fail(err, cap, "out of memory");
     }
     nf->path = strdup(path);
     nf->name = stem;
     nf->named = name != NULL;
-    if (!nf->path) return free(stem), fail(err, cap, "out of memory");
+    if (!nf->path) return free(stem), srv_fail(err, cap, "out of memory");
     return reg->n_files++;
 }
 
 static srv_spec *add_spec(srv_registry *reg, const char *name, char *err, size_t cap) {
-    if (name_taken(reg, name)) return fail(err, cap, "model name '%s' is used twice", name), NULL;
+    if (name_taken(reg, name)) return srv_fail(err, cap, "model name '%s' is used twice", name), NULL;
     srv_spec *s = realloc(reg->specs, sizeof *s * (size_t)(reg->n_specs + 1));
-    if (!s) return fail(err, cap, "out of memory"), NULL;
+    if (!s) return srv_fail(err, cap, "out of memory"), NULL;
     reg->specs = s;
     srv_spec *n = &s[reg->n_specs++];
     memset(n, 0, sizeof *n);
@@ -229,7 +220,7 @@ static int float_array(const cJSON *a, int n, float *out) {
 
 static cJSON *read_config(const char *path, char *err, size_t cap) {
     FILE *f = fopen(path, "rb");
-    if (!f) return fail(err, cap, "--config: cannot open %s: %s", path, strerror(errno)), NULL;
+    if (!f) return srv_fail(err, cap, "--config: cannot open %s: %s", path, strerror(errno)), NULL;
     char *buf = NULL;
     size_t n = 0, c = 0;
     for (;;) {
@@ -243,17 +234,17 @@ static cJSON *read_config(const char *path, char *err, size_t cap) {
         if (!r) break;
     }
     fclose(f);
-    if (!buf) return fail(err, cap, "--config: out of memory"), NULL;
+    if (!buf) return srv_fail(err, cap, "--config: out of memory"), NULL;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(buf, n, &end, false);
     size_t pos = end && end >= buf && end <= buf + n ? (size_t)(end - buf) : 0;
     free(buf);
-    if (!root) return fail(err, cap, "--config %s: malformed JSON at byte %zu", path, pos), NULL;
+    if (!root) return srv_fail(err, cap, "--config %s: malformed JSON at byte %zu", path, pos), NULL;
     const cJSON *models = cJSON_GetObjectItemCaseSensitive(root, "models");
     const cJSON *ens = cJSON_GetObjectItemCaseSensitive(root, "ensembles");
     if (!cJSON_IsObject(root) || (models && !cJSON_IsArray(models)) || (ens && !cJSON_IsArray(ens))) {
         cJSON_Delete(root);
-        return fail(err, cap, "--config %s: must be an object with optional arrays 'models' and 'ensembles'", path),
+        return srv_fail(err, cap, "--config %s: must be an object with optional arrays 'models' and 'ensembles'", path),
                NULL;
     }
     return root;
@@ -269,8 +260,8 @@ static int config_models(srv_registry *reg, const cJSON *models, const char *pat
         const cJSON *p = cJSON_GetObjectItemCaseSensitive(it, "path");
         const cJSON *nm = cJSON_GetObjectItemCaseSensitive(it, "name");
         if (!cJSON_IsString(p) || (nm && !cJSON_IsString(nm)) || (nm && !nm->valuestring[0]))
-            return fail(err, cap, "--config %s: models[%d] needs a string 'path' and an optional non-empty 'name'",
-                        path, k);
+            return srv_fail(err, cap, "--config %s: models[%d] needs a string 'path' and an optional non-empty 'name'",
+                            path, k);
         char full[PATH_MAX * 2];
         if (p->valuestring[0] == '/' || srv_is_url(p->valuestring) || tutti_is_hub_spec(p->valuestring))
             snprintf(full, sizeof full, "%s", p->valuestring);
@@ -286,8 +277,8 @@ static int config_ensemble(srv_registry *reg, const cJSON *it, int k, const char
     const cJSON *mem = cJSON_GetObjectItemCaseSensitive(it, "members");
     if (!cJSON_IsString(nm) || !nm->valuestring[0] || !cJSON_IsArray(mem) || cJSON_GetArraySize(mem) < 1 ||
         cJSON_GetArraySize(mem) > TUTTI_ENSEMBLE_MAX_MEMBERS)
-        return fail(err, cap, "--config %s: ensembles[%d] needs a 'name' and 'members' (1 to %d model names)", path, k,
-                    TUTTI_ENSEMBLE_MAX_MEMBERS);
+        return srv_fail(err, cap, "--config %s: ensembles[%d] needs a 'name' and 'members' (1 to %d model names)", path,
+                        k, TUTTI_ENSEMBLE_MAX_MEMBERS);
     const char *name = nm->valuestring;
     srv_spec *s = add_spec(reg, name, err, cap);
     if (!s) return -1;
@@ -295,8 +286,8 @@ static int config_ensemble(srv_registry *reg, const cJSON *it, int k, const char
     cJSON_ArrayForEach(m, mem) {
         int fi = cJSON_IsString(m) ? srv_registry_file_index(reg, m->valuestring) : -1;
         if (fi < 0)
-            return fail(err, cap, "--config %s: ensemble '%s': member %s is not a loaded model's name", path, name,
-                        cJSON_IsString(m) ? m->valuestring : "(not a string)");
+            return srv_fail(err, cap, "--config %s: ensemble '%s': member %s is not a loaded model's name", path, name,
+                            cJSON_IsString(m) ? m->valuestring : "(not a string)");
         s->file[s->n++] = fi;
     }
     const cJSON *w = cJSON_GetObjectItemCaseSensitive(it, "weights");
@@ -304,12 +295,14 @@ static int config_ensemble(srv_registry *reg, const cJSON *it, int k, const char
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(it, "rule");
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(it, "align");
     if ((w && float_array(w, s->n, s->w) < 0) || (t && float_array(t, s->n, s->t) < 0))
-        return fail(err, cap, "--config %s: ensemble '%s': weights and temperatures need one finite number per member",
-                    path, name);
+        return srv_fail(err, cap,
+                        "--config %s: ensemble '%s': weights and temperatures need one finite number per member", path,
+                        name);
     if ((r && (!cJSON_IsString(r) || (s->rule = tutti_rule_parse(r->valuestring)) < 0)) ||
         (a && (!cJSON_IsString(a) || (s->align = tutti_align_parse(a->valuestring)) < 0)))
-        return fail(err, cap, "--config %s: ensemble '%s': unknown rule or align", path, name);
-    if (srv_spec_check(s) < 0) return fail(err, cap, "--config %s: ensemble '%s': %s", path, name, tutti_last_error());
+        return srv_fail(err, cap, "--config %s: ensemble '%s': unknown rule or align", path, name);
+    if (srv_spec_check(s) < 0)
+        return srv_fail(err, cap, "--config %s: ensemble '%s': %s", path, name, tutti_last_error());
     srv_spec_make_key(s);
     return 0;
 }
@@ -331,7 +324,7 @@ static int load_config(srv_registry *reg, const char *path, char *err, size_t ca
 
 static char *read_template(const char *path, char *err, size_t cap) {
     FILE *f = fopen(path, "rb");
-    if (!f) return fail(err, cap, "--chat-template: cannot open %s: %s", path, strerror(errno)), NULL;
+    if (!f) return srv_fail(err, cap, "--chat-template: cannot open %s: %s", path, strerror(errno)), NULL;
     size_t c = 1 << 20;
     char *t = malloc(c + 1);
     size_t n = t ? fread(t, 1, c, f) : 0;
@@ -339,7 +332,7 @@ static char *read_template(const char *path, char *err, size_t cap) {
     fclose(f);
     if (!t || more) {
         free(t);
-        return fail(err, cap, "--chat-template %s: larger than 1 MiB", path), NULL;
+        return srv_fail(err, cap, "--chat-template %s: larger than 1 MiB", path), NULL;
     }
     t[n] = 0;
     return t;
@@ -358,7 +351,7 @@ static int command_line_spec(srv_registry *reg, const server_opts *o, char *err,
     memset(&ctx, 0, sizeof ctx);
     if (o->ens_file) {
         tutti_ensemble_file *ef = tutti_ensemble_file_read(o->ens_file);
-        if (!ef) return fail(err, cap, "-e %s: %s", o->ens_file, tutti_last_error());
+        if (!ef) return srv_fail(err, cap, "-e %s: %s", o->ens_file, tutti_last_error());
         for (int i = 0; i < ef->n_members && n_mem < TUTTI_ENSEMBLE_MAX_MEMBERS; i++) {
             int fi = add_file(reg, ef->members[i].model_path, NULL, err, cap);
             if (fi < 0) {
@@ -377,7 +370,8 @@ static int command_line_spec(srv_registry *reg, const server_opts *o, char *err,
         tutti_ensemble_file_free(ef);
     }
     for (int i = 0; i < o->n_models; i++) {
-        if (n_mem == TUTTI_ENSEMBLE_MAX_MEMBERS) return fail(err, cap, "at most %d members", TUTTI_ENSEMBLE_MAX_MEMBERS);
+        if (n_mem == TUTTI_ENSEMBLE_MAX_MEMBERS)
+            return srv_fail(err, cap, "at most %d members", TUTTI_ENSEMBLE_MAX_MEMBERS);
         int fi = add_file(reg, o->models[i], NULL, err, cap);
         if (fi < 0) return -1;
         fw[n_mem] = ft[n_mem] = NAN;
@@ -386,11 +380,11 @@ static int command_line_spec(srv_registry *reg, const server_opts *o, char *err,
     if (o->adapt && adapt < 0) adapt = 0.01;
     if (o->route && route <= 0) route = 0.25;
     if ((adapt >= 0 || route > 0 || select >= 0) && n_mem == 0)
-        return fail(err, cap, "--adapt, --route and --select apply to 'default': give its members with -m or -e");
+        return srv_fail(err, cap, "--adapt, --route and --select apply to 'default': give its members with -m or -e");
     if (o->n_weights && o->n_weights != n_mem)
-        return fail(err, cap, "-w gives %d weights for %d members", o->n_weights, n_mem);
+        return srv_fail(err, cap, "-w gives %d weights for %d members", o->n_weights, n_mem);
     if (o->n_temps && o->n_temps != n_mem)
-        return fail(err, cap, "--temps gives %d temperatures for %d members", o->n_temps, n_mem);
+        return srv_fail(err, cap, "--temps gives %d temperatures for %d members", o->n_temps, n_mem);
     if (n_mem == 0) return 0;
     srv_spec *s = add_spec(reg, "default", err, cap); /* reserved before the config's names */
     if (!s) return -1;
@@ -408,7 +402,7 @@ static int command_line_spec(srv_registry *reg, const server_opts *o, char *err,
     s->ctx = ctx;
     s->select = select >= 0;
     s->select_thresh = select;
-    if (srv_spec_check(s) < 0) return fail(err, cap, "'default': %s", tutti_last_error());
+    if (srv_spec_check(s) < 0) return srv_fail(err, cap, "'default': %s", tutti_last_error());
     srv_spec_make_key(s);
     return 1;
 }
@@ -418,7 +412,7 @@ static int single_specs(srv_registry *reg, char *err, size_t cap) {
     for (int i = 0; i < reg->n_files; i++)
         for (int k = -1; k < reg->files[i].n_aliases; k++) {
             srv_spec *s = realloc(reg->specs, sizeof *s * (size_t)(reg->n_specs + 1));
-            if (!s) return fail(err, cap, "out of memory");
+            if (!s) return srv_fail(err, cap, "out of memory");
             reg->specs = s;
             s = &reg->specs[reg->n_specs++];
             memset(s, 0, sizeof *s);
@@ -440,14 +434,14 @@ static int load_file(srv_registry *reg, srv_file *f, char *err, size_t cap) {
         tutti_ensemble_params p = tutti_ensemble_default_params();
         p.members = &d, p.n_members = 1, p.n_threads = 1;
         p.n_ctx = reg->n_ctx_opt > 0 ? reg->n_ctx_opt : 0;
-        if (!(f->remote = tutti_ensemble_new(&p))) return fail(err, cap, "%s", tutti_last_error());
+        if (!(f->remote = tutti_ensemble_new(&p))) return srv_fail(err, cap, "%s", tutti_last_error());
         f->vocab = tutti_ensemble_member_vocab(f->remote, 0);
         f->n_ctx = reg->n_ctx_opt > 0 ? reg->n_ctx_opt : 4096;
         return 0;
     }
     tutti_model_params mp = tutti_model_default_params();
     f->model = tutti_model_load(f->path, &mp);
-    if (!f->model) return fail(err, cap, "%s: %s", f->path, tutti_last_error());
+    if (!f->model) return srv_fail(err, cap, "%s: %s", f->path, tutti_last_error());
     f->vocab = tutti_model_vocab(f->model);
     int32_t tr = tutti_model_n_ctx_train(f->model);
     /* -c N, -c 0 (the trained context), or by default min(trained, 4096) */
@@ -468,7 +462,7 @@ int srv_registry_plan(srv_registry *reg, const server_opts *o, char *err, size_t
     if (has_default < 0) return -1;
     int first_spec = -1;
     if (o->config && load_config(reg, o->config, err, cap, &first_spec) < 0) return -1;
-    if (reg->n_files == 0) return fail(err, cap, "no models: give -m MODEL.gguf, -e ENSEMBLE or --config FILE");
+    if (reg->n_files == 0) return srv_fail(err, cap, "no models: give -m MODEL.gguf, -e ENSEMBLE or --config FILE");
     if (!has_default) {
         srv_spec d;
         if (first_spec >= 0) d = reg->specs[first_spec];
@@ -513,7 +507,7 @@ int srv_registry_load(srv_registry *reg, char *err, size_t cap) {
             tutti_ensemble_free(e);
             e = NULL;
         }
-        if (!e) return fail(err, cap, "model '%s': %s", sp->name, tutti_last_error());
+        if (!e) return srv_fail(err, cap, "model '%s': %s", sp->name, tutti_last_error());
         sp->align_used = tutti_ensemble_align(e);
         tutti_ensemble_free(e);
     }

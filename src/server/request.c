@@ -69,9 +69,9 @@ static int json_lexical_check(const char *b, size_t n, char *err, size_t cap) {
         unsigned char c = s[i];
         if (c == 0) return snprintf(err, cap, "a NUL byte at byte %zu of the request body", i), -1;
         if (c >= 0x80) {
-            if (!utf8_len(s + i, n - i))
-                return snprintf(err, cap, "the request body is not valid UTF-8 (byte %zu)", i), -1;
-            i += utf8_len(s + i, n - i);
+            const size_t k = utf8_len(s + i, n - i);
+            if (!k) return snprintf(err, cap, "the request body is not valid UTF-8 (byte %zu)", i), -1;
+            i += k;
             continue;
         }
         if (in_str) {

@@ -27,6 +27,7 @@
 #include "server/tools.h"
 #include "server/server.h"
 #include "util/buf.h"
+#include "util/clock.h"
 
 #define SLOT_CACHE 8
 
@@ -133,16 +134,14 @@ static int g_start_together, g_n_ready;
 static uint64_t g_release;
 static double g_last_arrival;
 
-static double mono_s(void);
-
 static void start_together(srv_server *s) {
     if (g_start_together <= 0) return;
     pthread_mutex_lock(&s->qmu);
     g_n_ready++;
-    g_last_arrival = mono_s();
+    g_last_arrival = tutti_now_s();
     uint64_t gen = g_release;
     while (g_release == gen) {
-        if (g_n_ready >= g_start_together || mono_s() - g_last_arrival > 0.3) {
+        if (g_n_ready >= g_start_together || tutti_now_s() - g_last_arrival > 0.3) {
             g_release++, g_n_ready = 0;
             pthread_cond_broadcast(&s->qcv);
             break;
@@ -305,12 +304,6 @@ static tutti_ensemble *slot_ensemble(srv_slot *sl, srv_job *j, char *err, size_t
     return c->e;
 }
 
-static double mono_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* the slot's session of loaded file k (made at its first use), NULL with
  * the library's message */
 static nat_sess *nat_session(srv_slot *sl, int k) {
@@ -346,14 +339,14 @@ static void run_embd(srv_slot *sl, srv_job *j) {
         return;
     }
     ns->n = 0;
-    double t0 = mono_s();
+    double t0 = tutti_now_s();
     char err[1024];
     int rc = srv_embd_run(&j->embd, ns->sess, s->reg.files[k].model, job_gone, j, err, sizeof err);
     srv_metrics *mt = &s->metrics;
     pthread_mutex_lock(&mt->mu);
     mt->prompt_tokens += j->embd.n_tokens;
     mt->prompt_evaluated += j->embd.n_tokens;
-    mt->member_forward_s[k] += mono_s() - t0;
+    mt->member_forward_s[k] += tutti_now_s() - t0;
     mt->member_tokens[k] += j->embd.n_tokens;
     pthread_mutex_unlock(&mt->mu);
     finish_job(j, rc < 0 ? 500 : 200, err);
@@ -369,7 +362,7 @@ static void run_native(srv_slot *sl, srv_job *j) {
         return;
     }
     srv_file *f = &s->reg.files[j->nat_file];
-    double t0 = mono_s();
+    double t0 = tutti_now_s();
     nat_sess *ns = nat_session(sl, j->nat_file);
     if (!ns) {
         finish_job(j, 500, tutti_last_error());
@@ -398,7 +391,7 @@ static void run_native(srv_slot *sl, srv_job *j) {
     }
     memcpy(ns->ids + k, j->nat_ids + k, sizeof(int32_t) * (size_t)(n - k));
     ns->n = n;
-    double t1 = mono_s();
+    double t1 = tutti_now_s();
     j->nat_out = srv_native_completion_json(f, tutti_session_logits(ns->sess), j->n_probs, j->n_predict, n, n - k,
                                             t1 - t0);
     srv_metrics *mt = &s->metrics;
