@@ -424,14 +424,14 @@ static int unit_logp(const tutti_ensemble *e, const text_data *d, float *const *
 /* The mixture with weights that follow the text (adapt.c). */
 static double adapt_nll(const tutti_ensemble *e, double alpha, const float *w0, const double *lp, const bool *gone,
                         int64_t n_units) {
-    double prior[TUTTI_ENSEMBLE_MAX_MEMBERS], w[TUTTI_ENSEMBLE_MAX_MEMBERS], l[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    double prior[TUTTI_ENSEMBLE_MAX_MEMBERS], lw[TUTTI_ENSEMBLE_MAX_MEMBERS], l[TUTTI_ENSEMBLE_MAX_MEMBERS];
     bool g[TUTTI_ENSEMBLE_MAX_MEMBERS];
     fusion_adapt_prior(e, w0, prior);
-    for (int32_t i = 0; i < e->n; i++) w[i] = prior[i];
+    fusion_adapt_start(e, prior, lw);
     double nll = 0;
     for (int64_t u = 0; u < n_units; u++) {
         for (int32_t i = 0; i < e->n; i++) l[i] = lp[i * n_units + u], g[i] = gone[i * n_units + u];
-        nll -= fusion_adapt_update(e, alpha, prior, w, l, g);
+        nll -= fusion_adapt_update(e, alpha, prior, lw, l, g);
     }
     return nll;
 }
@@ -708,11 +708,11 @@ int fusion_branches_nll(tutti_ensemble *e, const char *prefix, const char *const
     /* weights that follow the text: the posterior after the prefix is the
      * prior of every continuation (alpha 0: the exact mixture of whole
      * sequences, log Σ w_i p_i(prefix + cont) - log Σ w_i p_i(prefix)) */
-    double prior[TUTTI_ENSEMBLE_MAX_MEMBERS], wp[TUTTI_ENSEMBLE_MAX_MEMBERS], l[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    double prior[TUTTI_ENSEMBLE_MAX_MEMBERS], wp[TUTTI_ENSEMBLE_MAX_MEMBERS] /* log-weights */, l[TUTTI_ENSEMBLE_MAX_MEMBERS];
     bool g[TUTTI_ENSEMBLE_MAX_MEMBERS];
     if (rc == 0 && e->adapt_on) {
         fusion_adapt_prior(e, e->w, prior);
-        memcpy(wp, prior, sizeof(double) * (size_t)e->n);
+        fusion_adapt_start(e, prior, wp);
         for (size_t k = 0; k < plen; k++) {
             for (int32_t i = 0; i < e->n; i++) l[i] = j.plp[i][k], g[i] = j.pgone[i][k];
             fusion_adapt_update(e, e->adapt_alpha, prior, wp, l, g);
