@@ -259,6 +259,35 @@ static void test_mixed_domains(void **state) {
     free(text);
 }
 
+/* A member that the static fit finds useless (zh-poem on English stories:
+ * its weight falls below 1e-4) is set to weight 0 by a static fit, but not
+ * when the weights are to follow the text: a prior of 0 would drop it for
+ * good, whatever the text does later. */
+static void test_fit_keeps_members(void **state) {
+    (void)state;
+    require_shared();
+    size_t len;
+    char *text = read_file(shared_path("eval/stories-dev.txt"), &len);
+    assert_non_null(text);
+    const char *rel[] = {"models/stories260K.gguf", "models/zh-poem/zh-poem-750K.gguf"};
+    float w[2];
+    for (int a = 0; a < 2; a++) {
+        tutti_ensemble *e = make_ens(rel, 2, TUTTI_ALIGN_BYTE);
+        assert_non_null(e);
+        if (a) assert_int_equal(tutti_ensemble_set_adapt(e, 0.01), 0);
+        tutti_fit_result fr;
+        int rc = tutti_ensemble_fit(e, text, len, NULL, 0, &fr);
+        if (rc) printf("fit: %s\n", tutti_last_error());
+        assert_int_equal(rc, 0);
+        w[a] = e->w[1];
+        tutti_ensemble_free(e);
+    }
+    printf("zh-poem's fitted weight on stories: static %g, with adapt %g\n", (double)w[0], (double)w[1]);
+    assert_true(w[0] == 0);
+    assert_true(w[1] > 0);
+    free(text);
+}
+
 typedef struct sbuf {
     char b[4096];
     size_t n;
@@ -358,6 +387,7 @@ int main(void) {
         shared_unit_test(test_limits_on_real_text),
         cmocka_unit_test(test_file_line),
         shared_unit_test(test_mixed_domains),
+        shared_unit_test(test_fit_keeps_members),
         shared_unit_test(test_generation),
     };
     test_select_part();

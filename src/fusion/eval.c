@@ -863,9 +863,11 @@ static double fit_weights(const tutti_ensemble *e, const text_data *d, float *co
  * grid temperature t): coordinate descent over each member's temperature,
  * the weights refit by Adam for every candidate.  cur[i]: the chosen
  * tables; wf, tf the fitted weights and temperatures; *uniform_nll: uniform
- * weights at the grid value closest to 1. */
+ * weights at the grid value closest to 1.  keep: weights below 1e-4 stay
+ * above 0 (adapt: the prior is the only way back for a member, and a prior
+ * of 0 would drop it for good), else they are set to 0. */
 static int fit_static(tutti_ensemble *e, const text_data *d, float **tab, const float *temps, int32_t n_temps,
-                      float **cur, float *wf, float *tf, double *uniform_nll) {
+                      float **cur, float *wf, float *tf, double *uniform_nll, bool keep) {
     int32_t n = e->n;
     bool span = e->align == TUTTI_ALIGN_SPAN;
     int64_t nsp = span ? d->n_spans : 0;
@@ -912,7 +914,7 @@ static int fit_static(tutti_ensemble *e, const text_data *d, float **tab, const 
     for (int32_t i = 0; i < n; i++) {
         wf[i] = (float)(exp(theta[i] - mx) / z);
         /* weights that no longer matter are set to exactly 0 */
-        if (wf[i] < 1e-4f) wf[i] = 0;
+        if (wf[i] < 1e-4f) wf[i] = keep ? fmaxf(wf[i], 1e-30f) : 0;
         tf[i] = temps[choice[i]];
     }
     return 0;
@@ -983,7 +985,7 @@ int tutti_ensemble_fit_with(tutti_ensemble *e, const char *text, size_t len, con
     if (e->align == TUTTI_ALIGN_SPAN) e->rule = TUTTI_RULE_MIX; /* the span mixture is what eval scores */
     float *cur[TUTTI_ENSEMBLE_MAX_MEMBERS], wf[TUTTI_ENSEMBLE_MAX_MEMBERS], tf[TUTTI_ENSEMBLE_MAX_MEMBERS];
     double uniform_nll = NAN, static_nll = NAN, ctx_nll = NAN, heldout = NAN, nll = NAN, alpha = -1, thr = -1, fused = 1;
-    if (rc == 0) rc = fit_static(e, &d, tab, temps, n_temps, cur, wf, tf, &uniform_nll);
+    if (rc == 0) rc = fit_static(e, &d, tab, temps, n_temps, cur, wf, tf, &uniform_nll, adapt);
     if (rc == 0) rc = tutti_ensemble_set_weights(e, wf, tf);
     /* the reported figures go through the same code path as eval */
     if (rc == 0) rc = fusion_ensemble_nll(e, &d, cur, e->w, &static_nll);
