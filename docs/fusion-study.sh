@@ -134,7 +134,7 @@ MX_CONFIGS=("${CONFIGS[@]:0:12}")
 # ONLY=adapt: just the rows whose weights follow the text (the sequence
 # mixture, mix + adapt, mix + context + adapt, with uniform mix first as
 # eval's -e), on stories and on the mixed texts (whole and per domain),
-# held-out and cross-validated; the tables into docs/fusion-study/results-adapt.md
+# held-out, cross-validated and in-sample; the tables into docs/fusion-study/results-adapt.md
 # (the other rows print as not run).  About 5 minutes.
 if [ "${ONLY:-}" = adapt ]; then
   AD=(uniform-mix sequence-mixture mix-adapt mix-context-adapt)
@@ -154,6 +154,8 @@ if [ "${ONLY:-}" = adapt ]; then
       [ "$(wc -c < "$W/mixed-dev-$o-$d.txt")" -gt 1 ] && SEL=AD eval_all "cv-mixed-dev-$o-$d" "$W/mixed-dev-$o-$d.txt" "cv$h-mx"
     done
   done
+  SEL=AD eval_all mixed-dev "$S/eval/mixed-dev.txt" mx
+  for d in stories dreams poems; do SEL=AD eval_all "mixed-dev-$d" "$W/mixed-dev-$d.txt" mx; done
   python3 "$HERE/docs/fusion-study-tables.py" "$W" | sed '/^### Cloze/,$d' | grep -v '| not run |.*| not run |' |
     grep -v '^| [a-z-]* | not run |$' |
     sed '1s/.*/# Fusion study: the rows whose weights follow the text (written by ONLY=adapt docs\/fusion-study.sh)/' > "$OUT/results-adapt.md"
