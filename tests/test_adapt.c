@@ -255,6 +255,15 @@ static void test_mixed_domains(void **state) {
         assert_true(r.ensemble_bpb <= r.member_byte_bpb[i] + log2(3.0) / (double)r.n_bytes + 1e-9);
     }
     assert_true(scored >= 1);
+    /* the weigher's path (selective fusion at threshold 0 fuses every unit,
+     * so the figure is the same) sleeps gone members as eval's does */
+    tutti_bpb_result plain, weighed;
+    assert_int_equal(tutti_ensemble_set_adapt(e, 0.03), 0);
+    assert_int_equal(tutti_ensemble_eval_bpb(e, text, len, &plain), 0);
+    assert_int_equal(tutti_ensemble_set_select(e, 0), 0);
+    assert_int_equal(tutti_ensemble_eval_bpb(e, text, len, &weighed), 0);
+    printf("mixed-dev, alpha 0.03: %.9f, through the weigher %.9f\n", plain.ensemble_bpb, weighed.ensemble_bpb);
+    assert_true(fabs(plain.ensemble_bpb - weighed.ensemble_bpb) < 1e-9 * plain.ensemble_bpb);
     tutti_ensemble_free(e);
     free(text);
 }
