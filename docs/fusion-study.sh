@@ -12,7 +12,7 @@
 # the rules that matter (CV_CONFIGS) rather than all of them: a byte-level
 # product fit takes ~10 minutes of one core on the 2.8 kB dev text and
 # --rule auto ~35.  About 3 hours on a quiet 2-core machine in all.
-# usage: docs/fusion-study.sh [BUILD=build] [WORK=/tmp/fusion-study]
+# usage: [ONLY=adapt] docs/fusion-study.sh [BUILD=build] [WORK=/tmp/fusion-study]
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 T=${1:-$HERE/build}/tutti
@@ -130,6 +130,38 @@ pick() {
 ms=(); for m in "${STORY[@]}"; do ms+=(-m "$m"); done
 # --rule auto is left out of the mixed set (it fits every other row again, ~35 min)
 MX_CONFIGS=("${CONFIGS[@]:0:12}")
+
+# ONLY=adapt: just the rows whose weights follow the text (the sequence
+# mixture, mix + adapt, mix + context + adapt, with uniform mix first as
+# eval's -e), on stories and on the mixed texts (whole and per domain),
+# held-out, cross-validated and in-sample; the tables into docs/fusion-study/results-adapt.md
+# (the other rows print as not run).  About 5 minutes.
+if [ "${ONLY:-}" = adapt ]; then
+  AD=(uniform-mix sequence-mixture mix-adapt mix-context-adapt)
+  SEL=AD fit_all st "$S/eval/stories-dev.txt" "${STORY[@]}"
+  SEL=AD eval_all stories-heldout "$H/stories.txt" st
+  SEL=AD fit_all mx "$S/eval/mixed-dev.txt" "${SPEC[@]}"
+  SEL=AD eval_all mixed-heldout "$H/mixed.txt" mx
+  for d in stories dreams poems; do SEL=AD eval_all "mixed-heldout-$d" "$W/mixed-heldout-$d.txt" mx; done
+  for h in A B; do
+    o=$([ $h = A ] && echo B || echo A)
+    SEL=AD fit_all "cv$h-st" "$W/stories-dev-$h.txt" "${STORY[@]}"
+    SEL=AD eval_all "cv-stories-dev-$o" "$W/stories-dev-$o.txt" "cv$h-st"
+    SEL=AD fit_all "cv$h-mx" "$W/mixed-dev-$h.txt" "${SPEC[@]}"
+    SEL=AD eval_all "cv-mixed-dev-$o" "$W/mixed-dev-$o.txt" "cv$h-mx"
+    for d in stories dreams poems; do
+      pick "$W/mixed-dev-$o.txt" "$W/mixed-dev-$d.txt" "$W/mixed-dev-$o-$d.txt"
+      [ "$(wc -c < "$W/mixed-dev-$o-$d.txt")" -gt 1 ] && SEL=AD eval_all "cv-mixed-dev-$o-$d" "$W/mixed-dev-$o-$d.txt" "cv$h-mx"
+    done
+  done
+  SEL=AD eval_all mixed-dev "$S/eval/mixed-dev.txt" mx
+  for d in stories dreams poems; do SEL=AD eval_all "mixed-dev-$d" "$W/mixed-dev-$d.txt" mx; done
+  python3 "$HERE/docs/fusion-study-tables.py" "$W" | sed '/^### Cloze/,$d' | grep -v '| not run |.*| not run |' |
+    grep -v '^| [a-z-]* | not run |$' |
+    sed '1s/.*/# Fusion study: the rows whose weights follow the text (written by ONLY=adapt docs\/fusion-study.sh)/' > "$OUT/results-adapt.md"
+  echo "wrote $OUT/results-adapt.md" >&2
+  exit 0
+fi
 
 # stories: the four story models
 fit_all st "$S/eval/stories-dev.txt" "${STORY[@]}"

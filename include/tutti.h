@@ -761,9 +761,15 @@ int tutti_ensemble_set_rule(tutti_ensemble *ens, tutti_fusion_rule rule);
  * given weights (fixed share, Herbster and Warmuth 1998): alpha 0 is Bayes'
  * rule, alpha 1 the static weights every step, a small alpha (1e-3..1e-2)
  * lets the ensemble move to the member that knows the current subject.
- * alpha < 0 turns it off (the default).  In generation and in eval (where
- * the weights carry over from chunk to chunk: the text is one stream).
- * Error for another rule or an alpha above 1. */
+ * The share is paid before each unit among the members present at it; a
+ * member with no distribution at a unit (context full, cannot spell the
+ * text) sleeps: its weight stays as it was until it is back (with alpha 0
+ * the exact mixture of the members, each completed by the mixture where it
+ * is gone).  The weights are kept as logarithms, so a member far behind is
+ * never rounded to 0: only a member that gave the text probability 0 is
+ * out under alpha 0.  alpha < 0 turns it off (the default).  In generation
+ * and in eval (where the weights carry over from chunk to chunk: the text
+ * is one stream).  Error for another rule or an alpha above 1. */
 int tutti_ensemble_set_adapt(tutti_ensemble *ens, double alpha);
 /* The alpha in use, or -1 when off. */
 double tutti_ensemble_adapt(const tutti_ensemble *ens);
@@ -1171,7 +1177,8 @@ int tutti_ensemble_eval_choices(tutti_ensemble *ens, const tutti_choice_item *it
  * {1}).  Rules MIX and PRODUCT (and SPAN, which fits a span-level mixture);
  * GATE has no weights to fit (they only switch members on/off) and
  * CONTRASTIVE is refused (both TUTTI_ERR_UNSUPPORTED).  With adapt on, the
- * weights fitted statically become the prior and the fixed-share alpha is
+ * weights fitted statically become the prior (none set to 0: a prior of 0
+ * would keep its member out for good) and the fixed-share alpha is
  * fitted too (a log grid from 0 to 1) and set.  out (may be NULL) receives the bits per byte of
  * uniform weights (tau = 1) and of the fitted setting. */
 typedef struct tutti_fit_result {

@@ -2,10 +2,11 @@
  * members (a Bayesian posterior over "which member is writing"), with fixed
  * share (Herbster and Warmuth 1998, "Tracking the best expert"; the variant
  * that shares toward the prior, Bousquet and Warmuth 2002) so the mixture
- * can move to another member when the text changes subject:
+ * can move to another member when the text changes subject.  At unit x_t,
+ * over the members A present there (W_A their weight, P_A their prior):
  *
- *   v_i      = w_i p_i(x_t) / Σ_j w_j p_j(x_t)        (Bayes after unit x_t)
- *   w_i(t+1) = (1 - alpha) v_i + alpha prior_i
+ *   w_i <- (1 - alpha) w_i + alpha W_A prior_i / P_A     (fixed share)
+ *   w_i <- w_i p_i(x_t) W_A / Σ_{j in A} w_j p_j(x_t)    (Bayes after x_t)
  *
  * alpha = 0 is Bayes' rule (the weights of a mixture of whole sequences),
  * alpha = 1 the static prior every step.  The prior is the ensemble's weights
@@ -13,8 +14,25 @@
  * The unit is what the alignment commits: a token, a byte or a span.  A
  * member with no distribution at a unit (gone: its context is full, or its
  * tokens cannot spell the text so far) has no say there: the mixture is over
- * the members present, renormalised, and the gone member's posterior is 0
- * (fixed share gives it back alpha prior_i, so it returns when it can). */
+ * the members present, renormalised, and the gone member sleeps (Freund,
+ * Schapire, Singer and Warmuth 1997, "Using and combining predictors that
+ * specialize"): its weight stays as it was, in both steps.  With alpha 0
+ * that is the exact mixture of the members completed by the mixture itself
+ * where they are gone (a sleeping member predicts what the mixture does,
+ * which leaves its posterior unchanged), so the sequence mixture stays
+ * within ln(1/prior_i) of every member that is never gone, and a member that
+ * was gone comes back with the weight it had.  (Sharing toward a sleeping
+ * member would hand it back its prior while it cannot be checked: a member
+ * that left an English paragraph would come back at full weight.)  The
+ * fixed share happens before the unit, among the members present at it, so
+ * that eval and generation (whose context weights are known only then) do
+ * the same.
+ *
+ * The weights are kept as logarithms: a member hundreds of nats behind has
+ * a weight below the smallest double (e^-745), which as a plain number
+ * would be 0 and could never grow again although Bayes' rule lets it
+ * (with alpha 0 it is only behind, not ruled out).  Only a member that gave
+ * the text probability 0 has weight 0 under alpha 0. */
 #include <math.h>
 
 #include "fusion/ensemble_impl.h"
@@ -43,19 +61,59 @@ void fusion_adapt_prior(const tutti_ensemble *e, const float *w, double *prior) 
     for (int32_t i = 0; i < e->n; i++) prior[i] = w[i] > 0 && s > 0 ? (double)w[i] / s : 0;
 }
 
-double fusion_adapt_update(const tutti_ensemble *e, double alpha, const double *prior, double *w,
-                           const double *logp, const bool *gone) {
-    double mx = -INFINITY, wa = 0;
+double fusion_lse2(double a, double b) {
+    if (a == -INFINITY) return b;
+    if (b == -INFINITY) return a;
+    return a > b ? a + log1p(exp(b - a)) : b + log1p(exp(a - b));
+}
+
+void fusion_adapt_start(const tutti_ensemble *e, const double *prior, double *lw) {
+    for (int32_t i = 0; i < e->n; i++) lw[i] = prior[i] > 0 ? log(prior[i]) : -INFINITY;
+}
+
+void fusion_adapt_share(const tutti_ensemble *e, double alpha, const double *base, double *lw, const bool *gone) {
+    if (alpha <= 0) return;
+    double la = -INFINITY, lt = -INFINITY, bs = 0;
     for (int32_t i = 0; i < e->n; i++) {
+        lt = fusion_lse2(lt, lw[i]);
         if (gone && gone[i]) continue;
-        wa += w[i];
-        if (w[i] > 0 && logp[i] > mx) mx = logp[i];
+        la = fusion_lse2(la, lw[i]);
+        bs += base[i] > 0 ? base[i] : 0;
     }
-    if (mx == -INFINITY) return -INFINITY; /* no member gave the unit any mass: keep the weights */
-    double v[TUTTI_ENSEMBLE_MAX_MEMBERS], z = 0;
-    for (int32_t i = 0; i < e->n; i++) z += (v[i] = w[i] > 0 && !(gone && gone[i]) ? w[i] * exp(logp[i] - mx) : 0);
-    for (int32_t i = 0; i < e->n; i++) w[i] = (1 - alpha) * (v[i] / z) + alpha * prior[i];
-    /* the members present share the mixture (as a member that left a
-     * generation gives its weight to the others) */
-    return mx + log(z) - log(wa);
+    if (!(bs > 0) || lt == -INFINITY) return;
+    /* the members present share alpha of their weight by base; a member
+     * that sleeps keeps its own.  When the members present have no weight
+     * at all (each ruled out), alpha of everyone's is theirs instead. */
+    bool all = la == -INFINITY;
+    double l1 = alpha < 1 ? log1p(-alpha) : -INFINITY, ls = log(alpha) + (all ? lt : la) - log(bs);
+    for (int32_t i = 0; i < e->n; i++) {
+        if (gone && gone[i]) {
+            if (all) lw[i] += l1;
+            continue;
+        }
+        lw[i] = fusion_lse2(l1 + lw[i], base[i] > 0 ? ls + log(base[i]) : -INFINITY);
+    }
+}
+
+double fusion_adapt_update(const tutti_ensemble *e, double alpha, const double *prior, double *lw,
+                           const double *logp, const bool *gone) {
+    fusion_adapt_share(e, alpha, prior, lw, gone);
+    /* la: log of the present members' weight, lq: log of their mixture's
+     * mass on the unit (unnormalised) */
+    double la = -INFINITY, lq = -INFINITY;
+    for (int32_t i = 0; i < e->n; i++) {
+        if ((gone && gone[i]) || lw[i] == -INFINITY) continue;
+        la = fusion_lse2(la, lw[i]);
+        if (logp[i] > -INFINITY) lq = fusion_lse2(lq, lw[i] + logp[i]);
+    }
+    if (lq == -INFINITY) return -INFINITY; /* no member gave the unit any mass */
+    double r = lq - la;
+    /* Bayes over the members present, which keep their share la between
+     * them; a gone member sleeps (its weight as it was) */
+    for (int32_t i = 0; i < e->n; i++)
+        if (!(gone && gone[i]) && lw[i] > -INFINITY) lw[i] += logp[i] - r;
+    double s = -INFINITY;
+    for (int32_t i = 0; i < e->n; i++) s = fusion_lse2(s, lw[i]);
+    for (int32_t i = 0; i < e->n; i++) lw[i] -= s; /* rounding only: both steps keep the sum at 1 */
+    return r;
 }

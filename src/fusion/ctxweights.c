@@ -226,6 +226,29 @@ static void fill_rows(fusion_weigher *s, const float *const *logp, int32_t n, co
         if (!(gone && gone[i]) && s->w[i] > 0) row_exp(logp[i], n, s->scratch + (size_t)i * (size_t)n);
 }
 
+/* Adapt: this unit's log-weights s->lw (every member): the posterior after
+ * the last unit with fixed share toward the base weights among the members
+ * present (a gone member sleeps: adapt.c), or at the first unit the base
+ * weights (a gone member's base is its prior: it has no context weight);
+ * then the weights of the members present into base (normalised over them;
+ * relative to the largest, so that they do not underflow when a sleeping
+ * member leads). */
+static void adapt_weights(fusion_weigher *s, const bool *gone, double *base) {
+    if (s->have_post) {
+        memcpy(s->lw, s->lpost, sizeof(double) * (size_t)s->n);
+        fusion_adapt_share(s->e, s->alpha, base, s->lw, gone);
+    } else {
+        double b[TUTTI_ENSEMBLE_MAX_MEMBERS];
+        for (int32_t i = 0; i < s->n; i++) b[i] = gone && gone[i] ? s->prior[i] : base[i];
+        fusion_adapt_start(s->e, b, s->lw);
+    }
+    double mx = -INFINITY, z = 0;
+    for (int32_t i = 0; i < s->n; i++)
+        if (!(gone && gone[i]) && s->lw[i] > mx) mx = s->lw[i];
+    for (int32_t i = 0; i < s->n; i++) z += (base[i] = (gone && gone[i]) || mx == -INFINITY ? 0 : exp(s->lw[i] - mx));
+    for (int32_t i = 0; z > 0 && i < s->n; i++) base[i] /= z;
+}
+
 int32_t fusion_weigher_unit(fusion_weigher *s, const float *const *logp, int32_t n, const bool *gone, float *w) {
     bool rows = logp && fusion_weigher_needs_rows(s);
     if (rows) {
@@ -247,10 +270,10 @@ int32_t fusion_weigher_unit(fusion_weigher *s, const float *const *logp, int32_t
     } else {
         memcpy(base, s->prior, sizeof(double) * (size_t)s->n);
     }
+    if (s->adapt) adapt_weights(s, gone, base);
     double sum = 0;
     for (int32_t i = 0; i < s->n; i++) {
-        double v = s->adapt && s->have_post ? (1 - s->alpha) * s->post[i] + s->alpha * base[i] : base[i];
-        s->w[i] = gone && gone[i] ? 0 : v;
+        s->w[i] = gone && gone[i] ? 0 : base[i];
         sum += s->w[i];
         w[i] = (float)s->w[i];
     }
@@ -276,11 +299,11 @@ int32_t fusion_weigher_unit(fusion_weigher *s, const float *const *logp, int32_t
 double fusion_weigher_observe(fusion_weigher *s, const double *lp, const bool *gone, double bytes) {
     /* Bayes' rule over the members present (alpha 0): the posterior, and
      * the mixture's probability of the unit as its normaliser */
-    double wv[TUTTI_ENSEMBLE_MAX_MEMBERS];
-    memcpy(wv, s->w, sizeof(double) * (size_t)s->n);
-    double r = fusion_adapt_update(s->e, 0, s->prior, wv, lp, gone);
+    double lw[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    for (int32_t i = 0; i < s->n; i++) lw[i] = s->adapt ? s->lw[i] : s->w[i] > 0 ? log(s->w[i]) : -INFINITY;
+    double r = fusion_adapt_update(s->e, 0, s->prior, lw, lp, gone);
     if (s->adapt) {
-        memcpy(s->post, wv, sizeof(double) * (size_t)s->n);
+        memcpy(s->lpost, lw, sizeof(double) * (size_t)s->n);
         s->have_post = true;
     }
     if ((s->need | s->mneed) & (1u << TUTTI_FEAT_LOSS)) fusion_loss_push(&s->ls, s->n, lp, gone, bytes);

@@ -17,7 +17,8 @@
  * AGREE; LOSS comes from the log-probabilities observe() received.  Adapt
  * mixes its posterior with the unit's base weights (the context weights, or
  * the normalised W): w(t) = (1 - alpha) post(t-1) + alpha base(t); post is
- * Bayes' rule over the members present (fusion_adapt_update with alpha 0),
+ * Bayes' rule over the members present (fusion_adapt_update with alpha 0: a
+ * gone member sleeps, its weight kept for when it is back), in logarithms,
  * carried from stream to stream as eval does. */
 #ifndef TUTTI_FUSION_CTXWEIGHTS_H
 #define TUTTI_FUSION_CTXWEIGHTS_H
@@ -73,7 +74,8 @@ typedef struct fusion_weigher {
     double halflife;                  /* of LOSS (the context weights', or measure's) */
     float W[TUTTI_ENSEMBLE_MAX_MEMBERS];
     double prior[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* W normalised over W > 0 */
-    double post[TUTTI_ENSEMBLE_MAX_MEMBERS];  /* adapt: posterior after the last unit */
+    double lpost[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* adapt: log posterior after the last unit (every member) */
+    double lw[TUTTI_ENSEMBLE_MAX_MEMBERS];    /* adapt: this unit's log-weights (every member) */
     bool have_post;
     fusion_loss_state ls;
     float *scratch;

@@ -110,15 +110,22 @@ int fusion_bytes_fused(tutti_ensemble *e, fusion_bytes **st, float *out);
 int fusion_text_nll(tutti_ensemble *e, const char *text, size_t len, double *member_nll, double *ens_nll);
 
 /* Weights that follow the text (adapt.c): prior[n] = w normalised over
- * the members with w > 0; fusion_adapt_update turns the mixture weights
- * w[n] (sum 1) into those after a unit to which member i gave log-probability
- * logp[i] (fixed share toward prior with alpha), and returns the mixture's
+ * the members with w > 0; fusion_adapt_start sets the log-weights lw[n] to
+ * log prior.  fusion_adapt_update turns the log-weights of the mixture lw[n]
+ * (log-sum-exp 0) into those after a unit to which member i gave
+ * log-probability logp[i]: fixed share toward prior with alpha, then Bayes,
+ * both over the members present (gone[i] false; gone may be NULL; a gone
+ * member's weight is left as it was), and returns the mixture's
  * log-probability of that unit, log (Σ w_i p_i / Σ w_i) over the members
- * present (gone[i] false; gone may be NULL) (-inf: every member gave 0,
- * weights unchanged). */
+ * present after the share (-inf: every member gave 0, no Bayes step).
+ * fusion_adapt_share: only the fixed share, toward base (any scale).
+ * fusion_lse2: log(e^a + e^b). */
 void fusion_adapt_prior(const tutti_ensemble *e, const float *w, double *prior);
-double fusion_adapt_update(const tutti_ensemble *e, double alpha, const double *prior, double *w,
+void fusion_adapt_start(const tutti_ensemble *e, const double *prior, double *lw);
+double fusion_adapt_update(const tutti_ensemble *e, double alpha, const double *prior, double *lw,
                            const double *logp, const bool *gone);
+void fusion_adapt_share(const tutti_ensemble *e, double alpha, const double *base, double *lw, const bool *gone);
+double fusion_lse2(double a, double b);
 
 /* BYTE alignment: the ensemble's negative log-likelihood (nats) of each
  * continuation cont[c] given prefix, nll[n_cont], with the prefix's byte

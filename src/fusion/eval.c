@@ -411,14 +411,14 @@ static int unit_logp(const tutti_ensemble *e, const text_data *d, float *const *
 /* The mixture with weights that follow the text (adapt.c). */
 static double adapt_nll(const tutti_ensemble *e, double alpha, const float *w0, const double *lp, const bool *gone,
                         int64_t n_units) {
-    double prior[TUTTI_ENSEMBLE_MAX_MEMBERS], w[TUTTI_ENSEMBLE_MAX_MEMBERS], l[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    double prior[TUTTI_ENSEMBLE_MAX_MEMBERS], lw[TUTTI_ENSEMBLE_MAX_MEMBERS], l[TUTTI_ENSEMBLE_MAX_MEMBERS];
     bool g[TUTTI_ENSEMBLE_MAX_MEMBERS];
     fusion_adapt_prior(e, w0, prior);
-    for (int32_t i = 0; i < e->n; i++) w[i] = prior[i];
+    fusion_adapt_start(e, prior, lw);
     double nll = 0;
     for (int64_t u = 0; u < n_units; u++) {
         for (int32_t i = 0; i < e->n; i++) l[i] = lp[i * n_units + u], g[i] = gone[i * n_units + u];
-        nll -= fusion_adapt_update(e, alpha, prior, w, l, g);
+        nll -= fusion_adapt_update(e, alpha, prior, lw, l, g);
     }
     return nll;
 }
@@ -695,11 +695,11 @@ int fusion_branches_nll(tutti_ensemble *e, const char *prefix, const char *const
     /* weights that follow the text: the posterior after the prefix is the
      * prior of every continuation (alpha 0: the exact mixture of whole
      * sequences, log Σ w_i p_i(prefix + cont) - log Σ w_i p_i(prefix)) */
-    double prior[TUTTI_ENSEMBLE_MAX_MEMBERS], wp[TUTTI_ENSEMBLE_MAX_MEMBERS], l[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    double prior[TUTTI_ENSEMBLE_MAX_MEMBERS], wp[TUTTI_ENSEMBLE_MAX_MEMBERS] /* log-weights */, l[TUTTI_ENSEMBLE_MAX_MEMBERS];
     bool g[TUTTI_ENSEMBLE_MAX_MEMBERS];
     if (rc == 0 && e->adapt_on) {
         fusion_adapt_prior(e, e->w, prior);
-        memcpy(wp, prior, sizeof(double) * (size_t)e->n);
+        fusion_adapt_start(e, prior, wp);
         for (size_t k = 0; k < plen; k++) {
             for (int32_t i = 0; i < e->n; i++) l[i] = j.plp[i][k], g[i] = j.pgone[i][k];
             fusion_adapt_update(e, e->adapt_alpha, prior, wp, l, g);
@@ -850,9 +850,11 @@ static double fit_weights(const tutti_ensemble *e, const text_data *d, float *co
  * grid temperature t): coordinate descent over each member's temperature,
  * the weights refit by Adam for every candidate.  cur[i]: the chosen
  * tables; wf, tf the fitted weights and temperatures; *uniform_nll: uniform
- * weights at the grid value closest to 1. */
+ * weights at the grid value closest to 1.  keep: weights below 1e-4 stay
+ * above 0 (adapt: the prior is the only way back for a member, and a prior
+ * of 0 would drop it for good), else they are set to 0. */
 static int fit_static(tutti_ensemble *e, const text_data *d, float **tab, const float *temps, int32_t n_temps,
-                      float **cur, float *wf, float *tf, double *uniform_nll) {
+                      float **cur, float *wf, float *tf, double *uniform_nll, bool keep) {
     int32_t n = e->n;
     bool span = e->align == TUTTI_ALIGN_SPAN;
     int64_t nsp = span ? d->n_spans : 0;
@@ -899,7 +901,7 @@ static int fit_static(tutti_ensemble *e, const text_data *d, float **tab, const 
     for (int32_t i = 0; i < n; i++) {
         wf[i] = (float)(exp(theta[i] - mx) / z);
         /* weights that no longer matter are set to exactly 0 */
-        if (wf[i] < 1e-4f) wf[i] = 0;
+        if (wf[i] < 1e-4f) wf[i] = keep ? fmaxf(wf[i], 1e-30f) : 0;
         tf[i] = temps[choice[i]];
     }
     return 0;
@@ -970,7 +972,7 @@ int tutti_ensemble_fit_with(tutti_ensemble *e, const char *text, size_t len, con
     if (e->align == TUTTI_ALIGN_SPAN) e->rule = TUTTI_RULE_MIX; /* the span mixture is what eval scores */
     float *cur[TUTTI_ENSEMBLE_MAX_MEMBERS], wf[TUTTI_ENSEMBLE_MAX_MEMBERS], tf[TUTTI_ENSEMBLE_MAX_MEMBERS];
     double uniform_nll = NAN, static_nll = NAN, ctx_nll = NAN, heldout = NAN, nll = NAN, alpha = -1, thr = -1, fused = 1;
-    if (rc == 0) rc = fit_static(e, &d, tab, temps, n_temps, cur, wf, tf, &uniform_nll);
+    if (rc == 0) rc = fit_static(e, &d, tab, temps, n_temps, cur, wf, tf, &uniform_nll, adapt);
     if (rc == 0) rc = tutti_ensemble_set_weights(e, wf, tf);
     /* the reported figures go through the same code path as eval */
     if (rc == 0) rc = fusion_ensemble_nll(e, &d, cur, e->w, &static_nll);
