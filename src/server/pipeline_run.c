@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "server/pipeline.h"
+#include "util/buf.h"
 #include "util/clock.h"
 
 enum { ST_WAITING, ST_RUNNING, ST_DONE, ST_FAILED };
@@ -78,17 +79,10 @@ static int piece_cb(const char *bytes, size_t n, void *user) {
         sj->timed_out = true;
         return 1;
     }
-    if (sj->n + n + 1 > sj->cap) {
-        size_t c = (sj->cap + n + 1) * 2;
-        char *b = realloc(sj->buf, c);
-        if (!b) {
-            sj->oom = true;
-            return 1;
-        }
-        sj->buf = b, sj->cap = c;
+    if (tutti_buf_append(&sj->buf, &sj->n, &sj->cap, bytes, n) < 0) {
+        sj->oom = true;
+        return 1;
     }
-    memcpy(sj->buf + sj->n, bytes, n);
-    sj->n += n;
     if (sj->k == rc->p->output && rc->o->on_output && rc->o->on_output(bytes, n, rc->o->user)) {
         rc->receiver_stopped = true;
         rc->stop = 1;

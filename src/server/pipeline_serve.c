@@ -17,6 +17,7 @@
 #include "server/format.h"
 #include "server/pipeline_srv.h"
 #include "server/server.h"
+#include "util/buf.h"
 
 typedef struct srv_pipes {
     pl_set set;
@@ -202,18 +203,6 @@ typedef struct pipe_run {
     pthread_t th;
 } pipe_run;
 
-/* one SSE event "data: JSON\n\n" (j->mu held); takes json */
-static void sse_put(srv_job *j, char *json) {
-    size_t n = json ? strlen(json) : 0, need = j->n_out + n + 9;
-    char *b = json && need > j->cap_out ? realloc(j->out, need * 2) : j->out;
-    if (json && b) {
-        if (need > j->cap_out) j->out = b, j->cap_out = need * 2;
-        j->n_out += (size_t)sprintf(j->out + j->n_out, "data: %s\n\n", json);
-    }
-    free(json);
-    pthread_cond_broadcast(&j->cv);
-}
-
 static int stop_cb(void *user) {
     pipe_run *pr = user;
     pthread_mutex_lock(&pr->j->mu);
@@ -228,12 +217,10 @@ static int output_cb(const char *bytes, size_t n, void *user) {
     pthread_mutex_lock(&j->mu);
     int stop = j->cancelled;
     if (!stop && j->req.stream) {
-        sse_put(j, srv_chunk_json(j, 0, bytes, n, NULL, !j->role_sent, 0));
+        srv_sse_event(j, srv_chunk_json(j, 0, bytes, n, NULL, !j->role_sent, 0));
         j->role_sent = true;
     } else if (!stop) {
-        char *t = realloc(j->text[0], j->n_text[0] + n + 1);
-        if (t) memcpy(t + j->n_text[0], bytes, n), j->text[0] = t, j->n_text[0] += n, t[j->n_text[0]] = 0;
-        stop = !t;
+        stop = tutti_buf_append(&j->text[0], &j->n_text[0], &j->cap_text[0], bytes, n) < 0;
     }
     pthread_mutex_unlock(&j->mu);
     return stop;
@@ -275,14 +262,14 @@ static void finish(srv_job *j, const pl_pipeline *p, const pl_result *r, int rc,
         snprintf(j->error, sizeof j->error, "%s", msg);
     }
     if (j->req.stream) {
-        if (rc < 0) sse_put(j, srv_error_json(j->status, msg, NULL, NULL));
+        if (rc < 0) srv_sse_event(j, srv_error_json(j->status, msg, NULL, NULL));
         else {
-            if (!j->role_sent && j->req.kind == SRV_CHAT) sse_put(j, srv_chunk_json(j, 0, "", 0, NULL, true, 0));
-            sse_put(j, srv_chunk_json(j, 0, NULL, 0, j->finish[0], false, 0));
-            if (j->req.include_usage) sse_put(j, srv_usage_chunk_json(j));
+            if (!j->role_sent && j->req.kind == SRV_CHAT) srv_sse_event(j, srv_chunk_json(j, 0, "", 0, NULL, true, 0));
+            srv_sse_event(j, srv_chunk_json(j, 0, NULL, 0, j->finish[0], false, 0));
+            if (j->req.include_usage) srv_sse_event(j, srv_usage_chunk_json(j));
         }
         char *done = strdup("[DONE]");
-        sse_put(j, done);
+        srv_sse_event(j, done);
     }
     j->done = true;
     pthread_cond_broadcast(&j->cv);

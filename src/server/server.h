@@ -309,6 +309,9 @@ srv_job *srv_job_new(void);
 void srv_job_unref(srv_job *j);
 /* Marks a job's client as gone (the connection ended). */
 void srv_job_client_gone(srv_job *j);
+/* Appends the SSE event "data: JSON\n\n" to a streaming job's output
+ * and wakes its connection (j->mu held); takes json (NULL: nothing). */
+void srv_sse_event(srv_job *j, char *json);
 int srv_queue_len(srv_server *s);
 int srv_slots_busy(srv_server *s);
 

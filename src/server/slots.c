@@ -113,8 +113,7 @@ static int append(char **buf, size_t *n, size_t *cap, const char *s, size_t k) {
     return tutti_buf_append(buf, n, cap, s, k);
 }
 
-/* Appends one SSE event "data: JSON\n\n" (j->mu held). */
-static void sse_event(srv_job *j, char *json) {
+void srv_sse_event(srv_job *j, char *json) {
     if (!json) return;
     append(&j->out, &j->n_out, &j->cap_out, "data: ", 6);
     append(&j->out, &j->n_out, &j->cap_out, json, strlen(json));
@@ -171,7 +170,7 @@ static void emit_locked(srv_job *j, const char *bytes, size_t n) {
     }
     if (j->req.stream) {
         size_t to = j->req.logprobs >= 0 ? srv_lp_ready(&j->lp[c], j->lp[c].emitted, false) : 0;
-        sse_event(j, srv_chunk_json(j, c, bytes, n, NULL, !j->role_sent, to));
+        srv_sse_event(j, srv_chunk_json(j, c, bytes, n, NULL, !j->role_sent, to));
         j->role_sent = true;
     } else {
         append(&j->text[c], &j->n_text[c], &j->cap_text[c], bytes, n);
@@ -185,9 +184,9 @@ static int tools_close(srv_job *j, int c) {
                              &j->tool_calls[c], &j->tool_content[c]);
     if (k < 0 || !j->req.stream) return k;
     j->n_text[c] = 0;
-    if (k > 0) sse_event(j, srv_tool_chunk_json(j, c, !j->role_sent));
+    if (k > 0) srv_sse_event(j, srv_tool_chunk_json(j, c, !j->role_sent));
     else if (j->tool_content[c] && j->tool_content[c][0])
-        sse_event(j, srv_chunk_json(j, c, j->tool_content[c], strlen(j->tool_content[c]), NULL, !j->role_sent, 0));
+        srv_sse_event(j, srv_chunk_json(j, c, j->tool_content[c], strlen(j->tool_content[c]), NULL, !j->role_sent, 0));
     else return 0;
     j->role_sent = true;
     return k;
@@ -231,11 +230,11 @@ static void finish_job(srv_job *j, int status, const char *msg) {
         snprintf(j->error, sizeof j->error, "%s", msg);
         if (j->req.stream) {
             /* headers are out already: the error goes in the stream */
-            sse_event(j, srv_error_json(status, msg, NULL, NULL));
+            srv_sse_event(j, srv_error_json(status, msg, NULL, NULL));
         }
     }
     if (j->req.stream) {
-        if (status == 200 && j->req.include_usage) sse_event(j, srv_usage_chunk_json(j));
+        if (status == 200 && j->req.include_usage) srv_sse_event(j, srv_usage_chunk_json(j));
         append(&j->out, &j->n_out, &j->cap_out, "data: [DONE]\n\n", 14);
     }
     j->done = true;
@@ -478,7 +477,7 @@ static void run_job(srv_slot *sl, srv_job *j) {
             if (j->req.stream) {
                 pthread_mutex_lock(&j->mu);
                 size_t to = j->req.logprobs >= 0 ? srv_lp_ready(&j->lp[c], j->lp[c].emitted, true) : 0;
-                sse_event(j, srv_chunk_json(j, c, NULL, 0, "length", !j->role_sent, to));
+                srv_sse_event(j, srv_chunk_json(j, c, NULL, 0, "length", !j->role_sent, to));
                 pthread_mutex_unlock(&j->mu);
             }
             continue;
@@ -505,10 +504,10 @@ static void run_job(srv_slot *sl, srv_job *j) {
         cancelled = j->cancelled;
         if (rc == 0 && !cancelled && j->req.stream) {
             if (!j->role_sent && j->req.kind == SRV_CHAT)
-                sse_event(j, srv_chunk_json(j, c, "", 0, NULL, true, j->lp[c].sent));
+                srv_sse_event(j, srv_chunk_json(j, c, "", 0, NULL, true, j->lp[c].sent));
             /* the final chunk: entries of a token cut by a stop string */
             size_t to = j->req.logprobs >= 0 ? srv_lp_ready(&j->lp[c], j->lp[c].emitted, true) : 0;
-            sse_event(j, srv_chunk_json(j, c, NULL, 0, finish, false, to));
+            srv_sse_event(j, srv_chunk_json(j, c, NULL, 0, finish, false, to));
         }
         pthread_mutex_unlock(&j->mu);
         /* metrics */
