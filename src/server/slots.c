@@ -36,6 +36,8 @@ typedef struct cache_ent {
     uint64_t last_use;
     char *last;      /* member 1's last prompt (text, or ids as bytes) for slot choice */
     size_t n_last;
+    int files[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* the registry files e is built on (held: ondemand.c) */
+    int n_files;
 } cache_ent;
 
 /* a session per loaded file for llama-server's /completion (native.c),
@@ -56,6 +58,7 @@ struct srv_slot {
     cache_ent cache[SLOT_CACHE];
     uint64_t clock;
     srv_job *job;    /* assigned, not yet finished */
+    int sweep_seen;  /* the registry's sweep_gen last swept for */
 };
 
 srv_job *srv_job_new(void) {
@@ -77,6 +80,7 @@ void srv_job_unref(srv_job *j) {
     int r = --j->refs;
     pthread_mutex_unlock(&j->mu);
     if (r > 0) return;
+    if (j->held_reg) srv_registry_release(j->held_reg, j->held, j->n_held, true);
     srv_request_free(&j->req);
     for (int p = 0; p < SRV_MAX_N; p++)
         for (int i = 0; i < TUTTI_ENSEMBLE_MAX_MEMBERS; i++) free(j->ids[p][i]);
@@ -263,6 +267,51 @@ static int slot_threads(const srv_server *s) {
     return nt > 0 ? nt : 1;
 }
 
+/* frees a cache entry's ensemble and lets go of its files */
+static void cache_drop(srv_server *s, cache_ent *c) {
+    tutti_ensemble_free(c->e);
+    c->e = NULL;
+    c->key[0] = 0;
+    srv_registry_release(&s->reg, c->files, c->n_files, false);
+    c->n_files = 0;
+}
+
+static void nat_drop(srv_server *s, nat_sess *ns, int k) {
+    if (!ns->sess) return;
+    tutti_session_free(ns->sess);
+    ns->sess = NULL;
+    ns->n = 0;
+    srv_registry_release(&s->reg, &k, 1, false);
+}
+
+/* Between jobs: drops the ensembles and sessions built on models to be
+ * unloaded (ondemand.c), the entries taken out under qmu (srv_submit reads
+ * idle slots' caches) and freed outside it.  Called with qmu held. */
+static void slot_sweep(srv_slot *sl) {
+    srv_server *s = sl->s;
+    int gen = s->reg.sweep_gen;
+    if (gen == sl->sweep_seen) return;
+    sl->sweep_seen = gen;
+    cache_ent drop[SLOT_CACHE];
+    int nd = 0;
+    bool nat[SRV_MAX_FILES] = {0};
+    for (int i = 0; i < SLOT_CACHE; i++) {
+        bool doomed = false;
+        for (int k = 0; sl->cache[i].e && k < sl->cache[i].n_files; k++)
+            doomed |= srv_registry_doomed(&s->reg, sl->cache[i].files[k]);
+        if (!doomed) continue;
+        drop[nd++] = sl->cache[i];
+        free(sl->cache[i].last);
+        memset(&sl->cache[i], 0, sizeof sl->cache[i]);
+    }
+    for (int k = 0; k < s->reg.n_files && k < SRV_MAX_FILES; k++) nat[k] = sl->nat[k].sess && srv_registry_doomed(&s->reg, k);
+    pthread_mutex_unlock(&s->qmu);
+    for (int i = 0; i < nd; i++) drop[i].last = NULL, cache_drop(s, &drop[i]);
+    for (int k = 0; k < SRV_MAX_FILES; k++)
+        if (nat[k]) nat_drop(s, &sl->nat[k], k);
+    pthread_mutex_lock(&s->qmu);
+}
+
 static tutti_ensemble *slot_ensemble(srv_slot *sl, srv_job *j, char *err, size_t cap) {
     srv_server *s = sl->s;
     cache_ent *c = NULL, *lru = &sl->cache[0];
@@ -272,10 +321,11 @@ static tutti_ensemble *slot_ensemble(srv_slot *sl, srv_job *j, char *err, size_t
     }
     if (!c) {
         c = lru;
-        if (c->e) {
-            tutti_ensemble_free(c->e);
-            c->e = NULL;
-        }
+        cache_drop(s, c);
+        /* held while the entry lives (the job holds them already: loaded) */
+        if (srv_registry_acquire(&s->reg, j->spec.file, j->spec.n, false, err, cap) < 0) return NULL;
+        memcpy(c->files, j->spec.file, sizeof(int) * (size_t)j->spec.n);
+        c->n_files = j->spec.n;
         tutti_member_desc desc[TUTTI_ENSEMBLE_MAX_MEMBERS];
         const tutti_model *models[TUTTI_ENSEMBLE_MAX_MEMBERS];
         tutti_ensemble_params p;
@@ -288,6 +338,7 @@ static tutti_ensemble *slot_ensemble(srv_slot *sl, srv_job *j, char *err, size_t
         }
         if (!c->e) {
             snprintf(err, cap, "model '%s': %s", j->model_name, tutti_last_error());
+            cache_drop(s, c);
             return NULL;
         }
         snprintf(c->key, sizeof c->key, "%s", j->spec.key);
@@ -318,9 +369,13 @@ static nat_sess *nat_session(srv_slot *sl, int k) {
     const srv_file *f = &s->reg.files[k];
     nat_sess *ns = &sl->nat[k];
     if (!ns->sess) {
+        /* held while the session lives (the job holds it already: loaded) */
+        char e[256];
+        if (srv_registry_acquire(&s->reg, &k, 1, false, e, sizeof e) < 0) return NULL;
         tutti_session_params p = tutti_session_default_params();
         p.n_ctx = f->n_ctx, p.n_threads = slot_threads(s);
         ns->sess = s->batch ? tutti_session_new_batched(f->model, &p, s->batch) : tutti_session_new(f->model, &p);
+        if (!ns->sess) srv_registry_release(&s->reg, &k, 1, false);
     }
     return ns->sess ? ns : NULL;
 }
@@ -545,7 +600,15 @@ static void *slot_main(void *arg) {
     srv_server *s = sl->s;
     pthread_mutex_lock(&s->qmu);
     for (;;) {
-        while (!sl->job && !s->stopping && s->q_len == 0) pthread_cond_wait(&s->qcv, &s->qmu);
+        for (;;) {
+            slot_sweep(sl);
+            if (sl->job || s->stopping || s->q_len > 0) break;
+            /* timed: a model doomed after the sweep is dropped within a second */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += 1;
+            pthread_cond_timedwait(&s->qcv, &s->qmu, &ts);
+        }
         if (!sl->job && s->q_len > 0) {
             sl->job = s->queue[s->q_head];
             s->q_head = (s->q_head + 1) % s->q_cap;
@@ -624,11 +687,11 @@ void srv_slots_stop(srv_server *s) {
         if (sl->started) pthread_join(sl->th, NULL);
         sl->started = false;
         for (int k = 0; k < SLOT_CACHE; k++) {
-            tutti_ensemble_free(sl->cache[k].e);
+            cache_drop(s, &sl->cache[k]);
             free(sl->cache[k].last);
         }
         for (int k = 0; k < SRV_MAX_FILES; k++) {
-            tutti_session_free(sl->nat[k].sess);
+            nat_drop(s, &sl->nat[k], k);
             free(sl->nat[k].ids);
         }
     }
