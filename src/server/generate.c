@@ -68,6 +68,10 @@ static int resolve_model(srv_server *s, srv_job *j, char *err, size_t cap, const
 static int check_features(srv_server *s, srv_job *j, char *err, size_t cap, const char **param) {
     const srv_request *r = &j->req;
     int al = j->spec.align_used >= 0 ? j->spec.align_used : j->spec.align;
+    if (r->shares && r->echo) {
+        *param = "tutti";
+        return fail(err, cap, 400, "tutti.shares covers generated text only: not with echo");
+    }
     if (r->logprobs >= 0 && al == TUTTI_ALIGN_SPAN) {
         *param = "logprobs";
         return fail(err, cap, 400, "logprobs need token or byte alignment: model '%s' fuses in span alignment, whose "

@@ -41,7 +41,7 @@ static int collect(const char *dir, int depth, paths *out, char *err, size_t cap
         size_t l = strlen(de->d_name);
         char *p = malloc(strlen(dir) + l + 2);
         if (!p) {
-            rc = snprintf(err, cap, "out of memory"), -1;
+            rc = -1, (void)snprintf(err, cap, "out of memory");
             break;
         }
         sprintf(p, "%s/%s", dir, de->d_name);
@@ -55,7 +55,7 @@ static int collect(const char *dir, int depth, paths *out, char *err, size_t cap
                 char **nv = realloc(out->v, sizeof *nv * (size_t)nc);
                 if (!nv) {
                     free(p);
-                    rc = snprintf(err, cap, "out of memory"), -1;
+                    rc = -1, (void)snprintf(err, cap, "out of memory");
                     break;
                 }
                 out->v = nv, out->cap = nc;
@@ -101,12 +101,12 @@ static int read_meta(const srv_registry *reg, srv_file *f, char *err, size_t cap
 int srv_registry_scan_dir(srv_registry *reg, const char *dir, char *err, size_t cap) {
     paths ps = {0};
     int rc = collect(dir, 0, &ps, err, cap);
-    if (rc == 0 && ps.n == 0) rc = snprintf(err, cap, "--models-dir %s: no .gguf files in it", dir), -1;
+    if (rc == 0 && ps.n == 0) rc = -1, (void)snprintf(err, cap, "--models-dir %s: no .gguf files in it", dir);
     if (rc == 0) qsort(ps.v, (size_t)ps.n, sizeof *ps.v, cmp_str);
     for (int k = 0; rc == 0 && k < ps.n; k++) {
         int before = reg->n_files;
         if (before == SRV_MAX_FILES) {
-            rc = snprintf(err, cap, "--models-dir %s: more than %d models", dir, SRV_MAX_FILES), -1;
+            rc = -1, (void)snprintf(err, cap, "--models-dir %s: more than %d models", dir, SRV_MAX_FILES);
             break;
         }
         int fi = srv_registry_add_file_named(reg, ps.v[k], NULL, err, cap);

@@ -160,6 +160,9 @@ static void start_together(srv_server *s) {
     pthread_mutex_unlock(&s->qmu);
 }
 
+/* entries are collected: for logprobs, or the members' shares */
+static bool lp_on(const srv_job *j) { return j->req.logprobs >= 0 || j->req.shares; }
+
 /* Returned text of the current choice: an SSE chunk (with the logprobs
  * entries it completes) or the choice's text (j->mu held). */
 static void emit_locked(srv_job *j, const char *bytes, size_t n) {
@@ -175,7 +178,7 @@ static void emit_locked(srv_job *j, const char *bytes, size_t n) {
         j->n_text[c] = 0;
     }
     if (j->req.stream) {
-        size_t to = j->req.logprobs >= 0 ? srv_lp_ready(&j->lp[c], j->lp[c].emitted, false) : 0;
+        size_t to = lp_on(j) ? srv_lp_ready(&j->lp[c], j->lp[c].emitted, false) : 0;
         sse_event(j, srv_chunk_json(j, c, bytes, n, NULL, !j->role_sent, to));
         j->role_sent = true;
     } else {
@@ -222,7 +225,7 @@ void srv_job_emit(srv_job *j, const char *bytes, size_t n) {
  * the connection reads the entries once the job is done). */
 static int step_cb(const tutti_step *st, void *user) {
     srv_job *j = user;
-    if (srv_lp_step(&j->lp[j->choice], st, j->lp_vocab, j->req.logprobs, false) < 0) {
+    if (srv_lp_step(&j->lp[j->choice], st, j->lp_vocab, j->req.logprobs >= 0 ? j->req.logprobs : 0, false) < 0) {
         j->lp_oom = true;
         return 1;
     }
@@ -516,7 +519,8 @@ static void run_job(srv_slot *sl, srv_job *j) {
     }
     /* the slot's ensemble is reused: set (or clear) the receiver per job */
     j->lp_vocab = s->reg.files[j->spec.file[0]].vocab;
-    tutti_ensemble_set_step_cb(e, j->req.logprobs >= 0 ? step_cb : NULL, j);
+    tutti_ensemble_set_step_cb(e, lp_on(j) ? step_cb : NULL, j);
+    tutti_ensemble_set_step_members(e, j->req.shares);
     tutti_mask m = {.stop = (const char *const *)j->req.stop, .n_stop = j->req.n_stop, .max_tokens = j->max_units,
                     .grammar = j->req.grammar, .bias_ids = j->req.bias_ids, .bias = j->req.bias,
                     .n_bias = j->req.n_bias};
@@ -539,7 +543,7 @@ static void run_job(srv_slot *sl, srv_job *j) {
             j->finish[c] = "length";
             if (j->req.stream) {
                 pthread_mutex_lock(&j->mu);
-                size_t to = j->req.logprobs >= 0 ? srv_lp_ready(&j->lp[c], j->lp[c].emitted, true) : 0;
+                size_t to = lp_on(j) ? srv_lp_ready(&j->lp[c], j->lp[c].emitted, true) : 0;
                 sse_event(j, srv_chunk_json(j, c, NULL, 0, "length", !j->role_sent, to));
                 pthread_mutex_unlock(&j->mu);
             }
@@ -569,7 +573,7 @@ static void run_job(srv_slot *sl, srv_job *j) {
             if (!j->role_sent && j->req.kind == SRV_CHAT)
                 sse_event(j, srv_chunk_json(j, c, "", 0, NULL, true, j->lp[c].sent));
             /* the final chunk: entries of a token cut by a stop string */
-            size_t to = j->req.logprobs >= 0 ? srv_lp_ready(&j->lp[c], j->lp[c].emitted, true) : 0;
+            size_t to = lp_on(j) ? srv_lp_ready(&j->lp[c], j->lp[c].emitted, true) : 0;
             sse_event(j, srv_chunk_json(j, c, NULL, 0, finish, false, to));
         }
         pthread_mutex_unlock(&j->mu);
