@@ -1199,6 +1199,30 @@ static void test_logprobs(void **state) {
     expect_stream_same_entries(&s, "/v1/chat/completions", body);
     snprintf(body, sizeof body, "{\"prompt\":\"" PROMPT "\",\"max_tokens\":20,\"seed\":3,\"logprobs\":3,%s}", ens);
     expect_stream_same_entries(&s, "/v1/completions", body);
+    /* BYTE alignment's shares: one per character, spelling the text, each
+     * a distribution over the members */
+    snprintf(body, sizeof body, "{\"prompt\":\"" PROMPT "\",\"max_tokens\":20,\"seed\":3,"
+                                "\"tutti\":{\"members\":[\"stories260K\",\"babyllama-tok361\"],\"align\":\"byte\","
+                                "\"shares\":true}}");
+    j = post_json(&s, "/v1/completions", body, 200);
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0), "tutti"),
+        "shares"), *u;
+    char spelled[4096] = "";
+    size_t chars = 0;
+    for (const char *p = jstr(j, "choices.0.text"); *p; p++) chars += ((unsigned char)*p & 0xC0) != 0x80;
+    assert_int_equal(cJSON_GetArraySize(sh), (int)chars);
+    cJSON_ArrayForEach(u, sh) {
+        strncat(spelled, jstr(u, "text"), sizeof spelled - strlen(spelled) - 1);
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(u, "share");
+        assert_int_equal(cJSON_GetArraySize(v), 2);
+        double t = cJSON_GetArrayItem(v, 0)->valuedouble + cJSON_GetArrayItem(v, 1)->valuedouble;
+        assert_true(fabs(t - 1) < 2e-4);
+    }
+    expect_same("byte shares spell the text", jstr(j, "choices.0.text"), spelled);
+    cJSON_Delete(j);
+    expect_error(&s, "POST", "/v1/completions",
+                 "{\"prompt\":\"Hi\",\"echo\":true,\"tutti\":{\"shares\":true}}", NULL, 400, "echo", "tutti", NULL);
     /* one model in chat, TOKEN: tokens' bytes are the message's */
     snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],"
                                 "\"max_tokens\":30,\"seed\":5,\"logprobs\":true,\"top_logprobs\":3}");
