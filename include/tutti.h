@@ -404,6 +404,7 @@ typedef struct tutti_batch_stats {
     int64_t n_requests; /* eval calls answered */
     int32_t max_tokens; /* the largest pass */
     int32_t n_joined;   /* threads joined now */
+    int32_t n_working;  /* of them, those not waiting on a request now (a step waits for them) */
 } tutti_batch_stats;
 void tutti_batch_get_stats(tutti_batch *batch, tutti_batch_stats *out);
 
