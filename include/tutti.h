@@ -408,6 +408,7 @@ typedef struct tutti_batch_stats {
     int64_t n_requests; /* eval calls answered */
     int32_t max_tokens; /* the largest pass */
     int32_t n_joined;   /* threads joined now */
+    int32_t n_working;  /* of them, those not waiting on a request now (a step waits for them) */
 } tutti_batch_stats;
 void tutti_batch_get_stats(tutti_batch *batch, tutti_batch_stats *out);
 
@@ -1029,7 +1030,15 @@ void tutti_ensemble_set_notice(tutti_ensemble *ens, tutti_notice_cb cb, void *us
  *   bytes       what the step commits to the text (the token's piece without
  *               rendering control tokens, one byte, or nothing at the end),
  *               before stop strings are applied; n_bytes of them.
- *   unit        0-based index of the step in this generation. */
+ *   unit        0-based index of the step in this generation.
+ *   n_members, member_logprobs, member_weights
+ *               with tutti_ensemble_set_step_members on (else 0, NULL,
+ *               NULL; and in tutti_ensemble_score): each member's natural-log
+ *               probability of the chosen outcome under its own
+ *               distribution (TOKEN: its row at its temperature; BYTE: its
+ *               byte marginal; -INFINITY: none, or the member left) and the
+ *               step's weights, so that a member's share of the outcome is
+ *               w_i p_i / sum_k w_k p_k (the responsibility of the mix). */
 typedef struct tutti_step {
     tutti_align align;
     int32_t n_outcomes;
@@ -1038,6 +1047,9 @@ typedef struct tutti_step {
     const char *bytes;
     size_t n_bytes;
     int32_t unit;
+    int32_t n_members;
+    const double *member_logprobs;
+    const float *member_weights;
 } tutti_step;
 /* Receives every step of later generations, before its bytes reach the text
  * callback; the end-of-generation step (chosen = an end-of-generation token
@@ -1047,6 +1059,10 @@ typedef int (*tutti_step_cb)(const tutti_step *step, void *user);
 /* Sets the step receiver of later generations (NULL: none, which costs
  * nothing; with one, each step pays one pass over the fused row). */
 void tutti_ensemble_set_step_cb(tutti_ensemble *ens, tutti_step_cb cb, void *user);
+/* Steps of later generations carry each member's probability of the chosen
+ * outcome (tutti_step.member_logprobs; off by default: TOKEN alignment pays
+ * one pass over every member's row per step). */
+void tutti_ensemble_set_step_members(tutti_ensemble *ens, bool on);
 
 /* Scores a known text: the fused distribution at every unit of it, as
  * generation would have drawn the text (OpenAI's echo with logprobs, hence

@@ -8,8 +8,9 @@ BUILD=${1:-build}
 if [ $# -gt 0 ]; then shift; fi
 # libraries (PCRE2, cmocka, cJSON, libmicrohttpd, libyaml, libcurl, Nettle) and what the
 # tests check against: Python's jinja2 and jsonschema, numpy (merge reference),
-# curl (the HTTP server's tests; Node.js and npm come with the machine)
-PKGS="build-essential cmake pkg-config libpcre2-dev libcmocka-dev libcjson-dev libmicrohttpd-dev libyaml-dev libcurl4-openssl-dev nettle-dev python3 python3-numpy python3-yaml python3-jsonschema python3-jinja2 curl openmpi-bin libopenmpi-dev iproute2"
+# curl (the HTTP server's tests; Node.js and npm come with the machine),
+# chromium (the server page's browser test, driven by puppeteer-core from npm)
+PKGS="build-essential cmake pkg-config libpcre2-dev libcmocka-dev libcjson-dev libmicrohttpd-dev libyaml-dev libcurl4-openssl-dev nettle-dev python3 python3-numpy python3-yaml python3-jsonschema python3-jinja2 curl openmpi-bin libopenmpi-dev iproute2 chromium"
 missing=""
 for p in $PKGS; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
@@ -27,7 +28,7 @@ fi
 SERVE_TESTS="$(dirname "$0")/../tests/serve"
 if command -v npm >/dev/null && { [ ! -f "$SERVE_TESTS/node_modules/.lock-installed" ] ||
      ! cmp -s "$SERVE_TESTS/package-lock.json" "$SERVE_TESTS/node_modules/.lock-installed"; }; then
-  echo "bootstrap: npm ci in tests/serve (openai client for the server tests)" >&2
+  echo "bootstrap: npm ci in tests/serve (openai client and puppeteer-core for the server tests)" >&2
   (cd "$SERVE_TESTS" && npm ci --no-audit --no-fund --prefer-offline >/dev/null &&
      cp package-lock.json node_modules/.lock-installed)
 fi

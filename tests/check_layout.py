@@ -48,7 +48,8 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
 def sources(root, top):
-    for d, _, files in os.walk(os.path.join(root, top)):
+    for d, dirs, files in os.walk(os.path.join(root, top)):
+        dirs[:] = [x for x in dirs if x != "node_modules"]  # npm packages' own C (tests/serve)
         for f in sorted(files):
             if f.endswith((".c", ".h")):
                 yield os.path.join(d, f)

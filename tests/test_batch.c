@@ -6,6 +6,7 @@
  * and the threads' tokens share passes (passes per token). */
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -218,6 +219,68 @@ static void test_long_prompt_chunks(void **st) {
     tutti_model_free(m);
 }
 
+/* thread B of test_leave_moves_entry: a long prompt (one token per pass),
+ * then one more token, joined throughout */
+static void *run_b(void *arg) {
+    long_job *j = arg;
+    tutti_session_params sp = tutti_session_default_params();
+    sp.n_ctx = 512, sp.n_threads = 1;
+    tutti_session *s = tutti_session_new_batched(j->m, &sp, j->b);
+    j->rc = -1;
+    if (!s) return NULL;
+    tutti_batch_join(j->b);
+    j->rc = tutti_session_eval(s, j->ids, j->n, NULL);
+    if (j->rc >= 0) j->rc = tutti_session_eval(s, j->ids, 1, NULL);
+    tutti_batch_leave(j->b);
+    tutti_session_free(s);
+    return NULL;
+}
+
+/* A joined thread (A, this one) leaving while a later one (B) waits on its
+ * request moves B's entry; B's request ending must still count B as
+ * working again, and its next one as waiting: once both have left no
+ * thread counts as working (a phantom would make every later step wait its
+ * whole budget).  A leaves while B's request is pending: B posts 300 passes
+ * of work, A leaves as soon as B waits (retried if B was done first). */
+static void test_leave_moves_entry(void **st) {
+    (void)st;
+    require_shared();
+    tutti_model *m = tutti_model_load(shared_path("models/stories260K.gguf"), NULL);
+    assert_non_null(m);
+    tutti_batch_params bp = tutti_batch_default_params();
+    bp.n_threads = 1, bp.n_ubatch = 1;
+    int32_t ids[300];
+    for (int i = 0; i < 300; i++) ids[i] = i == 0 ? 1 : 3 + (i * 37) % 500;
+    bool overlapped = false;
+    for (int attempt = 0; attempt < 5 && !overlapped; attempt++) {
+        tutti_batch *b = tutti_batch_new(&bp);
+        assert_non_null(b);
+        tutti_batch_join(b); /* A: entry 0 */
+        long_job j = {.b = b, .m = m, .ids = ids, .n = 300};
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, run_b, &j), 0);
+        tutti_batch_stats s;
+        for (;;) { /* B joined (entry 1) and waiting on its request */
+            tutti_batch_get_stats(b, &s);
+            if ((s.n_joined == 2 && s.n_working == 1) || s.n_requests > 0) break;
+            sched_yield();
+        }
+        tutti_batch_leave(b); /* B's entry moves to 0 */
+        overlapped = s.n_requests == 0;
+        tutti_batch_get_stats(b, &s);
+        overlapped &= s.n_requests == 0;
+        pthread_join(t, NULL);
+        assert_true(j.rc >= 0);
+        tutti_batch_get_stats(b, &s);
+        assert_int_equal(s.n_joined, 0);
+        assert_int_equal(s.n_working, 0);
+        assert_int_equal(s.n_requests, 2);
+        tutti_batch_free(b);
+    }
+    assert_true(overlapped);
+    tutti_model_free(m);
+}
+
 static void test_errors(void **st) {
     (void)st;
     require_shared();
@@ -281,6 +344,7 @@ int main(void) {
         cmocka_unit_test(test_concurrent_f32),
         cmocka_unit_test(test_concurrent_q8_0),
         cmocka_unit_test(test_long_prompt_chunks),
+        cmocka_unit_test(test_leave_moves_entry),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_ctx_shift_batched),
     };

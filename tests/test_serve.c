@@ -42,9 +42,11 @@ static void log_softmax(const float *logits, int32_t n, double *out) {
  * greedy decoding.  lp is a legacy completions logprobs object (temperature
  * 0): every entry's token is the argmax's piece, its logprob that of the
  * reference within 1e-4, its top_logprobs the reference's top_n (same
- * texts, same values); the entries' tokens concatenate to text. */
+ * texts, same values); the entries' tokens concatenate to text.  shares
+ * (or NULL): the choice's tutti.shares, each member's share of entry e
+ * w_i p_i(token) / sum_k w_k p_k(token) within 2e-4 (given to 4 places). */
 static void check_token_logprobs(const char *const *paths, const double *w, int n_m, const cJSON *lp, const char *text,
-                                 int top_n) {
+                                 int top_n, const cJSON *shares) {
     tutti_model *m[4];
     tutti_session *ss[4];
     tutti_session_params sp = tutti_session_default_params();
@@ -105,8 +107,26 @@ static void check_token_logprobs(const char *const *paths, const double *w, int 
             if (fabs(a->valuedouble - mix[b]) > 1e-4)
                 fail_msg("entry %d: top '%s' %.7f, reference %.7f", e, piece, a->valuedouble, mix[b]);
         }
+        if (shares) {
+            const cJSON *se = cJSON_GetArrayItem(shares, e);
+            k = tutti_token_to_piece(v, best, false, piece, sizeof piece - 1);
+            piece[k] = 0;
+            assert_string_equal(jstr(se, "text"), piece);
+            const cJSON *sh = cJSON_GetObjectItemCaseSensitive(se, "share");
+            assert_int_equal(cJSON_GetArraySize(sh), n_m);
+            double wp[4], z = 0;
+            for (int i = 0; i < n_m; i++) {
+                log_softmax(tutti_session_logits(ss[i]), V, ls);
+                z += wp[i] = w[i] * exp(ls[best]);
+            }
+            for (int i = 0; i < n_m; i++)
+                if (fabs(cJSON_GetArrayItem(sh, i)->valuedouble - wp[i] / z) > 2e-4)
+                    fail_msg("entry %d ('%s'): member %d's share %.5f, reference %.5f", e, piece, i + 1,
+                             cJSON_GetArrayItem(sh, i)->valuedouble, wp[i] / z);
+        }
         for (int i = 0; i < n_m; i++) assert_int_equal(tutti_session_eval(ss[i], &best, 1, NULL), 0);
     }
+    if (shares) assert_int_equal(cJSON_GetArraySize(shares), cJSON_GetArraySize(toks));
     expect_same("logprobs tokens concatenated vs text", text, cat);
     free(ls), free(mix);
     for (int i = 0; i < n_m; i++) tutti_session_free(ss[i]), tutti_model_free(m[i]);
@@ -1149,7 +1169,7 @@ static void test_logprobs(void **state) {
     cJSON *j = post_json(&s, "/v1/completions", body, 200);
     check_token_logprobs(one, w1, 1, cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(
                                          cJSON_GetObjectItemCaseSensitive(j, "choices"), 0), "logprobs"),
-                         jstr(j, "choices.0.text"), 5);
+                         jstr(j, "choices.0.text"), 5, NULL);
     assert_int_equal((int)jnum(j, "choices.0.logprobs.text_offset.0"), 0);
     cJSON_Delete(j);
     expect_stream_same_entries(&s, "/v1/completions", body);
@@ -1159,11 +1179,12 @@ static void test_logprobs(void **state) {
     double w2[] = {0.7, 0.3};
     snprintf(body, sizeof body, "{\"prompt\":\"" PROMPT "\",\"max_tokens\":24,\"temperature\":0,\"logprobs\":4,"
                                 "\"tutti\":{\"members\":[\"stories260K\",\"stories260K-dreams\"],\"weights\":[0.7,0.3],"
-                                "\"rule\":\"mix\",\"align\":\"token\"}}");
+                                "\"rule\":\"mix\",\"align\":\"token\",\"shares\":true}}");
     j = post_json(&s, "/v1/completions", body, 200);
-    check_token_logprobs(two, w2, 2, cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(
-                                         cJSON_GetObjectItemCaseSensitive(j, "choices"), 0), "logprobs"),
-                         jstr(j, "choices.0.text"), 4);
+    /* with each member's share of every token (the page's colours) */
+    const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0);
+    check_token_logprobs(two, w2, 2, cJSON_GetObjectItemCaseSensitive(c0, "logprobs"), jstr(j, "choices.0.text"), 4,
+                         cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c0, "tutti"), "shares"));
     cJSON_Delete(j);
     /* BYTE alignment (two vocabularies), sampled: one entry per character,
      * streamed = not streamed; chat and completions */
@@ -1178,6 +1199,30 @@ static void test_logprobs(void **state) {
     expect_stream_same_entries(&s, "/v1/chat/completions", body);
     snprintf(body, sizeof body, "{\"prompt\":\"" PROMPT "\",\"max_tokens\":20,\"seed\":3,\"logprobs\":3,%s}", ens);
     expect_stream_same_entries(&s, "/v1/completions", body);
+    /* BYTE alignment's shares: one per character, spelling the text, each
+     * a distribution over the members */
+    snprintf(body, sizeof body, "{\"prompt\":\"" PROMPT "\",\"max_tokens\":20,\"seed\":3,"
+                                "\"tutti\":{\"members\":[\"stories260K\",\"babyllama-tok361\"],\"align\":\"byte\","
+                                "\"shares\":true}}");
+    j = post_json(&s, "/v1/completions", body, 200);
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0), "tutti"),
+        "shares"), *u;
+    char spelled[4096] = "";
+    size_t chars = 0;
+    for (const char *p = jstr(j, "choices.0.text"); *p; p++) chars += ((unsigned char)*p & 0xC0) != 0x80;
+    assert_int_equal(cJSON_GetArraySize(sh), (int)chars);
+    cJSON_ArrayForEach(u, sh) {
+        strncat(spelled, jstr(u, "text"), sizeof spelled - strlen(spelled) - 1);
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(u, "share");
+        assert_int_equal(cJSON_GetArraySize(v), 2);
+        double t = cJSON_GetArrayItem(v, 0)->valuedouble + cJSON_GetArrayItem(v, 1)->valuedouble;
+        assert_true(fabs(t - 1) < 2e-4);
+    }
+    expect_same("byte shares spell the text", jstr(j, "choices.0.text"), spelled);
+    cJSON_Delete(j);
+    expect_error(&s, "POST", "/v1/completions",
+                 "{\"prompt\":\"Hi\",\"echo\":true,\"tutti\":{\"shares\":true}}", NULL, 400, "echo", "tutti", NULL);
     /* one model in chat, TOKEN: tokens' bytes are the message's */
     snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],"
                                 "\"max_tokens\":30,\"seed\":5,\"logprobs\":true,\"top_logprobs\":3}");

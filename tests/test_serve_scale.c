@@ -700,6 +700,64 @@ static void test_tools(void **state) {
 
 /* ---- the page at GET / ---- */
 
+/* a share title "NAME 12.3%, NAME 87.7%": the members in order, shares in
+ * [0, 100] summing to 100 (each given to 0.1) */
+static void check_share_title(const char *title, const char *const *names, int n) {
+    const char *p = title;
+    double sum = 0;
+    for (int k = 0; k < n; k++) {
+        size_t l = strlen(names[k]);
+        if (strncmp(p, names[k], l) || p[l] != ' ') fail_msg("share title '%s': member %d is not %s", title, k + 1, names[k]);
+        char *end;
+        double v = strtod(p + l + 1, &end);
+        if (*end != '%' || v < 0 || v > 100) fail_msg("share title '%s': no share for %s", title, names[k]);
+        sum += v;
+        p = end + 1;
+        if (k + 1 < n && strncmp(p, ", ", 2)) fail_msg("share title '%s'", title);
+        p += k + 1 < n ? 2 : 0;
+    }
+    if (*p || fabs(sum - 100) > 0.1 * n) fail_msg("share title '%s': the shares sum to %.1f%%", title, sum);
+}
+
+/* The page in a real browser (Debian's chromium through puppeteer-core,
+ * tests/serve/page_browser.mjs; scripts/bootstrap.sh installs both): an
+ * ensemble's reply comes as units whose titles give each member's share
+ * (the members named, in order) under bars in the members' colours, the
+ * units spell the reply, the mean shares and the speed follow; no script
+ * errors.  The shares' values are checked against the members' own
+ * distributions in test_serve.c (test_logprobs). */
+static void browser_page(server *s) {
+    if (access("/usr/bin/chromium", X_OK) != 0 && !getenv("TUTTI_CHROMIUM"))
+        fail_msg("the browser test needs chromium (Debian's package: scripts/bootstrap.sh installs it)");
+    cJSON *j = node_json(s, "page_browser.mjs", "default 'Hello there'");
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(j, "errors")), 0);
+    assert_string_equal(jstr(j, "reply_class"), "msg assistant");
+    const char *names[2] = {"stories260K", "stories260K-dreams"};
+    const cJSON *units = cJSON_GetObjectItemCaseSensitive(j, "units"), *u;
+    assert_true(cJSON_GetArraySize(units) > 0);
+    char spelled[16384] = "";
+    cJSON_ArrayForEach(u, units) {
+        check_share_title(jstr(u, "title"), names, 2);
+        assert_non_null(strstr(jstr(u, "bar"), "linear-gradient"));
+        strncat(spelled, jstr(u, "text"), sizeof spelled - strlen(spelled) - 1);
+    }
+    const char *reply = jstr(j, "reply");
+    if (strncmp(reply, spelled, strlen(spelled))) fail_msg("the units spell '%s', the reply is '%s'", spelled, reply);
+    const char *sum = jstr(j, "summary");
+    assert_non_null(sum);
+    assert_non_null(strstr(sum, "shares:"));
+    for (int k = 0; k < 2; k++) assert_non_null(strstr(sum, names[k]));
+    assert_non_null(strstr(jstr(j, "stats"), "tokens/s"));
+    print_message("browser: %d units, %s | %s\n", cJSON_GetArraySize(units), sum, jstr(j, "stats"));
+    /* a single model: plain text, no shares */
+    cJSON_Delete(j);
+    j = node_json(s, "page_browser.mjs", "stories260K 'Hello'");
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(j, "units")), 0);
+    assert_true(strlen(jstr(j, "reply")) > 0);
+    assert_true(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(j, "summary")));
+    cJSON_Delete(j);
+}
+
 /* The page: served as built in (the source file's bytes), self-contained
  * (no outside URL, a CSP that loads nothing else), GET only; its script,
  * run by tests/serve/page_driver.mjs against a minimal DOM (no browser on
@@ -747,6 +805,7 @@ static void test_web_page(void **state) {
     print_message("page reply: %s | %s\n", jstr(j, "reply"), jstr(j, "stats"));
     assert_non_null(strstr(jstr(j, "stats"), "tokens/s"));
     cJSON_Delete(j);
+    browser_page(&s);
     assert_int_equal(stop(&s), 0);
 }
 

@@ -79,6 +79,8 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
     o->timeout_body = 60;
     o->max_conns = -1;
     o->max_conns_per_ip = 32;
+    o->models_max = 4;
+    int32_t models_mem = 0;
     const char *api_key = NULL, *api_key_file = NULL;
     o->n_ctx = CLI_CTX_UNSET;
     int32_t max_body = 1 << 20;
@@ -97,6 +99,13 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
         CLI_HF_OPTS(&models, CLI_T_STRS, 0),
         CLI_STR("-e,--ensemble", "FILE", &o->ens_file, "members of 'default' from an ensemble file", "none"),
         CLI_STR("--config", "FILE", &o->config, "JSON: more models, renames, named ensembles (docs/server.md)", "none"),
+        CLI_STR("--models-dir", "DIR", &o->models_dir,
+                "serve every .gguf under DIR by its file name, loaded at its first request", "none"),
+        CLI_INT("--models-max", "N", &o->models_max, 0, SRV_MAX_FILES,
+                "--models-dir: models loaded at once; beyond, the least recently used\nidle one is unloaded (0 = no limit)",
+                "4"),
+        CLI_INT("--models-memory", "MIB", &models_mem, 0, 1 << 30,
+                "--models-dir: MiB of loaded models' files; beyond, unload as --models-max\n(0 = no limit)", "0"),
         CLI_STR("--chat-template", "FILE", &o->chat_template_file,
                 "Jinja chat template for every model (overrides theirs)", "the models' own"),
         CLI_FLOATS("-w,--weights", "W1,W2,...", &weights, -1e30, 1e30, "weights of 'default', one per member",
@@ -151,7 +160,7 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
     };
     const cli_spec spec = {
         .name = "serve",
-        .usage = "(-m A.gguf | -hf REPO[:QUANT] [...] | -e ENSEMBLE | --config FILE) [options]",
+.usage = "(-m A.gguf | -hf REPO[:QUANT] [...] | -e ENSEMBLE | --config FILE | --models-dir DIR) [options]",
         .description = "OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions, /v1/embeddings,\n/v1/models, "
                        "/health, /metrics. Model names: 'default' (the ensemble of every -m member, or of\n"
                        "the -e file), every file alone under its name without .gguf, and the --config\n"
@@ -178,8 +187,11 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
     if ((r = ens_check_flags(&temps, cli_given("--adapt-alpha"), o->adapt_alpha, cli_given("--route-tau"),
                              o->route_tau, cli_given("--select"), o->select)) != CLI_RUN)
         return r;
-    if (!o->n_models && !o->ens_file && !o->config)
-        return cli_usage_error("no models: give -m MODEL.gguf (repeat), -e ENSEMBLE or --config FILE");
+    o->models_mem_mib = models_mem;
+    if (!o->models_dir && (cli_given("--models-max") || cli_given("--models-memory")))
+        return cli_usage_error("--models-max and --models-memory need --models-dir");
+    if (!o->n_models && !o->ens_file && !o->config && !o->models_dir)
+        return cli_usage_error("no models: give -m MODEL.gguf (repeat), -e ENSEMBLE, --config FILE or --models-dir DIR");
     /* models split by layers over the MPI ranks: every ensemble member of
      * those files (the -m ones given by --split-member, else all) */
     if ((r = cli_split_check(split_counts, split_ub)) != CLI_RUN) return r;

@@ -60,6 +60,9 @@ typedef struct align_ops {
      * 0, ALIGN_STOP (x is the last: its bytes are appended, then the
      * generation ends) or TUTTI_ERR. */
     int (*commit)(fusion_align *a, int32_t x, int32_t *units);
+    /* Optional: each member's log-probability of outcome x of this step
+     * into out[0..n_members) (the step receiver's member_logprobs). */
+    void (*member_lp)(fusion_align *a, int32_t x, double *out);
     void (*free)(fusion_align *a);
 } align_ops;
 

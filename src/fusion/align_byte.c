@@ -228,6 +228,12 @@ static int byte_commit(fusion_align *a, int32_t b, int32_t *units) {
     return 0;
 }
 
+/* each member's byte marginal of b (a member that left: -inf) */
+static void byte_member_lp(fusion_align *a, int32_t b, double *out) {
+    byte_align *s = (byte_align *)a;
+    for (int32_t i = 0; i < a->e->n; i++) out[i] = a->g->dead[i] ? -INFINITY : s->lp[i][b];
+}
+
 static void byte_free(fusion_align *a) {
     byte_align *s = (byte_align *)a;
     for (int32_t i = 0; i < a->e->n; i++) fusion_bytes_free(s->st[i]);
@@ -238,6 +244,7 @@ static const align_ops byte_ops = {
     .kind = ALIGN_OUT_BYTES,
     .unit = "byte",
     .report = true,
+    .member_lp = byte_member_lp,
     .start = byte_start,
     .ctx_full = byte_ctx_full,
     .step = byte_step,

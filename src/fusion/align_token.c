@@ -278,18 +278,28 @@ static size_t token_bytes(fusion_align *a, int32_t id, const char **bytes, bool 
     return (size_t)k;
 }
 
-static int token_commit(fusion_align *a, int32_t id, int32_t *units) {
+/* each member's log-probability of token id at its temperature */
+static void token_member_lp(fusion_align *a, int32_t id, double *out) {
     token_align *t = (token_align *)a;
     tutti_ensemble *e = a->e;
     int32_t V = t->V;
-    if (fusion_weigher_needs_logp(&a->wg)) /* each member's log-probability of the drawn token at its temperature */
-        for (int32_t i = 0; i < e->n; i++) {
-            const float *z = t->logits[i];
-            double tau = e->temp[i] > 0 ? e->temp[i] : 1.0, mx = -INFINITY, s = 0;
-            for (int32_t x = 0; x < V; x++) mx = z[x] > mx ? z[x] : mx;
-            for (int32_t x = 0; x < V; x++) s += exp(((double)z[x] - mx) / tau);
-            a->unit_logp[i] = ((double)z[id] - mx) / tau - log(s);
+    for (int32_t i = 0; i < e->n; i++) {
+        const float *z = t->logits[i];
+        if (!z || fusion_member_has_left(e->m[i])) {
+            out[i] = -INFINITY;
+            continue;
         }
+        double tau = e->temp[i] > 0 ? e->temp[i] : 1.0, mx = -INFINITY, s = 0;
+        for (int32_t x = 0; x < V; x++) mx = z[x] > mx ? z[x] : mx;
+        for (int32_t x = 0; x < V; x++) s += exp(((double)z[x] - mx) / tau);
+        out[i] = ((double)z[id] - mx) / tau - log(s);
+    }
+}
+
+static int token_commit(fusion_align *a, int32_t id, int32_t *units) {
+    token_align *t = (token_align *)a;
+    tutti_ensemble *e = a->e;
+    if (fusion_weigher_needs_logp(&a->wg)) token_member_lp(a, id, a->unit_logp);
     for (int32_t i = 0; i < e->n; i++) t->ids[i][t->n[i]++] = id;
     *units = 1;
     if (t->n_ahead > 0) { /* the round goes on while the draft's tokens are drawn */
@@ -317,6 +327,7 @@ static const align_ops token_ops = {
     .kind = ALIGN_OUT_TOKENS,
     .unit = "token",
     .report = true,
+    .member_lp = token_member_lp,
     .start = token_start,
     .ctx_full = token_ctx_full,
     .step = token_step_row,

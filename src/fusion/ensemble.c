@@ -233,6 +233,10 @@ void tutti_ensemble_set_step_cb(tutti_ensemble *e, tutti_step_cb cb, void *user)
     e->step_user = user;
 }
 
+void tutti_ensemble_set_step_members(tutti_ensemble *e, bool on) {
+    if (e) e->step_members = on;
+}
+
 int tutti_ensemble_set_rule(tutti_ensemble *e, tutti_fusion_rule rule) {
     if ((unsigned)rule > TUTTI_RULE_CONTRASTIVE) return tutti_set_usage_error("ensemble: unknown rule %d", rule);
     if (rule == TUTTI_RULE_CONTRASTIVE && e->n < 2)

@@ -34,6 +34,7 @@ struct tutti_ensemble {
     void *step_user;
     float *step_buf;       /* [step_cap] renormalised row for step_cb */
     int32_t step_cap;
+    bool step_members;     /* steps carry the members' log-probabilities (tutti_ensemble_set_step_members) */
     bool parallel;        /* members' forward passes on one thread each, concurrently */
     bool adapt_on;        /* MIX weights follow the text (adapt.c) */
     double adapt_alpha;   /* fixed-share alpha in [0, 1] */
@@ -201,9 +202,11 @@ int gen_append(gen_ctx *g, const char *bytes, size_t n);
 /* Gives step unit g->n_units to e's step receiver (tutti_ensemble_set_step_cb),
  * if any: dist[0..n) is the row the sampler draws from (log-probabilities or
  * logits, any offset; -inf = ruled out), renormalised here.  A receiver
- * asking to stop sets g->stopped.  Returns 0 or TUTTI_ERR (out of memory). */
+ * asking to stop sets g->stopped; member_lp, w: the members' log-probabilities
+ * of chosen and the step's weights (NULL: not asked for).  Returns 0 or
+ * TUTTI_ERR (out of memory). */
 int ens_report_step(tutti_ensemble *e, gen_ctx *g, const float *dist, int32_t n, int32_t chosen,
-                    const char *bytes, size_t n_bytes);
+                    const char *bytes, size_t n_bytes, const double *member_lp, const float *w);
 /* Emits everything still held back (at the end of generation). */
 void gen_flush(gen_ctx *g);
 /* true if the generated text followed by bytes[0..n) is allowed by the

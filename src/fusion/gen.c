@@ -80,7 +80,10 @@ static int gen_loop(fusion_align *a, const gen_prompt *pr, const tutti_sampler_p
         const char *bytes;
         bool end;
         size_t nb = ops->bytes(a, x, &bytes, &end);
-        if (ops->report && ens_report_step(e, g, row, n, x, bytes, nb) < 0) {
+        double mlp[TUTTI_ENSEMBLE_MAX_MEMBERS];
+        bool members = e->step_cb && e->step_members && ops->member_lp;
+        if (members) ops->member_lp(a, x, mlp);
+        if (ops->report && ens_report_step(e, g, row, n, x, bytes, nb, members ? mlp : NULL, a->w) < 0) {
             rc = TUTTI_ERR;
             break;
         }

@@ -108,7 +108,7 @@ int gen_append(gen_ctx *g, const char *bytes, size_t n) {
 }
 
 int ens_report_step(tutti_ensemble *e, gen_ctx *g, const float *dist, int32_t n, int32_t chosen,
-                    const char *bytes, size_t n_bytes) {
+                    const char *bytes, size_t n_bytes, const double *member_lp, const float *w) {
     if (!e->step_cb) return 0;
     if (e->step_cap < n) {
         float *nb = realloc(e->step_buf, sizeof(float) * (size_t)n);
@@ -123,7 +123,8 @@ int ens_report_step(tutti_ensemble *e, gen_ctx *g, const float *dist, int32_t n,
         if (dist[x] > -INFINITY) z += exp((double)dist[x] - mx);
     double lz = mx + log(z);
     for (int32_t x = 0; x < n; x++) e->step_buf[x] = dist[x] > -INFINITY ? (float)((double)dist[x] - lz) : -INFINITY;
-    tutti_step st = {e->align, n, e->step_buf, chosen, bytes, n_bytes, g->n_units};
+    tutti_step st = {e->align, n, e->step_buf, chosen, bytes, n_bytes, g->n_units, member_lp ? e->n : 0, member_lp,
+                     member_lp ? w : NULL};
     if (e->step_cb(&st, e->step_user)) g->stopped = true;
     return 0;
 }

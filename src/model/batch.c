@@ -73,7 +73,8 @@ typedef struct batch_req {
     int32_t n_steps;
     bool done;
     double t_post;
-    batch_client *cl;
+    bool joined;  /* posted by a joined thread (th), which waits from then on */
+    pthread_t th;
     pthread_cond_t cv;
 } batch_req;
 
@@ -105,12 +106,18 @@ tutti_batch_params tutti_batch_default_params(void) {
 
 /* ---- clients ---- */
 
-static batch_client *find_client(tutti_batch *b) {
-    pthread_t me = pthread_self();
+/* A thread's entry.  Entries move (leaving swaps the last one into the
+ * gap), so a request names its thread, never an entry: a pointer kept
+ * across a leave would update a stale entry and leave the moved thread
+ * counted as working while it waits, each step then waiting the whole
+ * budget for it. */
+static batch_client *find_client_th(tutti_batch *b, pthread_t th) {
     for (int i = 0; i < b->n_cl; i++)
-        if (pthread_equal(b->cl[i].th, me)) return &b->cl[i];
+        if (pthread_equal(b->cl[i].th, th)) return &b->cl[i];
     return NULL;
 }
+
+static batch_client *find_client(tutti_batch *b) { return find_client_th(b, pthread_self()); }
 
 void tutti_batch_join(tutti_batch *b) {
     if (!b) return;
@@ -184,7 +191,8 @@ static void apply_pass(tutti_batch *b, int32_t k) {
         *pp = r->next;
         if (b->tail == r) b->tail = prev;
         r->done = true;
-        if (r->cl) r->cl->waiting = false, b->n_working++;
+        batch_client *c = r->joined ? find_client_th(b, r->th) : NULL;
+        if (c && c->waiting) c->waiting = false, b->n_working++;
         b->st.n_requests++;
         pthread_cond_signal(&r->cv);
     }
@@ -311,6 +319,7 @@ void tutti_batch_get_stats(tutti_batch *b, tutti_batch_stats *out) {
     pthread_mutex_lock(&b->mu);
     *out = b->st;
     out->n_joined = b->n_cl;
+    out->n_working = b->n_working;
     pthread_mutex_unlock(&b->mu);
 }
 
@@ -395,8 +404,10 @@ int tutti_batch_eval(tutti_session *const *ss, const int32_t *const *ids, const 
     pthread_cond_init(&r.cv, NULL);
     pthread_mutex_lock(&b->mu);
     r.t_post = tutti_now_s();
-    r.cl = find_client(b);
-    if (r.cl && !r.cl->waiting) r.cl->waiting = true, b->n_working--;
+    batch_client *cl = find_client(b);
+    if (cl && !cl->waiting) cl->waiting = true, b->n_working--;
+    r.joined = cl != NULL;
+    r.th = pthread_self();
     if (b->tail) b->tail->next = &r;
     else b->head = &r;
     b->tail = &r;

@@ -96,6 +96,7 @@ static int resolve(srv_server *s, const cJSON *m, srv_job *j, char *err, size_t 
         return 400;
     }
     const srv_file *f = &s->reg.files[sp->file[0]];
+    if (!f->remote && srv_job_hold(&s->reg, j, sp->file, 1, err, cap) < 0) return 500; /* loaded on demand */
     if (!f->model)
         return fail(err, cap, param, "model", 400, "a remote member gives no embeddings here (ask its server)");
     int pool = s->opts.pooling >= 0 ? s->opts.pooling : tutti_model_pooling(f->model);

@@ -127,6 +127,9 @@ char *srv_chunk_json(srv_job *j, int choice, const char *text, size_t n, const c
     free(t);
     srv_lp *lp = &j->lp[choice];
     cJSON_AddItemToObject(c, "logprobs", logprobs_json(j, choice, lp->sent, lp_to, lp->emitted, false));
+    if (j->req.shares && lp_to > lp->sent)
+        cJSON_AddItemToObject(cJSON_AddObjectToObject(c, "tutti"), "shares",
+                              srv_lp_shares_json(lp, lp->sent, lp_to, lp->emitted));
     if (lp_to > lp->sent) lp->sent = lp_to;
     if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
     else cJSON_AddNullToObject(c, "finish_reason");
@@ -184,7 +187,11 @@ char *srv_final_json(const srv_job *j) {
         }
         free(t);
         const srv_lp *lp = &j->lp[k];
-        cJSON_AddItemToObject(c, "logprobs", logprobs_json(j, k, 0, srv_lp_ready(lp, j->n_text[k], true), j->n_text[k], true));
+        size_t to = srv_lp_ready(lp, j->n_text[k], true);
+        cJSON_AddItemToObject(c, "logprobs", logprobs_json(j, k, 0, to, j->n_text[k], true));
+        if (j->req.shares)
+            cJSON_AddItemToObject(cJSON_AddObjectToObject(c, "tutti"), "shares",
+                                  srv_lp_shares_json(lp, 0, to, j->n_text[k]));
         cJSON_AddStringToObject(c, "finish_reason", j->finish[k] ? j->finish[k] : "stop");
     }
     cJSON_AddItemToObject(o, "usage", usage(j));

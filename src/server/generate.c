@@ -68,6 +68,10 @@ static int resolve_model(srv_server *s, srv_job *j, char *err, size_t cap, const
 static int check_features(srv_server *s, srv_job *j, char *err, size_t cap, const char **param) {
     const srv_request *r = &j->req;
     int al = j->spec.align_used >= 0 ? j->spec.align_used : j->spec.align;
+    if (r->shares && r->echo) {
+        *param = "tutti";
+        return fail(err, cap, 400, "tutti.shares covers generated text only: not with echo");
+    }
     if (r->logprobs >= 0 && al == TUTTI_ALIGN_SPAN) {
         *param = "logprobs";
         return fail(err, cap, 400, "logprobs need token or byte alignment: model '%s' fuses in span alignment, whose "
@@ -183,7 +187,10 @@ int srv_prepare_job(srv_server *s, srv_job *j, srv_kind kind, const char *body, 
     if (st || (st = srv_pipeline_prepare(s, j, err, cap, param, code)) >= 0) return st;
     srv_request *r = &j->req;
     int32_t room;
-    if ((st = resolve_model(s, j, err, cap, param, code)) || (st = check_features(s, j, err, cap, param)) ||
+    if ((st = resolve_model(s, j, err, cap, param, code))) return st;
+    /* the members stay loaded until the job is freed (models on demand) */
+    if (srv_job_hold(&s->reg, j, j->spec.file, j->spec.n, err, cap) < 0) return 500;
+    if ((st = check_features(s, j, err, cap, param)) ||
         (st = prepare_prompts(s, j, err, cap, param, code, &room)))
         return st;
     if (j->tool_fmt >= 0 && !(r->grammar = srv_tools_grammar(&r->tools, j->tool_fmt, err, cap))) {

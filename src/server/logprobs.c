@@ -115,6 +115,15 @@ void srv_lp_trim_front(srv_lp *lp, size_t k) {
     }
 }
 
+static void set_members(srv_lp_entry *e, const tutti_step *st) {
+    if (!st->member_logprobs || st->n_members < 1 || st->n_members > TUTTI_ENSEMBLE_MAX_MEMBERS) return;
+    e->nm = st->n_members;
+    for (int i = 0; i < e->nm; i++) {
+        e->mlp[i] = st->member_logprobs[i];
+        e->w[i] = st->member_weights ? st->member_weights[i] : 1.0f;
+    }
+}
+
 int srv_lp_step(srv_lp *lp, const tutti_step *st, const tutti_vocab *vocab, int top_n, bool every) {
     if (st->n_bytes == 0 && !(every && st->align == TUTTI_ALIGN_TOKEN)) return 0; /* end of text, or a token without text: nothing returned */
     double l = st->chosen >= 0 && st->chosen < st->n_outcomes ? (double)st->logprobs[st->chosen] : -INFINITY;
@@ -124,17 +133,20 @@ int srv_lp_step(srv_lp *lp, const tutti_step *st, const tutti_vocab *vocab, int 
         if (last && last->need > 0 && (b & 0xC0) == 0x80) { /* next byte of the character */
             if (push_raw(lp, st->bytes, 1) < 0) return -1;
             last->len++, last->need--, last->lp += l;
+            for (int i = 0; i < last->nm && i < st->n_members; i++) last->mlp[i] += st->member_logprobs[i];
             return 0;
         }
         if (last) last->need = 0; /* a broken character ends where it is */
         srv_lp_entry *e = new_entry(lp);
         if (!e || push_raw(lp, st->bytes, 1) < 0) return -1;
         e->len = 1, e->lp = l, e->need = utf8_len(b) - 1;
+        set_members(e, st);
         return set_alts(e, st, vocab, top_n);
     }
     srv_lp_entry *e = new_entry(lp);
     if (!e || push_raw(lp, st->bytes, st->n_bytes) < 0) return -1;
     e->len = st->n_bytes, e->lp = l;
+    set_members(e, st);
     return set_alts(e, st, vocab, top_n);
 }
 
@@ -243,4 +255,34 @@ cJSON *srv_lp_json(const srv_lp *lp, size_t from, size_t to, size_t text_len, bo
         cJSON_AddItemToArray(off, cJSON_CreateNumber((double)chars));
     }
     return o;
+}
+
+cJSON *srv_lp_shares_json(const srv_lp *lp, size_t from, size_t to, size_t text_len) {
+    cJSON *a = cJSON_CreateArray();
+    for (size_t i = from; a && i < to; i++) {
+        const srv_lp_entry *e = &lp->e[i];
+        size_t n = e->start + e->len <= text_len ? e->len : text_len - e->start;
+        cJSON *o = cJSON_CreateObject();
+        char *t = token_text(lp->raw + e->start, n);
+        cJSON_AddStringToObject(o, "text", t ? t : "");
+        free(t);
+        /* in the log domain from the largest term: a long character's
+         * probabilities may underflow a double's exp */
+        double mx = -INFINITY, z = 0;
+        for (int k = 0; k < e->nm; k++)
+            if (e->w[k] > 0 && e->mlp[k] + log(e->w[k]) > mx) mx = e->mlp[k] + log(e->w[k]);
+        for (int k = 0; k < e->nm && mx > -INFINITY; k++)
+            if (e->w[k] > 0) z += exp(e->mlp[k] + log(e->w[k]) - mx);
+        if (!(z > 0) || !isfinite(mx)) {
+            cJSON_AddNullToObject(o, "share");
+        } else {
+            cJSON *s = cJSON_AddArrayToObject(o, "share");
+            for (int k = 0; k < e->nm; k++) {
+                double v = e->w[k] > 0 ? exp(e->mlp[k] + log(e->w[k]) - mx) / z : 0;
+                cJSON_AddItemToArray(s, cJSON_CreateNumber(round(v * 1e4) / 1e4));
+            }
+        }
+        cJSON_AddItemToArray(a, o);
+    }
+    return a;
 }

@@ -47,6 +47,12 @@ typedef struct srv_lp_entry {
     int need;          /* BYTE: bytes of the character still to come */
     int n_top;
     srv_lp_alt *top;   /* [n_top], most likely first */
+    /* the members' log-probabilities of the entry (BYTE: summed over its
+     * bytes, the chain rule per member) and the weights of its first step;
+     * nm 0: not reported */
+    int nm;
+    double mlp[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    float w[TUTTI_ENSEMBLE_MAX_MEMBERS];
 } srv_lp_entry;
 
 typedef struct srv_lp {
@@ -82,5 +88,11 @@ size_t srv_lp_ready(const srv_lp *lp, size_t text_len, bool final);
  * completions' {tokens, token_logprobs, top_logprobs, text_offset}
  * (text_offset in characters of the returned text). */
 cJSON *srv_lp_json(const srv_lp *lp, size_t from, size_t to, size_t text_len, bool chat);
+/* Each member's share of entries [from, to) (the page's colours):
+ * [{"text": T, "share": [s_1, ..., s_n]}], s_i = w_i p_i / sum_k w_k p_k
+ * with p_i member i's probability of the entry (the responsibility of
+ * the mix for it); "share" null where the members' probabilities were not
+ * reported (no ensemble step, or none of them gives the text). */
+cJSON *srv_lp_shares_json(const srv_lp *lp, size_t from, size_t to, size_t text_len);
 
 #endif

@@ -37,9 +37,20 @@ char *srv_models_json(const srv_server *s) {
         for (int k = 0; k < sp->n; k++)
             if (s->reg.files[sp->file[k]].n_ctx < ctx) ctx = s->reg.files[sp->file[k]].n_ctx;
         cJSON_AddNumberToObject(t, "n_ctx", ctx);
+        /* models on demand: loaded when every member is (llama-server's router says it as status.value) */
+        bool loaded = true, lazy = false;
+        srv_registry *reg = (srv_registry *)&s->reg;
+        for (int k = 0; k < sp->n; k++) {
+            loaded &= srv_registry_loaded(reg, sp->file[k]);
+            lazy |= reg->files[sp->file[k]].lazy;
+        }
+        cJSON_AddBoolToObject(t, "loaded", loaded);
+        cJSON_AddBoolToObject(t, "on_demand", lazy);
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(m, "status"), "value", loaded ? "loaded" : "unloaded");
         if (sp->n == 1) { /* llama-server's model metadata (remote members check n_vocab) */
             cJSON *meta = cJSON_AddObjectToObject(m, "meta");
-            cJSON_AddNumberToObject(meta, "n_vocab", tutti_vocab_n_tokens(s->reg.files[sp->file[0]].vocab));
+            const srv_file *f1 = &s->reg.files[sp->file[0]];
+            cJSON_AddNumberToObject(meta, "n_vocab", f1->lazy ? f1->n_vocab_meta : tutti_vocab_n_tokens(f1->vocab));
             cJSON_AddNumberToObject(meta, "n_ctx", ctx);
         }
     }

@@ -21,7 +21,7 @@ static int err_out(char *err, size_t cap, int status, const char *msg) {
 /* a served file, not a remote member (whose distribution is another
  * server's to give) */
 static int local_file(const srv_registry *reg, int fi, int *status, char *err, size_t cap) {
-    if (reg->files[fi].model) return fi;
+    if (!reg->files[fi].remote) return fi;
     *status = 400;
     snprintf(err, cap, "'%s' is a remote member (a model another server holds): ask that server", reg->files[fi].name);
     return -1;
@@ -133,6 +133,11 @@ char *srv_native_tokenize(const srv_registry *reg, const char *body, size_t n, i
     if (!root) return NULL;
     int fi = model_of(reg, root, status, err, cap);
     if (fi < 0) goto done;
+    if (srv_registry_acquire((srv_registry *)reg, &fi, 1, true, err, cap) < 0) { /* loaded on demand */
+        *status = 500;
+        fi = -1;
+        goto done;
+    }
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(root, "content");
     bool add_special, pieces;
     if (!cJSON_IsString(c)) {
@@ -176,6 +181,7 @@ char *srv_native_tokenize(const srv_registry *reg, const char *body, size_t n, i
     }
     r = cJSON_PrintUnformatted(out);
 done:
+    if (fi >= 0) srv_registry_release((srv_registry *)reg, &fi, 1, true);
     free(ids);
     cJSON_Delete(out);
     cJSON_Delete(root);
@@ -190,6 +196,11 @@ char *srv_native_detokenize(const srv_registry *reg, const char *body, size_t n,
     if (!root) return NULL;
     int fi = model_of(reg, root, status, err, cap);
     if (fi < 0) goto done;
+    if (srv_registry_acquire((srv_registry *)reg, &fi, 1, true, err, cap) < 0) { /* loaded on demand */
+        *status = 500;
+        fi = -1;
+        goto done;
+    }
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "tokens");
     if (!cJSON_IsArray(t)) {
         *status = err_out(err, cap, 400, "'tokens' must be an array of token ids");
@@ -214,6 +225,7 @@ char *srv_native_detokenize(const srv_registry *reg, const char *body, size_t n,
     r = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
 done:
+    if (fi >= 0) srv_registry_release((srv_registry *)reg, &fi, 1, true);
     free(ids);
     free(text);
     cJSON_Delete(root);
@@ -227,6 +239,11 @@ int srv_native_parse_completion(const srv_registry *reg, const char *body, size_
     if (!root) return status;
     int fi = model_of(reg, root, &status, err, cap);
     if (fi < 0) goto fail;
+    /* held until the job is freed: loaded on demand */
+    if (srv_job_hold((srv_registry *)reg, j, &fi, 1, err, cap) < 0) {
+        status = 500;
+        goto fail;
+    }
     const tutti_vocab *v = reg->files[fi].vocab;
     int32_t V = tutti_vocab_n_tokens(v);
     j->nat_file = fi;

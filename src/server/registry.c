@@ -110,7 +110,8 @@ static int add_local_file(srv_registry *reg, const char *path, const char *name,
 
 /* Adds (or finds) a file, a model spec "hf://..." by its cached file (named
  * after it); returns its index or -1. */
-static int add_file(srv_registry *reg, const char *path, const char *name, char *err, size_t cap) {
+#define add_file srv_registry_add_file_named
+int srv_registry_add_file_named(srv_registry *reg, const char *path, const char *name, char *err, size_t cap) {
     char *local = tutti_hub_resolve(path);
     if (!local) return srv_fail(err, cap, "%s", tutti_last_error());
     int i = add_local_file(reg, local, name, err, cap);
@@ -426,7 +427,7 @@ static int single_specs(srv_registry *reg, char *err, size_t cap) {
 
 /* A remote member's context: -c when given, else 4096 (the member itself
  * never sends more than the server holds). */
-static int load_file(srv_registry *reg, srv_file *f, char *err, size_t cap) {
+int srv_registry_load_file(const srv_registry *reg, srv_file *f, char *err, size_t cap) {
     if (srv_is_url(f->path)) {
         /* a one-member ensemble: connects, checks the vocabulary against
          * the server, and holds the member's tokenizer */
@@ -453,6 +454,9 @@ static int load_file(srv_registry *reg, srv_file *f, char *err, size_t cap) {
 
 int srv_registry_plan(srv_registry *reg, const server_opts *o, char *err, size_t cap) {
     memset(reg, 0, sizeof *reg);
+    pthread_mutex_init(&reg->mu, NULL);
+    pthread_cond_init(&reg->cv, NULL);
+    reg->mu_init = true;
     reg->n_ctx_opt = o->n_ctx;
     reg->beta = o->beta;
     reg->prune = o->prune;
@@ -460,9 +464,14 @@ int srv_registry_plan(srv_registry *reg, const server_opts *o, char *err, size_t
     if (o->chat_template_file && !(reg->chat_template = read_template(o->chat_template_file, err, cap))) return -1;
     int has_default = command_line_spec(reg, o, err, cap);
     if (has_default < 0) return -1;
+    /* before the config, whose ensembles may name them */
+    if (o->models_dir && srv_registry_scan_dir(reg, o->models_dir, err, cap) < 0) return -1;
+    reg->models_max = o->models_max;
+    reg->models_mem = o->models_mem_mib * (1 << 20);
     int first_spec = -1;
     if (o->config && load_config(reg, o->config, err, cap, &first_spec) < 0) return -1;
-    if (reg->n_files == 0) return srv_fail(err, cap, "no models: give -m MODEL.gguf, -e ENSEMBLE or --config FILE");
+    if (reg->n_files == 0)
+        return srv_fail(err, cap, "no models: give -m MODEL.gguf, -e ENSEMBLE, --config FILE or --models-dir DIR");
     if (!has_default) {
         srv_spec d;
         if (first_spec >= 0) d = reg->specs[first_spec];
@@ -481,23 +490,25 @@ int srv_registry_plan(srv_registry *reg, const server_opts *o, char *err, size_t
     /* remote members are reached now (a wrong URL or vocabulary is an
      * error before listening, as a missing file is) */
     for (int i = 0; i < reg->n_files; i++)
-        if (srv_is_url(reg->files[i].path) && load_file(reg, &reg->files[i], err, cap) < 0) return -1;
+        if (srv_is_url(reg->files[i].path) && srv_registry_load_file(reg, &reg->files[i], err, cap) < 0) return -1;
     return 0;
 }
 
 int srv_registry_load(srv_registry *reg, char *err, size_t cap) {
     for (int i = 0; i < reg->n_files; i++) {
-        if (reg->files[i].remote) continue; /* connected by the plan */
+        if (reg->files[i].remote || reg->files[i].lazy) continue; /* connected by the plan; loaded on demand */
         char shown[1024];
         tutti_redact_urls(reg->files[i].path, shown, sizeof shown);
         fprintf(stderr, "tutti serve: loading %s\n", shown);
-        if (load_file(reg, &reg->files[i], err, cap) < 0) return -1;
+        if (srv_registry_load_file(reg, &reg->files[i], err, cap) < 0) return -1;
     }
     /* named ensembles are checked now (vocabularies vs alignment, weights),
      * not at their first request */
     for (int i = 0; i < reg->n_specs; i++) {
         srv_spec *sp = &reg->specs[i];
-        if (sp->n < 2) continue;
+        bool lazy = false;
+        for (int k = 0; k < sp->n; k++) lazy |= reg->files[sp->file[k]].lazy;
+        if (sp->n < 2 || lazy) continue; /* over models on demand: checked at the first request */
         tutti_member_desc desc[TUTTI_ENSEMBLE_MAX_MEMBERS];
         const tutti_model *models[TUTTI_ENSEMBLE_MAX_MEMBERS];
         tutti_ensemble_params p;
@@ -516,6 +527,7 @@ int srv_registry_load(srv_registry *reg, char *err, size_t cap) {
 
 void srv_registry_free(srv_registry *reg) {
     srv_pipelines_free(reg);
+    if (reg->mu_init) pthread_mutex_destroy(&reg->mu), pthread_cond_destroy(&reg->cv);
     for (int i = 0; i < reg->n_files; i++) {
         srv_file *f = &reg->files[i];
         tutti_model_free(f->model);

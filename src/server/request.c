@@ -535,6 +535,9 @@ static int float_list(pctx *x, const cJSON *a, const char *name, int n_expect, f
 static int f_tutti(pctx *x, const char *name, const cJSON *t) {
     srv_inline_ens *e = &x->r->ens;
     if (!cJSON_IsObject(t)) return bad(x, name, "'tutti' must be an object");
+    const cJSON *sh = field(t, "shares");
+    if (sh && !cJSON_IsBool(sh) && !cJSON_IsNull(sh)) return bad(x, name, "'tutti.shares' must be true or false");
+    x->r->shares = cJSON_IsTrue(sh);
     const cJSON *m = field(t, "members");
     if (!m) return 0; /* other tutti fields may come later; no members = no inline ensemble */
     if (!cJSON_IsArray(m) || cJSON_GetArraySize(m) < 1 || cJSON_GetArraySize(m) > TUTTI_ENSEMBLE_MAX_MEMBERS)

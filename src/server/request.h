@@ -107,6 +107,7 @@ typedef struct srv_request {
      * "logprobs": N; chat: "logprobs": true with "top_logprobs": N. */
     int logprobs;
     bool echo;           /* completions: the prompt returned in front of the text (echo.c) */
+    bool shares;         /* "tutti": {"shares": true}: each member's share of every unit (logprobs.h) */
     srv_tools tools;     /* chat: tools, tool_choice, parallel_tool_calls */
 } srv_request;
 

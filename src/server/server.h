@@ -66,6 +66,13 @@ typedef struct server_opts {
     /* connections (conn.h): seconds, and counts (max_conns_per_ip 0: no limit) */
     int timeout_read, timeout_head, timeout_body;
     int max_conns, max_conns_per_ip;
+    /* models on demand (registry.c): every GGUF under models_dir, loaded at
+     * its first request; beyond models_max loaded (0: no limit) or
+     * models_mem_mib of their files (0: no limit) the least recently used
+     * idle one is unloaded */
+    const char *models_dir;
+    int models_max;
+    int64_t models_mem_mib;
 } server_opts;
 
 /* Runs the server until SIGINT/SIGTERM.  Returns the exit status (0, or 1
@@ -99,6 +106,18 @@ typedef struct srv_file {
      * built once (native.c) */
     char *nat_frag;
     int64_t *nat_off;     /* [n_vocab + 1] */
+    /* on demand (--models-dir; registry mu guards the fields below and
+     * model/vocab's changes): loaded at the first acquire, unloaded (model
+     * freed) only once 'doomed' and no holder is left */
+    bool lazy;
+    int64_t bytes;        /* the file's size, for --models-memory */
+    int refs;             /* holders: jobs (active) and slots' ensembles and sessions built on the model */
+    int active;           /* jobs holding it (never chosen for unloading) */
+    bool doomed;          /* to be unloaded: slots drop their ensembles over it */
+    bool loading;         /* a thread is loading it (others wait on cv) */
+    uint64_t last_use;
+    int32_t n_vocab_meta; /* from the GGUF's metadata, for /v1/models while not loaded */
+    int64_t n_loads;
 } srv_file;
 
 /* A served model name: an ensemble over loaded files. */
@@ -130,7 +149,34 @@ typedef struct srv_registry {
     int max_hyps;
     int n_ctx_opt;
     struct srv_pipes *pipelines; /* the --config file's pipelines (pipeline_srv.h), NULL: none */
+    /* models on demand */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool mu_init;
+    int models_max;
+    int64_t models_mem;   /* bytes, 0: no limit */
+    uint64_t clock;
+    volatile int sweep_gen; /* bumped when a doomed model is still held: slots drop what they hold of it */
 } srv_registry;
+
+/* Models on demand: holds files[0..n) (a job's members), loading those not
+ * loaded (at most one thread loads a file; the others wait), and unloads
+ * the least recently used idle on-demand models beyond the limits.  0, or
+ * -1 with a message in err (nothing held then). */
+int srv_registry_acquire(srv_registry *reg, const int *files, int n, bool active, char *err, size_t cap);
+/* Drops what srv_registry_acquire took (active as given there). */
+void srv_registry_release(srv_registry *reg, const int *files, int n, bool active);
+/* Adds (or finds) a model file (name: NULL for its own); its index or -1. */
+int srv_registry_add_file_named(srv_registry *reg, const char *path, const char *name, char *err, size_t cap);
+/* Loads f's model (or connects a remote member) into f; 0 or -1 with err. */
+int srv_registry_load_file(const srv_registry *reg, srv_file *f, char *err, size_t cap);
+/* --models-dir: every *.gguf under dir (sorted, subfolders too) as an
+ * on-demand file.  0, or -1 with err. */
+int srv_registry_scan_dir(srv_registry *reg, const char *dir, char *err, size_t cap);
+/* true when file i's model is loaded (for /v1/models) */
+bool srv_registry_loaded(srv_registry *reg, int i);
+/* true when file i is to be unloaded (a slot then frees what it built on it) */
+bool srv_registry_doomed(srv_registry *reg, int i);
 
 /* Reads the -e and --config files, checks that every model file opens as
  * GGUF and builds the served names (nothing loaded yet).  Returns 0, or -1
@@ -270,10 +316,17 @@ struct srv_job {
     int tool_fmt;
     bool tool_plain[SRV_MAX_N];
     char *tool_calls[SRV_MAX_N], *tool_content[SRV_MAX_N];
+    /* the registry files this job holds (srv_job_hold), released with the job */
+    srv_registry *held_reg;
+    int held[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    int n_held;
     bool done;
     int status;               /* 200, or an HTTP error status */
     char error[1024];
 };
+/* Holds the files of a job's model until the job is freed (loading them on
+ * demand).  0, or -1 with err. */
+int srv_job_hold(srv_registry *reg, srv_job *j, const int *files, int n, char *err, size_t cap);
 
 /* Text returned for the job's current choice (a streamed chunk, or the
  * choice's text), as the generation's pieces are. */

@@ -37,6 +37,8 @@ typedef struct cache_ent {
     uint64_t last_use;
     char *last;      /* member 1's last prompt (text, or ids as bytes) for slot choice */
     size_t n_last;
+    int files[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* the registry files e is built on (held: ondemand.c) */
+    int n_files;
 } cache_ent;
 
 /* a session per loaded file for llama-server's /completion (native.c),
@@ -57,6 +59,7 @@ struct srv_slot {
     cache_ent cache[SLOT_CACHE];
     uint64_t clock;
     srv_job *job;    /* assigned, not yet finished */
+    int sweep_seen;  /* the registry's sweep_gen last swept for */
 };
 
 srv_job *srv_job_new(void) {
@@ -78,6 +81,7 @@ void srv_job_unref(srv_job *j) {
     int r = --j->refs;
     pthread_mutex_unlock(&j->mu);
     if (r > 0) return;
+    if (j->held_reg) srv_registry_release(j->held_reg, j->held, j->n_held, true);
     srv_request_free(&j->req);
     for (int p = 0; p < SRV_MAX_N; p++)
         for (int i = 0; i < TUTTI_ENSEMBLE_MAX_MEMBERS; i++) free(j->ids[p][i]);
@@ -154,6 +158,9 @@ static void start_together(srv_server *s) {
     pthread_mutex_unlock(&s->qmu);
 }
 
+/* entries are collected: for logprobs, or the members' shares */
+static bool lp_on(const srv_job *j) { return j->req.logprobs >= 0 || j->req.shares; }
+
 /* Returned text of the current choice: an SSE chunk (with the logprobs
  * entries it completes) or the choice's text (j->mu held). */
 static void emit_locked(srv_job *j, const char *bytes, size_t n) {
@@ -169,7 +176,7 @@ static void emit_locked(srv_job *j, const char *bytes, size_t n) {
         j->n_text[c] = 0;
     }
     if (j->req.stream) {
-        size_t to = j->req.logprobs >= 0 ? srv_lp_ready(&j->lp[c], j->lp[c].emitted, false) : 0;
+        size_t to = lp_on(j) ? srv_lp_ready(&j->lp[c], j->lp[c].emitted, false) : 0;
         srv_sse_event(j, srv_chunk_json(j, c, bytes, n, NULL, !j->role_sent, to));
         j->role_sent = true;
     } else {
@@ -216,7 +223,7 @@ void srv_job_emit(srv_job *j, const char *bytes, size_t n) {
  * the connection reads the entries once the job is done). */
 static int step_cb(const tutti_step *st, void *user) {
     srv_job *j = user;
-    if (srv_lp_step(&j->lp[j->choice], st, j->lp_vocab, j->req.logprobs, false) < 0) {
+    if (srv_lp_step(&j->lp[j->choice], st, j->lp_vocab, j->req.logprobs >= 0 ? j->req.logprobs : 0, false) < 0) {
         j->lp_oom = true;
         return 1;
     }
@@ -261,6 +268,51 @@ static int slot_threads(const srv_server *s) {
     return nt > 0 ? nt : 1;
 }
 
+/* frees a cache entry's ensemble and lets go of its files */
+static void cache_drop(srv_server *s, cache_ent *c) {
+    tutti_ensemble_free(c->e);
+    c->e = NULL;
+    c->key[0] = 0;
+    srv_registry_release(&s->reg, c->files, c->n_files, false);
+    c->n_files = 0;
+}
+
+static void nat_drop(srv_server *s, nat_sess *ns, int k) {
+    if (!ns->sess) return;
+    tutti_session_free(ns->sess);
+    ns->sess = NULL;
+    ns->n = 0;
+    srv_registry_release(&s->reg, &k, 1, false);
+}
+
+/* Between jobs: drops the ensembles and sessions built on models to be
+ * unloaded (ondemand.c), the entries taken out under qmu (srv_submit reads
+ * idle slots' caches) and freed outside it.  Called with qmu held. */
+static void slot_sweep(srv_slot *sl) {
+    srv_server *s = sl->s;
+    int gen = s->reg.sweep_gen;
+    if (gen == sl->sweep_seen) return;
+    sl->sweep_seen = gen;
+    cache_ent drop[SLOT_CACHE];
+    int nd = 0;
+    bool nat[SRV_MAX_FILES] = {0};
+    for (int i = 0; i < SLOT_CACHE; i++) {
+        bool doomed = false;
+        for (int k = 0; sl->cache[i].e && k < sl->cache[i].n_files; k++)
+            doomed |= srv_registry_doomed(&s->reg, sl->cache[i].files[k]);
+        if (!doomed) continue;
+        drop[nd++] = sl->cache[i];
+        free(sl->cache[i].last);
+        memset(&sl->cache[i], 0, sizeof sl->cache[i]);
+    }
+    for (int k = 0; k < s->reg.n_files && k < SRV_MAX_FILES; k++) nat[k] = sl->nat[k].sess && srv_registry_doomed(&s->reg, k);
+    pthread_mutex_unlock(&s->qmu);
+    for (int i = 0; i < nd; i++) drop[i].last = NULL, cache_drop(s, &drop[i]);
+    for (int k = 0; k < SRV_MAX_FILES; k++)
+        if (nat[k]) nat_drop(s, &sl->nat[k], k);
+    pthread_mutex_lock(&s->qmu);
+}
+
 static tutti_ensemble *slot_ensemble(srv_slot *sl, srv_job *j, char *err, size_t cap) {
     srv_server *s = sl->s;
     cache_ent *c = NULL, *lru = &sl->cache[0];
@@ -270,10 +322,11 @@ static tutti_ensemble *slot_ensemble(srv_slot *sl, srv_job *j, char *err, size_t
     }
     if (!c) {
         c = lru;
-        if (c->e) {
-            tutti_ensemble_free(c->e);
-            c->e = NULL;
-        }
+        cache_drop(s, c);
+        /* held while the entry lives (the job holds them already: loaded) */
+        if (srv_registry_acquire(&s->reg, j->spec.file, j->spec.n, false, err, cap) < 0) return NULL;
+        memcpy(c->files, j->spec.file, sizeof(int) * (size_t)j->spec.n);
+        c->n_files = j->spec.n;
         tutti_member_desc desc[TUTTI_ENSEMBLE_MAX_MEMBERS];
         const tutti_model *models[TUTTI_ENSEMBLE_MAX_MEMBERS];
         tutti_ensemble_params p;
@@ -286,6 +339,7 @@ static tutti_ensemble *slot_ensemble(srv_slot *sl, srv_job *j, char *err, size_t
         }
         if (!c->e) {
             snprintf(err, cap, "model '%s': %s", j->model_name, tutti_last_error());
+            cache_drop(s, c);
             return NULL;
         }
         snprintf(c->key, sizeof c->key, "%s", j->spec.key);
@@ -310,9 +364,13 @@ static nat_sess *nat_session(srv_slot *sl, int k) {
     const srv_file *f = &s->reg.files[k];
     nat_sess *ns = &sl->nat[k];
     if (!ns->sess) {
+        /* held while the session lives (the job holds it already: loaded) */
+        char e[256];
+        if (srv_registry_acquire(&s->reg, &k, 1, false, e, sizeof e) < 0) return NULL;
         tutti_session_params p = tutti_session_default_params();
         p.n_ctx = f->n_ctx, p.n_threads = slot_threads(s);
         ns->sess = s->batch ? tutti_session_new_batched(f->model, &p, s->batch) : tutti_session_new(f->model, &p);
+        if (!ns->sess) srv_registry_release(&s->reg, &k, 1, false);
     }
     return ns->sess ? ns : NULL;
 }
@@ -453,7 +511,8 @@ static void run_job(srv_slot *sl, srv_job *j) {
     }
     /* the slot's ensemble is reused: set (or clear) the receiver per job */
     j->lp_vocab = s->reg.files[j->spec.file[0]].vocab;
-    tutti_ensemble_set_step_cb(e, j->req.logprobs >= 0 ? step_cb : NULL, j);
+    tutti_ensemble_set_step_cb(e, lp_on(j) ? step_cb : NULL, j);
+    tutti_ensemble_set_step_members(e, j->req.shares);
     tutti_mask m = {.stop = (const char *const *)j->req.stop, .n_stop = j->req.n_stop, .max_tokens = j->max_units,
                     .grammar = j->req.grammar, .bias_ids = j->req.bias_ids, .bias = j->req.bias,
                     .n_bias = j->req.n_bias};
@@ -476,7 +535,7 @@ static void run_job(srv_slot *sl, srv_job *j) {
             j->finish[c] = "length";
             if (j->req.stream) {
                 pthread_mutex_lock(&j->mu);
-                size_t to = j->req.logprobs >= 0 ? srv_lp_ready(&j->lp[c], j->lp[c].emitted, true) : 0;
+                size_t to = lp_on(j) ? srv_lp_ready(&j->lp[c], j->lp[c].emitted, true) : 0;
                 srv_sse_event(j, srv_chunk_json(j, c, NULL, 0, "length", !j->role_sent, to));
                 pthread_mutex_unlock(&j->mu);
             }
@@ -506,7 +565,7 @@ static void run_job(srv_slot *sl, srv_job *j) {
             if (!j->role_sent && j->req.kind == SRV_CHAT)
                 srv_sse_event(j, srv_chunk_json(j, c, "", 0, NULL, true, j->lp[c].sent));
             /* the final chunk: entries of a token cut by a stop string */
-            size_t to = j->req.logprobs >= 0 ? srv_lp_ready(&j->lp[c], j->lp[c].emitted, true) : 0;
+            size_t to = lp_on(j) ? srv_lp_ready(&j->lp[c], j->lp[c].emitted, true) : 0;
             srv_sse_event(j, srv_chunk_json(j, c, NULL, 0, finish, false, to));
         }
         pthread_mutex_unlock(&j->mu);
@@ -537,7 +596,15 @@ static void *slot_main(void *arg) {
     srv_server *s = sl->s;
     pthread_mutex_lock(&s->qmu);
     for (;;) {
-        while (!sl->job && !s->stopping && s->q_len == 0) pthread_cond_wait(&s->qcv, &s->qmu);
+        for (;;) {
+            slot_sweep(sl);
+            if (sl->job || s->stopping || s->q_len > 0) break;
+            /* timed: a model doomed after the sweep is dropped within a second */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += 1;
+            pthread_cond_timedwait(&s->qcv, &s->qmu, &ts);
+        }
         if (!sl->job && s->q_len > 0) {
             sl->job = s->queue[s->q_head];
             s->q_head = (s->q_head + 1) % s->q_cap;
@@ -616,11 +683,11 @@ void srv_slots_stop(srv_server *s) {
         if (sl->started) pthread_join(sl->th, NULL);
         sl->started = false;
         for (int k = 0; k < SLOT_CACHE; k++) {
-            tutti_ensemble_free(sl->cache[k].e);
+            cache_drop(s, &sl->cache[k]);
             free(sl->cache[k].last);
         }
         for (int k = 0; k < SRV_MAX_FILES; k++) {
-            tutti_session_free(sl->nat[k].sess);
+            nat_drop(s, &sl->nat[k], k);
             free(sl->nat[k].ids);
         }
     }

@@ -4,8 +4,7 @@
 // elements and events the script uses) with Node's fetch pointed at the
 // server, picks MODEL, types PROMPT, sends it and waits for the streamed
 // reply.  Prints {"options", "members", "user", "reply", "reply_class",
-// "stats"}.  (Debian's chromium with puppeteer-core would drive a real
-// browser; the test machines have neither.)
+// "stats"}.  (page_browser.mjs drives the same page in a real browser.)
 const [base, model, prompt] = process.argv.slice(2);
 const html = await (await fetch(base + "/")).text();
 const script = html.match(/<script>([\s\S]*?)<\/script>/)[1];
@@ -28,7 +27,8 @@ for (const [id, tag] of [["model", "select"], ["max", "input"], ["members", "div
                          ["prompt", "textarea"], ["send", "button"], ["stats", "div"]])
   ids[id] = new El(tag, id);
 ids.max.value = "24";
-globalThis.document = { getElementById: (id) => ids[id], createElement: (tag) => new El(tag) };
+globalThis.document = { getElementById: (id) => ids[id], createElement: (tag) => new El(tag),
+                        createTextNode: (t) => { const e = new El("#text"); e._text = String(t); return e; } };
 const realFetch = globalThis.fetch;
 globalThis.fetch = (url, opts) => realFetch(base + url, opts);
 new Function(script)();
