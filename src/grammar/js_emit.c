@@ -221,7 +221,7 @@ static int string_alt(emitter *e, js_node *b, const char *name, sbuf *alt) {
     if (!fsa_is_empty(d)) {
         char h[80], start[96];
         snprintf(h, sizeof h, "%s-str", name);
-        if (emit_fsa(e, d, FSA_JSON, h, start, sizeof start) < 0) {
+        if (emit_fsa(e, d, b->str_canon ? FSA_JSON_CANON : FSA_JSON, h, start, sizeof start) < 0) {
             if (len) fsa_free(d);
             return TUTTI_ERR;
         }
@@ -318,6 +318,7 @@ typedef struct objgen {
     int32_t n_pos;    /* positions: n + 1 indices, or 2^n sets */
     uint32_t req;     /* with any_order: the set of the required ones */
     bool need;
+    js_node *add;     /* the value of other names (NULL: any) */
     uint8_t *made;    /* R rules written, by index */
     int32_t *todo;
     int32_t n_todo;
@@ -447,7 +448,7 @@ static int regions(objgen *g) {
     if (!g->xkv || !g->xkvn) return fsa_free(rest), js_err(c, b->path, "out of memory");
     for (int32_t s = 0; s < nsub && !c->failed; s++) {
         fsa *key = fsa_copy(rest);
-        js_node *v = s ? NULL : (b->additional ? b->additional : c->any);
+        js_node *v = s ? NULL : (g->add ? g->add : c->any);
         for (int32_t j = 0; j < b->n_pats && key; j++) {
             fsa *x = (s >> j) & 1 ? fsa_and(key, b->pats[j].key) : fsa_minus(key, b->pats[j].key);
             fsa_free(key);
@@ -483,6 +484,14 @@ static int object_alt(emitter *e, js_node *b, const char *name, sbuf *alt) {
     if (b->max_props >= 0 && b->max_props < b->min_props) return 0;
     objgen g = {.e = e, .b = b, .n = b->n_props, .spc = use_prim(e, "space"), .need = b->need_key != NULL};
     snprintf(g.name, sizeof g.name, "%s", name);
+    /* generation (js_ctx.open_objects false): no additionalProperties
+     * means no other names once the schema names some, as llama.cpp's
+     * grammars do (an allOf's branches are merged first, so the names of
+     * every branch stay allowed); never where minProperties needs more */
+    g.add = b->additional;
+    if (!c->open_objects && !b->additional && !b->add_open && (b->n_props || b->n_pats) &&
+        (b->n_pats || b->min_props <= b->n_props))
+        g.add = c->nothing;
     int rc = TUTTI_ERR;
     g.kv = calloc((size_t)g.n + 1, sizeof *g.kv);
     g.kvn = calloc((size_t)g.n + 1, sizeof *g.kvn);

@@ -210,6 +210,7 @@ static js_node *scalar_values(js_ctx *c, const cJSON *const *vals, int32_t n, co
     if (any_str && !c->failed) {
         b->str = strs.oom ? NULL : nfa_to_fsa(&strs, s0, sf);
         b->str_sup = b->str ? fsa_copy(b->str) : NULL;
+        b->str_canon = !c->all_spellings;
         if (!b->str_sup) js_err(c, path, "enum strings: %s", tutti_last_error());
     }
     if ((b->types & (JT_INT | JT_FLOAT)) && !b->num && !c->failed) b->num = fsa_nothing();
@@ -532,6 +533,7 @@ static int object_kws(js_ctx *c, const cJSON *s, const char *path, js_node *b) {
     if (add) {
         char *kp = js_path(path, "additionalProperties", NULL);
         b->additional = cJSON_IsTrue(add) ? NULL : js_of_schema(c, add, kp);
+        b->add_open = true;
         free(kp);
     }
     const cJSON *pn = js_kw(s, "propertyNames");
