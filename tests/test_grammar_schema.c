@@ -221,6 +221,22 @@ static const scase k_cases[] = {
      {"[\"2024-02-29\", \"123-4567\", \"123-4567\"]", "[\"2023-12-31\"]"},
      {"[\"2023-02-29\"]", "[\"2024-01-01\", \"123-456\"]", "[\"2024-01-01\", \"1234567\"]",
       "[\"2024-01-01\", \"123-4567\", \"123\"]"}},
+    {"a wide object as validators read it: any order, the required ones tracked",
+     "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}, \"b\": {\"type\": \"string\"}, \"c\": "
+     "{\"type\": \"boolean\"}, \"d\": {\"type\": \"null\"}, \"e\": {\"enum\": [1, 2]}, \"f\": {\"type\": \"integer\"}, "
+     "\"g\": {\"type\": \"string\"}}, \"required\": [\"f\", \"b\"], \"additionalProperties\": {\"type\": \"number\"}}",
+     {"{\"b\": \"x\", \"f\": 1}", "{\"g\": \"y\", \"f\": 2, \"a\": 3, \"b\": \"x\", \"e\": 2}",
+      "{\"e\": 1, \"d\": null, \"c\": true, \"b\": \"\", \"a\": 0, \"f\": 5, \"z\": 1.5}", "{\"f\": 1, \"q\": 2, \"b\": \"x\"}"},
+     {"{\"b\": \"x\"}", "{\"f\": 1, \"a\": 3}", "{\"b\": \"x\", \"f\": 1, \"e\": 3}", "{\"b\": \"x\", \"f\": 1, \"z\": \"s\"}",
+      "{\"c\": 1, \"b\": \"x\", \"f\": 1}", "{}"}},
+    {"a wide object with many required properties (schema order for those)",
+     "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}, \"b\": {\"type\": \"integer\"}, \"c\": "
+     "{\"type\": \"integer\"}, \"d\": {\"type\": \"integer\"}, \"e\": {\"type\": \"integer\"}, \"f\": {\"type\": \"integer\"}, "
+     "\"o\": {\"type\": \"string\"}}, \"required\": [\"a\", \"b\", \"c\", \"d\", \"e\", \"f\"], \"additionalProperties\": false}",
+     {"{\"a\": 1, \"b\": 2, \"c\": 3, \"d\": 4, \"e\": 5, \"f\": 6}", "{\"o\": \"s\", \"a\": 1, \"b\": 2, \"c\": 3, "
+      "\"d\": 4, \"e\": 5, \"f\": 6}"},
+     {"{\"a\": 1, \"b\": 2, \"c\": 3, \"d\": 4, \"e\": 5}", "{\"a\": 1, \"b\": 2, \"c\": 3, \"d\": 4, \"e\": 5, \"f\": \"6\"}",
+      "{\"a\": 1, \"b\": 2, \"c\": 3, \"d\": 4, \"e\": 5, \"f\": 6, \"o\": 1}"}},
     {"whitespace as JSON allows", "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"array\"}}}",
      {"{\"a\": [1, 2]}", "{\n  \"a\" : [ 1 ,2 ]\n}", " {}"},
      {"{\"a\": 1}"}},
@@ -504,9 +520,9 @@ static const gcase k_gen[] = {
       "{\"kind\": \"tab\\t\"}", "{\"kind\": \"\\u001f\"}"},
      {"{\"kind\": \"caf\\u00e9\"}", "{\"kind\": \"x\\/y\"}", "{\"kind\": \"tab\\u0009\"}", "{\"kind\": \"a\\u0022b\"}",
       "{\"kind\": \"\\u001F\"}", "{\"kind\": \"\\u0063af\xc3\xa9\"}", "{\"kind\": \"caf\xc3\xa9\", \"other\": 1}"}},
-    {true, "{\"allOf\": [{\"properties\": {\"a\": {\"type\": \"integer\"}}, \"required\": [\"a\"]}, {\"properties\": {\"b\": "
+    {true, "{\"type\": \"object\", \"allOf\": [{\"properties\": {\"a\": {\"type\": \"integer\"}}, \"required\": [\"a\"]}, {\"properties\": {\"b\": "
      "{\"const\": true}}}]}",
-     "{\"properties\": {\"a\": {\"type\": \"integer\"}, \"b\": {\"const\": true}}, \"required\": [\"a\"], "
+     "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}, \"b\": {\"const\": true}}, \"required\": [\"a\"], "
      "\"additionalProperties\": false}",
      {"{\"a\": 1}", "{\"a\": -2, \"b\": true}", "{\"b\": true, \"a\": 3}"},
      {"{\"a\": 1, \"c\": 2}", "{\"a\": 1, \"b\": true, \"a2\": null}"}},

@@ -167,11 +167,15 @@ struct tutti_grammar_matcher {
     /* run path: the allowed tokens of group q of table t after its first
      * byte led to state nx (e.g. a string's closing quote: the same state
      * whatever the count or position before it), ids in gids[off..+n) */
+    /* per class of g: its run table over gv, GM_NO_RUN, or NULL not looked up yet */
+    const struct gv_run **cls_run;
     struct gm_gmemo *gmemo;
     int32_t gmemo_n, gmemo_cap;
     int32_t *gids;
     int64_t n_gids, cap_gids;
 };
+
+#define GM_NO_RUN ((const struct gv_run *)1) /* cls_run: the class has no run table */
 
 typedef struct gm_gmemo {
     const struct gv_run *t; /* NULL: empty slot */

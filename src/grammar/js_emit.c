@@ -317,6 +317,12 @@ typedef struct objgen {
     bool any_order;   /* positions are the sets of named properties seen */
     int32_t n_pos;    /* positions: n + 1 indices, or 2^n sets */
     uint32_t req;     /* with any_order: the set of the required ones */
+    /* loose (validators' reading of a wide object, js_ctx.open_objects):
+     * the optional named properties in any order, a name seen again
+     * checked again; positions track only the required ones: the set seen
+     * (n_req <= JS_ANY_ORDER) or how many of them in schema order */
+    bool loose;
+    int32_t n_req, *reqs; /* the required ones' indices, schema order */
     bool need;
     js_node *add;     /* the value of other names (NULL: any) */
     uint8_t *made;    /* R rules written, by index */
@@ -372,7 +378,19 @@ static void r_rule(objgen *g, int32_t idx) {
     bool room = b->max_props < 0 || cnt < b->max_props;
     int64_t nxt = g->cnt < 0 ? 0 : cnt + 1 > g->cnt ? g->cnt : cnt + 1;
     bool end;
-    if (g->any_order) {
+    if (g->loose) {
+        bool set = g->n_req <= JS_ANY_ORDER;
+        for (int32_t k = 0, r = 0; k < g->n && room; k++) {
+            if (!b->props[k].required) {
+                r_named(g, &body, sep, k, pos, nxt, met);
+                continue;
+            }
+            if (set && !((uint32_t)pos >> r & 1)) r_named(g, &body, sep, k, pos | (int32_t)(1u << r), nxt, met);
+            if (!set && r == pos) r_named(g, &body, sep, k, pos + 1, nxt, met);
+            r++;
+        }
+        end = set ? pos == (int32_t)((1u << g->n_req) - 1) : pos == g->n_req;
+    } else if (g->any_order) {
         for (int32_t i = 0; i < g->n && room; i++)
             if (!((uint32_t)pos >> i & 1)) r_named(g, &body, sep, i, pos | (int32_t)(1u << i), nxt, met);
         end = ((uint32_t)pos & g->req) == g->req;
@@ -531,6 +549,21 @@ static int object_alt(emitter *e, js_node *b, const char *name, sbuf *alt) {
      * would take 2^n positions, so they follow the schema's order */
     g.any_order = g.n >= 2 && g.n <= JS_ANY_ORDER;
     g.n_pos = g.any_order ? 1 << g.n : g.n + 1;
+    /* wider objects as validators read them (any order: MaskBench's
+     * instances do not always follow the schema's), where a repeated name
+     * cannot make a wrong document pass: Python's json keeps a repeated
+     * name's last value and every value is checked here, so repeats only
+     * reject more; not with counts or a "some property must" condition,
+     * which a repeat would fool.  The key position is then one state
+     * whatever was written before (one mask), not one per property. */
+    g.loose = c->open_objects && g.n > JS_ANY_ORDER && g.cnt < 0 && !g.need;
+    if (g.loose) {
+        g.reqs = malloc(sizeof(int32_t) * (size_t)g.n);
+        if (!g.reqs) goto done;
+        for (int32_t i = 0; i < g.n; i++)
+            if (b->props[i].required) g.reqs[g.n_req++] = i;
+        g.n_pos = g.n_req <= JS_ANY_ORDER ? 1 << g.n_req : g.n_req + 1;
+    }
     for (int32_t i = 0; i < g.n && g.any_order; i++)
         if (b->props[i].required) g.req |= 1u << i;
     int64_t total = (int64_t)g.n_pos * (g.cnt < 0 ? 1 : g.cnt + 1) * 4;
@@ -548,7 +581,7 @@ static int object_alt(emitter *e, js_node *b, const char *name, sbuf *alt) {
     rc = 0;
 done:
     if (rc < 0 && !c->failed) js_err(c, b->path, "out of memory");
-    free(g.kv), free(g.kvn), free(g.xkv), free(g.xkvn), free(g.made), free(g.todo);
+    free(g.kv), free(g.kvn), free(g.xkv), free(g.xkvn), free(g.made), free(g.todo), free(g.reqs);
     return rc;
 }
 

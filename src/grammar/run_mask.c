@@ -347,10 +347,20 @@ int gm_run_mask(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, int32_t 
     int32_t cls = gm_run_top_class(m, s), nr;
     if (cls < 0) return 0;
     const gr_range *r = gm_class_ranges(g, cls, &nr);
-    if (run_nodes(v, r, nr) < gm_run_min_nodes) return 0;
-    bool full;
-    const gv_run *t = run_get(v, r, nr, &full);
-    if (!t) return full ? 0 : -3;
+    /* the class's table, looked up once per matcher (run_get locks and
+     * compares ranges: a tenth of the time of wide schemas' masks) */
+    if (!m->cls_run && !(m->cls_run = calloc((size_t)g->n_classes, sizeof *m->cls_run))) return -3;
+    const gv_run *t = m->cls_run[cls];
+    if (t == GM_NO_RUN) return 0;
+    if (!t) {
+        bool full = false;
+        if (run_nodes(v, r, nr) >= gm_run_min_nodes) {
+            t = run_get(v, r, nr, &full);
+            if (!t && !full) return -3;
+        }
+        m->cls_run[cls] = t ? t : GM_NO_RUN;
+        if (!t) return 0;
+    }
     if (m->cap_chain < t->max_j + 1) {
         int32_t *c = realloc(m->chain, sizeof(int32_t) * (size_t)(t->max_j + 1));
         if (!c) return -3;
