@@ -237,6 +237,12 @@ static const scase k_cases[] = {
       "\"d\": 4, \"e\": 5, \"f\": 6}"},
      {"{\"a\": 1, \"b\": 2, \"c\": 3, \"d\": 4, \"e\": 5}", "{\"a\": 1, \"b\": 2, \"c\": 3, \"d\": 4, \"e\": 5, \"f\": \"6\"}",
       "{\"a\": 1, \"b\": 2, \"c\": 3, \"d\": 4, \"e\": 5, \"f\": 6, \"o\": 1}"}},
+    {"uniqueItems over a few enum values: the set used so far, by value whatever the spelling",
+     "{\"type\": \"array\", \"items\": {\"enum\": [\"a\", \"b\xc3\xa9\", null, true]}, \"uniqueItems\": true, \"minItems\": 1, "
+     "\"maxItems\": 3}",
+     {"[\"a\"]", "[\"b\xc3\xa9\", \"a\"]", "[null, true, \"a\"]", "[\"\\u0061\", \"b\\u00e9\"]", "[true]"},
+     {"[]", "[\"a\", \"a\"]", "[\"a\", \"\\u0061\"]", "[null, null]", "[\"a\", \"b\xc3\xa9\", null, true]", "[\"c\"]", "[1]",
+      "[true, true]"}},
     {"whitespace as JSON allows", "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"array\"}}}",
      {"{\"a\": [1, 2]}", "{\n  \"a\" : [ 1 ,2 ]\n}", " {}"},
      {"{\"a\": 1}"}},

@@ -251,10 +251,108 @@ static void array_positions(sbuf *o, char (*p)[96], int32_t i, int32_t k, int64_
     if (opt) sb_puts(o, ")?");
 }
 
+/* ---- uniqueItems over a finite set of scalar values ---- */
+
+#define JS_MAX_UNIQUE 8 /* values: 2^8 rules of the sets used */
+
+/* The strings of the finite automaton a from state q (prefix cp[0..n)),
+ * appended to out as UTF-8 GBNF-free text; false when there are more
+ * than JS_MAX_UNIQUE in all or a is not finite (a loop). */
+static bool finite_strings(const fsa *a, int32_t q, uint32_t *cp, int32_t n, int32_t depth, char **out, int32_t *no) {
+    if (depth > 64) return false; /* deeper than any string of a finite automaton this small */
+    if (a->acc[q]) {
+        if (*no >= JS_MAX_UNIQUE) return false;
+        sbuf t = {0};
+        for (int32_t i = 0; i < n; i++) {
+            char u[4];
+            uint32_t c = cp[i];
+            int l = c < 0x80 ? (u[0] = (char)c, 1)
+                    : c < 0x800 ? (u[0] = (char)(0xC0 | c >> 6), u[1] = (char)(0x80 | (c & 63)), 2)
+                    : c < 0x10000 ? (u[0] = (char)(0xE0 | c >> 12), u[1] = (char)(0x80 | (c >> 6 & 63)), u[2] = (char)(0x80 | (c & 63)), 3)
+                                  : (u[0] = (char)(0xF0 | c >> 18), u[1] = (char)(0x80 | (c >> 12 & 63)),
+                                     u[2] = (char)(0x80 | (c >> 6 & 63)), u[3] = (char)(0x80 | (c & 63)), 4);
+            sb_putn(&t, u, (size_t)l);
+        }
+        sb_putn(&t, "", 0);
+        if (t.oom || !t.s) return free(t.s), false;
+        out[(*no)++] = t.s;
+    }
+    for (int32_t i = a->e0[q]; i < a->e0[q + 1]; i++)
+        for (uint32_t c = a->edges[i].lo; c <= a->edges[i].hi; c++) {
+            if (*no >= JS_MAX_UNIQUE || (uint64_t)a->edges[i].hi - a->edges[i].lo >= JS_MAX_UNIQUE) return false;
+            cp[n] = c;
+            if (!finite_strings(a, a->edges[i].to, cp, n + 1, depth + 1, out, no)) return false;
+        }
+    return true;
+}
+
+/* Arrays with uniqueItems whose items are a few null/boolean/string
+ * values (enum, const): the rule of "the set S of values used so far" is
+ * finite (2^K), and the count is |S| (minItems, maxItems).  A string is
+ * one value whatever its spelling (each value's rule takes all of its
+ * spellings, or the canonical one for generation), so repeats are caught
+ * by value as python-jsonschema compares.  Anything else is refused. */
+static int unique_alt(emitter *e, js_node *b, const char *name, sbuf *alt) {
+    js_ctx *c = e->c;
+    js_node *it = b->items ? js_hnf(c, b->items) : c->any;
+    if (!it) return TUTTI_ERR;
+    char *strs[JS_MAX_UNIQUE + 1];
+    int32_t ns = 0;
+    uint32_t cp[72];
+    bool ok = it->kind == JK_BASE && !b->n_prefix && !b->contains &&
+              !(it->types & ~(uint32_t)(JT_NULL | JT_TRUE | JT_FALSE | JT_STR)) &&
+              (!(it->types & JT_STR) || (it->str && finite_strings(it->str, 0, cp, 0, 0, strs, &ns)));
+    char val[JS_MAX_UNIQUE + 3][128];
+    int32_t K = 0;
+    for (int32_t i = 0; i < ns && ok; i++) {
+        int64_t len = 0;
+        for (const unsigned char *p = (const unsigned char *)strs[i]; *p; p++) len += (*p & 0xC0) != 0x80;
+        if (len < it->min_len || (it->max_len >= 0 && len > it->max_len)) continue;
+        fsa *one = fsa_utf8_literal(strs[i], strlen(strs[i]));
+        char h[128], start[96];
+        snprintf(h, sizeof h, "%s-u%d", name, (int)K);
+        if (!one || emit_fsa(e, one, it->str_canon ? FSA_JSON_CANON : FSA_JSON, h, start, sizeof start) < 0) ok = false;
+        else snprintf(val[K++], sizeof val[0], "\"\\\"\" %s", start);
+        fsa_free(one);
+    }
+    for (int32_t i = 0; i < ns; i++) free(strs[i]);
+    int32_t n_lit = 0;
+    for (int t = 0; t < 3; t++) n_lit += (it->types & (uint32_t)(JT_NULL << t)) != 0;
+    if (!ok || K + n_lit > JS_MAX_UNIQUE) {
+        if (c->failed) return TUTTI_ERR;
+        if (js_unsupported(c, b->path, "uniqueItems", "items must be at most %d null/boolean/string values (enum, const): "
+                           "a grammar cannot compare other items with each other", JS_MAX_UNIQUE) < 0)
+            return TUTTI_ERR;
+        return 1; /* lenient: the array without it */
+    }
+    static const char *const k_lit[3] = {"\"null\"", "\"true\"", "\"false\""};
+    for (int t = 0; t < 3; t++)
+        if (it->types & (uint32_t)(JT_NULL << t)) snprintf(val[K++], sizeof val[0], "%s", k_lit[t]);
+    const char *spc = use_prim(e, "space");
+    int64_t m = b->min_items, mx = b->max_items;
+    for (uint32_t set = 0; set < (1u << K); set++) { /* U(S): after the values of S, in any order */
+        int32_t cnt = __builtin_popcount(set);
+        sbuf body = {0};
+        for (int32_t i = 0; i < K && (mx < 0 || cnt < mx); i++)
+            if (!(set >> i & 1))
+                sb_printf(&body, " | %s%s %s %s %s--u%u", set ? "\",\" " : "", set ? spc : "", val[i], spc, name, set | 1u << i);
+        if (cnt >= m) sb_puts(&body, " | \"\"");
+        sb_printf(e->out, "%s--u%u ::= %s\n", name, set, body.n ? body.s + 3 : k_nothing);
+        if (body.oom) e->out->oom = true;
+        free(body.s);
+    }
+    sb_printf(alt, " | \"[\" %s %s--u0 \"]\" %s", spc, name, spc);
+    return 0;
+}
+
 static int array_alt(emitter *e, js_node *b, const char *name, sbuf *alt) {
     js_ctx *c = e->c;
     int64_t m = b->min_items, mx = b->max_items;
     if (mx >= 0 && mx < m) return 0;
+    if (b->unique && b->items != c->nothing && !(mx >= 0 && mx <= 1)) {
+        int rc = unique_alt(e, b, name, alt);
+        if (rc <= 0) return rc;
+    }
     const char *spc = use_prim(e, "space");
     char item[96] = "", h[96];
     bool no_items = b->items == c->nothing;

@@ -463,8 +463,9 @@ static int array_kws(js_ctx *c, const cJSON *s, const char *path, js_node *b) {
     if (ct && cmax >= 0 && js_unsupported(c, path, "maxContains", "at most N matching items cannot be enforced") < 0)
         return TUTTI_ERR;
     const cJSON *u = js_kw(s, "uniqueItems");
-    if (cJSON_IsTrue(u) && !(b->max_items >= 0 && b->max_items <= 1))
-        if (js_unsupported(c, path, "uniqueItems", "a grammar cannot compare items with each other") < 0) return TUTTI_ERR;
+    /* enforced where the items are a few null/boolean/string values
+     * (js_emit.c), else refused there with this path */
+    if (cJSON_IsTrue(u) && !(b->max_items >= 0 && b->max_items <= 1)) b->unique = true;
     return c->failed ? TUTTI_ERR : 0;
 }
 
