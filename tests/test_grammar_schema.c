@@ -243,6 +243,11 @@ static const scase k_cases[] = {
      {"[\"a\"]", "[\"b\xc3\xa9\", \"a\"]", "[null, true, \"a\"]", "[\"\\u0061\", \"b\\u00e9\"]", "[true]"},
      {"[]", "[\"a\", \"a\"]", "[\"a\", \"\\u0061\"]", "[null, null]", "[\"a\", \"b\xc3\xa9\", null, true]", "[\"c\"]", "[1]",
       "[true, true]"}},
+    {"multipleOf a power of two below 1 (exact in Python's floating point too)",
+     "{\"type\": \"array\", \"prefixItems\": [{\"type\": \"number\", \"multipleOf\": 0.25, \"maximum\": 10}, {\"type\": "
+     "\"integer\", \"multipleOf\": 0.5}, {\"multipleOf\": 0.125}]}",
+     {"[0.25, 3]", "[-1.5]", "[2.750, -4, 0.375]", "[10, 0, 1]", "[0]", "[0, 1, 12345678901234567890.75]", "[0.5, 2, \"s\"]"},
+     {"[0.1]", "[1.3]", "[10.25]", "[0.125]", "[1, 3.5]", "[1, 2, 0.1]", "[0.2500001]"}},
     {"whitespace as JSON allows", "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"array\"}}}",
      {"{\"a\": [1, 2]}", "{\n  \"a\" : [ 1 ,2 ]\n}", " {}"},
      {"{\"a\": 1}"}},
