@@ -20,7 +20,7 @@
  * lives across schemas because the vocabulary's class tables are built on
  * first use and shared by every later grammar, as in a server.
  *
- *   maskbench [--ids FILE] [--first N] [--timeout S] [--lenient] [--verbose]
+ *   maskbench [--ids FILE] [--first N] [--timeout S] [--lenient] [--generation] [--verbose]
  *             [--results FILE] [--min-pass N] [--progress] DATA.jsonl.xz VOCAB.gguf
  *
  * DATA: one JSON line per schema {"id", "schema": TEXT, "tests": [{"valid",
@@ -31,7 +31,10 @@
  * CPU time (for a busy machine; MaskBench's are wall-clock).  --min-pass: exit 1
  * unless at least N schemas pass and no invalid instance is accepted (the CI
  * regression test).  Prints MaskBench's table and the compile errors grouped
- * by keyword. */
+ * by keyword.  Schemas are read as the specification reads them (every
+ * spelling of a const string, other property names where
+ * additionalProperties is absent: tutti_json_schema_params.all_spellings,
+ * open_objects); --generation: with the generation defaults instead. */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -170,7 +173,7 @@ typedef struct worker_ctx {
     int32_t V;
     int32_t *ids;
     int32_t cap_ids;
-    bool lenient;
+    bool lenient, generation;
     FILE *out; /* the pipe to the parent */
 } worker_ctx;
 
@@ -247,6 +250,9 @@ static void run_schema(worker_ctx *w, int idx, const char *line) {
     double t0 = now_timed();
     tutti_json_schema_params jp = tutti_json_schema_default_params();
     jp.lenient = w->lenient;
+    /* MaskBench's valid instances must all be accepted: the schema as the
+     * specification reads it, unless --generation asks for the defaults */
+    jp.all_spellings = jp.open_objects = !w->generation;
     tutti_grammar *g = tutti_grammar_from_json_schema_params(schema->valuestring, strlen(schema->valuestring), &jp);
     tutti_grammar_matcher *m = g ? tutti_grammar_matcher_new(g) : NULL;
     r.compile_us = 1e6 * (now_timed() - t0);
@@ -483,7 +489,7 @@ static void print_table(run_stats *stp, int n_cases, const char *data, const cha
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: maskbench [--ids FILE] [--first N] [--timeout S] [--lenient] [--verbose] "
+    fprintf(stderr, "usage: maskbench [--ids FILE] [--first N] [--timeout S] [--lenient] [--generation] [--verbose] "
                     "[--results FILE] [--min-pass N] [--progress] [--cpu-clock] DATA.jsonl.xz VOCAB.gguf\n");
     exit(2);
 }
@@ -491,7 +497,7 @@ static void usage(void) {
 int main(int argc, char **argv) {
     const char *ids_file = NULL, *results_file = NULL, *data = NULL, *vocab = NULL;
     int first = -1, timeout_s = 60, min_pass = -1;
-    bool lenient = false, verbose = false, progress = false;
+    bool lenient = false, generation = false, verbose = false, progress = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--ids") && i + 1 < argc) ids_file = argv[++i];
         else if (!strcmp(argv[i], "--first") && i + 1 < argc) first = atoi(argv[++i]);
@@ -499,6 +505,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--min-pass") && i + 1 < argc) min_pass = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--results") && i + 1 < argc) results_file = argv[++i];
         else if (!strcmp(argv[i], "--lenient")) lenient = true;
+        else if (!strcmp(argv[i], "--generation")) generation = true;
         else if (!strcmp(argv[i], "--verbose")) verbose = true;
         else if (!strcmp(argv[i], "--progress")) progress = true;
         else if (!strcmp(argv[i], "--cpu-clock")) g_clock = CLOCK_THREAD_CPUTIME_ID;
@@ -533,7 +540,7 @@ int main(int argc, char **argv) {
     schema_case *cases = select_cases(txt, want, n_want, first, &n_cases);
     if (want && n_cases != n_want) fprintf(stderr, "maskbench: %d of the %d listed ids found\n", n_cases, n_want);
 
-    worker_ctx w = {.lenient = lenient};
+    worker_ctx w = {.lenient = lenient, .generation = generation};
     if (!(w.v = tutti_vocab_load(vocab)) || !(w.gv = tutti_grammar_vocab_new(w.v))) {
         fprintf(stderr, "maskbench: %s\n", tutti_last_error());
         return 1;

@@ -509,6 +509,15 @@ typedef struct tutti_json_schema_params {
      * true: it is dropped (the grammar then accepts more than the schema)
      * with a warning naming it. */
     bool lenient;
+    /* The defaults are for generation, as llama.cpp's json-schema-to-grammar
+     * generates: a `const`/`enum` string only in its canonical spelling
+     * (raw UTF-8; \" \\ \b \f \n \r \t; \u00xx for the other control
+     * characters), and an object with `properties` or `patternProperties`
+     * but no `additionalProperties` takes no other names.  For checking
+     * documents against the schema as the specification reads it (every
+     * spelling of a string; other names admitted), set both: */
+    bool all_spellings; /* true: every JSON spelling of a const/enum string */
+    bool open_objects;  /* true: additionalProperties absent admits any other name */
     /* out: NULL, or the warnings, one per line ("json schema: at PATH:
      * keyword 'K' ... dropped"), malloc'd: the caller frees it.  Set by
      * the calls below, also when they fail. */

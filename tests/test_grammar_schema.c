@@ -221,6 +221,33 @@ static const scase k_cases[] = {
      {"[\"2024-02-29\", \"123-4567\", \"123-4567\"]", "[\"2023-12-31\"]"},
      {"[\"2023-02-29\"]", "[\"2024-01-01\", \"123-456\"]", "[\"2024-01-01\", \"1234567\"]",
       "[\"2024-01-01\", \"123-4567\", \"123\"]"}},
+    {"a wide object as validators read it: any order, the required ones tracked",
+     "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}, \"b\": {\"type\": \"string\"}, \"c\": "
+     "{\"type\": \"boolean\"}, \"d\": {\"type\": \"null\"}, \"e\": {\"enum\": [1, 2]}, \"f\": {\"type\": \"integer\"}, "
+     "\"g\": {\"type\": \"string\"}}, \"required\": [\"f\", \"b\"], \"additionalProperties\": {\"type\": \"number\"}}",
+     {"{\"b\": \"x\", \"f\": 1}", "{\"g\": \"y\", \"f\": 2, \"a\": 3, \"b\": \"x\", \"e\": 2}",
+      "{\"e\": 1, \"d\": null, \"c\": true, \"b\": \"\", \"a\": 0, \"f\": 5, \"z\": 1.5}", "{\"f\": 1, \"q\": 2, \"b\": \"x\"}"},
+     {"{\"b\": \"x\"}", "{\"f\": 1, \"a\": 3}", "{\"b\": \"x\", \"f\": 1, \"e\": 3}", "{\"b\": \"x\", \"f\": 1, \"z\": \"s\"}",
+      "{\"c\": 1, \"b\": \"x\", \"f\": 1}", "{}"}},
+    {"a wide object with many required properties (schema order for those)",
+     "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}, \"b\": {\"type\": \"integer\"}, \"c\": "
+     "{\"type\": \"integer\"}, \"d\": {\"type\": \"integer\"}, \"e\": {\"type\": \"integer\"}, \"f\": {\"type\": \"integer\"}, "
+     "\"o\": {\"type\": \"string\"}}, \"required\": [\"a\", \"b\", \"c\", \"d\", \"e\", \"f\"], \"additionalProperties\": false}",
+     {"{\"a\": 1, \"b\": 2, \"c\": 3, \"d\": 4, \"e\": 5, \"f\": 6}", "{\"o\": \"s\", \"a\": 1, \"b\": 2, \"c\": 3, "
+      "\"d\": 4, \"e\": 5, \"f\": 6}"},
+     {"{\"a\": 1, \"b\": 2, \"c\": 3, \"d\": 4, \"e\": 5}", "{\"a\": 1, \"b\": 2, \"c\": 3, \"d\": 4, \"e\": 5, \"f\": \"6\"}",
+      "{\"a\": 1, \"b\": 2, \"c\": 3, \"d\": 4, \"e\": 5, \"f\": 6, \"o\": 1}"}},
+    {"uniqueItems over a few enum values: the set used so far, by value whatever the spelling",
+     "{\"type\": \"array\", \"items\": {\"enum\": [\"a\", \"b\xc3\xa9\", null, true]}, \"uniqueItems\": true, \"minItems\": 1, "
+     "\"maxItems\": 3}",
+     {"[\"a\"]", "[\"b\xc3\xa9\", \"a\"]", "[null, true, \"a\"]", "[\"\\u0061\", \"b\\u00e9\"]", "[true]"},
+     {"[]", "[\"a\", \"a\"]", "[\"a\", \"\\u0061\"]", "[null, null]", "[\"a\", \"b\xc3\xa9\", null, true]", "[\"c\"]", "[1]",
+      "[true, true]"}},
+    {"multipleOf a power of two below 1 (exact in Python's floating point too)",
+     "{\"type\": \"array\", \"prefixItems\": [{\"type\": \"number\", \"multipleOf\": 0.25, \"maximum\": 10}, {\"type\": "
+     "\"integer\", \"multipleOf\": 0.5}, {\"multipleOf\": 0.125}]}",
+     {"[0.25, 3]", "[-1.5]", "[2.750, -4, 0.375]", "[10, 0, 1]", "[0]", "[0, 1, 12345678901234567890.75]", "[0.5, 2, \"s\"]"},
+     {"[0.1]", "[1.3]", "[10.25]", "[0.125]", "[1, 3.5]", "[1, 2, 0.1]", "[0.2500001]"}},
     {"whitespace as JSON allows", "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"array\"}}}",
      {"{\"a\": [1, 2]}", "{\n  \"a\" : [ 1 ,2 ]\n}", " {}"},
      {"{\"a\": 1}"}},
@@ -365,9 +392,13 @@ static void test_schemas_against_jsonschema(void **state) {
     tutti_grammar *gs[N_CASES];
     cJSON *doc = cJSON_CreateObject(), *schemas = cJSON_AddArrayToObject(doc, "schemas"),
           *texts = cJSON_AddArrayToObject(doc, "texts");
+    /* these cases read the schema as the specification does (every
+     * spelling, other names where additionalProperties is absent) */
+    tutti_json_schema_params spec = tutti_json_schema_default_params();
+    spec.all_spellings = spec.open_objects = true;
     for (int i = 0; i < N_CASES; i++) {
         const scase *c = &k_cases[i];
-        gs[i] = tutti_grammar_from_json_schema(c->schema, strlen(c->schema));
+        gs[i] = tutti_grammar_from_json_schema_params(c->schema, strlen(c->schema), &spec);
         if (!gs[i]) fail_msg("%s: %s", c->name, tutti_last_error());
         cJSON_AddItemToArray(schemas, cJSON_CreateString(c->schema)); /* as text: cJSON would round big numbers */
         for (int k = 0; k < 8 && c->valid[k]; k++) ts[n++] = (text){i, strdup(c->valid[k]), 1};
@@ -478,9 +509,122 @@ static void test_refusals_name_path_and_keyword(void **state) {
     }
 }
 
+/* The generation defaults (llama.cpp's json-schema-to-grammar): a
+ * const/enum string only in its canonical spelling, no names beyond the
+ * schema's when additionalProperties is absent.  Judged by python-jsonschema
+ * against the schema with "additionalProperties": false written out
+ * (`closed`) plus, where every string is a const/enum, a canonical-spelling
+ * check of each (json.dumps, ensure_ascii=False); `reject` texts are valid for the schema itself (so
+ * the restriction is a choice, checked as such) yet refused. */
+typedef struct gcase {
+    bool canon; /* check the spelling (the schema's strings are all const/enum) */
+    const char *schema, *closed;
+    const char *accept[6], *reject[8];
+} gcase;
+
+static const gcase k_gen[] = {
+    {true, "{\"type\": \"object\", \"properties\": {\"kind\": {\"enum\": [\"caf\xc3\xa9\", \"a\\\"b\", \"x/y\", \"tab\\t\", \"\\u001f\"]}, "
+     "\"n\": {\"const\": \"\xc3\xa9\\n\"}}, \"required\": [\"kind\"]}",
+     "{\"type\": \"object\", \"properties\": {\"kind\": {\"enum\": [\"caf\xc3\xa9\", \"a\\\"b\", \"x/y\", \"tab\\t\", \"\\u001f\"]}, "
+     "\"n\": {\"const\": \"\xc3\xa9\\n\"}}, \"required\": [\"kind\"], \"additionalProperties\": false}",
+     {"{\"kind\": \"caf\xc3\xa9\"}", "{\"kind\": \"a\\\"b\", \"n\": \"\xc3\xa9\\n\"}", "{\"n\": \"\xc3\xa9\\n\", \"kind\": \"x/y\"}",
+      "{\"kind\": \"tab\\t\"}", "{\"kind\": \"\\u001f\"}"},
+     {"{\"kind\": \"caf\\u00e9\"}", "{\"kind\": \"x\\/y\"}", "{\"kind\": \"tab\\u0009\"}", "{\"kind\": \"a\\u0022b\"}",
+      "{\"kind\": \"\\u001F\"}", "{\"kind\": \"\\u0063af\xc3\xa9\"}", "{\"kind\": \"caf\xc3\xa9\", \"other\": 1}"}},
+    {true, "{\"type\": \"object\", \"allOf\": [{\"properties\": {\"a\": {\"type\": \"integer\"}}, \"required\": [\"a\"]}, {\"properties\": {\"b\": "
+     "{\"const\": true}}}]}",
+     "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}, \"b\": {\"const\": true}}, \"required\": [\"a\"], "
+     "\"additionalProperties\": false}",
+     {"{\"a\": 1}", "{\"a\": -2, \"b\": true}", "{\"b\": true, \"a\": 3}"},
+     {"{\"a\": 1, \"c\": 2}", "{\"a\": 1, \"b\": true, \"a2\": null}"}},
+    {false, "{\"properties\": {\"id\": {\"const\": 1}}, \"patternProperties\": {\"^x-\": {\"type\": \"integer\"}}}",
+     "{\"properties\": {\"id\": {\"const\": 1}}, \"patternProperties\": {\"^x-\": {\"type\": \"integer\"}}, "
+     "\"additionalProperties\": false}",
+     {"{\"id\": 1}", "{\"id\": 1, \"x-a\": 2}", "{\"x-\": 0}"},
+     {"{\"id\": 1, \"y\": 2}", "{\"ix\": 1}"}},
+    {false, "{\"properties\": {\"a\": {\"type\": \"null\"}}, \"additionalProperties\": true}",
+     "{\"properties\": {\"a\": {\"type\": \"null\"}}, \"additionalProperties\": true}",
+     {"{\"a\": null, \"z\": 1}", "{\"q\": true}"},
+     {NULL}},
+    {false, "{\"type\": \"object\"}", "{\"type\": \"object\"}", {"{\"q\": [1]}", "{}"}, {NULL}},
+};
+#define N_GEN (int)(sizeof k_gen / sizeof k_gen[0])
+
+static void test_generation_defaults(void **state) {
+    (void)state;
+    int cap = N_GEN * (N_WALKS + 16), n = 0;
+    text *ts = calloc((size_t)cap, sizeof *ts);
+    tutti_grammar *gs[N_GEN];
+    cJSON *doc = cJSON_CreateObject(), *schemas = cJSON_AddArrayToObject(doc, "schemas"),
+          *texts = cJSON_AddArrayToObject(doc, "texts");
+    for (int i = 0; i < N_GEN; i++) {
+        const gcase *c = &k_gen[i];
+        gs[i] = tutti_grammar_from_json_schema(c->schema, strlen(c->schema));
+        if (!gs[i]) fail_msg("%s: %s", c->schema, tutti_last_error());
+        cJSON_AddItemToArray(schemas, cJSON_CreateString(c->closed)); /* index 2i: the walks' reference */
+        cJSON_AddItemToArray(schemas, cJSON_CreateString(c->schema)); /* 2i + 1: the schema itself */
+        for (int k = 0; k < 6 && c->accept[k]; k++) ts[n++] = (text){i, strdup(c->accept[k]), 1};
+        for (int k = 0; k < 8 && c->reject[k]; k++) ts[n++] = (text){i, strdup(c->reject[k]), 0};
+        tutti_grammar_matcher *m = tutti_grammar_matcher_new(gs[i]);
+        svocab sv = make_vocab(c->schema);
+        tutti_grammar_vocab *gv = tutti_grammar_vocab_from_pieces(sv.n, (const char *const *)sv.p, sv.len, sv.eog);
+        assert_non_null(gv);
+        for (int w = 0, drawn = 0; w < N_WALKS * 3 && drawn < N_WALKS; w++) {
+            char *t = walk(m, gv, &sv);
+            if (t) ts[n++] = (text){i, t, -1}, drawn++;
+        }
+        tutti_grammar_matcher_free(m);
+        tutti_grammar_vocab_free(gv);
+        free_vocab(&sv);
+    }
+    for (int k = 0; k < n; k++) {
+        /* accepted and drawn texts: valid for the closed schema and
+         * canonical; the rejected ones: valid for the schema itself */
+        cJSON *p = cJSON_CreateArray();
+        cJSON_AddItemToArray(p, cJSON_CreateNumber(2 * ts[k].schema + (ts[k].want == 0)));
+        cJSON_AddItemToArray(p, cJSON_CreateString(ts[k].t));
+        cJSON_AddItemToArray(p, cJSON_CreateBool(ts[k].want != 0 && k_gen[ts[k].schema].canon));
+        cJSON_AddItemToArray(texts, p);
+    }
+    char path[] = "/tmp/tutti_schema_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    char *js = cJSON_PrintUnformatted(doc);
+    FILE *f = fdopen(fd, "w");
+    fputs(js, f);
+    fclose(f);
+    free(js);
+    cJSON_Delete(doc);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "python3 %sschema_oracle.py %s", DATA, path);
+    int st, k = 0, n_drawn = 0;
+    char *out = run_cmd(cmd, &st);
+    unlink(path);
+    assert_non_null(out);
+    assert_int_equal(st, 0);
+    for (char *l = strtok(out, "\n"); l && k < n; l = strtok(NULL, "\n"), k++) {
+        text *t = &ts[k];
+        const char *sc = k_gen[t->schema].schema;
+        tutti_grammar_matcher *m = tutti_grammar_matcher_new(gs[t->schema]);
+        bool acc = accepts(m, t->t), ok = l[0] == '1';
+        tutti_grammar_matcher_free(m);
+        if (t->want == 0 && !ok) fail_msg("%s: %s is meant valid for the schema, python-jsonschema disagrees", sc, t->t);
+        if (t->want == 0 && acc) fail_msg("%s: generation accepts %s (not canonical or not named)", sc, t->t);
+        if (t->want != 0 && !ok) fail_msg("%s: %s is not valid+canonical for the closed schema", sc, t->t);
+        if (t->want == 1 && !acc) fail_msg("%s: generation rejects %s", sc, t->t);
+        n_drawn += t->want == -1;
+    }
+    assert_int_equal(k, n);
+    printf("  %d schemas: %d drawn texts canonical and closed\n", N_GEN, n_drawn);
+    for (int i = 0; i < n; i++) free(ts[i].t);
+    for (int i = 0; i < N_GEN; i++) tutti_grammar_free(gs[i]);
+    free(ts), free(out);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_schemas_against_jsonschema),
+        cmocka_unit_test(test_generation_defaults),
         cmocka_unit_test(test_refusals_name_path_and_keyword),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -580,6 +580,16 @@ static void test_errors(void **state) {
                  "{\"prompt\":\"x\",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":"
                  "{\"type\":\"array\",\"uniqueItems\":true}}}}",
                  NULL, 400, "keyword 'uniqueItems'", "response_format", NULL);
+    /* tutti's "lenient" extension: the keyword is dropped, the rest enforced */
+    char *lt = completion_text(&g_s, "{\"model\":\"stories260K\",\"prompt\":\"x\",\"max_tokens\":6,\"temperature\":0,"
+                                     "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"lenient\":true,"
+                                     "\"schema\":{\"type\":\"array\",\"uniqueItems\":true}}}}");
+    if (lt[strspn(lt, " \t\r\n")] != '[') fail_msg("lenient json_schema: not an array: [%s]", lt);
+    free(lt);
+    expect_error(&g_s, "POST", "/v1/completions",
+                 "{\"prompt\":\"x\",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"lenient\":1,"
+                 "\"schema\":{\"type\":\"array\"}}}}",
+                 NULL, 400, "'lenient' must be", "response_format", NULL);
     expect_error(&g_s, "POST", "/v1/completions", "{\"prompt\":\"x\",\"response_format\":{\"type\":\"xml\"}}", NULL,
                  400, "not one of", "response_format", NULL);
     /* logprobs: OpenAI's types and limits (0..20), span alignment refused */

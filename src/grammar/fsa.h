@@ -116,6 +116,9 @@ enum {
                      escaped (\" \\ \/ \b \f \n \r \t, \uXXXX in either case, surrogate pairs
                      for code points above U+FFFF where the whole plane range is allowed);
                      accepting states end with the closing quote */
+    FSA_JSON_CANON = 2, /* the same, each code point in its canonical spelling only (as json.dumps
+                           with ensure_ascii=False and llama.cpp write it): raw, or \" \\ \b \f
+                           \n \r \t, or \u00xx (lowercase) for the other control characters */
 };
 
 /* Rules shared by the automata of one grammar: the \uXXXX forms of a set

@@ -158,6 +158,22 @@ static void escape_body(sbuf *b, const tgt *t) {
                   b->n ? " | " : "");
 }
 
+/* The canonical escapes (after the backslash) of the code points of t
+ * that JSON cannot write raw: \" \\ and the short control escapes, else
+ * \u00xx in lowercase, as json.dumps and llama.cpp write them. */
+static void canon_escape_body(sbuf *b, const tgt *t) {
+    static const char k_short[] = "\"\\\b\f\n\r\t", k_name[] = "\"\\bfnrt";
+    for (uint32_t c = 0; c < 0x60; c++) {
+        if (c >= 0x20 && c != '"' && c != '\\') continue;
+        if (!has(t, c)) continue;
+        const char *k = c ? strchr(k_short, (int)c) : NULL;
+        if (k && c != '"' && c != '\\') sb_printf(b, "%s\"%c\"", b->n ? " | " : "", k_name[k - k_short]);
+        else if (c == '"') sb_printf(b, "%s\"\\\"\"", b->n ? " | " : "");
+        else if (c == '\\') sb_printf(b, "%s\"\\\\\"", b->n ? " | " : "");
+        else sb_printf(b, "%s\"u00%02x\"", b->n ? " | " : "", (unsigned)c);
+    }
+}
+
 void fsa_shared_free(fsa_shared *sh) {
     for (int32_t i = 0; i < sh->n; i++) free(sh->sets[i]);
     free(sh->sets), free(sh->n_set);
@@ -245,6 +261,14 @@ void fsa_emit(const fsa *a, int enc, const char *prefix, sbuf *out, char *start,
                 sb_printf(&line, " %s", target);
                 first = false;
             }
+            if (enc == FSA_JSON_CANON) {
+                sbuf esc = {0};
+                canon_escape_body(&esc, &ts[k]);
+                if (esc.n) sb_printf(&line, "%s\"\\\\\" (%s) %s", first ? "" : " | ", esc.s, target), first = false;
+                if (esc.oom) out->oom = true;
+                free(esc.s);
+                continue;
+            }
             char en[64];
             if (escape_rule(sh, &ts[k], out, en, sizeof en)) {
                 sb_printf(&line, "%s\"\\\\\" %s %s", first ? "" : " | ", en, target);
@@ -252,7 +276,7 @@ void fsa_emit(const fsa *a, int enc, const char *prefix, sbuf *out, char *start,
             }
         }
         if (a->acc[q]) {
-            sb_printf(&line, "%s%s", first ? "" : " | ", enc == FSA_JSON ? "\"\\\"\"" : "\"\"");
+            sb_printf(&line, "%s%s", first ? "" : " | ", enc != FSA_RAW ? "\"\\\"\"" : "\"\"");
             first = false;
         }
         if (first) sb_puts(&line, "[^\\x00-\\U0010FFFF]"); /* nothing: the empty language */

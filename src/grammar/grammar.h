@@ -167,11 +167,15 @@ struct tutti_grammar_matcher {
     /* run path: the allowed tokens of group q of table t after its first
      * byte led to state nx (e.g. a string's closing quote: the same state
      * whatever the count or position before it), ids in gids[off..+n) */
+    /* per class of g: its run table over gv, GM_NO_RUN, or NULL not looked up yet */
+    const struct gv_run **cls_run;
     struct gm_gmemo *gmemo;
     int32_t gmemo_n, gmemo_cap;
     int32_t *gids;
     int64_t n_gids, cap_gids;
 };
+
+#define GM_NO_RUN ((const struct gv_run *)1) /* cls_run: the class has no run table */
 
 typedef struct gm_gmemo {
     const struct gv_run *t; /* NULL: empty slot */
@@ -182,6 +186,9 @@ typedef struct gm_gmemo {
 
 /* ---- vocabulary (vocab_mask.c, run_mask.c) ---- */
 
+#define GV_CUM_MAX 16  /* pure tokens counted in bitsets up to this many characters */
+#define GV_MAX_RUNS 96 /* run tables per vocabulary (run_mask.c says why) */
+
 /* Per vocabulary and character class R: the tokens whose bytes are
  * characters of R only ("pure"), by character count, and the others grouped
  * by (j = leading characters in R, the byte after them). */
@@ -189,7 +196,10 @@ typedef struct gv_run {
     gr_range *r;
     int32_t nr;
     int32_t max_pure;  /* longest pure token, in characters */
-    uint64_t *cum;     /* [(max_pure + 1) * n_words] pure tokens with <= n characters */
+    int32_t n_cum;     /* min(max_pure, GV_CUM_MAX) */
+    uint64_t *cum;     /* [(n_cum + 1) * n_words] pure tokens with <= n characters (n <= n_cum) */
+    int32_t *ltok, *lnc; /* the pure tokens of more than n_cum characters, by count lnc (ascending) */
+    int32_t n_long;
     int32_t max_j;     /* largest j of any token (pure or not) */
     int32_t n_grp;
     int32_t *grp_j, *grp0; /* group g: tokens gtok[grp0[g] .. grp0[g + 1]) */

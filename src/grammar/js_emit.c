@@ -221,7 +221,7 @@ static int string_alt(emitter *e, js_node *b, const char *name, sbuf *alt) {
     if (!fsa_is_empty(d)) {
         char h[80], start[96];
         snprintf(h, sizeof h, "%s-str", name);
-        if (emit_fsa(e, d, FSA_JSON, h, start, sizeof start) < 0) {
+        if (emit_fsa(e, d, b->str_canon ? FSA_JSON_CANON : FSA_JSON, h, start, sizeof start) < 0) {
             if (len) fsa_free(d);
             return TUTTI_ERR;
         }
@@ -251,10 +251,108 @@ static void array_positions(sbuf *o, char (*p)[96], int32_t i, int32_t k, int64_
     if (opt) sb_puts(o, ")?");
 }
 
+/* ---- uniqueItems over a finite set of scalar values ---- */
+
+#define JS_MAX_UNIQUE 8 /* values: 2^8 rules of the sets used */
+
+/* The strings of the finite automaton a from state q (prefix cp[0..n)),
+ * appended to out as UTF-8 GBNF-free text; false when there are more
+ * than JS_MAX_UNIQUE in all or a is not finite (a loop). */
+static bool finite_strings(const fsa *a, int32_t q, uint32_t *cp, int32_t n, int32_t depth, char **out, int32_t *no) {
+    if (depth > 64) return false; /* deeper than any string of a finite automaton this small */
+    if (a->acc[q]) {
+        if (*no >= JS_MAX_UNIQUE) return false;
+        sbuf t = {0};
+        for (int32_t i = 0; i < n; i++) {
+            char u[4];
+            uint32_t c = cp[i];
+            int l = c < 0x80 ? (u[0] = (char)c, 1)
+                    : c < 0x800 ? (u[0] = (char)(0xC0 | c >> 6), u[1] = (char)(0x80 | (c & 63)), 2)
+                    : c < 0x10000 ? (u[0] = (char)(0xE0 | c >> 12), u[1] = (char)(0x80 | (c >> 6 & 63)), u[2] = (char)(0x80 | (c & 63)), 3)
+                                  : (u[0] = (char)(0xF0 | c >> 18), u[1] = (char)(0x80 | (c >> 12 & 63)),
+                                     u[2] = (char)(0x80 | (c >> 6 & 63)), u[3] = (char)(0x80 | (c & 63)), 4);
+            sb_putn(&t, u, (size_t)l);
+        }
+        sb_putn(&t, "", 0);
+        if (t.oom || !t.s) return free(t.s), false;
+        out[(*no)++] = t.s;
+    }
+    for (int32_t i = a->e0[q]; i < a->e0[q + 1]; i++)
+        for (uint32_t c = a->edges[i].lo; c <= a->edges[i].hi; c++) {
+            if (*no >= JS_MAX_UNIQUE || (uint64_t)a->edges[i].hi - a->edges[i].lo >= JS_MAX_UNIQUE) return false;
+            cp[n] = c;
+            if (!finite_strings(a, a->edges[i].to, cp, n + 1, depth + 1, out, no)) return false;
+        }
+    return true;
+}
+
+/* Arrays with uniqueItems whose items are a few null/boolean/string
+ * values (enum, const): the rule of "the set S of values used so far" is
+ * finite (2^K), and the count is |S| (minItems, maxItems).  A string is
+ * one value whatever its spelling (each value's rule takes all of its
+ * spellings, or the canonical one for generation), so repeats are caught
+ * by value as python-jsonschema compares.  Anything else is refused. */
+static int unique_alt(emitter *e, js_node *b, const char *name, sbuf *alt) {
+    js_ctx *c = e->c;
+    js_node *it = b->items ? js_hnf(c, b->items) : c->any;
+    if (!it) return TUTTI_ERR;
+    char *strs[JS_MAX_UNIQUE + 1];
+    int32_t ns = 0;
+    uint32_t cp[72];
+    bool ok = it->kind == JK_BASE && !b->n_prefix && !b->contains &&
+              !(it->types & ~(uint32_t)(JT_NULL | JT_TRUE | JT_FALSE | JT_STR)) &&
+              (!(it->types & JT_STR) || (it->str && finite_strings(it->str, 0, cp, 0, 0, strs, &ns)));
+    char val[JS_MAX_UNIQUE + 3][128];
+    int32_t K = 0;
+    for (int32_t i = 0; i < ns && ok; i++) {
+        int64_t len = 0;
+        for (const unsigned char *p = (const unsigned char *)strs[i]; *p; p++) len += (*p & 0xC0) != 0x80;
+        if (len < it->min_len || (it->max_len >= 0 && len > it->max_len)) continue;
+        fsa *one = fsa_utf8_literal(strs[i], strlen(strs[i]));
+        char h[128], start[96];
+        snprintf(h, sizeof h, "%s-u%d", name, (int)K);
+        if (!one || emit_fsa(e, one, it->str_canon ? FSA_JSON_CANON : FSA_JSON, h, start, sizeof start) < 0) ok = false;
+        else snprintf(val[K++], sizeof val[0], "\"\\\"\" %s", start);
+        fsa_free(one);
+    }
+    for (int32_t i = 0; i < ns; i++) free(strs[i]);
+    int32_t n_lit = 0;
+    for (int t = 0; t < 3; t++) n_lit += (it->types & (uint32_t)(JT_NULL << t)) != 0;
+    if (!ok || K + n_lit > JS_MAX_UNIQUE) {
+        if (c->failed) return TUTTI_ERR;
+        if (js_unsupported(c, b->path, "uniqueItems", "items must be at most %d null/boolean/string values (enum, const): "
+                           "a grammar cannot compare other items with each other", JS_MAX_UNIQUE) < 0)
+            return TUTTI_ERR;
+        return 1; /* lenient: the array without it */
+    }
+    static const char *const k_lit[3] = {"\"null\"", "\"true\"", "\"false\""};
+    for (int t = 0; t < 3; t++)
+        if (it->types & (uint32_t)(JT_NULL << t)) snprintf(val[K++], sizeof val[0], "%s", k_lit[t]);
+    const char *spc = use_prim(e, "space");
+    int64_t m = b->min_items, mx = b->max_items;
+    for (uint32_t set = 0; set < (1u << K); set++) { /* U(S): after the values of S, in any order */
+        int32_t cnt = __builtin_popcount(set);
+        sbuf body = {0};
+        for (int32_t i = 0; i < K && (mx < 0 || cnt < mx); i++)
+            if (!(set >> i & 1))
+                sb_printf(&body, " | %s%s %s %s %s--u%u", set ? "\",\" " : "", set ? spc : "", val[i], spc, name, set | 1u << i);
+        if (cnt >= m) sb_puts(&body, " | \"\"");
+        sb_printf(e->out, "%s--u%u ::= %s\n", name, set, body.n ? body.s + 3 : k_nothing);
+        if (body.oom) e->out->oom = true;
+        free(body.s);
+    }
+    sb_printf(alt, " | \"[\" %s %s--u0 \"]\" %s", spc, name, spc);
+    return 0;
+}
+
 static int array_alt(emitter *e, js_node *b, const char *name, sbuf *alt) {
     js_ctx *c = e->c;
     int64_t m = b->min_items, mx = b->max_items;
     if (mx >= 0 && mx < m) return 0;
+    if (b->unique && b->items != c->nothing && !(mx >= 0 && mx <= 1)) {
+        int rc = unique_alt(e, b, name, alt);
+        if (rc <= 0) return rc;
+    }
     const char *spc = use_prim(e, "space");
     char item[96] = "", h[96];
     bool no_items = b->items == c->nothing;
@@ -317,7 +415,14 @@ typedef struct objgen {
     bool any_order;   /* positions are the sets of named properties seen */
     int32_t n_pos;    /* positions: n + 1 indices, or 2^n sets */
     uint32_t req;     /* with any_order: the set of the required ones */
+    /* loose (validators' reading of a wide object, js_ctx.open_objects):
+     * the optional named properties in any order, a name seen again
+     * checked again; positions track only the required ones: the set seen
+     * (n_req <= JS_ANY_ORDER) or how many of them in schema order */
+    bool loose;
+    int32_t n_req, *reqs; /* the required ones' indices, schema order */
     bool need;
+    js_node *add;     /* the value of other names (NULL: any) */
     uint8_t *made;    /* R rules written, by index */
     int32_t *todo;
     int32_t n_todo;
@@ -371,7 +476,19 @@ static void r_rule(objgen *g, int32_t idx) {
     bool room = b->max_props < 0 || cnt < b->max_props;
     int64_t nxt = g->cnt < 0 ? 0 : cnt + 1 > g->cnt ? g->cnt : cnt + 1;
     bool end;
-    if (g->any_order) {
+    if (g->loose) {
+        bool set = g->n_req <= JS_ANY_ORDER;
+        for (int32_t k = 0, r = 0; k < g->n && room; k++) {
+            if (!b->props[k].required) {
+                r_named(g, &body, sep, k, pos, nxt, met);
+                continue;
+            }
+            if (set && !((uint32_t)pos >> r & 1)) r_named(g, &body, sep, k, pos | (int32_t)(1u << r), nxt, met);
+            if (!set && r == pos) r_named(g, &body, sep, k, pos + 1, nxt, met);
+            r++;
+        }
+        end = set ? pos == (int32_t)((1u << g->n_req) - 1) : pos == g->n_req;
+    } else if (g->any_order) {
         for (int32_t i = 0; i < g->n && room; i++)
             if (!((uint32_t)pos >> i & 1)) r_named(g, &body, sep, i, pos | (int32_t)(1u << i), nxt, met);
         end = ((uint32_t)pos & g->req) == g->req;
@@ -447,7 +564,7 @@ static int regions(objgen *g) {
     if (!g->xkv || !g->xkvn) return fsa_free(rest), js_err(c, b->path, "out of memory");
     for (int32_t s = 0; s < nsub && !c->failed; s++) {
         fsa *key = fsa_copy(rest);
-        js_node *v = s ? NULL : (b->additional ? b->additional : c->any);
+        js_node *v = s ? NULL : (g->add ? g->add : c->any);
         for (int32_t j = 0; j < b->n_pats && key; j++) {
             fsa *x = (s >> j) & 1 ? fsa_and(key, b->pats[j].key) : fsa_minus(key, b->pats[j].key);
             fsa_free(key);
@@ -483,6 +600,14 @@ static int object_alt(emitter *e, js_node *b, const char *name, sbuf *alt) {
     if (b->max_props >= 0 && b->max_props < b->min_props) return 0;
     objgen g = {.e = e, .b = b, .n = b->n_props, .spc = use_prim(e, "space"), .need = b->need_key != NULL};
     snprintf(g.name, sizeof g.name, "%s", name);
+    /* generation (js_ctx.open_objects false): no additionalProperties
+     * means no other names once the schema names some, as llama.cpp's
+     * grammars do (an allOf's branches are merged first, so the names of
+     * every branch stay allowed); never where minProperties needs more */
+    g.add = b->additional;
+    if (!c->open_objects && !b->additional && !b->add_open && (b->n_props || b->n_pats) &&
+        (b->n_pats || b->min_props <= b->n_props))
+        g.add = c->nothing;
     int rc = TUTTI_ERR;
     g.kv = calloc((size_t)g.n + 1, sizeof *g.kv);
     g.kvn = calloc((size_t)g.n + 1, sizeof *g.kvn);
@@ -522,6 +647,21 @@ static int object_alt(emitter *e, js_node *b, const char *name, sbuf *alt) {
      * would take 2^n positions, so they follow the schema's order */
     g.any_order = g.n >= 2 && g.n <= JS_ANY_ORDER;
     g.n_pos = g.any_order ? 1 << g.n : g.n + 1;
+    /* wider objects as validators read them (any order: MaskBench's
+     * instances do not always follow the schema's), where a repeated name
+     * cannot make a wrong document pass: Python's json keeps a repeated
+     * name's last value and every value is checked here, so repeats only
+     * reject more; not with counts or a "some property must" condition,
+     * which a repeat would fool.  The key position is then one state
+     * whatever was written before (one mask), not one per property. */
+    g.loose = c->open_objects && g.n > JS_ANY_ORDER && g.cnt < 0 && !g.need;
+    if (g.loose) {
+        g.reqs = malloc(sizeof(int32_t) * (size_t)g.n);
+        if (!g.reqs) goto done;
+        for (int32_t i = 0; i < g.n; i++)
+            if (b->props[i].required) g.reqs[g.n_req++] = i;
+        g.n_pos = g.n_req <= JS_ANY_ORDER ? 1 << g.n_req : g.n_req + 1;
+    }
     for (int32_t i = 0; i < g.n && g.any_order; i++)
         if (b->props[i].required) g.req |= 1u << i;
     int64_t total = (int64_t)g.n_pos * (g.cnt < 0 ? 1 : g.cnt + 1) * 4;
@@ -539,7 +679,7 @@ static int object_alt(emitter *e, js_node *b, const char *name, sbuf *alt) {
     rc = 0;
 done:
     if (rc < 0 && !c->failed) js_err(c, b->path, "out of memory");
-    free(g.kv), free(g.kvn), free(g.xkv), free(g.xkvn), free(g.made), free(g.todo);
+    free(g.kv), free(g.kvn), free(g.xkv), free(g.xkvn), free(g.made), free(g.todo), free(g.reqs);
     return rc;
 }
 

@@ -210,6 +210,7 @@ static js_node *scalar_values(js_ctx *c, const cJSON *const *vals, int32_t n, co
     if (any_str && !c->failed) {
         b->str = strs.oom ? NULL : nfa_to_fsa(&strs, s0, sf);
         b->str_sup = b->str ? fsa_copy(b->str) : NULL;
+        b->str_canon = !c->all_spellings;
         if (!b->str_sup) js_err(c, path, "enum strings: %s", tutti_last_error());
     }
     if ((b->types & (JT_INT | JT_FLOAT)) && !b->num && !c->failed) b->num = fsa_nothing();
@@ -307,6 +308,40 @@ static int and_num(js_ctx *c, js_node *b, fsa *x, const char *path, const char *
     return 0;
 }
 
+/* multipleOf 2^-f written as a decimal (0.5, 0.25, 0.125, ... f <= 8): the
+ * number texts -?int(.F)? whose fraction is a multiple of it, i.e. its
+ * first f digits a multiple of 5^f and zeros after them.  Exact for
+ * python-jsonschema too: it divides in floating point, and dividing by a
+ * power of two is exact, so a double that is such a multiple (every
+ * decimal written here parses to one: few digits, or so large that all
+ * doubles there are) gives an integer quotient.  Other fractions (0.1:
+ * 0.3 / 0.1 is 2.9999999999999996 to Python) stay refused.  NULL when t is
+ * not such a power. */
+static fsa *dyadic_multiples(const char *t) {
+    if (strncmp(t, "0.", 2)) return NULL;
+    size_t f = strlen(t + 2);
+    while (f > 0 && t[2 + f - 1] == '0') f--;
+    if (f == 0 || f > 8 || strspn(t + 2, "0123456789") < f) return NULL;
+    long d = 0, p5 = 1;
+    for (size_t i = 0; i < f; i++) d = d * 10 + (t[2 + i] - '0'), p5 *= 5;
+    if (d != p5) return NULL;
+    sbuf rx = {0};
+    sb_puts(&rx, "^-?(?:0|[1-9][0-9]*)(?:\\.(?:0");
+    long pow10 = 1;
+    for (size_t i = 0; i < f; i++) pow10 *= 10;
+    for (long m = p5; m < pow10; m += p5) { /* m as f digits, trailing zeros dropped (0* adds them) */
+        char dig[16];
+        snprintf(dig, sizeof dig, "%0*ld", (int)f, m);
+        size_t n = strlen(dig);
+        while (n > 1 && dig[n - 1] == '0') n--;
+        sb_printf(&rx, "|%.*s", (int)n, dig);
+    }
+    sb_puts(&rx, ")0*)?$");
+    fsa *a = rx.oom ? NULL : rx_compile(rx.s, rx.n, RX_SUBSET);
+    free(rx.s);
+    return a;
+}
+
 static int number_kws(js_ctx *c, const cJSON *s, const char *path, js_node *b) {
     static const char *const k_kw[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"};
     const cJSON *v[5];
@@ -331,9 +366,13 @@ static int number_kws(js_ctx *c, const cJSON *s, const char *path, js_node *b) {
         const char *t = num_text(v[4], buf, sizeof buf);
         char *kp = js_path(path, "multipleOf", NULL);
         int rc = 0;
-        if (!num_is_int_literal(t) || t[0] == '-' || !strcmp(t, "0"))
-            rc = js_unsupported(c, kp, "multipleOf", "%s: only positive integers can be enforced exactly "
-                                "(python-jsonschema divides floats in floating point)", t);
+        fsa *dy = num_is_int_literal(t) ? NULL : dyadic_multiples(t);
+        if (dy)
+            rc = and_num(c, b, dy, kp, "multipleOf");
+        else if (!num_is_int_literal(t) || t[0] == '-' || !strcmp(t, "0"))
+            rc = js_unsupported(c, kp, "multipleOf", "%s: only positive integers and 0.5, 0.25, ... (2^-k) can be "
+                                "enforced exactly (python-jsonschema divides floats in floating point: 0.3 is not a "
+                                "multiple of 0.1 to it)", t);
         else
             rc = and_num(c, b, num_multiple_of(t), kp, "multipleOf");
         b->num_inexact = true;
@@ -462,8 +501,9 @@ static int array_kws(js_ctx *c, const cJSON *s, const char *path, js_node *b) {
     if (ct && cmax >= 0 && js_unsupported(c, path, "maxContains", "at most N matching items cannot be enforced") < 0)
         return TUTTI_ERR;
     const cJSON *u = js_kw(s, "uniqueItems");
-    if (cJSON_IsTrue(u) && !(b->max_items >= 0 && b->max_items <= 1))
-        if (js_unsupported(c, path, "uniqueItems", "a grammar cannot compare items with each other") < 0) return TUTTI_ERR;
+    /* enforced where the items are a few null/boolean/string values
+     * (js_emit.c), else refused there with this path */
+    if (cJSON_IsTrue(u) && !(b->max_items >= 0 && b->max_items <= 1)) b->unique = true;
     return c->failed ? TUTTI_ERR : 0;
 }
 
@@ -532,6 +572,7 @@ static int object_kws(js_ctx *c, const cJSON *s, const char *path, js_node *b) {
     if (add) {
         char *kp = js_path(path, "additionalProperties", NULL);
         b->additional = cJSON_IsTrue(add) ? NULL : js_of_schema(c, add, kp);
+        b->add_open = true;
         free(kp);
     }
     const cJSON *pn = js_kw(s, "propertyNames");

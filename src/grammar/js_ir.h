@@ -75,6 +75,8 @@ struct js_node {
     fsa *str, *str_sup;       /* string values admitted (decoded): a subset and a superset of the
                                  schema's, NULL: all; equal unless a pattern's engines differ */
     bool str_no_neg;          /* a format: the strings cannot be complemented exactly */
+    bool str_canon;           /* str is (a subset of) const/enum strings: written in their canonical
+                                 spelling only (js_ctx.all_spellings false) */
     const char **sup_src;     /* patterns whose superset automaton is still to be built into
                                  str_sup (only `not` needs it: built then) */
     int32_t n_sup_src;
@@ -90,6 +92,7 @@ struct js_node {
     js_pat *pats;             /* a name in several: all of their values apply */
     int32_t n_pats;
     js_node *additional;      /* names in no props/pats; NULL: any value */
+    bool add_open;            /* additionalProperties said so (true or a schema), not absent */
     fsa *names;               /* propertyNames, NULL: any */
     int64_t min_props, max_props;
     js_node *fwd;             /* forced into another node: its content is there */
@@ -107,6 +110,8 @@ struct js_node {
 typedef struct js_ctx {
     const cJSON *root;
     bool lenient;
+    bool all_spellings;  /* const/enum strings in every spelling (else canonical only) */
+    bool open_objects;   /* additionalProperties absent: any other name (else none, as llama.cpp) */
     struct sbuf *warn;   /* lenient: the warnings, one per line */
     bool failed;
     js_node **nodes;     /* every node (owned) */

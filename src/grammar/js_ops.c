@@ -285,6 +285,7 @@ static int and_objects(js_ctx *c, js_node *n, js_node *a, js_node *b) {
     }
     n->additional = !a->additional ? b->additional : !b->additional ? a->additional
                                                                   : js_and(c, a->additional, b->additional, n->path);
+    n->add_open = a->add_open || b->add_open;
     if (a->names || b->names) n->names = and_fsa(c, a->names, b->names, n->path);
     n->min_props = max64(a->min_props, b->min_props);
     n->max_props = min_bound(a->max_props, b->max_props);
@@ -326,6 +327,7 @@ static int and_bases(js_ctx *c, js_node *n, js_node *a, js_node *b) {
     if (n->types & JT_STR) {
         n->str = and_fsa(c, a->str, b->str, n->path);
         n->str_no_neg = a->str_no_neg || b->str_no_neg;
+        n->str_canon = (a->str_canon && a->str) || (b->str_canon && b->str);
         if (!n->str_no_neg) n->str_sup = and_fsa(c, a->str_sup, b->str_sup, n->path);
         if (a->n_sup_src + b->n_sup_src) {
             n->sup_src = malloc(sizeof(char *) * (size_t)(a->n_sup_src + b->n_sup_src));

@@ -125,7 +125,7 @@ static int64_t run_nodes(const tutti_grammar_vocab *v, const gr_range *r, int32_
 
 static void run_free(gv_run *t) {
     if (!t) return;
-    free(t->ptok), free(t->pj0), free(t->r), free(t->cum), free(t->grp_j), free(t->grp0), free(t->grp_b), free(t->gtok), free(t->gpos);
+    free(t->ptok), free(t->pj0), free(t->r), free(t->cum), free(t->ltok), free(t->lnc), free(t->grp_j), free(t->grp0), free(t->grp_b), free(t->gtok), free(t->gpos);
     free(t);
 }
 
@@ -160,6 +160,15 @@ static bool partial_in(const uint8_t *s, int32_t n, const gr_range *r, int32_t n
     return false;
 }
 
+/* The long pure tokens by length (insertion sort: a few hundred). */
+static void sort_long(gv_run *t) {
+    for (int32_t i = 1; i < t->n_long; i++) {
+        int32_t id = t->ltok[i], nc = t->lnc[i], j = i;
+        for (; j > 0 && t->lnc[j - 1] > nc; j--) t->ltok[j] = t->ltok[j - 1], t->lnc[j] = t->lnc[j - 1];
+        t->ltok[j] = id, t->lnc[j] = nc;
+    }
+}
+
 /* The run table of R over v: one pass over every token's bytes. */
 static gv_run *run_build(const tutti_grammar_vocab *v, const gr_range *r, int32_t nr) {
     int32_t nt = v->n_toks, W = v->n_words;
@@ -190,7 +199,19 @@ static gv_run *run_build(const tutti_grammar_vocab *v, const gr_range *r, int32_
         n_b += plen[k] == -1;
         n_p += plen[k] <= -2;
     }
-    t->cum = calloc((size_t)(t->max_pure + 1) * (size_t)W, sizeof(uint64_t));
+    /* bitsets up to GV_CUM_MAX characters; the few longer pure tokens
+     * (runs of spaces, dashes: up to 128 characters in Llama 3) are a
+     * list by length instead, so a table is ~1.3 MB, not ~3 MB */
+    t->n_cum = t->max_pure < GV_CUM_MAX ? t->max_pure : GV_CUM_MAX;
+    int32_t n_long = 0;
+    for (int32_t k = 0; k < nt; k++) {
+        int32_t pc = plen[k] >= 0 ? plen[k] : plen[k] <= -2 ? -plen[k] - 1 : -1;
+        n_long += pc > t->n_cum;
+    }
+    t->ltok = malloc(sizeof(int32_t) * (size_t)(n_long + 1));
+    t->lnc = malloc(sizeof(int32_t) * (size_t)(n_long + 1));
+    if (!t->ltok || !t->lnc) goto oom;
+    t->cum = calloc((size_t)(t->n_cum + 1) * (size_t)W, sizeof(uint64_t));
     t->gtok = malloc(sizeof(int32_t) * (size_t)(n_b + 1));
     t->gpos = malloc(sizeof(int32_t) * (size_t)(n_b + 1));
     /* counting sort of the other tokens by key j * 256 + b */
@@ -201,13 +222,14 @@ static gv_run *run_build(const tutti_grammar_vocab *v, const gr_range *r, int32_
     if (!t->cum || !t->gtok || !t->gpos || !key_n || !t->ptok || !t->pj0) goto oom;
     for (int32_t k = 0; k < nt; k++) {
         int32_t id = v->toks[k];
-        if (plen[k] >= 0) t->cum[(size_t)plen[k] * W + (id >> 6)] |= 1ull << (id & 63);
-        else if (plen[k] <= -2) {
-            t->cum[(size_t)(-plen[k] - 1) * W + (id >> 6)] |= 1ull << (id & 63);
-            t->pj0[-plen[k] - 2 + 1]++;
-        } else key_n[(int64_t)bj[k] * 256 + v->pbytes[v->poff[id] + bq[k]] + 1]++;
+        int32_t pc = plen[k] >= 0 ? plen[k] : plen[k] <= -2 ? -plen[k] - 1 : -1;
+        if (pc > t->n_cum) t->ltok[t->n_long] = id, t->lnc[t->n_long++] = pc;
+        else if (pc >= 0) t->cum[(size_t)pc * W + (id >> 6)] |= 1ull << (id & 63);
+        if (plen[k] <= -2) t->pj0[-plen[k] - 2 + 1]++;
+        else if (plen[k] == -1) key_n[(int64_t)bj[k] * 256 + v->pbytes[v->poff[id] + bq[k]] + 1]++;
     }
-    for (int32_t n = 1; n <= t->max_pure; n++)
+    sort_long(t);
+    for (int32_t n = 1; n <= t->n_cum; n++)
         for (int32_t i = 0; i < W; i++) t->cum[(size_t)n * W + i] |= t->cum[(size_t)(n - 1) * W + i];
     int32_t n_grp = 0;
     for (int64_t q = 1; q <= nkeys; q++) n_grp += key_n[q] > 0;
@@ -249,10 +271,11 @@ oom:
     return NULL;
 }
 
-/* Tables kept per vocabulary (a few MB each for 151k tokens): a grammar
+/* Tables kept per vocabulary (~1.3 MB each for 128k tokens, so at most
+ * ~125 MB; MaskBench's schemas meet over 32 distinct large classes, and a
+ * class without a table costs a full trie scan, ms, per new state): a grammar
  * with more distinct large classes than this gets the trie scan for the
  * others instead of unbounded memory and set-up time. */
-#define GV_MAX_RUNS 32
 
 /* The run table of R, made on first use (one per vocabulary and class);
  * NULL + *full when the vocabulary has GV_MAX_RUNS tables already, NULL
@@ -347,10 +370,20 @@ int gm_run_mask(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, int32_t 
     int32_t cls = gm_run_top_class(m, s), nr;
     if (cls < 0) return 0;
     const gr_range *r = gm_class_ranges(g, cls, &nr);
-    if (run_nodes(v, r, nr) < gm_run_min_nodes) return 0;
-    bool full;
-    const gv_run *t = run_get(v, r, nr, &full);
-    if (!t) return full ? 0 : -3;
+    /* the class's table, looked up once per matcher (run_get locks and
+     * compares ranges: a tenth of the time of wide schemas' masks) */
+    if (!m->cls_run && !(m->cls_run = calloc((size_t)g->n_classes, sizeof *m->cls_run))) return -3;
+    const gv_run *t = m->cls_run[cls];
+    if (t == GM_NO_RUN) return 0;
+    if (!t) {
+        bool full = false;
+        if (run_nodes(v, r, nr) >= gm_run_min_nodes) {
+            t = run_get(v, r, nr, &full);
+            if (!t && !full) return -3;
+        }
+        m->cls_run[cls] = t ? t : GM_NO_RUN;
+        if (!t) return 0;
+    }
     if (m->cap_chain < t->max_j + 1) {
         int32_t *c = realloc(m->chain, sizeof(int32_t) * (size_t)(t->max_j + 1));
         if (!c) return -3;
@@ -389,7 +422,8 @@ int gm_run_mask(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, int32_t 
     int32_t W = v->n_words;
     uint64_t *bits = m->bits;
     int32_t lim = N < t->max_pure ? N : t->max_pure;
-    memcpy(bits, t->cum + (size_t)lim * W, sizeof(uint64_t) * (size_t)W);
+    memcpy(bits, t->cum + (size_t)(lim < t->n_cum ? lim : t->n_cum) * W, sizeof(uint64_t) * (size_t)W);
+    for (int32_t k = 0; k < t->n_long && t->lnc[k] <= lim; k++) bits[t->ltok[k] >> 6] |= 1ull << (t->ltok[k] & 63);
     if (N < t->max_j) /* finite run: partial tokens after exactly N characters */
         for (int32_t k = t->pj0[N]; k < t->pj0[N + 1]; k++) {
             int32_t id = t->ptok[k], L = v->plen[id], x = chain[0]; /* the whole token */

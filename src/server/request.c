@@ -421,12 +421,20 @@ static int set_grammar(pctx *x, const char *name, tutti_grammar *g, const char *
     return 0;
 }
 
-static int schema_grammar(pctx *x, const char *name, const cJSON *schema, const char *what) {
+/* lenient: the extension field "lenient" of response_format's json_schema
+ * object (or of a json_object response_format): a keyword that cannot be
+ * enforced is dropped (logged) instead of a 400, as --json-schema-lenient. */
+static int schema_grammar(pctx *x, const char *name, const cJSON *schema, const char *what, const cJSON *lenient) {
     if (!cJSON_IsObject(schema) && !cJSON_IsBool(schema)) return bad(x, name, "%s must be a JSON schema (an object)", what);
+    if (lenient && !cJSON_IsBool(lenient)) return bad(x, name, "%s: 'lenient' must be true or false", what);
     char *txt = cJSON_PrintUnformatted(schema);
     if (!txt) return oom(x);
-    tutti_grammar *g = tutti_grammar_from_json_schema(txt, strlen(txt));
+    tutti_json_schema_params jp = tutti_json_schema_default_params();
+    jp.lenient = cJSON_IsTrue(lenient);
+    tutti_grammar *g = tutti_grammar_from_json_schema_params(txt, strlen(txt), &jp);
     free(txt);
+    if (g && jp.warnings) fprintf(stderr, "tutti serve: %s (lenient):\n%s", what, jp.warnings);
+    free(jp.warnings);
     return set_grammar(x, name, g, what);
 }
 
@@ -439,7 +447,7 @@ static int f_response_format(pctx *x, const char *name, const cJSON *rf) {
     const char *t = type->valuestring;
     if (!strcmp(t, "json_object")) {
         const cJSON *schema = field(rf, "schema");
-        if (schema) return schema_grammar(x, name, schema, "response_format json_object schema");
+        if (schema) return schema_grammar(x, name, schema, "response_format json_object schema", field(rf, "lenient"));
         static const char obj[] = "{\"type\": \"object\"}";
         return set_grammar(x, name, tutti_grammar_from_json_schema(obj, sizeof obj - 1), "response_format");
     }
@@ -447,14 +455,14 @@ static int f_response_format(pctx *x, const char *name, const cJSON *rf) {
         const cJSON *js = field(rf, "json_schema");
         const cJSON *schema = cJSON_IsObject(js) ? field(js, "schema") : NULL;
         if (!schema) return bad(x, name, "response_format json_schema needs {\"json_schema\": {\"schema\": {...}}}");
-        return schema_grammar(x, name, schema, "json_schema");
+        return schema_grammar(x, name, schema, "json_schema", field(js, "lenient"));
     }
     if (strcmp(t, "text"))
         return bad(x, name, "response_format type '%.40s' is not one of text, json_object, json_schema", t);
     return 0;
 }
 
-static int f_json_schema(pctx *x, const char *name, const cJSON *v) { return schema_grammar(x, name, v, "json_schema"); }
+static int f_json_schema(pctx *x, const char *name, const cJSON *v) { return schema_grammar(x, name, v, "json_schema", NULL); }
 
 static int f_grammar(pctx *x, const char *name, const cJSON *v) {
     if (!cJSON_IsString(v)) return bad(x, name, "'grammar' must be a string (GBNF)");

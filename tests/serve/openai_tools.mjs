@@ -31,7 +31,7 @@ const first = plain("required", await client.chat.completions.create({ ...common
 plain("named", await client.chat.completions.create({ ...common,
   tool_choice: { type: "function", function: { name: "get_weather" } } }));
 plain("auto", await client.chat.completions.create({ ...common, tool_choice: "auto", max_tokens: 40 }));
-plain("parallel", await client.chat.completions.create({ ...common, tool_choice: "required", max_tokens: 200,
+plain("parallel", await client.chat.completions.create({ ...common, tool_choice: "required", max_tokens: 400,
                                                           parallel_tool_calls: true }));
 
 // streamed: the deltas of each call index concatenated, as the package's users do
