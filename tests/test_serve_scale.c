@@ -660,7 +660,9 @@ static void test_tools(void **state) {
             int n_auto = check_calls(cJSON_GetObjectItemCaseSensitive(case_of(j, "auto"), "calls"), s.dir);
             int n_par = check_calls(cJSON_GetObjectItemCaseSensitive(case_of(j, "parallel"), "calls"), s.dir);
             print_message("%s: auto %d calls, parallel %d calls\n", tmpls[t], n_auto, n_par);
-            if (t == 0) assert_true(n_par >= 2); /* the calls before the one max_tokens cut */
+            /* "required" with parallel calls: at least one call, every one valid
+             * (how many fit in max_tokens depends on what the model samples) */
+            assert_true(n_par >= 1);
             const cJSON *cont = cJSON_GetObjectItemCaseSensitive(j, "continued");
             assert_true(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(cont, "content")) ||
                         cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(cont, "calls")) > 0);
