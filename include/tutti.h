@@ -1485,6 +1485,12 @@ int tutti_mpi_split_members(const char *counts, int32_t ubatch, const char *cons
  * cannot load: an error naming it.  Nothing to do on one rank.  0 or
  * TUTTI_ERR. */
 int tutti_mpi_experts_attach(tutti_session *s, const char *path);
+/* tutti_model_load for rank 0 of such a split: of the routed experts only
+ * rank 0's share is placed (copied out of the mapping), the other ranks'
+ * stay mapped and are never read (each rank r > 0 likewise places only
+ * its share and none of the other weights), so no rank holds more than its
+ * part of the experts.  Without MPI or on one rank: tutti_model_load. */
+tutti_model *tutti_mpi_experts_load(const char *path, const tutti_model_params *params);
 /* Ensemble members (tutti run/eval/fit/serve/generate --split-experts): on
  * keeps every member in rank 0's process and splits the experts of each
  * MoE member over all ranks (strict: a member without experts is an error,

@@ -397,6 +397,84 @@ static void test_cli_eval(void **state) {
     free(ref);
 }
 
+/* ---- a rank's share of the experts (--split-experts) ----
+ * tutti_model_load_experts places of each routed-expert tensor only the
+ * share's matrices (copied or repacked out of the mapping), leaving the
+ * others in the file's mapping; with experts_only (ranks 1..K-1) nothing
+ * else is placed.  Checked on the tensors themselves, and the share's
+ * products (tutti_moe_experts over random rows) equal the whole model's
+ * bit for bit (end to end, tests/test_mpi.sh compares the logits). */
+static const void *file_data(const tutti_model *m, const char *name) {
+    const gguf_tensor_info *t = gguf_find_tensor(m->gguf, name);
+    assert_non_null(t);
+    return t->data;
+}
+
+static void expect_share(const tutti_model *whole, const tutti_model *part, int32_t rank, int32_t k, bool only) {
+    const int32_t ne = part->hp.n_expert, e0 = ne * rank / k, e1 = ne * (rank + 1) / k;
+    assert_int_equal(part->part_e0, e0);
+    assert_int_equal(part->part_e1, e1);
+    const int32_t il = part->hp.n_layer - 1; /* an MoE layer */
+    const tutti_layer *L = &part->layers[il];
+    char name[64];
+    snprintf(name, sizeof name, "blk.%d.ffn_up_exps.weight", il);
+    /* the share placed, the other experts where the file has them */
+    assert_ptr_equal(L->ffn_up_exps.data, file_data(part, name));
+    assert_non_null(L->ffn_up_exps.part);
+    assert_true(L->ffn_up_exps.part0 == e0 && L->ffn_up_exps.part1 == e1);
+    const size_t mat = (size_t)L->ffn_up_exps.n_rows * tutti_row_size(L->ffn_up_exps.type, L->ffn_up_exps.n_cols);
+    assert_ptr_equal(tutti_weight_mat(&L->ffn_up_exps, e0), L->ffn_up_exps.part);
+    if (e1 < ne) assert_ptr_equal(tutti_weight_mat(&L->ffn_up_exps, e1), (const char *)file_data(part, name) + e1 * mat);
+    if (e0 > 0) assert_ptr_equal(tutti_weight_mat(&L->ffn_up_exps, 0), file_data(part, name));
+    snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", il); /* the router: rank 0's */
+    if (only)
+        assert_ptr_equal(L->ffn_gate_inp.data, file_data(part, name));
+    else
+        assert_ptr_not_equal(L->ffn_gate_inp.data, file_data(part, name));
+    /* the share's products are the whole model's */
+    const int64_t n_embd = part->hp.n_embd, nf = part->hp.n_ff_exp, rows = 3 * (int64_t)ne;
+    int32_t offs[TUTTI_MAX_EXPERTS + 1];
+    for (int32_t e = 0; e <= ne; e++) offs[e] = 3 * e;
+    float *xe = malloc(sizeof(float) * (size_t)(rows * n_embd)), *buf[2][3];
+    assert_non_null(xe);
+    for (int64_t i = 0; i < rows * n_embd; i++) xe[i] = (float)((i * 7919) % 2001 - 1000) / 1000.0f;
+    tutti_mm mm[2 * TUTTI_MAX_EXPERTS];
+    tutti_threadpool *tp = tutti_threadpool_new(2);
+    assert_non_null(tp);
+    assert_non_null(tutti_threadpool_scratch(tp, (size_t)(rows * (n_embd > nf ? n_embd : nf)) + 16 * (size_t)ne));
+    const tutti_model *ms[2] = {whole, part};
+    for (int v = 0; v < 2; v++) {
+        buf[v][0] = calloc((size_t)(rows * nf), sizeof(float));
+        buf[v][1] = calloc((size_t)(rows * nf), sizeof(float));
+        buf[v][2] = calloc((size_t)(rows * n_embd), sizeof(float));
+        tutti_moe_experts(tp, ms[v], &ms[v]->layers[il], offs, e0, e1, xe, buf[v][0], buf[v][1], buf[v][2], mm);
+    }
+    assert_memory_equal(buf[0][2] + offs[e0] * n_embd, buf[1][2] + offs[e0] * n_embd,
+                        sizeof(float) * (size_t)((offs[e1] - offs[e0]) * n_embd));
+    for (int v = 0; v < 2; v++)
+        for (int j = 0; j < 3; j++) free(buf[v][j]);
+    free(xe);
+    tutti_threadpool_free(tp);
+}
+
+static void test_expert_share_load(void **state) {
+    (void)state;
+    const char *files[] = {"qwen3moe-k-Q4_K_M", "gpt-oss-b-MXFP4_MOE", "deepseek3-b-Q8_0"};
+    for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
+        tutti_model *whole = tutti_model_load(moe_path(files[f], ".gguf"), NULL);
+        assert_non_null(whole);
+        for (int32_t k = 2; k <= 3; k++)
+            for (int32_t r = 0; r < k; r++) {
+                tutti_model *part = tutti_model_load_experts(moe_path(files[f], ".gguf"), NULL, r, k, r > 0);
+                if (!part) fail_msg("%s: %s", files[f], tutti_last_error());
+                expect_share(whole, part, r, k, r > 0);
+                tutti_model_free(part);
+            }
+        tutti_model_free(whole);
+    }
+    assert_null(tutti_model_load_experts(moe_path(files[0], ".gguf"), NULL, 2, 2, true));
+}
+
 /* ---- the 1-3-bit i-quants of the MoE downloads, against llama.cpp ----
  * Where the oracle chroot exists (root; not in CI: skipped there, as
  * TUTTI_TEST_NO_ORACLE=1 pretends), ../shared/oracle/gen_moe_models.py
@@ -507,7 +585,7 @@ static void test_iquants_oracle(void **state) {
 }
 
 int main(void) {
-    struct CMUnitTest tests[N_ROWS + 9];
+    struct CMUnitTest tests[N_ROWS + 10];
     for (size_t i = 0; i < N_ROWS; i++) {
         tests[i] = (struct CMUnitTest)cmocka_unit_test_prestate(test_moe_row, (void *)&g_rows[i]);
         tests[i].name = g_rows[i].name;
@@ -517,7 +595,7 @@ int main(void) {
         cmocka_unit_test(test_route_sigmoid_bias), cmocka_unit_test(test_route_groups),
         cmocka_unit_test(test_route_softmax_weight), cmocka_unit_test(test_moe_bad_metadata),
         cmocka_unit_test(test_cli_fused_runs), cmocka_unit_test(test_cli_eval),
-        cmocka_unit_test(test_iquants_oracle),
+        cmocka_unit_test(test_expert_share_load), cmocka_unit_test(test_iquants_oracle),
     };
     memcpy(tests + N_ROWS, route, sizeof route);
     return cmocka_run_group_tests(tests, NULL, NULL);
