@@ -5,7 +5,10 @@
 # MODEL: a random-weight MoE of a real layer shape, e.g. the file that
 #   bench/moe.py --shape olmoe --keep leaves in
 #   /opt/llamacpp-oracle/tmp/tutti-bench-moe/olmoe-4l-q4_k_m.gguf
-# Every rank holds the whole model: 3 ranks need 3 x its size in memory.
+# Every rank maps the whole file but places (holds in memory) only its own
+# experts, rank 0 also the rest of the model: the lines of each rank give
+# its resident memory at the end (peak in brackets); one process's peak RSS
+# is /usr/bin/time's.
 # Each rank gets the same -t, so 2 ranks use twice the cores of one process;
 # the "1 process, -t 2T" line is the comparison at equal cores.
 set -uo pipefail
@@ -23,10 +26,11 @@ run_cfg() {
   name=$1; shift
   : >"$W/p"; : >"$W/g"
   for i in $(seq "$REP"); do
-    "$@" -m "$MODEL" -f "$W/prompt.txt" -n 64 --temp 0 --ignore-eos >"$W/out.$i" 2>"$W/err"
+    /usr/bin/time -o "$W/rss" -f %M "$@" -m "$MODEL" -f "$W/prompt.txt" -n 64 --temp 0 --ignore-eos >"$W/out.$i" 2>"$W/err"
     rate "$W/err" | awk '{ print $1 >> "'"$W/p"'"; print $2 >> "'"$W/g"'" }'
   done
-  printf '%-40s prompt %8.1f tok/s   generation %7.1f tok/s\n' "$name" "$(median <"$W/p")" "$(median <"$W/g")"
+  printf '%-40s prompt %8.1f tok/s   generation %7.1f tok/s' "$name" "$(median <"$W/p")" "$(median <"$W/g")"
+  case "$1" in mpi) echo ;; *) echo "   peak RSS $(($(tail -n 1 "$W/rss") / 1024)) MiB" ;; esac
   grep 'tutti: mpi: experts:' "$W/err" | sed 's/^/    /'
 }
 echo "model: $MODEL, prompt $(wc -c <"$W/prompt.txt") bytes, median of $REP runs, $(nproc) CPUs"

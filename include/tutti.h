@@ -1475,7 +1475,7 @@ int tutti_mpi_split_attach(tutti_session *s, int32_t n_threads, int32_t ubatch);
 int tutti_mpi_split_members(const char *counts, int32_t ubatch, const char *const *paths, int32_t n_paths);
 
 /* Routed experts split over the ranks (--split-experts, src/mpi/experts.c):
- * every rank loads the whole model and rank r computes experts
+ * every rank maps the whole file and rank r computes (and holds) experts
  * [r E / K, (r + 1) E / K) of every MoE layer; rank 0 sends each rank the
  * rows routed to its experts and sums every token's experts in rank order,
  * so the logits are the single process's bits.

@@ -3,7 +3,8 @@
  * the other ranks' expert servers.  Compiled only with MPI.
  *
  * The second way of DwarfStar's distributed-inference notes beside the
- * layer split: every rank holds the whole model, and each MoE layer's
+ * layer split: every rank maps the whole file (placing only its own
+ * experts, rank 0 also the rest: tutti_model_load_experts), and each MoE layer's
  * routed experts are computed by the rank that owns them (rank r: experts
  * [r E / K, (r + 1) E / K)).  Rank 0 routes, sends every other rank the
  * rows routed to its experts (n_embd floats each), computes its own share
