@@ -26,7 +26,11 @@ run_cfg() {
   name=$1; shift
   : >"$W/p"; : >"$W/g"
   for i in $(seq "$REP"); do
-    /usr/bin/time -o "$W/rss" -f %M "$@" -m "$MODEL" -f "$W/prompt.txt" -n 64 --temp 0 --ignore-eos >"$W/out.$i" 2>"$W/err"
+    case "$1" in # mpi is a function: each rank's memory is in its own lines
+      mpi) "$@" -m "$MODEL" -f "$W/prompt.txt" -n 64 --temp 0 --ignore-eos >"$W/out.$i" 2>"$W/err" ;;
+      *) /usr/bin/time -o "$W/rss" -f %M "$@" -m "$MODEL" -f "$W/prompt.txt" -n 64 --temp 0 --ignore-eos \
+           >"$W/out.$i" 2>"$W/err" ;;
+    esac
     rate "$W/err" | awk '{ print $1 >> "'"$W/p"'"; print $2 >> "'"$W/g"'" }'
   done
   printf '%-40s prompt %8.1f tok/s   generation %7.1f tok/s' "$name" "$(median <"$W/p")" "$(median <"$W/g")"
