@@ -5,7 +5,10 @@
 # MODEL: a random-weight MoE of a real layer shape, e.g. the file that
 #   bench/moe.py --shape olmoe --keep leaves in
 #   /opt/llamacpp-oracle/tmp/tutti-bench-moe/olmoe-4l-q4_k_m.gguf
-# Every rank holds the whole model: 3 ranks need 3 x its size in memory.
+# Every rank maps the whole file but places (holds in memory) only its own
+# experts, rank 0 also the rest of the model: the lines of each rank give
+# its resident memory at the end (peak in brackets); one process's peak RSS
+# is /usr/bin/time's.
 # Each rank gets the same -t, so 2 ranks use twice the cores of one process;
 # the "1 process, -t 2T" line is the comparison at equal cores.
 set -uo pipefail

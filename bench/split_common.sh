@@ -15,10 +15,15 @@ run_cfg() {
   name=$1; shift
   : >"$W/p"; : >"$W/g"
   for i in $(seq "$REP"); do
-    "$@" -m "$MODEL" -f "$W/prompt.txt" -n "$N_GEN" --temp 0 --ignore-eos >/dev/null 2>"$W/err"
+    case "$1" in # mpi is a function (not for /usr/bin/time): each rank's memory is in its own lines
+      mpi) "$@" -m "$MODEL" -f "$W/prompt.txt" -n "$N_GEN" --temp 0 --ignore-eos >/dev/null 2>"$W/err" ;;
+      *) /usr/bin/time -o "$W/rss" -f %M "$@" -m "$MODEL" -f "$W/prompt.txt" -n "$N_GEN" --temp 0 --ignore-eos \
+           >/dev/null 2>"$W/err" ;;
+    esac
     rate "$W/err" | awk '{ print $1 >> "'"$W/p"'"; print $2 >> "'"$W/g"'" }'
   done
-  printf '%-52s prompt %8.1f tok/s   generation %7.1f tok/s\n' "$name" "$(median <"$W/p")" "$(median <"$W/g")"
+  printf '%-52s prompt %8.1f tok/s   generation %7.1f tok/s' "$name" "$(median <"$W/p")" "$(median <"$W/g")"
+  case "$1" in mpi) echo ;; *) echo "   peak RSS $(($(tail -n 1 "$W/rss") / 1024)) MiB" ;; esac
   grep "$REPORT" "$W/err" | sed 's/^/    /'
 }
 echo "model: $MODEL, prompt $(wc -c <"$W/prompt.txt") bytes, median of $REP runs, $(nproc) CPUs"

@@ -1511,7 +1511,7 @@ int tutti_mpi_split_attach(tutti_session *s, int32_t n_threads, int32_t ubatch);
 int tutti_mpi_split_members(const char *counts, int32_t ubatch, const char *const *paths, int32_t n_paths);
 
 /* Routed experts split over the ranks (--split-experts, src/mpi/experts.c):
- * every rank loads the whole model and rank r computes experts
+ * every rank maps the whole file and rank r computes (and holds) experts
  * [r E / K, (r + 1) E / K) of every MoE layer; rank 0 sends each rank the
  * rows routed to its experts and sums every token's experts in rank order,
  * so the logits are the single process's bits.
@@ -1521,6 +1521,12 @@ int tutti_mpi_split_members(const char *counts, int32_t ubatch, const char *cons
  * cannot load: an error naming it.  Nothing to do on one rank.  0 or
  * TUTTI_ERR. */
 int tutti_mpi_experts_attach(tutti_session *s, const char *path);
+/* tutti_model_load for rank 0 of such a split: of the routed experts only
+ * rank 0's share is placed (copied out of the mapping), the other ranks'
+ * stay mapped and are never read (each rank r > 0 likewise places only
+ * its share and none of the other weights), so no rank holds more than its
+ * part of the experts.  Without MPI or on one rank: tutti_model_load. */
+tutti_model *tutti_mpi_experts_load(const char *path, const tutti_model_params *params);
 /* Ensemble members (tutti run/eval/fit/serve/generate --split-experts): on
  * keeps every member in rank 0's process and splits the experts of each
  * MoE member over all ranks (strict: a member without experts is an error,

@@ -3,7 +3,7 @@
  * Reference: the random-weight models of tests/data/moe (made by
  * tests/data/moe/make_refs.sh with ../shared/oracle/gen_moe_models.py: two
  * shapes and seeds per architecture, F32 and F16 of shape a, Q8_0 and
- * Q4_K_M of shape b, a K-quant shape of qwen3moe, gpt-oss's MXFP4) fed the ids of
+  * Q4_K_M of shape b, a K-quant shape of qwen3moe, gpt-oss's MXFP4) fed the ids of
  * tests/data/moe/input.ids; NAME.logits.f32 holds llama.cpp's logits
  * [N_IDS][105].  The measure is the max over positions and ids of
  * |Δ log-softmax|, tolerances as for the dense architectures (test_arch.c):
@@ -27,11 +27,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "gguf/gguf.h"
 #include "gguf/gguf_write.h"
 #include "model/model.h"
+#include "quant/quant.h"
 #include "tutti.h"
 
 #define N_IDS 33
@@ -395,8 +397,195 @@ static void test_cli_eval(void **state) {
     free(ref);
 }
 
+/* ---- a rank's share of the experts (--split-experts) ----
+ * tutti_model_load_experts places of each routed-expert tensor only the
+ * share's matrices (copied or repacked out of the mapping), leaving the
+ * others in the file's mapping; with experts_only (ranks 1..K-1) nothing
+ * else is placed.  Checked on the tensors themselves, and the share's
+ * products (tutti_moe_experts over random rows) equal the whole model's
+ * bit for bit (end to end, tests/test_mpi.sh compares the logits). */
+static const void *file_data(const tutti_model *m, const char *name) {
+    const gguf_tensor_info *t = gguf_find_tensor(m->gguf, name);
+    assert_non_null(t);
+    return t->data;
+}
+
+static void expect_share(const tutti_model *whole, const tutti_model *part, int32_t rank, int32_t k, bool only) {
+    const int32_t ne = part->hp.n_expert, e0 = ne * rank / k, e1 = ne * (rank + 1) / k;
+    assert_int_equal(part->part_e0, e0);
+    assert_int_equal(part->part_e1, e1);
+    const int32_t il = part->hp.n_layer - 1; /* an MoE layer */
+    const tutti_layer *L = &part->layers[il];
+    char name[64];
+    snprintf(name, sizeof name, "blk.%d.ffn_up_exps.weight", il);
+    /* the share placed, the other experts where the file has them */
+    assert_ptr_equal(L->ffn_up_exps.data, file_data(part, name));
+    assert_non_null(L->ffn_up_exps.part);
+    assert_true(L->ffn_up_exps.part0 == e0 && L->ffn_up_exps.part1 == e1);
+    const size_t mat = (size_t)L->ffn_up_exps.n_rows * tutti_row_size(L->ffn_up_exps.type, L->ffn_up_exps.n_cols);
+    assert_ptr_equal(tutti_weight_mat(&L->ffn_up_exps, e0), L->ffn_up_exps.part);
+    if (e1 < ne) assert_ptr_equal(tutti_weight_mat(&L->ffn_up_exps, e1), (const char *)file_data(part, name) + e1 * mat);
+    if (e0 > 0) assert_ptr_equal(tutti_weight_mat(&L->ffn_up_exps, 0), file_data(part, name));
+    snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", il); /* the router: rank 0's */
+    if (only)
+        assert_ptr_equal(L->ffn_gate_inp.data, file_data(part, name));
+    else
+        assert_ptr_not_equal(L->ffn_gate_inp.data, file_data(part, name));
+    /* the share's products are the whole model's */
+    const int64_t n_embd = part->hp.n_embd, nf = part->hp.n_ff_exp, rows = 3 * (int64_t)ne;
+    int32_t offs[TUTTI_MAX_EXPERTS + 1];
+    for (int32_t e = 0; e <= ne; e++) offs[e] = 3 * e;
+    float *xe = malloc(sizeof(float) * (size_t)(rows * n_embd)), *buf[2][3];
+    assert_non_null(xe);
+    for (int64_t i = 0; i < rows * n_embd; i++) xe[i] = (float)((i * 7919) % 2001 - 1000) / 1000.0f;
+    tutti_mm mm[2 * TUTTI_MAX_EXPERTS];
+    tutti_threadpool *tp = tutti_threadpool_new(2);
+    assert_non_null(tp);
+    assert_non_null(tutti_threadpool_scratch(tp, (size_t)(rows * (n_embd > nf ? n_embd : nf)) + 16 * (size_t)ne));
+    const tutti_model *ms[2] = {whole, part};
+    for (int v = 0; v < 2; v++) {
+        buf[v][0] = calloc((size_t)(rows * nf), sizeof(float));
+        buf[v][1] = calloc((size_t)(rows * nf), sizeof(float));
+        buf[v][2] = calloc((size_t)(rows * n_embd), sizeof(float));
+        tutti_moe_experts(tp, ms[v], &ms[v]->layers[il], offs, e0, e1, xe, buf[v][0], buf[v][1], buf[v][2], mm);
+    }
+    assert_memory_equal(buf[0][2] + offs[e0] * n_embd, buf[1][2] + offs[e0] * n_embd,
+                        sizeof(float) * (size_t)((offs[e1] - offs[e0]) * n_embd));
+    for (int v = 0; v < 2; v++)
+        for (int j = 0; j < 3; j++) free(buf[v][j]);
+    free(xe);
+    tutti_threadpool_free(tp);
+}
+
+static void test_expert_share_load(void **state) {
+    (void)state;
+    const char *files[] = {"qwen3moe-k-Q4_K_M", "gpt-oss-b-MXFP4_MOE", "deepseek3-b-Q8_0"};
+    for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
+        tutti_model *whole = tutti_model_load(moe_path(files[f], ".gguf"), NULL);
+        assert_non_null(whole);
+        for (int32_t k = 2; k <= 3; k++)
+            for (int32_t r = 0; r < k; r++) {
+                tutti_model *part = tutti_model_load_experts(moe_path(files[f], ".gguf"), NULL, r, k, r > 0);
+                if (!part) fail_msg("%s: %s", files[f], tutti_last_error());
+                expect_share(whole, part, r, k, r > 0);
+                tutti_model_free(part);
+            }
+        tutti_model_free(whole);
+    }
+    assert_null(tutti_model_load_experts(moe_path(files[0], ".gguf"), NULL, 2, 2, true));
+}
+
+/* ---- the 1-3-bit i-quants of the MoE downloads, against llama.cpp ----
+ * Where the oracle chroot exists (root; not in CI: skipped there, as
+ * TUTTI_TEST_NO_ORACLE=1 pretends), ../shared/oracle/gen_moe_models.py
+ * writes a qwen3moe (the generator's default shape: n_embd 256, 8 experts
+ * of 256, top 2, two layers, stories260K's 512 tokens; a seed of its own)
+ * with --quant into a temporary directory: llama-imatrix computes an
+ * importance matrix on generated text and llama-quantize makes the
+ * IQ2_XXS, IQ2_S (IQ2_XS tensors), IQ2_M (IQ2_S tensors) and IQ3_S copies
+ * from it.  Each file's experts must be of that type (no silent fallback),
+ * and llama.cpp's logits (/oracle/dumplogits) of the ids of input.ids
+ * must be tutti's at the quantized tolerance, in one batch (experts over
+ * the rows routed to them) and token by token.  The files are ~1.2-1.8 MB
+ * each, too large for tests/data; the run takes ~40 s. */
+#define ORACLE "/opt/llamacpp-oracle"
+
+typedef struct iq_case {
+    const char *ftype; /* llama-quantize's name, in the generator's file name */
+    int type;          /* what the routed experts' tensors hold */
+} iq_case;
+
+static float *oracle_logits(const char *dir, const char *file, const char *ids, int32_t n, int32_t nv) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "chroot " ORACLE " /oracle/dumplogits -m %s/%s --ids %s -t 2 --out %s/%s.f32 >/dev/null 2>&1", dir + strlen(ORACLE),
+             file, ids, dir + strlen(ORACLE), file);
+    int st = -1;
+    free(run_cmd(cmd, &st));
+    if (st != 0) fail_msg("dumplogits failed (%d) on %s", st, file);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s.f32", dir, file);
+    size_t len = 0;
+    float *ref = (float *)read_file(path, &len);
+    assert_non_null(ref);
+    assert_int_equal(len, sizeof(float) * (size_t)n * (size_t)nv);
+    return ref;
+}
+
+static void check_iq_file(const char *dir, const iq_case *c, const char *ids_text, const int32_t *ids) {
+    char file[128], path[1024];
+    snprintf(file, sizeof file, "qwen3moe-%s.gguf", c->ftype);
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    tutti_model *m = tutti_model_load(path, NULL);
+    if (!m) fail_msg("%s: %s", file, tutti_last_error());
+    const int32_t nv = tutti_model_n_vocab(m);
+    static const char *const exps[] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+    for (int32_t il = 0; il < m->hp.n_layer; il++)
+        for (int k = 0; k < 3; k++) {
+            char name[64];
+            snprintf(name, sizeof name, "blk.%d.%s.weight", il, exps[k]);
+            const gguf_tensor_info *t = gguf_find_tensor(m->gguf, name);
+            assert_non_null(t);
+            if (t->type != c->type)
+                fail_msg("%s: %s is %s, expected %s", file, name, tutti_type_name(t->type), tutti_type_name(c->type));
+        }
+    float *ref = oracle_logits(dir, file, ids_text, N_IDS, nv);
+    tutti_session_params sp = tutti_session_default_params();
+    sp.n_ctx = 64;
+    sp.n_threads = 2;
+    tutti_session *s = tutti_session_new(m, &sp);
+    assert_non_null(s);
+    float *logits = malloc(sizeof(float) * N_IDS * (size_t)nv);
+    assert_non_null(logits);
+    assert_int_equal(tutti_session_eval(s, ids, N_IDS, logits), TUTTI_OK);
+    const double d_batch = max_logsoftmax_diff(logits, ref, N_IDS, nv);
+    eval_prefix_then_steps(s, ids, 9, N_IDS, nv, logits);
+    const double d_incr = max_logsoftmax_diff(logits, ref, N_IDS, nv);
+    print_message("%-24s experts %-7s max |dlogsoftmax| batch %.5f, incremental %.5f (tolerance %.2f)\n", file,
+                  tutti_type_name(c->type), d_batch, d_incr, TOL_QUANT);
+    assert_true(d_batch <= TOL_QUANT);
+    assert_true(d_incr <= TOL_QUANT);
+    free(logits);
+    free(ref);
+    tutti_session_free(s);
+    tutti_model_free(m);
+}
+
+static void test_iquants_oracle(void **state) {
+    (void)state;
+    struct stat sb;
+    if (stat(ORACLE "/oracle/dumplogits", &sb) != 0 || geteuid() != 0 || getenv("TUTTI_TEST_NO_ORACLE")) {
+        print_message("no oracle chroot at " ORACLE " (or not root): the i-quant MoE files are not made\n");
+        skip();
+    }
+    require_shared();
+    char dir[] = ORACLE "/tmp/tutti-moe-iq-XXXXXX", cmd[4096];
+    assert_non_null(mkdtemp(dir));
+    const char *in = dir + strlen(ORACLE);
+    snprintf(cmd, sizeof cmd,
+             "cp %s %s %s/ && chroot " ORACLE " python3 %s/gen_moe_models.py %s/stories260K.gguf %s --only qwen3moe "
+             "--seed 23 --quant >%s/gen.log 2>&1",
+             shared_path("oracle/gen_moe_models.py"), shared_path("models/stories260K.gguf"), dir, in, in, in, dir);
+    int st = -1;
+    free(run_cmd(cmd, &st));
+    if (st != 0) fail_msg("gen_moe_models.py --quant failed (%d): see %s/gen.log", st, dir);
+    char *ids_text = read_file(moe_path("input", ".ids"), NULL);
+    assert_non_null(ids_text);
+    ids_text[strcspn(ids_text, "\r\n")] = 0;
+    int32_t ids[N_IDS + 1];
+    read_ids(ids);
+    static const iq_case cases[] = {{"IQ2_XXS", TUTTI_TYPE_IQ2_XXS},
+                                    {"IQ2_S", TUTTI_TYPE_IQ2_XS},
+                                    {"IQ2_M", TUTTI_TYPE_IQ2_S},
+                                    {"IQ3_S", TUTTI_TYPE_IQ3_S}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_iq_file(dir, &cases[i], ids_text, ids);
+    free(ids_text);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    free(run_cmd(cmd, &st));
+}
+
 int main(void) {
-    struct CMUnitTest tests[N_ROWS + 8];
+    struct CMUnitTest tests[N_ROWS + 10];
     for (size_t i = 0; i < N_ROWS; i++) {
         tests[i] = (struct CMUnitTest)cmocka_unit_test_prestate(test_moe_row, (void *)&g_rows[i]);
         tests[i].name = g_rows[i].name;
@@ -406,6 +595,7 @@ int main(void) {
         cmocka_unit_test(test_route_sigmoid_bias), cmocka_unit_test(test_route_groups),
         cmocka_unit_test(test_route_softmax_weight), cmocka_unit_test(test_moe_bad_metadata),
         cmocka_unit_test(test_cli_fused_runs), cmocka_unit_test(test_cli_eval),
+        cmocka_unit_test(test_expert_share_load), cmocka_unit_test(test_iquants_oracle),
     };
     memcpy(tests + N_ROWS, route, sizeof route);
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -201,8 +201,9 @@ int cmd_generate(int argc, char **argv) {
     double t0 = cli_now();
     tutti_model_params mp = tutti_model_default_params();
     mp.verbose = !cli_quiet;
-    /* split by layers: the member loads rank 0's part of the model itself */
-    if (!split && !(model = tutti_model_load(model_path, &mp))) {
+    /* split by layers: the member loads rank 0's part of the model itself;
+     * split by experts: rank 0 places only its own experts */
+    if (!split && !(model = split_experts ? tutti_mpi_experts_load(model_path, &mp) : tutti_model_load(model_path, &mp))) {
         cli_error("%s", tutti_last_error());
         goto done;
     }

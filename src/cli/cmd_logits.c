@@ -65,7 +65,9 @@ int cmd_logits(int argc, char **argv) {
     int rc = 1;
     float *logits = NULL;
     tutti_session *sess = NULL;
-    tutti_model *model = split ? tutti_mpi_split_load(model_path, NULL, split_counts[0] ? split_counts : NULL) : tutti_model_load(model_path, NULL);
+    tutti_model *model = split           ? tutti_mpi_split_load(model_path, NULL, split_counts[0] ? split_counts : NULL)
+                         : split_experts ? tutti_mpi_experts_load(model_path, NULL)
+                                         : tutti_model_load(model_path, NULL);
     if (!model) {
         cli_error("%s", tutti_last_error());
         goto done;

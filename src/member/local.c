@@ -470,7 +470,7 @@ static fusion_member *local_new(const char *path, const tutti_model *model, int3
     tutti_model_params mp = tutti_model_default_params();
     /* a shared model is only read (the sessions hold all mutable state) */
     lm->owns_model = model == NULL;
-    lm->model = model ? (tutti_model *)(uintptr_t)model : tutti_model_load(path, &mp);
+    lm->model = model ? (tutti_model *)(uintptr_t)model : lm->ops.load ? lm->ops.load(path, &mp) : tutti_model_load(path, &mp);
     if (!lm->model) {
         if (lm->ops.release) lm->ops.release(lm->ops.ctx);
         free(lm);

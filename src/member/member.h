@@ -173,6 +173,9 @@ typedef struct fusion_local_sessions {
      * when fusion_member_local_new_sessions fails) */
     void (*release)(void *ctx);
     bool can_shift; /* the sessions may shift their context (a split by layers cannot) */
+    /* may be NULL (tutti_model_load): loads the member's model when none is
+     * shared (a split by experts places only rank 0's experts) */
+    tutti_model *(*load)(const char *path, const tutti_model_params *mp);
 } fusion_local_sessions;
 /* As fusion_member_local_new_shared over model (borrowed; NULL: loaded
  * from path and owned), sessions from ops (copied).  The member is the

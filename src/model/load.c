@@ -59,25 +59,39 @@ tutti_model_params tutti_model_default_params(void) {
  * the rows used), and so do the unrepacked weights of a model loaded from a
  * caller's buffer.  A tied output matrix (alias = token_embd) shares a plain
  * copy, but keeps the original for the embedding lookups when repacked. */
-/* Whether the file mapping at w->data is mapped by 2 MiB pages (after
- * faulting w in); *range caches the answer for the mapping [range[0],
+/* A weight to place: matrices [m0, m1) of w (all of them but for the
+ * routed experts of a rank's share). */
+typedef struct placed {
+    tutti_weight *w;
+    int64_t m0, m1;
+    bool in_place; /* the file's mapping keeps them (mapped by 2 MiB pages) */
+} placed;
+
+/* Bytes of p's matrices. */
+static size_t placed_bytes(const placed *p) {
+    return tutti_row_size(p->w->type, p->w->n_cols) * (size_t)(p->w->n_rows * (p->m1 - p->m0));
+}
+
+/* Whether the file mapping at p's matrices is mapped by 2 MiB pages (after
+ * faulting them in); range caches the answer for the mapping [range[0],
  * range[1]) that was asked about last (range[2]: 1 huge, 0 not). */
-static bool mapped_huge(const tutti_weight *w, uintptr_t range[3]) {
-    const uintptr_t a = (uintptr_t)w->data;
-    tutti_mem_populate(w->data, tutti_row_size(w->type, w->n_cols) * (size_t)(w->n_rows * w->n_mat));
+static bool mapped_huge(const placed *p, uintptr_t range[3]) {
+    const char *from = tutti_weight_mat(p->w, p->m0);
+    const uintptr_t a = (uintptr_t)from;
+    tutti_mem_populate(from, placed_bytes(p));
     if (a >= range[0] && a < range[1]) return range[2];
-    const double share = tutti_mem_huge_share(w->data, range);
+    const double share = tutti_mem_huge_share(from, range);
     if (share < 0) range[0] = range[1] = 0; /* unknown: ask again next time */
     range[2] = share >= 0.9;
     return range[2];
 }
 
-/* Bytes w takes in the arena (0: stays where it is); *rt = repacked type or -1.
- * in_place: the file's mapping may keep it (mapped by 2 MiB pages). */
-static size_t place_size(const tutti_model *m, const tutti_weight *w, bool in_place, int *rt) {
+/* Bytes p takes in the arena (0: stays where it is); *rt = repacked type or -1. */
+static size_t place_size(const tutti_model *m, const placed *p, int *rt) {
+    const tutti_weight *w = p->w;
     *rt = -1;
-    if (!w->data) return 0;
-    const int64_t rows = w->n_rows * w->n_mat;
+    if (!w->data || p->m1 <= p->m0) return 0;
+    const int64_t rows = w->n_rows * (p->m1 - p->m0);
     /* a 3-D weight's matrices (experts) are repacked as one when no panel of
      * 8 interleaved rows (quant.h) straddles two of them */
     const bool whole_panels = w->n_mat == 1 || w->n_rows % 8 == 0;
@@ -88,21 +102,23 @@ static size_t place_size(const tutti_model *m, const tutti_weight *w, bool in_pl
         *rt = t;
         return bytes;
     }
-    return m->mapped && !in_place ? tutti_row_size(w->type, w->n_cols) * (size_t)rows : 0;
+    return m->mapped && !p->in_place ? tutti_row_size(w->type, w->n_cols) * (size_t)rows : 0;
 }
 
-/* Copies (rt < 0) or repacks (into type rt) w to dst. */
-static void place_weight(const tutti_model *m, tutti_weight *w, tutti_weight *alias, char *dst, int rt) {
+/* Copies (rt < 0) or repacks (into type rt) p's matrices to dst. */
+static void place_weight(const tutti_model *m, const placed *p, tutti_weight *alias, char *dst, int rt) {
+    tutti_weight *w = p->w;
     /* in slices of ~8 MiB whose source pages are given back at once */
     const bool give_back = m->mapped && !(rt >= 0 && alias);
     const size_t src_row = tutti_row_size(w->type, w->n_cols);
     const size_t dst_row = rt >= 0 ? tutti_row_size(rt, w->n_cols) : src_row;
-    const int64_t rows = w->n_rows * w->n_mat;
+    const int64_t rows = w->n_rows * (p->m1 - p->m0);
+    const char *from = tutti_weight_mat(w, p->m0);
     int64_t slice = (int64_t)(((size_t)8 << 20) / src_row) / 8 * 8;
     if (slice < 8) slice = 8;
     for (int64_t r = 0; r < rows; r += slice) {
         const int64_t nr = rows - r < slice ? rows - r : slice;
-        const char *src = (const char *)w->data + (size_t)r * src_row;
+        const char *src = from + (size_t)r * src_row;
         if (rt >= 0)
             tutti_repack(w->type, src, dst + (size_t)r * dst_row, nr, w->n_cols);
         else
@@ -113,6 +129,10 @@ static void place_weight(const tutti_model *m, tutti_weight *w, tutti_weight *al
             const uintptr_t hi = ((uintptr_t)src + (size_t)nr * src_row) / page * page;
             if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED); /* advisory: failure only costs memory */
         }
+    }
+    if (p->m0 > 0 || p->m1 < w->n_mat) { /* a share of the experts: the rest stays mapped */
+        w->part = dst, w->part_type = rt >= 0 ? rt : w->type, w->part0 = p->m0, w->part1 = p->m1;
+        return;
     }
     w->data = dst;
     if (rt >= 0)
@@ -142,22 +162,34 @@ static int layer_weights(tutti_layer *L, tutti_weight **ws) {
 }
 
 /* The weights of the model's part (all layers of a whole model) but
- * token_embd, output last (entries may be absent: data NULL). */
-static int model_weights(tutti_model *m, tutti_weight **out, int cap) {
+ * token_embd, output last (entries may be absent: data NULL); the routed
+ * experts' tensors with the share [part_e0, part_e1), with
+ * part_experts_only nothing but them and their biases. */
+static int model_weights(tutti_model *m, placed *out, int cap) {
     int n = 0;
     tutti_weight *ws[LAYER_WEIGHTS];
     for (int il = m->part_il0; il < m->part_il1; il++) {
-        const int k = layer_weights(&m->layers[il], ws);
-        for (int i = 0; i < k && n < cap; i++) out[n++] = ws[i];
+        tutti_layer *L = &m->layers[il];
+        const int k = layer_weights(L, ws);
+        for (int i = 0; i < k && n < cap; i++) {
+            const bool exps = ws[i] == &L->ffn_gate_exps || ws[i] == &L->ffn_up_exps || ws[i] == &L->ffn_down_exps;
+            const bool bias = ws[i] == &L->ffn_gate_exps_b || ws[i] == &L->ffn_up_exps_b || ws[i] == &L->ffn_down_exps_b;
+            if (m->part_experts_only && !exps && !bias) continue;
+            const int64_t nm = ws[i]->n_mat;
+            out[n++] = (placed){ws[i], exps && m->part_e0 < nm ? m->part_e0 : exps ? nm : 0,
+                                exps && m->part_e1 < nm ? m->part_e1 : nm, false};
+        }
     }
     tutti_weight *top[] = {&m->output_norm, &m->rope_freqs, &m->output};
-    for (int i = 0; i < 3 && n < cap && m->part_head; i++) out[n++] = top[i];
+    for (int i = 0; i < 3 && n < cap && m->part_head && !m->part_experts_only; i++)
+        out[n++] = (placed){top[i], 0, top[i]->n_mat, false};
     return n;
 }
 
 /* One weight's move into the arena (place_weight's arguments). */
 typedef struct placement {
-    tutti_weight *w, *alias;
+    const placed *p;
+    tutti_weight *alias;
     char *dst;
     int rt;
 } placement;
@@ -174,12 +206,12 @@ static void place_worker(void *arg, int ith, int nth) {
     (void)ith, (void)nth;
     place_job *job = arg;
     for (int i; (i = atomic_fetch_add(&job->next, 1)) < job->n;)
-        place_weight(job->m, job->p[i].w, job->p[i].alias, job->p[i].dst, job->p[i].rt);
+        place_weight(job->m, job->p[i].p, job->p[i].alias, job->p[i].dst, job->p[i].rt);
 }
 
 /* Moves every placed weight into arena (laid out as place_size says), with
  * all cores: copying is bound by faulting in fresh pages, which scales. */
-static void place_all(tutti_model *m, tutti_weight **ws, const bool *in_place, int n, char *arena) {
+static void place_all(tutti_model *m, const placed *ws, int n, char *arena) {
     placement *p = malloc(sizeof *p * (size_t)n);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     tutti_threadpool *tp = p ? tutti_threadpool_new(cores < 1 ? 1 : cores > 8 ? 8 : (int)cores) : NULL;
@@ -187,11 +219,11 @@ static void place_all(tutti_model *m, tutti_weight **ws, const bool *in_place, i
     char *at = arena;
     for (int i = 0; i < n; i++) {
         int rt;
-        const size_t sz = place_size(m, ws[i], in_place[i], &rt);
+        const size_t sz = place_size(m, &ws[i], &rt);
         if (!sz) continue;
-        tutti_weight *alias = ws[i] == &m->output && m->tied ? &m->token_embd : NULL;
-        if (p) p[job.n++] = (placement){ws[i], alias, at, rt};
-        else place_weight(m, ws[i], alias, at, rt); /* no memory for the list: one thread */
+        tutti_weight *alias = ws[i].w == &m->output && m->tied ? &m->token_embd : NULL;
+        if (p) p[job.n++] = (placement){&ws[i], alias, at, rt};
+        else place_weight(m, &ws[i], alias, at, rt); /* no memory for the list: one thread */
         at += (sz + 63) / 64 * 64;
     }
     atomic_init(&job.next, 0);
@@ -202,37 +234,43 @@ static void place_all(tutti_model *m, tutti_weight **ws, const bool *in_place, i
 
 static int place_weights(tutti_model *m) {
     const int cap = LAYER_WEIGHTS * m->hp.n_layer + 3;
-    tutti_weight **ws = malloc(sizeof *ws * (size_t)cap);
-    bool *in_place = calloc((size_t)cap, sizeof *in_place);
-    if (!ws || !in_place) {
-        free(ws), free(in_place);
-        return tutti_set_error("%s: out of memory", m->path);
-    }
+    placed *ws = malloc(sizeof *ws * (size_t)cap);
+    if (!ws) return tutti_set_error("%s: out of memory", m->path);
     const int n = model_weights(m, ws, cap);
     uintptr_t range[3] = {0, 0, 0};
     size_t total = 0;
     for (int i = 0; i < n; i++) {
         int rt;
-        if (m->mapped && ws[i]->data) in_place[i] = mapped_huge(ws[i], range);
-        total += (place_size(m, ws[i], in_place[i], &rt) + 63) / 64 * 64;
-        if (in_place[i] && rt < 0)
-            m->weights_in_place += tutti_row_size(ws[i]->type, ws[i]->n_cols) * (size_t)(ws[i]->n_rows * ws[i]->n_mat);
+        if (m->mapped && ws[i].w->data && ws[i].m1 > ws[i].m0) ws[i].in_place = mapped_huge(&ws[i], range);
+        total += (place_size(m, &ws[i], &rt) + 63) / 64 * 64;
+        if (ws[i].in_place && rt < 0) m->weights_in_place += placed_bytes(&ws[i]);
     }
     void *arena = NULL;
     if (total && posix_memalign(&arena, (size_t)2 << 20, total) == 0) {
         (void)madvise(arena, total, MADV_HUGEPAGE); /* advisory */
         m->weights_mem = arena, m->weights_mem_size = total;
-        place_all(m, ws, in_place, n, arena);
+        place_all(m, ws, n, arena);
     } /* else no memory for a copy: the weights stay mapped (and unrepacked) */
-    free(ws), free(in_place);
+    free(ws);
     return TUTTI_OK;
 }
 
 /* ---- public ---- */
 
+/* What of the file a process places: layers [il0, il1) (il1 < 0: all),
+ * the head, the routed experts' share xr of xk (xk 0: all of them), and
+ * with experts_only nothing but the experts. */
+typedef struct load_part {
+    int32_t il0, il1;
+    bool head;
+    int32_t xr, xk;
+    bool experts_only;
+} load_part;
+
 /* Loads from path (buf == NULL: mmap) or from the caller's buffer. */
 static tutti_model *load_local(const char *path, const void *buf, size_t size, const tutti_model_params *params,
-                               int32_t il0, int32_t il1, bool head) {
+                               const load_part *part) {
+    int32_t il0 = part->il0, il1 = part->il1;
     tutti_model_params defaults = tutti_model_default_params();
     if (!params) params = &defaults;
     if (!path) {
@@ -273,7 +311,11 @@ static tutti_model *load_local(const char *path, const void *buf, size_t size, c
                         m->hp.n_layer);
         goto fail;
     }
-    m->part_il0 = il0, m->part_il1 = il1, m->part_head = head;
+    m->part_il0 = il0, m->part_il1 = il1, m->part_head = part->head;
+    const int64_t ne = m->hp.n_expert;
+    m->part_e0 = part->xk > 0 ? (int32_t)(ne * part->xr / part->xk) : 0;
+    m->part_e1 = part->xk > 0 ? (int32_t)(ne * (part->xr + 1) / part->xk) : (int32_t)ne;
+    m->part_experts_only = part->experts_only;
 
     m->vocab = tutti_vocab_from_gguf(m->gguf);
     if (!m->vocab) {
@@ -300,21 +342,30 @@ fail:
 
 /* A model spec "hf://..." (src/hub) loads its cached file. */
 static tutti_model *load(const char *path, const void *buf, size_t size, const tutti_model_params *params,
-                         int32_t il0, int32_t il1, bool head) {
-    if (buf || !tutti_is_hub_spec(path)) return load_local(path, buf, size, params, il0, il1, head);
+                         const load_part *part) {
+    if (buf || !tutti_is_hub_spec(path)) return load_local(path, buf, size, params, part);
     char *local = tutti_hub_resolve(path);
-    tutti_model *m = local ? load_local(local, NULL, 0, params, il0, il1, head) : NULL;
+    tutti_model *m = local ? load_local(local, NULL, 0, params, part) : NULL;
     free(local);
     return m;
 }
 
 tutti_model *tutti_model_load(const char *path, const tutti_model_params *params) {
-    return load(path, NULL, 0, params, 0, -1, true);
+    return load(path, NULL, 0, params, &(load_part){0, -1, true, 0, 0, false});
 }
 
 tutti_model *tutti_model_load_part(const char *path, const tutti_model_params *params, int32_t il0, int32_t il1,
                                    bool head) {
-    return load(path, NULL, 0, params, il0, il1, head);
+    return load(path, NULL, 0, params, &(load_part){il0, il1, head, 0, 0, false});
+}
+
+tutti_model *tutti_model_load_experts(const char *path, const tutti_model_params *params, int32_t rank,
+                                      int32_t n_ranks, bool experts_only) {
+    if (n_ranks < 1 || rank < 0 || rank >= n_ranks) {
+        tutti_set_error("%s: expert share %d of %d ranks", path, rank, n_ranks);
+        return NULL;
+    }
+    return load(path, NULL, 0, params, &(load_part){0, -1, !experts_only, rank, n_ranks, experts_only});
 }
 
 tutti_model *tutti_model_load_buffer(const void *buf, size_t size, const char *name,
@@ -323,7 +374,7 @@ tutti_model *tutti_model_load_buffer(const void *buf, size_t size, const char *n
         tutti_set_error("tutti_model_load_buffer: buffer is NULL");
         return NULL;
     }
-    return load(name ? name : "(buffer)", buf, size, params, 0, -1, true);
+    return load(name ? name : "(buffer)", buf, size, params, &(load_part){0, -1, true, 0, 0, false});
 }
 
 void tutti_model_free(tutti_model *model) {

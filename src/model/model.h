@@ -119,10 +119,18 @@ typedef struct tutti_weight {
     int64_t n_cols, n_rows;
     int64_t n_mat; /* 3-D tensors (experts, per-head MLA matrices): n_mat matrices of n_rows x n_cols,
                       one after the other (tutti_weight_mat); 1 otherwise */
+    /* A 3-D weight placed in part (a rank's own experts, --split-experts):
+     * matrices [part0, part1) are at part, of type part_type (copied or
+     * repacked), the others still where data points (type).  part NULL:
+     * all n_mat at data. */
+    const void *part;
+    int part_type;
+    int64_t part0, part1;
 } tutti_weight;
 
-/* Matrix i of a 3-D weight (expert i, head i): its first row. */
+/* Matrix i of a 3-D weight (expert i, head i): its first row, and its type. */
 const void *tutti_weight_mat(const tutti_weight *w, int64_t i);
+int tutti_weight_mat_type(const tutti_weight *w, int64_t i);
 
 typedef struct tutti_layer {
     tutti_weight attn_norm;                      /* f32 [n_embd] */
@@ -236,6 +244,13 @@ struct tutti_model {
      * disk nor resident.  Whole model: 0, n_layer, true. */
     int32_t part_il0, part_il1;
     bool part_head;
+    /* Of the routed experts (--split-experts), only matrices [part_e0,
+     * part_e1) of each expert tensor are placed, the others stay mapped and
+     * untouched (they still compute, read from the file); with
+     * part_experts_only nothing else is placed either (a rank that computes
+     * only its experts).  Whole model: 0, n_expert, false. */
+    int32_t part_e0, part_e1;
+    bool part_experts_only;
 };
 
 /* Loader steps (hparams.c, tensors.c): metadata -> m->hp, then every
@@ -249,6 +264,13 @@ int tutti_bind_tensors(tutti_model *m);
  * must be a whole valid model), but only the part's weights are placed. */
 tutti_model *tutti_model_load_part(const char *path, const tutti_model_params *params, int32_t il0, int32_t il1,
                                    bool head);
+/* tutti_model_load placing of the routed experts only the share of rank
+ * `rank` of n_ranks, experts [E rank / n_ranks, E (rank + 1) / n_ranks)
+ * (m->part_e0, part_e1), and with experts_only none of the other weights:
+ * the rest stays mapped, never read unless used.  A dense model is
+ * placed whole (unless experts_only). */
+tutti_model *tutti_model_load_experts(const char *path, const tutti_model_params *params, int32_t rank,
+                                      int32_t n_ranks, bool experts_only);
 
 /* Activations of the mixture-of-experts feed-forward, [n_ubatch] rows (all
  * NULL for a dense model; moe.c). */

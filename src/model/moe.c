@@ -103,7 +103,7 @@ void tutti_moe_routing_of(const tutti_model *m, const tutti_layer *L, tutti_moe_
 
 /* Product of matrix e of the 3-D weight w with m rows x into y. */
 static tutti_mm expert_mm(const tutti_weight *w, int32_t e, const float *x, int64_t m, float *y) {
-    return (tutti_mm){w->type, tutti_weight_mat(w, e), w->n_rows, w->n_cols, x, m, y};
+    return (tutti_mm){tutti_weight_mat_type(w, e), tutti_weight_mat(w, e), w->n_rows, w->n_cols, x, m, y};
 }
 
 /* Row e of an f32 bias matrix (NULL when absent). */

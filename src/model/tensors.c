@@ -15,7 +15,13 @@
 enum { W_REQUIRED = 0, W_OPTIONAL = 1, W_F32 = 2 };
 
 const void *tutti_weight_mat(const tutti_weight *w, int64_t i) {
+    if (w->part && i >= w->part0 && i < w->part1)
+        return (const char *)w->part + (size_t)(i - w->part0) * (size_t)w->n_rows * tutti_row_size(w->part_type, w->n_cols);
     return (const char *)w->data + (size_t)i * (size_t)w->n_rows * tutti_row_size(w->type, w->n_cols);
+}
+
+int tutti_weight_mat_type(const tutti_weight *w, int64_t i) {
+    return w->part && i >= w->part0 && i < w->part1 ? w->part_type : w->type;
 }
 
 static void fmt_shape(char *buf, size_t n, const int64_t *ne, uint32_t n_dims) {

@@ -3,7 +3,8 @@
  * the other ranks' expert servers.  Compiled only with MPI.
  *
  * The second way of DwarfStar's distributed-inference notes beside the
- * layer split: every rank holds the whole model, and each MoE layer's
+ * layer split: every rank maps the whole file (placing only its own
+ * experts, rank 0 also the rest: tutti_model_load_experts), and each MoE layer's
  * routed experts are computed by the rank that owns them (rank r: experts
  * [r E / K, (r + 1) E / K)).  Rank 0 routes, sends every other rank the
  * rows routed to its experts (n_embd floats each), computes its own share
@@ -180,13 +181,16 @@ static void xp_group_free(xp_split *x) {
             break;
     }
     for (int32_t r = 1; r < x->k; r++) tmpi_unregister(r, x->tag);
+    double rss, peak;
+    tmpi_rss_mib(&rss, &peak);
     if (x->n_rows > 0) /* a token of an MoE layer has n_used routed rows */
         fprintf(stderr,
                 "tutti: mpi: experts: %lld tokens x MoE layers of %s, %.1f%% of their routed rows computed on ranks "
-                "1-%d; %.1f bytes per token and layer over MPI, %.3f s waiting for the other ranks\n",
+                "1-%d; %.1f bytes per token and layer over MPI, %.3f s waiting for the other ranks; rank 0 "
+                "resident %.0f MiB (peak %.0f)\n",
                 (long long)(x->n_rows / x->n_used), tutti_base_name(x->path),
                 100.0 * (double)x->n_rows_out / (double)x->n_rows, x->k - 1,
-                (double)x->bytes * x->n_used / (double)x->n_rows, x->t_wait);
+                (double)x->bytes * x->n_used / (double)x->n_rows, x->t_wait, rss, peak);
     for (int32_t r = 0; r < x->k; r++) free(x->sbuf[r]), free(x->rbuf[r]);
     pthread_mutex_destroy(&x->mu);
     free(x->path);
@@ -321,6 +325,12 @@ int tutti_mpi_experts_join(tutti_mpi_experts *x, tutti_session *s) {
     return TUTTI_OK;
 }
 
+tutti_model *tutti_mpi_experts_load(const char *path, const tutti_model_params *params) {
+    /* rank 0 runs everything but the other ranks' experts, which stay
+     * mapped and untouched (still correct if a pass computed them here) */
+    return tutti_model_load_experts(path, params, 0, tutti_mpi_size(), false);
+}
+
 int tutti_mpi_experts_attach(tutti_session *s, const char *path) {
     if (s->model->hp.n_expert < 1)
         return tutti_set_error("--split-experts: %s has no routed experts", tutti_base_name(path));
@@ -421,8 +431,12 @@ static void *srv_main(void *arg) {
         MPI_Send(out, (int)(sizeof ok + sizeof(float) * n * (size_t)n_embd), MPI_BYTE, 0, q->tag, tmpi_comm);
         n_rows += h.n_rows;
     }
-    fprintf(stderr, "tutti: mpi: experts: rank %d computed experts %d-%d of %s for %lld routed rows\n", tmpi_rank(),
-            q->e0, q->e1 - 1, tutti_base_name(q->m->path), (long long)n_rows);
+    double rss, peak;
+    tmpi_rss_mib(&rss, &peak);
+    fprintf(stderr,
+            "tutti: mpi: experts: rank %d computed experts %d-%d of %s for %lld routed rows; resident %.0f MiB "
+            "(peak %.0f)\n",
+            tmpi_rank(), q->e0, q->e1 - 1, tutti_base_name(q->m->path), (long long)n_rows, rss, peak);
     free(offs), free(mm), free(buf), free(out), free(ge), free(ue);
     tutti_threadpool_free(q->tp);
     q->tp = NULL;
@@ -445,8 +459,12 @@ int tmpi_experts_serve(const char *buf, int cnt, char *ebuf, size_t cap) {
     q->e0 = h.e0, q->e1 = h.e1, q->tag = h.tag;
     const char *f = getenv("TUTTI_MPI_TEST_FAULT"); /* xpload@R: rank R cannot load (tests/test_mpi.sh) */
     const char *err = f && !strncmp(f, "xpload@", 7) && atoi(f + 7) == tmpi_rank() ? "injected load failure" : NULL;
-    if (!err && !(q->m = tutti_model_load(path, NULL))) err = tutti_last_error();
-    if (!err && (q->m->hp.n_expert < h.e1)) err = "the file has fewer experts than the split asks for";
+    /* only this rank's experts are placed: the rest of the file stays mapped
+     * and untouched (neither read nor resident) */
+    if (!err && !(q->m = tutti_model_load_experts(path, NULL, tmpi_rank(), tutti_mpi_size(), true)))
+        err = tutti_last_error();
+    if (!err && (q->m->hp.n_expert < h.e1 || q->m->part_e0 != h.e0 || q->m->part_e1 != h.e1))
+        err = "the file has fewer experts than the split asks for";
     if (!err && !(q->tp = tutti_threadpool_new(h.n_threads))) err = tutti_last_error();
     if (!err && pthread_create(&q->th, NULL, srv_main, q) != 0) err = "cannot start a thread";
     if (err) {

@@ -6,8 +6,10 @@
  * The member runs in rank 0's process, as a local member does (the same
  * session pool, prefix reuse, batches of several sequences, hence the same
  * forward passes), and every session of its pool sends each MoE layer's
- * rows of the other ranks' experts there; every rank loads the file whole
- * once, when the first session opens.  The bits of a pass do not depend on
+ * rows of the other ranks' experts there; every rank loads the file once
+ * (rank 0 with the member, the others when the first session opens), and
+ * places only its own experts (a served model shared from the registry is
+ * whole).  The bits of a pass do not depend on
  * where an expert's products run, so the member's logits are the local
  * member's.  A dense model is not split (its sessions are plain). */
 #include <stdlib.h>
@@ -55,7 +57,7 @@ fusion_member *tmpi_member_experts_open(const member_spec *spec) {
         return tutti_set_error("member %s: out of memory", spec->path), NULL;
     }
     c->strict = spec->split_experts_strict;
-    const fusion_local_sessions ops = {c, experts_open, NULL, experts_release, true};
+    const fusion_local_sessions ops = {c, experts_open, NULL, experts_release, true, tutti_mpi_experts_load};
     return fusion_member_local_new_sessions(spec->path, spec->shared, spec->n_sessions, spec->n_ctx,
                                             spec->n_threads, &ops);
 }

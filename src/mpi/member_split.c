@@ -131,7 +131,7 @@ fusion_member *tmpi_member_split_open(const member_spec *spec) {
     /* the plan, rank 0's part (unless the whole model is here already); the
      * other ranks load theirs when the first session is attached */
     sm->ring = tutti_mpi_ring_open(path, shared, NULL, counts, spec->split_ubatch, shared ? NULL : &sm->part);
-    const fusion_local_sessions ops = {sm, split_open, split_copy, NULL, false};
+    const fusion_local_sessions ops = {sm, split_open, split_copy, NULL, false, NULL};
     if (!sm->ring || !(sm->in = fusion_member_local_new_sessions(path, shared ? shared : sm->part, spec->n_sessions,
                                                                  spec->n_ctx, spec->n_threads, &ops))) {
         split_free(&sm->base);

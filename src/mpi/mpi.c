@@ -442,6 +442,19 @@ static void srv_reply_err(srv_member *s, const char *msg) {
  * "delay:MS" slows every answer of every member rank by MS milliseconds. */
 int tmpi_rank(void) { return g_rank; }
 
+void tmpi_rss_mib(double *now, double *peak) {
+    *now = *peak = 0;
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return;
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+        long kb;
+        if (sscanf(line, "VmRSS: %ld", &kb) == 1) *now = (double)kb / 1024;
+        if (sscanf(line, "VmHWM: %ld", &kb) == 1) *peak = (double)kb / 1024;
+    }
+    fclose(f);
+}
+
 void tmpi_test_fault(void) {
     static long n_req;
     static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;

@@ -68,6 +68,9 @@ int tutti_mpi_ring_copy(tutti_mpi_ring *r, int32_t dst, int32_t src, int32_t k) 
     return TUTTI_OK;
 }
 void tutti_mpi_ring_free(tutti_mpi_ring *r) { (void)r; }
+tutti_model *tutti_mpi_experts_load(const char *path, const tutti_model_params *params) {
+    return tutti_model_load(path, params);
+}
 int tutti_mpi_experts_attach(struct tutti_session *s, const char *path) {
     (void)s, (void)path;
     return tutti_set_error("--split-experts: this tutti was built without MPI (install libopenmpi-dev and reconfigure)");

@@ -181,6 +181,9 @@ void tmpi_members_on(int rank, char *buf, size_t cap);
 void tmpi_inflight(int rank, int delta);
 /* This process's rank. */
 int tmpi_rank(void);
+/* This process's resident memory now and at its peak, in MiB (for the
+ * reports: each rank holds only its part; 0 where /proc is not there). */
+void tmpi_rss_mib(double *now, double *peak);
 /* MPI_Improbe from src until a message with tag comes, without holding a
  * core while idle. */
 int tmpi_probe_idle(int src, int tag, MPI_Message *msg, MPI_Status *st);

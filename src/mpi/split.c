@@ -32,21 +32,6 @@
 #define SPLIT_MAX_SLOTS 4096 /* sessions per ring */
 #define SPLIT_MAX_COPY 4096  /* cache-prefix copies carried by one pass */
 
-/* ---- resident memory (for the report: each rank holds only its part) ---- */
-
-static void rss_mib(double *now, double *peak) {
-    *now = *peak = 0;
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f) return;
-    char line[256];
-    while (fgets(line, sizeof line, f)) {
-        long kb;
-        if (sscanf(line, "VmRSS: %ld", &kb) == 1) *now = (double)kb / 1024;
-        if (sscanf(line, "VmHWM: %ld", &kb) == 1) *peak = (double)kb / 1024;
-    }
-    fclose(f);
-}
-
 /* ---- arguments ---- */
 
 static bool is_counts(const char *s) {
@@ -216,7 +201,7 @@ void tutti_mpi_ring_free(tutti_mpi_ring *r) {
     for (int32_t q = 1; q < r->k && r->started; q++) tmpi_unregister(q, r->tag);
     if (r->n_tok > 0) {
         double rss, peak;
-        rss_mib(&rss, &peak);
+        tmpi_rss_mib(&rss, &peak);
         fprintf(stderr,
                 "tutti: mpi: split: %lld tokens in %lld micro-batches (%lld passes), %.1f bytes per token over the "
                 "ring (%d hops), %.3f s in the pipeline of %s; rank 0 RSS %.1f MiB (peak %.1f MiB)\n",
@@ -843,7 +828,7 @@ static void *srv_main(void *arg) {
     free(fseg);
     free(seen);
     double rss, peak;
-    rss_mib(&rss, &peak);
+    tmpi_rss_mib(&rss, &peak);
     int32_t n_ss = 0;
     for (int32_t i = 0; i < q->cap_ss; i++) n_ss += q->ss[i] != NULL;
     fprintf(stderr,

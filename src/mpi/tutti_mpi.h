@@ -90,7 +90,8 @@ void tutti_mpi_ring_free(tutti_mpi_ring *r);
  *
  *   mpirun -np K tutti generate|logits -m MOE.gguf --split-experts ...
  *
- * Every rank loads the whole model; rank r computes experts
+ * Every rank maps the whole file but places (holds) only its part: rank r
+ * computes experts
  * [r E / K, (r + 1) E / K) of every MoE layer (E = expert_count; rank 0
  * the first share, and everything else: attention, routing, shared
  * experts, the head).  Per layer, rank 0 sends each other rank the rows
