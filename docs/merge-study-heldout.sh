@@ -6,9 +6,9 @@
 # poems 3,5,9,12), whole and per domain.  Run docs/merge-study.sh first (same
 # WORK).  The searches score mixed-dev.txt's three domains as three texts
 # (--text stories --text dreams --text poems, the paragraphs split as
-# merge-study.sh does) with --objective mean and max (OBJECTIVES), and the
-# whole text as one (OBJECTIVES includes "whole"); each takes 2-10 minutes on
-# two busy cores.
+# merge-study.sh does) with each --objective (mean, max, mean-best,
+# max-best), and the whole text as one ("whole"); OBJECTIVES picks among
+# them.  Each search takes 1-10 minutes on two (busy) cores.
 # usage: docs/merge-study-heldout.sh [BUILD=build] [WORK=/tmp/merge-study]
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,7 +22,7 @@ awk -v w="$W" 'BEGIN{RS=""; ORS="\n\n"} {d = (NR==1||NR==4||NR==7||NR==11) ? "st
 M=$S/eval/mixed-dev.txt
 awk -v w="$W" 'BEGIN{RS=""; ORS="\n\n"} {d = (NR==1||NR==4||NR==7||NR==11) ? "stories" : (NR==3||NR==5||NR==9||NR==12) ? "poems" : "dreams"; print > (w "/mixed-" d ".txt")}' "$M"
 SEARCHED=()
-for obj in ${OBJECTIVES:-whole mean max}; do
+for obj in ${OBJECTIVES:-whole mean max mean-best max-best}; do
   for method in task_arithmetic ties; do
     if [ "$obj" = whole ]; then n=search-$method; texts=(--text "$M")
     else n=search-$method-$obj; texts=(--text "$W/mixed-stories.txt" --text "$W/mixed-dreams.txt" --text "$W/mixed-poems.txt" --objective "$obj"); fi

@@ -332,7 +332,7 @@ static double eval_bpb(const char *text, const char *model) {
 static void test_search_texts(void **state) {
     (void)state;
     require_shared();
-    const char *txt[3] = {tmp("p1.txt"), tmp("p2.txt"), tmp("p3.txt")};
+    char *txt[3] = {strdup(tmp("p1.txt")), strdup(tmp("p2.txt")), strdup(tmp("p3.txt"))}; /* tmp() rotates its buffers */
     for (int i = 0; i < 3; i++) dev_paragraph(txt[i], i + 1);
     char texts[2048], args[8192];
     snprintf(texts, sizeof texts, "--text %s --text %s --text %s", txt[0], txt[1], txt[2]);
@@ -390,6 +390,7 @@ static void test_search_texts(void **state) {
         assert_true(same_file(tmp("t1.yaml"), tmp("t2.yaml")));
         assert_true(same_file(tmp("t1.gguf"), tmp("t2.gguf")));
     }
+    for (int i = 0; i < 3; i++) free(txt[i]);
 }
 
 static void test_search_choices(void **state) {
