@@ -1615,6 +1615,11 @@ int tutti_hub_remove(const char *what, int32_t *n_removed);
  * have 4 decimals.  Deterministic: one seed, one result.  Random masks
  * (dare_*, della*) use tutti_merge's default seed 0, so the configuration
  * alone reproduces the merge. */
+/* The objectives over several texts: each text's bits per byte divided by
+ * the start point's on it (RATIO) or by the lowest of the input models'
+ * (base and -m) on it (BEST: how far the candidate is from the best
+ * specialist of that text), then the mean or the max over the texts. */
+enum { TUTTI_SEARCH_MEAN_RATIO = 0, TUTTI_SEARCH_MAX_RATIO = 1, TUTTI_SEARCH_MEAN_BEST = 2, TUTTI_SEARCH_MAX_BEST = 3 };
 typedef struct tutti_merge_search_params {
     const char *method;             /* mergekit method (default task_arithmetic) */
     const char *base;               /* base_model, or NULL (linear, nuslerp, multislerp only) */
@@ -1625,6 +1630,18 @@ typedef struct tutti_merge_search_params {
     uint64_t seed;                  /* of CMA-ES's samples */
     const char *text;               /* score: bits per byte on text[0..text_len), or */
     size_t text_len;
+    /* several texts (text NULL), each a task: the score is the mean (or the
+     * max, objective) over the texts of the candidate's bits per byte
+     * divided by the start point's (or the best input model's) on that
+     * text, so that each text weighs the same whatever its length and its
+     * scale; with RATIO, 1 at the start point */
+    const char *const *texts;       /* [n_texts] (2..16) */
+    const size_t *text_lens;
+    int32_t n_texts;
+    int32_t objective;              /* TUTTI_SEARCH_MEAN_RATIO (default), _MAX_RATIO, _MEAN_BEST, _MAX_BEST */
+    double *ref_bpb;                /* out, may be NULL: [n_texts] the best input model's (*_BEST only) */
+    double *best_bpb;               /* out, may be NULL: [n_texts] the best candidate's bits per byte */
+    double *start_bpb;              /* out, may be NULL: [n_texts] the start point's */
     const tutti_choice_item *items; /* accuracy on items[0..n_items) (text NULL) */
     int32_t n_items;
     const char *type;               /* output type: "F32", "F16" (default) or "BF16" (out_dtype) */
@@ -1640,8 +1657,8 @@ tutti_merge_search_params tutti_merge_search_default_params(void);
  * configuration (malloc'd, NUL-terminated: merge_method, base_model,
  * out_dtype and one slice per layer group with every source's layer_range
  * and parameters), which tutti_merge_config_parse + tutti_merge turn into
- * the model that was scored, and its score in *best_score (bits per byte or
- * accuracy).  NULL with tutti_last_error() on an error (bad parameters, a
+ * the model that was scored, and its score in *best_score (bits per byte,
+ * the mean or max ratio over several texts, or accuracy).  NULL with tutti_last_error() on an error (bad parameters, a
  * method without searchable parameters, a merge or evaluation failing). */
 char *tutti_merge_search(const tutti_merge_search_params *p, double *best_score);
 

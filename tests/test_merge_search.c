@@ -253,6 +253,108 @@ static void test_search_groups(void **state) {
     assert_false(same_file(tmp("g1.yaml"), tmp("g2.yaml")));
 }
 
+/* Paragraph k (1-based) of mixed-dev.txt, written to path. */
+static void dev_paragraph(const char *path, int k) {
+    size_t len;
+    char *t = read_file(shared_path("eval/mixed-dev.txt"), &len);
+    assert_non_null(t);
+    char *p = t;
+    for (int i = 1; i < k; i++) {
+        p = strstr(p, "\n\n");
+        assert_non_null(p);
+        p += 2;
+    }
+    char *e = strstr(p, "\n\n");
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fwrite(p, 1, e ? (size_t)(e + 2 - p) : strlen(p), f);
+    fclose(f);
+    free(t);
+}
+
+/* tutti eval's bits per byte of model on text. */
+static double eval_bpb(const char *text, const char *model) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s eval --text %s -m %s --json 2>/dev/null", TUTTI_CLI, text, model);
+    int st;
+    char *out = run_cmd(cmd, &st);
+    assert_int_equal(st, 0);
+    double v = number_after(out, "\"bits_per_byte\":");
+    free(out);
+    assert_true(isfinite(v));
+    return v;
+}
+
+/* Several texts (a story, a dream and a poem paragraph, each a task): the
+ * score is the mean (or max) over the texts of the file's bits per byte
+ * divided by the start point's, as tutti eval measures both files (the
+ * start point: the search with one evaluation; max-best: the lowest of the
+ * input models' bits per byte on each text); the YAML reproduces the
+ * file and one seed gives one result with several texts too. */
+static void test_search_texts(void **state) {
+    (void)state;
+    require_shared();
+    char *txt[3] = {strdup(tmp("p1.txt")), strdup(tmp("p2.txt")), strdup(tmp("p3.txt"))}; /* tmp() rotates its buffers */
+    for (int i = 0; i < 3; i++) dev_paragraph(txt[i], i + 1);
+    char texts[2048], args[8192];
+    snprintf(texts, sizeof texts, "--text %s --text %s --text %s", txt[0], txt[1], txt[2]);
+    snprintf(args, sizeof args, "--search %s %s --evals 1 --type F32 -o %s --yaml %s", texts, models_args(),
+             tmp("t0.gguf"), tmp("t0.yaml"));
+    free(merge_ok(args));
+    /* max-best's reference: the lowest of the three input models on each text */
+    const char *inputs[3] = {shared_path("models/stories260K.gguf"), shared_path("models/stories260K-ft/stories260K-dreams.gguf"),
+                             shared_path("models/stories260K-ft/stories260K-poems.gguf")};
+    double ref[3];
+    for (int i = 0; i < 3; i++) {
+        ref[i] = INFINITY;
+        for (int k = 0; k < 3; k++) ref[i] = fmin(ref[i], eval_bpb(txt[i], inputs[k]));
+    }
+    for (int obj = 0; obj < 3; obj++) {
+        const char *o = obj == 2 ? "max-best" : obj ? "max" : "mean";
+        snprintf(args, sizeof args, "--search %s --objective %s %s --evals 8 --seed 2 --type F32 -o %s --yaml %s", texts,
+                 o, models_args(), tmp("t1.gguf"), tmp("t1.yaml"));
+        free(merge_ok(args));
+        size_t len;
+        char *y = read_file(tmp("t1.yaml"), &len);
+        assert_non_null(y);
+        double reported = number_after(y, "# best: "), sum = 0, max = 0;
+        for (int i = 0; i < 3; i++) {
+            double b = eval_bpb(txt[i], tmp("t1.gguf")), b0 = eval_bpb(txt[i], tmp("t0.gguf"));
+            char key[32];
+            snprintf(key, sizeof key, "# text %d: ", i + 1);
+            const char *line = strstr(y, key);
+            assert_non_null(line);
+            double yb = number_after(line, key), yb0 = number_after(line, "(start ");
+            if (obj == 2) {
+                double yr = number_after(line, "best input ");
+                printf("%s: text %d: best input %.6f (YAML %.6f)\n", o, i + 1, ref[i], yr);
+                assert_true(fabs(yr - ref[i]) < 2e-6);
+                b0 = ref[i]; /* the ratio's denominator */
+            }
+            printf("%s: text %d: %.6f bits/byte (YAML %.6f), start %.6f (YAML %.6f)\n", o, i + 1, b, yb, b0, yb0);
+            assert_true(fabs(yb - b) < 2e-6);
+            if (obj < 2) assert_true(fabs(yb0 - b0) < 2e-6);
+            sum += b / b0;
+            max = fmax(max, b / b0);
+        }
+        double want = obj ? max : sum / 3;
+        printf("%s: reported %.6f, from tutti eval %.6f\n", o, reported, want);
+        assert_true(fabs(reported - want) < 2e-6);
+        if (obj < 2) assert_true(reported <= 1 + 1e-12);
+        free(y);
+        /* the YAML alone gives the same file; the same seed, the same YAML */
+        snprintf(args, sizeof args, "--config %s -o %s", tmp("t1.yaml"), tmp("t1r.gguf"));
+        free(merge_ok(args));
+        assert_true(same_file(tmp("t1.gguf"), tmp("t1r.gguf")));
+        snprintf(args, sizeof args, "--search %s --objective %s %s --evals 8 --seed 2 --type F32 -o %s --yaml %s", texts,
+                 o, models_args(), tmp("t2.gguf"), tmp("t2.yaml"));
+        free(merge_ok(args));
+        assert_true(same_file(tmp("t1.yaml"), tmp("t2.yaml")));
+        assert_true(same_file(tmp("t1.gguf"), tmp("t2.gguf")));
+    }
+    for (int i = 0; i < 3; i++) free(txt[i]);
+}
+
 static void test_search_choices(void **state) {
     (void)state;
     require_shared();
@@ -307,6 +409,10 @@ static void test_search_refusals(void **state) {
     expect_refusal(args, 2, "--yaml");
     snprintf(args, sizeof args, "--text %s %s --method linear", tmp("dev1.txt"), base);
     expect_refusal(args, 2, "belong to --search");
+    snprintf(args, sizeof args, "--search --text %s --objective max %s", tmp("dev1.txt"), base);
+    expect_refusal(args, 2, "two or more");
+    snprintf(args, sizeof args, "--search --text %s --text %s --objective worst %s", tmp("dev1.txt"), tmp("dev1.txt"), base);
+    expect_refusal(args, 2, "--objective");
     assert_int_equal(access(tmp("x.gguf"), F_OK), -1);
 }
 
@@ -322,6 +428,7 @@ int main(void) {
         cmocka_unit_test(test_cmaes_deterministic),
         cmocka_unit_test(test_search_reproduces),
         cmocka_unit_test(test_search_groups),
+        cmocka_unit_test(test_search_texts),
         cmocka_unit_test(test_search_choices),
         cmocka_unit_test(test_search_refusals),
     };

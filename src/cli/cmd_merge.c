@@ -2,12 +2,13 @@
  *
  *   tutti merge --config merge.yaml -o OUT.gguf [--type T]
  *   tutti merge -m A -m B --method slerp --t 0.5 -o OUT.gguf
- *   tutti merge --search --text DEV.txt --base BASE -m A -m B [--method M] [--layer-groups N]
- *               [--evals N] [--seed S] -o OUT.gguf --yaml OUT.yaml
+ *   tutti merge --search --text DEV.txt [--text DEV2.txt ... [--objective mean|max]] --base BASE
+ *               -m A -m B [--method M] [--layer-groups N] [--evals N] [--seed S] -o OUT.gguf --yaml OUT.yaml
  *
  * Flags through the shared parser (opts.h). */
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,9 @@ static const char *const g_types[] = {"F32",  "F16",     "BF16",   "Q8_0",    "Q
 static const char *const g_params[] = {"t",     "density", "lambda", "epsilon",    "gamma",
                                        "normalize", "rescale", "scale", "select_topk"};
 #define N_PARAMS (int)(sizeof g_params / sizeof g_params[0])
+/* --objective over several --text files (TUTTI_SEARCH_MEAN_RATIO, _MAX_RATIO) */
+static const char *const g_objectives[] = {"mean", "max", "mean-best", "max-best", NULL};
+#define MAX_TEXTS 16
 
 typedef struct merge_args {
     const char *config, *out, *method, *base, *name;
@@ -43,7 +47,9 @@ typedef struct merge_args {
     bool verbose;
     /* --search */
     bool search;
-    const char *text, *choices, *yaml;
+    cli_strs texts;
+    const char *choices, *yaml;
+    int objective; /* index in g_objectives, -1 = not given (mean) */
     int32_t layer_groups, evals, n_threads;
 } merge_args;
 
@@ -52,7 +58,11 @@ static int check_search_args(const merge_args *a) {
     if (a->config) return cli_usage_error("--search builds its own configuration: drop --config");
     if (!a->models.n) return cli_usage_error("--search needs the models to merge (-m A -m B, --base BASE)");
     if (!a->out || !a->yaml) return cli_usage_error("--search needs -o OUT.gguf and --yaml OUT.yaml");
-    if (!a->text == !a->choices) return cli_usage_error("--search needs one score: --text FILE or --choices FILE.jsonl");
+    if (!a->texts.n == !a->choices)
+        return cli_usage_error("--search needs one score: --text FILE (repeatable) or --choices FILE.jsonl");
+    if (a->texts.n > MAX_TEXTS) return cli_usage_error("--text: at most %d files", MAX_TEXTS);
+    if (a->objective >= 0 && a->texts.n < 2)
+        return cli_usage_error("--objective weighs several --text files against each other: give two or more");
     if (a->weights.n || a->n_params)
         return cli_usage_error("--search chooses the weights and parameters: drop --weights and the parameter flags");
     if (a->name) return cli_usage_error("--name: not with --search (the YAML alone must reproduce the file)");
@@ -69,6 +79,7 @@ static int parse_args(int argc, char **argv, merge_args *a) {
     double pv[N_PARAMS];
     for (int k = 0; k < N_PARAMS; k++) pv[k] = NAN;
     a->type = -1;
+    a->objective = -1;
     const cli_opt opts[] = {
         CLI_SECTION("configuration file"),
         CLI_STR("--config", "FILE", &a->config, "mergekit YAML configuration (merge_method, models/slices, ...)",
@@ -113,7 +124,15 @@ static int parse_args(int argc, char **argv, merge_args *a) {
                  "CMA-ES over the method's weights (and densities, t, select_topk) per model and\n"
                  "layer group, each candidate merged in memory and scored; writes the best as -o\n"
                  "and its mergekit configuration as --yaml (tutti merge --config gives the same file)"),
-        CLI_STR("--text", "FILE", &a->text, "score: bits per byte of the candidate on this text (lower is better)", "none"),
+        CLI_STRS("--text", "FILE", &a->texts,
+                 "score: bits per byte of the candidate on this text (lower is better); repeat for\n"
+                 "several tasks (2 to 16, e.g. a mixed text's domains), scored by --objective"),
+        CLI_CHOICE("--objective", "OBJ", &a->objective, g_objectives,
+                   "with several --text: each text's bits per byte divided by the start point's\n"
+                   "(every gene 0.5) on it, then the mean of these ratios (mean), or their max (max,\n"
+                   "the worst text); mean-best, max-best: divided by the lowest bits per byte of the\n"
+                   "input models (--base, -m) on that text instead",
+                   "mean"),
         CLI_STR("--choices", "FILE.jsonl", &a->choices,
                 "score: multiple-choice accuracy on these items (as tutti eval --choices)", "none"),
         CLI_INT("--layer-groups", "N", &a->layer_groups, 1, 64, "contiguous layer groups with their own parameters", "1"),
@@ -136,8 +155,8 @@ static int parse_args(int argc, char **argv, merge_args *a) {
     for (int k = 0; k < N_PARAMS; k++)
         if (!isnan(pv[k])) a->param_names[a->n_params] = g_params[k], a->param_values[a->n_params++] = (float)pv[k];
     if (a->search) return check_search_args(a);
-    if (a->text || a->choices || a->yaml || a->layer_groups || a->evals)
-        return cli_usage_error("--text, --choices, --yaml, --layer-groups and --evals belong to --search");
+    if (a->texts.n || a->choices || a->yaml || a->layer_groups || a->evals || a->objective >= 0)
+        return cli_usage_error("--text, --objective, --choices, --yaml, --layer-groups and --evals belong to --search");
     if (a->type >= N_WRITABLE)
         return cli_usage_error("--type %s: i-quants are fitted with an importance matrix, which a merge does not "
                                "have; merge to F16, then run llama-imatrix and llama-quantize --imatrix",
@@ -217,15 +236,60 @@ static int write_text(const char *path, const char *text) {
     return 0;
 }
 
+/* Appends to buf[cap] at *len (truncating); a path's control bytes become
+ * '?' so that a name cannot end the YAML comment line it is written on. */
+static void put(char *buf, size_t cap, size_t *len, const char *fmt, const char *path, ...) {
+    if (*len >= cap) return;
+    va_list ap;
+    va_start(ap, path);
+    int k = vsnprintf(buf + *len, cap - *len, fmt, ap);
+    va_end(ap);
+    if (k > 0) *len += (size_t)k < cap - *len ? (size_t)k : cap - *len - 1;
+    for (const char *c = path; c && *c && *len + 1 < cap; c++) buf[(*len)++] = (unsigned char)*c < 0x20 ? '?' : *c;
+    buf[*len < cap ? *len : cap - 1] = 0;
+}
+
+/* The YAML's comment lines: how it was searched and the scores. */
+static char *search_header(const merge_args *a, const tutti_merge_search_params *sp, double score, const double *best,
+                           const double *start, const double *ref) {
+    bool vs_best = a->objective >= 2;
+    size_t cap = 1024, len = 0;
+    for (int i = 0; i < a->texts.n; i++) cap += strlen(a->texts.v[i]) + 96;
+    if (a->choices) cap += strlen(a->choices);
+    char *h = malloc(cap);
+    if (!h) return NULL;
+    h[0] = 0;
+    put(h, cap, &len, "# tutti merge --search: CMA-ES over %s's parameters, %d layer group%s, %d evaluations, seed %llu\n",
+        NULL, sp->method, sp->layer_groups, sp->layer_groups > 1 ? "s" : "", sp->evals, (unsigned long long)sp->seed);
+    if (a->texts.n > 1) {
+        put(h, cap, &len, "# best: %.6f, the %s over %d texts of bits per byte / the %s\n", NULL, score,
+            a->objective % 2 ? "max" : "mean", a->texts.n,
+            vs_best ? "best input model's" : "start point's (every gene 0.5)");
+        for (int i = 0; i < a->texts.n; i++) {
+            put(h, cap, &len, "# text %d: %.6f bits per byte (start %.6f", NULL, i + 1, best[i], start[i]);
+            if (vs_best) put(h, cap, &len, ", best input %.6f", NULL, ref[i]);
+            put(h, cap, &len, ") on ", a->texts.v[i]);
+            put(h, cap, &len, "\n", NULL);
+        }
+    } else {
+        put(h, cap, &len, "# best: %.4f %s on ", a->texts.n ? a->texts.v[0] : a->choices, score,
+            a->texts.n ? "bits per byte" : "accuracy");
+        put(h, cap, &len, "\n", NULL);
+    }
+    return h;
+}
+
 /* --search: the best configuration found, as --yaml, and its merge, as -o,
  * made from the very text written (so --config --yaml gives the same bytes). */
 static int run_search(const merge_args *a) {
-    size_t len = 0;
-    char *text = NULL, *body = NULL, *yaml = NULL;
+    size_t lens[MAX_TEXTS] = {0};
+    char *texts[MAX_TEXTS] = {0}, *body = NULL, *yaml = NULL, *head = NULL;
+    double best[MAX_TEXTS], start[MAX_TEXTS], ref[MAX_TEXTS];
     cli_choice_file cf = {0};
     tutti_merge_config *c = NULL;
     int rc = 1;
-    if (a->text && !(text = cli_read_file(a->text, &len))) return 1;
+    for (int i = 0; i < a->texts.n; i++)
+        if (!(texts[i] = cli_read_file(a->texts.v[i], &lens[i]))) goto done;
     if (a->choices && cli_choice_file_read(a->choices, &cf)) goto done;
     tutti_merge_search_params sp = tutti_merge_search_default_params();
     if (a->method) sp.method = a->method;
@@ -235,8 +299,18 @@ static int run_search(const merge_args *a) {
     if (a->layer_groups) sp.layer_groups = a->layer_groups;
     if (a->evals) sp.evals = a->evals;
     sp.seed = a->seed;
-    sp.text = text;
-    sp.text_len = len;
+    if (a->texts.n == 1) {
+        sp.text = texts[0];
+        sp.text_len = lens[0];
+    } else if (a->texts.n > 1) {
+        sp.texts = (const char *const *)texts;
+        sp.text_lens = lens;
+        sp.n_texts = a->texts.n;
+        sp.objective = a->objective > 0 ? a->objective : TUTTI_SEARCH_MEAN_RATIO; /* g_objectives' order */
+        sp.best_bpb = best;
+        sp.start_bpb = start;
+        sp.ref_bpb = ref;
+    }
     sp.items = cf.n ? cf.items : NULL;
     sp.n_items = cf.n;
     sp.type = a->type >= 0 ? g_types[a->type] : "F16";
@@ -248,18 +322,13 @@ static int run_search(const merge_args *a) {
         cli_error("%s", tutti_last_error());
         goto done;
     }
-    const char *src = a->text ? a->text : a->choices;
-    size_t cap = strlen(body) + strlen(src) + 512;
-    yaml = malloc(cap);
+    head = search_header(a, &sp, score, best, start, ref);
+    yaml = head ? malloc(strlen(head) + strlen(body) + 1) : NULL;
     if (!yaml) {
         cli_error("out of memory");
         goto done;
     }
-    snprintf(yaml, cap,
-             "# tutti merge --search: CMA-ES over %s's parameters, %d layer group%s, %d evaluations, seed %llu\n"
-             "# best: %.4f %s on %s\n%s",
-             sp.method, sp.layer_groups, sp.layer_groups > 1 ? "s" : "", sp.evals, (unsigned long long)sp.seed, score,
-             a->text ? "bits per byte" : "accuracy", src, body);
+    strcat(strcpy(yaml, head), body);
     if (write_text(a->yaml, yaml)) goto done;
     if (!(c = tutti_merge_config_parse(yaml, strlen(yaml)))) {
         cli_error("%s: %s", a->yaml, tutti_last_error());
@@ -272,13 +341,15 @@ static int run_search(const merge_args *a) {
         cli_error("%s", tutti_last_error());
         goto done;
     }
-    cli_info("tutti merge: best %.4f %s; wrote %s and %s in %.1f s\n", score, a->text ? "bits per byte" : "accuracy",
+    cli_info("tutti merge: best %.4f %s; wrote %s and %s in %.1f s\n", score,
+             a->texts.n > 1 ? (a->objective % 2 ? "max ratio" : "mean ratio") : a->texts.n ? "bits per byte" : "accuracy",
              a->yaml, a->out, cli_now() - t0);
     rc = 0;
 done:
     tutti_merge_config_free(c);
     cli_choice_file_free(&cf);
-    free(text), free(body), free(yaml);
+    for (int i = 0; i < a->texts.n; i++) free(texts[i]);
+    free(body), free(yaml), free(head);
     return rc;
 }
 

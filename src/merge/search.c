@@ -21,7 +21,10 @@
  * 200-byte sentence chunks from BOS) or tutti_ensemble_eval_choices
  * (accuracy; its fitness 1 - acc minus 1e-4 tanh(mean margin of the label's
  * log-likelihood over the best other choice), so that CMA-ES sees a slope on
- * accuracy's plateaus while accuracy decides).  No file is written.
+ * accuracy's plateaus while accuracy decides).  With several texts (tasks:
+ * the domains of a mixed text, say) the fitness is the mean, or the max, of
+ * each text's bits per byte over the start point's (text_fitness).  No file
+ * is written.
  *
  * The first evaluation is the start point (every gene 0.5), so the result is
  * never worse than it; then generations of lambda candidates until the
@@ -42,6 +45,7 @@
 
 #define MAX_MODELS 16
 #define MAX_GROUPS 64
+#define MAX_TEXTS 16
 
 /* A parameter the search sets: per model (source) or per slice. */
 typedef struct gene_def {
@@ -86,6 +90,15 @@ typedef struct search {
     const char *vocab_path;     /* a file with the merged model's vocabulary (the metadata source) */
     const char *dtype;
     int64_t n_evals;
+    /* the texts (one, or several tasks), the start point's bits per byte on
+     * each (set by the first evaluation), the last candidate's and the best's */
+    int n_texts;
+    const char *texts[MAX_TEXTS];
+    size_t lens[MAX_TEXTS];
+    bool have_start;
+    double bpb0[MAX_TEXTS], bpb[MAX_TEXTS], best_bpb[MAX_TEXTS];
+    /* the *_BEST objectives: the lowest bits per byte of the input models on each text */
+    double ref[MAX_TEXTS];
     char buf[1024];
 } search;
 
@@ -159,9 +172,29 @@ static char *candidate_yaml(const search *s, const double *x) {
 
 /* ---- scoring ---- */
 
+/* The fitness of the bits per byte in s->bpb.  One text: its bits per
+ * byte.  Several: each text's ratio to the start point's bits per byte on
+ * it (the first evaluation is the start point, ratio 1), averaged or the
+ * largest, so that a short text with a high bits per byte (the poems of
+ * mixed-dev.txt) counts as much as a long one: the whole text's bits per
+ * byte weighs each part by its share of the bits. */
+static double text_fitness(search *s) {
+    if (s->n_texts == 1) return s->bpb[0];
+    if (!s->have_start) memcpy(s->bpb0, s->bpb, sizeof(double) * (size_t)s->n_texts), s->have_start = true;
+    bool vs_best = s->p->objective == TUTTI_SEARCH_MEAN_BEST || s->p->objective == TUTTI_SEARCH_MAX_BEST;
+    double sum = 0, max = 0;
+    for (int i = 0; i < s->n_texts; i++) {
+        double r = s->bpb[i] / (vs_best ? s->ref[i] : s->bpb0[i]);
+        sum += r;
+        max = fmax(max, r);
+    }
+    return s->p->objective == TUTTI_SEARCH_MAX_RATIO || s->p->objective == TUTTI_SEARCH_MAX_BEST ? max
+                                                                                                : sum / s->n_texts;
+}
+
 /* Fitness of a one-member ensemble over model (lower is better); *shown is
  * what the progress lines report (bits per byte, or accuracy). */
-static int score_model(const search *s, const tutti_model *model, double *fit, double *shown) {
+static int score_model(search *s, const tutti_model *model, double *fit, double *shown) {
     tutti_member_desc md = {.model_path = s->vocab_path, .weight = NAN, .temp = NAN};
     tutti_ensemble_params ep = tutti_ensemble_default_params();
     ep.members = &md;
@@ -172,13 +205,16 @@ static int score_model(const search *s, const tutti_model *model, double *fit, d
     ep.models = models;
     tutti_ensemble *e = tutti_ensemble_new(&ep);
     if (!e) return TUTTI_ERR;
-    int rc;
-    if (s->p->text) {
-        tutti_bpb_result r;
-        rc = tutti_ensemble_eval_bpb(e, s->p->text, s->p->text_len, &r);
-        *fit = *shown = r.member_bpb[0];
-        if (rc == 0 && !isfinite(r.member_bpb[0]))
-            rc = tutti_set_error("merge search: the text cannot be scored (a chunk longer than the context?)");
+    int rc = 0;
+    if (s->n_texts) {
+        for (int i = 0; rc == 0 && i < s->n_texts; i++) {
+            tutti_bpb_result r;
+            rc = tutti_ensemble_eval_bpb(e, s->texts[i], s->lens[i], &r);
+            s->bpb[i] = r.member_bpb[0];
+            if (rc == 0 && !(isfinite(r.member_bpb[0]) && r.member_bpb[0] > 0))
+                rc = tutti_set_error("merge search: text %d cannot be scored (a chunk longer than the context?)", i + 1);
+        }
+        if (rc == 0) *fit = *shown = text_fitness(s);
     } else {
         tutti_choices_result r;
         size_t n_ll = (size_t)s->p->n_items * TUTTI_MAX_CHOICES * 2;
@@ -200,6 +236,27 @@ static int score_model(const search *s, const tutti_model *model, double *fit, d
         free(ll);
     }
     tutti_ensemble_free(e);
+    return rc;
+}
+
+/* s->ref: each text's lowest bits per byte over the input models (each
+ * loaded from its file and scored as a candidate is), for the *_BEST
+ * objectives; it also sets the start point's place-holder so that these
+ * evaluations are not taken for the start point. */
+static int score_inputs(search *s) {
+    for (int i = 0; i < s->n_texts; i++) s->ref[i] = INFINITY;
+    bool had = s->have_start;
+    s->have_start = true; /* text_fitness: bpb0 not yet known; the value is unused */
+    int rc = 0;
+    for (int k = 0; rc == 0 && k < s->n_src; k++) {
+        tutti_model_params prm = tutti_model_default_params();
+        tutti_model *m = tutti_model_load(s->src[k], &prm);
+        double fit, shown;
+        rc = m ? score_model(s, m, &fit, &shown) : TUTTI_ERR;
+        for (int i = 0; rc == 0 && i < s->n_texts; i++) s->ref[i] = fmin(s->ref[i], s->bpb[i]);
+        tutti_model_free(m);
+    }
+    s->have_start = had;
     return rc;
 }
 
@@ -260,8 +317,22 @@ static int setup(search *s, const tutti_merge_search_params *p) {
         return tutti_set_error("merge search: 1 to %d models (-m) are needed", MAX_MODELS);
     bool needs_base = s->method != MM_LINEAR && s->method != MM_NUSLERP && s->method != MM_MULTISLERP;
     if (needs_base && !p->base) return tutti_set_error("merge search: %s needs a base model (--base)", merge_method_name(s->method));
-    if (!p->text == !p->items)
-        return tutti_set_error("merge search: give exactly one of a text (bits per byte) or choice items (accuracy)");
+    int n_scores = (p->text != NULL) + (p->n_texts > 0) + (p->items != NULL);
+    if (n_scores != 1)
+        return tutti_set_error("merge search: give exactly one of a text, several texts (bits per byte) or choice "
+                               "items (accuracy)");
+    if (p->text) s->texts[0] = p->text, s->lens[0] = p->text_len, s->n_texts = 1;
+    if (p->n_texts > 0) {
+        if (p->n_texts < 2 || p->n_texts > MAX_TEXTS || !p->texts || !p->text_lens)
+            return tutti_set_error("merge search: 2 to %d texts (or one text)", MAX_TEXTS);
+        for (int i = 0; i < p->n_texts; i++) {
+            if (!p->texts[i]) return tutti_set_error("merge search: text %d is NULL", i + 1);
+            s->texts[i] = p->texts[i], s->lens[i] = p->text_lens[i];
+        }
+        s->n_texts = p->n_texts;
+    }
+    if (p->objective < TUTTI_SEARCH_MEAN_RATIO || p->objective > TUTTI_SEARCH_MAX_BEST)
+        return tutti_set_error("merge search: unknown objective %d", (int)p->objective);
     if (p->items && p->n_items < 1) return tutti_set_error("merge search: no choice items");
     const char *type = p->type ? p->type : "F16";
     s->dtype = !strcasecmp(type, "F32") ? "float32" : !strcasecmp(type, "F16") ? "float16"
@@ -294,6 +365,14 @@ static int setup(search *s, const tutti_merge_search_params *p) {
     return 0;
 }
 
+/* " 1.2345 2.3456 ..." of v[n_texts] into s->buf. */
+static void texts_line(search *s, const double *v) {
+    size_t len = 0;
+    s->buf[0] = 0;
+    for (int i = 0; i < s->n_texts && len < sizeof s->buf - 16; i++)
+        len += (size_t)snprintf(s->buf + len, sizeof s->buf - len, " %.4f", v[i]);
+}
+
 static void progress(const search *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void progress(const search *s, const char *fmt, ...) {
     if (!s->p->progress) return;
@@ -318,7 +397,11 @@ char *tutti_merge_search(const tutti_merge_search_params *p, double *best_score)
     cmaes *es = NULL;
     char *best = NULL;
     double best_fit = INFINITY, best_shown = NAN;
-    const char *unit = p->text ? "bits/byte" : "accuracy";
+    static const char *const units[] = {"mean ratio to the start's bits/byte", "max ratio to the start's bits/byte",
+                                        "mean ratio to the best input's bits/byte",
+                                        "max ratio to the best input's bits/byte"};
+    const char *unit = s.n_texts == 1 ? "bits/byte" : s.n_texts ? units[p->objective] : "accuracy";
+    bool vs_best = s.n_texts > 1 && (p->objective == TUTTI_SEARCH_MEAN_BEST || p->objective == TUTTI_SEARCH_MAX_BEST);
     int rc = x0 ? 0 : tutti_set_error("merge search: out of memory");
     for (int i = 0; rc == 0 && i < s.n_dims; i++) x0[i] = 0.5;
     if (rc == 0) {
@@ -327,13 +410,25 @@ char *tutti_merge_search(const tutti_merge_search_params *p, double *best_score)
         shown = malloc(sizeof(double) * (size_t)(es ? cmaes_lambda(es) : 1));
         if (!es || !fit || !shown) rc = tutti_set_error("merge search: out of memory");
     }
+    if (rc == 0 && vs_best) {
+        rc = score_inputs(&s);
+        texts_line(&s, s.ref);
+        if (rc == 0) progress(&s, "search: the best input model's bits/byte per text:%s", s.buf);
+        if (rc == 0 && p->ref_bpb) memcpy(p->ref_bpb, s.ref, sizeof(double) * (size_t)s.n_texts);
+    }
     if (rc == 0) {
         progress(&s, "search: %s, %d genes (%d layer group%s), %d evaluations, %d candidates a generation, seed %llu",
                  merge_method_name(s.method), s.n_dims, s.n_groups, s.n_groups > 1 ? "s" : "", budget,
                  cmaes_lambda(es), (unsigned long long)p->seed);
         best = candidate_yaml(&s, x0);
         rc = best ? score_yaml(&s, best, &best_fit, &best_shown) : TUTTI_ERR;
-        if (rc == 0) progress(&s, "search: start (every gene 0.5): %.4f %s", best_shown, unit);
+        memcpy(s.best_bpb, s.bpb, sizeof s.bpb);
+        if (rc == 0 && s.n_texts > 1) {
+            texts_line(&s, s.bpb0);
+            progress(&s, "search: start (every gene 0.5): %.4f %s; bits/byte per text:%s", best_shown, unit, s.buf);
+        } else if (rc == 0) {
+            progress(&s, "search: start (every gene 0.5): %.4f %s", best_shown, unit);
+        }
     }
     for (int gen = 1; rc == 0 && s.n_evals < budget; gen++) {
         cmaes_ask(es);
@@ -347,14 +442,20 @@ char *tutti_merge_search(const tutti_merge_search_params *p, double *best_score)
                 free(best);
                 best = y, y = NULL;
                 best_fit = fit[k], best_shown = shown[k];
+                memcpy(s.best_bpb, s.bpb, sizeof s.bpb);
             }
             free(y);
         }
         if (rc) break;
         if (k == lambda) cmaes_tell(es, fit);
-        progress(&s, "search: generation %d, %lld/%d evaluations: best %.4f %s (this generation %.4f), sigma %.3f", gen,
-                 (long long)s.n_evals, budget, best_shown, unit, gen_shown, cmaes_sigma(es));
+        s.buf[0] = 0;
+        if (s.n_texts > 1) texts_line(&s, s.best_bpb);
+        progress(&s, "search: generation %d, %lld/%d evaluations: best %.4f %s (this generation %.4f), sigma %.3f%s%s",
+                 gen, (long long)s.n_evals, budget, best_shown, unit, gen_shown, cmaes_sigma(es),
+                 s.n_texts > 1 ? "; best's bits/byte per text:" : "", s.buf);
     }
+    if (rc == 0 && p->best_bpb && p->n_texts) memcpy(p->best_bpb, s.best_bpb, sizeof(double) * (size_t)p->n_texts);
+    if (rc == 0 && p->start_bpb && p->n_texts) memcpy(p->start_bpb, s.bpb0, sizeof(double) * (size_t)p->n_texts);
     cmaes_free(es);
     free(x0), free(fit), free(shown);
     if (rc) {
