@@ -9,8 +9,9 @@ if [ $# -gt 0 ]; then shift; fi
 # libraries (PCRE2, cmocka, cJSON, libmicrohttpd, libyaml, libcurl, Nettle) and what the
 # tests check against: Python's jinja2 and jsonschema, numpy (merge reference),
 # curl (the HTTP server's tests; Node.js and npm come with the machine),
-# chromium (the server page's browser test, driven by puppeteer-core from npm)
-PKGS="build-essential cmake pkg-config libpcre2-dev libcmocka-dev libcjson-dev libmicrohttpd-dev libyaml-dev libcurl4-openssl-dev nettle-dev python3 python3-numpy python3-yaml python3-jsonschema python3-jinja2 curl openmpi-bin libopenmpi-dev iproute2 chromium"
+# chromium (the server page's browser test, driven by puppeteer-core from npm),
+# clang-format (tests/check_layout.py checks the tree's format)
+PKGS="build-essential cmake pkg-config libpcre2-dev libcmocka-dev libcjson-dev libmicrohttpd-dev libyaml-dev libcurl4-openssl-dev nettle-dev python3 python3-numpy python3-yaml python3-jsonschema python3-jinja2 curl openmpi-bin libopenmpi-dev iproute2 chromium clang-format"
 missing=""
 for p in $PKGS; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

@@ -17,18 +17,24 @@
    (EXEMPT: none today).
 4. Data: models/ (the four quick-start models, which the mission allows in
    the tree) and tests/data/ (small references and random-weight files made
-   by scripts beside them) hold at most 16 MB together, and no other file of the repository is larger than 2 MB (fuzz corpora are packed
-   one file per harness, fuzz/corpus.sh).
+   by scripts beside them) hold at most 16 MB together, and no other file of the repository
+   is larger than 2 MB (fuzz corpora are packed one file per harness,
+   fuzz/corpus.sh).
 5. Test parts (tests/test_common.h): in a test that lists cases with
    shared_unit_test(), every case that calls require_shared() is listed so
    (else `ctest -L core` would run it without ../shared), and main() calls
    test_select_part().
+6. Format: every C file of src/, include/, tests/, fuzz/, bench/ and
+   examples/ is as clang-format (14, Debian's; the tree's .clang-format)
+   writes it.  Where clang-format is missing the rule is not checked, unless
+   TUTTI_CI is set (CI installs it: scripts/bootstrap.sh).
 
 usage: check_layout.py SOURCE_DIR   (exit 0: all rules hold; 1: the
 violations are listed)
 """
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -236,18 +242,38 @@ def check_test_parts(root):
     return errors
 
 
+FORMAT_DIRS = ("src/", "include/", "tests/", "fuzz/", "bench/", "examples/")
+
+
+def check_format(root):
+    exe = shutil.which("clang-format")
+    if not exe:
+        return ["clang-format is missing (scripts/bootstrap.sh installs it)"] if os.environ.get("TUTTI_CI") else []
+    files = [f for f in repository_files(root) if f.startswith(FORMAT_DIRS) and f.endswith((".c", ".h"))
+             and "/node_modules/" not in f]
+    errors = []
+    for k in range(0, len(files), 64):
+        r = subprocess.run([exe, "--dry-run", "--Werror", "--style=file"] + files[k:k + 64], cwd=root,
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            bad = sorted({line.split(":")[0] for line in r.stderr.splitlines() if ": error:" in line})
+            errors += [f"{f}: not as clang-format writes it (run: clang-format -i {f})" for f in bad]
+    return errors
+
+
 def main():
     if len(sys.argv) != 2:
         print(__doc__.strip().splitlines()[-2], file=sys.stderr)
         return 2
     root = sys.argv[1]
-    errors = check_layers(root) + check_lengths(root) + check_sizes(root) + check_test_parts(root)
+    errors = (check_layers(root) + check_lengths(root) + check_sizes(root) + check_test_parts(root) +
+              check_format(root))
     for e in errors:
         print(e)
     if errors:
         print(f"check_layout: {len(errors)} violation(s)")
         return 1
-    print("check_layout: layers, front ends, function lengths and data sizes are as they should be")
+    print("check_layout: layers, front ends, function lengths, data sizes and format are as they should be")
     return 0
 
 
