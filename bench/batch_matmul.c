@@ -179,7 +179,8 @@ static int bench_kernels(const int *th, int n_th, const int *ns, int n_ns, int r
             uint64_t seed = 7;
             for (int64_t r = 0; r < uniq; r++) {
                 for (int64_t c = 0; c < nc; c++)
-                    row[c] = (float)((int64_t)((seed = seed * 6364136223846793005ULL + 1) >> 40) % 2001 - 1000) / 1000.0f;
+                    row[c] =
+                        (float)((int64_t)((seed = seed * 6364136223846793005ULL + 1) >> 40) % 2001 - 1000) / 1000.0f;
                 tutti_quantize_row_ref(ty, row, w + (size_t)r * rb, nc);
             }
             for (int64_t r = uniq; r < nr; r++) memcpy(w + (size_t)r * rb, w + (size_t)(r % uniq) * rb, rb);
@@ -197,7 +198,8 @@ static int bench_kernels(const int *th, int n_th, const int *ns, int n_ns, int r
                 wp = malloc(matp * copies);
                 if (wp) {
                     bool ok = true;
-                    for (size_t k = 0; k < copies; k++) ok = ok && tutti_repack(ty, w + k * mat, wp + k * matp, nr, nc) == rt;
+                    for (size_t k = 0; k < copies; k++)
+                        ok = ok && tutti_repack(ty, w + k * mat, wp + k * matp, nr, nc) == rt;
                     if (ok) wt = rt;
                 }
             }
@@ -207,10 +209,8 @@ static int bench_kernels(const int *th, int n_th, const int *ns, int n_ns, int r
                 tutti_threadpool *tp = tutti_threadpool_new(th[a]);
                 if (!tp || !tutti_threadpool_scratch(tp, (size_t)nc * 512 * 2)) return 1;
                 char label[32];
-                if (sh < 3 && !shapes_arg)
-                    snprintf(label, sizeof label, "%s", shape_name[sh]);
-                else
-                    snprintf(label, sizeof label, "x%zu", copies);
+                if (sh < 3 && !shapes_arg) snprintf(label, sizeof label, "%s", shape_name[sh]);
+                else snprintf(label, sizeof label, "x%zu", copies);
                 printf("%-5s %-6s %-8s %6lld x %-7lld %6.1f MiB t=%d", tutti_type_name(ty), tutti_kernels_backend(),
                        label, (long long)nr, (long long)nc, (double)mat / 1048576.0, th[a]);
                 double base = 0;
@@ -219,7 +219,8 @@ static int bench_kernels(const int *th, int n_th, const int *ns, int n_ns, int r
                     const int r = reps < 256 ? reps : 256;
                     for (int i = -1; i < r; i++) {
                         const double t0 = now_s();
-                        for (size_t k = 0; k < copies; k++) tutti_matmul(tp, wt, wuse + k * stride, nr, nc, x, ns[b], y);
+                        for (size_t k = 0; k < copies; k++)
+                            tutti_matmul(tp, wt, wuse + k * stride, nr, nc, x, ns[b], y);
                         if (i >= 0) v[i] = (now_s() - t0) / (double)copies;
                     }
                     const double ms = 1e3 * best(v, r);
@@ -287,9 +288,8 @@ int main(int argc, char **argv) {
         if (bench_model(argv[i], th, n_th, ns, n_ns, reps)) return 1;
     return 0;
 usage:
-    fprintf(stderr,
-            "usage: batch_matmul [-t 1,2] [-n 1,2,3,4,8] [-r REPS] MODEL.gguf...\n"
-            "       batch_matmul --kernels [-t 1,2] [-n ...] [-r REPS] [--mib 512] [--types f32,q8_0,...]\n"
-            "                    [--shapes ROWSxCOLS,...]\n");
+    fprintf(stderr, "usage: batch_matmul [-t 1,2] [-n 1,2,3,4,8] [-r REPS] MODEL.gguf...\n"
+                    "       batch_matmul --kernels [-t 1,2] [-n ...] [-r REPS] [--mib 512] [--types f32,q8_0,...]\n"
+                    "                    [--shapes ROWSxCOLS,...]\n");
     return 2;
 }

@@ -237,8 +237,9 @@ int main(int argc, char **argv) {
         double bc, bw;
         int nbytes;
         byte_cost(g, cJSON_GetObjectItem(c, "instances"), &bc, &bw, &nbytes);
-        printf("%-17s byte alignment: %d bytes, cold %.2f us, warm %.2f us per byte (allowed bytes + accept; best of 5)\n", "",
-               nbytes, bc, bw);
+        printf(
+            "%-17s byte alignment: %d bytes, cold %.2f us, warm %.2f us per byte (allowed bytes + accept; best of 5)\n",
+            "", nbytes, bc, bw);
         free(cold), free(warm), free(gbnf), free(rep), free(med);
         tutti_grammar_matcher_free(m);
         tutti_grammar_free(g);

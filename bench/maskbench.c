@@ -75,8 +75,8 @@ static void limit_memory(void) {
 }
 
 enum { ST_PASS, ST_COMPILE, ST_VALIDATION, ST_INVALIDATION, ST_CRASH, ST_TIMEOUT, ST_N };
-static const char *const k_status[ST_N] = {"pass", "compile-error", "validation-error", "invalidation-error",
-                                            "crash", "timeout"};
+static const char *const k_status[ST_N] = {"pass",  "compile-error", "validation-error", "invalidation-error",
+                                           "crash", "timeout"};
 
 typedef struct schema_case {
     char *id;
@@ -86,7 +86,7 @@ typedef struct schema_case {
 typedef struct result {
     int status;
     double compile_us, total_s;
-    int64_t n_tok;           /* masks computed */
+    int64_t n_tok; /* masks computed */
     double mask_mean_us, mask_max_us;
     char detail[600];
 } result;
@@ -418,7 +418,8 @@ static schema_case *select_cases(char *txt, char **want, int n_want, int first, 
             free(id);
             continue;
         }
-        if (n_cases == cap_cases) cases = realloc(cases, sizeof *cases * (size_t)(cap_cases = cap_cases ? cap_cases * 2 : 1024));
+        if (n_cases == cap_cases)
+            cases = realloc(cases, sizeof *cases * (size_t)(cap_cases = cap_cases ? cap_cases * 2 : 1024));
         cases[n_cases++] = (schema_case){id, l};
         if (first > 0 && n_cases >= first) break;
     }
@@ -469,7 +470,7 @@ static void print_table(run_stats *stp, int n_cases, const char *data, const cha
     qsort(st.compile_us, (size_t)st.n_compile, sizeof(double), cmp_d);
     double sum = 0;
     for (int64_t i = 0; i < st.n_mask; i++) sum += st.mask_ns[i];
-#define PCT(a, n, p) ((n) ? (a)[(int64_t)((p) * (double)((n) - 1))] : 0.0)
+#define PCT(a, n, p) ((n) ? (a)[(int64_t)((p) * (double)((n)-1))] : 0.0)
     printf("MaskBench: %d schemas from %s, vocabulary %s (%d tokens), one thread, %.0f s\n", n_cases, data, vocab, V,
            t_run);
     printf("| metric | tutti |\n|---|---:|\n");
@@ -533,7 +534,8 @@ int main(int argc, char **argv) {
             return 1;
         }
         for (char *l = strtok(b, "\n"); l; l = strtok(NULL, "\n"))
-            if (*l && *l != '#') want = realloc(want, sizeof(char *) * (size_t)(n_want + 1)), want[n_want++] = strdup(l);
+            if (*l && *l != '#')
+                want = realloc(want, sizeof(char *) * (size_t)(n_want + 1)), want[n_want++] = strdup(l);
         free(b);
     }
     int n_cases = 0;
@@ -591,7 +593,8 @@ int main(int argc, char **argv) {
                 if (sscanf(line, "R %d %d %lf %lf %n", &idx, &status, &cu, &ts, &off) < 4 || idx != cur) break;
                 res[idx].status = status, res[idx].compile_us = cu, res[idx].total_s = ts;
                 double sum = 0, mx = 0;
-                for (int64_t j = tok0; j < st.n_mask; j++) sum += st.mask_ns[j], mx = st.mask_ns[j] > mx ? st.mask_ns[j] : mx;
+                for (int64_t j = tok0; j < st.n_mask; j++)
+                    sum += st.mask_ns[j], mx = st.mask_ns[j] > mx ? st.mask_ns[j] : mx;
                 res[idx].n_tok = st.n_mask - tok0;
                 res[idx].mask_mean_us = res[idx].n_tok ? 1e-3 * sum / (double)res[idx].n_tok : 0;
                 res[idx].mask_max_us = 1e-3 * mx;

@@ -22,7 +22,8 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     int iters = argc > 1 ? atoi(argv[1]) : 200;
     const int sizes[3] = {151669 * 4, 512 * 4, 257 * 8};
-    const char *names[3] = {"logits row, 151,669 floats", "logits row, 512 floats", "next-byte distribution, 257 doubles"};
+    const char *names[3] = {"logits row, 151,669 floats", "logits row, 512 floats",
+                            "next-byte distribution, 257 doubles"};
     char *buf = calloc(1, (size_t)sizes[0]);
     char hdr[32] = {0}, req[16] = {0};
     for (int s = 0; s < 3; s++) {

@@ -63,7 +63,8 @@ static void fill_row(int type, uint8_t *w, int64_t n) {
         uint8_t *blk = w + (size_t)b * t->type_size;
         const uint16_t h = tutti_f32_to_fp16(0.01f * (frand() + 1.5f));
         if (type == TUTTI_TYPE_IQ1_M) {
-            for (int k = 0; k < 4; k++) blk[49 + 2 * k] = (uint8_t)((blk[49 + 2 * k] & 0x0F) | (((h >> (4 * k)) & 15) << 4));
+            for (int k = 0; k < 4; k++)
+                blk[49 + 2 * k] = (uint8_t)((blk[49 + 2 * k] & 0x0F) | (((h >> (4 * k)) & 15) << 4));
         } else {
             memcpy(blk, &h, 2);
         }
@@ -154,8 +155,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--paths")) paths = v;
         else if (!strcmp(a, "--rows")) rows = atoll(v);
         else if (!strcmp(a, "--cols")) cols = atoll(v);
-        else if (!strcmp(a, "--tokens")) { if ((n_toks = parse_ints(v, toks, 16)) < 1) goto usage; }
-        else if (!strcmp(a, "--reps")) reps = atoi(v);
+        else if (!strcmp(a, "--tokens")) {
+            if ((n_toks = parse_ints(v, toks, 16)) < 1) goto usage;
+        } else if (!strcmp(a, "--reps")) reps = atoi(v);
         else if (!strcmp(a, "--mib")) mib = atof(v);
         else goto usage;
         i++;

@@ -26,9 +26,9 @@
 #include "chat/chat.h"
 #include "tutti.h"
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) __builtin_trap();                                                                \
+#define CHECK(c)                    \
+    do {                            \
+        if (!(c)) __builtin_trap(); \
     } while (0)
 
 static const tutti_chat_message MSGS[] = {
@@ -38,10 +38,8 @@ static const tutti_chat_message MSGS[] = {
     {"user", "Bye \xee\x80\x80\x01 \xc3\xa9\xf0\x9f\x98\x80<s>"},
 };
 
-static char *render(const char *buf, size_t tlen, size_t size, size_t *len, uint8_t **marks)
-{
-    if (tlen < size)
-        return tutti_chat_render_json_marked(buf, tlen, buf + tlen + 1, "<s>", "</s>", len, marks);
+static char *render(const char *buf, size_t tlen, size_t size, size_t *len, uint8_t **marks) {
+    if (tlen < size) return tutti_chat_render_json_marked(buf, tlen, buf + tlen + 1, "<s>", "</s>", len, marks);
     char *out = tutti_chat_render_marked(buf, MSGS, sizeof MSGS / sizeof MSGS[0], true, "<s>", "</s>", len, marks);
     if (out) {
         char *plain = tutti_chat_render(buf, MSGS, sizeof MSGS / sizeof MSGS[0], true, "<s>", "</s>");
@@ -51,15 +49,12 @@ static char *render(const char *buf, size_t tlen, size_t size, size_t *len, uint
     return out;
 }
 
-int tutti_fuzz_chat_one(const uint8_t *data, size_t size)
-{
+int tutti_fuzz_chat_one(const uint8_t *data, size_t size) {
     /* NUL-terminated copy: the template ends at the first NUL, the optional
      * JSON variables follow it */
     char *buf = malloc(size + 1);
-    if (!buf)
-        return 0;
-    if (size)
-        memcpy(buf, data, size);
+    if (!buf) return 0;
+    if (size) memcpy(buf, data, size);
     buf[size] = 0;
     size_t tlen = strlen(buf), len = 0, len2 = 0;
     uint8_t *marks = NULL, *marks2 = NULL;
@@ -69,8 +64,7 @@ int tutti_fuzz_chat_one(const uint8_t *data, size_t size)
         bool literal_01 = memchr(buf, 0x01, tlen) || memchr(buf, '\\', tlen);
         for (size_t i = 0; i < len; i++) {
             CHECK(marks[i] <= 1);
-            if (out[i] == 0x01 && !literal_01)
-                CHECK(marks[i] == 1);
+            if (out[i] == 0x01 && !literal_01) CHECK(marks[i] == 1);
         }
         char *again = render(buf, tlen, size, &len2, &marks2);
         /* templates may call strftime_now(), the only non-deterministic input */
@@ -92,8 +86,7 @@ int tutti_fuzz_chat_one(const uint8_t *data, size_t size)
 
 #ifdef TUTTI_LIBFUZZER
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
-{
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     tutti_fuzz_chat_one(data, size);
     return 0;
 }

@@ -20,9 +20,9 @@
 
 #include "tutti.h"
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) __builtin_trap();                                                                \
+#define CHECK(c)                    \
+    do {                            \
+        if (!(c)) __builtin_trap(); \
     } while (0)
 
 int tutti_fuzz_ensemble_file_one(const uint8_t *data, size_t size) {

@@ -13,9 +13,9 @@
 #include "gguf/gguf.h"
 #include "quant/quant.h"
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) __builtin_trap();                                                                \
+#define CHECK(c)                    \
+    do {                            \
+        if (!(c)) __builtin_trap(); \
     } while (0)
 
 /* Reads every byte (through a volatile sink so it is not optimized away). */
@@ -110,8 +110,7 @@ int tutti_fuzz_gguf_one(const uint8_t *data, size_t size) {
         CHECK(t->offset % a == 0);
         CHECK(t->offset == expect);
         expect += (t->size + a - 1) / a * a;
-        CHECK((const uint8_t *)t->data >= data &&
-              (uint64_t)((const uint8_t *)t->data - data) + t->size <= size);
+        CHECK((const uint8_t *)t->data >= data && (uint64_t)((const uint8_t *)t->data - data) + t->size <= size);
         touch(t->data, t->size);
         char *n = cname(t->name);
         if (n) {

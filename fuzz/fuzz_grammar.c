@@ -18,21 +18,49 @@
 #include "grammar/grammar.h"
 #include "tutti.h"
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) __builtin_trap();                                                                \
+#define CHECK(c)                    \
+    do {                            \
+        if (!(c)) __builtin_trap(); \
     } while (0)
 
-static const char *const k_pieces[] = {"a", "ab", "{", "\"", "\"a", " ", "1", "12", "\xc3", "\xa9", "\xc3\xa9",
-                                       "-", ":", ",", "[", "]", "}", "\\", "\n", "x\"", "\xe4\xb8\xad", "aaaa", "abcab",
-                                       "    ", "1234", "\"\"", "a\",", "\xc3\xa9\xc3", "\xe4\xb8", "a\xe4\xb8\xad\xe4",
-                                       "\\n", "\\\"", "aaaaaaaaaaaa", ""};
+static const char *const k_pieces[] = {"a",
+                                       "ab",
+                                       "{",
+                                       "\"",
+                                       "\"a",
+                                       " ",
+                                       "1",
+                                       "12",
+                                       "\xc3",
+                                       "\xa9",
+                                       "\xc3\xa9",
+                                       "-",
+                                       ":",
+                                       ",",
+                                       "[",
+                                       "]",
+                                       "}",
+                                       "\\",
+                                       "\n",
+                                       "x\"",
+                                       "\xe4\xb8\xad",
+                                       "aaaa",
+                                       "abcab",
+                                       "    ",
+                                       "1234",
+                                       "\"\"",
+                                       "a\",",
+                                       "\xc3\xa9\xc3",
+                                       "\xe4\xb8",
+                                       "a\xe4\xb8\xad\xe4",
+                                       "\\n",
+                                       "\\\"",
+                                       "aaaaaaaaaaaa",
+                                       ""};
 #define N_PIECES (int32_t)(sizeof k_pieces / sizeof k_pieces[0])
 
-int tutti_fuzz_grammar_one(const uint8_t *data, size_t size)
-{
-    if (size < 1 || size > 4096)
-        return 0;
+int tutti_fuzz_grammar_one(const uint8_t *data, size_t size) {
+    if (size < 1 || size > 4096) return 0;
     bool schema = data[0] & 1;
     const char *txt = (const char *)data + 1;
     size_t n = size - 1;

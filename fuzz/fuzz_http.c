@@ -30,9 +30,9 @@
 #include "server/framing.h"
 #include "server/request.h"
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) __builtin_trap();                                                                \
+#define CHECK(c)                    \
+    do {                            \
+        if (!(c)) __builtin_trap(); \
     } while (0)
 
 static void check_request(const srv_request *r, srv_kind kind, const char *body, size_t len) {

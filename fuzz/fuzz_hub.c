@@ -29,9 +29,9 @@
 #include "hub/hub.h"
 #include "tutti.h"
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) __builtin_trap();                                                                \
+#define CHECK(c)                    \
+    do {                            \
+        if (!(c)) __builtin_trap(); \
     } while (0)
 
 static bool lower_hex(const char *s, size_t n) {

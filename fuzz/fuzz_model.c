@@ -19,9 +19,9 @@
 #include "model/model.h"
 #include "tutti.h"
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) __builtin_trap();                                                                \
+#define CHECK(c)                    \
+    do {                            \
+        if (!(c)) __builtin_trap(); \
     } while (0)
 
 /* Bigger models than this are loaded (the loader is what is fuzzed) but not

@@ -45,9 +45,9 @@
 #include "server/server.h"
 #include "tutti.h"
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) __builtin_trap();                                                                \
+#define CHECK(c)                    \
+    do {                            \
+        if (!(c)) __builtin_trap(); \
     } while (0)
 
 static tutti_model *g_model;
@@ -74,9 +74,15 @@ static bool setup(void) {
     if (!g_model) return false;
     static srv_file files[3];
     static srv_spec specs[2];
-    files[0] = (srv_file){.path = "stories260K.gguf", .name = "stories", .model = g_model, .vocab = tutti_model_vocab(g_model), .n_ctx = 64};
-    files[1] = (srv_file){.path = "stories260K.gguf", .name = "a", .model = g_model, .vocab = tutti_model_vocab(g_model), .n_ctx = 64};
-    files[2] = (srv_file){.path = "stories260K-b.gguf", .name = "b", .model = g_model, .vocab = tutti_model_vocab(g_model), .n_ctx = 8};
+    files[0] = (srv_file){.path = "stories260K.gguf",
+                          .name = "stories",
+                          .model = g_model,
+                          .vocab = tutti_model_vocab(g_model),
+                          .n_ctx = 64};
+    files[1] = (srv_file){
+        .path = "stories260K.gguf", .name = "a", .model = g_model, .vocab = tutti_model_vocab(g_model), .n_ctx = 64};
+    files[2] = (srv_file){
+        .path = "stories260K-b.gguf", .name = "b", .model = g_model, .vocab = tutti_model_vocab(g_model), .n_ctx = 8};
     g_reg[0].files = &files[0], g_reg[0].n_files = 1;
     g_reg[1].files = &files[1], g_reg[1].n_files = 2;
     g_reg[1].specs = specs;
@@ -133,7 +139,6 @@ static void check_answer(srv_file *f, const srv_job *j) {
     free(z), free(out);
 }
 
-
 static void completion(srv_registry *reg, const char *body, size_t n) {
     srv_job j;
     memset(&j, 0, sizeof j);
@@ -174,7 +179,8 @@ static void tokenize(srv_registry *reg, const char *body, size_t n) {
         if (cJSON_IsObject(e)) {
             const cJSON *p = cJSON_GetObjectItemCaseSensitive(e, "piece");
             CHECK(cJSON_IsString(p) || cJSON_IsArray(p));
-            if (cJSON_IsString(p)) CHECK(fuzz_valid_utf8((const unsigned char *)p->valuestring, strlen(p->valuestring)));
+            if (cJSON_IsString(p))
+                CHECK(fuzz_valid_utf8((const unsigned char *)p->valuestring, strlen(p->valuestring)));
         }
     }
     cJSON_Delete(root);
@@ -231,10 +237,8 @@ static void embeddings(srv_registry *reg, const char *body, size_t n) {
         const cJSON *data = cJSON_GetObjectItemCaseSensitive(root, "data");
         CHECK(cJSON_IsArray(data) && cJSON_GetArraySize(data) == e->n);
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(data, 0), "embedding");
-        if (e->base64)
-            CHECK(cJSON_IsString(v) && strlen(v->valuestring) == ((size_t)e->dim * 4 + 2) / 3 * 4);
-        else
-            CHECK(cJSON_IsArray(v) && cJSON_GetArraySize(v) == e->dim);
+        if (e->base64) CHECK(cJSON_IsString(v) && strlen(v->valuestring) == ((size_t)e->dim * 4 + 2) / 3 * 4);
+        else CHECK(cJSON_IsArray(v) && cJSON_GetArraySize(v) == e->dim);
         cJSON_Delete(root);
         free(js);
     }
@@ -255,7 +259,6 @@ int tutti_fuzz_native_one(const uint8_t *data, size_t size) {
     }
     return 0;
 }
-
 
 #ifdef TUTTI_LIBFUZZER
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -40,9 +40,9 @@
 #include "guarded.h"
 #include "tutti.h"
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) __builtin_trap();                                                                \
+#define CHECK(c)                    \
+    do {                            \
+        if (!(c)) __builtin_trap(); \
     } while (0)
 
 static tutti_vocab *g_vocab;

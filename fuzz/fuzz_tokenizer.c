@@ -36,9 +36,9 @@
 #include "tokenizer/tokenizer.h"
 #include "tutti.h"
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) __builtin_trap();                                                                \
+#define CHECK(c)                    \
+    do {                            \
+        if (!(c)) __builtin_trap(); \
     } while (0)
 
 static const char *const k_names[4] = {"phi-3", "qwen3", "llama-spm", "deepseek-llm"};

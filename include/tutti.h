@@ -122,8 +122,8 @@ const char *tutti_vocab_pre(const tutti_vocab *vocab);
  * needed (call again with a bigger buffer), or TUTTI_ERR_SIZE on error.
  * Invalid UTF-8 is never rejected: spm tokenizes it byte by byte (byte
  * fallback); bpe first turns each invalid byte into U+FFFD, as llama.cpp does. */
-int32_t tutti_tokenize(const tutti_vocab *vocab, const char *text, size_t len, bool add_bos,
-                       bool parse_special, int32_t *ids, int32_t n_max);
+int32_t tutti_tokenize(const tutti_vocab *vocab, const char *text, size_t len, bool add_bos, bool parse_special,
+                       int32_t *ids, int32_t n_max);
 
 /* As tutti_tokenize with parse_special on, except that a control or unknown
  * token is read from its text only where that text lies entirely in bytes
@@ -146,13 +146,11 @@ int32_t tutti_tokenize_marked(const tutti_vocab *vocab, const char *text, size_t
  * sequence is the concatenation of its pieces, except that SPM drops the one
  * leading space the tokenizer added: use tutti_detokenize for whole
  * sequences. */
-int32_t tutti_token_to_piece(const tutti_vocab *vocab, int32_t id, bool render_special, char *buf,
-                             int32_t len);
+int32_t tutti_token_to_piece(const tutti_vocab *vocab, int32_t id, bool render_special, char *buf, int32_t len);
 
 /* Bytes of a whole id sequence (no BOS/EOS text, leading SPM space removed
  * when the tokenizer adds one).  Same return convention as above. */
-int32_t tutti_detokenize(const tutti_vocab *vocab, const int32_t *ids, int32_t n_ids, char *buf,
-                         int32_t len);
+int32_t tutti_detokenize(const tutti_vocab *vocab, const int32_t *ids, int32_t n_ids, char *buf, int32_t len);
 
 /* ------------------------------------------------------------------------ */
 /* Models */
@@ -647,9 +645,10 @@ int tutti_rule_parse(const char *name);
 int tutti_align_parse(const char *name);
 
 typedef struct tutti_member_desc {
-    const char *model_path; /* GGUF file, or a remote member "http://HOST:PORT#MODEL;vocab=PATH[;...]" (docs/remote-members.md) */
-    float weight;           /* NAN = default (uniform; contrastive: 1 for member 1, -0.5 for the others) */
-    float temp;             /* tau_i in [TUTTI_TEMP_MIN, TUTTI_TEMP_MAX]; NAN = 1 (0 is refused) */
+    const char *
+        model_path; /* GGUF file, or a remote member "http://HOST:PORT#MODEL;vocab=PATH[;...]" (docs/remote-members.md) */
+    float weight;   /* NAN = default (uniform; contrastive: 1 for member 1, -0.5 for the others) */
+    float temp;     /* tau_i in [TUTTI_TEMP_MIN, TUTTI_TEMP_MAX]; NAN = 1 (0 is refused) */
 } tutti_member_desc;
 
 typedef struct tutti_ensemble_params {
@@ -812,8 +811,8 @@ double tutti_ensemble_route(const tutti_ensemble *ens);
  * context; that member gets weight 0; an empty prompt: 0 for all, the given
  * weights).  Returns 0, or TUTTI_ERR (bad tau, a member failing, no member
  * with weight > 0 able to score the prompt). */
-int tutti_ensemble_route_weights(tutti_ensemble *ens, const char *prompt, size_t len, double tau,
-                                 float *weights, double *nll_per_byte);
+int tutti_ensemble_route_weights(tutti_ensemble *ens, const char *prompt, size_t len, double tau, float *weights,
+                                 double *nll_per_byte);
 
 /* Context-dependent weights (docs/fusion-study.md "Context weights"; `tutti fit
  * --context`): at every unit t (token, byte or span) member i's weight is
@@ -851,9 +850,9 @@ const char *tutti_feature_name(tutti_feature f);
 int tutti_feature_parse(const char *name);
 
 typedef struct tutti_context_weights {
-    int32_t n_features;                 /* 0 = off (static weights) */
-    int32_t features[TUTTI_N_FEATURES]; /* distinct TUTTI_FEAT_* */
-    double halflife;                    /* of LOSS, in units: [TUTTI_HALFLIFE_MIN, _MAX] */
+    int32_t n_features;                                       /* 0 = off (static weights) */
+    int32_t features[TUTTI_N_FEATURES];                       /* distinct TUTTI_FEAT_* */
+    double halflife;                                          /* of LOSS, in units: [TUTTI_HALFLIFE_MIN, _MAX] */
     float coef[TUTTI_ENSEMBLE_MAX_MEMBERS][TUTTI_N_FEATURES]; /* b_ik for features[k]: finite,
                                                                  |b| <= TUTTI_COEF_MAX */
 } tutti_context_weights;
@@ -896,7 +895,7 @@ typedef struct tutti_mask {
     int32_t n_allowed;
     const char *const *forbidden; /* the output never contains any of these */
     int32_t n_forbidden;
-    const char *const *stop;      /* generation stops after one of these; it is not output */
+    const char *const *stop; /* generation stops after one of these; it is not output */
     int32_t n_stop;
     int32_t max_len;              /* generated units (tokens in TOKEN, bytes in BYTE/SPAN); <= 0: n_ctx */
     const tutti_grammar *grammar; /* NULL = off; else the output is accepted by it (TOKEN: tokens whose
@@ -932,17 +931,17 @@ typedef enum tutti_finish {
 } tutti_finish;
 
 typedef struct tutti_ensemble_stats {
-    int32_t n_units;        /* tokens (TOKEN) or bytes (BYTE, SPAN) generated */
-    int32_t n_bytes;        /* bytes output */
-    double t_total_s;       /* wall time of the generation (prompt included) */
-    double t_prompt_s;      /* of t_total_s, up to the first fused distribution (the prompt's forward passes) */
-    double t_forward_s;     /* wall time during which members ran forward passes */
-    double t_fusion_s;      /* t_total_s - t_forward_s: alignment, fusion, mask, sampling */
+    int32_t n_units;    /* tokens (TOKEN) or bytes (BYTE, SPAN) generated */
+    int32_t n_bytes;    /* bytes output */
+    double t_total_s;   /* wall time of the generation (prompt included) */
+    double t_prompt_s;  /* of t_total_s, up to the first fused distribution (the prompt's forward passes) */
+    double t_forward_s; /* wall time during which members ran forward passes */
+    double t_fusion_s;  /* t_total_s - t_forward_s: alignment, fusion, mask, sampling */
     double t_member_s[TUTTI_ENSEMBLE_MAX_MEMBERS];       /* forward time per member */
     int64_t n_member_tokens[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* tokens each member ran */
     int64_t n_member_passes[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* forward passes each member ran (BYTE: all
                                                             hypotheses evaluated at one byte are one pass) */
-        /* BYTE and SPAN alignment: member i left the generation (weight 0 from
+    /* BYTE and SPAN alignment: member i left the generation (weight 0 from
      * then on, the others renormalised) because its tokens cannot spell the
      * prompt or the drawn text (TUTTI_LEFT_SPELL), or because pruning
      * (tutti_ensemble_params.prune / max_hyps) dropped every tokenization
@@ -1109,9 +1108,8 @@ typedef int (*tutti_text_cb)(const char *bytes, size_t n, void *user);
  * masked out, NaN/+inf logits: "member 2 (b.gguf): logits contain NaN at
  * position P").  A context that fills up mid-way is a clean stop
  * (stats->ctx_full_member, and a notice). */
-int tutti_ensemble_generate(tutti_ensemble *ens, const char *prompt, size_t prompt_len,
-                            const tutti_sampler_params *sp, const tutti_mask *mask,
-                            tutti_text_cb cb, void *user, tutti_ensemble_stats *stats);
+int tutti_ensemble_generate(tutti_ensemble *ens, const char *prompt, size_t prompt_len, const tutti_sampler_params *sp,
+                            const tutti_mask *mask, tutti_text_cb cb, void *user, tutti_ensemble_stats *stats);
 
 /* As tutti_ensemble_generate, with the prompt given to each member as token
  * ids of its own vocabulary: prompt_ids[i][0..n_prompt_ids[i]) for member i
@@ -1130,9 +1128,8 @@ int tutti_ensemble_generate(tutti_ensemble *ens, const char *prompt, size_t prom
  * TOKEN alignment, the bytes of its non-control tokens otherwise).
  * Returns 0 or TUTTI_ERR (also for a prompt longer than a member's
  * context). */
-int tutti_ensemble_generate_ids(tutti_ensemble *ens, const int32_t *const *prompt_ids,
-                                const int32_t *n_prompt_ids, const tutti_sampler_params *sp,
-                                const tutti_mask *mask, tutti_text_cb cb, void *user,
+int tutti_ensemble_generate_ids(tutti_ensemble *ens, const int32_t *const *prompt_ids, const int32_t *n_prompt_ids,
+                                const tutti_sampler_params *sp, const tutti_mask *mask, tutti_text_cb cb, void *user,
                                 tutti_ensemble_stats *stats);
 
 /* Bits per byte of text: every member alone (token level, over its
@@ -1224,8 +1221,8 @@ typedef struct tutti_fit_result {
     char chosen[96];
 } tutti_fit_result;
 
-int tutti_ensemble_fit(tutti_ensemble *ens, const char *text, size_t len, const float *temps,
-                       int32_t n_temps, tutti_fit_result *out);
+int tutti_ensemble_fit(tutti_ensemble *ens, const char *text, size_t len, const float *temps, int32_t n_temps,
+                       tutti_fit_result *out);
 
 /* What to fit beyond weights and temperatures (tutti_ensemble_fit_with,
  * _fit_auto, _fit_choices).  All fields optional (zero = off). */
@@ -1285,8 +1282,8 @@ int tutti_ensemble_fit_choices(tutti_ensemble *ens, const tutti_choice_item *ite
 typedef struct tutti_ensemble_file {
     tutti_member_desc *members; /* [n_members], paths owned by this struct */
     int32_t n_members;
-    int rule;  /* tutti_fusion_rule, or -1 if the file does not say */
-    int align; /* tutti_align, or -1 */
+    int rule;     /* tutti_fusion_rule, or -1 if the file does not say */
+    int align;    /* tutti_align, or -1 */
     double adapt; /* fixed-share alpha of a line `adapt ALPHA` (tutti_ensemble_set_adapt), or -1 */
     double route; /* tau of a line `route TAU` (tutti_ensemble_set_route), or -1 */
     /* lines `context FEATURE...`, `context-halflife H`, `context-coef I B...`
@@ -1334,8 +1331,8 @@ typedef struct tutti_chat_message {
  * Do not tokenize this text with parse_special: message text holding
  * "<|im_end|>" would become that control token.  Prompts for a model come
  * from tutti_chat_tokenize, which keeps message text out of control tokens. */
-char *tutti_chat_render(const char *tmpl, const tutti_chat_message *msgs, size_t n_msgs,
-                        bool add_generation_prompt, const char *bos_token, const char *eos_token);
+char *tutti_chat_render(const char *tmpl, const tutti_chat_message *msgs, size_t n_msgs, bool add_generation_prompt,
+                        const char *bos_token, const char *eos_token);
 
 /* As tutti_chat_render, and says where each byte of the text came from.
  * len (may be NULL) receives the text's length.  is_data (may be NULL)
@@ -1350,8 +1347,8 @@ char *tutti_chat_render(const char *tmpl, const tutti_chat_message *msgs, size_t
  * where data ends: there are no in-band markers.  On error: NULL, *is_data
  * NULL. */
 char *tutti_chat_render_marked(const char *tmpl, const tutti_chat_message *msgs, size_t n_msgs,
-                               bool add_generation_prompt, const char *bos_token, const char *eos_token,
-                               size_t *len, uint8_t **is_data);
+                               bool add_generation_prompt, const char *bos_token, const char *eos_token, size_t *len,
+                               uint8_t **is_data);
 
 /* The prompt of a conversation as token ids of `vocab`: tmpl rendered with
  * msgs (bos_token/eos_token = the texts of the vocabulary's BOS/EOS tokens,
@@ -1363,8 +1360,8 @@ char *tutti_chat_render_marked(const char *tmpl, const tutti_chat_message *msgs,
  * caller frees them), or NULL with tutti_last_error() set (the template's
  * errors as tutti_chat_render's, "chat tokenize: ..." for the rest).
  * rendered (may be NULL) receives the malloc'd rendering, for display. */
-int32_t *tutti_chat_tokenize(const tutti_vocab *vocab, const char *tmpl, const tutti_chat_message *msgs,
-                             size_t n_msgs, bool add_generation_prompt, int32_t *n_ids, char **rendered);
+int32_t *tutti_chat_tokenize(const tutti_vocab *vocab, const char *tmpl, const tutti_chat_message *msgs, size_t n_msgs,
+                             bool add_generation_prompt, int32_t *n_ids, char **rendered);
 
 /* As tutti_chat_tokenize, with the template's variables given as a JSON
  * object (ctx_json, NUL-terminated: messages with any fields, tools,
@@ -1372,8 +1369,8 @@ int32_t *tutti_chat_tokenize(const tutti_vocab *vocab, const char *tmpl, const t
  * lists).  Every string in it, keys included, is caller data.  bos_token and
  * eos_token are the vocabulary's unless ctx_json sets them (then they are
  * data too). */
-int32_t *tutti_chat_tokenize_json(const tutti_vocab *vocab, const char *tmpl, const char *ctx_json,
-                                  int32_t *n_ids, char **rendered);
+int32_t *tutti_chat_tokenize_json(const tutti_vocab *vocab, const char *tmpl, const char *ctx_json, int32_t *n_ids,
+                                  char **rendered);
 
 /* ------------------------------------------------------------------------ */
 /* Model merging (src/merge/): mergekit's methods on GGUF files.
@@ -1432,14 +1429,14 @@ int tutti_merge_config_set_param(tutti_merge_config *c, const char *name, double
 void tutti_merge_config_free(tutti_merge_config *c);
 
 typedef struct tutti_merge_params {
-    const char *type;  /* type of the 2-D weights: "F32", "F16", "BF16", "Q8_0", "Q4_0",
+    const char *type; /* type of the 2-D weights: "F32", "F16", "BF16", "Q8_0", "Q4_0",
                           "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K" (any case); NULL:
                           the configuration's out_dtype / dtype, else F16.  Vectors (norms,
                           biases) stay F32; rows a block size does not divide fall back as
                           in llama-quantize (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, else F16) */
-    uint64_t seed;     /* of the random masks (dare_*, della*) */
-    const char *name;  /* general.name of the output; NULL: "merge of ..." */
-    bool verbose;      /* one line per tensor on stderr */
+    uint64_t seed;    /* of the random masks (dare_*, della*) */
+    const char *name; /* general.name of the output; NULL: "merge of ..." */
+    bool verbose;     /* one line per tensor on stderr */
     /* Receives a line worth telling the user (NULL: none): the tensors
      * written in a fallback type (rows the output type's blocks do not
      * divide), once per merge, as llama-quantize warns of them. */
@@ -1581,14 +1578,14 @@ int tutti_hub_cache_dir(char *buf, size_t cap);
 
 /* One file of the cache. */
 typedef struct tutti_hub_entry {
-    char repo[260];    /* USER/MODEL */
-    char file[516];    /* its path in the repository */
-    char tag[68];      /* quant tag from the name, upper case ("" none) */
-    char commit[44];   /* the snapshot */
-    char path[4608];   /* on disk (the snapshot's link) */
-    int64_t size;      /* bytes */
-    int64_t last_use;  /* Unix seconds: the last resolution that used it (or its download) */
-    bool current;      /* in the snapshot refs/main names */
+    char repo[260];   /* USER/MODEL */
+    char file[516];   /* its path in the repository */
+    char tag[68];     /* quant tag from the name, upper case ("" none) */
+    char commit[44];  /* the snapshot */
+    char path[4608];  /* on disk (the snapshot's link) */
+    int64_t size;     /* bytes */
+    int64_t last_use; /* Unix seconds: the last resolution that used it (or its download) */
+    bool current;     /* in the snapshot refs/main names */
 } tutti_hub_entry;
 
 /* Every file of the cache, by repository then path (*entries malloc'd, the
@@ -1621,21 +1618,21 @@ int tutti_hub_remove(const char *what, int32_t *n_removed);
  * specialist of that text), then the mean or the max over the texts. */
 enum { TUTTI_SEARCH_MEAN_RATIO = 0, TUTTI_SEARCH_MAX_RATIO = 1, TUTTI_SEARCH_MEAN_BEST = 2, TUTTI_SEARCH_MAX_BEST = 3 };
 typedef struct tutti_merge_search_params {
-    const char *method;             /* mergekit method (default task_arithmetic) */
-    const char *base;               /* base_model, or NULL (linear, nuslerp, multislerp only) */
-    const char *const *models;      /* [n_models] the other models (1..16), paths as written */
+    const char *method;        /* mergekit method (default task_arithmetic) */
+    const char *base;          /* base_model, or NULL (linear, nuslerp, multislerp only) */
+    const char *const *models; /* [n_models] the other models (1..16), paths as written */
     int32_t n_models;
-    int32_t layer_groups;           /* G (default 1; at most the layer count) */
-    int32_t evals;                  /* candidates scored, the start point included (default 100) */
-    uint64_t seed;                  /* of CMA-ES's samples */
-    const char *text;               /* score: bits per byte on text[0..text_len), or */
+    int32_t layer_groups; /* G (default 1; at most the layer count) */
+    int32_t evals;        /* candidates scored, the start point included (default 100) */
+    uint64_t seed;        /* of CMA-ES's samples */
+    const char *text;     /* score: bits per byte on text[0..text_len), or */
     size_t text_len;
     /* several texts (text NULL), each a task: the score is the mean (or the
      * max, objective) over the texts of the candidate's bits per byte
      * divided by the start point's (or the best input model's) on that
      * text, so that each text weighs the same whatever its length and its
      * scale; with RATIO, 1 at the start point */
-    const char *const *texts;       /* [n_texts] (2..16) */
+    const char *const *texts; /* [n_texts] (2..16) */
     const size_t *text_lens;
     int32_t n_texts;
     int32_t objective;              /* TUTTI_SEARCH_MEAN_RATIO (default), _MAX_RATIO, _MEAN_BEST, _MAX_BEST */
@@ -1644,8 +1641,8 @@ typedef struct tutti_merge_search_params {
     double *start_bpb;              /* out, may be NULL: [n_texts] the start point's */
     const tutti_choice_item *items; /* accuracy on items[0..n_items) (text NULL) */
     int32_t n_items;
-    const char *type;               /* output type: "F32", "F16" (default) or "BF16" (out_dtype) */
-    int32_t n_threads;              /* 0 = online CPUs */
+    const char *type;  /* output type: "F32", "F16" (default) or "BF16" (out_dtype) */
+    int32_t n_threads; /* 0 = online CPUs */
     /* one line per generation (progress and the best score so far); may be NULL */
     void (*progress)(const char *line, void *user);
     void *progress_user;

@@ -137,8 +137,8 @@ double jnum(const cJSON *o, const char *path) {
 }
 
 /* Checks OpenAI's error object and returns a copy of the message. */
-void expect_error(server *s, const char *method, const char *path, const char *body, const char *extra,
-                         int want, const char *want_in_msg, const char *want_param, const char *want_code) {
+void expect_error(server *s, const char *method, const char *path, const char *body, const char *extra, int want,
+                  const char *want_in_msg, const char *want_param, const char *want_code) {
     int st;
     char *out = http(s, method, path, body, extra, &st);
     if (st != want) fail_msg("%s %s %s: status %d, want %d: %s", method, path, body ? body : "", st, want, out);
@@ -243,4 +243,3 @@ double metric(server *s, const char *name) {
     free(m);
     return v;
 }
-

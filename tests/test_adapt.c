@@ -121,7 +121,9 @@ static void test_weights_come_back(void **state) {
      * completed members (a sleeping member scores the mixture's probability) */
     const tutti_ensemble e3 = {.n = 3};
     double p3[3] = {0.5, 0.3, 0.2};
-    double lp[4][3] = {{log(0.6), log(0.3), log(0.5)}, {log(0.2), log(0.7), 0}, {log(0.5), log(0.1), 0},
+    double lp[4][3] = {{log(0.6), log(0.3), log(0.5)},
+                       {log(0.2), log(0.7), 0},
+                       {log(0.5), log(0.1), 0},
                        {log(0.05), log(0.1), log(0.9)}};
     bool g3[4][3] = {{0, 0, 0}, {0, 0, 1}, {0, 0, 1}, {0, 0, 0}};
     for (int a = 0; a < 2; a++) {
@@ -227,8 +229,8 @@ static void test_mixed_domains(void **state) {
     rc0 = tutti_ensemble_eval_bpb(e, text, len, &r);
     if (rc0) printf("eval: %s\n", tutti_last_error());
     assert_int_equal(rc0, 0);
-    printf("mixed-dev: uniform %.4f, fitted static %.4f, adapt (alpha %g) %.4f; members (byte)",
-           fs.uniform_bpb, fs.fitted_bpb, fa.adapt_alpha, r.ensemble_bpb);
+    printf("mixed-dev: uniform %.4f, fitted static %.4f, adapt (alpha %g) %.4f; members (byte)", fs.uniform_bpb,
+           fs.fitted_bpb, fa.adapt_alpha, r.ensemble_bpb);
     for (int i = 0; i < 3; i++) printf(" %.4f", r.member_byte_bpb[i]);
     printf("\n");
     assert_true(fabs(r.ensemble_bpb - fa.fitted_bpb) < 1e-9);
@@ -391,12 +393,9 @@ static void test_generation(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        shared_unit_test(test_update_by_hand),
-        cmocka_unit_test(test_weights_come_back),
-        shared_unit_test(test_limits_on_real_text),
-        cmocka_unit_test(test_file_line),
-        shared_unit_test(test_mixed_domains),
-        shared_unit_test(test_fit_keeps_members),
+        shared_unit_test(test_update_by_hand),      cmocka_unit_test(test_weights_come_back),
+        shared_unit_test(test_limits_on_real_text), cmocka_unit_test(test_file_line),
+        shared_unit_test(test_mixed_domains),       shared_unit_test(test_fit_keeps_members),
         shared_unit_test(test_generation),
     };
     test_select_part();

@@ -48,45 +48,19 @@ typedef struct arch_row {
 #define TOL_QUANT 0.15
 
 static const arch_row g_rows[] = {
-    {"llama-F32", TOL_FLOAT},
-    {"llama-F16", TOL_FLOAT},
-    {"llama-BF16", TOL_BF16},
-    {"llama-Q8_0", TOL_QUANT},
-    {"llama-Q4_0", TOL_QUANT},
-    {"llama-Q4_1", TOL_QUANT},
-    {"llama-Q5_0", TOL_QUANT},
-    {"llama-Q5_1", TOL_QUANT},
-    {"llama-Q2_K", TOL_QUANT},
-    {"llama-Q3_K_M", TOL_QUANT},
-    {"llama-Q4_K_M", TOL_QUANT},
-    {"llama-Q5_K_M", TOL_QUANT},
-    {"llama-Q6_K", TOL_QUANT},
-    {"llama-IQ4_NL", TOL_QUANT},
-    {"llama-IQ4_XS", TOL_QUANT},
-    {"llama-tied-F16", TOL_FLOAT},
-    {"llama-ropefreqs-F16", TOL_FLOAT},
-    {"qwen2-F16", TOL_FLOAT},
-    {"qwen2-Q8_0", TOL_QUANT},
-    {"qwen2-Q4_K_M", TOL_QUANT},
-    {"qwen3-F16", TOL_FLOAT},
-    {"qwen3-Q8_0", TOL_QUANT},
-    {"qwen3-Q4_K_M", TOL_QUANT},
-    {"gemma2-F16", TOL_FLOAT},
-    {"gemma2-Q8_0", TOL_QUANT},
-    {"gemma2-Q4_K_M", TOL_QUANT},
-    {"gemma3-F16", TOL_FLOAT},
-    {"gemma3-Q8_0", TOL_QUANT},
-    {"gemma3-Q4_K_M", TOL_QUANT},
-    {"phi3-F16", TOL_FLOAT},
-    {"phi3-Q8_0", TOL_QUANT},
-    {"phi3-Q4_K_M", TOL_QUANT},
-    {"quant/llama-MXFP4", TOL_QUANT},
-    {"quant/llama-IQ2_XXS", TOL_QUANT},
-    {"quant/llama-IQ2_XS", TOL_QUANT},
-    {"quant/llama-IQ2_S", TOL_QUANT},
-    {"quant/llama-IQ3_XXS", TOL_QUANT},
-    {"quant/llama-IQ3_S", TOL_QUANT},
-    {"quant/llama-IQ1_S", TOL_QUANT},
+    {"llama-F32", TOL_FLOAT},           {"llama-F16", TOL_FLOAT},           {"llama-BF16", TOL_BF16},
+    {"llama-Q8_0", TOL_QUANT},          {"llama-Q4_0", TOL_QUANT},          {"llama-Q4_1", TOL_QUANT},
+    {"llama-Q5_0", TOL_QUANT},          {"llama-Q5_1", TOL_QUANT},          {"llama-Q2_K", TOL_QUANT},
+    {"llama-Q3_K_M", TOL_QUANT},        {"llama-Q4_K_M", TOL_QUANT},        {"llama-Q5_K_M", TOL_QUANT},
+    {"llama-Q6_K", TOL_QUANT},          {"llama-IQ4_NL", TOL_QUANT},        {"llama-IQ4_XS", TOL_QUANT},
+    {"llama-tied-F16", TOL_FLOAT},      {"llama-ropefreqs-F16", TOL_FLOAT}, {"qwen2-F16", TOL_FLOAT},
+    {"qwen2-Q8_0", TOL_QUANT},          {"qwen2-Q4_K_M", TOL_QUANT},        {"qwen3-F16", TOL_FLOAT},
+    {"qwen3-Q8_0", TOL_QUANT},          {"qwen3-Q4_K_M", TOL_QUANT},        {"gemma2-F16", TOL_FLOAT},
+    {"gemma2-Q8_0", TOL_QUANT},         {"gemma2-Q4_K_M", TOL_QUANT},       {"gemma3-F16", TOL_FLOAT},
+    {"gemma3-Q8_0", TOL_QUANT},         {"gemma3-Q4_K_M", TOL_QUANT},       {"phi3-F16", TOL_FLOAT},
+    {"phi3-Q8_0", TOL_QUANT},           {"phi3-Q4_K_M", TOL_QUANT},         {"quant/llama-MXFP4", TOL_QUANT},
+    {"quant/llama-IQ2_XXS", TOL_QUANT}, {"quant/llama-IQ2_XS", TOL_QUANT},  {"quant/llama-IQ2_S", TOL_QUANT},
+    {"quant/llama-IQ3_XXS", TOL_QUANT}, {"quant/llama-IQ3_S", TOL_QUANT},   {"quant/llama-IQ1_S", TOL_QUANT},
     {"quant/llama-IQ1_M", TOL_QUANT},
 };
 #define N_ROWS (sizeof g_rows / sizeof g_rows[0])
@@ -158,8 +132,8 @@ static void test_arch_row(void **state) {
     eval_prefix_then_steps(s, ids, 17, n_ids, n_vocab, logits);
     const double d_incr = max_logsoftmax_diff(logits, ref, n_ids, n_vocab);
 
-    print_message("%-22s max |dlogsoftmax| batch %.5f, incremental %.5f (tolerance %.2f)\n", row->name, d_batch,
-                  d_incr, row->tol);
+    print_message("%-22s max |dlogsoftmax| batch %.5f, incremental %.5f (tolerance %.2f)\n", row->name, d_batch, d_incr,
+                  row->tol);
     assert_true(d_batch <= row->tol);
     assert_true(d_incr <= row->tol);
     free(logits);
@@ -171,11 +145,11 @@ static void test_arch_row(void **state) {
 /* ---- errors on broken files ---- */
 
 typedef struct mutation {
-    const char *tensor;   /* tensor to change (NULL: none) */
-    bool drop;            /* leave it out */
-    int64_t ne1;          /* > 0: new row count (data: zeros) */
-    int type;             /* >= 0: new type (data: zeros) */
-    const char *arch;     /* non-NULL: new general.architecture */
+    const char *tensor; /* tensor to change (NULL: none) */
+    bool drop;          /* leave it out */
+    int64_t ne1;        /* > 0: new row count (data: zeros) */
+    int type;           /* >= 0: new type (data: zeros) */
+    const char *arch;   /* non-NULL: new general.architecture */
 } mutation;
 
 /* Writes a modified copy of ref/arch/llama-F16.gguf to a temporary file;
@@ -283,8 +257,8 @@ static void test_session_errors(void **state) {
     assert_non_null(mf);
     tutti_model_describe(m, mf);
     fclose(mf);
-    const char *facts[] = {"architecture: llama", "n_embd 256", "n_layer 2", "n_ff 768", "n_head 4",
-                           "n_head_kv 2", "head_dim 64/64", "f16", NULL};
+    const char *facts[] = {"architecture: llama", "n_embd 256",     "n_layer 2", "n_ff 768", "n_head 4",
+                           "n_head_kv 2",         "head_dim 64/64", "f16",       NULL};
     for (int i = 0; facts[i]; i++)
         if (!strstr(desc, facts[i])) fail_msg("describe lacks \"%s\":\n%s", facts[i], desc);
     free(desc);

@@ -59,7 +59,7 @@ typedef struct spec {
      * "<arch>." prefix; type u32, f32 or str); "-key" leaves out one of the
      * keys written by default (context_length, attention.layer_norm_rms_epsilon) */
     const char *kv;
-    const char *rule; /* what the row checks (printed) */
+    const char *rule;  /* what the row checks (printed) */
     const char *error; /* NULL: compare logits; else tutti must refuse the file with this text */
 } spec;
 
@@ -118,16 +118,14 @@ static const spec g_specs[] = {
      "attention.head_count_kv=u32:2;rope.scale_linear=f32:4",
      "llama: the old key rope.scale_linear when rope.scaling.factor is absent", NULL},
     {"llama-attn-factor", "llama", 64, 4, 2, 16, 128, 2, 0, 2.0f,
-     "attention.head_count_kv=u32:2;rope.scaling.attn_factor=f32:1.5",
-     "llama: rope.scaling.attn_factor", NULL},
+     "attention.head_count_kv=u32:2;rope.scaling.attn_factor=f32:1.5", "llama: rope.scaling.attn_factor", NULL},
     {"llama-ropefreqs", "llama", 64, 4, 2, 16, 128, 2, F_ROPE_FREQS, 2.0f,
      "attention.head_count_kv=u32:2;rope.freq_base=f32:500000;rope.dimension_count=u32:16",
      "llama 3.1: rope_freqs divisors", NULL},
     {"llama-softcap-keys", "llama", 64, 4, 2, 16, 128, 2, 0, 2.0f,
      "attention.head_count_kv=u32:2;attn_logit_softcapping=f32:3;final_logit_softcapping=f32:2",
      "llama: softcapping keys are not read", NULL},
-    {"llama-nrot", "llama", 64, 4, 2, 16, 128, 2, 0, 1.0f,
-     "attention.head_count_kv=u32:2;rope.dimension_count=u32:8",
+    {"llama-nrot", "llama", 64, 4, 2, 16, 128, 2, 0, 1.0f, "attention.head_count_kv=u32:2;rope.dimension_count=u32:8",
      "llama: rope.dimension_count must equal head_dim", "rope.dimension_count"},
     {"llama-experts", "llama", 64, 4, 2, 16, 128, 2, 0, 1.0f,
      "attention.head_count_kv=u32:2;expert_count=u32:4;expert_used_count=u32:2",
@@ -166,8 +164,8 @@ static const spec g_specs[] = {
      "attention.sliding_window=u32:8;rope.freq_base=f32:1000000;attention.sliding_window_pattern=u32:3",
      "gemma3: attention.sliding_window_pattern", NULL},
     {"qwen2-partial-rot", "qwen2", 64, 4, 2, 16, 128, 2, F_TIED | F_QKV_BIAS, 2.0f,
-     "attention.head_count_kv=u32:2;rope.dimension_count=u32:8",
-     "qwen2: rope.dimension_count must equal head_dim", "rope.dimension_count"},
+     "attention.head_count_kv=u32:2;rope.dimension_count=u32:8", "qwen2: rope.dimension_count must equal head_dim",
+     "rope.dimension_count"},
     {"phi3-longrope-type", "phi3", 64, 4, 4, 16, 128, 2, F_FUSED | F_LONGROPE, 2.0f,
      "context_length=u32:4096;rope.scaling.original_context_length=u32:32;rope.scaling.attn_factor=f32:1.19;"
      "rope.scaling.type=str:longrope",
@@ -187,7 +185,8 @@ static const spec g_specs[] = {
      "attention.sliding_window=u32:6;attention.sliding_window_pattern=u32:3",
      "gemma2: attention.sliding_window_pattern", NULL},
     {"qwen3-partial-rot", "qwen3", 64, 4, 2, 16, 128, 2, F_TIED | F_QK_NORM, 2.0f,
-     "attention.head_count_kv=u32:2;rope.dimension_count=u32:8", "qwen3: rope.dimension_count must equal head_dim", "rope.dimension_count"},
+     "attention.head_count_kv=u32:2;rope.dimension_count=u32:8", "qwen3: rope.dimension_count must equal head_dim",
+     "rope.dimension_count"},
     {"gemma2-partial-rot", "gemma2", 64, 4, 2, 16, 128, 2, F_TIED | F_POST_NORMS, 2.0f,
      "attention.head_count_kv=u32:2;rope.dimension_count=u32:8", "gemma2: partial rotary", NULL},
     {"gemma3-partial-rot", "gemma3", 64, 4, 2, 16, 128, 2, F_TIED | F_QK_NORM | F_POST_NORMS, 2.0f,
@@ -282,10 +281,8 @@ static void add_kv(gguf_writer *w, const char *arch, const char *item) {
     snprintf(val, sizeof val, "%s", colon + 1);
     if (strncmp(eq + 1, "u32", 3) == 0)
         assert_int_equal(gguf_writer_add_u32(w, key, (uint32_t)strtoul(val, NULL, 10)), 0);
-    else if (strncmp(eq + 1, "f32", 3) == 0)
-        assert_int_equal(gguf_writer_add_f32(w, key, strtof(val, NULL)), 0);
-    else
-        assert_int_equal(gguf_writer_add_str(w, key, val), 0);
+    else if (strncmp(eq + 1, "f32", 3) == 0) assert_int_equal(gguf_writer_add_f32(w, key, strtof(val, NULL)), 0);
+    else assert_int_equal(gguf_writer_add_str(w, key, val), 0);
 }
 
 static bool kv_has(const spec *sp, const char *key) {
@@ -308,8 +305,7 @@ static void write_model(const spec *sp, const char *path) {
     snprintf(item, sizeof item, "random %s", sp->name);
     assert_int_equal(gguf_writer_add_str(g.w, "general.name", item), 0);
     /* the keys llama.cpp requires */
-    if (!kv_has(sp, "context_length") && !strstr(sp->kv, "-context_length"))
-        add_kv(g.w, a, "context_length=u32:512");
+    if (!kv_has(sp, "context_length") && !strstr(sp->kv, "-context_length")) add_kv(g.w, a, "context_length=u32:512");
 #define KV_U32(k, v) (snprintf(item, sizeof item, k "=u32:%d", (v)), add_kv(g.w, a, item))
     KV_U32("embedding_length", sp->n_embd);
     KV_U32("block_count", sp->n_layer);

@@ -98,9 +98,9 @@ static void test_posterior_is_sequence_mixture(void **state) {
             char full[256];
             snprintf(full, sizeof full, "%s%s", it.context, choices[c]);
             double lw0 = log(0.7), lw1 = log(0.3);
-            double want = lse2(lw0 + test_direct_ll(shared_path(rel[0]), full),
-                               lw1 + test_direct_ll(shared_path(rel[1]), full)) -
-                          lse2(lw0 + ctx[0], lw1 + ctx[1]);
+            double want =
+                lse2(lw0 + test_direct_ll(shared_path(rel[0]), full), lw1 + test_direct_ll(shared_path(rel[1]), full)) -
+                lse2(lw0 + ctx[0], lw1 + ctx[1]);
             printf("%s %s: posterior %.6f, direct %.6f, static %.6f\n", align == TUTTI_ALIGN_TOKEN ? "token" : "byte",
                    choices[c], ll[c * 3 + 2], want, ll_static[c * 3 + 2]);
             assert_true(fabs(ll[c * 3 + 2] - want) < tol);
@@ -265,7 +265,8 @@ static void test_cli_choices_json_plot(void **state) {
     f = fopen(items, "w");
     fprintf(f, "{\"context\": \"x\", \"choices\": [\" a\", \" b\"], \"label\": 0}\n{\"context\": 3}\n");
     fclose(f);
-    snprintf(cmd, sizeof cmd, "%s eval --choices %s -m %s 2>&1", TUTTI_CLI, items, shared_path("models/stories260K.gguf"));
+    snprintf(cmd, sizeof cmd, "%s eval --choices %s -m %s 2>&1", TUTTI_CLI, items,
+             shared_path("models/stories260K.gguf"));
     out = run_cmd(cmd, &st);
     assert_int_equal(st, 1);
     assert_non_null(strstr(out, "line 2"));
@@ -275,12 +276,9 @@ static void test_cli_choices_json_plot(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_ll_is_direct_computation),
-        cmocka_unit_test(test_branches_equal_whole_texts),
-        shared_unit_test(test_posterior_is_sequence_mixture),
-        shared_unit_test(test_route_and_adapt_refused),
-        cmocka_unit_test(test_cloze_members_match_llamacpp),
-        cmocka_unit_test(test_bad_items),
+        cmocka_unit_test(test_ll_is_direct_computation),      cmocka_unit_test(test_branches_equal_whole_texts),
+        shared_unit_test(test_posterior_is_sequence_mixture), shared_unit_test(test_route_and_adapt_refused),
+        cmocka_unit_test(test_cloze_members_match_llamacpp),  cmocka_unit_test(test_bad_items),
         cmocka_unit_test(test_cli_choices_json_plot),
     };
     test_select_part();

@@ -39,7 +39,6 @@ static char *ref_text(const char *jsonl) {
     return out;
 }
 
-
 /* Runs `tutti ARGS` (printf-style; MODEL, BABY stand for nothing: give full
  * paths), returns stdout (malloc'd); stderr goes to *err (malloc'd), the
  * exit status to *st. */
@@ -103,7 +102,8 @@ static void test_logits_match_reference(void **state) {
     free(run_cmd(cmd, &st));
     assert_int_equal(st, 0);
     size_t n_got, n_ref;
-    char *got = read_file(out_path, &n_got), *ref = read_file(shared_path("ref/models/stories260K.p2.logits.f32"), &n_ref);
+    char *got = read_file(out_path, &n_got),
+         *ref = read_file(shared_path("ref/models/stories260K.p2.logits.f32"), &n_ref);
     unlink(out_path);
     assert_non_null(got);
     assert_non_null(ref);
@@ -119,8 +119,8 @@ static void test_tokenize_inp_matches_reference(void **state) {
     (void)state;
     require_shared();
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "%s tokenize -m %s --inp %s", TUTTI_CLI, shared_path("models/vocab/ggml-vocab-llama3.gguf"),
-             shared_path("ref/tokenize/tokenizer-tests.inp"));
+    snprintf(cmd, sizeof cmd, "%s tokenize -m %s --inp %s", TUTTI_CLI,
+             shared_path("models/vocab/ggml-vocab-llama3.gguf"), shared_path("ref/tokenize/tokenizer-tests.inp"));
     int st;
     char *out = run_cmd(cmd, &st), *want = read_file(shared_path("ref/tokenize/llama3.out"), NULL);
     assert_int_equal(st, 0);
@@ -171,7 +171,6 @@ static void test_bad_input_exits_with_message(void **state) {
     }
 }
 
-
 /* --chat renders the model's template (phi-3's, on the phi3 test model whose
  * vocabulary has <|user|>, <|end|>, <|assistant|> as control tokens): the
  * prompt must be the template's rendering with its markers as single special
@@ -196,7 +195,8 @@ static void test_generate_chat(void **state) {
     print_message("%s", err);
     assert_int_equal(st, 0);
     char *plain_cmd = cmd + 2048;
-    snprintf(plain_cmd, 2048, "%s tokenize -m %s -p \"$(printf '<|user|>\\nhi<|end|>\\n<|assistant|>\\n')\" --special", TUTTI_CLI, path);
+    snprintf(plain_cmd, 2048, "%s tokenize -m %s -p \"$(printf '<|user|>\\nhi<|end|>\\n<|assistant|>\\n')\" --special",
+             TUTTI_CLI, path);
     int st2;
     char *ids = run_cmd(plain_cmd, &st2);
     assert_int_equal(st2, 0);
@@ -224,7 +224,8 @@ static void test_generate_chat(void **state) {
     assert_non_null(strstr(line, "prompt ids: 1 5 ")); /* BOS, <|user|> */
     free(err);
     /* a model without a template: a clear error */
-    snprintf(cmd, sizeof cmd, "%s generate -m %s --chat -p hi 2>&1 >/dev/null", TUTTI_CLI, shared_path("models/stories260K.gguf"));
+    snprintf(cmd, sizeof cmd, "%s generate -m %s --chat -p hi 2>&1 >/dev/null", TUTTI_CLI,
+             shared_path("models/stories260K.gguf"));
     err = run_cmd(cmd, &st);
     assert_int_equal(st, 1);
     assert_non_null(strstr(err, "chat_template"));
@@ -246,8 +247,8 @@ static void test_hostile_inputs(void **state) {
         const char *msg;
     } cases[8];
     int n = 0;
-#define CASE(st, m, ...) (snprintf(cases[n].args, sizeof cases[n].args, __VA_ARGS__), cases[n].status = (st), \
-                          cases[n].msg = (m), n++)
+#define CASE(st, m, ...) \
+    (snprintf(cases[n].args, sizeof cases[n].args, __VA_ARGS__), cases[n].status = (st), cases[n].msg = (m), n++)
     CASE(1, "NaN or infinite logits", "generate -m %s/ok-nan-weights.in -p the --temp 0", corpus);
     CASE(1, "NaN or infinite logits", "generate -m %s/ok-nan-weights.in -p the --seed 1", corpus);
     CASE(1, "is a directory", "generate -m %s -f /tmp -n 2", stories);
@@ -262,8 +263,8 @@ static void test_hostile_inputs(void **state) {
         int st;
         char *err = run_cmd(cmd, &st);
         if (st != cases[i].status || !strstr(err, cases[i].msg))
-            fail_msg("tutti %s: exit %d (want %d), stderr '%s' (want '%s')", cases[i].args, st, cases[i].status,
-                     err, cases[i].msg);
+            fail_msg("tutti %s: exit %d (want %d), stderr '%s' (want '%s')", cases[i].args, st, cases[i].status, err,
+                     cases[i].msg);
         free(err);
     }
 }
@@ -311,7 +312,6 @@ static void test_run_one_member_equals_generate(void **state) {
     }
 }
 
-
 /* Issue 9: the same flag names in every command (llama.cpp's, the old ones
  * as aliases), the --flag=value form, -n -1, -c 0, -s. */
 static void test_flag_forms(void **state) {
@@ -332,8 +332,8 @@ static void test_flag_forms(void **state) {
     free(a);
     free(b);
     /* the same bad value gets the same message from every command */
-    const char *cmds[] = {"generate -m %s -p a", "run -m %s -p a", "eval -m %s --text /dev/null",
-                          "fit -m %s --text /dev/null", "bench -m %s", "logits -m %s -p a -o /dev/null"};
+    const char *cmds[] = {"generate -m %s -p a",        "run -m %s -p a", "eval -m %s --text /dev/null",
+                          "fit -m %s --text /dev/null", "bench -m %s",    "logits -m %s -p a -o /dev/null"};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         char fmt[256];
         snprintf(fmt, sizeof fmt, "%s -t 0", cmds[i]);
@@ -620,8 +620,8 @@ static void test_quiet_version_help(void **state) {
             size_t span = next ? (size_t)(next - l) : strlen(l);
             char one[2048];
             snprintf(one, sizeof one, "%.*s", (int)(span < sizeof one - 1 ? span : sizeof one - 1), l);
-            bool builtin = strstr(one, "--help") || strstr(one, "--version") || strstr(one, "--quiet") ||
-                           strstr(one, "--no-");
+            bool builtin =
+                strstr(one, "--help") || strstr(one, "--version") || strstr(one, "--quiet") || strstr(one, "--no-");
             if (!builtin && !strstr(one, "(default: ")) fail_msg("tutti %s --help: no default in '%s'", cmds[i], one);
             n_flags++;
             (void)len;
@@ -715,9 +715,10 @@ static void test_flag_errors_exit_2(void **state) {
     /* -o - is stdout (the same bytes as a file), never a file named "-" */
     char cmd[4096];
     int st;
-    snprintf(cmd, sizeof cmd, "cd %s && %s logits -m %s -p 'Lily and Ben' -o file.f32 2>/dev/null && %s logits -m %s "
-             "-p 'Lily and Ben' -o - 2>/dev/null > stdout.f32 && cmp file.f32 stdout.f32 && test ! -e ./-", dir, TUTTI_CLI,
-             stories(), TUTTI_CLI, stories());
+    snprintf(cmd, sizeof cmd,
+             "cd %s && %s logits -m %s -p 'Lily and Ben' -o file.f32 2>/dev/null && %s logits -m %s "
+             "-p 'Lily and Ben' -o - 2>/dev/null > stdout.f32 && cmp file.f32 stdout.f32 && test ! -e ./-",
+             dir, TUTTI_CLI, stories(), TUTTI_CLI, stories());
     free(run_cmd(cmd, &st));
     assert_int_equal(st, 0);
     char rm[128];
@@ -926,8 +927,8 @@ static void test_json_and_ensemble_files(void **state) {
     assert_int_equal(st, 0);
     cJSON *j = cJSON_Parse(out);
     assert_non_null(j);
-    assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "members"), 0), "model")->valuestring,
-                        odd);
+    assert_string_equal(
+        cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "members"), 0), "model")->valuestring, odd);
     cJSON_Delete(j);
     free(out);
     /* an ensemble file: relative paths (to the file's folder), quotes, comments, rule/align */
@@ -993,8 +994,8 @@ static void test_eval_progress(void **state) {
     free(run_cmd(cmd, &st));
     char *err;
     setenv("TUTTI_PROGRESS_MS", "20", 1);
-    free(tutti(&st, &err, "eval -m %s -m %s --text %s -t 1", stories(), shared_path("models/TinyStories-656K-Q8_0.gguf"),
-               text));
+    free(tutti(&st, &err, "eval -m %s -m %s --text %s -t 1", stories(),
+               shared_path("models/TinyStories-656K-Q8_0.gguf"), text));
     print_message("%s", err);
     assert_int_equal(st, 0);
     assert_non_null(strstr(err, "tutti eval: scoring "));

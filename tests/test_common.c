@@ -96,8 +96,7 @@ int pack_each(const char *path, pack_entry_fn fn, void *user) {
         if (memcmp(h + 257, "ustar", 5) != 0) fail_msg("%s: entry %d is not a ustar header", path, n + 1);
         uint64_t size = tar_octal(h + 124, 12);
         char name[260];
-        snprintf(name, sizeof name, "%.155s%s%.100s", (const char *)h + 345, h[345] ? "/" : "",
-                 (const char *)h);
+        snprintf(name, sizeof name, "%.155s%s%.100s", (const char *)h + 345, h[345] ? "/" : "", (const char *)h);
         if ((h[156] != '0' && h[156] != 0) || strchr(name, '/'))
             fail_msg("%s: %s is not a plain file at the top (fuzz/corpus.sh packs those only)", path, name);
         if (size > len - off - 512) fail_msg("%s: %s runs past the end of the pack", path, name);
@@ -179,7 +178,10 @@ int parse_ids(const char *s, int32_t *ids, int n_max) {
     while (*s && n < n_max) {
         char *end;
         long v = strtol(s, &end, 10);
-        if (end == s) { s++; continue; }
+        if (end == s) {
+            s++;
+            continue;
+        }
         ids[n++] = (int32_t)v;
         s = end;
     }
@@ -210,7 +212,8 @@ int json_ids(const char *js, const char *key, int32_t *ids, int n_max) {
 
 static void log_softmax_row(const float *z, double *out, int n) {
     double mx = -INFINITY;
-    for (int i = 0; i < n; i++) if (z[i] > mx) mx = z[i];
+    for (int i = 0; i < n; i++)
+        if (z[i] > mx) mx = z[i];
     double s = 0;
     for (int i = 0; i < n; i++) s += exp((double)z[i] - mx);
     double lse = mx + log(s);

@@ -26,7 +26,8 @@ void require_shared(void);
  * others, unset both.  tests/CMakeLists.txt registers such a binary twice,
  * NAME (core) and NAME_shared. */
 #define SHARED_TEST_PREFIX "shared_"
-#define shared_unit_test(f) {SHARED_TEST_PREFIX #f, f, NULL, NULL, NULL}
+#define shared_unit_test(f) \
+    { SHARED_TEST_PREFIX #f, f, NULL, NULL, NULL }
 void test_select_part(void);
 /* Reads a whole file; NULL if it cannot (size in *len).  Caller frees. */
 char *read_file(const char *path, size_t *len);

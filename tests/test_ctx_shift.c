@@ -213,7 +213,8 @@ static void test_shift_is_the_rotation(void **state) {
     worst = fmax(worst, max_abs(tutti_session_logits(s), want, V));
     assert_int_equal(tutti_session_shift(s, 30, 10), TUTTI_ERR); /* past the cached positions */
     printf("one layer: %d shifted states and the primitive = fresh sessions on the kept tokens, max |dlogit| %.2e, "
-           "%d of them under 2e-3\n", checked, worst, n_small);
+           "%d of them under 2e-3\n",
+           checked, worst, n_small);
     assert_true(checked > 60);
     assert_true(worst < 2.5e-2);
     assert_true(n_small * 4 >= checked * 3); /* noise: mostly far below the bound */
@@ -274,11 +275,13 @@ static void test_member_answers_are_the_timeline(void **state) {
             n[k] = 2 + (int32_t)(next_rand(&x) % 200);
             memcpy(seq[k], r->ids, sizeof(int32_t) * (size_t)n[k]);
             int tail = (int)(next_rand(&x) % 4);
-            for (int j = 0; j < tail && n[k] - 1 - j > 0; j++) seq[k][n[k] - 1 - j] = 3 + (int32_t)(next_rand(&x) % 500);
+            for (int j = 0; j < tail && n[k] - 1 - j > 0; j++)
+                seq[k][n[k] - 1 - j] = 3 + (int32_t)(next_rand(&x) % 500);
         }
         bool distinct = n_seq < 2 || (n[0] != n[1] || memcmp(seq[0], seq[1], sizeof(int32_t) * (size_t)n[0]));
-        if (n_seq == 3) distinct &= (n[0] != n[2] || memcmp(seq[0], seq[2], sizeof(int32_t) * (size_t)n[0])) &&
-                                    (n[1] != n[2] || memcmp(seq[1], seq[2], sizeof(int32_t) * (size_t)n[1]));
+        if (n_seq == 3)
+            distinct &= (n[0] != n[2] || memcmp(seq[0], seq[2], sizeof(int32_t) * (size_t)n[0])) &&
+                        (n[1] != n[2] || memcmp(seq[1], seq[2], sizeof(int32_t) * (size_t)n[1]));
         if (n_seq > 1 && distinct && fm->vt->logits_batch) {
             const float *rows[3];
             int32_t done = fm->vt->logits_batch(fm, n_seq, (const int32_t *const *)seq, n, rows);
@@ -426,9 +429,9 @@ static void test_full_context_is_length(void **state) {
                 size_t total = 0;
                 int rc = tutti_ensemble_generate(e, "Once upon a time", 16, &sp, &m, collect, &total, &st);
                 assert_int_equal(rc, 0);
-                printf("%s%s%s: %d units, full context: member %d, finish %s\n", tutti_align_name(tutti_ensemble_align(e)),
-                       gr ? " + JSON schema" : "", shift ? " + shift" : "", st.n_units, st.ctx_full_member,
-                       st.finish == TUTTI_FINISH_LENGTH ? "length" : "stop");
+                printf("%s%s%s: %d units, full context: member %d, finish %s\n",
+                       tutti_align_name(tutti_ensemble_align(e)), gr ? " + JSON schema" : "", shift ? " + shift" : "",
+                       st.n_units, st.ctx_full_member, st.finish == TUTTI_FINISH_LENGTH ? "length" : "stop");
                 /* stories260K fills first in TOKEN (both members are it), tok105 in BYTE/SPAN */
                 assert_int_equal(st.ctx_full_member, shift ? -1 : aligns[a] == TUTTI_ALIGN_TOKEN ? 0 : 1);
                 assert_int_equal(st.finish, TUTTI_FINISH_LENGTH);
@@ -439,10 +442,8 @@ static void test_full_context_is_length(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_session_matches_llama_cpp),
-        cmocka_unit_test(test_shift_is_the_rotation),
-        cmocka_unit_test(test_member_answers_are_the_timeline),
-        cmocka_unit_test(test_cli_generates_past_the_context),
+        cmocka_unit_test(test_session_matches_llama_cpp),       cmocka_unit_test(test_shift_is_the_rotation),
+        cmocka_unit_test(test_member_answers_are_the_timeline), cmocka_unit_test(test_cli_generates_past_the_context),
         cmocka_unit_test(test_full_context_is_length),
     };
     if (getenv("TUTTI_TEST_FILTER")) cmocka_set_test_filter(getenv("TUTTI_TEST_FILTER"));

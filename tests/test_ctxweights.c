@@ -201,8 +201,8 @@ static void entropy_decides(void **state) {
     double L0 = fusion_ctx_objective(&cd, theta, -1, NULL);
     NEAR(L0 / N, -log(0.62), 1e-6);
     double L = fusion_ctx_descend(&cd, theta, 400);
-    printf("per unit: static %.4f, fitted %.4f, the confident member alone %.4f; b (standardised) %.3f %.3f\n",
-           L0 / N, L / N, -log(0.9), theta[2], theta[3]);
+    printf("per unit: static %.4f, fitted %.4f, the confident member alone %.4f; b (standardised) %.3f %.3f\n", L0 / N,
+           L / N, -log(0.9), theta[2], theta[3]);
     assert_true(L / N < -log(0.9) + 0.02);
     assert_true(theta[2] < 0 && theta[3] < 0); /* the surer member gets the weight */
     fusion_ctx_data_free(&cd);
@@ -233,8 +233,13 @@ static void gradient_check(void **state) {
         float *t[3];
         int32_t y[40];
         for (int32_t i = 0; i < n; i++) t[i] = malloc(sizeof(float) * (size_t)(W * N));
-        ctx_fit_data d = {.n = n, .K = K, .rule = rule ? TUTTI_RULE_PRODUCT : TUTTI_RULE_MIX, .n_units = N,
-                          .width = W, .rows = t, .y = y};
+        ctx_fit_data d = {.n = n,
+                          .K = K,
+                          .rule = rule ? TUTTI_RULE_PRODUCT : TUTTI_RULE_MIX,
+                          .n_units = N,
+                          .width = W,
+                          .rows = t,
+                          .y = y};
         d.lp = malloc(sizeof(double) * (size_t)(N * n));
         d.gone = calloc((size_t)(N * n), sizeof(bool));
         d.f = malloc(sizeof(double) * (size_t)(N * n * K));
@@ -284,8 +289,9 @@ static void file_lines(void **state) {
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     FILE *f = fdopen(fd, "w");
-    fprintf(f, "%s 0.5\n%s 0.5\ncontext entropy loss   # features\ncontext-halflife 8\n"
-               "context-coef 2 -1.5 0.25\nselect 0.05\n",
+    fprintf(f,
+            "%s 0.5\n%s 0.5\ncontext entropy loss   # features\ncontext-halflife 8\n"
+            "context-coef 2 -1.5 0.25\nselect 0.05\n",
             shared_path("models/stories260K.gguf"), shared_path("models/BabyLlama-tok361/babyllama-tok361.gguf"));
     fclose(f);
     tutti_ensemble_file *ef = tutti_ensemble_file_read(path);
@@ -297,12 +303,18 @@ static void file_lines(void **state) {
     assert_true(ef->select == 0.05);
     tutti_ensemble_file_free(ef);
     /* malformed lines name the line */
-    const char *bad[] = {"context entropy bogus\n", "context-coef 1 0.5\n", "context loss\ncontext-coef 1 0.5 2\n",
-                         "context loss\ncontext-coef 3 0.5\n", "context loss\ncontext-halflife 0\n", "select -1\n",
-                         "context\n", "context loss\ncontext top\n"};
+    const char *bad[] = {"context entropy bogus\n",
+                         "context-coef 1 0.5\n",
+                         "context loss\ncontext-coef 1 0.5 2\n",
+                         "context loss\ncontext-coef 3 0.5\n",
+                         "context loss\ncontext-halflife 0\n",
+                         "select -1\n",
+                         "context\n",
+                         "context loss\ncontext top\n"};
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         f = fopen(path, "w");
-        fprintf(f, "%s\n%s\n%s", shared_path("models/stories260K.gguf"), shared_path("models/stories260K.gguf"), bad[k]);
+        fprintf(f, "%s\n%s\n%s", shared_path("models/stories260K.gguf"), shared_path("models/stories260K.gguf"),
+                bad[k]);
         fclose(f);
         ef = tutti_ensemble_file_read(path);
         printf("%s -> %s\n", bad[k], ef ? "read" : tutti_last_error());
@@ -472,8 +484,8 @@ static void byte_span_generation(void **state) {
         if (aligns[a] == TUTTI_ALIGN_BYTE) assert_int_equal(tutti_ensemble_set_select(e, 0.02), 0);
         else assert_int_equal(tutti_ensemble_set_select(e, 0.02), TUTTI_ERR); /* a span draft is one member's */
         assert_int_equal(tutti_ensemble_generate(e, "Once upon", 9, &sp, &mk, test_sink_cb, &ctx, &stats), 0);
-        printf("%s: static [%s]\n      context [%s], %d of %d units fused\n", tutti_align_name(aligns[a]), st.b,
-               ctx.b, stats.n_fused, stats.n_units);
+        printf("%s: static [%s]\n      context [%s], %d of %d units fused\n", tutti_align_name(aligns[a]), st.b, ctx.b,
+               stats.n_fused, stats.n_units);
         assert_true(stats.n_units > 0 && stats.n_fused <= stats.n_units);
         if (aligns[a] == TUTTI_ALIGN_SPAN) assert_int_equal(stats.n_fused, stats.n_units);
         tutti_ensemble_free(e);
@@ -482,12 +494,9 @@ static void byte_span_generation(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(features_by_hand),
-        cmocka_unit_test(weights_and_nll_by_hand),
-        cmocka_unit_test(entropy_decides),
-        cmocka_unit_test(gradient_check),
-        shared_unit_test(file_lines),
-        shared_unit_test(token_by_hand),
+        cmocka_unit_test(features_by_hand),     cmocka_unit_test(weights_and_nll_by_hand),
+        cmocka_unit_test(entropy_decides),      cmocka_unit_test(gradient_check),
+        shared_unit_test(file_lines),           shared_unit_test(token_by_hand),
         shared_unit_test(byte_span_generation),
     };
     test_select_part();

@@ -84,8 +84,11 @@ static void test_greedy_identity(void **state) {
     (void)state;
     require_shared();
     /* the draft model at several lengths and cuts, then prompt lookup */
-    const struct { int32_t n_max; float p_min; int32_t lookup_n; } cfg[] = {
-        {16, 0.75f, 0}, {4, 0.0f, 0}, {1, 0.0f, 0}, {16, 0.0f, 0}, {8, 0.0f, 1}, {8, 0.0f, 2}};
+    const struct {
+        int32_t n_max;
+        float p_min;
+        int32_t lookup_n;
+    } cfg[] = {{16, 0.75f, 0}, {4, 0.0f, 0}, {1, 0.0f, 0}, {16, 0.0f, 0}, {8, 0.0f, 1}, {8, 0.0f, 2}};
     tutti_sampler_params sp = tutti_sampler_default_params();
     sp.temp = 0;
     for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
@@ -98,9 +101,10 @@ static void test_greedy_identity(void **state) {
             ids_out out;
             tutti_ensemble_stats st;
             assert_int_equal(generate(e, prompt, n_prompt, &sp, N_GREEDY, &out, &st), 0);
-            printf("draft-max %d p-min %.2f lookup %d p%d: %d rounds, %lld drafted, %lld accepted, %lld target passes\n",
-                   cfg[c].n_max, (double)cfg[c].p_min, cfg[c].lookup_n, k, st.n_draft_rounds, (long long)st.n_drafted,
-                   (long long)st.n_draft_accepted, (long long)st.n_member_passes[0]);
+            printf(
+                "draft-max %d p-min %.2f lookup %d p%d: %d rounds, %lld drafted, %lld accepted, %lld target passes\n",
+                cfg[c].n_max, (double)cfg[c].p_min, cfg[c].lookup_n, k, st.n_draft_rounds, (long long)st.n_drafted,
+                (long long)st.n_draft_accepted, (long long)st.n_member_passes[0]);
             assert_int_equal(out.n, N_GREEDY);
             for (int i = 0; i < N_GREEDY; i++)
                 if (out.ids[i] != greedy[i])
@@ -206,8 +210,8 @@ typedef struct tree {
     double want[N_CELLS];
 } tree;
 
-static void build_tree(tutti_model *m, const int32_t *prompt, int n_prompt, tree *t, int node, int depth,
-                       int32_t *seq, int n_seq, double pr, int cell) {
+static void build_tree(tutti_model *m, const int32_t *prompt, int n_prompt, tree *t, int node, int depth, int32_t *seq,
+                       int n_seq, double pr, int cell) {
     double p[TOPK];
     plain_dist(m, seq, n_seq, t->cand[node], p);
     for (int k = 0; k < TOPK; k++) {
@@ -216,8 +220,7 @@ static void build_tree(tutti_model *m, const int32_t *prompt, int n_prompt, tree
             continue;
         }
         seq[n_seq] = t->cand[node][k];
-        build_tree(m, prompt, n_prompt, t, node * TOPK + 1 + k, depth + 1, seq, n_seq + 1, pr * p[k],
-                   cell * TOPK + k);
+        build_tree(m, prompt, n_prompt, t, node * TOPK + 1 + k, depth + 1, seq, n_seq + 1, pr * p[k], cell * TOPK + k);
     }
 }
 
@@ -283,8 +286,8 @@ static void sampled_distribution(int32_t lookup_n) {
     if (pool_e > 0) chi2 += (pool_o - pool_e) * (pool_o - pool_e) / pool_e, df++;
     /* the 0.1 % critical value (Wilson-Hilferty) */
     double a = 2.0 / (9.0 * df), crit = df * pow(1 - a + 3.090 * sqrt(a), 3);
-    printf("chi-square %.1f on %d degrees of freedom (0.1%% critical value %.1f); %lld drafted, %lld accepted\n",
-           chi2, df, crit, (long long)drafted, (long long)accepted);
+    printf("chi-square %.1f on %d degrees of freedom (0.1%% critical value %.1f); %lld drafted, %lld accepted\n", chi2,
+           df, crit, (long long)drafted, (long long)accepted);
     assert_true(accepted > 0 && accepted < drafted);
     assert_true(chi2 < crit);
     tutti_ensemble_free(e);
@@ -377,8 +380,10 @@ static void test_cli(void **state) {
                  target, lim);
         char *plain = run_cmd(cmd, &st);
         assert_int_equal(st, 0);
-        snprintf(cmd, sizeof cmd, "%s %s -m %s -md %s --draft-p-min 0 -p 'Once upon a time' %s --temp 0 -t 1 "
-                 "2>/tmp/test_draft_err.%d", TUTTI_CLI, sub, target, draft, lim, (int)getpid());
+        snprintf(cmd, sizeof cmd,
+                 "%s %s -m %s -md %s --draft-p-min 0 -p 'Once upon a time' %s --temp 0 -t 1 "
+                 "2>/tmp/test_draft_err.%d",
+                 TUTTI_CLI, sub, target, draft, lim, (int)getpid());
         char *drafted = run_cmd(cmd, &st);
         assert_int_equal(st, 0);
         assert_string_equal(plain, drafted);
@@ -412,8 +417,10 @@ static void test_cli(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_greedy_identity),   cmocka_unit_test(test_draft_kv_rollback),
-        cmocka_unit_test(test_sampled_distribution), cmocka_unit_test(test_sampled_distribution_lookup),
+        cmocka_unit_test(test_greedy_identity),
+        cmocka_unit_test(test_draft_kv_rollback),
+        cmocka_unit_test(test_sampled_distribution),
+        cmocka_unit_test(test_sampled_distribution_lookup),
         cmocka_unit_test(test_ensemble_greedy),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_cli),

@@ -240,13 +240,13 @@ typedef struct brute {
     tutti_session *s;
     const tutti_vocab *v;
     int32_t V;
-    char **piece;    /* [V] piece bytes (NULL: control / no text) */
+    char **piece; /* [V] piece bytes (NULL: control / no text) */
     int32_t *plen;
     bool *eog;
     const char *s_bytes;
     int32_t len;
     int32_t path[256];
-    float *logits;   /* [depth][V] */
+    float *logits; /* [depth][V] */
     double *vec;
     int64_t n_forward;
     double cut; /* paths below this probability are not followed deeper (speed) */
@@ -365,7 +365,6 @@ static void test_byte_marginal_bruteforce(void **state) {
     check_bruteforce(M_TOK105, "Once upon a time, Lily");
 }
 
-
 /* ---- chat: per-member token-id prompts (tutti run --chat) ---- */
 
 /* Copy of a GGUF with tokenizer.chat_template = tmpl; eos_scale != 1
@@ -408,9 +407,9 @@ static void write_chat_copy(const char *src, const char *tmpl, float eos_scale, 
 
 typedef struct chat_files {
     char dir[64];
-    char phi3[128];   /* phi3 test model (<|user|>, <|end|>, <|assistant|> are control tokens), phi-3 template */
-    char llama[128];  /* llama test model (stories260K vocabulary), phi-3 template, EOS row x4 */
-    char plain[128];  /* stories260K: no template */
+    char phi3[128];  /* phi3 test model (<|user|>, <|end|>, <|assistant|> are control tokens), phi-3 template */
+    char llama[128]; /* llama test model (stories260K vocabulary), phi-3 template, EOS row x4 */
+    char plain[128]; /* stories260K: no template */
 } chat_files;
 
 static void chat_files_make(chat_files *c) {
@@ -462,8 +461,9 @@ static void test_chat_run_is_generate_chat(void **state) {
         for (int kk = 0; kk < 4; kk++) {
             const char *const *o = opts[mi];
             int k = kk;
-            snprintf(cmd, sizeof cmd, "%s generate -m %s --chat -p 'hi there' --system 'Be brief.' %s -t 1 2>%s/gen.err",
-                     TUTTI_CLI, models[mi], o[k], c.dir);
+            snprintf(cmd, sizeof cmd,
+                     "%s generate -m %s --chat -p 'hi there' --system 'Be brief.' %s -t 1 2>%s/gen.err", TUTTI_CLI,
+                     models[mi], o[k], c.dir);
             char *want = run_cmd(cmd, &st);
             assert_int_equal(st, 0);
             drop_incomplete_utf8(want);
@@ -485,7 +485,8 @@ static void test_chat_run_is_generate_chat(void **state) {
             free(err);
             for (int copies = 1; copies <= 2; copies++) {
                 if (copies == 2 && !strstr(o[k], "--temp 0")) continue; /* rounding: greedy only */
-                snprintf(cmd, sizeof cmd, "%s run -m %s%s%s --chat -p 'hi there' --system 'Be brief.' %s -t 1 2>&1 >%s/run.out",
+                snprintf(cmd, sizeof cmd,
+                         "%s run -m %s%s%s --chat -p 'hi there' --system 'Be brief.' %s -t 1 2>&1 >%s/run.out",
                          TUTTI_CLI, models[mi], copies == 2 ? " -m " : "", copies == 2 ? models[mi] : "", o[k], c.dir);
                 char *rerr = run_cmd(cmd, &st);
                 if (st != 0) printf("%s\n", rerr);
@@ -495,7 +496,9 @@ static void test_chat_run_is_generate_chat(void **state) {
                 char *got = read_file(errp, &rn);
                 (void)rn;
                 printf("%s x%d %s: %d tokens%s\n", mi ? "llama" : "phi3", copies, o[k], n_gen,
-                       ctx ? " (context full)" : n_gen < n_max ? " (end of turn)" : "");
+                       ctx             ? " (context full)"
+                       : n_gen < n_max ? " (end of turn)"
+                                       : "");
                 assert_memory_equal(got, want, strlen(want) + 1);
                 char tok[64];
                 snprintf(tok, sizeof tok, "token alignment, rule mix: %d tokens", n_gen);
@@ -524,7 +527,8 @@ static void test_chat_run_byte_members(void **state) {
     const char *models[2] = {c.llama, c.phi3};
     char *want_ids[2];
     for (int i = 0; i < 2; i++) {
-        snprintf(cmd, sizeof cmd, "%s generate -m %s --chat -p 'hi <|end|> there' -n 1 --temp 0 -t 1 --verbose-prompt 2>&1 >/dev/null",
+        snprintf(cmd, sizeof cmd,
+                 "%s generate -m %s --chat -p 'hi <|end|> there' -n 1 --temp 0 -t 1 --verbose-prompt 2>&1 >/dev/null",
                  TUTTI_CLI, models[i]);
         char *err = run_cmd(cmd, &st);
         assert_int_equal(st, 0);
@@ -535,8 +539,10 @@ static void test_chat_run_byte_members(void **state) {
         free(err);
     }
     for (int al = 0; al < 2; al++) {
-        snprintf(cmd, sizeof cmd, "%s run -m %s -m %s --align %s --chat -p 'hi <|end|> there' -n 48 --seed 5 -t 2 --verbose-prompt 2>&1 >%s/run.out",
-                 TUTTI_CLI, models[0], models[1], al ? "span" : "byte", c.dir);
+        snprintf(
+            cmd, sizeof cmd,
+            "%s run -m %s -m %s --align %s --chat -p 'hi <|end|> there' -n 48 --seed 5 -t 2 --verbose-prompt 2>&1 >%s/run.out",
+            TUTTI_CLI, models[0], models[1], al ? "span" : "byte", c.dir);
         char *err = run_cmd(cmd, &st);
         printf("%s", err);
         assert_int_equal(st, 0);
@@ -756,8 +762,8 @@ static void test_generate_masks(void **state) {
     sp.seed = 9;
     for (int al = TUTTI_ALIGN_TOKEN; al <= TUTTI_ALIGN_SPAN; al++)
         for (int mi = 0; mi < 2; mi++) {
-            tutti_ensemble *e = make_ens(models, al == TUTTI_ALIGN_TOKEN ? 1 : 2, NULL, (tutti_align)al,
-                                         TUTTI_RULE_MIX, -1);
+            tutti_ensemble *e =
+                make_ens(models, al == TUTTI_ALIGN_TOKEN ? 1 : 2, NULL, (tutti_align)al, TUTTI_RULE_MIX, -1);
             assert_non_null(e);
             tutti_mask m = {.max_len = 60};
             if (mi == 0) m.allowed = allowed, m.n_allowed = 2;
@@ -768,10 +774,8 @@ static void test_generate_masks(void **state) {
             if (rc < 0) printf("%s\n", tutti_last_error());
             printf("%s, %s: \"%s\"\n", tutti_align_name((tutti_align)al), mi ? "forbidden" : "allowed", got.b);
             assert_int_equal(rc, 0);
-            if (mi == 0)
-                assert_true(!strncmp(got.b, allowed[0], got.n) || !strncmp(got.b, allowed[1], got.n));
-            else
-                assert_true(got.n > 10 && !strstr(got.b, forbidden[0]) && !strstr(got.b, forbidden[1]));
+            if (mi == 0) assert_true(!strncmp(got.b, allowed[0], got.n) || !strncmp(got.b, allowed[1], got.n));
+            else assert_true(got.n > 10 && !strstr(got.b, forbidden[0]) && !strstr(got.b, forbidden[1]));
             tutti_ensemble_free(e);
         }
 }
@@ -937,8 +941,8 @@ static void test_errors(void **state) {
 
     /* the CLI: weights that do not match the member count */
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "%s run -m %s -m %s -w 0.5,0.3,0.2 -p x -n 1 2>&1", TUTTI_CLI,
-             shared_path(M_STORIES), shared_path(M_TOK105));
+    snprintf(cmd, sizeof cmd, "%s run -m %s -m %s -w 0.5,0.3,0.2 -p x -n 1 2>&1", TUTTI_CLI, shared_path(M_STORIES),
+             shared_path(M_TOK105));
     FILE *f = popen(cmd, "r");
     assert_non_null(f);
     char out[4096];
@@ -1081,8 +1085,10 @@ static void test_overhead_qwen3_vocab(void **state) {
         tutti_align align;
         tutti_fusion_rule rule;
         int len;
-    } cases[] = {{1, TUTTI_ALIGN_TOKEN, TUTTI_RULE_MIX, 32},   {2, TUTTI_ALIGN_TOKEN, TUTTI_RULE_MIX, 32},
-                 {2, TUTTI_ALIGN_TOKEN, TUTTI_RULE_PRODUCT, 32}, {2, TUTTI_ALIGN_BYTE, TUTTI_RULE_MIX, 48}};
+    } cases[] = {{1, TUTTI_ALIGN_TOKEN, TUTTI_RULE_MIX, 32},
+                 {2, TUTTI_ALIGN_TOKEN, TUTTI_RULE_MIX, 32},
+                 {2, TUTTI_ALIGN_TOKEN, TUTTI_RULE_PRODUCT, 32},
+                 {2, TUTTI_ALIGN_BYTE, TUTTI_RULE_MIX, 48}};
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         tutti_ensemble_params p = tutti_ensemble_default_params();
         tutti_member_desc d[2] = {{path, NAN, NAN}, {path, NAN, NAN}};
@@ -1136,7 +1142,8 @@ static void test_overhead_qwen3_vocab(void **state) {
     assert_int_equal(fusion_bytes_next(bs, got), 0);
     for (int b = 0; b < 257; b++) worst = fmax(worst, fabs(got[b] - want[b]));
     printf("151669-token vocabulary: next-byte distributions (after the prompt and after 0x%02x) vs the "
-           "definition: max |diff| = %.3g\n", b0, worst);
+           "definition: max |diff| = %.3g\n",
+           b0, worst);
     assert_true(worst < 1e-6);
     fusion_bytes_free(bs);
     fusion_trie_free(tr);
@@ -1179,7 +1186,8 @@ static void check_batch_is_single(const char *rel, const char *text) {
         }
     }
     printf("%s: \"%s\" (up to %d hypotheses): batched %lld passes / %lld tokens, one per hypothesis %lld / %lld; "
-           "max |diff| = %.3g\n", rel, text, most, (long long)a->n_forward_calls, (long long)a->n_forward_tokens,
+           "max |diff| = %.3g\n",
+           rel, text, most, (long long)a->n_forward_calls, (long long)a->n_forward_tokens,
            (long long)b->n_forward_calls, (long long)b->n_forward_tokens, worst);
     assert_true(worst <= 1e-9);
     assert_true(most > 1);
@@ -1199,7 +1207,6 @@ static void test_byte_batch_is_single(void **state) {
     check_batch_is_single(M_656K, "Once upon a"); /* Q8_0 weights: the quantised batched kernels */
 }
 
-
 /* ---- step receiver (logprobs): the reported rows against the members' own
  * logits, computed here through sessions ---- */
 
@@ -1210,7 +1217,7 @@ typedef struct step_log {
     int32_t n_out;
     char text[1024];
     size_t n_text;
-    double sum_p;      /* sum of exp(logprobs) of the last step */
+    double sum_p; /* sum of exp(logprobs) of the last step */
 } step_log;
 
 static int step_rec(const tutti_step *st, void *u) {

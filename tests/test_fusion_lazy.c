@@ -174,7 +174,8 @@ static void check_lazy(const char *rel) {
         assert_int_equal(fusion_bytes_commit(lazy.st, b), 0);
     }
     printf("%s: %zu bytes: max L1 to exact: eager %.3g, lazy %.3g; forward passes eager %lld, lazy %lld; tokens "
-           "eager %lld, lazy %lld\n", rel, len, worst_eager, worst_lazy, (long long)eager.m->n_forward_calls,
+           "eager %lld, lazy %lld\n",
+           rel, len, worst_eager, worst_lazy, (long long)eager.m->n_forward_calls,
            (long long)(lazy.m->n_forward_calls - resolve_calls), (long long)eager.m->n_forward_tokens,
            (long long)lazy.m->n_forward_tokens);
     printf("  resolved lazy state: max L1 to exact %.3g\n", worst_resolved);

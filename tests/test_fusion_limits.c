@@ -172,8 +172,8 @@ static void test_pruning_keeps_a_spelling_hypothesis(void **state) {
             if (!(p[(uint8_t)PRUNE_TEXT[i]] > 0)) break;
             assert_int_equal(fusion_bytes_commit(st, (uint8_t)PRUNE_TEXT[i]), 0);
         }
-        printf("prune %g: %zu of %zu bytes with probability > 0 (%d hypotheses, pruned share %.3g)\n", prunes[k], i,
-               n, fusion_bytes_n_hyps(st), fusion_bytes_pruned(st));
+        printf("prune %g: %zu of %zu bytes with probability > 0 (%d hypotheses, pruned share %.3g)\n", prunes[k], i, n,
+               fusion_bytes_n_hyps(st), fusion_bytes_pruned(st));
         assert_int_equal(i, n);
         int32_t nb;
         assert_non_null(fusion_bytes_best_path(st, &nb)); /* a path spelling the text is kept */
@@ -273,9 +273,10 @@ static void test_eval_refuses(void **state) {
     tutti_ensemble_free(e);
     /* the CLI: usage error, exit 2 */
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, "printf 'Once upon a time.' > /tmp/tutti-eval-refuse.txt && %s eval --text "
-             "/tmp/tutti-eval-refuse.txt -m %s -m %s --rule contrastive 2>&1", TUTTI_CLI, shared_path(M_STORIES),
-             shared_path(M_TOK361));
+    snprintf(cmd, sizeof cmd,
+             "printf 'Once upon a time.' > /tmp/tutti-eval-refuse.txt && %s eval --text "
+             "/tmp/tutti-eval-refuse.txt -m %s -m %s --rule contrastive 2>&1",
+             TUTTI_CLI, shared_path(M_STORIES), shared_path(M_TOK361));
     int status;
     char *outp = run_cmd(cmd, &status);
     printf("tutti eval --rule contrastive: exit %d: %s", status, outp);
@@ -284,7 +285,6 @@ static void test_eval_refuses(void **state) {
     free(outp);
     remove("/tmp/tutti-eval-refuse.txt");
 }
-
 
 /* ---- 4: max_tokens counts member 1's tokens in every alignment, and the
  * output never ends inside a UTF-8 character ---- */
@@ -361,8 +361,10 @@ static void test_cli_limits(void **state) {
     free(err);
     const char *aligns[3] = {"token", "byte", "span"};
     for (int a = 0; a < 3; a++) {
-        snprintf(cmd, sizeof cmd, "%s run -m %s/ok-base.in -m %s/ok-nan-weights.in --align %s -p the -n 4 -t 1 2>&1 "
-                 ">/dev/null", TUTTI_CLI, CORPUS, CORPUS, aligns[a]);
+        snprintf(cmd, sizeof cmd,
+                 "%s run -m %s/ok-base.in -m %s/ok-nan-weights.in --align %s -p the -n 4 -t 1 2>&1 "
+                 ">/dev/null",
+                 TUTTI_CLI, CORPUS, CORPUS, aligns[a]);
         err = run_cmd(cmd, &status);
         printf("run --align %s, NaN member: exit %d: %s", aligns[a], status, err);
         assert_int_equal(status, 1);

@@ -130,7 +130,8 @@ static void test_rules_from_logits(void **state) {
                     double v = 0;
                     for (int i = 0; i < 3; i++) {
                         if (w[i] == 0) continue;
-                        v += rule == TUTTI_RULE_MIX ? w[i] / ws * exp(lp[(size_t)i * n + x]) : w[i] / ws * lp[(size_t)i * n + x];
+                        v += rule == TUTTI_RULE_MIX ? w[i] / ws * exp(lp[(size_t)i * n + x])
+                                                    : w[i] / ws * lp[(size_t)i * n + x];
                     }
                     ref[x] = rule == TUTTI_RULE_MIX ? v : exp(v);
                     z0 += ref[x];
@@ -180,7 +181,8 @@ static void test_rules_from_logits(void **state) {
 
 /* pieces of a toy vocabulary: 0 = BOS (no text), 1 = EOS, then text tokens,
  * with overlapping pieces so that many tokenizations cover a text */
-static const char *toy_pieces[] = {"", "", "a", "b", "ab", "ba", "abb", " ", " a", "bb", "\xc3", "\xa9", "\xc3\xa9", "b a"};
+static const char *toy_pieces[] = {"",  "",   "a",  "b",    "ab",   "ba",       "abb",
+                                   " ", " a", "bb", "\xc3", "\xa9", "\xc3\xa9", "b a"};
 #define TOY_V 14
 
 static void toy_logits_fn(const int32_t *ids, int32_t n, float *out) {
@@ -201,7 +203,8 @@ static int toy_logits_all(fusion_member *m, const int32_t *ids, int32_t n, float
     return 0;
 }
 static void toy_free(fusion_member *m) { (void)m; }
-static const fusion_member_vt toy_vt = {toy_logits, toy_logits_all, toy_free, NULL, NULL, NULL}; /* no logits_view: copies; no batch */
+static const fusion_member_vt toy_vt = {toy_logits, toy_logits_all, toy_free,
+                                        NULL,       NULL,           NULL}; /* no logits_view: copies; no batch */
 
 static fusion_trie *toy_trie(void) {
     char bytes[64];
@@ -254,7 +257,8 @@ static void test_byte_marginal_bruteforce(void **state) {
     fusion_bytes_params bp = {.temp = 1.0f, .prune = 0.0, .max_hyps = 100000};
     fusion_bytes *st = fusion_bytes_new(&m, t, &bp);
     assert_non_null(st);
-    const char *text = "abba ab\xc3\xa9" "bab";
+    const char *text = "abba ab\xc3\xa9"
+                       "bab";
     int32_t len = (int32_t)strlen(text);
     assert_int_equal(fusion_bytes_start(st, "", 0), 0);
     double worst = 0;
@@ -349,7 +353,6 @@ static void test_ensemble_file(void **state) {
     assert_null(tutti_ensemble_file_read("/nonexistent/ens.txt"));
 }
 
-
 /* ---- tries built on several threads at once (server slots, MPI ranks) ---- */
 
 #include <pthread.h>
@@ -412,11 +415,14 @@ static void test_trie_build_threads(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_rules_copies),        cmocka_unit_test(test_rules_formulas),
+        cmocka_unit_test(test_rules_copies),
+        cmocka_unit_test(test_rules_formulas),
         cmocka_unit_test(test_rules_from_logits),
         cmocka_unit_test(test_trie_build_threads),
-        cmocka_unit_test(test_byte_marginal_bruteforce), cmocka_unit_test(test_utf8_mask),
-        cmocka_unit_test(test_chunks),              cmocka_unit_test(test_ensemble_file),
+        cmocka_unit_test(test_byte_marginal_bruteforce),
+        cmocka_unit_test(test_utf8_mask),
+        cmocka_unit_test(test_chunks),
+        cmocka_unit_test(test_ensemble_file),
     };
     test_select_part();
     return cmocka_run_group_tests(tests, NULL, NULL);

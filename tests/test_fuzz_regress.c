@@ -42,18 +42,12 @@ static const struct {
     const char *name;
     fuzz_one_fn fn;
 } g_harnesses[] = {
-    {"gguf", tutti_fuzz_gguf_one},
-    {"tokenizer", tutti_fuzz_tokenizer_one},
-    {"chat", tutti_fuzz_chat_one},
-    {"grammar", tutti_fuzz_grammar_one},
-    {"model", tutti_fuzz_model_one},
-    {"merge_yaml", tutti_fuzz_merge_yaml_one},
-    {"http", tutti_fuzz_http_one},
-    {"remote", tutti_fuzz_remote_one},
-    {"native", tutti_fuzz_native_one},
-    {"ensemble_file", tutti_fuzz_ensemble_file_one},
-    {"hub", tutti_fuzz_hub_one},
-    {"pipeline", tutti_fuzz_pipeline_one},
+    {"gguf", tutti_fuzz_gguf_one},     {"tokenizer", tutti_fuzz_tokenizer_one},
+    {"chat", tutti_fuzz_chat_one},     {"grammar", tutti_fuzz_grammar_one},
+    {"model", tutti_fuzz_model_one},   {"merge_yaml", tutti_fuzz_merge_yaml_one},
+    {"http", tutti_fuzz_http_one},     {"remote", tutti_fuzz_remote_one},
+    {"native", tutti_fuzz_native_one}, {"ensemble_file", tutti_fuzz_ensemble_file_one},
+    {"hub", tutti_fuzz_hub_one},       {"pipeline", tutti_fuzz_pipeline_one},
 };
 #define N_HARNESSES (sizeof g_harnesses / sizeof g_harnesses[0])
 
@@ -134,8 +128,7 @@ static void replay_corpora(bool shared) {
         fuzz_one_fn fn = find_harness(name, &registered);
         if (!registered || !fn) {
             closedir(d); /* fail_msg does not return */
-            if (!registered)
-                fail_msg("fuzz/corpus/%s has no harness registered in tests/test_fuzz_regress.c", name);
+            if (!registered) fail_msg("fuzz/corpus/%s has no harness registered in tests/test_fuzz_regress.c", name);
             fail_msg("fuzz/corpus/%s: tutti_fuzz_%s_one is not linked: fuzz/fuzz_%s.c must "
                      "define it (and LLVMFuzzerTestOneInput only under #ifdef TUTTI_LIBFUZZER), "
                      "see fuzz/README.md",

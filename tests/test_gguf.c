@@ -40,14 +40,17 @@ typedef struct file_facts {
 } file_facts;
 
 static const file_facts g_facts[] = {
-    {"models/BabyLlama-tok105/babyllama-tok105.gguf", 3, 21, 48, 32, 5568, 0x64c0f9412a23dd1dull, 0x06d328ce0a89f8e9ull},
-    {"models/BabyLlama-tok361/babyllama-tok361.gguf", 3, 21, 48, 32, 11200, 0x43d0e36ac1afe821ull, 0x5dce723bf5c77e18ull},
+    {"models/BabyLlama-tok105/babyllama-tok105.gguf", 3, 21, 48, 32, 5568, 0x64c0f9412a23dd1dull,
+     0x06d328ce0a89f8e9ull},
+    {"models/BabyLlama-tok361/babyllama-tok361.gguf", 3, 21, 48, 32, 11200, 0x43d0e36ac1afe821ull,
+     0x5dce723bf5c77e18ull},
     {"models/TinyStories-656K-Q8_0.gguf", 3, 34, 20, 32, 50848, 0x85e0ec99897ffdcbull, 0xe0aeeae50b29debaull},
     {"models/aidreams260K/aidreams260K.gguf", 3, 21, 39, 32, 13728, 0xb9593c15054f12aaull, 0x32fcad320a1f8bd3ull},
     {"models/stories260K.gguf", 3, 19, 48, 32, 14176, 0x2a70204cc889752eull, 0xa87a92fe875d4df4ull},
     {"models/vocab/ggml-vocab-baichuan.gguf", 3, 18, 0, 32, 1341024, 0x8fcf9a1a2e908d24ull, 0x14650fb0739d0383ull},
     {"models/vocab/ggml-vocab-bert-bge.gguf", 3, 20, 0, 32, 627552, 0xd6951af062889e7dull, 0x14650fb0739d0383ull},
-    {"models/vocab/ggml-vocab-deepseek-coder.gguf", 3, 25, 0, 32, 1156096, 0xe80dc05536be0b7dull, 0x14650fb0739d0383ull},
+    {"models/vocab/ggml-vocab-deepseek-coder.gguf", 3, 25, 0, 32, 1156096, 0xe80dc05536be0b7dull,
+     0x14650fb0739d0383ull},
     {"models/vocab/ggml-vocab-deepseek-llm.gguf", 3, 23, 0, 32, 3970176, 0x33a19ab0a9c68369ull, 0x14650fb0739d0383ull},
     {"models/vocab/ggml-vocab-falcon.gguf", 3, 18, 0, 32, 2287744, 0xe14d178b38cf4edcull, 0x14650fb0739d0383ull},
     {"models/vocab/ggml-vocab-gpt-2.gguf", 3, 16, 0, 32, 1766816, 0xa8051eed70405e4cull, 0x14650fb0739d0383ull},
@@ -123,10 +126,17 @@ static void fnv_u64(fnv *s, uint64_t v) { fnv_add(s, &v, 8); }
 
 static size_t value_size(gguf_type t) {
     switch (t) {
-    case GGUF_TYPE_UINT8: case GGUF_TYPE_INT8: case GGUF_TYPE_BOOL: return 1;
-    case GGUF_TYPE_UINT16: case GGUF_TYPE_INT16: return 2;
-    case GGUF_TYPE_UINT32: case GGUF_TYPE_INT32: case GGUF_TYPE_FLOAT32: return 4;
-    case GGUF_TYPE_UINT64: case GGUF_TYPE_INT64: case GGUF_TYPE_FLOAT64: return 8;
+    case GGUF_TYPE_UINT8:
+    case GGUF_TYPE_INT8:
+    case GGUF_TYPE_BOOL: return 1;
+    case GGUF_TYPE_UINT16:
+    case GGUF_TYPE_INT16: return 2;
+    case GGUF_TYPE_UINT32:
+    case GGUF_TYPE_INT32:
+    case GGUF_TYPE_FLOAT32: return 4;
+    case GGUF_TYPE_UINT64:
+    case GGUF_TYPE_INT64:
+    case GGUF_TYPE_FLOAT64: return 8;
     default: return 0;
     }
 }
@@ -314,7 +324,8 @@ static void test_known_values(void **state) {
     assert_true(gguf_get_u32(f, "general.file_type", &u) && u == 7);
     ti = gguf_find_key(f, "tokenizer.ggml.tokens");
     assert_true(gguf_str_eq(gguf_kv_str(f, ti, 1), "<|start_story|>"));
-    assert_true(gguf_str_eq(gguf_kv_str(f, ti, 1024), "they\xe2\x96\x81" "all\xe2\x96\x81"));
+    assert_true(gguf_str_eq(gguf_kv_str(f, ti, 1024), "they\xe2\x96\x81"
+                                                      "all\xe2\x96\x81"));
     assert_true(gguf_str_eq(gguf_kv_str(f, ti, 2047), "dog\xe2\x96\x81named\xe2\x96\x81Max"));
     ti = gguf_find_key(f, "general.languages");
     assert_int_equal(gguf_kv_arr_n(f, ti), 1);
@@ -610,9 +621,8 @@ static void test_writer_roundtrip(void **state) {
 static void test_writer_reproduces_llamacpp_files(void **state) {
     (void)state;
     require_shared();
-    const char *files[] = {"models/stories260K.gguf", "models/TinyStories-656K-Q8_0.gguf",
-                           "ref/arch/llama-Q4_K_M.gguf", "ref/arch/gemma3-Q8_0.gguf",
-                           "models/vocab/ggml-vocab-llama-spm.gguf"};
+    const char *files[] = {"models/stories260K.gguf", "models/TinyStories-656K-Q8_0.gguf", "ref/arch/llama-Q4_K_M.gguf",
+                           "ref/arch/gemma3-Q8_0.gguf", "models/vocab/ggml-vocab-llama-spm.gguf"};
     for (size_t k = 0; k < sizeof files / sizeof files[0]; k++) {
         size_t len;
         char *orig = read_file(shared_path(files[k]), &len);
@@ -634,8 +644,7 @@ static void test_writer_reproduces_llamacpp_files(void **state) {
         if (size != len || memcmp(buf, orig, len) != 0) {
             size_t d = 0;
             while (d < len && d < size && ((char *)buf)[d] == orig[d]) d++;
-            fail_msg("%s: re-written file differs (sizes %zu vs %zu, first difference at %zu)",
-                     files[k], size, len, d);
+            fail_msg("%s: re-written file differs (sizes %zu vs %zu, first difference at %zu)", files[k], size, len, d);
         }
         free(buf);
         gguf_writer_free(w);
@@ -711,7 +720,8 @@ static const char *case_file(const char *prefix, const char *what) {
     size_t n = (size_t)snprintf(name, sizeof name, "%s-", prefix);
     for (const char *c = what; *c && n + 6 < sizeof name; c++)
         name[n++] = (char)((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_' ? *c
-                           : (*c >= 'A' && *c <= 'Z') ? *c - 'A' + 'a' : '-');
+                           : (*c >= 'A' && *c <= 'Z')                                        ? *c - 'A' + 'a'
+                                                                                             : '-');
     memcpy(name + n, ".gguf", 6);
     return name;
 }
@@ -741,8 +751,7 @@ static const char *oracle_verdict(const char *file, char *out, size_t cap) {
 /* Refusals of the file itself (ggml's reader, or llama.cpp's checks of the
  * tensor data bounds and names), as opposed to a model-level refusal. */
 static bool oracle_refuses_file(const char *v) {
-    return strstr(v, "\n  gguf: ") || strstr(v, "data is not within the file bounds") ||
-           strstr(v, "is duplicated");
+    return strstr(v, "\n  gguf: ") || strstr(v, "data is not within the file bounds") || strstr(v, "is duplicated");
 }
 
 /* Files tutti refuses although ggml reads them (each one on purpose). */
@@ -779,8 +788,7 @@ static void dump_case(const uint8_t *buf, size_t size, const char *prefix, const
 
 /* Opens an exact-size heap copy of buf (so ASan sees any overread) and
  * requires failure with a message containing every one of the needles. */
-static void expect_fail_n(const uint8_t *buf, size_t size, const char *what, const char *n1,
-                          const char *n2) {
+static void expect_fail_n(const uint8_t *buf, size_t size, const char *what, const char *n1, const char *n2) {
     if (n1 || n2) dump_case(buf, size, "bad", what); /* not the truncations */
     uint8_t *copy = malloc(size ? size : 1);
     assert_non_null(copy);
@@ -793,8 +801,8 @@ static void expect_fail_n(const uint8_t *buf, size_t size, const char *what, con
     }
     const char *msg = tutti_last_error();
     if (strncmp(msg, "bad.gguf: ", 10) != 0 || (n1 && !strstr(msg, n1)) || (n2 && !strstr(msg, n2)))
-        fail_msg("%s: message \"%s\" should start with the file name and mention \"%s\" \"%s\"",
-                 what, msg, n1 ? n1 : "", n2 ? n2 : "");
+        fail_msg("%s: message \"%s\" should start with the file name and mention \"%s\" \"%s\"", what, msg,
+                 n1 ? n1 : "", n2 ? n2 : "");
     free(copy);
 }
 
@@ -1043,8 +1051,7 @@ static void raw_header(raw *r, uint64_t n_tensors) {
     raw_str(r, "llama", 5);
 }
 /* A tensor info: name (len bytes), n_dims, ne, F32, offset. */
-static void raw_tensor(raw *r, const char *name, size_t len, uint32_t n_dims, const int64_t *ne,
-                       uint64_t offset) {
+static void raw_tensor(raw *r, const char *name, size_t len, uint32_t n_dims, const int64_t *ne, uint64_t offset) {
     raw_str(r, name, len);
     raw_u32(r, n_dims);
     for (uint32_t d = 0; d < n_dims; d++) raw_u64(r, (uint64_t)ne[d]);

@@ -79,8 +79,9 @@ static void test_greedy_equals_llamacpp(void **state) {
         char *want = unescape(f[5] ? f[5] : "");
         char cmd[2048];
         snprintf(cmd, sizeof cmd, "%s generate -m %s -p 'Once upon a time' %s %s%s --temp 0 -n %s -t 1 2>/dev/null",
-                 TUTTI_CLI, shared_path(strcmp(model, "stories260K.gguf") ? "models/TinyStories-656K-Q8_0.gguf"
-                                                                         : "models/stories260K.gguf"),
+                 TUTTI_CLI,
+                 shared_path(strcmp(model, "stories260K.gguf") ? "models/TinyStories-656K-Q8_0.gguf"
+                                                               : "models/stories260K.gguf"),
                  strcmp(kind, "grammar") ? "--json-schema" : "--grammar-file", DATA, file, n);
         int st;
         char *got = run_cmd(cmd, &st);
@@ -98,7 +99,9 @@ static void test_greedy_equals_llamacpp(void **state) {
         assert_int_equal(st, 0);
         bool same = crash ? !strncmp(got, want, strlen(want)) : !strcmp(got, want);
         if (!known_difference(model, file)) {
-            if (!same) fail_msg("%s %s: llama.cpp%s \"%s\"\n  tutti \"%s\"", model, file, crash ? " (crashed, prefix)" : "", want, got);
+            if (!same)
+                fail_msg("%s %s: llama.cpp%s \"%s\"\n  tutti \"%s\"", model, file, crash ? " (crashed, prefix)" : "",
+                         want, got);
             n_cmp++, n_equal++;
         } else {
             printf("  %s %s: %s (known difference)\n", model, file, same ? "equal" : "differs");
@@ -187,7 +190,8 @@ static int fused_runs(FILE *out, tutti_ensemble *e, int n_runs, uint64_t seed0, 
 
 static tutti_ensemble *ensemble(const char *const *models, int n, tutti_align al) {
     tutti_member_desc d[8];
-    for (int i = 0; i < n; i++) d[i] = (tutti_member_desc){.model_path = shared_path(models[i]), .weight = NAN, .temp = NAN};
+    for (int i = 0; i < n; i++)
+        d[i] = (tutti_member_desc){.model_path = shared_path(models[i]), .weight = NAN, .temp = NAN};
     tutti_ensemble_params p = tutti_ensemble_default_params();
     p.members = d, p.n_members = n, p.align = al, p.n_threads = 1;
     tutti_ensemble *e = tutti_ensemble_new(&p);
@@ -209,10 +213,12 @@ static void test_200_generations_valid(void **state) {
      * the cheap ones, the four-model BYTE and SPAN ensembles the dear ones */
     for (int r = 0; r < 88; r++) {
         const job *j = &k_jobs[r % N_JOBS];
-        const char *model = (r / N_JOBS) % 2 && j->check[0] == 'r' ? "models/TinyStories-656K-Q8_0.gguf" : "models/stories260K.gguf";
+        const char *model =
+            (r / N_JOBS) % 2 && j->check[0] == 'r' ? "models/TinyStories-656K-Q8_0.gguf" : "models/stories260K.gguf";
         char cmd[2048];
-        snprintf(cmd, sizeof cmd, "%s generate -m %s -p 'Once upon a time' %s %s --temp %s --seed %d -n 600 -t 1 2>/dev/null",
-                 TUTTI_CLI, shared_path(model), j->gbnf_file ? "--grammar-file" : "--json-schema",
+        snprintf(cmd, sizeof cmd,
+                 "%s generate -m %s -p 'Once upon a time' %s %s --temp %s --seed %d -n 600 -t 1 2>/dev/null", TUTTI_CLI,
+                 shared_path(model), j->gbnf_file ? "--grammar-file" : "--json-schema",
                  j->gbnf_file ? j->gbnf_file : j->schema_file, r < 2 * N_JOBS ? "0" : "0.9", r + 1);
         int st;
         char *got = run_cmd(cmd, &st);
@@ -269,7 +275,8 @@ static void test_cli_errors(void **state) {
         {"--json-schema '{\"type\":\"array\",\"uniqueItems\":true}'", "at /: keyword 'uniqueItems'", 2},
         {"--json-schema '{\"type\":\"array\",\"uniqueItems\":true}' --json-schema-lenient",
          "warning: --json-schema: json schema: at /: keyword 'uniqueItems' dropped", 0},
-        {"--grammar 'root ::= (\"a\"?)*'", "line 1, column 16: in rule 'root', the repeated part can match the empty", 2},
+        {"--grammar 'root ::= (\"a\"?)*'", "line 1, column 16: in rule 'root', the repeated part can match the empty",
+         2},
         {"--json-schema /nonexistent.json", "/nonexistent.json", 1},
         {"--json --grammar 'root ::= \"a\"'", "give one grammar", 2},
         {"--grammar", "needs a value", 2},

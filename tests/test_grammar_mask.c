@@ -33,7 +33,9 @@ typedef struct gtext {
 static const gtext k_texts[] = {
     {"root ::= \"\\\"\" [a-z]{2,5} \"\\\"\" | [0-9]{3}", NULL, "\"abcd\""},
     {"root ::= \"\\\"\" [^\"\\\\]{0,9} \"\\\"\" (\",\" root)?", NULL, "\"a b\xc3\xa9\",\"12345678\",\"\""},
-    {"root ::= [^\\x00-\\x7F]{1,4} [a-z\\u00e9]* \"!\"", NULL, "\xe4\xb8\xad\xc3\xa9\xf0\x9f\x98\x80" "abc\xc3\xa9!"},
+    {"root ::= [^\\x00-\\x7F]{1,4} [a-z\\u00e9]* \"!\"", NULL,
+     "\xe4\xb8\xad\xc3\xa9\xf0\x9f\x98\x80"
+     "abc\xc3\xa9!"},
     {"root ::= ([a-z]+ | \"ab\" [0-9]) (\",\" root)?", NULL, "ab1,abc,ab2,x"},
     {"root ::= [a-c]{0,3} [b-d]{0,3} \"x\" [ \\t]{0,6} \"y\"", NULL, "abbcdx   \ty"},
     {"root ::= (\"{\" root \"}\" | [a-z ]{0,4}) (\";\" root)?", NULL, "{{ab;{c d}};x}"},
@@ -41,10 +43,11 @@ static const gtext k_texts[] = {
      * belong to the class that follows */
     {"root ::= [\\u4e00-\\u4e1f]{0,2} [\\u4e20-\\u4e2f] \"!\"", NULL, "\xe4\xb8\x80\xe4\xb8\x80\xe4\xb8\xa0!"},
     {"root ::= \"k\" [0-9a-fA-F]{8} \"-\" [0-9]{1,3}", NULL, "k0123abCD-42"},
-    {NULL, "{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"maxLength\":12},"
-           "\"t\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"minLength\":2,\"maxLength\":4},\"maxItems\":3},"
-           "\"d\":{\"type\":\"string\",\"format\":\"date-time\"},\"n\":{\"type\":\"integer\",\"minimum\":-40,\"maximum\":50}},"
-           "\"required\":[\"s\",\"t\",\"d\",\"n\"],\"additionalProperties\":{\"type\":\"string\"}}",
+    {NULL,
+     "{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"maxLength\":12},"
+     "\"t\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"minLength\":2,\"maxLength\":4},\"maxItems\":3},"
+     "\"d\":{\"type\":\"string\",\"format\":\"date-time\"},\"n\":{\"type\":\"integer\",\"minimum\":-40,\"maximum\":50}},"
+     "\"required\":[\"s\",\"t\",\"d\",\"n\"],\"additionalProperties\":{\"type\":\"string\"}}",
      "{\"s\": \"h\\u00e9llo \\\"w\\\"\", \"t\": [\"ab\", \"cde\"], \"d\": \"2024-02-29T23:59:59Z\", \"n\": -17, "
      "\"sx\": \"z\"}"},
     {NULL, NULL, "{\"a\": [1, -2.5e3, true, null, {\"b\": \"\\u4e2d \\\\ \\\" \xe4\xb8\xad\"}], \"c\": \"\"}"},
@@ -93,8 +96,8 @@ static void check_vocab(const tutti_grammar_vocab *gv, int32_t V, const char *co
                 }
                 count += want;
                 if (want != (row[i] != -INFINITY))
-                    fail_msg("case %zu at byte %zu, token %d (%d bytes): mask %d, brute force %d", c, pos, i,
-                             lens[i], row[i] != -INFINITY, want);
+                    fail_msg("case %zu at byte %zu, token %d (%d bytes): mask %d, brute force %d", c, pos, i, lens[i],
+                             row[i] != -INFINITY, want);
                 if (want) assert_true(row[i] == (float)(i % 1000));
             }
             assert_int_equal(na, count);
@@ -150,13 +153,49 @@ static bool syn_eog[SYN_V];
 /* Random pieces over an alphabet that has every kind of byte the run path
  * treats apart (into syn_*). */
 static void make_synthetic(void) {
-    static const char *const atoms[] = {"a",  "b",  "c",  "d",  "x",  "y",  "z", "k", "0", "1", "2", "9",
-                                        "A",  "F",  " ",  "\t", "\n", "\"", "\\", ",", ";", "{", "}", "[",
-                                        "]",  ":",  "-",  "T",  "!",  "u",  "e", "\xc3\xa9", "\xe4\xb8\xad",
-                                        "\xf0\x9f\x98\x80", "\xc3", "\xe4", "\xe4\xb8", "\xa9", "\x80", "\xff"};
+    static const char *const atoms[] = {"a",
+                                        "b",
+                                        "c",
+                                        "d",
+                                        "x",
+                                        "y",
+                                        "z",
+                                        "k",
+                                        "0",
+                                        "1",
+                                        "2",
+                                        "9",
+                                        "A",
+                                        "F",
+                                        " ",
+                                        "\t",
+                                        "\n",
+                                        "\"",
+                                        "\\",
+                                        ",",
+                                        ";",
+                                        "{",
+                                        "}",
+                                        "[",
+                                        "]",
+                                        ":",
+                                        "-",
+                                        "T",
+                                        "!",
+                                        "u",
+                                        "e",
+                                        "\xc3\xa9",
+                                        "\xe4\xb8\xad",
+                                        "\xf0\x9f\x98\x80",
+                                        "\xc3",
+                                        "\xe4",
+                                        "\xe4\xb8",
+                                        "\xa9",
+                                        "\x80",
+                                        "\xff"};
     const int n_atoms = (int)(sizeof atoms / sizeof atoms[0]);
     enum { V = SYN_V };
-    char (*buf)[64] = syn_buf;
+    char(*buf)[64] = syn_buf;
     const char **pieces = syn_pieces;
     int32_t *lens = syn_lens;
     bool *eog = syn_eog;
@@ -180,8 +219,8 @@ static void make_synthetic(void) {
     static const char *const cut[] = {"\xe4\xb8\x80\xe4\xb8\x80\xe4\xb8", "\xe4\xb8\x80\xe4\xb8", "\xe4\xb8",
                                       "\xe4\xb8\x80\xe4\xb8\x80\xe4", "\xe4\xb8\x80"};
     for (int32_t i = 0; i < 5; i++) pieces[20 + i] = cut[i], lens[20 + i] = (int32_t)strlen(cut[i]);
-    lens[7] = 0;      /* a control token without bytes */
-    eog[11] = true;   /* end of generation */
+    lens[7] = 0;    /* a control token without bytes */
+    eog[11] = true; /* end of generation */
 }
 
 static void test_synthetic_vocab(void **state) {
@@ -254,8 +293,10 @@ static void test_table_cap(void **state) {
             tutti_grammar_matcher_reset(chk);
             assert_int_equal(tutti_grammar_matcher_accept(chk, text, pos), 0);
             bool want = syn_eog[i] ? tutti_grammar_matcher_is_complete(chk)
-                        : syn_lens[i] > 0 && tutti_grammar_matcher_accept(chk, syn_pieces[i], (size_t)syn_lens[i]) == 0;
-            if (want != (row[i] != -INFINITY)) fail_msg("at byte %zu token %d: mask %d, brute force %d", pos, i, !want, want);
+                                   : syn_lens[i] > 0 &&
+                                         tutti_grammar_matcher_accept(chk, syn_pieces[i], (size_t)syn_lens[i]) == 0;
+            if (want != (row[i] != -INFINITY))
+                fail_msg("at byte %zu token %d: mask %d, brute force %d", pos, i, !want, want);
         }
         if (pos < strlen(text)) assert_int_equal(tutti_grammar_matcher_accept(m, text + pos, 1), 0);
     }

@@ -30,7 +30,8 @@ static void test_maskbench_sample(void **state) {
     assert_non_null(slash);
     snprintf(slash + 1, sizeof bench - (size_t)(slash + 1 - bench), "maskbench");
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "%s --cpu-clock --timeout 120 --min-pass %d --ids %s/tests/data/grammar/maskbench_sample.txt %s %s 2>&1",
+    snprintf(cmd, sizeof cmd,
+             "%s --cpu-clock --timeout 120 --min-pass %d --ids %s/tests/data/grammar/maskbench_sample.txt %s %s 2>&1",
              bench, MIN_PASS, TUTTI_SOURCE_DIR, shared_path("eval/maskbench-dev.jsonl.xz"),
              shared_path("models/vocab/ggml-vocab-llama3.gguf"));
     int st;

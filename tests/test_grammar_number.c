@@ -29,11 +29,40 @@
 #define DATA TUTTI_SOURCE_DIR "/tests/data/grammar/"
 #define N_TEXT 64
 
-static const char *const k_bounds[] = {
-    "0", "-0", "1", "-1", "0.5", "-0.5", "1.5", "100", "1e2", "1e-5", "0.1", "-0.1", "0.30000000000000004", "2.5",
-    "1.7976931348623157e308", "-1.7976931348623157e308", "5e-324", "-5e-324", "2.2250738585072014e-308",
-    "9007199254740993", "-9007199254740993", "123456789012345678901234567890", "1e22", "1e-7", "99.99", "-273.15",
-    "1000000", "3", "7", "0.0", "9007199254740992", "9007199254740993.0", "9007199254740995", "-9007199254740995"};
+static const char *const k_bounds[] = {"0",
+                                       "-0",
+                                       "1",
+                                       "-1",
+                                       "0.5",
+                                       "-0.5",
+                                       "1.5",
+                                       "100",
+                                       "1e2",
+                                       "1e-5",
+                                       "0.1",
+                                       "-0.1",
+                                       "0.30000000000000004",
+                                       "2.5",
+                                       "1.7976931348623157e308",
+                                       "-1.7976931348623157e308",
+                                       "5e-324",
+                                       "-5e-324",
+                                       "2.2250738585072014e-308",
+                                       "9007199254740993",
+                                       "-9007199254740993",
+                                       "123456789012345678901234567890",
+                                       "1e22",
+                                       "1e-7",
+                                       "99.99",
+                                       "-273.15",
+                                       "1000000",
+                                       "3",
+                                       "7",
+                                       "0.0",
+                                       "9007199254740992",
+                                       "9007199254740993.0",
+                                       "9007199254740995",
+                                       "-9007199254740995"};
 #define N_BOUNDS (int)(sizeof k_bounds / sizeof k_bounds[0])
 
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
@@ -86,7 +115,8 @@ static int near(const char *b, char **out, int max) {
          * (exact in long double; short enough to be an accepted spelling
          * near 2^53) */
         long double mid = ((long double)x + (long double)nextafter(x, INFINITY)) / 2;
-        if (k < max && fabsl(mid) > 1e15L && fabsl(mid) < 1e17L) snprintf(buf, sizeof buf, "%.1Lf", mid), out[k++] = strdup(buf);
+        if (k < max && fabsl(mid) > 1e15L && fabsl(mid) < 1e17L)
+            snprintf(buf, sizeof buf, "%.1Lf", mid), out[k++] = strdup(buf);
         if (k < max) snprintf(buf, sizeof buf, "%.25f", x), out[k++] = strdup(buf);
         if (k < max) snprintf(buf, sizeof buf, "%.16e", x), out[k++] = strdup(buf);
     }

@@ -71,10 +71,12 @@ static const scase k_cases[] = {
      {"\"2023-02-29T00:00:00Z\"", "\"2024-02-30T00:00:00Z\"", "\"2100-02-29T00:00:00Z\"", "\"2024-04-31T00:00:00Z\"",
       "\"2024-13-01T00:00:00Z\"", "\"0000-01-01T00:00:00Z\"", "\"2024-01-01T24:00:00Z\"", "\"2024-01-01 00:00:00Z\"",
       "\"2024-01-01T00:00:00\""}},
-    {"date", "{\"format\": \"date\"}",
+    {"date",
+     "{\"format\": \"date\"}",
      {"\"2024-02-29\"", "\"1600-02-29\"", "\"2023-11-30\"", "7"},
      {"\"1900-02-29\"", "\"2023-02-30\"", "\"2023-9-01\"", "\"2023-06-31\""}},
-    {"time", "{\"type\": \"string\", \"format\": \"time\"}",
+    {"time",
+     "{\"type\": \"string\", \"format\": \"time\"}",
      {"\"23:59:59Z\"", "\"00:00:00.5+01:00\""},
      {"\"24:00:00Z\"", "\"12:60:00Z\"", "\"12:00:00\""}},
     {"uuid, ipv4, ipv6",
@@ -83,8 +85,10 @@ static const scase k_cases[] = {
      {"[\"123e4567-e89b-12d3-a456-426614174000\", \"192.168.0.1\", \"::1\"]",
       "[\"00000000-0000-0000-0000-000000000000\", \"255.255.255.255\", \"2001:db8::8a2e:370:7334\"]",
       "[\"00000000-0000-0000-0000-000000000000\", \"0.0.0.0\", \"::ffff:192.0.2.128\"]"},
-     {"[\"123e4567e89b12d3a456426614174000\", \"1.1.1.1\", \"::1\"]", "[\"123e4567-e89b-12d3-a456-426614174000\", "
-      "\"256.1.1.1\", \"::1\"]", "[\"123e4567-e89b-12d3-a456-426614174000\", \"01.1.1.1\", \"::1\"]",
+     {"[\"123e4567e89b12d3a456426614174000\", \"1.1.1.1\", \"::1\"]",
+      "[\"123e4567-e89b-12d3-a456-426614174000\", "
+      "\"256.1.1.1\", \"::1\"]",
+      "[\"123e4567-e89b-12d3-a456-426614174000\", \"01.1.1.1\", \"::1\"]",
       "[\"123e4567-e89b-12d3-a456-426614174000\", \"1.1.1.1\", \"1::2::3\"]"}},
     {"email, hostname, uri",
      "{\"type\": \"object\", \"properties\": {\"e\": {\"format\": \"email\"}, \"h\": {\"format\": \"hostname\"}, \"u\": "
@@ -112,7 +116,8 @@ static const scase k_cases[] = {
      "{\"enum\": [\"a\", 1, null, true, {\"x\": [1, 2]}, [1, \"b\"], 2.5]}",
      {"\"a\"", "1", "null", "true", "{\"x\": [1, 2]}", "[1, \"b\"]", "2.5", "1.0"},
      {"\"b\"", "2", "false", "{\"x\": [1]}", "[1]", "{\"x\": [1, 2], \"y\": 1}", "2.4"}},
-    {"const", "{\"const\": {\"a\": [1, {\"b\": null}], \"c\": \"\\u00e9\"}}",
+    {"const",
+     "{\"const\": {\"a\": [1, {\"b\": null}], \"c\": \"\\u00e9\"}}",
      {"{\"a\": [1, {\"b\": null}], \"c\": \"\xc3\xa9\"}"},
      {"{\"a\": [1, {\"b\": null}]}", "{\"a\": [1, {\"b\": 0}], \"c\": \"\xc3\xa9\"}"}},
     {"patternProperties with additionalProperties false",
@@ -149,10 +154,12 @@ static const scase k_cases[] = {
      "{\"v\": {\"type\": \"number\"}}}, \"else\": {\"properties\": {\"v\": {\"type\": \"string\"}}}}",
      {"{\"kind\": \"num\", \"v\": 1}", "{\"kind\": \"str\", \"v\": \"x\"}", "{\"v\": \"x\"}", "3"},
      {"{\"kind\": \"num\", \"v\": \"x\"}", "{\"kind\": \"x\", \"v\": 1}", "{\"v\": 1}"}},
-    {"not", "{\"type\": [\"string\", \"integer\"], \"not\": {\"anyOf\": [{\"enum\": [\"a\", \"b\"]}, {\"type\": \"integer\", \"multipleOf\": 2}]}}",
+    {"not",
+     "{\"type\": [\"string\", \"integer\"], \"not\": {\"anyOf\": [{\"enum\": [\"a\", \"b\"]}, {\"type\": \"integer\", \"multipleOf\": 2}]}}",
      {"\"c\"", "3", "\"\""},
      {"\"a\"", "4", "0", "null"}},
-    {"contains", "{\"type\": \"array\", \"contains\": {\"const\": 5}, \"items\": {\"type\": \"integer\"}}",
+    {"contains",
+     "{\"type\": \"array\", \"contains\": {\"const\": 5}, \"items\": {\"type\": \"integer\"}}",
      {"[5]", "[1, 5, 2]", "[5, 5]"},
      {"[]", "[1, 2]", "[5, \"x\"]"}},
     {"prefixItems, items false",
@@ -164,13 +171,13 @@ static const scase k_cases[] = {
      "\"additionalItems\": {\"type\": \"boolean\"}, \"minItems\": 2}",
      {"[\"a\", true]", "[\"a\", false, true]"},
      {"[\"a\"]", "[\"a\", 1]", "[1, true]"}},
-    {"string pattern with lengths", "{\"type\": \"string\", \"minLength\": 2, \"maxLength\": 4, \"pattern\": \"^[a-c]+$\"}",
+    {"string pattern with lengths",
+     "{\"type\": \"string\", \"minLength\": 2, \"maxLength\": 4, \"pattern\": \"^[a-c]+$\"}",
      {"\"ab\"", "\"abca\""},
      {"\"a\"", "\"abcab\"", "\"ad\""}},
-    {"an unanchored pattern", "{\"pattern\": \"fo+\"}",
-     {"\"xfooy\"", "\"fo\"", "1"},
-     {"\"f\"", "\"of\""}},
-    {"lengths count code points", "{\"type\": \"string\", \"maxLength\": 2, \"minLength\": 2}",
+    {"an unanchored pattern", "{\"pattern\": \"fo+\"}", {"\"xfooy\"", "\"fo\"", "1"}, {"\"f\"", "\"of\""}},
+    {"lengths count code points",
+     "{\"type\": \"string\", \"maxLength\": 2, \"minLength\": 2}",
      {"\"\xc3\xa9\xf0\x9f\x98\x80\"", "\"\\n\\u0000\""},
      {"\"abc\"", "\"a\""}},
     {"a recursive tree",
@@ -189,10 +196,12 @@ static const scase k_cases[] = {
      "\"$comment\": \"c\"}",
      {"\"abc\""},
      {"1"}},
-    {"types with their keywords", "{\"type\": [\"string\", \"null\"], \"minLength\": 1}",
+    {"types with their keywords",
+     "{\"type\": [\"string\", \"null\"], \"minLength\": 1}",
      {"null", "\"a\""},
      {"\"\"", "1"}},
-    {"allOf of arrays", "{\"allOf\": [{\"type\": \"array\", \"items\": {\"type\": \"integer\"}}, {\"minItems\": 2, "
+    {"allOf of arrays",
+     "{\"allOf\": [{\"type\": \"array\", \"items\": {\"type\": \"integer\"}}, {\"minItems\": 2, "
      "\"items\": {\"minimum\": 0}}]}",
      {"[0, 1]", "[3, 4, 5]"},
      {"[1]", "[-1, 2]", "[1.5, 2]"}},
@@ -203,17 +212,21 @@ static const scase k_cases[] = {
      "\"additionalProperties\": false}}, \"required\": [\"chartDataAccessorFactory\"], \"additionalProperties\": false}",
      {"{\"chartDataAccessorFactory\": {\"chart\": {\"nm\": \"a\"}, \"library\": [1], \"configObject\": \"c\"}}",
       "{\"chartDataAccessorFactory\": {\"chart\": {\"nm\": \"\"}, \"library\": null}}"},
-     {"{\"chartDataAccessorFactory\": {\"chart\": {}, \"library\": 1}}", "{\"chartDataAccessorFactory\": {\"chart\": {\"nm\": \"a\"}}}",
+     {"{\"chartDataAccessorFactory\": {\"chart\": {}, \"library\": 1}}",
+      "{\"chartDataAccessorFactory\": {\"chart\": {\"nm\": \"a\"}}}",
       "{\"chartDataAccessorFactory\": {\"chart\": {\"nm\": \"a\"}, \"library\": 1, \"x\": 2}}", "{\"g\": 1}"}},
     {"a few properties in any order (objects are unordered)",
      "{\"properties\": {\"dimensions\": {\"type\": \"object\", \"properties\": {\"r\": {\"type\": \"integer\"}, \"w\": "
      "{\"type\": \"integer\"}, \"h\": {\"type\": \"integer\"}}, \"required\": [\"w\", \"h\"], \"additionalProperties\": "
      "false}, \"shape\": {\"enum\": [\"box\", \"b\"]}}, \"required\": [\"shape\", \"dimensions\"], \"type\": \"object\", "
      "\"additionalProperties\": false}",
-     {"{\"shape\": \"box\", \"dimensions\": {\"h\": 2, \"w\": 1}}", "{\"dimensions\": {\"w\": 1, \"r\": 0, \"h\": 2}, \"shape\": \"b\"}",
+     {"{\"shape\": \"box\", \"dimensions\": {\"h\": 2, \"w\": 1}}",
+      "{\"dimensions\": {\"w\": 1, \"r\": 0, \"h\": 2}, \"shape\": \"b\"}",
       "{\"dimensions\": {\"r\": 1, \"h\": 1, \"w\": 2}, \"shape\": \"b\"}"},
-     {"{\"shape\": \"box\"}", "{\"shape\": \"box\", \"dimensions\": {\"h\": 2}}", "{\"dimensions\": {\"w\": 1, \"h\": \"2\"}, \"shape\": \"b\"}",
-      "{\"shape\": \"b\", \"dimensions\": {\"h\": 2, \"w\": 1, \"s\": 3}}", "{\"shape\": \"c\", \"dimensions\": {\"h\": 2, \"w\": 1}}"}},
+     {"{\"shape\": \"box\"}", "{\"shape\": \"box\", \"dimensions\": {\"h\": 2}}",
+      "{\"dimensions\": {\"w\": 1, \"h\": \"2\"}, \"shape\": \"b\"}",
+      "{\"shape\": \"b\", \"dimensions\": {\"h\": 2, \"w\": 1, \"s\": 3}}",
+      "{\"shape\": \"c\", \"dimensions\": {\"h\": 2, \"w\": 1}}"}},
     {"length bounds every string of a pattern or format meets (MaskBench: maxLength 255 on a date)",
      "{\"type\": \"array\", \"prefixItems\": [{\"type\": \"string\", \"format\": \"date\", \"maxLength\": 255}, {\"type\": "
      "\"string\", \"pattern\": \"^[0-9]{3}-[0-9]{4}$\", \"minLength\": 5, \"maxLength\": 1000}, {\"type\": \"string\", "
@@ -226,29 +239,33 @@ static const scase k_cases[] = {
      "{\"type\": \"boolean\"}, \"d\": {\"type\": \"null\"}, \"e\": {\"enum\": [1, 2]}, \"f\": {\"type\": \"integer\"}, "
      "\"g\": {\"type\": \"string\"}}, \"required\": [\"f\", \"b\"], \"additionalProperties\": {\"type\": \"number\"}}",
      {"{\"b\": \"x\", \"f\": 1}", "{\"g\": \"y\", \"f\": 2, \"a\": 3, \"b\": \"x\", \"e\": 2}",
-      "{\"e\": 1, \"d\": null, \"c\": true, \"b\": \"\", \"a\": 0, \"f\": 5, \"z\": 1.5}", "{\"f\": 1, \"q\": 2, \"b\": \"x\"}"},
-     {"{\"b\": \"x\"}", "{\"f\": 1, \"a\": 3}", "{\"b\": \"x\", \"f\": 1, \"e\": 3}", "{\"b\": \"x\", \"f\": 1, \"z\": \"s\"}",
-      "{\"c\": 1, \"b\": \"x\", \"f\": 1}", "{}"}},
+      "{\"e\": 1, \"d\": null, \"c\": true, \"b\": \"\", \"a\": 0, \"f\": 5, \"z\": 1.5}",
+      "{\"f\": 1, \"q\": 2, \"b\": \"x\"}"},
+     {"{\"b\": \"x\"}", "{\"f\": 1, \"a\": 3}", "{\"b\": \"x\", \"f\": 1, \"e\": 3}",
+      "{\"b\": \"x\", \"f\": 1, \"z\": \"s\"}", "{\"c\": 1, \"b\": \"x\", \"f\": 1}", "{}"}},
     {"a wide object with many required properties (schema order for those)",
      "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}, \"b\": {\"type\": \"integer\"}, \"c\": "
      "{\"type\": \"integer\"}, \"d\": {\"type\": \"integer\"}, \"e\": {\"type\": \"integer\"}, \"f\": {\"type\": \"integer\"}, "
      "\"o\": {\"type\": \"string\"}}, \"required\": [\"a\", \"b\", \"c\", \"d\", \"e\", \"f\"], \"additionalProperties\": false}",
      {"{\"a\": 1, \"b\": 2, \"c\": 3, \"d\": 4, \"e\": 5, \"f\": 6}", "{\"o\": \"s\", \"a\": 1, \"b\": 2, \"c\": 3, "
-      "\"d\": 4, \"e\": 5, \"f\": 6}"},
-     {"{\"a\": 1, \"b\": 2, \"c\": 3, \"d\": 4, \"e\": 5}", "{\"a\": 1, \"b\": 2, \"c\": 3, \"d\": 4, \"e\": 5, \"f\": \"6\"}",
+                                                                      "\"d\": 4, \"e\": 5, \"f\": 6}"},
+     {"{\"a\": 1, \"b\": 2, \"c\": 3, \"d\": 4, \"e\": 5}",
+      "{\"a\": 1, \"b\": 2, \"c\": 3, \"d\": 4, \"e\": 5, \"f\": \"6\"}",
       "{\"a\": 1, \"b\": 2, \"c\": 3, \"d\": 4, \"e\": 5, \"f\": 6, \"o\": 1}"}},
     {"uniqueItems over a few enum values: the set used so far, by value whatever the spelling",
      "{\"type\": \"array\", \"items\": {\"enum\": [\"a\", \"b\xc3\xa9\", null, true]}, \"uniqueItems\": true, \"minItems\": 1, "
      "\"maxItems\": 3}",
      {"[\"a\"]", "[\"b\xc3\xa9\", \"a\"]", "[null, true, \"a\"]", "[\"\\u0061\", \"b\\u00e9\"]", "[true]"},
-     {"[]", "[\"a\", \"a\"]", "[\"a\", \"\\u0061\"]", "[null, null]", "[\"a\", \"b\xc3\xa9\", null, true]", "[\"c\"]", "[1]",
-      "[true, true]"}},
+     {"[]", "[\"a\", \"a\"]", "[\"a\", \"\\u0061\"]", "[null, null]", "[\"a\", \"b\xc3\xa9\", null, true]", "[\"c\"]",
+      "[1]", "[true, true]"}},
     {"multipleOf a power of two below 1 (exact in Python's floating point too)",
      "{\"type\": \"array\", \"prefixItems\": [{\"type\": \"number\", \"multipleOf\": 0.25, \"maximum\": 10}, {\"type\": "
      "\"integer\", \"multipleOf\": 0.5}, {\"multipleOf\": 0.125}]}",
-     {"[0.25, 3]", "[-1.5]", "[2.750, -4, 0.375]", "[10, 0, 1]", "[0]", "[0, 1, 12345678901234567890.75]", "[0.5, 2, \"s\"]"},
+     {"[0.25, 3]", "[-1.5]", "[2.750, -4, 0.375]", "[10, 0, 1]", "[0]", "[0, 1, 12345678901234567890.75]",
+      "[0.5, 2, \"s\"]"},
      {"[0.1]", "[1.3]", "[10.25]", "[0.125]", "[1, 3.5]", "[1, 2, 0.1]", "[0.2500001]"}},
-    {"whitespace as JSON allows", "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"array\"}}}",
+    {"whitespace as JSON allows",
+     "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"array\"}}}",
      {"{\"a\": [1, 2]}", "{\n  \"a\" : [ 1 ,2 ]\n}", " {}"},
      {"{\"a\": 1}"}},
 };
@@ -305,9 +322,11 @@ static svocab make_vocab(const char *schema) {
         char ch = (char)b;
         piece(&v, &ch, 1, false);
     }
-    static const char *const k_tok[] = {"\n", "\t", "\xc3\xa9", "\xe4\xb8\xad", "\xf0\x9f\x98\x80", ", ", ": ", "true",
-                                        "false", "null", "12", "0.5", "-3", "1e-05", "2024-02-29", "T12:00:00Z",
-                                        "2023-02-30", "@example.com", "192.168.", "::", "https://", "\\n", "\\u00e9"};
+    static const char *const k_tok[] = {"\n",         "\t",         "\xc3\xa9",     "\xe4\xb8\xad", "\xf0\x9f\x98\x80",
+                                        ", ",         ": ",         "true",         "false",        "null",
+                                        "12",         "0.5",        "-3",           "1e-05",        "2024-02-29",
+                                        "T12:00:00Z", "2023-02-30", "@example.com", "192.168.",     "::",
+                                        "https://",   "\\n",        "\\u00e9"};
     for (size_t i = 0; i < sizeof k_tok / sizeof k_tok[0]; i++) piece(&v, k_tok[i], strlen(k_tok[i]), false);
     cJSON *j = cJSON_Parse(schema);
     schema_strings(&v, j);
@@ -461,8 +480,8 @@ static void test_schemas_against_jsonschema(void **state) {
         n_mut_acc += t->want == -2 && acc;
     }
     assert_int_equal(k, n);
-    printf("  %d schemas: %d drawn texts and %d accepted mutations valid; every hand-written label met\n", N_CASES, n_drawn,
-           n_mut_acc);
+    printf("  %d schemas: %d drawn texts and %d accepted mutations valid; every hand-written label met\n", N_CASES,
+           n_drawn, n_mut_acc);
     for (int i = 0; i < n; i++) free(ts[i].t);
     for (int i = 0; i < N_CASES; i++) tutti_grammar_free(gs[i]);
     free(ts), free(out);
@@ -476,7 +495,8 @@ static void test_refusals_name_path_and_keyword(void **state) {
         const char *schema, *want[3];
     } k_refused[] = {
         {"{\"type\": \"array\", \"items\": {\"type\": \"array\", \"uniqueItems\": true}}", {"/items", "uniqueItems"}},
-        {"{\"properties\": {\"a\": {\"type\": \"number\", \"multipleOf\": 0.1}}}", {"/properties/a/multipleOf", "multipleOf"}},
+        {"{\"properties\": {\"a\": {\"type\": \"number\", \"multipleOf\": 0.1}}}",
+         {"/properties/a/multipleOf", "multipleOf"}},
         {"{\"properties\": {\"p\": {\"type\": \"string\", \"pattern\": \"^(a)\\\\1$\"}}}",
          {"/properties/p/pattern", "pattern", "offset 4"}},
         {"{\"pattern\": \"^a{3,2}$\"}", {"pattern", "offset 2", "n < m"}},
@@ -502,7 +522,8 @@ static void test_refusals_name_path_and_keyword(void **state) {
             g = tutti_grammar_from_json_schema_params(s, strlen(s), &p);
             if (!g) fail_msg("%s: lenient: %s", s, tutti_last_error());
             if (!p.warnings || !strstr(p.warnings, k_refused[i].want[1]))
-                fail_msg("%s: lenient: no warning naming '%s' (%s)", s, k_refused[i].want[1], p.warnings ? p.warnings : "none");
+                fail_msg("%s: lenient: no warning naming '%s' (%s)", s, k_refused[i].want[1],
+                         p.warnings ? p.warnings : "none");
             free(p.warnings);
             tutti_grammar_free(g);
         }
@@ -523,26 +544,30 @@ typedef struct gcase {
 } gcase;
 
 static const gcase k_gen[] = {
-    {true, "{\"type\": \"object\", \"properties\": {\"kind\": {\"enum\": [\"caf\xc3\xa9\", \"a\\\"b\", \"x/y\", \"tab\\t\", \"\\u001f\"]}, "
+    {true,
+     "{\"type\": \"object\", \"properties\": {\"kind\": {\"enum\": [\"caf\xc3\xa9\", \"a\\\"b\", \"x/y\", \"tab\\t\", \"\\u001f\"]}, "
      "\"n\": {\"const\": \"\xc3\xa9\\n\"}}, \"required\": [\"kind\"]}",
      "{\"type\": \"object\", \"properties\": {\"kind\": {\"enum\": [\"caf\xc3\xa9\", \"a\\\"b\", \"x/y\", \"tab\\t\", \"\\u001f\"]}, "
      "\"n\": {\"const\": \"\xc3\xa9\\n\"}}, \"required\": [\"kind\"], \"additionalProperties\": false}",
-     {"{\"kind\": \"caf\xc3\xa9\"}", "{\"kind\": \"a\\\"b\", \"n\": \"\xc3\xa9\\n\"}", "{\"n\": \"\xc3\xa9\\n\", \"kind\": \"x/y\"}",
-      "{\"kind\": \"tab\\t\"}", "{\"kind\": \"\\u001f\"}"},
+     {"{\"kind\": \"caf\xc3\xa9\"}", "{\"kind\": \"a\\\"b\", \"n\": \"\xc3\xa9\\n\"}",
+      "{\"n\": \"\xc3\xa9\\n\", \"kind\": \"x/y\"}", "{\"kind\": \"tab\\t\"}", "{\"kind\": \"\\u001f\"}"},
      {"{\"kind\": \"caf\\u00e9\"}", "{\"kind\": \"x\\/y\"}", "{\"kind\": \"tab\\u0009\"}", "{\"kind\": \"a\\u0022b\"}",
       "{\"kind\": \"\\u001F\"}", "{\"kind\": \"\\u0063af\xc3\xa9\"}", "{\"kind\": \"caf\xc3\xa9\", \"other\": 1}"}},
-    {true, "{\"type\": \"object\", \"allOf\": [{\"properties\": {\"a\": {\"type\": \"integer\"}}, \"required\": [\"a\"]}, {\"properties\": {\"b\": "
+    {true,
+     "{\"type\": \"object\", \"allOf\": [{\"properties\": {\"a\": {\"type\": \"integer\"}}, \"required\": [\"a\"]}, {\"properties\": {\"b\": "
      "{\"const\": true}}}]}",
      "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}, \"b\": {\"const\": true}}, \"required\": [\"a\"], "
      "\"additionalProperties\": false}",
      {"{\"a\": 1}", "{\"a\": -2, \"b\": true}", "{\"b\": true, \"a\": 3}"},
      {"{\"a\": 1, \"c\": 2}", "{\"a\": 1, \"b\": true, \"a2\": null}"}},
-    {false, "{\"properties\": {\"id\": {\"const\": 1}}, \"patternProperties\": {\"^x-\": {\"type\": \"integer\"}}}",
+    {false,
+     "{\"properties\": {\"id\": {\"const\": 1}}, \"patternProperties\": {\"^x-\": {\"type\": \"integer\"}}}",
      "{\"properties\": {\"id\": {\"const\": 1}}, \"patternProperties\": {\"^x-\": {\"type\": \"integer\"}}, "
      "\"additionalProperties\": false}",
      {"{\"id\": 1}", "{\"id\": 1, \"x-a\": 2}", "{\"x-\": 0}"},
      {"{\"id\": 1, \"y\": 2}", "{\"ix\": 1}"}},
-    {false, "{\"properties\": {\"a\": {\"type\": \"null\"}}, \"additionalProperties\": true}",
+    {false,
+     "{\"properties\": {\"a\": {\"type\": \"null\"}}, \"additionalProperties\": true}",
      "{\"properties\": {\"a\": {\"type\": \"null\"}}, \"additionalProperties\": true}",
      {"{\"a\": null, \"z\": 1}", "{\"q\": true}"},
      {NULL}},
@@ -608,7 +633,8 @@ static void test_generation_defaults(void **state) {
         tutti_grammar_matcher *m = tutti_grammar_matcher_new(gs[t->schema]);
         bool acc = accepts(m, t->t), ok = l[0] == '1';
         tutti_grammar_matcher_free(m);
-        if (t->want == 0 && !ok) fail_msg("%s: %s is meant valid for the schema, python-jsonschema disagrees", sc, t->t);
+        if (t->want == 0 && !ok)
+            fail_msg("%s: %s is meant valid for the schema, python-jsonschema disagrees", sc, t->t);
         if (t->want == 0 && acc) fail_msg("%s: generation accepts %s (not canonical or not named)", sc, t->t);
         if (t->want != 0 && !ok) fail_msg("%s: %s is not valid+canonical for the closed schema", sc, t->t);
         if (t->want == 1 && !acc) fail_msg("%s: generation rejects %s", sc, t->t);

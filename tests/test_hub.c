@@ -205,7 +205,8 @@ static bool same_bytes(const char *a, const char *b) {
 /* Python's hashlib of a file: an implementation not ours. */
 static void py_sha256(const char *path, char out[65]) {
     char cmd[1200];
-    snprintf(cmd, sizeof cmd, "python3 -c \"import hashlib,sys; print(hashlib.sha256(open(sys.argv[1],'rb').read()).hexdigest())\" '%s'",
+    snprintf(cmd, sizeof cmd,
+             "python3 -c \"import hashlib,sys; print(hashlib.sha256(open(sys.argv[1],'rb').read()).hexdigest())\" '%s'",
              path);
     int st;
     char *o = run_cmd(cmd, &st);
@@ -269,11 +270,12 @@ static void test_names(void **state) {
     assert_string_equal(sp.file, "sub/dir/m-Q8_0.gguf");
     assert_int_equal(hub_spec_parse("hf://a_1/b.c", &sp), 0);
     assert_string_equal(sp.tag, "");
-    static const char *const bad[] = {"hf://noslash",  "hf://a:b/c",   "hf://-a/b",       "hf://a./b",     "hf://a/b:",
-                                      "hf://a/b:Q4 K", "hf://a/b/../x", "hf://a/b//x",    "hf://a/b/x/",   "hf://a b/c",
-                                      "hf:///a/b",     "hf://a/b:Q/4",  "hf://a/b/..",    "hf://a/b\\c",   ""};
+    static const char *const bad[] = {"hf://noslash",  "hf://a:b/c",    "hf://-a/b",   "hf://a./b",   "hf://a/b:",
+                                      "hf://a/b:Q4 K", "hf://a/b/../x", "hf://a/b//x", "hf://a/b/x/", "hf://a b/c",
+                                      "hf:///a/b",     "hf://a/b:Q/4",  "hf://a/b/..", "hf://a/b\\c", ""};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        if (hub_spec_parse(bad[i], &sp) == 0) fail_msg("'%s' was accepted: %s / %s / %s", bad[i], sp.repo, sp.tag, sp.file);
+        if (hub_spec_parse(bad[i], &sp) == 0)
+            fail_msg("'%s' was accepted: %s / %s / %s", bad[i], sp.repo, sp.tag, sp.file);
     assert_true(hub_path_valid("a/b.gguf", 8));
     assert_true(hub_path_valid(".gitattributes", 14));
     static const char *const bad_paths[] = {"../x", "a/../b", "/etc/x", "a//b", "a/", "./a", "a\\b", "a\tb", ".."};
@@ -296,7 +298,8 @@ static void test_names(void **state) {
 static void test_listing(void **state) {
     (void)state;
     const char *js =
-        "[{\"type\":\"file\",\"path\":\"../../evil.gguf\",\"size\":1,\"lfs\":{\"oid\":\"" "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+        "[{\"type\":\"file\",\"path\":\"../../evil.gguf\",\"size\":1,\"lfs\":{\"oid\":\""
+        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
         "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\",\"size\":1}},"
         "{\"type\":\"file\",\"path\":\"/abs.gguf\"},{\"type\":\"file\",\"path\":\"a\\\\..\\\\b.gguf\"},"
         "{\"type\":\"file\",\"path\":\"ok-Q8_0.gguf\",\"size\":5,\"oid\":\"0123456789abcdef0123456789abcdef01234567\","
@@ -319,12 +322,14 @@ static void test_listing(void **state) {
     assert_int_equal(hub_tree_parse("{\"a\":1}", 7, &l), -1);
     assert_int_equal(hub_tree_parse("[1,", 3, &l), -1);
     char c[41];
-    const char *refs = "{\"branches\":[{\"name\":\"dev\",\"targetCommit\":\"1111111111111111111111111111111111111111\"},"
-                       "{\"name\":\"../x\",\"targetCommit\":\"2222222222222222222222222222222222222222\"},"
-                       "{\"name\":\"main\",\"targetCommit\":\"3333333333333333333333333333333333333333\"}]}";
+    const char *refs =
+        "{\"branches\":[{\"name\":\"dev\",\"targetCommit\":\"1111111111111111111111111111111111111111\"},"
+        "{\"name\":\"../x\",\"targetCommit\":\"2222222222222222222222222222222222222222\"},"
+        "{\"name\":\"main\",\"targetCommit\":\"3333333333333333333333333333333333333333\"}]}";
     assert_int_equal(hub_refs_parse(refs, strlen(refs), c), 0);
     assert_string_equal(c, "3333333333333333333333333333333333333333");
-    const char *nomain = "{\"branches\":[{\"name\":\"dev\",\"targetCommit\":\"1111111111111111111111111111111111111111\"}]}";
+    const char *nomain =
+        "{\"branches\":[{\"name\":\"dev\",\"targetCommit\":\"1111111111111111111111111111111111111111\"}]}";
     assert_int_equal(hub_refs_parse(nomain, strlen(nomain), c), 0);
     assert_string_equal(c, "1111111111111111111111111111111111111111");
     assert_int_equal(hub_refs_parse("{\"branches\":[{\"name\":\"main\",\"targetCommit\":\"zz\"}]}", 49, c), -1);
@@ -358,9 +363,9 @@ static const char *pick(const char *const *paths, const char *spec, int *n_sel) 
 /* llama.cpp's rules (common/download.cpp find_best_model, get_split_files). */
 static void test_select(void **state) {
     (void)state;
-    const char *const repo[] = {"README.md", "m-F16.gguf", "m-Q8_0.gguf", "mmproj-m-Q4_K_M.gguf", "m-q4_k_m.gguf",
-                                "m-Q4_K_S.gguf", "imatrix.gguf", NULL};
-    assert_string_equal(pick(repo, "a/b", NULL), "m-q4_k_m.gguf");  /* default Q4_K_M, any case; mmproj is not a model */
+    const char *const repo[] = {"README.md",     "m-F16.gguf",    "m-Q8_0.gguf",  "mmproj-m-Q4_K_M.gguf",
+                                "m-q4_k_m.gguf", "m-Q4_K_S.gguf", "imatrix.gguf", NULL};
+    assert_string_equal(pick(repo, "a/b", NULL), "m-q4_k_m.gguf"); /* default Q4_K_M, any case; mmproj is not a model */
     assert_string_equal(pick(repo, "a/b:Q8_0", NULL), "m-Q8_0.gguf");
     assert_string_equal(pick(repo, "a/b:q4_k_s", NULL), "m-Q4_K_S.gguf");
     assert_string_equal(pick(repo, "a/b:f16", NULL), "m-F16.gguf");
@@ -376,9 +381,9 @@ static void test_select(void **state) {
     const char *const none[] = {"mmproj-F16.gguf", "README.md", NULL};
     assert_null(pick(none, "a/b", NULL));
     /* a split model: chosen by its first part, every part in order */
-    const char *const split[] = {"Q4_K_M/m-Q4_K_M-00002-of-00003.gguf", "Q4_K_M/m-Q4_K_M-00003-of-00003.gguf",
-                                 "Q4_K_M/m-Q4_K_M-00001-of-00003.gguf", "m-Q8_0.gguf", "Q4_K_M/other-Q4_K_M-00001-of-00002.gguf",
-                                 NULL};
+    const char *const split[] = {"Q4_K_M/m-Q4_K_M-00002-of-00003.gguf",     "Q4_K_M/m-Q4_K_M-00003-of-00003.gguf",
+                                 "Q4_K_M/m-Q4_K_M-00001-of-00003.gguf",     "m-Q8_0.gguf",
+                                 "Q4_K_M/other-Q4_K_M-00001-of-00002.gguf", NULL};
     int n = 0;
     assert_string_equal(pick(split, "a/b:Q4_K_M", &n),
                         "Q4_K_M/m-Q4_K_M-00001-of-00003.gguf|Q4_K_M/m-Q4_K_M-00002-of-00003.gguf|"
@@ -412,7 +417,8 @@ static void test_download_layout(void **state) {
     assert_non_null(ref);
     assert_int_equal(strlen(ref), 40);
     char expect[700];
-    snprintf(expect, sizeof expect, "%s/models--tt--stories-GGUF/snapshots/%s/TinyStories-656K-Q8_0.gguf", tmp("c1"), ref);
+    snprintf(expect, sizeof expect, "%s/models--tt--stories-GGUF/snapshots/%s/TinyStories-656K-Q8_0.gguf", tmp("c1"),
+             ref);
     assert_string_equal(p, expect);
     ssize_t k = readlink(p, link, sizeof link - 1);
     assert_true(k > 0);
@@ -479,11 +485,15 @@ static void test_cli_messages(void **state) {
         int status;
         const char *needle[3];
     } cases[] = {
-        {NULL, "generate -hf tt/stories-GGUF:Q5_K_M -p x -n 1", 1,
+        {NULL,
+         "generate -hf tt/stories-GGUF:Q5_K_M -p x -n 1",
+         1,
          {"no model file with the quantisation tag Q5_K_M; its tags: F32, Q8_0, Q4_K_M"}},
         {NULL, "generate -hf tt/nothing-GGUF -p x -n 1", 1, {"tt/nothing-GGUF: no such repository", "404"}},
         {NULL, "generate -hf tt/private-GGUF -p x -n 1", 1, {"401", "set HF_TOKEN"}},
-        {NULL, "generate -hf tt/private-GGUF -p x -n 1 --hf-token hf_NotTheRightToken", 1,
+        {NULL,
+         "generate -hf tt/private-GGUF -p x -n 1 --hf-token hf_NotTheRightToken",
+         1,
          {"403 forbidden", "cannot read this repository"}},
         {"HF_TOKEN=" TOKEN, "generate -hf tt/private-GGUF -p 'Once' -n 4 --temp 0 --quiet", 0, {NULL}},
         /* malformed specs and flags: usage errors */
@@ -590,7 +600,8 @@ static void test_corrupted(void **state) {
     /* and nothing that looks like a model is in the snapshot */
     char *ref = read_file(tmp("c5/models--tt--stories-GGUF/refs/main"), NULL);
     char snap[1024];
-    snprintf(snap, sizeof snap, "%s/snapshots/%s/stories260K-F32.gguf", tmp("c5/models--tt--stories-GGUF"), ref ? ref : "");
+    snprintf(snap, sizeof snap, "%s/snapshots/%s/stories260K-F32.gguf", tmp("c5/models--tt--stories-GGUF"),
+             ref ? ref : "");
     assert_false(exists(snap));
     free(ref);
     assert_int_equal(log_count(&h, (const char *const[]){"/cdn/", NULL}), 3); /* 3 attempts */
@@ -655,10 +666,11 @@ static void test_concurrent(void **state) {
     (void)state;
     hub h = hub_start((const char *const[]){"--slow", "TinyStories-656K-Q8_0.gguf", NULL});
     char cmd[4096];
-    snprintf(cmd, sizeof cmd,
-             "cd %s && for k in 1 2; do env HF_ENDPOINT=%s LLAMA_CACHE=%s %s info -hf tt/stories-GGUF:Q8_0 > out.$k 2>&1 "
-             "& done; wait; cat out.1 out.2 | grep -c 'model: '",
-             g_tmp, h.endpoint, tmp("c7"), TUTTI_CLI);
+    snprintf(
+        cmd, sizeof cmd,
+        "cd %s && for k in 1 2; do env HF_ENDPOINT=%s LLAMA_CACHE=%s %s info -hf tt/stories-GGUF:Q8_0 > out.$k 2>&1 "
+        "& done; wait; cat out.1 out.2 | grep -c 'model: '",
+        g_tmp, h.endpoint, tmp("c7"), TUTTI_CLI);
     int st;
     char *o = run_cmd(cmd, &st);
     assert_int_equal(atoi(o), 2); /* both loaded it */
@@ -670,8 +682,9 @@ static void test_concurrent(void **state) {
     assert_true(same_bytes(p, shared_path("models/TinyStories-656K-Q8_0.gguf")));
     free(p);
     /* on a terminal (script(1) gives one) the progress line is redrawn: bytes, share, rate, time left */
-    snprintf(cmd, sizeof cmd, "script -qec 'env HF_ENDPOINT=%s LLAMA_CACHE=%s %s info -hf tt/stories-GGUF:Q8_0' /dev/null",
-             h.endpoint, tmp("c7b"), TUTTI_CLI);
+    snprintf(cmd, sizeof cmd,
+             "script -qec 'env HF_ENDPOINT=%s LLAMA_CACHE=%s %s info -hf tt/stories-GGUF:Q8_0' /dev/null", h.endpoint,
+             tmp("c7b"), TUTTI_CLI);
     o = run_cmd(cmd, &st);
     assert_int_equal(st, 0);
     if (!strstr(o, "\rtutti: tt/stories-GGUF/TinyStories-656K-Q8_0.gguf: ") || !strstr(o, " / 732 KiB (") ||
@@ -736,11 +749,12 @@ static void test_models_and_configs(void **state) {
     fprintf(f, "{\"models\": [{\"path\": \"hf://tt/stories-GGUF:F32\", \"name\": \"small\"}]}\n");
     fclose(f);
     char cmd[4096];
-    snprintf(cmd, sizeof cmd,
-             "cd %s && { env HF_ENDPOINT=%s LLAMA_CACHE=%s %s serve --config serve.json --port 0 -t 1 > serve.log 2>&1 & "
-             "P=$!; for i in $(seq 100); do grep -q 'listening on' serve.log && break; sleep 0.1; done; "
-             "curl -s $(sed -n 's/.*listening on \\(http[^ ]*\\).*/\\1/p' serve.log)/v1/models; kill $P; wait $P; }",
-             g_tmp, h.endpoint, tmp("c10"), TUTTI_CLI);
+    snprintf(
+        cmd, sizeof cmd,
+        "cd %s && { env HF_ENDPOINT=%s LLAMA_CACHE=%s %s serve --config serve.json --port 0 -t 1 > serve.log 2>&1 & "
+        "P=$!; for i in $(seq 100); do grep -q 'listening on' serve.log && break; sleep 0.1; done; "
+        "curl -s $(sed -n 's/.*listening on \\(http[^ ]*\\).*/\\1/p' serve.log)/v1/models; kill $P; wait $P; }",
+        g_tmp, h.endpoint, tmp("c10"), TUTTI_CLI);
     o = run_cmd(cmd, &st);
     assert_non_null(strstr(o, "\"id\":\"small\""));
     free(o);
@@ -749,7 +763,8 @@ static void test_models_and_configs(void **state) {
     assert_non_null(f);
     fprintf(f, "Once upon a time, there was a little girl named Lily. She loved to play outside.\n");
     fclose(f);
-    snprintf(args, sizeof args, "fit --text %s -hf tt/stories-GGUF:F32 -hf tt/stories-GGUF:Q8_0 --temp-grid 1 -o %s --quiet",
+    snprintf(args, sizeof args,
+             "fit --text %s -hf tt/stories-GGUF:F32 -hf tt/stories-GGUF:Q8_0 --temp-grid 1 -o %s --quiet",
              tmp("text.txt"), tmp("fit.txt"));
     free(expect_cli(&h, "c10", NULL, args, 0, NULL, NULL));
     char *fit = read_file(tmp("fit.txt"), NULL);
@@ -798,12 +813,18 @@ static void test_models_and_configs(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sha256),          cmocka_unit_test(test_names),
-        cmocka_unit_test(test_listing),         cmocka_unit_test(test_select),
-        cmocka_unit_test(test_download_layout), cmocka_unit_test(test_cli_messages),
-        cmocka_unit_test(test_offline),         cmocka_unit_test(test_resume),
-        cmocka_unit_test(test_corrupted),       cmocka_unit_test(test_split),
-        cmocka_unit_test(test_concurrent),      cmocka_unit_test(test_hostile_hub),
+        cmocka_unit_test(test_sha256),
+        cmocka_unit_test(test_names),
+        cmocka_unit_test(test_listing),
+        cmocka_unit_test(test_select),
+        cmocka_unit_test(test_download_layout),
+        cmocka_unit_test(test_cli_messages),
+        cmocka_unit_test(test_offline),
+        cmocka_unit_test(test_resume),
+        cmocka_unit_test(test_corrupted),
+        cmocka_unit_test(test_split),
+        cmocka_unit_test(test_concurrent),
+        cmocka_unit_test(test_hostile_hub),
         shared_unit_test(test_models_and_configs),
     };
     test_select_part();

@@ -39,12 +39,11 @@ static uint32_t rnd(void) {
 }
 static float frand(void) { return (float)rnd() / 4294967296.0f * 2.0f - 1.0f; }
 
-static const int k_types[] = {TUTTI_TYPE_F32,  TUTTI_TYPE_F16,  TUTTI_TYPE_BF16,   TUTTI_TYPE_Q4_0,
-                              TUTTI_TYPE_Q4_1, TUTTI_TYPE_Q5_0, TUTTI_TYPE_Q5_1,   TUTTI_TYPE_Q8_0,
-                              TUTTI_TYPE_Q2_K, TUTTI_TYPE_Q3_K, TUTTI_TYPE_Q4_K,   TUTTI_TYPE_Q5_K,
-                              TUTTI_TYPE_Q6_K, TUTTI_TYPE_IQ4_NL, TUTTI_TYPE_IQ4_XS, TUTTI_TYPE_MXFP4,
-                              TUTTI_TYPE_IQ2_XXS, TUTTI_TYPE_IQ2_XS, TUTTI_TYPE_IQ2_S, TUTTI_TYPE_IQ3_XXS,
-                              TUTTI_TYPE_IQ3_S, TUTTI_TYPE_IQ1_S, TUTTI_TYPE_IQ1_M};
+static const int k_types[] = {
+    TUTTI_TYPE_F32,   TUTTI_TYPE_F16,     TUTTI_TYPE_BF16,   TUTTI_TYPE_Q4_0,  TUTTI_TYPE_Q4_1,    TUTTI_TYPE_Q5_0,
+    TUTTI_TYPE_Q5_1,  TUTTI_TYPE_Q8_0,    TUTTI_TYPE_Q2_K,   TUTTI_TYPE_Q3_K,  TUTTI_TYPE_Q4_K,    TUTTI_TYPE_Q5_K,
+    TUTTI_TYPE_Q6_K,  TUTTI_TYPE_IQ4_NL,  TUTTI_TYPE_IQ4_XS, TUTTI_TYPE_MXFP4, TUTTI_TYPE_IQ2_XXS, TUTTI_TYPE_IQ2_XS,
+    TUTTI_TYPE_IQ2_S, TUTTI_TYPE_IQ3_XXS, TUTTI_TYPE_IQ3_S,  TUTTI_TYPE_IQ1_S, TUTTI_TYPE_IQ1_M};
 #define N_TYPES ((int)(sizeof k_types / sizeof k_types[0]))
 
 /* Random activations with a varying scale and a few outliers, like
@@ -67,10 +66,15 @@ static void put_half(uint8_t *p, float f) {
  * the others add their float terms in another order (tolerance of 3). */
 static bool bit_exact(int type) {
     switch (type) {
-    case TUTTI_TYPE_Q8_0: case TUTTI_TYPE_MXFP4: case TUTTI_TYPE_IQ2_XXS: case TUTTI_TYPE_IQ2_XS:
-    case TUTTI_TYPE_IQ2_S: case TUTTI_TYPE_IQ3_XXS: case TUTTI_TYPE_IQ3_S: case TUTTI_TYPE_IQ1_S:
-    case TUTTI_TYPE_IQ1_M:
-        return true;
+    case TUTTI_TYPE_Q8_0:
+    case TUTTI_TYPE_MXFP4:
+    case TUTTI_TYPE_IQ2_XXS:
+    case TUTTI_TYPE_IQ2_XS:
+    case TUTTI_TYPE_IQ2_S:
+    case TUTTI_TYPE_IQ3_XXS:
+    case TUTTI_TYPE_IQ3_S:
+    case TUTTI_TYPE_IQ1_S:
+    case TUTTI_TYPE_IQ1_M: return true;
     default: return false;
     }
 }
@@ -93,16 +97,24 @@ static void fill_w(int type, void *w, int64_t n) {
     for (int64_t i = 0; i < nb; i++) {
         uint8_t *blk = b + (size_t)i * bs;
         switch (type) {
-        case TUTTI_TYPE_Q2_K: put_half(blk + 80, 0.01f * (frand() + 1.5f)); put_half(blk + 82, 0.01f * frand()); break;
+        case TUTTI_TYPE_Q2_K:
+            put_half(blk + 80, 0.01f * (frand() + 1.5f));
+            put_half(blk + 82, 0.01f * frand());
+            break;
         case TUTTI_TYPE_Q3_K: put_half(blk + 108, 0.01f * frand()); break;
         case TUTTI_TYPE_IQ4_NL: put_half(blk, 0.01f * frand()); break;
         case TUTTI_TYPE_IQ4_XS: put_half(blk, 0.01f * frand()); break;
         case TUTTI_TYPE_MXFP4: blk[0] = (uint8_t)(118 + rnd() % 16); break; /* 2^-10 .. 2^5 */
-        case TUTTI_TYPE_IQ2_XXS: case TUTTI_TYPE_IQ2_XS: case TUTTI_TYPE_IQ2_S: case TUTTI_TYPE_IQ3_XXS:
-        case TUTTI_TYPE_IQ3_S: case TUTTI_TYPE_IQ1_S: put_half(blk, 0.01f * frand()); break;
+        case TUTTI_TYPE_IQ2_XXS:
+        case TUTTI_TYPE_IQ2_XS:
+        case TUTTI_TYPE_IQ2_S:
+        case TUTTI_TYPE_IQ3_XXS:
+        case TUTTI_TYPE_IQ3_S:
+        case TUTTI_TYPE_IQ1_S: put_half(blk, 0.01f * frand()); break;
         case TUTTI_TYPE_IQ1_M: { /* the f16 d lives in the top nibbles of the 4 scale words */
             const uint16_t h = tutti_f32_to_fp16(0.01f * frand());
-            for (int k = 0; k < 4; k++) blk[49 + 2 * k] = (uint8_t)((blk[49 + 2 * k] & 0x0F) | (((h >> (4 * k)) & 15) << 4));
+            for (int k = 0; k < 4; k++)
+                blk[49 + 2 * k] = (uint8_t)((blk[49 + 2 * k] & 0x0F) | (((h >> (4 * k)) & 15) << 4));
         } break;
         default: fail_msg("no weight generator for %s", tutti_type_name(type));
         }
@@ -120,9 +132,7 @@ static void decode_act(int vtype, const void *vx, float *out, int64_t n) {
     case TUTTI_TYPE_BF16:
         for (int64_t i = 0; i < n; i++) out[i] = tutti_bf16_to_f32(((const uint16_t *)vx)[i]);
         break;
-    case TUTTI_TYPE_Q8_0:
-        assert_true(tutti_dequantize_row(TUTTI_TYPE_Q8_0, vx, out, n));
-        break;
+    case TUTTI_TYPE_Q8_0: assert_true(tutti_dequantize_row(TUTTI_TYPE_Q8_0, vx, out, n)); break;
     case TUTTI_TYPE_Q8_1:
         for (int64_t i = 0; i < n / 32; i++, b += 36) {
             uint16_t d;
@@ -156,8 +166,8 @@ static void check_act_quant(int vtype, const float *x, const void *vx, int64_t n
             else /* half a step d = amax/127, and the half rounding of d */
                 tol = amax / 127.0 * 0.5 + amax * (1.0 / 1024) + 1e-30;
             if (fabs((double)x[i] - xd[i]) > tol)
-                fail_msg("activation %s element %lld: x=%g decoded %g (tol %g)", tutti_type_name(vtype),
-                         (long long)i, x[i], xd[i], tol);
+                fail_msg("activation %s element %lld: x=%g decoded %g (tol %g)", tutti_type_name(vtype), (long long)i,
+                         x[i], xd[i], tol);
         }
     }
     if (vtype == TUTTI_TYPE_Q8_K) {
@@ -189,9 +199,9 @@ static int sizes_for(int type, int64_t *out) {
 
 typedef struct row_case {
     int64_t n;
-    void *w;      /* NR rows */
-    float *x;     /* NC rows */
-    void *xq;     /* NC rows of activation blocks (scalar quantizer) */
+    void *w;  /* NR rows */
+    float *x; /* NC rows */
+    void *xq; /* NC rows of activation blocks (scalar quantizer) */
     size_t ldw, ldx;
 } row_case;
 
@@ -318,8 +328,8 @@ static void check_path(tutti_simd path) {
                             const double tol = bit_exact(type) ? 0 : 2e-5 * mag[c][r] + 1e-6;
                             if (!(fabs((double)s[c][r] - want[c][r]) <= tol))
                                 fail_msg("%s gemm %s n=%lld tile %dx%d [%d][%d]: %.9g vs scalar %.9g",
-                                         tutti_simd_name(path), tutti_type_name(type), (long long)n, nr, nc, c,
-                                         r, s[c][r], want[c][r]);
+                                         tutti_simd_name(path), tutti_type_name(type), (long long)n, nr, nc, c, r,
+                                         s[c][r], want[c][r]);
                         }
                 }
             free(wd);
@@ -527,8 +537,8 @@ static void test_row_kernels(void **state) {
             const double want = exp((double)orig[i] - mx) / sum;
             /* x - max is rounded to float first: relative error up to |x - max| 2^-24 */
             if (!(fabs(x[i] - want) <= (5e-7 + 6e-8 * fabs(orig[i] - mx)) * want + 1e-30))
-                fail_msg("softmax %s n=%lld [%lld]: %.9g vs %.9g", tutti_kernels_backend(), (long long)n,
-                         (long long)i, x[i], want);
+                fail_msg("softmax %s n=%lld [%lld]: %.9g vs %.9g", tutti_kernels_backend(), (long long)n, (long long)i,
+                         x[i], want);
         }
         for (int64_t i = 0; i < n; i++) {
             orig[i] = x[i] = frand() * (i % 5 == 0 ? 200 : 8);
@@ -538,8 +548,8 @@ static void test_row_kernels(void **state) {
         for (int64_t i = 0; i < n; i++) {
             const double want = orig[i] / (1 + exp(-(double)orig[i])) * up[i];
             if (!(fabs(x[i] - want) <= 1e-6 * fabs(want) + 1e-30))
-                fail_msg("swiglu %s n=%lld [%lld]: %.9g vs %.9g", tutti_kernels_backend(), (long long)n,
-                         (long long)i, x[i], want);
+                fail_msg("swiglu %s n=%lld [%lld]: %.9g vs %.9g", tutti_kernels_backend(), (long long)n, (long long)i,
+                         x[i], want);
         }
         /* the forward pass runs SwiGLU over n_tok rows of n_ff as one array:
          * a row's result must not depend on where it starts (bit-identical
@@ -587,9 +597,21 @@ static void attn_case(int nth, int n_head, int n_head_kv, int hd, int pos0, int 
     const size_t per = tutti_attn_scratch_floats(n_ctx, n_head, n_head_kv, hd, hd);
     float *scratch = malloc(sizeof(float) * per * (size_t)nth);
     const float scale = 1.0f / sqrtf((float)hd);
-    tutti_attn_params ap = {.n_tok = n_tok, .n_head = n_head, .n_head_kv = n_head_kv, .head_dim_k = hd,
-                            .head_dim_v = hd, .pos0 = pos0, .n_ctx = n_ctx, .n_swa = n_swa, .scale = scale,
-                            .softcap = softcap, .q = q, .k = k, .v = v, .out = out, .scratch = scratch};
+    tutti_attn_params ap = {.n_tok = n_tok,
+                            .n_head = n_head,
+                            .n_head_kv = n_head_kv,
+                            .head_dim_k = hd,
+                            .head_dim_v = hd,
+                            .pos0 = pos0,
+                            .n_ctx = n_ctx,
+                            .n_swa = n_swa,
+                            .scale = scale,
+                            .softcap = softcap,
+                            .q = q,
+                            .k = k,
+                            .v = v,
+                            .out = out,
+                            .scratch = scratch};
     tutti_attention(tp, &ap);
     const int group = n_head / n_head_kv;
     double *pr = malloc(sizeof(double) * (size_t)n_ctx);
@@ -622,8 +644,8 @@ static void attn_case(int nth, int n_head, int n_head_kv, int hd, int pos0, int 
                 if (!(fabs(got - want) <= 2e-3 * mag + 1e-5))
                     fail_msg("attention %s nth=%d heads %d/%d hd=%d pos0=%d n_tok=%d swa=%d softcap=%g: "
                              "out[t=%d][h=%d][%d] = %.7g, definition %.7g",
-                             tutti_kernels_backend(), nth, n_head, n_head_kv, hd, pos0, n_tok, n_swa, softcap, t, h,
-                             e, got, want);
+                             tutti_kernels_backend(), nth, n_head, n_head_kv, hd, pos0, n_tok, n_swa, softcap, t, h, e,
+                             got, want);
             }
         }
     free(pr);
@@ -641,7 +663,7 @@ static void test_attention(void **state) {
     attn_case(3, 6, 2, 24, 5, 19, 0, 0);
     attn_case(2, 6, 2, 20, 5, 19, 7, 0);
     attn_case(2, 4, 4, 64, 70, 9, 0, 30.0f);
-    attn_case(2, 8, 1, 16, 100, 1, 0, 0);  /* one token (generation), 8 heads on one KV head */
+    attn_case(2, 8, 1, 16, 100, 1, 0, 0);   /* one token (generation), 8 heads on one KV head */
     attn_case(2, 14, 2, 64, 3, 130, 50, 0); /* Qwen-like grouping, a window across chunks */
 }
 
@@ -698,8 +720,8 @@ static bool is_iquant(int type) {
 }
 
 static bool is_kquant(int type) {
-    return type == TUTTI_TYPE_Q2_K || type == TUTTI_TYPE_Q3_K || type == TUTTI_TYPE_Q4_K ||
-           type == TUTTI_TYPE_Q5_K || type == TUTTI_TYPE_Q6_K || type == TUTTI_TYPE_Q4_K_X8;
+    return type == TUTTI_TYPE_Q2_K || type == TUTTI_TYPE_Q3_K || type == TUTTI_TYPE_Q4_K || type == TUTTI_TYPE_Q5_K ||
+           type == TUTTI_TYPE_Q6_K || type == TUTTI_TYPE_Q4_K_X8;
 }
 
 static void matmul_batch_case(int type, int64_t n_rows, int64_t n) {
@@ -776,8 +798,8 @@ static void matmul_batch_case(int type, int64_t n_rows, int64_t n) {
                             continue;
                         fail_msg("%s matmul %s %lld x %lld, %d threads: token %d of a batch of %d, row %lld: %.9g, "
                                  "alone %.9g",
-                                 pn, tutti_type_name(base), (long long)n_rows, (long long)n, th, t, nt, (long long)r,
-                                 a, b);
+                                 pn, tutti_type_name(base), (long long)n_rows, (long long)n, th, t, nt, (long long)r, a,
+                                 b);
                     }
             }
             tutti_threadpool_free(tp);
@@ -805,7 +827,8 @@ static void test_matmul_batches(void **state) {
         const double per_col = (double)tutti_row_size(sc->vec_type, 256) / 256.0;
         const int64_t seg = (int64_t)(98304.0 / per_col) / 256 * 256;
         const int64_t short_n = bs == 1 ? 67 : bs * 5, long_n = 2 * seg + (bs == 1 ? 1001 : 3 * bs);
-        const int64_t rows_short = type == TUTTI_TYPE_Q4_K_X8 ? 40 : 37, rows_long = type == TUTTI_TYPE_Q4_K_X8 ? 16 : 11;
+        const int64_t rows_short = type == TUTTI_TYPE_Q4_K_X8 ? 40 : 37,
+                      rows_long = type == TUTTI_TYPE_Q4_K_X8 ? 16 : 11;
         matmul_batch_case(type, rows_short, short_n);
         /* the segments of long rows are matmul.c's, the same for every
          * kernel: the i-quants (slow scalar kernels, seconds under ASan)
@@ -821,7 +844,7 @@ static void test_matmul_batches(void **state) {
 static void test_matmul_batch_products(void **state) {
     (void)state;
     enum { N_MM = 9 };
-    const int types[N_MM] = {TUTTI_TYPE_Q4_K, TUTTI_TYPE_Q4_K, TUTTI_TYPE_Q8_0, TUTTI_TYPE_F16, TUTTI_TYPE_F32,
+    const int types[N_MM] = {TUTTI_TYPE_Q4_K, TUTTI_TYPE_Q4_K,    TUTTI_TYPE_Q8_0, TUTTI_TYPE_F16, TUTTI_TYPE_F32,
                              TUTTI_TYPE_Q6_K, TUTTI_TYPE_Q4_K_X8, TUTTI_TYPE_Q8_0, TUTTI_TYPE_F16};
     const int64_t rows[N_MM] = {48, 33, 70, 17, 9, 40, 64, 24, 16}, toks[N_MM] = {5, 5, 1, 9, 3, 5, 2, 5, 5};
     /* columns: product 2's rows are longer than one segment (96 KiB of activations) */
@@ -932,7 +955,8 @@ static int legacy_tile_case(int type, int64_t n_rows, int64_t n) {
                 for (int64_t r = 0; r < n_rows; r++) {
                     const size_t i = (size_t)t * n_rows + (size_t)r;
                     if (t >= nt) { /* rows past the batch stay untouched */
-                        if (!isnan(y[i])) fail_msg("%s %s: matmul of %d tokens wrote token %d", pn, tutti_type_name(type), nt, t);
+                        if (!isnan(y[i]))
+                            fail_msg("%s %s: matmul of %d tokens wrote token %d", pn, tutti_type_name(type), nt, t);
                         continue;
                     }
                     float own;
@@ -940,9 +964,10 @@ static int legacy_tile_case(int type, int64_t n_rows, int64_t n) {
                     const bool exact = bit_exact(type) || p == TUTTI_SIMD_SCALAR;
                     if (memcmp(&y[i], &own, sizeof own) != 0 || (exact && memcmp(&y[i], &want[i], sizeof own) != 0) ||
                         !(fabs((double)y[i] - want[i]) <= 2e-5 * mag[i] + 1e-6))
-                        fail_msg("%s %s %lld x %lld, %d tokens: [%d][%lld] = %.9g, the path's vec_dot %.9g, scalar %.9g",
-                                 pn, tutti_type_name(type), (long long)n_rows, (long long)n, nt, t, (long long)r,
-                                 y[i], own, want[i]);
+                        fail_msg(
+                            "%s %s %lld x %lld, %d tokens: [%d][%lld] = %.9g, the path's vec_dot %.9g, scalar %.9g", pn,
+                            tutti_type_name(type), (long long)n_rows, (long long)n, nt, t, (long long)r, y[i], own,
+                            want[i]);
                 }
         }
     }

@@ -67,12 +67,13 @@ static void make_variant(const char *src, const char *dst, variant_kind kind, ui
         rms = sqrt(rms / (double)n);
         for (int64_t j = 0; j < n; j++) {
             if (kind == V_SCALE2) x[j] *= 2;
-            else if (kind == V_PERTURB) x[j] += (float)(0.6 * rms * ((double)(splitmix(&s) >> 11) / 4503599627370496.0 - 1.0));
+            else if (kind == V_PERTURB)
+                x[j] += (float)(0.6 * rms * ((double)(splitmix(&s) >> 11) / 4503599627370496.0 - 1.0));
         }
         bufs[i] = malloc(t->size);
         for (int64_t r = 0; r < n / t->ne[0]; r++)
-            assert_true(tutti_quantize_row_ref(t->type, x + r * t->ne[0],
-                                               (char *)bufs[i] + (size_t)r * tutti_row_size(t->type, t->ne[0]), t->ne[0]));
+            assert_true(tutti_quantize_row_ref(
+                t->type, x + r * t->ne[0], (char *)bufs[i] + (size_t)r * tutti_row_size(t->type, t->ne[0]), t->ne[0]));
         free(x);
         assert_int_equal(gguf_writer_add_tensor(w, name, t->type, t->n_dims, ne, bufs[i]), 0);
     }
@@ -111,7 +112,8 @@ static void assert_same_values(const char *a, const char *b) {
         float *x = tensor_f32(a, name, &na), *y = tensor_f32(b, name, &nb);
         assert_int_equal(na, nb);
         for (int64_t j = 0; j < na; j++)
-            if (x[j] != y[j]) fail_msg("%s vs %s: tensor %s element %lld: %g != %g", a, b, name, (long long)j, x[j], y[j]);
+            if (x[j] != y[j])
+                fail_msg("%s vs %s: tensor %s element %lld: %g != %g", a, b, name, (long long)j, x[j], y[j]);
         free(x), free(y);
     }
     gguf_close(f);
@@ -131,39 +133,55 @@ static const char *const k_types[] = {"F16", "Q8_0"};
 
 /* JSON (= YAML flow style) configurations over A (base), B, C; %1$s..%3$s. */
 static const char *const k_configs[][2] = {
-    {"linear", "{\"merge_method\":\"linear\",\"models\":[{\"model\":\"%1$s\",\"parameters\":{\"weight\":0.3}},"
-               "{\"model\":\"%2$s\",\"parameters\":{\"weight\":[0.2,0.9]}},{\"model\":\"%3$s\",\"parameters\":{\"weight\":0.5}}]}"},
-    {"linear_nonorm", "{\"merge_method\":\"linear\",\"parameters\":{\"normalize\":false},\"models\":[{\"model\":\"%1$s\","
-                      "\"parameters\":{\"weight\":0.6}},{\"model\":\"%2$s\",\"parameters\":{\"weight\":0.3}}]}"},
-    {"slerp", "{\"merge_method\":\"slerp\",\"base_model\":\"%1$s\",\"models\":[{\"model\":\"%1$s\"},{\"model\":\"%2$s\"}],"
-              "\"parameters\":{\"t\":[{\"filter\":\"self_attn\",\"value\":[0,0.5,0.3,0.7,1]},{\"filter\":\"mlp\","
-              "\"value\":[1,0.5,0.7,0.3,0]},{\"value\":0.4}]}}"},
-    {"nuslerp", "{\"merge_method\":\"nuslerp\",\"base_model\":\"%1$s\",\"parameters\":{\"nuslerp_flatten\":false},"
-                "\"models\":[{\"model\":\"%2$s\",\"parameters\":{\"weight\":0.7}},{\"model\":\"%3$s\",\"parameters\":{\"weight\":0.4}}]}"},
-    {"nuslerp_rows", "{\"merge_method\":\"nuslerp\",\"parameters\":{\"nuslerp_flatten\":false,\"nuslerp_row_wise\":true},"
-                     "\"models\":[{\"model\":\"%2$s\",\"parameters\":{\"weight\":1}},{\"model\":\"%3$s\",\"parameters\":{\"weight\":2}}]}"},
-    {"task_arithmetic", "{\"merge_method\":\"task_arithmetic\",\"base_model\":\"%1$s\",\"parameters\":{\"lambda\":0.8},"
-                        "\"models\":[{\"model\":\"%2$s\",\"parameters\":{\"weight\":0.7}},{\"model\":\"%3$s\",\"parameters\":{\"weight\":0.4}}]}"},
-    {"ties", "{\"merge_method\":\"ties\",\"base_model\":\"%1$s\",\"models\":[{\"model\":\"%1$s\"},{\"model\":\"%2$s\","
-             "\"parameters\":{\"weight\":0.7,\"density\":0.5}},{\"model\":\"%3$s\",\"parameters\":{\"weight\":0.5,\"density\":[0.3,0.8]}}]}"},
-    {"dare_ties", "{\"merge_method\":\"dare_ties\",\"base_model\":\"%1$s\",\"parameters\":{\"density\":0.6},\"models\":"
-                  "[{\"model\":\"%2$s\",\"parameters\":{\"weight\":0.7}},{\"model\":\"%3$s\",\"parameters\":{\"weight\":0.5}}]}"},
-    {"dare_linear", "{\"merge_method\":\"dare_linear\",\"base_model\":\"%1$s\",\"models\":[{\"model\":\"%2$s\",\"parameters\":"
-                    "{\"weight\":0.7,\"density\":0.4}},{\"model\":\"%3$s\",\"parameters\":{\"weight\":0.5,\"density\":0.7}}]}"},
-    {"della", "{\"merge_method\":\"della\",\"base_model\":\"%1$s\",\"parameters\":{\"epsilon\":0.1,\"lambda\":1.1},\"models\":"
-              "[{\"model\":\"%2$s\",\"parameters\":{\"weight\":0.7,\"density\":0.5}},{\"model\":\"%3$s\",\"parameters\":{\"weight\":0.5,\"density\":0.4}}]}"},
-    {"della_linear", "{\"merge_method\":\"della_linear\",\"base_model\":\"%1$s\",\"parameters\":{\"density\":0.5},\"models\":"
-                     "[{\"model\":\"%2$s\",\"parameters\":{\"weight\":0.6}},{\"model\":\"%3$s\",\"parameters\":{\"weight\":0.6}}]}"},
-    {"breadcrumbs", "{\"merge_method\":\"breadcrumbs\",\"base_model\":\"%1$s\",\"parameters\":{\"density\":0.8,\"gamma\":0.05},"
-                    "\"models\":[{\"model\":\"%2$s\",\"parameters\":{\"weight\":0.7}},{\"model\":\"%3$s\",\"parameters\":{\"weight\":0.5}}]}"},
-    {"breadcrumbs_ties", "{\"merge_method\":\"breadcrumbs_ties\",\"base_model\":\"%1$s\",\"parameters\":{\"density\":0.7},"
-                         "\"models\":[{\"model\":\"%2$s\",\"parameters\":{\"weight\":0.7}},{\"model\":\"%3$s\",\"parameters\":{\"weight\":0.5}}]}"},
-    {"model_stock", "{\"merge_method\":\"model_stock\",\"base_model\":\"%1$s\",\"models\":[{\"model\":\"%2$s\"},{\"model\":\"%3$s\"}]}"},
-    {"model_stock_fw", "{\"merge_method\":\"model_stock\",\"base_model\":\"%1$s\",\"parameters\":{\"filter_wise\":true},"
-                       "\"models\":[{\"model\":\"%2$s\"},{\"model\":\"%3$s\"}]}"},
+    {"linear",
+     "{\"merge_method\":\"linear\",\"models\":[{\"model\":\"%1$s\",\"parameters\":{\"weight\":0.3}},"
+     "{\"model\":\"%2$s\",\"parameters\":{\"weight\":[0.2,0.9]}},{\"model\":\"%3$s\",\"parameters\":{\"weight\":0.5}}]}"},
+    {"linear_nonorm",
+     "{\"merge_method\":\"linear\",\"parameters\":{\"normalize\":false},\"models\":[{\"model\":\"%1$s\","
+     "\"parameters\":{\"weight\":0.6}},{\"model\":\"%2$s\",\"parameters\":{\"weight\":0.3}}]}"},
+    {"slerp",
+     "{\"merge_method\":\"slerp\",\"base_model\":\"%1$s\",\"models\":[{\"model\":\"%1$s\"},{\"model\":\"%2$s\"}],"
+     "\"parameters\":{\"t\":[{\"filter\":\"self_attn\",\"value\":[0,0.5,0.3,0.7,1]},{\"filter\":\"mlp\","
+     "\"value\":[1,0.5,0.7,0.3,0]},{\"value\":0.4}]}}"},
+    {"nuslerp",
+     "{\"merge_method\":\"nuslerp\",\"base_model\":\"%1$s\",\"parameters\":{\"nuslerp_flatten\":false},"
+     "\"models\":[{\"model\":\"%2$s\",\"parameters\":{\"weight\":0.7}},{\"model\":\"%3$s\",\"parameters\":{\"weight\":0.4}}]}"},
+    {"nuslerp_rows",
+     "{\"merge_method\":\"nuslerp\",\"parameters\":{\"nuslerp_flatten\":false,\"nuslerp_row_wise\":true},"
+     "\"models\":[{\"model\":\"%2$s\",\"parameters\":{\"weight\":1}},{\"model\":\"%3$s\",\"parameters\":{\"weight\":2}}]}"},
+    {"task_arithmetic",
+     "{\"merge_method\":\"task_arithmetic\",\"base_model\":\"%1$s\",\"parameters\":{\"lambda\":0.8},"
+     "\"models\":[{\"model\":\"%2$s\",\"parameters\":{\"weight\":0.7}},{\"model\":\"%3$s\",\"parameters\":{\"weight\":0.4}}]}"},
+    {"ties",
+     "{\"merge_method\":\"ties\",\"base_model\":\"%1$s\",\"models\":[{\"model\":\"%1$s\"},{\"model\":\"%2$s\","
+     "\"parameters\":{\"weight\":0.7,\"density\":0.5}},{\"model\":\"%3$s\",\"parameters\":{\"weight\":0.5,\"density\":[0.3,0.8]}}]}"},
+    {"dare_ties",
+     "{\"merge_method\":\"dare_ties\",\"base_model\":\"%1$s\",\"parameters\":{\"density\":0.6},\"models\":"
+     "[{\"model\":\"%2$s\",\"parameters\":{\"weight\":0.7}},{\"model\":\"%3$s\",\"parameters\":{\"weight\":0.5}}]}"},
+    {"dare_linear",
+     "{\"merge_method\":\"dare_linear\",\"base_model\":\"%1$s\",\"models\":[{\"model\":\"%2$s\",\"parameters\":"
+     "{\"weight\":0.7,\"density\":0.4}},{\"model\":\"%3$s\",\"parameters\":{\"weight\":0.5,\"density\":0.7}}]}"},
+    {"della",
+     "{\"merge_method\":\"della\",\"base_model\":\"%1$s\",\"parameters\":{\"epsilon\":0.1,\"lambda\":1.1},\"models\":"
+     "[{\"model\":\"%2$s\",\"parameters\":{\"weight\":0.7,\"density\":0.5}},{\"model\":\"%3$s\",\"parameters\":{\"weight\":0.5,\"density\":0.4}}]}"},
+    {"della_linear",
+     "{\"merge_method\":\"della_linear\",\"base_model\":\"%1$s\",\"parameters\":{\"density\":0.5},\"models\":"
+     "[{\"model\":\"%2$s\",\"parameters\":{\"weight\":0.6}},{\"model\":\"%3$s\",\"parameters\":{\"weight\":0.6}}]}"},
+    {"breadcrumbs",
+     "{\"merge_method\":\"breadcrumbs\",\"base_model\":\"%1$s\",\"parameters\":{\"density\":0.8,\"gamma\":0.05},"
+     "\"models\":[{\"model\":\"%2$s\",\"parameters\":{\"weight\":0.7}},{\"model\":\"%3$s\",\"parameters\":{\"weight\":0.5}}]}"},
+    {"breadcrumbs_ties",
+     "{\"merge_method\":\"breadcrumbs_ties\",\"base_model\":\"%1$s\",\"parameters\":{\"density\":0.7},"
+     "\"models\":[{\"model\":\"%2$s\",\"parameters\":{\"weight\":0.7}},{\"model\":\"%3$s\",\"parameters\":{\"weight\":0.5}}]}"},
+    {"model_stock",
+     "{\"merge_method\":\"model_stock\",\"base_model\":\"%1$s\",\"models\":[{\"model\":\"%2$s\"},{\"model\":\"%3$s\"}]}"},
+    {"model_stock_fw",
+     "{\"merge_method\":\"model_stock\",\"base_model\":\"%1$s\",\"parameters\":{\"filter_wise\":true},"
+     "\"models\":[{\"model\":\"%2$s\"},{\"model\":\"%3$s\"}]}"},
     {"sce", "{\"merge_method\":\"sce\",\"base_model\":\"%1$s\",\"parameters\":{\"select_topk\":[0.3,1]},"
             "\"models\":[{\"model\":\"%2$s\"},{\"model\":\"%3$s\"}]}"},
-    {"karcher", "{\"merge_method\":\"karcher\",\"models\":[{\"model\":\"%1$s\"},{\"model\":\"%2$s\"},{\"model\":\"%3$s\"}]}"},
+    {"karcher",
+     "{\"merge_method\":\"karcher\",\"models\":[{\"model\":\"%1$s\"},{\"model\":\"%2$s\"},{\"model\":\"%3$s\"}]}"},
     {"karcher_2", "{\"merge_method\":\"karcher\",\"base_model\":\"%1$s\",\"parameters\":{\"max_iter\":2,\"tol\":1e-7},"
                   "\"models\":[{\"model\":\"%2$s\"},{\"model\":\"%3$s\"}]}"},
     {"multislerp", "{\"merge_method\":\"multislerp\",\"base_model\":\"%1$s\",\"models\":[{\"model\":\"%2$s\","
@@ -174,9 +192,10 @@ static const char *const k_configs[][2] = {
     {"nearswap", "{\"merge_method\":\"nearswap\",\"base_model\":\"%1$s\",\"parameters\":{\"t\":[0.004,0.03]},"
                  "\"models\":[{\"model\":\"%2$s\"}]}"},
     {"arcee_fusion", "{\"merge_method\":\"arcee_fusion\",\"base_model\":\"%1$s\",\"models\":[{\"model\":\"%3$s\"}]}"},
-    {"passthrough", "{\"merge_method\":\"passthrough\",\"slices\":[{\"sources\":[{\"model\":\"%2$s\",\"layer_range\":[0,2]}]},"
-                    "{\"sources\":[{\"model\":\"%3$s\",\"layer_range\":[1,2]}],\"parameters\":{\"scale\":[{\"filter\":\"o_proj\","
-                    "\"value\":0.5}]}},{\"sources\":[{\"model\":\"%1$s\",\"layer_range\":[0,1]}]}]}"},
+    {"passthrough",
+     "{\"merge_method\":\"passthrough\",\"slices\":[{\"sources\":[{\"model\":\"%2$s\",\"layer_range\":[0,2]}]},"
+     "{\"sources\":[{\"model\":\"%3$s\",\"layer_range\":[1,2]}],\"parameters\":{\"scale\":[{\"filter\":\"o_proj\","
+     "\"value\":0.5}]}},{\"sources\":[{\"model\":\"%1$s\",\"layer_range\":[0,1]}]}]}"},
 };
 
 #define N_CONFIGS (sizeof k_configs / sizeof k_configs[0])
@@ -246,8 +265,9 @@ static void test_tied_untied(void **state) {
     free(out);
     assert_int_equal(st, 0);
     /* both tied: the output stays tied */
-    snprintf(args, sizeof args, "-m %s -m %s --method linear -o %s --type F32", shared_path("ref/arch/llama-tied-F16.gguf"),
-             shared_path("ref/arch/llama-tied-F16.gguf"), tmp("tied2.gguf"));
+    snprintf(args, sizeof args, "-m %s -m %s --method linear -o %s --type F32",
+             shared_path("ref/arch/llama-tied-F16.gguf"), shared_path("ref/arch/llama-tied-F16.gguf"),
+             tmp("tied2.gguf"));
     merge_ok(args);
     f = gguf_open(tmp("tied2.gguf"));
     assert_non_null(f);
@@ -276,7 +296,8 @@ static void quant_cases(void) {
     make_variant(la, lb, V_PERTURB, 1, NULL);
     make_variant(qa, qb, V_PERTURB, 1, NULL);
     make_variant(qa, qc, V_PERTURB, 2, NULL);
-    snprintf(args, sizeof args, "-m %s -m %s --method slerp --t 0.35 -o %s --type F32", la, lb, tmp("q-slerp.f32.gguf"));
+    snprintf(args, sizeof args, "-m %s -m %s --method slerp --t 0.35 -o %s --type F32", la, lb,
+             tmp("q-slerp.f32.gguf"));
     merge_ok(args);
     snprintf(args, sizeof args, "-m %s -m %s --base %s --method ties --density 0.6 -o %s --type F32", qb, qc, qa,
              tmp("q-ties.f32.gguf"));
@@ -340,7 +361,8 @@ static void test_quantized_vs_llama_quantize(void **state) {
             for (char *line = strtok_r(hashes, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
                 char key[400];
                 snprintf(key, sizeof key, "%s %s %s\n", cases[c], k_quant_types[q], line);
-                if (!strstr(want, key)) fail_msg("%s %s: tensor bytes differ from llama-quantize's: %s", cases[c], k_quant_types[q], line);
+                if (!strstr(want, key))
+                    fail_msg("%s %s: tensor bytes differ from llama-quantize's: %s", cases[c], k_quant_types[q], line);
                 n_checked++;
             }
             free(hashes);
@@ -401,19 +423,22 @@ static void test_density_one_is_task_arithmetic(void **state) {
     snprintf(args, sizeof args, "-m %s --base %s --method ties --density 1 -o %s --type F32", b, a, tmp("ties1.gguf"));
     merge_ok(args);
     assert_same_values(tmp("ties1.gguf"), tmp("ta1.gguf"));
-    snprintf(args, sizeof args, "-m %s --base %s --method dare_ties --density 1 -o %s --type F32", b, a, tmp("dt1.gguf"));
+    snprintf(args, sizeof args, "-m %s --base %s --method dare_ties --density 1 -o %s --type F32", b, a,
+             tmp("dt1.gguf"));
     merge_ok(args);
     assert_same_values(tmp("dt1.gguf"), tmp("ta1.gguf"));
-    snprintf(args, sizeof args, "-m %s -m %s --base %s --method task_arithmetic --weights 0.6,0.3 -o %s --type F32", b, c,
-             a, tmp("ta2.gguf"));
+    snprintf(args, sizeof args, "-m %s -m %s --base %s --method task_arithmetic --weights 0.6,0.3 -o %s --type F32", b,
+             c, a, tmp("ta2.gguf"));
     merge_ok(args);
-    snprintf(args, sizeof args, "-m %s -m %s --base %s --method dare_linear --density 1 --weights 0.6,0.3 -o %s --type F32",
-             b, c, a, tmp("dl2.gguf"));
+    snprintf(args, sizeof args,
+             "-m %s -m %s --base %s --method dare_linear --density 1 --weights 0.6,0.3 -o %s --type F32", b, c, a,
+             tmp("dl2.gguf"));
     merge_ok(args);
     assert_same_values(tmp("dl2.gguf"), tmp("ta2.gguf"));
     /* and density < 1 does change it */
-    snprintf(args, sizeof args, "-m %s -m %s --base %s --method dare_linear --density 0.5 --weights 0.6,0.3 -o %s --type F32",
-             b, c, a, tmp("dl5.gguf"));
+    snprintf(args, sizeof args,
+             "-m %s -m %s --base %s --method dare_linear --density 0.5 --weights 0.6,0.3 -o %s --type F32", b, c, a,
+             tmp("dl5.gguf"));
     merge_ok(args);
     assert_false(same_file(tmp("dl5.gguf"), tmp("dl2.gguf")));
 }
@@ -422,7 +447,11 @@ static void test_merged_with_itself(void **state) {
     (void)state;
     require_shared();
     const char *a = shared_path("ref/arch/gemma2-F16.gguf");
-    const char *methods[] = {"linear", "slerp --t 0.4", "nuslerp", "task_arithmetic --base X", "ties --base X --density 0.5",
+    const char *methods[] = {"linear",
+                             "slerp --t 0.4",
+                             "nuslerp",
+                             "task_arithmetic --base X",
+                             "ties --base X --density 0.5",
                              "model_stock --base X"};
     for (size_t i = 0; i < sizeof methods / sizeof *methods; i++) {
         char m[256], args[2048];
@@ -477,7 +506,8 @@ static void test_dare_kept_fraction_and_seed(void **state) {
     const double dens[] = {0.1, 0.3, 0.9};
     for (int k = 0; k < 3; k++) {
         char args[2048];
-        snprintf(args, sizeof args, "-m %s --base %s --method dare_linear --density %g --rescale 0 --seed 7 -o %s --type F32",
+        snprintf(args, sizeof args,
+                 "-m %s --base %s --method dare_linear --density %g --rescale 0 --seed 7 -o %s --type F32",
                  tmp("big-ft.gguf"), tmp("big-base.gguf"), dens[k], tmp("big-dare.gguf"));
         merge_ok(args);
         int64_t n;
@@ -493,7 +523,10 @@ static void test_dare_kept_fraction_and_seed(void **state) {
     char args[2048];
     for (int s = 0; s < 3; s++) {
         snprintf(args, sizeof args, "-m %s --base %s --method dare_ties --density 0.5 --seed %d -o %s --type F32",
-                 tmp("big-ft.gguf"), tmp("big-base.gguf"), s == 2 ? 8 : 7, tmp(s == 0 ? "seed-a.gguf" : s == 1 ? "seed-b.gguf" : "seed-c.gguf"));
+                 tmp("big-ft.gguf"), tmp("big-base.gguf"), s == 2 ? 8 : 7,
+                 tmp(s == 0   ? "seed-a.gguf"
+                     : s == 1 ? "seed-b.gguf"
+                              : "seed-c.gguf"));
         merge_ok(args);
     }
     assert_true(same_file(tmp("seed-a.gguf"), tmp("seed-b.gguf")));
@@ -507,7 +540,8 @@ static void test_refusals(void **state) {
     (void)state;
     require_shared();
     char args[2048];
-    snprintf(args, sizeof args, "-m %s -m %s --method linear -o %s", shared_path("models/BabyLlama-tok105/babyllama-tok105.gguf"),
+    snprintf(args, sizeof args, "-m %s -m %s --method linear -o %s",
+             shared_path("models/BabyLlama-tok105/babyllama-tok105.gguf"),
              shared_path("models/BabyLlama-tok361/babyllama-tok361.gguf"), tmp("x.gguf"));
     expect_refusal(args, 1, "different vocabularies");
     assert_int_equal(access(tmp("x.gguf"), F_OK), -1);
@@ -522,11 +556,11 @@ static void test_refusals(void **state) {
              tmp("shrink.gguf"), tmp("x.gguf"));
     expect_refusal(args, 1, "different shapes");
     make_variant(shared_path("ref/arch/llama-F16.gguf"), tmp("drop.gguf"), V_DROP, 0, "blk.1.ffn_gate.weight");
-    snprintf(args, sizeof args, "-m %s -m %s --method linear -o %s", shared_path("ref/arch/llama-F16.gguf"), tmp("drop.gguf"),
-             tmp("x.gguf"));
+    snprintf(args, sizeof args, "-m %s -m %s --method linear -o %s", shared_path("ref/arch/llama-F16.gguf"),
+             tmp("drop.gguf"), tmp("x.gguf"));
     expect_refusal(args, 1, "missing tensor");
-    snprintf(args, sizeof args, "-m %s -m %s --method linear -o %s", tmp("drop.gguf"), shared_path("ref/arch/llama-F16.gguf"),
-             tmp("x.gguf"));
+    snprintf(args, sizeof args, "-m %s -m %s --method linear -o %s", tmp("drop.gguf"),
+             shared_path("ref/arch/llama-F16.gguf"), tmp("x.gguf"));
     expect_refusal(args, 1, "missing tensor");
     const char *m = shared_path("models/stories260K.gguf");
     snprintf(args, sizeof args, "-m %s -m %s --method frobnicate -o %s", m, m, tmp("x.gguf"));
@@ -560,9 +594,11 @@ static void test_refusals(void **state) {
         {"merge_method: nope\nmodels:\n  - model: a\n", "unknown merge_method"},
         {"models:\n  - model: a\n", "merge_method missing"},
         {"merge_method: linear\n", "exactly one of"},
-        {"merge_method: linear\nmodels:\n  - model: a\n    parameters:\n      wieght: 1\n", "line 5: unknown parameter"},
+        {"merge_method: linear\nmodels:\n  - model: a\n    parameters:\n      wieght: 1\n",
+         "line 5: unknown parameter"},
         {"merge_method: linear\nmodels:\n  - model: a\nfrobs: 1\n", "unknown key 'frobs'"},
-        {"merge_method: linear\nmodels:\n  - model: a\n    parameters:\n      weight: [1, {filter: x, value: 1}]\n", "mixes"},
+        {"merge_method: linear\nmodels:\n  - model: a\n    parameters:\n      weight: [1, {filter: x, value: 1}]\n",
+         "mixes"},
         {"merge_method: passthrough\nslices:\n  - sources:\n      - model: a\n        layer_range: [3, 1]\n", "empty"},
         {"merge_method: linear\nparameters: &a\n  weight: *a\nmodels:\n  - model: a\n", "line"},
         {"merge_method: linear\ndtype: float64\nmodels:\n  - model: a\n", "dtype"},
@@ -658,12 +694,13 @@ static void test_output_never_destroys(void **state) {
 static void test_parameter_ranges_and_fallbacks(void **state) {
     (void)state;
     require_shared();
-    const char *s = shared_path("models/stories260K.gguf"), *d = shared_path("models/stories260K-ft/stories260K-dreams.gguf");
+    const char *s = shared_path("models/stories260K.gguf"),
+               *d = shared_path("models/stories260K-ft/stories260K-dreams.gguf");
     char args[2048];
     /* the -m form: out-of-range flags are usage errors */
     static const char *const bad_flags[][2] = {
-        {"--method ties --density 1.5", "--density"},  {"--method ties --density -0.2", "--density"},
-        {"--method breadcrumbs --gamma 2", "--gamma"}, {"--method slerp --t 1.5", "--t"},
+        {"--method ties --density 1.5", "--density"},   {"--method ties --density -0.2", "--density"},
+        {"--method breadcrumbs --gamma 2", "--gamma"},  {"--method slerp --t 1.5", "--t"},
         {"--method della --epsilon -0.1", "--epsilon"},
     };
     for (size_t i = 0; i < sizeof bad_flags / sizeof *bad_flags; i++) {
@@ -739,7 +776,8 @@ static void test_parameter_ranges_and_fallbacks(void **state) {
 static void test_yaml_block_style(void **state) {
     (void)state;
     require_shared();
-    const char *a = shared_path("models/stories260K.gguf"), *b = shared_path("models/stories260K-ft/stories260K-dreams.gguf");
+    const char *a = shared_path("models/stories260K.gguf"),
+               *b = shared_path("models/stories260K-ft/stories260K-dreams.gguf");
     char yaml[2048], json[2048], args[2048];
     snprintf(yaml, sizeof yaml,
              "# a comment\nslices:\n  - sources:\n      - model: %s\n        layer_range: [0, 5]\n"
@@ -747,11 +785,12 @@ static void test_yaml_block_style(void **state) {
              "parameters:\n  t:\n    - filter: self_attn\n      value: [0, 0.5, 0.3, 0.7, 1]\n"
              "    - filter: mlp\n      value: [1, 0.5, 0.7, 0.3, 0]\n    - value: 0.5\ndtype: float32\n",
              a, b, a);
-    snprintf(json, sizeof json,
-             "{\"slices\":[{\"sources\":[{\"model\":\"%s\",\"layer_range\":[0,5]},{\"model\":\"%s\",\"layer_range\":[0,5]}]}],"
-             "\"merge_method\":\"slerp\",\"base_model\":\"%s\",\"parameters\":{\"t\":[{\"filter\":\"self_attn\",\"value\":"
-             "[0,0.5,0.3,0.7,1]},{\"filter\":\"mlp\",\"value\":[1,0.5,0.7,0.3,0]},{\"value\":0.5}]}}",
-             a, b, a);
+    snprintf(
+        json, sizeof json,
+        "{\"slices\":[{\"sources\":[{\"model\":\"%s\",\"layer_range\":[0,5]},{\"model\":\"%s\",\"layer_range\":[0,5]}]}],"
+        "\"merge_method\":\"slerp\",\"base_model\":\"%s\",\"parameters\":{\"t\":[{\"filter\":\"self_attn\",\"value\":"
+        "[0,0.5,0.3,0.7,1]},{\"filter\":\"mlp\",\"value\":[1,0.5,0.7,0.3,0]},{\"value\":0.5}]}}",
+        a, b, a);
     write_text(tmp("block.yaml"), yaml);
     write_text(tmp("flow.json"), json);
     snprintf(args, sizeof args, "--config %s -o %s --name test-merge", tmp("block.yaml"), tmp("block.gguf"));
@@ -773,8 +812,8 @@ static void test_yaml_block_style(void **state) {
     gguf_close(f);
     /* the reference agrees on the flow form (filters over Hugging Face names) */
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/merge_ref.py check %s %s 0 2>&1", TUTTI_SOURCE_DIR, tmp("flow.json"),
-             tmp("flow.gguf"));
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/merge_ref.py check %s %s 0 2>&1", TUTTI_SOURCE_DIR,
+             tmp("flow.json"), tmp("flow.gguf"));
     int st;
     char *out = run_cmd(cmd, &st);
     if (st) fprintf(stderr, "%s", out);
@@ -786,11 +825,13 @@ static void test_yaml_block_style(void **state) {
 static void test_passthrough_runs(void **state) {
     (void)state;
     require_shared();
-    const char *a = shared_path("models/stories260K.gguf"), *b = shared_path("models/stories260K-ft/stories260K-poems.gguf");
+    const char *a = shared_path("models/stories260K.gguf"),
+               *b = shared_path("models/stories260K-ft/stories260K-poems.gguf");
     char yaml[1024], args[2048];
     snprintf(yaml, sizeof yaml,
              "merge_method: passthrough\nslices:\n  - sources:\n    - {model: %s, layer_range: [0, 4]}\n"
-             "  - sources:\n    - {model: %s, layer_range: [2, 5]}\n", a, b);
+             "  - sources:\n    - {model: %s, layer_range: [2, 5]}\n",
+             a, b);
     write_text(tmp("pt.yaml"), yaml);
     snprintf(args, sizeof args, "--config %s -o %s --type Q8_0", tmp("pt.yaml"), tmp("pt.gguf"));
     merge_ok(args);

@@ -112,8 +112,9 @@ static void assert_tensors_as(const char *gguf, const char *want_file) {
         char hex[65], line[256];
         sha256_hex(t->data, t->size, hex);
         snprintf(line, sizeof line, "%.*s %s\n", (int)t->name.len, t->name.data, hex);
-        if (!strstr(want, line)) fail_msg("%s: tensor %.*s is not the one llama.cpp ran (%s)", gguf, (int)t->name.len,
-                                          t->name.data, want_file);
+        if (!strstr(want, line))
+            fail_msg("%s: tensor %.*s is not the one llama.cpp ran (%s)", gguf, (int)t->name.len, t->name.data,
+                     want_file);
     }
     int lines = 0;
     for (size_t k = 0; k < len; k++) lines += want[k] == '\n';
@@ -211,7 +212,8 @@ static void expect_config_refusal(const char *needle, const char *fmt, ...) {
     char args[2048], *err;
     snprintf(args, sizeof args, "--config %s -o %s", tmp("bad.yaml"), tmp("bad.gguf"));
     int st = merge_cli(args, &err);
-    if (st != 1 || !strstr(err, needle)) fail_msg("config:\n%s\nstatus %d, stderr: %s (want '%s')", yaml, st, err, needle);
+    if (st != 1 || !strstr(err, needle))
+        fail_msg("config:\n%s\nstatus %d, stderr: %s (want '%s')", yaml, st, err, needle);
     free(err), free(yaml);
     assert_int_equal(access(tmp("bad.gguf"), F_OK), -1);
 }
@@ -219,7 +221,8 @@ static void expect_config_refusal(const char *needle, const char *fmt, ...) {
 static void test_moe_refusals(void **state) {
     (void)state;
     require_shared();
-    const char *b = shared_path("models/stories260K.gguf"), *d = shared_path("models/stories260K-ft/stories260K-dreams.gguf");
+    const char *b = shared_path("models/stories260K.gguf"),
+               *d = shared_path("models/stories260K-ft/stories260K-dreams.gguf");
     expect_config_refusal("base_model missing", "experts:\n  - source_model: %s\n    positive_prompts: [a]\n", d);
     expect_config_refusal(
         "experts_per_token is larger",

@@ -294,7 +294,8 @@ static double eval_bpb(const char *text, const char *model) {
 static void test_search_texts(void **state) {
     (void)state;
     require_shared();
-    char *txt[3] = {strdup(tmp("p1.txt")), strdup(tmp("p2.txt")), strdup(tmp("p3.txt"))}; /* tmp() rotates its buffers */
+    char *txt[3] = {strdup(tmp("p1.txt")), strdup(tmp("p2.txt")),
+                    strdup(tmp("p3.txt"))}; /* tmp() rotates its buffers */
     for (int i = 0; i < 3; i++) dev_paragraph(txt[i], i + 1);
     char texts[2048], args[8192];
     snprintf(texts, sizeof texts, "--text %s --text %s --text %s", txt[0], txt[1], txt[2]);
@@ -302,7 +303,8 @@ static void test_search_texts(void **state) {
              tmp("t0.gguf"), tmp("t0.yaml"));
     merge_ok(args);
     /* max-best's reference: the lowest of the three input models on each text */
-    const char *inputs[3] = {shared_path("models/stories260K.gguf"), shared_path("models/stories260K-ft/stories260K-dreams.gguf"),
+    const char *inputs[3] = {shared_path("models/stories260K.gguf"),
+                             shared_path("models/stories260K-ft/stories260K-dreams.gguf"),
                              shared_path("models/stories260K-ft/stories260K-poems.gguf")};
     double ref[3];
     for (int i = 0; i < 3; i++) {
@@ -311,8 +313,8 @@ static void test_search_texts(void **state) {
     }
     for (int obj = 0; obj < 3; obj++) {
         const char *o = obj == 2 ? "max-best" : obj ? "max" : "mean";
-        snprintf(args, sizeof args, "--search %s --objective %s %s --evals 8 --seed 2 --type F32 -o %s --yaml %s", texts,
-                 o, models_args(), tmp("t1.gguf"), tmp("t1.yaml"));
+        snprintf(args, sizeof args, "--search %s --objective %s %s --evals 8 --seed 2 --type F32 -o %s --yaml %s",
+                 texts, o, models_args(), tmp("t1.gguf"), tmp("t1.yaml"));
         merge_ok(args);
         size_t len;
         char *y = read_file(tmp("t1.yaml"), &len);
@@ -346,8 +348,8 @@ static void test_search_texts(void **state) {
         snprintf(args, sizeof args, "--config %s -o %s", tmp("t1.yaml"), tmp("t1r.gguf"));
         merge_ok(args);
         assert_true(same_file(tmp("t1.gguf"), tmp("t1r.gguf")));
-        snprintf(args, sizeof args, "--search %s --objective %s %s --evals 8 --seed 2 --type F32 -o %s --yaml %s", texts,
-                 o, models_args(), tmp("t2.gguf"), tmp("t2.yaml"));
+        snprintf(args, sizeof args, "--search %s --objective %s %s --evals 8 --seed 2 --type F32 -o %s --yaml %s",
+                 texts, o, models_args(), tmp("t2.gguf"), tmp("t2.yaml"));
         merge_ok(args);
         assert_true(same_file(tmp("t1.yaml"), tmp("t2.yaml")));
         assert_true(same_file(tmp("t1.gguf"), tmp("t2.gguf")));
@@ -369,8 +371,8 @@ static void test_search_choices(void **state) {
     fclose(f);
     free(t);
     char args[4096];
-    snprintf(args, sizeof args, "--search --choices %s %s --method linear --evals 3 -o %s --yaml %s", tmp("cloze8.jsonl"),
-             models_args(), tmp("c.gguf"), tmp("c.yaml"));
+    snprintf(args, sizeof args, "--search --choices %s %s --method linear --evals 3 -o %s --yaml %s",
+             tmp("cloze8.jsonl"), models_args(), tmp("c.gguf"), tmp("c.yaml"));
     merge_ok(args);
     char *y = read_file(tmp("c.yaml"), &len);
     double acc = number_after(y, "# best: ");
@@ -411,7 +413,8 @@ static void test_search_refusals(void **state) {
     expect_refusal(args, 2, "belong to --search");
     snprintf(args, sizeof args, "--search --text %s --objective max %s", tmp("dev1.txt"), base);
     expect_refusal(args, 2, "two or more");
-    snprintf(args, sizeof args, "--search --text %s --text %s --objective worst %s", tmp("dev1.txt"), tmp("dev1.txt"), base);
+    snprintf(args, sizeof args, "--search --text %s --text %s --objective worst %s", tmp("dev1.txt"), tmp("dev1.txt"),
+             base);
     expect_refusal(args, 2, "--objective");
     assert_int_equal(access(tmp("x.gguf"), F_OK), -1);
 }

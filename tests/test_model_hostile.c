@@ -37,35 +37,36 @@ typedef struct hostile {
     const char *name;
     const char *expect; /* substring of the error; NULL = must load and run */
     const char *arch;
-    int64_t block_count, context_length, embedding_length, feed_forward_length, head_count,
-        head_count_kv, key_length, rope_dims; /* 0 = base value, -1 = key omitted, 0x80000000 = written as 0 */
-    int64_t n_layer_tensors;                  /* layers actually written (0 = 1) */
-    float rms_eps;                            /* 0 = base, NAN allowed */
+    int64_t block_count, context_length, embedding_length, feed_forward_length, head_count, head_count_kv, key_length,
+        rope_dims;           /* 0 = base value, -1 = key omitted, 0x80000000 = written as 0 */
+    int64_t n_layer_tensors; /* layers actually written (0 = 1) */
+    float rms_eps;           /* 0 = base, NAN allowed */
     bool rms_eps_set;
-    int64_t bos, eos;       /* 0 = base (1/2), else this value (-1 = key omitted) */
-    int64_t n_tokens;       /* 0 = base (40), -1 = empty list */
-    int64_t embd_rows;      /* token_embd rows (0 = n_tokens) */
-    int64_t output_rows;    /* 0 = tied (no output.weight), else that many rows */
-    int64_t output_cols;    /* 0 = N_EMBD */
-    const char *skip;       /* tensor left out */
-    const char *retype;     /* tensor written with type `type` instead */
+    int64_t bos, eos;    /* 0 = base (1/2), else this value (-1 = key omitted) */
+    int64_t n_tokens;    /* 0 = base (40), -1 = empty list */
+    int64_t embd_rows;   /* token_embd rows (0 = n_tokens) */
+    int64_t output_rows; /* 0 = tied (no output.weight), else that many rows */
+    int64_t output_cols; /* 0 = N_EMBD */
+    const char *skip;    /* tensor left out */
+    const char *retype;  /* tensor written with type `type` instead */
     int type;
-    bool nan_weights;       /* every weight NaN */
-    bool embd_1d;           /* token_embd written as one dimension */
-    const char *tok_model;  /* tokenizer.ggml.model (NULL = "llama") */
+    bool nan_weights;      /* every weight NaN */
+    bool embd_1d;          /* token_embd written as one dimension */
+    const char *tok_model; /* tokenizer.ggml.model (NULL = "llama") */
     struct {
         const char *name;
-        int64_t ne0, ne1;   /* ne1 == 0: 1-D */
-    } extra[3];             /* tensors added (f32, after the others) */
-    const char *reshape;    /* tensor written with ne1 = reshape_ne1 (a 1-D one becomes 2-D) */
+        int64_t ne0, ne1; /* ne1 == 0: 1-D */
+    } extra[3];           /* tensors added (f32, after the others) */
+    const char *reshape;  /* tensor written with ne1 = reshape_ne1 (a 1-D one becomes 2-D) */
     int64_t reshape_ne1;
-    size_t truncate;        /* bytes cut off the end of the file */
-    const char *diverges;   /* why llama.cpp decides otherwise (NULL: it loads exactly the "loads" cases;
+    size_t truncate;      /* bytes cut off the end of the file */
+    const char *diverges; /* why llama.cpp decides otherwise (NULL: it loads exactly the "loads" cases;
                                tests/data/gguf_oracle/hostile.txt holds its verdicts) */
 } hostile;
 
 /* Gemma 2 requires its two post-norms per layer. */
-#define GEMMA2_NORMS {"blk.0.post_attention_norm.weight", N_EMBD, 0}, {"blk.0.post_ffw_norm.weight", N_EMBD, 0}
+#define GEMMA2_NORMS \
+    {"blk.0.post_attention_norm.weight", N_EMBD, 0}, { "blk.0.post_ffw_norm.weight", N_EMBD, 0 }
 
 static const hostile g_cases[] = {
     {.name = "ok-base"},
@@ -73,63 +74,103 @@ static const hostile g_cases[] = {
     {.name = "ok-nan-weights", .nan_weights = true},
     {.name = "n_head-0", .expect = "head_count = 0", .head_count = 0x7fffffff + 1LL},
     {.name = "n_head_kv-0", .expect = "head_count_kv = 0", .head_count_kv = 0x7fffffff + 1LL},
-    {.name = "n_head_kv-not-dividing", .expect = "not a multiple of attention.head_count_kv", .head_count = 2,
+    {.name = "n_head_kv-not-dividing",
+     .expect = "not a multiple of attention.head_count_kv",
+     .head_count = 2,
      .head_count_kv = 3},
-    {.name = "n_embd-mismatch", .expect = "tensor 'token_embd.weight' has wrong shape; expected [24, 40], got [16, 40]",
+    {.name = "n_embd-mismatch",
+     .expect = "tensor 'token_embd.weight' has wrong shape; expected [24, 40], got [16, 40]",
      .embedding_length = 24},
     {.name = "n_embd-smaller-than-heads", .expect = "head size", .embedding_length = 1, .key_length = -1},
     {.name = "block_count-huge", .expect = "block_count = 1000000", .block_count = 1000000},
     {.name = "block_count-too-many", .expect = "missing tensor 'blk.1.attn_norm.weight'", .block_count = 4000},
-    {.name = "context_length-0", .expect = "context_length = 0", .diverges = "metadata: llama.cpp takes 0", .context_length = 0x7fffffff + 1LL},
-    {.name = "context_length-huge", .expect = "context_length = 4294967295", .diverges = "metadata", .context_length = 0xffffffffLL},
+    {.name = "context_length-0",
+     .expect = "context_length = 0",
+     .diverges = "metadata: llama.cpp takes 0",
+     .context_length = 0x7fffffff + 1LL},
+    {.name = "context_length-huge",
+     .expect = "context_length = 4294967295",
+     .diverges = "metadata",
+     .context_length = 0xffffffffLL},
     {.name = "rope-odd", .expect = "rope.dimension_count = 7", .rope_dims = 7},
     {.name = "rope-gt-head", .expect = "rope.dimension_count = 10", .rope_dims = 10},
     {.name = "key_length-huge", .expect = "too large", .key_length = 1 << 20},
-    {.name = "n_ff-mismatch", .expect = "tensor 'blk.0.ffn_gate.weight' has wrong shape; expected [16, 33], got [16, 32]", .feed_forward_length = 33},
+    {.name = "n_ff-mismatch",
+     .expect = "tensor 'blk.0.ffn_gate.weight' has wrong shape; expected [16, 33], got [16, 32]",
+     .feed_forward_length = 33},
     {.name = "rms_eps-nan", .expect = "not finite", .diverges = "metadata", .rms_eps = NAN, .rms_eps_set = true},
     {.name = "rms_eps-0", .expect = "out of range", .diverges = "metadata", .rms_eps = -0.0f, .rms_eps_set = true},
     {.name = "vocab-gt-embd", .expect = "tokens", .embd_rows = 30},
     {.name = "vocab-lt-embd", .expect = "tokens", .embd_rows = 50},
     {.name = "bos-out-of-range", .expect = "bos_token_id: token id 1000", .diverges = "tokenizer", .bos = 1000},
-    {.name = "ok-eos-negative", .eos = -5, .diverges = "llama.cpp wants token ids as u32"}, /* negative = no such token, as in llama.cpp */
+    {.name = "ok-eos-negative",
+     .eos = -5,
+     .diverges = "llama.cpp wants token ids as u32"}, /* negative = no such token, as in llama.cpp */
     {.name = "tokens-empty", .expect = "not a usable vocabulary size", .n_tokens = -1},
     {.name = "missing-wq", .expect = "missing tensor 'blk.0.attn_q.weight'", .skip = "blk.0.attn_q.weight"},
     {.name = "missing-output_norm", .expect = "missing tensor 'output_norm.weight'", .skip = "output_norm.weight"},
     {.name = "missing-token_embd", .expect = "missing tensor 'token_embd.weight'", .skip = "token_embd.weight"},
-    {.name = "type-i16", .expect = "cannot compute with", .diverges = "tutti computes fewer types", .retype = "blk.0.ffn_up.weight", .type = TUTTI_TYPE_I16},
-    {.name = "type-i32", .expect = "cannot compute with", .diverges = "tutti computes fewer types", .retype = "blk.0.attn_k.weight", .type = TUTTI_TYPE_I32},
-    {.name = "norm-f16", .expect = "expected f32", .diverges = "tutti wants f32 norms", .retype = "blk.0.attn_norm.weight", .type = TUTTI_TYPE_F16},
-    {.name = "output-wrong-rows", .expect = "tensor 'output.weight' has wrong shape; expected [16, 40], got [16, 39]",
+    {.name = "type-i16",
+     .expect = "cannot compute with",
+     .diverges = "tutti computes fewer types",
+     .retype = "blk.0.ffn_up.weight",
+     .type = TUTTI_TYPE_I16},
+    {.name = "type-i32",
+     .expect = "cannot compute with",
+     .diverges = "tutti computes fewer types",
+     .retype = "blk.0.attn_k.weight",
+     .type = TUTTI_TYPE_I32},
+    {.name = "norm-f16",
+     .expect = "expected f32",
+     .diverges = "tutti wants f32 norms",
+     .retype = "blk.0.attn_norm.weight",
+     .type = TUTTI_TYPE_F16},
+    {.name = "output-wrong-rows",
+     .expect = "tensor 'output.weight' has wrong shape; expected [16, 40], got [16, 39]",
      .output_rows = 39},
-    {.name = "output-wrong-cols", .expect = "tensor 'output.weight' has wrong shape; expected [16, 40], got [8, 40]", .output_rows = 40,
+    {.name = "output-wrong-cols",
+     .expect = "tensor 'output.weight' has wrong shape; expected [16, 40], got [8, 40]",
+     .output_rows = 40,
      .output_cols = 8},
     {.name = "embd-1d", .expect = "has 1 rows but the vocabulary", .embd_1d = true},
     {.name = "arch-unknown", .expect = "not supported", .arch = "mamba"},
     {.name = "tok-model-unknown", .expect = "tokenizer", .tok_model = "wordpiece-x"},
     /* llama.cpp's shape rule: dimensions past the expected ones must be 1 */
     {.name = "ok-norm-2d-1", .reshape = "blk.0.attn_norm.weight", .reshape_ne1 = 1},
-    {.name = "norm-2d", .expect = "tensor 'blk.0.attn_norm.weight' has wrong shape; expected [16], got [16, 2]",
-     .reshape = "blk.0.attn_norm.weight", .reshape_ne1 = 2},
+    {.name = "norm-2d",
+     .expect = "tensor 'blk.0.attn_norm.weight' has wrong shape; expected [16], got [16, 2]",
+     .reshape = "blk.0.attn_norm.weight",
+     .reshape_ne1 = 2},
     /* llama.cpp's loader: every tensor of the file must be used (n_created == n_tensors) */
-    {.name = "extra-unknown", .expect = "tensor 'foo.weight' is not used by architecture llama",
+    {.name = "extra-unknown",
+     .expect = "tensor 'foo.weight' is not used by architecture llama",
      .extra = {{"foo.weight", 4, 0}}},
-    {.name = "extra-layer", .expect = "tensor 'blk.1.attn_norm.weight' is not used by architecture llama",
+    {.name = "extra-layer",
+     .expect = "tensor 'blk.1.attn_norm.weight' is not used by architecture llama",
      .extra = {{"blk.1.attn_norm.weight", N_EMBD, 0}}},
     /* llama.cpp would add this bias; tutti does not implement it: refused, not ignored */
-    {.name = "extra-up-bias", .expect = "tensor 'blk.0.ffn_up.bias' is not used by architecture llama",
-     .extra = {{"blk.0.ffn_up.bias", N_FF, 0}}, .diverges = "llama.cpp adds this bias"},
+    {.name = "extra-up-bias",
+     .expect = "tensor 'blk.0.ffn_up.bias' is not used by architecture llama",
+     .extra = {{"blk.0.ffn_up.bias", N_FF, 0}},
+     .diverges = "llama.cpp adds this bias"},
     {.name = "ok-wo-bias", .extra = {{"blk.0.attn_output.bias", N_EMBD, 0}}},
     /* which optional tensors llama.cpp takes depends on the architecture */
     {.name = "ok-rope-freqs", .extra = {{"rope_freqs.weight", HEAD_DIM / 2, 0}}},
     {.name = "ok-qkv-bias",
-     .extra = {{"blk.0.attn_q.bias", N_HEAD * HEAD_DIM, 0}, {"blk.0.attn_k.bias", N_HEAD_KV * HEAD_DIM, 0},
-               {"blk.0.attn_v.bias", N_HEAD_KV * HEAD_DIM, 0}}},
+     .extra = {{"blk.0.attn_q.bias", N_HEAD *HEAD_DIM, 0},
+               {"blk.0.attn_k.bias", N_HEAD_KV *HEAD_DIM, 0},
+               {"blk.0.attn_v.bias", N_HEAD_KV *HEAD_DIM, 0}}},
     {.name = "ok-qwen2", .arch = "qwen2"},
-    {.name = "qwen2-rope-freqs", .expect = "tensor 'rope_freqs.weight' is not used by architecture qwen2",
-     .arch = "qwen2", .extra = {{"rope_freqs.weight", HEAD_DIM / 2, 0}}},
+    {.name = "qwen2-rope-freqs",
+     .expect = "tensor 'rope_freqs.weight' is not used by architecture qwen2",
+     .arch = "qwen2",
+     .extra = {{"rope_freqs.weight", HEAD_DIM / 2, 0}}},
     {.name = "ok-gemma2", .arch = "gemma2", .extra = {GEMMA2_NORMS}},
-    {.name = "gemma2-output", .expect = "tensor 'output.weight' is not used by architecture gemma2",
-     .arch = "gemma2", .output_rows = 40, .extra = {GEMMA2_NORMS}},
+    {.name = "gemma2-output",
+     .expect = "tensor 'output.weight' is not used by architecture gemma2",
+     .arch = "gemma2",
+     .output_rows = 40,
+     .extra = {GEMMA2_NORMS}},
     /* llama.cpp's loader: "tensor '...' data is not within the file bounds" */
     {.name = "truncated", .expect = "tensor 'blk.0.ffn_down.weight': data [", .truncate = 8},
 };
@@ -174,9 +215,12 @@ static void *build(const hostile *c, size_t *size) {
     assert_int_equal(add_dim(w, K("feed_forward_length"), c->feed_forward_length, N_FF), 0);
     assert_int_equal(add_dim(w, K("attention.head_count"), c->head_count, N_HEAD), 0);
     assert_int_equal(add_dim(w, K("attention.head_count_kv"), c->head_count_kv, N_HEAD_KV), 0);
-    if (c->key_length > 0) assert_int_equal(gguf_writer_add_u32(w, K("attention.key_length"), (uint32_t)c->key_length), 0);
-    if (c->rope_dims > 0) assert_int_equal(gguf_writer_add_u32(w, K("rope.dimension_count"), (uint32_t)c->rope_dims), 0);
-    assert_int_equal(gguf_writer_add_f32(w, K("attention.layer_norm_rms_epsilon"), c->rms_eps_set ? c->rms_eps : 1e-5f), 0);
+    if (c->key_length > 0)
+        assert_int_equal(gguf_writer_add_u32(w, K("attention.key_length"), (uint32_t)c->key_length), 0);
+    if (c->rope_dims > 0)
+        assert_int_equal(gguf_writer_add_u32(w, K("rope.dimension_count"), (uint32_t)c->rope_dims), 0);
+    assert_int_equal(gguf_writer_add_f32(w, K("attention.layer_norm_rms_epsilon"), c->rms_eps_set ? c->rms_eps : 1e-5f),
+                     0);
 #undef K
 
     /* tokenizer: <unk> <s> </s> ▁ a..z and a few pieces */
@@ -197,7 +241,8 @@ static void *build(const hostile *c, size_t *size) {
         types[i] = i == 0 ? 2 : i < 3 ? 3 : 1;
     }
     assert_int_equal(gguf_writer_add_str(w, "tokenizer.ggml.model", c->tok_model ? c->tok_model : "llama"), 0);
-    assert_int_equal(gguf_writer_add_str_arr(w, "tokenizer.ggml.tokens", (const char *const *)toks, (uint64_t)n_tok), 0);
+    assert_int_equal(gguf_writer_add_str_arr(w, "tokenizer.ggml.tokens", (const char *const *)toks, (uint64_t)n_tok),
+                     0);
     assert_int_equal(gguf_writer_add_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, (uint64_t)n_tok), 0);
     assert_int_equal(gguf_writer_add_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, (uint64_t)n_tok), 0);
     /* token ids as u32, the type llama.cpp requires (a negative one as i32) */
@@ -300,8 +345,7 @@ static void test_hostile_models(void **state) {
         if (c->expect) {
             if (m) fail_msg("case %s: loaded, expected an error containing '%s'", c->name, c->expect);
             const char *err = tutti_last_error();
-            if (!strstr(err, c->expect))
-                fail_msg("case %s: error '%s' does not contain '%s'", c->name, err, c->expect);
+            if (!strstr(err, c->expect)) fail_msg("case %s: error '%s' does not contain '%s'", c->name, err, c->expect);
             if (!strstr(err, c->name)) fail_msg("case %s: error '%s' does not name the file", c->name, err);
         } else {
             if (!m) fail_msg("case %s: %s", c->name, tutti_last_error());
@@ -346,13 +390,17 @@ enum { D_EMBD = 1, D_VOCAB, D_NQ, D_NK, D_FF };
 
 static const variant g_variants[] = {
     {"base", {NULL}, {{NULL, 0, 0}}},
-    {"plus-qkv-bias", {NULL}, {{"blk.0.attn_q.bias", -D_NQ, 0}, {"blk.0.attn_k.bias", -D_NK, 0}, {"blk.0.attn_v.bias", -D_NK, 0}}},
+    {"plus-qkv-bias",
+     {NULL},
+     {{"blk.0.attn_q.bias", -D_NQ, 0}, {"blk.0.attn_k.bias", -D_NK, 0}, {"blk.0.attn_v.bias", -D_NK, 0}}},
     {"plus-wo-bias", {NULL}, {{"blk.0.attn_output.bias", -D_EMBD, 0}}},
     {"plus-ffn-up-bias", {NULL}, {{"blk.0.ffn_up.bias", -D_FF, 0}}},
     {"plus-rope-freqs", {NULL}, {{"rope_freqs.weight", 32, 0}}},
     {"plus-unknown", {NULL}, {{"foo.weight", 4, 0}}},
     {"plus-q-norm", {NULL}, {{"blk.0.attn_q_norm.weight", 64, 0}, {"blk.0.attn_k_norm.weight", 64, 0}}},
-    {"plus-post-norm", {NULL}, {{"blk.0.post_attention_norm.weight", -D_EMBD, 0}, {"blk.0.post_ffw_norm.weight", -D_EMBD, 0}}},
+    {"plus-post-norm",
+     {NULL},
+     {{"blk.0.post_attention_norm.weight", -D_EMBD, 0}, {"blk.0.post_ffw_norm.weight", -D_EMBD, 0}}},
     {"plus-layer", {NULL}, {{"blk.99.attn_norm.weight", -D_EMBD, 0}}},
     {"minus-output", {"output.weight"}, {{NULL, 0, 0}}},
     {"plus-output", {NULL}, {{"output.weight", -D_EMBD, -D_VOCAB}}},
@@ -418,8 +466,7 @@ static void test_arch_tensor_sets_match_llamacpp(void **state) {
                 const int64_t n0 = v->add[i].ne0, n1 = v->add[i].ne1;
                 int64_t ne[2] = {n0 < 0 ? dims[-n0] : n0, n1 < 0 ? dims[-n1] : n1 ? n1 : 1};
                 assert_true(ne[0] * ne[1] <= 1 << 20);
-                assert_int_equal(gguf_writer_add_tensor(w, v->add[i].name, TUTTI_TYPE_F32, n1 ? 2 : 1, ne, ones),
-                                 0);
+                assert_int_equal(gguf_writer_add_tensor(w, v->add[i].name, TUTTI_TYPE_F32, n1 ? 2 : 1, ne, ones), 0);
             }
             void *buf;
             size_t size;

@@ -30,7 +30,7 @@ typedef struct model_case {
     const char *ref;    /* ref/models/<ref>.<prompt>.* */
     const char *prompt; /* p1..p4, zh1 */
     double tol;
-    bool margins;       /* greedy compared up to llama.cpp's first near-tie */
+    bool margins; /* greedy compared up to llama.cpp's first near-tie */
 } model_case;
 
 #define F32_TOL 0.02
@@ -41,22 +41,42 @@ typedef struct model_case {
  * quantized types: a different summation order flips single 8-bit
  * roundings and measured 0.179 on p3. */
 #define Q_TOL 0.15
-#define STORIES(pre, p) {pre "stories260K." p, "stories260K.gguf", "stories260K", p, F32_TOL, false}
-#define TS656(pre, p) {pre "TinyStories-656K-Q8_0." p, "TinyStories-656K-Q8_0.gguf", "TinyStories-656K-Q8_0", p, Q_TOL, true}
-#define BL105(pre, p) {pre "babyllama-tok105." p, "BabyLlama-tok105/babyllama-tok105.gguf", "babyllama-tok105", p, F32_TOL, false}
-#define BL361(pre, p) {pre "babyllama-tok361." p, "BabyLlama-tok361/babyllama-tok361.gguf", "babyllama-tok361", p, F32_TOL, false}
+#define STORIES(pre, p) \
+    { pre "stories260K." p, "stories260K.gguf", "stories260K", p, F32_TOL, false }
+#define TS656(pre, p) \
+    { pre "TinyStories-656K-Q8_0." p, "TinyStories-656K-Q8_0.gguf", "TinyStories-656K-Q8_0", p, Q_TOL, true }
+#define BL105(pre, p) \
+    { pre "babyllama-tok105." p, "BabyLlama-tok105/babyllama-tok105.gguf", "babyllama-tok105", p, F32_TOL, false }
+#define BL361(pre, p) \
+    { pre "babyllama-tok361." p, "BabyLlama-tok361/babyllama-tok361.gguf", "babyllama-tok361", p, F32_TOL, false }
 #define SH SHARED_TEST_PREFIX
 /* aidreams260K and zh-poem are in ../shared only (the other four are in models/) */
-#define AID(p) {SHARED_TEST_PREFIX "aidreams260K." p, "aidreams260K/aidreams260K.gguf", "aidreams260K", p, F32_TOL, false}
+#define AID(p) \
+    { SHARED_TEST_PREFIX "aidreams260K." p, "aidreams260K/aidreams260K.gguf", "aidreams260K", p, F32_TOL, false }
 
 static const model_case g_cases[] = {
     /* p1 and p2 are core (tests/data/ref holds their logits), p3 and p4
      * read ../shared's */
-    STORIES("", "p1"), STORIES("", "p2"), STORIES(SH, "p3"), STORIES(SH, "p4"),
-    TS656("", "p1"),   TS656("", "p2"),   TS656(SH, "p3"),   TS656(SH, "p4"),
-    BL105("", "p1"),   BL105("", "p2"),   BL105(SH, "p3"),   BL105(SH, "p4"),
-    BL361("", "p1"),   BL361("", "p2"),   BL361(SH, "p3"),   BL361(SH, "p4"),
-    AID("p1"),     AID("p2"),     AID("p3"),     AID("p4"),
+    STORIES("", "p1"),
+    STORIES("", "p2"),
+    STORIES(SH, "p3"),
+    STORIES(SH, "p4"),
+    TS656("", "p1"),
+    TS656("", "p2"),
+    TS656(SH, "p3"),
+    TS656(SH, "p4"),
+    BL105("", "p1"),
+    BL105("", "p2"),
+    BL105(SH, "p3"),
+    BL105(SH, "p4"),
+    BL361("", "p1"),
+    BL361("", "p2"),
+    BL361(SH, "p3"),
+    BL361(SH, "p4"),
+    AID("p1"),
+    AID("p2"),
+    AID("p3"),
+    AID("p4"),
     {SHARED_TEST_PREFIX "zh-poem-750K.zh1", "zh-poem/zh-poem-750K.gguf", "zh-poem-750K", "zh1", F32_TOL, false},
 };
 #define N_CASES (sizeof g_cases / sizeof g_cases[0])

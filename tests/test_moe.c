@@ -46,16 +46,24 @@ typedef struct moe_row {
     double tol;
 } moe_row;
 
-#define ARCH_ROWS(a)                                                                                                   \
+#define ARCH_ROWS(a) \
     {a "-a-F32", TOL_FLOAT}, {a "-a-F16", TOL_FLOAT}, {a "-b-Q8_0", TOL_QUANT}, { a "-b-Q4_K_M", TOL_QUANT }
 
 static const moe_row g_rows[] = {
-    ARCH_ROWS("qwen3moe"),   {"qwen3moe-k-Q4_K_M", TOL_QUANT}, ARCH_ROWS("mixtral"),   ARCH_ROWS("qwen2moe"),
-    ARCH_ROWS("olmoe"),      ARCH_ROWS("granitemoe"),          ARCH_ROWS("glm4moe"),   ARCH_ROWS("gpt-oss"),
-    ARCH_ROWS("deepseek2"),  ARCH_ROWS("deepseek3"),
+    ARCH_ROWS("qwen3moe"),
+    {"qwen3moe-k-Q4_K_M", TOL_QUANT},
+    ARCH_ROWS("mixtral"),
+    ARCH_ROWS("qwen2moe"),
+    ARCH_ROWS("olmoe"),
+    ARCH_ROWS("granitemoe"),
+    ARCH_ROWS("glm4moe"),
+    ARCH_ROWS("gpt-oss"),
+    ARCH_ROWS("deepseek2"),
+    ARCH_ROWS("deepseek3"),
     /* gpt-oss's experts in MXFP4: the generator's gguf-py file (the rest F32, as
      * released), llama-quantize's MXFP4_MOE (the rest Q8_0) */
-    {"gpt-oss-a-MXFP4", TOL_QUANT}, {"gpt-oss-b-MXFP4_MOE", TOL_QUANT},
+    {"gpt-oss-a-MXFP4", TOL_QUANT},
+    {"gpt-oss-b-MXFP4_MOE", TOL_QUANT},
 };
 #define N_ROWS (sizeof g_rows / sizeof g_rows[0])
 
@@ -116,8 +124,7 @@ static void test_moe_row(void **state) {
     const int32_t nn[2] = {1, 1};
     assert_int_equal(tutti_session_eval_multi(ss, seq, nn, 2), 1);
     const double d_multi = fmax(max_logsoftmax_diff(tutti_session_logits(s), ref + 19 * N_VOCAB, 1, N_VOCAB),
-                                max_logsoftmax_diff(tutti_session_logits(s2), ref + (N_IDS - 1) * N_VOCAB, 1,
-                                                    N_VOCAB));
+                                max_logsoftmax_diff(tutti_session_logits(s2), ref + (N_IDS - 1) * N_VOCAB, 1, N_VOCAB));
 
     /* 4. a timeline that starts from another's first 12 cache rows (byte
      * alignment's sibling hypotheses: tutti_session_copy_tokens; latent
@@ -150,8 +157,7 @@ static void test_moe_row(void **state) {
  * (llama.cpp's build_moe_ffn), not by the code under test. */
 
 static tutti_moe_routing routing(int32_t n_expert, int32_t k, tutti_gating g) {
-    return (tutti_moe_routing){.n_expert = n_expert, .n_expert_used = k, .gating = g, .n_groups = 1,
-                               .n_group_used = 1};
+    return (tutti_moe_routing){.n_expert = n_expert, .n_expert_used = k, .gating = g, .n_groups = 1, .n_group_used = 1};
 }
 
 static void expect_route(const tutti_moe_routing *r, const float *logits_in, const int32_t *want_sel,
@@ -286,8 +292,7 @@ static void test_moe_bad_metadata(void **state) {
         gguf_writer *w = gguf_writer_new();
         assert_non_null(w);
         for (int64_t i = 0; i < gguf_n_kv(f); i++) {
-            if (gguf_str_eq(gguf_kv_key(f, i), "general.alignment") || gguf_str_eq(gguf_kv_key(f, i), b->key))
-                continue;
+            if (gguf_str_eq(gguf_kv_key(f, i), "general.alignment") || gguf_str_eq(gguf_kv_key(f, i), b->key)) continue;
             assert_int_equal(gguf_writer_copy_kv(w, f, i), 0);
         }
         if (b->value >= 0) assert_int_equal(gguf_writer_add_u32(w, b->key, (uint32_t)b->value), 0);
@@ -424,13 +429,12 @@ static void expect_share(const tutti_model *whole, const tutti_model *part, int3
     assert_true(L->ffn_up_exps.part0 == e0 && L->ffn_up_exps.part1 == e1);
     const size_t mat = (size_t)L->ffn_up_exps.n_rows * tutti_row_size(L->ffn_up_exps.type, L->ffn_up_exps.n_cols);
     assert_ptr_equal(tutti_weight_mat(&L->ffn_up_exps, e0), L->ffn_up_exps.part);
-    if (e1 < ne) assert_ptr_equal(tutti_weight_mat(&L->ffn_up_exps, e1), (const char *)file_data(part, name) + e1 * mat);
+    if (e1 < ne)
+        assert_ptr_equal(tutti_weight_mat(&L->ffn_up_exps, e1), (const char *)file_data(part, name) + e1 * mat);
     if (e0 > 0) assert_ptr_equal(tutti_weight_mat(&L->ffn_up_exps, 0), file_data(part, name));
     snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", il); /* the router: rank 0's */
-    if (only)
-        assert_ptr_equal(L->ffn_gate_inp.data, file_data(part, name));
-    else
-        assert_ptr_not_equal(L->ffn_gate_inp.data, file_data(part, name));
+    if (only) assert_ptr_equal(L->ffn_gate_inp.data, file_data(part, name));
+    else assert_ptr_not_equal(L->ffn_gate_inp.data, file_data(part, name));
     /* the share's products are the whole model's */
     const int64_t n_embd = part->hp.n_embd, nf = part->hp.n_ff_exp, rows = 3 * (int64_t)ne;
     int32_t offs[TUTTI_MAX_EXPERTS + 1];
@@ -498,8 +502,8 @@ typedef struct iq_case {
 static float *oracle_logits(const char *dir, const char *file, const char *ids, int32_t n, int32_t nv) {
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
-             "chroot " ORACLE " /oracle/dumplogits -m %s/%s --ids %s -t 2 --out %s/%s.f32 >/dev/null 2>&1", dir + strlen(ORACLE),
-             file, ids, dir + strlen(ORACLE), file);
+             "chroot " ORACLE " /oracle/dumplogits -m %s/%s --ids %s -t 2 --out %s/%s.f32 >/dev/null 2>&1",
+             dir + strlen(ORACLE), file, ids, dir + strlen(ORACLE), file);
     int st = -1;
     free(run_cmd(cmd, &st));
     if (st != 0) fail_msg("dumplogits failed (%d) on %s", st, file);
@@ -591,11 +595,11 @@ int main(void) {
         tests[i].name = g_rows[i].name;
     }
     const struct CMUnitTest route[] = {
-        cmocka_unit_test(test_route_softmax),   cmocka_unit_test(test_route_ties),
-        cmocka_unit_test(test_route_sigmoid_bias), cmocka_unit_test(test_route_groups),
+        cmocka_unit_test(test_route_softmax),        cmocka_unit_test(test_route_ties),
+        cmocka_unit_test(test_route_sigmoid_bias),   cmocka_unit_test(test_route_groups),
         cmocka_unit_test(test_route_softmax_weight), cmocka_unit_test(test_moe_bad_metadata),
-        cmocka_unit_test(test_cli_fused_runs), cmocka_unit_test(test_cli_eval),
-        cmocka_unit_test(test_expert_share_load), cmocka_unit_test(test_iquants_oracle),
+        cmocka_unit_test(test_cli_fused_runs),       cmocka_unit_test(test_cli_eval),
+        cmocka_unit_test(test_expert_share_load),    cmocka_unit_test(test_iquants_oracle),
     };
     memcpy(tests + N_ROWS, route, sizeof route);
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -54,19 +54,20 @@ static const char *tmp_path(const char *name) {
 static const char *write_config(const char *name, const char *extra) {
     char *cfg = malloc(1 << 16);
     assert_non_null(cfg);
-    snprintf(cfg, 1 << 16,
-             "{\"models\": [{\"path\": \"%s\", \"name\": \"stories\"}, {\"path\": \"%s\", \"name\": \"tiny\"},\n"
-             "  {\"path\": \"%s\", \"name\": \"b105\"}, {\"path\": \"%s\", \"name\": \"b361\"}],\n"
-             " \"ensembles\": [{\"name\": \"fused\", \"members\": [\"stories\", \"b361\"]}],\n"
-             " \"pipelines\": [\n"
-             "  {\"name\": \"two\", \"steps\": [\n"
-             "    {\"name\": \"draft\", \"model\": \"stories\", \"prompt\": \"{input}\", \"max_tokens\": 16, \"seed\": 5},\n"
-             "    {\"name\": \"cont\", \"model\": \"tiny\", \"prompt\": \"{draft} And then\", \"max_tokens\": 16, "
-             "\"seed\": 6}]},\n"
-             "  {\"name\": \"moa3\", \"moa\": {\"proposers\": [\"stories\", \"tiny\", \"b105\"], \"aggregator\": \"fused\",\n"
-             "    \"max_tokens\": 12, \"seed\": 7, \"aggregator_prompt\": \"{drafts}\\n{input}\"}}%s%s]}\n",
-             shared_path(M_STORIES), shared_path(M_TINY), shared_path(M_B105), shared_path(M_B361), extra[0] ? ",\n" : "",
-             extra);
+    snprintf(
+        cfg, 1 << 16,
+        "{\"models\": [{\"path\": \"%s\", \"name\": \"stories\"}, {\"path\": \"%s\", \"name\": \"tiny\"},\n"
+        "  {\"path\": \"%s\", \"name\": \"b105\"}, {\"path\": \"%s\", \"name\": \"b361\"}],\n"
+        " \"ensembles\": [{\"name\": \"fused\", \"members\": [\"stories\", \"b361\"]}],\n"
+        " \"pipelines\": [\n"
+        "  {\"name\": \"two\", \"steps\": [\n"
+        "    {\"name\": \"draft\", \"model\": \"stories\", \"prompt\": \"{input}\", \"max_tokens\": 16, \"seed\": 5},\n"
+        "    {\"name\": \"cont\", \"model\": \"tiny\", \"prompt\": \"{draft} And then\", \"max_tokens\": 16, "
+        "\"seed\": 6}]},\n"
+        "  {\"name\": \"moa3\", \"moa\": {\"proposers\": [\"stories\", \"tiny\", \"b105\"], \"aggregator\": \"fused\",\n"
+        "    \"max_tokens\": 12, \"seed\": 7, \"aggregator_prompt\": \"{drafts}\\n{input}\"}}%s%s]}\n",
+        shared_path(M_STORIES), shared_path(M_TINY), shared_path(M_B105), shared_path(M_B361), extra[0] ? ",\n" : "",
+        extra);
     const char *path = tmp_path(name);
     write_text(path, cfg);
     free(cfg);
@@ -190,8 +191,9 @@ static void test_errors(void **state) {
                      "pipeline 'p': the steps' references form a cycle", "'a' needs 'b' needs 'a'");
     expect_run_error("{\"name\": \"p\", \"steps\": [{\"name\": \"a\", \"model\": \"stories\", \"prompt\": \"{a}\"}]}",
                      "cycle", "'a' needs 'a'");
-    expect_run_error("{\"name\": \"p\", \"steps\": [{\"name\": \"a\", \"model\": \"stories\", \"prompt\": \"{nothere}\"}]}",
-                     "step 'a': the prompt refers to {nothere}, which is no step of this pipeline", "its steps: a");
+    expect_run_error(
+        "{\"name\": \"p\", \"steps\": [{\"name\": \"a\", \"model\": \"stories\", \"prompt\": \"{nothere}\"}]}",
+        "step 'a': the prompt refers to {nothere}, which is no step of this pipeline", "its steps: a");
     expect_run_error("{\"name\": \"p\", \"moa\": {\"proposers\": [\"stories\", \"gone\"], \"aggregator\": \"tiny\"}}",
                      "proposers[1]: 'gone' is not a served model", NULL);
     expect_run_error("{\"name\": \"stories\", \"steps\": [{\"name\": \"a\", \"model\": \"tiny\"}]}",
@@ -209,9 +211,10 @@ static void test_errors(void **state) {
     char *at = strstr(body, "\"pipelines\": [\n");
     assert_non_null(at);
     at += strlen("\"pipelines\": [\n");
-    snprintf(slow, 1 << 16, "%.*s{\"name\": \"slow\", \"steps\": [{\"name\": \"quick\", \"model\": \"stories\", "
-                            "\"max_tokens\": 4}, {\"name\": \"long\", \"model\": \"fused\", \"prompt\": \"{quick}\", "
-                            "\"max_tokens\": 100000, \"ignore_eos\": true, \"timeout\": 0.001}]},\n%s",
+    snprintf(slow, 1 << 16,
+             "%.*s{\"name\": \"slow\", \"steps\": [{\"name\": \"quick\", \"model\": \"stories\", "
+             "\"max_tokens\": 4}, {\"name\": \"long\", \"model\": \"fused\", \"prompt\": \"{quick}\", "
+             "\"max_tokens\": 100000, \"ignore_eos\": true, \"timeout\": 0.001}]},\n%s",
              (int)(at - body), body, at);
     write_text(cfg, slow);
     free(slow), free(body);
@@ -392,8 +395,10 @@ static char *post(server *s, const char *path, const char *body, int *status) {
     snprintf(bf, sizeof bf, "%s/body_%d", g_dir, g_seq);
     snprintf(of, sizeof of, "%s/out_%d", g_dir, g_seq++);
     write_text(bf, body);
-    snprintf(cmd, sizeof cmd, "curl -sS -N -o %s -w '%%{http_code}' -H 'Content-Type: application/json' "
-                              "--data-binary @%s 'http://127.0.0.1:%d%s'", of, bf, s->port, path);
+    snprintf(cmd, sizeof cmd,
+             "curl -sS -N -o %s -w '%%{http_code}' -H 'Content-Type: application/json' "
+             "--data-binary @%s 'http://127.0.0.1:%d%s'",
+             of, bf, s->port, path);
     int rc;
     char *code = run_cmd(cmd, &rc);
     assert_non_null(code);
@@ -457,14 +462,15 @@ static char *stream_text(server *s, const char *path, const char *body, cJSON **
  * proposers' wall time against the sum of their times */
 static void check_steps(const cJSON *usage, const char *what) {
     const cJSON *steps = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(usage, "tutti"), "steps");
-    if (cJSON_GetArraySize(steps) != 4) fail_msg("%s: usage.tutti.steps has %d entries, want 4", what,
-                                                 cJSON_GetArraySize(steps));
+    if (cJSON_GetArraySize(steps) != 4)
+        fail_msg("%s: usage.tutti.steps has %d entries, want 4", what, cJSON_GetArraySize(steps));
     const char *names[4] = {"l1.p1", "l1.p2", "l1.p3", "aggregator"};
     double t0 = INFINITY, t1 = 0, sum = 0;
     for (int k = 0; k < 4; k++) {
         const cJSON *o = cJSON_GetArrayItem(steps, k);
         const cJSON *nm = cJSON_GetObjectItemCaseSensitive(o, "step");
-        if (!cJSON_IsString(nm) || strcmp(nm->valuestring, names[k])) fail_msg("%s: step %d is not %s", what, k, names[k]);
+        if (!cJSON_IsString(nm) || strcmp(nm->valuestring, names[k]))
+            fail_msg("%s: step %d is not %s", what, k, names[k]);
         double a = cJSON_GetObjectItemCaseSensitive(o, "start_seconds")->valuedouble;
         double b = cJSON_GetObjectItemCaseSensitive(o, "end_seconds")->valuedouble;
         assert_true(cJSON_GetObjectItemCaseSensitive(o, "completion_tokens")->valuedouble > 0);
@@ -500,7 +506,8 @@ static void test_serve(void **state) {
     cJSON *u;
     char *t = stream_text(&s, "/v1/completions",
                           "{\"model\": \"moa3\", \"prompt\": \"" PROMPT "\", \"stream\": true, "
-                          "\"stream_options\": {\"include_usage\": true}}", &u);
+                          "\"stream_options\": {\"include_usage\": true}}",
+                          &u);
     expect_same("moa3 completions streamed vs by hand", want, t);
     if (!u) fail_msg("no usage chunk in the stream");
     check_steps(u, "completions streamed");
@@ -508,7 +515,8 @@ static void test_serve(void **state) {
     free(t);
     t = stream_text(&s, "/v1/chat/completions",
                     "{\"model\": \"moa3\", \"messages\": [{\"role\": \"user\", \"content\": \"" PROMPT "\"}], "
-                    "\"stream\": true}", &u);
+                    "\"stream\": true}",
+                    &u);
     expect_same("moa3 chat streamed vs by hand", want, t);
     cJSON_Delete(u);
     free(t);
@@ -521,7 +529,8 @@ static void test_serve(void **state) {
     if (st != 400 || !strstr(out, "'logprobs' is not available")) fail_msg("logprobs: %d %s", st, out);
     free(out);
     out = post(&s, "/v1/completions", "{\"model\": \"slow\", \"prompt\": \"x\"}", &st);
-    if (st != 504 || !strstr(out, "pipeline 'slow': step 'long' (model 'fused'): timed out")) fail_msg("timeout: %d %s", st, out);
+    if (st != 504 || !strstr(out, "pipeline 'slow': step 'long' (model 'fused'): timed out"))
+        fail_msg("timeout: %d %s", st, out);
     free(out);
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "curl -sS http://127.0.0.1:%d/v1/models", s.port);
@@ -592,9 +601,12 @@ static void test_serve_bad_config(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_config_structure), cmocka_unit_test(test_config_errors),
-        shared_unit_test(test_run_two_steps),    shared_unit_test(test_errors),
-        shared_unit_test(test_serve),            shared_unit_test(test_serve_bad_config),
+        cmocka_unit_test(test_config_structure),
+        cmocka_unit_test(test_config_errors),
+        shared_unit_test(test_run_two_steps),
+        shared_unit_test(test_errors),
+        shared_unit_test(test_serve),
+        shared_unit_test(test_serve_bad_config),
     };
     test_select_part();
     return cmocka_run_group_tests(tests, setup, teardown);

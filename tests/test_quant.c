@@ -47,15 +47,15 @@ static int load_manifest(qcase *cases, int max) {
         int ok = 0;
         if (sscanf(line, "%15s", c->kind) != 1) continue;
         if (!strcmp(c->kind, "dequant"))
-            ok = sscanf(line, "%*s %15s %d %127s %127s %lld %lld %63s", c->type_name, &c->type, c->file,
-                        c->tensor, &c->offset, &c->n, c->expected) == 7;
+            ok = sscanf(line, "%*s %15s %d %127s %127s %lld %lld %63s", c->type_name, &c->type, c->file, c->tensor,
+                        &c->offset, &c->n, c->expected) == 7;
         else if (!strcmp(c->kind, "quant_file"))
-            ok = sscanf(line, "%*s %15s %d %127s %lld %127s %lld %lld %127s", c->type_name, &c->type,
-                        c->file, &c->offset, c->dst_file, &c->dst_offset, &c->n, c->tensor) == 8;
+            ok = sscanf(line, "%*s %15s %d %127s %lld %127s %lld %lld %127s", c->type_name, &c->type, c->file,
+                        &c->offset, c->dst_file, &c->dst_offset, &c->n, c->tensor) == 8;
         else if (!strcmp(c->kind, "quant")) {
             strcpy(c->input, "quant_input.f32");
-            const int k = sscanf(line, "%*s %15s %d %lld %63s %63s", c->type_name, &c->type, &c->n, c->expected,
-                                 c->input);
+            const int k =
+                sscanf(line, "%*s %15s %d %lld %63s %63s", c->type_name, &c->type, &c->n, c->expected, c->input);
             ok = k >= 4;
             if (k == 5 && c->input[0] == '#') strcpy(c->input, "quant_input.f32"); /* a comment */
         } else if (!strcmp(c->kind, "dequant_raw"))
@@ -76,8 +76,8 @@ static uint8_t *shared_file(const char *rel, size_t *len) {
 
 /* The mapped data of `tensor` in the shared GGUF `rel`, checked against the
  * bytes gguf-py located at file offset `offset` (whole file in `raw`). */
-static const uint8_t *tensor_data(gguf_file **gf, const char *rel, const char *tensor, int type,
-                                  const uint8_t *raw, size_t raw_len, long long offset, size_t nbytes) {
+static const uint8_t *tensor_data(gguf_file **gf, const char *rel, const char *tensor, int type, const uint8_t *raw,
+                                  size_t raw_len, long long offset, size_t nbytes) {
     *gf = gguf_open(shared_path(rel));
     if (!*gf) fail_msg("gguf_open %s: %s", rel, tutti_last_error());
     const gguf_tensor_info *t = gguf_find_tensor(*gf, tensor);
@@ -85,8 +85,7 @@ static const uint8_t *tensor_data(gguf_file **gf, const char *rel, const char *t
     assert_int_equal(t->type, type);
     assert_true(nbytes <= t->size && (size_t)offset + nbytes <= raw_len);
     if (memcmp(t->data, raw + offset, nbytes))
-        fail_msg("%s: gguf reader's data of %s is not at file offset %lld where gguf-py found it", rel,
-                 tensor, offset);
+        fail_msg("%s: gguf reader's data of %s is not at file offset %lld where gguf-py found it", rel, tensor, offset);
     return t->data;
 }
 
@@ -138,9 +137,8 @@ static void test_dequant_matches_gguf_py(void **state) {
             assert_true(tutti_dequantize_row(c->type, src, got, c->n));
             for (long long j = 0; j < c->n; j++) {
                 if (bits(got[j]) != bits(want[j]))
-                    fail_msg("%s (%s of %s, %s address): element %lld = %.9g, gguf-py says %.9g",
-                             c->type_name, c->tensor, c->file, pass ? "unaligned" : "mapped", j,
-                             (double)got[j], (double)want[j]);
+                    fail_msg("%s (%s of %s, %s address): element %lld = %.9g, gguf-py says %.9g", c->type_name,
+                             c->tensor, c->file, pass ? "unaligned" : "mapped", j, (double)got[j], (double)want[j]);
             }
         }
         print_message("dequant %-7s %lld elements bit-exact\n", c->type_name, c->n);
@@ -214,14 +212,16 @@ static void test_dequant_model_files(void **state) {
         if (!gf) fail_msg("gguf_open %s: %s", path, tutti_last_error());
         const gguf_tensor_info *t = gguf_find_tensor(gf, tensor);
         if (!t) fail_msg("%s: no tensor %s", file, tensor);
-        if (strcasecmp(tutti_type_name(t->type), type_name)) fail_msg("%s %s: type %s, not %s", file, tensor, tutti_type_name(t->type), type_name);
+        if (strcasecmp(tutti_type_name(t->type), type_name))
+            fail_msg("%s %s: type %s, not %s", file, tensor, tutti_type_name(t->type), type_name);
         assert_int_equal(t->size, tutti_row_size(t->type, n));
         float *got = malloc(sizeof(float) * (size_t)n);
         assert_non_null(got);
         assert_true(tutti_dequantize_row(t->type, t->data, got, n));
         char hex[65];
         sha256_hex(got, sizeof(float) * (size_t)n, hex);
-        if (strcmp(hex, want)) fail_msg("%s %s (%s): dequantized values differ from gguf-py's", file, tensor, type_name);
+        if (strcmp(hex, want))
+            fail_msg("%s %s (%s): dequantized values differ from gguf-py's", file, tensor, type_name);
         n_checked++;
         free(got);
         gguf_close(gf);
@@ -318,8 +318,7 @@ static void test_vec_dot_ref(void **state) {
 
 /* ---- quantization --------------------------------------------------------- */
 
-static void compare_blocks(const char *what, int type, const uint8_t *got, const uint8_t *want,
-                           long long n) {
+static void compare_blocks(const char *what, int type, const uint8_t *got, const uint8_t *want, long long n) {
     const tutti_type_traits *t = tutti_type_get(type);
     const size_t bsz = t->type_size;
     const long long nb = n / t->block_size;
@@ -333,8 +332,8 @@ static void compare_blocks(const char *what, int type, const uint8_t *got, const
     if (n_bad) {
         size_t byte = 0;
         while (got[first * bsz + byte] == want[first * bsz + byte]) byte++;
-        fail_msg("%s: %lld of %lld %s blocks differ; first: block %lld byte %zu (got 0x%02x, want 0x%02x)",
-                 what, n_bad, nb, t->name, first, byte, got[first * bsz + byte], want[first * bsz + byte]);
+        fail_msg("%s: %lld of %lld %s blocks differ; first: block %lld byte %zu (got 0x%02x, want 0x%02x)", what, n_bad,
+                 nb, t->name, first, byte, got[first * bsz + byte], want[first * bsz + byte]);
     }
 }
 
@@ -355,8 +354,7 @@ static void test_quantize_matches_llama_quantize(void **state) {
         gguf_file *gsrc, *gdst;
         const uint8_t *src_data =
             tensor_data(&gsrc, c->file, c->tensor, TUTTI_TYPE_F32, src, slen, c->offset, 4 * (size_t)c->n);
-        const uint8_t *want =
-            tensor_data(&gdst, c->dst_file, c->tensor, c->type, dst, dlen, c->dst_offset, nbytes);
+        const uint8_t *want = tensor_data(&gdst, c->dst_file, c->tensor, c->type, dst, dlen, c->dst_offset, nbytes);
         float *x = malloc(4 * (size_t)c->n);
         uint8_t *got = malloc(nbytes);
         assert_non_null(x);
@@ -366,8 +364,7 @@ static void test_quantize_matches_llama_quantize(void **state) {
         char what[300];
         snprintf(what, sizeof what, "%s of %s vs %s", c->tensor, c->file, c->dst_file);
         compare_blocks(what, c->type, got, want, c->n);
-        print_message("quantize %-5s %s: %lld elements bit-exact with llama-quantize\n", c->type_name,
-                      c->tensor, c->n);
+        print_message("quantize %-5s %s: %lld elements bit-exact with llama-quantize\n", c->type_name, c->tensor, c->n);
         gguf_close(gsrc);
         gguf_close(gdst);
         free(got);
@@ -466,8 +463,7 @@ static void test_quantize_round_trip_bounds(void **state) {
             for (int j = 0; j < 32; j++) {
                 const double e = fabs((double)x[32 * b + j] - y[32 * b + j]);
                 if (e > bound)
-                    fail_msg("%s block %d element %d: |x - x^| = %g > bound %g", tutti_type_name(type), b, j, e,
-                             bound);
+                    fail_msg("%s block %d element %d: |x - x^| = %g > bound %g", tutti_type_name(type), b, j, e, bound);
                 if (e / bound > worst) worst = e / bound;
             }
         }
@@ -503,8 +499,7 @@ static void test_quantize_round_trip_bounds(void **state) {
             sx += (double)x[i] * x[i];
         }
         const double rel = sqrt(se / sx);
-        print_message("round trip %-5s rms err / rms x = %.4f (bound %.3f)\n", tutti_type_name(kq[k]), rel,
-                      max_rel[k]);
+        print_message("round trip %-5s rms err / rms x = %.4f (bound %.3f)\n", tutti_type_name(kq[k]), rel, max_rel[k]);
         assert_true(rel < max_rel[k]);
     }
 }

@@ -283,7 +283,8 @@ static void test_spec_errors(void **state) {
     snprintf(sp, sizeof sp, "http://127.0.0.1:%d#fake", s.port);
     assert_null(fusion_member_remote_new(sp, 0));
     assert_non_null(strstr(tutti_last_error(), "vocab=PATH"));
-    snprintf(sp, sizeof sp, "http://127.0.0.1:%d#fake;vocab=%s", s.port, shared_path("models/TinyStories-656K-Q8_0.gguf"));
+    snprintf(sp, sizeof sp, "http://127.0.0.1:%d#fake;vocab=%s", s.port,
+             shared_path("models/TinyStories-656K-Q8_0.gguf"));
     assert_null(fusion_member_remote_new(sp, 0));
     /* caught by the size the server reports (/v1/models) before the probe */
     assert_non_null(strstr(tutti_last_error(), "TinyStories-656K-Q8_0.gguf has 2048"));
@@ -504,7 +505,8 @@ static void test_real_llama_server(void **state) {
     }
     int st;
     free(run_cmd("mkdir -p /opt/llamacpp-oracle/tmp/remote && cp " TUTTI_SHARED_DIR
-                 "/models/stories260K.gguf /opt/llamacpp-oracle/tmp/remote/", &st));
+                 "/models/stories260K.gguf /opt/llamacpp-oracle/tmp/remote/",
+                 &st));
     int port = free_port();
     pid_t pid = fork();
     if (pid == 0) {
@@ -606,7 +608,8 @@ static void serve_as_member_checks(int port, const char *model, const char *sp) 
         }
         snprintf(cmd, sizeof cmd,
                  "curl -sS http://127.0.0.1:%d/v1/completions -H 'Content-Type: application/json' -d "
-                 "'{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0}'", p2);
+                 "'{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0}'",
+                 p2);
         char *out = run_cmd(cmd, &st);
         const char *t = out ? strstr(out, "\"text\":\"") : NULL;
         if (!t || strncmp(t + 8, want, strlen(want)) || t[8 + strlen(want)] != '"')
@@ -657,12 +660,13 @@ static void test_tutti_serve_member(void **state) {
         if (!strstr(cases[c], "byte") && !strstr(err, "token alignment"))
             fail_msg("the remote copy of the same model was not token-aligned:\n%s", err);
         free(err);
-        snprintf(cmd, sizeof cmd, "%s run -m %s -m %s -p 'Once upon a time' -n 60 -t 1 %s 2>/dev/null", TUTTI_CLI, model,
-                 model, cases[c]);
+        snprintf(cmd, sizeof cmd, "%s run -m %s -m %s -p 'Once upon a time' -n 60 -t 1 %s 2>/dev/null", TUTTI_CLI,
+                 model, model, cases[c]);
         char *local = run_cmd(cmd, &st);
         assert_int_equal(st, 0);
         if (strcmp(remote, local) || strlen(local) < 60)
-            fail_msg("%s: local+remote differs from local+local:\n  remote: [%s]\n  local:  [%s]", cases[c], remote, local);
+            fail_msg("%s: local+remote differs from local+local:\n  remote: [%s]\n  local:  [%s]", cases[c], remote,
+                     local);
         free(remote);
         free(local);
     }
@@ -759,10 +763,14 @@ static void test_ensemble_file(void **state) {
 int main(void) {
     srandom((unsigned)time(NULL) ^ (unsigned)getpid());
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_fake_full, teardown),   cmocka_unit_test_teardown(test_fake_topk, teardown),
-        cmocka_unit_test_teardown(test_fake_openai, teardown), cmocka_unit_test_teardown(test_server_down, teardown),
-        cmocka_unit_test_teardown(test_spec_errors, teardown), cmocka_unit_test_teardown(test_garbage, teardown),
-        cmocka_unit_test_teardown(test_ensemble_and_death, teardown), cmocka_unit_test_teardown(test_api_key, teardown),
+        cmocka_unit_test_teardown(test_fake_full, teardown),
+        cmocka_unit_test_teardown(test_fake_topk, teardown),
+        cmocka_unit_test_teardown(test_fake_openai, teardown),
+        cmocka_unit_test_teardown(test_server_down, teardown),
+        cmocka_unit_test_teardown(test_spec_errors, teardown),
+        cmocka_unit_test_teardown(test_garbage, teardown),
+        cmocka_unit_test_teardown(test_ensemble_and_death, teardown),
+        cmocka_unit_test_teardown(test_api_key, teardown),
         cmocka_unit_test_teardown(test_real_llama_server, teardown),
         cmocka_unit_test_teardown(test_ensemble_file, teardown),
         cmocka_unit_test_teardown(test_tutti_serve_member, teardown),

@@ -258,9 +258,12 @@ static void test_cli(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_weights_equal_direct), cmocka_unit_test(test_member_without_room),
-        shared_unit_test(test_generation),           cmocka_unit_test(test_choices),
-        cmocka_unit_test(test_errors),               cmocka_unit_test(test_cli),
+        cmocka_unit_test(test_weights_equal_direct),
+        cmocka_unit_test(test_member_without_room),
+        shared_unit_test(test_generation),
+        cmocka_unit_test(test_choices),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_cli),
     };
     test_select_part();
     return cmocka_run_group_tests(tests, NULL, NULL);

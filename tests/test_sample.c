@@ -182,7 +182,7 @@ static void test_large_vocabulary(void **state) {
     qsort(ids, (size_t)n_ids, sizeof *ids, cmp_ids);
     float tie = z[ids[38]];
     for (int k = 0; k < 4; k++) z[BIG_V - 1 - 1000 * k] = tie; /* 4 more equal to the 39th best, all higher ids */
-    z[ids[39]] = tie;                                           /* ... and the 40th itself */
+    z[ids[39]] = tie;                                          /* ... and the 40th itself */
     n_ids = 0;
     for (int32_t i = 0; i < BIG_V; i++)
         if (z[i] > -INFINITY) ids[n_ids++] = i;
@@ -232,7 +232,6 @@ static void test_large_vocabulary(void **state) {
     free(ids);
 }
 
-
 /* NaN or +inf logits and a distribution with nothing left are errors on
  * every path of the chain (greedy, top-k heap, top-p/min-p selection, the
  * unfiltered draw), never an id. */
@@ -241,11 +240,11 @@ static void test_nonfinite_is_an_error(void **state) {
     const int32_t n = 1000;
     float *z = malloc(sizeof(float) * (size_t)n);
     tutti_sampler_params ps[5];
-    ps[0] = plain(0.0f, 1);                                     /* greedy */
-    ps[1] = plain(1.0f, 1), ps[1].top_k = 40;                   /* top-k */
-    ps[2] = plain(1.0f, 1), ps[2].top_p = 0.9f;                 /* top-p */
-    ps[3] = plain(1.0f, 1), ps[3].min_p = 0.05f;                /* min-p */
-    ps[4] = plain(1.0f, 1);                                     /* every filter off */
+    ps[0] = plain(0.0f, 1);                      /* greedy */
+    ps[1] = plain(1.0f, 1), ps[1].top_k = 40;    /* top-k */
+    ps[2] = plain(1.0f, 1), ps[2].top_p = 0.9f;  /* top-p */
+    ps[3] = plain(1.0f, 1), ps[3].min_p = 0.05f; /* min-p */
+    ps[4] = plain(1.0f, 1);                      /* every filter off */
     const float bad[2] = {NAN, INFINITY};
     const int32_t at[3] = {0, 517, n - 1}; /* first, inside a vector block, in the scalar tail */
     for (int k = 0; k < 5; k++) {
@@ -429,13 +428,14 @@ static void test_speed_151669(void **state) {
     (void)state;
     int32_t *ids;
     float *z = big_logits(&ids);
-    tutti_sampler_params off = plain(0.8f, 1), k40 = plain(0.8f, 1), tp = plain(0.8f, 1), def = tutti_sampler_default_params();
+    tutti_sampler_params off = plain(0.8f, 1), k40 = plain(0.8f, 1), tp = plain(0.8f, 1),
+                         def = tutti_sampler_default_params();
     k40.top_k = 40;
     tp.top_p = 0.9f;
     double t_off = us_per_sample(&off, z), t_k40 = us_per_sample(&k40, z), t_tp = us_per_sample(&tp, z);
     double t_def = us_per_sample(&def, z);
-    printf("us per sample, 151669 logits: filters off %.1f, top-k 40 %.1f, top-p 0.9 %.1f, default chain %.1f\n",
-           t_off, t_k40, t_tp, t_def);
+    printf("us per sample, 151669 logits: filters off %.1f, top-k 40 %.1f, top-p 0.9 %.1f, default chain %.1f\n", t_off,
+           t_k40, t_tp, t_def);
     free(z);
     free(ids);
 }

@@ -27,7 +27,6 @@
 
 /* ---- logprobs of the fused distribution ---- */
 
-
 /* log-softmax in double of logits[0..n) into out */
 static void log_softmax(const float *logits, int32_t n, double *out) {
     double mx = -INFINITY, z = 0;
@@ -89,7 +88,8 @@ static void check_token_logprobs(const char *const *paths, const double *w, int 
         const char *got = cJSON_GetArrayItem(toks, e)->valuestring;
         if (strcmp(got, piece)) fail_msg("entry %d: token '%s', the reference's argmax is '%s'", e, got, piece);
         double gl = cJSON_GetArrayItem(tlp, e)->valuedouble;
-        if (fabs(gl - mix[best]) > 1e-4) fail_msg("entry %d ('%s'): logprob %.7f, reference %.7f", e, piece, gl, mix[best]);
+        if (fabs(gl - mix[best]) > 1e-4)
+            fail_msg("entry %d ('%s'): logprob %.7f, reference %.7f", e, piece, gl, mix[best]);
         strncat(cat, got, sizeof cat - strlen(cat) - 1);
         /* the reference's top_n, most likely first */
         const cJSON *d = cJSON_GetArrayItem(top, e);
@@ -150,7 +150,8 @@ static void check_chat_entries(const cJSON *content, const char *text, int top_n
         cJSON_ArrayForEach(b, bytes) buf[k++] = (char)(int)b->valuedouble;
         buf[k] = 0;
         assert_true(k > 0);
-        if (n + k > tl || memcmp(text + n, buf, k)) fail_msg("entry bytes '%s' at %zu do not follow the text [%s]", buf, n, text);
+        if (n + k > tl || memcmp(text + n, buf, k))
+            fail_msg("entry bytes '%s' at %zu do not follow the text [%s]", buf, n, text);
         if (strncmp(tok, "bytes:", 6)) assert_string_equal(tok, buf);
         if (byte) { /* one whole character */
             unsigned char c0 = (unsigned char)buf[0];
@@ -216,8 +217,10 @@ static cJSON *stream_entries(server *s, const char *path, const char *body, char
                         cJSON_AddItemToObject(o, "token", cJSON_Duplicate(cJSON_GetArrayItem(toks, i), true));
                         const char *keys[3] = {"token_logprobs", "top_logprobs", "text_offset"};
                         for (int k = 0; k < 3; k++)
-                            cJSON_AddItemToObject(o, keys[k], cJSON_Duplicate(cJSON_GetArrayItem(
-                                                      cJSON_GetObjectItemCaseSensitive(lp, keys[k]), i), true));
+                            cJSON_AddItemToObject(
+                                o, keys[k],
+                                cJSON_Duplicate(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(lp, keys[k]), i),
+                                                true));
                         cJSON_AddItemToArray(all, o);
                     }
                 }
@@ -255,8 +258,9 @@ static cJSON *legacy_entries(const cJSON *lp) {
         cJSON_AddItemToObject(o, "token", cJSON_Duplicate(cJSON_GetArrayItem(toks, i), true));
         const char *keys[3] = {"token_logprobs", "top_logprobs", "text_offset"};
         for (int k = 0; k < 3; k++)
-            cJSON_AddItemToObject(o, keys[k],
-                                  cJSON_Duplicate(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(lp, keys[k]), i), true));
+            cJSON_AddItemToObject(
+                o, keys[k],
+                cJSON_Duplicate(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(lp, keys[k]), i), true));
         cJSON_AddItemToArray(all, o);
     }
     return all;
@@ -296,10 +300,12 @@ static int setup(void **state) {
     if (!f) return -1;
     /* the tiny model named twice: both names serve it; the first, with a
      * quote, a backslash and a line feed, labels its /metrics lines */
-    fprintf(f, "{\"models\": [{\"path\": \"%s\", \"name\": \"ti\\\"ny\\\\\\n\"}, {\"path\": \"%s\", \"name\": \"tiny\"}],\n"
-               " \"ensembles\": [{\"name\": \"pair\", \"members\": [\"stories260K\", \"babyllama-tok361\"],\n"
-               "   \"weights\": [0.7, 0.3], \"rule\": \"product\", \"align\": \"byte\"}]}\n",
-            shared_path(M_TINY), shared_path(M_TINY));
+    fprintf(
+        f,
+        "{\"models\": [{\"path\": \"%s\", \"name\": \"ti\\\"ny\\\\\\n\"}, {\"path\": \"%s\", \"name\": \"tiny\"}],\n"
+        " \"ensembles\": [{\"name\": \"pair\", \"members\": [\"stories260K\", \"babyllama-tok361\"],\n"
+        "   \"weights\": [0.7, 0.3], \"rule\": \"product\", \"align\": \"byte\"}]}\n",
+        shared_path(M_TINY), shared_path(M_TINY));
     fclose(f);
     snprintf(args, sizeof args, "%s --config %s --chat-template %s -t 1 --parallel 2 --max-body 65536", four_models(),
              cfg, TEMPLATE);
@@ -339,8 +345,8 @@ static void test_health_models_metrics(void **state) {
     cJSON *j = cJSON_Parse(b);
     assert_non_null(j);
     assert_string_equal(jstr(j, "object"), "list");
-    const char *want[] = {"default", "stories260K", "tiny", "ti\"ny\\\n", "babyllama-tok105", "babyllama-tok361",
-                          "pair"};
+    const char *want[] = {"default",          "stories260K",      "tiny", "ti\"ny\\\n",
+                          "babyllama-tok105", "babyllama-tok361", "pair"};
     for (size_t k = 0; k < sizeof want / sizeof *want; k++) {
         bool found = false;
         const cJSON *m;
@@ -351,13 +357,17 @@ static void test_health_models_metrics(void **state) {
     assert_string_equal(jstr(j, "data.0.id"), "default");
     assert_string_equal(jstr(j, "data.0.tutti.align"), "byte");
     const cJSON *m;
-    cJSON_ArrayForEach(m, cJSON_GetObjectItemCaseSensitive(j, "data"))
-        if (!strcmp(jstr(m, "id"), "stories260K")) assert_string_equal(jstr(m, "tutti.align"), "token");
+    cJSON_ArrayForEach(m, cJSON_GetObjectItemCaseSensitive(j, "data")) if (!strcmp(jstr(m, "id"), "stories260K"))
+        assert_string_equal(jstr(m, "tutti.align"), "token");
     cJSON_Delete(j);
     free(b);
-    const char *names[] = {"tutti_requests_total", "tutti_generated_tokens_total", "tutti_tokens_per_second",
-                           "tutti_queue_length", "tutti_member_forward_seconds_total",
-                           "tutti_prompt_tokens_evaluated_total", "tutti_prompt_tokens_reused_total"};
+    const char *names[] = {"tutti_requests_total",
+                           "tutti_generated_tokens_total",
+                           "tutti_tokens_per_second",
+                           "tutti_queue_length",
+                           "tutti_member_forward_seconds_total",
+                           "tutti_prompt_tokens_evaluated_total",
+                           "tutti_prompt_tokens_reused_total"};
     b = http(&g_s, "GET", "/metrics", NULL, NULL, &st);
     assert_int_equal(st, 200);
     for (size_t k = 0; k < sizeof names / sizeof *names; k++)
@@ -403,8 +413,8 @@ static void test_equals_cli(void **state) {
     free(want1);
 
     /* the server's members keep their hard context limit (llama-server's default): the CLI's too */
-    snprintf(args, sizeof args, "run %s -p '" PROMPT "' -n 120 --seed 11 -t 1 --top-p 0.9 --min-p 0.02 --no-context-shift",
-             four_models());
+    snprintf(args, sizeof args,
+             "run %s -p '" PROMPT "' -n 120 --seed 11 -t 1 --top-p 0.9 --min-p 0.02 --no-context-shift", four_models());
     char *want4 = cli(args);
     snprintf(body, sizeof body,
              "{\"prompt\":\"" PROMPT "\",\"max_tokens\":120,\"seed\":11,\"top_p\":0.9,\"min_p\":0.02}");
@@ -537,7 +547,7 @@ static void test_full_context_finish_length(void **state) {
     assert_non_null(t);
     print_message("pair, a string of >= 400 characters: %zu bytes, finish_reason %s\n", strlen(t),
                   jstr(j, "choices.0.finish_reason"));
-    while (*t == ' ' || *t == '\n' || *t == '\t') t++; /* JSON's leading whitespace */
+    while (*t == ' ' || *t == '\n' || *t == '\t') t++;              /* JSON's leading whitespace */
     assert_true(t[0] == '"' && strlen(t) > 100 && strlen(t) < 400); /* unterminated */
     assert_string_equal(jstr(j, "choices.0.finish_reason"), "length");
     cJSON_Delete(j);
@@ -645,7 +655,8 @@ static void test_chat_kv_reuse(void **state) {
     (void)state;
     const char *m1 = "{\"role\":\"user\",\"content\":\"Tell me a story.\"}";
     char body[4096];
-    snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"messages\":[%s],\"max_tokens\":30,\"temperature\":0}", m1);
+    snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"messages\":[%s],\"max_tokens\":30,\"temperature\":0}",
+             m1);
     cJSON *a = post_json(&g_s, "/v1/chat/completions", body, 200);
     assert_string_equal(jstr(a, "object"), "chat.completion");
     assert_string_equal(jstr(a, "choices.0.message.role"), "assistant");
@@ -661,7 +672,8 @@ static void test_chat_kv_reuse(void **state) {
     int n2 = (int)jnum(b, "usage.prompt_tokens");
     int ev = (int)jnum(b, "usage.tutti.prompt_tokens_evaluated.0");
     assert_true(n2 > n1 + k);
-    if (ev != n2 - (n1 + k - 1)) fail_msg("turn 2: %d of %d prompt tokens evaluated, want %d", ev, n2, n2 - (n1 + k - 1));
+    if (ev != n2 - (n1 + k - 1))
+        fail_msg("turn 2: %d of %d prompt tokens evaluated, want %d", ev, n2, n2 - (n1 + k - 1));
     double reused1 = metric(&g_s, "tutti_prompt_tokens_reused_total");
     assert_true(reused1 - reused0 >= n1 + k - 1);
     cJSON_Delete(a);
@@ -685,7 +697,8 @@ static void test_chat_kv_reuse(void **state) {
         int n1i = (int)jnum(a, p1), n2i = (int)jnum(b, p1), evi = (int)jnum(b, p2);
         /* the reply's first bytes may merge with turn 1's last prompt token
          * when the conversation is tokenized again: up to 2 more */
-        if (evi > n2i - n1i + 2) fail_msg("fused turn 2, member %d: %d of %d prompt tokens evaluated (turn 1 had %d)", i + 1, evi, n2i, n1i);
+        if (evi > n2i - n1i + 2)
+            fail_msg("fused turn 2, member %d: %d of %d prompt tokens evaluated (turn 1 had %d)", i + 1, evi, n2i, n1i);
     }
     cJSON_Delete(a);
     cJSON_Delete(b);
@@ -782,7 +795,8 @@ static void test_output_fields(void **state) {
                          "\"additionalProperties\":false}";
     for (int k = 0; k < 2; k++) {
         char body[1024];
-        snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"prompt\":\"" PROMPT "\",\"max_tokens\":60,\"seed\":3,%s%s%s}",
+        snprintf(body, sizeof body,
+                 "{\"model\":\"stories260K\",\"prompt\":\"" PROMPT "\",\"max_tokens\":60,\"seed\":3,%s%s%s}",
                  k ? "\"response_format\":{\"type\":\"json_object\",\"schema\":" : "\"json_schema\":", schema,
                  k ? "}" : "");
         char *t = completion_text(&g_s, body);
@@ -794,14 +808,15 @@ static void test_output_fields(void **state) {
         free(t);
     }
     expect_error(&g_s, "POST", "/v1/completions",
-                 "{\"prompt\":\"x\",\"grammar\":\"root ::= \\\"a\\\"\",\"json_schema\":{\"type\":\"object\"}}", NULL, 400,
-                 "both constrain", "grammar", NULL);
+                 "{\"prompt\":\"x\",\"grammar\":\"root ::= \\\"a\\\"\",\"json_schema\":{\"type\":\"object\"}}", NULL,
+                 400, "both constrain", "grammar", NULL);
     expect_error(&g_s, "POST", "/v1/completions", "{\"prompt\":\"x\",\"grammar\":\"root ::= (\"}", NULL, 400, "grammar",
                  "grammar", NULL);
     /* logit_bias: the greedy first token banned (-100) is not drawn, the
      * second most likely is (llama-server's /completion names both, by the
      * model's own distribution); a token pushed +100 is drawn */
-    cJSON *nat = post_json(&g_s, "/completion", "{\"model\":\"stories260K\",\"prompt\":\"" PROMPT "\",\"n_probs\":2}", 200);
+    cJSON *nat =
+        post_json(&g_s, "/completion", "{\"model\":\"stories260K\",\"prompt\":\"" PROMPT "\",\"n_probs\":2}", 200);
     int best = (int)jnum(nat, "completion_probabilities.0.top_logprobs.0.id");
     int second = (int)jnum(nat, "completion_probabilities.0.top_logprobs.1.id");
     char *second_text = strdup(jstr(nat, "completion_probabilities.0.top_logprobs.1.token")); /* its piece */
@@ -811,24 +826,30 @@ static void test_output_fields(void **state) {
     for (int k = 0; k < 3; k++) {
         char bias[64];
         snprintf(bias, sizeof bias, forms[k], best);
-        snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"prompt\":\"" PROMPT "\",\"max_tokens\":1,"
-                                    "\"temperature\":0,\"logit_bias\":%s}", bias);
+        snprintf(body, sizeof body,
+                 "{\"model\":\"stories260K\",\"prompt\":\"" PROMPT "\",\"max_tokens\":1,"
+                 "\"temperature\":0,\"logit_bias\":%s}",
+                 bias);
         char *t = completion_text(&g_s, body);
         expect_same("greedy first token with the best one banned", second_text, t);
         free(t);
     }
-    snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"prompt\":\"" PROMPT "\",\"max_tokens\":1,\"seed\":1,"
-                                "\"logit_bias\":{\"%d\":100}}", second);
+    snprintf(body, sizeof body,
+             "{\"model\":\"stories260K\",\"prompt\":\"" PROMPT "\",\"max_tokens\":1,\"seed\":1,"
+             "\"logit_bias\":{\"%d\":100}}",
+             second);
     char *t = completion_text(&g_s, body);
     expect_same("a token pushed by +100", second_text, t);
     free(t);
     free(second_text);
     expect_error(&g_s, "POST", "/v1/completions", "{\"prompt\":\"x\",\"logit_bias\":{\"5\":1}}", NULL, 400,
                  "token alignment", "logit_bias", NULL); /* default: four vocabularies, byte-aligned */
-    expect_error(&g_s, "POST", "/v1/completions", "{\"model\":\"stories260K\",\"prompt\":\"x\",\"logit_bias\":{\"5\":101}}",
-                 NULL, 400, "[-100, 100]", "logit_bias", NULL);
-    expect_error(&g_s, "POST", "/v1/completions", "{\"model\":\"stories260K\",\"prompt\":\"x\",\"logit_bias\":{\"a\":1}}",
-                 NULL, 400, "token ids", "logit_bias", NULL);
+    expect_error(&g_s, "POST", "/v1/completions",
+                 "{\"model\":\"stories260K\",\"prompt\":\"x\",\"logit_bias\":{\"5\":101}}", NULL, 400, "[-100, 100]",
+                 "logit_bias", NULL);
+    expect_error(&g_s, "POST", "/v1/completions",
+                 "{\"model\":\"stories260K\",\"prompt\":\"x\",\"logit_bias\":{\"a\":1}}", NULL, 400, "token ids",
+                 "logit_bias", NULL);
     expect_error(&g_s, "POST", "/v1/completions",
                  "{\"model\":\"stories260K\",\"prompt\":\"x\",\"logit_bias\":{\"99999\":1}}", NULL, 400,
                  "not in the vocabulary", "logit_bias", NULL);
@@ -859,10 +880,11 @@ static void test_output_fields(void **state) {
         cJSON_Delete(post_json(&g_s, refused[k].path, b1, 200));
     }
     /* fields that change nothing stay accepted */
-    cJSON_Delete(post_json(&g_s, "/v1/completions",
-                           "{\"prompt\":\"x\",\"model\":\"stories260K\",\"max_tokens\":2,\"user\":\"u\",\"store\":false,"
-                           "\"cache_prompt\":true,\"metadata\":{\"a\":\"b\"},\"no_such_field\":[1]}",
-                           200));
+    cJSON_Delete(
+        post_json(&g_s, "/v1/completions",
+                  "{\"prompt\":\"x\",\"model\":\"stories260K\",\"max_tokens\":2,\"user\":\"u\",\"store\":false,"
+                  "\"cache_prompt\":true,\"metadata\":{\"a\":\"b\"},\"no_such_field\":[1]}",
+                  200));
 }
 
 /* Item 7: token-id prompts (OpenAI's array of ids and array of arrays):
@@ -870,8 +892,8 @@ static void test_output_fields(void **state) {
  * (choice p * n + k), as separate requests do. */
 static void test_token_prompts(void **state) {
     (void)state;
-    cJSON *tk = post_json(&g_s, "/tokenize", "{\"model\":\"stories260K\",\"content\":\"" PROMPT "\",\"add_special\":true}",
-                          200);
+    cJSON *tk = post_json(&g_s, "/tokenize",
+                          "{\"model\":\"stories260K\",\"content\":\"" PROMPT "\",\"add_special\":true}", 200);
     char *ids = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(tk, "tokens"));
     cJSON_Delete(tk);
     const char *models[2] = {"stories260K", "default"}; /* one model; four fused by bytes */
@@ -880,12 +902,13 @@ static void test_token_prompts(void **state) {
         snprintf(body, sizeof body, "{\"model\":\"%s\",\"prompt\":\"" PROMPT "\",\"max_tokens\":12,\"temperature\":0}",
                  models[m]);
         char *want = completion_text(&g_s, body);
-        snprintf(body, sizeof body, "{\"model\":\"%s\",\"prompt\":%s,\"max_tokens\":12,\"temperature\":0}", models[m], ids);
+        snprintf(body, sizeof body, "{\"model\":\"%s\",\"prompt\":%s,\"max_tokens\":12,\"temperature\":0}", models[m],
+                 ids);
         char *got = completion_text(&g_s, body);
         expect_same("token-id prompt vs its text", want, got);
         free(got);
-        snprintf(body, sizeof body, "{\"model\":\"%s\",\"prompt\":[%s,[1]],\"max_tokens\":12,\"temperature\":0,\"n\":2}",
-                 models[m], ids);
+        snprintf(body, sizeof body,
+                 "{\"model\":\"%s\",\"prompt\":[%s,[1]],\"max_tokens\":12,\"temperature\":0,\"n\":2}", models[m], ids);
         cJSON *j = post_json(&g_s, "/v1/completions", body, 200);
         const cJSON *ch = cJSON_GetObjectItemCaseSensitive(j, "choices");
         assert_int_equal(cJSON_GetArraySize(ch), 4);
@@ -896,16 +919,17 @@ static void test_token_prompts(void **state) {
         free(want);
     }
     free(ids);
-    cJSON *j = post_json(&g_s, "/v1/completions",
-                         "{\"model\":\"stories260K\",\"prompt\":[\"" PROMPT "\",\"Lily\"],\"max_tokens\":5,\"temperature\":0}",
-                         200);
-    char *one = completion_text(&g_s, "{\"model\":\"stories260K\",\"prompt\":\"Lily\",\"max_tokens\":5,\"temperature\":0}");
+    cJSON *j = post_json(
+        &g_s, "/v1/completions",
+        "{\"model\":\"stories260K\",\"prompt\":[\"" PROMPT "\",\"Lily\"],\"max_tokens\":5,\"temperature\":0}", 200);
+    char *one =
+        completion_text(&g_s, "{\"model\":\"stories260K\",\"prompt\":\"Lily\",\"max_tokens\":5,\"temperature\":0}");
     expect_same("batch of texts, prompt 1", one, jstr(j, "choices.1.text"));
     free(one);
     cJSON_Delete(j);
     expect_error(&g_s, "POST", "/v1/completions",
-                 "{\"prompt\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\"],\"n\":2}", NULL, 400, "choices", "n",
-                 NULL);
+                 "{\"prompt\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\"],\"n\":2}", NULL, 400, "choices",
+                 "n", NULL);
 }
 
 /* Item 8: one validator: the inline ensemble's temperatures 0, 1e-30 and
@@ -915,8 +939,10 @@ static void test_inline_settings(void **state) {
     const char *temps[] = {"0", "1e-30", "1e30", "-1"};
     for (size_t k = 0; k < sizeof temps / sizeof *temps; k++) {
         char body[512], cmd[2048];
-        snprintf(body, sizeof body, "{\"prompt\":\"x\",\"tutti\":{\"members\":[\"stories260K\",\"babyllama-tok361\"],"
-                                    "\"temperatures\":[%s,1]}}", temps[k]);
+        snprintf(body, sizeof body,
+                 "{\"prompt\":\"x\",\"tutti\":{\"members\":[\"stories260K\",\"babyllama-tok361\"],"
+                 "\"temperatures\":[%s,1]}}",
+                 temps[k]);
         int st;
         char *out = http(&g_s, "POST", "/v1/completions", body, NULL, &st);
         assert_int_equal(st, 400);
@@ -930,7 +956,8 @@ static void test_inline_settings(void **state) {
         snprintf(want, sizeof want, "%.*s", (int)strcspn(core, "\n"), core);
         cJSON *j = cJSON_Parse(out);
         const char *msg = jstr(j, "error.message");
-        if (!msg || !strstr(msg, want)) fail_msg("temperature %s: the server says '%s', the CLI '%s'", temps[k], msg, want);
+        if (!msg || !strstr(msg, want))
+            fail_msg("temperature %s: the server says '%s', the CLI '%s'", temps[k], msg, want);
         assert_string_equal(jstr(j, "error.param"), "tutti");
         cJSON_Delete(j);
         free(out), free(cli_msg);
@@ -949,8 +976,8 @@ static void test_strict_json(void **state) {
     } bad[] = {
         {"{\"prompt\":\"ab\\u0000cd\"}", "\\u0000"},
         {"{\"prompt\":\"ab\xff\xfe\"}", "UTF-8"},
-        {"{\"prompt\":\"\xc0\xaf\"}", "UTF-8"},            /* overlong */
-        {"{\"prompt\":\"\xed\xa0\x80\"}", "UTF-8"},        /* a surrogate */
+        {"{\"prompt\":\"\xc0\xaf\"}", "UTF-8"},     /* overlong */
+        {"{\"prompt\":\"\xed\xa0\x80\"}", "UTF-8"}, /* a surrogate */
         {"{\"prompt\":\"a\tb\"}", "control character"},
         {"{\"prompt\":\"x\"} trailing", "goes on"},
         {"{\"prompt\":\"x\"}{\"prompt\":\"y\"}", "goes on"},
@@ -961,10 +988,11 @@ static void test_strict_json(void **state) {
         expect_error(&g_s, "POST", "/v1/completions", bad[k].body, NULL, 400, bad[k].want, NULL, NULL);
     expect_error(&g_s, "POST", "/tokenize", "{\"content\":\"a\\u0000\"} x", NULL, 400, NULL, NULL, NULL);
     /* what stays valid: escapes, UTF-8, whitespace after the value */
-    cJSON_Delete(post_json(&g_s, "/v1/completions",
-                           "{\"model\":\"stories260K\",\"prompt\":\"caf\xc3\xa9 \\u00e9\\n\\ud83d\\ude00\",\"max_tokens\":1}"
-                           " \r\n",
-                           200));
+    cJSON_Delete(
+        post_json(&g_s, "/v1/completions",
+                  "{\"model\":\"stories260K\",\"prompt\":\"caf\xc3\xa9 \\u00e9\\n\\ud83d\\ude00\",\"max_tokens\":1}"
+                  " \r\n",
+                  200));
 }
 
 /* Items 10 and 11: no path or flag in error bodies, an inline ensemble
@@ -972,22 +1000,24 @@ static void test_strict_json(void **state) {
 static void test_leaks_and_small(void **state) {
     (void)state;
     int st;
-    char *out = http(&g_s, "POST", "/v1/completions",
-                     "{\"prompt\":\"x\",\"tutti\":{\"members\":[\"stories260K\",\"tiny\"],\"align\":\"token\"}}", NULL, &st);
+    char *out =
+        http(&g_s, "POST", "/v1/completions",
+             "{\"prompt\":\"x\",\"tutti\":{\"members\":[\"stories260K\",\"tiny\"],\"align\":\"token\"}}", NULL, &st);
     assert_int_equal(st, 400);
     if (strstr(out, TUTTI_SHARED_DIR) || strstr(out, ".gguf") || strstr(out, "--"))
         fail_msg("an error body shows a path or a flag: %s", out);
     assert_non_null(strstr(out, "different vocabularies"));
     free(out);
-    cJSON *j = post_json(&g_s, "/v1/completions",
-                         "{\"prompt\":\"x\",\"max_tokens\":3,\"tutti\":{\"members\":[\"stories260K\",\"babyllama-tok361\"]}}",
-                         200);
+    cJSON *j = post_json(
+        &g_s, "/v1/completions",
+        "{\"prompt\":\"x\",\"max_tokens\":3,\"tutti\":{\"members\":[\"stories260K\",\"babyllama-tok361\"]}}", 200);
     assert_string_equal(jstr(j, "model"), "inline(stories260K,babyllama-tok361)");
     cJSON_Delete(j);
     /* logprobs of an empty text: empty lists, not null (OpenAI's shape) */
-    j = post_json(&g_s, "/v1/completions", "{\"model\":\"stories260K\",\"prompt\":\"x\",\"max_tokens\":0,\"logprobs\":2}", 200);
-    const cJSON *lp = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0),
-                                                       "logprobs");
+    j = post_json(&g_s, "/v1/completions",
+                  "{\"model\":\"stories260K\",\"prompt\":\"x\",\"max_tokens\":0,\"logprobs\":2}", 200);
+    const cJSON *lp = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0), "logprobs");
     const char *keys[4] = {"tokens", "token_logprobs", "top_logprobs", "text_offset"};
     for (int k = 0; k < 4; k++) {
         const cJSON *a = cJSON_GetObjectItemCaseSensitive(lp, keys[k]);
@@ -1037,7 +1067,8 @@ static void test_loading_auth(void **state) {
     char *h = head_of(&s, "-X OPTIONS -H 'Origin: http://page.example' -H 'Access-Control-Request-Method: POST' "
                           "-H 'Access-Control-Request-Headers: authorization, content-type'");
     if (!strstr(h, " 204 ") || !strcasestr(h, "Access-Control-Allow-Origin: *") ||
-        !strcasestr(h, "Access-Control-Allow-Methods:") || !strcasestr(h, "Access-Control-Allow-Headers: authorization"))
+        !strcasestr(h, "Access-Control-Allow-Methods:") ||
+        !strcasestr(h, "Access-Control-Allow-Headers: authorization"))
         fail_msg("CORS preflight:\n%s", h);
     free(h);
     h = head_of(&s, "-H 'Origin: http://page.example'");
@@ -1128,7 +1159,8 @@ static void test_queue_disconnect(void **state) {
     /* a long fused generation (byte alignment, up to the 256-token contexts) */
     snprintf(cmd, sizeof cmd,
              "curl -sN -o %s/long.out http://127.0.0.1:%d/v1/completions -H 'Content-Type: application/json' "
-             "--data-binary '{\"prompt\":\"" PROMPT "\",\"max_tokens\":100000,\"temperature\":0,\"stream\":true}' </dev/null >/dev/null 2>&1 & echo $!",
+             "--data-binary '{\"prompt\":\"" PROMPT
+             "\",\"max_tokens\":100000,\"temperature\":0,\"stream\":true}' </dev/null >/dev/null 2>&1 & echo $!",
              s.dir, s.port);
     int rc;
     char *pid = run_cmd(cmd, &rc);
@@ -1174,11 +1206,13 @@ static void test_logprobs(void **state) {
     /* one model: log-softmax of its own logits */
     const char *one[] = {M_STORIES};
     double w1[] = {1};
-    snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"prompt\":\"" PROMPT "\",\"max_tokens\":24,"
-                                "\"temperature\":0,\"logprobs\":5}");
+    snprintf(body, sizeof body,
+             "{\"model\":\"stories260K\",\"prompt\":\"" PROMPT "\",\"max_tokens\":24,"
+             "\"temperature\":0,\"logprobs\":5}");
     cJSON *j = post_json(&s, "/v1/completions", body, 200);
-    check_token_logprobs(one, w1, 1, cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(
-                                         cJSON_GetObjectItemCaseSensitive(j, "choices"), 0), "logprobs"),
+    check_token_logprobs(one, w1, 1,
+                         cJSON_GetObjectItemCaseSensitive(
+                             cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0), "logprobs"),
                          jstr(j, "choices.0.text"), 5, NULL);
     assert_int_equal((int)jnum(j, "choices.0.logprobs.text_offset.0"), 0);
     cJSON_Delete(j);
@@ -1187,9 +1221,10 @@ static void test_logprobs(void **state) {
      * their own distributions */
     const char *two[] = {M_STORIES, M_DREAMS};
     double w2[] = {0.7, 0.3};
-    snprintf(body, sizeof body, "{\"prompt\":\"" PROMPT "\",\"max_tokens\":24,\"temperature\":0,\"logprobs\":4,"
-                                "\"tutti\":{\"members\":[\"stories260K\",\"stories260K-dreams\"],\"weights\":[0.7,0.3],"
-                                "\"rule\":\"mix\",\"align\":\"token\",\"shares\":true}}");
+    snprintf(body, sizeof body,
+             "{\"prompt\":\"" PROMPT "\",\"max_tokens\":24,\"temperature\":0,\"logprobs\":4,"
+             "\"tutti\":{\"members\":[\"stories260K\",\"stories260K-dreams\"],\"weights\":[0.7,0.3],"
+             "\"rule\":\"mix\",\"align\":\"token\",\"shares\":true}}");
     j = post_json(&s, "/v1/completions", body, 200);
     /* with each member's share of every token (the page's colours) */
     const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0);
@@ -1199,11 +1234,15 @@ static void test_logprobs(void **state) {
     /* BYTE alignment (two vocabularies), sampled: one entry per character,
      * streamed = not streamed; chat and completions */
     const char *ens = "\"tutti\":{\"members\":[\"stories260K\",\"babyllama-tok361\"],\"align\":\"byte\"}";
-    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell me a story\"}],\"max_tokens\":30,"
-                                "\"seed\":11,\"temperature\":0.9,\"logprobs\":true,\"top_logprobs\":5,%s}", ens);
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell me a story\"}],\"max_tokens\":30,"
+             "\"seed\":11,\"temperature\":0.9,\"logprobs\":true,\"top_logprobs\":5,%s}",
+             ens);
     j = post_json(&s, "/v1/chat/completions", body, 200);
-    check_chat_entries(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(
-                           cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0), "logprobs"), "content"),
+    check_chat_entries(cJSON_GetObjectItemCaseSensitive(
+                           cJSON_GetObjectItemCaseSensitive(
+                               cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0), "logprobs"),
+                           "content"),
                        jstr(j, "choices.0.message.content"), 5, true);
     cJSON_Delete(j);
     expect_stream_same_entries(&s, "/v1/chat/completions", body);
@@ -1211,13 +1250,16 @@ static void test_logprobs(void **state) {
     expect_stream_same_entries(&s, "/v1/completions", body);
     /* BYTE alignment's shares: one per character, spelling the text, each
      * a distribution over the members */
-    snprintf(body, sizeof body, "{\"prompt\":\"" PROMPT "\",\"max_tokens\":20,\"seed\":3,"
-                                "\"tutti\":{\"members\":[\"stories260K\",\"babyllama-tok361\"],\"align\":\"byte\","
-                                "\"shares\":true}}");
+    snprintf(body, sizeof body,
+             "{\"prompt\":\"" PROMPT "\",\"max_tokens\":20,\"seed\":3,"
+             "\"tutti\":{\"members\":[\"stories260K\",\"babyllama-tok361\"],\"align\":\"byte\","
+             "\"shares\":true}}");
     j = post_json(&s, "/v1/completions", body, 200);
     const cJSON *sh = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0), "tutti"),
-        "shares"), *u;
+                    cJSON_GetObjectItemCaseSensitive(
+                        cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0), "tutti"),
+                    "shares"),
+                *u;
     char spelled[4096] = "";
     size_t chars = 0;
     for (const char *p = jstr(j, "choices.0.text"); *p; p++) chars += ((unsigned char)*p & 0xC0) != 0x80;
@@ -1231,26 +1273,32 @@ static void test_logprobs(void **state) {
     }
     expect_same("byte shares spell the text", jstr(j, "choices.0.text"), spelled);
     cJSON_Delete(j);
-    expect_error(&s, "POST", "/v1/completions",
-                 "{\"prompt\":\"Hi\",\"echo\":true,\"tutti\":{\"shares\":true}}", NULL, 400, "echo", "tutti", NULL);
+    expect_error(&s, "POST", "/v1/completions", "{\"prompt\":\"Hi\",\"echo\":true,\"tutti\":{\"shares\":true}}", NULL,
+                 400, "echo", "tutti", NULL);
     /* one model in chat, TOKEN: tokens' bytes are the message's */
-    snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],"
-                                "\"max_tokens\":30,\"seed\":5,\"logprobs\":true,\"top_logprobs\":3}");
+    snprintf(body, sizeof body,
+             "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],"
+             "\"max_tokens\":30,\"seed\":5,\"logprobs\":true,\"top_logprobs\":3}");
     j = post_json(&s, "/v1/chat/completions", body, 200);
-    check_chat_entries(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(
-                           cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0), "logprobs"), "content"),
+    check_chat_entries(cJSON_GetObjectItemCaseSensitive(
+                           cJSON_GetObjectItemCaseSensitive(
+                               cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0), "logprobs"),
+                           "content"),
                        jstr(j, "choices.0.message.content"), 3, false);
     cJSON_Delete(j);
     expect_stream_same_entries(&s, "/v1/chat/completions", body);
     /* a stop string inside a token (greedy: ", there was a ..."; "re w" cuts
      * " there" to " the"): the entries end with the text, cut token included */
-    snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"prompt\":\"" PROMPT "\",\"max_tokens\":10,"
-                                "\"temperature\":0,\"stop\":\"re w\",\"logprobs\":2}");
+    snprintf(body, sizeof body,
+             "{\"model\":\"stories260K\",\"prompt\":\"" PROMPT "\",\"max_tokens\":10,"
+             "\"temperature\":0,\"stop\":\"re w\",\"logprobs\":2}");
     j = post_json(&s, "/v1/completions", body, 200);
     const char *t = jstr(j, "choices.0.text");
     assert_string_equal(t, ", the");
-    const cJSON *toks = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0), "logprobs"), "tokens");
+    const cJSON *toks = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0),
+                                         "logprobs"),
+        "tokens");
     assert_int_equal(cJSON_GetArraySize(toks), 2);
     assert_string_equal(cJSON_GetArrayItem(toks, 1)->valuestring, " the");
     cJSON_Delete(j);
@@ -1279,7 +1327,8 @@ static void test_native(void **state) {
     int32_t n = tutti_tokenize(v, PROMPT, strlen(PROMPT), true, false, ids, 64);
     assert_true(n > 1);
     /* /tokenize: the tokenizer's ids; with_pieces: their texts */
-    cJSON *j = post_json(&s, "/tokenize", "{\"model\":\"stories260K\",\"content\":\"" PROMPT "\",\"add_special\":true}", 200);
+    cJSON *j =
+        post_json(&s, "/tokenize", "{\"model\":\"stories260K\",\"content\":\"" PROMPT "\",\"add_special\":true}", 200);
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "tokens");
     assert_int_equal(cJSON_GetArraySize(t), n);
     for (int32_t i = 0; i < n; i++) assert_int_equal((int)cJSON_GetArrayItem(t, i)->valuedouble, ids[i]);
@@ -1318,7 +1367,8 @@ static void test_native(void **state) {
             prev = l;
             if (fabs(l - ls[id]) > 1e-5) fail_msg("token %d: /completion %.7f, the model's own %.7f", id, l, ls[id]);
         }
-        assert_int_equal((int)jnum(j, "completion_probabilities.0.id"), (int)jnum(j, "completion_probabilities.0.top_logprobs.0.id"));
+        assert_int_equal((int)jnum(j, "completion_probabilities.0.id"),
+                         (int)jnum(j, "completion_probabilities.0.top_logprobs.0.id"));
         if (rep == 1) assert_int_equal((int)jnum(j, "timings.prompt_n"), 1);
         cJSON_Delete(j);
     }
@@ -1326,9 +1376,10 @@ static void test_native(void **state) {
     tutti_session_free(ss);
     tutti_model_free(m);
     j = post_json(&s, "/completion", "{\"model\":\"stories260K\",\"prompt\":\"" PROMPT "\",\"n_probs\":3}", 200);
-    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(
-                         cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "completion_probabilities"), 0),
-                         "top_logprobs")), 3);
+    assert_int_equal(
+        cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "completion_probabilities"), 0), "top_logprobs")),
+        3);
     cJSON_Delete(j);
     int st;
     char *props = http(&s, "GET", "/props", NULL, NULL, &st);
@@ -1341,15 +1392,23 @@ static void test_native(void **state) {
     cJSON_Delete(j);
     /* errors */
     expect_error(&s, "POST", "/completion", "{\"prompt\":[1,2]}", NULL, 400, "ensemble", NULL, NULL);
-    expect_error(&s, "POST", "/completion", "{\"model\":\"nope\",\"prompt\":[1]}", NULL, 404, "does not exist", NULL, NULL);
-    expect_error(&s, "POST", "/completion", "{\"model\":\"stories260K\",\"prompt\":[1,99999]}", NULL, 400, "token id", NULL, NULL);
-    expect_error(&s, "POST", "/completion", "{\"model\":\"stories260K\",\"prompt\":[1],\"n_predict\":5}", NULL, 400, "n_predict", NULL, NULL);
-    expect_error(&s, "POST", "/completion", "{\"model\":\"stories260K\",\"prompt\":[1],\"n_probs\":-1}", NULL, 400, "n_probs", NULL, NULL);
-    expect_error(&s, "POST", "/completion", "{\"model\":\"stories260K\",\"prompt\":[]}", NULL, 400, "empty", NULL, NULL);
-    expect_error(&s, "POST", "/completion", "{\"model\":\"stories260K\",\"prompt\":[1],\"stream\":true}", NULL, 400, "stream", NULL, NULL);
+    expect_error(&s, "POST", "/completion", "{\"model\":\"nope\",\"prompt\":[1]}", NULL, 404, "does not exist", NULL,
+                 NULL);
+    expect_error(&s, "POST", "/completion", "{\"model\":\"stories260K\",\"prompt\":[1,99999]}", NULL, 400, "token id",
+                 NULL, NULL);
+    expect_error(&s, "POST", "/completion", "{\"model\":\"stories260K\",\"prompt\":[1],\"n_predict\":5}", NULL, 400,
+                 "n_predict", NULL, NULL);
+    expect_error(&s, "POST", "/completion", "{\"model\":\"stories260K\",\"prompt\":[1],\"n_probs\":-1}", NULL, 400,
+                 "n_probs", NULL, NULL);
+    expect_error(&s, "POST", "/completion", "{\"model\":\"stories260K\",\"prompt\":[]}", NULL, 400, "empty", NULL,
+                 NULL);
+    expect_error(&s, "POST", "/completion", "{\"model\":\"stories260K\",\"prompt\":[1],\"stream\":true}", NULL, 400,
+                 "stream", NULL, NULL);
     expect_error(&s, "POST", "/completion", "{\"model\":", NULL, 400, "malformed JSON", NULL, NULL);
-    expect_error(&s, "POST", "/tokenize", "{\"model\":\"stories260K\",\"content\":3}", NULL, 400, "content", NULL, NULL);
-    expect_error(&s, "POST", "/detokenize", "{\"model\":\"stories260K\",\"tokens\":[\"a\"]}", NULL, 400, "token", NULL, NULL);
+    expect_error(&s, "POST", "/tokenize", "{\"model\":\"stories260K\",\"content\":3}", NULL, 400, "content", NULL,
+                 NULL);
+    expect_error(&s, "POST", "/detokenize", "{\"model\":\"stories260K\",\"tokens\":[\"a\"]}", NULL, 400, "token", NULL,
+                 NULL);
     expect_error(&s, "GET", "/tokenize", NULL, NULL, 405, "POST", NULL, NULL);
     assert_int_equal(stop(&s), 0);
 }
@@ -1398,8 +1457,10 @@ static void test_context_file(void **state) {
                "The dog jumped in and got the ball. Tom was happy and gave the dog a big hug.\n\n"
                "Mia found a little bird. It was cold, so she put it in a warm box.\n");
     fclose(f);
-    snprintf(args, sizeof args, "fit --quiet --text %s -m %s -m %s --align byte --temp-grid 1 --context entropy,loss "
-             "--select-share 0.5 -o %s -t 1", txt, shared_path(M_STORIES), shared_path(M_B361), ens);
+    snprintf(args, sizeof args,
+             "fit --quiet --text %s -m %s -m %s --align byte --temp-grid 1 --context entropy,loss "
+             "--select-share 0.5 -o %s -t 1",
+             txt, shared_path(M_STORIES), shared_path(M_B361), ens);
     free(cli(args));
     size_t n;
     char *file = read_file(ens, &n);
@@ -1447,12 +1508,18 @@ static void test_cli_usage(void **state) {
 
 int main(void) {
     const struct CMUnitTest shared_server[] = {
-        cmocka_unit_test(test_health_models_metrics), cmocka_unit_test(test_equals_cli),
-        cmocka_unit_test(test_request_options),       cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_chat_kv_reuse),         cmocka_unit_test(test_chat_stream),
-        cmocka_unit_test(test_openai_npm),            cmocka_unit_test(test_output_fields),
-        cmocka_unit_test(test_token_prompts),         cmocka_unit_test(test_inline_settings),
-        cmocka_unit_test(test_strict_json),           cmocka_unit_test(test_leaks_and_small),
+        cmocka_unit_test(test_health_models_metrics),
+        cmocka_unit_test(test_equals_cli),
+        cmocka_unit_test(test_request_options),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_chat_kv_reuse),
+        cmocka_unit_test(test_chat_stream),
+        cmocka_unit_test(test_openai_npm),
+        cmocka_unit_test(test_output_fields),
+        cmocka_unit_test(test_token_prompts),
+        cmocka_unit_test(test_inline_settings),
+        cmocka_unit_test(test_strict_json),
+        cmocka_unit_test(test_leaks_and_small),
         cmocka_unit_test(test_full_context_finish_length),
     };
     const struct CMUnitTest own_server[] = {

@@ -153,10 +153,13 @@ static void test_framing(void **state) {
     } bad[] = {
         {"two Content-Length values", POST "Content-Length: 29\r\nContent-Length: 5\r\n\r\n" BODY},
         {"a Content-Length list that differs", POST "Content-Length: 29, 30\r\n\r\n" BODY},
-        {"Content-Length and Transfer-Encoding", POST "Content-Length: 29\r\nTransfer-Encoding: chunked\r\n\r\n1d\r\n" BODY "\r\n0\r\n\r\n"},
+        {"Content-Length and Transfer-Encoding",
+         POST "Content-Length: 29\r\nTransfer-Encoding: chunked\r\n\r\n1d\r\n" BODY "\r\n0\r\n\r\n"},
         {"Transfer-Encoding: identity", POST "Transfer-Encoding: identity\r\n\r\n" BODY},
-        {"Transfer-Encoding: gzip, chunked", POST "Transfer-Encoding: gzip, chunked\r\n\r\n1d\r\n" BODY "\r\n0\r\n\r\n"},
-        {"two Transfer-Encoding headers", POST "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n1d\r\n" BODY "\r\n0\r\n\r\n"},
+        {"Transfer-Encoding: gzip, chunked",
+         POST "Transfer-Encoding: gzip, chunked\r\n\r\n1d\r\n" BODY "\r\n0\r\n\r\n"},
+        {"two Transfer-Encoding headers",
+         POST "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n1d\r\n" BODY "\r\n0\r\n\r\n"},
         {"a request line without a version", "GET /health\r\n\r\n"},
         {"a request line of one word", "HELLO\r\n\r\n"},
         {"a request line of blanks", "   \r\n\r\n"},
@@ -211,7 +214,7 @@ static void test_slow_clients(void **state) {
     double when[4] = {0, 0, 0, 0};
     char buf[4096];
     for (int tick = 0; tick < 20; tick++) { /* 6 s */
-        if (tick == 2) expect_served(3);   /* others are served while these hang on */
+        if (tick == 2) expect_served(3);    /* others are served while these hang on */
         for (int i = 0; i < 4; i++) {
             if (closed[i]) continue;
             if (i == 1) send_all(fd[1], "X", 1);
@@ -283,11 +286,13 @@ static void test_long_generation(void **state) {
         char *got = read_until_close(fd, 8, &closed, &dt);
         close(fd);
         /* the kept-alive connection is closed 1 s after the answer */
-        bool ok = !strncmp(got, "HTTP/1.1 200", 12) && closed && (k ? strstr(got, "\"choices\"") : strstr(got, "[DONE]"));
-        if (!ok) fail_msg("a %s generation slower than --timeout: %.2f s, %s: %.300s", k ? "plain" : "streamed", dt,
-                          closed ? "closed" : "open", got);
-        printf("  %s generation of 1.2 s per piece: answered, closed %.2f s after the request\n", k ? "plain" : "streamed",
-               dt);
+        bool ok =
+            !strncmp(got, "HTTP/1.1 200", 12) && closed && (k ? strstr(got, "\"choices\"") : strstr(got, "[DONE]"));
+        if (!ok)
+            fail_msg("a %s generation slower than --timeout: %.2f s, %s: %.300s", k ? "plain" : "streamed", dt,
+                     closed ? "closed" : "open", got);
+        printf("  %s generation of 1.2 s per piece: answered, closed %.2f s after the request\n",
+               k ? "plain" : "streamed", dt);
         free(got);
     }
 }

@@ -24,8 +24,9 @@ static char g_dir[256];
 static void make_dir(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/tutti_test_models_%d", (int)getpid());
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s/sub && ln -s %s %s/sub/ && ln -s %s %s/ && ln -s %s %s/ && "
-                              "echo not a model > %s/notes.txt",
+    snprintf(cmd, sizeof cmd,
+             "rm -rf %s && mkdir -p %s/sub && ln -s %s %s/sub/ && ln -s %s %s/ && ln -s %s %s/ && "
+             "echo not a model > %s/notes.txt",
              g_dir, g_dir, shared_path(M_B361), g_dir, shared_path(M_STORIES), g_dir, shared_path(M_DREAMS), g_dir,
              g_dir);
     int rc;
@@ -82,8 +83,8 @@ static char *body_for(const char *model) {
     return b;
 }
 
-#define ENS_BODY                                                                                                       \
-    "{\"model\":\"pair\",\"prompt\":\"" PROMPT "\",\"max_tokens\":30,\"temperature\":0,"                               \
+#define ENS_BODY                                                                         \
+    "{\"model\":\"pair\",\"prompt\":\"" PROMPT "\",\"max_tokens\":30,\"temperature\":0," \
     "\"tutti\":{\"members\":[\"stories260K\",\"stories260K-dreams\"]}}"
 
 static void ask(server *s, int k) {
@@ -163,10 +164,11 @@ static void test_in_use(void **state) {
     snprintf(args, sizeof args, "--models-dir %s --models-max 1 --parallel 3 -t 1", g_dir);
     start(&s, "TUTTI_SERVE_TEST_PIECE_DELAY_MS=5", args, true);
     char cmd[4096];
-    snprintf(cmd, sizeof cmd,
-             "cd %s && for i in 0 1 2; do curl -sS -o out_$i -H 'Content-Type: application/json' --data-binary @body_$i "
-             "http://127.0.0.1:%d/v1/completions & done; wait",
-             g_dir, s.port);
+    snprintf(
+        cmd, sizeof cmd,
+        "cd %s && for i in 0 1 2; do curl -sS -o out_$i -H 'Content-Type: application/json' --data-binary @body_$i "
+        "http://127.0.0.1:%d/v1/completions & done; wait",
+        g_dir, s.port);
     char bodies[3][1024];
     snprintf(bodies[0], sizeof bodies[0], "%s", ENS_BODY);
     snprintf(bodies[1], sizeof bodies[1], "%s", body_for(NAMES[0]));

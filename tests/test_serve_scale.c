@@ -75,15 +75,20 @@ static void test_batching_identical(void **state) {
     snprintf(cfg, sizeof cfg, "/tmp/tutti_test_scale_cfg_%d.json", (int)getpid());
     FILE *f = fopen(cfg, "w");
     assert_non_null(f);
-    fprintf(f, "{\"models\": [{\"path\": \"%s\", \"name\": \"dreams\"}],\n"
-               " \"ensembles\": [{\"name\": \"tok\", \"members\": [\"stories260K\", \"dreams\"], \"weights\": [0.6, 0.4]},\n"
-               "   {\"name\": \"bytes\", \"members\": [\"stories260K\", \"babyllama-tok361\"], \"align\": \"byte\"},\n"
-               "   {\"name\": \"spans\", \"members\": [\"stories260K\", \"babyllama-tok361\"], \"align\": \"span\"}]}\n",
-            shared_path(M_DREAMS));
+    fprintf(
+        f,
+        "{\"models\": [{\"path\": \"%s\", \"name\": \"dreams\"}],\n"
+        " \"ensembles\": [{\"name\": \"tok\", \"members\": [\"stories260K\", \"dreams\"], \"weights\": [0.6, 0.4]},\n"
+        "   {\"name\": \"bytes\", \"members\": [\"stories260K\", \"babyllama-tok361\"], \"align\": \"byte\"},\n"
+        "   {\"name\": \"spans\", \"members\": [\"stories260K\", \"babyllama-tok361\"], \"align\": \"span\"}]}\n",
+        shared_path(M_DREAMS));
     fclose(f);
     snprintf(args, sizeof args, "-m %s -m %s --config %s --parallel %d -t 1 -ub 32", shared_path(M_STORIES),
              shared_path(M_B361), cfg, N_REQ);
-    start(&s, "TUTTI_SERVE_TEST_START_TOGETHER=" "6", args, true);
+    start(&s,
+          "TUTTI_SERVE_TEST_START_TOGETHER="
+          "6",
+          args, true);
     /* a prompt of ~250 tokens goes in 32-token chunks beside the others' tokens */
     char long_prompt[2048] = "";
     for (int k = 0; k < 12; k++) strcat(long_prompt, "Tom and Lily went to the park to play. ");
@@ -210,8 +215,10 @@ static void echo_ensembles(server *s) {
     int32_t n = ref_prompt("stories260K", 2, ids, 64, &ref, 512);
     free(ref);
     char *idj = ids_json(ids, n), body[8192];
-    snprintf(body, sizeof body, "{\"prompt\":%s,\"max_tokens\":0,\"echo\":true,\"logprobs\":1,"
-             "\"tutti\":{\"members\":[\"stories260K\",\"stories260K-dreams\"]}}", idj);
+    snprintf(body, sizeof body,
+             "{\"prompt\":%s,\"max_tokens\":0,\"echo\":true,\"logprobs\":1,"
+             "\"tutti\":{\"members\":[\"stories260K\",\"stories260K-dreams\"]}}",
+             idj);
     cJSON *j = post_json(s, "/v1/completions", body, 200);
     float *a = api_logits(shared_path(M_STORIES), ids, n), *b = api_logits(shared_path(M_DREAMS), ids, n);
     const cJSON *tl = choice_lp(j, 0, "token_logprobs");
@@ -228,7 +235,8 @@ static void echo_ensembles(server *s) {
     cJSON_Delete(j);
     /* byte alignment: generate, then echo the prompt + the generated text */
     const char *ens = "\"tutti\":{\"members\":[\"stories260K\",\"babyllama-tok361\"],\"align\":\"byte\"}";
-    snprintf(body, sizeof body, "{\"prompt\":\"Once upon\",\"max_tokens\":12,\"temperature\":0,\"logprobs\":1,%s}", ens);
+    snprintf(body, sizeof body, "{\"prompt\":\"Once upon\",\"max_tokens\":12,\"temperature\":0,\"logprobs\":1,%s}",
+             ens);
     j = post_json(s, "/v1/completions", body, 200);
     char gen[512];
     snprintf(gen, sizeof gen, "%s", jstr(j, "choices.0.text"));
@@ -242,9 +250,11 @@ static void echo_ensembles(server *s) {
     assert_int_equal(n_all, (int)strlen("Once upon") + n_gen); /* ASCII: one entry per byte */
     worst = 0;
     double chars = 0;
-    for (int k = 0; k < n_all; k++) chars += cJSON_GetArrayItem(tl, k)->valuedouble; /* byte alignment: the first character too */
+    for (int k = 0; k < n_all; k++)
+        chars += cJSON_GetArrayItem(tl, k)->valuedouble; /* byte alignment: the first character too */
     for (int k = 0; k < n_gen; k++) {
-        double d = fabs(cJSON_GetArrayItem(tl, n_all - n_gen + k)->valuedouble - cJSON_GetArrayItem(gl, k)->valuedouble);
+        double d =
+            fabs(cJSON_GetArrayItem(tl, n_all - n_gen + k)->valuedouble - cJSON_GetArrayItem(gl, k)->valuedouble);
         worst = d > worst ? d : worst;
     }
     print_message("byte-aligned ensemble: max |echo - generation| over %d characters %.2e\n", n_gen, worst);
@@ -252,8 +262,10 @@ static void echo_ensembles(server *s) {
     cJSON_Delete(gl);
     cJSON_Delete(j);
     /* the same text as member 1's token ids: one entry per token */
-    snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"prompt\":\"Once upon%s\",\"max_tokens\":0,\"echo\":true,"
-             "\"logprobs\":0}", gen);
+    snprintf(body, sizeof body,
+             "{\"model\":\"stories260K\",\"prompt\":\"Once upon%s\",\"max_tokens\":0,\"echo\":true,"
+             "\"logprobs\":0}",
+             gen);
     j = post_json(s, "/v1/completions", body, 200);
     int n_tok = cJSON_GetArraySize(choice_lp(j, 0, "tokens"));
     cJSON_Delete(j);
@@ -312,8 +324,7 @@ static void test_echo_logprobs(void **state) {
         for (int form = 0; form < 2; form++) {
             if (form == 0)
                 snprintf(body, sizeof body,
-                         "{\"model\":\"%s\",\"prompt\":%s,\"max_tokens\":0,\"echo\":true,\"logprobs\":1}", name,
-                         idj);
+                         "{\"model\":\"%s\",\"prompt\":%s,\"max_tokens\":0,\"echo\":true,\"logprobs\":1}", name, idj);
             else {
                 cJSON *b = cJSON_CreateObject();
                 cJSON_AddStringToObject(b, "model", name);
@@ -327,9 +338,8 @@ static void test_echo_logprobs(void **state) {
                 cJSON_Delete(b);
             }
             cJSON *j = post_json(&s, "/v1/completions", body, 200);
-            const cJSON *lp = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(
-                                                                   cJSON_GetObjectItemCaseSensitive(j, "choices"), 0),
-                                                               "logprobs");
+            const cJSON *lp = cJSON_GetObjectItemCaseSensitive(
+                cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0), "logprobs");
             const cJSON *tl = cJSON_GetObjectItemCaseSensitive(lp, "token_logprobs");
             const cJSON *tops = cJSON_GetObjectItemCaseSensitive(lp, "top_logprobs");
             const cJSON *toks = cJSON_GetObjectItemCaseSensitive(lp, "tokens");
@@ -341,12 +351,14 @@ static void test_echo_logprobs(void **state) {
             for (int32_t k = 0; k < n; k++) {
                 strncat(cat, cJSON_GetArrayItem(toks, k)->valuestring, sizeof cat - strlen(cat) - 1);
                 if (k == 0) continue;
-                double got = cJSON_GetArrayItem(tl, k)->valuedouble, want = ref_lp(ref + (size_t)(k - 1) * V, V, ids[k]);
+                double got = cJSON_GetArrayItem(tl, k)->valuedouble,
+                       want = ref_lp(ref + (size_t)(k - 1) * V, V, ids[k]);
                 if (fabs(got - want) > worst) worst = fabs(got - want);
                 /* the alternatives' best is at least the token's own */
                 double best = -INFINITY;
                 const cJSON *it;
-                cJSON_ArrayForEach(it, cJSON_GetArrayItem(tops, k)) best = it->valuedouble > best ? it->valuedouble : best;
+                cJSON_ArrayForEach(it, cJSON_GetArrayItem(tops, k)) best =
+                    it->valuedouble > best ? it->valuedouble : best;
                 assert_true(best >= got - 1e-9);
             }
             print_message("%s p%d %s: %d tokens, max |logprob - llama.cpp| %.5f\n", name, p, form ? "text" : "ids", n,
@@ -362,7 +374,8 @@ static void test_echo_logprobs(void **state) {
         char *ctx = ids_json(ids, c);
         snprintf(body, sizeof body,
                  "{\"model\":\"%s\",\"prompt\":[%s,%s],\"max_tokens\":1,\"temperature\":0,\"logprobs\":1,"
-                 "\"seed\":1234,\"echo\":true}", name, idj, ctx);
+                 "\"seed\":1234,\"echo\":true}",
+                 name, idj, ctx);
         cJSON *j = post_json(&s, "/v1/completions", body, 200);
         const cJSON *tl = cJSON_GetObjectItemCaseSensitive(
             cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0),
@@ -370,7 +383,8 @@ static void test_echo_logprobs(void **state) {
             "token_logprobs");
         assert_int_equal(cJSON_GetArraySize(tl), n + 1); /* the prompt and the one generated token */
         double got = 0, want = 0;
-        for (int32_t k = c; k < n; k++) got += cJSON_GetArrayItem(tl, k)->valuedouble, want += ref_lp(ref + (size_t)(k - 1) * V, V, ids[k]);
+        for (int32_t k = c; k < n; k++)
+            got += cJSON_GetArrayItem(tl, k)->valuedouble, want += ref_lp(ref + (size_t)(k - 1) * V, V, ids[k]);
         print_message("p%d loglikelihood of the continuation: %.5f (llama.cpp %.5f)\n", p, got, want);
         assert_true(fabs(got - want) < 0.02 * (n - c));
         assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(
@@ -487,9 +501,8 @@ static void test_embeddings(void **state) {
                 j = post_json(&s, "/v1/embeddings", body, 200);
                 free(body);
                 assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(j, "data")), 1);
-                assert_true(cosine(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(
-                                                                        cJSON_GetObjectItemCaseSensitive(j, "data"), 0),
-                                                                    "embedding"),
+                assert_true(cosine(cJSON_GetObjectItemCaseSensitive(
+                                       cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "data"), 0), "embedding"),
                                    cJSON_GetArrayItem(want, 1)) > 1 - 1e-3);
                 cJSON_Delete(j);
             }
@@ -516,11 +529,13 @@ static void test_embeddings(void **state) {
         }
         if (pi == 0) {
             const char *P = "/v1/embeddings";
-            expect_error(&s, "POST", P, "{\"model\":\"default\",\"input\":\"a\"}", NULL, 400, "ensemble", "model", NULL);
+            expect_error(&s, "POST", P, "{\"model\":\"default\",\"input\":\"a\"}", NULL, 400, "ensemble", "model",
+                         NULL);
             expect_error(&s, "POST", P, "{\"model\":\"nope\",\"input\":\"a\"}", NULL, 404, "does not exist", "model",
                          NULL);
             expect_error(&s, "POST", P, "{\"model\":\"stories260K\"}", NULL, 400, "required", "input", NULL);
-            expect_error(&s, "POST", P, "{\"model\":\"stories260K\",\"input\":[]}", NULL, 400, "no tokens", "input", NULL);
+            expect_error(&s, "POST", P, "{\"model\":\"stories260K\",\"input\":[]}", NULL, 400, "no tokens", "input",
+                         NULL);
             expect_error(&s, "POST", P, "{\"model\":\"stories260K\",\"input\":[3,512]}", NULL, 400, "not a token id",
                          "input", NULL);
             expect_error(&s, "POST", P, "{\"model\":\"stories260K\",\"input\":[\"a\",[1,-2]]}", NULL, 400,
@@ -593,8 +608,9 @@ static int check_calls(const cJSON *calls, const char *dir) {
 
 static const cJSON *case_of(const cJSON *j, const char *what) {
     const cJSON *c;
-    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(j, "cases"))
-        if (!strcmp(cJSON_GetObjectItemCaseSensitive(c, "what")->valuestring, what)) return c;
+    cJSON_ArrayForEach(
+        c, cJSON_GetObjectItemCaseSensitive(
+               j, "cases")) if (!strcmp(cJSON_GetObjectItemCaseSensitive(c, "what")->valuestring, what)) return c;
     fail_msg("no case %s", what);
     return NULL;
 }
@@ -625,12 +641,14 @@ static void test_tools(void **state) {
     FILE *f = fopen(llama31, "w");
     assert_non_null(f);
     fputs("{% if tools %}Environment: ipython\n{{ tools | tojson }}\nAnswer {\"name\": N, \"parameters\": {...}}\n"
-          "{% endif %}{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}assistant: ", f);
+          "{% endif %}{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}assistant: ",
+          f);
     fclose(f);
     f = fopen(mistral, "w");
     assert_non_null(f);
     fputs("[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]{% for m in messages %}[INST]{{ m.content }}[/INST]"
-          "{% if m.tool_calls %}[TOOL_CALLS]{{ m.tool_calls | tojson }}{% endif %}{% endfor %}", f);
+          "{% if m.tool_calls %}[TOOL_CALLS]{{ m.tool_calls | tojson }}{% endif %}{% endfor %}",
+          f);
     fclose(f);
     const char *tmpls[4] = {"ref/chat/qwen3.jinja", "ref/chat/llama3.jinja", llama31, mistral};
     for (int t = 0; t < 4; t++) {
@@ -670,8 +688,8 @@ static void test_tools(void **state) {
                         cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(cont, "calls")) > 0);
             cJSON_Delete(j);
         } else {
-            cJSON *j = post_json(&s, "/v1/chat/completions", tools_body("stories260K", ",\"tool_choice\":\"required\""),
-                                 200);
+            cJSON *j =
+                post_json(&s, "/v1/chat/completions", tools_body("stories260K", ",\"tool_choice\":\"required\""), 200);
             assert_string_equal(jstr(j, "choices.0.finish_reason"), "tool_calls");
             const cJSON *calls = cJSON_GetObjectItemCaseSensitive(
                 cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0),
@@ -682,16 +700,19 @@ static void test_tools(void **state) {
         }
         if (t == 0) {
             const char *P = "/v1/chat/completions";
-            expect_error(&s, "POST", P, tools_body("stories260K", ",\"tool_choice\":{\"type\":\"function\",\"function\":"
-                                                                  "{\"name\":\"nope\"}}"),
+            expect_error(&s, "POST", P,
+                         tools_body("stories260K", ",\"tool_choice\":{\"type\":\"function\",\"function\":"
+                                                   "{\"name\":\"nope\"}}"),
                          NULL, 400, "nope", "tool_choice", NULL);
             expect_error(&s, "POST", P, tools_body("stories260K", ",\"response_format\":{\"type\":\"json_object\"}"),
                          NULL, 400, "grammar", "response_format", NULL);
             expect_error(&s, "POST", P,
                          "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\"}", NULL,
                          400, "no tools", "tool_choice", NULL);
-            expect_error(&s, "POST", P, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":"
-                                        "\"function\"}]}", NULL, 400, "every tool", "tools", NULL);
+            expect_error(&s, "POST", P,
+                         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":"
+                         "\"function\"}]}",
+                         NULL, 400, "every tool", "tools", NULL);
             expect_error(&s, "POST", P, "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":{}}]}", NULL, 400,
                          "tool_calls", "messages", NULL);
             expect_error(&s, "POST", P, tools_body("stories260K", ",\"tool_choice\":\"sometimes\""), NULL, 400,
@@ -711,7 +732,8 @@ static void check_share_title(const char *title, const char *const *names, int n
     double sum = 0;
     for (int k = 0; k < n; k++) {
         size_t l = strlen(names[k]);
-        if (strncmp(p, names[k], l) || p[l] != ' ') fail_msg("share title '%s': member %d is not %s", title, k + 1, names[k]);
+        if (strncmp(p, names[k], l) || p[l] != ' ')
+            fail_msg("share title '%s': member %d is not %s", title, k + 1, names[k]);
         char *end;
         double v = strtod(p + l + 1, &end);
         if (*end != '%' || v < 0 || v > 100) fail_msg("share title '%s': no share for %s", title, names[k]);
@@ -815,10 +837,8 @@ static void test_web_page(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_batching_identical),
-        cmocka_unit_test(test_echo_logprobs),
-        cmocka_unit_test(test_embeddings),
-        cmocka_unit_test(test_tools),
+        cmocka_unit_test(test_batching_identical), cmocka_unit_test(test_echo_logprobs),
+        cmocka_unit_test(test_embeddings),         cmocka_unit_test(test_tools),
         cmocka_unit_test(test_web_page),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

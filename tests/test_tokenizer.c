@@ -24,9 +24,8 @@
 #include "tutti.h"
 
 /* the vocabularies the task requires, then the other tokenizer-only files */
-static const char *const k_required[] = {"llama3", "qwen3",          "gpt-2",        "llama-spm",
-                                         "phi-3",  "deepseek-coder", "deepseek-llm", "falcon",
-                                         "starcoder", "refact",      "mpt"};
+static const char *const k_required[] = {"llama3",       "qwen3",  "gpt-2",     "llama-spm", "phi-3", "deepseek-coder",
+                                         "deepseek-llm", "falcon", "starcoder", "refact",    "mpt"};
 static const char *const k_extra_ok[] = {"baichuan", "gpt-neox"};
 #define N_REQUIRED (sizeof k_required / sizeof k_required[0])
 #define N_EXTRA (sizeof k_extra_ok / sizeof k_extra_ok[0])
@@ -271,8 +270,8 @@ static void test_round_trip(void **state) {
             free(ids);
             free(back);
         }
-        print_message("%-15s round trip exact for %d/%d strings (%d required by the predicate)\n", name,
-                      exact, st.n, expected);
+        print_message("%-15s round trip exact for %d/%d strings (%d required by the predicate)\n", name, exact, st.n,
+                      expected);
         /* all 85 strings are valid UTF-8 without U+2581 or user-defined
          * token text, so the predicate must hold for every one of them */
         assert_int_equal(expected, st.n);
@@ -306,7 +305,10 @@ static void test_lossy_cases(void **state) {
     assert_int_equal(m, 3);
     assert_memory_equal(back, "\xff\xc3(", 3);
     free(a), free(back);
-    a = tok(v, "a\xe2\x96\x81" "b", 5, false, false, &n);
+    a = tok(v,
+            "a\xe2\x96\x81"
+            "b",
+            5, false, false, &n);
     back = detok(v, a, n, &m);
     assert_int_equal(m, 3);
     assert_memory_equal(back, "a b", 3);
@@ -327,16 +329,26 @@ typedef struct oracle_case {
 
 #define S(x) x, sizeof(x) - 1
 static const oracle_case k_oracle[] = {
-    {"llama3", S("<|begin_of_text|>Hello<|eot_id|>"), false,
-     {27, 91, 7413, 3659, 4424, 91, 29, 9906, 27, 91, 68, 354, 851, 91, 29}, 15},
+    {"llama3",
+     S("<|begin_of_text|>Hello<|eot_id|>"),
+     false,
+     {27, 91, 7413, 3659, 4424, 91, 29, 9906, 27, 91, 68, 354, 851, 91, 29},
+     15},
     {"llama3", S("<|begin_of_text|>Hello<|eot_id|>"), true, {128000, 9906, 128009}, 3},
     {"llama3", S("<|start_header_id|>user<|end_header_id|>\n\nhi"), true, {128006, 882, 128007, 271, 6151}, 5},
-    {"qwen3", S("<|im_start|>user\nhi<|im_end|>\n"), false,
-     {27, 91, 318, 4906, 91, 29, 872, 198, 6023, 27, 91, 318, 6213, 91, 397}, 15},
+    {"qwen3",
+     S("<|im_start|>user\nhi<|im_end|>\n"),
+     false,
+     {27, 91, 318, 4906, 91, 29, 872, 198, 6023, 27, 91, 318, 6213, 91, 397},
+     15},
     {"qwen3", S("<|im_start|>user\nhi<|im_end|>\n"), true, {151644, 872, 198, 6023, 151645, 198}, 6},
     /* invalid UTF-8, overlong form, surrogate, value above U+10FFFF */
-    {"qwen3", S("\xff a\xc0\x80" "b \xed\xa0\x80 \xf4\x90\x80\x80"), false,
-     {5691, 264, 9973, 65, 10764, 63219, 59630}, 7},
+    {"qwen3",
+     S("\xff a\xc0\x80"
+       "b \xed\xa0\x80 \xf4\x90\x80\x80"),
+     false,
+     {5691, 264, 9973, 65, 10764, 63219, 59630},
+     7},
     /* Phi-3: user-defined tokens are split off even without parse_special;
      * its special tokens strip the whitespace after them (RSTRIP) */
     {"phi-3", S("x <|user|>  y"), false, {921, 529, 29989, 1792, 29989, 29958, 29871, 343}, 8},
@@ -349,7 +361,13 @@ static const oracle_case k_oracle[] = {
     {"llama-spm", S("<s>hi</s> <unk>"), false, {529, 29879, 29958, 2918, 829, 29879, 29958, 529, 2960, 29958}, 10},
     {"llama-spm", S("<s>hi</s> <unk>"), true, {1, 7251, 2, 259, 0}, 5},
     {"llama-spm", S("\xff\xc3( \xe2\x96\x81x"), false, {29871, 258, 198, 43, 229, 153, 132, 921}, 8},
-    {"gpt-2", S("a\xff" "b\xc0\x80" "c"), false, {64, 4210, 65, 6353, 66}, 5},
+    {"gpt-2",
+     S("a\xff"
+       "b\xc0\x80"
+       "c"),
+     false,
+     {64, 4210, 65, 6353, 66},
+     5},
     {"gpt-2", S("<|endoftext|> ok"), false, {27, 91, 437, 1659, 5239, 91, 29, 12876}, 8},
     {"gpt-2", S("<|endoftext|> ok"), true, {50256, 12876}, 2},
 };
@@ -421,8 +439,7 @@ static void test_real_models(void **state) {
         for (int p = 1; p <= (zh ? 1 : 4); p++) {
             char prel[64], jrel[256];
             snprintf(prel, sizeof prel, zh ? "ref/models/zh1.txt" : "ref/models/p%d.txt", p);
-            snprintf(jrel, sizeof jrel, zh ? "ref/models/%s.zh1.jsonl" : "ref/models/%s.p%d.jsonl",
-                     k_models[k].ref, p);
+            snprintf(jrel, sizeof jrel, zh ? "ref/models/%s.zh1.jsonl" : "ref/models/%s.p%d.jsonl", k_models[k].ref, p);
             size_t tl;
             char *text = read_file(shared_path(prel), &tl);
             char *js = read_file(shared_path(jrel), NULL);
@@ -617,25 +634,32 @@ typedef enum {
 static gguf_file *build(variant x, void **mem) {
     gguf_writer *w = gguf_writer_new();
     assert_non_null(w);
-    const char *toks[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81" "a", "b", "\xe2\x96\x81" "ab",
+    const char *toks[] = {"<unk>",
+                          "<s>",
+                          "</s>",
+                          "\xe2\x96\x81"
+                          "a",
+                          "b",
+                          "\xe2\x96\x81"
+                          "ab",
                           x == BAD_DUPLICATE ? "b" : "c"};
     float scores[] = {0, 0, 0, -1, -2, -0.5f, -3};
     int32_t types[] = {2, 3, 3, 1, 1, 1, 1};
     bool bpe = x == BAD_PRE || x == BAD_NO_MERGES;
     if (x != BAD_NO_MODEL)
         assert_int_equal(gguf_writer_add_str(w, "tokenizer.ggml.model",
-                                             x == BAD_MODEL_BERT ? "bert" : bpe ? "gpt2" : "llama"), 0);
+                                             x == BAD_MODEL_BERT ? "bert"
+                                             : bpe               ? "gpt2"
+                                                                 : "llama"),
+                         0);
     if (x == BAD_PRE) assert_int_equal(gguf_writer_add_str(w, "tokenizer.ggml.pre", "no-such-pre"), 0);
-    if (x == BAD_TOKENS_SCALAR)
-        assert_int_equal(gguf_writer_add_str(w, "tokenizer.ggml.tokens", "a"), 0);
-    else
-        assert_int_equal(gguf_writer_add_str_arr(w, "tokenizer.ggml.tokens", toks, 7), 0);
-    assert_int_equal(gguf_writer_add_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores,
-                                         x == BAD_SCORES_SHORT ? 6 : 7), 0);
+    if (x == BAD_TOKENS_SCALAR) assert_int_equal(gguf_writer_add_str(w, "tokenizer.ggml.tokens", "a"), 0);
+    else assert_int_equal(gguf_writer_add_str_arr(w, "tokenizer.ggml.tokens", toks, 7), 0);
+    assert_int_equal(
+        gguf_writer_add_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, x == BAD_SCORES_SHORT ? 6 : 7), 0);
     if (x == BAD_TYPE_FLOAT)
         assert_int_equal(gguf_writer_add_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_FLOAT32, scores, 7), 0);
-    else
-        assert_int_equal(gguf_writer_add_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, 7), 0);
+    else assert_int_equal(gguf_writer_add_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, 7), 0);
     if (x == BAD_BOS_RANGE) assert_int_equal(gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 7), 0);
     if (x == BAD_ADD_BOS_TYPE) assert_int_equal(gguf_writer_add_u32(w, "tokenizer.ggml.add_bos_token", 1), 0);
     size_t size;
@@ -652,11 +676,16 @@ static void test_malformed_metadata(void **state) {
         variant x;
         const char *needle;
     } cases[] = {
-        {BAD_NO_MODEL, "tokenizer.ggml.model"},     {BAD_MODEL_BERT, "'bert'"},
-        {BAD_PRE, "no-such-pre"},                   {BAD_NO_MERGES, "tokenizer.ggml.merges"},
-        {BAD_SCORES_SHORT, "tokenizer.ggml.scores"}, {BAD_TYPE_FLOAT, "tokenizer.ggml.token_type"},
-        {BAD_BOS_RANGE, "tokenizer.ggml.bos_token_id"}, {BAD_DUPLICATE, "duplicate"},
-        {BAD_TOKENS_SCALAR, "tokenizer.ggml.tokens"}, {BAD_ADD_BOS_TYPE, "tokenizer.ggml.add_bos_token"},
+        {BAD_NO_MODEL, "tokenizer.ggml.model"},
+        {BAD_MODEL_BERT, "'bert'"},
+        {BAD_PRE, "no-such-pre"},
+        {BAD_NO_MERGES, "tokenizer.ggml.merges"},
+        {BAD_SCORES_SHORT, "tokenizer.ggml.scores"},
+        {BAD_TYPE_FLOAT, "tokenizer.ggml.token_type"},
+        {BAD_BOS_RANGE, "tokenizer.ggml.bos_token_id"},
+        {BAD_DUPLICATE, "duplicate"},
+        {BAD_TOKENS_SCALAR, "tokenizer.ggml.tokens"},
+        {BAD_ADD_BOS_TYPE, "tokenizer.ggml.add_bos_token"},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         void *mem = NULL;
@@ -704,11 +733,16 @@ static void test_synthetic_spm(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        shared_unit_test(test_reference_vocabs),  shared_unit_test(test_unsupported_vocab),
-        shared_unit_test(test_round_trip),        shared_unit_test(test_lossy_cases),
-        shared_unit_test(test_oracle_cases),      shared_unit_test(test_real_models),
-        shared_unit_test(test_vocab_facts),       shared_unit_test(test_api_conventions),
-        cmocka_unit_test(test_malformed_metadata), cmocka_unit_test(test_synthetic_spm),
+        shared_unit_test(test_reference_vocabs),
+        shared_unit_test(test_unsupported_vocab),
+        shared_unit_test(test_round_trip),
+        shared_unit_test(test_lossy_cases),
+        shared_unit_test(test_oracle_cases),
+        shared_unit_test(test_real_models),
+        shared_unit_test(test_vocab_facts),
+        shared_unit_test(test_api_conventions),
+        cmocka_unit_test(test_malformed_metadata),
+        cmocka_unit_test(test_synthetic_spm),
         shared_unit_test(test_speed),
     };
     test_select_part();

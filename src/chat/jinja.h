@@ -131,15 +131,15 @@ typedef struct jtok {
 /* ---- AST --------------------------------------------------------------- */
 typedef enum {
     /* statements */
-    JN_TEXT,     /* s */
-    JN_OUTPUT,   /* a */
-    JN_IF,       /* a = condition, body, else_body */
-    JN_FOR,      /* names (targets), a = iterable, b = filter cond, body, else_body */
-    JN_SET,      /* names[0] (+ attr in s) or tuple names, a = value (or body) */
-    JN_MACRO,    /* s = name, names = params, args = defaults (NULL entries), body */
+    JN_TEXT,   /* s */
+    JN_OUTPUT, /* a */
+    JN_IF,     /* a = condition, body, else_body */
+    JN_FOR,    /* names (targets), a = iterable, b = filter cond, body, else_body */
+    JN_SET,    /* names[0] (+ attr in s) or tuple names, a = value (or body) */
+    JN_MACRO,  /* s = name, names = params, args = defaults (NULL entries), body */
     JN_BREAK,
     JN_CONTINUE,
-    JN_CALLBLOCK, /* {% call m(args) %}body{% endcall %}: a = call expr, body = caller */
+    JN_CALLBLOCK,   /* {% call m(args) %}body{% endcall %}: a = call expr, body = caller */
     JN_FILTERBLOCK, /* {% filter f %}body{% endfilter %}: a = filter expr (operand NULL) */
     /* expressions */
     JN_LITERAL, /* val */
@@ -313,8 +313,8 @@ void jv_print(jctx *c, struct jbuf *b, const jv *v);
 jstr jv_to_str(jctx *c, const jv *v);
 /* JSON text as Python's json.dumps writes it (tojson). */
 typedef struct jjson_opts {
-    bool has_indent;  /* indent given (even 0 or ""): one item per line */
-    jstr indent;      /* per level */
+    bool has_indent; /* indent given (even 0 or ""): one item per line */
+    jstr indent;     /* per level */
     jstr item_sep, key_sep;
     bool sort_keys, ensure_ascii;
 } jjson_opts;

@@ -18,24 +18,20 @@ static flow exec_body(jctx *c, const jnodes *body, struct jscope *s, struct jbuf
 static jv eval(jctx *c, const jnode *n, struct jscope *s);
 
 /* ---- scopes ------------------------------------------------------------ */
-struct jscope *jscope_new(jctx *c, struct jscope *parent)
-{
+struct jscope *jscope_new(jctx *c, struct jscope *parent) {
     struct jscope *s = jalloc(c, sizeof *s);
     s->parent = parent;
     return s;
 }
 
-static const jv *scope_get(const struct jscope *s, jstr name)
-{
+static const jv *scope_get(const struct jscope *s, jstr name) {
     for (; s; s = s->parent)
         for (size_t i = 0; i < s->n; i++)
-            if (jstr_eq(s->vars[i].name, name))
-                return &s->vars[i].v;
+            if (jstr_eq(s->vars[i].name, name)) return &s->vars[i].v;
     return NULL;
 }
 
-void jscope_set(jctx *c, struct jscope *s, jstr name, jv v)
-{
+void jscope_set(jctx *c, struct jscope *s, jstr name, jv v) {
     for (size_t i = 0; i < s->n; i++)
         if (jstr_eq(s->vars[i].name, name)) {
             s->vars[i].v = v;
@@ -44,8 +40,7 @@ void jscope_set(jctx *c, struct jscope *s, jstr name, jv v)
     if (s->n == s->cap) {
         size_t cap = s->cap ? s->cap * 2 : 8;
         struct jvar *nv = jalloc(c, cap * sizeof *nv);
-        if (s->n)
-            memcpy(nv, s->vars, s->n * sizeof *nv);
+        if (s->n) memcpy(nv, s->vars, s->n * sizeof *nv);
         s->vars = nv;
         s->cap = cap;
     }
@@ -54,8 +49,7 @@ void jscope_set(jctx *c, struct jscope *s, jstr name, jv v)
     s->n++;
 }
 
-static void step(jctx *c, const jnode *n)
-{
+static void step(jctx *c, const jnode *n) {
     if (++c->steps > JINJA_MAX_STEPS)
         jctx_fail(c, n->line, n->col, "template exceeded %d evaluation steps (endless loop?)", JINJA_MAX_STEPS);
 }
@@ -63,16 +57,14 @@ static void step(jctx *c, const jnode *n)
 /* ---- UTF-8 helpers for Python-like string indexing (by code point) ----- */
 /* Byte offsets of each code point start, plus the end; invalid bytes count
  * as one code point each.  Returns the number of code points. */
-static size_t cp_offsets(jctx *c, jstr s, size_t **offs)
-{
+static size_t cp_offsets(jctx *c, jstr s, size_t **offs) {
     size_t *o = jalloc(c, (s.n + 1) * sizeof *o);
     size_t n = 0, i = 0;
     while (i < s.n) {
         o[n++] = i;
         unsigned char ch = (unsigned char)s.p[i];
         size_t len = ch < 0x80 ? 1 : (ch >> 5) == 6 ? 2 : (ch >> 4) == 14 ? 3 : (ch >> 3) == 30 ? 4 : 1;
-        if (i + len > s.n)
-            len = 1;
+        if (i + len > s.n) len = 1;
         for (size_t k = 1; k < len; k++)
             if (((unsigned char)s.p[i + k] >> 6) != 2) {
                 len = 1;
@@ -86,64 +78,45 @@ static size_t cp_offsets(jctx *c, jstr s, size_t **offs)
 }
 
 /* ---- slicing (Python semantics) ---------------------------------------- */
-static int64_t slice_arg(jctx *c, const jnode *n, struct jscope *s, bool *given)
-{
+static int64_t slice_arg(jctx *c, const jnode *n, struct jscope *s, bool *given) {
     *given = false;
-    if (!n)
-        return 0;
+    if (!n) return 0;
     jv v = eval(c, n, s);
-    if (v.t == JV_NONE || v.t == JV_UNDEF)
-        return 0;
-    if (v.t != JV_INT)
-        jctx_fail(c, n->line, n->col, "slice indices must be integers, got %s", jv_type_name(&v));
+    if (v.t == JV_NONE || v.t == JV_UNDEF) return 0;
+    if (v.t != JV_INT) jctx_fail(c, n->line, n->col, "slice indices must be integers, got %s", jv_type_name(&v));
     *given = true;
     return v.u.i;
 }
 
-static jv eval_slice(jctx *c, const jnode *n, struct jscope *s)
-{
+static jv eval_slice(jctx *c, const jnode *n, struct jscope *s) {
     jv obj = eval(c, n->a, s);
     bool g0, g1, g2;
     int64_t start = slice_arg(c, n->args.v[0], s, &g0);
     int64_t stop = slice_arg(c, n->args.v[1], s, &g1);
     int64_t stp = slice_arg(c, n->args.v[2], s, &g2);
-    if (!g2)
-        stp = 1;
-    if (stp == 0)
-        jctx_fail(c, n->line, n->col, "slice step cannot be zero");
+    if (!g2) stp = 1;
+    if (stp == 0) jctx_fail(c, n->line, n->col, "slice step cannot be zero");
     size_t *offs = NULL;
     int64_t len;
-    if (obj.t == JV_LIST)
-        len = (int64_t)obj.u.l->n;
-    else if (obj.t == JV_STR)
-        len = (int64_t)cp_offsets(c, obj.u.s, &offs);
-    else
-        jctx_fail(c, n->line, n->col, "cannot slice a %s", jv_type_name(&obj));
+    if (obj.t == JV_LIST) len = (int64_t)obj.u.l->n;
+    else if (obj.t == JV_STR) len = (int64_t)cp_offsets(c, obj.u.s, &offs);
+    else jctx_fail(c, n->line, n->col, "cannot slice a %s", jv_type_name(&obj));
     /* normalise like CPython's PySlice_AdjustIndices */
-    if (!g0)
-        start = stp > 0 ? 0 : len - 1;
+    if (!g0) start = stp > 0 ? 0 : len - 1;
     else {
-        if (start < 0)
-            start += len;
-        if (start < 0)
-            start = stp > 0 ? 0 : -1;
-        if (start >= len)
-            start = stp > 0 ? len : len - 1;
+        if (start < 0) start += len;
+        if (start < 0) start = stp > 0 ? 0 : -1;
+        if (start >= len) start = stp > 0 ? len : len - 1;
     }
-    if (!g1)
-        stop = stp > 0 ? len : -1;
+    if (!g1) stop = stp > 0 ? len : -1;
     else {
-        if (stop < 0)
-            stop += len;
-        if (stop < 0)
-            stop = stp > 0 ? 0 : -1;
-        if (stop >= len)
-            stop = stp > 0 ? len : len - 1;
+        if (stop < 0) stop += len;
+        if (stop < 0) stop = stp > 0 ? 0 : -1;
+        if (stop >= len) stop = stp > 0 ? len : len - 1;
     }
     if (obj.t == JV_LIST) {
         jv r = jv_list_new(c, 0);
-        for (int64_t i = start; stp > 0 ? i < stop : i > stop; i += stp)
-            jlist_push(c, r.u.l, obj.u.l->v[i]);
+        for (int64_t i = start; stp > 0 ? i < stop : i > stop; i += stp) jlist_push(c, r.u.l, obj.u.l->v[i]);
         return r;
     }
     struct jbuf b = {0};
@@ -153,8 +126,7 @@ static jv eval_slice(jctx *c, const jnode *n, struct jscope *s)
 }
 
 /* ---- attribute / item access ------------------------------------------ */
-static jv loop_attr(const struct jloop *L, jstr name)
-{
+static jv loop_attr(const struct jloop *L, jstr name) {
     size_t i = L->i, n = L->n;
     if (jstr_eqz(name, "index")) return jv_int((int64_t)i + 1);
     if (jstr_eqz(name, "index0")) return jv_int((int64_t)i);
@@ -171,59 +143,48 @@ static jv loop_attr(const struct jloop *L, jstr name)
 }
 
 /* n->a evaluated to undefined and n needs a value from it. */
-static _Noreturn void undefined_fail(jctx *c, const jnode *n)
-{
-    if (n->a->t == JN_NAME)
-        jctx_fail(c, n->line, n->col, "'%.*s' is undefined", (int)n->a->s.n, n->a->s.p);
+static _Noreturn void undefined_fail(jctx *c, const jnode *n) {
+    if (n->a->t == JN_NAME) jctx_fail(c, n->line, n->col, "'%.*s' is undefined", (int)n->a->s.n, n->a->s.p);
     jctx_fail(c, n->line, n->col, "attribute or item of an undefined value");
 }
 
-static jv get_attr(jctx *c, jv obj, jstr name)
-{
+static jv get_attr(jctx *c, jv obj, jstr name) {
     (void)c;
     if (obj.t == JV_DICT || obj.t == JV_NS) {
         const jv *v = jdict_get(obj.u.d, name);
         return v ? *v : jv_undef();
     }
-    if (obj.t == JV_LOOP)
-        return loop_attr(obj.u.loop, name);
+    if (obj.t == JV_LOOP) return loop_attr(obj.u.loop, name);
     /* Attributes of other values are undefined, as Jinja2's getattr gives
      * them (the caller fails for an undefined obj); methods are handled at
      * the call site. */
     return jv_undef();
 }
 
-static jv get_item(jctx *c, const jnode *n, jv obj, jv key)
-{
-    if (key.t == JV_STR)
-        return get_attr(c, obj, key.u.s);
+static jv get_item(jctx *c, const jnode *n, jv obj, jv key) {
+    if (key.t == JV_STR) return get_attr(c, obj, key.u.s);
     if (key.t == JV_INT || key.t == JV_BOOL) {
         int64_t i = key.t == JV_INT ? key.u.i : key.u.b;
         if (obj.t == JV_LIST) {
             int64_t len = (int64_t)obj.u.l->n;
-            if (i < 0)
-                i += len;
+            if (i < 0) i += len;
             return i >= 0 && i < len ? obj.u.l->v[i] : jv_undef();
         }
         if (obj.t == JV_STR) {
             size_t *offs;
             int64_t len = (int64_t)cp_offsets(c, obj.u.s, &offs);
-            if (i < 0)
-                i += len;
-            if (i < 0 || i >= len)
-                return jv_undef();
+            if (i < 0) i += len;
+            if (i < 0 || i >= len) return jv_undef();
             return jv_str(jstr_sub(obj.u.s, offs[i], offs[i + 1] - offs[i]));
         }
         return jv_undef();
     }
-    if (obj.t == JV_UNDEF || obj.t == JV_NONE)
-        return jv_undef();
+    if (obj.t == JV_UNDEF || obj.t == JV_NONE) return jv_undef();
     jctx_fail(c, n->line, n->col, "cannot index a %s with a %s", jv_type_name(&obj), jv_type_name(&key));
 }
 
 /* ---- calls ------------------------------------------------------------- */
-static jargs eval_args(jctx *c, const jnode *n, struct jscope *s)
-{
+static jargs eval_args(jctx *c, const jnode *n, struct jscope *s) {
     jargs a = {0};
     a.n = n->args.n;
     a.line = n->line;
@@ -233,15 +194,13 @@ static jargs eval_args(jctx *c, const jnode *n, struct jscope *s)
         a.kw = jalloc(c, a.n * sizeof *a.kw);
         for (size_t i = 0; i < a.n; i++) {
             a.v[i] = eval(c, n->args.v[i], s);
-            if (n->kwnames)
-                a.kw[i] = n->kwnames[i];
+            if (n->kwnames) a.kw[i] = n->kwnames[i];
         }
     }
     return a;
 }
 
-static jv call_macro(jctx *c, const jnode *at, const struct jmacro *m, const jargs *a, const jv *caller)
-{
+static jv call_macro(jctx *c, const jnode *at, const struct jmacro *m, const jargs *a, const jv *caller) {
     const jnode *def = m->def;
     step(c, at);
     if (++c->depth > JINJA_MAX_DEPTH)
@@ -252,39 +211,33 @@ static jv call_macro(jctx *c, const jnode *at, const struct jmacro *m, const jar
         if (a->kw[i].n) {
             size_t k;
             for (k = 0; k < def->n_names; k++)
-                if (jstr_eq(def->names[k], a->kw[i]))
-                    break;
+                if (jstr_eq(def->names[k], a->kw[i])) break;
             if (k == def->n_names)
                 jctx_fail(c, at->line, at->col, "macro '%.*s' has no parameter '%.*s'", (int)def->s.n, def->s.p,
                           (int)a->kw[i].n, a->kw[i].p);
             jscope_set(c, s, def->names[k], a->v[i]);
         } else {
             if (n_pos >= def->n_names)
-                jctx_fail(c, at->line, at->col, "macro '%.*s' takes at most %zu argument(s)", (int)def->s.n,
-                          def->s.p, def->n_names);
+                jctx_fail(c, at->line, at->col, "macro '%.*s' takes at most %zu argument(s)", (int)def->s.n, def->s.p,
+                          def->n_names);
             jscope_set(c, s, def->names[n_pos++], a->v[i]);
         }
     }
     for (size_t k = 0; k < def->n_names; k++) {
         bool bound = false;
         for (size_t i = 0; i < s->n; i++)
-            if (jstr_eq(s->vars[i].name, def->names[k]))
-                bound = true;
-        if (!bound)
-            jscope_set(c, s, def->names[k], def->args.v[k] ? eval(c, def->args.v[k], s) : jv_undef());
+            if (jstr_eq(s->vars[i].name, def->names[k])) bound = true;
+        if (!bound) jscope_set(c, s, def->names[k], def->args.v[k] ? eval(c, def->args.v[k], s) : jv_undef());
     }
-    if (caller)
-        jscope_set(c, s, jstr_z("caller"), *caller);
+    if (caller) jscope_set(c, s, jstr_z("caller"), *caller);
     struct jbuf out = {0};
     flow f = exec_body(c, &def->body, s, &out);
-    if (f != FLOW_NORMAL)
-        jctx_fail(c, at->line, at->col, "{%% break %%} or {%% continue %%} outside a loop in macro");
+    if (f != FLOW_NORMAL) jctx_fail(c, at->line, at->col, "{%% break %%} or {%% continue %%} outside a loop in macro");
     c->depth--;
     return jv_str(jbuf_take(c, &out));
 }
 
-static jv eval_call(jctx *c, const jnode *n, struct jscope *s)
-{
+static jv eval_call(jctx *c, const jnode *n, struct jscope *s) {
     const jnode *f = n->a;
     if (f->t == JN_NAME) {
         const jv *v = scope_get(s, f->s);
@@ -296,8 +249,7 @@ static jv eval_call(jctx *c, const jnode *n, struct jscope *s)
             jargs a = eval_args(c, n, s);
             bool found;
             jv r = jinja_global_call(c, f->s, &a, &found);
-            if (found)
-                return r;
+            if (found) return r;
             jctx_fail(c, n->line, n->col, "unknown function '%.*s'", (int)f->s.n, f->s.p);
         }
         jctx_fail(c, n->line, n->col, "'%.*s' is a %s, not a function", (int)f->s.n, f->s.p, jv_type_name(v));
@@ -328,56 +280,40 @@ static jv eval_call(jctx *c, const jnode *n, struct jscope *s)
 }
 
 /* ---- operators --------------------------------------------------------- */
-static bool numeric(const jv *v)
-{
-    return v->t == JV_INT || v->t == JV_FLOAT || v->t == JV_BOOL;
-}
+static bool numeric(const jv *v) { return v->t == JV_INT || v->t == JV_FLOAT || v->t == JV_BOOL; }
 
-static double as_f(const jv *v)
-{
-    return v->t == JV_FLOAT ? v->u.f : v->t == JV_INT ? (double)v->u.i : (double)v->u.b;
-}
+static double as_f(const jv *v) { return v->t == JV_FLOAT ? v->u.f : v->t == JV_INT ? (double)v->u.i : (double)v->u.b; }
 
-static int64_t as_i(const jv *v)
-{
-    return v->t == JV_INT ? v->u.i : (int64_t)v->u.b;
-}
+static int64_t as_i(const jv *v) { return v->t == JV_INT ? v->u.i : (int64_t)v->u.b; }
 
 /* Python floats overflow to inf (and inf - inf is nan) except in **. */
-static jv float_result(jctx *c, const jnode *n, double r)
-{
+static jv float_result(jctx *c, const jnode *n, double r) {
     (void)c;
     (void)n;
     return jv_float(r);
 }
 
-static jv repeat(jctx *c, const jnode *n, jv seq, int64_t times)
-{
-    if (times < 0)
-        times = 0;
+static jv repeat(jctx *c, const jnode *n, jv seq, int64_t times) {
+    if (times < 0) times = 0;
     if (seq.t == JV_STR) {
         if (seq.u.s.n && (uint64_t)times > JINJA_MAX_OUTPUT / seq.u.s.n)
             jctx_fail(c, n->line, n->col, "string repetition too long");
         struct jbuf b = {0};
-        for (int64_t k = 0; k < times; k++)
-            jbuf_puts(c, &b, seq.u.s);
+        for (int64_t k = 0; k < times; k++) jbuf_puts(c, &b, seq.u.s);
         return jv_str(jbuf_take(c, &b));
     }
     if (seq.u.l->n && (uint64_t)times > (JINJA_MAX_ARENA / sizeof(jv)) / seq.u.l->n)
         jctx_fail(c, n->line, n->col, "list repetition too long");
     jv r = jv_list_new(c, 0);
     for (int64_t k = 0; k < times; k++)
-        for (size_t i = 0; i < seq.u.l->n; i++)
-            jlist_push(c, r.u.l, seq.u.l->v[i]);
+        for (size_t i = 0; i < seq.u.l->n; i++) jlist_push(c, r.u.l, seq.u.l->v[i]);
     return r;
 }
 
-static jv arith(jctx *c, const jnode *n, jop op, jv a, jv b)
-{
+static jv arith(jctx *c, const jnode *n, jop op, jv a, jv b) {
     bool fl = a.t == JV_FLOAT || b.t == JV_FLOAT;
     if (op == JOP_DIV) {
-        if (as_f(&b) == 0)
-            jctx_fail(c, n->line, n->col, "division by zero");
+        if (as_f(&b) == 0) jctx_fail(c, n->line, n->col, "division by zero");
         return float_result(c, n, as_f(&a) / as_f(&b));
     }
     if (fl || op == JOP_POW) {
@@ -388,19 +324,15 @@ static jv arith(jctx *c, const jnode *n, jop op, jv a, jv b)
         case JOP_MUL: r = x * y; break;
         case JOP_FLOORDIV:
         case JOP_MOD:
-            if (y == 0)
-                jctx_fail(c, n->line, n->col, "division by zero");
+            if (y == 0) jctx_fail(c, n->line, n->col, "division by zero");
             r = op == JOP_FLOORDIV ? floor(x / y) : x - floor(x / y) * y;
             break;
         case JOP_POW:
-            if (x == 0 && y < 0)
-                jctx_fail(c, n->line, n->col, "0 cannot be raised to a negative power");
+            if (x == 0 && y < 0) jctx_fail(c, n->line, n->col, "0 cannot be raised to a negative power");
             r = pow(x, y);
-            if (isinf(r) && isfinite(x) && isfinite(y))
-                jctx_fail(c, n->line, n->col, "numerical result out of range");
+            if (isinf(r) && isfinite(x) && isfinite(y)) jctx_fail(c, n->line, n->col, "numerical result out of range");
             if (!fl && y >= 0) {
-                if (!(fabs(r) < 9.2e18))
-                    jctx_fail(c, n->line, n->col, "integer power overflows");
+                if (!(fabs(r) < 9.2e18)) jctx_fail(c, n->line, n->col, "integer power overflows");
                 return jv_int((int64_t)r);
             }
             break;
@@ -416,8 +348,7 @@ static jv arith(jctx *c, const jnode *n, jop op, jv a, jv b)
     case JOP_MUL: ovf = __builtin_mul_overflow(x, y, &r); break;
     case JOP_FLOORDIV:
     case JOP_MOD:
-        if (y == 0)
-            jctx_fail(c, n->line, n->col, "division by zero");
+        if (y == 0) jctx_fail(c, n->line, n->col, "division by zero");
         if (x == INT64_MIN && y == -1) {
             ovf = op == JOP_FLOORDIV;
             r = 0;
@@ -434,16 +365,14 @@ static jv arith(jctx *c, const jnode *n, jop op, jv a, jv b)
         break;
     default: break;
     }
-    if (ovf)
-        jctx_fail(c, n->line, n->col, "integer overflow");
+    if (ovf) jctx_fail(c, n->line, n->col, "integer overflow");
     return jv_int(r);
 }
 
 /* Python's printf-style str % args: %s, %d, %i and %%; args is a tuple of
  * values or one value.  The format's bytes and each %s argument keep their
  * marks. */
-static jv percent_format(jctx *c, const jnode *n, jstr fmt, jv args)
-{
+static jv percent_format(jctx *c, const jnode *n, jstr fmt, jv args) {
     size_t n_args = args.t == JV_LIST && args.u.l->tuple ? args.u.l->n : 1, used = 0;
     const jv *argv = args.t == JV_LIST && args.u.l->tuple ? args.u.l->v : &args;
     struct jbuf b = {0};
@@ -464,8 +393,7 @@ static jv percent_format(jctx *c, const jnode *n, jstr fmt, jv args)
         }
         if (conv != 's' && conv != 'd' && conv != 'i')
             jctx_fail(c, n->line, n->col, "'%%' formatting: only %%s, %%d and %%i are supported");
-        if (used >= n_args)
-            jctx_fail(c, n->line, n->col, "not enough arguments for format string");
+        if (used >= n_args) jctx_fail(c, n->line, n->col, "not enough arguments for format string");
         const jv *v = &argv[used++];
         if (conv == 's') {
             jbuf_puts(c, &b, jv_to_str(c, v));
@@ -482,18 +410,14 @@ static jv percent_format(jctx *c, const jnode *n, jstr fmt, jv args)
         i += 2;
     }
     jbuf_puts(c, &b, jstr_sub(fmt, i - run, run));
-    if (used < n_args)
-        jctx_fail(c, n->line, n->col, "not all arguments converted during string formatting");
+    if (used < n_args) jctx_fail(c, n->line, n->col, "not all arguments converted during string formatting");
     return jv_str(jbuf_take(c, &b));
 }
 
-static jv eval_binary(jctx *c, const jnode *n, struct jscope *s)
-{
+static jv eval_binary(jctx *c, const jnode *n, struct jscope *s) {
     jv a = eval(c, n->a, s);
-    if (n->op == JOP_AND)
-        return jv_truthy(&a) ? eval(c, n->b, s) : a;
-    if (n->op == JOP_OR)
-        return jv_truthy(&a) ? a : eval(c, n->b, s);
+    if (n->op == JOP_AND) return jv_truthy(&a) ? eval(c, n->b, s) : a;
+    if (n->op == JOP_OR) return jv_truthy(&a) ? a : eval(c, n->b, s);
     jv b = eval(c, n->b, s);
     switch (n->op) {
     case JOP_EQ: return jv_bool(jv_equal(&a, &b));
@@ -501,17 +425,13 @@ static jv eval_binary(jctx *c, const jnode *n, struct jscope *s)
     case JOP_IN:
     case JOP_NOTIN: {
         bool in = false;
-        if (b.t == JV_UNDEF)
-            in = false;
+        if (b.t == JV_UNDEF) in = false;
         else if (b.t == JV_STR && a.t == JV_STR)
             in = a.u.s.n == 0 || (b.u.s.n >= a.u.s.n && jmemfind(b.u.s.p, b.u.s.n, a.u.s.p, a.u.s.n) != NULL);
         else if (b.t == JV_LIST) {
-            for (size_t i = 0; i < b.u.l->n && !in; i++)
-                in = jv_equal(&a, &b.u.l->v[i]);
-        } else if ((b.t == JV_DICT || b.t == JV_NS) && a.t == JV_STR)
-            in = jdict_get(b.u.d, a.u.s) != NULL;
-        else if (b.t == JV_DICT || b.t == JV_NS)
-            in = false;
+            for (size_t i = 0; i < b.u.l->n && !in; i++) in = jv_equal(&a, &b.u.l->v[i]);
+        } else if ((b.t == JV_DICT || b.t == JV_NS) && a.t == JV_STR) in = jdict_get(b.u.d, a.u.s) != NULL;
+        else if (b.t == JV_DICT || b.t == JV_NS) in = false;
         else
             jctx_fail(c, n->line, n->col, "'in' needs a string, list or dict on the right, got %s in %s",
                       jv_type_name(&a), jv_type_name(&b));
@@ -522,8 +442,7 @@ static jv eval_binary(jctx *c, const jnode *n, struct jscope *s)
     default: break;
     }
     if (a.t == JV_UNDEF || b.t == JV_UNDEF)
-        jctx_fail(c, n->line, n->col, "operation on an undefined value (%s %s)", jv_type_name(&a),
-                  jv_type_name(&b));
+        jctx_fail(c, n->line, n->col, "operation on an undefined value (%s %s)", jv_type_name(&a), jv_type_name(&b));
     switch (n->op) {
     case JOP_LT: return jv_bool(jv_compare(c, &a, &b, n->line, n->col) < 0);
     case JOP_LE: return jv_bool(jv_compare(c, &a, &b, n->line, n->col) <= 0);
@@ -531,36 +450,29 @@ static jv eval_binary(jctx *c, const jnode *n, struct jscope *s)
     case JOP_GE: return jv_bool(jv_compare(c, &a, &b, n->line, n->col) >= 0);
     default: break;
     }
-    if (numeric(&a) && numeric(&b))
-        return arith(c, n, n->op, a, b);
+    if (numeric(&a) && numeric(&b)) return arith(c, n, n->op, a, b);
     if (n->op == JOP_ADD) {
         if (a.t == JV_LIST && b.t == JV_LIST) {
             jv r = jv_list_new(c, a.u.l->n + b.u.l->n);
-            for (size_t i = 0; i < a.u.l->n; i++)
-                jlist_push(c, r.u.l, a.u.l->v[i]);
-            for (size_t i = 0; i < b.u.l->n; i++)
-                jlist_push(c, r.u.l, b.u.l->v[i]);
+            for (size_t i = 0; i < a.u.l->n; i++) jlist_push(c, r.u.l, a.u.l->v[i]);
+            for (size_t i = 0; i < b.u.l->n; i++) jlist_push(c, r.u.l, b.u.l->v[i]);
             return r;
         }
         if (a.t == JV_STR && b.t == JV_STR) /* Python: str + str only */
             return jv_str(jstr_cat(c, a.u.s, b.u.s));
     }
-    if (n->op == JOP_MOD && a.t == JV_STR)
-        return percent_format(c, n, a.u.s, b);
+    if (n->op == JOP_MOD && a.t == JV_STR) return percent_format(c, n, a.u.s, b);
     if (n->op == JOP_MUL) {
-        if ((a.t == JV_STR || a.t == JV_LIST) && b.t == JV_INT)
-            return repeat(c, n, a, b.u.i);
-        if ((b.t == JV_STR || b.t == JV_LIST) && a.t == JV_INT)
-            return repeat(c, n, b, a.u.i);
+        if ((a.t == JV_STR || a.t == JV_LIST) && b.t == JV_INT) return repeat(c, n, a, b.u.i);
+        if ((b.t == JV_STR || b.t == JV_LIST) && a.t == JV_INT) return repeat(c, n, b, a.u.i);
     }
-    static const char *opname[] = {[JOP_ADD] = "+", [JOP_SUB] = "-", [JOP_MUL] = "*", [JOP_DIV] = "/",
+    static const char *opname[] = {[JOP_ADD] = "+",       [JOP_SUB] = "-", [JOP_MUL] = "*", [JOP_DIV] = "/",
                                    [JOP_FLOORDIV] = "//", [JOP_MOD] = "%", [JOP_POW] = "**"};
     jctx_fail(c, n->line, n->col, "unsupported operand types for %s: %s and %s",
               n->op <= JOP_POW && opname[n->op] ? opname[n->op] : "?", jv_type_name(&a), jv_type_name(&b));
 }
 
-static jv eval(jctx *c, const jnode *n, struct jscope *s)
-{
+static jv eval(jctx *c, const jnode *n, struct jscope *s) {
     if (++c->depth > JINJA_MAX_DEPTH)
         jctx_fail(c, n->line, n->col, "expression nested deeper than %d levels", JINJA_MAX_DEPTH);
     jv r;
@@ -574,8 +486,7 @@ static jv eval(jctx *c, const jnode *n, struct jscope *s)
     case JN_LIST:
     case JN_TUPLE:
         r = jv_list_new(c, n->args.n);
-        for (size_t i = 0; i < n->args.n; i++)
-            jlist_push(c, r.u.l, eval(c, n->args.v[i], s));
+        for (size_t i = 0; i < n->args.n; i++) jlist_push(c, r.u.l, eval(c, n->args.v[i], s));
         r.u.l->tuple = n->t == JN_TUPLE;
         break;
     case JN_DICT:
@@ -597,8 +508,7 @@ static jv eval(jctx *c, const jnode *n, struct jscope *s)
     }
     case JN_INDEX: {
         jv obj = eval(c, n->a, s);
-        if (obj.t == JV_UNDEF)
-            undefined_fail(c, n);
+        if (obj.t == JV_UNDEF) undefined_fail(c, n);
         r = get_item(c, n, obj, eval(c, n->b, s));
         break;
     }
@@ -622,8 +532,7 @@ static jv eval(jctx *c, const jnode *n, struct jscope *s)
         if (n->op == JOP_NOT) {
             r = jv_bool(!jv_truthy(&a));
         } else if (a.t == JV_INT) {
-            if (n->op == JOP_NEG && a.u.i == INT64_MIN)
-                jctx_fail(c, n->line, n->col, "integer overflow");
+            if (n->op == JOP_NEG && a.u.i == INT64_MIN) jctx_fail(c, n->line, n->col, "integer overflow");
             r = jv_int(n->op == JOP_NEG ? -a.u.i : a.u.i);
         } else if (a.t == JV_FLOAT) {
             r = jv_float(n->op == JOP_NEG ? -a.u.f : a.u.f);
@@ -648,8 +557,7 @@ static jv eval(jctx *c, const jnode *n, struct jscope *s)
 }
 
 /* ---- statements -------------------------------------------------------- */
-static void bind_targets(jctx *c, const jnode *n, struct jscope *s, jv v)
-{
+static void bind_targets(jctx *c, const jnode *n, struct jscope *s, jv v) {
     if (n->n_names == 1) {
         jscope_set(c, s, n->names[0], v);
         return;
@@ -658,37 +566,30 @@ static void bind_targets(jctx *c, const jnode *n, struct jscope *s, jv v)
         jctx_fail(c, n->line, n->col, "cannot unpack a %s into %zu names", jv_type_name(&v), n->n_names);
     if (v.u.l->n != n->n_names)
         jctx_fail(c, n->line, n->col, "cannot unpack %zu values into %zu names", v.u.l->n, n->n_names);
-    for (size_t i = 0; i < n->n_names; i++)
-        jscope_set(c, s, n->names[i], v.u.l->v[i]);
+    for (size_t i = 0; i < n->n_names; i++) jscope_set(c, s, n->names[i], v.u.l->v[i]);
 }
 
 /* Items a for loop iterates over: list items, dict keys, string characters;
  * undefined iterates as empty (Jinja2's default Undefined). */
-static jv iter_items(jctx *c, const jnode *n, jv it)
-{
-    if (it.t == JV_LIST)
-        return it;
-    if (it.t == JV_UNDEF)
-        return jv_list_new(c, 0);
+static jv iter_items(jctx *c, const jnode *n, jv it) {
+    if (it.t == JV_LIST) return it;
+    if (it.t == JV_UNDEF) return jv_list_new(c, 0);
     if (it.t == JV_DICT) {
         jv r = jv_list_new(c, it.u.d->n);
-        for (size_t i = 0; i < it.u.d->n; i++)
-            jlist_push(c, r.u.l, jv_str(it.u.d->k[i]));
+        for (size_t i = 0; i < it.u.d->n; i++) jlist_push(c, r.u.l, jv_str(it.u.d->k[i]));
         return r;
     }
     if (it.t == JV_STR) {
         size_t *offs;
         size_t cnt = cp_offsets(c, it.u.s, &offs);
         jv r = jv_list_new(c, cnt);
-        for (size_t i = 0; i < cnt; i++)
-            jlist_push(c, r.u.l, jv_str(jstr_sub(it.u.s, offs[i], offs[i + 1] - offs[i])));
+        for (size_t i = 0; i < cnt; i++) jlist_push(c, r.u.l, jv_str(jstr_sub(it.u.s, offs[i], offs[i + 1] - offs[i])));
         return r;
     }
     jctx_fail(c, n->line, n->col, "cannot iterate over a %s", jv_type_name(&it));
 }
 
-static void exec_for(jctx *c, const jnode *n, struct jscope *s, struct jbuf *out)
-{
+static void exec_for(jctx *c, const jnode *n, struct jscope *s, struct jbuf *out) {
     struct jscope *ls = jscope_new(c, s);
     jv all = iter_items(c, n->a, eval(c, n->a, s));
     jv items = all;
@@ -698,8 +599,7 @@ static void exec_for(jctx *c, const jnode *n, struct jscope *s, struct jbuf *out
             step(c, n);
             bind_targets(c, n, ls, all.u.l->v[i]);
             jv keep = eval(c, n->b, ls);
-            if (jv_truthy(&keep))
-                jlist_push(c, items.u.l, all.u.l->v[i]);
+            if (jv_truthy(&keep)) jlist_push(c, items.u.l, all.u.l->v[i]);
         }
     }
     struct jloop *L = jalloc(c, sizeof *L);
@@ -712,15 +612,12 @@ static void exec_for(jctx *c, const jnode *n, struct jscope *s, struct jbuf *out
         jscope_set(c, ls, jstr_z("loop"), loopv);
         bind_targets(c, n, ls, L->items[i]);
         flow f = exec_body(c, &n->body, ls, out);
-        if (f == FLOW_BREAK)
-            break;
+        if (f == FLOW_BREAK) break;
     }
-    if (L->n == 0)
-        exec_body(c, &n->else_body, ls, out);
+    if (L->n == 0) exec_body(c, &n->else_body, ls, out);
 }
 
-static void exec_set(jctx *c, const jnode *n, struct jscope *s)
-{
+static void exec_set(jctx *c, const jnode *n, struct jscope *s) {
     jv v;
     if (n->a) {
         v = eval(c, n->a, s);
@@ -733,23 +630,21 @@ static void exec_set(jctx *c, const jnode *n, struct jscope *s)
     if (n->s.n) { /* set ns.attr = v */
         const jv *obj = scope_get(s, n->names[0]);
         if (!obj || obj->t != JV_NS)
-            jctx_fail(c, n->line, n->col, "cannot assign attribute '%.*s': '%.*s' is not a namespace()",
-                      (int)n->s.n, n->s.p, (int)n->names[0].n, n->names[0].p);
+            jctx_fail(c, n->line, n->col, "cannot assign attribute '%.*s': '%.*s' is not a namespace()", (int)n->s.n,
+                      n->s.p, (int)n->names[0].n, n->names[0].p);
         jdict_set(c, obj->u.d, n->s, v);
         return;
     }
     bind_targets(c, n, s, v);
 }
 
-static flow exec_stmt(jctx *c, const jnode *n, struct jscope *s, struct jbuf *out)
-{
+static flow exec_stmt(jctx *c, const jnode *n, struct jscope *s, struct jbuf *out) {
     step(c, n);
     switch (n->t) {
     case JN_TEXT: jbuf_put(c, out, n->s.p, n->s.n); break;
     case JN_OUTPUT: {
         jv v = eval(c, n->a, s);
-        if (v.t == JV_MACRO || v.t == JV_LOOP)
-            jctx_fail(c, n->line, n->col, "cannot print a %s", jv_type_name(&v));
+        if (v.t == JV_MACRO || v.t == JV_LOOP) jctx_fail(c, n->line, n->col, "cannot print a %s", jv_type_name(&v));
         jv_print(c, out, &v);
         break;
     }
@@ -802,10 +697,8 @@ static flow exec_stmt(jctx *c, const jnode *n, struct jscope *s, struct jbuf *ou
     return FLOW_NORMAL;
 }
 
-static flow exec_body(jctx *c, const jnodes *body, struct jscope *s, struct jbuf *out)
-{
-    if (++c->depth > JINJA_MAX_DEPTH)
-        jctx_fail(c, 0, 0, "blocks nested deeper than %d levels", JINJA_MAX_DEPTH);
+static flow exec_body(jctx *c, const jnodes *body, struct jscope *s, struct jbuf *out) {
+    if (++c->depth > JINJA_MAX_DEPTH) jctx_fail(c, 0, 0, "blocks nested deeper than %d levels", JINJA_MAX_DEPTH);
     for (size_t i = 0; i < body->n; i++) {
         flow f = exec_stmt(c, body->v[i], s, out);
         if (f != FLOW_NORMAL) {
@@ -817,10 +710,8 @@ static flow exec_body(jctx *c, const jnodes *body, struct jscope *s, struct jbuf
     return FLOW_NORMAL;
 }
 
-void jinja_exec(jctx *c, const jnodes *prog, struct jscope *scope)
-{
+void jinja_exec(jctx *c, const jnodes *prog, struct jscope *scope) {
     c->depth = 0;
     flow f = exec_body(c, prog, scope, &c->out);
-    if (f != FLOW_NORMAL)
-        jctx_fail(c, 0, 0, "{%% break %%} or {%% continue %%} outside a loop");
+    if (f != FLOW_NORMAL) jctx_fail(c, 0, 0, "{%% break %%} or {%% continue %%} outside a loop");
 }

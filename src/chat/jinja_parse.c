@@ -9,26 +9,17 @@
 
 #include "chat/jinja.h"
 
-static jtok *peek(jctx *c)
-{
-    return &c->toks[c->pos];
-}
+static jtok *peek(jctx *c) { return &c->toks[c->pos]; }
 
-static jtok *peek2(jctx *c)
-{
-    return c->pos + 1 < c->n_toks ? &c->toks[c->pos + 1] : &c->toks[c->n_toks - 1];
-}
+static jtok *peek2(jctx *c) { return c->pos + 1 < c->n_toks ? &c->toks[c->pos + 1] : &c->toks[c->n_toks - 1]; }
 
-static jtok *next(jctx *c)
-{
+static jtok *next(jctx *c) {
     jtok *t = &c->toks[c->pos];
-    if (t->t != JT_EOF)
-        c->pos++;
+    if (t->t != JT_EOF) c->pos++;
     return t;
 }
 
-static const char *tok_desc(const jtok *t, char *buf, size_t n)
-{
+static const char *tok_desc(const jtok *t, char *buf, size_t n) {
     switch (t->t) {
     case JT_TEXT: return "template text";
     case JT_VAR_BEGIN: return "'{{'";
@@ -40,31 +31,21 @@ static const char *tok_desc(const jtok *t, char *buf, size_t n)
     case JT_FLOAT: return "a number";
     case JT_EOF: return "end of template";
     case JT_NAME:
-    case JT_OP:
-        snprintf(buf, n, "'%.*s'", (int)(t->s.n > 40 ? 40 : t->s.n), t->s.p);
-        return buf;
+    case JT_OP: snprintf(buf, n, "'%.*s'", (int)(t->s.n > 40 ? 40 : t->s.n), t->s.p); return buf;
     }
     return "?";
 }
 
-static _Noreturn void fail_at(jctx *c, const jtok *t, const char *what)
-{
+static _Noreturn void fail_at(jctx *c, const jtok *t, const char *what) {
     char buf[64];
     jctx_fail(c, t->line, t->col, "%s, found %s", what, tok_desc(t, buf, sizeof buf));
 }
 
-static bool is_op(const jtok *t, const char *op)
-{
-    return t->t == JT_OP && jstr_eqz(t->s, op);
-}
+static bool is_op(const jtok *t, const char *op) { return t->t == JT_OP && jstr_eqz(t->s, op); }
 
-static bool is_name(const jtok *t, const char *w)
-{
-    return t->t == JT_NAME && jstr_eqz(t->s, w);
-}
+static bool is_name(const jtok *t, const char *w) { return t->t == JT_NAME && jstr_eqz(t->s, w); }
 
-static void expect_op(jctx *c, const char *op)
-{
+static void expect_op(jctx *c, const char *op) {
     if (!is_op(peek(c), op)) {
         char msg[48];
         snprintf(msg, sizeof msg, "expected '%s'", op);
@@ -73,8 +54,7 @@ static void expect_op(jctx *c, const char *op)
     next(c);
 }
 
-static void expect_block_end(jctx *c, const char *stmt)
-{
+static void expect_block_end(jctx *c, const char *stmt) {
     if (peek(c)->t != JT_BLOCK_END) {
         char msg[80];
         snprintf(msg, sizeof msg, "expected '%%}' to close {%% %s %%}", stmt);
@@ -83,15 +63,12 @@ static void expect_block_end(jctx *c, const char *stmt)
     next(c);
 }
 
-static jstr expect_name(jctx *c, const char *what)
-{
-    if (peek(c)->t != JT_NAME)
-        fail_at(c, peek(c), what);
+static jstr expect_name(jctx *c, const char *what) {
+    if (peek(c)->t != JT_NAME) fail_at(c, peek(c), what);
     return next(c)->s;
 }
 
-static jnode *mk(jctx *c, jnode_type t, const jtok *at)
-{
+static jnode *mk(jctx *c, jnode_type t, const jtok *at) {
     jnode *n = jalloc(c, sizeof *n);
     n->t = t;
     n->line = at->line;
@@ -99,37 +76,30 @@ static jnode *mk(jctx *c, jnode_type t, const jtok *at)
     return n;
 }
 
-static void nodes_push(jctx *c, jnodes *v, jnode *n)
-{
+static void nodes_push(jctx *c, jnodes *v, jnode *n) {
     if (v->n == v->cap) {
         size_t cap = v->cap ? v->cap * 2 : 4;
         jnode **nv = jalloc(c, cap * sizeof *nv);
-        if (v->n)
-            memcpy(nv, v->v, v->n * sizeof *nv);
+        if (v->n) memcpy(nv, v->v, v->n * sizeof *nv);
         v->v = nv;
         v->cap = cap;
     }
     v->v[v->n++] = n;
 }
 
-static void enter(jctx *c)
-{
+static void enter(jctx *c) {
     if (++c->depth > JINJA_MAX_DEPTH)
         jctx_fail(c, peek(c)->line, peek(c)->col, "template nested deeper than %d levels", JINJA_MAX_DEPTH);
 }
 
-static void leave(jctx *c)
-{
-    c->depth--;
-}
+static void leave(jctx *c) { c->depth--; }
 
 static jnode *parse_expr(jctx *c);
 static jnode *parse_or(jctx *c);
 static jnode *parse_unary(jctx *c, bool with_filter);
 
 /* Arguments of a call, filter or test: "(" [expr | name=expr] {, ...} ")". */
-static void parse_args(jctx *c, jnode *n)
-{
+static void parse_args(jctx *c, jnode *n) {
     expect_op(c, "(");
     size_t cap = 0;
     while (!is_op(peek(c), ")")) {
@@ -142,22 +112,19 @@ static void parse_args(jctx *c, jnode *n)
         if (kw.n || n->kwnames) {
             if (cap < n->args.cap) {
                 jstr *k = jalloc(c, n->args.cap * sizeof *k);
-                if (n->kwnames)
-                    memcpy(k, n->kwnames, (n->args.n - 1) * sizeof *k);
+                if (n->kwnames) memcpy(k, n->kwnames, (n->args.n - 1) * sizeof *k);
                 n->kwnames = k;
                 cap = n->args.cap;
             }
             n->kwnames[n->args.n - 1] = kw;
         }
-        if (!is_op(peek(c), ","))
-            break;
+        if (!is_op(peek(c), ",")) break;
         next(c);
     }
     expect_op(c, ")");
 }
 
-static jnode *parse_primary(jctx *c)
-{
+static jnode *parse_primary(jctx *c) {
     jtok *t = peek(c);
     jnode *n;
     switch (t->t) {
@@ -209,8 +176,7 @@ static jnode *parse_primary(jctx *c)
                 nodes_push(c, &n->args, e);
                 while (is_op(peek(c), ",")) {
                     next(c);
-                    if (is_op(peek(c), ")"))
-                        break;
+                    if (is_op(peek(c), ")")) break;
                     nodes_push(c, &n->args, parse_expr(c));
                 }
                 e = n;
@@ -223,8 +189,7 @@ static jnode *parse_primary(jctx *c)
             n = mk(c, JN_LIST, t);
             while (!is_op(peek(c), "]")) {
                 nodes_push(c, &n->args, parse_expr(c));
-                if (!is_op(peek(c), ","))
-                    break;
+                if (!is_op(peek(c), ",")) break;
                 next(c);
             }
             expect_op(c, "]");
@@ -237,22 +202,19 @@ static jnode *parse_primary(jctx *c)
                 nodes_push(c, &n->args, parse_expr(c));
                 expect_op(c, ":");
                 nodes_push(c, &n->args, parse_expr(c));
-                if (!is_op(peek(c), ","))
-                    break;
+                if (!is_op(peek(c), ",")) break;
                 next(c);
             }
             expect_op(c, "}");
             return n;
         }
         break;
-    default:
-        break;
+    default: break;
     }
     fail_at(c, t, "expected an expression");
 }
 
-static jnode *parse_postfix(jctx *c, jnode *n)
-{
+static jnode *parse_postfix(jctx *c, jnode *n) {
     for (;;) {
         jtok *t = peek(c);
         if (is_op(t, ".")) {
@@ -278,28 +240,23 @@ static jnode *parse_postfix(jctx *c, jnode *n)
             int n_colons = 0;
             for (;;) {
                 if (is_op(peek(c), ":")) {
-                    if (++n_colons > 2)
-                        fail_at(c, peek(c), "too many ':' in slice");
+                    if (++n_colons > 2) fail_at(c, peek(c), "too many ':' in slice");
                     next(c);
                     continue;
                 }
-                if (is_op(peek(c), "]"))
-                    break;
-                if (parts[n_colons])
-                    fail_at(c, peek(c), "expected ']' or ':'");
+                if (is_op(peek(c), "]")) break;
+                if (parts[n_colons]) fail_at(c, peek(c), "expected ']' or ':'");
                 parts[n_colons] = parse_expr(c);
             }
             expect_op(c, "]");
             jnode *m;
             if (n_colons == 0) {
-                if (!parts[0])
-                    fail_at(c, t, "empty subscript '[]'");
+                if (!parts[0]) fail_at(c, t, "empty subscript '[]'");
                 m = mk(c, JN_INDEX, t);
                 m->b = parts[0];
             } else {
                 m = mk(c, JN_SLICE, t);
-                for (int k = 0; k < 3; k++)
-                    nodes_push(c, &m->args, parts[k]);
+                for (int k = 0; k < 3; k++) nodes_push(c, &m->args, parts[k]);
             }
             m->a = n;
             n = m;
@@ -314,22 +271,18 @@ static jnode *parse_postfix(jctx *c, jnode *n)
     }
 }
 
-static bool starts_test_arg(const jtok *t)
-{
+static bool starts_test_arg(const jtok *t) {
     static const char *stop[] = {"and", "or", "else", "if", "is", "in", "not"};
-    if (t->t == JT_STRING || t->t == JT_INT || t->t == JT_FLOAT)
-        return true;
+    if (t->t == JT_STRING || t->t == JT_INT || t->t == JT_FLOAT) return true;
     if (t->t == JT_NAME) {
         for (size_t k = 0; k < sizeof stop / sizeof stop[0]; k++)
-            if (jstr_eqz(t->s, stop[k]))
-                return false;
+            if (jstr_eqz(t->s, stop[k])) return false;
         return true;
     }
     return is_op(t, "[") || is_op(t, "{");
 }
 
-static jnode *parse_filter_expr(jctx *c, jnode *n)
-{
+static jnode *parse_filter_expr(jctx *c, jnode *n) {
     for (;;) {
         jtok *t = peek(c);
         if (is_op(t, "|")) {
@@ -342,8 +295,7 @@ static jnode *parse_filter_expr(jctx *c, jnode *n)
                 jstr part = expect_name(c, "expected a name after '.'");
                 f->s = jstr_cat(c, jstr_cat(c, f->s, jstr_z(".")), part);
             }
-            if (is_op(peek(c), "("))
-                parse_args(c, f);
+            if (is_op(peek(c), "(")) parse_args(c, f);
             n = f;
         } else if (is_name(t, "is")) {
             next(c);
@@ -354,8 +306,7 @@ static jnode *parse_filter_expr(jctx *c, jnode *n)
                 f->negate = 1;
             }
             /* "is none", "is true" ... are names here, not literals */
-            if (peek(c)->t != JT_NAME)
-                fail_at(c, peek(c), "expected a test name after 'is'");
+            if (peek(c)->t != JT_NAME) fail_at(c, peek(c), "expected a test name after 'is'");
             f->s = next(c)->s;
             if (is_op(peek(c), "(")) {
                 parse_args(c, f);
@@ -376,8 +327,7 @@ static jnode *parse_filter_expr(jctx *c, jnode *n)
     }
 }
 
-static jnode *parse_unary(jctx *c, bool with_filter)
-{
+static jnode *parse_unary(jctx *c, bool with_filter) {
     enter(c);
     jtok *t = peek(c);
     jnode *n;
@@ -389,14 +339,12 @@ static jnode *parse_unary(jctx *c, bool with_filter)
     } else {
         n = parse_postfix(c, parse_primary(c));
     }
-    if (with_filter)
-        n = parse_filter_expr(c, n);
+    if (with_filter) n = parse_filter_expr(c, n);
     leave(c);
     return n;
 }
 
-static jnode *binary(jctx *c, const jtok *t, jop op, jnode *a, jnode *b)
-{
+static jnode *binary(jctx *c, const jtok *t, jop op, jnode *a, jnode *b) {
     jnode *n = mk(c, JN_BINARY, t);
     n->op = op;
     n->a = a;
@@ -404,8 +352,7 @@ static jnode *binary(jctx *c, const jtok *t, jop op, jnode *a, jnode *b)
     return n;
 }
 
-static jnode *parse_pow(jctx *c)
-{
+static jnode *parse_pow(jctx *c) {
     jnode *n = parse_unary(c, true);
     while (is_op(peek(c), "**")) {
         jtok *t = next(c);
@@ -414,22 +361,22 @@ static jnode *parse_pow(jctx *c)
     return n;
 }
 
-static jnode *parse_math2(jctx *c)
-{
+static jnode *parse_math2(jctx *c) {
     jnode *n = parse_pow(c);
     for (;;) {
         jtok *t = peek(c);
-        jop op = is_op(t, "*") ? JOP_MUL : is_op(t, "/") ? JOP_DIV : is_op(t, "//") ? JOP_FLOORDIV
-                 : is_op(t, "%") ? JOP_MOD : JOP_NONE;
-        if (op == JOP_NONE)
-            return n;
+        jop op = is_op(t, "*")    ? JOP_MUL
+                 : is_op(t, "/")  ? JOP_DIV
+                 : is_op(t, "//") ? JOP_FLOORDIV
+                 : is_op(t, "%")  ? JOP_MOD
+                                  : JOP_NONE;
+        if (op == JOP_NONE) return n;
         next(c);
         n = binary(c, t, op, n, parse_pow(c));
     }
 }
 
-static jnode *parse_concat(jctx *c)
-{
+static jnode *parse_concat(jctx *c) {
     jnode *n = parse_math2(c);
     while (is_op(peek(c), "~")) {
         jtok *t = next(c);
@@ -438,40 +385,40 @@ static jnode *parse_concat(jctx *c)
     return n;
 }
 
-static jnode *parse_math1(jctx *c)
-{
+static jnode *parse_math1(jctx *c) {
     jnode *n = parse_concat(c);
     for (;;) {
         jtok *t = peek(c);
         jop op = is_op(t, "+") ? JOP_ADD : is_op(t, "-") ? JOP_SUB : JOP_NONE;
-        if (op == JOP_NONE)
-            return n;
+        if (op == JOP_NONE) return n;
         next(c);
         n = binary(c, t, op, n, parse_concat(c));
     }
 }
 
-static jnode *parse_compare(jctx *c)
-{
+static jnode *parse_compare(jctx *c) {
     jnode *n = parse_math1(c);
     for (;;) {
         jtok *t = peek(c);
-        jop op = is_op(t, "==") ? JOP_EQ : is_op(t, "!=") ? JOP_NE : is_op(t, "<") ? JOP_LT
-                 : is_op(t, "<=") ? JOP_LE : is_op(t, ">") ? JOP_GT : is_op(t, ">=") ? JOP_GE
-                 : is_name(t, "in") ? JOP_IN : JOP_NONE;
+        jop op = is_op(t, "==")     ? JOP_EQ
+                 : is_op(t, "!=")   ? JOP_NE
+                 : is_op(t, "<")    ? JOP_LT
+                 : is_op(t, "<=")   ? JOP_LE
+                 : is_op(t, ">")    ? JOP_GT
+                 : is_op(t, ">=")   ? JOP_GE
+                 : is_name(t, "in") ? JOP_IN
+                                    : JOP_NONE;
         if (op == JOP_NONE && is_name(t, "not") && is_name(peek2(c), "in")) {
             next(c);
             op = JOP_NOTIN;
         }
-        if (op == JOP_NONE)
-            return n;
+        if (op == JOP_NONE) return n;
         next(c);
         n = binary(c, t, op, n, parse_math1(c));
     }
 }
 
-static jnode *parse_not(jctx *c)
-{
+static jnode *parse_not(jctx *c) {
     jtok *t = peek(c);
     if (is_name(t, "not")) {
         next(c);
@@ -485,8 +432,7 @@ static jnode *parse_not(jctx *c)
     return parse_compare(c);
 }
 
-static jnode *parse_and(jctx *c)
-{
+static jnode *parse_and(jctx *c) {
     jnode *n = parse_not(c);
     while (is_name(peek(c), "and")) {
         jtok *t = next(c);
@@ -495,8 +441,7 @@ static jnode *parse_and(jctx *c)
     return n;
 }
 
-static jnode *parse_or(jctx *c)
-{
+static jnode *parse_or(jctx *c) {
     jnode *n = parse_and(c);
     while (is_name(peek(c), "or")) {
         jtok *t = next(c);
@@ -505,8 +450,7 @@ static jnode *parse_or(jctx *c)
     return n;
 }
 
-static jnode *parse_expr(jctx *c)
-{
+static jnode *parse_expr(jctx *c) {
     enter(c);
     jnode *n = parse_or(c);
     while (is_name(peek(c), "if")) {
@@ -525,12 +469,10 @@ static jnode *parse_expr(jctx *c)
 }
 
 /* expr {"," expr}: a tuple when there is a comma (set a, b = 1, 2). */
-static jnode *parse_tuple_expr(jctx *c)
-{
+static jnode *parse_tuple_expr(jctx *c) {
     jtok *t = peek(c);
     jnode *e = parse_expr(c);
-    if (!is_op(peek(c), ","))
-        return e;
+    if (!is_op(peek(c), ",")) return e;
     jnode *n = mk(c, JN_TUPLE, t);
     nodes_push(c, &n->args, e);
     while (is_op(peek(c), ",")) {
@@ -541,11 +483,9 @@ static jnode *parse_tuple_expr(jctx *c)
 }
 
 /* Target names: "a" or "a, b" or "(a, b)". */
-static void parse_targets(jctx *c, jnode *n, const char *what)
-{
+static void parse_targets(jctx *c, jnode *n, const char *what) {
     bool paren = is_op(peek(c), "(");
-    if (paren)
-        next(c);
+    if (paren) next(c);
     size_t cap = 4;
     n->names = jalloc(c, cap * sizeof *n->names);
     for (;;) {
@@ -556,18 +496,15 @@ static void parse_targets(jctx *c, jnode *n, const char *what)
             cap *= 2;
         }
         n->names[n->n_names++] = expect_name(c, what);
-        if (!is_op(peek(c), ","))
-            break;
+        if (!is_op(peek(c), ",")) break;
         next(c);
     }
-    if (paren)
-        expect_op(c, ")");
+    if (paren) expect_op(c, ")");
 }
 
 static void parse_body(jctx *c, jnodes *body, const char *const *ends, jstr *which);
 
-static jnode *parse_if(jctx *c, const jtok *at)
-{
+static jnode *parse_if(jctx *c, const jtok *at) {
     static const char *const ends[] = {"elif", "else", "endif", NULL};
     jnode *n = mk(c, JN_IF, at);
     n->a = parse_expr(c);
@@ -590,30 +527,25 @@ static jnode *parse_if(jctx *c, const jtok *at)
     return n;
 }
 
-static jnode *parse_stmt(jctx *c, const jtok *begin)
-{
+static jnode *parse_stmt(jctx *c, const jtok *begin) {
     jtok *kw = peek(c);
-    if (kw->t != JT_NAME)
-        fail_at(c, kw, "expected a statement name after '{%'");
+    if (kw->t != JT_NAME) fail_at(c, kw, "expected a statement name after '{%'");
     next(c);
     jstr w = kw->s;
     jstr which;
-    if (jstr_eqz(w, "if"))
-        return parse_if(c, kw);
+    if (jstr_eqz(w, "if")) return parse_if(c, kw);
     if (jstr_eqz(w, "for")) {
         static const char *const ends[] = {"else", "endfor", NULL};
         jnode *n = mk(c, JN_FOR, kw);
         parse_targets(c, n, "expected a loop variable name after 'for'");
-        if (!is_name(peek(c), "in"))
-            fail_at(c, peek(c), "expected 'in' in for loop");
+        if (!is_name(peek(c), "in")) fail_at(c, peek(c), "expected 'in' in for loop");
         next(c);
         n->a = parse_or(c); /* no ternary: "if" here filters the loop */
         if (is_name(peek(c), "if")) {
             next(c);
             n->b = parse_or(c);
         }
-        if (is_name(peek(c), "recursive"))
-            fail_at(c, peek(c), "recursive for loops are not supported");
+        if (is_name(peek(c), "recursive")) fail_at(c, peek(c), "recursive for loops are not supported");
         expect_block_end(c, "for");
         parse_body(c, &n->body, ends, &which);
         if (jstr_eqz(which, "else")) {
@@ -642,8 +574,7 @@ static jnode *parse_stmt(jctx *c, const jtok *begin)
             n->a = parse_tuple_expr(c);
             expect_block_end(c, "set");
         } else {
-            if (n->n_names != 1 || n->s.n)
-                fail_at(c, peek(c), "a {% set %} block needs a single variable name");
+            if (n->n_names != 1 || n->s.n) fail_at(c, peek(c), "a {% set %} block needs a single variable name");
             expect_block_end(c, "set");
             static const char *const ends[] = {"endset", NULL};
             parse_body(c, &n->body, ends, &which);
@@ -672,8 +603,7 @@ static jnode *parse_stmt(jctx *c, const jtok *begin)
                 def = parse_expr(c);
             }
             nodes_push(c, &n->args, def);
-            if (!is_op(peek(c), ","))
-                break;
+            if (!is_op(peek(c), ",")) break;
             next(c);
         }
         expect_op(c, ")");
@@ -687,11 +617,9 @@ static jnode *parse_stmt(jctx *c, const jtok *begin)
     if (jstr_eqz(w, "call")) {
         static const char *const ends[] = {"endcall", NULL};
         jnode *n = mk(c, JN_CALLBLOCK, kw);
-        if (is_op(peek(c), "("))
-            fail_at(c, peek(c), "{% call %} with caller arguments is not supported");
+        if (is_op(peek(c), "(")) fail_at(c, peek(c), "{% call %} with caller arguments is not supported");
         n->a = parse_expr(c);
-        if (n->a->t != JN_CALL)
-            fail_at(c, kw, "{% call %} needs a macro call");
+        if (n->a->t != JN_CALL) fail_at(c, kw, "{% call %} needs a macro call");
         expect_block_end(c, "call");
         parse_body(c, &n->body, ends, &which);
         expect_block_end(c, "endcall");
@@ -724,28 +652,24 @@ static jnode *parse_stmt(jctx *c, const jtok *begin)
         return NULL;
     }
     (void)begin;
-    jctx_fail(c, kw->line, kw->col, "unknown or unsupported statement '{%% %.*s %%}'",
-              (int)(w.n > 40 ? 40 : w.n), w.p);
+    jctx_fail(c, kw->line, kw->col, "unknown or unsupported statement '{%% %.*s %%}'", (int)(w.n > 40 ? 40 : w.n), w.p);
 }
 
 /* Statements until a "{% end... %}" named in `ends` (NULL-terminated; NULL
  * ends = top level, until EOF).  Leaves the cursor after the end keyword and
  * stores it in *which. */
-static void parse_body(jctx *c, jnodes *body, const char *const *ends, jstr *which)
-{
+static void parse_body(jctx *c, jnodes *body, const char *const *ends, jstr *which) {
     enter(c);
     const jtok *open = c->pos > 0 ? &c->toks[c->pos - 1] : peek(c);
     for (;;) {
         jtok *t = peek(c);
         if (t->t == JT_EOF) {
-            if (!ends)
-                break;
+            if (!ends) break;
             size_t last = 0;
-            while (ends[last + 1])
-                last++;
+            while (ends[last + 1]) last++;
             char msg[96];
-            snprintf(msg, sizeof msg, "missing {%% %s %%} for the block opened at line %d, column %d",
-                     ends[last], open->line, open->col);
+            snprintf(msg, sizeof msg, "missing {%% %s %%} for the block opened at line %d, column %d", ends[last],
+                     open->line, open->col);
             jctx_fail(c, t->line, t->col, "%s", msg);
         }
         if (t->t == JT_TEXT) {
@@ -757,8 +681,7 @@ static void parse_body(jctx *c, jnodes *body, const char *const *ends, jstr *whi
             next(c);
             jnode *n = mk(c, JN_OUTPUT, t);
             n->a = parse_tuple_expr(c);
-            if (peek(c)->t != JT_VAR_END)
-                fail_at(c, peek(c), "expected '}}'");
+            if (peek(c)->t != JT_VAR_END) fail_at(c, peek(c), "expected '}}'");
             next(c);
             nodes_push(c, body, n);
         } else if (t->t == JT_BLOCK_BEGIN) {
@@ -776,18 +699,16 @@ static void parse_body(jctx *c, jnodes *body, const char *const *ends, jstr *whi
                 (jstr_eqz(kw->s, "endif") || jstr_eqz(kw->s, "endfor") || jstr_eqz(kw->s, "else") ||
                  jstr_eqz(kw->s, "elif") || jstr_eqz(kw->s, "endset") || jstr_eqz(kw->s, "endmacro") ||
                  jstr_eqz(kw->s, "endcall") || jstr_eqz(kw->s, "endfilter")))
-                jctx_fail(c, kw->line, kw->col, "unexpected {%% %.*s %%} outside any block", (int)kw->s.n,
-                          kw->s.p);
+                jctx_fail(c, kw->line, kw->col, "unexpected {%% %.*s %%} outside any block", (int)kw->s.n, kw->s.p);
             if (kw->t == JT_NAME && ends &&
                 (jstr_eqz(kw->s, "endif") || jstr_eqz(kw->s, "endfor") || jstr_eqz(kw->s, "else") ||
                  jstr_eqz(kw->s, "elif") || jstr_eqz(kw->s, "endset") || jstr_eqz(kw->s, "endmacro") ||
                  jstr_eqz(kw->s, "endcall") || jstr_eqz(kw->s, "endfilter")))
-                jctx_fail(c, kw->line, kw->col, "unexpected {%% %.*s %%}, expected {%% %s %%}", (int)kw->s.n,
-                          kw->s.p, ends[0]);
+                jctx_fail(c, kw->line, kw->col, "unexpected {%% %.*s %%}, expected {%% %s %%}", (int)kw->s.n, kw->s.p,
+                          ends[0]);
             next(c);
             jnode *n = parse_stmt(c, t);
-            if (n)
-                nodes_push(c, body, n);
+            if (n) nodes_push(c, body, n);
         } else {
             fail_at(c, t, "unexpected token");
         }
@@ -795,8 +716,7 @@ static void parse_body(jctx *c, jnodes *body, const char *const *ends, jstr *whi
     leave(c);
 }
 
-jnodes jinja_parse(jctx *c)
-{
+jnodes jinja_parse(jctx *c) {
     jnodes prog = {0};
     jstr which;
     c->pos = 0;

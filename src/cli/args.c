@@ -58,7 +58,11 @@ char *cli_read_file(const char *path, size_t *len) {
         if (!buf) break;
         if (n + 1 >= cap) {
             char *b = realloc(buf, cap *= 2);
-            if (!b) { free(buf); buf = NULL; break; }
+            if (!b) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
             buf = b;
         }
         size_t r = fread(buf + n, 1, cap - n - 1, f);
@@ -81,8 +85,8 @@ char *cli_read_file(const char *path, size_t *len) {
     return buf;
 }
 
-int32_t *cli_tokenize(const tutti_vocab *vocab, const char *text, size_t len, bool add_bos,
-                      bool parse_special, int32_t *n_out) {
+int32_t *cli_tokenize(const tutti_vocab *vocab, const char *text, size_t len, bool add_bos, bool parse_special,
+                      int32_t *n_out) {
     int32_t cap = (int32_t)(len < (size_t)INT32_MAX / 2 ? len : (size_t)INT32_MAX / 2) + 8;
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
     int32_t n = ids ? tutti_tokenize(vocab, text, len, add_bos, parse_special, ids, cap) : TUTTI_ERR_SIZE;

@@ -16,11 +16,15 @@ int32_t *cli_chat_tokens_with(const tutti_vocab *vocab, char *tmpl, const char *
     snprintf(who, sizeof who, "%s%s", label ? label : "", label ? ": " : "");
     if (!tmpl) {
         if (label)
-            fprintf(stderr, "tutti %s: --chat: %sthe model has no tokenizer.chat_template in its metadata; "
-                            "every member needs one for --chat\n", cli_cmd, who);
+            fprintf(stderr,
+                    "tutti %s: --chat: %sthe model has no tokenizer.chat_template in its metadata; "
+                    "every member needs one for --chat\n",
+                    cli_cmd, who);
         else
-            fprintf(stderr, "tutti %s: --chat: the model has no tokenizer.chat_template in its metadata; "
-                            "format the prompt yourself and use -p with --special\n", cli_cmd);
+            fprintf(stderr,
+                    "tutti %s: --chat: the model has no tokenizer.chat_template in its metadata; "
+                    "format the prompt yourself and use -p with --special\n",
+                    cli_cmd);
         return NULL;
     }
     tutti_chat_message msgs[2];
@@ -30,7 +34,6 @@ int32_t *cli_chat_tokens_with(const tutti_vocab *vocab, char *tmpl, const char *
     int32_t *ids = tutti_chat_tokenize(vocab, tmpl, msgs, n_msgs, true, n_out, NULL);
     free(tmpl);
     if (!ids)
-        fprintf(stderr, "tutti %s: --chat: %scannot build the chat prompt: %s\n", cli_cmd, who,
-                tutti_last_error());
+        fprintf(stderr, "tutti %s: --chat: %scannot build the chat prompt: %s\n", cli_cmd, who, tutti_last_error());
     return ids;
 }

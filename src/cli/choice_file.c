@@ -45,8 +45,8 @@ int cli_choice_file_read(const char *path, cli_choice_file *c) {
         cJSON *chs = cJSON_GetObjectItemCaseSensitive(j, "choices");
         cJSON *lab = cJSON_GetObjectItemCaseSensitive(j, "label");
         if (!cJSON_IsString(ctx) || !cJSON_IsArray(chs) || !cJSON_IsNumber(lab) || lab->valuedouble != lab->valueint) {
-            rc = cli_error("%s: line %d: needs {\"context\": string, \"choices\": [strings], \"label\": integer}",
-                           path, lineno);
+            rc = cli_error("%s: line %d: needs {\"context\": string, \"choices\": [strings], \"label\": integer}", path,
+                           lineno);
             break;
         }
         it->context = ctx->valuestring;

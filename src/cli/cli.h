@@ -24,8 +24,8 @@ bool cli_ids(const char *s, int32_t **ids, int32_t *n);
  * NULL after printing why (cannot open, a directory, a read error). */
 char *cli_read_file(const char *path, size_t *len);
 /* Tokenizes with a growing buffer; malloc'd ids or NULL (error printed). */
-int32_t *cli_tokenize(const tutti_vocab *vocab, const char *text, size_t len, bool add_bos,
-                      bool parse_special, int32_t *n_out);
+int32_t *cli_tokenize(const tutti_vocab *vocab, const char *text, size_t len, bool add_bos, bool parse_special,
+                      int32_t *n_out);
 /* --chat: renders a model's chat template (tmpl: malloc'd, taken and
  * freed; NULL = the model has none) with an optional system message and the
  * user message (add_generation_prompt on) and tokenizes it with vocab:
@@ -62,54 +62,60 @@ typedef struct cli_sampling {
     bool ignore_eos; /* --ignore-eos: end of text is never drawn */
 } cli_sampling;
 void cli_sampling_init(cli_sampling *s);
-#define CLI_SAMPLING_OPTS(cs)                                                                                  \
-    CLI_FLOAT("--temp", "T", &(cs)->sp.temp, 0, 100, "temperature, 0 = greedy", NULL),                       \
-    CLI_INT("--top-k", "K", &(cs)->sp.top_k, 0, 1 << 30, "keep the K most likely tokens, 0 = off", NULL),    \
-    CLI_FLOAT("--top-p", "P", &(cs)->sp.top_p, 1e-6, 1, "nucleus sampling, 1 = off", NULL),                   \
-    CLI_FLOAT("--min-p", "P", &(cs)->sp.min_p, 0, 1, "drop tokens below P x the top probability, 0 = off", NULL), \
-    CLI_FLOAT("--repeat-penalty", "R", &(cs)->sp.repeat_penalty, 1e-3, 100,                                  \
-              "penalise the last --repeat-last-n tokens, 1 = off", NULL),                                   \
-    CLI_INT("--repeat-last-n", "N", &(cs)->sp.repeat_last_n, 0, 1 << 20,                                      \
-            "tokens the repeat penalty looks back over", NULL),                                              \
-    CLI_SEED("-s,--seed", &(cs)->sp.seed, "random seed; the one used is printed on stderr (\"seed: N\")"),    \
-    CLI_FLAG("--ignore-eos", &(cs)->ignore_eos,                                                              \
-             "never end the text: end-of-generation tokens (byte/span alignment: the\n"                      \
-             "end of text) are never drawn, so all -n tokens are generated")
+#define CLI_SAMPLING_OPTS(cs)                                                                                         \
+    CLI_FLOAT("--temp", "T", &(cs)->sp.temp, 0, 100, "temperature, 0 = greedy", NULL),                                \
+        CLI_INT("--top-k", "K", &(cs)->sp.top_k, 0, 1 << 30, "keep the K most likely tokens, 0 = off", NULL),         \
+        CLI_FLOAT("--top-p", "P", &(cs)->sp.top_p, 1e-6, 1, "nucleus sampling, 1 = off", NULL),                       \
+        CLI_FLOAT("--min-p", "P", &(cs)->sp.min_p, 0, 1, "drop tokens below P x the top probability, 0 = off", NULL), \
+        CLI_FLOAT("--repeat-penalty", "R", &(cs)->sp.repeat_penalty, 1e-3, 100,                                       \
+                  "penalise the last --repeat-last-n tokens, 1 = off", NULL),                                         \
+        CLI_INT("--repeat-last-n", "N", &(cs)->sp.repeat_last_n, 0, 1 << 20,                                          \
+                "tokens the repeat penalty looks back over", NULL),                                                   \
+        CLI_SEED("-s,--seed", &(cs)->sp.seed, "random seed; the one used is printed on stderr (\"seed: N\")"),        \
+        CLI_FLAG("--ignore-eos", &(cs)->ignore_eos,                                                                   \
+                 "never end the text: end-of-generation tokens (byte/span alignment: the\n"                           \
+                 "end of text) are never drawn, so all -n tokens are generated")
 
 /* llama.cpp's context shift (generate, run): a context that fills slides
  * its window instead of ending the generation; see tutti_session_params. */
-#define CLI_CTX_SHIFT_OPTS(on, keep, what)                                                                     \
-    CLI_FLAG("--context-shift", (on),                                                                         \
-             "when a context is full, keep its first tokens (BOS, --keep), drop the\n"                         \
-             "oldest half of the rest and go on (llama.cpp's context shift; not with -n -1)"),                 \
-    CLI_FLAG_OFF("--no-context-shift", (on), "stop the generation when a context is full"),                 \
-    CLI_INT("--keep", "N", (keep), -1, CLI_MAX_CTX, "tokens kept by a context shift after BOS: " what, NULL)
+#define CLI_CTX_SHIFT_OPTS(on, keep, what)                                                      \
+    CLI_FLAG("--context-shift", (on),                                                           \
+             "when a context is full, keep its first tokens (BOS, --keep), drop the\n"          \
+             "oldest half of the rest and go on (llama.cpp's context shift; not with -n -1)"),  \
+        CLI_FLAG_OFF("--no-context-shift", (on), "stop the generation when a context is full"), \
+        CLI_INT("--keep", "N", (keep), -1, CLI_MAX_CTX, "tokens kept by a context shift after BOS: " what, NULL)
 
 /* -t/--threads into an int32_t (0 = all cores). */
-#define CLI_THREADS_OPT(dest) \
-    CLI_INT("-t,--threads", "N", (dest), 1, CLI_MAX_THREADS, "worker threads", "all cores")
+#define CLI_THREADS_OPT(dest) CLI_INT("-t,--threads", "N", (dest), 1, CLI_MAX_THREADS, "worker threads", "all cores")
 /* -c/--ctx-size into an int32_t holding CLI_CTX_UNSET. */
-#define CLI_CTX_OPT(dest, what)                                                                             \
-    CLI_INT("-c,--ctx-size,--ctx", "N", (dest), 0, CLI_MAX_CTX,                                             \
+#define CLI_CTX_OPT(dest, what)                                                                                 \
+    CLI_INT("-c,--ctx-size,--ctx", "N", (dest), 0, CLI_MAX_CTX,                                                 \
             "context length in tokens" what "; 0 = the model's trained context\n(a warning when N exceeds it)", \
             "min(trained, 4096)")
 
 /* A model split by layers over MPI ranks (src/mpi/tutti_mpi.h): counts
  * (const char *, NULL = not given, "" = by memory) and ubatch (int32_t, 0 =
  * auto); checked after parsing with cli_split_check.  what: the model(s). */
-#define CLI_SPLIT_OPTS(counts, ubatch, what)                                                                   \
-    {"--split-layers", "[N0,N1,...]", CLI_T_STR, 0, 0, (counts),                                            \
-     "under mpirun -np K: split " what " by layers over the K ranks, rank r\n"                               \
-     "computing N_r layers (no list: a split by weight bytes); the output is\n"                              \
-     "that of one process, byte for byte",                                                                \
-     "off", NULL, CLI_OPTVAL},                                                                             \
-    CLI_INT("--split-ubatch", "N", (ubatch), 1, 512,                                                        \
-            "prompt micro-batch of --split-layers in tokens, a multiple of 4 in [8, 512]", "about 4 per rank")
+#define CLI_SPLIT_OPTS(counts, ubatch, what)                                    \
+    {"--split-layers",                                                          \
+     "[N0,N1,...]",                                                             \
+     CLI_T_STR,                                                                 \
+     0,                                                                         \
+     0,                                                                         \
+     (counts),                                                                  \
+     "under mpirun -np K: split " what " by layers over the K ranks, rank r\n"  \
+     "computing N_r layers (no list: a split by weight bytes); the output is\n" \
+     "that of one process, byte for byte",                                      \
+     "off",                                                                     \
+     NULL,                                                                      \
+     CLI_OPTVAL},                                                               \
+        CLI_INT("--split-ubatch", "N", (ubatch), 1, 512,                        \
+                "prompt micro-batch of --split-layers in tokens, a multiple of 4 in [8, 512]", "about 4 per rank")
 /* --split-experts (bool): the routed experts over MPI ranks (tutti_mpi.h). */
-#define CLI_SPLIT_EXPERTS_OPT(on)                                                                              \
-    CLI_FLAG("--split-experts", (on),                                                                          \
-             "under mpirun -np K: every rank loads the model and computes 1/K of\n"                            \
-             "each MoE layer's routed experts (rows go out, outputs come back);\n"                            \
+#define CLI_SPLIT_EXPERTS_OPT(on)                                                   \
+    CLI_FLAG("--split-experts", (on),                                               \
+             "under mpirun -np K: every rank loads the model and computes 1/K of\n" \
+             "each MoE layer's routed experts (rows go out, outputs come back);\n"  \
              "the output is that of one process, byte for byte")
 /* --split-layers / --split-ubatch as given: CLI_RUN, or 2 after the message
  * (bad counts or micro-batch, --split-ubatch alone, no MPI in this build). */
@@ -126,17 +132,32 @@ int cli_split_experts_check(bool on, const char *counts, bool strict);
  * cached files' paths (downloading them). */
 extern const char *cli_hf_token;
 extern bool cli_offline;
-#define CLI_HF_OPTS(dest, type, once)                                                                        \
-    {"-hf,-hfr,--hf-repo", "REPO[:QUANT]", (type), 0, 0, (dest),                                              \
-     "a GGUF model from the Hugging Face hub, USER/MODEL[:QUANT] (QUANT in any case;\n"                     \
-     "default Q4_K_M, else Q8_0, else the first), downloaded once into the cache\n"                         \
-     "(tutti models lists it; a split model's parts all come)",                                            \
-     "none", NULL, CLI_HF | (once)},                                                                       \
-    {"-hff,--hf-file", "FILE", (type), 0, 0, (dest),                                                       \
-     "the file of the -hf repository before it (instead of :QUANT)", "none", NULL, CLI_HF_FILE},          \
-    CLI_STR("-hft,--hf-token", "TOKEN", &cli_hf_token, "Hugging Face access token (private, gated models)", \
-            "$HF_TOKEN"),                                                                                  \
-    CLI_FLAG("--offline", &cli_offline, "models from the cache only, no network (also LLAMA_OFFLINE=1)")
+#define CLI_HF_OPTS(dest, type, once)                                                                           \
+    {"-hf,-hfr,--hf-repo",                                                                                      \
+     "REPO[:QUANT]",                                                                                            \
+     (type),                                                                                                    \
+     0,                                                                                                         \
+     0,                                                                                                         \
+     (dest),                                                                                                    \
+     "a GGUF model from the Hugging Face hub, USER/MODEL[:QUANT] (QUANT in any case;\n"                         \
+     "default Q4_K_M, else Q8_0, else the first), downloaded once into the cache\n"                             \
+     "(tutti models lists it; a split model's parts all come)",                                                 \
+     "none",                                                                                                    \
+     NULL,                                                                                                      \
+     CLI_HF | (once)},                                                                                          \
+        {"-hff,--hf-file",                                                                                      \
+         "FILE",                                                                                                \
+         (type),                                                                                                \
+         0,                                                                                                     \
+         0,                                                                                                     \
+         (dest),                                                                                                \
+         "the file of the -hf repository before it (instead of :QUANT)",                                        \
+         "none",                                                                                                \
+         NULL,                                                                                                  \
+         CLI_HF_FILE},                                                                                          \
+        CLI_STR("-hft,--hf-token", "TOKEN", &cli_hf_token, "Hugging Face access token (private, gated models)", \
+                "$HF_TOKEN"),                                                                                   \
+        CLI_FLAG("--offline", &cli_offline, "models from the cache only, no network (also LLAMA_OFFLINE=1)")
 /* *path as given, or for a model spec its cached file (held until exit).
  * CLI_RUN, 2 for a malformed spec, 1 when it cannot be had (message printed). */
 int cli_resolve_model(const char **path);
@@ -156,34 +177,51 @@ typedef struct cli_draft {
     const char *model;
     int32_t n_max, n_min, n_threads;
     float p_min;
-    int spec_type;              /* --spec-type: 0 none (a -md model drafts), 1 draft-simple, 2 ngram-simple */
-    int32_t ngram_n, ngram_m;   /* --spec-ngram-simple-size-n/-m */
+    int spec_type;            /* --spec-type: 0 none (a -md model drafts), 1 draft-simple, 2 ngram-simple */
+    int32_t ngram_n, ngram_m; /* --spec-ngram-simple-size-n/-m */
 } cli_draft;
 extern const char *const cli_spec_types[];
-#define CLI_DRAFT_OPTS(d)                                                                                    \
-    {"-md,--model-draft", "FILE", CLI_T_STR, 0, 0, &(d)->model,                                              \
-     "draft model for speculative decoding, with the same vocabulary as the\n"                              \
-     "model(s): it proposes tokens, the model(s) verify them in one pass (greedy\n"                         \
-     "output identical, sampled output distributed as without it)",                                        \
-     "none", NULL, CLI_ONCE},                                                                               \
-    {"-hfd,-hfrd,--hf-repo-draft", "REPO[:QUANT]", CLI_T_STR, 0, 0, &(d)->model,                             \
-     "the draft model from the Hugging Face hub (as -hf)", "none", NULL, CLI_HF | CLI_ONCE},                 \
-    CLI_INT("--draft-max,--draft,--draft-n,--spec-draft-n-max", "N", &(d)->n_max, 1, 1024, "tokens drafted per round at most",  \
-            "16, llama.cpp's common default"),                                                                            \
-    CLI_INT("--draft-min,--draft-n-min,--spec-draft-n-min", "N", &(d)->n_min, 0, 1024,                                         \
-            "a round that drafts fewer tokens is dropped (a plain step)", "0, as llama.cpp"),                 \
-    CLI_FLOAT("--draft-p-min,--spec-draft-p-min", "P", &(d)->p_min, 0, 1,                                                       \
-              "drafting stops where the draft's most likely token has probability < P\n"                   \
-              "(at temperature 1)", "0.75, llama.cpp's common default"),                                                   \
-    CLI_INT("-td,--threads-draft", "N", &(d)->n_threads, 1, 1024, "the draft model's threads", "as -t"),       \
-    CLI_CHOICE("--spec-type", "TYPE", &(d)->spec_type, cli_spec_types,                                       \
-               "none | draft-simple (the -md model drafts) | ngram-simple (no draft model:\n"              \
-               "prompt lookup, the tokens that followed the latest earlier occurrence of the\n"            \
-               "last N tokens are the draft)", "draft-simple with -md, else none"),                       \
-    CLI_INT("--spec-ngram-simple-size-n", "N", &(d)->ngram_n, 1, 1024, "ngram-simple: the n-gram looked up",  \
-            "12, as llama.cpp"),                                                                            \
-    CLI_INT("--spec-ngram-simple-size-m", "M", &(d)->ngram_m, 1, 1024, "ngram-simple: tokens drafted at most", \
-            "48, as llama.cpp")
+#define CLI_DRAFT_OPTS(d)                                                                                          \
+    {"-md,--model-draft",                                                                                          \
+     "FILE",                                                                                                       \
+     CLI_T_STR,                                                                                                    \
+     0,                                                                                                            \
+     0,                                                                                                            \
+     &(d)->model,                                                                                                  \
+     "draft model for speculative decoding, with the same vocabulary as the\n"                                     \
+     "model(s): it proposes tokens, the model(s) verify them in one pass (greedy\n"                                \
+     "output identical, sampled output distributed as without it)",                                                \
+     "none",                                                                                                       \
+     NULL,                                                                                                         \
+     CLI_ONCE},                                                                                                    \
+        {"-hfd,-hfrd,--hf-repo-draft",                                                                             \
+         "REPO[:QUANT]",                                                                                           \
+         CLI_T_STR,                                                                                                \
+         0,                                                                                                        \
+         0,                                                                                                        \
+         &(d)->model,                                                                                              \
+         "the draft model from the Hugging Face hub (as -hf)",                                                     \
+         "none",                                                                                                   \
+         NULL,                                                                                                     \
+         CLI_HF | CLI_ONCE},                                                                                       \
+        CLI_INT("--draft-max,--draft,--draft-n,--spec-draft-n-max", "N", &(d)->n_max, 1, 1024,                     \
+                "tokens drafted per round at most", "16, llama.cpp's common default"),                             \
+        CLI_INT("--draft-min,--draft-n-min,--spec-draft-n-min", "N", &(d)->n_min, 0, 1024,                         \
+                "a round that drafts fewer tokens is dropped (a plain step)", "0, as llama.cpp"),                  \
+        CLI_FLOAT("--draft-p-min,--spec-draft-p-min", "P", &(d)->p_min, 0, 1,                                      \
+                  "drafting stops where the draft's most likely token has probability < P\n"                       \
+                  "(at temperature 1)",                                                                            \
+                  "0.75, llama.cpp's common default"),                                                             \
+        CLI_INT("-td,--threads-draft", "N", &(d)->n_threads, 1, 1024, "the draft model's threads", "as -t"),       \
+        CLI_CHOICE("--spec-type", "TYPE", &(d)->spec_type, cli_spec_types,                                         \
+                   "none | draft-simple (the -md model drafts) | ngram-simple (no draft model:\n"                  \
+                   "prompt lookup, the tokens that followed the latest earlier occurrence of the\n"                \
+                   "last N tokens are the draft)",                                                                 \
+                   "draft-simple with -md, else none"),                                                            \
+        CLI_INT("--spec-ngram-simple-size-n", "N", &(d)->ngram_n, 1, 1024, "ngram-simple: the n-gram looked up",   \
+                "12, as llama.cpp"),                                                                               \
+        CLI_INT("--spec-ngram-simple-size-m", "M", &(d)->ngram_m, 1, 1024, "ngram-simple: tokens drafted at most", \
+                "48, as llama.cpp")
 void cli_draft_init(cli_draft *d);
 int cli_draft_check(cli_draft *d);
 int cli_draft_apply(tutti_ensemble *e, const cli_draft *d);

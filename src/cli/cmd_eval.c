@@ -23,18 +23,20 @@
 
 /* "n/a" reasons for a member's token-level figure. */
 static const char *why_not(double bpb) {
-    return isnan(bpb) ? " (n/a: a chunk is longer than its context)" : isinf(bpb) ? " (its tokens cannot spell the text)" : "";
+    return isnan(bpb)   ? " (n/a: a chunk is longer than its context)"
+           : isinf(bpb) ? " (its tokens cannot spell the text)"
+                        : "";
 }
 
 /* One evaluated ensemble: the command line's, or a --compare file's. */
 typedef struct ens_eval {
     tutti_ensemble *e;
-    const char *file;            /* the ensemble file (--compare), or NULL */
+    const char *file; /* the ensemble file (--compare), or NULL */
     tutti_bpb_result r;
     tutti_choices_result cr;
-    const char *choice_weights;  /* "static", "posterior", "adapt", "route" */
-    char choice_how[64];         /* ", posterior after the context", ... */
-    char how[200];               /* ", adapt 0.01, context weights, ..." */
+    const char *choice_weights; /* "static", "posterior", "adapt", "route" */
+    char choice_how[64];        /* ", posterior after the context", ... */
+    char how[200];              /* ", adapt 0.01, context weights, ..." */
     char label[128];
 } ens_eval;
 
@@ -68,7 +70,8 @@ static int eval_one(ens_eval *x, const char *text, size_t len, const cli_choice_
     if (adapt >= 0 && tau > 0)
         return cli_usage_error("--route and --adapt both set the weights from the context; give one of them");
     if (choices_static && (adapt >= 0 || tau > 0))
-        return cli_usage_error("--choices-static scores with the given weights: drop --%s", tau > 0 ? "route" : "adapt");
+        return cli_usage_error("--choices-static scores with the given weights: drop --%s",
+                               tau > 0 ? "route" : "adapt");
     if (tau > 0) {
         x->choice_weights = "route";
         snprintf(x->choice_how, sizeof x->choice_how, ", route tau %g", tau);
@@ -128,7 +131,8 @@ static void print_json(const ens_eval *x, int n_x, bool text, bool choices) {
         cJSON_AddStringToObject(o, "model", tutti_ensemble_member_path(e, i));
         if (text) {
             cJSON_AddNumberToObject(o, "bits_per_byte", m->r.member_bpb[i]);
-            if (!isnan(m->r.member_byte_bpb[i])) cJSON_AddNumberToObject(o, "byte_bits_per_byte", m->r.member_byte_bpb[i]);
+            if (!isnan(m->r.member_byte_bpb[i]))
+                cJSON_AddNumberToObject(o, "byte_bits_per_byte", m->r.member_byte_bpb[i]);
         }
         if (choices) {
             cJSON_AddNumberToObject(o, "acc", m->cr.member_acc[i]);
@@ -169,8 +173,8 @@ static void print_text(const ens_eval *x, int n_x, bool text, bool choices) {
         }
         for (int k = 0; k < n_x; k++)
             printf("ensemble %s%s(%s, %s%s): %.4f bits/byte\n", k ? x[k].file : "", k ? " " : "",
-                   tutti_rule_name(tutti_ensemble_rule(x[k].e)), tutti_align_name(tutti_ensemble_align(x[k].e)), x[k].how,
-                   x[k].r.ensemble_bpb);
+                   tutti_rule_name(tutti_ensemble_rule(x[k].e)), tutti_align_name(tutti_ensemble_align(x[k].e)),
+                   x[k].how, x[k].r.ensemble_bpb);
     }
     if (choices) {
         printf("%d choice items\n", x[0].cr.n_items);
@@ -243,7 +247,8 @@ int tutti_cmd_eval(int argc, char **argv) {
     bool json = false, choices_static = false;
     cli_strs compare = {.n = 0};
     const cli_opt opts[] = {
-        CLI_STR("--text,-f,--file", "FILE", &text_path, "text to score (chunks of <= 200 bytes, each from BOS)", "none"),
+        CLI_STR("--text,-f,--file", "FILE", &text_path, "text to score (chunks of <= 200 bytes, each from BOS)",
+                "none"),
         CLI_STR("--choices", "FILE.jsonl", &choices_path,
                 "multiple-choice items, one JSON object a line: {\"context\", \"choices\": [...],\n"
                 "\"label\"}: acc and acc_norm (LL per byte of the choice), lm-evaluation-harness style",
@@ -255,10 +260,13 @@ int tutti_cmd_eval(int argc, char **argv) {
         CLI_STRS("--compare", "ENSEMBLE_FILE", &compare,
                  "also score this ensemble file (same members, its own rule and weights; repeat):\n"
                  "one more line, JSON \"compare\" entry and bar each"),
-        CLI_FLAG("--json", &json, "one JSON object: {\"members\":[{\"model\",\"bits_per_byte\",\"acc\",\"acc_norm\",...}],\n"
-                                  "\"ensemble\":{\"bits_per_byte\",\"acc\",\"acc_norm\",\"rule\",\"align\"},...}"),
-        CLI_STR("--plot", "FILE.svg", &plot_path, "draw every member's and the ensemble's figures as bar charts\n"
-                                                  "(an SVG file; not -: stdout holds the figures)", "none"),
+        CLI_FLAG("--json", &json,
+                 "one JSON object: {\"members\":[{\"model\",\"bits_per_byte\",\"acc\",\"acc_norm\",...}],\n"
+                 "\"ensemble\":{\"bits_per_byte\",\"acc\",\"acc_norm\",\"rule\",\"align\"},...}"),
+        CLI_STR("--plot", "FILE.svg", &plot_path,
+                "draw every member's and the ensemble's figures as bar charts\n"
+                "(an SVG file; not -: stdout holds the figures)",
+                "none"),
         CLI_INCLUDE(a->opts),
         CLI_END,
     };

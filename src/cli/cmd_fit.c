@@ -21,7 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 #include "cli/cli.h"
 #include "cli/ens_args.h"
 #include "tutti.h"
@@ -71,16 +70,17 @@ static int parse_features(const char *list, tutti_fit_params *p) {
 
 /* The figures of a bits-per-byte fit, as notes. */
 static void note_fit(notes *nt, tutti_ensemble *e, const char *what, const tutti_fit_result *fr) {
-    notef(nt, "fit (%s, %s) on %s: uniform weights %.4f bits/byte, fitted static %.4f", tutti_rule_name(tutti_ensemble_rule(e)),
-          tutti_align_name(tutti_ensemble_align(e)), what, fr->uniform_bpb, fr->static_bpb);
+    notef(nt, "fit (%s, %s) on %s: uniform weights %.4f bits/byte, fitted static %.4f",
+          tutti_rule_name(tutti_ensemble_rule(e)), tutti_align_name(tutti_ensemble_align(e)), what, fr->uniform_bpb,
+          fr->static_bpb);
     if (!isnan(fr->context_bpb))
         notef(nt, "context weights: %.4f bits/byte (held-out quarter %.4f)", fr->context_bpb, fr->heldout_bpb);
     if (fr->adapt_alpha >= 0)
         notef(nt, "weights that follow the text (adapt), fixed-share alpha %g: %.4f bits/byte", fr->adapt_alpha,
               fr->fitted_bpb);
     if (fr->select_threshold >= 0)
-        notef(nt, "selective fusion: threshold %.4g nats fuses %.1f %% of the units: %.4f bits/byte", fr->select_threshold,
-              100 * fr->fused_share, fr->fitted_bpb);
+        notef(nt, "selective fusion: threshold %.4g nats fuses %.1f %% of the units: %.4f bits/byte",
+              fr->select_threshold, 100 * fr->fused_share, fr->fitted_bpb);
 }
 
 /* What goes into the ensemble file: the head line, the notes, the file. */
@@ -106,22 +106,27 @@ int tutti_cmd_fit(int argc, char **argv) {
     double select_share = -1;
     cli_floats grid_f = {.n = 0};
     const cli_opt opts[] = {
-        CLI_STR("--text,-f,--file", "FILE", &text_path, "training text (chunks of <= 200 bytes, each from BOS)", "none"),
+        CLI_STR("--text,-f,--file", "FILE", &text_path, "training text (chunks of <= 200 bytes, each from BOS)",
+                "none"),
         CLI_STR("--choices", "FILE.jsonl", &choices_path,
                 "fit for multiple-choice accuracy instead (acc_norm's LL per byte, as eval --choices\n"
-                "scores the items)", "none"),
+                "scores the items)",
+                "none"),
         CLI_FLAG("--choices-static", &choices_static,
                  "with --choices and mix: fit the static per-unit mixture, not the posterior after the context"),
-        CLI_FLOATS("--temp-grid", "LIST", &grid_f, 1e-3, 1e3,
-                   "candidate member temperatures (\"1\" fits weights only)", "0.8,0.9,1,1.1,1.25"),
+        CLI_FLOATS("--temp-grid", "LIST", &grid_f, 1e-3, 1e3, "candidate member temperatures (\"1\" fits weights only)",
+                   "0.8,0.9,1,1.1,1.25"),
         {"--context", "[LIST]", CLI_T_STR, 0, 0, &context,
          "mix, product: also fit context weights over these features (comma-separated:\n"
          "entropy, top, loss, agree; no list or \"all\": all four), early-stopped on a\n"
-         "held-out quarter of the chunks", "off", NULL, CLI_OPTVAL},
+         "held-out quarter of the chunks",
+         "off", NULL, CLI_OPTVAL},
         CLI_DOUBLE("--select-share", "S", &select_share, 1e-6, 1,
                    "token, byte: set the selective-fusion threshold that fuses this share of\n"
-                   "the text's units (measured on it) and report the figure", "off"),
-        CLI_STR("-o,--out", "FILE", &out_path, "write the ensemble file there instead of stdout (- = stdout)", "stdout"),
+                   "the text's units (measured on it) and report the figure",
+                   "off"),
+        CLI_STR("-o,--out", "FILE", &out_path, "write the ensemble file there instead of stdout (- = stdout)",
+                "stdout"),
         CLI_INCLUDE(a.opts),
         CLI_END,
     };
@@ -138,12 +143,14 @@ int tutti_cmd_fit(int argc, char **argv) {
     };
     int pr = cli_parse(&spec, argc, argv);
     if (pr != CLI_RUN) return pr;
-    if (!text_path == !choices_path) return cli_usage_error("give the training text with --text FILE, or choice items with --choices FILE.jsonl");
+    if (!text_path == !choices_path)
+        return cli_usage_error("give the training text with --text FILE, or choice items with --choices FILE.jsonl");
     bool auto_rule = a.rule == 4;
     tutti_fit_params fp = {0};
     if (context && (pr = parse_features(context, &fp)) != CLI_RUN) return pr;
     if (choices_path && (context || select_share > 0 || auto_rule))
-        return cli_usage_error("--choices fits weights (and temperatures) only: drop --context, --select-share and --rule auto");
+        return cli_usage_error(
+            "--choices fits weights (and temperatures) only: drop --context, --select-share and --rule auto");
     if (choices_static && !choices_path) return cli_usage_error("--choices-static goes with --choices");
     if ((pr = cli_output_check("-o", out_path, CLI_OUT_TEXT)) != CLI_RUN) return pr; /* before the fit, not after */
     float grid[CLI_MAX_FLOATS] = {0.8f, 0.9f, 1.0f, 1.1f, 1.25f};
@@ -184,7 +191,8 @@ int tutti_cmd_fit(int argc, char **argv) {
         fit_rc = tutti_ensemble_fit_choices(e, cf.items, cf.n, &fp, &fr);
         tutti_ensemble_set_adapt(e, adapt);
     } else {
-        fit_rc = auto_rule ? tutti_ensemble_fit_auto(e, text, len, &fp, &fr) : tutti_ensemble_fit_with(e, text, len, &fp, &fr);
+        fit_rc = auto_rule ? tutti_ensemble_fit_auto(e, text, len, &fp, &fr)
+                           : tutti_ensemble_fit_with(e, text, len, &fp, &fr);
     }
     cli_progress_stop();
     if (fit_rc < 0) {
@@ -193,16 +201,18 @@ int tutti_cmd_fit(int argc, char **argv) {
         goto done;
     }
     if (choices_path)
-        notef(&nt, "fit (%s, %s) for multiple choice on %s (%d items): acc %.4f acc_norm %.4f, choice loss %.4f nats/item",
+        notef(&nt,
+              "fit (%s, %s) for multiple choice on %s (%d items): acc %.4f acc_norm %.4f, choice loss %.4f nats/item",
               tutti_rule_name(tutti_ensemble_rule(e)), tutti_align_name(tutti_ensemble_align(e)), choices_path, cf.n,
               fr.acc, fr.acc_norm, fr.choice_loss);
-    else
-        note_fit(&nt, e, text_path, &fr);
+    else note_fit(&nt, e, text_path, &fr);
     char head[4608];
-    if (auto_rule) snprintf(head, sizeof head, "# fitted by tutti fit --rule auto on %s: chose %s\n", text_path, fr.chosen);
+    if (auto_rule)
+        snprintf(head, sizeof head, "# fitted by tutti fit --rule auto on %s: chose %s\n", text_path, fr.chosen);
     else if (choices_path) snprintf(head, sizeof head, "# fitted by tutti fit --choices %s\n", choices_path);
-    else snprintf(head, sizeof head, "# fitted by tutti fit on %s: %.4f bits/byte (uniform weights: %.4f)\n", text_path,
-                  fr.fitted_bpb, fr.uniform_bpb);
+    else
+        snprintf(head, sizeof head, "# fitted by tutti fit on %s: %.4f bits/byte (uniform weights: %.4f)\n", text_path,
+                 fr.fitted_bpb, fr.uniform_bpb);
     fit_out fo = {e, head, &nt};
     rc = cli_output_write(out_path ? out_path : "-", write_fit, &fo);
 done:

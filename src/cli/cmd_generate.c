@@ -30,10 +30,10 @@ static int write_cb(const char *b, size_t n, void *u) {
 static int32_t *prompt_ids(const tutti_model *model, const char *path, const tutti_vocab *vocab, bool chat,
                            const char *system, const char *text, size_t len, bool parse_special, int32_t *n_ids) {
     const char *key = "tokenizer.chat_template";
-    int32_t *ids = chat ? cli_chat_tokens_with(vocab, model ? tutti_model_meta_str(model, key)
-                                                            : tutti_file_meta_str(path, key),
-                                               NULL, system, text, n_ids)
-                        : cli_tokenize(vocab, text, len, tutti_vocab_add_bos(vocab), parse_special, n_ids);
+    int32_t *ids =
+        chat ? cli_chat_tokens_with(vocab, model ? tutti_model_meta_str(model, key) : tutti_file_meta_str(path, key),
+                                    NULL, system, text, n_ids)
+             : cli_tokenize(vocab, text, len, tutti_vocab_add_bos(vocab), parse_special, n_ids);
     if (ids && *n_ids == 0) {
         cli_error("the prompt gives no tokens and the model adds no BOS; give a non-empty prompt");
         free(ids);
@@ -101,9 +101,10 @@ static int report_end(int rc, const tutti_ensemble_stats *st, int32_t n_ids, int
              st->n_units / (t_gen > 0 ? t_gen : 1e-9));
     cli_draft_report("generate", draft, st);
     if (n_keep >= 0 && n_ids + st->n_units > n_ctx_used)
-        cli_info("tutti generate: the context (%d tokens) filled and shifted: its oldest tokens were dropped, the first "
-                 "%d kept (--keep; --no-context-shift stops at a full context instead)\n",
-                 n_ctx_used, n_keep);
+        cli_info(
+            "tutti generate: the context (%d tokens) filled and shifted: its oldest tokens were dropped, the first "
+            "%d kept (--keep; --no-context-shift stops at a full context instead)\n",
+            n_ctx_used, n_keep);
     return rc;
 }
 
@@ -116,6 +117,13 @@ static int escape_stops(cli_strs *stop, char **owned) {
         stop->v[k] = owned[k];
     }
     return 0;
+}
+
+/* --verbose-prompt: the prompt's token ids on stderr. */
+static void print_prompt_ids(const int32_t *ids, int32_t n_ids) {
+    fprintf(stderr, "prompt ids:");
+    for (int32_t i = 0; i < n_ids; i++) fprintf(stderr, " %d", ids[i]);
+    fprintf(stderr, "\n");
 }
 
 int cmd_generate(int argc, char **argv) {
@@ -203,7 +211,8 @@ int cmd_generate(int argc, char **argv) {
     mp.verbose = !cli_quiet;
     /* split by layers: the member loads rank 0's part of the model itself;
      * split by experts: rank 0 places only its own experts */
-    if (!split && !(model = split_experts ? tutti_mpi_experts_load(model_path, &mp) : tutti_model_load(model_path, &mp))) {
+    if (!split &&
+        !(model = split_experts ? tutti_mpi_experts_load(model_path, &mp) : tutti_model_load(model_path, &mp))) {
         cli_error("%s", tutti_last_error());
         goto done;
     }
@@ -232,11 +241,7 @@ int cmd_generate(int argc, char **argv) {
     }
     sp->seed = cli_seed_resolve(sp->seed); /* printed once the run can go ahead */
     cli_info("tutti generate: %s loaded in %.2f s; prompt %d tokens\n", model_path, t_load, n_ids);
-    if (verbose_prompt) {
-        fprintf(stderr, "prompt ids:");
-        for (int32_t i = 0; i < n_ids; i++) fprintf(stderr, " %d", ids[i]);
-        fprintf(stderr, "\n");
-    }
+    if (verbose_prompt) print_prompt_ids(ids, n_ids);
     tutti_mask m = {
         .stop = stop.v, .n_stop = stop.n, .max_tokens = n_predict, .grammar = grammar, .ignore_eos = cs.ignore_eos};
     if (grammar && !(gm = tutti_grammar_matcher_new(grammar))) {

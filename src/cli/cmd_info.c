@@ -14,7 +14,8 @@
 /* A scalar or string value as JSON (NULL for arrays). */
 static cJSON *value_json(const tutti_gguf_value *v) {
     switch (v->kind) {
-    case TUTTI_GGUF_NUMBER: return !v->is_float || isfinite(v->number) ? cJSON_CreateNumber(v->number) : cJSON_CreateNull();
+    case TUTTI_GGUF_NUMBER:
+        return !v->is_float || isfinite(v->number) ? cJSON_CreateNumber(v->number) : cJSON_CreateNull();
     case TUTTI_GGUF_BOOL: return cJSON_CreateBool(v->number != 0);
     case TUTTI_GGUF_STRING: {
         /* metadata strings may hold NUL bytes: cut there, as tutti_model_meta_str */
@@ -131,17 +132,16 @@ static void print_text(const cJSON *d, FILE *out) {
             char k[16];
             snprintf(k, sizeof k, "%s_id", names[i]);
             const cJSON *id = cJSON_GetObjectItem(t, k);
-            if (cJSON_IsNumber(id)) fprintf(out, "  %s: %d '%s'\n", names[i], (int)id->valuedouble,
-                                            cJSON_GetObjectItem(t, names[i])->valuestring);
+            if (cJSON_IsNumber(id))
+                fprintf(out, "  %s: %d '%s'\n", names[i], (int)id->valuedouble,
+                        cJSON_GetObjectItem(t, names[i])->valuestring);
             else fprintf(out, "  %s: none\n", names[i]);
         }
         fprintf(out, "  add_bos: %s\n", cJSON_IsTrue(cJSON_GetObjectItem(t, "add_bos")) ? "true" : "false");
     }
     const cJSON *ct = cJSON_GetObjectItem(d, "chat_template");
-    if (cJSON_IsString(ct))
-        fprintf(out, "chat template (%zu bytes):\n%s\n", strlen(ct->valuestring), ct->valuestring);
-    else
-        fprintf(out, "chat template: none (no tokenizer.chat_template; --chat is refused)\n");
+    if (cJSON_IsString(ct)) fprintf(out, "chat template (%zu bytes):\n%s\n", strlen(ct->valuestring), ct->valuestring);
+    else fprintf(out, "chat template: none (no tokenizer.chat_template; --chat is refused)\n");
 }
 
 int cmd_info(int argc, char **argv) {
@@ -188,8 +188,7 @@ int cmd_info(int argc, char **argv) {
     const tutti_vocab *v = model ? tutti_model_vocab(model) : vocab;
     tutti_gguf_value ts;
     int64_t kt = tutti_gguf_find(f, "tokenizer.chat_template");
-    if (kt >= 0 && tutti_gguf_get(f, kt, -1, &ts) == 0 && ts.kind == TUTTI_GGUF_STRING &&
-        (tmpl = malloc(ts.len + 1))) {
+    if (kt >= 0 && tutti_gguf_get(f, kt, -1, &ts) == 0 && ts.kind == TUTTI_GGUF_STRING && (tmpl = malloc(ts.len + 1))) {
         memcpy(tmpl, ts.str, ts.len);
         tmpl[ts.len] = 0;
     }

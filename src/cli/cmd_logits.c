@@ -23,7 +23,7 @@ int cmd_logits(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *ids_arg = NULL, *out = NULL;
     int32_t n_threads = 0, split_ub = 0;
     const char *split_counts = NULL; /* --split-layers: NULL = off, "" = by memory */
-    bool split_experts = false; /* --split-experts */
+    bool split_experts = false;      /* --split-experts */
     bool escape = true, special = false;
     cli_opt opts[] = {
         {"-m,--model", "FILE", CLI_T_STR, 0, 0, &model_path, "GGUF model file", "none", NULL, CLI_ONCE},
@@ -55,7 +55,8 @@ int cmd_logits(int argc, char **argv) {
     if (split_experts && split_counts) return cli_usage_error("--split-experts and --split-layers exclude each other");
     const bool split = split_counts != NULL; /* a model split by layers over MPI ranks, as in tutti generate */
     if (!model_path || !out || (!!prompt + !!prompt_file + !!ids_arg) != 1)
-        return cli_usage_error("need -m MODEL (or -hf REPO), -o FILE and exactly one of -p TEXT, -f FILE or --ids LIST");
+        return cli_usage_error(
+            "need -m MODEL (or -hf REPO), -o FILE and exactly one of -p TEXT, -f FILE or --ids LIST");
     if ((pr = cli_resolve_model(&model_path)) != CLI_RUN) return pr;
     if ((pr = cli_output_check("-o", out, CLI_OUT_BINARY)) != CLI_RUN) return pr;
     int32_t *ids = NULL, n = 0;

@@ -21,14 +21,13 @@
 
 /* Output types --type accepts (the project's quantizers), then the
  * i-quants it names only to refuse them (N_WRITABLE: the first of those). */
-static const char *const g_types[] = {"F32",  "F16",     "BF16",   "Q8_0",    "Q4_0",   "Q4_1",  "Q5_0",
-                                      "Q5_1", "Q4_K",    "Q5_K",   "Q6_K",    "MXFP4",  "IQ1_S", "IQ1_M",
-                                      "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ3_XXS", "IQ3_S", "IQ3_M",
-                                      "IQ4_NL", "IQ4_XS", NULL};
+static const char *const g_types[] = {"F32",   "F16",   "BF16",    "Q8_0",  "Q4_0",  "Q4_1",   "Q5_0",    "Q5_1",
+                                      "Q4_K",  "Q5_K",  "Q6_K",    "MXFP4", "IQ1_S", "IQ1_M",  "IQ2_XXS", "IQ2_XS",
+                                      "IQ2_S", "IQ2_M", "IQ3_XXS", "IQ3_S", "IQ3_M", "IQ4_NL", "IQ4_XS",  NULL};
 #define N_WRITABLE 12
 /* Numeric merge parameters of the command-line form (mergekit's names). */
-static const char *const g_params[] = {"t",     "density", "lambda", "epsilon",    "gamma",
-                                       "normalize", "rescale", "scale", "select_topk"};
+static const char *const g_params[] = {"t",         "density", "lambda", "epsilon",    "gamma",
+                                       "normalize", "rescale", "scale",  "select_topk"};
 #define N_PARAMS (int)(sizeof g_params / sizeof g_params[0])
 /* --objective over several --text files (TUTTI_SEARCH_MEAN_RATIO, _MAX_RATIO) */
 static const char *const g_objectives[] = {"mean", "max", "mean-best", "max-best", NULL};
@@ -36,7 +35,7 @@ static const char *const g_objectives[] = {"mean", "max", "mean-best", "max-best
 
 typedef struct merge_args {
     const char *config, *out, *method, *base, *name;
-    int type;          /* index in g_types, -1 = F16 (default) */
+    int type; /* index in g_types, -1 = F16 (default) */
     cli_strs models;
     cli_floats weights;
     /* global numeric parameters of the command-line form: the given ones */
@@ -68,7 +67,8 @@ static int check_search_args(const merge_args *a) {
     if (a->name) return cli_usage_error("--name: not with --search (the YAML alone must reproduce the file)");
     if (a->type >= 0 && a->type > 2)
         return cli_usage_error("--type %s: --search writes F32, F16 or BF16 (the YAML's out_dtype); quantize the "
-                               "result with tutti merge --config OUT.yaml --type %s", g_types[a->type], g_types[a->type]);
+                               "result with tutti merge --config OUT.yaml --type %s",
+                               g_types[a->type], g_types[a->type]);
     if (!strcmp(a->out, a->yaml)) return cli_usage_error("-o and --yaml name the same file");
     return CLI_RUN;
 }
@@ -84,14 +84,17 @@ static int parse_args(int argc, char **argv, merge_args *a) {
         CLI_SECTION("configuration file"),
         CLI_STR("--config", "FILE", &a->config, "mergekit YAML configuration (merge_method, models/slices, ...)",
                 "none"),
-        CLI_STR("-o,--out", "FILE", &a->out, "the merged GGUF file (written whole or not at all: a temporary file\n"
-                                             "renamed into place; - = stdout, streamed)", "none"),
+        CLI_STR("-o,--out", "FILE", &a->out,
+                "the merged GGUF file (written whole or not at all: a temporary file\n"
+                "renamed into place; - = stdout, streamed)",
+                "none"),
         CLI_CHOICE("--type", "TYPE", &a->type, g_types,
                    "tensor type of the output: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,\n"
                    "Q5_K, Q6_K, MXFP4 (mixtures like Q4_K_M, and the i-quants IQ1_S..IQ4_XS, which need\n"
                    "an importance matrix: llama-quantize)",
                    "F16"),
-        CLI_SEED("--seed", &a->seed, "seed of the random masks of dare_* and della* (same seed, same file);\n"
+        CLI_SEED("--seed", &a->seed,
+                 "seed of the random masks of dare_* and della* (same seed, same file);\n"
                  "with --search: of the search (the masks then use seed 0)"),
         CLI_STR("--name", "NAME", &a->name, "general.name of the output", "the base model's"),
         CLI_FLAG("-v,--verbose", &a->verbose, "one line per tensor on stderr"),
@@ -108,8 +111,10 @@ static int parse_args(int argc, char **argv, merge_args *a) {
         CLI_FLOATS("-w,--weights", "W1,W2,...", &a->weights, -1e6, 1e6, "weight of each -m model",
                    "linear/nuslerp: equal; task vectors: 1"),
         /* mergekit's ranges (merge_param_check in src/merge/config.c checks the same for --config) */
-        CLI_DOUBLE("--t", "T", &pv[0], 0, 1, "slerp interpolation t in [0, 1] (0 = --base, 1 = the other);\n"
-                "nearswap's sameness threshold", "none"),
+        CLI_DOUBLE("--t", "T", &pv[0], 0, 1,
+                   "slerp interpolation t in [0, 1] (0 = --base, 1 = the other);\n"
+                   "nearswap's sameness threshold",
+                   "none"),
         CLI_DOUBLE("--density", "D", &pv[1], 0, 1, "ties/dare/della/breadcrumbs kept fraction in [0, 1]", "none"),
         CLI_DOUBLE("--lambda", "L", &pv[2], -1e6, 1e6, "task-vector scale", "none"),
         CLI_DOUBLE("--epsilon", "E", &pv[3], 0, 1,
@@ -135,7 +140,8 @@ static int parse_args(int argc, char **argv, merge_args *a) {
                    "mean"),
         CLI_STR("--choices", "FILE.jsonl", &a->choices,
                 "score: multiple-choice accuracy on these items (as tutti eval --choices)", "none"),
-        CLI_INT("--layer-groups", "N", &a->layer_groups, 1, 64, "contiguous layer groups with their own parameters", "1"),
+        CLI_INT("--layer-groups", "N", &a->layer_groups, 1, 64, "contiguous layer groups with their own parameters",
+                "1"),
         CLI_INT("--evals", "N", &a->evals, 1, 1000000, "candidates scored (the start point, every gene 0.5, included)",
                 "100"),
         CLI_STR("--yaml", "FILE", &a->yaml, "the best candidate's mergekit configuration", "none"),
@@ -259,8 +265,9 @@ static char *search_header(const merge_args *a, const tutti_merge_search_params 
     char *h = malloc(cap);
     if (!h) return NULL;
     h[0] = 0;
-    put(h, cap, &len, "# tutti merge --search: CMA-ES over %s's parameters, %d layer group%s, %d evaluations, seed %llu\n",
-        NULL, sp->method, sp->layer_groups, sp->layer_groups > 1 ? "s" : "", sp->evals, (unsigned long long)sp->seed);
+    put(h, cap, &len,
+        "# tutti merge --search: CMA-ES over %s's parameters, %d layer group%s, %d evaluations, seed %llu\n", NULL,
+        sp->method, sp->layer_groups, sp->layer_groups > 1 ? "s" : "", sp->evals, (unsigned long long)sp->seed);
     if (a->texts.n > 1) {
         put(h, cap, &len, "# best: %.6f, the %s over %d texts of bits per byte / the %s\n", NULL, score,
             a->objective % 2 ? "max" : "mean", a->texts.n,
@@ -342,7 +349,9 @@ static int run_search(const merge_args *a) {
         goto done;
     }
     cli_info("tutti merge: best %.4f %s; wrote %s and %s in %.1f s\n", score,
-             a->texts.n > 1 ? (a->objective % 2 ? "max ratio" : "mean ratio") : a->texts.n ? "bits per byte" : "accuracy",
+             a->texts.n > 1 ? (a->objective % 2 ? "max ratio" : "mean ratio")
+             : a->texts.n   ? "bits per byte"
+                            : "accuracy",
              a->yaml, a->out, cli_now() - t0);
     rc = 0;
 done:

@@ -91,7 +91,8 @@ static int remove_entries(int argc, char **argv) {
             n_names++;
         }
     }
-    if (n_names == 0) return cli_usage_error("models rm: name what to remove: REPO, REPO:QUANT or FILE (tutti models lists them)");
+    if (n_names == 0)
+        return cli_usage_error("models rm: name what to remove: REPO, REPO:QUANT or FILE (tutti models lists them)");
     for (int i = 0; i < argc; i++) {
         if (argv[i][0] == '-') continue;
         int32_t k = 0;
@@ -111,8 +112,9 @@ int cmd_models(int argc, char **argv) {
         argc = 1;
     }
     cli_opt opts[] = {
-        CLI_FLAG("--json", &json, "the list as JSON (cJSON): {\"cache\", \"models\": [{repo, file, quant, size,\n"
-                                  "last_use, commit, current, path}]}"),
+        CLI_FLAG("--json", &json,
+                 "the list as JSON (cJSON): {\"cache\", \"models\": [{repo, file, quant, size,\n"
+                 "last_use, commit, current, path}]}"),
         CLI_END,
     };
     const cli_spec spec = {

@@ -46,8 +46,7 @@ static void print_summary(const tutti_ensemble *e, const tutti_ensemble_stats *s
     char what[256];
     if (al == TUTTI_ALIGN_TOKEN)
         snprintf(what, sizeof what, "%d tokens generated (%d bytes of text)", st->n_units, st->n_bytes);
-    else if (st->n_units == st->n_bytes)
-        snprintf(what, sizeof what, "%d bytes generated", st->n_units);
+    else if (st->n_units == st->n_bytes) snprintf(what, sizeof what, "%d bytes generated", st->n_units);
     else
         snprintf(what, sizeof what, "%d bytes sampled, %d output (the last %d cut: %s)", st->n_units, st->n_bytes,
                  st->n_units - st->n_bytes,
@@ -57,10 +56,8 @@ static void print_summary(const tutti_ensemble *e, const tutti_ensemble_stats *s
     char why[256];
     if (st->ctx_full_member >= 0)
         snprintf(why, sizeof why, "length: member %d's context is full", st->ctx_full_member + 1);
-    else if (st->finish == TUTTI_FINISH_LENGTH)
-        snprintf(why, sizeof why, "length: -n %d reached", n_gen);
-    else
-        snprintf(why, sizeof why, "stop");
+    else if (st->finish == TUTTI_FINISH_LENGTH) snprintf(why, sizeof why, "length: -n %d reached", n_gen);
+    else snprintf(why, sizeof why, "stop");
     cli_info("\n%s alignment, rule %s: %s in %.3f s (%.1f %ss/s); finish: %s\n", tutti_align_name(al),
              tutti_rule_name(tutti_ensemble_rule(e)), what, st->t_total_s, st->n_units / t, unit, why);
     for (int i = 0; i < tutti_ensemble_n_members(e); i++)
@@ -70,15 +67,51 @@ static void print_summary(const tutti_ensemble *e, const tutti_ensemble_stats *s
                  (double)tutti_ensemble_member_temp(e, i), (long long)st->n_member_tokens[i],
                  (long long)st->n_member_passes[i], st->t_member_s[i],
                  st->t_member_s[i] > 0 ? (double)st->n_member_tokens[i] / st->t_member_s[i] : 0.0,
-                 !st->member_left[i] ? ""
+                 !st->member_left[i]                              ? ""
                  : st->member_left_reason[i] == TUTTI_LEFT_PRUNED ? " (left: its hypotheses were pruned)"
-                                                                 : " (left: its tokens cannot spell the text)");
+                                                                  : " (left: its tokens cannot spell the text)");
     cli_info("  fusion overhead (outside forward passes): %.3f s = %.3f ms per %s\n", st->t_fusion_s,
              st->n_units ? 1e3 * st->t_fusion_s / st->n_units : 0.0, unit);
     if (tutti_ensemble_select(e) >= 0)
         cli_info("selective fusion (D >= %g nats): %d of %d %ss fused (%.1f %%)\n", tutti_ensemble_select(e),
                  st->n_fused, st->n_units, unit, st->n_units ? 100.0 * st->n_fused / st->n_units : 100.0);
     cli_draft_report("run", draft, st);
+}
+
+/* With --chat, every member's rendering of its own chat template in its own
+ * tokens (ids[i], n_ids[i]: owned by the caller); with --verbose-prompt,
+ * every member's prompt ids, printed on stderr.  0, or -2 when a member
+ * cannot (the message is printed). */
+static int member_prompt_ids(tutti_ensemble *e, bool chat, bool verbose_prompt, const char *system, const char *prompt,
+                             size_t plen, int32_t **ids, int32_t *n_ids) {
+    const int n_mem = tutti_ensemble_n_members(e);
+    int rc = 0;
+    if (chat) {
+        /* every member renders its own template and tokenizes it with its
+         * own tokenizer; the continuation is shared */
+        for (int i = 0; i < n_mem && rc == 0; i++) {
+            char label[512];
+            snprintf(label, sizeof label, "member %d (%s)", i + 1, tutti_ensemble_member_path(e, i));
+            /* from the member's file when its model is elsewhere (an MPI rank, a split member) */
+            ids[i] = cli_chat_tokens_with(tutti_ensemble_member_vocab(e, i),
+                                          tutti_ensemble_member_meta_str(e, i, "tokenizer.chat_template"),
+                                          n_mem > 1 ? label : NULL, system, prompt, &n_ids[i]);
+            if (!ids[i]) rc = -2; /* message printed */
+        }
+    } else if (verbose_prompt) {
+        for (int i = 0; i < n_mem && rc == 0; i++) {
+            const tutti_vocab *v = tutti_ensemble_member_vocab(e, i);
+            ids[i] = cli_tokenize(v, prompt, plen, tutti_vocab_add_bos(v), false, &n_ids[i]);
+            if (!ids[i]) rc = -2;
+        }
+    }
+    if (verbose_prompt && rc == 0)
+        for (int i = 0; i < n_mem; i++) {
+            fprintf(stderr, "member %d prompt ids:", i + 1);
+            for (int32_t k = 0; k < n_ids[i]; k++) fprintf(stderr, " %d", ids[i][k]);
+            fprintf(stderr, "\n");
+        }
+    return rc;
 }
 
 int tutti_cmd_run(int argc, char **argv) {
@@ -96,9 +129,11 @@ int tutti_cmd_run(int argc, char **argv) {
     cli_draft_init(&draft);
     const cli_opt opts[] = {
         CLI_STR("-p,--prompt", "TEXT", &prompt, "prompt (raw text; each member tokenizes it itself)", "none"),
-        CLI_STR("-f,--file", "FILE", &prompt_file, "read the prompt from FILE (one trailing newline is dropped)", "none"),
-        CLI_FLAG("--escape", &escape, "process escapes (\\n \\r \\t \\' \\\" \\\\ \\xHH) in the prompt and --stop\n"
-                                      "(-e is --ensemble here)"),
+        CLI_STR("-f,--file", "FILE", &prompt_file, "read the prompt from FILE (one trailing newline is dropped)",
+                "none"),
+        CLI_FLAG("--escape", &escape,
+                 "process escapes (\\n \\r \\t \\' \\\" \\\\ \\xHH) in the prompt and --stop\n"
+                 "(-e is --ensemble here)"),
         CLI_FLAG_OFF("--no-escape", &escape, "take the prompt and --stop strings literally"),
         CLI_INT("-n,--n-predict", "N", &n_gen, -1, 1 << 24,
                 "tokens to generate, counted with member 1's tokenizer in every alignment\n"
@@ -109,11 +144,12 @@ int tutti_cmd_run(int argc, char **argv) {
         CLI_STRS("--stop", "TEXT", &stop_s, "stop when the output contains TEXT (not printed; repeatable)"),
         CLI_STRS("--allow", "TEXT", &allow_s, "the output must be (a prefix of) one of these strings (repeatable)"),
         CLI_STRS("--forbid", "TEXT", &forbid_s, "the output never contains TEXT (repeatable)"),
-        CLI_FLAG("--chat", &chat, "the prompt is a user message: every member gets its own chat\n"
-                                   "template's rendering (tokenized with its own tokenizer); the\n"
-                                   "generated text is shared and ends at end of turn (token\n"
-                                   "alignment: an end-of-generation token; byte: the end-of-text\n"
-                                   "outcome, each member's end-of-generation mass)"),
+        CLI_FLAG("--chat", &chat,
+                 "the prompt is a user message: every member gets its own chat\n"
+                 "template's rendering (tokenized with its own tokenizer); the\n"
+                 "generated text is shared and ends at end of turn (token\n"
+                 "alignment: an end-of-generation token; byte: the end-of-text\n"
+                 "outcome, each member's end-of-generation mass)"),
         CLI_STR("--system", "TEXT", &system, "with --chat: a system message before the user message", "none"),
         CLI_FLAG("--verbose-prompt", &verbose_prompt, "print every member's prompt token ids on stderr"),
         CLI_INCLUDE(a.opts),
@@ -141,7 +177,8 @@ int tutti_cmd_run(int argc, char **argv) {
     if (a.n_keep < 0)
         return cli_usage_error("--keep -1 (the whole prompt) needs one tokenizer: give N >= 0 tokens per member");
     a.ctx_shift &= n_gen >= 0; /* -n -1 means "until a context is full" */
-    if (a.ens_file && cli_is_pipeline_file(a.ens_file)) return cli_run_pipeline(&a, &cs, prompt, prompt_file, escape, n_gen);
+    if (a.ens_file && cli_is_pipeline_file(a.ens_file))
+        return cli_run_pipeline(&a, &cs, prompt, prompt_file, escape, n_gen);
     int gst;
     tutti_grammar *grammar = cli_grammar_build(&ga, &gst); /* before loading: fail fast */
     if (gst) return gst;
@@ -175,37 +212,18 @@ int tutti_cmd_run(int argc, char **argv) {
     prompt = buf;
     cs.sp.seed = cli_seed_resolve(cs.sp.seed);
     tutti_ensemble_set_notice(e, notice_cb, NULL);
-    tutti_mask m = {.allowed = allow, .n_allowed = n_allow, .forbidden = forbid, .n_forbidden = n_forbid,
-                    .stop = stop, .n_stop = n_stop, .max_tokens = n_gen, .grammar = grammar,
+    tutti_mask m = {.allowed = allow,
+                    .n_allowed = n_allow,
+                    .forbidden = forbid,
+                    .n_forbidden = n_forbid,
+                    .stop = stop,
+                    .n_stop = n_stop,
+                    .max_tokens = n_gen,
+                    .grammar = grammar,
                     .ignore_eos = cs.ignore_eos};
     int n_mem = tutti_ensemble_n_members(e);
     int32_t *ids[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0}, n_ids[TUTTI_ENSEMBLE_MAX_MEMBERS] = {0};
-    int rc = 0;
-    if (chat) {
-        /* every member renders its own template and tokenizes it with its
-         * own tokenizer; the continuation is shared */
-        for (int i = 0; i < n_mem && rc == 0; i++) {
-            char label[512];
-            snprintf(label, sizeof label, "member %d (%s)", i + 1, tutti_ensemble_member_path(e, i));
-            /* from the member's file when its model is elsewhere (an MPI rank, a split member) */
-            ids[i] = cli_chat_tokens_with(tutti_ensemble_member_vocab(e, i),
-                                          tutti_ensemble_member_meta_str(e, i, "tokenizer.chat_template"),
-                                          n_mem > 1 ? label : NULL, system, prompt, &n_ids[i]);
-            if (!ids[i]) rc = -2; /* message printed */
-        }
-    } else if (verbose_prompt) {
-        for (int i = 0; i < n_mem && rc == 0; i++) {
-            const tutti_vocab *v = tutti_ensemble_member_vocab(e, i);
-            ids[i] = cli_tokenize(v, prompt, plen, tutti_vocab_add_bos(v), false, &n_ids[i]);
-            if (!ids[i]) rc = -2;
-        }
-    }
-    if (verbose_prompt && rc == 0)
-        for (int i = 0; i < n_mem; i++) {
-            fprintf(stderr, "member %d prompt ids:", i + 1);
-            for (int32_t k = 0; k < n_ids[i]; k++) fprintf(stderr, " %d", ids[i][k]);
-            fprintf(stderr, "\n");
-        }
+    int rc = member_prompt_ids(e, chat, verbose_prompt, system, prompt, plen, ids, n_ids);
     tutti_ensemble_stats st;
     cli_catch_sigint();
     if (rc == 0 && n_gen != 0) {

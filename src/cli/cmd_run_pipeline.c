@@ -16,7 +16,8 @@ bool cli_is_pipeline_file(const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f) return false; /* the ensemble file reader says why */
     int c;
-    while ((c = fgetc(f)) == ' ' || c == '\t' || c == '\n' || c == '\r') {}
+    while ((c = fgetc(f)) == ' ' || c == '\t' || c == '\n' || c == '\r') {
+    }
     fclose(f);
     return c == '{'; /* an ensemble file's first line is a path, a comment or a keyword */
 }
@@ -29,14 +30,15 @@ static int interrupted(void *u) {
 /* flags that mean something for one ensemble only: a pipeline's steps say
  * it themselves */
 static int refuse_flags(void) {
-    static const char *const per_step[] = {"--chat", "--system", "--stop", "--allow", "--forbid", "--grammar",
-                                           "--grammar-file", "--json-schema", "--json", "-w", "--temps", "--rule",
-                                           "--align", "--adapt", "--adapt-alpha", "--route", "--route-tau",
-                                           "--split-layers", "--keep", "--verbose-prompt", "--ignore-eos"};
+    static const char *const per_step[] = {
+        "--chat",        "--system", "--stop",      "--allow",        "--forbid", "--grammar",        "--grammar-file",
+        "--json-schema", "--json",   "-w",          "--temps",        "--rule",   "--align",          "--adapt",
+        "--adapt-alpha", "--route",  "--route-tau", "--split-layers", "--keep",   "--verbose-prompt", "--ignore-eos"};
     for (size_t k = 0; k < sizeof per_step / sizeof *per_step; k++)
         if (cli_given(per_step[k]))
             return cli_usage_error("%s does not apply to a pipeline file (-e): give it in the step of the config's "
-                                   "pipeline (docs/pipelines.md)", per_step[k]);
+                                   "pipeline (docs/pipelines.md)",
+                                   per_step[k]);
     return CLI_RUN;
 }
 

@@ -39,7 +39,8 @@ static int add_key(server_opts *o, const char *k, size_t n, const char *from) {
 
 static int api_keys(server_opts *o, const char *key, const char *file) {
     if (key && file) return cli_usage_error("give --api-key or --api-key-file, not both");
-    if (key) return *key ? add_key(o, key, strlen(key), "--api-key") : cli_usage_error("--api-key needs a non-empty key");
+    if (key)
+        return *key ? add_key(o, key, strlen(key), "--api-key") : cli_usage_error("--api-key needs a non-empty key");
     if (file) {
         size_t n;
         char *t = cli_read_file(file, &n);
@@ -61,7 +62,8 @@ static int api_keys(server_opts *o, const char *key, const char *file) {
 
 /* Parses argv into o with the shared parser (opts.h): CLI_RUN, or the exit
  * status (0 after --help/--version, 2 after a usage error). */
-static int serve_parse_args(int argc, char **argv, server_opts *o) {
+/* The defaults --help states (-1: not given). */
+static void serve_opts_defaults(server_opts *o) {
     memset(o, 0, sizeof *o);
     o->rule = o->align = -1;
     o->prune = -1;
@@ -80,9 +82,13 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
     o->max_conns = -1;
     o->max_conns_per_ip = 32;
     o->models_max = 4;
+    o->n_ctx = CLI_CTX_UNSET;
+}
+
+static int serve_parse_args(int argc, char **argv, server_opts *o) {
+    serve_opts_defaults(o);
     int32_t models_mem = 0;
     const char *api_key = NULL, *api_key_file = NULL;
-    o->n_ctx = CLI_CTX_UNSET;
     int32_t max_body = 1 << 20;
     for (int k = 0; k < 4; k++) {
         g_rules[k] = tutti_rule_name((tutti_fusion_rule)k);
@@ -101,9 +107,10 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
         CLI_STR("--config", "FILE", &o->config, "JSON: more models, renames, named ensembles (docs/server.md)", "none"),
         CLI_STR("--models-dir", "DIR", &o->models_dir,
                 "serve every .gguf under DIR by its file name, loaded at its first request", "none"),
-        CLI_INT("--models-max", "N", &o->models_max, 0, SRV_MAX_FILES,
-                "--models-dir: models loaded at once; beyond, the least recently used\nidle one is unloaded (0 = no limit)",
-                "4"),
+        CLI_INT(
+            "--models-max", "N", &o->models_max, 0, SRV_MAX_FILES,
+            "--models-dir: models loaded at once; beyond, the least recently used\nidle one is unloaded (0 = no limit)",
+            "4"),
         CLI_INT("--models-memory", "MIB", &models_mem, 0, 1 << 30,
                 "--models-dir: MiB of loaded models' files; beyond, unload as --models-max\n(0 = no limit)", "0"),
         CLI_STR("--chat-template", "FILE", &o->chat_template_file,
@@ -121,8 +128,10 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
         CLI_SECTION("server"),
         CLI_STR("--host", "ADDR", &o->host, "address to bind (loopback unless told otherwise)", NULL),
         CLI_INT("--port", "N", &o->port, 0, 65535, "TCP port; 0 = any free port (printed on stderr)", NULL),
-        CLI_STR("--api-key", "KEY", &api_key, "require 'Authorization: Bearer KEY' (all but /health and CORS "
-                "preflights)", "$TUTTI_API_KEY, else none"),
+        CLI_STR("--api-key", "KEY", &api_key,
+                "require 'Authorization: Bearer KEY' (all but /health and CORS "
+                "preflights)",
+                "$TUTTI_API_KEY, else none"),
         CLI_STR("--api-key-file", "FILE", &api_key_file, "the API keys, one per line (not shown by ps)", "none"),
         CLI_INT("--parallel,-np", "N", &o->parallel, 1, 256, "slots generating at once (as llama-server)", NULL),
         CLI_INT("--queue", "N", &o->queue, 0, 1 << 16, "requests waiting for a slot before 503", NULL),
@@ -133,10 +142,10 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
                 NULL),
         CLI_INT("--timeout-head", "S", &o->timeout_head, 1, 86400,
                 "seconds for a request's head (request line and headers) from the\nconnection's start or the previous "
-                "response", NULL),
+                "response",
+                NULL),
         CLI_INT("--timeout-body", "S", &o->timeout_body, 1, 86400, "seconds for a request's body after its head", NULL),
-        CLI_INT("--max-connections", "N", &o->max_conns, 1, 1 << 16, "connections at once",
-                "parallel + queue + 64"),
+        CLI_INT("--max-connections", "N", &o->max_conns, 1, 1 << 16, "connections at once", "parallel + queue + 64"),
         CLI_INT("--max-connections-per-ip", "N", &o->max_conns_per_ip, 0, 1 << 16,
                 "connections at once from one client address (0 = no limit)", NULL),
         CLI_CTX_OPT(&o->n_ctx, " per member and slot"),
@@ -160,13 +169,14 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
     };
     const cli_spec spec = {
         .name = "serve",
-.usage = "(-m A.gguf | -hf REPO[:QUANT] [...] | -e ENSEMBLE | --config FILE | --models-dir DIR) [options]",
-        .description = "OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions, /v1/embeddings,\n/v1/models, "
-                       "/health, /metrics. Model names: 'default' (the ensemble of every -m member, or of\n"
-                       "the -e file), every file alone under its name without .gguf, and the --config\n"
-                       "file's named ensembles. A -m may be a remote member's URL (docs/remote-members.md).\n"
-                       "The API key may also come from the environment variable TUTTI_API_KEY.\n"
-                       "SIGINT/SIGTERM stop it gracefully.",
+        .usage = "(-m A.gguf | -hf REPO[:QUANT] [...] | -e ENSEMBLE | --config FILE | --models-dir DIR) [options]",
+        .description =
+            "OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions, /v1/embeddings,\n/v1/models, "
+            "/health, /metrics. Model names: 'default' (the ensemble of every -m member, or of\n"
+            "the -e file), every file alone under its name without .gguf, and the --config\n"
+            "file's named ensembles. A -m may be a remote member's URL (docs/remote-members.md).\n"
+            "The API key may also come from the environment variable TUTTI_API_KEY.\n"
+            "SIGINT/SIGTERM stop it gracefully.",
         .opts = opts,
     };
     int r = cli_parse(&spec, argc, argv);
@@ -184,14 +194,15 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
     if (o->pooling >= 0) o->pooling += TUTTI_POOL_MEAN;
     if (o->max_conns < 0) o->max_conns = o->parallel + o->queue + 64;
     if ((r = api_keys(o, api_key, api_key_file)) != CLI_RUN) return r;
-    if ((r = ens_check_flags(&temps, cli_given("--adapt-alpha"), o->adapt_alpha, cli_given("--route-tau"),
-                             o->route_tau, cli_given("--select"), o->select)) != CLI_RUN)
+    if ((r = ens_check_flags(&temps, cli_given("--adapt-alpha"), o->adapt_alpha, cli_given("--route-tau"), o->route_tau,
+                             cli_given("--select"), o->select)) != CLI_RUN)
         return r;
     o->models_mem_mib = models_mem;
     if (!o->models_dir && (cli_given("--models-max") || cli_given("--models-memory")))
         return cli_usage_error("--models-max and --models-memory need --models-dir");
     if (!o->n_models && !o->ens_file && !o->config && !o->models_dir)
-        return cli_usage_error("no models: give -m MODEL.gguf (repeat), -e ENSEMBLE, --config FILE or --models-dir DIR");
+        return cli_usage_error(
+            "no models: give -m MODEL.gguf (repeat), -e ENSEMBLE, --config FILE or --models-dir DIR");
     /* models split by layers over the MPI ranks: every ensemble member of
      * those files (the -m ones given by --split-member, else all) */
     if ((r = cli_split_check(split_counts, split_ub)) != CLI_RUN) return r;

@@ -22,8 +22,10 @@ int cmd_tokenize(int argc, char **argv) {
                 "none"),
         CLI_FLAG("-e,--escape", &escape, "process escapes (\\n \\t \\xHH ...) in -p/-f text"),
         CLI_FLAG_OFF("--no-escape", &escape, "take the -p/-f text literally"),
-        CLI_STR("--inp", "FILE", &inp, "strings separated by \"\\n__ggml_vocab_test__\\n\" (llama.cpp's tokenizer\n"
-                                       "tests): one line per string, no BOS, no special tokens, no escapes", "none"),
+        CLI_STR("--inp", "FILE", &inp,
+                "strings separated by \"\\n__ggml_vocab_test__\\n\" (llama.cpp's tokenizer\n"
+                "tests): one line per string, no BOS, no special tokens, no escapes",
+                "none"),
         CLI_FLAG("--no-bos", &no_bos, "never add BOS"),
         CLI_FLAG("--special", &special, "parse control-token text (e.g. <|eot_id|>) as those tokens"),
         CLI_END,
@@ -48,7 +50,8 @@ int cmd_tokenize(int argc, char **argv) {
     if (!inp) {
         size_t len;
         char *text = cli_prompt_text(prompt, prompt_file, escape, &len);
-        int32_t n, *ids = text ? cli_tokenize(vocab, text, len, !no_bos && tutti_vocab_add_bos(vocab), special, &n) : NULL;
+        int32_t n,
+            *ids = text ? cli_tokenize(vocab, text, len, !no_bos && tutti_vocab_add_bos(vocab), special, &n) : NULL;
         if (ids) {
             if (!no_bos) cli_warn_double_bos(vocab, ids, n);
             print_ids(ids, n);
@@ -70,7 +73,10 @@ int cmd_tokenize(int argc, char **argv) {
         while (start <= len && rc == 0) {
             const char *hit = NULL;
             for (size_t i = start; i + sep_len <= len; i++)
-                if (!memcmp(text + i, sep, sep_len)) { hit = text + i; break; }
+                if (!memcmp(text + i, sep, sep_len)) {
+                    hit = text + i;
+                    break;
+                }
             size_t end = hit ? (size_t)(hit - text) : len;
             if (!hit && end == start) break; /* trailing separator: no empty last string */
             int32_t n, *ids = cli_tokenize(vocab, text + start, end - start, false, false, &n);

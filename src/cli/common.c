@@ -221,11 +221,12 @@ static void *progress_main(void *arg) {
         ts.tv_sec += ms / 1000;
         ts.tv_nsec += (ms % 1000) * 1000000L;
         if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-        while (!g_prog.stop && pthread_cond_timedwait(&g_prog.cv, &g_prog.mu, &ts) != ETIMEDOUT) {}
+        while (!g_prog.stop && pthread_cond_timedwait(&g_prog.cv, &g_prog.mu, &ts) != ETIMEDOUT) {
+        }
         if (g_prog.stop) break;
         if (g_prog.tty || tick == 1 || tick % 10 == 0) {
-            fprintf(stderr, "%stutti %s: %s... %.0f s%s", g_prog.tty ? "\r" : "", cli_cmd, g_prog.what,
-                    cli_now() - t0, g_prog.tty ? "" : "\n");
+            fprintf(stderr, "%stutti %s: %s... %.0f s%s", g_prog.tty ? "\r" : "", cli_cmd, g_prog.what, cli_now() - t0,
+                    g_prog.tty ? "" : "\n");
             fflush(stderr);
             g_prog.printed = true;
         }

@@ -10,8 +10,13 @@ const char *const cli_spec_types[] = {"none", "draft-simple", "ngram-simple", NU
 
 void cli_draft_init(cli_draft *d) {
     tutti_draft_params p = tutti_draft_default_params();
-    *d = (cli_draft){.model = NULL, .n_max = p.n_max, .n_min = p.n_min, .p_min = p.p_min, .n_threads = 0,
-                     .ngram_n = 12, .ngram_m = 48}; /* llama.cpp 0.7.0's ngram-simple sizes */
+    *d = (cli_draft){.model = NULL,
+                     .n_max = p.n_max,
+                     .n_min = p.n_min,
+                     .p_min = p.p_min,
+                     .n_threads = 0,
+                     .ngram_n = 12,
+                     .ngram_m = 48}; /* llama.cpp 0.7.0's ngram-simple sizes */
 }
 
 int cli_draft_check(cli_draft *d) {
@@ -56,6 +61,6 @@ void cli_draft_report(const char *cmd, const cli_draft *d, const tutti_ensemble_
     else snprintf(what, sizeof what, "ngram-simple (n %d)", d->ngram_n);
     cli_info("tutti %s: draft %s: %d rounds, %lld tokens drafted (%.2f per round), %lld accepted (%.1f%%); "
              "draft forward %lld tokens in %.3f s\n",
-             cmd, what, st->n_draft_rounds, (long long)st->n_drafted, len, (long long)st->n_draft_accepted,
-             100.0 * acc, (long long)st->n_draft_tokens, st->t_draft_s);
+             cmd, what, st->n_draft_rounds, (long long)st->n_drafted, len, (long long)st->n_draft_accepted, 100.0 * acc,
+             (long long)st->n_draft_tokens, st->t_draft_s);
 }

@@ -100,9 +100,8 @@ int ens_check_flags(const cli_floats *temps, bool adapt_given, double alpha, boo
  * through the library's validator, so that a bad value is a usage error
  * with the message an ensemble file or the server gives. */
 static int ens_check_settings(const ens_args *a, int n) {
-    int r =
-        ens_check_flags(&a->temps, cli_given("--adapt-alpha"), a->adapt_alpha, cli_given("--route-tau"), a->route_tau,
-                        cli_given("--select"), a->select);
+    int r = ens_check_flags(&a->temps, cli_given("--adapt-alpha"), a->adapt_alpha, cli_given("--route-tau"),
+                            a->route_tau, cli_given("--select"), a->select);
     if (r != CLI_RUN) return r;
     float w[TUTTI_ENSEMBLE_MAX_MEMBERS];
     int k = 0;
@@ -110,8 +109,8 @@ static int ens_check_settings(const ens_args *a, int n) {
     while (k < n) w[k++] = NAN;
     for (int i = 0; i < a->weights.n && i < n; i++) w[i] = a->weights.v[i];
     int rule = a->rule >= 0 && a->rule != ENS_RULE_AUTO ? a->rule
-             : a->file && a->file->rule >= 0                 ? a->file->rule
-                                                            : TUTTI_RULE_MIX;
+               : a->file && a->file->rule >= 0          ? a->file->rule
+                                                        : TUTTI_RULE_MIX;
     if (tutti_check_weights(w, n, (tutti_fusion_rule)rule) < 0)
         return cli_usage_error("%s%s", a->weights.n ? "-w: " : "", tutti_last_error());
     return CLI_RUN;

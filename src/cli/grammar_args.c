@@ -14,8 +14,10 @@ tutti_grammar *cli_grammar_build(const cli_grammar *g, int *status) {
         *status = cli_usage_error("--grammar, --grammar-file, --json-schema and --json: give one grammar");
         return NULL;
     }
-    const char *flag = g->json ? "--json" : g->grammar ? "--grammar" : g->grammar_file ? "--grammar-file"
-                                                                                        : "--json-schema";
+    const char *flag = g->json           ? "--json"
+                       : g->grammar      ? "--grammar"
+                       : g->grammar_file ? "--grammar-file"
+                                         : "--json-schema";
     const char *text = g->grammar ? g->grammar : g->grammar_file ? g->grammar_file : g->json_schema;
     tutti_grammar *gr = NULL;
     char *file = NULL;
@@ -55,7 +57,8 @@ tutti_grammar *cli_grammar_build(const cli_grammar *g, int *status) {
     }
     if (!gr) { /* a grammar or schema given inline is a flag value: exit 2; a file's content: 1 */
         *status = (file ? cli_error : cli_usage_error)("%s%s%s: %s", flag, file ? " " : "",
-                            file ? (g->grammar_file ? g->grammar_file : g->json_schema) : "", tutti_last_error());
+                                                       file ? (g->grammar_file ? g->grammar_file : g->json_schema) : "",
+                                                       tutti_last_error());
     }
     free(file);
     return gr;

@@ -179,8 +179,8 @@ static void fmt_default(const cli_opt *o, char *buf, size_t cap) {
 
 static void print_help_with(const cli_spec *spec, FILE *out, char (*defs)[64]) {
     fprintf(out, "usage: tutti %s %s\n", spec->name, spec->usage ? spec->usage : "[options]");
-    if (spec->description) fprintf(out, "%s%s", spec->description,
-                                   spec->description[strlen(spec->description) - 1] == '\n' ? "" : "\n");
+    if (spec->description)
+        fprintf(out, "%s%s", spec->description, spec->description[strlen(spec->description) - 1] == '\n' ? "" : "\n");
     fprintf(out, "\noptions:\n");
     for (int i = 0; i < g_flat.n; i++) {
         const cli_opt *o = g_flat.o[i];
@@ -206,16 +206,16 @@ static void print_help_with(const cli_spec *spec, FILE *out, char (*defs)[64]) {
             const char *e = strchr(p, ',');
             size_t n = e ? (size_t)(e - p) : strlen(p);
             if (!((strlen(s) == n && !strncmp(p, s, n)) || (strlen(l) == n && !strncmp(p, l, n))))
-                snprintf(aliases + strlen(aliases), sizeof aliases - strlen(aliases), "%s%.*s",
-                         aliases[0] ? ", " : "", (int)n, p);
+                snprintf(aliases + strlen(aliases), sizeof aliases - strlen(aliases), "%s%.*s", aliases[0] ? ", " : "",
+                         (int)n, p);
             p = e ? e + 1 : p + n;
         }
         if (aliases[0]) fprintf(out, " (also %s)", aliases);
         if (defs[i][0]) fprintf(out, " (default: %s)", defs[i]);
         fputc('\n', out);
     }
-    fprintf(out, "\n%-30s%s\n%-30s%s\n%-30s%s\n", "      --quiet", "no progress, timings or seed on stderr", "  -h, --help",
-            "this text", "      --version", "print the version and exit");
+    fprintf(out, "\n%-30s%s\n%-30s%s\n%-30s%s\n", "      --quiet", "no progress, timings or seed on stderr",
+            "  -h, --help", "this text", "      --version", "print the version and exit");
     if (spec->epilog) fprintf(out, "\n%s%s", spec->epilog, spec->epilog[strlen(spec->epilog) - 1] == '\n' ? "" : "\n");
 }
 
@@ -251,8 +251,8 @@ static bool parse_num(const char *v, double *out) {
 
 static char g_specs[CLI_MAX_STRS][1024]; /* the specs made, referenced by the destinations until exit */
 static int g_n_specs;
-static const char **g_hf_open;    /* the slot of the last -hf spec without a file yet */
-static const char *g_hf_file;     /* a --hf-file given before its -hf */
+static const char **g_hf_open; /* the slot of the last -hf spec without a file yet */
+static const char *g_hf_file;  /* a --hf-file given before its -hf */
 
 /* "hf://REPO[:QUANT]", or with file "hf://REPO/FILE" (the tag dropped). */
 static const char *hf_spec(const char *flag, const char *repo, const char *file) {
@@ -358,8 +358,8 @@ static int take_value(const cli_opt *o, const char *flag, const char *v) {
             errno = 0;
             double x = strtod(p, &e);
             if (e == p || errno || (*e && *e != ',') || !isfinite(x) || x < o->lo || x > o->hi)
-                return cli_usage_error("%s needs a comma-separated list of numbers in [%g, %g], got '%s'", flag,
-                                       o->lo, o->hi, v);
+                return cli_usage_error("%s needs a comma-separated list of numbers in [%g, %g], got '%s'", flag, o->lo,
+                                       o->hi, v);
             if (f->n == CLI_MAX_FLOATS) return cli_usage_error("%s: at most %d values", flag, CLI_MAX_FLOATS);
             f->v[f->n++] = (float)x;
             if (!*e) break;
@@ -411,7 +411,8 @@ int cli_parse(const cli_spec *spec, int argc, char **argv) {
         g_given[k] = true;
         /* -m and -hf of a one-model command fill the same destination */
         for (int j = 0; j < g_flat.n && o->type == CLI_T_STR && (o->flags & CLI_ONCE); j++)
-            if (j != k && g_given[j] && g_flat.o[j]->dest == o->dest && !((g_flat.o[j]->flags | o->flags) & CLI_HF_FILE))
+            if (j != k && g_given[j] && g_flat.o[j]->dest == o->dest &&
+                !((g_flat.o[j]->flags | o->flags) & CLI_HF_FILE))
                 return cli_usage_error("%s and %.*s both name the model (tutti %s takes one)", flag,
                                        (int)strcspn(g_flat.o[j]->names, ","), g_flat.o[j]->names, spec->name);
         if (o->type == CLI_T_FLAG) {
@@ -425,8 +426,7 @@ int cli_parse(const cli_spec *spec, int argc, char **argv) {
         } else if ((o->flags & CLI_OPTVAL) && (i + 1 >= argc || argv[i + 1][0] == '-')) {
             v = ""; /* given without its optional value */
         } else {
-            if (i + 1 >= argc)
-                return cli_usage_error("%s needs a value (%s)", flag, o->metavar ? o->metavar : "VALUE");
+            if (i + 1 >= argc) return cli_usage_error("%s needs a value (%s)", flag, o->metavar ? o->metavar : "VALUE");
             v = argv[++i];
         }
         int r = take_value(o, flag, v);

@@ -60,28 +60,31 @@
 #define CLI_MAX_THREADS 512
 
 typedef enum cli_opt_type {
-    CLI_T_END = 0,  /* end of a table */
-    CLI_T_SECTION,  /* help: a group title (help = title) */
-    CLI_T_INCLUDE,  /* splice the table at dest (const cli_opt *) */
-    CLI_T_FLAG,     /* no value: *(bool *)dest = (bool)lo (1 = on, 0 = off, e.g. --no-escape) */
-    CLI_T_STR,      /* *(const char **)dest = the value (borrowed from argv) */
-    CLI_T_STRS,     /* repeatable: appended to *(cli_strs *)dest */
-    CLI_T_INT,      /* *(int32_t *)dest, integer in [lo, hi] */
-    CLI_T_FLOAT,    /* *(float *)dest, finite number in [lo, hi] */
-    CLI_T_DOUBLE,   /* *(double *)dest, finite number in [lo, hi] */
-    CLI_T_SEED,     /* *(uint64_t *)dest: 0 .. 2^64-2, or -1 = CLI_SEED_RANDOM */
-    CLI_T_CHOICE,   /* *(int *)dest = index of the value in choices (NULL-terminated) */
-    CLI_T_FLOATS,   /* "1,0.5,2": *(cli_floats *)dest, each finite and in [lo, hi] */
+    CLI_T_END = 0, /* end of a table */
+    CLI_T_SECTION, /* help: a group title (help = title) */
+    CLI_T_INCLUDE, /* splice the table at dest (const cli_opt *) */
+    CLI_T_FLAG,    /* no value: *(bool *)dest = (bool)lo (1 = on, 0 = off, e.g. --no-escape) */
+    CLI_T_STR,     /* *(const char **)dest = the value (borrowed from argv) */
+    CLI_T_STRS,    /* repeatable: appended to *(cli_strs *)dest */
+    CLI_T_INT,     /* *(int32_t *)dest, integer in [lo, hi] */
+    CLI_T_FLOAT,   /* *(float *)dest, finite number in [lo, hi] */
+    CLI_T_DOUBLE,  /* *(double *)dest, finite number in [lo, hi] */
+    CLI_T_SEED,    /* *(uint64_t *)dest: 0 .. 2^64-2, or -1 = CLI_SEED_RANDOM */
+    CLI_T_CHOICE,  /* *(int *)dest = index of the value in choices (NULL-terminated) */
+    CLI_T_FLOATS,  /* "1,0.5,2": *(cli_floats *)dest, each finite and in [lo, hi] */
 } cli_opt_type;
 
 /* Option bits. */
 #define CLI_ONCE 1u   /* giving the flag twice is an error ("-m given twice") */
 #define CLI_HIDDEN 2u /* accepted but not listed in --help */
-#define CLI_OPTVAL 4u /* CLI_T_STR whose value may be left out: `--name` alone stores "";
+#define CLI_OPTVAL \
+    4u /* CLI_T_STR whose value may be left out: `--name` alone stores "";
                          `--name VALUE` takes the next word only when it does not start with '-' */
-#define CLI_HF 8u      /* -hf: the value REPO[:QUANT] goes into the destination (CLI_T_STR or CLI_T_STRS, the
+#define CLI_HF \
+    8u /* -hf: the value REPO[:QUANT] goes into the destination (CLI_T_STR or CLI_T_STRS, the
                           same as -m's) as the model spec "hf://REPO[:QUANT]", in command-line order */
-#define CLI_HF_FILE 16u /* --hf-file FILE: the -hf before it (else the next one) becomes "hf://REPO/FILE"
+#define CLI_HF_FILE \
+    16u /* --hf-file FILE: the -hf before it (else the next one) becomes "hf://REPO/FILE"
                            (the file replaces the quant tag, as in llama.cpp) */
 
 typedef struct cli_strs {
@@ -92,7 +95,7 @@ typedef struct cli_strs {
 #define CLI_MAX_FLOATS 32
 typedef struct cli_floats {
     float v[CLI_MAX_FLOATS];
-    int n;   /* 0 = not given */
+    int n; /* 0 = not given */
 } cli_floats;
 
 typedef struct cli_opt {
@@ -102,33 +105,41 @@ typedef struct cli_opt {
     const char *names;
     const char *metavar; /* value placeholder in --help ("N", "FILE"); NULL for flags */
     cli_opt_type type;
-    double lo, hi;       /* range (INT, FLOAT, DOUBLE, FLOATS); FLAG: value stored */
+    double lo, hi; /* range (INT, FLOAT, DOUBLE, FLOATS); FLAG: value stored */
     void *dest;
-    const char *help;    /* one line (may contain '\n' for more) */
-    const char *def;     /* default as shown in --help; NULL = the destination's value */
+    const char *help;           /* one line (may contain '\n' for more) */
+    const char *def;            /* default as shown in --help; NULL = the destination's value */
     const char *const *choices; /* CHOICE */
     unsigned flags;
 } cli_opt;
 
 /* Table-entry helpers. */
-#define CLI_END {NULL, NULL, CLI_T_END, 0, 0, NULL, NULL, NULL, NULL, 0}
-#define CLI_SECTION(title) {NULL, NULL, CLI_T_SECTION, 0, 0, NULL, (title), NULL, NULL, 0}
-#define CLI_INCLUDE(table) {NULL, NULL, CLI_T_INCLUDE, 0, 0, (void *)(table), NULL, NULL, NULL, 0}
-#define CLI_FLAG(names, dest, help) {(names), NULL, CLI_T_FLAG, 1, 0, (dest), (help), NULL, NULL, 0}
-#define CLI_FLAG_OFF(names, dest, help) {(names), NULL, CLI_T_FLAG, 0, 0, (dest), (help), NULL, NULL, 0}
-#define CLI_STR(names, meta, dest, help, def) {(names), (meta), CLI_T_STR, 0, 0, (dest), (help), (def), NULL, 0}
-#define CLI_STRS(names, meta, dest, help) {(names), (meta), CLI_T_STRS, 0, 0, (dest), (help), "none", NULL, 0}
+#define CLI_END \
+    { NULL, NULL, CLI_T_END, 0, 0, NULL, NULL, NULL, NULL, 0 }
+#define CLI_SECTION(title) \
+    { NULL, NULL, CLI_T_SECTION, 0, 0, NULL, (title), NULL, NULL, 0 }
+#define CLI_INCLUDE(table) \
+    { NULL, NULL, CLI_T_INCLUDE, 0, 0, (void *)(table), NULL, NULL, NULL, 0 }
+#define CLI_FLAG(names, dest, help) \
+    { (names), NULL, CLI_T_FLAG, 1, 0, (dest), (help), NULL, NULL, 0 }
+#define CLI_FLAG_OFF(names, dest, help) \
+    { (names), NULL, CLI_T_FLAG, 0, 0, (dest), (help), NULL, NULL, 0 }
+#define CLI_STR(names, meta, dest, help, def) \
+    { (names), (meta), CLI_T_STR, 0, 0, (dest), (help), (def), NULL, 0 }
+#define CLI_STRS(names, meta, dest, help) \
+    { (names), (meta), CLI_T_STRS, 0, 0, (dest), (help), "none", NULL, 0 }
 #define CLI_INT(names, meta, dest, lo, hi, help, def) \
-    {(names), (meta), CLI_T_INT, (lo), (hi), (dest), (help), (def), NULL, 0}
+    { (names), (meta), CLI_T_INT, (lo), (hi), (dest), (help), (def), NULL, 0 }
 #define CLI_FLOAT(names, meta, dest, lo, hi, help, def) \
-    {(names), (meta), CLI_T_FLOAT, (lo), (hi), (dest), (help), (def), NULL, 0}
+    { (names), (meta), CLI_T_FLOAT, (lo), (hi), (dest), (help), (def), NULL, 0 }
 #define CLI_DOUBLE(names, meta, dest, lo, hi, help, def) \
-    {(names), (meta), CLI_T_DOUBLE, (lo), (hi), (dest), (help), (def), NULL, 0}
-#define CLI_SEED(names, dest, help) {(names), "N", CLI_T_SEED, 0, 0, (dest), (help), NULL, NULL, 0}
+    { (names), (meta), CLI_T_DOUBLE, (lo), (hi), (dest), (help), (def), NULL, 0 }
+#define CLI_SEED(names, dest, help) \
+    { (names), "N", CLI_T_SEED, 0, 0, (dest), (help), NULL, NULL, 0 }
 #define CLI_CHOICE(names, meta, dest, choices, help, def) \
-    {(names), (meta), CLI_T_CHOICE, 0, 0, (dest), (help), (def), (choices), 0}
+    { (names), (meta), CLI_T_CHOICE, 0, 0, (dest), (help), (def), (choices), 0 }
 #define CLI_FLOATS(names, meta, dest, lo, hi, help, def) \
-    {(names), (meta), CLI_T_FLOATS, (lo), (hi), (dest), (help), (def), NULL, 0}
+    { (names), (meta), CLI_T_FLOATS, (lo), (hi), (dest), (help), (def), NULL, 0 }
 
 typedef struct cli_spec {
     const char *name;        /* the command ("generate"); also sets cli_cmd */

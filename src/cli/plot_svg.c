@@ -24,8 +24,8 @@ static void xml_text(FILE *f, const char *s) {
 
 /* One panel: n bars groups (labels[i]), k series (values[i * k + j]) at
  * x0..x0+w; non-finite values are drawn as "n/a". */
-static void panel(FILE *f, double x0, double w, const char *title, const char *const *labels, int n,
-                  const double *v, int k, const char *const *series, bool lower_better) {
+static void panel(FILE *f, double x0, double w, const char *title, const char *const *labels, int n, const double *v,
+                  int k, const char *const *series, bool lower_better) {
     static const char *colors[] = {"#4477aa", "#ee6677", "#228833"};
     const double top = 50, h = 260, bottom = top + h;
     double mx = 0;
@@ -56,8 +56,8 @@ static void panel(FILE *f, double x0, double w, const char *title, const char *c
             double bh = h * val / mx;
             fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>\n", x, bottom - bh,
                     bw * 0.95, bh, colors[j % 3]);
-            fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"10\" text-anchor=\"middle\">%.3f</text>\n",
-                    x + bw / 2, bottom - bh - 3, val);
+            fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"10\" text-anchor=\"middle\">%.3f</text>\n", x + bw / 2,
+                    bottom - bh - 3, val);
         }
         fprintf(f, "<text font-size=\"11\" text-anchor=\"end\" transform=\"translate(%.1f,%.1f) rotate(-35)\">",
                 gx + gw * 0.4, bottom + 14);
@@ -84,8 +84,10 @@ static int write_plot(FILE *f, void *ctx) {
     const int n = j->n;
     int panels = (j->bpb != NULL) + (j->acc != NULL);
     double pw = 60.0 * n + 120, W = panels * (pw + 80) + 40;
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"480\" "
-               "font-family=\"sans-serif\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n", W);
+    fprintf(f,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"480\" "
+            "font-family=\"sans-serif\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+            W);
     double x = 70;
     if (j->bpb) {
         const char *ser[] = {"bits per byte"};

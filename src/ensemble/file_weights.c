@@ -55,10 +55,12 @@ int ens_file_weights_line(tutti_ensemble_file *ef, const char *line, int32_t *ma
         while (*next_word(&p, w, sizeof w)) {
             int f = tutti_feature_parse(w);
             if (f < 0) return tutti_set_error("context: unknown feature \"%s\" (entropy, top, loss, agree)", w);
-            if (cw->n_features == TUTTI_N_FEATURES) return tutti_set_error("context: more than %d features", TUTTI_N_FEATURES);
+            if (cw->n_features == TUTTI_N_FEATURES)
+                return tutti_set_error("context: more than %d features", TUTTI_N_FEATURES);
             cw->features[cw->n_features++] = f;
         }
-        if (cw->n_features == 0) return tutti_set_error("context needs one or more features (entropy, top, loss, agree)");
+        if (cw->n_features == 0)
+            return tutti_set_error("context needs one or more features (entropy, top, loss, agree)");
         if (!(cw->halflife > 0)) cw->halflife = 16;
         return tutti_check_context(cw, 0) < 0 ? TUTTI_ERR : 1;
     }
@@ -71,14 +73,16 @@ int ens_file_weights_line(tutti_ensemble_file *ef, const char *line, int32_t *ma
         return 1;
     }
     if (!strcmp(kw, "context-coef")) {
-        if (cw->n_features == 0) return tutti_set_error("context-coef comes after the context line that names the features");
+        if (cw->n_features == 0)
+            return tutti_set_error("context-coef comes after the context line that names the features");
         if (!parse_num(next_word(&p, w, sizeof w), &v) || v != floor(v) || v < 1 || v > TUTTI_ENSEMBLE_MAX_MEMBERS)
             return tutti_set_error("context-coef needs a member number in [1, %d] first", TUTTI_ENSEMBLE_MAX_MEMBERS);
         int32_t m = (int32_t)v - 1;
         for (int32_t k = 0; k < cw->n_features; k++) {
             if (!parse_num(next_word(&p, w, sizeof w), &v) || fabs(v) > TUTTI_COEF_MAX)
                 return tutti_set_error("context-coef %d needs %d coefficients (one per feature of the context line), "
-                                       "each finite with |b| <= %g", m + 1, cw->n_features, TUTTI_COEF_MAX);
+                                       "each finite with |b| <= %g",
+                                       m + 1, cw->n_features, TUTTI_COEF_MAX);
             cw->coef[m][k] = (float)v;
         }
         if (*next_word(&p, w, sizeof w))
@@ -102,11 +106,13 @@ int ens_file_weights_write(const tutti_ensemble *e, FILE *out) {
     const tutti_context_weights *cw = &e->ctx;
     if (cw->n_features == 0) return 0;
     fprintf(out, "context");
-    for (int32_t k = 0; k < cw->n_features; k++) fprintf(out, " %s", tutti_feature_name((tutti_feature)cw->features[k]));
+    for (int32_t k = 0; k < cw->n_features; k++)
+        fprintf(out, " %s", tutti_feature_name((tutti_feature)cw->features[k]));
     fprintf(out, "\ncontext-halflife %.6g\n", cw->halflife);
     for (int32_t i = 0; i < e->n; i++) {
         fprintf(out, "context-coef %d", i + 1);
-        for (int32_t k = 0; k < cw->n_features; k++) fprintf(out, " %.9g", (double)cw->coef[i][k]); /* float round trip */
+        for (int32_t k = 0; k < cw->n_features; k++)
+            fprintf(out, " %.9g", (double)cw->coef[i][k]); /* float round trip */
         fprintf(out, "\n");
     }
     return 0;

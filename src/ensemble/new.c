@@ -113,8 +113,10 @@ static int open_members(tutti_ensemble *e, const tutti_ensemble_params *params, 
             return TUTTI_ERR;
         }
         if (params->ctx_shift && !e->m[i]->set_ctx_shift && params->verbose)
-            fprintf(stderr, "ensemble: member %d (%s) cannot shift its context (remote, MPI or split member): a full "
-                            "context still ends the generation\n", i + 1, e->path[i]);
+            fprintf(stderr,
+                    "ensemble: member %d (%s) cannot shift its context (remote, MPI or split member): a full "
+                    "context still ends the generation\n",
+                    i + 1, e->path[i]);
         /* messages say "member 2 (b.gguf): ..." */
         char file[256];
         snprintf(file, sizeof file, "%s", e->m[i]->name);

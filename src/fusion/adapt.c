@@ -46,8 +46,9 @@ int tutti_ensemble_set_adapt(tutti_ensemble *e, double alpha) {
     }
     if (tutti_check_adapt(alpha) < 0) return TUTTI_ERR;
     if (e->rule != TUTTI_RULE_MIX && e->align != TUTTI_ALIGN_SPAN)
-        return tutti_set_usage_error("adapt: weights that follow the text need the mix rule (or span alignment), not %s",
-                               tutti_rule_name(e->rule));
+        return tutti_set_usage_error(
+            "adapt: weights that follow the text need the mix rule (or span alignment), not %s",
+            tutti_rule_name(e->rule));
     e->adapt_on = true;
     e->adapt_alpha = alpha;
     return 0;
@@ -95,8 +96,8 @@ void fusion_adapt_share(const tutti_ensemble *e, double alpha, const double *bas
     }
 }
 
-double fusion_adapt_update(const tutti_ensemble *e, double alpha, const double *prior, double *lw,
-                           const double *logp, const bool *gone) {
+double fusion_adapt_update(const tutti_ensemble *e, double alpha, const double *prior, double *lw, const double *logp,
+                           const bool *gone) {
     fusion_adapt_share(e, alpha, prior, lw, gone);
     /* la: log of the present members' weight, lq: log of their mixture's
      * mass on the unit (unnormalised) */

@@ -70,9 +70,9 @@ struct fusion_align {
     const align_ops *ops;
     tutti_ensemble *e;
     gen_ctx *g;
-    double t_phase;  /* wall time of the members' forward phases */
-    bool masked;     /* ops->mask applies each step */
-    float *work;     /* writable row of the widest step (the loop's mask and grammar) */
+    double t_phase; /* wall time of the members' forward phases */
+    bool masked;    /* ops->mask applies each step */
+    float *work;    /* writable row of the widest step (the loop's mask and grammar) */
     /* weights of this step: e->w at the start, 0 for members that left;
      * with context weights, adapt or selective fusion the weigher's
      * (align_unit_weights, each step); after every commit the loop gives

@@ -21,8 +21,7 @@ int ens_bytes_start(const tutti_ensemble *e, fusion_bytes *st, const gen_prompt 
     /* a member that shifts its context still takes the prompt whole, as
      * llama.cpp does: only generated tokens push the oldest out */
     int32_t np = 0;
-    if (rc == 0 && e->m[i]->ctx_shift && (fusion_bytes_best_path(st, &np), np > e->m[i]->n_ctx))
-        rc = FUSION_ERR_CTX;
+    if (rc == 0 && e->m[i]->ctx_shift && (fusion_bytes_best_path(st, &np), np > e->m[i]->n_ctx)) rc = FUSION_ERR_CTX;
     return rc;
 }
 
@@ -31,7 +30,6 @@ int32_t ens_bytes_ctx_full(const tutti_ensemble *e, fusion_bytes *const *st) {
         if (!fusion_member_fits(e->m[i], fusion_bytes_need_tokens(st[i]))) return i;
     return -1;
 }
-
 
 /* A member whose tokens cannot spell the prompt (a character vocabulary
  * without "€", say) leaves the generation at once instead of failing it;
@@ -46,7 +44,8 @@ static int job_bytes_start(tutti_ensemble *e, int32_t i, void *arg) {
     }
     if (rc == FUSION_ERR_CTX)
         return tutti_set_error("member %s: the prompt needs more than its context of %d tokens; raise -c or "
-                               "shorten the prompt", e->m[i]->name, e->m[i]->n_ctx);
+                               "shorten the prompt",
+                               e->m[i]->name, e->m[i]->n_ctx);
     return rc < 0 ? TUTTI_ERR : 0;
 }
 
@@ -171,8 +170,7 @@ static int byte_step(fusion_align *a, const float **row, int32_t *n) {
     if (lead < -1) return TUTTI_ERR;
     if (lead >= 0) /* the members agree: the lead member's distribution */
         memcpy(s->fused, s->lp[lead], sizeof s->fused);
-    else if (bytes_combine(e, a->w, s->lp, s->fused) < 0)
-        return TUTTI_ERR;
+    else if (bytes_combine(e, a->w, s->lp, s->fused) < 0) return TUTTI_ERR;
     *row = s->fused;
     *n = FUSION_N_BYTE_OUT;
     return 0;

@@ -30,8 +30,8 @@ typedef struct draft {
 
 typedef struct span_ctx {
     fusion_align base;
-    tutti_sampler_params sp;                  /* each member's drafting sampler: seed + its index */
-    float score[TUTTI_ENSEMBLE_MAX_MEMBERS];  /* this round's drafts' fused log-likelihood per byte */
+    tutti_sampler_params sp;                 /* each member's drafting sampler: seed + its index */
+    float score[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* this round's drafts' fused log-likelihood per byte */
     int32_t best;
     fusion_bytes *st[TUTTI_ENSEMBLE_MAX_MEMBERS];
     fusion_bytes *cl[TUTTI_ENSEMBLE_MAX_MEMBERS][TUTTI_ENSEMBLE_MAX_MEMBERS]; /* [member][draft] */
@@ -55,7 +55,8 @@ static int job_start(tutti_ensemble *e, int32_t i, void *arg) {
     int rc = ens_bytes_start(e, c->st[i], c->pr, i);
     if (rc == FUSION_ERR_CTX)
         return tutti_set_error("member %s: the prompt needs more than its context of %d tokens; raise -c or "
-                               "shorten the prompt", e->m[i]->name, e->m[i]->n_ctx);
+                               "shorten the prompt",
+                               e->m[i]->name, e->m[i]->n_ctx);
     return rc < 0 ? TUTTI_ERR : 0;
 }
 
@@ -90,10 +91,10 @@ static int32_t draft_context(tutti_ensemble *e, span_ctx *c, int32_t i, int32_t 
         int32_t n = pr->n_ids[i];
         memcpy(ids, pr->ids[i], sizeof(int32_t) * (size_t)n);
         const fusion_trie *t = e->trie[i];
-        size_t skip = t->n_prefix > 0 && g->n_text >= (size_t)t->n_prefix &&
-                              !memcmp(g->text, t->prefix, (size_t)t->n_prefix)
-                          ? (size_t)t->n_prefix
-                          : 0;
+        size_t skip =
+            t->n_prefix > 0 && g->n_text >= (size_t)t->n_prefix && !memcmp(g->text, t->prefix, (size_t)t->n_prefix)
+                ? (size_t)t->n_prefix
+                : 0;
         if (g->n_text > skip) {
             int32_t k = tutti_tokenize(m->vocab, g->text + skip, g->n_text - skip, false, false, ids + n,
                                        cap - n - SPAN_MAX_TOKENS);

@@ -68,7 +68,8 @@ static int token_prompts(tutti_ensemble *e, const gen_prompt *pr, int32_t max_ge
         }
         if (n[i] > e->m[i]->n_ctx)
             return tutti_set_error("generation: member %d (%s): the prompt is %d tokens, longer than its context "
-                                   "(%d tokens)", i + 1, e->path[i], n[i], e->m[i]->n_ctx);
+                                   "(%d tokens)",
+                                   i + 1, e->path[i], n[i], e->m[i]->n_ctx);
     }
     return 0;
 }
@@ -78,7 +79,7 @@ typedef struct token_align {
     int32_t V;
     int32_t *ids[TUTTI_ENSEMBLE_MAX_MEMBERS], n[TUTTI_ENSEMBLE_MAX_MEMBERS], cap[TUTTI_ENSEMBLE_MAX_MEMBERS];
     token_mask tm;
-    float *bufs;  /* scratch[n], logp[n], fused */
+    float *bufs; /* scratch[n], logp[n], fused */
     double *work;
     char *piece;
     /* logits: each member's row, usually its session's own (no copy);
@@ -156,8 +157,7 @@ static int token_start(fusion_align *a, const gen_prompt *pr, tutti_sampler *smp
     token_align *t = (token_align *)a;
     tutti_ensemble *e = a->e;
     gen_ctx *g = a->g;
-    if (token_prompts(e, pr, g->max_units, t->dr ? t->dr->p.n_max + 1 : 0, t->ids, t->n, t->cap) < 0)
-        return TUTTI_ERR;
+    if (token_prompts(e, pr, g->max_units, t->dr ? t->dr->p.n_max + 1 : 0, t->ids, t->n, t->cap) < 0) return TUTTI_ERR;
     /* as tutti generate: the prompt (member 1's) counts for the repetition penalty */
     for (int32_t k = 0; k < t->n[0]; k++) tutti_sampler_accept(smp, t->ids[0][k]);
     t->pass = fusion_weigher_varies(&a->wg) || a->wg.select ? -1 : passthrough_member(e);

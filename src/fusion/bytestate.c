@@ -55,16 +55,16 @@
 #include "util/error.h"
 
 typedef struct hyp {
-    int32_t *ids;   /* token path (BOS first when the vocabulary uses it) */
+    int32_t *ids; /* token path (BOS first when the vocabulary uses it) */
     int32_t n_ids;
-    int32_t pos;    /* byte offset in the view where the next token starts */
-    int32_t node;   /* trie node of the pending bytes view[pos..n_view); -1: stale (see commit) */
-    double logp;    /* log P(path), relative (the maximum is kept near 0) */
-    double *dist;   /* next-token distribution, NULL = not evaluated: bc[n_blocks+1] (cumulative
+    int32_t pos;      /* byte offset in the view where the next token starts */
+    int32_t node;     /* trie node of the pending bytes view[pos..n_view); -1: stale (see commit) */
+    double logp;      /* log P(path), relative (the maximum is kept near 0) */
+    double *dist;     /* next-token distribution, NULL = not evaluated: bc[n_blocks+1] (cumulative
                        block sums, double) followed by ps[n_sorted] (float), both unnormalised
                        in trie order; see prepare */
     double inv_total; /* 1 / Σ over the whole vocabulary of the unnormalised probabilities */
-    double p_eog;   /* next-token probability of end-of-generation tokens */
+    double p_eog;     /* next-token probability of end-of-generation tokens */
 } hyp;
 
 /* A speculative evaluation (lazy mode): the distribution after a live
@@ -79,7 +79,7 @@ typedef struct spec {
 } spec;
 
 #define SPEC_MAX FUSION_SPEC_MAX /* cached speculative distributions */
-#define SPEC_BATCH 4 /* added to one pass at most */
+#define SPEC_BATCH 4             /* added to one pass at most */
 
 /* Known text ahead (fusion_bytes_expect): the canonical token path of the
  * text, and the distributions after its prefixes P[0..lo), ...,
@@ -105,9 +105,9 @@ typedef struct ranked {
 /* commit's scratch, kept with the state and grown as hypotheses multiply
  * (not allocated per committed byte) */
 typedef struct commit_scratch {
-    double *eff;  /* [cap] effective mass of hypothesis i after the byte, -1 = none */
-    ranked *rk;   /* [cap] the hypotheses kept, by mass */
-    bool *keep;   /* [cap] */
+    double *eff; /* [cap] effective mass of hypothesis i after the byte, -1 = none */
+    ranked *rk;  /* [cap] the hypotheses kept, by mass */
+    bool *keep;  /* [cap] */
     int32_t cap;
 } commit_scratch;
 
@@ -121,7 +121,7 @@ struct fusion_bytes {
     int32_t n_h, cap_h;
     double **spare; /* recycled dist buffers */
     int32_t n_spare, cap_spare;
-    float *logits;  /* [n_vocab] scratch for members that cannot lend their logits */
+    float *logits; /* [n_vocab] scratch for members that cannot lend their logits */
     double pruned;
     double shift; /* Σ of what commit took off the log-probabilities (log P(path) = logp + shift) */
     int32_t bos;
@@ -136,8 +136,8 @@ struct fusion_bytes {
     ahead ah;
     commit_scratch cs;
 };
-#define REMOTE(call) \
-    do { \
+#define REMOTE(call)                     \
+    do {                                 \
         if (s->ops) return s->ops->call; \
     } while (0)
 
@@ -184,7 +184,7 @@ static double dist_fill(const fusion_trie *t, const float *z, float inv, double 
     const int32_t *sorted = t->sorted;
     int32_t ns = t->n_sorted, nb = n_blocks(t);
     float mx = tutti_vec_max(z, t->n_vocab) * inv; /* inv > 0 */
-    if (!(mx > -INFINITY)) mx = 0.0f;               /* every logit -inf: all masses 0 */
+    if (!(mx > -INFINITY)) mx = 0.0f;              /* every logit -inf: all masses 0 */
     /* gather (scalar) and exp (vectorised) as separate loops, block by
      * block while the block is in L1: together they would not vectorise */
     for (int32_t r0 = 0; r0 < ns; r0 += 1024) {
@@ -323,8 +323,8 @@ fusion_bytes *fusion_bytes_new(fusion_member *m, const fusion_trie *trie, const 
     s->bos = m->bos;
     if (trie->n_vocab != m->n_vocab) {
         fusion_bytes_free(s);
-        tutti_set_error("member %s: vocabulary has %d tokens but the model gives %d logits", m->name,
-                        trie->n_vocab, m->n_vocab);
+        tutti_set_error("member %s: vocabulary has %d tokens but the model gives %d logits", m->name, trie->n_vocab,
+                        m->n_vocab);
         return NULL;
     }
     return s;
@@ -340,8 +340,8 @@ static int grow_hyps(fusion_bytes *s) {
     return 0;
 }
 
-static int push_hyp(fusion_bytes *s, const int32_t *ids, int32_t n_ids, int32_t extra, int32_t pos,
-                    int32_t node, double logp) {
+static int push_hyp(fusion_bytes *s, const int32_t *ids, int32_t n_ids, int32_t extra, int32_t pos, int32_t node,
+                    double logp) {
     if (grow_hyps(s) < 0) return TUTTI_ERR;
     hyp *h = &s->h[s->n_h];
     memset(h, 0, sizeof *h);
@@ -993,7 +993,8 @@ int fusion_bytes_commit(fusion_bytes *s, uint8_t b) {
         if (s->cs.eff[i] > 0) total += s->cs.eff[i];
     if (!(total > 0)) {
         tutti_set_error("member %s: the text has probability 0 (byte 0x%02x at offset %d cannot be covered by "
-                        "its tokens)", s->m->name, b, s->n_view - 1 - s->n_prefix);
+                        "its tokens)",
+                        s->m->name, b, s->n_view - 1 - s->n_prefix);
         return FUSION_ERR_SPELL;
     }
     keep_hyps(s, prune_hyps(s, s->n_h, total, deferred), stale);
@@ -1025,7 +1026,8 @@ int fusion_bytes_start(fusion_bytes *s, const char *text, size_t n) {
      * canonical tokenization of all but the text's last token as given. */
     if (n == 0)
         return tutti_set_error("member %s: its vocabulary has no BOS token, so generation needs a non-empty "
-                               "prompt", s->m->name);
+                               "prompt",
+                               s->m->name);
     int32_t cap = (int32_t)n + 16;
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
     if (!ids) return tutti_set_error("byte alignment: out of memory");
@@ -1074,8 +1076,8 @@ int fusion_bytes_start_ids(fusion_bytes *s, const int32_t *ids, int32_t n) {
     if (n < 1) return tutti_set_error("member %s: empty token-id prompt", s->m->name);
     for (int32_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= s->m->n_vocab)
-            return tutti_set_error("member %s: prompt token %d (id %d) is out of range [0, %d)", s->m->name, i,
-                                   ids[i], s->m->n_vocab);
+            return tutti_set_error("member %s: prompt token %d (id %d) is out of range [0, %d)", s->m->name, i, ids[i],
+                                   s->m->n_vocab);
     return push_hyp(s, ids, n, -1, 0, 0, 0.0);
 }
 

@@ -56,8 +56,8 @@ int32_t fusion_trie_child(const fusion_trie *t, int32_t node, uint8_t b) {
     return -1;
 }
 
-fusion_trie *fusion_trie_build_pieces(int32_t n_vocab, const char *bytes, const int64_t *off,
-                                      const bool *eog, const char *prefix, int32_t n_prefix) {
+fusion_trie *fusion_trie_build_pieces(int32_t n_vocab, const char *bytes, const int64_t *off, const bool *eog,
+                                      const char *prefix, int32_t n_prefix) {
     if (n_vocab <= 0 || n_prefix < 0 || n_prefix > (int32_t)sizeof(((fusion_trie *)0)->prefix)) {
         tutti_set_error("byte trie: invalid vocabulary size %d or prefix length %d", n_vocab, n_prefix);
         return NULL;
@@ -190,7 +190,8 @@ fusion_trie *fusion_trie_build(const tutti_vocab *vocab) {
         int32_t k = 0;
         if (!tutti_vocab_is_control(vocab, id)) {
             for (;;) {
-                k = tutti_token_to_piece(vocab, id, false, bytes + total, (int32_t)(cap - total > INT32_MAX ? INT32_MAX : cap - total));
+                k = tutti_token_to_piece(vocab, id, false, bytes + total,
+                                         (int32_t)(cap - total > INT32_MAX ? INT32_MAX : cap - total));
                 if (k >= 0) break;
                 if (k == TUTTI_ERR && cap - total > 4096) {
                     free(bytes), free(off), free(eog);

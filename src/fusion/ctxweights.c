@@ -95,8 +95,7 @@ static double row_exp(const float *logp, int32_t n, float *p) {
 }
 
 void fusion_unit_features(int32_t n_members, const float *const *logp, int32_t n, const bool *gone,
-                          const fusion_loss_state *ls, unsigned need, float *scratch,
-                          double (*f)[TUTTI_N_FEATURES]) {
+                          const fusion_loss_state *ls, unsigned need, float *scratch, double (*f)[TUTTI_N_FEATURES]) {
     float *sum = scratch + (size_t)n_members * (size_t)n;
     int32_t n_present = 0;
     bool rows = need & ((1u << TUTTI_FEAT_ENTROPY) | (1u << TUTTI_FEAT_TOP) | (1u << TUTTI_FEAT_AGREE));

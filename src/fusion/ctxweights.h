@@ -46,8 +46,7 @@ void fusion_loss_push(fusion_loss_state *ls, int32_t n_members, const double *lp
  * the loss state.  need: bit (1 << TUTTI_FEAT_*) per feature wanted (the
  * others are 0).  scratch: (n_members + 1) * n floats. */
 void fusion_unit_features(int32_t n_members, const float *const *logp, int32_t n, const bool *gone,
-                          const fusion_loss_state *ls, unsigned need, float *scratch,
-                          double (*f)[TUTTI_N_FEATURES]);
+                          const fusion_loss_state *ls, unsigned need, float *scratch, double (*f)[TUTTI_N_FEATURES]);
 
 /* Context weights of one unit: w[i] = W_i exp(Σ_k b_ik f[i][features[k]])
  * normalised over the members with W_i > 0 that are not gone (the others
@@ -69,9 +68,9 @@ typedef struct fusion_weigher {
     bool ctx, adapt, select, measure; /* measure: features and d at every unit, unused (fitting) */
     tutti_context_weights cw;
     double alpha, threshold;
-    unsigned need;                    /* features the context weights use */
-    unsigned mneed;                   /* measure: features computed, unused */
-    double halflife;                  /* of LOSS (the context weights', or measure's) */
+    unsigned need;   /* features the context weights use */
+    unsigned mneed;  /* measure: features computed, unused */
+    double halflife; /* of LOSS (the context weights', or measure's) */
     float W[TUTTI_ENSEMBLE_MAX_MEMBERS];
     double prior[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* W normalised over W > 0 */
     double lpost[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* adapt: log posterior after the last unit (every member) */

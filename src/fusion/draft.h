@@ -18,14 +18,14 @@
 #include "fusion/ensemble_impl.h"
 
 typedef struct fusion_draft {
-    fusion_member *m;     /* the ensemble's draft (borrowed); NULL: prompt lookup (p.lookup_n) */
+    fusion_member *m; /* the ensemble's draft (borrowed); NULL: prompt lookup (p.lookup_n) */
     tutti_draft_params p;
-    tutti_sampler *smp;   /* the draft's own: the generation's filters and temperature, another seed, no penalty */
+    tutti_sampler *smp; /* the draft's own: the generation's filters and temperature, another seed, no penalty */
     int32_t V;
-    int32_t *tok;         /* [p.n_max] this round's drafted tokens */
-    float *q;             /* [p.n_max][V] the distribution each was drawn from */
-    float *scratch;       /* [V] */
-    int32_t n;            /* tokens drafted this round */
+    int32_t *tok;   /* [p.n_max] this round's drafted tokens */
+    float *q;       /* [p.n_max][V] the distribution each was drawn from */
+    float *scratch; /* [V] */
+    int32_t n;      /* tokens drafted this round */
 } fusion_draft;
 
 /* NULL + error (out of memory, bad sampler settings); sp: the generation's. */

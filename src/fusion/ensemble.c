@@ -40,12 +40,8 @@ int32_t ens_tokenize(const tutti_vocab *v, const char *text, size_t len, int32_t
 static const char *const rule_names[] = {"mix", "product", "gate", "contrastive"};
 static const char *const align_names[] = {"auto", "token", "byte", "span"};
 
-const char *tutti_rule_name(tutti_fusion_rule r) {
-    return (unsigned)r < 4 ? rule_names[r] : "?";
-}
-const char *tutti_align_name(tutti_align a) {
-    return (unsigned)a < 4 ? align_names[a] : "?";
-}
+const char *tutti_rule_name(tutti_fusion_rule r) { return (unsigned)r < 4 ? rule_names[r] : "?"; }
+const char *tutti_align_name(tutti_align a) { return (unsigned)a < 4 ? align_names[a] : "?"; }
 int tutti_rule_parse(const char *s) {
     for (int i = 0; i < 4; i++)
         if (s && !strcmp(s, rule_names[i])) return i;
@@ -259,4 +255,3 @@ fusion_rule_params ens_rule_params(const tutti_ensemble *e) {
     fusion_rule_params p = {.rule = e->rule, .weights = e->w, .beta = e->beta};
     return p;
 }
-

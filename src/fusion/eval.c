@@ -231,7 +231,7 @@ static int byte_table_branches(fusion_member *m, const fusion_trie *trie, const 
 typedef struct table_job {
     char **chunks;
     int n_chunks;
-    const float *temps;   /* [n_members] temperature to use */
+    const float *temps; /* [n_members] temperature to use */
     int width;
     float *rows[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* outputs */
     int64_t n_rows;
@@ -272,7 +272,8 @@ static int job_token_tables(tutti_ensemble *e, int32_t i, void *arg) {
             int rc = m->vt->logits_all(m, ids, n, rows);
             if (rc == 0)
                 for (int32_t k = 0; k + 1 < n; k++, r++)
-                    fusion_log_softmax(rows + (size_t)k * (size_t)V, V, j->temps[i], j->rows[i] + (size_t)r * (size_t)V);
+                    fusion_log_softmax(rows + (size_t)k * (size_t)V, V, j->temps[i],
+                                       j->rows[i] + (size_t)r * (size_t)V);
             free(rows);
             if (rc < 0) {
                 free(ids);
@@ -298,7 +299,8 @@ int fusion_text_data_init(tutti_ensemble *e, const char *text, size_t len, int m
     } else if (len > 0) {
         d->chunks = malloc(sizeof(char *));
         if (d->chunks) d->chunks[0] = malloc(len + 1);
-        if (!d->chunks || !d->chunks[0]) return free(d->chunks), d->chunks = NULL, tutti_set_error("eval: out of memory");
+        if (!d->chunks || !d->chunks[0])
+            return free(d->chunks), d->chunks = NULL, tutti_set_error("eval: out of memory");
         memcpy(d->chunks[0], text, len);
         d->chunks[0][len] = 0;
         if (strlen(d->chunks[0]) != len) return tutti_set_error("eval: the text holds a NUL byte");
@@ -560,7 +562,8 @@ int tutti_ensemble_eval_bpb(tutti_ensemble *e, const char *text, size_t len, tut
     }
     if (e->align == TUTTI_ALIGN_SPAN && e->rule != TUTTI_RULE_MIX) {
         tutti_set_error("span alignment scores only the span-level mixture (the mix rule); span generation "
-                        "with the %s rule ranks drafts but defines no probability to score", tutti_rule_name(e->rule));
+                        "with the %s rule ranks drafts but defines no probability to score",
+                        tutti_rule_name(e->rule));
         return TUTTI_ERR_UNSUPPORTED;
     }
     text_data d;
@@ -631,8 +634,8 @@ typedef struct branch_job {
 static int job_branches(tutti_ensemble *e, int32_t i, void *arg) {
     branch_job *j = arg;
     fusion_bytes_params bp = ens_bytes_params(e, i);
-    if (byte_table_branches(e->m[i], e->trie[i], &bp, j->prefix, strlen(j->prefix), j->cont, j->n_cont,
-                            j->rows[i], j->plp[i], j->pgone[i], j->prow[i]) < 0) {
+    if (byte_table_branches(e->m[i], e->trie[i], &bp, j->prefix, strlen(j->prefix), j->cont, j->n_cont, j->rows[i],
+                            j->plp[i], j->pgone[i], j->prow[i]) < 0) {
         tutti_error_prefix("member %d (%s)", i + 1, e->path[i]);
         return TUTTI_ERR;
     }
@@ -695,7 +698,8 @@ int fusion_branches_nll(tutti_ensemble *e, const char *prefix, const char *const
     /* weights that follow the text: the posterior after the prefix is the
      * prior of every continuation (alpha 0: the exact mixture of whole
      * sequences, log Σ w_i p_i(prefix + cont) - log Σ w_i p_i(prefix)) */
-    double prior[TUTTI_ENSEMBLE_MAX_MEMBERS], wp[TUTTI_ENSEMBLE_MAX_MEMBERS] /* log-weights */, l[TUTTI_ENSEMBLE_MAX_MEMBERS];
+    double prior[TUTTI_ENSEMBLE_MAX_MEMBERS], wp[TUTTI_ENSEMBLE_MAX_MEMBERS] /* log-weights */,
+        l[TUTTI_ENSEMBLE_MAX_MEMBERS];
     bool g[TUTTI_ENSEMBLE_MAX_MEMBERS];
     if (rc == 0 && e->adapt_on) {
         fusion_adapt_prior(e, e->w, prior);
@@ -865,7 +869,8 @@ static int fit_static(tutti_ensemble *e, const text_data *d, float **tab, const 
         if (fabsf(temps[t] - 1.0f) < fabsf(temps[t1] - 1.0f)) t1 = t;
     float wu[TUTTI_ENSEMBLE_MAX_MEMBERS];
     int32_t choice[TUTTI_ENSEMBLE_MAX_MEMBERS];
-    for (int32_t i = 0; i < n; i++) wu[i] = 1.0f / (float)n, choice[i] = t1, cur[i] = tab[(size_t)t1 * (size_t)n + (size_t)i];
+    for (int32_t i = 0; i < n; i++)
+        wu[i] = 1.0f / (float)n, choice[i] = t1, cur[i] = tab[(size_t)t1 * (size_t)n + (size_t)i];
     int rc = fusion_ensemble_nll(e, d, cur, wu, uniform_nll);
     if (rc < 0) {
         free(sp);
@@ -941,7 +946,8 @@ int tutti_ensemble_fit_with(tutti_ensemble *e, const char *text, size_t len, con
         tutti_set_error("fit: the gate rule has no weights to fit; use mix or product");
         return TUTTI_ERR_UNSUPPORTED;
     }
-    if (p->n_context < 0 || p->n_context > TUTTI_N_FEATURES) return tutti_set_error("fit: %d context features", p->n_context);
+    if (p->n_context < 0 || p->n_context > TUTTI_N_FEATURES)
+        return tutti_set_error("fit: %d context features", p->n_context);
     if (p->select_share > 1) return tutti_set_error("fit: the share of units to fuse must be in (0, 1]");
     if (p->select_share > 0 && e->align == TUTTI_ALIGN_SPAN)
         return tutti_set_error("fit: selective fusion needs token or byte alignment");
@@ -971,7 +977,8 @@ int tutti_ensemble_fit_with(tutti_ensemble *e, const char *text, size_t len, con
     tutti_fusion_rule saved_rule = e->rule;
     if (e->align == TUTTI_ALIGN_SPAN) e->rule = TUTTI_RULE_MIX; /* the span mixture is what eval scores */
     float *cur[TUTTI_ENSEMBLE_MAX_MEMBERS], wf[TUTTI_ENSEMBLE_MAX_MEMBERS], tf[TUTTI_ENSEMBLE_MAX_MEMBERS];
-    double uniform_nll = NAN, static_nll = NAN, ctx_nll = NAN, heldout = NAN, nll = NAN, alpha = -1, thr = -1, fused = 1;
+    double uniform_nll = NAN, static_nll = NAN, ctx_nll = NAN, heldout = NAN, nll = NAN, alpha = -1, thr = -1,
+           fused = 1;
     if (rc == 0) rc = fit_static(e, &d, tab, temps, n_temps, cur, wf, tf, &uniform_nll, adapt);
     if (rc == 0) rc = tutti_ensemble_set_weights(e, wf, tf);
     /* the reported figures go through the same code path as eval */

@@ -12,9 +12,9 @@ typedef struct text_data {
     char **chunks;
     int n_chunks;
     int64_t n_bytes;
-    int64_t n_rows;   /* bytes (BYTE/SPAN) or scored tokens (TOKEN) */
-    int32_t *y;       /* [n_rows] true outcome */
-    int width;        /* 257 or n_vocab */
+    int64_t n_rows;       /* bytes (BYTE/SPAN) or scored tokens (TOKEN) */
+    int32_t *y;           /* [n_rows] true outcome */
+    int width;            /* 257 or n_vocab */
     int64_t *chunk_start; /* [n_chunks+1] first row of each chunk (a new stream from BOS) */
     /* SPAN: row ranges of the spans */
     int64_t n_spans;

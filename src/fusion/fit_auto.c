@@ -103,7 +103,8 @@ int tutti_ensemble_fit_auto(tutti_ensemble *e, const char *text, size_t len, con
     if (nc < 3) {
         fusion_free_chunks(chunks, nc);
         return tutti_set_error("fit --rule auto: the text has %d chunk%s; it needs 3 or more (two of every three "
-                               "fit each candidate, the third scores it)", nc, nc == 1 ? "" : "s");
+                               "fit each candidate, the third scores it)",
+                               nc, nc == 1 ? "" : "s");
     }
     size_t lf, lh;
     char *fit_text = join_chunks(chunks, nc, false, &lf), *held_text = join_chunks(chunks, nc, true, &lh);

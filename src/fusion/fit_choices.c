@@ -33,8 +33,8 @@ typedef struct cf {
     int32_t n, n_temps, n_items;
     bool posterior;
     const tutti_choice_item *items;
-    cf_text *texts;    /* per item: the context, then each context + choice */
-    int32_t *first;    /* [n_items] index of the item's context text */
+    cf_text *texts;                           /* per item: the context, then each context + choice */
+    int32_t *first;                           /* [n_items] index of the item's context text */
     int32_t tsel[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* the grid value of each member's temperature */
 } cf;
 
@@ -62,7 +62,9 @@ static double text_ll(const cf *c, const cf_text *t, const double *w, double *g)
         const float *row[TUTTI_ENSEMBLE_MAX_MEMBERS];
         double wp = 0;
         for (int32_t i = 0; i < n; i++) {
-            row[i] = w[i] > 0 && !fusion_row_gone(t->rows[i] + (size_t)r * (size_t)W, W) ? t->rows[i] + (size_t)r * (size_t)W : NULL;
+            row[i] = w[i] > 0 && !fusion_row_gone(t->rows[i] + (size_t)r * (size_t)W, W)
+                         ? t->rows[i] + (size_t)r * (size_t)W
+                         : NULL;
             if (row[i]) wp += w[i];
         }
         if (!(wp > 0)) continue;
@@ -138,8 +140,9 @@ static double cf_objective(const cf *c, const double *theta, double *grad) {
  * and leaves theta there. */
 static double cf_descend(const cf *c, double *theta, int iters) {
     int32_t dim = c->n + 1;
-    double g[TUTTI_ENSEMBLE_MAX_MEMBERS + 1], m1[TUTTI_ENSEMBLE_MAX_MEMBERS + 1] = {0},
-           m2[TUTTI_ENSEMBLE_MAX_MEMBERS + 1] = {0}, bt[TUTTI_ENSEMBLE_MAX_MEMBERS + 1], best = INFINITY;
+    double g[TUTTI_ENSEMBLE_MAX_MEMBERS + 1],
+        m1[TUTTI_ENSEMBLE_MAX_MEMBERS + 1] = {0}, m2[TUTTI_ENSEMBLE_MAX_MEMBERS + 1] = {0},
+                                        bt[TUTTI_ENSEMBLE_MAX_MEMBERS + 1], best = INFINITY;
     for (int it = 0; it <= iters; it++) {
         double L = cf_objective(c, theta, g);
         if (L < best) best = L, memcpy(bt, theta, sizeof(double) * (size_t)dim);
@@ -182,7 +185,8 @@ static int cf_text_build(cf *c, cf_text *t, const char *ctx, const char *choice,
         if ((rc = fusion_compute_tables(c->e, &t->d, tt, rows)) == 0)
             for (int32_t i = 0; i < c->n; i++) {
                 double s = 0;
-                for (int64_t r = 0; r < t->d.n_rows; r++) s += rows[i][(size_t)r * (size_t)t->d.width + (size_t)t->d.y[r]];
+                for (int64_t r = 0; r < t->d.n_rows; r++)
+                    s += rows[i][(size_t)r * (size_t)t->d.width + (size_t)t->d.y[r]];
                 t->seq[(size_t)g * (size_t)c->n + (size_t)i] = s;
             }
         for (int32_t i = 0; i < c->n; i++) {
@@ -200,11 +204,13 @@ int tutti_ensemble_fit_choices(tutti_ensemble *e, const tutti_choice_item *items
     static const tutti_fit_params none = {0};
     if (!p) p = &none;
     if (e->route_tau > 0 || e->ctx.n_features > 0)
-        return tutti_set_error("fit --choices fits static weights: turn off %s", e->route_tau > 0 ? "route" : "the context weights");
+        return tutti_set_error("fit --choices fits static weights: turn off %s",
+                               e->route_tau > 0 ? "route" : "the context weights");
     bool posterior = e->rule == TUTTI_RULE_MIX && e->adapt_on;
     if ((e->adapt_on && e->adapt_alpha != 0) || (e->rule != TUTTI_RULE_MIX && e->rule != TUTTI_RULE_PRODUCT)) {
         tutti_set_error("fit --choices: mix (the posterior after the context, or static weights) or product (static), "
-                        "not %s%s", tutti_rule_name(e->rule), e->adapt_on ? " with adapt > 0" : "");
+                        "not %s%s",
+                        tutti_rule_name(e->rule), e->adapt_on ? " with adapt > 0" : "");
         return TUTTI_ERR_UNSUPPORTED;
     }
     if (!posterior && e->align == TUTTI_ALIGN_SPAN) {
@@ -215,15 +221,20 @@ int tutti_ensemble_fit_choices(tutti_ensemble *e, const tutti_choice_item *items
         const tutti_choice_item *q = &items[it];
         if (!q->context || !q->choices || q->n_choices < 2 || q->n_choices > TUTTI_MAX_CHOICES || q->label < 0 ||
             q->label >= q->n_choices)
-            return tutti_set_error("fit: choice item %d needs a context, 2 to %d choices and a label among them", it + 1,
-                                   TUTTI_MAX_CHOICES);
+            return tutti_set_error("fit: choice item %d needs a context, 2 to %d choices and a label among them",
+                                   it + 1, TUTTI_MAX_CHOICES);
         for (int32_t k = 0; k < q->n_choices; k++)
-            if (!q->choices[k] || !q->choices[k][0]) return tutti_set_error("fit: choice item %d: choice %d is empty", it + 1, k + 1);
+            if (!q->choices[k] || !q->choices[k][0])
+                return tutti_set_error("fit: choice item %d: choice %d is empty", it + 1, k + 1);
     }
     static const float one = 1.0f;
     const float *temps = posterior && p->temps && p->n_temps > 0 ? p->temps : &one;
-    cf c = {.e = e, .n = e->n, .n_temps = posterior && p->temps && p->n_temps > 0 ? p->n_temps : 1,
-            .n_items = n_items, .posterior = posterior, .items = items};
+    cf c = {.e = e,
+            .n = e->n,
+            .n_temps = posterior && p->temps && p->n_temps > 0 ? p->n_temps : 1,
+            .n_items = n_items,
+            .posterior = posterior,
+            .items = items};
     int32_t n_texts = 0;
     for (int32_t it = 0; it < n_items; it++) n_texts += 1 + items[it].n_choices;
     c.texts = calloc((size_t)n_texts, sizeof(cf_text));

@@ -82,8 +82,10 @@ double fusion_ctx_objective(const ctx_fit_data *d, const double *theta, int part
 
 double fusion_ctx_descend(const ctx_fit_data *d, double *theta, int max_iters) {
     int32_t dim = d->n + d->n * d->K;
-    double g[TUTTI_ENSEMBLE_MAX_MEMBERS * (1 + TUTTI_N_FEATURES)], m1[TUTTI_ENSEMBLE_MAX_MEMBERS * (1 + TUTTI_N_FEATURES)] = {0},
-           m2[TUTTI_ENSEMBLE_MAX_MEMBERS * (1 + TUTTI_N_FEATURES)] = {0}, best_t[TUTTI_ENSEMBLE_MAX_MEMBERS * (1 + TUTTI_N_FEATURES)];
+    double g[TUTTI_ENSEMBLE_MAX_MEMBERS * (1 + TUTTI_N_FEATURES)],
+        m1[TUTTI_ENSEMBLE_MAX_MEMBERS * (1 + TUTTI_N_FEATURES)] = {0},
+                                             m2[TUTTI_ENSEMBLE_MAX_MEMBERS * (1 + TUTTI_N_FEATURES)] = {0},
+                                             best_t[TUTTI_ENSEMBLE_MAX_MEMBERS * (1 + TUTTI_N_FEATURES)];
     int64_t n_fit = 0;
     bool held = false;
     for (int64_t u = 0; u < d->n_units; u++) {
@@ -140,7 +142,8 @@ static void record_unit(void *user, int64_t u, int chunk, const fusion_weigher *
     for (int32_t i = 0; i < d->n; i++) {
         d->lp[u * d->n + i] = lp[i];
         d->gone[u * d->n + i] = gone[i];
-        for (int32_t k = 0; k < d->K; k++) d->f[((size_t)u * (size_t)d->n + (size_t)i) * (size_t)d->K + (size_t)k] = s->f[i][h->features[k]];
+        for (int32_t k = 0; k < d->K; k++)
+            d->f[((size_t)u * (size_t)d->n + (size_t)i) * (size_t)d->K + (size_t)k] = s->f[i][h->features[k]];
     }
     d->held[u] = h->hold && chunk % 4 == 3;
 }

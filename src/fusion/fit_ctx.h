@@ -10,13 +10,13 @@
 #include "fusion/eval_impl.h"
 
 typedef struct ctx_fit_data {
-    int32_t n, K;            /* members; features fitted */
-    tutti_fusion_rule rule;  /* MIX (and SPAN's span mixture) or PRODUCT */
+    int32_t n, K;           /* members; features fitted */
+    tutti_fusion_rule rule; /* MIX (and SPAN's span mixture) or PRODUCT */
     int64_t n_units;
-    double *lp;              /* [n_units][n] log-probability of the true unit, -inf: none */
-    bool *gone;              /* [n_units][n] no distribution there */
-    double *f;               /* [n_units][n][K] features, standardised (mean 0, sd 1 over the fitted units) */
-    bool *held;              /* [n_units] held out (early stopping), or NULL: none */
+    double *lp; /* [n_units][n] log-probability of the true unit, -inf: none */
+    bool *gone; /* [n_units][n] no distribution there */
+    double *f;  /* [n_units][n][K] features, standardised (mean 0, sd 1 over the fitted units) */
+    bool *held; /* [n_units] held out (early stopping), or NULL: none */
     bool active[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* the member has weight > 0 (others stay at 0) */
     /* PRODUCT: each member's rows [..][width] and unit u's row and true outcome */
     int width;
@@ -38,8 +38,8 @@ double fusion_ctx_descend(const ctx_fit_data *d, double *theta, int max_iters);
  * for the context weights' features (features[0..K), halflife): every
  * fourth chunk held out.  Free with fusion_ctx_data_free. */
 int fusion_ctx_data_build(const tutti_ensemble *e, const text_data *d, float *const *rows, const float *W,
-                          const int32_t *features, int32_t K, double halflife, ctx_fit_data *out,
-                          double *mean, double *sd);
+                          const int32_t *features, int32_t K, double halflife, ctx_fit_data *out, double *mean,
+                          double *sd);
 void fusion_ctx_data_free(ctx_fit_data *d);
 
 /* The whole fit: context weights over features[0..K) from the ensemble's

@@ -64,30 +64,30 @@ typedef struct fusion_bytes_ops {
 /* Byte trie over a vocabulary */
 
 typedef struct fusion_trie_node {
-    int32_t lo, hi;      /* range [lo, hi) of the sorted token table with this prefix */
-    int32_t n_exact;     /* sorted[lo .. lo+n_exact) are exactly this prefix */
-    int32_t child0;      /* index of the first child in trie->child_node */
-    int32_t n_child;     /* children, ascending byte */
+    int32_t lo, hi;  /* range [lo, hi) of the sorted token table with this prefix */
+    int32_t n_exact; /* sorted[lo .. lo+n_exact) are exactly this prefix */
+    int32_t child0;  /* index of the first child in trie->child_node */
+    int32_t n_child; /* children, ascending byte */
 } fusion_trie_node;
 
 typedef struct fusion_trie {
     int32_t n_vocab;
-    int32_t n_sorted;      /* tokens with >= 1 byte (control and empty tokens are left out) */
-    int32_t *sorted;       /* [n_sorted] token ids, ascending by bytes */
-    int32_t *rank;         /* [n_vocab] position in sorted, -1 if left out */
+    int32_t n_sorted;       /* tokens with >= 1 byte (control and empty tokens are left out) */
+    int32_t *sorted;        /* [n_sorted] token ids, ascending by bytes */
+    int32_t *rank;          /* [n_vocab] position in sorted, -1 if left out */
     fusion_trie_node *node; /* [n_node]; node 0 = root (empty prefix) */
     int32_t n_node;
-    uint8_t *child_byte;   /* [n_child_total] */
-    int32_t *child_node;   /* [n_child_total] */
-    int32_t max_len;       /* longest piece in bytes */
-    bool *is_eog;          /* [n_vocab] end-of-generation tokens (the 257th outcome) */
-    int32_t *unsorted;     /* [n_unsorted] ids not in sorted (rank -1), ascending */
+    uint8_t *child_byte; /* [n_child_total] */
+    int32_t *child_node; /* [n_child_total] */
+    int32_t max_len;     /* longest piece in bytes */
+    bool *is_eog;        /* [n_vocab] end-of-generation tokens (the 257th outcome) */
+    int32_t *unsorted;   /* [n_unsorted] ids not in sorted (rank -1), ascending */
     int32_t n_unsorted;
-    int32_t *eog_ids;      /* [n_eog] ids with is_eog, ascending */
+    int32_t *eog_ids; /* [n_eog] ids with is_eog, ascending */
     int32_t n_eog;
-    char *bytes;           /* concatenated pieces */
-    int64_t *off;          /* [n_vocab+1] piece of id i = bytes[off[i] .. off[i+1]) */
-    char prefix[8];        /* bytes the tokenizer puts before any text (SPM: " ") */
+    char *bytes;    /* concatenated pieces */
+    int64_t *off;   /* [n_vocab+1] piece of id i = bytes[off[i] .. off[i+1]) */
+    char prefix[8]; /* bytes the tokenizer puts before any text (SPM: " ") */
     int32_t n_prefix;
 } fusion_trie;
 
@@ -96,8 +96,8 @@ typedef struct fusion_trie {
 fusion_trie *fusion_trie_build(const tutti_vocab *vocab);
 /* Builds from explicit pieces (tests, remote members): piece i is
  * bytes[off[i]..off[i+1]); eog may be NULL. */
-fusion_trie *fusion_trie_build_pieces(int32_t n_vocab, const char *bytes, const int64_t *off,
-                                      const bool *eog, const char *prefix, int32_t n_prefix);
+fusion_trie *fusion_trie_build_pieces(int32_t n_vocab, const char *bytes, const int64_t *off, const bool *eog,
+                                      const char *prefix, int32_t n_prefix);
 void fusion_trie_free(fusion_trie *t);
 /* Child of node with byte b, or -1. */
 int32_t fusion_trie_child(const fusion_trie *t, int32_t node, uint8_t b);
@@ -114,9 +114,9 @@ int32_t fusion_trie_child(const fusion_trie *t, int32_t node, uint8_t b);
 typedef struct fusion_bytes fusion_bytes;
 
 typedef struct fusion_bytes_params {
-    float temp;          /* member temperature: p(t) = softmax(logits / temp) */
-    double prune;        /* drop hypotheses whose share of the live mass is below this (0 = exact) */
-    int32_t max_hyps;    /* keep at most this many hypotheses (largest mass first) */
+    float temp;       /* member temperature: p(t) = softmax(logits / temp) */
+    double prune;     /* drop hypotheses whose share of the live mass is below this (0 = exact) */
+    int32_t max_hyps; /* keep at most this many hypotheses (largest mass first) */
     /* With prune > 0: a hypothesis whose share of the live mass is below
      * prune gets no forward pass unless it is needed (bytestate.c, "Lazy
      * evaluation"); its share is left out of fusion_bytes_next until
@@ -126,8 +126,7 @@ typedef struct fusion_bytes_params {
 
 /* The byte state works on the member's byte view: trie->prefix followed by
  * the committed text.  m and trie are borrowed. */
-fusion_bytes *fusion_bytes_new(fusion_member *m, const fusion_trie *trie,
-                               const fusion_bytes_params *p);
+fusion_bytes *fusion_bytes_new(fusion_member *m, const fusion_trie *trie, const fusion_bytes_params *p);
 void fusion_bytes_free(fusion_bytes *s);
 /* Starts a new text: from BOS (members whose vocabulary adds one) with the
  * tokenizer prefix and text[0..n) committed byte by byte (exact).  A member
@@ -181,9 +180,9 @@ double fusion_bytes_pruned(const fusion_bytes *s);
 /* Fusion rules on log-probabilities */
 
 typedef struct fusion_rule_params {
-    int rule;              /* TUTTI_RULE_* */
-    const float *weights;  /* [n_members] */
-    float beta;            /* contrastive plausibility cut: keep p_1(x) >= beta * max p_1 */
+    int rule;             /* TUTTI_RULE_* */
+    const float *weights; /* [n_members] */
+    float beta;           /* contrastive plausibility cut: keep p_1(x) >= beta * max p_1 */
 } fusion_rule_params;
 
 /* logp[i] = log-probabilities of member i over n outcomes (-INFINITY for
@@ -191,8 +190,8 @@ typedef struct fusion_rule_params {
  * `work` needs n doubles.  *chosen (may be NULL) receives the member gate
  * picked, -1 for the other rules.  Returns 0, or TUTTI_ERR when every
  * outcome ends up impossible or the weights are unusable. */
-int fusion_combine(const fusion_rule_params *p, int32_t n_members, const float *const *logp,
-                   int32_t n, float *out, double *work, int32_t *chosen);
+int fusion_combine(const fusion_rule_params *p, int32_t n_members, const float *const *logp, int32_t n, float *out,
+                   double *work, int32_t *chosen);
 /* MIX and PRODUCT straight from raw logits (member temperatures applied):
  * the same result as log-softmax per member + fusion_combine with fewer
  * passes over the vocabulary.  scratch: n_members * n floats.  Other
@@ -208,8 +207,8 @@ double fusion_entropy(const float *logp, int32_t n);
  * state = number of continuation bytes still expected (0..3) and the
  * allowed range of the next one; see utf8_allowed in rules.c. */
 typedef struct fusion_utf8 {
-    int need;        /* continuation bytes still expected */
-    uint8_t lo, hi;  /* allowed range of the next continuation byte */
+    int need;       /* continuation bytes still expected */
+    uint8_t lo, hi; /* allowed range of the next continuation byte */
 } fusion_utf8;
 void fusion_utf8_init(fusion_utf8 *u);
 /* allowed[257]: which outcomes keep the text valid UTF-8 (END only between characters). */
@@ -235,7 +234,7 @@ int fusion_token_nll(fusion_member *m, const char *text, size_t len, float temp,
 
 /* Per-byte conditionals of text under member m: out[len][257] log-probs
  * (row i = log P(outcome | text[0..i))), from BOS. */
-int fusion_byte_table(fusion_member *m, const fusion_trie *trie, const fusion_bytes_params *bp,
-                      const char *text, size_t len, float *out);
+int fusion_byte_table(fusion_member *m, const fusion_trie *trie, const fusion_bytes_params *bp, const char *text,
+                      size_t len, float *out);
 
 #endif

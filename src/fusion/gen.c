@@ -113,8 +113,8 @@ static int gen_loop(fusion_align *a, const gen_prompt *pr, const tutti_sampler_p
 static int check_bias(const tutti_ensemble *e, const tutti_mask *mask) {
     if (e->align != TUTTI_ALIGN_TOKEN)
         return tutti_set_error("logit_bias needs token alignment: this ensemble fuses in %s alignment, over %s, "
-                               "which have no token ids to bias", tutti_align_name(e->align),
-                               e->align == TUTTI_ALIGN_BYTE ? "bytes" : "drafted spans");
+                               "which have no token ids to bias",
+                               tutti_align_name(e->align), e->align == TUTTI_ALIGN_BYTE ? "bytes" : "drafted spans");
     if (!mask->bias_ids || !mask->bias || mask->n_bias < 0) return tutti_set_error("logit_bias: no ids or biases");
     for (int32_t k = 0; k < mask->n_bias; k++) {
         if (mask->bias_ids[k] < 0 || mask->bias_ids[k] >= e->m[0]->n_vocab)
@@ -126,8 +126,8 @@ static int check_bias(const tutti_ensemble *e, const tutti_mask *mask) {
     return 0;
 }
 
-static int ens_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sampler_params *sp,
-                        const tutti_mask *mask, tutti_text_cb cb, void *user, tutti_ensemble_stats *stats) {
+static int ens_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sampler_params *sp, const tutti_mask *mask,
+                        tutti_text_cb cb, void *user, tutti_ensemble_stats *stats) {
     tutti_sampler_params spd = sp ? *sp : tutti_sampler_default_params();
     gen_ctx g = {.mask = mask, .cb = cb, .user = user, .ctx_full = -1};
     g.max_units = mask && mask->max_len > 0 ? mask->max_len : 0;
@@ -213,9 +213,8 @@ static int ens_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sam
     return rc;
 }
 
-int tutti_ensemble_generate(tutti_ensemble *e, const char *prompt, size_t prompt_len,
-                            const tutti_sampler_params *sp, const tutti_mask *mask, tutti_text_cb cb, void *user,
-                            tutti_ensemble_stats *stats) {
+int tutti_ensemble_generate(tutti_ensemble *e, const char *prompt, size_t prompt_len, const tutti_sampler_params *sp,
+                            const tutti_mask *mask, tutti_text_cb cb, void *user, tutti_ensemble_stats *stats) {
     if (!e) return tutti_set_error("generation: no ensemble");
     if (!prompt) prompt = "", prompt_len = 0;
     gen_prompt pr = {.text = prompt, .len = prompt_len};
@@ -223,8 +222,8 @@ int tutti_ensemble_generate(tutti_ensemble *e, const char *prompt, size_t prompt
 }
 
 int tutti_ensemble_generate_ids(tutti_ensemble *e, const int32_t *const *prompt_ids, const int32_t *n_prompt_ids,
-                                const tutti_sampler_params *sp, const tutti_mask *mask, tutti_text_cb cb,
-                                void *user, tutti_ensemble_stats *stats) {
+                                const tutti_sampler_params *sp, const tutti_mask *mask, tutti_text_cb cb, void *user,
+                                tutti_ensemble_stats *stats) {
     if (!e) return tutti_set_error("generation: no ensemble");
     if (!prompt_ids || !n_prompt_ids) return tutti_set_error("generation: no token-id prompts");
     for (int32_t i = 0; i < e->n; i++)

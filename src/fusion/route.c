@@ -37,7 +37,7 @@ int tutti_ensemble_set_route(tutti_ensemble *e, double tau) {
     if (tutti_check_route(tau) < 0) return TUTTI_ERR;
     if (e->rule != TUTTI_RULE_MIX && e->rule != TUTTI_RULE_PRODUCT)
         return tutti_set_usage_error("route: weights from the prompt need the mix or product rule, not %s",
-                               tutti_rule_name(e->rule));
+                                     tutti_rule_name(e->rule));
     e->route_tau = tau;
     return 0;
 }
@@ -134,7 +134,8 @@ int tutti_ensemble_route_weights(tutti_ensemble *e, const char *prompt, size_t l
                                  double *nll_per_byte) {
     if (!e || (!prompt && len) || !weights) return tutti_set_error("route: missing argument");
     if (!(tau > 0) || !isfinite(tau))
-        return tutti_set_usage_error("route: the temperature tau must be a finite number > 0 (nats per byte), got %g", tau);
+        return tutti_set_usage_error("route: the temperature tau must be a finite number > 0 (nats per byte), got %g",
+                                     tau);
     if (memchr(prompt ? prompt : "", 0, len)) return tutti_set_error("route: the prompt holds a NUL byte");
     gen_prompt pr = {.text = prompt ? prompt : "", .len = len};
     return tutti_primary_code(route_prompt(e, &pr, tau, weights, nll_per_byte));
@@ -145,7 +146,7 @@ int fusion_route_begin(tutti_ensemble *e, const gen_prompt *pr, float *w_given) 
     if (e->route_tau <= 0) return 0;
     if (e->rule != TUTTI_RULE_MIX && e->rule != TUTTI_RULE_PRODUCT)
         return tutti_set_usage_error("route: weights from the prompt need the mix or product rule, not %s",
-                               tutti_rule_name(e->rule));
+                                     tutti_rule_name(e->rule));
     float w[TUTTI_ENSEMBLE_MAX_MEMBERS];
     double lb[TUTTI_ENSEMBLE_MAX_MEMBERS];
     if (route_prompt(e, pr, e->route_tau, w, lb) < 0) return TUTTI_ERR;

@@ -32,7 +32,7 @@
  * types (tutti_vec_max), and TUTTI_VEC_CLONES on the entry points
  * (AVX-512 / AVX2 / baseline builds of each). */
 #define LANES 16
-#define BLOCK 1024 /* exp values are summed in float blocks of BLOCK, folded into a double */
+#define BLOCK 1024            /* exp values are summed in float blocks of BLOCK, folded into a double */
 #define FUSION_MAX_BLOCKS 256 /* mix: per-block maxima of each member (blocks grow past BLOCK for huge n) */
 
 #define vmax tutti_vec_max
@@ -124,8 +124,8 @@ static int no_support(void) {
 }
 
 TUTTI_VEC_CLONES
-int fusion_combine(const fusion_rule_params *p, int32_t n_members, const float *const *logp,
-                   int32_t n, float *out, double *work, int32_t *chosen) {
+int fusion_combine(const fusion_rule_params *p, int32_t n_members, const float *const *logp, int32_t n, float *out,
+                   double *work, int32_t *chosen) {
     if (chosen) *chosen = -1;
     double wsum = 0.0;
     int32_t n_active = 0, last = -1;
@@ -213,8 +213,7 @@ int fusion_combine(const fusion_rule_params *p, int32_t n_members, const float *
         for (int32_t x = 0; x < n; x++) out[x] = acc[x] - lse;
         return 0;
     }
-    default:
-        return tutti_set_error("fusion: unknown rule %d", p->rule);
+    default: return tutti_set_error("fusion: unknown rule %d", p->rule);
     }
 }
 
@@ -323,8 +322,7 @@ void fusion_utf8_allowed(const fusion_utf8 *u, bool *allowed) {
         for (int b = 0; b < 257; b++) allowed[b] = b >= u->lo && b <= u->hi;
         return;
     }
-    for (int b = 0; b < 257; b++)
-        allowed[b] = b < 0x80 || (b >= 0xC2 && b <= 0xF4) || b == FUSION_END;
+    for (int b = 0; b < 257; b++) allowed[b] = b < 0x80 || (b >= 0xC2 && b <= 0xF4) || b == FUSION_END;
 }
 
 void fusion_utf8_push(fusion_utf8 *u, uint8_t b) {

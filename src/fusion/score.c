@@ -33,16 +33,21 @@ static int member_rows(fusion_member *m, const int32_t *ids, int32_t from, int32
     return 0;
 }
 
-static int report(tutti_ensemble *e, float *row, int32_t n, int32_t chosen, const char *bytes, size_t nb,
-                  int32_t unit, tutti_step_cb cb, void *user) {
+static int report(tutti_ensemble *e, float *row, int32_t n, int32_t chosen, const char *bytes, size_t nb, int32_t unit,
+                  tutti_step_cb cb, void *user) {
     double mx = -INFINITY, z = 0;
     for (int32_t x = 0; x < n; x++) mx = row[x] > mx ? row[x] : mx;
     for (int32_t x = 0; x < n; x++)
         if (row[x] > -INFINITY) z += exp((double)row[x] - mx);
     double lz = mx + log(z);
     for (int32_t x = 0; x < n; x++) row[x] = row[x] > -INFINITY ? (float)((double)row[x] - lz) : -INFINITY;
-    tutti_step st = {.align = e->align, .n_outcomes = n, .logprobs = row, .chosen = chosen, .bytes = bytes,
-                     .n_bytes = nb, .unit = unit};
+    tutti_step st = {.align = e->align,
+                     .n_outcomes = n,
+                     .logprobs = row,
+                     .chosen = chosen,
+                     .bytes = bytes,
+                     .n_bytes = nb,
+                     .unit = unit};
     return cb(&st, user) ? 1 : 0;
 }
 
@@ -63,8 +68,8 @@ static int score_tokens(tutti_ensemble *e, const int32_t *ids, int32_t n, tutti_
     for (int32_t i = 0; i < e->n; i++) {
         e->m[i]->new_generation = true; /* the slot's cached timelines are free to rewind */
         if (n > e->m[i]->n_ctx && rc == 0)
-            rc = tutti_set_error("score: member %s: the text is %d tokens, more than its context (%d)",
-                                 e->m[i]->name, n, e->m[i]->n_ctx);
+            rc = tutti_set_error("score: member %s: the text is %d tokens, more than its context (%d)", e->m[i]->name,
+                                 n, e->m[i]->n_ctx);
     }
     /* position j's row (after ids[0..j]) scores ids[j + 1] */
     for (int32_t a = 0; rc == 0 && a < n - 1; a += SCORE_CHUNK) {

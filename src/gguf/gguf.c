@@ -134,8 +134,7 @@ static bool index_init(name_index *ix, int64_t n) {
 /* Finds `name` among the entries already inserted; `get` maps index -> name. */
 typedef gguf_str (*name_of_fn)(const gguf_file *f, int64_t i);
 
-static int64_t index_find(const gguf_file *f, const name_index *ix, name_of_fn get,
-                          const void *name, size_t len) {
+static int64_t index_find(const gguf_file *f, const name_index *ix, name_of_fn get, const void *name, size_t len) {
     if (!ix->slots) return -1;
     uint64_t h = hash_bytes(name, len) & ix->mask;
     for (;;) {
@@ -176,34 +175,28 @@ static bool rd_bytes(reader *r, void *out, size_t n, const char *what, const cha
     if (n > remaining(r))
         return tutti_set_error("%s: %s%s%s: needs %zu bytes at offset %zu but only %zu remain "
                                "(file truncated?)",
-                               r->name, ctx ? ctx : "", ctx ? ": " : "", what, n, r->pos,
-                               remaining(r)),
+                               r->name, ctx ? ctx : "", ctx ? ": " : "", what, n, r->pos, remaining(r)),
                false;
     memcpy(out, r->base + r->pos, n);
     r->pos += n;
     return true;
 }
 
-static bool rd_u32(reader *r, uint32_t *v, const char *what, const char *ctx) {
-    return rd_bytes(r, v, 4, what, ctx);
-}
-static bool rd_u64(reader *r, uint64_t *v, const char *what, const char *ctx) {
-    return rd_bytes(r, v, 8, what, ctx);
-}
+static bool rd_u32(reader *r, uint32_t *v, const char *what, const char *ctx) { return rd_bytes(r, v, 4, what, ctx); }
+static bool rd_u64(reader *r, uint64_t *v, const char *what, const char *ctx) { return rd_bytes(r, v, 8, what, ctx); }
 
 static bool rd_str(reader *r, gguf_str *s, const char *what, const char *ctx) {
     uint64_t len;
     if (!rd_u64(r, &len, what, ctx)) return false;
     if (len > GGUF_MAX_STRING_LENGTH)
-        return tutti_set_error("%s: %s%s%s: string length %llu exceeds the maximum %llu",
-                               r->name, ctx ? ctx : "", ctx ? ": " : "", what,
-                               (unsigned long long)len, GGUF_MAX_STRING_LENGTH),
+        return tutti_set_error("%s: %s%s%s: string length %llu exceeds the maximum %llu", r->name, ctx ? ctx : "",
+                               ctx ? ": " : "", what, (unsigned long long)len, GGUF_MAX_STRING_LENGTH),
                false;
     if (len > remaining(r))
         return tutti_set_error("%s: %s%s%s: string length %llu exceeds the %zu bytes remaining "
                                "at offset %zu",
-                               r->name, ctx ? ctx : "", ctx ? ": " : "", what,
-                               (unsigned long long)len, remaining(r), r->pos),
+                               r->name, ctx ? ctx : "", ctx ? ": " : "", what, (unsigned long long)len, remaining(r),
+                               r->pos),
                false;
     s->data = (const char *)(r->base + r->pos);
     s->len = len;
@@ -232,8 +225,7 @@ static bool parse_kv(gguf_file *f, reader *r, int64_t i) {
     uint32_t type;
     if (!rd_u32(r, &type, "value type", ctx)) return false;
     if (type >= GGUF_TYPE_COUNT)
-        return tutti_set_error("%s: %s: unknown value type %u (valid: 0..%d)", r->name, ctx, type,
-                               GGUF_TYPE_COUNT - 1),
+        return tutti_set_error("%s: %s: unknown value type %u (valid: 0..%d)", r->name, ctx, type, GGUF_TYPE_COUNT - 1),
                false;
     kv->type = (gguf_type)type;
     kv->arr_type = GGUF_TYPE_COUNT;
@@ -246,17 +238,15 @@ static bool parse_kv(gguf_file *f, reader *r, int64_t i) {
         uint64_t n;
         if (!rd_u32(r, &et, "array element type", ctx)) return false;
         if (et >= GGUF_TYPE_COUNT)
-            return tutti_set_error("%s: %s: unknown array element type %u", r->name, ctx, et),
-                   false;
+            return tutti_set_error("%s: %s: unknown array element type %u", r->name, ctx, et), false;
         if (et == GGUF_TYPE_ARRAY)
-            return tutti_set_error("%s: %s: nested arrays are not supported", r->name, ctx),
-                   false;
+            return tutti_set_error("%s: %s: nested arrays are not supported", r->name, ctx), false;
         if (!rd_u64(r, &n, "array length", ctx)) return false;
         kv->arr_type = (gguf_type)et;
         kv->arr_n = n;
         if (n > GGUF_MAX_ARRAY_ELEMENTS)
-            return tutti_set_error("%s: %s: array of %llu elements exceeds the maximum of %llu",
-                                   r->name, ctx, (unsigned long long)n, GGUF_MAX_ARRAY_ELEMENTS),
+            return tutti_set_error("%s: %s: array of %llu elements exceeds the maximum of %llu", r->name, ctx,
+                                   (unsigned long long)n, GGUF_MAX_ARRAY_ELEMENTS),
                    false;
         if (et == GGUF_TYPE_STRING) {
             /* each element takes at least its 8-byte length */
@@ -266,8 +256,7 @@ static bool parse_kv(gguf_file *f, reader *r, int64_t i) {
                                        r->name, ctx, (unsigned long long)n, remaining(r)),
                        false;
             kv->strs = malloc((size_t)(n ? n : 1) * sizeof *kv->strs);
-            if (!kv->strs)
-                return tutti_set_error("%s: %s: out of memory", r->name, ctx), false;
+            if (!kv->strs) return tutti_set_error("%s: %s: out of memory", r->name, ctx), false;
             for (uint64_t j = 0; j < n; j++) {
                 char ectx[200];
                 snprintf(ectx, sizeof ectx, "%s: element %llu", ctx, (unsigned long long)j);
@@ -278,8 +267,7 @@ static bool parse_kv(gguf_file *f, reader *r, int64_t i) {
             if (n > remaining(r) / es)
                 return tutti_set_error("%s: %s: array of %llu %s elements exceeds the %zu bytes "
                                        "remaining",
-                                       r->name, ctx, (unsigned long long)n,
-                                       gguf_type_name(kv->arr_type), remaining(r)),
+                                       r->name, ctx, (unsigned long long)n, gguf_type_name(kv->arr_type), remaining(r)),
                        false;
             kv->data = r->base + r->pos;
             r->pos += (size_t)n * es;
@@ -287,8 +275,8 @@ static bool parse_kv(gguf_file *f, reader *r, int64_t i) {
     } else {
         size_t es = gguf_type_size(kv->type);
         if (es > remaining(r))
-            return tutti_set_error("%s: %s: %s value needs %zu bytes but only %zu remain", r->name,
-                                   ctx, gguf_type_name(kv->type), es, remaining(r)),
+            return tutti_set_error("%s: %s: %s value needs %zu bytes but only %zu remain", r->name, ctx,
+                                   gguf_type_name(kv->type), es, remaining(r)),
                    false;
         kv->data = r->base + r->pos;
         r->pos += es;
@@ -318,24 +306,20 @@ static bool parse_tensor(gguf_file *f, reader *r, int64_t i) {
     snprintf(ctx, sizeof ctx, "tensor '%.*s'", NAME_ARG(t->name));
     int64_t dup = index_find(f, &f->tensor_index, tensor_name, t->name.data, (size_t)t->name.len);
     if (dup >= 0)
-        return tutti_set_error("%s: %s: duplicate tensor name (tensors %lld and %lld)", r->name,
-                               ctx, (long long)dup, (long long)i),
+        return tutti_set_error("%s: %s: duplicate tensor name (tensors %lld and %lld)", r->name, ctx, (long long)dup,
+                               (long long)i),
                false;
 
     if (!rd_u32(r, &t->n_dims, "n_dims", ctx)) return false;
     /* n_dims 0 is a scalar for ggml (every ne 1), not an error */
     if (t->n_dims > GGUF_MAX_DIMS)
-        return tutti_set_error("%s: %s: n_dims %u is more than %d", r->name, ctx, t->n_dims,
-                               GGUF_MAX_DIMS),
-               false;
+        return tutti_set_error("%s: %s: n_dims %u is more than %d", r->name, ctx, t->n_dims, GGUF_MAX_DIMS), false;
     for (int d = 0; d < GGUF_MAX_DIMS; d++) t->ne[d] = 1;
     for (uint32_t d = 0; d < t->n_dims; d++) {
         uint64_t ne;
         if (!rd_u64(r, &ne, "ne", ctx)) return false;
         if (ne > (uint64_t)INT64_MAX)
-            return tutti_set_error("%s: %s: ne[%u] = %lld is negative", r->name, ctx, d,
-                                   (long long)(int64_t)ne),
-                   false;
+            return tutti_set_error("%s: %s: ne[%u] = %lld is negative", r->name, ctx, d, (long long)(int64_t)ne), false;
         t->ne[d] = (int64_t)ne;
     }
     /* ggml: the element count and every partial product must stay below
@@ -347,8 +331,7 @@ static bool parse_tensor(gguf_file *f, reader *r, int64_t i) {
          INT64_MAX / ne[3] <= ne[0] * ne[1] * ne[2]))
         return tutti_set_error("%s: %s: element count of shape [%lld, %lld, %lld, %lld] "
                                "overflows int64",
-                               r->name, ctx, (long long)ne[0], (long long)ne[1], (long long)ne[2],
-                               (long long)ne[3]),
+                               r->name, ctx, (long long)ne[0], (long long)ne[1], (long long)ne[2], (long long)ne[3]),
                false;
     uint32_t type;
     if (!rd_u32(r, &type, "type", ctx)) return false;
@@ -356,23 +339,20 @@ static bool parse_tensor(gguf_file *f, reader *r, int64_t i) {
     const tutti_type_traits *tt = type < GGUF_GGML_TYPE_COUNT ? tutti_type_get((int)type) : NULL;
     if (!tt) {
         if (type >= GGUF_GGML_TYPE_COUNT)
-            return tutti_set_error("%s: %s: invalid ggml type id %d (valid: 0..%d)", r->name, ctx,
-                                   (int32_t)type, GGUF_GGML_TYPE_COUNT - 1),
+            return tutti_set_error("%s: %s: invalid ggml type id %d (valid: 0..%d)", r->name, ctx, (int32_t)type,
+                                   GGUF_GGML_TYPE_COUNT - 1),
                    false;
-        static const uint8_t removed[GGUF_GGML_TYPE_COUNT] = {[4] = 1, [5] = 1, [31] = 1, [32] = 1,
-                                                             [33] = 1, [36] = 1, [37] = 1, [38] = 1};
+        static const uint8_t removed[GGUF_GGML_TYPE_COUNT] = {
+            [4] = 1, [5] = 1, [31] = 1, [32] = 1, [33] = 1, [36] = 1, [37] = 1, [38] = 1};
         if (removed[type])
-            return tutti_set_error("%s: %s: ggml type id %u was removed from ggml (block size 0)",
-                                   r->name, ctx, type),
+            return tutti_set_error("%s: %s: ggml type id %u was removed from ggml (block size 0)", r->name, ctx, type),
                    false;
-        return tutti_set_error("%s: %s: ggml type id %u is newer than tutti (not supported)",
-                               r->name, ctx, type),
+        return tutti_set_error("%s: %s: ggml type id %u is newer than tutti (not supported)", r->name, ctx, type),
                false;
     }
     if (t->ne[0] % tt->block_size != 0)
-        return tutti_set_error("%s: %s: ne[0] = %lld is not a multiple of the %s block size %lld",
-                               r->name, ctx, (long long)t->ne[0], tt->name,
-                               (long long)tt->block_size),
+        return tutti_set_error("%s: %s: ne[0] = %lld is not a multiple of the %s block size %lld", r->name, ctx,
+                               (long long)t->ne[0], tt->name, (long long)tt->block_size),
                false;
     /* bytes = (ne[0] / block) * type_size * rows, overflow-checked */
     uint64_t row = (uint64_t)(t->ne[0] / tt->block_size);
@@ -399,8 +379,7 @@ static bool parse(gguf_file *f) {
     if (memcmp(magic, "GGUF", 4) != 0)
         return tutti_set_error("%s: header: bad magic %02x %02x %02x %02x (expected \"GGUF\"): "
                                "not a GGUF file",
-                               f->path, (uint8_t)magic[0], (uint8_t)magic[1], (uint8_t)magic[2],
-                               (uint8_t)magic[3]),
+                               f->path, (uint8_t)magic[0], (uint8_t)magic[1], (uint8_t)magic[2], (uint8_t)magic[3]),
                false;
     if (!rd_u32(&r, &f->version, "version", "header")) return false;
     uint32_t v = f->version;
@@ -417,17 +396,15 @@ static bool parse(gguf_file *f) {
                                    "re-convert the model",
                                    f->path),
                    false;
-        return tutti_set_error("%s: header: unsupported GGUF version %u (only 2 and 3)", f->path,
-                               v),
-               false;
+        return tutti_set_error("%s: header: unsupported GGUF version %u (only 2 and 3)", f->path, v), false;
     }
     uint64_t n_tensors, n_kv;
     if (!rd_u64(&r, &n_tensors, "n_tensors", "header")) return false;
     if (!rd_u64(&r, &n_kv, "n_kv", "header")) return false;
 
     if (n_kv > remaining(&r) / GGUF_MIN_KV_BYTES)
-        return tutti_set_error("%s: header: n_kv = %llu cannot fit in the %zu bytes remaining",
-                               f->path, (unsigned long long)n_kv, remaining(&r)),
+        return tutti_set_error("%s: header: n_kv = %llu cannot fit in the %zu bytes remaining", f->path,
+                               (unsigned long long)n_kv, remaining(&r)),
                false;
     /* tensor infos follow the kvs, so this is a loose bound here; the exact
      * one is checked again after the kvs are parsed */
@@ -450,15 +427,12 @@ static bool parse(gguf_file *f) {
     if (ai >= 0) {
         const gguf_kv *kv = &f->kvs[ai];
         if (kv->type != GGUF_TYPE_UINT32)
-            return tutti_set_error("%s: general.alignment: must be u32, found %s", f->path,
-                                   gguf_type_name(kv->type)),
+            return tutti_set_error("%s: general.alignment: must be u32, found %s", f->path, gguf_type_name(kv->type)),
                    false;
         uint32_t a;
         memcpy(&a, kv->data, 4);
         if (a == 0 || (a & (a - 1)) != 0)
-            return tutti_set_error("%s: general.alignment: %u is not a nonzero power of two",
-                                   f->path, a),
-                   false;
+            return tutti_set_error("%s: general.alignment: %u is not a nonzero power of two", f->path, a), false;
         f->alignment = a;
     }
 
@@ -500,8 +474,8 @@ static bool parse(gguf_file *f) {
                    false;
         uint64_t padded = t->size + (a - t->size % a) % a;
         if (padded < t->size || padded > SIZE_MAX - expect)
-            return tutti_set_error("%s: tensor '%.*s': data size %llu overflows after padding",
-                                   f->path, NAME_ARG(t->name), (unsigned long long)t->size),
+            return tutti_set_error("%s: tensor '%.*s': data size %llu overflows after padding", f->path,
+                                   NAME_ARG(t->name), (unsigned long long)t->size),
                    false;
         expect += padded;
     }
@@ -614,7 +588,6 @@ void gguf_close(gguf_file *f) {
     free(f);
 }
 
-
 int gguf_adopt_parts(gguf_file *f, gguf_file **parts, int n_parts) {
     int64_t total = f->n_tensors;
     for (int p = 0; p < n_parts; p++) {
@@ -701,8 +674,7 @@ const void *gguf_kv_data(const gguf_file *f, int64_t i) {
 gguf_str gguf_kv_str(const gguf_file *f, int64_t i, uint64_t j) {
     const gguf_kv *kv = kv_at(f, i);
     if (kv && kv->type == GGUF_TYPE_STRING) return kv->str;
-    if (kv && kv->type == GGUF_TYPE_ARRAY && kv->arr_type == GGUF_TYPE_STRING && j < kv->arr_n)
-        return kv->strs[j];
+    if (kv && kv->type == GGUF_TYPE_ARRAY && kv->arr_type == GGUF_TYPE_STRING && j < kv->arr_n) return kv->strs[j];
     return (gguf_str){"", 0};
 }
 
@@ -711,14 +683,51 @@ static bool kv_int(const gguf_kv *kv, int64_t *s, uint64_t *u, bool *is_unsigned
     const uint8_t *p = kv->data;
     *is_unsigned = false;
     switch (kv->type) {
-    case GGUF_TYPE_UINT8: *u = p[0]; *is_unsigned = true; return true;
-    case GGUF_TYPE_INT8: { int8_t x; memcpy(&x, p, 1); *s = x; return true; }
-    case GGUF_TYPE_UINT16: { uint16_t x; memcpy(&x, p, 2); *u = x; *is_unsigned = true; return true; }
-    case GGUF_TYPE_INT16: { int16_t x; memcpy(&x, p, 2); *s = x; return true; }
-    case GGUF_TYPE_UINT32: { uint32_t x; memcpy(&x, p, 4); *u = x; *is_unsigned = true; return true; }
-    case GGUF_TYPE_INT32: { int32_t x; memcpy(&x, p, 4); *s = x; return true; }
-    case GGUF_TYPE_UINT64: { memcpy(u, p, 8); *is_unsigned = true; return true; }
-    case GGUF_TYPE_INT64: { memcpy(s, p, 8); return true; }
+    case GGUF_TYPE_UINT8:
+        *u = p[0];
+        *is_unsigned = true;
+        return true;
+    case GGUF_TYPE_INT8: {
+        int8_t x;
+        memcpy(&x, p, 1);
+        *s = x;
+        return true;
+    }
+    case GGUF_TYPE_UINT16: {
+        uint16_t x;
+        memcpy(&x, p, 2);
+        *u = x;
+        *is_unsigned = true;
+        return true;
+    }
+    case GGUF_TYPE_INT16: {
+        int16_t x;
+        memcpy(&x, p, 2);
+        *s = x;
+        return true;
+    }
+    case GGUF_TYPE_UINT32: {
+        uint32_t x;
+        memcpy(&x, p, 4);
+        *u = x;
+        *is_unsigned = true;
+        return true;
+    }
+    case GGUF_TYPE_INT32: {
+        int32_t x;
+        memcpy(&x, p, 4);
+        *s = x;
+        return true;
+    }
+    case GGUF_TYPE_UINT64: {
+        memcpy(u, p, 8);
+        *is_unsigned = true;
+        return true;
+    }
+    case GGUF_TYPE_INT64: {
+        memcpy(s, p, 8);
+        return true;
+    }
     default: return false;
     }
 }
@@ -730,11 +739,9 @@ static const gguf_kv *find_kv(const gguf_file *f, const char *key) {
 
 static bool type_mismatch(const gguf_file *f, const gguf_kv *kv, const char *want) {
     if (kv->type == GGUF_TYPE_ARRAY)
-        tutti_set_error("%s: %.*s: expected %s, found an array of %s", f->path, NAME_ARG(kv->key),
-                        want, gguf_type_name(kv->arr_type));
-    else
-        tutti_set_error("%s: %.*s: expected %s, found %s", f->path, NAME_ARG(kv->key), want,
-                        gguf_type_name(kv->type));
+        tutti_set_error("%s: %.*s: expected %s, found an array of %s", f->path, NAME_ARG(kv->key), want,
+                        gguf_type_name(kv->arr_type));
+    else tutti_set_error("%s: %.*s: expected %s, found %s", f->path, NAME_ARG(kv->key), want, gguf_type_name(kv->type));
     return false;
 }
 
@@ -749,9 +756,7 @@ bool gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out) {
         if (uns)
             tutti_set_error("%s: %.*s: value %llu does not fit in u32", f->path, NAME_ARG(kv->key),
                             (unsigned long long)u);
-        else
-            tutti_set_error("%s: %.*s: value %lld does not fit in u32", f->path, NAME_ARG(kv->key),
-                            (long long)s);
+        else tutti_set_error("%s: %.*s: value %lld does not fit in u32", f->path, NAME_ARG(kv->key), (long long)s);
         return false;
     }
     *out = uns ? (uint32_t)u : (uint32_t)s;
@@ -766,8 +771,7 @@ bool gguf_get_i64(const gguf_file *f, const char *key, int64_t *out) {
     bool uns;
     if (!kv_int(kv, &s, &u, &uns)) return type_mismatch(f, kv, "an integer (i64)");
     if (uns && u > (uint64_t)INT64_MAX) {
-        tutti_set_error("%s: %.*s: value %llu does not fit in i64", f->path, NAME_ARG(kv->key),
-                        (unsigned long long)u);
+        tutti_set_error("%s: %.*s: value %llu does not fit in i64", f->path, NAME_ARG(kv->key), (unsigned long long)u);
         return false;
     }
     *out = uns ? (int64_t)u : s;

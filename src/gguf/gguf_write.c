@@ -68,8 +68,7 @@ void gguf_writer_free(gguf_writer *w) {
 int gguf_writer_set_alignment(gguf_writer *w, uint32_t alignment) {
     if (!w) return tutti_set_error("gguf writer: NULL writer");
     if (alignment == 0 || (alignment & (alignment - 1)) != 0)
-        return tutti_set_error("gguf writer: alignment %u is not a nonzero power of two",
-                               alignment);
+        return tutti_set_error("gguf writer: alignment %u is not a nonzero power of two", alignment);
     /* keep the key and the layout in agreement: update or add the key */
     for (int64_t i = 0; i < w->n_kv; i++)
         if (strcmp(w->kvs[i].key, k_alignment) == 0) {
@@ -84,8 +83,7 @@ int64_t gguf_writer_n_kv(const gguf_writer *w) { return w ? w->n_kv : 0; }
 int64_t gguf_writer_n_tensors(const gguf_writer *w) { return w ? w->n_tensors : 0; }
 
 /* Takes ownership of blob (freed on failure too). */
-static int add_kv(gguf_writer *w, const char *key, size_t key_len, gguf_type type, uint8_t *blob,
-                  size_t blob_len) {
+static int add_kv(gguf_writer *w, const char *key, size_t key_len, gguf_type type, uint8_t *blob, size_t blob_len) {
     if (!w || !key) {
         free(blob);
         return tutti_set_error("gguf writer: NULL writer or key");
@@ -170,8 +168,7 @@ int gguf_writer_add_str(gguf_writer *w, const char *key, const char *v) {
     return gguf_writer_add_strn(w, key, v, strlen(v));
 }
 
-static int add_arr_n(gguf_writer *w, const char *key, size_t key_len, gguf_type et,
-                     const void *data, uint64_t n) {
+static int add_arr_n(gguf_writer *w, const char *key, size_t key_len, gguf_type et, const void *data, uint64_t n) {
     size_t es = gguf_type_size(et);
     if (es == 0)
         return tutti_set_error("gguf writer: key '%.*s': element type %s is not a fixed-size "
@@ -188,20 +185,19 @@ static int add_arr_n(gguf_writer *w, const char *key, size_t key_len, gguf_type 
     return add_kv(w, key, key_len, GGUF_TYPE_ARRAY, blob, len);
 }
 
-int gguf_writer_add_arr(gguf_writer *w, const char *key, gguf_type elem_type, const void *data,
-                        uint64_t n) {
+int gguf_writer_add_arr(gguf_writer *w, const char *key, gguf_type elem_type, const void *data, uint64_t n) {
     return add_arr_n(w, key, key ? strlen(key) : 0, elem_type, data, n);
 }
 
 /* Serializes n strings given either as C strings or as counted strings. */
-static int add_strs(gguf_writer *w, const char *key, size_t key_len, const char *const *cs,
-                    const gguf_str *gs, uint64_t n) {
+static int add_strs(gguf_writer *w, const char *key, size_t key_len, const char *const *cs, const gguf_str *gs,
+                    uint64_t n) {
     size_t len = 12;
     for (uint64_t j = 0; j < n; j++) {
         const char *s = cs ? cs[j] : gs[j].data;
         if (!s && (cs || gs[j].len))
-            return tutti_set_error("gguf writer: key '%.*s': element %llu is NULL", (int)key_len,
-                                   key ? key : "", (unsigned long long)j);
+            return tutti_set_error("gguf writer: key '%.*s': element %llu is NULL", (int)key_len, key ? key : "",
+                                   (unsigned long long)j);
         uint64_t sl = cs ? strlen(s) : gs[j].len;
         if (sl > SIZE_MAX - 8 - len) return tutti_set_error("gguf writer: array too long");
         len += 8 + (size_t)sl;
@@ -263,22 +259,20 @@ int gguf_writer_copy_kv(gguf_writer *w, const gguf_file *f, int64_t i) {
     return add_kv(w, key.data, (size_t)key.len, t, blob, es);
 }
 
-static int add_tensor(gguf_writer *w, const char *name, int type, uint32_t n_dims,
-                      const int64_t *ne, const void *data, gguf_tensor_fill_fn fill, void *fill_ctx) {
+static int add_tensor(gguf_writer *w, const char *name, int type, uint32_t n_dims, const int64_t *ne, const void *data,
+                      gguf_tensor_fill_fn fill, void *fill_ctx) {
     if (!w || !name || !ne) return tutti_set_error("gguf writer: NULL argument to add_tensor");
     size_t name_len = strlen(name);
     if (name_len == 0 || name_len > 63)
         return tutti_set_error("gguf writer: tensor '%s': name must have 1..63 bytes", name);
     if (n_dims < 1 || n_dims > GGUF_MAX_DIMS)
-        return tutti_set_error("gguf writer: tensor '%s': n_dims %u out of range 1..%d", name,
-                               n_dims, GGUF_MAX_DIMS);
+        return tutti_set_error("gguf writer: tensor '%s': n_dims %u out of range 1..%d", name, n_dims, GGUF_MAX_DIMS);
     const tutti_type_traits *tt = tutti_type_get(type);
     if (!tt) return tutti_set_error("gguf writer: tensor '%s': unknown type id %d", name, type);
     uint64_t bytes = 0;
     for (uint32_t d = 0; d < n_dims; d++)
         if (ne[d] < 0)
-            return tutti_set_error("gguf writer: tensor '%s': ne[%u] = %lld is negative", name, d,
-                                   (long long)ne[d]);
+            return tutti_set_error("gguf writer: tensor '%s': ne[%u] = %lld is negative", name, d, (long long)ne[d]);
     if (ne[0] % tt->block_size)
         return tutti_set_error("gguf writer: tensor '%s': ne[0] = %lld is not a multiple of the "
                                "%s block size %lld",
@@ -309,13 +303,13 @@ static int add_tensor(gguf_writer *w, const char *name, int type, uint32_t n_dim
     return 0;
 }
 
-int gguf_writer_add_tensor(gguf_writer *w, const char *name, int type, uint32_t n_dims,
-                           const int64_t *ne, const void *data) {
+int gguf_writer_add_tensor(gguf_writer *w, const char *name, int type, uint32_t n_dims, const int64_t *ne,
+                           const void *data) {
     return add_tensor(w, name, type, n_dims, ne, data, NULL, NULL);
 }
 
-int gguf_writer_add_tensor_fill(gguf_writer *w, const char *name, int type, uint32_t n_dims,
-                                const int64_t *ne, gguf_tensor_fill_fn fill, void *ctx) {
+int gguf_writer_add_tensor_fill(gguf_writer *w, const char *name, int type, uint32_t n_dims, const int64_t *ne,
+                                gguf_tensor_fill_fn fill, void *ctx) {
     if (!fill) return tutti_set_error("gguf writer: tensor '%s': NULL fill function", name ? name : "");
     return add_tensor(w, name, type, n_dims, ne, NULL, fill, ctx);
 }
@@ -342,13 +336,12 @@ int gguf_writer_write_stream(const gguf_writer *w, FILE *fp, const char *name) {
     if (!name) name = "<stream>";
     if (!w || !fp) return tutti_set_error("%s: gguf writer: NULL writer or stream", name);
     uint64_t pos = 0;
-    bool ok = wr(fp, "GGUF", 4) && wr_u32(fp, 3) && wr_u64(fp, (uint64_t)w->n_tensors) &&
-              wr_u64(fp, (uint64_t)w->n_kv);
+    bool ok = wr(fp, "GGUF", 4) && wr_u32(fp, 3) && wr_u64(fp, (uint64_t)w->n_tensors) && wr_u64(fp, (uint64_t)w->n_kv);
     pos += 24;
     for (int64_t i = 0; ok && i < w->n_kv; i++) {
         const wkv *kv = &w->kvs[i];
-        ok = wr_u64(fp, kv->key_len) && wr(fp, kv->key, kv->key_len) &&
-             wr_u32(fp, (uint32_t)kv->type) && wr(fp, kv->blob, kv->blob_len);
+        ok = wr_u64(fp, kv->key_len) && wr(fp, kv->key, kv->key_len) && wr_u32(fp, (uint32_t)kv->type) &&
+             wr(fp, kv->blob, kv->blob_len);
         pos += 8 + kv->key_len + 4 + kv->blob_len;
     }
     uint64_t off = 0;
@@ -368,8 +361,9 @@ int gguf_writer_write_stream(const gguf_writer *w, FILE *fp, const char *name) {
             const wtensor *t = &w->tensors[i];
             if (t->fill && t->size) {
                 void *buf = malloc((size_t)t->size);
-                if (!buf) return tutti_set_error("%s: tensor '%s': out of memory (%llu bytes)", name,
-                                                 t->name, (unsigned long long)t->size);
+                if (!buf)
+                    return tutti_set_error("%s: tensor '%s': out of memory (%llu bytes)", name, t->name,
+                                           (unsigned long long)t->size);
                 if (t->fill(t->fill_ctx, i, buf, t->size) != 0) {
                     free(buf);
                     return TUTTI_ERR; /* the producer said why */
@@ -382,8 +376,7 @@ int gguf_writer_write_stream(const gguf_writer *w, FILE *fp, const char *name) {
             ok = wr(fp, t->data, (size_t)t->size) && wr_pad(fp, t->size, w->alignment);
         }
     }
-    if (!ok || fflush(fp) != 0)
-        return tutti_set_error("%s: write failed: %s", name, strerror(errno));
+    if (!ok || fflush(fp) != 0) return tutti_set_error("%s: write failed: %s", name, strerror(errno));
     return 0;
 }
 

@@ -52,8 +52,7 @@ int gguf_writer_add_strn(gguf_writer *w, const char *key, const char *v, uint64_
 
 /* Array of n fixed-size elements of elem_type (any scalar type: not STRING,
  * not ARRAY), read from data (n * element size bytes, little-endian). */
-int gguf_writer_add_arr(gguf_writer *w, const char *key, gguf_type elem_type, const void *data,
-                        uint64_t n);
+int gguf_writer_add_arr(gguf_writer *w, const char *key, gguf_type elem_type, const void *data, uint64_t n);
 /* Array of n NUL-terminated strings. */
 int gguf_writer_add_str_arr(gguf_writer *w, const char *key, const char *const *strs, uint64_t n);
 /* Array of n counted strings (e.g. taken from a gguf_file). */
@@ -65,8 +64,8 @@ int gguf_writer_copy_kv(gguf_writer *w, const gguf_file *f, int64_t i);
 /* Tensor `name` of ggml type id `type` with n_dims (1..4) dims ne[0..n_dims)
  * (ne[0] contiguous).  data: tutti_row_size(type, ne[0]) * ne[1] * ... bytes,
  * borrowed until the file is written (may be NULL only if that is 0). */
-int gguf_writer_add_tensor(gguf_writer *w, const char *name, int type, uint32_t n_dims,
-                           const int64_t *ne, const void *data);
+int gguf_writer_add_tensor(gguf_writer *w, const char *name, int type, uint32_t n_dims, const int64_t *ne,
+                           const void *data);
 
 /* The same, with the data produced at write time instead of borrowed:
  * fill(ctx, index, buf, size) must write the tensor's `size` bytes into buf
@@ -76,8 +75,8 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, int type, uint32_t 
  * time in insertion order, so a caller can stream a model whose tensors are
  * computed one by one (tutti merge) with one tensor's bytes in memory. */
 typedef int (*gguf_tensor_fill_fn)(void *ctx, int64_t index, void *buf, uint64_t size);
-int gguf_writer_add_tensor_fill(gguf_writer *w, const char *name, int type, uint32_t n_dims,
-                                const int64_t *ne, gguf_tensor_fill_fn fill, void *ctx);
+int gguf_writer_add_tensor_fill(gguf_writer *w, const char *name, int type, uint32_t n_dims, const int64_t *ne,
+                                gguf_tensor_fill_fn fill, void *ctx);
 
 int64_t gguf_writer_n_kv(const gguf_writer *w);
 int64_t gguf_writer_n_tensors(const gguf_writer *w);

@@ -85,8 +85,8 @@ gguf_file *gguf_open(const char *path) {
     if (part_keys(f, &no, &count) < 0) goto fail;
     if (count <= 1 && no == 0) return f; /* a "split" of one part is the file itself */
     if (count < 1 || count > SPLIT_MAX_PARTS || no < 0 || no >= count) {
-        tutti_set_error("%s: split.no %lld of split.count %lld is not a part number (count 1..%d)", path,
-                        (long long)no, (long long)count, SPLIT_MAX_PARTS);
+        tutti_set_error("%s: split.no %lld of split.count %lld is not a part number (count 1..%d)", path, (long long)no,
+                        (long long)count, SPLIT_MAX_PARTS);
         goto fail;
     }
     if (no != 0) {
@@ -105,8 +105,9 @@ gguf_file *gguf_open(const char *path) {
     if (gguf_find_key(f, "split.tensors.count") >= 0) {
         if (!gguf_get_i64(f, "split.tensors.count", &want)) goto fail;
         if (want != gguf_n_tensors(f)) {
-            tutti_set_error("%s: corrupted split model: split.tensors.count says %lld tensors, its %lld parts hold %lld",
-                            path, (long long)want, (long long)count, (long long)gguf_n_tensors(f));
+            tutti_set_error(
+                "%s: corrupted split model: split.tensors.count says %lld tensors, its %lld parts hold %lld", path,
+                (long long)want, (long long)count, (long long)gguf_n_tensors(f));
             goto fail;
         }
     }

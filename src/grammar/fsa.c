@@ -56,8 +56,8 @@ void sb_printf(sbuf *b, const char *fmt, ...) {
 /* ---- raw DFA under construction ---- */
 
 typedef struct raw {
-    int32_t n, cap;      /* states */
-    int32_t *e0;         /* [cap + 1] */
+    int32_t n, cap; /* states */
+    int32_t *e0;    /* [cap + 1] */
     uint8_t *acc;
     fsa_edge *ed;
     int32_t n_ed, cap_ed;
@@ -220,7 +220,8 @@ static int32_t minimize(const raw *r, const uint8_t *live, int32_t *cls) {
                     ncls[q] = n_cls++;
                     break;
                 }
-                if (len[o] == len[q] && !memcmp(sig + (size_t)o * (size_t)cap_sig, s, sizeof(uint64_t) * (size_t)len[q])) {
+                if (len[o] == len[q] &&
+                    !memcmp(sig + (size_t)o * (size_t)cap_sig, s, sizeof(uint64_t) * (size_t)len[q])) {
                     ncls[q] = ncls[o];
                     break;
                 }
@@ -304,8 +305,7 @@ static fsa *fsa_finish(raw *r) {
             int32_t t = map[cls[e->to]];
             if (ne > out->e0[k] && out->edges[ne - 1].to == t && out->edges[ne - 1].hi + 1 == e->lo)
                 out->edges[ne - 1].hi = e->hi;
-            else
-                out->edges[ne++] = (fsa_edge){e->lo, e->hi, t};
+            else out->edges[ne++] = (fsa_edge){e->lo, e->hi, t};
         }
     }
     out->e0[n_new] = ne;

@@ -36,22 +36,22 @@ typedef struct fsa_edge {
 } fsa_edge;
 
 typedef struct fsa {
-    int32_t n;       /* states, >= 1; 0 is the start */
-    int32_t *e0;     /* [n + 1]: state q's edges are edges[e0[q] .. e0[q + 1]) */
+    int32_t n;   /* states, >= 1; 0 is the start */
+    int32_t *e0; /* [n + 1]: state q's edges are edges[e0[q] .. e0[q + 1]) */
     fsa_edge *edges;
-    uint8_t *acc;    /* [n] accepting */
+    uint8_t *acc; /* [n] accepting */
 } fsa;
 
 void fsa_free(fsa *a);
 fsa *fsa_copy(const fsa *a);
-fsa *fsa_nothing(void);                           /* the empty language */
-fsa *fsa_all(void);                               /* every string */
-fsa *fsa_literal(const uint32_t *cp, int32_t n);  /* exactly that string */
-fsa *fsa_utf8_literal(const char *s, size_t n);   /* the same from UTF-8 (NULL: invalid UTF-8) */
+fsa *fsa_nothing(void);                          /* the empty language */
+fsa *fsa_all(void);                              /* every string */
+fsa *fsa_literal(const uint32_t *cp, int32_t n); /* exactly that string */
+fsa *fsa_utf8_literal(const char *s, size_t n);  /* the same from UTF-8 (NULL: invalid UTF-8) */
 fsa *fsa_and(const fsa *a, const fsa *b);
 fsa *fsa_or(const fsa *a, const fsa *b);
-fsa *fsa_minus(const fsa *a, const fsa *b);       /* in a, not in b */
-fsa *fsa_not(const fsa *a);                       /* every string not in a */
+fsa *fsa_minus(const fsa *a, const fsa *b); /* in a, not in b */
+fsa *fsa_not(const fsa *a);                 /* every string not in a */
 /* The strings of a whose length in code points is in [min, max] (max < 0:
  * no upper bound). */
 fsa *fsa_length(const fsa *a, int64_t min, int64_t max);
@@ -111,8 +111,8 @@ void sb_printf(sbuf *b, const char *fmt, ...) TUTTI_PRINTF(2, 3);
 /* ---- GBNF of an automaton (fsa_emit.c) ---- */
 
 enum {
-    FSA_RAW = 0,  /* the code points themselves (numbers); accepting states may end */
-    FSA_JSON = 1, /* the body of a JSON string: each code point raw where JSON allows it, or
+    FSA_RAW = 0,        /* the code points themselves (numbers); accepting states may end */
+    FSA_JSON = 1,       /* the body of a JSON string: each code point raw where JSON allows it, or
                      escaped (\" \\ \/ \b \f \n \r \t, \uXXXX in either case, surrogate pairs
                      for code points above U+FFFF where the whole plane range is allowed);
                      accepting states end with the closing quote */
@@ -126,7 +126,7 @@ enum {
  * written once as "<base>-<k>". */
 typedef struct fsa_shared {
     char base[32];
-    fsa_edge **sets;  /* the sets, their ranges */
+    fsa_edge **sets; /* the sets, their ranges */
     int32_t *n_set;
     int32_t n, cap;
 } fsa_shared;

@@ -130,8 +130,8 @@ static void escape_body(sbuf *b, const tgt *t) {
     static const struct {
         uint32_t c;
         const char *lit;
-    } k_short[] = {{'"', "\"\\\"\""}, {'\\', "\"\\\\\""}, {'/', "\"/\""}, {'\b', "\"b\""},
-                   {'\f', "\"f\""},   {'\n', "\"n\""},    {'\r', "\"r\""},  {'\t', "\"t\""}};
+    } k_short[] = {{'"', "\"\\\"\""}, {'\\', "\"\\\\\""}, {'/', "\"/\""},  {'\b', "\"b\""},
+                   {'\f', "\"f\""},   {'\n', "\"n\""},    {'\r', "\"r\""}, {'\t', "\"t\""}};
     for (size_t k = 0; k < sizeof k_short / sizeof k_short[0]; k++)
         if (has(t, k_short[k].c)) sb_printf(b, "%s%s", b->n ? " | " : "", k_short[k].lit);
     uint64_t size = 0;

@@ -97,7 +97,7 @@ void nfa_free(nfa *m) {
 /* ---- subset construction ---- */
 
 typedef struct sets {
-    int32_t *pool;   /* members of set k: pool[off[k] .. off[k + 1]) */
+    int32_t *pool; /* members of set k: pool[off[k] .. off[k + 1]) */
     int64_t n_pool, cap_pool;
     int64_t *off;
     int32_t n, cap;
@@ -120,8 +120,8 @@ static int32_t set_get(sets *ss, const int32_t *s, int32_t n, bool *is_new) {
         if (!h) return -1;
         for (int32_t i = 0; i < nc; i++) h[i] = -1;
         for (int32_t k = 0; k < ss->n; k++) {
-            int32_t j = (int32_t)(set_hash(ss->pool + ss->off[k], (int32_t)(ss->off[k + 1] - ss->off[k])) &
-                                  (uint64_t)(nc - 1));
+            int32_t j =
+                (int32_t)(set_hash(ss->pool + ss->off[k], (int32_t)(ss->off[k + 1] - ss->off[k])) & (uint64_t)(nc - 1));
             while (h[j] >= 0) j = (j + 1) & (nc - 1);
             h[j] = k;
         }

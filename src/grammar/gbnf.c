@@ -287,7 +287,10 @@ static int hex_digits(parser *p, int count, uint32_t *out) {
     for (int i = 0; i < count; i++) {
         if (p->pos >= p->n) return perr(p, p->pos, "escape ends early: expected a hex digit");
         char c = p->s[p->pos];
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        int d = c >= '0' && c <= '9'   ? c - '0'
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                       : -1;
         if (d < 0) return perr(p, p->pos, "expected a hex digit in the escape");
         v = v * 16 + (uint32_t)d;
         p->pos++;
@@ -306,13 +309,25 @@ static int parse_char(parser *p, uint32_t *cp) {
         if (p->pos >= p->n) return perr(p, at, "escape at the end of the grammar");
         char e = p->s[p->pos++];
         switch (e) {
-        case 'x': if (hex_digits(p, 2, cp) < 0) return TUTTI_ERR; break;
-        case 'u': if (hex_digits(p, 4, cp) < 0) return TUTTI_ERR; break;
-        case 'U': if (hex_digits(p, 8, cp) < 0) return TUTTI_ERR; break;
+        case 'x':
+            if (hex_digits(p, 2, cp) < 0) return TUTTI_ERR;
+            break;
+        case 'u':
+            if (hex_digits(p, 4, cp) < 0) return TUTTI_ERR;
+            break;
+        case 'U':
+            if (hex_digits(p, 8, cp) < 0) return TUTTI_ERR;
+            break;
         case 't': *cp = '\t'; break;
         case 'n': *cp = '\n'; break;
         case 'r': *cp = '\r'; break;
-        case '\\': case '"': case '[': case ']': case '-': case '^': case '/': *cp = (uint32_t)e; break;
+        case '\\':
+        case '"':
+        case '[':
+        case ']':
+        case '-':
+        case '^':
+        case '/': *cp = (uint32_t)e; break;
         default: return perr(p, at, "unknown escape (known: \\x \\u \\U \\t \\n \\r \\\\ \\\" \\[ \\] \\- \\^ \\/)");
         }
         if (*cp > GR_MAX_CP) return perr(p, at, "code point above U+10FFFF");
@@ -550,7 +565,8 @@ static int parse_rule(parser *p) {
     if (p->pos == st) return perr(p, st, "expected a rule name");
     size_t nl = p->pos - st;
     skip_space(p, false);
-    if (p->pos + 3 > p->n || strncmp(p->s + p->pos, "::=", 3)) return perr(p, p->pos, "expected '::=' after the rule name");
+    if (p->pos + 3 > p->n || strncmp(p->s + p->pos, "::=", 3))
+        return perr(p, p->pos, "expected '::=' after the rule name");
     p->pos += 3;
     int32_t r = gr_rule_get(p->g, p->s + st, nl, true);
     if (r < 0) return TUTTI_ERR;

@@ -67,7 +67,7 @@ typedef struct gr_rule {
     gr_seq *alts;
     int32_t n_alts, cap_alts;
     bool defined;
-    int64_t ref_at;            /* byte offset + 1 of the first reference (for "undefined rule"), 0: none */
+    int64_t ref_at; /* byte offset + 1 of the first reference (for "undefined rule"), 0: none */
     /* generated rules (groups, repetitions): the rule the user wrote them
      * in and where (byte offset + 1 of the '(' or the repetition operator),
      * for messages; origin of a user's rule is itself */
@@ -116,13 +116,13 @@ typedef struct gm_stack {
 } gm_stack;
 
 typedef struct gm_state {
-    int64_t off;         /* stack ids in m->pool[off .. off + n), sorted */
+    int64_t off; /* stack ids in m->pool[off .. off + n), sorted */
     int32_t n;
-    uint32_t v;          /* unfinished UTF-8 character: value of its bytes so far */
-    uint8_t rem, len;    /* continuation bytes still needed (0: none pending), its length */
-    bool accept;         /* the empty stack is in the set and no character is pending */
-    int32_t *trans;      /* [256] next state, -1 rejected, -2 not computed yet; NULL until asked */
-    int32_t mask;        /* token-mask cache slot (vocab_mask.c), -1 none */
+    uint32_t v;       /* unfinished UTF-8 character: value of its bytes so far */
+    uint8_t rem, len; /* continuation bytes still needed (0: none pending), its length */
+    bool accept;      /* the empty stack is in the set and no character is pending */
+    int32_t *trans;   /* [256] next state, -1 rejected, -2 not computed yet; NULL until asked */
+    int32_t mask;     /* token-mask cache slot (vocab_mask.c), -1 none */
 } gm_state;
 
 /* A cached token mask: the allowed ids when they are few, else a bitset. */
@@ -157,11 +157,11 @@ struct tutti_grammar_matcher {
     gm_mask *masks;
     int32_t n_masks, cap_masks;
     size_t mask_bytes;
-    int32_t *walk;      /* [max piece length + 1] states along the trie path */
-    float *save;        /* [n_vocab] */
-    int32_t *ids_tmp;   /* [n_vocab] */
-    uint64_t *bits;     /* [n_words] run-path scratch */
-    int32_t *chain;     /* [cap_chain] states after 0, 1, ... characters of a run */
+    int32_t *walk;    /* [max piece length + 1] states along the trie path */
+    float *save;      /* [n_vocab] */
+    int32_t *ids_tmp; /* [n_vocab] */
+    uint64_t *bits;   /* [n_words] run-path scratch */
+    int32_t *chain;   /* [cap_chain] states after 0, 1, ... characters of a run */
     int32_t cap_chain;
     int64_t n_run, n_scan; /* masks computed by the run path / by a trie scan */
     /* run path: the allowed tokens of group q of table t after its first
@@ -195,12 +195,12 @@ typedef struct gm_gmemo {
 typedef struct gv_run {
     gr_range *r;
     int32_t nr;
-    int32_t max_pure;  /* longest pure token, in characters */
-    int32_t n_cum;     /* min(max_pure, GV_CUM_MAX) */
-    uint64_t *cum;     /* [(n_cum + 1) * n_words] pure tokens with <= n characters (n <= n_cum) */
+    int32_t max_pure;    /* longest pure token, in characters */
+    int32_t n_cum;       /* min(max_pure, GV_CUM_MAX) */
+    uint64_t *cum;       /* [(n_cum + 1) * n_words] pure tokens with <= n characters (n <= n_cum) */
     int32_t *ltok, *lnc; /* the pure tokens of more than n_cum characters, by count lnc (ascending) */
     int32_t n_long;
-    int32_t max_j;     /* largest j of any token (pure or not) */
+    int32_t max_j; /* largest j of any token (pure or not) */
     int32_t n_grp;
     int32_t *grp_j, *grp0; /* group g: tokens gtok[grp0[g] .. grp0[g + 1]) */
     uint8_t *grp_b;

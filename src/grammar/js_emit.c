@@ -29,9 +29,9 @@
 #include "grammar/regex.h"
 #include "util/hash.h"
 
-#define JS_MAX_REGIONS 6   /* patternProperties of one object */
-#define JS_MAX_COUNT 64    /* min/maxProperties counted up to */
-#define JS_ANY_ORDER 5     /* objects of up to 5 named properties take them in any order */
+#define JS_MAX_REGIONS 6    /* patternProperties of one object */
+#define JS_MAX_COUNT 64     /* min/maxProperties counted up to */
+#define JS_ANY_ORDER 5      /* objects of up to 5 named properties take them in any order */
 #define JS_MAX_COUNTED 6000 /* states of a pattern or format counted for min/maxLength */
 
 /* ---- names and primitives ---- */
@@ -174,8 +174,9 @@ static int number_alt(emitter *e, js_node *b, const char *name, sbuf *alt) {
     if (!b->num && t == JT_INT) return sb_printf(alt, " | %s", use_prim(e, "integer")), 0;
     const char *ri = "^-?(?:0|[1-9][0-9]*)$";
     const char *rf = "^-?(?:0|[1-9][0-9]*)(?:\\.[0-9]+(?:[eE][+-]?[0-9]+)?|[eE][+-]?[0-9]+)$";
-    fsa *syn = t == JT_INT ? rx_compile(ri, strlen(ri), RX_SUBSET)
-               : t == JT_FLOAT ? rx_compile(rf, strlen(rf), RX_SUBSET) : num_any(false);
+    fsa *syn = t == JT_INT     ? rx_compile(ri, strlen(ri), RX_SUBSET)
+               : t == JT_FLOAT ? rx_compile(rf, strlen(rf), RX_SUBSET)
+                               : num_any(false);
     fsa *d = syn && b->num ? fsa_and(syn, b->num) : syn;
     if (d != syn) fsa_free(syn);
     if (!d) return js_err(e->c, b->path, "%s", tutti_last_error());
@@ -197,7 +198,9 @@ static int string_alt(emitter *e, js_node *b, const char *name, sbuf *alt) {
         if (b->max_len >= 0 && b->max_len < b->min_len) return 0;
         const char *ch = use_prim(e, "char");
         if (b->max_len < 0) sb_printf(alt, " | \"\\\"\" %s{%lld,} \"\\\"\" %s", ch, (long long)b->min_len, spc);
-        else sb_printf(alt, " | \"\\\"\" %s{%lld,%lld} \"\\\"\" %s", ch, (long long)b->min_len, (long long)b->max_len, spc);
+        else
+            sb_printf(alt, " | \"\\\"\" %s{%lld,%lld} \"\\\"\" %s", ch, (long long)b->min_len, (long long)b->max_len,
+                      spc);
         return 0;
     }
     /* counting code points inside the automaton multiplies its states:
@@ -266,9 +269,10 @@ static bool finite_strings(const fsa *a, int32_t q, uint32_t *cp, int32_t n, int
         for (int32_t i = 0; i < n; i++) {
             char u[4];
             uint32_t c = cp[i];
-            int l = c < 0x80 ? (u[0] = (char)c, 1)
-                    : c < 0x800 ? (u[0] = (char)(0xC0 | c >> 6), u[1] = (char)(0x80 | (c & 63)), 2)
-                    : c < 0x10000 ? (u[0] = (char)(0xE0 | c >> 12), u[1] = (char)(0x80 | (c >> 6 & 63)), u[2] = (char)(0x80 | (c & 63)), 3)
+            int l = c < 0x80      ? (u[0] = (char)c, 1)
+                    : c < 0x800   ? (u[0] = (char)(0xC0 | c >> 6), u[1] = (char)(0x80 | (c & 63)), 2)
+                    : c < 0x10000 ? (u[0] = (char)(0xE0 | c >> 12), u[1] = (char)(0x80 | (c >> 6 & 63)),
+                                     u[2] = (char)(0x80 | (c & 63)), 3)
                                   : (u[0] = (char)(0xF0 | c >> 18), u[1] = (char)(0x80 | (c >> 12 & 63)),
                                      u[2] = (char)(0x80 | (c >> 6 & 63)), u[3] = (char)(0x80 | (c & 63)), 4);
             sb_putn(&t, u, (size_t)l);
@@ -320,8 +324,10 @@ static int unique_alt(emitter *e, js_node *b, const char *name, sbuf *alt) {
     for (int t = 0; t < 3; t++) n_lit += (it->types & (uint32_t)(JT_NULL << t)) != 0;
     if (!ok || K + n_lit > JS_MAX_UNIQUE) {
         if (c->failed) return TUTTI_ERR;
-        if (js_unsupported(c, b->path, "uniqueItems", "items must be at most %d null/boolean/string values (enum, const): "
-                           "a grammar cannot compare other items with each other", JS_MAX_UNIQUE) < 0)
+        if (js_unsupported(c, b->path, "uniqueItems",
+                           "items must be at most %d null/boolean/string values (enum, const): "
+                           "a grammar cannot compare other items with each other",
+                           JS_MAX_UNIQUE) < 0)
             return TUTTI_ERR;
         return 1; /* lenient: the array without it */
     }
@@ -335,7 +341,8 @@ static int unique_alt(emitter *e, js_node *b, const char *name, sbuf *alt) {
         sbuf body = {0};
         for (int32_t i = 0; i < K && (mx < 0 || cnt < mx); i++)
             if (!(set >> i & 1))
-                sb_printf(&body, " | %s%s %s %s %s--u%u", set ? "\",\" " : "", set ? spc : "", val[i], spc, name, set | 1u << i);
+                sb_printf(&body, " | %s%s %s %s %s--u%u", set ? "\",\" " : "", set ? spc : "", val[i], spc, name,
+                          set | 1u << i);
         if (cnt >= m) sb_puts(&body, " | \"\"");
         sb_printf(e->out, "%s--u%u ::= %s\n", name, set, body.n ? body.s + 3 : k_nothing);
         if (body.oom) e->out->oom = true;
@@ -362,22 +369,23 @@ static int array_alt(emitter *e, js_node *b, const char *name, sbuf *alt) {
     }
     if (b->contains) {
         if (b->n_prefix || m > 1 || mx >= 0) {
-            if (js_unsupported(c, b->path, "contains", "with prefixItems, minItems above 1 or maxItems") < 0) return TUTTI_ERR;
+            if (js_unsupported(c, b->path, "contains", "with prefixItems, minItems above 1 or maxItems") < 0)
+                return TUTTI_ERR;
         } else {
             if (no_items) return 0; /* an item is needed and none is allowed */
             char ic[96];
             snprintf(h, sizeof h, "%s-contains", name);
             js_node *both = js_and(c, b->items ? b->items : c->any, b->contains, b->path);
             if (!both || emit(e, both, h, ic, sizeof ic) < 0) return TUTTI_ERR;
-            sb_printf(alt, " | \"[\" %s ((%s (\",\" %s %s)* \",\" %s)? %s (\",\" %s %s)*) \"]\" %s", spc, item, spc, item,
-                      spc, ic, spc, item, spc);
+            sb_printf(alt, " | \"[\" %s ((%s (\",\" %s %s)* \",\" %s)? %s (\",\" %s %s)*) \"]\" %s", spc, item, spc,
+                      item, spc, ic, spc, item, spc);
             return 0;
         }
     }
     int32_t k = b->n_prefix;
     if (mx >= 0 && k > mx) k = (int32_t)mx;
     if (no_items && m > k) return 0;
-    char (*p)[96] = calloc((size_t)k + 1, sizeof *p);
+    char(*p)[96] = calloc((size_t)k + 1, sizeof *p);
     if (!p) return js_err(c, b->path, "out of memory");
     for (int32_t i = 0; i < k; i++) {
         snprintf(h, sizeof h, "%s-%d", name, (int)i);
@@ -406,15 +414,15 @@ typedef struct objgen {
     js_node *b;
     char name[96];
     const char *spc;
-    int32_t n;        /* named properties */
-    char (*kv)[96];   /* their pair rules ("" when never present) */
-    char (*kvn)[96];  /* ... with a value that meets the need ("" none) */
-    int32_t nx;       /* other-name regions */
+    int32_t n;       /* named properties */
+    char (*kv)[96];  /* their pair rules ("" when never present) */
+    char (*kvn)[96]; /* ... with a value that meets the need ("" none) */
+    int32_t nx;      /* other-name regions */
     char (*xkv)[96], (*xkvn)[96];
-    int64_t cnt;      /* counts kept up to cnt; -1: no counting */
-    bool any_order;   /* positions are the sets of named properties seen */
-    int32_t n_pos;    /* positions: n + 1 indices, or 2^n sets */
-    uint32_t req;     /* with any_order: the set of the required ones */
+    int64_t cnt;    /* counts kept up to cnt; -1: no counting */
+    bool any_order; /* positions are the sets of named properties seen */
+    int32_t n_pos;  /* positions: n + 1 indices, or 2^n sets */
+    uint32_t req;   /* with any_order: the set of the required ones */
     /* loose (validators' reading of a wide object, js_ctx.open_objects):
      * the optional named properties in any order, a name seen again
      * checked again; positions track only the required ones: the set seen
@@ -422,8 +430,8 @@ typedef struct objgen {
     bool loose;
     int32_t n_req, *reqs; /* the required ones' indices, schema order */
     bool need;
-    js_node *add;     /* the value of other names (NULL: any) */
-    uint8_t *made;    /* R rules written, by index */
+    js_node *add;  /* the value of other names (NULL: any) */
+    uint8_t *made; /* R rules written, by index */
     int32_t *todo;
     int32_t n_todo;
 } objgen;
@@ -447,7 +455,9 @@ static int32_t r_index(const objgen *g, int32_t pos, int64_t cnt, int met, int s
     return (int32_t)((((int64_t)pos * nc + (g->cnt < 0 ? 0 : cnt)) * 2 + met) * 2 + st);
 }
 
-static void r_name(const objgen *g, int32_t idx, char *out, size_t cap) { snprintf(out, cap, "%s--r%d", g->name, (int)idx); }
+static void r_name(const objgen *g, int32_t idx, char *out, size_t cap) {
+    snprintf(out, cap, "%s--r%d", g->name, (int)idx);
+}
 
 static void r_ref(objgen *g, sbuf *o, int32_t pos, int64_t cnt, int met, int st) {
     int32_t idx = r_index(g, pos, cnt, met, st);
@@ -583,7 +593,8 @@ static int regions(objgen *g) {
             fsa *kn = fsa_and(key, b->need_key);
             if (kn && !fsa_is_empty(kn)) {
                 snprintf(hint, sizeof hint, "%s-xn%d", g->name, (int)g->nx);
-                rc = pair_rule(g, NULL, kn, js_and(c, v, b->need_val ? b->need_val : c->any, b->path), hint, g->xkvn[g->nx]);
+                rc = pair_rule(g, NULL, kn, js_and(c, v, b->need_val ? b->need_val : c->any, b->path), hint,
+                               g->xkvn[g->nx]);
             }
             fsa_free(kn);
         }
@@ -713,7 +724,8 @@ static int emit(emitter *e, js_node *n, const char *hint, char *name, size_t cap
         const char *spc = use_prim(e, "space");
         if (h->types & JT_NULL) sb_printf(&alt, " | \"null\" %s", spc);
         if ((h->types & JT_TRUE) && (h->types & JT_FALSE)) sb_printf(&alt, " | %s", use_prim(e, "boolean"));
-        else if (h->types & (JT_TRUE | JT_FALSE)) sb_printf(&alt, " | \"%s\" %s", h->types & JT_TRUE ? "true" : "false", spc);
+        else if (h->types & (JT_TRUE | JT_FALSE))
+            sb_printf(&alt, " | \"%s\" %s", h->types & JT_TRUE ? "true" : "false", spc);
         rc = number_alt(e, h, name, &alt);
         if (rc == 0 && (h->types & JT_STR)) rc = string_alt(e, h, name, &alt);
         if (rc == 0 && (h->types & JT_ARR)) rc = array_alt(e, h, name, &alt);

@@ -40,8 +40,8 @@ int js_unsupported(js_ctx *c, const char *path, const char *keyword, const char 
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (c->lenient) {
-        sb_printf(c->warn, "json schema: at %s: keyword '%s' dropped (not enforced): %s\n", path && path[0] ? path : "/",
-                  keyword, msg);
+        sb_printf(c->warn, "json schema: at %s: keyword '%s' dropped (not enforced): %s\n",
+                  path && path[0] ? path : "/", keyword, msg);
         return 0;
     }
     return js_err(c, path, "keyword '%s': %s (--json-schema-lenient drops it with a warning)", keyword, msg);
@@ -128,7 +128,8 @@ static int64_t count_kw(js_ctx *c, const cJSON *s, const char *k, const char *pa
  * "#/definitions/x", "#/$defs/x", "#/properties/a/items" ...). */
 static const cJSON *resolve(js_ctx *c, const char *ref, const char *path) {
     if (ref[0] != '#' || (ref[1] && ref[1] != '/')) {
-        js_unsupported(c, path, "$ref", "'%.200s' is not a local JSON pointer (#/...): other documents and $id anchors "
+        js_unsupported(c, path, "$ref",
+                       "'%.200s' is not a local JSON pointer (#/...): other documents and $id anchors "
                        "cannot be fetched",
                        ref);
         return NULL;
@@ -265,7 +266,8 @@ static js_node *value_node(js_ctx *c, const cJSON *v, const char *path) {
         /* a key written twice: the last value counts */
         int32_t k = 0;
         while (k < b->n_props && strcmp(b->props[k].name, x->string)) k++;
-        if (k == b->n_props && !(b->props[b->n_props++].name = strdup(x->string))) return js_err(c, path, "out of memory"), NULL;
+        if (k == b->n_props && !(b->props[b->n_props++].name = strdup(x->string)))
+            return js_err(c, path, "out of memory"), NULL;
         if (!(b->props[k].node = value_node(c, x, path))) return NULL;
         b->props[k].required = true;
     }
@@ -282,8 +284,10 @@ static int types_kw(js_ctx *c, const cJSON *s, const char *path, uint32_t *types
     static const struct {
         const char *name;
         uint32_t bits;
-    } k_types[] = {{"null", JT_NULL},  {"boolean", JT_TRUE | JT_FALSE}, {"integer", JT_INT}, {"number", JT_INT | JT_FLOAT},
-                   {"string", JT_STR}, {"array", JT_ARR},              {"object", JT_OBJ}};
+    } k_types[] = {{"null", JT_NULL},   {"boolean", JT_TRUE | JT_FALSE},
+                   {"integer", JT_INT}, {"number", JT_INT | JT_FLOAT},
+                   {"string", JT_STR},  {"array", JT_ARR},
+                   {"object", JT_OBJ}};
     *types = 0;
     const cJSON *one[1] = {t};
     for (const cJSON *x = cJSON_IsArray(t) ? t->child : one[0]; x; x = cJSON_IsArray(t) ? x->next : NULL) {
@@ -367,14 +371,14 @@ static int number_kws(js_ctx *c, const cJSON *s, const char *path, js_node *b) {
         char *kp = js_path(path, "multipleOf", NULL);
         int rc = 0;
         fsa *dy = num_is_int_literal(t) ? NULL : dyadic_multiples(t);
-        if (dy)
-            rc = and_num(c, b, dy, kp, "multipleOf");
+        if (dy) rc = and_num(c, b, dy, kp, "multipleOf");
         else if (!num_is_int_literal(t) || t[0] == '-' || !strcmp(t, "0"))
-            rc = js_unsupported(c, kp, "multipleOf", "%s: only positive integers and 0.5, 0.25, ... (2^-k) can be "
+            rc = js_unsupported(c, kp, "multipleOf",
+                                "%s: only positive integers and 0.5, 0.25, ... (2^-k) can be "
                                 "enforced exactly (python-jsonschema divides floats in floating point: 0.3 is not a "
-                                "multiple of 0.1 to it)", t);
-        else
-            rc = and_num(c, b, num_multiple_of(t), kp, "multipleOf");
+                                "multiple of 0.1 to it)",
+                                t);
+        else rc = and_num(c, b, num_multiple_of(t), kp, "multipleOf");
         b->num_inexact = true;
         free(kp);
         if (rc < 0) return TUTTI_ERR;
@@ -394,9 +398,7 @@ static void and_str(fsa **dst, fsa *x) {
 
 /* true when the pattern uses what the engines read differently (\d \w \s
  * . $): then its superset automaton differs from its subset one */
-static bool engines_may_differ(const char *p) {
-    return strpbrk(p, ".$\\") != NULL;
-}
+static bool engines_may_differ(const char *p) { return strpbrk(p, ".$\\") != NULL; }
 
 static int string_kws(js_ctx *c, const cJSON *s, const char *path, js_node *b) {
     int64_t mn = count_kw(c, s, "minLength", path), mx = count_kw(c, s, "maxLength", path);
@@ -443,8 +445,7 @@ static int string_kws(js_ctx *c, const cJSON *s, const char *path, js_node *b) {
         int rc = 0;
         if (k == -2)
             rc = js_unsupported(c, kp, "format", "'%.60s' is checked by validators and not supported", f->valuestring);
-        else if (k < 0)
-            rc = js_err(c, kp, "format '%.60s': %s", f->valuestring, tutti_last_error());
+        else if (k < 0) rc = js_err(c, kp, "format '%.60s': %s", f->valuestring, tutti_last_error());
         else if (k == 1) {
             and_str(&b->str, x);
             b->str_no_neg = true; /* a subset of what validators accept: not complementable */
@@ -541,7 +542,8 @@ static int object_kws(js_ctx *c, const cJSON *s, const char *path, js_node *b) {
     for (const cJSON *p = cJSON_IsObject(pp) ? pp->child : NULL; p; p = p->next) {
         char *kp = js_path(path, "patternProperties", p->string);
         fsa *sub = rx_compile(p->string, strlen(p->string), RX_SUBSET), *sup = NULL;
-        if (sub) sup = engines_may_differ(p->string) ? rx_compile(p->string, strlen(p->string), RX_SUPERSET) : fsa_copy(sub);
+        if (sub)
+            sup = engines_may_differ(p->string) ? rx_compile(p->string, strlen(p->string), RX_SUPERSET) : fsa_copy(sub);
         if (!sub || !sup) {
             char msg[400];
             snprintf(msg, sizeof msg, "%s", tutti_last_error());
@@ -696,8 +698,7 @@ static int combinators(js_ctx *c, const cJSON *s, const char *path, parts *ps) {
         int rc = 0;
         if (w == 0)
             for (int32_t i = 0; i < n && rc == 0; i++) rc = push(c, ps, k[i], path);
-        else
-            rc = push(c, ps, w == 1 ? js_or(c, k, n, kp) : js_oneof(c, k, n, kp), path);
+        else rc = push(c, ps, w == 1 ? js_or(c, k, n, kp) : js_oneof(c, k, n, kp), path);
         free(kp), free(k);
         if (rc < 0) return rc;
     }
@@ -751,7 +752,8 @@ static bool combinator_first(const cJSON *s) {
     for (const cJSON *k = s->child; k; k = k->next) {
         if (!k->string) continue;
         if (!strcmp(k->string, "$ref") || !strcmp(k->string, "allOf")) return true;
-        if (!strcmp(k->string, "properties") || !strcmp(k->string, "required") || !strcmp(k->string, "patternProperties"))
+        if (!strcmp(k->string, "properties") || !strcmp(k->string, "required") ||
+            !strcmp(k->string, "patternProperties"))
             return false;
     }
     return false;

@@ -71,35 +71,35 @@ struct js_node {
     int32_t n_kid;
     /* JK_BASE */
     uint32_t types;
-    fsa *num;                 /* number texts admitted (JT_INT/JT_FLOAT), NULL: all */
-    fsa *str, *str_sup;       /* string values admitted (decoded): a subset and a superset of the
+    fsa *num;             /* number texts admitted (JT_INT/JT_FLOAT), NULL: all */
+    fsa *str, *str_sup;   /* string values admitted (decoded): a subset and a superset of the
                                  schema's, NULL: all; equal unless a pattern's engines differ */
-    bool str_no_neg;          /* a format: the strings cannot be complemented exactly */
-    bool str_canon;           /* str is (a subset of) const/enum strings: written in their canonical
+    bool str_no_neg;      /* a format: the strings cannot be complemented exactly */
+    bool str_canon;       /* str is (a subset of) const/enum strings: written in their canonical
                                  spelling only (js_ctx.all_spellings false) */
-    const char **sup_src;     /* patterns whose superset automaton is still to be built into
+    const char **sup_src; /* patterns whose superset automaton is still to be built into
                                  str_sup (only `not` needs it: built then) */
     int32_t n_sup_src;
     int64_t min_len, max_len; /* code points; max -1: none */
     js_node **prefix;         /* prefixItems (items as an array) */
     int32_t n_prefix;
-    js_node *items;           /* the items after the prefix, NULL: any */
+    js_node *items; /* the items after the prefix, NULL: any */
     int64_t min_items, max_items;
-    js_node *contains;        /* NULL: none; else at least one item */
+    js_node *contains; /* NULL: none; else at least one item */
     bool unique;
-    js_prop *props;           /* in schema order; values include matching patternProperties */
+    js_prop *props; /* in schema order; values include matching patternProperties */
     int32_t n_props;
-    js_pat *pats;             /* a name in several: all of their values apply */
+    js_pat *pats; /* a name in several: all of their values apply */
     int32_t n_pats;
-    js_node *additional;      /* names in no props/pats; NULL: any value */
-    bool add_open;            /* additionalProperties said so (true or a schema), not absent */
-    fsa *names;               /* propertyNames, NULL: any */
+    js_node *additional; /* names in no props/pats; NULL: any value */
+    bool add_open;       /* additionalProperties said so (true or a schema), not absent */
+    fsa *names;          /* propertyNames, NULL: any */
     int64_t min_props, max_props;
-    js_node *fwd;             /* forced into another node: its content is there */
-    const char *kw;           /* JK_NOT: the keyword it stands for (not, oneOf, else) */
-    bool num_inexact;         /* num came from multipleOf: exact on integer literals only */
-    fsa *need_key;            /* objects: some property has a name in need_key ... */
-    js_node *need_val;        /* ... and a value in need_val (NULL: none asked) */
+    js_node *fwd;      /* forced into another node: its content is there */
+    const char *kw;    /* JK_NOT: the keyword it stands for (not, oneOf, else) */
+    bool num_inexact;  /* num came from multipleOf: exact on integer literals only */
+    fsa *need_key;     /* objects: some property has a name in need_key ... */
+    js_node *need_val; /* ... and a value in need_val (NULL: none asked) */
     /* emission */
     char *rule;
 };
@@ -110,17 +110,17 @@ struct js_node {
 typedef struct js_ctx {
     const cJSON *root;
     bool lenient;
-    bool all_spellings;  /* const/enum strings in every spelling (else canonical only) */
-    bool open_objects;   /* additionalProperties absent: any other name (else none, as llama.cpp) */
-    struct sbuf *warn;   /* lenient: the warnings, one per line */
+    bool all_spellings; /* const/enum strings in every spelling (else canonical only) */
+    bool open_objects;  /* additionalProperties absent: any other name (else none, as llama.cpp) */
+    struct sbuf *warn;  /* lenient: the warnings, one per line */
     bool failed;
-    js_node **nodes;     /* every node (owned) */
+    js_node **nodes; /* every node (owned) */
     int32_t n_nodes, cap_nodes;
     /* memo: schema object -> node, (a, b) -> and, a -> not */
     struct js_memo *memo;
     int32_t memo_n, memo_cap;
     js_node *any, *nothing;
-    int64_t budget;      /* work left (forced nodes, emitted rules) */
+    int64_t budget; /* work left (forced nodes, emitted rules) */
 } js_ctx;
 
 /* ---- js_ir.c: from the schema ---- */

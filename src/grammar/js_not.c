@@ -40,9 +40,9 @@ static js_node *push(js_ctx *c, alts *a, js_node *x) {
 
 static int refuse(js_ctx *c, js_node *n, const char *what) {
     const char *kw = n->kw ? n->kw : "not";
-    const char *why = !strcmp(kw, "oneOf")  ? "this oneOf branch may overlap another and its values cannot be excluded: "
-                      : !strcmp(kw, "if")   ? "the values failing `if` (for `else`) cannot be described: "
-                                            : "";
+    const char *why = !strcmp(kw, "oneOf") ? "this oneOf branch may overlap another and its values cannot be excluded: "
+                      : !strcmp(kw, "if")  ? "the values failing `if` (for `else`) cannot be described: "
+                                           : "";
     return js_unsupported(c, n->path, kw, "%s%s", why, what);
 }
 
@@ -110,8 +110,8 @@ static int neg_strings(js_ctx *c, js_node *n, js_node *b, alts *out) {
     }
     js_node *x = sup && sub ? push(c, out, js_base(c, n->path, JT_STR)) : NULL;
     if (x) {
-        x->str = fsa_not(sup);      /* surely outside: a subset of the complement */
-        x->str_sup = fsa_not(sub);  /* maybe outside */
+        x->str = fsa_not(sup);     /* surely outside: a subset of the complement */
+        x->str_sup = fsa_not(sub); /* maybe outside */
     }
     fsa_free(sup), fsa_free(sub);
     if (!x || !x->str || !x->str_sup) return refuse(c, n, tutti_last_error());
@@ -191,13 +191,15 @@ static int neg_objects(js_ctx *c, js_node *n, js_node *b, alts *out) {
         fsa *u = fsa_or(in_pats, b->pats[k].key);
         fsa_free(in_pats);
         in_pats = u;
-        if (b->pats[k].node != c->any && need(c, n, out, fsa_and(other, b->pats[k].key), js_not(c, b->pats[k].node, n->path)) < 0)
+        if (b->pats[k].node != c->any &&
+            need(c, n, out, fsa_and(other, b->pats[k].key), js_not(c, b->pats[k].node, n->path)) < 0)
             goto fail;
     }
     if (!other || !in_pats) goto fail;
     if (b->additional && b->additional != c->any) {
         fsa *rest = fsa_minus(other, in_pats);
-        if (need(c, n, out, rest, b->additional == c->nothing ? c->any : js_not(c, b->additional, n->path)) < 0) goto fail;
+        if (need(c, n, out, rest, b->additional == c->nothing ? c->any : js_not(c, b->additional, n->path)) < 0)
+            goto fail;
     }
     if (b->names && need(c, n, out, fsa_not(b->names), c->any) < 0) goto fail;
     fsa_free(named), fsa_free(other), fsa_free(in_pats);

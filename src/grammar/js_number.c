@@ -25,13 +25,13 @@
 #include "grammar/js_number.h"
 #include "grammar/regex.h"
 
-#define DEC_MAX 1700  /* digits of either part: 2^1024 has 309, the smallest double 1074 decimals */
-#define DEC_FRAC 24   /* decimals of the accepted decimal spelling */
-#define SCI_FRAC 16   /* decimals of the accepted exponent spelling's mantissa */
+#define DEC_MAX 1700 /* digits of either part: 2^1024 has 309, the smallest double 1074 decimals */
+#define DEC_FRAC 24  /* decimals of the accepted decimal spelling */
+#define SCI_FRAC 16  /* decimals of the accepted exponent spelling's mantissa */
 
 typedef struct dec {
     bool neg;
-    int ni, nf;         /* digits: i[0..ni) (>= 1, no leading zero unless "0"), f[0..nf) (no trailing zero) */
+    int ni, nf; /* digits: i[0..ni) (>= 1, no leading zero unless "0"), f[0..nf) (no trailing zero) */
     char i[DEC_MAX], f[DEC_MAX];
 } dec;
 
@@ -418,9 +418,7 @@ static fsa *compile(const sbuf *b) {
     return rx_compile(b->s, b->n, RX_SUBSET);
 }
 
-static fsa *rx(const char *re) {
-    return rx_compile(re, strlen(re), RX_SUBSET);
-}
+static fsa *rx(const char *re) { return rx_compile(re, strlen(re), RX_SUBSET); }
 
 static fsa *concat2(fsa *a, fsa *b) {
     fsa *r = a && b ? fsa_concat(a, b) : NULL;
@@ -553,7 +551,7 @@ static fsa *pos_float(lim lo, lim hi) {
         if (!l.v) continue;
         bool ge = side == 0;
         if (ge && dec_is_zero(l.v) && !l.strict) continue; /* v >= 0: everything */
-        if (!ge && dec_is_zero(l.v)) { /* v <= 0: the zeros; v < 0: nothing */
+        if (!ge && dec_is_zero(l.v)) {                     /* v <= 0: the zeros; v < 0: nothing */
             fsa *z = l.strict ? fsa_nothing() : rx("^0\\.0+$");
             d = and2(d, z);
             fsa_free(s);

@@ -149,8 +149,9 @@ int js_force(js_ctx *c, js_node *n) {
     if (!n || c->failed) return TUTTI_ERR;
     if (n->state == 2) return 0;
     if (n->state == 1)
-        return js_err(c, n->path, "the schema refers to itself without describing a value first (a $ref, allOf or "
-                                  "not cycle): no JSON value can be built from it");
+        return js_err(c, n->path,
+                      "the schema refers to itself without describing a value first (a $ref, allOf or "
+                      "not cycle): no JSON value can be built from it");
     n->state = 1;
     int rc;
     switch (n->kind) {
@@ -200,7 +201,8 @@ js_node *js_prop_schema(js_ctx *c, js_node *n, const char *name) {
         if (!strcmp(n->props[k].name, name)) return n->props[k].node ? n->props[k].node : c->any;
     js_node *r = NULL;
     for (int32_t k = 0; k < n->n_pats; k++)
-        if (fsa_accepts_utf8(n->pats[k].key, name, strlen(name))) r = r ? js_and(c, r, n->pats[k].node, n->path) : n->pats[k].node;
+        if (fsa_accepts_utf8(n->pats[k].key, name, strlen(name)))
+            r = r ? js_and(c, r, n->pats[k].node, n->path) : n->pats[k].node;
     if (r) return r;
     return n->additional ? n->additional : c->any;
 }
@@ -283,14 +285,16 @@ static int and_objects(js_ctx *c, js_node *n, js_node *a, js_node *b) {
             if (add_pat(c, n, only, y->additional) < 0) return TUTTI_ERR;
         }
     }
-    n->additional = !a->additional ? b->additional : !b->additional ? a->additional
-                                                                  : js_and(c, a->additional, b->additional, n->path);
+    n->additional = !a->additional   ? b->additional
+                    : !b->additional ? a->additional
+                                     : js_and(c, a->additional, b->additional, n->path);
     n->add_open = a->add_open || b->add_open;
     if (a->names || b->names) n->names = and_fsa(c, a->names, b->names, n->path);
     n->min_props = max64(a->min_props, b->min_props);
     n->max_props = min_bound(a->max_props, b->max_props);
     if (a->need_key && b->need_key)
-        return js_unsupported(c, n->path, "not", "two 'some property must ...' conditions on one object are not supported");
+        return js_unsupported(c, n->path, "not",
+                              "two 'some property must ...' conditions on one object are not supported");
     const js_node *w = a->need_key ? a : b;
     if (w->need_key) {
         if (!(n->need_key = fsa_copy(w->need_key))) return js_err(c, n->path, "%s", tutti_last_error());
@@ -311,7 +315,8 @@ static int and_arrays(js_ctx *c, js_node *n, js_node *a, js_node *b) {
     n->min_items = max64(a->min_items, b->min_items);
     n->max_items = min_bound(a->max_items, b->max_items);
     if (a->contains && b->contains)
-        return js_unsupported(c, n->path, "contains", "two contains constraints on one array (allOf) are not supported");
+        return js_unsupported(c, n->path, "contains",
+                              "two contains constraints on one array (allOf) are not supported");
     n->contains = a->contains ? a->contains : b->contains;
     n->unique = a->unique || b->unique;
     return c->failed ? TUTTI_ERR : 0;
@@ -377,8 +382,8 @@ static bool str_empty(const js_node *n) {
 
 static bool type_empty(js_ctx *c, js_node *n, uint32_t t, int depth) {
     switch (t) {
-    case JT_INT: case JT_FLOAT:
-        return n->num && fsa_is_empty(n->num);
+    case JT_INT:
+    case JT_FLOAT: return n->num && fsa_is_empty(n->num);
     case JT_STR: return str_empty(n);
     case JT_ARR:
         if (n->max_items >= 0 && n->max_items < n->min_items) return true;

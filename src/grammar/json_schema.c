@@ -79,8 +79,12 @@ char *tutti_json_schema_to_gbnf_params(const char *schema, size_t len, tutti_jso
     size_t at = 0;
     keep_literals(root, schema, len, &at);
     sbuf warn = {0}, out = {0};
-    js_ctx c = {.root = root, .lenient = params && params->lenient,
-                 .all_spellings = params && params->all_spellings, .open_objects = params && params->open_objects, .warn = &warn, .budget = JS_BUDGET};
+    js_ctx c = {.root = root,
+                .lenient = params && params->lenient,
+                .all_spellings = params && params->all_spellings,
+                .open_objects = params && params->open_objects,
+                .warn = &warn,
+                .budget = JS_BUDGET};
     char *res = NULL, top[128];
     c.any = js_base(&c, "", JT_ALL);
     c.nothing = js_base(&c, "", 0);

@@ -325,9 +325,7 @@ done:
     return r;
 }
 
-int32_t gm_state_of(tutti_grammar_matcher *m, const int32_t *ids, int32_t n) {
-    return state_get(m, ids, n, 0, 0, 0);
-}
+int32_t gm_state_of(tutti_grammar_matcher *m, const int32_t *ids, int32_t n) { return state_get(m, ids, n, 0, 0, 0); }
 
 /* ---- public ---- */
 

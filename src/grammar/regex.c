@@ -28,10 +28,10 @@ typedef struct rnode {
     int32_t nr;
     struct rnode **kid; /* RN_CAT, RN_ALT */
     int32_t nk;
-    struct rnode *sub;  /* RN_REP, RN_LOOK */
-    int32_t min, max;   /* RN_REP (max -1: unbounded); RN_LOOK: min 1 = negative */
-    bool group;         /* an unquantified ( ) */
-    bool nl;            /* RN_EOL: may follow a final "\n" (Python's $, RX_SUPERSET) */
+    struct rnode *sub; /* RN_REP, RN_LOOK */
+    int32_t min, max;  /* RN_REP (max -1: unbounded); RN_LOOK: min 1 = negative */
+    bool group;        /* an unquantified ( ) */
+    bool nl;           /* RN_EOL: may follow a final "\n" (Python's $, RX_SUPERSET) */
 } rnode;
 
 typedef struct rxp {
@@ -131,11 +131,13 @@ static void class_escape(cset *c, char e, int pol) {
     int p = neg ? !pol : pol; /* the complement of a superset is a subset */
     cset t = {0};
     switch (e) {
-    case 'd': case 'D':
+    case 'd':
+    case 'D':
         cs_add(&t, '0', '9');
         if (p == RX_SUPERSET) cs_add(&t, 0x80, FSA_MAX_CP); /* Python: every Unicode digit */
         break;
-    case 'w': case 'W':
+    case 'w':
+    case 'W':
         cs_add(&t, '0', '9'), cs_add(&t, 'A', 'Z'), cs_add(&t, '_', '_'), cs_add(&t, 'a', 'z');
         if (p == RX_SUPERSET) cs_add(&t, 0x80, FSA_MAX_CP); /* Python: every Unicode letter or digit */
         break;
@@ -166,7 +168,10 @@ static rnode *set_node(rxp *p, size_t pos, cset *c) {
 /* ---- lexing ---- */
 
 static int hexval(char c) {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
 }
 
 static int next_cp(rxp *p, uint32_t *cp) {
@@ -183,7 +188,12 @@ static int char_escape(rxp *p, bool in_class, uint32_t *cp) {
     if (p->pos >= p->n) return rerr(p, at, "the pattern ends with a backslash");
     char e = p->s[p->pos];
     switch (e) {
-    case 'd': case 'D': case 'w': case 'W': case 's': case 'S': return 0;
+    case 'd':
+    case 'D':
+    case 'w':
+    case 'W':
+    case 's':
+    case 'S': return 0;
     case 'n': *cp = '\n'; break;
     case 't': *cp = '\t'; break;
     case 'r': *cp = '\r'; break;
@@ -198,7 +208,8 @@ static int char_escape(rxp *p, bool in_class, uint32_t *cp) {
             return rerr(p, at, "octal escapes are not supported (\\0 is, not followed by a digit)");
         *cp = 0;
         break;
-    case 'x': case 'u': {
+    case 'x':
+    case 'u': {
         int nd = e == 'x' ? 2 : 4;
         uint32_t v = 0;
         for (int i = 1; i <= nd; i++) {
@@ -298,11 +309,13 @@ fail:
 static int parse_braces(rxp *p, int32_t *mn, int32_t *mx) {
     size_t i = p->pos + 1;
     int64_t a = -1, b = -1;
-    while (i < p->n && p->s[i] >= '0' && p->s[i] <= '9') a = (a < 0 ? 0 : a) * 10 + (p->s[i++] - '0'), a = a > 1e9 ? 1e9 : a;
+    while (i < p->n && p->s[i] >= '0' && p->s[i] <= '9')
+        a = (a < 0 ? 0 : a) * 10 + (p->s[i++] - '0'), a = a > 1e9 ? 1e9 : a;
     bool comma = i < p->n && p->s[i] == ',';
     if (comma) {
         i++;
-        while (i < p->n && p->s[i] >= '0' && p->s[i] <= '9') b = (b < 0 ? 0 : b) * 10 + (p->s[i++] - '0'), b = b > 1e9 ? 1e9 : b;
+        while (i < p->n && p->s[i] >= '0' && p->s[i] <= '9')
+            b = (b < 0 ? 0 : b) * 10 + (p->s[i++] - '0'), b = b > 1e9 ? 1e9 : b;
     }
     if (i >= p->n || p->s[i] != '}' || (a < 0 && b < 0)) return 0;
     if (a < 0) a = 0; /* {,n}: Python's {0,n} */
@@ -329,14 +342,16 @@ static rnode *parse_group(rxp *p, int pol) {
             if (!(look = node(p, RN_LOOK, at))) return NULL;
             look->min = q[0] == '!';
             p->pos += 2;
-        } else if ((left >= 2 && q[0] == 'P' && q[1] == '<') || (left >= 2 && q[0] == '<' && q[1] != '=' && q[1] != '!')) {
+        } else if ((left >= 2 && q[0] == 'P' && q[1] == '<') ||
+                   (left >= 2 && q[0] == '<' && q[1] != '=' && q[1] != '!')) {
             const char *e = memchr(q, '>', left);
             if (!e) return rerr(p, at, "unterminated group name"), NULL;
             p->pos = (size_t)(e - p->s) + 1;
         } else if (left >= 1 && q[0] == '<') {
             return rerr(p, at, "lookbehind (?<= ) (?<! ) is not supported"), NULL;
         } else {
-            return rerr(p, at, "this (? ) group is not supported (supported: (?: ) (?= ) (?! ) (?<name> ) (?P<name> ))"),
+            return rerr(p, at,
+                        "this (? ) group is not supported (supported: (?: ) (?= ) (?! ) (?<name> ) (?P<name> ))"),
                    NULL;
         }
     }
@@ -431,7 +446,8 @@ static rnode *parse_seq(rxp *p, int pol) {
             if (a->kind == RN_BOL || a->kind == RN_EOL || a->kind == RN_LOOK)
                 return rerr(p, qat, "a quantifier after an anchor or a lookahead"), NULL;
             if (p->pos < p->n && p->s[p->pos] == '?') p->pos++; /* lazy: the same strings match */
-            if (p->pos < p->n && (p->s[p->pos] == '+' || p->s[p->pos] == '*' || p->s[p->pos] == '?' || p->s[p->pos] == '{')) {
+            if (p->pos < p->n &&
+                (p->s[p->pos] == '+' || p->s[p->pos] == '*' || p->s[p->pos] == '?' || p->s[p->pos] == '{')) {
                 int32_t x, y;
                 size_t save = p->pos;
                 bool brace = p->s[p->pos] == '{';
@@ -439,8 +455,9 @@ static rnode *parse_seq(rxp *p, int pol) {
                 p->pos = save;
                 if (k < 0) return NULL;
                 if (k > 0)
-                    return rerr(p, p->pos, p->s[p->pos] == '+' ? "possessive quantifiers are not supported"
-                                                             : "a quantifier after a quantifier"),
+                    return rerr(p, p->pos,
+                                p->s[p->pos] == '+' ? "possessive quantifiers are not supported"
+                                                    : "a quantifier after a quantifier"),
                            NULL;
             }
             rnode *r = node(p, RN_REP, qat);
@@ -520,7 +537,8 @@ static int thompson(rxp *p, nfa *m, const rnode *x, int32_t *s, int32_t *f) {
         nfa_eps(m, cur, *f);
         return 0;
     }
-    case RN_BOL: return rerr(p, x->pos, "^ is supported only at the start of the pattern or of a top-level alternative");
+    case RN_BOL:
+        return rerr(p, x->pos, "^ is supported only at the start of the pattern or of a top-level alternative");
     case RN_EOL: return rerr(p, x->pos, "$ is supported only at the end of the pattern or of a top-level alternative");
     default: return rerr(p, x->pos, "lookaheads are supported only in the top-level sequence");
     }

@@ -90,8 +90,8 @@ int32_t gm_run_top_class(const tutti_grammar_matcher *m, int32_t s) {
 }
 
 static uint8_t lead_byte(uint32_t cp) {
-    return cp < 0x80 ? (uint8_t)cp
-           : cp < 0x800 ? (uint8_t)(0xC0 | (cp >> 6))
+    return cp < 0x80      ? (uint8_t)cp
+           : cp < 0x800   ? (uint8_t)(0xC0 | (cp >> 6))
            : cp < 0x10000 ? (uint8_t)(0xE0 | (cp >> 12))
                           : (uint8_t)(0xF0 | (cp >> 18));
 }
@@ -125,7 +125,8 @@ static int64_t run_nodes(const tutti_grammar_vocab *v, const gr_range *r, int32_
 
 static void run_free(gv_run *t) {
     if (!t) return;
-    free(t->ptok), free(t->pj0), free(t->r), free(t->cum), free(t->ltok), free(t->lnc), free(t->grp_j), free(t->grp0), free(t->grp_b), free(t->gtok), free(t->gpos);
+    free(t->ptok), free(t->pj0), free(t->r), free(t->cum), free(t->ltok), free(t->lnc), free(t->grp_j), free(t->grp0),
+        free(t->grp_b), free(t->gtok), free(t->gpos);
     free(t);
 }
 
@@ -330,8 +331,8 @@ static int memo_grow(tutti_grammar_matcher *m) {
 /* The tokens of group q of t allowed once its first byte led to state nx
  * (computed byte by byte on first use, then remembered); NULL: out of
  * memory. */
-static const gm_gmemo *group_allowed(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, const gv_run *t,
-                                     int32_t q, int32_t nx) {
+static const gm_gmemo *group_allowed(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, const gv_run *t, int32_t q,
+                                     int32_t nx) {
     if ((int64_t)(m->gmemo_n + 1) * 2 > m->gmemo_cap && memo_grow(m) < 0) return NULL;
     uint64_t j = memo_hash(t, nx, q) & (uint64_t)(m->gmemo_cap - 1);
     while (m->gmemo[j].t) {

@@ -90,8 +90,8 @@ tutti_grammar_vocab *tutti_grammar_vocab_from_pieces(int32_t n_vocab, const char
     for (int32_t k = 0; k < np; k++)
         if (pr[k].len > max_len) max_len = pr[k].len;
     int32_t *path = malloc(sizeof(int32_t) * (size_t)(max_len + 1));
-    if (!v->eog || !v->toks || !v->byte || !v->depth || !v->end || !v->tok0 || !v->ntok || !path || !v->pbytes || !v->poff ||
-        !v->plen) {
+    if (!v->eog || !v->toks || !v->byte || !v->depth || !v->end || !v->tok0 || !v->ntok || !path || !v->pbytes ||
+        !v->poff || !v->plen) {
         free(path);
         goto oom;
     }

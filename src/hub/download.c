@@ -35,15 +35,15 @@ double hub_retry_delay_s = 1.0;
 typedef struct xfer {
     const hub_download *d;
     int fd;
-    int64_t have;         /* bytes of the partial file when the request was sent */
-    int64_t got;          /* written by this request */
-    bool ranged;          /* the request asked for bytes have.. */
-    bool started;         /* the first body bytes were checked */
-    long status;          /* of the latest response in the redirect chain */
-    int64_t range_start;  /* its Content-Range start, -1 none */
-    char linked_sha[65];  /* X-Linked-Etag of any response: the hub's sha256 of an LFS file */
-    char err[320];        /* why the transfer was aborted from a callback */
-    bool disk_error;      /* ... because of the local file (not worth retrying) */
+    int64_t have;        /* bytes of the partial file when the request was sent */
+    int64_t got;         /* written by this request */
+    bool ranged;         /* the request asked for bytes have.. */
+    bool started;        /* the first body bytes were checked */
+    long status;         /* of the latest response in the redirect chain */
+    int64_t range_start; /* its Content-Range start, -1 none */
+    char linked_sha[65]; /* X-Linked-Etag of any response: the hub's sha256 of an LFS file */
+    char err[320];       /* why the transfer was aborted from a callback */
+    bool disk_error;     /* ... because of the local file (not worth retrying) */
     double t0, t_shown;
     bool tty;
 } xfer;
@@ -332,7 +332,8 @@ int hub_download_file(const hub_download *d) {
                                    strerror(e));
         }
         if (d->progress) fprintf(stderr, "tutti: %s: waiting for another process downloading it\n", d->label);
-        while (flock(lk, LOCK_EX) != 0 && errno == EINTR) {}
+        while (flock(lk, LOCK_EX) != 0 && errno == EINTR) {
+        }
     }
     int rc = 0;
     if (access(d->dest, F_OK) != 0) { /* not done meanwhile by the lock's previous holder */

@@ -98,8 +98,8 @@ void hub_listing_free(hub_listing *l);
 /* ---- choosing files (select.c) ---- */
 
 typedef struct hub_split {
-    size_t prefix_len; /* of the path before "-NNNNN-of-NNNNN.gguf" (or ".gguf") */
-    int index, count;  /* 1-based part and parts; 1, 1 when not split */
+    size_t prefix_len;         /* of the path before "-NNNNN-of-NNNNN.gguf" (or ".gguf") */
+    int index, count;          /* 1-based part and parts; 1, 1 when not split */
     char tag[HUB_MAX_TAG + 1]; /* upper case, "" none: after the last '-' or '.' of the prefix */
 } hub_split;
 

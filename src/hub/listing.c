@@ -122,17 +122,17 @@ int hub_refs_parse(const char *json, size_t n, char commit[41]) {
     const cJSON *br = cJSON_GetObjectItemCaseSensitive(root, "branches");
     const cJSON *it;
     if (cJSON_IsArray(br)) cJSON_ArrayForEach(it, br) {
-        const cJSON *name = cJSON_GetObjectItemCaseSensitive(it, "name");
-        char c[41];
-        if (!cJSON_IsObject(it) || !cJSON_IsString(name) || !ref_name_valid(name->valuestring) ||
-            !hex_member(it, "targetCommit", 40, c))
-            continue;
-        if (!strcmp(name->valuestring, "main")) {
-            memcpy(commit, c, sizeof c);
-            break;
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(it, "name");
+            char c[41];
+            if (!cJSON_IsObject(it) || !cJSON_IsString(name) || !ref_name_valid(name->valuestring) ||
+                !hex_member(it, "targetCommit", 40, c))
+                continue;
+            if (!strcmp(name->valuestring, "main")) {
+                memcpy(commit, c, sizeof c);
+                break;
+            }
+            if (!commit[0]) memcpy(commit, c, sizeof c);
         }
-        if (!commit[0]) memcpy(commit, c, sizeof c);
-    }
     cJSON_Delete(root);
     if (!commit[0]) return tutti_set_error("hub: the repository's branches name no valid commit");
     return 0;

@@ -116,10 +116,12 @@ static int rm_tree_at(const char *path, int depth) {
             }
         }
         if (d) closedir(d);
-        if (rmdir(path) != 0 && errno != ENOENT) return tutti_set_error("hub: cannot remove %s: %s", path, strerror(errno));
+        if (rmdir(path) != 0 && errno != ENOENT)
+            return tutti_set_error("hub: cannot remove %s: %s", path, strerror(errno));
         return 0;
     }
-    if (unlink(path) != 0 && errno != ENOENT) return tutti_set_error("hub: cannot remove %s: %s", path, strerror(errno));
+    if (unlink(path) != 0 && errno != ENOENT)
+        return tutti_set_error("hub: cannot remove %s: %s", path, strerror(errno));
     return 0;
 }
 
@@ -127,8 +129,8 @@ static int rm_tree(const char *path) { return rm_tree_at(path, 0); }
 
 /* What `what` names of an entry: 1 yes, 0 no. */
 typedef struct target {
-    hub_spec spec;  /* REPO[:TAG] */
-    bool by_file;   /* a FILE: spec.file (the whole text when no repository is in it) */
+    hub_spec spec; /* REPO[:TAG] */
+    bool by_file;  /* a FILE: spec.file (the whole text when no repository is in it) */
     const char *text;
 } target;
 

@@ -104,8 +104,9 @@ static int effective(cfg *c) {
     const char *tok = g.token ? g.token : getenv("HF_TOKEN");
     if (tok && *tok) {
         if (token_valid(tok)) snprintf(c->token, sizeof c->token, "%s", tok);
-        else fprintf(stderr, "tutti: warning: the Hugging Face token is not one (blanks or control characters, "
-                             "or over 500 bytes): it is not sent\n");
+        else
+            fprintf(stderr, "tutti: warning: the Hugging Face token is not one (blanks or control characters, "
+                            "or over 500 bytes): it is not sent\n");
     }
     c->offline = g.offline || env_on("LLAMA_OFFLINE") || env_on("HF_HUB_OFFLINE");
     c->progress = g.set ? g.progress : true;
@@ -194,8 +195,9 @@ static int online_listing(const cfg *c, const hub_spec *sp, char commit[41], hub
     rc = status == 200 ? hub_tree_parse(body, n, l) : api_error(c, sp->repo, status, body);
     free(body);
     if (rc == 0 && l->n_rejected)
-        fprintf(stderr, "tutti: warning: %s: %d entries of the hub's file listing were ignored (malformed, or a path "
-                        "that cannot be a file in the repository)\n",
+        fprintf(stderr,
+                "tutti: warning: %s: %d entries of the hub's file listing were ignored (malformed, or a path "
+                "that cannot be a file in the repository)\n",
                 sp->repo, l->n_rejected);
     return rc;
 }
@@ -208,8 +210,8 @@ static void url_path(const char *p, char *out, size_t cap) {
     size_t o = 0;
     for (; *p && o + 4 < cap; p++) {
         unsigned char ch = (unsigned char)*p;
-        bool keep = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
-                    strchr("-._~/", ch);
+        bool keep =
+            (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || strchr("-._~/", ch);
         if (keep) out[o++] = (char)ch;
         else out[o++] = '%', out[o++] = hx[ch >> 4], out[o++] = hx[ch & 15];
     }
@@ -240,8 +242,14 @@ static int fetch_one(const cfg *c, const hub_spec *sp, const char *repo_dir, con
         hub_pathf(label, sizeof label, "%s/%s", sp->repo, f->path) < 0)
         return TUTTI_ERR;
     if (stat(blob, &st) != 0) {
-        hub_download d = {.url = url, .token = c->token[0] ? c->token : NULL, .dest = blob, .lock = lock,
-                          .sha256 = f->sha256, .size = f->size, .label = label, .progress = c->progress};
+        hub_download d = {.url = url,
+                          .token = c->token[0] ? c->token : NULL,
+                          .dest = blob,
+                          .lock = lock,
+                          .sha256 = f->sha256,
+                          .size = f->size,
+                          .label = label,
+                          .progress = c->progress};
         if (hub_download_file(&d) < 0) return TUTTI_ERR;
     }
     return hub_cache_link(repo_dir, commit, f->path, oid);
@@ -285,8 +293,7 @@ static char *resolve_locked(const cfg *c, const char *spec) {
             if (!reached)
                 tutti_set_error("%s (the hub cannot be reached, and %s is not in the cache %s to work offline)", why,
                                 sp.repo, c->root);
-            else
-                tutti_set_error("%s", why);
+            else tutti_set_error("%s", why);
             return NULL;
         }
         fprintf(stderr, "tutti: warning: %s; using the cached copy (commit %.12s, offline)\n", why, commit);

@@ -81,8 +81,7 @@ void hub_tags(const hub_listing *l, char *buf, size_t cap) {
     buf[0] = 0;
     for (int i = 0; i < l->n && n_seen < MAX_TAGS; i++) {
         hub_split s;
-        if (!hub_is_model_file(l->files[i].path) || !hub_split_info(l->files[i].path, &s) || !s.tag[0] ||
-            s.index != 1)
+        if (!hub_is_model_file(l->files[i].path) || !hub_split_info(l->files[i].path, &s) || !s.tag[0] || s.index != 1)
             continue;
         bool dup = false;
         for (int j = 0; j < n_seen && !dup; j++) dup = !strcmp(seen[j], s.tag);
@@ -114,7 +113,8 @@ static int with_parts(const hub_listing *l, int primary, int *sel, int max, int 
         return 0;
     }
     if (s.count > max || s.count > MAX_SPLIT)
-        return tutti_set_error("%s: a split model of %d parts (at most %d)", p, s.count, max < MAX_SPLIT ? max : MAX_SPLIT);
+        return tutti_set_error("%s: a split model of %d parts (at most %d)", p, s.count,
+                               max < MAX_SPLIT ? max : MAX_SPLIT);
     for (int k = 0; k < s.count; k++) sel[k] = -1;
     for (int i = 0; i < l->n; i++) {
         hub_split t;

@@ -71,9 +71,10 @@ int hub_spec_parse(const char *s, hub_spec *out) {
     const char *slash = strchr(b, '/');
     size_t rl = slash ? (size_t)(slash - b) + 1 + strcspn(slash + 1, "/:") : strlen(b);
     if (!hub_repo_valid(b, rl))
-        return tutti_set_error("'%.300s' is not a Hugging Face repository: expected USER/MODEL[:QUANT] (letters, "
-                               "digits, '_', and '.', '-' between them; e.g. bartowski/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M)",
-                               b);
+        return tutti_set_error(
+            "'%.300s' is not a Hugging Face repository: expected USER/MODEL[:QUANT] (letters, "
+            "digits, '_', and '.', '-' between them; e.g. bartowski/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M)",
+            b);
     memcpy(out->repo, b, rl);
     const char *rest = b + rl;
     if (*rest == ':') {

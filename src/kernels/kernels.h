@@ -84,8 +84,8 @@ float *tutti_threadpool_scratch(tutti_threadpool *tp, size_t n_floats);
  * bench/RESULTS.md).  A token's result does not
  * depend on n_tok or on the thread count (except K-quant batches of 8 or
  * more tokens, whose panel kernels add in another order). */
-void tutti_matmul(tutti_threadpool *tp, int wtype, const void *w, int64_t n_rows, int64_t n_cols,
-                  const float *x, int64_t n_tok, float *y);
+void tutti_matmul(tutti_threadpool *tp, int wtype, const void *w, int64_t n_rows, int64_t n_cols, const float *x,
+                  int64_t n_tok, float *y);
 
 /* tutti_matmul on kernel path `path` (a tutti_simd of quant/vecdot.h; it
  * must be available) instead of the process's: tests and benchmarks
@@ -137,9 +137,8 @@ void tutti_softmax(float *x, int64_t n);
  * and pairs (x[2i], x[2i+1]) in normal mode (GPT-J / original llama) or
  * (x[i], x[i + n_rot/2]) in NeoX mode (GPT-NeoX, Qwen, Gemma, Phi-3). */
 typedef enum tutti_rope_mode { TUTTI_ROPE_NORMAL = 0, TUTTI_ROPE_NEOX = 2 } tutti_rope_mode;
-void tutti_rope(float *x, int64_t n_tok, int32_t n_heads, int32_t head_dim, int32_t n_rot,
-                int32_t pos0, float freq_base, float freq_scale, const float *freq_factors,
-                tutti_rope_mode mode);
+void tutti_rope(float *x, int64_t n_tok, int32_t n_heads, int32_t head_dim, int32_t n_rot, int32_t pos0,
+                float freq_base, float freq_scale, const float *freq_factors, tutti_rope_mode mode);
 
 /* Gated feed-forward activations, in place on gate [n]:
  *   SwiGLU:    gate[i] = silu(gate[i]) · up[i],     silu(a) = a / (1 + e^-a)
@@ -183,7 +182,7 @@ void tutti_softcap(float *x, int64_t n, float cap);
 typedef struct tutti_attn_params {
     int32_t n_tok, n_head, n_head_kv, head_dim_k, head_dim_v;
     int32_t pos0;
-    int32_t n_ctx;  /* sizes the per-thread scratch: >= pos0 + n_tok */
+    int32_t n_ctx; /* sizes the per-thread scratch: >= pos0 + n_tok */
     int32_t n_swa;
     float scale;
     float softcap;

@@ -56,7 +56,8 @@ static act_fmt act_format(int wtype) {
     switch (vt ? vt->vec_type : TUTTI_TYPE_F32) {
     case TUTTI_TYPE_F16: return ACT_F16;
     case TUTTI_TYPE_BF16: return ACT_BF16;
-    case TUTTI_TYPE_Q8_0: case TUTTI_TYPE_Q8_1: return ACT_Q8_0; /* the same rounding */
+    case TUTTI_TYPE_Q8_0:
+    case TUTTI_TYPE_Q8_1: return ACT_Q8_0; /* the same rounding */
     case TUTTI_TYPE_Q8_K: return ACT_Q8_K;
     default: return ACT_F32;
     }
@@ -106,7 +107,8 @@ typedef struct round_job {
 
 static void round_worker(void *arg, int ith, int nth) {
     const round_job *j = arg;
-    for (int64_t t = ith; t < j->n_tok; t += nth) round_row(j->f, j->x + t * j->n_cols, j->xr + t * j->n_cols, j->n_cols);
+    for (int64_t t = ith; t < j->n_tok; t += nth)
+        round_row(j->f, j->x + t * j->n_cols, j->xr + t * j->n_cols, j->n_cols);
 }
 
 typedef struct mm_job {
@@ -155,8 +157,8 @@ static void mm_scalar_worker(void *arg, int ith, int nth) {
     }
 }
 
-static void mm_reference(tutti_threadpool *tp, int wtype, const void *w, int64_t n_rows, int64_t n_cols,
-                         const float *x, int64_t n_tok, float *y) {
+static void mm_reference(tutti_threadpool *tp, int wtype, const void *w, int64_t n_rows, int64_t n_cols, const float *x,
+                         int64_t n_tok, float *y) {
     mm_job j = {
         .wtype = wtype,
         .w = w,
@@ -177,18 +179,14 @@ static void mm_reference(tutti_threadpool *tp, int wtype, const void *w, int64_t
         float *xr = tp ? tutti_threadpool_scratch(tp, need) : (owned = malloc(need * sizeof(float)));
         if (xr) {
             round_job rj = {f, x, xr, n_tok, n_cols};
-            if (small || n_tok == 1)
-                round_worker(&rj, 0, 1);
-            else
-                tutti_threadpool_run(tp, round_worker, &rj);
+            if (small || n_tok == 1) round_worker(&rj, 0, 1);
+            else tutti_threadpool_run(tp, round_worker, &rj);
             j.x = xr;
         }
     }
     /* Tiny products are not worth waking the pool for. */
-    if (small)
-        mm_scalar_worker(&j, 0, 1);
-    else
-        tutti_threadpool_run(tp, mm_scalar_worker, &j);
+    if (small) mm_scalar_worker(&j, 0, 1);
+    else tutti_threadpool_run(tp, mm_scalar_worker, &j);
     free(owned);
 }
 
@@ -298,8 +296,7 @@ static void seg_run(const fast_job *j, int64_t r0, int64_t nrow) {
                 for (int t = 0; t < nt; t++) {
                     float *y = j->y + (size_t)(t0 + t) * (size_t)j->n_rows + (size_t)rs;
                     const float *p = tmp + (size_t)t * MM_SEG_ROWS;
-                    if (c0 == 0)
-                        memcpy(y, p, sizeof(float) * (size_t)nr);
+                    if (c0 == 0) memcpy(y, p, sizeof(float) * (size_t)nr);
                     else
                         for (int r = 0; r < nr; r++) y[r] += p[r];
                 }
@@ -328,8 +325,8 @@ static void fast_worker(void *arg, int ith, int nth) {
     }
 }
 
-void tutti_matmul(tutti_threadpool *tp, int wtype, const void *w, int64_t n_rows, int64_t n_cols,
-                  const float *x, int64_t n_tok, float *y) {
+void tutti_matmul(tutti_threadpool *tp, int wtype, const void *w, int64_t n_rows, int64_t n_cols, const float *x,
+                  int64_t n_tok, float *y) {
     tutti_matmul_path(tp, (int)tutti_simd_current(), wtype, w, n_rows, n_cols, x, n_tok, y);
 }
 
@@ -369,17 +366,13 @@ void tutti_matmul_path(tutti_threadpool *tp, int path, int wtype, const void *w,
             return;
         }
         j.x = x;
-        if (!tp || n_tok * n_cols < 2 * MM_CONV_COLS)
-            convert_worker(&j, 0, 1);
-        else
-            tutti_threadpool_run_dynamic(tp, convert_worker, &j);
+        if (!tp || n_tok * n_cols < 2 * MM_CONV_COLS) convert_worker(&j, 0, 1);
+        else tutti_threadpool_run_dynamic(tp, convert_worker, &j);
         atomic_store(&j.next, 0);
     }
     /* tiny products are not worth waking the pool for */
-    if (n_rows * n_cols * n_tok < 32768 || n_rows < 2 * MM_CHUNK_ROWS)
-        fast_worker(&j, 0, 1);
-    else
-        tutti_threadpool_run_dynamic(tp, fast_worker, &j);
+    if (n_rows * n_cols * n_tok < 32768 || n_rows < 2 * MM_CHUNK_ROWS) fast_worker(&j, 0, 1);
+    else tutti_threadpool_run_dynamic(tp, fast_worker, &j);
     free(owned);
 }
 
@@ -482,8 +475,8 @@ static void batch_run(tutti_threadpool *tp, batch_mm *b, int n) {
     char *scratch = need && tp ? (char *)tutti_threadpool_scratch(tp, need / sizeof(float) + 1) : NULL;
     if (need && !scratch) { /* every product on its own (tutti_matmul's fallbacks) */
         for (int i = 0; i < n; i++)
-            tutti_matmul(tp, b[i].mm->wtype, b[i].mm->w, b[i].mm->n_rows, b[i].mm->n_cols, b[i].mm->x,
-                         b[i].mm->n_tok, b[i].mm->y);
+            tutti_matmul(tp, b[i].mm->wtype, b[i].mm->w, b[i].mm->n_rows, b[i].mm->n_cols, b[i].mm->x, b[i].mm->n_tok,
+                         b[i].mm->y);
         return;
     }
     /* runs small enough for the threads to finish together, in whole kernel chunks */

@@ -216,9 +216,8 @@ void tutti_softcap(float *x, int64_t n, float cap) {
 
 /* ---- RoPE ---- */
 
-void tutti_rope(float *x, int64_t n_tok, int32_t n_heads, int32_t head_dim, int32_t n_rot,
-                int32_t pos0, float freq_base, float freq_scale, const float *freq_factors,
-                tutti_rope_mode mode) {
+void tutti_rope(float *x, int64_t n_tok, int32_t n_heads, int32_t head_dim, int32_t n_rot, int32_t pos0,
+                float freq_base, float freq_scale, const float *freq_factors, tutti_rope_mode mode) {
     const int32_t half = n_rot / 2;
     for (int64_t t = 0; t < n_tok; t++) {
         const double pos = (double)(pos0 + t);
@@ -258,7 +257,7 @@ void tutti_rope(float *x, int64_t n_tok, int32_t n_heads, int32_t head_dim, int3
 
 typedef struct attn_fns {
     void (*to_f32)(const uint16_t *x, float *y, int32_t n);             /* f16 -> float */
-    void (*round_f16)(float *x, int32_t n);                              /* x = f16(x) as float */
+    void (*round_f16)(float *x, int32_t n);                             /* x = f16(x) as float */
     void (*dot8)(const float *q, const float *k, int32_t hd, float *s); /* s[i] = q . k[i*hd], i < 8 */
     float (*dot1)(const float *q, const float *k, int32_t hd);
     void (*acc)(float *o, const float *p, const float *v, int32_t n, int32_t hd); /* o += sum p[j] v[j*hd] */
@@ -377,9 +376,9 @@ static void attn_worker(void *arg, int ith, int nth) {
     const int64_t vstride = p->v_stride > 0 ? p->v_stride : (int64_t)p->n_head_kv * hdv;
     const int64_t n_keys_max = (int64_t)p->pos0 + p->n_tok;
     float *scr = p->scratch + (size_t)ith * job->scratch_floats;
-    float *S = scr;                                            /* [rows][n_keys_max] scores, then probabilities */
-    float *Q = S + (size_t)ATTN_TB * group * n_keys_max;       /* [rows][hdk] rounded queries */
-    float *KV = Q + (size_t)ATTN_TB * group * hdk;             /* [ATTN_KC][hdk or hdv] converted chunk */
+    float *S = scr;                                      /* [rows][n_keys_max] scores, then probabilities */
+    float *Q = S + (size_t)ATTN_TB * group * n_keys_max; /* [rows][hdk] rounded queries */
+    float *KV = Q + (size_t)ATTN_TB * group * hdk;       /* [ATTN_KC][hdk or hdv] converted chunk */
 
     const int64_t n_items = (int64_t)p->n_head_kv * job->n_blocks;
     for (;;) {

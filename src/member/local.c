@@ -37,7 +37,7 @@ typedef struct local_member {
     uint64_t clock;
     bool hinted;               /* keep() was called: sessions' live flags are current */
     fusion_local_sessions ops; /* where sessions come from (open NULL: tutti_session_new) */
-    tutti_batch *batch;  /* non-NULL: sessions of this batch (borrowed) */
+    tutti_batch *batch;        /* non-NULL: sessions of this batch (borrowed) */
 } local_member;
 
 /* Room for n tokens of timeline in ls->hist (a context shift lets a
@@ -463,14 +463,17 @@ static fusion_member *local_new(const char *path, const tutti_model *model, int3
     if (ops) lm->ops = *ops; /* from here on local_free releases ops.ctx */
     lm->base.vt = &local_vt;
     lm->base.keep = local_keep;
-    if (!ops || ops->can_shift) lm->base.set_ctx_shift = local_set_ctx_shift; /* a split model's sessions cannot shift */
+    if (!ops || ops->can_shift)
+        lm->base.set_ctx_shift = local_set_ctx_shift; /* a split model's sessions cannot shift */
     const char *slash = strrchr(path, '/');
     snprintf(lm->base.name, sizeof lm->base.name, "%s", slash ? slash + 1 : path);
     lm->base.vocab_hash = h;
     tutti_model_params mp = tutti_model_default_params();
     /* a shared model is only read (the sessions hold all mutable state) */
     lm->owns_model = model == NULL;
-    lm->model = model ? (tutti_model *)(uintptr_t)model : lm->ops.load ? lm->ops.load(path, &mp) : tutti_model_load(path, &mp);
+    lm->model = model          ? (tutti_model *)(uintptr_t)model
+                : lm->ops.load ? lm->ops.load(path, &mp)
+                               : tutti_model_load(path, &mp);
     if (!lm->model) {
         if (lm->ops.release) lm->ops.release(lm->ops.ctx);
         free(lm);

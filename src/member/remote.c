@@ -263,8 +263,10 @@ static int fetch(remote_member *rm, const int32_t *ids, int32_t n, float *out) {
         fusion_remote_check_next(&rm->rv, where, out, &a, &renorm) < 0)
         return TUTTI_ERR;
     if (renorm && !rm->warned_mass) {
-        fprintf(stderr, "tutti: member %s: the server's top %d probabilities sum to more than 1; renormalised (said "
-                        "once)\n", m->name, a.k);
+        fprintf(stderr,
+                "tutti: member %s: the server's top %d probabilities sum to more than 1; renormalised (said "
+                "once)\n",
+                m->name, a.k);
         rm->warned_mass = true;
     }
     double r = a.k >= V ? 0 : (a.mass < 1 ? 1 - a.mass : 0);

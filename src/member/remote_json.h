@@ -54,8 +54,8 @@ typedef struct fusion_remote_next {
  * it declines.  0, or TUTTI_ERR with an error naming where: not JSON, no
  * top log-probabilities, an entry without id or logprob, an id out of range
  * or listed twice, a logprob > 1e-3 or NaN, no token of the vocabulary. */
-int fusion_remote_parse_next(fusion_remote_vocab *rv, int api, bool scan, const char *where, const char *resp,
-                             size_t n, float *out, fusion_remote_next *info);
+int fusion_remote_parse_next(fusion_remote_vocab *rv, int api, bool scan, const char *where, const char *resp, size_t n,
+                             float *out, fusion_remote_next *info);
 /* The answer read by fusion_remote_parse_next as a distribution: its
  * probabilities sum to 1 within FUSION_REMOTE_MASS_TOL when it gives every
  * token (k == n_vocab; else the answer is refused: a server whose numbers

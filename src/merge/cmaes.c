@@ -10,15 +10,15 @@
 
 struct cmaes {
     int n, lambda, mu;
-    double *w;                     /* [mu] recombination weights, sum 1 */
+    double *w; /* [mu] recombination weights, sum 1 */
     double mu_eff, c_sigma, d_sigma, c_c, c_1, c_mu, chi_n;
     double sigma;
-    double *m, *p_sigma, *p_c;     /* [n] */
-    double *C, *B, *D;             /* [n x n], [n x n] eigenvectors (columns), [n] sqrt of eigenvalues */
-    double *x, *y;                 /* [lambda x n] candidates and their steps (x - m) / sigma */
-    double *tmp;                   /* [n] */
-    int *order;                    /* [lambda] */
-    const double *f_sort;          /* fitness of the generation being ranked */
+    double *m, *p_sigma, *p_c; /* [n] */
+    double *C, *B, *D;         /* [n x n], [n x n] eigenvectors (columns), [n] sqrt of eigenvalues */
+    double *x, *y;             /* [lambda x n] candidates and their steps (x - m) / sigma */
+    double *tmp;               /* [n] */
+    int *order;                /* [lambda] */
+    const double *f_sort;      /* fitness of the generation being ranked */
     long gen;
     uint64_t rng;
     bool have_spare;

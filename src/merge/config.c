@@ -14,9 +14,9 @@
 #include "util/error.h"
 
 static const char *const k_methods[MM_COUNT] = {
-    "linear", "slerp", "nuslerp", "task_arithmetic", "ties", "dare_ties", "dare_linear",
-    "della", "della_linear", "breadcrumbs", "breadcrumbs_ties", "model_stock", "passthrough",
-    "sce", "karcher", "multislerp", "nearswap", "arcee_fusion",
+    "linear",  "slerp",        "nuslerp",     "task_arithmetic",  "ties",        "dare_ties",   "dare_linear",
+    "della",   "della_linear", "breadcrumbs", "breadcrumbs_ties", "model_stock", "passthrough", "sce",
+    "karcher", "multislerp",   "nearswap",    "arcee_fusion",
 };
 
 const char *merge_method_name(merge_method m) { return (unsigned)m < MM_COUNT ? k_methods[m] : "?"; }
@@ -129,8 +129,8 @@ static int find_param(const merge_params *p, const char *name) {
     return -1;
 }
 
-bool merge_lookup(const merge_params *source, const merge_params *slice, const merge_params *global,
-                  const char *name, const char *hf, const char *gguf, double t, double *out, bool *err) {
+bool merge_lookup(const merge_params *source, const merge_params *slice, const merge_params *global, const char *name,
+                  const char *hf, const char *gguf, double t, double *out, bool *err) {
     const merge_params *levels[3] = {source, slice, global};
     for (int l = 0; l < 3; l++) {
         int i = find_param(levels[l], name);
@@ -139,8 +139,7 @@ bool merge_lookup(const merge_params *source, const merge_params *slice, const m
         const char *str = NULL;
         if (!merge_setting_eval(levels[l]->p[i].set, hf, gguf, t, &v, &str)) continue;
         if (str) {
-            tutti_set_error("merge: parameter %s of tensor %s is the string '%s', a number is needed", name,
-                            gguf, str);
+            tutti_set_error("merge: parameter %s of tensor %s is the string '%s', a number is needed", name, gguf, str);
             *err = true;
             return false;
         }
@@ -193,10 +192,10 @@ int tutti_merge_config_set_base(tutti_merge_config *c, const char *path) {
     return 0;
 }
 
-static const char *const k_bool_params[] = {"normalize", "rescale", "nuslerp_flatten", "nuslerp_row_wise",
+static const char *const k_bool_params[] = {"normalize",   "rescale",   "nuslerp_flatten",  "nuslerp_row_wise",
                                             "filter_wise", "int8_mask", "normalize_weights"};
-static const char *const k_num_params[] = {"t", "weight", "density", "lambda", "epsilon", "gamma", "scale",
-                                           "select_topk", "max_iter", "tol", "eps"};
+static const char *const k_num_params[] = {"t",     "weight",      "density",  "lambda", "epsilon", "gamma",
+                                           "scale", "select_topk", "max_iter", "tol",    "eps"};
 
 int merge_param_kind(const char *name) {
     for (size_t i = 0; i < sizeof k_num_params / sizeof *k_num_params; i++)
@@ -226,11 +225,13 @@ static const struct {
 int merge_param_check(const char *name, double v) {
     if (!isfinite(v))
         return tutti_set_error("parameter %s is %s: a finite number is needed", name,
-                               isnan(v) ? "not a number (.nan)" : v > 0 ? "infinite (.inf)" : "infinite (-.inf)");
+                               isnan(v) ? "not a number (.nan)"
+                               : v > 0  ? "infinite (.inf)"
+                                        : "infinite (-.inf)");
     for (size_t i = 0; i < sizeof k_ranges / sizeof *k_ranges; i++)
         if (!strcmp(name, k_ranges[i].name) && !(v >= k_ranges[i].lo && v <= k_ranges[i].hi))
-            return tutti_set_error("parameter %s is %g, outside [%g, %g] (%s)", name, v, k_ranges[i].lo,
-                                   k_ranges[i].hi, k_ranges[i].what);
+            return tutti_set_error("parameter %s is %g, outside [%g, %g] (%s)", name, v, k_ranges[i].lo, k_ranges[i].hi,
+                                   k_ranges[i].what);
     return 0;
 }
 

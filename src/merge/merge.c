@@ -75,8 +75,8 @@ typedef struct plan_tensor {
     int type;
     int slice;
     double t;
-    bool copy_first; /* rope_freqs: not a learned weight */
-    bool fallback;   /* rows the output type's blocks do not divide: type is llama-quantize's fallback */
+    bool copy_first;             /* rope_freqs: not a learned weight */
+    bool fallback;               /* rows the output type's blocks do not divide: type is llama-quantize's fallback */
     const gguf_tensor_info **in; /* per source of the slice */
 } plan_tensor;
 
@@ -136,8 +136,8 @@ int merge_check_arch_vocab(gguf_file *const *files, char *const *paths, int n_fi
     for (int i = 1; i < n_files; i++) {
         gguf_str a;
         if (!gguf_get_str(files[i], "general.architecture", &a) || a.len != a0.len || memcmp(a.data, a0.data, a.len))
-            return tutti_set_error("merge: different architectures: %s is %s, %s is %.*s", paths[0], arch,
-                                   paths[i], (int)(a.len < 64 ? a.len : 64), a.data ? a.data : "(none)");
+            return tutti_set_error("merge: different architectures: %s is %s, %s is %.*s", paths[0], arch, paths[i],
+                                   (int)(a.len < 64 ? a.len : 64), a.data ? a.data : "(none)");
         int64_t ti = gguf_find_key(files[i], "tokenizer.ggml.tokens");
         if ((t0 < 0) != (ti < 0))
             return tutti_set_error("merge: different vocabularies: %s has a token list, %s has none",
@@ -233,8 +233,10 @@ static int tensor_type(int out_type, const char *name, uint32_t n_dims, int64_t 
     int t = out_type;
     const tutti_type_traits *tt = tutti_type_get(t);
     if (ne0 % tt->block_size) {
-        t = t == TUTTI_TYPE_Q4_K ? TUTTI_TYPE_Q5_0 : t == TUTTI_TYPE_Q5_K ? TUTTI_TYPE_Q5_1
-          : t == TUTTI_TYPE_Q6_K ? TUTTI_TYPE_Q8_0 : TUTTI_TYPE_F16;
+        t = t == TUTTI_TYPE_Q4_K   ? TUTTI_TYPE_Q5_0
+            : t == TUTTI_TYPE_Q5_K ? TUTTI_TYPE_Q5_1
+            : t == TUTTI_TYPE_Q6_K ? TUTTI_TYPE_Q8_0
+                                   : TUTTI_TYPE_F16;
         if (ne0 % tutti_type_get(t)->block_size) t = TUTTI_TYPE_F16;
         *fallback = true;
     }
@@ -253,7 +255,8 @@ int merge_out_check(const merge_out *o, char *const *paths, int n_paths) {
     for (int i = 0; i < n_paths; i++)
         if (tutti_same_file(paths[i], o->path))
             return tutti_set_error("merge: the output %s is the input %s (the same file); write the merge to another "
-                                   "file", o->path, paths[i]);
+                                   "file",
+                                   o->path, paths[i]);
     return tutti_check_writable(o->path); /* before the work, not after it */
 }
 
@@ -284,8 +287,7 @@ static int add_plan(merge_run *r, const char *out_name, int slice, double t, con
     pt->copy_first = !strncmp(out_name, "rope_freqs", 10);
     for (int i = 0; i < s->n_src; i++) {
         const gguf_tensor_info *ti = find(r, s->src[i].file, in_names[i]);
-        if (!ti)
-            return tutti_set_error("merge: missing tensor: %s has no %s", r->paths[s->src[i].file], in_names[i]);
+        if (!ti) return tutti_set_error("merge: missing tensor: %s has no %s", r->paths[s->src[i].file], in_names[i]);
         if (i > 0 && !same_shape(ti, pt->in[0]))
             return tutti_set_error("merge: different shapes: %s of %s and %s of %s", in_names[0],
                                    r->paths[s->src[0].file], in_names[i], r->paths[s->src[i].file]);
@@ -363,7 +365,8 @@ static int build_plan(merge_run *r) {
                                        s->src[i].lo, s->src[i].hi, r->paths[s->src[i].file], (long long)nl);
             if (s->src[i].hi - s->src[i].lo != s->src[0].hi - s->src[0].lo)
                 return tutti_set_error("merge: slice %d: all sources must have the same number of layers (%s: %d, "
-                                       "%s: %d)", k + 1, r->paths[s->src[0].file], s->src[0].hi - s->src[0].lo,
+                                       "%s: %d)",
+                                       k + 1, r->paths[s->src[0].file], s->src[0].hi - s->src[0].lo,
                                        r->paths[s->src[i].file], s->src[i].hi - s->src[i].lo);
         }
         if (r->cfg->method == MM_PASSTHROUGH && s->n_src != 1)
@@ -410,7 +413,8 @@ static int build_plan(merge_run *r) {
                     names[j] = in_names[j];
                 }
                 snprintf(out_name, sizeof out_name, "blk.%d.%s", out_layer, rest);
-                if (strlen(out_name) >= NAME_MAX_LEN) return tutti_set_error("merge: tensor name %s too long", out_name);
+                if (strlen(out_name) >= NAME_MAX_LEN)
+                    return tutti_set_error("merge: tensor name %s too long", out_name);
                 if (add_plan(r, out_name, k, t, names)) return TUTTI_ERR;
             }
         }
@@ -419,7 +423,8 @@ static int build_plan(merge_run *r) {
      * unless every source ties it to the token embedding */
     gguf_file *fl = r->files[sl->src[0].file];
     bool any_output = false;
-    for (int j = 0; j < sl->n_src; j++) any_output |= gguf_find_tensor(r->files[sl->src[j].file], "output.weight") != NULL;
+    for (int j = 0; j < sl->n_src; j++)
+        any_output |= gguf_find_tensor(r->files[sl->src[j].file], "output.weight") != NULL;
     for (int64_t i = 0; i < gguf_n_tensors(fl); i++) {
         const char *rest;
         if (layer_of(gguf_tensor(fl, i)->name, &rest, buf) >= 0 || strncmp(rest, "output", 6) ||
@@ -473,21 +478,34 @@ static int fill_tensor(void *ctx, int64_t index, void *buf, uint64_t size) {
             rc = tutti_set_error("merge: %s: cannot dequantize %s", r->paths[s->src[i].file], pt->name);
         if (rc == 0) release_pages(r, pt->in[i]);
         if (rc == 0)
-            rc = param_of(r, pt, s->src[i].params, "weight", &w[i]) || param_of(r, pt, s->src[i].params, "density", &dens[i]) ||
-                 param_of(r, pt, s->src[i].params, "gamma", &gam[i]) || param_of(r, pt, s->src[i].params, "epsilon", &eps[i])
-                     ? TUTTI_ERR : 0;
+            rc = param_of(r, pt, s->src[i].params, "weight", &w[i]) ||
+                         param_of(r, pt, s->src[i].params, "density", &dens[i]) ||
+                         param_of(r, pt, s->src[i].params, "gamma", &gam[i]) ||
+                         param_of(r, pt, s->src[i].params, "epsilon", &eps[i])
+                     ? TUTTI_ERR
+                     : 0;
     }
     merge_tensor_args a = {
-        .method = r->cfg->method, .n_in = n_in, .in = (const float *const *)in,
-        .base = pt->copy_first ? -1 : s->base, .n = n, .ne0 = pt->ne[0], .rows = n / (pt->ne[0] ? pt->ne[0] : 1),
-        .outer = pt->ne[pt->n_dims - 1], .weight = w, .density = dens, .gamma = gam, .epsilon = eps,
-        .name = pt->name, .seed = r->p->seed,
+        .method = r->cfg->method,
+        .n_in = n_in,
+        .in = (const float *const *)in,
+        .base = pt->copy_first ? -1 : s->base,
+        .n = n,
+        .ne0 = pt->ne[0],
+        .rows = n / (pt->ne[0] ? pt->ne[0] : 1),
+        .outer = pt->ne[pt->n_dims - 1],
+        .weight = w,
+        .density = dens,
+        .gamma = gam,
+        .epsilon = eps,
+        .name = pt->name,
+        .seed = r->p->seed,
     };
     if (rc == 0) {
         /* the method's global parameters: slice, then global level */
-        static const char *const gnames[] = {"t", "lambda", "scale", "normalize", "rescale", "nuslerp_flatten",
-                                             "nuslerp_row_wise", "filter_wise", "select_topk", "max_iter", "tol",
-                                             "eps", "normalize_weights"};
+        static const char *const gnames[] = {
+            "t",           "lambda",      "scale",    "normalize", "rescale", "nuslerp_flatten",  "nuslerp_row_wise",
+            "filter_wise", "select_topk", "max_iter", "tol",       "eps",     "normalize_weights"};
         enum { NG = sizeof gnames / sizeof *gnames };
         double g[NG];
         for (int k = 0; k < NG; k++) g[k] = NAN;
@@ -514,7 +532,8 @@ static int fill_tensor(void *ctx, int64_t index, void *buf, uint64_t size) {
     if (rc == 0) {
         for (int64_t j = 0; j < n; j++)
             if (!isfinite(out[j])) {
-                rc = tutti_set_error("merge: tensor %s: element %lld is not finite (%g)", pt->name, (long long)j, out[j]);
+                rc = tutti_set_error("merge: tensor %s: element %lld is not finite (%g)", pt->name, (long long)j,
+                                     out[j]);
                 break;
             }
     }
@@ -522,9 +541,11 @@ static int fill_tensor(void *ctx, int64_t index, void *buf, uint64_t size) {
         rc = tutti_set_error("merge: internal: size of %s", pt->name);
     if (rc == 0) rc = merge_quantize(pt->type, out, n, pt->ne[0], buf);
     if (rc == 0 && r->p->verbose)
-        fprintf(stderr, "merge: [%lld/%lld] %-28s %-6s t=%.3f%s\n", (long long)index + 1, (long long)r->n_plan, pt->name,
-                tutti_type_name(pt->type), pt->t, pt->fallback ? " (fallback: rows of this length do not fill the "
-                                                                 "output type's blocks)" : "");
+        fprintf(stderr, "merge: [%lld/%lld] %-28s %-6s t=%.3f%s\n", (long long)index + 1, (long long)r->n_plan,
+                pt->name, tutti_type_name(pt->type), pt->t,
+                pt->fallback ? " (fallback: rows of this length do not fill the "
+                               "output type's blocks)"
+                             : "");
     for (int i = 0; in && i < n_in; i++) free(in[i]);
     free(in);
     free(out);
@@ -536,7 +557,8 @@ int merge_quantize(int type, const float *x, int64_t n, int64_t ne0, void *buf) 
     size_t rs = tutti_row_size(type, ne0);
     for (int64_t row = 0; row < n / ne0; row++)
         if (!tutti_quantize_row_ref(type, x + row * ne0, (char *)buf + (size_t)row * rs, ne0))
-            return tutti_set_error("merge: cannot write rows of %lld values as %s", (long long)ne0, tutti_type_name(type));
+            return tutti_set_error("merge: cannot write rows of %lld values as %s", (long long)ne0,
+                                   tutti_type_name(type));
     return 0;
 }
 
@@ -590,7 +612,8 @@ static int write_metadata(merge_run *r, gguf_writer *w, int meta_file) {
         if (rc) return TUTTI_ERR;
     }
     if (!have_name && gguf_writer_add_str(w, "general.name", name)) return TUTTI_ERR;
-    if (!have_ft && gguf_writer_add_u32(w, "general.file_type", (uint32_t)merge_llama_ftype(r->out_type))) return TUTTI_ERR;
+    if (!have_ft && gguf_writer_add_u32(w, "general.file_type", (uint32_t)merge_llama_ftype(r->out_type)))
+        return TUTTI_ERR;
     if (quantized && !have_qv && gguf_writer_add_u32(w, "general.quantization_version", 2)) return TUTTI_ERR;
     if (gguf_writer_add_str(w, "tutti.merge.method", merge_method_name(r->cfg->method))) return TUTTI_ERR;
     const char **models = calloc((size_t)r->n_files, sizeof *models);
@@ -605,14 +628,17 @@ static int write_metadata(merge_run *r, gguf_writer *w, int meta_file) {
     int o = snprintf(rec, sizeof rec, "merge_method: %s\n", merge_method_name(r->cfg->method));
     if (r->cfg->base_model) o += snprintf(rec + o, sizeof rec - (size_t)o, "base_model: %s\n", r->cfg->base_model);
     for (int i = 0; i < r->cfg->n_models && o < (int)sizeof rec; i++) {
-        o += snprintf(rec + o, sizeof rec - (size_t)o, "%s  - model: %s\n", i ? "" : "models:\n", r->cfg->models[i].model);
+        o += snprintf(rec + o, sizeof rec - (size_t)o, "%s  - model: %s\n", i ? "" : "models:\n",
+                      r->cfg->models[i].model);
         const merge_params *mp = &r->cfg->models[i].params;
         for (int j = 0; j < mp->n && o < (int)sizeof rec; j++)
-            o += snprintf(rec + o, sizeof rec - (size_t)o, "    parameters: {%s: %.17g}\n", mp->p[j].name, mp->p[j].set->num);
+            o += snprintf(rec + o, sizeof rec - (size_t)o, "    parameters: {%s: %.17g}\n", mp->p[j].name,
+                          mp->p[j].set->num);
     }
     if (r->cfg->params.n && o < (int)sizeof rec) o += snprintf(rec + o, sizeof rec - (size_t)o, "parameters:\n");
     for (int j = 0; j < r->cfg->params.n && o < (int)sizeof rec; j++)
-        o += snprintf(rec + o, sizeof rec - (size_t)o, "  %s: %.17g\n", r->cfg->params.p[j].name, r->cfg->params.p[j].set->num);
+        o += snprintf(rec + o, sizeof rec - (size_t)o, "  %s: %.17g\n", r->cfg->params.p[j].name,
+                      r->cfg->params.p[j].set->num);
     if (o < (int)sizeof rec) snprintf(rec + o, sizeof rec - (size_t)o, "seed: %llu\n", (unsigned long long)r->p->seed);
     return gguf_writer_add_str(w, "tutti.merge.config", rec);
 }
@@ -626,13 +652,15 @@ static void report_fallbacks(const merge_run *r) {
         if (r->plan[i].fallback) n_fb++, per_type[r->plan[i].type]++;
     if (!n_fb || !r->p->notice) return;
     char msg[1024];
-    int o = snprintf(msg, sizeof msg,
-                     "%lld of %lld tensors have rows that %s's %d-value blocks do not divide; written as llama-quantize "
-                     "falls back:", (long long)n_fb, (long long)r->n_plan, tutti_type_name(r->out_type),
-                     (int)tutti_type_get(r->out_type)->block_size);
+    int o =
+        snprintf(msg, sizeof msg,
+                 "%lld of %lld tensors have rows that %s's %d-value blocks do not divide; written as llama-quantize "
+                 "falls back:",
+                 (long long)n_fb, (long long)r->n_plan, tutti_type_name(r->out_type),
+                 (int)tutti_type_get(r->out_type)->block_size);
     for (int t = 0; t < TUTTI_TYPE_COUNT && o < (int)sizeof msg; t++)
-        if (per_type[t]) o += snprintf(msg + o, sizeof msg - (size_t)o, " %lld as %s,", (long long)per_type[t],
-                                       tutti_type_name(t));
+        if (per_type[t])
+            o += snprintf(msg + o, sizeof msg - (size_t)o, " %lld as %s,", (long long)per_type[t], tutti_type_name(t));
     int shown = 0;
     for (int64_t i = 0; i < r->n_plan && shown < 4 && o < (int)sizeof msg; i++)
         if (r->plan[i].fallback)
@@ -650,10 +678,12 @@ static int merge_to(const tutti_merge_config *c, const merge_out *o, const tutti
     if (out_type < 0 && is_iquant_name(p.type))
         return tutti_set_error("merge: output type '%s' is an i-quant, which is fitted with an importance matrix "
                                "that a merge does not have; merge to F16 or F32, then llama-imatrix and "
-                               "llama-quantize --imatrix", p.type);
+                               "llama-quantize --imatrix",
+                               p.type);
     if (out_type < 0)
         return tutti_set_error("merge: output type '%s' is not one tutti writes (F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
-                               "Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4; mixtures like Q4_K_M: llama-quantize)", p.type);
+                               "Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4; mixtures like Q4_K_M: llama-quantize)",
+                               p.type);
     if (c->moe) return merge_moe_write(c, out_type, o, &p);
     if (c->n_models == 0 && c->n_slices == 0) return tutti_set_error("merge: no models");
     if (c->method == MM_PASSTHROUGH && c->n_models > 1)
@@ -675,7 +705,8 @@ static int merge_to(const tutti_merge_config *c, const merge_out *o, const tutti
         rc = write_metadata(&r, w, meta);
     }
     for (int64_t i = 0; rc == 0 && i < r.n_plan; i++)
-        rc = gguf_writer_add_tensor_fill(w, r.plan[i].name, r.plan[i].type, r.plan[i].n_dims, r.plan[i].ne, fill_tensor, &r);
+        rc = gguf_writer_add_tensor_fill(w, r.plan[i].name, r.plan[i].type, r.plan[i].n_dims, r.plan[i].ne, fill_tensor,
+                                         &r);
     if (rc == 0) report_fallbacks(&r);
     if (rc == 0) rc = merge_out_write(w, o);
     gguf_writer_free(w);

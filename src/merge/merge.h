@@ -23,11 +23,11 @@
 /* A parameter setting: mergekit's ScalarOrGradient or a list of
  * ConditionalParameter. */
 typedef enum merge_set_kind {
-    MSET_NUM,   /* number or bool (bool as 0/1, is_bool set) */
-    MSET_STR,   /* string scalar */
-    MSET_GRAD,  /* list of numbers: interpolated over t */
-    MSET_SEL,   /* list of strings/bools: picked by t */
-    MSET_COND,  /* list of {filter, value} */
+    MSET_NUM,  /* number or bool (bool as 0/1, is_bool set) */
+    MSET_STR,  /* string scalar */
+    MSET_GRAD, /* list of numbers: interpolated over t */
+    MSET_SEL,  /* list of strings/bools: picked by t */
+    MSET_COND, /* list of {filter, value} */
 } merge_set_kind;
 
 typedef struct merge_setting merge_setting;
@@ -59,7 +59,7 @@ typedef struct merge_params {
 
 typedef struct merge_source {
     char *model;
-    int lo, hi;      /* layer_range [lo, hi); hi < 0: all layers (models form) */
+    int lo, hi; /* layer_range [lo, hi); hi < 0: all layers (models form) */
     merge_params params;
 } merge_source;
 
@@ -71,9 +71,25 @@ typedef struct merge_slice {
 } merge_slice;
 
 typedef enum merge_method {
-    MM_LINEAR, MM_SLERP, MM_NUSLERP, MM_TASK_ARITHMETIC, MM_TIES, MM_DARE_TIES, MM_DARE_LINEAR,
-    MM_DELLA, MM_DELLA_LINEAR, MM_BREADCRUMBS, MM_BREADCRUMBS_TIES, MM_MODEL_STOCK,
-    MM_PASSTHROUGH, MM_SCE, MM_KARCHER, MM_MULTISLERP, MM_NEARSWAP, MM_ARCEE_FUSION, MM_COUNT
+    MM_LINEAR,
+    MM_SLERP,
+    MM_NUSLERP,
+    MM_TASK_ARITHMETIC,
+    MM_TIES,
+    MM_DARE_TIES,
+    MM_DARE_LINEAR,
+    MM_DELLA,
+    MM_DELLA_LINEAR,
+    MM_BREADCRUMBS,
+    MM_BREADCRUMBS_TIES,
+    MM_MODEL_STOCK,
+    MM_PASSTHROUGH,
+    MM_SCE,
+    MM_KARCHER,
+    MM_MULTISLERP,
+    MM_NEARSWAP,
+    MM_ARCEE_FUSION,
+    MM_COUNT
 } merge_method;
 
 /* mergekit-moe (moe.c): a mixture of experts made of dense models.  The
@@ -101,27 +117,27 @@ typedef struct merge_moe {
 } merge_moe;
 
 struct tutti_merge_config {
-    merge_moe *moe;       /* a mergekit-moe configuration (`experts:`): base_model, dtype and text apply */
+    merge_moe *moe; /* a mergekit-moe configuration (`experts:`): base_model, dtype and text apply */
     merge_method method;
     char *base_model;
     char *dtype, *out_dtype;
     merge_params params;
     merge_source *models; /* the `models:` form */
     int n_models;
-    merge_slice *slices;  /* the `slices:` form */
+    merge_slice *slices; /* the `slices:` form */
     int n_slices;
-    char *text;           /* the YAML text (or a generated summary), recorded in the output */
+    char *text; /* the YAML text (or a generated summary), recorded in the output */
 };
 
 const char *merge_method_name(merge_method m);
 int merge_method_from_name(const char *s); /* -1 when unknown */
-const char *merge_method_list(void);        /* "linear, slerp, ..." for messages */
+const char *merge_method_list(void);       /* "linear, slerp, ..." for messages */
 
 /* Evaluates a setting for tensor hf_name at gradient position t.  Returns
  * false when the setting does not apply (no condition matched); *is_num says
  * whether the value is a number (else *str is set). */
-bool merge_setting_eval(const merge_setting *s, const char *hf_name, const char *gguf_name, double t,
-                        double *num, const char **str);
+bool merge_setting_eval(const merge_setting *s, const char *hf_name, const char *gguf_name, double t, double *num,
+                        const char **str);
 void merge_setting_free(merge_setting *s);
 void merge_params_free(merge_params *p);
 /* 1 for a numeric parameter name, 2 for a boolean one, 0 unknown. */
@@ -149,9 +165,8 @@ int merge_params_set_num(merge_params *p, const char *name, double v, bool is_bo
  * parameters (any may be NULL) in that order.  Returns true and sets *out
  * when found (bools as 0/1); false when absent everywhere; a string value
  * for a numeric parameter is an error (*err set). */
-bool merge_lookup(const merge_params *source, const merge_params *slice, const merge_params *global,
-                  const char *name, const char *hf_name, const char *gguf_name, double t, double *out,
-                  bool *err);
+bool merge_lookup(const merge_params *source, const merge_params *slice, const merge_params *global, const char *name,
+                  const char *hf_name, const char *gguf_name, double t, double *out, bool *err);
 
 /* ---- writing (merge.c, moe.c) ---- */
 
@@ -215,8 +230,8 @@ typedef enum merge_sparsify_kind { MSP_NONE, MSP_MAGNITUDE, MSP_RANDOM, MSP_OUTL
  * sparsified delta is delta[i] * *factor, applied in double by the caller.
  * density >= 1 leaves delta whole.  Returns 0 or TUTTI_ERR (epsilon out of
  * range, out of memory). */
-int merge_sparsify(merge_sparsify_kind kind, float *delta, int64_t n, int64_t rows, double density,
-                   double gamma, double epsilon, bool rescale, uint64_t key, double *factor);
+int merge_sparsify(merge_sparsify_kind kind, float *delta, int64_t n, int64_t rows, double density, double gamma,
+                   double epsilon, bool rescale, uint64_t key, double *factor);
 
 /* One merge of n floats per input: the per-tensor parameters of each input
  * (weight etc.; NAN when absent) and the global ones. */
@@ -227,16 +242,16 @@ typedef struct merge_tensor_args {
     int base;               /* index of the base model among in, or -1 */
     int64_t n, rows;        /* elements; rows = n / ne[0] (vectors of ne[0]) */
     int64_t ne0;
-    int64_t outer;          /* ne[n_dims - 1] (nuslerp_row_wise vectors run along it) */
+    int64_t outer;                                    /* ne[n_dims - 1] (nuslerp_row_wise vectors run along it) */
     const double *weight, *density, *gamma, *epsilon; /* per input */
     double t, lambda, scale;
     bool normalize, rescale, flatten, row_wise, filter_wise;
-    double select_topk;      /* sce (default 1) */
-    int max_iter;            /* karcher (default 10) */
-    double tol;              /* karcher (default 1e-5) */
-    double eps;              /* multislerp (default 1e-8) */
-    bool normalize_weights;  /* multislerp (default true) */
-    const char *name;  /* output tensor name (random masks) */
+    double select_topk;     /* sce (default 1) */
+    int max_iter;           /* karcher (default 10) */
+    double tol;             /* karcher (default 1e-5) */
+    double eps;             /* multislerp (default 1e-8) */
+    bool normalize_weights; /* multislerp (default true) */
+    const char *name;       /* output tensor name (random masks) */
     uint64_t seed;
 } merge_tensor_args;
 

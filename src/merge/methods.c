@@ -103,7 +103,8 @@ static int nuslerp(const merge_tensor_args *a, float *out) {
         }
     if (a->n_in - (a->base >= 0) != 2)
         return tutti_set_error("merge: nuslerp needs exactly two models besides the optional base_model "
-                               "(tensor %s)", a->name);
+                               "(tensor %s)",
+                               a->name);
     for (int i = 0; i < 2; i++)
         if (merge_need_weight(a, idx[i])) return TUTTI_ERR;
     double w0 = a->weight[idx[0]], w1 = a->weight[idx[1]];
@@ -135,7 +136,8 @@ static int nuslerp(const merge_tensor_args *a, float *out) {
 
 static int model_stock(const merge_tensor_args *a, float *out) {
     if (a->base < 0 || a->n_in < 3)
-        return tutti_set_error("merge: model_stock needs base_model and at least two other models (tensor %s)", a->name);
+        return tutti_set_error("merge: model_stock needs base_model and at least two other models (tensor %s)",
+                               a->name);
     int nw = a->n_in - 1;
     const float *w0 = a->in[a->base];
     int64_t vlen = a->filter_wise ? a->ne0 : a->n, nvec = a->n / vlen;
@@ -207,8 +209,8 @@ static int task_arithmetic(const merge_tensor_args *a, float *out) {
         double dens = isnan(a->density[i]) ? 1.0 : a->density[i];
         double gamma = isnan(a->gamma[i]) ? 0.01 : a->gamma[i];
         double eps = isnan(a->epsilon[i]) ? 0.15 : a->epsilon[i];
-        rc = merge_sparsify(kind, d[k], a->n, a->rows, dens, gamma, eps, a->rescale,
-                            merge_rng_key(a->name, a->seed, i), &f[k]);
+        rc = merge_sparsify(kind, d[k], a->n, a->rows, dens, gamma, eps, a->rescale, merge_rng_key(a->name, a->seed, i),
+                            &f[k]);
         k++;
     }
     if (rc == 0) {

@@ -75,11 +75,12 @@ static int open_inputs(moe_run *r) {
     }
     if (merge_check_arch_vocab(r->files, r->paths, r->n_files, r->arch, sizeof r->arch)) return TUTTI_ERR;
     if (strcmp(r->arch, "llama"))
-        return tutti_set_error("moe: %s is a %s model; the Mixtral layout is made of llama models", r->paths[0], r->arch);
+        return tutti_set_error("moe: %s is a %s model; the Mixtral layout is made of llama models", r->paths[0],
+                               r->arch);
     int64_t v = 0;
     for (int i = 0; i < r->n_files; i++) {
-        if (gguf_find_key(r->files[i], "llama.expert_count") >= 0 && gguf_get_i64(r->files[i], "llama.expert_count", &v) &&
-            v > 0)
+        if (gguf_find_key(r->files[i], "llama.expert_count") >= 0 &&
+            gguf_get_i64(r->files[i], "llama.expert_count", &v) && v > 0)
             return tutti_set_error("moe: %s has experts already; mergekit-moe combines dense models", r->paths[i]);
         int64_t nl = 0;
         if (!gguf_get_i64(r->files[i], "llama.block_count", &nl) || nl < 1 || nl > 100000)
@@ -90,7 +91,8 @@ static int open_inputs(moe_run *r) {
                                    r->paths[0], r->n_layer);
         for (int l = 0; l < r->n_layer; l++)
             for (int k = 0; k < 3; k++) {
-                const gguf_tensor_info *t = layer_tensor(r->files[i], l, k_ffn[k]), *b = layer_tensor(r->files[0], l, k_ffn[k]);
+                const gguf_tensor_info *t = layer_tensor(r->files[i], l, k_ffn[k]),
+                                       *b = layer_tensor(r->files[0], l, k_ffn[k]);
                 if (!t || !b || t->n_dims != 2 || t->ne[0] != b->ne[0] || t->ne[1] != b->ne[1])
                     return tutti_set_error("moe: %s: blk.%d.%s.weight is missing or differs in shape from the base's",
                                            r->paths[i], l, k_ffn[k]);
@@ -135,8 +137,10 @@ static int make_plan(moe_run *r) {
         int kind = T_COPY;
         if (sscanf(nm, "blk.%d.%n", &l, &off) == 1 && off > 0) {
             snprintf(rest, sizeof rest, "%s", nm + off);
-            kind = !strcmp(rest, "ffn_gate.weight") ? T_GATE : !strcmp(rest, "ffn_up.weight") ? T_UP
-                 : !strcmp(rest, "ffn_down.weight") ? T_DOWN : T_COPY;
+            kind = !strcmp(rest, "ffn_gate.weight")   ? T_GATE
+                   : !strcmp(rest, "ffn_up.weight")   ? T_UP
+                   : !strcmp(rest, "ffn_down.weight") ? T_DOWN
+                                                      : T_COPY;
         }
         if (kind == T_COPY) {
             if (add(r, nm, T_COPY, l, t, t->n_dims, t->ne)) return TUTTI_ERR;
@@ -178,7 +182,8 @@ static int fill(void *ctx, int64_t index, void *buf, uint64_t size) {
     int n_mat = t->kind == T_COPY ? 1 : r->moe->n_experts;
     size_t mat_bytes = (size_t)(size / (uint64_t)n_mat);
     for (int e = 0; rc == 0 && e < n_mat; e++) {
-        const gguf_tensor_info *src = t->kind == T_COPY ? t->src : layer_tensor(r->files[1 + e], t->layer, k_ffn[t->kind - T_GATE]);
+        const gguf_tensor_info *src =
+            t->kind == T_COPY ? t->src : layer_tensor(r->files[1 + e], t->layer, k_ffn[t->kind - T_GATE]);
         if (!tutti_dequantize_row(src->type, src->data, x, per)) {
             rc = tutti_set_error("moe: %s: cannot dequantize %.*s", r->paths[t->kind == T_COPY ? 0 : 1 + e],
                                  (int)src->name.len, src->name.data);
@@ -199,7 +204,8 @@ static int fill(void *ctx, int64_t index, void *buf, uint64_t size) {
     }
     free(x);
     if (rc == 0 && r->p->verbose)
-        fprintf(stderr, "merge: [%lld/%d] %-28s %-6s\n", (long long)index + 1, r->n_plan, t->name, tutti_type_name(t->type));
+        fprintf(stderr, "merge: [%lld/%d] %-28s %-6s\n", (long long)index + 1, r->n_plan, t->name,
+                tutti_type_name(t->type));
     return rc;
 }
 
@@ -228,7 +234,8 @@ static int write_metadata(moe_run *r, gguf_writer *w) {
     if (rc == 0) rc = gguf_writer_add_u32(w, "llama.expert_count", (uint32_t)r->moe->n_experts);
     if (rc == 0) rc = gguf_writer_add_u32(w, "llama.expert_used_count", (uint32_t)r->moe->experts_per_token);
     if (rc == 0) rc = gguf_writer_add_str(w, "tutti.merge.method", "mergekit-moe");
-    if (rc == 0) rc = gguf_writer_add_str_arr(w, "tutti.merge.models", (const char *const *)r->paths, (uint64_t)r->n_files);
+    if (rc == 0)
+        rc = gguf_writer_add_str_arr(w, "tutti.merge.models", (const char *const *)r->paths, (uint64_t)r->n_files);
     if (rc == 0 && r->cfg->text) rc = gguf_writer_add_str(w, "tutti.merge.config", r->cfg->text);
     return rc;
 }

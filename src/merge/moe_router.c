@@ -120,7 +120,8 @@ static int prompts_vector(gate_ctx *g, char *const *prompts, int n_prompts, doub
         for (int i = 0; i < n_prompts; i++)
             if (prompt_embedding(g, prompts[i], out)) return TUTTI_ERR;
         normalize_rows(out, 1, g->n_embd);
-        for (int l = 1; l < g->n_layer; l++) memcpy(out + (size_t)l * (size_t)g->n_embd, out, sizeof(double) * (size_t)g->n_embd);
+        for (int l = 1; l < g->n_layer; l++)
+            memcpy(out + (size_t)l * (size_t)g->n_embd, out, sizeof(double) * (size_t)g->n_embd);
         return 0;
     }
     for (int i = 0; i < n_prompts; i++)
@@ -166,12 +167,14 @@ static void warn_degenerate(const float *gate, int n_layer, int n_exp, int64_t n
         for (int k = 0; k < n_exp; k++) lo = fmin(lo, w[k]), hi = fmax(hi, w[k]);
         if (!(lo > 0) || sqrt(hi / lo) > 5) { /* singular values are the square roots */
             n_bad++;
-            if (o < (int)sizeof layers - 8) o += snprintf(layers + o, sizeof layers - (size_t)o, "%s%d", o ? ", " : "", l);
+            if (o < (int)sizeof layers - 8)
+                o += snprintf(layers + o, sizeof layers - (size_t)o, "%s%d", o ? ", " : "", l);
         }
     }
     free(gg);
     if (n_bad)
-        fprintf(stderr, "tutti merge: warning: layer%s %s of the router %s nearly dependent gate vectors (condition "
+        fprintf(stderr,
+                "tutti merge: warning: layer%s %s of the router %s nearly dependent gate vectors (condition "
                 "number above 5): the experts' prompts may be too similar, and some experts will be chosen rarely\n",
                 n_bad > 1 ? "s" : "", n_bad == n_layer ? "(all)" : layers, n_bad > 1 ? "have" : "has");
 }

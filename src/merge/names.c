@@ -15,12 +15,18 @@
 static const struct {
     const char *gguf, *hf;
 } k_layer[] = {
-    {"attn_q", "self_attn.q_proj"},      {"attn_k", "self_attn.k_proj"},
-    {"attn_v", "self_attn.v_proj"},      {"attn_output", "self_attn.o_proj"},
-    {"attn_qkv", "self_attn.qkv_proj"},  {"attn_q_norm", "self_attn.q_norm"},
-    {"attn_k_norm", "self_attn.k_norm"}, {"attn_norm", "input_layernorm"},
-    {"ffn_gate", "mlp.gate_proj"},       {"ffn_up", "mlp.up_proj"},
-    {"ffn_down", "mlp.down_proj"},       {"ffn_gate_up", "mlp.gate_up_proj"},
+    {"attn_q", "self_attn.q_proj"},
+    {"attn_k", "self_attn.k_proj"},
+    {"attn_v", "self_attn.v_proj"},
+    {"attn_output", "self_attn.o_proj"},
+    {"attn_qkv", "self_attn.qkv_proj"},
+    {"attn_q_norm", "self_attn.q_norm"},
+    {"attn_k_norm", "self_attn.k_norm"},
+    {"attn_norm", "input_layernorm"},
+    {"ffn_gate", "mlp.gate_proj"},
+    {"ffn_up", "mlp.up_proj"},
+    {"ffn_down", "mlp.down_proj"},
+    {"ffn_gate_up", "mlp.gate_up_proj"},
     {"post_attention_norm", "post_attention_layernorm"},
     {"post_ffw_norm", "post_feedforward_layernorm"},
 };

@@ -55,8 +55,8 @@ typedef struct gene_def {
 
 typedef struct method_genes {
     merge_method m;
-    gene_def src[2];   /* per model (name NULL: none) */
-    gene_def slice;    /* per slice */
+    gene_def src[2];    /* per model (name NULL: none) */
+    gene_def slice;     /* per slice */
     bool base_weighted; /* the base model gets the per-model genes too (linear) */
 } method_genes;
 
@@ -83,11 +83,11 @@ typedef struct search {
     const method_genes *g;
     merge_method method;
     int n_layers, n_groups;
-    int n_src;                  /* sources per slice: the models (+ the base) */
+    int n_src; /* sources per slice: the models (+ the base) */
     const char *src[MAX_MODELS + 1];
     bool src_genes[MAX_MODELS + 1];
     int n_src_genes, per_group, n_dims;
-    const char *vocab_path;     /* a file with the merged model's vocabulary (the metadata source) */
+    const char *vocab_path; /* a file with the merged model's vocabulary (the metadata source) */
     const char *dtype;
     int64_t n_evals;
     /* the texts (one, or several tasks), the start point's bits per byte on
@@ -189,7 +189,7 @@ static double text_fitness(search *s) {
         max = fmax(max, r);
     }
     return s->p->objective == TUTTI_SEARCH_MAX_RATIO || s->p->objective == TUTTI_SEARCH_MAX_BEST ? max
-                                                                                                : sum / s->n_texts;
+                                                                                                 : sum / s->n_texts;
 }
 
 /* Fitness of a one-member ensemble over model (lower is better); *shown is
@@ -212,7 +212,8 @@ static int score_model(search *s, const tutti_model *model, double *fit, double 
             rc = tutti_ensemble_eval_bpb(e, s->texts[i], s->lens[i], &r);
             s->bpb[i] = r.member_bpb[0];
             if (rc == 0 && !(isfinite(r.member_bpb[0]) && r.member_bpb[0] > 0))
-                rc = tutti_set_error("merge search: text %d cannot be scored (a chunk longer than the context?)", i + 1);
+                rc =
+                    tutti_set_error("merge search: text %d cannot be scored (a chunk longer than the context?)", i + 1);
         }
         if (rc == 0) *fit = *shown = text_fitness(s);
     } else {
@@ -227,7 +228,8 @@ static int score_model(search *s, const tutti_model *model, double *fit, double 
                 const tutti_choice_item *it = &s->p->items[i];
                 double best_other = -INFINITY, lab = ll[((size_t)i * TUTTI_MAX_CHOICES + (size_t)it->label) * 2];
                 for (int32_t c = 0; c < it->n_choices; c++)
-                    if (c != it->label) best_other = fmax(best_other, ll[((size_t)i * TUTTI_MAX_CHOICES + (size_t)c) * 2]);
+                    if (c != it->label)
+                        best_other = fmax(best_other, ll[((size_t)i * TUTTI_MAX_CHOICES + (size_t)c) * 2]);
                 margin += lab - best_other;
             }
             *shown = r.member_acc[0];
@@ -290,10 +292,12 @@ static int block_count(const char *path, int *n) {
     int64_t v = 0;
     char key[96];
     int rc = 0;
-    if (!gguf_get_str(f, "general.architecture", &a)) rc = tutti_set_error("merge search: %s: no general.architecture", path);
+    if (!gguf_get_str(f, "general.architecture", &a))
+        rc = tutti_set_error("merge search: %s: no general.architecture", path);
     if (rc == 0) {
         snprintf(key, sizeof key, "%.*s.block_count", (int)(a.len < 60 ? a.len : 60), a.data);
-        if (!gguf_get_i64(f, key, &v) || v < 1 || v > 100000) rc = tutti_set_error("merge search: %s: no valid %s", path, key);
+        if (!gguf_get_i64(f, key, &v) || v < 1 || v > 100000)
+            rc = tutti_set_error("merge search: %s: no valid %s", path, key);
     }
     gguf_close(f);
     *n = (int)v;
@@ -316,7 +320,8 @@ static int setup(search *s, const tutti_merge_search_params *p) {
     if (p->n_models < 1 || p->n_models > MAX_MODELS || !p->models)
         return tutti_set_error("merge search: 1 to %d models (-m) are needed", MAX_MODELS);
     bool needs_base = s->method != MM_LINEAR && s->method != MM_NUSLERP && s->method != MM_MULTISLERP;
-    if (needs_base && !p->base) return tutti_set_error("merge search: %s needs a base model (--base)", merge_method_name(s->method));
+    if (needs_base && !p->base)
+        return tutti_set_error("merge search: %s needs a base model (--base)", merge_method_name(s->method));
     int n_scores = (p->text != NULL) + (p->n_texts > 0) + (p->items != NULL);
     if (n_scores != 1)
         return tutti_set_error("merge search: give exactly one of a text, several texts (bits per byte) or choice "
@@ -335,11 +340,14 @@ static int setup(search *s, const tutti_merge_search_params *p) {
         return tutti_set_error("merge search: unknown objective %d", (int)p->objective);
     if (p->items && p->n_items < 1) return tutti_set_error("merge search: no choice items");
     const char *type = p->type ? p->type : "F16";
-    s->dtype = !strcasecmp(type, "F32") ? "float32" : !strcasecmp(type, "F16") ? "float16"
-             : !strcasecmp(type, "BF16") ? "bfloat16" : NULL;
+    s->dtype = !strcasecmp(type, "F32")    ? "float32"
+               : !strcasecmp(type, "F16")  ? "float16"
+               : !strcasecmp(type, "BF16") ? "bfloat16"
+                                           : NULL;
     if (!s->dtype)
         return tutti_set_error("merge search: the output type is F32, F16 or BF16 (the YAML's out_dtype); quantize "
-                               "the result with tutti merge --config OUT.yaml --type %s", type);
+                               "the result with tutti merge --config OUT.yaml --type %s",
+                               type);
     if (p->base) s->src[s->n_src++] = p->base;
     for (int i = 0; i < p->n_models; i++) {
         if (p->base && !strcmp(p->models[i], p->base))
@@ -418,8 +426,8 @@ char *tutti_merge_search(const tutti_merge_search_params *p, double *best_score)
     }
     if (rc == 0) {
         progress(&s, "search: %s, %d genes (%d layer group%s), %d evaluations, %d candidates a generation, seed %llu",
-                 merge_method_name(s.method), s.n_dims, s.n_groups, s.n_groups > 1 ? "s" : "", budget,
-                 cmaes_lambda(es), (unsigned long long)p->seed);
+                 merge_method_name(s.method), s.n_dims, s.n_groups, s.n_groups > 1 ? "s" : "", budget, cmaes_lambda(es),
+                 (unsigned long long)p->seed);
         best = candidate_yaml(&s, x0);
         rc = best ? score_yaml(&s, best, &best_fit, &best_shown) : TUTTI_ERR;
         memcpy(s.best_bpb, s.bpb, sizeof s.bpb);

@@ -180,7 +180,8 @@ int merge_arcee_fusion(const merge_tensor_args *a, float *out) {
     memcpy(sorted, imp, bytes);
     qsort(sorted, (size_t)a->n, sizeof *sorted, cmp_double);
     double last = (double)(a->n - 1);
-    double q1 = sorted[(int64_t)(0.25 * last)], med = sorted[(int64_t)(0.5 * last)], q3 = sorted[(int64_t)(0.75 * last)];
+    double q1 = sorted[(int64_t)(0.25 * last)], med = sorted[(int64_t)(0.5 * last)],
+           q3 = sorted[(int64_t)(0.75 * last)];
     double thr = med + 1.5 * (q3 - q1);
     for (int64_t j = 0; j < a->n; j++) out[j] = imp[j] >= thr ? x[j] : b[j];
     free(imp), free(sorted);

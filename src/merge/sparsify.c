@@ -56,11 +56,12 @@ static mag_idx *order_by_magnitude(const float *x, int64_t n, bool descending) {
     return o;
 }
 
-int merge_sparsify(merge_sparsify_kind kind, float *delta, int64_t n, int64_t rows, double density,
-                   double gamma, double epsilon, bool rescale, uint64_t key, double *factor) {
+int merge_sparsify(merge_sparsify_kind kind, float *delta, int64_t n, int64_t rows, double density, double gamma,
+                   double epsilon, bool rescale, uint64_t key, double *factor) {
     *factor = 1.0;
     if (kind == MSP_NONE || density >= 1) return 0;
-    if (n > (int64_t)UINT32_MAX) return tutti_set_error("merge: tensor of %lld elements is too large to sparsify", (long long)n);
+    if (n > (int64_t)UINT32_MAX)
+        return tutti_set_error("merge: tensor of %lld elements is too large to sparsify", (long long)n);
     double before = 0;
     for (int64_t i = 0; i < n; i++) before += fabs((double)delta[i]);
     unsigned char *keep = calloc((size_t)(n ? n : 1), 1);
@@ -103,7 +104,8 @@ int merge_sparsify(merge_sparsify_kind kind, float *delta, int64_t n, int64_t ro
         if (density + epsilon >= 1 || density - epsilon <= 0) {
             free(keep);
             return tutti_set_error("merge: della: epsilon %g must keep density +- epsilon inside (0, 1) "
-                                   "(density %g)", epsilon, density);
+                                   "(density %g)",
+                                   epsilon, density);
         }
         int64_t cols = rows > 0 ? n / rows : n;
         for (int64_t r = 0; r < rows; r++) {

@@ -122,7 +122,8 @@ int merge_multislerp(const merge_tensor_args *a, float *out) {
     if (a->normalize_weights) {
         if (wsum == 0)
             return tutti_set_error("merge: multislerp: the weights of tensor %s sum to 0 (normalize_weights: "
-                                   "false?)", a->name);
+                                   "false?)",
+                                   a->name);
         for (int k = 0; k < m; k++) w[k] /= wsum;
     }
     const float *b = a->base >= 0 ? a->in[a->base] : NULL;
@@ -152,7 +153,8 @@ int merge_multislerp(const merge_tensor_args *a, float *out) {
     }
     if (mn < eps) {
         rc = tutti_set_error("merge: multislerp: the weighted mean of the unit task vectors of tensor %s is zero "
-                             "(antipodal inputs whose weights cancel); change the weights", a->name);
+                             "(antipodal inputs whose weights cancel); change the weights",
+                             a->name);
         goto done;
     }
     for (int64_t j = 0; j < a->n; j++) mean[j] /= mn;
@@ -170,8 +172,7 @@ int merge_multislerp(const merge_tensor_args *a, float *out) {
     double tn = norm_d(tr, a->n) + eps, len = 0;
     for (int k = 0; k < m; k++) len += norms[k] * w[k];
     double cs = cos(tn), sn = sin(tn) / tn;
-    for (int64_t j = 0; j < a->n; j++)
-        out[j] = (float)((mean[j] * cs + tr[j] * sn) * len + (b ? (double)b[j] : 0.0));
+    for (int64_t j = 0; j < a->n; j++) out[j] = (float)((mean[j] * cs + tr[j] * sn) * len + (b ? (double)b[j] : 0.0));
 #undef TV
 done:
     free(mean), free(tr);

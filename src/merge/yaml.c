@@ -43,8 +43,8 @@ static int as_number(const yaml_node_t *n, double *v) {
     if (!plain(n)) return 0;
     const char *s = scalar(n);
     if (!*s) return 0;
-    static const char *const nonfinite[] = {".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF", "-.inf", "-.Inf",
-                                            "-.INF", ".nan", ".NaN", ".NAN"};
+    static const char *const nonfinite[] = {".inf",  ".Inf",  ".INF",  "+.inf", "+.Inf", "+.INF",
+                                            "-.inf", "-.Inf", "-.INF", ".nan",  ".NaN",  ".NAN"};
     for (size_t i = 0; i < sizeof nonfinite / sizeof *nonfinite; i++)
         if (!strcmp(s, nonfinite[i])) {
             *v = i >= 9 ? NAN : s[0] == '-' ? -INFINITY : INFINITY;
@@ -164,8 +164,7 @@ static int parse_setting(ctx *c, yaml_node_t *n, int depth, merge_setting **out)
         if (!s->conds) return tutti_set_error("merge config: out of memory");
         s->n = (int)len;
         for (long i = 0; i < len; i++)
-            if (parse_cond(c, node(c, n->data.sequence.items.start[i]), depth + 1, &s->conds[i]))
-                return TUTTI_ERR;
+            if (parse_cond(c, node(c, n->data.sequence.items.start[i]), depth + 1, &s->conds[i])) return TUTTI_ERR;
         return 0;
     }
     if (n_scalar != len) return err(n, "a parameter list mixes conditions and values");
@@ -201,8 +200,10 @@ static int parse_params(ctx *c, yaml_node_t *n, merge_params *out) {
         int kind = merge_param_kind(ks);
         if (!kind) {
             char m[160];
-            snprintf(m, sizeof m, "unknown parameter '%.60s' (t, weight, density, lambda, epsilon, gamma, "
-                     "scale, normalize, rescale, ...)", ks);
+            snprintf(m, sizeof m,
+                     "unknown parameter '%.60s' (t, weight, density, lambda, epsilon, gamma, "
+                     "scale, normalize, rescale, ...)",
+                     ks);
             return err(k, m);
         }
         for (int i = 0; i < out->n; i++)
@@ -353,8 +354,10 @@ static int parse_root(ctx *c, tutti_merge_config *cfg) {
             /* the base model's template is kept (metadata are the base's) */
         } else {
             char m[160];
-            snprintf(m, sizeof m, "unknown key '%.60s' (merge_method, base_model, models, slices, parameters, "
-                     "dtype, out_dtype)", ks);
+            snprintf(m, sizeof m,
+                     "unknown key '%.60s' (merge_method, base_model, models, slices, parameters, "
+                     "dtype, out_dtype)",
+                     ks);
             return err(k, m);
         }
     }
@@ -396,7 +399,8 @@ static int parse_scale(yaml_node_t *v, const char *what, double *out) {
 
 static int parse_expert(ctx *c, yaml_node_t *n, merge_expert *e) {
     e->noise_scale = e->residual_scale = NAN;
-    if (n->type != YAML_MAPPING_NODE) return err(n, "an expert must be a mapping (source_model, positive_prompts, ...)");
+    if (n->type != YAML_MAPPING_NODE)
+        return err(n, "an expert must be a mapping (source_model, positive_prompts, ...)");
     for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
         if (!visit(c)) return err(n, "configuration too large");
         yaml_node_t *k = node(c, p->key), *v = node(c, p->value);
@@ -407,9 +411,11 @@ static int parse_expert(ctx *c, yaml_node_t *n, merge_expert *e) {
         else if (!strcmp(ks, "positive_prompts")) rc = parse_strings(c, v, "a prompt", &e->pos, &e->n_pos);
         else if (!strcmp(ks, "negative_prompts")) rc = parse_strings(c, v, "a prompt", &e->neg, &e->n_neg);
         else if (!strcmp(ks, "noise_scale")) rc = is_null(v) ? 0 : parse_scale(v, "noise_scale", &e->noise_scale);
-        else if (!strcmp(ks, "residual_scale")) rc = is_null(v) ? 0 : parse_scale(v, "residual_scale", &e->residual_scale);
-        else return err(k, "unknown key in an expert (source_model, positive_prompts, negative_prompts, noise_scale, "
-                           "residual_scale)");
+        else if (!strcmp(ks, "residual_scale"))
+            rc = is_null(v) ? 0 : parse_scale(v, "residual_scale", &e->residual_scale);
+        else
+            return err(k, "unknown key in an expert (source_model, positive_prompts, negative_prompts, noise_scale, "
+                          "residual_scale)");
         if (rc) return TUTTI_ERR;
     }
     if (!e->source_model) return err(n, "expert without source_model");
@@ -445,8 +451,7 @@ static int check_moe(yaml_node_t *root, const tutti_merge_config *cfg) {
     const merge_moe *m = cfg->moe;
     if (!cfg->base_model) return err(root, "base_model missing");
     if (!m->experts) return err(root, "experts missing");
-    if (m->n_experts < m->experts_per_token)
-        return err(root, "experts_per_token is larger than the number of experts");
+    if (m->n_experts < m->experts_per_token) return err(root, "experts_per_token is larger than the number of experts");
     bool same_src = m->n_experts > 1, same_p = m->n_experts > 1;
     for (int i = 1; i < m->n_experts; i++) {
         same_src &= !strcmp(m->experts[i].source_model, m->experts[0].source_model);
@@ -485,13 +490,14 @@ static int parse_moe_root(ctx *c, yaml_node_t *root, tutti_merge_config *cfg) {
             if (m->experts) return err(k, "experts given twice");
             if (parse_experts(c, v, m)) return TUTTI_ERR;
         } else if (!strcmp(ks, "gate_mode")) {
-            static const char *const modes[] = {"hidden", "hidden_avg", "cheap_embed", "random", "uniform_random",
-                                                "hidden_last"};
+            static const char *const modes[] = {"hidden", "hidden_avg",     "cheap_embed",
+                                                "random", "uniform_random", "hidden_last"};
             const char *g = scalar(v);
             int i = 0;
             while (g && i < 6 && strcmp(g, modes[i])) i++;
             if (!g || i == 6)
-                return err(v, "gate_mode must be hidden, hidden_avg, hidden_last, cheap_embed, random or uniform_random");
+                return err(v,
+                           "gate_mode must be hidden, hidden_avg, hidden_last, cheap_embed, random or uniform_random");
             m->gate_mode = i == 5 ? MG_HIDDEN : (merge_gate_mode)i;
         } else if (!strcmp(ks, "dtype")) {
             if (is_null(v)) continue;
@@ -510,8 +516,10 @@ static int parse_moe_root(ctx *c, yaml_node_t *root, tutti_merge_config *cfg) {
             if (!is_null(v)) return err(v, "shared_experts: the Mixtral layout has none");
         } else {
             char msg[256];
-            snprintf(msg, sizeof msg, "unknown key '%.60s' in a mergekit-moe configuration (base_model, experts, "
-                     "gate_mode, dtype, experts_per_token)", ks);
+            snprintf(msg, sizeof msg,
+                     "unknown key '%.60s' in a mergekit-moe configuration (base_model, experts, "
+                     "gate_mode, dtype, experts_per_token)",
+                     ks);
             return err(k, msg);
         }
     }
@@ -541,16 +549,16 @@ tutti_merge_config *tutti_merge_config_parse(const char *text, size_t len) {
     yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
     ctx c = {0};
     if (!yaml_parser_load(&parser, &c.doc)) {
-        tutti_set_error("merge config: YAML error at line %d, column %d: %s",
-                        (int)parser.problem_mark.line + 1, (int)parser.problem_mark.column + 1,
-                        parser.problem ? parser.problem : "malformed");
+        tutti_set_error("merge config: YAML error at line %d, column %d: %s", (int)parser.problem_mark.line + 1,
+                        (int)parser.problem_mark.column + 1, parser.problem ? parser.problem : "malformed");
         yaml_parser_delete(&parser);
         return NULL;
     }
     tutti_merge_config *cfg = calloc(1, sizeof *cfg);
     yaml_node_t *root = yaml_document_get_root_node(&c.doc);
-    int rc = !cfg ? tutti_set_error("merge config: out of memory")
-           : is_moe(&c, root) ? parse_moe_root(&c, root, cfg) : parse_root(&c, cfg);
+    int rc = !cfg               ? tutti_set_error("merge config: out of memory")
+             : is_moe(&c, root) ? parse_moe_root(&c, root, cfg)
+                                : parse_root(&c, cfg);
     if (rc == 0) {
         /* a single document only: a second one is most likely a mistake */
         yaml_document_t next;

@@ -73,7 +73,7 @@ typedef struct batch_req {
     int32_t n_steps;
     bool done;
     double t_post;
-    bool joined;  /* posted by a joined thread (th), which waits from then on */
+    bool joined; /* posted by a joined thread (th), which waits from then on */
     pthread_t th;
     pthread_cond_t cv;
 } batch_req;
@@ -159,14 +159,13 @@ static int32_t plan_pass(tutti_batch *b, batch_ws *ws, int32_t max_k) {
                 for (int32_t q = 0; q < k && !in; q++) in = b->plan_src[q] == sg;
                 if (left == 0 || in || (round == 0 && (left > BATCH_SHORT || tok + left > b->p.n_ubatch))) continue;
                 int32_t take = left < b->p.n_ubatch - tok ? left : b->p.n_ubatch - tok;
-                b->plan[k] = (tutti_fwd_seg){.s = sg->s,
-                                             .ids = sg->ids + sg->done,
-                                             .n = take,
-                                             .out = sg->out ? sg->out + (size_t)sg->done * (size_t)ws->model->hp.n_vocab
-                                                            : NULL,
-                                             .embd = sg->embd ? sg->embd + (size_t)sg->done * (size_t)ws->model->hp.n_embd
-                                                              : NULL,
-                                             .no_logits = (take < left && !sg->out) || sg->embd};
+                b->plan[k] = (tutti_fwd_seg){
+                    .s = sg->s,
+                    .ids = sg->ids + sg->done,
+                    .n = take,
+                    .out = sg->out ? sg->out + (size_t)sg->done * (size_t)ws->model->hp.n_vocab : NULL,
+                    .embd = sg->embd ? sg->embd + (size_t)sg->done * (size_t)ws->model->hp.n_embd : NULL,
+                    .no_logits = (take < left && !sg->out) || sg->embd};
                 b->plan_src[k] = sg, b->plan_req[k] = r;
                 k++, tok += take;
             }
@@ -271,7 +270,8 @@ tutti_batch *tutti_batch_new(const tutti_batch_params *params) {
     if (p.n_threads < 0 || p.n_threads > 512 || p.n_ubatch < 1 || p.n_ubatch > 8192 || !(p.max_wait_ms > 0) ||
         p.max_wait_ms > 60000) {
         tutti_set_error("tutti_batch_new: n_threads %d (0..512), n_ubatch %d (1..8192) or max_wait_ms %g (0..60000) "
-                        "is out of range", p.n_threads, p.n_ubatch, p.max_wait_ms);
+                        "is out of range",
+                        p.n_threads, p.n_ubatch, p.max_wait_ms);
         return NULL;
     }
     p.n_threads = tutti_session_threads(p.n_threads);
@@ -334,7 +334,8 @@ static batch_ws *attach_ws(tutti_batch *b, tutti_session *s) {
         else if (!b->ws[m].model && !free_slot) free_slot = &b->ws[m];
     }
     if (ws && ws->n_ctx >= s->n_ctx) return ws;
-    if (!ws && !free_slot) return tutti_set_error("tutti_session_new_batched: more than %d models", BATCH_MAX_MODELS), NULL;
+    if (!ws && !free_slot)
+        return tutti_set_error("tutti_session_new_batched: more than %d models", BATCH_MAX_MODELS), NULL;
     /* a new workspace (or a larger one: its attention scratch grows) */
     tutti_session_params sp = {.n_ctx = s->n_ctx, .n_threads = b->p.n_threads};
     tutti_session *w = tutti_session_alloc_own(s->model, &sp, false); /* it holds no timeline: no KV cache */
@@ -353,8 +354,7 @@ static batch_ws *attach_ws(tutti_batch *b, tutti_session *s) {
     return ws;
 }
 
-tutti_session *tutti_session_new_batched(const tutti_model *model, const tutti_session_params *params,
-                                         tutti_batch *b) {
+tutti_session *tutti_session_new_batched(const tutti_model *model, const tutti_session_params *params, tutti_batch *b) {
     if (!b) return tutti_set_error("tutti_session_new_batched: batch is NULL"), NULL;
     tutti_session *s = tutti_session_alloc_own(model, params, true);
     if (!s) return NULL;

@@ -253,8 +253,8 @@ static void forward_head(tutti_session *s, const tutti_fwd_seg *seg, int32_t n_s
 /* The whole pass, or a part of it (a model split by layers over ranks,
  * src/mpi/split.c): the same code runs the same arithmetic on every row
  * either way, so a split pass gives the same bits. */
-void tutti_forward_range(tutti_session *s, const tutti_fwd_seg *seg, int32_t n_seg, int32_t il0, int32_t il1,
-                         int flags, float *out, float *rows) {
+void tutti_forward_range(tutti_session *s, const tutti_fwd_seg *seg, int32_t n_seg, int32_t il0, int32_t il1, int flags,
+                         float *out, float *rows) {
     const tutti_model *m = s->model;
     const tutti_hparams *hp = &m->hp;
     const int64_t n_embd = hp->n_embd;
@@ -286,10 +286,8 @@ void tutti_forward_range(tutti_session *s, const tutti_fwd_seg *seg, int32_t n_s
 
         /* ---- feed-forward: dense, or routed experts ---- */
         tutti_rmsnorm(s->x, L->ffn_norm.data, s->h, n, n_embd, hp->rms_eps);
-        if (L->ffn_gate_inp.data)
-            tutti_ffn_moe(s, L, n);
-        else
-            tutti_fwd_ffn(s, &L->ffn_gate, &L->ffn_up, &L->ffn_down, hp->n_ff, s->h, n, s->o);
+        if (L->ffn_gate_inp.data) tutti_ffn_moe(s, L, n);
+        else tutti_fwd_ffn(s, &L->ffn_gate, &L->ffn_up, &L->ffn_down, hp->n_ff, s->h, n, s->o);
         residual(s, &L->post_ffn_norm, n);
     }
 

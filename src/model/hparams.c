@@ -24,14 +24,14 @@ static bool has_key(const tutti_model *m, const char *suffix) {
 
 /* Reads "<arch>.<suffix>" as an unsigned integer in [lo, hi].  Absent:
  * *out = def, or an error when required. */
-static int get_u32_in(const tutti_model *m, const char *suffix, bool required, int32_t def, uint32_t lo,
-                      uint32_t hi, int32_t *out) {
+static int get_u32_in(const tutti_model *m, const char *suffix, bool required, int32_t def, uint32_t lo, uint32_t hi,
+                      int32_t *out) {
     char key[256];
     snprintf(key, sizeof key, "%s.%s", m->arch->name, suffix);
     if (gguf_find_key(m->gguf, key) < 0) {
         if (required)
-            return tutti_set_error("%s: metadata key %s is missing (required for architecture %s)", m->path,
-                                   key, m->arch->name);
+            return tutti_set_error("%s: metadata key %s is missing (required for architecture %s)", m->path, key,
+                                   m->arch->name);
         *out = def;
         return TUTTI_OK;
     }
@@ -58,8 +58,7 @@ static int get_float(const tutti_model *m, const char *suffix, float def, float 
         *out = def;
         return TUTTI_OK;
     }
-    if (!gguf_get_f32(m->gguf, key, out))
-        return tutti_set_error("%s: metadata key %s must be a float", m->path, key);
+    if (!gguf_get_f32(m->gguf, key, out)) return tutti_set_error("%s: metadata key %s must be a float", m->path, key);
     if (!isfinite(*out)) return tutti_set_error("%s: metadata key %s is not finite", m->path, key);
     return TUTTI_OK;
 }
@@ -82,8 +81,7 @@ static int load_dims(tutti_model *m) {
     const tutti_arch *a = m->arch;
     if (get_u32_in(m, "block_count", true, 0, 1, MAX_LAYERS, &hp->n_layer) ||
         get_dim(m, "context_length", true, 0, &hp->n_ctx_train) ||
-        get_dim(m, "embedding_length", true, 0, &hp->n_embd) ||
-        get_dim(m, "feed_forward_length", true, 0, &hp->n_ff) ||
+        get_dim(m, "embedding_length", true, 0, &hp->n_embd) || get_dim(m, "feed_forward_length", true, 0, &hp->n_ff) ||
         get_dim(m, "attention.head_count", true, 0, &hp->n_head) ||
         get_dim(m, "attention.head_count_kv", false, hp->n_head, &hp->n_head_kv))
         return TUTTI_ERR;
@@ -109,8 +107,8 @@ static int load_dims(tutti_model *m) {
                                "defaults to embedding_length/head_count = %d when absent)",
                                m->path, hp->head_dim_v, hp->head_dim_k, hp->n_embd / hp->n_head);
     if (a->rot_full && hp->n_rot != hp->head_dim_k)
-        return tutti_set_error("%s: rope.dimension_count = %d must equal the head size %d for architecture %s",
-                               m->path, hp->n_rot, hp->head_dim_k, a->name);
+        return tutti_set_error("%s: rope.dimension_count = %d must equal the head size %d for architecture %s", m->path,
+                               hp->n_rot, hp->head_dim_k, a->name);
     if (hp->n_rot > hp->head_dim_k || hp->n_rot % 2)
         return tutti_set_error("%s: rope.dimension_count = %d must be even and at most the head size %d", m->path,
                                hp->n_rot, hp->head_dim_k);
@@ -122,8 +120,7 @@ static int load_dims(tutti_model *m) {
     char key[256];
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", a->name);
     if (gguf_find_key(m->gguf, key) < 0)
-        return tutti_set_error("%s: metadata key %s is missing (required for architecture %s)", m->path, key,
-                               a->name);
+        return tutti_set_error("%s: metadata key %s is missing (required for architecture %s)", m->path, key, a->name);
     if (get_float(m, "attention.layer_norm_rms_epsilon", 0, &hp->rms_eps)) return TUTTI_ERR;
     if (!(hp->rms_eps > 0) || hp->rms_eps > 1)
         return tutti_set_error("%s: %s = %g is out of range (0, 1]", m->path, key, hp->rms_eps);
@@ -139,8 +136,8 @@ static float get_mscale(float scale, float mscale) { return scale <= 1.0f ? 1.0f
  * (a ratio of 1 for deepseek2). */
 static float yarn_attn_factor(const tutti_model *m, float factor, float log_mul) {
     float af = get_mscale(factor, 1.0f);
-    if (log_mul != 0.0f) af = get_mscale(factor, m->arch->mla && log_mul != 1.0f ? log_mul : 1.0f) /
-                              get_mscale(factor, log_mul);
+    if (log_mul != 0.0f)
+        af = get_mscale(factor, m->arch->mla && log_mul != 1.0f ? log_mul : 1.0f) / get_mscale(factor, log_mul);
     return af * (1.0f / (1.0f + 0.1f * logf(factor)));
 }
 
@@ -175,7 +172,9 @@ static int load_rope(tutti_model *m) {
     if (has_type && !gguf_str_eq(st, "none") && !gguf_str_eq(st, "linear") && !longrope && !yarn)
         return tutti_set_error("%s: %s = '%.*s' is not supported for architecture %s (only 'linear', 'none'%s)",
                                m->path, key, (int)(st.len > 64 ? 64 : st.len), st.data, a->name,
-                               a->longrope ? ", 'longrope', 'yarn'" : yarn_ok ? ", 'yarn'" : "");
+                               a->longrope ? ", 'longrope', 'yarn'"
+                               : yarn_ok   ? ", 'yarn'"
+                                           : "");
     hp->yarn_scale = 0;
     if (!has_type || gguf_str_eq(st, "linear") || longrope || yarn) {
         float factor;
@@ -206,8 +205,7 @@ static int load_rope(tutti_model *m) {
     }
     /* deepseek2's graph: q·k × mscale², mscale = its magnitude × (1 + 0.1 log_mul ln(1 / freq_scale)) */
     hp->kq_mscale *= 1.0f + 0.1f * log_mul * ln_inv_scale;
-    if (get_dim(m, "rope.scaling.original_context_length", false, hp->n_ctx_train, &hp->n_ctx_orig))
-        return TUTTI_ERR;
+    if (get_dim(m, "rope.scaling.original_context_length", false, hp->n_ctx_train, &hp->n_ctx_orig)) return TUTTI_ERR;
     return TUTTI_OK;
 }
 
@@ -224,8 +222,7 @@ static int load_swa(tutti_model *m) {
     uint32_t p;
     if (gguf_find_key(m->gguf, key) >= 0 && gguf_get_u32(m->gguf, key, &p) && p == 0 && a->swa_default == 0)
         hp->n_swa = 0;
-    else if (get_dim(m, "attention.sliding_window", a->swa_required, a->swa_default, &hp->n_swa))
-        return TUTTI_ERR;
+    else if (get_dim(m, "attention.sliding_window", a->swa_required, a->swa_default, &hp->n_swa)) return TUTTI_ERR;
     snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", a->name);
     if (gguf_find_key(m->gguf, key) >= 0) {
         if (!gguf_get_u32(m->gguf, key, &p) || p > MAX_LAYERS)
@@ -297,8 +294,7 @@ static int load_moe(tutti_model *m) {
         if (get_dim(m, "expert_shared_feed_forward_length", false, hp->n_ff, &hp->n_ff_shexp)) return TUTTI_ERR;
         break;
     case TUTTI_SHEXP_LEN:
-        if (get_u32_in(m, "expert_shared_feed_forward_length", false, 0, 0, MAX_DIM, &hp->n_ff_shexp))
-            return TUTTI_ERR;
+        if (get_u32_in(m, "expert_shared_feed_forward_length", false, 0, 0, MAX_DIM, &hp->n_ff_shexp)) return TUTTI_ERR;
         break;
     case TUTTI_SHEXP_COUNT:
         if (get_u32_in(m, "expert_shared_count", true, 0, 0, 64, &n_shared)) return TUTTI_ERR;
@@ -306,8 +302,8 @@ static int load_moe(tutti_model *m) {
         if (hp->n_ff_shexp > MAX_DIM) return tutti_set_error("%s: expert_shared_count is too large", m->path);
         break;
     }
-    if (a->dense_lead && get_u32_in(m, "leading_dense_block_count", false, 0, 0, (uint32_t)hp->n_layer,
-                                    &hp->n_layer_dense_lead))
+    if (a->dense_lead &&
+        get_u32_in(m, "leading_dense_block_count", false, 0, 0, (uint32_t)hp->n_layer, &hp->n_layer_dense_lead))
         return TUTTI_ERR;
     int32_t g = 0;
     if (a->gating_key && get_u32_in(m, "expert_gating_func", false, 0, 0, 2, &g)) return TUTTI_ERR;
@@ -390,7 +386,6 @@ static int load_scales(tutti_model *m) {
 }
 
 int tutti_load_hparams(tutti_model *m) {
-    if (load_dims(m) || load_moe(m) || load_rope(m) || load_swa(m) || load_mla(m) || load_scales(m))
-        return TUTTI_ERR;
+    if (load_dims(m) || load_moe(m) || load_rope(m) || load_swa(m) || load_mla(m) || load_scales(m)) return TUTTI_ERR;
     return TUTTI_OK;
 }

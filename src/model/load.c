@@ -24,7 +24,6 @@
 #include "util/error.h"
 #include "util/mem.h"
 
-
 tutti_model_params tutti_model_default_params(void) {
     tutti_model_params p = {.verbose = false, .use_mmap = false};
     return p;
@@ -119,10 +118,8 @@ static void place_weight(const tutti_model *m, const placed *p, tutti_weight *al
     for (int64_t r = 0; r < rows; r += slice) {
         const int64_t nr = rows - r < slice ? rows - r : slice;
         const char *src = from + (size_t)r * src_row;
-        if (rt >= 0)
-            tutti_repack(w->type, src, dst + (size_t)r * dst_row, nr, w->n_cols);
-        else
-            memcpy(dst + (size_t)r * dst_row, src, (size_t)nr * src_row);
+        if (rt >= 0) tutti_repack(w->type, src, dst + (size_t)r * dst_row, nr, w->n_cols);
+        else memcpy(dst + (size_t)r * dst_row, src, (size_t)nr * src_row);
         if (give_back) {
             const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
             const uintptr_t lo = ((uintptr_t)src + page - 1) / page * page;
@@ -135,10 +132,8 @@ static void place_weight(const tutti_model *m, const placed *p, tutti_weight *al
         return;
     }
     w->data = dst;
-    if (rt >= 0)
-        w->type = rt;
-    else if (alias)
-        alias->data = dst;
+    if (rt >= 0) w->type = rt;
+    else if (alias) alias->data = dst;
 }
 
 #define LAYER_WEIGHTS 39
@@ -146,16 +141,45 @@ static void place_weight(const tutti_model *m, const placed *p, tutti_weight *al
 /* Every weight of layer L (absent ones have data NULL). */
 static int layer_weights(tutti_layer *L, tutti_weight **ws) {
     tutti_weight *all[LAYER_WEIGHTS] = {
-        &L->attn_norm,      &L->wq,           &L->wk,           &L->wv,
-        &L->wqkv,           &L->bq,           &L->bk,           &L->bv,
-        &L->q_norm,         &L->k_norm,       &L->wo,           &L->bo,
-        &L->attn_sinks,     &L->post_attn_norm, &L->ffn_norm,   &L->ffn_gate,
-        &L->ffn_up,         &L->ffn_down,     &L->post_ffn_norm, &L->ffn_gate_inp,
-        &L->ffn_gate_inp_b, &L->exp_probs_b,  &L->ffn_gate_exps, &L->ffn_up_exps,
-        &L->ffn_down_exps,  &L->ffn_gate_exps_b, &L->ffn_up_exps_b, &L->ffn_down_exps_b,
-        &L->ffn_gate_shexp, &L->ffn_up_shexp, &L->ffn_down_shexp, &L->ffn_gate_inp_shexp,
-        &L->wq_a,           &L->q_a_norm,     &L->wq_b,         &L->wkv_a_mqa,
-        &L->kv_a_norm,      &L->wk_b,         &L->wv_b,
+        &L->attn_norm,
+        &L->wq,
+        &L->wk,
+        &L->wv,
+        &L->wqkv,
+        &L->bq,
+        &L->bk,
+        &L->bv,
+        &L->q_norm,
+        &L->k_norm,
+        &L->wo,
+        &L->bo,
+        &L->attn_sinks,
+        &L->post_attn_norm,
+        &L->ffn_norm,
+        &L->ffn_gate,
+        &L->ffn_up,
+        &L->ffn_down,
+        &L->post_ffn_norm,
+        &L->ffn_gate_inp,
+        &L->ffn_gate_inp_b,
+        &L->exp_probs_b,
+        &L->ffn_gate_exps,
+        &L->ffn_up_exps,
+        &L->ffn_down_exps,
+        &L->ffn_gate_exps_b,
+        &L->ffn_up_exps_b,
+        &L->ffn_down_exps_b,
+        &L->ffn_gate_shexp,
+        &L->ffn_up_shexp,
+        &L->ffn_down_shexp,
+        &L->ffn_gate_inp_shexp,
+        &L->wq_a,
+        &L->q_a_norm,
+        &L->wq_b,
+        &L->wkv_a_mqa,
+        &L->kv_a_norm,
+        &L->wk_b,
+        &L->wv_b,
     };
     memcpy(ws, all, sizeof all);
     return LAYER_WEIGHTS;
@@ -173,10 +197,14 @@ static int model_weights(tutti_model *m, placed *out, int cap) {
         const int k = layer_weights(L, ws);
         for (int i = 0; i < k && n < cap; i++) {
             const bool exps = ws[i] == &L->ffn_gate_exps || ws[i] == &L->ffn_up_exps || ws[i] == &L->ffn_down_exps;
-            const bool bias = ws[i] == &L->ffn_gate_exps_b || ws[i] == &L->ffn_up_exps_b || ws[i] == &L->ffn_down_exps_b;
+            const bool bias =
+                ws[i] == &L->ffn_gate_exps_b || ws[i] == &L->ffn_up_exps_b || ws[i] == &L->ffn_down_exps_b;
             if (m->part_experts_only && !exps && !bias) continue;
             const int64_t nm = ws[i]->n_mat;
-            out[n++] = (placed){ws[i], exps && m->part_e0 < nm ? m->part_e0 : exps ? nm : 0,
+            out[n++] = (placed){ws[i],
+                                exps && m->part_e0 < nm ? m->part_e0
+                                : exps                  ? nm
+                                                        : 0,
                                 exps && m->part_e1 < nm ? m->part_e1 : nm, false};
         }
     }
@@ -307,8 +335,7 @@ static tutti_model *load_local(const char *path, const void *buf, size_t size, c
     if (tutti_load_hparams(m) || tutti_bind_tensors(m)) goto fail;
     if (il1 < 0) il1 = m->hp.n_layer; /* the whole model */
     if (il0 < 0 || il0 > il1 || il1 > m->hp.n_layer) {
-        tutti_set_error("%s: layers [%d, %d) are not a range of the model's %d layers", path, il0, il1,
-                        m->hp.n_layer);
+        tutti_set_error("%s: layers [%d, %d) are not a range of the model's %d layers", path, il0, il1, m->hp.n_layer);
         goto fail;
     }
     m->part_il0 = il0, m->part_il1 = il1, m->part_head = part->head;
@@ -359,8 +386,8 @@ tutti_model *tutti_model_load_part(const char *path, const tutti_model_params *p
     return load(path, NULL, 0, params, &(load_part){il0, il1, head, 0, 0, false});
 }
 
-tutti_model *tutti_model_load_experts(const char *path, const tutti_model_params *params, int32_t rank,
-                                      int32_t n_ranks, bool experts_only) {
+tutti_model *tutti_model_load_experts(const char *path, const tutti_model_params *params, int32_t rank, int32_t n_ranks,
+                                      bool experts_only) {
     if (n_ranks < 1 || rank < 0 || rank >= n_ranks) {
         tutti_set_error("%s: expert share %d of %d ranks", path, rank, n_ranks);
         return NULL;
@@ -368,8 +395,7 @@ tutti_model *tutti_model_load_experts(const char *path, const tutti_model_params
     return load(path, NULL, 0, params, &(load_part){0, -1, !experts_only, rank, n_ranks, experts_only});
 }
 
-tutti_model *tutti_model_load_buffer(const void *buf, size_t size, const char *name,
-                                     const tutti_model_params *params) {
+tutti_model *tutti_model_load_buffer(const void *buf, size_t size, const char *name, const tutti_model_params *params) {
     if (!buf) {
         tutti_set_error("tutti_model_load_buffer: buffer is NULL");
         return NULL;
@@ -404,9 +430,9 @@ static void describe_moe(const tutti_model *model, FILE *out) {
                 hp->n_lora_kv, hp->n_lora_q ? "q LoRA" : "plain q", hp->head_dim_k_mla, hp->n_rot, hp->head_dim_v_mla,
                 hp->head_dim_k);
     if (hp->n_expert == 0) return;
-    const char *gating = hp->gating == TUTTI_GATING_SIGMOID ? "sigmoid"
+    const char *gating = hp->gating == TUTTI_GATING_SIGMOID   ? "sigmoid"
                          : hp->gating == TUTTI_GATING_SOFTMAX ? "softmax"
-                                                               : "the selected logits' softmax";
+                                                              : "the selected logits' softmax";
     fprintf(out, "  experts: %d, %d per token, %d wide%s; router: %s%s%s", hp->n_expert, hp->n_expert_used,
             hp->n_ff_exp, model->arch->moe_oai ? " (biased, clamped SwiGLU)" : "", gating,
             model->layers[hp->n_layer - 1].exp_probs_b.data ? " + selection bias" : "",
@@ -430,17 +456,16 @@ void tutti_model_describe(const tutti_model *model, FILE *out) {
             "  n_vocab %d, n_ctx_train %d, n_embd %d, n_layer %d, n_ff %d\n"
             "  n_head %d, n_head_kv %d, head_dim %d/%d (k/v), n_rot %d, rms_eps %g\n"
             "  rope: base %g%s, position scale %g%s\n",
-            hp->n_vocab, hp->n_ctx_train, hp->n_embd, hp->n_layer, hp->n_ff, hp->n_head, hp->n_head_kv,
-            hp->head_dim_k, hp->head_dim_v, hp->n_rot, hp->rms_eps, hp->rope_base,
+            hp->n_vocab, hp->n_ctx_train, hp->n_embd, hp->n_layer, hp->n_ff, hp->n_head, hp->n_head_kv, hp->head_dim_k,
+            hp->head_dim_v, hp->n_rot, hp->rms_eps, hp->rope_base,
             model->rope_freqs.data ? " with rope_freqs factors" : "", hp->rope_scale,
             model->arch->rope_mode == TUTTI_ROPE_NEOX ? ", neox" : ", normal");
     if (hp->yarn_scale > 0 || hp->rope_attn_factor != 1.0f || model->rope_long.data)
-        fprintf(out, "  rope scaling:%s attn_factor %g, original context %d%s\n",
-                hp->yarn_scale > 0 ? " yarn," : "", hp->rope_attn_factor, hp->n_ctx_orig,
+        fprintf(out, "  rope scaling:%s attn_factor %g, original context %d%s\n", hp->yarn_scale > 0 ? " yarn," : "",
+                hp->rope_attn_factor, hp->n_ctx_orig,
                 model->rope_long.data ? ", longrope factors (long above the original context)" : "");
     if (hp->n_swa) {
-        if (hp->swa_pattern == 0)
-            fprintf(out, "  sliding window %d on every layer", hp->n_swa);
+        if (hp->swa_pattern == 0) fprintf(out, "  sliding window %d on every layer", hp->n_swa);
         else
             fprintf(out, "  sliding window %d on layers il %% %d < %d", hp->n_swa, hp->swa_pattern,
                     hp->swa_pattern - 1);
@@ -478,6 +503,6 @@ void tutti_model_describe(const tutti_model *model, FILE *out) {
     if (model->weights_in_place || model->weights_mem_size)
         fprintf(out, "  weights: %.2f MiB read in the file's mapping (2 MiB pages), %.2f MiB copied or repacked\n",
                 (double)model->weights_in_place / (1 << 20), (double)model->weights_mem_size / (1 << 20));
-    fprintf(out, "  tokenizer: %s (pre %s), %d tokens\n", tutti_vocab_type(model->vocab),
-            tutti_vocab_pre(model->vocab), tutti_vocab_n_tokens(model->vocab));
+    fprintf(out, "  tokenizer: %s (pre %s), %d tokens\n", tutti_vocab_type(model->vocab), tutti_vocab_pre(model->vocab),
+            tutti_vocab_n_tokens(model->vocab));
 }

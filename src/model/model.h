@@ -22,14 +22,18 @@ typedef enum tutti_ffn_act { TUTTI_ACT_SILU, TUTTI_ACT_GELU_TANH } tutti_ffn_act
 
 /* Mixture-of-experts switches (see moe.c for the routing they drive). */
 typedef enum tutti_moe_kind {
-    TUTTI_MOE_NONE = 0,     /* dense only: expert_count is refused */
-    TUTTI_MOE_OPTIONAL,     /* MoE layers when expert_count > 0 (llama: Mixtral) */
-    TUTTI_MOE_REQUIRED,     /* every layer past the leading dense ones routes */
+    TUTTI_MOE_NONE = 0, /* dense only: expert_count is refused */
+    TUTTI_MOE_OPTIONAL, /* MoE layers when expert_count > 0 (llama: Mixtral) */
+    TUTTI_MOE_REQUIRED, /* every layer past the leading dense ones routes */
 } tutti_moe_kind;
 /* How router logits become expert weights (llama.cpp's expert_gating_func):
  * softmax over all experts, an independent sigmoid per expert, or (gpt-oss)
  * the raw logits select and a softmax over the selected ones weighs. */
-typedef enum tutti_gating { TUTTI_GATING_SOFTMAX = 1, TUTTI_GATING_SIGMOID = 2, TUTTI_GATING_SOFTMAX_WEIGHT = 3 } tutti_gating;
+typedef enum tutti_gating {
+    TUTTI_GATING_SOFTMAX = 1,
+    TUTTI_GATING_SIGMOID = 2,
+    TUTTI_GATING_SOFTMAX_WEIGHT = 3
+} tutti_gating;
 /* Width of a routed expert: feed_forward_length itself (llama, olmoe,
  * granitemoe), expert_feed_forward_length with the default
  * feed_forward_length / expert_used_count (qwen2moe, qwen3moe), or the key
@@ -39,26 +43,31 @@ typedef enum tutti_exp_width { TUTTI_EXPW_N_FF, TUTTI_EXPW_KEY_OR_DIV, TUTTI_EXP
  * wide gated by sigmoid(ffn_gate_inp_shexp . x) (qwen2moe; default width
  * feed_forward_length), expert_shared_count x the expert width (deepseek2,
  * glm4moe), or expert_shared_feed_forward_length when present (granitemoe). */
-typedef enum tutti_shexp_kind { TUTTI_SHEXP_NONE, TUTTI_SHEXP_GATED, TUTTI_SHEXP_COUNT, TUTTI_SHEXP_LEN } tutti_shexp_kind;
+typedef enum tutti_shexp_kind {
+    TUTTI_SHEXP_NONE,
+    TUTTI_SHEXP_GATED,
+    TUTTI_SHEXP_COUNT,
+    TUTTI_SHEXP_LEN
+} tutti_shexp_kind;
 
 typedef struct tutti_arch {
-    const char *name;           /* general.architecture, also the metadata key prefix */
-    tutti_rope_mode rope_mode;  /* NORMAL (llama) or NEOX (qwen, gemma, phi3) */
-    tutti_ffn_act act;          /* gate activation of the gated FFN */
-    bool fused_qkv;             /* blk.N.attn_qkv = [q; k; v] rows instead of attn_q/k/v */
-    bool fused_gate_up;         /* blk.N.ffn_up = [gate; up] rows, no ffn_gate */
-    bool qk_norm;               /* blk.N.attn_q_norm / attn_k_norm: RMSNorm per head before rope */
-    bool post_norms;            /* blk.N.post_attention_norm / post_ffw_norm on the branch outputs */
-    bool embd_scale;            /* token embeddings × sqrt(n_embd) (Gemma) */
+    const char *name;          /* general.architecture, also the metadata key prefix */
+    tutti_rope_mode rope_mode; /* NORMAL (llama) or NEOX (qwen, gemma, phi3) */
+    tutti_ffn_act act;         /* gate activation of the gated FFN */
+    bool fused_qkv;            /* blk.N.attn_qkv = [q; k; v] rows instead of attn_q/k/v */
+    bool fused_gate_up;        /* blk.N.ffn_up = [gate; up] rows, no ffn_gate */
+    bool qk_norm;              /* blk.N.attn_q_norm / attn_k_norm: RMSNorm per head before rope */
+    bool post_norms;           /* blk.N.post_attention_norm / post_ffw_norm on the branch outputs */
+    bool embd_scale;           /* token embeddings × sqrt(n_embd) (Gemma) */
     /* Sliding-window layer pattern: 0 = no sliding window; p > 0 = layer il
      * is local (window n_swa) when il % p < p - 1 and global otherwise
      * (gemma2: 2, gemma3: 6 = five local, one global). */
-    int swa_pattern;            /* default of attention.sliding_window_pattern */
+    int swa_pattern; /* default of attention.sliding_window_pattern */
     /* Local layers use rope.freq_base_swa in both Gemmas; this flag: its
      * default is 10000 (not rope.freq_base) and local layers are not
      * position-scaled (gemma3). */
     bool swa_local_rope_base;
-    int32_t swa_default;        /* attention.sliding_window when absent (gemma2: 4096; 0 = no window) */
+    int32_t swa_default; /* attention.sliding_window when absent (gemma2: 4096; 0 = no window) */
     /* Soft-capping as llama.cpp reads it: gemma2 caps attention scores and
      * final logits (attn_logit_softcapping / final_logit_softcapping,
      * defaults 50 and 30); gemma3 caps the final logits only when the key is
@@ -69,9 +78,9 @@ typedef struct tutti_arch {
      * instead of 1/sqrt(head_dim) (Gemma 2 and 3 27B, after gemma_pytorch's
      * query_pre_attn_scalar; llama.cpp decides the size by layer count). */
     int32_t n_layer_scale_embd;
-    bool rot_full;              /* rope.dimension_count must equal head_dim (llama, qwen2, qwen3) */
-    bool no_output;             /* output.weight is refused: the output is always token_embd (gemma2) */
-    bool longrope;              /* rope_factors_long/short tensors (Phi-3 LongRoPE) */
+    bool rot_full;  /* rope.dimension_count must equal head_dim (llama, qwen2, qwen3) */
+    bool no_output; /* output.weight is refused: the output is always token_embd (gemma2) */
+    bool longrope;  /* rope_factors_long/short tensors (Phi-3 LongRoPE) */
     /* The 1/sqrt(head_dim) attention scale multiplies q (after rope) instead
      * of the scores (Gemma, Phi-3 in llama.cpp); the same in exact
      * arithmetic, but it decides what gets rounded to f16. */
@@ -79,26 +88,26 @@ typedef struct tutti_arch {
 
     /* ---- mixture of experts (llama.cpp's build_moe_ffn) ---- */
     tutti_moe_kind moe;
-    tutti_gating gating;        /* default of expert_gating_func */
-    bool gating_key;            /* expert_gating_func is read (deepseek2, glm4moe) */
-    bool moe_norm_w;            /* top-k weights renormalized to sum 1 (default of expert_weights_norm) */
-    bool moe_norm_key;          /* expert_weights_norm is read (deepseek2, glm4moe) */
+    tutti_gating gating; /* default of expert_gating_func */
+    bool gating_key;     /* expert_gating_func is read (deepseek2, glm4moe) */
+    bool moe_norm_w;     /* top-k weights renormalized to sum 1 (default of expert_weights_norm) */
+    bool moe_norm_key;   /* expert_weights_norm is read (deepseek2, glm4moe) */
     tutti_exp_width exp_width;
     tutti_shexp_kind shexp;
-    bool dense_lead;            /* leading_dense_block_count dense layers first (deepseek2, glm4moe) */
-    int exp_probs_b;            /* ffn exp_probs_b selection bias: 0 none, 1 optional, 2 required */
-    bool moe_oai;               /* gpt-oss: router and expert biases, clamped SwiGLU (alpha 1.702, limit 7) */
+    bool dense_lead; /* leading_dense_block_count dense layers first (deepseek2, glm4moe) */
+    int exp_probs_b; /* ffn exp_probs_b selection bias: 0 none, 1 optional, 2 required */
+    bool moe_oai;    /* gpt-oss: router and expert biases, clamped SwiGLU (alpha 1.702, limit 7) */
     /* ---- attention variants ---- */
-    bool attn_out_bias;         /* optional attn_output.bias (llama, granitemoe, gpt-oss) */
-    bool attn_sinks;            /* attn_sinks: one learnt logit per head in every softmax (gpt-oss) */
-    bool qk_norm_full;          /* q/k RMS norms over the whole projection, not per head (olmoe) */
-    bool qk_norm_optional;      /* q/k norms when present (glm4moe) */
-    bool q_is_n_embd;           /* head_count x head size must be embedding_length (qwen2moe, olmoe) */
-    bool mla;                   /* DeepSeek multi-head latent attention (deepseek2) */
-    bool granite_scales;        /* embedding_scale, residual_scale, attention.scale, logit_scale */
-    bool yarn_with_swa;         /* YaRN on every layer, sliding-window ones too (gpt-oss) */
-    bool swa_required;          /* attention.sliding_window must be there (gpt-oss) */
-    const char *ffn_norm_name;  /* the pre-FFN norm's tensor (NULL: ffn_norm; gpt-oss, glm4moe:
+    bool attn_out_bias;        /* optional attn_output.bias (llama, granitemoe, gpt-oss) */
+    bool attn_sinks;           /* attn_sinks: one learnt logit per head in every softmax (gpt-oss) */
+    bool qk_norm_full;         /* q/k RMS norms over the whole projection, not per head (olmoe) */
+    bool qk_norm_optional;     /* q/k norms when present (glm4moe) */
+    bool q_is_n_embd;          /* head_count x head size must be embedding_length (qwen2moe, olmoe) */
+    bool mla;                  /* DeepSeek multi-head latent attention (deepseek2) */
+    bool granite_scales;       /* embedding_scale, residual_scale, attention.scale, logit_scale */
+    bool yarn_with_swa;        /* YaRN on every layer, sliding-window ones too (gpt-oss) */
+    bool swa_required;         /* attention.sliding_window must be there (gpt-oss) */
+    const char *ffn_norm_name; /* the pre-FFN norm's tensor (NULL: ffn_norm; gpt-oss, glm4moe:
                                    post_attention_norm) */
 } tutti_arch;
 
@@ -133,19 +142,20 @@ const void *tutti_weight_mat(const tutti_weight *w, int64_t i);
 int tutti_weight_mat_type(const tutti_weight *w, int64_t i);
 
 typedef struct tutti_layer {
-    tutti_weight attn_norm;                      /* f32 [n_embd] */
-    tutti_weight wq, wk, wv;                     /* [n_head*head_dim_k][n_embd], [n_head_kv*head_dim_k][n_embd], [n_head_kv*head_dim_v][n_embd] */
-    tutti_weight wqkv;                           /* fused: [q + k + v rows][n_embd] */
-    tutti_weight bq, bk, bv;                     /* optional f32 biases of the q/k/v projections */
-    tutti_weight q_norm, k_norm;                 /* f32 [head_dim_k] */
-    tutti_weight wo;                             /* [n_embd][n_head*head_dim_v] */
-    tutti_weight post_attn_norm;                 /* f32 [n_embd] */
-    tutti_weight ffn_norm;                       /* f32 [n_embd] */
-    tutti_weight ffn_gate, ffn_up;               /* [n_ff][n_embd]; fused up: [2*n_ff][n_embd] */
-    tutti_weight ffn_down;                       /* [n_embd][n_ff] */
-    tutti_weight post_ffn_norm;                  /* f32 [n_embd] */
-    tutti_weight bo;                             /* optional f32 [n_embd]: attn_output.bias */
-    tutti_weight attn_sinks;                     /* f32 [n_head] (gpt-oss) */
+    tutti_weight attn_norm; /* f32 [n_embd] */
+    tutti_weight wq, wk,
+        wv;            /* [n_head*head_dim_k][n_embd], [n_head_kv*head_dim_k][n_embd], [n_head_kv*head_dim_v][n_embd] */
+    tutti_weight wqkv; /* fused: [q + k + v rows][n_embd] */
+    tutti_weight bq, bk, bv;       /* optional f32 biases of the q/k/v projections */
+    tutti_weight q_norm, k_norm;   /* f32 [head_dim_k] */
+    tutti_weight wo;               /* [n_embd][n_head*head_dim_v] */
+    tutti_weight post_attn_norm;   /* f32 [n_embd] */
+    tutti_weight ffn_norm;         /* f32 [n_embd] */
+    tutti_weight ffn_gate, ffn_up; /* [n_ff][n_embd]; fused up: [2*n_ff][n_embd] */
+    tutti_weight ffn_down;         /* [n_embd][n_ff] */
+    tutti_weight post_ffn_norm;    /* f32 [n_embd] */
+    tutti_weight bo;               /* optional f32 [n_embd]: attn_output.bias */
+    tutti_weight attn_sinks;       /* f32 [n_head] (gpt-oss) */
     /* mixture of experts: the layer routes when ffn_gate_inp.data != NULL */
     tutti_weight ffn_gate_inp;                   /* router [n_expert][n_embd] */
     tutti_weight ffn_gate_inp_b;                 /* f32 [n_expert] router bias (gpt-oss) */
@@ -158,43 +168,43 @@ typedef struct tutti_layer {
     tutti_weight ffn_down_shexp;                 /* [n_embd][n_ff_shexp] */
     tutti_weight ffn_gate_inp_shexp;             /* f32 [n_embd]: the shared expert's gate (qwen2moe) */
     /* multi-head latent attention (deepseek2) */
-    tutti_weight wq_a, q_a_norm, wq_b;           /* q LoRA: [n_lora_q][n_embd], f32 [n_lora_q],
+    tutti_weight wq_a, q_a_norm, wq_b; /* q LoRA: [n_lora_q][n_embd], f32 [n_lora_q],
                                                     [n_head*head_dim_k_mla][n_lora_q] (or wq alone) */
-    tutti_weight wkv_a_mqa, kv_a_norm;           /* [n_lora_kv + n_rot][n_embd], f32 [n_lora_kv] */
-    tutti_weight wk_b;                           /* n_head x [n_lora_kv][head_dim_k_mla - n_rot] */
-    tutti_weight wv_b;                           /* n_head x [head_dim_v_mla][n_lora_kv] */
-    int32_t n_swa;                               /* 0 = full causal attention, else window size */
-    float rope_base, rope_scale;                 /* this layer's rope frequency base and position scale */
+    tutti_weight wkv_a_mqa, kv_a_norm; /* [n_lora_kv + n_rot][n_embd], f32 [n_lora_kv] */
+    tutti_weight wk_b;                 /* n_head x [n_lora_kv][head_dim_k_mla - n_rot] */
+    tutti_weight wv_b;                 /* n_head x [head_dim_v_mla][n_lora_kv] */
+    int32_t n_swa;                     /* 0 = full causal attention, else window size */
+    float rope_base, rope_scale;       /* this layer's rope frequency base and position scale */
 } tutti_layer;
 
 typedef struct tutti_hparams {
-    int32_t n_vocab;      /* rows of the output matrix = logits per position */
-    int32_t n_ctx_train;  /* context_length */
-    int32_t n_embd;       /* embedding_length */
-    int32_t n_layer;      /* block_count */
-    int32_t n_ff;         /* feed_forward_length */
-    int32_t n_head;       /* attention.head_count */
-    int32_t n_head_kv;    /* attention.head_count_kv (default n_head) */
-    int32_t head_dim_k;   /* attention.key_length (default n_embd / n_head) */
-    int32_t head_dim_v;   /* attention.value_length (default head_dim_k) */
-    int32_t n_rot;        /* rope.dimension_count (default head_dim_k) */
-    float rms_eps;        /* attention.layer_norm_rms_epsilon */
-    float rope_base;      /* rope.freq_base (default 10000) */
-    float rope_base_swa;  /* rope.freq_base_swa (local layers, gemma3) */
-    float rope_scale;     /* position multiplier = 1 / rope.scaling.factor (linear) */
+    int32_t n_vocab;        /* rows of the output matrix = logits per position */
+    int32_t n_ctx_train;    /* context_length */
+    int32_t n_embd;         /* embedding_length */
+    int32_t n_layer;        /* block_count */
+    int32_t n_ff;           /* feed_forward_length */
+    int32_t n_head;         /* attention.head_count */
+    int32_t n_head_kv;      /* attention.head_count_kv (default n_head) */
+    int32_t head_dim_k;     /* attention.key_length (default n_embd / n_head) */
+    int32_t head_dim_v;     /* attention.value_length (default head_dim_k) */
+    int32_t n_rot;          /* rope.dimension_count (default head_dim_k) */
+    float rms_eps;          /* attention.layer_norm_rms_epsilon */
+    float rope_base;        /* rope.freq_base (default 10000) */
+    float rope_base_swa;    /* rope.freq_base_swa (local layers, gemma3) */
+    float rope_scale;       /* position multiplier = 1 / rope.scaling.factor (linear) */
     float rope_attn_factor; /* rope.scaling.attn_factor: multiplies the rotated q and k dims (default 1;
                                YaRN multiplies it by 1 + 0.1 ln(factor)) */
-    float yarn_scale;     /* rope.scaling.type yarn: 1 / rope.scaling.factor (0 = no YaRN; rope_scale is
+    float yarn_scale;       /* rope.scaling.type yarn: 1 / rope.scaling.factor (0 = no YaRN; rope_scale is
                              then 1 and the session folds the YaRN blend into its rope factors) */
-    float kq_mscale;      /* deepseek2: the mscale of its q·k scale mscale² / sqrt(head_dim_k_mla) */
-    int32_t n_ctx_orig;   /* rope.scaling.original_context_length (default n_ctx_train): a session
+    float kq_mscale;        /* deepseek2: the mscale of its q·k scale mscale² / sqrt(head_dim_k_mla) */
+    int32_t n_ctx_orig;     /* rope.scaling.original_context_length (default n_ctx_train): a session
                              with n_ctx above it uses Phi-3's long rope factors */
-    int32_t n_swa;        /* attention.sliding_window (0 = none) */
-    int32_t swa_pattern;  /* attention.sliding_window_pattern p: layer il is local when il % p < p - 1
+    int32_t n_swa;          /* attention.sliding_window (0 = none) */
+    int32_t swa_pattern;    /* attention.sliding_window_pattern p: layer il is local when il % p < p - 1
                              (p = 0: every layer) */
-    float attn_softcap;   /* attn_logit_softcapping (0 = off) */
-    float final_softcap;  /* final_logit_softcapping (0 = off) */
-    float attn_scale;     /* multiplier of q·k (1/sqrt(head_dim_k)) */
+    float attn_softcap;     /* attn_logit_softcapping (0 = off) */
+    float final_softcap;    /* final_logit_softcapping (0 = off) */
+    float attn_scale;       /* multiplier of q·k (1/sqrt(head_dim_k)) */
     /* granitemoe's scales (1 = none): embeddings, each branch before its
      * residual add, and the logits (multiplied by 1/logit_scale); Gemma's
      * sqrt(n_embd) is embd_scale too */
@@ -215,28 +225,28 @@ typedef struct tutti_hparams {
     /* multi-head latent attention (deepseek2): the cache holds n_lora_kv +
      * n_rot values per token (head_dim_k, one KV head), values are its first
      * n_lora_kv (head_dim_v) */
-    int32_t n_lora_q, n_lora_kv;  /* attention.q_lora_rank (0: plain q), attention.kv_lora_rank */
-    int32_t head_dim_k_mla;       /* attention.key_length_mla: nope + rope dims of a query head */
-    int32_t head_dim_v_mla;       /* attention.value_length_mla */
+    int32_t n_lora_q, n_lora_kv; /* attention.q_lora_rank (0: plain q), attention.kv_lora_rank */
+    int32_t head_dim_k_mla;      /* attention.key_length_mla: nope + rope dims of a query head */
+    int32_t head_dim_v_mla;      /* attention.value_length_mla */
 } tutti_hparams;
 
 struct tutti_model {
     char *path;
-    gguf_file *gguf;           /* owns the mapping every weight points into */
+    gguf_file *gguf; /* owns the mapping every weight points into */
     const tutti_arch *arch;
     tutti_hparams hp;
-    tutti_weight token_embd;   /* [n_vocab][n_embd] */
-    tutti_weight output_norm;  /* f32 [n_embd] */
-    tutti_weight output;       /* [n_vocab][n_embd]; == token_embd when tied */
+    tutti_weight token_embd;  /* [n_vocab][n_embd] */
+    tutti_weight output_norm; /* f32 [n_embd] */
+    tutti_weight output;      /* [n_vocab][n_embd]; == token_embd when tied */
     bool tied;
-    tutti_weight rope_freqs;   /* optional f32 [n_rot/2]: per-frequency divisors (Llama 3.1) */
+    tutti_weight rope_freqs;            /* optional f32 [n_rot/2]: per-frequency divisors (Llama 3.1) */
     tutti_weight rope_long, rope_short; /* optional f32 [n_rot/2]: Phi-3 LongRoPE divisors */
-    tutti_layer *layers;       /* [n_layer] */
-    tutti_vocab *vocab;        /* owned (tokenizer.ggml.* of the same file) */
-    bool mapped;               /* weights point into an mmap of the file (not a caller's buffer) */
-    void *weights_mem;         /* owned arena of the weights moved out of the mapping (load.c) */
-    size_t weights_mem_size;   /* its bytes (copied or repacked weights) */
-    size_t weights_in_place;   /* bytes of weights read where the file is mapped (2 MiB pages) */
+    tutti_layer *layers;                /* [n_layer] */
+    tutti_vocab *vocab;                 /* owned (tokenizer.ggml.* of the same file) */
+    bool mapped;                        /* weights point into an mmap of the file (not a caller's buffer) */
+    void *weights_mem;                  /* owned arena of the weights moved out of the mapping (load.c) */
+    size_t weights_mem_size;            /* its bytes (copied or repacked weights) */
+    size_t weights_in_place;            /* bytes of weights read where the file is mapped (2 MiB pages) */
     /* The part this process computes (a model split by layers over ranks):
      * layers [part_il0, part_il1), and the embeddings and head when
      * part_head.  Only those weights are placed (moved out of the mapping);
@@ -269,23 +279,23 @@ tutti_model *tutti_model_load_part(const char *path, const tutti_model_params *p
  * (m->part_e0, part_e1), and with experts_only none of the other weights:
  * the rest stays mapped, never read unless used.  A dense model is
  * placed whole (unless experts_only). */
-tutti_model *tutti_model_load_experts(const char *path, const tutti_model_params *params, int32_t rank,
-                                      int32_t n_ranks, bool experts_only);
+tutti_model *tutti_model_load_experts(const char *path, const tutti_model_params *params, int32_t rank, int32_t n_ranks,
+                                      bool experts_only);
 
 /* Activations of the mixture-of-experts feed-forward, [n_ubatch] rows (all
  * NULL for a dense model; moe.c). */
 typedef struct tutti_moe_bufs {
-    float *router;   /* [n_ubatch][n_expert] router logits, then scratch of the routing */
-    int32_t *sel;    /* [n_ubatch][n_expert_used] the selected experts of each token, in rank order */
-    float *sel_w;    /* [n_ubatch][n_expert_used] their weights */
-    int32_t *route;  /* [n_ubatch * n_expert_used] the slots t * n_expert_used + j grouped by expert */
-    int32_t *where;  /* [n_ubatch * n_expert_used] each slot's row in route order */
-    int32_t *offs;   /* [n_expert + 1] where each expert's rows start in route order */
-    float *xe;       /* [n_ubatch * n_expert_used][n_embd] the routed rows, gathered in route order */
-    float *ge, *ue;  /* [n_ubatch * n_expert_used][n_ff_exp] their gate and up projections */
-    float *slots;    /* [n_ubatch * n_expert_used][n_embd] their experts' outputs, in route order */
-    float *ye;       /* [n_ubatch][n_embd] the shared experts' output */
-    tutti_mm *mm;    /* [2 * n_expert] the batched products of one step */
+    float *router;  /* [n_ubatch][n_expert] router logits, then scratch of the routing */
+    int32_t *sel;   /* [n_ubatch][n_expert_used] the selected experts of each token, in rank order */
+    float *sel_w;   /* [n_ubatch][n_expert_used] their weights */
+    int32_t *route; /* [n_ubatch * n_expert_used] the slots t * n_expert_used + j grouped by expert */
+    int32_t *where; /* [n_ubatch * n_expert_used] each slot's row in route order */
+    int32_t *offs;  /* [n_expert + 1] where each expert's rows start in route order */
+    float *xe;      /* [n_ubatch * n_expert_used][n_embd] the routed rows, gathered in route order */
+    float *ge, *ue; /* [n_ubatch * n_expert_used][n_ff_exp] their gate and up projections */
+    float *slots;   /* [n_ubatch * n_expert_used][n_embd] their experts' outputs, in route order */
+    float *ye;      /* [n_ubatch][n_embd] the shared experts' output */
+    tutti_mm *mm;   /* [2 * n_expert] the batched products of one step */
 } tutti_moe_bufs;
 
 /* Heads of latent attention whose per-head products run as one batch. */
@@ -294,13 +304,13 @@ typedef struct tutti_moe_bufs {
 /* Activations of multi-head latent attention, [n_ubatch] rows (NULL
  * otherwise; mla.c). */
 typedef struct tutti_mla_bufs {
-    float *q;        /* [n_head * head_dim_k_mla] the query before absorption */
-    float *qa;       /* [n_lora_q] the q LoRA's inner rows */
-    float *kv;       /* [n_lora_kv + n_rot] compressed kv and the rope part of the key */
-    float *in;       /* [max(TUTTI_MLA_HEADS * max(nope, n_lora_kv), n_head * n_rot)] rows of a group of
+    float *q;   /* [n_head * head_dim_k_mla] the query before absorption */
+    float *qa;  /* [n_lora_q] the q LoRA's inner rows */
+    float *kv;  /* [n_lora_kv + n_rot] compressed kv and the rope part of the key */
+    float *in;  /* [max(TUTTI_MLA_HEADS * max(nope, n_lora_kv), n_head * n_rot)] rows of a group of
                         heads, gathered (or the rope parts of all heads) */
-    float *out;      /* [TUTTI_MLA_HEADS * max(n_lora_kv, head_dim_v_mla)] their products */
-    float *att;      /* [n_head * head_dim_v_mla] attention output, decompressed per head */
+    float *out; /* [TUTTI_MLA_HEADS * max(n_lora_kv, head_dim_v_mla)] their products */
+    float *att; /* [n_head * head_dim_v_mla] attention output, decompressed per head */
 } tutti_mla_bufs;
 
 /* A session: one timeline of tokens with its own KV cache and buffers.
@@ -316,18 +326,18 @@ struct tutti_session {
     uint16_t *k_cache, *v_cache; /* [n_layer][n_ctx][n_head_kv*head_dim]; MLA: no v_cache (values are
                                     the first n_lora_kv of each key row) */
     /* activations, [n_ubatch][...] */
-    float *x;     /* residual stream [n_embd] */
-    float *h;     /* normed input of a branch [n_embd] */
-    float *qkv;   /* projections [q + k + v] (q | k | v contiguous per token when fused) */
-    float *q, *k, *v; /* [n_head*head_dim_k], [n_head_kv*head_dim_k], [n_head_kv*head_dim_v] */
-    float *att;   /* attention output [n_head*head_dim_v] */
-    float *o;     /* branch output [n_embd] */
-    float *gate;  /* [n_ff] (fused: [2*n_ff] before the split) */
-    float *up;    /* [n_ff] */
+    float *x;            /* residual stream [n_embd] */
+    float *h;            /* normed input of a branch [n_embd] */
+    float *qkv;          /* projections [q + k + v] (q | k | v contiguous per token when fused) */
+    float *q, *k, *v;    /* [n_head*head_dim_k], [n_head_kv*head_dim_k], [n_head_kv*head_dim_v] */
+    float *att;          /* attention output [n_head*head_dim_v] */
+    float *o;            /* branch output [n_embd] */
+    float *gate;         /* [n_ff] (fused: [2*n_ff] before the split) */
+    float *up;           /* [n_ff] */
     float *attn_scratch; /* [n_threads][tutti_attn_scratch_floats(n_ctx, ...)] */
     tutti_moe_bufs moe;
     tutti_mla_bufs mla;
-    float *logits;       /* [n_vocab]: last evaluated position */
+    float *logits;             /* [n_vocab]: last evaluated position */
     const float *rope_factors; /* rope frequency divisors [n_rot/2] or NULL (rope_freqs, or Phi-3's
                                   long/short by n_ctx > n_ctx_orig, as llama.cpp; with YaRN: yarn_factors) */
     float *yarn_factors;       /* owned [n_rot/2] when the model uses YaRN */
@@ -409,8 +419,7 @@ typedef struct tutti_pipe {
 /* tutti_model_load over a caller-owned GGUF image of size bytes (fuzzer and
  * tests); buf must outlive the model (weights point into it).  name is used
  * in error messages.  NULL with tutti_last_error() set on error. */
-tutti_model *tutti_model_load_buffer(const void *buf, size_t size, const char *name,
-                                     const tutti_model_params *params);
+tutti_model *tutti_model_load_buffer(const void *buf, size_t size, const char *name, const tutti_model_params *params);
 
 /* Forward pass of ids[0..n) (n <= n_ubatch) at positions n_past.. ; writes
  * the K/V rows, advances nothing (the caller does).  If out is non-NULL it
@@ -449,8 +458,8 @@ void tutti_forward_segments(tutti_session *s, const tutti_fwd_seg *seg, int32_t 
  * with TUTTI_FWD_EMBED.  tutti_forward_segments = the range [0, n_layer)
  * with both flags. */
 enum { TUTTI_FWD_EMBED = 1, TUTTI_FWD_HEAD = 2 };
-void tutti_forward_range(tutti_session *s, const tutti_fwd_seg *seg, int32_t n_seg, int32_t il0, int32_t il1,
-                         int flags, float *out, float *rows);
+void tutti_forward_range(tutti_session *s, const tutti_fwd_seg *seg, int32_t n_seg, int32_t il0, int32_t il1, int flags,
+                         float *out, float *rows);
 
 /* ---- pieces of the forward pass (forward.c, moe.c, mla.c) ---- */
 
@@ -479,8 +488,8 @@ void tutti_ffn_moe(tutti_session *s, const tutti_layer *L, int32_t n);
  * 2 * (e1 - e0) products.  A product's bits do not depend on the other
  * experts, the rows of other experts or the thread count, so any split of
  * the experts over processes gives the single pass's bits. */
-void tutti_moe_experts(tutti_threadpool *tp, const tutti_model *m, const tutti_layer *L, const int32_t *offs, int32_t e0,
-                       int32_t e1, const float *xe, float *ge, float *ue, float *slots, tutti_mm *mm);
+void tutti_moe_experts(tutti_threadpool *tp, const tutti_model *m, const tutti_layer *L, const int32_t *offs,
+                       int32_t e0, int32_t e1, const float *xe, float *ge, float *ue, float *slots, tutti_mm *mm);
 /* Multi-head latent attention of layer il for the normed rows in s->h, over
  * the segments' caches, through the output projection into s->o. */
 void tutti_attn_mla(tutti_session *s, const tutti_fwd_seg *seg, int32_t n_seg, int32_t il);
@@ -502,12 +511,12 @@ typedef struct tutti_moe_remote {
 
 /* Expert routing as llama.cpp's build_moe_ffn computes it (moe.c). */
 typedef struct tutti_moe_routing {
-    int32_t n_expert, n_expert_used;  /* 1 <= n_expert_used <= n_expert <= TUTTI_MAX_EXPERTS */
+    int32_t n_expert, n_expert_used; /* 1 <= n_expert_used <= n_expert <= TUTTI_MAX_EXPERTS */
     tutti_gating gating;
-    const float *probs_bias;          /* [n_expert] selection bias (exp_probs_b) or NULL */
-    int32_t n_groups, n_group_used;   /* expert groups (1: none); n_expert % n_groups == 0 */
-    bool norm_w;                      /* weights renormalized to sum 1 */
-    float scale;                      /* weights × scale (0 or 1: none) */
+    const float *probs_bias;        /* [n_expert] selection bias (exp_probs_b) or NULL */
+    int32_t n_groups, n_group_used; /* expert groups (1: none); n_expert % n_groups == 0 */
+    bool norm_w;                    /* weights renormalized to sum 1 */
+    float scale;                    /* weights × scale (0 or 1: none) */
 } tutti_moe_routing;
 /* The routing of layer L of m. */
 void tutti_moe_routing_of(const tutti_model *m, const tutti_layer *L, tutti_moe_routing *r);

@@ -111,8 +111,8 @@ static const float *bias_row(const tutti_weight *b, int32_t e) {
     return b->data ? (const float *)b->data + (int64_t)e * b->n_cols : NULL;
 }
 
-void tutti_moe_experts(tutti_threadpool *tp, const tutti_model *m, const tutti_layer *L, const int32_t *offs, int32_t e0,
-                       int32_t e1, const float *xe, float *ge, float *ue, float *slots, tutti_mm *mm) {
+void tutti_moe_experts(tutti_threadpool *tp, const tutti_model *m, const tutti_layer *L, const int32_t *offs,
+                       int32_t e0, int32_t e1, const float *xe, float *ge, float *ue, float *slots, tutti_mm *mm) {
     const int64_t n_embd = m->hp.n_embd, nf = m->hp.n_ff_exp;
     int n_mm = 0;
     for (int32_t e = e0; e < e1; e++) {
@@ -130,10 +130,8 @@ void tutti_moe_experts(tutti_threadpool *tp, const tutti_model *m, const tutti_l
     /* the activation over the range's rows (elementwise: the same bits in
      * any grouping) */
     const int64_t r0 = offs[e0], nv = (offs[e1] - r0) * nf;
-    if (m->arch->moe_oai)
-        tutti_swiglu_oai(ge + r0 * nf, ue + r0 * nf, nv, 1.702f, 7.0f);
-    else
-        tutti_glu_pool(tp, ge + r0 * nf, ue + r0 * nf, nv, false);
+    if (m->arch->moe_oai) tutti_swiglu_oai(ge + r0 * nf, ue + r0 * nf, nv, 1.702f, 7.0f);
+    else tutti_glu_pool(tp, ge + r0 * nf, ue + r0 * nf, nv, false);
     n_mm = 0;
     for (int32_t e = e0; e < e1; e++) {
         const int64_t o = offs[e], n = offs[e + 1] - o;

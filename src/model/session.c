@@ -129,10 +129,9 @@ static int alloc_activations(tutti_session *s, size_t ub, int32_t n_ctx) {
     s->att = alloc3(ub, no, 1, sizeof(float));
     s->gate = alloc3(ub, 2, n_ff, sizeof(float)); /* room for a fused [gate; up] */
     s->up = alloc3(ub, n_ff, 1, sizeof(float));
-    s->attn_scratch = alloc3((size_t)tutti_threadpool_n_threads(s->tp),
-                             tutti_attn_scratch_floats(n_ctx, hp->n_head, hp->n_head_kv, hp->head_dim_k,
-                                                       hp->head_dim_v),
-                             1, sizeof(float));
+    s->attn_scratch = alloc3(
+        (size_t)tutti_threadpool_n_threads(s->tp),
+        tutti_attn_scratch_floats(n_ctx, hp->n_head, hp->n_head_kv, hp->head_dim_k, hp->head_dim_v), 1, sizeof(float));
     if (model->arch->fused_qkv) s->qkv = alloc3(ub, nq + nk + nv, 1, sizeof(float));
     /* the matmul's rounded copy of its input: widest input row is one of these */
     size_t max_in = max_sz(max_sz((size_t)hp->n_embd, no), max_sz(n_ff, (size_t)hp->n_ff_exp));
@@ -163,8 +162,7 @@ tutti_session *tutti_session_new(const tutti_model *model, const tutti_session_p
 /* The activations of one pass of up to ub tokens, the attention scratch
  * for n_ctx positions and the matmul's input scratch, on thread pool tp
  * (s->work counts the sessions sharing them). */
-int tutti_session_alloc_work(tutti_session *s, int32_t ub_tokens, int32_t n_ctx, tutti_threadpool *tp,
-                             bool owns_tp) {
+int tutti_session_alloc_work(tutti_session *s, int32_t ub_tokens, int32_t n_ctx, tutti_threadpool *tp, bool owns_tp) {
     if (!(s->work = calloc(1, sizeof *s->work))) {
         if (owns_tp) tutti_threadpool_free(tp);
         return tutti_set_error("tutti_session_new: out of memory");
@@ -323,8 +321,8 @@ static int check_eval(const tutti_session *s, const int32_t *ids, int32_t n) {
     const int32_t n_vocab = s->model->hp.n_vocab;
     for (int32_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= n_vocab)
-            return tutti_set_error("tutti_session_eval: token id %d at index %d is out of range (n_vocab %d)",
-                                   ids[i], i, n_vocab);
+            return tutti_set_error("tutti_session_eval: token id %d at index %d is out of range (n_vocab %d)", ids[i],
+                                   i, n_vocab);
     return TUTTI_OK;
 }
 
@@ -359,7 +357,8 @@ static int eval_shifting(tutti_session *s, const int32_t *ids, int32_t n, float 
             int32_t n_discard = (s->n_past - s->n_keep) / 2;
             if (n_discard < 1)
                 return tutti_set_error("tutti_session_eval: context full (n_ctx %d) and nothing to shift out "
-                                       "(n_keep %d)", s->n_ctx, s->n_keep);
+                                       "(n_keep %d)",
+                                       s->n_ctx, s->n_keep);
             if (tutti_session_shift(s, s->n_keep, n_discard) < 0) return TUTTI_ERR;
         }
         int32_t room = s->n_ctx - 1 - s->n_past, chunk = n - done < room ? n - done : room;
@@ -391,8 +390,8 @@ int tutti_session_eval_multi(tutti_session *const *ss, const int32_t *const *ids
                                    s->n_past, n[i], s->n_ctx);
         for (int32_t k = 0; k < n[i]; k++)
             if (ids[i][k] < 0 || ids[i][k] >= s->model->hp.n_vocab)
-                return tutti_set_error("tutti_session_eval_multi: token id %d is out of range (n_vocab %d)",
-                                       ids[i][k], s->model->hp.n_vocab);
+                return tutti_set_error("tutti_session_eval_multi: token id %d is out of range (n_vocab %d)", ids[i][k],
+                                       s->model->hp.n_vocab);
     }
     tutti_session *s0 = ss[0];
     for (int32_t i = 0; i < n_seq; i++)
@@ -472,8 +471,11 @@ int tutti_session_embed(tutti_session *s, const int32_t *ids, int32_t n, float *
     if (s->batch) return tutti_batch_eval(&s, &ids, &n, NULL, &rows, 1) < 0 ? TUTTI_ERR : TUTTI_OK;
     for (int32_t done = 0; done < n;) {
         const int32_t chunk = n - done < s->n_ubatch ? n - done : s->n_ubatch;
-        const tutti_fwd_seg seg = {.s = s, .ids = ids + done, .n = chunk,
-                                   .embd = rows + (size_t)done * (size_t)s->model->hp.n_embd, .no_logits = true};
+        const tutti_fwd_seg seg = {.s = s,
+                                   .ids = ids + done,
+                                   .n = chunk,
+                                   .embd = rows + (size_t)done * (size_t)s->model->hp.n_embd,
+                                   .no_logits = true};
         tutti_forward_segments(s, &seg, 1, NULL, NULL);
         s->n_past += chunk;
         done += chunk;
@@ -530,11 +532,12 @@ int tutti_session_shift(tutti_session *s, int32_t n_keep, int32_t n_discard) {
             for (size_t j = 0; j < (size_t)c * nk; j++) row[j] = tutti_fp16_to_f32(src[j]);
             /* every row turned by the same -n_discard positions: the chunk
              * is one "token" of c * n_head_kv heads */
-            tutti_rope(row, 1, c * hp->n_head_kv, hp->head_dim_k, hp->n_rot, -n_discard, L->rope_base,
-                       L->rope_scale, s->rope_factors, m->arch->rope_mode);
+            tutti_rope(row, 1, c * hp->n_head_kv, hp->head_dim_k, hp->n_rot, -n_discard, L->rope_base, L->rope_scale,
+                       s->rope_factors, m->arch->rope_mode);
             tutti_f32_to_f16_row(row, kc + (size_t)(n_keep + p) * nk, (int64_t)c * (int64_t)nk);
         }
-        memmove(vc + (size_t)n_keep * nv, vc + (size_t)(n_keep + n_discard) * nv, sizeof(uint16_t) * nv * (size_t)n_move);
+        memmove(vc + (size_t)n_keep * nv, vc + (size_t)(n_keep + n_discard) * nv,
+                sizeof(uint16_t) * nv * (size_t)n_move);
     }
     if (row != s->k) free(row);
     s->n_past -= n_discard;

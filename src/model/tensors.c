@@ -16,7 +16,8 @@ enum { W_REQUIRED = 0, W_OPTIONAL = 1, W_F32 = 2 };
 
 const void *tutti_weight_mat(const tutti_weight *w, int64_t i) {
     if (w->part && i >= w->part0 && i < w->part1)
-        return (const char *)w->part + (size_t)(i - w->part0) * (size_t)w->n_rows * tutti_row_size(w->part_type, w->n_cols);
+        return (const char *)w->part +
+               (size_t)(i - w->part0) * (size_t)w->n_rows * tutti_row_size(w->part_type, w->n_cols);
     return (const char *)w->data + (size_t)i * (size_t)w->n_rows * tutti_row_size(w->type, w->n_cols);
 }
 
@@ -51,8 +52,7 @@ static int bind3(binder *b, tutti_weight *w, const char *name, int64_t ne0, int6
     const gguf_tensor_info *t = gguf_find_tensor(m->gguf, name);
     if (!t) {
         if (flags & W_OPTIONAL) return TUTTI_OK;
-        return tutti_set_error("%s: missing tensor '%s' (required for architecture %s)", m->path, name,
-                               m->arch->name);
+        return tutti_set_error("%s: missing tensor '%s' (required for architecture %s)", m->path, name, m->arch->name);
     }
     int64_t want[GGUF_MAX_DIMS] = {ne0, ne1 < 0 ? t->ne[1] : (ne1 == 0 ? 1 : ne1), ne2 > 0 ? ne2 : 1, 1};
     uint32_t want_dims = ne2 > 0 ? 3 : ne1 == 0 ? 1 : 2;
@@ -68,8 +68,8 @@ static int bind3(binder *b, tutti_weight *w, const char *name, int64_t ne0, int6
         return tutti_set_error("%s: tensor '%s' has type %s, which tutti cannot compute with", m->path, name,
                                tutti_type_name(t->type));
     if ((flags & W_F32) && t->type != TUTTI_TYPE_F32)
-        return tutti_set_error("%s: tensor '%s' has type %s, expected f32 (norm weights and biases)", m->path,
-                               name, tutti_type_name(t->type));
+        return tutti_set_error("%s: tensor '%s' has type %s, expected f32 (norm weights and biases)", m->path, name,
+                               tutti_type_name(t->type));
     if (tutti_row_size(t->type, t->ne[0]) == 0)
         return tutti_set_error("%s: tensor '%s': row of %" PRId64 " elements is not a whole number of %s blocks",
                                m->path, name, t->ne[0], tutti_type_name(t->type));
@@ -262,8 +262,7 @@ static int bind_all(binder *b) {
                                m->token_embd.n_rows);
     hp->n_vocab = (int32_t)m->token_embd.n_rows;
     if (bind(b, &m->output_norm, "output_norm.weight", hp->n_embd, 0, W_F32) ||
-        (arch_takes_output(m->arch) &&
-         bind(b, &m->output, "output.weight", hp->n_embd, hp->n_vocab, W_OPTIONAL)) ||
+        (arch_takes_output(m->arch) && bind(b, &m->output, "output.weight", hp->n_embd, hp->n_vocab, W_OPTIONAL)) ||
         (arch_takes_rope_freqs(m->arch) &&
          bind(b, &m->rope_freqs, "rope_freqs.weight", hp->n_rot / 2, 0, W_OPTIONAL | W_F32)))
         return TUTTI_ERR;

@@ -46,14 +46,14 @@ struct tutti_mpi_experts;
 static int xp_post(struct tutti_mpi_experts *x, int32_t il, const int32_t *offs, const float *xe);
 
 struct tutti_mpi_experts {
-    int32_t refs; /* the opener's and one per session (xp_session) */
+    int32_t refs;       /* the opener's and one per session (xp_session) */
     pthread_mutex_t mu; /* held from a layer's send to its recv: one exchange at a time on the tag */
     int32_t k, tag, n_expert, n_used, e0, e1; /* ranks; [e0, e1): rank 0's experts */
     int64_t n_embd;
     char *path;
-    bool dead;                    /* a fault: nothing more goes out */
-    bool loaded[XP_MAX_RANKS];    /* ranks serving experts (to be released) */
-    bool pending[XP_MAX_RANKS];   /* a request of this layer out */
+    bool dead;                  /* a fault: nothing more goes out */
+    bool loaded[XP_MAX_RANKS];  /* ranks serving experts (to be released) */
+    bool pending[XP_MAX_RANKS]; /* a request of this layer out */
     char *sbuf[XP_MAX_RANKS], *rbuf[XP_MAX_RANKS];
     size_t scap[XP_MAX_RANKS], rcap[XP_MAX_RANKS];
     MPI_Request sreq[XP_MAX_RANKS], rreq[XP_MAX_RANKS];
@@ -350,7 +350,6 @@ typedef struct xp_srv {
     pthread_t th;
 } xp_srv;
 
-
 /* Checks a RUN request of cnt bytes and builds offs [n_expert + 1] for its
  * rows; NULL, or what is wrong. */
 static const char *srv_check(const xp_srv *q, const char *buf, int cnt, const tmpi_xreq *h, int32_t *offs) {
@@ -358,7 +357,8 @@ static const char *srv_check(const xp_srv *q, const char *buf, int cnt, const tm
     const int32_t ne = q->e1 - q->e0;
     if (h->il < 0 || h->il >= hp->n_layer || !q->m->layers[h->il].ffn_gate_inp.data || h->n_rows < 1 ||
         h->n_rows > XP_MAX_ROWS ||
-        (size_t)cnt != sizeof *h + sizeof(int32_t) * (size_t)ne + sizeof(float) * (size_t)h->n_rows * (size_t)hp->n_embd)
+        (size_t)cnt !=
+            sizeof *h + sizeof(int32_t) * (size_t)ne + sizeof(float) * (size_t)h->n_rows * (size_t)hp->n_embd)
         return "malformed expert request";
     int64_t sum = 0;
     for (int32_t e = 0; e <= hp->n_expert; e++) {
@@ -395,8 +395,7 @@ static void *srv_main(void *arg) {
             MPI_Mrecv(tmp, cnt, MPI_BYTE, &msg, &st);
             free(tmp);
             cnt = 0;
-        } else if (MPI_Mrecv(buf, cnt, MPI_BYTE, &msg, &st) != MPI_SUCCESS)
-            break;
+        } else if (MPI_Mrecv(buf, cnt, MPI_BYTE, &msg, &st) != MPI_SUCCESS) break;
         tmpi_xreq h = {-1, 0, 0};
         if (cnt >= (int)sizeof h) memcpy(&h, buf, sizeof h);
         if (h.op == TMPI_XP_FREE) break;
@@ -408,7 +407,8 @@ static void *srv_main(void *arg) {
              !tutti_threadpool_scratch(q->tp, n * (size_t)(n_embd > nf ? n_embd : nf) + 16 * (size_t)hp->n_expert)))
             err = "out of memory for an expert request";
         if (!err && n > cap_rows) {
-            float *g = realloc(ge, sizeof(float) * n * (size_t)nf), *u = g ? realloc(ue, sizeof(float) * n * (size_t)nf) : NULL;
+            float *g = realloc(ge, sizeof(float) * n * (size_t)nf),
+                  *u = g ? realloc(ue, sizeof(float) * n * (size_t)nf) : NULL;
             if (g) ge = g;
             if (u) ue = u, cap_rows = n;
             else err = "out of memory for an expert request";

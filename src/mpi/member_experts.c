@@ -58,6 +58,6 @@ fusion_member *tmpi_member_experts_open(const member_spec *spec) {
     }
     c->strict = spec->split_experts_strict;
     const fusion_local_sessions ops = {c, experts_open, NULL, experts_release, true, tutti_mpi_experts_load};
-    return fusion_member_local_new_sessions(spec->path, spec->shared, spec->n_sessions, spec->n_ctx,
-                                            spec->n_threads, &ops);
+    return fusion_member_local_new_sessions(spec->path, spec->shared, spec->n_sessions, spec->n_ctx, spec->n_threads,
+                                            &ops);
 }

@@ -93,10 +93,10 @@ void tmpi_members_on(int rank, char *buf, size_t cap) {
     pthread_mutex_lock(&g_mu);
     for (int i = 0; i < g_n_reg && o + 1 < cap; i++)
         if (g_reg[i].rank == rank) {
-            int k = g_reg[i].index < 0 /* a part of a model split by layers: its name says which */
-                        ? snprintf(buf + o, cap - o, "%s%s", o ? ", " : "", g_reg[i].name)
-                        : snprintf(buf + o, cap - o, "%smember %d (%s)", o ? ", " : "", g_reg[i].index + 1,
-                                   g_reg[i].name);
+            int k =
+                g_reg[i].index < 0 /* a part of a model split by layers: its name says which */
+                    ? snprintf(buf + o, cap - o, "%s%s", o ? ", " : "", g_reg[i].name)
+                    : snprintf(buf + o, cap - o, "%smember %d (%s)", o ? ", " : "", g_reg[i].index + 1, g_reg[i].name);
             if (k < 0) break;
             o += (size_t)k;
         }
@@ -116,8 +116,7 @@ static void update_killmsg(int rank) {
     char who[512];
     tmpi_members_on(rank, who, sizeof who);
     snprintf(g_killmsg[rank], sizeof g_killmsg[rank],
-             "tutti: mpi: the launcher ended the job: rank %d (%s) died or stopped answering\n", rank,
-             who);
+             "tutti: mpi: the launcher ended the job: rank %d (%s) died or stopped answering\n", rank, who);
 }
 
 /* mpirun ends every rank (SIGTERM, then SIGKILL) when one dies: say which
@@ -346,8 +345,7 @@ static void bytes_answer(srv_member *s, fusion_bytes *st, int rc, int32_t count)
     if (rc < 0) snprintf(r.err, sizeof r.err, "%s", tutti_last_error());
     if (rc >= 0 && st) {
         r.need_tokens = fusion_bytes_need_tokens(st);
-        if (r.need_tokens > s->m->n_ctx)
-            r.status_prep = 1;
+        if (r.need_tokens > s->m->n_ctx) r.status_prep = 1;
         else if ((r.status_prep = fusion_bytes_next(st, r.dist)) < 0)
             snprintf(r.err, sizeof r.err, "%s", tutti_last_error());
         r.n_hyps = fusion_bytes_n_hyps(st);
@@ -559,8 +557,11 @@ static void *srv_member_main(void *arg) {
             srv_reply_err(s, tutti_last_error());
             continue;
         }
-        tmpi_reply r = {.status = 0, .count = (int32_t)count, .t_forward_s = m->t_forward_s,
-                        .n_forward_tokens = m->n_forward_tokens, .n_forward_calls = m->n_forward_calls};
+        tmpi_reply r = {.status = 0,
+                        .count = (int32_t)count,
+                        .t_forward_s = m->t_forward_s,
+                        .n_forward_tokens = m->n_forward_tokens,
+                        .n_forward_calls = m->n_forward_calls};
         MPI_Send(&r, sizeof r, MPI_BYTE, 0, s->tag, tmpi_comm);
         MPI_Send(row, (int)count, MPI_FLOAT, 0, s->tag, tmpi_comm);
     }
@@ -595,7 +596,8 @@ static int serve(void) {
         if (MPI_Mrecv(buf, cnt, MPI_BYTE, &msg, &st) != MPI_SUCCESS) break;
         int32_t op = 0;
         if (cnt >= (int)sizeof op) memcpy(&op, buf, sizeof op);
-        if (op == TMPI_SPLIT || op == TMPI_EXPERTS) { /* a part of a split model (split.c), or its experts (experts.c) */
+        if (op == TMPI_SPLIT ||
+            op == TMPI_EXPERTS) { /* a part of a split model (split.c), or its experts (experts.c) */
             char ebuf[1024] = "";
             tmpi_loaded out = {0};
             if ((op == TMPI_SPLIT ? tmpi_split_serve : tmpi_experts_serve)(buf, cnt, ebuf, sizeof ebuf) < 0) {
@@ -624,7 +626,8 @@ static int serve(void) {
             char *path = buf + sizeof ld;
             path[ld.path_len] = 0;
             srv_member *s = calloc(1, sizeof *s);
-            member_spec spec = {.path = path, .n_sessions = ld.n_sessions, .n_ctx = ld.n_ctx, .n_threads = ld.n_threads};
+            member_spec spec = {
+                .path = path, .n_sessions = ld.n_sessions, .n_ctx = ld.n_ctx, .n_threads = ld.n_threads};
             fusion_member *m = s ? member_open(&spec) : NULL;
             if (!m) {
                 if (!s) tutti_set_error("mpi: out of memory");
@@ -746,8 +749,9 @@ int tutti_mpi_stop(int rc) {
     g_split.n_paths = 0;
     if (tmpi_comm == MPI_COMM_NULL || g_rank != 0) return rc;
     if (g_n_req > 0)
-        fprintf(stderr, "tutti: mpi: %lld requests, %.1f bytes sent and %.1f received per request, mean round trip "
-                        "%.1f us, at most %d ranks busy at once\n",
+        fprintf(stderr,
+                "tutti: mpi: %lld requests, %.1f bytes sent and %.1f received per request, mean round trip "
+                "%.1f us, at most %d ranks busy at once\n",
                 (long long)g_n_req, (double)g_sent / (double)g_n_req, (double)g_recv / (double)g_n_req,
                 1e6 * g_rtt / (double)g_n_req, g_busy_max);
     if (g_fault) {

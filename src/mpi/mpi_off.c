@@ -73,7 +73,8 @@ tutti_model *tutti_mpi_experts_load(const char *path, const tutti_model_params *
 }
 int tutti_mpi_experts_attach(struct tutti_session *s, const char *path) {
     (void)s, (void)path;
-    return tutti_set_error("--split-experts: this tutti was built without MPI (install libopenmpi-dev and reconfigure)");
+    return tutti_set_error(
+        "--split-experts: this tutti was built without MPI (install libopenmpi-dev and reconfigure)");
 }
 int tutti_mpi_experts_members(bool on, bool strict) {
     (void)strict;

@@ -126,12 +126,12 @@ typedef struct tmpi_breply {
     int32_t status_prep; /* prepare + next after it: 0, < 0 (failed), 1 = not run (need_tokens > n_ctx) */
     int32_t need_tokens; /* fusion_bytes_need_tokens after the op, before prepare */
     int32_t n_hyps, count;
-    int32_t n_deferred;  /* fusion_bytes_n_deferred after the op */
+    int32_t n_deferred; /* fusion_bytes_n_deferred after the op */
     double pruned;
     double t_forward_s;
     int64_t n_forward_tokens, n_forward_calls;
-    double dist[257];    /* when status_prep == 0 */
-    char err[512];       /* the error text when a status is < 0 */
+    double dist[257]; /* when status_prep == 0 */
+    char err[512];    /* the error text when a status is < 0 */
 } tmpi_breply;
 
 typedef struct tmpi_load {
@@ -143,13 +143,13 @@ typedef struct tmpi_load {
 typedef struct tmpi_loaded {
     int32_t status; /* 0, or < 0 and the error text follows */
     int32_t handle, n_vocab, n_ctx, bos, err_len;
-    int32_t pid;    /* the member rank's process and host, for fault reports */
+    int32_t pid; /* the member rank's process and host, for fault reports */
     char host[64];
 } tmpi_loaded;
 
 typedef struct tmpi_reply {
-    int32_t status;  /* 0, or < 0 and the error text follows */
-    int32_t count;   /* floats (or error chars) in the next message */
+    int32_t status; /* 0, or < 0 and the error text follows */
+    int32_t count;  /* floats (or error chars) in the next message */
     double t_forward_s;
     int64_t n_forward_tokens, n_forward_calls;
 } tmpi_reply;

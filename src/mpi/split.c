@@ -88,7 +88,7 @@ typedef struct split_pipe {
 
 static pthread_mutex_t g_rings_mu = PTHREAD_MUTEX_INITIALIZER;
 static tutti_mpi_ring *g_rings; /* tutti_mpi_stop releases what a failed command left */
-static int32_t g_ring_seq;     /* rings opened (their tags are never reused: a late FREE cannot hit a new ring) */
+static int32_t g_ring_seq;      /* rings opened (their tags are never reused: a late FREE cannot hit a new ring) */
 
 /* Bytes of weights per layer (tensors "blk.N.*") and of the rest (the
  * embeddings, the head and the small global tensors, held by rank 0). */
@@ -100,10 +100,8 @@ static int layer_bytes(const tutti_model *m, uint64_t *bytes, uint64_t *rest) {
         int il = -1, off = 0;
         char name[128];
         snprintf(name, sizeof name, "%.*s", (int)(t->name.len < 127 ? t->name.len : 127), t->name.data);
-        if (sscanf(name, "blk.%d.%n", &il, &off) == 1 && off > 0 && il >= 0 && il < m->hp.n_layer)
-            bytes[il] += t->size;
-        else
-            *rest += t->size;
+        if (sscanf(name, "blk.%d.%n", &il, &off) == 1 && off > 0 && il >= 0 && il < m->hp.n_layer) bytes[il] += t->size;
+        else *rest += t->size;
     }
     return TUTTI_OK;
 }
@@ -148,7 +146,7 @@ static int plan(tutti_mpi_ring *g, const tutti_model *m, const char *counts, int
             const int32_t keep = n_layer >= k ? k - 1 - r : 0; /* layers left for the ranks after r */
             const double target = (double)total * (double)(r + 1) / (double)k;
             while (il < n_layer - keep && (r == k - 1 || (double)cum + (double)b[il] / 2 <= target ||
-                                            (r > 0 && il == g->il0[r] && n_layer >= k)))
+                                           (r > 0 && il == g->il0[r] && n_layer >= k)))
                 cum += b[il++];
             g->il1[r] = il;
         }
@@ -159,10 +157,8 @@ static int plan(tutti_mpi_ring *g, const tutti_model *m, const char *counts, int
         uint64_t by = r == 0 ? rest : 0;
         for (int32_t il = g->il0[r]; il < g->il1[r]; il++) by += b[il];
         char what[64];
-        if (g->il1[r] > g->il0[r])
-            snprintf(what, sizeof what, "layers %d-%d", g->il0[r], g->il1[r] - 1);
-        else
-            snprintf(what, sizeof what, "no layers");
+        if (g->il1[r] > g->il0[r]) snprintf(what, sizeof what, "layers %d-%d", g->il0[r], g->il1[r] - 1);
+        else snprintf(what, sizeof what, "no layers");
         o += (size_t)snprintf(line + o, sizeof line - o, "%s rank %d %s%s (%.1f MiB)", r ? "," : "", r, what,
                               r == 0 ? " + embeddings and head" : "", (double)by / (1 << 20));
     }
@@ -427,7 +423,8 @@ static int ring_pass(tutti_mpi_ring *r, tutti_session *s, int32_t n_piece, float
         const tmpi_act h = {TMPI_ACT, t, 0, ns, n_copy};
         size_t o = 0;
         memcpy(msg, &h, sizeof h), o += sizeof h;
-        if (n_copy > 0) memcpy(msg + o, r->copy, sizeof(tmpi_copy) * (size_t)n_copy), o += sizeof(tmpi_copy) * (size_t)n_copy;
+        if (n_copy > 0)
+            memcpy(msg + o, r->copy, sizeof(tmpi_copy) * (size_t)n_copy), o += sizeof(tmpi_copy) * (size_t)n_copy;
         for (int32_t j = j0; j < j0 + ns; j++) {
             const tmpi_seg sg = {((split_pipe *)r->seg[j].s->pipe)->sid, r->pos0[j], r->seg[j].n};
             memcpy(msg + o, &sg, sizeof sg), o += sizeof sg;
@@ -632,8 +629,7 @@ int tutti_mpi_split_attach(tutti_session *s, int32_t n_threads, int32_t ubatch) 
     int rc = tutti_mpi_ring_attach(r, s, 0, n_threads);
     if (s && s->pipe && s->pipe->free == pipe_free)
         ((split_pipe *)s->pipe)->owns_ring = true; /* freed with the session */
-    else
-        tutti_mpi_ring_free(r);
+    else tutti_mpi_ring_free(r);
     return rc;
 }
 
@@ -653,7 +649,7 @@ typedef struct split_srv {
 static struct {
     pthread_t th;
     void *obj;
-} *g_srv;
+} * g_srv;
 static int g_n_srv, g_cap_srv;
 
 bool tmpi_serving_room(void) {
@@ -770,8 +766,7 @@ static void *srv_main(void *arg) {
             free(tmp);
             if (!buf || !fseg || !seen) break;
             cnt = 0;
-        } else if (MPI_Mrecv(buf, cnt, MPI_BYTE, &msg, &st) != MPI_SUCCESS)
-            break;
+        } else if (MPI_Mrecv(buf, cnt, MPI_BYTE, &msg, &st) != MPI_SUCCESS) break;
         tmpi_act h = {-1, 0, 0, 0, 0}; /* dropped or short: malformed */
         if (cnt >= (int)sizeof h) memcpy(&h, buf, sizeof h);
         if (h.op == TMPI_ACT_FREE) break;

@@ -26,7 +26,7 @@
 
 #include "util/fp16.h"
 
-#define QK 32  /* elements per block of the legacy types, IQ4_NL and MXFP4 */
+#define QK 32   /* elements per block of the legacy types, IQ4_NL and MXFP4 */
 #define QKK 256 /* elements per K / IQ4_XS super-block */
 
 #define rd_u16 tutti_rd_u16
@@ -34,14 +34,11 @@
 #define rd_half tutti_rd_half
 
 /* The 16 non-linear levels of IQ4_NL / IQ4_XS (ggml's kvalues_iq4nl). */
-static const int8_t k_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                          1,    13,   25,  38,  53,  69,  89,  113};
+static const int8_t k_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 /* ---- plain floats -------------------------------------------------------- */
 
-void tutti_to_float_f32(const void *src, float *dst, int64_t n) {
-    memcpy(dst, src, sizeof(float) * (size_t)n);
-}
+void tutti_to_float_f32(const void *src, float *dst, int64_t n) { memcpy(dst, src, sizeof(float) * (size_t)n); }
 
 void tutti_to_float_f16(const void *src, float *dst, int64_t n) {
     const uint8_t *p = src;
@@ -310,8 +307,7 @@ void tutti_to_float_iq4_xs(const void *src, float *dst, int64_t n) {
         const uint16_t scales_h = rd_u16(b + 2);
         const uint8_t *scales_l = b + 4, *qs = b + 8;
         for (int ib = 0; ib < QKK / 32; ib++) {
-            const int ls = ((scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0F) |
-                           (((scales_h >> (2 * ib)) & 3) << 4);
+            const int ls = ((scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0F) | (((scales_h >> (2 * ib)) & 3) << 4);
             const float dl = d * (float)(ls - 32);
             const uint8_t *q = qs + 16 * ib;
             float *y = dst + 32 * ib;

@@ -281,9 +281,8 @@ void tutti_quantize_row_q5_1_ref(const float *x, void *dst, int64_t n) {
  * each, solve the weighted least-squares scale and min for those levels and
  * keep the grid with the smallest weighted squared (or, with use_mad,
  * absolute) error.  Returns the scale. */
-static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint8_t *L,
-                           float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep,
-                           bool use_mad) {
+static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint8_t *L, float *the_min, uint8_t *Laux,
+                           float rmin, float rdelta, int nstep, bool use_mad) {
     float min = x[0], max = x[0];
     float sum_w = w[0];
     float sum_x = sum_w * x[0];
@@ -384,8 +383,7 @@ static float fit_scale_sym(int n, int nmax, const float *x, int8_t *L) {
             suml2 += w * (float)l * (float)l;
         }
         if (suml2 > 0 && sumlx * sumlx > best * suml2) {
-            for (int i = 0; i < n; i++)
-                L[i] = (int8_t)(nmax + clampi(round_even(iscale * x[i]), -nmax, nmax - 1));
+            for (int i = 0; i < n; i++) L[i] = (int8_t)(nmax + clampi(round_even(iscale * x[i]), -nmax, nmax - 1));
             scale = sumlx / suml2;
             best = scale * sumlx;
         }
@@ -422,8 +420,8 @@ static void k4_unpack(const uint8_t s[12], int j, int *sc, int *m) {
 /* Common part of Q4_K and Q5_K: per-sub-block fit, 6-bit quantization of the
  * scales and mins, f16 d / dmin written to hdr[0..3], scales to hdr[4..15],
  * and the final levels (0..nmax) re-rounded against the stored scales. */
-static void k4_quantize_block(const float *x, int nmax, float rmin, float rdelta, int nstep,
-                              uint8_t hdr[16], uint8_t L[TUTTI_QK_K]) {
+static void k4_quantize_block(const float *x, int nmax, float rmin, float rdelta, int nstep, uint8_t hdr[16],
+                              uint8_t L[TUTTI_QK_K]) {
     uint8_t Laux[32];
     float w[32], scales[8], mins[8];
     float max_scale = 0, max_min = 0;
@@ -433,8 +431,7 @@ static void k4_quantize_block(const float *x, int nmax, float rmin, float rdelta
         for (int l = 0; l < 32; l++) sum_x2 += xb[l] * xb[l];
         const float av_x = sqrtf(sum_x2 / 32);
         for (int l = 0; l < 32; l++) w[l] = av_x + fabsf(xb[l]);
-        scales[j] = fit_scale_min(32, nmax, xb, w, L + 32 * j, &mins[j], Laux, rmin, rdelta, nstep,
-                                  false);
+        scales[j] = fit_scale_min(32, nmax, xb, w, L + 32 * j, &mins[j], Laux, rmin, rdelta, nstep, false);
         if (scales[j] > max_scale) max_scale = scales[j];
         if (mins[j] > max_min) max_min = mins[j];
     }
@@ -459,8 +456,7 @@ static void k4_quantize_block(const float *x, int nmax, float rmin, float rdelta
         const float d = d_all * (float)sc;
         if (d == 0.0f) continue; /* keep the levels of the fit */
         const float dm = dmin_all * (float)m;
-        for (int l = 0; l < 32; l++)
-            L[32 * j + l] = (uint8_t)clampi(round_even((x[32 * j + l] + dm) / d), 0, nmax);
+        for (int l = 0; l < 32; l++) L[32 * j + l] = (uint8_t)clampi(round_even((x[32 * j + l] + dm) / d), 0, nmax);
     }
 }
 
@@ -473,8 +469,7 @@ void tutti_quantize_row_q4_K_ref(const float *x, void *dst, int64_t n) {
         k4_quantize_block(x, 15, -1.0f, 0.1f, 20, b, L);
         uint8_t *qs = b + 16;
         for (int c = 0; c < 4; c++)
-            for (int l = 0; l < 32; l++)
-                qs[32 * c + l] = (uint8_t)(L[64 * c + l] | (L[64 * c + 32 + l] << 4));
+            for (int l = 0; l < 32; l++) qs[32 * c + l] = (uint8_t)(L[64 * c + l] | (L[64 * c + 32 + l] << 4));
     }
 }
 
@@ -522,8 +517,7 @@ void tutti_quantize_row_q6_K_ref(const float *x, void *dst, int64_t n) {
         for (int j = 0; j < 16; j++) {
             const float d = d_all * (float)sc[j];
             if (d == 0.0f) continue;
-            for (int l = 0; l < 16; l++)
-                L[16 * j + l] = (int8_t)(clampi(round_even(x[16 * j + l] / d), -32, 31) + 32);
+            for (int l = 0; l < 16; l++) L[16 * j + l] = (int8_t)(clampi(round_even(x[16 * j + l] / d), -32, 31) + 32);
         }
         uint8_t *ql = b, *qh = b + 128;
         for (int h = 0; h < 2; h++) {

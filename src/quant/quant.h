@@ -119,7 +119,7 @@ float tutti_vec_dot_ref(int type, const void *w_row, const float *x, int64_t n);
 
 /* Q8_0 block, 34 bytes, the same bytes as ggml's block_q8_0. */
 typedef struct tutti_block_q8_0 {
-    uint16_t d;        /* IEEE half scale */
+    uint16_t d; /* IEEE half scale */
     int8_t qs[TUTTI_QK8_0];
 } tutti_block_q8_0;
 
@@ -127,9 +127,9 @@ typedef struct tutti_block_q8_0 {
  * activation format of llama.cpp's K-quant dot products.  Not a tensor type
  * of GGUF files (tutti_type_supported(TUTTI_TYPE_Q8_K) is false). */
 typedef struct tutti_block_q8_K {
-    float d;                         /* float32 scale: x ~= d * qs[i] */
+    float d; /* float32 scale: x ~= d * qs[i] */
     int8_t qs[TUTTI_QK_K];
-    int16_t bsums[TUTTI_QK_K / 16];  /* bsums[j] = sum of qs[16j .. 16j+15] */
+    int16_t bsums[TUTTI_QK_K / 16]; /* bsums[j] = sum of qs[16j .. 16j+15] */
 } tutti_block_q8_K;
 
 void tutti_quantize_row_q8_0_ref(const float *x, void *dst, int64_t n);

@@ -102,9 +102,12 @@ static inline float simd_iq_d(int type, const uint8_t *b) {
 }
 static inline float simd_iq_finish(int type, float sum, float delta_sum) {
     switch (type) {
-    case TUTTI_TYPE_IQ2_XXS: case TUTTI_TYPE_IQ2_XS: case TUTTI_TYPE_IQ2_S: return 0.125f * sum;
+    case TUTTI_TYPE_IQ2_XXS:
+    case TUTTI_TYPE_IQ2_XS:
+    case TUTTI_TYPE_IQ2_S: return 0.125f * sum;
     case TUTTI_TYPE_IQ3_XXS: return 0.25f * sum;
-    case TUTTI_TYPE_IQ1_S: case TUTTI_TYPE_IQ1_M: return sum + TUTTI_IQ1_DELTA * delta_sum;
+    case TUTTI_TYPE_IQ1_S:
+    case TUTTI_TYPE_IQ1_M: return sum + TUTTI_IQ1_DELTA * delta_sum;
     default: return sum;
     }
 }
@@ -112,14 +115,13 @@ static inline float simd_iq_finish(int type, float sum, float delta_sum) {
 /* Generic tile product built from a vec_dot (used where a path has no
  * dedicated tile kernel). */
 /* Defines gemm_NAME, the table entry that runs vd_NAME over every (row, token) pair. */
-#define TUTTI_GEMM_FROM_VEC_DOT(NAME)                                                            \
-    static void gemm_##NAME(int64_t n, const void *w, size_t ldw, int nr, const void *vx,         \
-                            size_t ldx, int nc, float *s, size_t lds) {                          \
-        tutti_simd_gemm_from_vec_dot(vd_##NAME, n, w, ldw, nr, vx, ldx, nc, s, lds);              \
+#define TUTTI_GEMM_FROM_VEC_DOT(NAME)                                                                         \
+    static void gemm_##NAME(int64_t n, const void *w, size_t ldw, int nr, const void *vx, size_t ldx, int nc, \
+                            float *s, size_t lds) {                                                           \
+        tutti_simd_gemm_from_vec_dot(vd_##NAME, n, w, ldw, nr, vx, ldx, nc, s, lds);                          \
     }
-void tutti_simd_gemm_from_vec_dot(tutti_vec_dot_fn vd, int64_t n, const void *w, size_t ldw,
-                                  int nr, const void *vx, size_t ldx, int nc, float *s,
-                                  size_t lds);
+void tutti_simd_gemm_from_vec_dot(tutti_vec_dot_fn vd, int64_t n, const void *w, size_t ldw, int nr, const void *vx,
+                                  size_t ldx, int nc, float *s, size_t lds);
 
 /* Each path overwrites the entries it has kernels for (tab indexed by
  * weight type; entries arrive filled with the simpler path's kernels). */

@@ -23,18 +23,18 @@ static inline float h2f(const uint8_t *p) { return tutti_fp16_to_f32(simd_rd_u16
 
 /* Signed 32-element legacy blocks with Q8_0 activations; DECODE sets w0
  * (elements 0..15) and w1 (16..31). */
-#define LEGACY_SIGNED(NAME, BS, DECODE)                                                          \
-    static void vd_##NAME(int64_t n, float *s, const void *vw, const void *vx) {                  \
-        const uint8_t *w = vw, *x = vx;                                                           \
-        float32x4_t acc = vdupq_n_f32(0);                                                         \
-        for (int64_t ib = 0; ib < n / 32; ib++, w += BS, x += SIMD_Q8_0_BYTES) {                  \
-            int8x16_t w0, w1;                                                                     \
-            DECODE;                                                                               \
-            int32x4_t p = dot_s8(vdupq_n_s32(0), w0, vld1q_s8((const int8_t *)(x + 2)));          \
-            p = dot_s8(p, w1, vld1q_s8((const int8_t *)(x + 18)));                                \
-            acc = vmlaq_n_f32(acc, vcvtq_f32_s32(p), h2f(w) * h2f(x));                            \
-        }                                                                                         \
-        *s = vaddvq_f32(acc);                                                                     \
+#define LEGACY_SIGNED(NAME, BS, DECODE)                                                  \
+    static void vd_##NAME(int64_t n, float *s, const void *vw, const void *vx) {         \
+        const uint8_t *w = vw, *x = vx;                                                  \
+        float32x4_t acc = vdupq_n_f32(0);                                                \
+        for (int64_t ib = 0; ib < n / 32; ib++, w += BS, x += SIMD_Q8_0_BYTES) {         \
+            int8x16_t w0, w1;                                                            \
+            DECODE;                                                                      \
+            int32x4_t p = dot_s8(vdupq_n_s32(0), w0, vld1q_s8((const int8_t *)(x + 2))); \
+            p = dot_s8(p, w1, vld1q_s8((const int8_t *)(x + 18)));                       \
+            acc = vmlaq_n_f32(acc, vcvtq_f32_s32(p), h2f(w) * h2f(x));                   \
+        }                                                                                \
+        *s = vaddvq_f32(acc);                                                            \
     }
 
 /* Q8_0 in the float order of the scalar vd_q8_0 (quant/vecdot.c), i.e. of
@@ -57,7 +57,7 @@ static void vd_q8_0(int64_t n, float *s, const void *vw, const void *vx) {
         acc0 = vfmaq_f32(acc0, d, vcvtq_f32_s32(g0));
         acc1 = vfmaq_f32(acc1, d, vcvtq_f32_s32(g1));
     }
-    const float32x4_t t = vaddq_f32(acc0, acc1);                      /* 0+4, 1+5, 2+6, 3+7 */
+    const float32x4_t t = vaddq_f32(acc0, acc1);                       /* 0+4, 1+5, 2+6, 3+7 */
     const float32x2_t u = vadd_f32(vget_low_f32(t), vget_high_f32(t)); /* (0+4)+(2+6), (1+5)+(3+7) */
     *s = vget_lane_f32(u, 0) + vget_lane_f32(u, 1);
 }
@@ -96,7 +96,8 @@ static void vd_q4_k(int64_t n, float *s, const void *vw, const void *vx) {
             summ += m * ((int16_t)simd_rd_u16(x + 260 + 2 * (4 * c)) + (int16_t)simd_rd_u16(x + 260 + 2 * (4 * c + 1)));
             simd_k4_scale_min(w + 4, 2 * c + 1, &sc, &m);
             isum += sc * vaddvq_s32(ph);
-            summ += m * ((int16_t)simd_rd_u16(x + 260 + 2 * (4 * c + 2)) + (int16_t)simd_rd_u16(x + 260 + 2 * (4 * c + 3)));
+            summ +=
+                m * ((int16_t)simd_rd_u16(x + 260 + 2 * (4 * c + 2)) + (int16_t)simd_rd_u16(x + 260 + 2 * (4 * c + 3)));
         }
         const float dy = simd_rd_f32(x);
         sum += dy * h2f(w) * (float)isum - dy * h2f(w + 2) * (float)summ;
@@ -175,11 +176,11 @@ TUTTI_GEMM_FROM_VEC_DOT(f32)
 TUTTI_GEMM_FROM_VEC_DOT(f16)
 
 void tutti_simd_fill_neon(tutti_vec_dot_traits *t) {
-#define SET(T, NAME)                                                                              \
-    do {                                                                                          \
-        t[T].vec_dot = vd_##NAME;                                                                 \
-        t[T].gemm = gemm_##NAME;                                                                  \
-        t[T].path = TUTTI_SIMD_NEON;                                                              \
+#define SET(T, NAME)                 \
+    do {                             \
+        t[T].vec_dot = vd_##NAME;    \
+        t[T].gemm = gemm_##NAME;     \
+        t[T].path = TUTTI_SIMD_NEON; \
     } while (0)
     SET(TUTTI_TYPE_Q8_0, q8_0);
     SET(TUTTI_TYPE_Q4_0, q4_0);

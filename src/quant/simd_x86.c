@@ -40,12 +40,16 @@ bool tutti_simd_cpu_avx512(void) {
  * target pragma, clang (which ignores that pragma) through
  * `#pragma clang attribute`. */
 #if defined(__clang__)
-#define TARGET_BEGIN_AVX2 _Pragma("clang attribute push (__attribute__((target(\"avx2,fma,f16c\"))), apply_to = function)")
-#define TARGET_BEGIN_AVX512 _Pragma("clang attribute push (__attribute__((target(\"avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni\"))), apply_to = function)")
+#define TARGET_BEGIN_AVX2 \
+    _Pragma("clang attribute push (__attribute__((target(\"avx2,fma,f16c\"))), apply_to = function)")
+#define TARGET_BEGIN_AVX512 \
+    _Pragma(                \
+        "clang attribute push (__attribute__((target(\"avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni\"))), apply_to = function)")
 #define TARGET_END _Pragma("clang attribute pop")
 #else
 #define TARGET_BEGIN_AVX2 _Pragma("GCC push_options") _Pragma("GCC target(\"avx2,fma,f16c\")")
-#define TARGET_BEGIN_AVX512 _Pragma("GCC push_options") _Pragma("GCC target(\"avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni\")")
+#define TARGET_BEGIN_AVX512 \
+    _Pragma("GCC push_options") _Pragma("GCC target(\"avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni\")")
 #define TARGET_END _Pragma("GCC pop_options")
 #endif
 

@@ -21,8 +21,7 @@
 float tutti_simd_f16_table[65536];
 float tutti_simd_e8m0_table[256];
 
-const int8_t tutti_simd_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                            1,    13,   25,  38,  53,  69,  89,  113};
+const int8_t tutti_simd_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 /* ---- activation quantizers ------------------------------------------------ */
 
@@ -56,9 +55,7 @@ static void quantize_q8_0_1(const float *x, uint8_t *b, int64_t n, bool with_sum
 void tutti_quantize_row_q8_0_act(const float *x, void *vy, int64_t n) { quantize_q8_0_1(x, vy, n, false); }
 void tutti_quantize_row_q8_1(const float *x, void *vy, int64_t n) { quantize_q8_0_1(x, vy, n, true); }
 
-static void from_float_f32(const float *x, void *vy, int64_t n) {
-    memcpy(vy, x, sizeof(float) * (size_t)n);
-}
+static void from_float_f32(const float *x, void *vy, int64_t n) { memcpy(vy, x, sizeof(float) * (size_t)n); }
 static void from_float_f16(const float *x, void *vy, int64_t n) {
     uint16_t *y = vy; /* activation buffers are allocated by us: aligned */
     for (int64_t i = 0; i < n; i++) y[i] = tutti_f32_to_fp16(x[i]);
@@ -89,8 +86,7 @@ static void vd_f16(int64_t n, float *s, const void *w, const void *vx) {
     float acc[8] = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++)
-            acc[k] += simd_rd_half(a + 2 * (i + k)) * tutti_simd_f16_table[b[i + k]];
+        for (int k = 0; k < 8; k++) acc[k] += simd_rd_half(a + 2 * (i + k)) * tutti_simd_f16_table[b[i + k]];
     float t = 0;
     for (; i < n; i++) t += simd_rd_half(a + 2 * i) * tutti_simd_f16_table[b[i]];
     *s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + t;
@@ -141,8 +137,7 @@ static void vd_q5_0(int64_t n, float *s, const void *w, const void *vx) {
     for (int64_t i = 0; i < n / 32; i++, b += 22, y += SIMD_Q8_0_BYTES) {
         const uint32_t qh = simd_rd_u32(b + 2);
         int isum = 0;
-        for (int j = 0; j < 32; j++)
-            isum += ((nib(b + 6, j) | (int)(((qh >> j) & 1) << 4)) - 16) * (int8_t)y[2 + j];
+        for (int j = 0; j < 32; j++) isum += ((nib(b + 6, j) | (int)(((qh >> j) & 1) << 4)) - 16) * (int8_t)y[2 + j];
         sum += (float)isum * (simd_rd_half(b) * simd_rd_half(y));
     }
     *s = sum;
@@ -154,8 +149,7 @@ static void vd_q5_1(int64_t n, float *s, const void *w, const void *vx) {
     for (int64_t i = 0; i < n / 32; i++, b += 24, y += SIMD_Q8_1_BYTES) {
         const uint32_t qh = simd_rd_u32(b + 4);
         int isum = 0;
-        for (int j = 0; j < 32; j++)
-            isum += (nib(b + 8, j) | (int)(((qh >> j) & 1) << 4)) * (int8_t)y[4 + j];
+        for (int j = 0; j < 32; j++) isum += (nib(b + 8, j) | (int)(((qh >> j) & 1) << 4)) * (int8_t)y[4 + j];
         sum += (float)isum * (simd_rd_half(b) * simd_rd_half(y)) + simd_rd_half(b + 2) * simd_rd_half(y + 2);
     }
     *s = sum;
@@ -313,13 +307,11 @@ static void vd_iq4_xs(int64_t n, float *s, const void *w, const void *vx) {
 
 /* ---- generic tile product ---------------------------------------------------- */
 
-void tutti_simd_gemm_from_vec_dot(tutti_vec_dot_fn vd, int64_t n, const void *w, size_t ldw,
-                                  int nr, const void *vx, size_t ldx, int nc, float *s,
-                                  size_t lds) {
+void tutti_simd_gemm_from_vec_dot(tutti_vec_dot_fn vd, int64_t n, const void *w, size_t ldw, int nr, const void *vx,
+                                  size_t ldx, int nc, float *s, size_t lds) {
     for (int c = 0; c < nc; c++)
         for (int r = 0; r < nr; r++)
-            vd(n, s + (size_t)c * lds + r, (const char *)w + (size_t)r * ldw,
-               (const char *)vx + (size_t)c * ldx);
+            vd(n, s + (size_t)c * lds + r, (const char *)w + (size_t)r * ldw, (const char *)vx + (size_t)c * ldx);
 }
 
 TUTTI_GEMM_FROM_VEC_DOT(f32)
@@ -345,8 +337,7 @@ static bool g_avail[TUTTI_SIMD_COUNT];
 static pthread_once_t g_tab_once = PTHREAD_ONCE_INIT;
 
 static void fill_scalar(tutti_vec_dot_traits *t) {
-#define E(T, VT, FF, NAME)                                                                     \
-    t[T] = (tutti_vec_dot_traits){VT, FF, vd_##NAME, gemm_##NAME, TUTTI_SIMD_SCALAR}
+#define E(T, VT, FF, NAME) t[T] = (tutti_vec_dot_traits){VT, FF, vd_##NAME, gemm_##NAME, TUTTI_SIMD_SCALAR}
     E(TUTTI_TYPE_F32, TUTTI_TYPE_F32, from_float_f32, f32);
     E(TUTTI_TYPE_F16, TUTTI_TYPE_F16, from_float_f16, f16);
     E(TUTTI_TYPE_BF16, TUTTI_TYPE_BF16, from_float_bf16, bf16);
@@ -384,9 +375,7 @@ static void build_tables(void) {
 
 static const char *const g_names[TUTTI_SIMD_COUNT] = {"scalar", "avx2", "avx512", "neon"};
 
-const char *tutti_simd_name(tutti_simd path) {
-    return (unsigned)path < TUTTI_SIMD_COUNT ? g_names[path] : "?";
-}
+const char *tutti_simd_name(tutti_simd path) { return (unsigned)path < TUTTI_SIMD_COUNT ? g_names[path] : "?"; }
 
 int tutti_simd_parse(const char *name) {
     for (int i = 0; i < TUTTI_SIMD_COUNT; i++)
@@ -456,6 +445,4 @@ const tutti_vec_dot_traits *tutti_vec_dot_get_path(tutti_simd path, int wtype) {
     return t->gemm ? t : NULL;
 }
 
-const tutti_vec_dot_traits *tutti_vec_dot_get(int wtype) {
-    return tutti_vec_dot_get_path(tutti_simd_current(), wtype);
-}
+const tutti_vec_dot_traits *tutti_vec_dot_get(int wtype) { return tutti_vec_dot_get_path(tutti_simd_current(), wtype); }

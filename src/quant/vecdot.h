@@ -67,15 +67,15 @@ typedef void (*tutti_vec_dot_fn)(int64_t n, float *s, const void *w, const void 
  * Kernels tile it in registers (several rows x 4 tokens; AVX-512 Q8_0 and
  * its signed kin: 8 rows x 4 tokens), so a weight block is decoded once per
  * 4 tokens or less (prompt processing). */
-typedef void (*tutti_gemm_fn)(int64_t n, const void *w, size_t ldw, int nr, const void *vx,
-                              size_t ldx, int nc, float *s, size_t lds);
+typedef void (*tutti_gemm_fn)(int64_t n, const void *w, size_t ldw, int nr, const void *vx, size_t ldx, int nc,
+                              float *s, size_t lds);
 
 typedef struct tutti_vec_dot_traits {
-    int vec_type;               /* TUTTI_TYPE_Q8_0 / Q8_1 / Q8_K / F16 / BF16 / F32 */
+    int vec_type; /* TUTTI_TYPE_Q8_0 / Q8_1 / Q8_K / F16 / BF16 / F32 */
     tutti_from_float_fn from_float;
-    tutti_vec_dot_fn vec_dot;   /* NULL for repacked layouts (quant.h): rows live in panels */
-    tutti_gemm_fn gemm;         /* never NULL */
-    tutti_simd path;            /* path whose vec_dot kernel this is */
+    tutti_vec_dot_fn vec_dot; /* NULL for repacked layouts (quant.h): rows live in panels */
+    tutti_gemm_fn gemm;       /* never NULL */
+    tutti_simd path;          /* path whose vec_dot kernel this is */
 } tutti_vec_dot_traits;
 
 /* "scalar", "avx2", "avx512", "neon" ("?" for bad values). */

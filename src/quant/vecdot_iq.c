@@ -176,14 +176,13 @@ static void vd_iq(int type, iq_decode_fn dec, int64_t n, float *s, const void *w
         }
         if (type == TUTTI_TYPE_IQ1_S) acc1 = fmaf(d, (float)sum_d, acc1);
     }
-    *s = simd_iq_finish(type, simd_lanes8_sum(acc),
-                        type == TUTTI_TYPE_IQ1_M ? simd_lanes8_sum(acc_d) : acc1);
+    *s = simd_iq_finish(type, simd_lanes8_sum(acc), type == TUTTI_TYPE_IQ1_M ? simd_lanes8_sum(acc_d) : acc1);
 }
 
-#define IQ_KERNEL(NAME, TYPE)                                                                     \
-    static void vd_##NAME(int64_t n, float *s, const void *w, const void *vx) {                   \
-        vd_iq(TYPE, dec_##NAME, n, s, w, vx);                                                     \
-    }                                                                                             \
+#define IQ_KERNEL(NAME, TYPE)                                                   \
+    static void vd_##NAME(int64_t n, float *s, const void *w, const void *vx) { \
+        vd_iq(TYPE, dec_##NAME, n, s, w, vx);                                   \
+    }                                                                           \
     TUTTI_GEMM_FROM_VEC_DOT(NAME)
 IQ_KERNEL(iq2_xxs, TUTTI_TYPE_IQ2_XXS)
 IQ_KERNEL(iq2_xs, TUTTI_TYPE_IQ2_XS)

@@ -35,25 +35,30 @@
 
 struct tutti_sampler {
     tutti_sampler_params p;
-    uint64_t s[4];     /* xoshiro256** state */
-    int32_t *recent;   /* ring buffer of the last repeat_last_n accepted ids */
-    int32_t n_recent;  /* filled entries */
-    int32_t head;      /* next write position */
-    float *work;       /* penalised copy of the logits, grown on demand */
-    void *cands;       /* candidates (struct cand), grown on demand */
-    float *wts;        /* [cap_c] their unnormalised probabilities */
-    double *bsum;      /* [cap_b] block sums of the unfiltered draw */
-    int32_t cap;       /* capacity of work */
-    int32_t cap_c;     /* capacity of cands and wts */
+    uint64_t s[4];    /* xoshiro256** state */
+    int32_t *recent;  /* ring buffer of the last repeat_last_n accepted ids */
+    int32_t n_recent; /* filled entries */
+    int32_t head;     /* next write position */
+    float *work;      /* penalised copy of the logits, grown on demand */
+    void *cands;      /* candidates (struct cand), grown on demand */
+    float *wts;       /* [cap_c] their unnormalised probabilities */
+    double *bsum;     /* [cap_b] block sums of the unfiltered draw */
+    int32_t cap;      /* capacity of work */
+    int32_t cap_c;    /* capacity of cands and wts */
     int32_t cap_b;
-    float *pbuf;       /* [cap_p] the target distribution of tutti_sampler_sample_draft */
+    float *pbuf; /* [cap_p] the target distribution of tutti_sampler_sample_draft */
     int32_t cap_p;
 };
 
 tutti_sampler_params tutti_sampler_default_params(void) {
     tutti_sampler_params p = {
-        .temp = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
-        .repeat_penalty = 1.0f, .repeat_last_n = 64, .seed = 0,
+        .temp = 0.8f,
+        .top_k = 40,
+        .top_p = 0.95f,
+        .min_p = 0.05f,
+        .repeat_penalty = 1.0f,
+        .repeat_last_n = 64,
+        .seed = 0,
     };
     return p;
 }
@@ -356,7 +361,7 @@ typedef struct sel {
     const float *z; /* SEL_ALL: the (penalised) logits */
     float zmax;
     float inv_t;
-    int32_t m;      /* SEL_CANDS: s->cands[0..m), s->wts[0..m) */
+    int32_t m; /* SEL_CANDS: s->cands[0..m), s->wts[0..m) */
     double total;
 } sel;
 
@@ -399,7 +404,7 @@ static int select_dist(tutti_sampler *s, const float *logits, int32_t n, sel *ou
         return 0;
     }
     bool top_k = s->p.top_k > 0 && s->p.top_k < n;
-    bool top_p = s->p.top_p < 1.0f, min_p = s->p.min_p > 0;
+    bool top_p = s->p.top_p<1.0f, min_p = s->p.min_p> 0;
     double inv_t = 1.0 / s->p.temp;
 
     /* Every filter off: inverse CDF over the unsorted vocabulary. */
@@ -435,7 +440,10 @@ static int select_dist(tutti_sampler *s, const float *logits, int32_t n, sel *ou
             int32_t keep = m;
             for (int32_t i = 0; i < m; i++) {
                 cum += exp((double)c[i].z - mx) / sum;
-                if (cum >= s->p.top_p) { keep = i + 1; break; }
+                if (cum >= s->p.top_p) {
+                    keep = i + 1;
+                    break;
+                }
             }
             m = keep;
         }
@@ -549,8 +557,7 @@ int32_t tutti_sampler_draw(tutti_sampler *s, const float *probs, int32_t n) {
     return last;
 }
 
-int32_t tutti_sampler_sample_draft(tutti_sampler *s, const float *logits, int32_t n, int32_t drafted,
-                                   const float *q) {
+int32_t tutti_sampler_sample_draft(tutti_sampler *s, const float *logits, int32_t n, int32_t drafted, const float *q) {
     if (!q || drafted < 0 || drafted >= n) return tutti_set_error("sampler: no drafted token or draft distribution");
     if (s && n > s->cap_p) {
         float *p = realloc(s->pbuf, sizeof(float) * (size_t)n);

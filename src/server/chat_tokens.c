@@ -36,7 +36,7 @@ int32_t *server_tokenize(const tutti_vocab *vocab, const char *text, size_t len,
 char *server_chat_template(const srv_file *f, const char *tmpl_override) {
     /* a remote member's template is not known here: the override serves it */
     return tmpl_override ? strdup(tmpl_override)
-         : f->model      ? tutti_model_meta_str(f->model, "tokenizer.chat_template")
+           : f->model    ? tutti_model_meta_str(f->model, "tokenizer.chat_template")
                          : NULL;
 }
 
@@ -49,8 +49,8 @@ static char *need_template(const srv_file *f, const char *tmpl_override, char *e
     return tmpl;
 }
 
-int32_t *server_chat_tokens(const srv_file *f, const char *tmpl_override, const tutti_chat_message *msgs,
-                            size_t n_msgs, int32_t *n_out, char *err, size_t errlen) {
+int32_t *server_chat_tokens(const srv_file *f, const char *tmpl_override, const tutti_chat_message *msgs, size_t n_msgs,
+                            int32_t *n_out, char *err, size_t errlen) {
     char *tmpl = need_template(f, tmpl_override, err, errlen);
     if (!tmpl) return NULL;
     /* the library renders and tokenizes so that no role or content can

@@ -31,9 +31,9 @@ typedef struct track {
     socklen_t alen;
     unsigned char key[16]; /* the client's address (IPv4 as ::ffff:a.b.c.d) */
     phase ph;
-    double deadline;       /* monotonic seconds, 0 = none */
+    double deadline;            /* monotonic seconds, 0 = none */
     struct MHD_Connection *mhd; /* once libmicrohttpd has it */
-    bool shut, gone;       /* shut down for its deadline; closed (freed by the thread) */
+    bool shut, gone;            /* shut down for its deadline; closed (freed by the thread) */
 } track;
 
 typedef struct closing {
@@ -44,7 +44,7 @@ typedef struct closing {
 struct srv_conns {
     pthread_mutex_t mu;
     track *head;
-    int n_active;          /* connections not gone */
+    int n_active; /* connections not gone */
     closing close_q[MAX_CLOSING];
     int n_closing;
     int listen_fd, wake[2];
@@ -156,8 +156,10 @@ static void admit(srv_conns *cs, int fd, const struct sockaddr_storage *a, sockl
     if (cs->n_active >= o->max_conns)
         snprintf(msg, sizeof msg, "the server holds as many connections as it takes (%d); retry later", o->max_conns);
     else if (o->max_conns_per_ip > 0 && count_addr(cs, key) >= o->max_conns_per_ip)
-        snprintf(msg, sizeof msg, "this client address holds as many connections as one address may (%d); reuse "
-                                  "them or retry later", o->max_conns_per_ip);
+        snprintf(msg, sizeof msg,
+                 "this client address holds as many connections as one address may (%d); reuse "
+                 "them or retry later",
+                 o->max_conns_per_ip);
     track *t = msg[0] ? NULL : calloc(1, sizeof *t);
     if (t) {
         t->fd = fd;

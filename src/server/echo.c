@@ -66,7 +66,8 @@ static int score_prompt(srv_job *j, tutti_ensemble *e, int c, const int32_t *ids
      * the text the tokens stand for */
     size_t want = 0;
     char *t = al == TUTTI_ALIGN_TOKEN ? detok(j->lp_vocab, ids, n, &want) : NULL;
-    if (t && lp->n_raw > want && !memcmp(lp->raw + (lp->n_raw - want), t, want)) srv_lp_trim_front(lp, lp->n_raw - want);
+    if (t && lp->n_raw > want && !memcmp(lp->raw + (lp->n_raw - want), t, want))
+        srv_lp_trim_front(lp, lp->n_raw - want);
     free(t);
     return 0;
 }

@@ -47,7 +47,8 @@ static int add_input(srv_embd *e, const srv_file *f, const cJSON *it, char *err,
     } else if (cJSON_IsArray(it)) {
         int n = cJSON_GetArraySize(it);
         int32_t V = tutti_vocab_n_tokens(f->vocab);
-        if (!(e->ids[k] = malloc(sizeof(int32_t) * (size_t)(n ? n : 1)))) return fail(err, cap, param, NULL, 500, "out of memory");
+        if (!(e->ids[k] = malloc(sizeof(int32_t) * (size_t)(n ? n : 1))))
+            return fail(err, cap, param, NULL, 500, "out of memory");
         const cJSON *t;
         cJSON_ArrayForEach(t, it) {
             double d = cJSON_IsNumber(t) ? t->valuedouble : NAN;
@@ -90,8 +91,10 @@ static int resolve(srv_server *s, const cJSON *m, srv_job *j, char *err, size_t 
         return 404;
     }
     if (sp->n != 1) {
-        snprintf(err, cap, "'%.200s' is an ensemble of %d models: embeddings come from one model (name one of "
-                           "/v1/models' single models)", name, sp->n);
+        snprintf(err, cap,
+                 "'%.200s' is an ensemble of %d models: embeddings come from one model (name one of "
+                 "/v1/models' single models)",
+                 name, sp->n);
         *param = "model";
         return 400;
     }
@@ -107,8 +110,7 @@ static int resolve(srv_server *s, const cJSON *m, srv_job *j, char *err, size_t 
     return 0;
 }
 
-int srv_embd_prepare(srv_server *s, srv_job *j, const char *body, size_t n, char *err, size_t cap,
-                     const char **param) {
+int srv_embd_prepare(srv_server *s, srv_job *j, const char *body, size_t n, char *err, size_t cap, const char **param) {
     *param = NULL;
     cJSON *root = srv_json_parse(body, n, err, cap);
     if (!root) return 400;

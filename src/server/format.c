@@ -64,8 +64,9 @@ char *srv_error_json(int status, const char *message, const char *param, const c
 static cJSON *base_object(const srv_job *j, bool chunk) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", j->id);
-    cJSON_AddStringToObject(o, "object", j->req.kind == SRV_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion")
-                                                                 : "text_completion");
+    cJSON_AddStringToObject(o, "object",
+                            j->req.kind == SRV_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                                                    : "text_completion");
     cJSON_AddNumberToObject(o, "created", (double)j->created);
     cJSON_AddStringToObject(o, "model", j->model_name);
     cJSON_AddStringToObject(o, "system_fingerprint", "tutti");
@@ -110,8 +111,7 @@ static cJSON *logprobs_json(const srv_job *j, int c, size_t from, size_t to, siz
     return o ? o : cJSON_CreateNull();
 }
 
-char *srv_chunk_json(srv_job *j, int choice, const char *text, size_t n, const char *finish, bool role,
-                     size_t lp_to) {
+char *srv_chunk_json(srv_job *j, int choice, const char *text, size_t n, const char *finish, bool role, size_t lp_to) {
     cJSON *o = base_object(j, true);
     cJSON *ch = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
     cJSON_AddItemToArray(ch, c);
@@ -140,8 +140,7 @@ char *srv_chunk_json(srv_job *j, int choice, const char *text, size_t n, const c
 static cJSON *tool_calls(const char *json, bool index) {
     cJSON *a = cJSON_Parse(json ? json : "[]"), *it;
     int i = 0;
-    if (index)
-        cJSON_ArrayForEach(it, a) cJSON_AddItemToObject(it, "index", cJSON_CreateNumber(i++));
+    if (index) cJSON_ArrayForEach(it, a) cJSON_AddItemToObject(it, "index", cJSON_CreateNumber(i++));
     return a ? a : cJSON_CreateArray();
 }
 

@@ -12,8 +12,7 @@ char *srv_error_json(int status, const char *message, const char *param, const c
  * (NULL: null), role: the chat delta carries role "assistant"; with
  * logprobs, the choice's entries from lp.sent to lp_to (lp.sent is then
  * advanced: the chunk is the one that carries them). */
-char *srv_chunk_json(srv_job *j, int choice, const char *text, size_t n, const char *finish, bool role,
-                     size_t lp_to);
+char *srv_chunk_json(srv_job *j, int choice, const char *text, size_t n, const char *finish, bool role, size_t lp_to);
 char *srv_usage_chunk_json(const srv_job *j);
 /* A chunk with choice c's tool calls (j->tool_calls[c]) as OpenAI's
  * deltas: each call whole with its index, id, name and arguments. */

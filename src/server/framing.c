@@ -52,8 +52,10 @@ int srv_framing_check(const srv_header *h, size_t n, char *err, size_t cap) {
         } else if (!strcasecmp(h[i].name, "Content-Length")) {
             n_cl++;
             if (content_length(h[i].value, &len, &have) < 0)
-                return snprintf(err, cap, "conflicting or malformed Content-Length (RFC 9112 section 6.3): give one "
-                                          "length in decimal digits"), 400;
+                return snprintf(err, cap,
+                                "conflicting or malformed Content-Length (RFC 9112 section 6.3): give one "
+                                "length in decimal digits"),
+                       400;
         }
     }
     if (n_te) {
@@ -61,11 +63,16 @@ int srv_framing_check(const srv_header *h, size_t n, char *err, size_t cap) {
         size_t k;
         trim(te, &a, &k);
         if (n_te > 1 || k != 7 || strncasecmp(a, "chunked", 7))
-            return snprintf(err, cap, "Transfer-Encoding '%.60s' is not supported: only a single 'chunked' coding "
-                                      "(RFC 9112 section 6.3)", n_te > 1 ? "(several headers)" : te), 400;
+            return snprintf(err, cap,
+                            "Transfer-Encoding '%.60s' is not supported: only a single 'chunked' coding "
+                            "(RFC 9112 section 6.3)",
+                            n_te > 1 ? "(several headers)" : te),
+                   400;
         if (n_cl)
-            return snprintf(err, cap, "both Transfer-Encoding and Content-Length: the body's length would be "
-                                      "ambiguous (RFC 9112 section 6.3); send one of them"), 400;
+            return snprintf(err, cap,
+                            "both Transfer-Encoding and Content-Length: the body's length would be "
+                            "ambiguous (RFC 9112 section 6.3); send one of them"),
+                   400;
     }
     return 0;
 }
@@ -86,7 +93,8 @@ bool srv_request_line_ok(const char *line, size_t n) {
 int srv_first_line(const char *buf, size_t n, size_t max) {
     size_t i = 0;
     /* empty lines before the request line (CRLF, or a bare LF) */
-    while (i < n && (buf[i] == '\n' || (buf[i] == '\r' && i + 1 < n && buf[i + 1] == '\n'))) i += buf[i] == '\r' ? 2 : 1;
+    while (i < n && (buf[i] == '\n' || (buf[i] == '\r' && i + 1 < n && buf[i + 1] == '\n')))
+        i += buf[i] == '\r' ? 2 : 1;
     const char *lf = i < n ? memchr(buf + i, '\n', n - i) : NULL;
     if (!lf) {
         /* an incomplete line may already be garbage: a byte no request line holds */

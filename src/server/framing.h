@@ -17,7 +17,7 @@
 #include <stddef.h>
 
 typedef struct srv_header {
-    const char *name;  /* as received (compared case-insensitively) */
+    const char *name; /* as received (compared case-insensitively) */
     const char *value;
 } srv_header;
 

@@ -74,13 +74,17 @@ static int check_features(srv_server *s, srv_job *j, char *err, size_t cap, cons
     }
     if (r->logprobs >= 0 && al == TUTTI_ALIGN_SPAN) {
         *param = "logprobs";
-        return fail(err, cap, 400, "logprobs need token or byte alignment: model '%s' fuses in span alignment, whose "
-                                   "steps have no per-token distribution", j->model_name);
+        return fail(err, cap, 400,
+                    "logprobs need token or byte alignment: model '%s' fuses in span alignment, whose "
+                    "steps have no per-token distribution",
+                    j->model_name);
     }
     if (r->n_bias > 0 && (al == TUTTI_ALIGN_BYTE || al == TUTTI_ALIGN_SPAN)) {
         *param = "logit_bias";
-        return fail(err, cap, 400, "logit_bias needs token alignment: model '%s' fuses in %s alignment, over %s, "
-                                   "which have no token ids to bias", j->model_name, tutti_align_name((tutti_align)al),
+        return fail(err, cap, 400,
+                    "logit_bias needs token alignment: model '%s' fuses in %s alignment, over %s, "
+                    "which have no token ids to bias",
+                    j->model_name, tutti_align_name((tutti_align)al),
                     al == TUTTI_ALIGN_BYTE ? "bytes" : "drafted spans");
     }
     int32_t V = tutti_vocab_n_tokens(s->reg.files[j->spec.file[0]].vocab);
@@ -136,8 +140,8 @@ static int prepare_prompts(srv_server *s, srv_job *j, char *err, size_t cap, con
                     free(t);
                 }
                 char *ctx = srv_tools_ctx_json(r, j->tool_fmt);
-                j->ids[0][i] = ctx ? server_chat_tokens_json(f, s->reg.chat_template, ctx, &j->n_ids[0][i], err, cap)
-                                   : NULL;
+                j->ids[0][i] =
+                    ctx ? server_chat_tokens_json(f, s->reg.chat_template, ctx, &j->n_ids[0][i], err, cap) : NULL;
                 free(ctx);
                 if (!j->ids[0][i]) {
                     char m[1024];
@@ -148,8 +152,8 @@ static int prepare_prompts(srv_server *s, srv_job *j, char *err, size_t cap, con
                 tutti_chat_message msgs[256];
                 if (r->n_msgs > 256) return fail(err, cap, 400, "at most 256 messages");
                 for (int k = 0; k < r->n_msgs; k++) msgs[k] = (tutti_chat_message){r->msgs[k].role, r->msgs[k].content};
-                j->ids[0][i] = server_chat_tokens(f, s->reg.chat_template, msgs, (size_t)r->n_msgs, &j->n_ids[0][i],
-                                                  err, cap);
+                j->ids[0][i] =
+                    server_chat_tokens(f, s->reg.chat_template, msgs, (size_t)r->n_msgs, &j->n_ids[0][i], err, cap);
                 if (!j->ids[0][i]) {
                     char m[1024];
                     snprintf(m, sizeof m, "%s", err);
@@ -164,15 +168,16 @@ static int prepare_prompts(srv_server *s, srv_job *j, char *err, size_t cap, con
                 if (!(j->ids[p][i] = ids_for_member(s, j, pr, i, &j->n_ids[p][i])))
                     return fail(err, cap, 400, "model %s: cannot tokenize prompt %d", f->name, p);
             } else {
-                int32_t n = 0, *ids = server_tokenize(f->vocab, pr->text, pr->len, tutti_vocab_add_bos(f->vocab), false, &n);
+                int32_t n = 0,
+                        *ids = server_tokenize(f->vocab, pr->text, pr->len, tutti_vocab_add_bos(f->vocab), false, &n);
                 if (!ids) return fail(err, cap, 400, "model %s: cannot tokenize the prompt", f->name);
                 free(ids);
                 j->n_ids[p][i] = n;
             }
             if (j->n_ids[p][i] >= f->n_ctx) {
                 *code = "context_length_exceeded";
-                return fail(err, cap, 400, "the prompt is %d tokens for model %s, whose context holds %d", j->n_ids[p][i],
-                            f->name, f->n_ctx);
+                return fail(err, cap, 400, "the prompt is %d tokens for model %s, whose context holds %d",
+                            j->n_ids[p][i], f->name, f->n_ctx);
             }
             if (f->n_ctx - j->n_ids[p][i] < *room) *room = f->n_ctx - j->n_ids[p][i];
         }
@@ -190,8 +195,7 @@ int srv_prepare_job(srv_server *s, srv_job *j, srv_kind kind, const char *body, 
     if ((st = resolve_model(s, j, err, cap, param, code))) return st;
     /* the members stay loaded until the job is freed (models on demand) */
     if (srv_job_hold(&s->reg, j, j->spec.file, j->spec.n, err, cap) < 0) return 500;
-    if ((st = check_features(s, j, err, cap, param)) ||
-        (st = prepare_prompts(s, j, err, cap, param, code, &room)))
+    if ((st = check_features(s, j, err, cap, param)) || (st = prepare_prompts(s, j, err, cap, param, code, &room)))
         return st;
     if (j->tool_fmt >= 0 && !(r->grammar = srv_tools_grammar(&r->tools, j->tool_fmt, err, cap))) {
         *param = "tools";
@@ -208,8 +212,8 @@ int srv_prepare_job(srv_server *s, srv_job *j, srv_kind kind, const char *body, 
     if (!r->seed_set)
         r->sp.seed = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ __atomic_add_fetch(&g_counter, 1, __ATOMIC_RELAXED);
     uint64_t idn = __atomic_add_fetch(&g_counter, 1, __ATOMIC_RELAXED);
-    snprintf(j->id, sizeof j->id, "%s-%llx%04llx", kind == SRV_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)time(NULL),
-             (unsigned long long)(idn & 0xffff));
+    snprintf(j->id, sizeof j->id, "%s-%llx%04llx", kind == SRV_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)time(NULL), (unsigned long long)(idn & 0xffff));
     j->created = (long)time(NULL);
     return 0;
 }

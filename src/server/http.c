@@ -27,7 +27,7 @@ typedef struct conn_ctx {
     char *body;
     size_t n, cap;
     bool too_big;
-    int framing;          /* 400 when the head's framing was refused */
+    int framing; /* 400 when the head's framing was refused */
     char framing_err[256];
     srv_job *job;
 } conn_ctx;
@@ -78,8 +78,8 @@ static enum MHD_Result send_error_x(srv_server *s, struct MHD_Connection *c, int
     srv_registry_scrub(&s->reg, msg, clean, sizeof clean);
     count_request(s, ep, status);
     char *body = srv_error_json(status, clean, param, code);
-    struct MHD_Response *r = MHD_create_response_from_buffer(body ? strlen(body) : 0, body ? body : (char *)"",
-                                                             MHD_RESPMEM_MUST_COPY);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(body ? strlen(body) : 0, body ? body : (char *)"", MHD_RESPMEM_MUST_COPY);
     free(body);
     if (r) MHD_add_response_header(r, "Content-Type", "application/json");
     return queue(c, status, r, close);
@@ -173,7 +173,8 @@ static int submit(srv_server *s, struct MHD_Connection *c, srv_job *j) {
 
 static enum MHD_Result busy(srv_server *s, struct MHD_Connection *c, int ep) {
     return send_error(s, c, ep, 503, NULL, NULL, "%s",
-                      s->stopping ? "the server is shutting down" : "every slot is busy and the queue is full; retry later");
+                      s->stopping ? "the server is shutting down"
+                                  : "every slot is busy and the queue is full; retry later");
 }
 
 /* ---- endpoints ---- */
@@ -251,7 +252,8 @@ static enum MHD_Result do_health(srv_server *s, struct MHD_Connection *c) {
     if (r > 0)
         return send_error(s, c, SRV_EP_HEALTH, 503, NULL, "unavailable",
                           "MPI rank %d (%s) died or stopped answering: the models it holds cannot serve; restart the "
-                          "server", r, who);
+                          "server",
+                          r, who);
     count_request(s, SRV_EP_HEALTH, 200);
     return send_body(c, 200, strdup("{\"status\":\"ok\"}"), "application/json");
 }
@@ -289,11 +291,19 @@ static int endpoint(const char *url) {
     static const struct {
         const char *path;
         int ep;
-    } routes[] = {{"/health", SRV_EP_HEALTH},       {"/v1/models", SRV_EP_MODELS},         {"/v1/completions", SRV_EP_COMPLETIONS},
-                  {"/v1/chat/completions", SRV_EP_CHAT}, {"/metrics", SRV_EP_METRICS},     {"/props", SRV_EP_PROPS},
-                  {"/tokenize", SRV_EP_TOKENIZE},    {"/detokenize", SRV_EP_DETOKENIZE},    {"/completion", SRV_EP_NATIVE},
-                  {"/completions", SRV_EP_NATIVE},   {"/v1/embeddings", SRV_EP_EMBEDDINGS},
-                  {"/", SRV_EP_WEB},                 {"/index.html", SRV_EP_WEB}};
+    } routes[] = {{"/health", SRV_EP_HEALTH},
+                  {"/v1/models", SRV_EP_MODELS},
+                  {"/v1/completions", SRV_EP_COMPLETIONS},
+                  {"/v1/chat/completions", SRV_EP_CHAT},
+                  {"/metrics", SRV_EP_METRICS},
+                  {"/props", SRV_EP_PROPS},
+                  {"/tokenize", SRV_EP_TOKENIZE},
+                  {"/detokenize", SRV_EP_DETOKENIZE},
+                  {"/completion", SRV_EP_NATIVE},
+                  {"/completions", SRV_EP_NATIVE},
+                  {"/v1/embeddings", SRV_EP_EMBEDDINGS},
+                  {"/", SRV_EP_WEB},
+                  {"/index.html", SRV_EP_WEB}};
     for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
         if (!strcmp(url, routes[i].path)) return routes[i].ep;
     return SRV_EP_OTHER;
@@ -320,7 +330,8 @@ static void head_read(srv_server *s, struct MHD_Connection *c, conn_ctx *cx) {
 }
 
 /* The request once its body is in (or refused). */
-static enum MHD_Result route(srv_server *s, struct MHD_Connection *c, conn_ctx *cx, const char *url, const char *method) {
+static enum MHD_Result route(srv_server *s, struct MHD_Connection *c, conn_ctx *cx, const char *url,
+                             const char *method) {
     int ep = endpoint(url);
     bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     if (!strcmp(method, "OPTIONS")) return do_preflight(s, c, ep);
@@ -386,8 +397,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         head_read(s, c, cx);
         /* ambiguous framing: answered now, and the connection closed (its
          * next bytes could be read as another request) */
-        if (cx->framing)
-            return send_error_x(s, c, endpoint(url), cx->framing, true, NULL, NULL, "%s", cx->framing_err);
+        if (cx->framing) return send_error_x(s, c, endpoint(url), cx->framing, true, NULL, NULL, "%s", cx->framing_err);
         return MHD_YES;
     }
     if (cx->framing) { /* answered: the body is not read */
@@ -488,8 +498,8 @@ int server_main(const server_opts *o) {
     fprintf(stderr, "tutti serve: listening on http://%s:%d\n", o->host, port);
     rc = serve(s, &set);
 out:
-    srv_conns_stop(s);      /* no new connections */
-    srv_slots_stop(s);      /* running generations stop within a token; new requests get 503 */
+    srv_conns_stop(s); /* no new connections */
+    srv_slots_stop(s); /* running generations stop within a token; new requests get 503 */
     srv_pipelines_stop(&s->reg);
     if (d) MHD_stop_daemon(d); /* joins the connection threads */
     srv_conns_free(s);

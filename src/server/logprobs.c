@@ -125,7 +125,8 @@ static void set_members(srv_lp_entry *e, const tutti_step *st) {
 }
 
 int srv_lp_step(srv_lp *lp, const tutti_step *st, const tutti_vocab *vocab, int top_n, bool every) {
-    if (st->n_bytes == 0 && !(every && st->align == TUTTI_ALIGN_TOKEN)) return 0; /* end of text, or a token without text: nothing returned */
+    if (st->n_bytes == 0 && !(every && st->align == TUTTI_ALIGN_TOKEN))
+        return 0; /* end of text, or a token without text: nothing returned */
     double l = st->chosen >= 0 && st->chosen < st->n_outcomes ? (double)st->logprobs[st->chosen] : -INFINITY;
     if (st->align == TUTTI_ALIGN_BYTE) {
         unsigned char b = (unsigned char)st->bytes[0];

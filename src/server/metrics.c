@@ -11,9 +11,9 @@
 #include "server/server.h"
 #include "util/buf.h"
 
-const char *const srv_ep_names[SRV_N_EP] = {"/health",    "/v1/models", "/v1/completions", "/v1/chat/completions",
-                                           "/metrics",   "/props",     "/tokenize",       "/detokenize",
-                                           "/completion", "/v1/embeddings", "/", "other"};
+const char *const srv_ep_names[SRV_N_EP] = {
+    "/health",   "/v1/models",  "/v1/completions", "/v1/chat/completions", "/metrics", "/props",
+    "/tokenize", "/detokenize", "/completion",     "/v1/embeddings",       "/",        "other"};
 const int srv_status_codes[6] = {200, 400, 401, 404, 503, 0}; /* 0: any other */
 
 char *srv_models_json(const srv_server *s) {
@@ -32,7 +32,8 @@ char *srv_models_json(const srv_server *s) {
         cJSON *mem = cJSON_AddArrayToObject(t, "members");
         for (int k = 0; k < sp->n; k++) cJSON_AddItemToArray(mem, cJSON_CreateString(s->reg.files[sp->file[k]].name));
         cJSON_AddStringToObject(t, "rule", tutti_rule_name((tutti_fusion_rule)sp->rule));
-        cJSON_AddStringToObject(t, "align", tutti_align_name((tutti_align)(sp->align_used >= 0 ? sp->align_used : sp->align)));
+        cJSON_AddStringToObject(t, "align",
+                                tutti_align_name((tutti_align)(sp->align_used >= 0 ? sp->align_used : sp->align)));
         int32_t ctx = INT32_MAX;
         for (int k = 0; k < sp->n; k++)
             if (s->reg.files[sp->file[k]].n_ctx < ctx) ctx = s->reg.files[sp->file[k]].n_ctx;
@@ -108,27 +109,45 @@ char *srv_metrics_text(srv_server *s) {
                 prom(&t, "tutti_requests_total{endpoint=\"%s\",code=\"%s\"} %lld\n", srv_ep_names[e],
                      srv_status_codes[k] ? code : "other", (long long)m.requests[e][k]);
             }
-    prom(&t, "# HELP tutti_generated_tokens_total generated units (tokens in token alignment, bytes in byte and span alignment)\n"
-             "# TYPE tutti_generated_tokens_total counter\ntutti_generated_tokens_total %lld\n", (long long)m.gen_units);
-    prom(&t, "# HELP tutti_generation_seconds_total wall time of generations (prompt included)\n"
-             "# TYPE tutti_generation_seconds_total counter\ntutti_generation_seconds_total %.6f\n", m.gen_seconds);
-    prom(&t, "# HELP tutti_tokens_per_second generated units per second of generation, over all requests and of the last one\n"
-             "# TYPE tutti_tokens_per_second gauge\ntutti_tokens_per_second{scope=\"all\"} %.3f\n"
-             "tutti_tokens_per_second{scope=\"last\"} %.3f\n", m.gen_seconds > 0 ? m.gen_units / m.gen_seconds : 0.0,
-         m.last_tokens_per_s);
-    prom(&t, "# HELP tutti_prompt_tokens_total prompt tokens of all members\n# TYPE tutti_prompt_tokens_total counter\n"
-             "tutti_prompt_tokens_total %lld\n", (long long)m.prompt_tokens);
-    prom(&t, "# HELP tutti_prompt_tokens_evaluated_total prompt tokens run through a forward pass\n"
-             "# TYPE tutti_prompt_tokens_evaluated_total counter\ntutti_prompt_tokens_evaluated_total %lld\n",
+    prom(
+        &t,
+        "# HELP tutti_generated_tokens_total generated units (tokens in token alignment, bytes in byte and span alignment)\n"
+        "# TYPE tutti_generated_tokens_total counter\ntutti_generated_tokens_total %lld\n",
+        (long long)m.gen_units);
+    prom(&t,
+         "# HELP tutti_generation_seconds_total wall time of generations (prompt included)\n"
+         "# TYPE tutti_generation_seconds_total counter\ntutti_generation_seconds_total %.6f\n",
+         m.gen_seconds);
+    prom(
+        &t,
+        "# HELP tutti_tokens_per_second generated units per second of generation, over all requests and of the last one\n"
+        "# TYPE tutti_tokens_per_second gauge\ntutti_tokens_per_second{scope=\"all\"} %.3f\n"
+        "tutti_tokens_per_second{scope=\"last\"} %.3f\n",
+        m.gen_seconds > 0 ? m.gen_units / m.gen_seconds : 0.0, m.last_tokens_per_s);
+    prom(&t,
+         "# HELP tutti_prompt_tokens_total prompt tokens of all members\n# TYPE tutti_prompt_tokens_total counter\n"
+         "tutti_prompt_tokens_total %lld\n",
+         (long long)m.prompt_tokens);
+    prom(&t,
+         "# HELP tutti_prompt_tokens_evaluated_total prompt tokens run through a forward pass\n"
+         "# TYPE tutti_prompt_tokens_evaluated_total counter\ntutti_prompt_tokens_evaluated_total %lld\n",
          (long long)m.prompt_evaluated);
-    prom(&t, "# HELP tutti_prompt_tokens_reused_total prompt tokens taken from a slot's KV cache\n"
-             "# TYPE tutti_prompt_tokens_reused_total counter\ntutti_prompt_tokens_reused_total %lld\n",
+    prom(&t,
+         "# HELP tutti_prompt_tokens_reused_total prompt tokens taken from a slot's KV cache\n"
+         "# TYPE tutti_prompt_tokens_reused_total counter\ntutti_prompt_tokens_reused_total %lld\n",
          (long long)m.prompt_reused);
-    prom(&t, "# HELP tutti_requests_cancelled_total generations stopped because the client went away\n"
-             "# TYPE tutti_requests_cancelled_total counter\ntutti_requests_cancelled_total %lld\n", (long long)m.cancelled);
-    prom(&t, "# HELP tutti_queue_length requests waiting for a slot\n# TYPE tutti_queue_length gauge\ntutti_queue_length %d\n", q);
-    prom(&t, "# HELP tutti_slots_busy slots generating\n# TYPE tutti_slots_busy gauge\ntutti_slots_busy %d\n"
-             "# HELP tutti_slots slots generating at once\n# TYPE tutti_slots gauge\ntutti_slots %d\n", busy, s->n_slots);
+    prom(&t,
+         "# HELP tutti_requests_cancelled_total generations stopped because the client went away\n"
+         "# TYPE tutti_requests_cancelled_total counter\ntutti_requests_cancelled_total %lld\n",
+         (long long)m.cancelled);
+    prom(
+        &t,
+        "# HELP tutti_queue_length requests waiting for a slot\n# TYPE tutti_queue_length gauge\ntutti_queue_length %d\n",
+        q);
+    prom(&t,
+         "# HELP tutti_slots_busy slots generating\n# TYPE tutti_slots_busy gauge\ntutti_slots_busy %d\n"
+         "# HELP tutti_slots slots generating at once\n# TYPE tutti_slots gauge\ntutti_slots %d\n",
+         busy, s->n_slots);
     prom(&t, "# HELP tutti_member_forward_seconds_total forward-pass time per model file\n"
              "# TYPE tutti_member_forward_seconds_total counter\n");
     char lb[1024];
@@ -143,18 +162,18 @@ char *srv_metrics_text(srv_server *s) {
     if (s->batch) { /* continuous batching: passes per generated token show how well the slots share them */
         tutti_batch_stats b;
         tutti_batch_get_stats(s->batch, &b);
-        prom(&t, "# HELP tutti_batch_steps_total steps of the shared batch (one forward pass per model each)\n"
-                 "# TYPE tutti_batch_steps_total counter\ntutti_batch_steps_total %lld\n"
-                 "# HELP tutti_batch_passes_total forward passes of the shared batch\n"
-                 "# TYPE tutti_batch_passes_total counter\ntutti_batch_passes_total %lld\n"
-                 "# HELP tutti_batch_tokens_total tokens through those passes\n"
-                 "# TYPE tutti_batch_tokens_total counter\ntutti_batch_tokens_total %lld\n"
-                 "# HELP tutti_batch_segments_total sessions' pieces through those passes (a generated token is one)\n"
-                 "# TYPE tutti_batch_segments_total counter\ntutti_batch_segments_total %lld\n"
-                 "# HELP tutti_batch_max_tokens the largest pass in tokens\n"
-                 "# TYPE tutti_batch_max_tokens gauge\ntutti_batch_max_tokens %d\n",
-             (long long)b.n_steps, (long long)b.n_passes, (long long)b.n_tokens, (long long)b.n_segments,
-             b.max_tokens);
+        prom(&t,
+             "# HELP tutti_batch_steps_total steps of the shared batch (one forward pass per model each)\n"
+             "# TYPE tutti_batch_steps_total counter\ntutti_batch_steps_total %lld\n"
+             "# HELP tutti_batch_passes_total forward passes of the shared batch\n"
+             "# TYPE tutti_batch_passes_total counter\ntutti_batch_passes_total %lld\n"
+             "# HELP tutti_batch_tokens_total tokens through those passes\n"
+             "# TYPE tutti_batch_tokens_total counter\ntutti_batch_tokens_total %lld\n"
+             "# HELP tutti_batch_segments_total sessions' pieces through those passes (a generated token is one)\n"
+             "# TYPE tutti_batch_segments_total counter\ntutti_batch_segments_total %lld\n"
+             "# HELP tutti_batch_max_tokens the largest pass in tokens\n"
+             "# TYPE tutti_batch_max_tokens gauge\ntutti_batch_max_tokens %d\n",
+             (long long)b.n_steps, (long long)b.n_passes, (long long)b.n_tokens, (long long)b.n_segments, b.max_tokens);
     }
     return t.b;
 }

@@ -35,8 +35,10 @@ int srv_native_model(const srv_registry *reg, const char *model, int *status, ch
     if (sp && sp->n == 1) return local_file(reg, sp->file[0], status, err, cap);
     if (sp) {
         *status = 400;
-        snprintf(err, cap, "'%s' is an ensemble: llama-server's endpoints serve single models (name one of "
-                           "/v1/models' single models in \"model\")", name);
+        snprintf(err, cap,
+                 "'%s' is an ensemble: llama-server's endpoints serve single models (name one of "
+                 "/v1/models' single models in \"model\")",
+                 name);
         return -1;
     }
     if (!model || !*model) {
@@ -150,8 +152,7 @@ char *srv_native_tokenize(const srv_registry *reg, const char *body, size_t n, i
     }
     const tutti_vocab *v = reg->files[fi].vocab;
     /* as llama-server: special-token text in content becomes those tokens */
-    ids = server_tokenize(v, c->valuestring, strlen(c->valuestring), add_special && tutti_vocab_add_bos(v), true,
-                          &nid);
+    ids = server_tokenize(v, c->valuestring, strlen(c->valuestring), add_special && tutti_vocab_add_bos(v), true, &nid);
     if (!ids) {
         *status = err_out(err, cap, 400, "cannot tokenize the content");
         goto done;
@@ -188,8 +189,7 @@ done:
     return r;
 }
 
-char *srv_native_detokenize(const srv_registry *reg, const char *body, size_t n, int *status, char *err,
-                            size_t cap) {
+char *srv_native_detokenize(const srv_registry *reg, const char *body, size_t n, int *status, char *err, size_t cap) {
     cJSON *root = parse_body(body, n, status, err, cap);
     char *r = NULL, *text = NULL;
     int32_t *ids = NULL, nid = 0;
@@ -249,8 +249,8 @@ int srv_native_parse_completion(const srv_registry *reg, const char *body, size_
     j->nat_file = fi;
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
     if (cJSON_IsString(p)) {
-        j->nat_ids = server_tokenize(v, p->valuestring, strlen(p->valuestring), tutti_vocab_add_bos(v), true,
-                                     &j->n_nat_ids);
+        j->nat_ids =
+            server_tokenize(v, p->valuestring, strlen(p->valuestring), tutti_vocab_add_bos(v), true, &j->n_nat_ids);
         if (!j->nat_ids) {
             err_out(err, cap, 400, "cannot tokenize the prompt");
             goto fail;
@@ -267,15 +267,17 @@ int srv_native_parse_completion(const srv_registry *reg, const char *body, size_
     }
     const cJSON *np = cJSON_GetObjectItemCaseSensitive(root, "n_probs");
     const cJSON *npr = cJSON_GetObjectItemCaseSensitive(root, "n_predict");
-    if (np && !cJSON_IsNull(np) && (!cJSON_IsNumber(np) || np->valuedouble < 0 || np->valuedouble != floor(np->valuedouble))) {
+    if (np && !cJSON_IsNull(np) &&
+        (!cJSON_IsNumber(np) || np->valuedouble < 0 || np->valuedouble != floor(np->valuedouble))) {
         err_out(err, cap, 400, "'n_probs' must be an integer >= 0");
         goto fail;
     }
     j->n_probs = cJSON_IsNumber(np) ? (np->valuedouble > V ? V : (int32_t)np->valuedouble) : 0;
-    if (npr && !cJSON_IsNull(npr) && (!cJSON_IsNumber(npr) || (npr->valuedouble != 0 && npr->valuedouble != 1 &&
-                                                               npr->valuedouble != -1))) {
-        err_out(err, cap, 400, "'n_predict' must be 0 or 1 here: this endpoint gives the next token's distribution "
-                               "(generate text with /v1/completions)");
+    if (npr && !cJSON_IsNull(npr) &&
+        (!cJSON_IsNumber(npr) || (npr->valuedouble != 0 && npr->valuedouble != 1 && npr->valuedouble != -1))) {
+        err_out(err, cap, 400,
+                "'n_predict' must be 0 or 1 here: this endpoint gives the next token's distribution "
+                "(generate text with /v1/completions)");
         goto fail;
     }
     j->n_predict = cJSON_IsNumber(npr) && npr->valuedouble == 0 ? 0 : 1;
@@ -285,8 +287,9 @@ int srv_native_parse_completion(const srv_registry *reg, const char *body, size_
         goto fail;
     }
     if (post || stream) {
-        err_out(err, cap, 400, "post_sampling_probs and stream are not supported here: the answer is the model's own "
-                               "distribution, in one response");
+        err_out(err, cap, 400,
+                "post_sampling_probs and stream are not supported here: the answer is the model's own "
+                "distribution, in one response");
         goto fail;
     }
     if (j->n_nat_ids >= reg->files[fi].n_ctx) {
@@ -364,12 +367,10 @@ static int cmp_scored(const void *a, const void *b) {
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
-static int put(char **b, size_t *n, size_t *cap, const char *s, size_t k) {
-    return tutti_buf_append(b, n, cap, s, k);
-}
+static int put(char **b, size_t *n, size_t *cap, const char *s, size_t k) { return tutti_buf_append(b, n, cap, s, k); }
 
-char *srv_native_completion_json(srv_file *f, const float *logits, int32_t n_probs, int32_t n_predict,
-                                 int32_t n_prompt, int32_t n_eval, double eval_s) {
+char *srv_native_completion_json(srv_file *f, const float *logits, int32_t n_probs, int32_t n_predict, int32_t n_prompt,
+                                 int32_t n_eval, double eval_s) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     if (build_frags(f) < 0) return NULL;

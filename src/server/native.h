@@ -27,11 +27,10 @@ char *srv_native_tokenize(const srv_registry *reg, const char *body, size_t n, i
 char *srv_native_detokenize(const srv_registry *reg, const char *body, size_t n, int *status, char *err, size_t cap);
 /* Parses a /completion body into j (nat_file, nat_ids, n_probs).  0 or a
  * status with err. */
-int srv_native_parse_completion(const srv_registry *reg, const char *body, size_t n, srv_job *j, char *err,
-                                size_t cap);
+int srv_native_parse_completion(const srv_registry *reg, const char *body, size_t n, srv_job *j, char *err, size_t cap);
 /* The /completion answer for the next-token logits[n_vocab] of file f after
  * n_prompt tokens (n_eval of them evaluated now, in eval_s seconds). */
-char *srv_native_completion_json(srv_file *f, const float *logits, int32_t n_probs, int32_t n_predict,
-                                 int32_t n_prompt, int32_t n_eval, double eval_s);
+char *srv_native_completion_json(srv_file *f, const float *logits, int32_t n_probs, int32_t n_predict, int32_t n_prompt,
+                                 int32_t n_eval, double eval_s);
 
 #endif

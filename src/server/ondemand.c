@@ -92,9 +92,9 @@ static int read_meta(const srv_registry *reg, srv_file *f, char *err, size_t cap
     double tr = key[0] ? meta_number(g, key, 0) : 0;
     tutti_gguf_close(g);
     /* as srv_registry_load_file: -c N, -c 0 (the trained context), else min(trained, 4096) */
-    f->n_ctx = reg->n_ctx_opt > 0 ? reg->n_ctx_opt
-             : reg->n_ctx_opt == 0 && tr > 0 ? (tr < (1 << 22) ? (int32_t)tr : (1 << 22))
-             : (tr > 0 && tr < 4096 ? (int32_t)tr : 4096);
+    f->n_ctx = reg->n_ctx_opt > 0              ? reg->n_ctx_opt
+               : reg->n_ctx_opt == 0 && tr > 0 ? (tr < (1 << 22) ? (int32_t)tr : (1 << 22))
+                                               : (tr > 0 && tr < 4096 ? (int32_t)tr : 4096);
     return 0;
 }
 

@@ -31,34 +31,34 @@
 
 struct cJSON;
 
-#define PL_MAX_STEPS 64      /* steps of one pipeline (a moa's expanded steps included) */
-#define PL_MAX_STOP 8        /* stop strings of one step */
-#define PL_MAX_NAME 64       /* bytes of a step's name */
+#define PL_MAX_STEPS 64           /* steps of one pipeline (a moa's expanded steps included) */
+#define PL_MAX_STOP 8             /* stop strings of one step */
+#define PL_MAX_NAME 64            /* bytes of a step's name */
 #define PL_MAX_TEMPLATE (1 << 16) /* bytes of one prompt template */
 
 /* One piece of a parsed template: literal text, or a reference. */
 enum { PL_SEG_TEXT, PL_SEG_INPUT, PL_SEG_MESSAGES, PL_SEG_STEP };
 typedef struct pl_seg {
     int kind;
-    const char *text;        /* PL_SEG_TEXT: into the step's prompt (not NUL-terminated) */
+    const char *text; /* PL_SEG_TEXT: into the step's prompt (not NUL-terminated) */
     size_t len;
-    int step;                /* PL_SEG_STEP: index of the step referred to */
+    int step; /* PL_SEG_STEP: index of the step referred to */
 } pl_seg;
 
 typedef struct pl_step {
-    char *name;              /* [A-Za-z0-9_.-]{1,63}; not "input" or "messages" */
-    char *model;             /* a model name of the front end (checked by pl_has_model_fn) */
-    char *prompt;            /* the template as written; {{ and }} are literal braces */
+    char *name;   /* [A-Za-z0-9_.-]{1,63}; not "input" or "messages" */
+    char *model;  /* a model name of the front end (checked by pl_has_model_fn) */
+    char *prompt; /* the template as written; {{ and }} are literal braces */
     pl_seg *segs;
     int n_segs;
-    uint64_t deps;           /* bit k: the prompt refers to step k */
+    uint64_t deps; /* bit k: the prompt refers to step k */
     /* sampling: NAN / -1 / INT32_MIN: the run's value (pl_run_opts.sp) */
-    int32_t max_tokens;      /* -1: the run's max_tokens */
+    int32_t max_tokens; /* -1: the run's max_tokens */
     float temperature, top_p, min_p, repeat_penalty;
     int32_t top_k;
-    int64_t seed;            /* -1: the run's seed + the step's index */
-    double timeout_s;        /* > 0: the step fails after this many seconds; 0: none */
-    bool ignore_eos;         /* the text never ends by itself (tutti_mask.ignore_eos) */
+    int64_t seed;     /* -1: the run's seed + the step's index */
+    double timeout_s; /* > 0: the step fails after this many seconds; 0: none */
+    bool ignore_eos;  /* the text never ends by itself (tutti_mask.ignore_eos) */
     char *stop[PL_MAX_STOP];
     int n_stop;
     /* the output's constraint: GBNF text, a JSON schema (printed), or any
@@ -72,8 +72,8 @@ typedef struct pl_pipeline {
     char *name;
     pl_step *steps;
     int n_steps;
-    int output;              /* the step whose text is the answer */
-    bool moa;                /* written as the moa shorthand */
+    int output; /* the step whose text is the answer */
+    bool moa;   /* written as the moa shorthand */
 } pl_pipeline;
 
 typedef struct pl_set {
@@ -116,9 +116,9 @@ typedef struct pl_backend {
 } pl_backend;
 
 typedef struct pl_run_opts {
-    const char *input;       /* {input}: the prompt, or the last user message */
+    const char *input; /* {input}: the prompt, or the last user message */
     size_t input_len;
-    const char *messages;    /* {messages}: the conversation as "role: content" lines */
+    const char *messages; /* {messages}: the conversation as "role: content" lines */
     size_t messages_len;
     tutti_sampler_params sp; /* what steps do not set (seed: step k draws with seed + k) */
     int32_t max_tokens;      /* steps without max_tokens; <= 0: 256 */
@@ -128,26 +128,26 @@ typedef struct pl_run_opts {
     /* asked at every piece of every step (NULL: never): non-zero stops the
      * run (the client left, the server stops) */
     int (*should_stop)(void *user);
-    void *user;              /* of both */
+    void *user; /* of both */
 } pl_run_opts;
 
 typedef struct pl_step_usage {
-    int32_t prompt_tokens;   /* member 1's prompt tokens */
-    int32_t completion_units;/* tokens (token alignment) or bytes */
-    const char *unit;        /* "token" or "byte" */
-    double start_s, end_s;   /* from the run's start */
+    int32_t prompt_tokens;    /* member 1's prompt tokens */
+    int32_t completion_units; /* tokens (token alignment) or bytes */
+    const char *unit;         /* "token" or "byte" */
+    double start_s, end_s;    /* from the run's start */
     tutti_finish finish;
     bool ran;
 } pl_step_usage;
 
 typedef struct pl_result {
-    char *text[PL_MAX_STEPS];     /* each step's output (malloc'd, NUL-terminated) */
+    char *text[PL_MAX_STEPS]; /* each step's output (malloc'd, NUL-terminated) */
     size_t n_text[PL_MAX_STEPS];
     pl_step_usage usage[PL_MAX_STEPS];
-    double wall_s;                /* the whole run */
-    double sum_s;                 /* the steps' own times added up */
-    int failed;                   /* the step that failed, -1 if none */
-    bool timed_out;               /* it failed by its timeout */
+    double wall_s;  /* the whole run */
+    double sum_s;   /* the steps' own times added up */
+    int failed;     /* the step that failed, -1 if none */
+    bool timed_out; /* it failed by its timeout */
 } pl_result;
 
 /* Runs p.  0, or -1 with err naming the failing step ("pipeline 'P': step

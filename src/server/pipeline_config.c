@@ -157,7 +157,7 @@ static int get_constraint(const cJSON *o, pl_step *s, const char *where, char *e
     n += s->json;
     if (n > 1) return srv_fail(err, cap, "%s: give one of 'grammar', 'json_schema' and 'json'", where);
     tutti_grammar *g = s->grammar       ? tutti_grammar_parse(s->grammar, strlen(s->grammar))
-                     : s->json_schema ? tutti_grammar_from_json_schema(s->json_schema, strlen(s->json_schema))
+                       : s->json_schema ? tutti_grammar_from_json_schema(s->json_schema, strlen(s->json_schema))
                                         : NULL;
     if ((s->grammar || s->json_schema) && !g)
         return srv_fail(err, cap, "%s: '%s': %s", where, s->grammar ? "grammar" : "json_schema", tutti_last_error());
@@ -216,8 +216,9 @@ static int parse_template(const pl_pipeline *p, pl_step *s, char *err, size_t ca
         }
         const char *nm = t + i + 1;
         size_t n = k - i - 1;
-        int kind = n == 5 && !memcmp(nm, "input", 5) ? PL_SEG_INPUT : n == 8 && !memcmp(nm, "messages", 8) ? PL_SEG_MESSAGES
-                                                                                                          : PL_SEG_STEP;
+        int kind = n == 5 && !memcmp(nm, "input", 5)      ? PL_SEG_INPUT
+                   : n == 8 && !memcmp(nm, "messages", 8) ? PL_SEG_MESSAGES
+                                                          : PL_SEG_STEP;
         int ref = kind == PL_SEG_STEP ? find_step(p, nm, n) : 0;
         if (ref < 0) {
             char names[1024];

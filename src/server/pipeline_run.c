@@ -26,7 +26,7 @@ typedef struct step_job {
     size_t n, cap;
     double t0, deadline;
     bool timed_out, oom;
-    bool joinable;           /* its thread started */
+    bool joinable; /* its thread started */
     char err[1024];
 } step_job;
 
@@ -38,7 +38,7 @@ struct run_ctx {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int state[PL_MAX_STEPS];
-    volatile int stop;        /* a step failed or the output's receiver said stop */
+    volatile int stop; /* a step failed or the output's receiver said stop */
     bool receiver_stopped;
     double t_start;
     step_job jobs[PL_MAX_STEPS];
@@ -48,18 +48,24 @@ char *pl_expand(const pl_step *s, const pl_run_opts *o, const pl_result *r, size
     size_t len = 0;
     for (int i = 0; i < s->n_segs; i++) {
         const pl_seg *g = &s->segs[i];
-        len += g->kind == PL_SEG_TEXT ? g->len : g->kind == PL_SEG_INPUT ? o->input_len
-             : g->kind == PL_SEG_MESSAGES ? o->messages_len : r->n_text[g->step];
+        len += g->kind == PL_SEG_TEXT       ? g->len
+               : g->kind == PL_SEG_INPUT    ? o->input_len
+               : g->kind == PL_SEG_MESSAGES ? o->messages_len
+                                            : r->n_text[g->step];
     }
     char *out = malloc(len + 1);
     if (!out) return NULL;
     size_t k = 0;
     for (int i = 0; i < s->n_segs; i++) {
         const pl_seg *g = &s->segs[i];
-        const char *src = g->kind == PL_SEG_TEXT ? g->text : g->kind == PL_SEG_INPUT ? o->input
-                        : g->kind == PL_SEG_MESSAGES ? o->messages : r->text[g->step];
-        size_t m = g->kind == PL_SEG_TEXT ? g->len : g->kind == PL_SEG_INPUT ? o->input_len
-                 : g->kind == PL_SEG_MESSAGES ? o->messages_len : r->n_text[g->step];
+        const char *src = g->kind == PL_SEG_TEXT       ? g->text
+                          : g->kind == PL_SEG_INPUT    ? o->input
+                          : g->kind == PL_SEG_MESSAGES ? o->messages
+                                                       : r->text[g->step];
+        size_t m = g->kind == PL_SEG_TEXT       ? g->len
+                   : g->kind == PL_SEG_INPUT    ? o->input_len
+                   : g->kind == PL_SEG_MESSAGES ? o->messages_len
+                                                : r->n_text[g->step];
         if (m) memcpy(out + k, src, m);
         k += m;
     }
@@ -121,7 +127,10 @@ static int generate_step(step_job *sj, const pl_step *s, const char *prompt, siz
     }
     int32_t max = s->max_tokens >= 0 ? s->max_tokens : rc->o->max_tokens > 0 ? rc->o->max_tokens : 256;
     tutti_sampler_params sp = step_sampler(s, rc->o, sj->k);
-    tutti_mask m = {.stop = (const char *const *)s->stop, .n_stop = s->n_stop, .max_tokens = max, .grammar = g,
+    tutti_mask m = {.stop = (const char *const *)s->stop,
+                    .n_stop = s->n_stop,
+                    .max_tokens = max,
+                    .grammar = g,
                     .ignore_eos = s->ignore_eos};
     tutti_ensemble_stats st;
     memset(&st, 0, sizeof st);
@@ -132,8 +141,7 @@ static int generate_step(step_job *sj, const pl_step *s, const char *prompt, siz
     }
     if (ret == 0 && sj->timed_out)
         snprintf(sj->err, sizeof sj->err, "timed out after %g s (its 'timeout')", s->timeout_s), ret = -1;
-    else if (ret == 0 && sj->oom)
-        snprintf(sj->err, sizeof sj->err, "out of memory"), ret = -1;
+    else if (ret == 0 && sj->oom) snprintf(sj->err, sizeof sj->err, "out of memory"), ret = -1;
     u->prompt_tokens = (int32_t)st.n_prompt_evaluated[0];
     u->completion_units = st.n_units;
     u->finish = max == 0 ? TUTTI_FINISH_LENGTH : st.finish;
@@ -149,7 +157,8 @@ static void *step_main(void *arg) {
     pl_step_usage u = {.unit = "token"};
     size_t plen = 0;
     char *prompt = pl_expand(s, rc->o, rc->r, &plen); /* the steps it refers to are done */
-    int ret = prompt ? generate_step(sj, s, prompt, plen, &u) : (snprintf(sj->err, sizeof sj->err, "out of memory"), -1);
+    int ret =
+        prompt ? generate_step(sj, s, prompt, plen, &u) : (snprintf(sj->err, sizeof sj->err, "out of memory"), -1);
     free(prompt);
     pthread_mutex_lock(&rc->mu);
     u.ran = true;
@@ -177,7 +186,8 @@ static int start_ready(run_ctx *rc) {
     int running = 0;
     for (int k = 0; k < rc->p->n_steps; k++) {
         const pl_step *s = &rc->p->steps[k];
-        bool ready = rc->state[k] == ST_WAITING && !rc->stop && !(rc->o->should_stop && rc->o->should_stop(rc->o->user));
+        bool ready =
+            rc->state[k] == ST_WAITING && !rc->stop && !(rc->o->should_stop && rc->o->should_stop(rc->o->user));
         for (int d = 0; ready && d < rc->p->n_steps; d++)
             if ((s->deps >> d & 1) && rc->state[d] != ST_DONE) ready = false;
         if (ready) {

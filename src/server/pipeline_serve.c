@@ -23,8 +23,8 @@ typedef struct srv_pipes {
     pl_set set;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int running;              /* threads alive (shutdown waits for them) */
-    int active;               /* requests not answered yet (admission: at most --parallel) */
+    int running; /* threads alive (shutdown waits for them) */
+    int active;  /* requests not answered yet (admission: at most --parallel) */
     int stopping;
 } srv_pipes;
 
@@ -150,12 +150,19 @@ int srv_pipeline_prepare(srv_server *s, srv_job *j, char *err, size_t cap, const
     if (!p) return -1;
     j->pipeline = p;
     snprintf(j->model_name, sizeof j->model_name, "%s", name);
-    const char *what = r->n != 1 ? "n" : r->logprobs >= 0 ? "logprobs" : r->n_bias > 0 ? "logit_bias"
-                     : r->grammar ? r->grammar_field : r->n_stop > 0 ? "stop" : NULL;
+    const char *what = r->n != 1          ? "n"
+                       : r->logprobs >= 0 ? "logprobs"
+                       : r->n_bias > 0    ? "logit_bias"
+                       : r->grammar       ? r->grammar_field
+                       : r->n_stop > 0    ? "stop"
+                                          : NULL;
     if (what) {
         *param = what;
-        return snprintf(err, cap, "model '%s' is a pipeline: '%s' is not available for it (give sampling, grammars "
-                                  "and stop strings in its steps)", name, what), 400;
+        return snprintf(err, cap,
+                        "model '%s' is a pipeline: '%s' is not available for it (give sampling, grammars "
+                        "and stop strings in its steps)",
+                        name, what),
+               400;
     }
     if (r->kind == SRV_COMPLETION && (r->n_prompts != 1 || !r->prompts[0].text)) {
         *param = "prompt", *code = NULL;
@@ -165,7 +172,8 @@ int srv_pipeline_prepare(srv_server *s, srv_job *j, char *err, size_t cap, const
     if (!r->seed_set)
         j->req.sp.seed = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ __atomic_add_fetch(&g_ids, 1, __ATOMIC_RELAXED);
     snprintf(j->id, sizeof j->id, "%s-pl%llx%04llx", r->kind == SRV_CHAT ? "chatcmpl" : "cmpl",
-             (unsigned long long)time(NULL), (unsigned long long)(__atomic_add_fetch(&g_ids, 1, __ATOMIC_RELAXED) & 0xffff));
+             (unsigned long long)time(NULL),
+             (unsigned long long)(__atomic_add_fetch(&g_ids, 1, __ATOMIC_RELAXED) & 0xffff));
     j->created = (long)time(NULL);
     return 0;
 }
@@ -189,7 +197,8 @@ static char *request_texts(const srv_request *r, char **messages, size_t *n_mess
         o = 6 + *n_input;
     }
     for (int k = 0; k < r->n_msgs; k++)
-        o += (size_t)sprintf(m + o, "%s%s: %s", k ? "\n" : "", r->msgs[k].role, r->msgs[k].content ? r->msgs[k].content : "");
+        o += (size_t)sprintf(m + o, "%s%s: %s", k ? "\n" : "", r->msgs[k].role,
+                             r->msgs[k].content ? r->msgs[k].content : "");
     m[o] = 0;
     *messages = m, *n_messages = o;
     return (char *)input;
@@ -253,7 +262,8 @@ static void finish(srv_job *j, const pl_pipeline *p, const pl_result *r, int rc,
     j->finish[0] = out->finish == TUTTI_FINISH_LENGTH ? "length" : "stop";
     j->unit = out->unit ? out->unit : "token";
     j->t_gen_s = r->wall_s;
-    for (int k = 0; k < p->n_steps; k++) j->n_prompt += r->usage[k].prompt_tokens, j->n_units += r->usage[k].completion_units;
+    for (int k = 0; k < p->n_steps; k++)
+        j->n_prompt += r->usage[k].prompt_tokens, j->n_units += r->usage[k].completion_units;
     cJSON *su = steps_usage(p, r);
     j->pipe_steps = cJSON_PrintUnformatted(su);
     cJSON_Delete(su);
@@ -283,8 +293,11 @@ static void *pipe_main(void *arg) {
     const pl_pipeline *p = j->pipeline;
     srv_pipe_models pm = {.reg = &s->reg, .n_threads = s->opts.n_threads};
     pl_backend b = {.open = srv_pipeline_open_model, .user = &pm};
-    pl_run_opts o = {.sp = j->req.sp, .max_tokens = j->req.max_tokens > 0 ? (int32_t)j->req.max_tokens : 0,
-                     .on_output = output_cb, .should_stop = stop_cb, .user = pr};
+    pl_run_opts o = {.sp = j->req.sp,
+                     .max_tokens = j->req.max_tokens > 0 ? (int32_t)j->req.max_tokens : 0,
+                     .on_output = output_cb,
+                     .should_stop = stop_cb,
+                     .user = pr};
     char *messages = NULL, err[2048] = "out of memory";
     o.input = request_texts(&j->req, &messages, &o.messages_len, &o.input_len);
     o.messages = messages;
@@ -376,8 +389,14 @@ int server_run_pipeline(const server_opts *o, const char *prompt, size_t n, cons
         memcpy(messages, "user: ", 6), memcpy(messages + 6, prompt, n), messages[n + 6] = 0;
         srv_pipe_models pm = {.reg = &reg, .n_threads = o->n_threads};
         pl_backend b = {.open = srv_pipeline_open_model, .user = &pm};
-        pl_run_opts ro = {.input = prompt, .input_len = n, .messages = messages, .messages_len = n + 6, .sp = *sp,
-                          .max_tokens = max_tokens, .on_output = write_out, .should_stop = should_stop};
+        pl_run_opts ro = {.input = prompt,
+                          .input_len = n,
+                          .messages = messages,
+                          .messages_len = n + 6,
+                          .sp = *sp,
+                          .max_tokens = max_tokens,
+                          .on_output = write_out,
+                          .should_stop = should_stop};
         pl_result r;
         rc = pl_run(p, &b, &ro, &r, err, cap);
         fflush(stdout);

@@ -38,7 +38,7 @@ void srv_pipelines_models_json(const struct srv_registry *reg, struct cJSON *dat
  * pl_backend.open of a backend whose user is a srv_pipe_models. */
 typedef struct srv_pipe_models {
     const struct srv_registry *reg;
-    int n_threads;            /* per step's ensemble */
+    int n_threads; /* per step's ensemble */
 } srv_pipe_models;
 struct tutti_ensemble *srv_pipeline_open_model(void *models, const char *model, char *err, size_t cap);
 

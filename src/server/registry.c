@@ -446,9 +446,9 @@ int srv_registry_load_file(const srv_registry *reg, srv_file *f, char *err, size
     f->vocab = tutti_model_vocab(f->model);
     int32_t tr = tutti_model_n_ctx_train(f->model);
     /* -c N, -c 0 (the trained context), or by default min(trained, 4096) */
-    f->n_ctx = reg->n_ctx_opt > 0 ? reg->n_ctx_opt
-             : reg->n_ctx_opt == 0 && tr > 0 ? (tr < (1 << 22) ? tr : (1 << 22))
-             : (tr > 0 && tr < 4096 ? tr : 4096);
+    f->n_ctx = reg->n_ctx_opt > 0              ? reg->n_ctx_opt
+               : reg->n_ctx_opt == 0 && tr > 0 ? (tr < (1 << 22) ? tr : (1 << 22))
+                                               : (tr > 0 && tr < 4096 ? tr : 4096);
     return 0;
 }
 

@@ -53,8 +53,8 @@ static size_t json_number_len(const char *s, size_t n) {
         while (i < n && s[i] >= '0' && s[i] <= '9') i++;
         if (i == d) return 0;
     }
-    if (i < n && ((s[i] >= '0' && s[i] <= '9') || s[i] == '.' || s[i] == 'e' || s[i] == 'E' || s[i] == '+' ||
-                  s[i] == '-'))
+    if (i < n &&
+        ((s[i] >= '0' && s[i] <= '9') || s[i] == '.' || s[i] == 'e' || s[i] == 'E' || s[i] == '+' || s[i] == '-'))
         return 0;
     return i;
 }
@@ -77,7 +77,8 @@ static int json_lexical_check(const char *b, size_t n, char *err, size_t cap) {
         if (in_str) {
             if (c < 0x20)
                 return snprintf(err, cap, "a control character (U+%04X) at byte %zu must be escaped in a JSON string",
-                                c, i), -1;
+                                c, i),
+                       -1;
             if (c == '"') in_str = false;
             if (c == '\\') {
                 if (i + 5 < n && s[i + 1] == 'u' && !memcmp(s + i + 2, "0000", 4))
@@ -218,8 +219,9 @@ static int f_prompt(pctx *x, const char *name, const cJSON *v) {
         return (r->prompts[0].text = dup_str(v->valuestring, &r->prompts[0].len)) ? 0 : oom(x);
     }
     if (!cJSON_IsArray(v))
-        return bad(x, name, "'prompt' must be a string, an array of strings, an array of token ids or an array of "
-                            "arrays of token ids");
+        return bad(x, name,
+                   "'prompt' must be a string, an array of strings, an array of token ids or an array of "
+                   "arrays of token ids");
     int n = cJSON_GetArraySize(v);
     if (n < 1) return bad(x, name, "'prompt' is an empty array");
     const cJSON *first = cJSON_GetArrayItem(v, 0);
@@ -246,7 +248,8 @@ static int f_prompt(pctx *x, const char *name, const cJSON *v) {
 static int parse_content(pctx *x, const cJSON *c, char **out) {
     if (!c) return 0;
     if (cJSON_IsString(c)) return (*out = dup_str(c->valuestring, NULL)) ? 0 : oom(x);
-    if (!cJSON_IsArray(c)) return bad(x, "messages", "a message's 'content' must be a string or an array of text parts");
+    if (!cJSON_IsArray(c))
+        return bad(x, "messages", "a message's 'content' must be a string or an array of text parts");
     size_t n = 0;
     char *s = malloc(1);
     if (!s) return oom(x);
@@ -425,7 +428,8 @@ static int set_grammar(pctx *x, const char *name, tutti_grammar *g, const char *
  * object (or of a json_object response_format): a keyword that cannot be
  * enforced is dropped (logged) instead of a 400, as --json-schema-lenient. */
 static int schema_grammar(pctx *x, const char *name, const cJSON *schema, const char *what, const cJSON *lenient) {
-    if (!cJSON_IsObject(schema) && !cJSON_IsBool(schema)) return bad(x, name, "%s must be a JSON schema (an object)", what);
+    if (!cJSON_IsObject(schema) && !cJSON_IsBool(schema))
+        return bad(x, name, "%s must be a JSON schema (an object)", what);
     if (lenient && !cJSON_IsBool(lenient)) return bad(x, name, "%s: 'lenient' must be true or false", what);
     char *txt = cJSON_PrintUnformatted(schema);
     if (!txt) return oom(x);
@@ -462,7 +466,9 @@ static int f_response_format(pctx *x, const char *name, const cJSON *rf) {
     return 0;
 }
 
-static int f_json_schema(pctx *x, const char *name, const cJSON *v) { return schema_grammar(x, name, v, "json_schema", NULL); }
+static int f_json_schema(pctx *x, const char *name, const cJSON *v) {
+    return schema_grammar(x, name, v, "json_schema", NULL);
+}
 
 static int f_grammar(pctx *x, const char *name, const cJSON *v) {
     if (!cJSON_IsString(v)) return bad(x, name, "'grammar' must be a string (GBNF)");
@@ -488,7 +494,9 @@ static int bias_entry(pctx *x, const char *name, const char *key, const cJSON *i
     float bias;
     if (cJSON_IsFalse(b)) bias = -INFINITY;
     else if (cJSON_IsNumber(b) && b->valuedouble >= -100 && b->valuedouble <= 100) bias = (float)b->valuedouble;
-    else return bad(x, name, "'logit_bias': the bias of token %.0f must be a number in [-100, 100] (or false: banned)", d);
+    else
+        return bad(x, name, "'logit_bias': the bias of token %.0f must be a number in [-100, 100] (or false: banned)",
+                   d);
     if (r->n_bias == SRV_MAX_BIAS) return bad(x, name, "'logit_bias' holds at most %d tokens", SRV_MAX_BIAS);
     r->bias_ids[r->n_bias] = (int32_t)d;
     r->bias[r->n_bias++] = bias;
@@ -520,8 +528,8 @@ static int f_logit_bias(pctx *x, const char *name, const cJSON *v) {
 static int f_modalities(pctx *x, const char *name, const cJSON *v) {
     const cJSON *it;
     if (!cJSON_IsArray(v)) return bad(x, name, "'modalities' must be an array");
-    cJSON_ArrayForEach(it, v) if (!cJSON_IsString(it) || strcmp(it->valuestring, "text"))
-        return bad(x, name, "'modalities': only \"text\" output is supported");
+    cJSON_ArrayForEach(it, v) if (!cJSON_IsString(it) || strcmp(it->valuestring, "text")) return bad(
+        x, name, "'modalities': only \"text\" output is supported");
     return 0;
 }
 
@@ -580,31 +588,34 @@ static int f_tutti(pctx *x, const char *name, const cJSON *t) {
 
 enum { K_CMPL = 1, K_CHAT = 2, K_BOTH = 3 };
 typedef enum field_how {
-    HONOUR,   /* parsed into the request */
-    INERT,    /* accepted: changes nothing here (metadata, caching hints, settings of an off sampler) */
-    REFUSE,   /* 400 naming it unless it has its neutral value */
+    HONOUR, /* parsed into the request */
+    INERT,  /* accepted: changes nothing here (metadata, caching hints, settings of an off sampler) */
+    REFUSE, /* 400 naming it unless it has its neutral value */
 } field_how;
 typedef enum neutral_kind { N_EQ, N_LE, N_GE, N_FALSE, N_TRUE, N_EMPTY, N_WORDS } neutral_kind;
 
 typedef struct srv_field {
     const char *name;
-    unsigned kinds;      /* K_CMPL | K_CHAT: the endpoints that know it (others ignore it) */
+    unsigned kinds; /* K_CMPL | K_CHAT: the endpoints that know it (others ignore it) */
     field_how how;
-    field_fn fn;         /* HONOUR: the parser; NULL: a sampler number, [lo, hi] into sp at `at` */
+    field_fn fn; /* HONOUR: the parser; NULL: a sampler number, [lo, hi] into sp at `at` */
     double lo, hi;
     size_t at;
     bool integer;
     neutral_kind neutral; /* REFUSE: the values that change nothing */
-    double num;          /* N_EQ, N_LE, N_GE */
-    const char *words;   /* N_WORDS: "a|b" */
-    const char *what;    /* REFUSE: what it would need */
+    double num;           /* N_EQ, N_LE, N_GE */
+    const char *words;    /* N_WORDS: "a|b" */
+    const char *what;     /* REFUSE: what it would need */
 } srv_field;
 
-#define HONOURED(n, k, f) {(n), (k), HONOUR, (f), 0, 0, 0, false, N_EQ, 0, NULL, NULL}
-#define SAMPLER(n, lo, hi, member, is_int)                                                                          \
-    {(n), K_BOTH, HONOUR, NULL, (lo), (hi), offsetof(tutti_sampler_params, member), (is_int), N_EQ, 0, NULL, NULL}
-#define ACCEPTED(n, k) {(n), (k), INERT, NULL, 0, 0, 0, false, N_EQ, 0, NULL, NULL}
-#define REFUSED(n, k, kind, num, words, what) {(n), (k), REFUSE, NULL, 0, 0, 0, false, (kind), (num), (words), (what)}
+#define HONOURED(n, k, f) \
+    { (n), (k), HONOUR, (f), 0, 0, 0, false, N_EQ, 0, NULL, NULL }
+#define SAMPLER(n, lo, hi, member, is_int) \
+    { (n), K_BOTH, HONOUR, NULL, (lo), (hi), offsetof(tutti_sampler_params, member), (is_int), N_EQ, 0, NULL, NULL }
+#define ACCEPTED(n, k) \
+    { (n), (k), INERT, NULL, 0, 0, 0, false, N_EQ, 0, NULL, NULL }
+#define REFUSED(n, k, kind, num, words, what) \
+    { (n), (k), REFUSE, NULL, 0, 0, 0, false, (kind), (num), (words), (what) }
 
 /* Every field of OpenAI's completions and chat completions and of
  * llama-server's /completion and /v1 endpoints: what tutti does with it.
@@ -641,14 +652,27 @@ static const srv_field fields[] = {
     HONOURED("tool_choice", K_CHAT, f_tool_choice),
     HONOURED("parallel_tool_calls", K_CHAT, f_parallel_tool_calls),
     /* changes nothing here */
-    ACCEPTED("user", K_BOTH), ACCEPTED("metadata", K_BOTH), ACCEPTED("store", K_BOTH),
-    ACCEPTED("service_tier", K_BOTH), ACCEPTED("prompt_cache_key", K_BOTH), ACCEPTED("safety_identifier", K_BOTH),
-    ACCEPTED("prediction", K_CHAT), ACCEPTED("cache_prompt", K_BOTH),
-    ACCEPTED("id_slot", K_BOTH), ACCEPTED("n_keep", K_BOTH), ACCEPTED("n_discard", K_BOTH),
-    ACCEPTED("timings_per_token", K_BOTH), ACCEPTED("return_progress", K_BOTH), ACCEPTED("reasoning_format", K_CHAT),
-    ACCEPTED("mirostat_tau", K_BOTH), ACCEPTED("mirostat_eta", K_BOTH), ACCEPTED("dry_base", K_BOTH),
-    ACCEPTED("dry_allowed_length", K_BOTH), ACCEPTED("dry_penalty_last_n", K_BOTH),
-    ACCEPTED("dry_sequence_breakers", K_BOTH), ACCEPTED("xtc_threshold", K_BOTH),
+    ACCEPTED("user", K_BOTH),
+    ACCEPTED("metadata", K_BOTH),
+    ACCEPTED("store", K_BOTH),
+    ACCEPTED("service_tier", K_BOTH),
+    ACCEPTED("prompt_cache_key", K_BOTH),
+    ACCEPTED("safety_identifier", K_BOTH),
+    ACCEPTED("prediction", K_CHAT),
+    ACCEPTED("cache_prompt", K_BOTH),
+    ACCEPTED("id_slot", K_BOTH),
+    ACCEPTED("n_keep", K_BOTH),
+    ACCEPTED("n_discard", K_BOTH),
+    ACCEPTED("timings_per_token", K_BOTH),
+    ACCEPTED("return_progress", K_BOTH),
+    ACCEPTED("reasoning_format", K_CHAT),
+    ACCEPTED("mirostat_tau", K_BOTH),
+    ACCEPTED("mirostat_eta", K_BOTH),
+    ACCEPTED("dry_base", K_BOTH),
+    ACCEPTED("dry_allowed_length", K_BOTH),
+    ACCEPTED("dry_penalty_last_n", K_BOTH),
+    ACCEPTED("dry_sequence_breakers", K_BOTH),
+    ACCEPTED("xtc_threshold", K_BOTH),
     ACCEPTED("dynatemp_exponent", K_BOTH),
     /* would change the output and are not honoured */
     REFUSED("functions", K_CHAT, N_EMPTY, 0, NULL, "the legacy function calls: use tools"),
@@ -720,8 +744,9 @@ static int refuse(pctx *x, const srv_field *f, const cJSON *v) {
     case N_LE:
     case N_GE:
         if (!cJSON_IsNumber(v)) return bad(x, nm, "'%s' must be a number", nm);
-        if (f->neutral == N_EQ ? v->valuedouble == f->num
-                               : f->neutral == N_LE ? v->valuedouble <= f->num : v->valuedouble >= f->num)
+        if (f->neutral == N_EQ   ? v->valuedouble == f->num
+            : f->neutral == N_LE ? v->valuedouble <= f->num
+                                 : v->valuedouble >= f->num)
             return 0;
         return bad(x, nm, "'%s' %g is not supported (%s); leave it out or set it to %g", nm, v->valuedouble, f->what,
                    f->num);

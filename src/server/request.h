@@ -21,8 +21,8 @@
 #include "tutti.h"
 
 #define SRV_MAX_STOP 16
-#define SRV_MAX_N 16       /* choices of a request: prompts x n */
-#define SRV_MAX_BIAS 1024  /* logit_bias entries */
+#define SRV_MAX_N 16      /* choices of a request: prompts x n */
+#define SRV_MAX_BIAS 1024 /* logit_bias entries */
 
 typedef enum srv_kind { SRV_COMPLETION = 0, SRV_CHAT = 1 } srv_kind;
 
@@ -43,22 +43,22 @@ typedef enum srv_tool_choice { SRV_TC_AUTO = 0, SRV_TC_NONE, SRV_TC_REQUIRED, SR
 /* The request's tools (OpenAI's chat "tools": functions with a JSON-schema
  * "parameters"), parsed by tools_req.c. */
 typedef struct srv_tools {
-    int n;                   /* 0: none */
+    int n; /* 0: none */
     char *name[SRV_MAX_TOOLS];
     char *params[SRV_MAX_TOOLS]; /* each one's parameters schema (JSON text) */
-    char *json;              /* the tools array as given, for the chat template */
+    char *json;                  /* the tools array as given, for the chat template */
     srv_tool_choice choice;
-    char *named;             /* SRV_TC_NAMED: the function's name */
-    bool parallel;           /* parallel_tool_calls (default true) */
+    char *named;   /* SRV_TC_NAMED: the function's name */
+    bool parallel; /* parallel_tool_calls (default true) */
 } srv_tools;
 
 /* One prompt of /v1/completions: text, or token ids of member 1's
  * vocabulary (OpenAI's "array of tokens"; ids checked against the model
  * later, as the parser knows none). */
 typedef struct srv_prompt {
-    char *text;      /* NULL for an id prompt */
+    char *text; /* NULL for an id prompt */
     size_t len;
-    int32_t *ids;    /* NULL for a text prompt; n_ids >= 1 */
+    int32_t *ids; /* NULL for a text prompt; n_ids >= 1 */
     int32_t n_ids;
 } srv_prompt;
 
@@ -79,20 +79,20 @@ typedef struct srv_inline_ens {
 
 typedef struct srv_request {
     srv_kind kind;
-    char *model;         /* NULL: "default" */
+    char *model;                   /* NULL: "default" */
     srv_prompt prompts[SRV_MAX_N]; /* completions: 1..SRV_MAX_N (a batch: choice c answers prompt c / n) */
     int n_prompts;
-    srv_msg *msgs;       /* chat */
+    srv_msg *msgs; /* chat */
     int n_msgs;
-    int64_t max_tokens;  /* -1: not given */
+    int64_t max_tokens;      /* -1: not given */
     tutti_sampler_params sp; /* tutti's defaults (as `tutti run`) overridden by the request */
     bool seed_set;
     bool repeat_last_n_ctx; /* repeat_last_n -1: the whole context (set once it is known) */
     char *stop[SRV_MAX_STOP];
     int n_stop;
     bool stream;
-    bool include_usage;  /* stream_options.include_usage */
-    int n;               /* choices per prompt, 1..SRV_MAX_N */
+    bool include_usage; /* stream_options.include_usage */
+    int n;              /* choices per prompt, 1..SRV_MAX_N */
     srv_inline_ens ens;
     /* the output's constraint (owned), NULL: text: grammar (GBNF),
      * json_schema, or response_format json_object / json_schema */
@@ -106,9 +106,9 @@ typedef struct srv_request {
      * of alternatives per entry (0..SRV_MAX_TOP_LOGPROBS).  Completions:
      * "logprobs": N; chat: "logprobs": true with "top_logprobs": N. */
     int logprobs;
-    bool echo;           /* completions: the prompt returned in front of the text (echo.c) */
-    bool shares;         /* "tutti": {"shares": true}: each member's share of every unit (logprobs.h) */
-    srv_tools tools;     /* chat: tools, tool_choice, parallel_tool_calls */
+    bool echo;       /* completions: the prompt returned in front of the text (echo.c) */
+    bool shares;     /* "tutti": {"shares": true}: each member's share of every unit (logprobs.h) */
+    srv_tools tools; /* chat: tools, tool_choice, parallel_tool_calls */
 } srv_request;
 
 #define SRV_MAX_TOP_LOGPROBS 20

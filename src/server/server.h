@@ -35,32 +35,32 @@ typedef struct server_opts {
     int n_models;
     const char *ens_file; /* -e */
     float weights[TUTTI_ENSEMBLE_MAX_MEMBERS];
-    int n_weights;        /* 0: not given */
+    int n_weights; /* 0: not given */
     float temps[TUTTI_ENSEMBLE_MAX_MEMBERS];
     int n_temps;
-    int rule, align;      /* -1: not given */
-    float beta;           /* <= 0: default */
-    double prune;         /* < 0: default */
-    int max_hyps;         /* <= 0: default */
-    bool adapt, route;    /* --adapt, --route (for 'default') */
-    double adapt_alpha;   /* --adapt-alpha, < 0: not given */
-    double route_tau;     /* --route-tau, <= 0: not given */
-    double select;        /* --select, < 0: not given */
-    bool no_context;      /* --no-context: the -e file's context weights are not used */
-    const char *config;   /* --config FILE (JSON) */
+    int rule, align;    /* -1: not given */
+    float beta;         /* <= 0: default */
+    double prune;       /* < 0: default */
+    int max_hyps;       /* <= 0: default */
+    bool adapt, route;  /* --adapt, --route (for 'default') */
+    double adapt_alpha; /* --adapt-alpha, < 0: not given */
+    double route_tau;   /* --route-tau, <= 0: not given */
+    double select;      /* --select, < 0: not given */
+    bool no_context;    /* --no-context: the -e file's context weights are not used */
+    const char *config; /* --config FILE (JSON) */
     const char *chat_template_file;
     const char *host;
-    int port;             /* 0: any free port (printed) */
+    int port; /* 0: any free port (printed) */
     /* API keys: --api-key, the lines of --api-key-file, or TUTTI_API_KEY
      * (n_api_keys 0: no authentication) */
     char **api_keys;
     int n_api_keys;
-    int parallel;         /* slots */
-    bool cont_batching;   /* the slots' passes share one batch (tutti_batch) */
-    int n_ubatch;         /* its tokens per forward pass */
-    int pooling;          /* /v1/embeddings: TUTTI_POOL_MEAN, _CLS or _LAST; -1: the GGUF's */
-    int queue;            /* waiting requests beyond the slots */
-    int n_ctx;            /* -1: min(trained, 4096); 0: the trained context; else tokens */
+    int parallel;       /* slots */
+    bool cont_batching; /* the slots' passes share one batch (tutti_batch) */
+    int n_ubatch;       /* its tokens per forward pass */
+    int pooling;        /* /v1/embeddings: TUTTI_POOL_MEAN, _CLS or _LAST; -1: the GGUF's */
+    int queue;          /* waiting requests beyond the slots */
+    int n_ctx;          /* -1: min(trained, 4096); 0: the trained context; else tokens */
     int n_threads;
     size_t max_body;
     /* connections (conn.h): seconds, and counts (max_conns_per_ip 0: no limit) */
@@ -93,28 +93,28 @@ int server_run_pipeline(const server_opts *o, const char *prompt, size_t n, cons
 #define SRV_MAX_FILES 64
 
 typedef struct srv_file {
-    char *path;           /* a GGUF file, or a remote member's URL (docs/remote-members.md) */
-    char *name;           /* served name of the model alone */
-    bool named;           /* the name came from --config */
-    char **aliases;       /* more names (the same file named twice in --config) */
+    char *path;     /* a GGUF file, or a remote member's URL (docs/remote-members.md) */
+    char *name;     /* served name of the model alone */
+    bool named;     /* the name came from --config */
+    char **aliases; /* more names (the same file named twice in --config) */
     int n_aliases;
-    tutti_model *model;   /* NULL for a remote member */
-    tutti_ensemble *remote; /* a remote member: a one-member ensemble holding its tokenizer */
+    tutti_model *model;       /* NULL for a remote member */
+    tutti_ensemble *remote;   /* a remote member: a one-member ensemble holding its tokenizer */
     const tutti_vocab *vocab; /* the model's or the remote member's */
-    int32_t n_ctx;        /* its sessions' context */
+    int32_t n_ctx;            /* its sessions' context */
     /* native /completion: each token's JSON '"id":I,"token":"T","bytes":[..]',
      * built once (native.c) */
     char *nat_frag;
-    int64_t *nat_off;     /* [n_vocab + 1] */
+    int64_t *nat_off; /* [n_vocab + 1] */
     /* on demand (--models-dir; registry mu guards the fields below and
      * model/vocab's changes): loaded at the first acquire, unloaded (model
      * freed) only once 'doomed' and no holder is left */
     bool lazy;
-    int64_t bytes;        /* the file's size, for --models-memory */
-    int refs;             /* holders: jobs (active) and slots' ensembles and sessions built on the model */
-    int active;           /* jobs holding it (never chosen for unloading) */
-    bool doomed;          /* to be unloaded: slots drop their ensembles over it */
-    bool loading;         /* a thread is loading it (others wait on cv) */
+    int64_t bytes; /* the file's size, for --models-memory */
+    int refs;      /* holders: jobs (active) and slots' ensembles and sessions built on the model */
+    int active;    /* jobs holding it (never chosen for unloading) */
+    bool doomed;   /* to be unloaded: slots drop their ensembles over it */
+    bool loading;  /* a thread is loading it (others wait on cv) */
     uint64_t last_use;
     int32_t n_vocab_meta; /* from the GGUF's metadata, for /v1/models while not loaded */
     int64_t n_loads;
@@ -128,14 +128,14 @@ typedef struct srv_spec {
     float w[TUTTI_ENSEMBLE_MAX_MEMBERS];  /* NAN: default */
     float t[TUTTI_ENSEMBLE_MAX_MEMBERS];  /* NAN: 1 */
     int rule, align;
-    bool adapt;           /* weights follow the text with fixed-share alpha adapt_alpha (--adapt) */
+    bool adapt; /* weights follow the text with fixed-share alpha adapt_alpha (--adapt) */
     double adapt_alpha;
-    double route;         /* > 0: weights from the prompt with this tau (--route); 0 (as zeroed): off */
+    double route;              /* > 0: weights from the prompt with this tau (--route); 0 (as zeroed): off */
     tutti_context_weights ctx; /* the -e file's context weights (n_features 0, as zeroed: off) */
-    bool select;          /* selective fusion at select_thresh (--select, the -e file's); false: off */
+    bool select;               /* selective fusion at select_thresh (--select, the -e file's); false: off */
     double select_thresh;
-    int align_used;       /* the alignment the ensemble resolved (AUTO decided), -1 if not known yet */
-    char key[1024];       /* identity for the slots' ensemble caches */
+    int align_used; /* the alignment the ensemble resolved (AUTO decided), -1 if not known yet */
+    char key[1024]; /* identity for the slots' ensemble caches */
 } srv_spec;
 
 typedef struct srv_registry {
@@ -143,7 +143,7 @@ typedef struct srv_registry {
     int n_files;
     srv_spec *specs;
     int n_specs;
-    char *chat_template;  /* --chat-template override, or NULL */
+    char *chat_template; /* --chat-template override, or NULL */
     float beta;
     double prune;
     int max_hyps;
@@ -154,7 +154,7 @@ typedef struct srv_registry {
     pthread_cond_t cv;
     bool mu_init;
     int models_max;
-    int64_t models_mem;   /* bytes, 0: no limit */
+    int64_t models_mem; /* bytes, 0: no limit */
     uint64_t clock;
     volatile int sweep_gen; /* bumped when a doomed model is still held: slots drop what they hold of it */
 } srv_registry;
@@ -212,8 +212,8 @@ int32_t *server_tokenize(const tutti_vocab *vocab, const char *text, size_t len,
  * non-NULL), add_generation_prompt on, and tokenizes it: template text with
  * special tokens, message text without.  Returns malloc'd ids (count in
  * *n_out) or NULL with a message in err. */
-int32_t *server_chat_tokens(const srv_file *f, const char *tmpl_override, const tutti_chat_message *msgs,
-                            size_t n_msgs, int32_t *n_out, char *err, size_t errlen);
+int32_t *server_chat_tokens(const srv_file *f, const char *tmpl_override, const tutti_chat_message *msgs, size_t n_msgs,
+                            int32_t *n_out, char *err, size_t errlen);
 /* The same from the template's variables as JSON (messages with tool
  * fields, tools: tools.c), and the template itself (malloc'd; NULL: none). */
 int32_t *server_chat_tokens_json(const srv_file *f, const char *tmpl_override, const char *ctx_json, int32_t *n_out,
@@ -224,8 +224,21 @@ char *server_chat_template(const srv_file *f, const char *tmpl_override);
 
 /* /props, /tokenize, /detokenize and /completion are llama-server's own
  * (native.c), for remote members */
-enum { SRV_EP_HEALTH, SRV_EP_MODELS, SRV_EP_COMPLETIONS, SRV_EP_CHAT, SRV_EP_METRICS, SRV_EP_PROPS, SRV_EP_TOKENIZE,
-       SRV_EP_DETOKENIZE, SRV_EP_NATIVE, SRV_EP_EMBEDDINGS, SRV_EP_WEB, SRV_EP_OTHER, SRV_N_EP };
+enum {
+    SRV_EP_HEALTH,
+    SRV_EP_MODELS,
+    SRV_EP_COMPLETIONS,
+    SRV_EP_CHAT,
+    SRV_EP_METRICS,
+    SRV_EP_PROPS,
+    SRV_EP_TOKENIZE,
+    SRV_EP_DETOKENIZE,
+    SRV_EP_NATIVE,
+    SRV_EP_EMBEDDINGS,
+    SRV_EP_WEB,
+    SRV_EP_OTHER,
+    SRV_N_EP
+};
 /* GET /: the chat page (src/server/web/index.html, built in by CMakeLists.txt) */
 extern const unsigned char srv_web_page[];
 extern const unsigned long srv_web_page_len;
@@ -240,7 +253,7 @@ typedef struct srv_metrics {
     double gen_seconds;
     double last_tokens_per_s;
     int64_t cancelled;
-    double member_forward_s[SRV_MAX_FILES];  /* per loaded file */
+    double member_forward_s[SRV_MAX_FILES]; /* per loaded file */
     int64_t member_tokens[SRV_MAX_FILES];
 } srv_metrics;
 
@@ -255,13 +268,13 @@ char *srv_metrics_text(srv_server *s);
 /* POST /v1/embeddings (embed.c): the inputs' ids and their vectors */
 typedef struct srv_embd {
     bool on;
-    int file;             /* the registry file */
-    int pooling;          /* TUTTI_POOL_MEAN, _CLS or _LAST */
-    bool base64;          /* encoding_format "base64" */
+    int file;    /* the registry file */
+    int pooling; /* TUTTI_POOL_MEAN, _CLS or _LAST */
+    bool base64; /* encoding_format "base64" */
     int32_t **ids, *n_ids;
     int n;
     int64_t n_tokens;
-    float *out;           /* [n][dim], normalised */
+    float *out; /* [n][dim], normalised */
     int32_t dim;
 } srv_embd;
 
@@ -271,31 +284,31 @@ struct srv_job {
     int refs;
     /* request */
     srv_request req;
-    srv_spec spec;            /* resolved (a copy: inline specs live here) */
-    char model_name[256];     /* echoed in responses */
+    srv_spec spec;        /* resolved (a copy: inline specs live here) */
+    char model_name[256]; /* echoed in responses */
     /* each prompt's ids per member (chat: one prompt; completions: for
      * token-id prompts; NULL: the member tokenizes the text itself) */
     int32_t *ids[SRV_MAX_N][TUTTI_ENSEMBLE_MAX_MEMBERS];
     int32_t n_ids[SRV_MAX_N][TUTTI_ENSEMBLE_MAX_MEMBERS];
-    int n_prompts;            /* 1, or a completions batch */
-    int32_t n_prompt;         /* member 1's prompt tokens over all prompts (usage) */
+    int n_prompts;    /* 1, or a completions batch */
+    int32_t n_prompt; /* member 1's prompt tokens over all prompts (usage) */
     int32_t max_units;
     char id[40];
     long created;
     /* client */
-    int fd;                   /* the connection's socket (disconnect check), -1 once gone */
+    int fd; /* the connection's socket (disconnect check), -1 once gone */
     bool cancelled;
     /* output */
-    char *out;                /* stream: SSE bytes; else unused */
+    char *out; /* stream: SSE bytes; else unused */
     size_t n_out, cap_out, sent;
-    char *text[SRV_MAX_N];    /* non-stream: each choice's text */
+    char *text[SRV_MAX_N]; /* non-stream: each choice's text */
     size_t n_text[SRV_MAX_N], cap_text[SRV_MAX_N];
     const char *finish[SRV_MAX_N];
-    int choice;               /* the choice being generated */
+    int choice; /* the choice being generated */
     bool role_sent;
     int64_t n_units;
-    double t_gen_s;           /* wall time inside the generations */
-    const char *unit;         /* "token" or "byte" */
+    double t_gen_s;   /* wall time inside the generations */
+    const char *unit; /* "token" or "byte" */
     int64_t prompt_eval[TUTTI_ENSEMBLE_MAX_MEMBERS];
     /* logprobs (req.logprobs >= 0): each choice's entries */
     srv_lp lp[SRV_MAX_N];
@@ -306,10 +319,10 @@ struct srv_job {
     int nat_file;
     int32_t *nat_ids, n_nat_ids;
     int32_t n_probs, n_predict;
-    char *nat_out;            /* the answer's JSON */
+    char *nat_out;                      /* the answer's JSON */
     const struct pl_pipeline *pipeline; /* the model is a pipeline (pipeline_srv.h): it runs the job */
-    char *pipe_steps;         /* its steps' usage (a JSON array), for usage.tutti.steps */
-    srv_embd embd;            /* /v1/embeddings (embd.on) */
+    char *pipe_steps;                   /* its steps' usage (a JSON array), for usage.tutti.steps */
+    srv_embd embd;                      /* /v1/embeddings (embd.on) */
     /* tools in use (tools.h): the format (-1: none); per choice: the text
      * seen to be no call (streamed as it comes), the calls read back and
      * the content beside them */
@@ -321,7 +334,7 @@ struct srv_job {
     int held[TUTTI_ENSEMBLE_MAX_MEMBERS];
     int n_held;
     bool done;
-    int status;               /* 200, or an HTTP error status */
+    int status; /* 200, or an HTTP error status */
     char error[1024];
 };
 /* Holds the files of a job's model until the job is freed (loading them on
@@ -341,8 +354,7 @@ int srv_echo_prompt(srv_job *j, tutti_ensemble *e, int c, int p, char *err, size
  * tokenized), 0 or an HTTP status with err and *param; run on a slot's
  * session of the model, asking gone(arg) before each input whether the
  * client left (0, or -1 with err); the answer's JSON. */
-int srv_embd_prepare(srv_server *s, srv_job *j, const char *body, size_t n, char *err, size_t cap,
-                     const char **param);
+int srv_embd_prepare(srv_server *s, srv_job *j, const char *body, size_t n, char *err, size_t cap, const char **param);
 int srv_embd_run(srv_embd *e, tutti_session *sess, const tutti_model *m, bool (*gone)(void *), void *arg, char *err,
                  size_t cap);
 char *srv_embd_json(const srv_job *j);
@@ -375,18 +387,18 @@ struct srv_server {
     server_opts opts;
     srv_registry reg;
     srv_metrics metrics;
-    volatile int ready;       /* models loaded */
+    volatile int ready; /* models loaded */
     volatile int stopping;
     /* slots */
     srv_slot *slots;
     int n_slots;
     pthread_mutex_t qmu;
     pthread_cond_t qcv;
-    srv_job **queue;          /* ring [queue_cap] */
+    srv_job **queue; /* ring [queue_cap] */
     int q_head, q_len, q_cap;
     int busy;
-    srv_conns *conns;         /* conn.c */
-    tutti_batch *batch;       /* continuous batching: every slot's sessions (NULL: off) */
+    srv_conns *conns;   /* conn.c */
+    tutti_batch *batch; /* continuous batching: every slot's sessions (NULL: off) */
 };
 
 /* POST /v1/completions and /v1/chat/completions (generate.c): the request

@@ -35,7 +35,7 @@ typedef struct cache_ent {
     char key[1024];
     tutti_ensemble *e;
     uint64_t last_use;
-    char *last;      /* member 1's last prompt (text, or ids as bytes) for slot choice */
+    char *last; /* member 1's last prompt (text, or ids as bytes) for slot choice */
     size_t n_last;
     int files[TUTTI_ENSEMBLE_MAX_MEMBERS]; /* the registry files e is built on (held: ondemand.c) */
     int n_files;
@@ -58,8 +58,8 @@ struct srv_slot {
     bool started;
     cache_ent cache[SLOT_CACHE];
     uint64_t clock;
-    srv_job *job;    /* assigned, not yet finished */
-    int sweep_seen;  /* the registry's sweep_gen last swept for */
+    srv_job *job;   /* assigned, not yet finished */
+    int sweep_seen; /* the registry's sweep_gen last swept for */
 };
 
 srv_job *srv_job_new(void) {
@@ -187,8 +187,8 @@ static void emit_locked(srv_job *j, const char *bytes, size_t n) {
 /* The end of a choice's text under tools (j->mu held): its calls (1) or
  * its text answer (0) into the job, and streamed; -1: out of memory. */
 static int tools_close(srv_job *j, int c) {
-    int k = srv_tools_answer(j->text[c] ? j->text[c] : "", j->n_text[c], j->tool_fmt, &j->req.tools,
-                             &j->tool_calls[c], &j->tool_content[c]);
+    int k = srv_tools_answer(j->text[c] ? j->text[c] : "", j->n_text[c], j->tool_fmt, &j->req.tools, &j->tool_calls[c],
+                             &j->tool_content[c]);
     if (k < 0 || !j->req.stream) return k;
     j->n_text[c] = 0;
     if (k > 0) srv_sse_event(j, srv_tool_chunk_json(j, c, !j->role_sent));
@@ -305,7 +305,8 @@ static void slot_sweep(srv_slot *sl) {
         free(sl->cache[i].last);
         memset(&sl->cache[i], 0, sizeof sl->cache[i]);
     }
-    for (int k = 0; k < s->reg.n_files && k < SRV_MAX_FILES; k++) nat[k] = sl->nat[k].sess && srv_registry_doomed(&s->reg, k);
+    for (int k = 0; k < s->reg.n_files && k < SRV_MAX_FILES; k++)
+        nat[k] = sl->nat[k].sess && srv_registry_doomed(&s->reg, k);
     pthread_mutex_unlock(&s->qmu);
     for (int i = 0; i < nd; i++) drop[i].last = NULL, cache_drop(s, &drop[i]);
     for (int k = 0; k < SRV_MAX_FILES; k++)
@@ -449,8 +450,8 @@ static void run_native(srv_slot *sl, srv_job *j) {
     memcpy(ns->ids + k, j->nat_ids + k, sizeof(int32_t) * (size_t)(n - k));
     ns->n = n;
     double t1 = tutti_now_s();
-    j->nat_out = srv_native_completion_json(f, tutti_session_logits(ns->sess), j->n_probs, j->n_predict, n, n - k,
-                                            t1 - t0);
+    j->nat_out =
+        srv_native_completion_json(f, tutti_session_logits(ns->sess), j->n_probs, j->n_predict, n, n - k, t1 - t0);
     srv_metrics *mt = &s->metrics;
     pthread_mutex_lock(&mt->mu);
     mt->prompt_tokens += n;
@@ -498,13 +499,15 @@ static void run_job(srv_slot *sl, srv_job *j) {
     j->unit = al == TUTTI_ALIGN_TOKEN ? "token" : "byte";
     /* per-token features, in the alignment resolved now (AUTO) */
     if (j->req.logprobs >= 0 && al == TUTTI_ALIGN_SPAN) {
-        finish_job(j, 400, "logprobs need token or byte alignment (this ensemble fuses spans, whose steps have no "
-                           "per-token distribution)");
+        finish_job(j, 400,
+                   "logprobs need token or byte alignment (this ensemble fuses spans, whose steps have no "
+                   "per-token distribution)");
         return;
     }
     if (j->req.n_bias > 0 && al != TUTTI_ALIGN_TOKEN) {
-        snprintf(err, sizeof err, "logit_bias needs token alignment: this ensemble fuses in %s alignment (its members' "
-                                  "vocabularies differ), over %s, which have no token ids to bias",
+        snprintf(err, sizeof err,
+                 "logit_bias needs token alignment: this ensemble fuses in %s alignment (its members' "
+                 "vocabularies differ), over %s, which have no token ids to bias",
                  tutti_align_name(al), al == TUTTI_ALIGN_BYTE ? "bytes" : "drafted spans");
         finish_job(j, 400, err);
         return;
@@ -513,8 +516,12 @@ static void run_job(srv_slot *sl, srv_job *j) {
     j->lp_vocab = s->reg.files[j->spec.file[0]].vocab;
     tutti_ensemble_set_step_cb(e, lp_on(j) ? step_cb : NULL, j);
     tutti_ensemble_set_step_members(e, j->req.shares);
-    tutti_mask m = {.stop = (const char *const *)j->req.stop, .n_stop = j->req.n_stop, .max_tokens = j->max_units,
-                    .grammar = j->req.grammar, .bias_ids = j->req.bias_ids, .bias = j->req.bias,
+    tutti_mask m = {.stop = (const char *const *)j->req.stop,
+                    .n_stop = j->req.n_stop,
+                    .max_tokens = j->max_units,
+                    .grammar = j->req.grammar,
+                    .bias_ids = j->req.bias_ids,
+                    .bias = j->req.bias,
                     .n_bias = j->req.n_bias};
     int rc = 0;
     int n_choices = j->n_prompts * j->req.n;
@@ -544,8 +551,7 @@ static void run_job(srv_slot *sl, srv_job *j) {
         if (j->ids[p][0])
             rc = tutti_ensemble_generate_ids(e, (const int32_t *const *)j->ids[p], j->n_ids[p], &sp, &m, text_cb, j,
                                              &st);
-        else
-            rc = tutti_ensemble_generate(e, j->req.prompts[p].text, j->req.prompts[p].len, &sp, &m, text_cb, j, &st);
+        else rc = tutti_ensemble_generate(e, j->req.prompts[p].text, j->req.prompts[p].len, &sp, &m, text_cb, j, &st);
         if (rc < 0) snprintf(err, sizeof err, "generation failed: %s", tutti_last_error());
         if (rc == 0 && j->lp_oom) rc = -1, snprintf(err, sizeof err, "logprobs: out of memory");
         const char *finish = st.finish == TUTTI_FINISH_LENGTH ? "length" : "stop";

@@ -46,10 +46,11 @@ static bool active(const srv_tools *t) { return t->n > 0 && t->choice != SRV_TC_
 /* the system text of the generic format */
 static char *generic_system(const srv_tools *t) {
     const char *head = "You can call these tools (their parameters are JSON schemas):\n";
-    const char *tail = t->choice == SRV_TC_AUTO
-                           ? "\nAnswer with one JSON object: {\"tool_calls\": [{\"name\": TOOL, \"arguments\": {...}}]} "
-                             "to call tools, or {\"response\": TEXT} to answer the user directly."
-                           : "\nAnswer with one JSON object: {\"tool_calls\": [{\"name\": TOOL, \"arguments\": {...}}]}.";
+    const char *tail =
+        t->choice == SRV_TC_AUTO
+            ? "\nAnswer with one JSON object: {\"tool_calls\": [{\"name\": TOOL, \"arguments\": {...}}]} "
+              "to call tools, or {\"response\": TEXT} to answer the user directly."
+            : "\nAnswer with one JSON object: {\"tool_calls\": [{\"name\": TOOL, \"arguments\": {...}}]}.";
     size_t n = strlen(head) + strlen(t->json) + strlen(tail) + 1;
     char *s = malloc(n);
     if (s) snprintf(s, n, "%s%s%s", head, t->json, tail);
@@ -160,7 +161,8 @@ tutti_grammar *srv_tools_grammar(const srv_tools *t, int fmt, char *err, size_t 
     const bool many = t->parallel, aut = t->choice == SRV_TC_AUTO;
     char head[2048];
     const char *ws = "tutti-ws ::= | \" \" | \"\\n\" [ \\t]{0,20}\n";
-    const char *str = "tutti-str ::= \"\\\"\" ( [^\"\\\\\\x7F\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} ) )* \"\\\"\"\n";
+    const char *str =
+        "tutti-str ::= \"\\\"\" ( [^\"\\\\\\x7F\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} ) )* \"\\\"\"\n";
     switch (fmt) {
     case SRV_TF_HERMES:
         snprintf(head, sizeof head,

@@ -35,19 +35,21 @@ static bool name_ok(const char *s) {
 }
 
 int srv_tools_parse(srv_tools *t, const cJSON *v, char *err, size_t cap) {
-    if (!cJSON_IsArray(v)) return fail(err, cap, "'tools' must be an array of {\"type\": \"function\", \"function\": {...}}", NULL);
+    if (!cJSON_IsArray(v))
+        return fail(err, cap, "'tools' must be an array of {\"type\": \"function\", \"function\": {...}}", NULL);
     if (cJSON_GetArraySize(v) > SRV_MAX_TOOLS) return fail(err, cap, "'tools': at most 128 tools", NULL);
     const cJSON *it;
     cJSON_ArrayForEach(it, v) {
         const cJSON *type = get(it, "type"), *fn = get(it, "function");
-        if (!cJSON_IsObject(it) || !cJSON_IsString(type) || strcmp(type->valuestring, "function") || !cJSON_IsObject(fn))
+        if (!cJSON_IsObject(it) || !cJSON_IsString(type) || strcmp(type->valuestring, "function") ||
+            !cJSON_IsObject(fn))
             return fail(err, cap, "'tools': every tool must be {\"type\": \"function\", \"function\": {\"name\", ...}}",
                         NULL);
         const cJSON *name = get(fn, "name"), *params = get(fn, "parameters"), *desc = get(fn, "description");
         if (!cJSON_IsString(name) || !name_ok(name->valuestring))
             return fail(err, cap, "'tools': a function's 'name' must be 1 to 64 of a-z A-Z 0-9 _ - . :", NULL);
-        if (desc && !cJSON_IsString(desc)) return fail(err, cap, "'tools': '%s': 'description' must be a string",
-                                                       name->valuestring);
+        if (desc && !cJSON_IsString(desc))
+            return fail(err, cap, "'tools': '%s': 'description' must be a string", name->valuestring);
         if (params && !cJSON_IsObject(params))
             return fail(err, cap, "'tools': '%s': 'parameters' must be a JSON schema object", name->valuestring);
         for (int k = 0; k < t->n; k++)
@@ -70,14 +72,19 @@ int srv_tool_choice_parse(srv_tools *t, const cJSON *v, char *err, size_t cap) {
         if (!strcmp(s, "auto")) t->choice = SRV_TC_AUTO;
         else if (!strcmp(s, "none")) t->choice = SRV_TC_NONE;
         else if (!strcmp(s, "required")) t->choice = SRV_TC_REQUIRED;
-        else return fail(err, cap, "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
-                                   "\"function\": {\"name\": ...}}", NULL);
+        else
+            return fail(err, cap,
+                        "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
+                        "\"function\": {\"name\": ...}}",
+                        NULL);
         return 0;
     }
     const cJSON *fn = cJSON_IsObject(v) ? get(v, "function") : NULL, *name = fn ? get(fn, "name") : NULL;
     if (!cJSON_IsString(name))
-        return fail(err, cap, "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
-                              "\"function\": {\"name\": ...}}", NULL);
+        return fail(err, cap,
+                    "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
+                    "\"function\": {\"name\": ...}}",
+                    NULL);
     free(t->named);
     if (!(t->named = strdup(name->valuestring))) return fail(err, cap, "out of memory", NULL);
     t->choice = SRV_TC_NAMED;
@@ -149,12 +156,15 @@ int srv_tools_check(const srv_request *r, char *err, size_t cap, const char **pa
     if (t->choice == SRV_TC_NAMED) {
         bool found = false;
         for (int k = 0; k < t->n; k++) found |= !strcmp(t->name[k], t->named);
-        if (!found) return fail(err, cap, "'tool_choice' names the function '%s', which 'tools' does not give", t->named);
+        if (!found)
+            return fail(err, cap, "'tool_choice' names the function '%s', which 'tools' does not give", t->named);
     }
     if (t->n && t->choice != SRV_TC_NONE && r->grammar) {
         *param = r->grammar_field;
-        return fail(err, cap, "tools constrain the answer with their own grammar: leave out '%s' or set tool_choice "
-                              "\"none\"", r->grammar_field);
+        return fail(err, cap,
+                    "tools constrain the answer with their own grammar: leave out '%s' or set tool_choice "
+                    "\"none\"",
+                    r->grammar_field);
     }
     *param = NULL;
     return 0;

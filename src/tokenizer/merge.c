@@ -152,8 +152,8 @@ static bool stale(const sym_list *syms, const bigram *b) {
 
 /* ---- spm ---- */
 
-static void spm_try_pair(const tutti_vocab *v, const char *text, const sym_list *syms, heap *h,
-                         int32_t left, int32_t right) {
+static void spm_try_pair(const tutti_vocab *v, const char *text, const sym_list *syms, heap *h, int32_t left,
+                         int32_t right) {
     if (left < 0 || right < 0) return;
     const symbol *l = &syms->v[left], *r = &syms->v[right];
     if (l->n + r->n > v->max_token_len) return; /* no such token: skip the hashing */
@@ -201,8 +201,8 @@ void spm_tokenize(const tutti_vocab *v, const char *text, size_t len, id_buf *ou
 
 /* ---- bpe ---- */
 
-static void bpe_try_pair(const tutti_vocab *v, const char *word, const sym_list *syms, heap *h,
-                         int32_t left, int32_t right) {
+static void bpe_try_pair(const tutti_vocab *v, const char *word, const sym_list *syms, heap *h, int32_t left,
+                         int32_t right) {
     if (left < 0 || right < 0) return;
     const symbol *l = &syms->v[left], *r = &syms->v[right];
     if (l->n + r->n > v->max_merge_len) return;
@@ -213,8 +213,7 @@ static void bpe_try_pair(const tutti_vocab *v, const char *word, const sym_list 
 }
 
 /* Merges one byte-level encoded word and appends its tokens. */
-static void bpe_word(const tutti_vocab *v, const char *word, size_t len, sym_list *syms, heap *h,
-                     id_buf *out) {
+static void bpe_word(const tutti_vocab *v, const char *word, size_t len, sym_list *syms, heap *h, id_buf *out) {
     if (v->ignore_merges) {
         int32_t id = vocab_find(v, word, len);
         if (id >= 0) {

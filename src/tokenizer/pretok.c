@@ -46,11 +46,11 @@
 #define RE_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"
 /* llama.cpp's custom GPT-2 splitter also takes a lone whitespace run */
 #define RE_GPT2_CUSTOM RE_GPT2 "|\\s+"
-#define RE_LLAMA3                                                                                  \
-    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"   \
+#define RE_LLAMA3                                                                              \
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|" \
     "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-#define RE_QWEN2                                                                                   \
-    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"   \
+#define RE_QWEN2                                                                               \
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|" \
     "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 #define RE_CJK "[\\x{4E00}-\\x{9FA5}\\x{800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+"
 #define RE_PORO " ?[^(\\s|.,!?\\x{2026}\\x{3002}\\x{FF0C}\\x{3001}\\x{964}\\x{6D4}\\x{60C})]+"
@@ -61,8 +61,7 @@ typedef struct pretok_def {
 } pretok_def;
 
 static const pretok_def k_defs[] = {
-    {"default",
-     {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2_CUSTOM, "\\p{N}+", "[0-9][0-9][0-9]"}},
+    {"default", {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2_CUSTOM, "\\p{N}+", "[0-9][0-9][0-9]"}},
     {"llama3|llama-v3|llama-bpe|falcon3|falcon-h1|pixtral|midm-2.0|lfm2|dbrx|smaug-bpe|"
      "chatglm-bpe|glm4",
      {RE_LLAMA3}},
@@ -138,7 +137,8 @@ enum {
 #define CLS_WS "\\x{09}-\\x{0D}\\x{20}"
 #define CLS_N "\\x{E001}0-9"
 #define CLS_L "\\x{E002}A-Za-z"
-#define CLS_P "\\x{E003}\\x{21}-\\x{23}\\x{25}-\\x{2A}\\x{2C}-\\x{2F}\\x{3A}\\x{3B}\\x{3F}\\x{40}\\x{5B}-\\x{5D}\\x{5F}\\x{7B}\\x{7D}"
+#define CLS_P \
+    "\\x{E003}\\x{21}-\\x{23}\\x{25}-\\x{2A}\\x{2C}-\\x{2F}\\x{3A}\\x{3B}\\x{3F}\\x{40}\\x{5B}-\\x{5D}\\x{5F}\\x{7B}\\x{7D}"
 #define CLS_M "\\x{E004}"
 #define CLS_S "\\x{E005}\\x{24}\\x{2B}\\x{3C}-\\x{3E}\\x{5E}\\x{60}\\x{7C}"
 
@@ -146,9 +146,8 @@ static const struct {
     const char *name;
     const char *members;
 } k_ucat[] = {
-    {"\\p{N}", CLS_N},  {"\\p{L}", CLS_L},  {"\\p{P}", CLS_P},  {"\\p{M}", CLS_M},
-    {"\\p{S}", CLS_S},  {"\\p{Lu}", CLS_L}, {"\\p{Ll}", CLS_L}, {"\\p{Lt}", CLS_L},
-    {"\\p{Lm}", CLS_L}, {"\\p{Lo}", CLS_L},
+    {"\\p{N}", CLS_N},  {"\\p{L}", CLS_L},  {"\\p{P}", CLS_P},  {"\\p{M}", CLS_M},  {"\\p{S}", CLS_S},
+    {"\\p{Lu}", CLS_L}, {"\\p{Ll}", CLS_L}, {"\\p{Lt}", CLS_L}, {"\\p{Lm}", CLS_L}, {"\\p{Lo}", CLS_L},
 };
 
 typedef struct sbuf {
@@ -206,8 +205,7 @@ static bool translate(const char *re, sbuf *out) {
                     size_t len = (size_t)(close - (re + i)) + 1;
                     if (strlen(k_ucat[k].name) == len && !memcmp(re + i, k_ucat[k].name, len)) {
                         if (!(inside ? sb_str(out, k_ucat[k].members)
-                                     : (sb_str(out, "[") && sb_str(out, k_ucat[k].members) &&
-                                        sb_str(out, "]"))))
+                                     : (sb_str(out, "[") && sb_str(out, k_ucat[k].members) && sb_str(out, "]"))))
                             return false;
                         i += len - 1;
                         found = true;
@@ -221,15 +219,18 @@ static bool translate(const char *re, sbuf *out) {
             bool neg = false;
             switch (e) {
             case 's': cls = CLS_WS; break;
-            case 'S': cls = CLS_WS; neg = true; break;
+            case 'S':
+                cls = CLS_WS;
+                neg = true;
+                break;
             case 'd': cls = "0-9"; break;
             case 'w': cls = "A-Za-z0-9_"; break;
             default: break;
             }
             if (cls) {
                 if (inside && neg) return false; /* [\S] would need a class subtraction */
-                bool ok = inside ? sb_str(out, cls)
-                                 : (sb_str(out, neg ? "[^" : "[") && sb_str(out, cls) && sb_str(out, "]"));
+                bool ok =
+                    inside ? sb_str(out, cls) : (sb_str(out, neg ? "[^" : "[") && sb_str(out, cls) && sb_str(out, "]"));
                 if (!ok) return false;
                 i++;
                 continue;
@@ -297,14 +298,14 @@ pretok *pretok_new(const char *name, const char *path) {
         int err;
         PCRE2_SIZE erroff;
         pcre2_code *code = pcre2_compile((PCRE2_SPTR)pat.p, pat.n,
-                                         PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY |
-                                             PCRE2_NO_AUTO_CAPTURE | PCRE2_NEVER_BACKSLASH_C,
+                                         PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY | PCRE2_NO_AUTO_CAPTURE |
+                                             PCRE2_NEVER_BACKSLASH_C,
                                          &err, &erroff, NULL);
         if (!code) {
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(err, msg, sizeof msg);
-            tutti_set_error("%s: pre-tokenizer '%s': PCRE2 cannot compile regex %d at offset %zu: %s",
-                            path, name, i, (size_t)erroff, (const char *)msg);
+            tutti_set_error("%s: pre-tokenizer '%s': PCRE2 cannot compile regex %d at offset %zu: %s", path, name, i,
+                            (size_t)erroff, (const char *)msg);
             free(pat.p);
             pretok_free(p);
             return NULL;
@@ -364,16 +365,13 @@ static size_t cpt_at(const size_t *offs, size_t n, size_t b) {
     size_t lo = 0, hi = n; /* offs[n] is the end */
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
-        if (offs[mid] < b)
-            lo = mid + 1;
-        else
-            hi = mid;
+        if (offs[mid] < b) lo = mid + 1;
+        else hi = mid;
     }
     return lo;
 }
 
-bool pretok_split(const pretok *p, const uint32_t *cpts, size_t n, size_t **lens_out,
-                  size_t *n_out) {
+bool pretok_split(const pretok *p, const uint32_t *cpts, size_t n, size_t **lens_out, size_t *n_out) {
     len_list cur = {0}, next = {0};
     char *subj = NULL;
     size_t *offs = NULL;
@@ -411,8 +409,7 @@ bool pretok_split(const pretok *p, const uint32_t *cpts, size_t n, size_t **lens
                 uint32_t opts = PCRE2_NO_UTF_CHECK;
                 int rc = pcre2_match(re->code, (PCRE2_SPTR)base, blen, pos, opts, md, NULL);
                 if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
-                    rc = pcre2_match(re->code, (PCRE2_SPTR)base, blen, pos, opts | PCRE2_NO_JIT, md,
-                                     NULL);
+                    rc = pcre2_match(re->code, (PCRE2_SPTR)base, blen, pos, opts | PCRE2_NO_JIT, md, NULL);
                 if (rc == PCRE2_ERROR_NOMATCH) break;
                 if (rc < 0) {
                     PCRE2_UCHAR msg[256];

@@ -8,8 +8,8 @@
 #include "util/error.h"
 
 typedef struct frag {
-    int32_t tok;      /* >= 0: a special token; -1: raw text */
-    size_t off, len;  /* raw text: bytes of the input */
+    int32_t tok;     /* >= 0: a special token; -1: raw text */
+    size_t off, len; /* raw text: bytes of the input */
 } frag;
 
 typedef struct frag_list {
@@ -60,8 +60,8 @@ static bool any_data(const uint8_t *data, size_t off, size_t n) {
  * from its next byte, so a later occurrence can still match); user-defined
  * tokens always do (as in Hugging Face tokenizers' added tokens).  Fragments
  * keep offsets into text, so the mask needs no bookkeeping of its own. */
-static bool partition(const tutti_vocab *v, const char *text, size_t len, bool parse_special,
-                      const uint8_t *data, frag_list *out) {
+static bool partition(const tutti_vocab *v, const char *text, size_t len, bool parse_special, const uint8_t *data,
+                      frag_list *out) {
     frag_list a = {0}, b = {0};
     if (len && !fl_push(&a, (frag){-1, 0, len})) goto oom;
     for (int32_t k = 0; k < v->n_special; k++) {
@@ -119,8 +119,8 @@ oom:
 }
 
 /* Tokenizes into buf; false on error (message set). */
-static bool tokenize_all(const tutti_vocab *v, const char *text, size_t len, bool add_bos,
-                         bool parse_special, const uint8_t *data, id_buf *out) {
+static bool tokenize_all(const tutti_vocab *v, const char *text, size_t len, bool add_bos, bool parse_special,
+                         const uint8_t *data, id_buf *out) {
     frag_list fl = {0};
     if (!partition(v, text, len, parse_special, data, &fl)) return false;
     bool ok = true;
@@ -170,10 +170,8 @@ static bool tokenize_all(const tutti_vocab *v, const char *text, size_t len, boo
     } else {
         for (size_t i = 0; i < fl.n && ok; i++) {
             const frag *f = &fl.v[i];
-            if (f->tok >= 0)
-                id_push(out, f->tok);
-            else
-                ok = bpe_tokenize(v, text + f->off, f->len, out);
+            if (f->tok >= 0) id_push(out, f->tok);
+            else ok = bpe_tokenize(v, text + f->off, f->len, out);
         }
     }
     free(fl.v);
@@ -211,18 +209,17 @@ static int32_t tokenize_api(const char *fn, const tutti_vocab *v, const char *te
     return n;
 }
 
-int32_t tutti_tokenize(const tutti_vocab *v, const char *text, size_t len, bool add_bos,
-                       bool parse_special, int32_t *ids, int32_t n_max) {
+int32_t tutti_tokenize(const tutti_vocab *v, const char *text, size_t len, bool add_bos, bool parse_special,
+                       int32_t *ids, int32_t n_max) {
     return tokenize_api("tutti_tokenize", v, text, len, add_bos, parse_special, NULL, ids, n_max);
 }
 
-int32_t tutti_tokenize_marked(const tutti_vocab *v, const char *text, size_t len, bool add_bos,
-                              const uint8_t *is_data, int32_t *ids, int32_t n_max) {
+int32_t tutti_tokenize_marked(const tutti_vocab *v, const char *text, size_t len, bool add_bos, const uint8_t *is_data,
+                              int32_t *ids, int32_t n_max) {
     return tokenize_api("tutti_tokenize_marked", v, text, len, add_bos, true, is_data, ids, n_max);
 }
 
-int32_t tutti_token_to_piece(const tutti_vocab *v, int32_t id, bool render_special, char *buf,
-                             int32_t len) {
+int32_t tutti_token_to_piece(const tutti_vocab *v, int32_t id, bool render_special, char *buf, int32_t len) {
     if (!v || id < 0 || id >= v->n_tokens) {
         tutti_set_error("tutti_token_to_piece: token id %d is out of range (vocabulary of %d)", id,
                         v ? v->n_tokens : 0);
@@ -236,8 +233,7 @@ int32_t tutti_token_to_piece(const tutti_vocab *v, int32_t id, bool render_speci
     return n;
 }
 
-int32_t tutti_detokenize(const tutti_vocab *v, const int32_t *ids, int32_t n_ids, char *buf,
-                         int32_t len) {
+int32_t tutti_detokenize(const tutti_vocab *v, const int32_t *ids, int32_t n_ids, char *buf, int32_t len) {
     if (!v || n_ids < 0 || (!ids && n_ids > 0) || len < 0) {
         tutti_set_error("tutti_detokenize: invalid arguments");
         return TUTTI_ERR_SIZE;

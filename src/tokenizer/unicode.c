@@ -19,10 +19,8 @@ unsigned ucp_flags(uint32_t cpt) {
     size_t lo = 0, hi = sizeof k_ranges / sizeof k_ranges[0];
     while (hi - lo > 1) {
         size_t mid = (lo + hi) / 2;
-        if (k_ranges[mid].first <= cpt)
-            lo = mid;
-        else
-            hi = mid;
+        if (k_ranges[mid].first <= cpt) lo = mid;
+        else hi = mid;
     }
     return k_ranges[lo].flags;
 }
@@ -49,8 +47,7 @@ uint32_t utf8_decode_lenient(const unsigned char *s, size_t n, size_t *i) {
         }
     } else if ((c & 0xF8) == 0xF0) {
         if (CONT(1) && CONT(2) && CONT(3)) {
-            cpt = ((c & 0x07u) << 18) | ((s[k + 1] & 0x3Fu) << 12) | ((s[k + 2] & 0x3Fu) << 6) |
-                  (s[k + 3] & 0x3Fu);
+            cpt = ((c & 0x07u) << 18) | ((s[k + 1] & 0x3Fu) << 12) | ((s[k + 2] & 0x3Fu) << 6) | (s[k + 3] & 0x3Fu);
             len = cpt >= 0x10000 && cpt <= 0x10FFFF ? 4 : 0;
         }
     }

@@ -51,8 +51,7 @@ int32_t vocab_find(const tutti_vocab *v, const char *s, size_t n) {
 static int32_t token_map_insert(tutti_vocab *v, int32_t id) {
     const tok_entry *t = &v->tokens[id];
     const char *s = v->arena + t->text_off;
-    for (uint32_t i = (uint32_t)tok_hash(s, t->text_len) & v->token_map.mask;;
-         i = (i + 1) & v->token_map.mask) {
+    for (uint32_t i = (uint32_t)tok_hash(s, t->text_len) & v->token_map.mask;; i = (i + 1) & v->token_map.mask) {
         int32_t o = v->token_map.slots[i];
         if (o < 0) {
             v->token_map.slots[i] = id;
@@ -74,14 +73,12 @@ static uint64_t merge_hash(const char *l, size_t ln, const char *r, size_t rn) {
 
 int32_t vocab_merge_rank(const tutti_vocab *v, const char *l, size_t ln, const char *r, size_t rn) {
     if (!v->merge_map.slots) return -1;
-    for (uint32_t i = (uint32_t)merge_hash(l, ln, r, rn) & v->merge_map.mask;;
-         i = (i + 1) & v->merge_map.mask) {
+    for (uint32_t i = (uint32_t)merge_hash(l, ln, r, rn) & v->merge_map.mask;; i = (i + 1) & v->merge_map.mask) {
         int32_t k = v->merge_map.slots[i];
         if (k < 0) return -1;
         const bpe_merge *m = &v->merges[k];
         const char *s = v->arena + m->off;
-        if (m->left_len == ln && m->right_len == rn && !memcmp(s, l, ln) && !memcmp(s + ln + 1, r, rn))
-            return m->rank;
+        if (m->left_len == ln && m->right_len == rn && !memcmp(s, l, ln) && !memcmp(s + ln + 1, r, rn)) return m->rank;
     }
 }
 
@@ -125,8 +122,8 @@ static int64_t find_array(const gguf_file *f, const char *key, gguf_type elem, g
             tutti_set_error("%s: %s: expected an array of %s, found an array of %s", fpath(f), key,
                             gguf_type_name(elem), gguf_type_name(at));
         else
-            tutti_set_error("%s: %s: expected an array of %s, found %s", fpath(f), key,
-                            gguf_type_name(elem), gguf_type_name(t));
+            tutti_set_error("%s: %s: expected an array of %s, found %s", fpath(f), key, gguf_type_name(elem),
+                            gguf_type_name(t));
         return -2;
     }
     return i;
@@ -144,35 +141,85 @@ static bool opt_bool(const gguf_file *f, const char *key, bool *out) {
 
 /* ---- loading ---- */
 
-static const char *const k_eot_texts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
-    "<EOT>", "_<EOT>", "[EOT]", "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
-    "<end_of_utterance>", NULL};
+static const char *const k_eot_texts[] = {"<|eot_id|>",
+                                          "<|im_end|>",
+                                          "<|end|>",
+                                          "<end_of_turn>",
+                                          "<|endoftext|>",
+                                          "<|end_of_text|>",
+                                          "<EOT>",
+                                          "_<EOT>",
+                                          "[EOT]",
+                                          "<\xef\xbd\x9c"
+                                          "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+                                          "<end_of_utterance>",
+                                          NULL};
 static const char *const k_eom_texts[] = {"<|eom_id|>", NULL};
-static const char *const k_fim_pre_texts[] = {
-    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>",
-    "<PRE>", "\xe2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>", NULL};
-static const char *const k_fim_suf_texts[] = {
-    "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<\xef\xbd\x9c" "fim\xe2\x96\x81hole\xef\xbd\x9c>",
-    "<SUF>", "\xe2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>", NULL};
-static const char *const k_fim_mid_texts[] = {
-    "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "end\xef\xbd\x9c>",
-    "<MID>", "\xe2\x96\x81<MID>", "<|code_middle|>", "<|middle|>", NULL};
+static const char *const k_fim_pre_texts[] = {"<|fim_prefix|>",
+                                              "<fim-prefix>",
+                                              "<fim_prefix>",
+                                              "<\xef\xbd\x9c"
+                                              "fim\xe2\x96\x81"
+                                              "begin\xef\xbd\x9c>",
+                                              "<PRE>",
+                                              "\xe2\x96\x81<PRE>",
+                                              "<|code_prefix|>",
+                                              "<|prefix|>",
+                                              NULL};
+static const char *const k_fim_suf_texts[] = {"<|fim_suffix|>",
+                                              "<fim-suffix>",
+                                              "<fim_suffix>",
+                                              "<\xef\xbd\x9c"
+                                              "fim\xe2\x96\x81hole\xef\xbd\x9c>",
+                                              "<SUF>",
+                                              "\xe2\x96\x81<SUF>",
+                                              "<|code_suffix|>",
+                                              "<|suffix|>",
+                                              NULL};
+static const char *const k_fim_mid_texts[] = {"<|fim_middle|>",
+                                              "<fim-middle>",
+                                              "<fim_middle>",
+                                              "<\xef\xbd\x9c"
+                                              "fim\xe2\x96\x81"
+                                              "end\xef\xbd\x9c>",
+                                              "<MID>",
+                                              "\xe2\x96\x81<MID>",
+                                              "<|code_middle|>",
+                                              "<|middle|>",
+                                              NULL};
 static const char *const k_fim_pad_texts[] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]", NULL};
-static const char *const k_fim_rep_texts[] = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>",
-                                              "<reponame>", NULL};
+static const char *const k_fim_rep_texts[] = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>",
+                                              "<REPO>",       "<reponame>",    NULL};
 static const char *const k_fim_sep_texts[] = {"<|file_sep|>", NULL};
-static const char *const k_eog_texts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
-    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
-    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-    "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", "[e~[", NULL};
+static const char *const k_eog_texts[] = {"<|eot_id|>",
+                                          "<|im_end|>",
+                                          "<|end|>",
+                                          "<|return|>",
+                                          "<|call|>",
+                                          "<|flush|>",
+                                          "<|calls|>",
+                                          "<end_of_turn>",
+                                          "<|endoftext|>",
+                                          "</s>",
+                                          "<|eom_id|>",
+                                          "<EOT>",
+                                          "_<EOT>",
+                                          "[EOT]",
+                                          "[EOS]",
+                                          "<|end_of_text|>",
+                                          "<end_of_utterance>",
+                                          "<eos>",
+                                          "<turn|>",
+                                          "<|tool_response>",
+                                          "<\xef\xbd\x9c"
+                                          "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+                                          "[e~[",
+                                          NULL};
 
 static bool text_in(const tutti_vocab *v, int32_t id, const char *const *list) {
     const tok_entry *t = &v->tokens[id];
     for (; *list; list++)
-        if (strlen(*list) == t->text_len && !memcmp(*list, v->arena + t->text_off, t->text_len))
-            return true;
+        if (strlen(*list) == t->text_len && !memcmp(*list, v->arena + t->text_off, t->text_len)) return true;
     return false;
 }
 
@@ -308,8 +355,8 @@ void *tok_vocab_attachment(const tutti_vocab *vocab, void *(*make)(const tutti_v
 }
 
 static bool is_llama3_family(const char *pre) {
-    static const char *const names[] = {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1",
-                                        "pixtral", "midm-2.0", "lfm2", NULL};
+    static const char *const names[] = {"llama3",  "llama-v3", "llama-bpe", "falcon3", "falcon-h1",
+                                        "pixtral", "midm-2.0", "lfm2",      NULL};
     for (int i = 0; names[i]; i++)
         if (!strcmp(pre, names[i])) return true;
     return false;
@@ -318,8 +365,7 @@ static bool is_llama3_family(const char *pre) {
 /* Reads a special token id key.  strict: out of range is an error (the ids
  * the tokenizer and generation use); otherwise it is ignored like llama.cpp
  * does (the default stays). */
-static bool read_special_id(tutti_vocab *v, const gguf_file *f, const char *key, int32_t *id,
-                            bool strict) {
+static bool read_special_id(tutti_vocab *v, const gguf_file *f, const char *key, int32_t *id, bool strict) {
     int64_t x;
     if (!gguf_get_i64(f, key, &x)) {
         if (gguf_find_key(f, key) >= 0) {
@@ -334,8 +380,8 @@ static bool read_special_id(tutti_vocab *v, const gguf_file *f, const char *key,
     }
     if (x >= v->n_tokens) {
         if (strict) {
-            tutti_set_error("%s: %s: token id %lld is out of range (the vocabulary has %d tokens)",
-                            fpath(f), key, (long long)x, v->n_tokens);
+            tutti_set_error("%s: %s: token id %lld is out of range (the vocabulary has %d tokens)", fpath(f), key,
+                            (long long)x, v->n_tokens);
             return false;
         }
         return true;
@@ -526,10 +572,10 @@ static int read_special_ids(tutti_vocab *v, const gguf_file *f) {
         int32_t *id;
         bool strict;
     } keys[] = {
-        {KEY("bos_token_id"), &v->bos, true},      {KEY("eos_token_id"), &v->eos, true},
-        {KEY("eot_token_id"), &v->eot, true},      {KEY("eom_token_id"), &v->eom, true},
-        {KEY("unknown_token_id"), &v->unk, true},  {KEY("seperator_token_id"), &v->sep, false},
-        {KEY("padding_token_id"), &v->pad, false}, {KEY("mask_token_id"), &v->mask, false},
+        {KEY("bos_token_id"), &v->bos, true},          {KEY("eos_token_id"), &v->eos, true},
+        {KEY("eot_token_id"), &v->eot, true},          {KEY("eom_token_id"), &v->eom, true},
+        {KEY("unknown_token_id"), &v->unk, true},      {KEY("seperator_token_id"), &v->sep, false},
+        {KEY("padding_token_id"), &v->pad, false},     {KEY("mask_token_id"), &v->mask, false},
         {KEY("fim_pre_token_id"), &v->fim_pre, false}, {KEY("fim_suf_token_id"), &v->fim_suf, false},
         {KEY("fim_mid_token_id"), &v->fim_mid, false}, {KEY("fim_pad_token_id"), &v->fim_pad, false},
         {KEY("fim_rep_token_id"), &v->fim_rep, false}, {KEY("fim_sep_token_id"), &v->fim_sep, false},
@@ -643,9 +689,8 @@ static void attrs_by_name(tutti_vocab *v, const gguf_file *f) {
     size_t nl = name.len < sizeof lname - 1 ? name.len : sizeof lname - 1;
     for (size_t k = 0; k < nl; k++) lname[k] = (char)tolower((unsigned char)name.data[k]);
     lname[nl] = 0;
-    if (strstr(v->pre_name, "jina-v2-de") || strstr(v->pre_name, "jina-v2-es") ||
-        strstr(v->pre_name, "jina-v2-code") || gguf_str_eq(arch, "nomic-bert-moe") ||
-        gguf_str_eq(arch, "jina-bert-v3")) {
+    if (strstr(v->pre_name, "jina-v2-de") || strstr(v->pre_name, "jina-v2-es") || strstr(v->pre_name, "jina-v2-code") ||
+        gguf_str_eq(arch, "nomic-bert-moe") || gguf_str_eq(arch, "jina-bert-v3")) {
         int32_t id = find_cstr(v, "<mask>");
         if (id >= 0) v->tokens[id].attr |= TUTTI_TOKEN_ATTR_LSTRIP;
     } else if (strstr(lname, "phi-3") || strstr(lname, "phi3")) {
@@ -750,9 +795,7 @@ bool tutti_vocab_is_eog(const tutti_vocab *v, int32_t id) { return in_range(v, i
 bool tutti_vocab_is_control(const tutti_vocab *v, int32_t id) {
     return in_range(v, id) && (v->tokens[id].attr & TUTTI_TOKEN_ATTR_CONTROL);
 }
-const char *tutti_vocab_type(const tutti_vocab *v) {
-    return !v ? "" : v->kind == TOK_SPM ? "spm" : "bpe";
-}
+const char *tutti_vocab_type(const tutti_vocab *v) { return !v ? "" : v->kind == TOK_SPM ? "spm" : "bpe"; }
 const char *tutti_vocab_pre(const tutti_vocab *v) { return v ? v->pre_name : ""; }
 
 const char *tutti_vocab_token_text(const tutti_vocab *v, int32_t id, size_t *len) {
@@ -766,9 +809,7 @@ const char *tutti_vocab_token_text(const tutti_vocab *v, int32_t id, size_t *len
 enum tutti_token_type tutti_vocab_token_type(const tutti_vocab *v, int32_t id) {
     return in_range(v, id) ? (enum tutti_token_type)v->tokens[id].type : TUTTI_TOKEN_TYPE_UNDEFINED;
 }
-uint32_t tutti_vocab_token_attr(const tutti_vocab *v, int32_t id) {
-    return in_range(v, id) ? v->tokens[id].attr : 0;
-}
+uint32_t tutti_vocab_token_attr(const tutti_vocab *v, int32_t id) { return in_range(v, id) ? v->tokens[id].attr : 0; }
 const char *tutti_vocab_token_piece(const tutti_vocab *v, int32_t id, size_t *len) {
     if (!in_range(v, id) || (v->tokens[id].attr & (TUTTI_TOKEN_ATTR_UNKNOWN | TUTTI_TOKEN_ATTR_CONTROL))) {
         if (len) *len = 0;

@@ -51,8 +51,15 @@ TUTTI_VEC_INLINE float tutti_fast_exp(float x) {
     /* round to nearest with the 1.5·2^23 trick (no floorf call) */
     float n = (xc * 1.44269504f + 12582912.0f) - 12582912.0f;
     float r = xc - n * 0.693145752f - n * 1.42860677e-6f;
-    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.6666667e-1f + r * (4.1666668e-2f + r * (8.3333338e-3f + r * (1.3888889e-3f + r * 1.9841270e-4f))))));
-    union { uint32_t i; float f; } u = {.i = (uint32_t)((int32_t)n + 127) << 23};
+    float p =
+        1.0f +
+        r * (1.0f +
+             r * (0.5f + r * (1.6666667e-1f +
+                              r * (4.1666668e-2f + r * (8.3333338e-3f + r * (1.3888889e-3f + r * 1.9841270e-4f))))));
+    union {
+        uint32_t i;
+        float f;
+    } u = {.i = (uint32_t)((int32_t)n + 127) << 23};
     float y = p * u.f;
     y = x < -87.0f ? 0.0f : y;
     y = x > 88.0f ? INFINITY : y;
@@ -60,7 +67,10 @@ TUTTI_VEC_INLINE float tutti_fast_exp(float x) {
 }
 
 TUTTI_VEC_INLINE float tutti_fast_log(float x) {
-    union { float f; int32_t i; } u = {.f = x};
+    union {
+        float f;
+        int32_t i;
+    } u = {.f = x};
     int32_t e = ((u.i >> 23) & 0xff) - 127;
     u.i = (u.i & 0x007fffff) | 0x3f800000; /* m in [1, 2) */
     float m = u.f;
@@ -68,7 +78,8 @@ TUTTI_VEC_INLINE float tutti_fast_log(float x) {
     m = big ? m * 0.5f : m;
     float ef = (float)(e + big);
     float s = (m - 1.0f) / (m + 1.0f), s2 = s * s;
-    float l = 2.0f * s * (1.0f + s2 * (0.33333334f + s2 * (0.2f + s2 * (0.14285715f + s2 * (0.11111111f + s2 * 0.09090909f)))));
+    float l = 2.0f * s *
+              (1.0f + s2 * (0.33333334f + s2 * (0.2f + s2 * (0.14285715f + s2 * (0.11111111f + s2 * 0.09090909f)))));
     float y = ef * 0.693145752f + (ef * 1.42860677e-6f + l);
     y = x < INFINITY ? y : x; /* +inf */
     return x > 0 ? y : (x == 0 ? -INFINITY : NAN);

@@ -5,8 +5,16 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline float tutti_bits_to_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-static inline uint32_t tutti_f32_to_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float tutti_bits_to_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline uint32_t tutti_f32_to_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
 
 /* IEEE 754 binary16 -> binary32, exact for normals, subnormals, inf and NaN. */
 static inline float tutti_fp16_to_f32(uint16_t h) {
@@ -29,8 +37,8 @@ static inline uint16_t tutti_f32_to_fp16(float f) {
     uint32_t ax = x & 0x7fffffffu;
     if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0));
     if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00); /* overflow -> inf */
-    if (ax < 0x38800000u) { /* subnormal or zero in half */
-        float a = tutti_bits_to_f32(ax) * 16777216.0f; /* scale to units of 2^-24 */
+    if (ax < 0x38800000u) {                                  /* subnormal or zero in half */
+        float a = tutti_bits_to_f32(ax) * 16777216.0f;       /* scale to units of 2^-24 */
         uint32_t m = (uint32_t)a;
         float r = a - (float)m;
         if (r > 0.5f || (r == 0.5f && (m & 1))) m++;

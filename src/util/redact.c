@@ -27,7 +27,8 @@ char *tutti_redact_urls(const char *text, char *out, size_t cap) {
     if (!out || !cap) return out;
     size_t o = 0;
 #define PUT(c) (o + 1 < cap ? (void)(out[o++] = (c)) : (void)0)
-#define PUTS(s) for (const char *q_ = (s); *q_; q_++) PUT(*q_)
+#define PUTS(s) \
+    for (const char *q_ = (s); *q_; q_++) PUT(*q_)
     for (const char *p = text ? text : ""; *p;) {
         const char *sep = strstr(p, "://");
         if (!sep) {

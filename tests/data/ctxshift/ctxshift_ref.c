@@ -15,7 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void quiet(enum ggml_log_level l, const char *t, void *u) { (void)l; (void)t; (void)u; }
+static void quiet(enum ggml_log_level l, const char *t, void *u) {
+    (void)l;
+    (void)t;
+    (void)u;
+}
 
 int main(int argc, char **argv) {
     if (argc != 7) {

@@ -19,8 +19,10 @@ int main(int argc, char **argv) {
         mp.n_gpu_layers = 0;
         struct llama_model *m = llama_model_load_from_file(argv[i], mp);
         printf("== %s: %s\n", argv[i], m ? "LOADED" : "REFUSED");
-        if (!m) { printf("%s", g_log); bad++; }
-        else llama_model_free(m);
+        if (!m) {
+            printf("%s", g_log);
+            bad++;
+        } else llama_model_free(m);
     }
     return 0;
 }
