@@ -334,7 +334,7 @@ static fsa *dyadic_multiples(const char *t) {
     long pow10 = 1;
     for (size_t i = 0; i < f; i++) pow10 *= 10;
     for (long m = p5; m < pow10; m += p5) { /* m as f digits, trailing zeros dropped (0* adds them) */
-        char dig[16];
+        char dig[24];                       /* f <= 8 digits; room for any long, as the compiler checks */
         snprintf(dig, sizeof dig, "%0*ld", (int)f, m);
         size_t n = strlen(dig);
         while (n > 1 && dig[n - 1] == '0') n--;
