@@ -246,6 +246,16 @@ double max_logsoftmax_diff(const float *a, const float *b, int n_rows, int n_voc
     return worst;
 }
 
+double max_logsoftmax_diff_every(const float *got, int first_pos, int n_pos, const float *ref, int every, int n_vocab) {
+    double worst = 0;
+    for (int p = (first_pos + every - 1) / every * every; p < first_pos + n_pos; p += every) {
+        const double d = max_logsoftmax_diff(got + (size_t)(p - first_pos) * (size_t)n_vocab,
+                                             ref + (size_t)(p / every) * (size_t)n_vocab, 1, n_vocab);
+        if (!(d <= worst)) worst = d;
+    }
+    return worst;
+}
+
 tutti_ensemble *test_ensemble(const char *const *rel, int n, int align, int rule) {
     tutti_member_desc d[TUTTI_ENSEMBLE_MAX_MEMBERS];
     char *paths[TUTTI_ENSEMBLE_MAX_MEMBERS];

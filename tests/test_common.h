@@ -54,6 +54,10 @@ int json_ids(const char *js, const char *key, int32_t *ids, int n_max);
 void sha256_hex(const void *data, size_t n, char out[65]);
 /* max over positions and ids of |log_softmax(a) - log_softmax(b)|, rows of n_vocab. */
 double max_logsoftmax_diff(const float *a, const float *b, int n_rows, int n_vocab);
+/* max_logsoftmax_diff of got's rows (positions first_pos .. first_pos +
+ * n_pos - 1) against a reference that keeps every `every`-th position only
+ * (ref row k = position k * every), over those positions among them. */
+double max_logsoftmax_diff_every(const float *got, int first_pos, int n_pos, const float *ref, int every, int n_vocab);
 
 /* Rewinds s to 0, evaluates ids[0..n_prefix) as one batch (its rows into
  * logits), then ids[n_prefix..n) one token at a time through the KV cache

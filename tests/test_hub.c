@@ -643,15 +643,16 @@ static void test_split(void **state) {
     free(txt);
     assert_true(n_ids > 1);
     enum { N_VOCAB = 105 };
+    /* (the reference keeps positions 0, 2, 4, ...) */
     float *ref = (float *)read_file(src_file("tests/data/moe/mixtral-b-Q8_0.logits.f32"), &n);
-    assert_int_equal(n, sizeof(float) * N_VOCAB * (size_t)n_ids);
+    assert_int_equal(n, sizeof(float) * N_VOCAB * (size_t)((n_ids + 1) / 2));
     tutti_model *m = tutti_model_load(p, NULL);
     assert_non_null(m);
     tutti_session *s = tutti_session_new(m, NULL);
     assert_non_null(s);
     float *got = malloc(sizeof(float) * N_VOCAB * (size_t)n_ids);
     assert_int_equal(tutti_session_eval(s, ids, n_ids, got), 0);
-    double d = max_logsoftmax_diff(got, ref, n_ids, N_VOCAB);
+    double d = max_logsoftmax_diff_every(got, 0, n_ids, ref, 2, N_VOCAB);
     assert_true(d < 0.15);
     free(got), free(ref);
     tutti_session_free(s);

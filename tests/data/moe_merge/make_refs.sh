@@ -6,7 +6,7 @@
 # (hidden.yaml, cheap.yaml) the mixture tutti merge writes from it:
 # NAME.tensors (sha256 of every tensor's data: the test checks that it merges
 # the same file) and NAME.logits.f32, llama.cpp's logits on input.ids at
-# positions 0, 2, 4, ... ([(n + 1) / 2][512]).
+# positions 0, 4, 8, ... ([(n + 3) / 4][512]).
 # The numpy forward pass of tests/moe_ref.py is checked against those logits
 # first (it must read the layout as llama.cpp does).
 # usage (root, after building): tests/data/moe_merge/make_refs.sh [BUILD=build] [ROOT=/opt/llamacpp-oracle]
@@ -45,8 +45,8 @@ for n in hidden cheap; do
   chroot "$ROOT" /oracle/dumplogits -m $CW/$n.gguf --ids "$(cat "$HERE/input.ids")" \
     --out $CW/$n.logits.f32 > /dev/null
   /usr/bin/python3 "$SRC/tests/moe_ref.py" logits "$W/$n.gguf" "$(cat "$HERE/input.ids")" "$W/$n.logits.f32"
-  # positions 0, 2, 4, ... are kept (small references)
-  /usr/bin/python3 -c 'import sys, numpy as np; a = np.fromfile(sys.argv[1], "<f4").reshape(-1, 512); a[0::2].tofile(sys.argv[2])' \
+  # positions 0, 4, 8, ... are kept (small references)
+  /usr/bin/python3 -c 'import sys, numpy as np; a = np.fromfile(sys.argv[1], "<f4").reshape(-1, 512); a[0::4].tofile(sys.argv[2])' \
     "$W/$n.logits.f32" "$HERE/$n.logits.f32"
 done
 rm -rf "$W"
