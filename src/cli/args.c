@@ -106,3 +106,9 @@ int32_t *cli_tokenize(const tutti_vocab *vocab, const char *text, size_t len, bo
 }
 
 double cli_now(void) { return tutti_now_s(); }
+
+void cli_print_prompt_ids(const char *label, const int32_t *ids, int32_t n) {
+    fprintf(stderr, "%s%sprompt ids:", label, *label ? " " : "");
+    for (int32_t i = 0; i < n; i++) fprintf(stderr, " %d", ids[i]);
+    fprintf(stderr, "\n");
+}

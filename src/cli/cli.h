@@ -26,6 +26,8 @@ char *cli_read_file(const char *path, size_t *len);
 /* Tokenizes with a growing buffer; malloc'd ids or NULL (error printed). */
 int32_t *cli_tokenize(const tutti_vocab *vocab, const char *text, size_t len, bool add_bos, bool parse_special,
                       int32_t *n_out);
+/* --verbose-prompt: "LABEL prompt ids: 1 2 3" on stderr. */
+void cli_print_prompt_ids(const char *label, const int32_t *ids, int32_t n);
 /* --chat: renders a model's chat template (tmpl: malloc'd, taken and
  * freed; NULL = the model has none) with an optional system message and the
  * user message (add_generation_prompt on) and tokenizes it with vocab:

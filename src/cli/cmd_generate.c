@@ -119,13 +119,6 @@ static int escape_stops(cli_strs *stop, char **owned) {
     return 0;
 }
 
-/* --verbose-prompt: the prompt's token ids on stderr. */
-static void print_prompt_ids(const int32_t *ids, int32_t n_ids) {
-    fprintf(stderr, "prompt ids:");
-    for (int32_t i = 0; i < n_ids; i++) fprintf(stderr, " %d", ids[i]);
-    fprintf(stderr, "\n");
-}
-
 int cmd_generate(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *system = NULL;
     bool chat = false, verbose_prompt = false, escape = true;
@@ -241,7 +234,7 @@ int cmd_generate(int argc, char **argv) {
     }
     sp->seed = cli_seed_resolve(sp->seed); /* printed once the run can go ahead */
     cli_info("tutti generate: %s loaded in %.2f s; prompt %d tokens\n", model_path, t_load, n_ids);
-    if (verbose_prompt) print_prompt_ids(ids, n_ids);
+    if (verbose_prompt) cli_print_prompt_ids("", ids, n_ids);
     tutti_mask m = {
         .stop = stop.v, .n_stop = stop.n, .max_tokens = n_predict, .grammar = grammar, .ignore_eos = cs.ignore_eos};
     if (grammar && !(gm = tutti_grammar_matcher_new(grammar))) {

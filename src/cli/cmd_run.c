@@ -107,9 +107,9 @@ static int member_prompt_ids(tutti_ensemble *e, bool chat, bool verbose_prompt, 
     }
     if (verbose_prompt && rc == 0)
         for (int i = 0; i < n_mem; i++) {
-            fprintf(stderr, "member %d prompt ids:", i + 1);
-            for (int32_t k = 0; k < n_ids[i]; k++) fprintf(stderr, " %d", ids[i][k]);
-            fprintf(stderr, "\n");
+            char label[32];
+            snprintf(label, sizeof label, "member %d", i + 1);
+            cli_print_prompt_ids(label, ids[i], n_ids[i]);
         }
     return rc;
 }
