@@ -183,6 +183,8 @@ typedef struct cli_draft {
     int32_t ngram_n, ngram_m; /* --spec-ngram-simple-size-n/-m */
 } cli_draft;
 extern const char *const cli_spec_types[];
+/* the library's parameters of a checked cli_draft (all 0: no draft) */
+tutti_draft_params cli_draft_params(const cli_draft *d);
 #define CLI_DRAFT_OPTS(d)                                                                                          \
     {"-md,--model-draft",                                                                                          \
      "FILE",                                                                                                       \

@@ -99,6 +99,8 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
     int32_t split_ub = 0;
     bool split_experts = false; /* --split-experts */
     cli_floats weights = {.n = 0}, temps = {.n = 0};
+    cli_draft draft;
+    cli_draft_init(&draft);
     const cli_opt opts[] = {
         CLI_SECTION("models"),
         CLI_STRS("-m,--model", "FILE", &models, "a member of 'default', also served alone (repeat)"),
@@ -161,6 +163,8 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
         CLI_SECTION("embeddings (POST /v1/embeddings)"),
         CLI_CHOICE("--pooling", "TYPE", &o->pooling, g_pools, "mean | cls | last: one vector from the positions' ones",
                    "the GGUF's pooling_type, else mean"),
+        CLI_SECTION("drafting (speculative decoding: every token-aligned model with the draft's vocabulary)"),
+        CLI_DRAFT_OPTS(&draft),
         CLI_SECTION("models over MPI ranks (mpirun -np K tutti serve ...)"),
         CLI_SPLIT_OPTS(&split_counts, &split_ub, "members"),
         ENS_SPLIT_MEMBER_OPT(&split_member, "-m models"),
@@ -194,6 +198,8 @@ static int serve_parse_args(int argc, char **argv, server_opts *o) {
     if (o->pooling >= 0) o->pooling += TUTTI_POOL_MEAN;
     if (o->max_conns < 0) o->max_conns = o->parallel + o->queue + 64;
     if ((r = api_keys(o, api_key, api_key_file)) != CLI_RUN) return r;
+    if ((r = cli_draft_check(&draft)) != CLI_RUN) return r;
+    o->draft = cli_draft_params(&draft);
     if ((r = ens_check_flags(&temps, cli_given("--adapt-alpha"), o->adapt_alpha, cli_given("--route-tau"), o->route_tau,
                              cli_given("--select"), o->select)) != CLI_RUN)
         return r;

@@ -43,11 +43,18 @@ int cli_draft_check(cli_draft *d) {
     return cli_resolve_model(&d->model);
 }
 
-int cli_draft_apply(tutti_ensemble *e, const cli_draft *d) {
-    if (!d->model && d->spec_type != 2) return CLI_RUN;
-    tutti_draft_params p = {
+tutti_draft_params cli_draft_params(const cli_draft *d) {
+    tutti_draft_params p = {0};
+    if (!d->model && d->spec_type != 2) return p;
+    p = (tutti_draft_params){
         .model_path = d->model, .n_max = d->n_max, .n_min = d->n_min, .p_min = d->p_min, .n_threads = d->n_threads};
     if (d->spec_type == 2) p.lookup_n = d->ngram_n, p.n_max = d->ngram_m;
+    return p;
+}
+
+int cli_draft_apply(tutti_ensemble *e, const cli_draft *d) {
+    if (!d->model && d->spec_type != 2) return CLI_RUN;
+    tutti_draft_params p = cli_draft_params(d);
     if (tutti_ensemble_set_draft(e, &p) < 0) return cli_error("%s", tutti_last_error());
     return CLI_RUN;
 }

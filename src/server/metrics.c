@@ -137,6 +137,14 @@ char *srv_metrics_text(srv_server *s) {
          "# TYPE tutti_prompt_tokens_reused_total counter\ntutti_prompt_tokens_reused_total %lld\n",
          (long long)m.prompt_reused);
     prom(&t,
+         "# HELP tutti_draft_rounds_total rounds in which the -md draft proposed tokens\n"
+         "# TYPE tutti_draft_rounds_total counter\ntutti_draft_rounds_total %lld\n"
+         "# HELP tutti_draft_tokens_total tokens the draft proposed\n"
+         "# TYPE tutti_draft_tokens_total counter\ntutti_draft_tokens_total %lld\n"
+         "# HELP tutti_draft_accepted_total drafted tokens the models accepted\n"
+         "# TYPE tutti_draft_accepted_total counter\ntutti_draft_accepted_total %lld\n",
+         (long long)m.draft_rounds, (long long)m.drafted, (long long)m.draft_accepted);
+    prom(&t,
          "# HELP tutti_requests_cancelled_total generations stopped because the client went away\n"
          "# TYPE tutti_requests_cancelled_total counter\ntutti_requests_cancelled_total %lld\n",
          (long long)m.cancelled);

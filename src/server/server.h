@@ -73,6 +73,10 @@ typedef struct server_opts {
     const char *models_dir;
     int models_max;
     int64_t models_mem_mib;
+    /* -md/--model-draft (tutti_ensemble_set_draft): set on every generating
+     * ensemble of token alignment whose vocabulary is the draft's
+     * (draft.model_path NULL and lookup_n 0: no draft) */
+    tutti_draft_params draft;
 } server_opts;
 
 /* Runs the server until SIGINT/SIGTERM.  Returns the exit status (0, or 1
@@ -255,6 +259,7 @@ typedef struct srv_metrics {
     int64_t cancelled;
     double member_forward_s[SRV_MAX_FILES]; /* per loaded file */
     int64_t member_tokens[SRV_MAX_FILES];
+    int64_t draft_rounds, drafted, draft_accepted; /* -md (tutti_ensemble_stats) */
 } srv_metrics;
 
 /* ---- jobs and slots ---- */

@@ -314,6 +314,16 @@ static void slot_sweep(srv_slot *sl) {
     pthread_mutex_lock(&s->qmu);
 }
 
+/* -md: the draft of a new ensemble where the library takes it (token
+ * alignment, the draft's vocabulary); another model goes on without one,
+ * as said on stderr (the draft serves the models it can). */
+static void slot_draft(const srv_server *s, tutti_ensemble *e, const char *name) {
+    const tutti_draft_params *d = &s->opts.draft;
+    if (!e || (!d->model_path && d->lookup_n <= 0)) return;
+    if (tutti_ensemble_set_draft(e, d) < 0)
+        fprintf(stderr, "tutti serve: model '%s' generates without the draft: %s\n", name, tutti_last_error());
+}
+
 static tutti_ensemble *slot_ensemble(srv_slot *sl, srv_job *j, char *err, size_t cap) {
     srv_server *s = sl->s;
     cache_ent *c = NULL, *lru = &sl->cache[0];
@@ -338,6 +348,7 @@ static tutti_ensemble *slot_ensemble(srv_slot *sl, srv_job *j, char *err, size_t
             tutti_ensemble_free(c->e);
             c->e = NULL;
         }
+        slot_draft(s, c->e, j->model_name);
         if (!c->e) {
             snprintf(err, cap, "model '%s': %s", j->model_name, tutti_last_error());
             cache_drop(s, c);
@@ -591,6 +602,9 @@ static void run_job(srv_slot *sl, srv_job *j) {
             mt->prompt_evaluated += ev;
             mt->prompt_reused += np - ev;
         }
+        mt->draft_rounds += st.n_draft_rounds;
+        mt->drafted += st.n_drafted;
+        mt->draft_accepted += st.n_draft_accepted;
         if (cancelled) mt->cancelled++;
         pthread_mutex_unlock(&mt->mu);
     }
