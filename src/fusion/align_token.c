@@ -93,6 +93,12 @@ typedef struct token_align {
     fusion_draft *dr;
     float *ahead;
     int32_t n_ahead, at;
+    /* the next round's draft length (1..n_max), adapted to the acceptance
+     * as Hugging Face's "heuristic" schedule: two more after a round whose
+     * drafted tokens were all accepted, one fewer after a rejection.  It
+     * depends only on rounds already decided, so the output stays exactly
+     * the plain run's (greedy) or distributed as it (sampled). */
+    int32_t k_next;
 } token_align;
 
 /* Member i's row r of the current round. */
@@ -126,7 +132,7 @@ static int draft_round(fusion_align *a) {
     token_align *t = (token_align *)a;
     tutti_ensemble *e = a->e;
     gen_ctx *g = a->g;
-    int32_t k = t->dr->p.n_max;
+    int32_t k = t->k_next;
     if (g->max_units > 0 && g->max_units - g->n_units - 1 < k) k = g->max_units - g->n_units - 1;
     for (int32_t i = 0; i < e->n; i++) {
         /* a round never makes a member shift its context (the rows past a
@@ -306,7 +312,10 @@ static int token_commit(fusion_align *a, int32_t id, int32_t *units) {
         if (t->at + 1 < t->n_ahead && id == t->dr->tok[t->at]) {
             t->at++;
             a->g->n_draft_accepted++;
-        } else {
+        } else { /* the round ends: on its bonus row (all accepted) or at a rejection */
+            int32_t n_max = t->dr->p.n_max;
+            t->k_next = t->at + 1 == t->n_ahead ? t->k_next + 2 : t->k_next - 1;
+            t->k_next = t->k_next < 1 ? 1 : t->k_next > n_max ? n_max : t->k_next;
             t->n_ahead = t->at = 0;
         }
     }
@@ -360,6 +369,7 @@ fusion_align *align_token_new(tutti_ensemble *e, gen_ctx *g, const tutti_sampler
             token_free(&t->base);
             return NULL;
         }
+        t->k_next = t->dr->p.n_max;
         t->ahead = malloc(sizeof(float) * (size_t)e->n * (size_t)(t->dr->p.n_max + 1) * (size_t)V);
         if (!t->ahead) {
             token_free(&t->base);
