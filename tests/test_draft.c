@@ -13,7 +13,8 @@
  *     at temperature 1.5, in double);
  *   - drafts with other tokenizers (TinyStories-656K, BabyLlama-tok361),
  *     re-spelled in the target's tokens: greedy identity as above, and the
- *     sampled distribution (one-hot proposals);
+ *     sampled distribution (one-hot proposals), a token-aligned ensemble's
+ *     greedy output with a re-spelled draft;
  *   - errors (bad lengths, byte alignment) and the CLI
  *     (-md's output equal to the plain run's, the summary line, usage). */
 #include <math.h>
@@ -338,21 +339,24 @@ static void test_ensemble_greedy(void **state) {
     int32_t prompt[256], greedy[N_GREEDY + 1];
     int n_prompt, n_greedy;
     read_ref(3, prompt, &n_prompt, greedy, &n_greedy);
-    for (int rule = TUTTI_RULE_MIX; rule <= TUTTI_RULE_PRODUCT; rule++) {
+    /* a draft of the members' tokenizer, then one of another (re-spelled) */
+    for (int c = 0; c < 2 * (TUTTI_RULE_PRODUCT - TUTTI_RULE_MIX + 1); c++) {
+        int rule = TUTTI_RULE_MIX + c / 2;
         ids_out plain, drafted;
         tutti_ensemble_stats st;
         tutti_ensemble *e = test_ensemble(rel, 2, TUTTI_ALIGN_TOKEN, rule);
         assert_non_null(e);
         if (generate(e, prompt, n_prompt, &sp, 100, &plain, &st) != 0) fail_msg("plain: %s", tutti_last_error());
         tutti_draft_params dp = tutti_draft_default_params();
-        dp.model_path = shared_path(DRAFT);
+        dp.model_path = shared_path(c % 2 ? DRAFT_TOK361 : DRAFT);
         dp.p_min = 0.3f;
         dp.n_max = 6;
         assert_int_equal(tutti_ensemble_set_draft(e, &dp), 0);
         assert_int_equal(generate(e, prompt, n_prompt, &sp, 100, &drafted, &st), 0);
-        printf("%s: %d tokens, %d rounds, %lld drafted, %lld accepted, member passes %lld and %lld\n",
-               tutti_rule_name((tutti_fusion_rule)rule), drafted.n, st.n_draft_rounds, (long long)st.n_drafted,
-               (long long)st.n_draft_accepted, (long long)st.n_member_passes[0], (long long)st.n_member_passes[1]);
+        printf("%s, %s: %d tokens, %d rounds, %lld drafted, %lld accepted, member passes %lld and %lld\n",
+               tutti_rule_name((tutti_fusion_rule)rule), c % 2 ? DRAFT_TOK361 : DRAFT, drafted.n, st.n_draft_rounds,
+               (long long)st.n_drafted, (long long)st.n_draft_accepted, (long long)st.n_member_passes[0],
+               (long long)st.n_member_passes[1]);
         assert_int_equal(drafted.n, plain.n);
         assert_memory_equal(drafted.ids, plain.ids, sizeof plain.ids[0] * (size_t)plain.n);
         assert_true(st.n_draft_accepted > 0 && st.n_draft_accepted < st.n_drafted);
