@@ -74,6 +74,12 @@ int tutti_ensemble_set_draft(tutti_ensemble *e, const tutti_draft_params *params
     /* another tokenizer: the draft's text is re-spelled in member 1's
      * tokens (fusion/draft.c), a deterministic proposal */
     bool respell = h != e->m[0]->vocab_hash;
+    if (respell && !e->m[0]->vocab) {
+        tutti_set_error("draft model %s: its vocabulary differs from member 1's (%s), which has no tokenizer here to "
+                        "re-spell the draft's text in",
+                        path, e->path[0]);
+        goto out;
+    }
     int32_t n_threads = params->n_threads;
     if (n_threads <= 0) n_threads = e->n_threads; /* the draft runs while no member does: all of them */
     member_spec spec = {.path = path, .n_sessions = 1, .n_ctx = e->m[0]->n_ctx, .n_threads = n_threads};
