@@ -192,9 +192,10 @@ tutti_draft_params cli_draft_params(const cli_draft *d);
      0,                                                                                                            \
      0,                                                                                                            \
      &(d)->model,                                                                                                  \
-     "draft model for speculative decoding, with the same vocabulary as the\n"                                     \
-     "model(s): it proposes tokens, the model(s) verify them in one pass (greedy\n"                                \
-     "output identical, sampled output distributed as without it)",                                                \
+     "draft model for speculative decoding (another tokenizer: its text\n"                                         \
+     "is re-spelled in the model's tokens): it proposes tokens, the model(s)\n"                                    \
+     "verify them in one pass (greedy output identical, sampled output\n"                                          \
+     "distributed as without it)",                                                                                 \
      "none",                                                                                                       \
      NULL,                                                                                                         \
      CLI_ONCE},                                                                                                    \

@@ -71,9 +71,12 @@ int tutti_ensemble_set_draft(tutti_ensemble *e, const tutti_draft_params *params
         tutti_error_prefix("draft model %s", path);
         goto out;
     }
-    if (h != e->m[0]->vocab_hash) {
-        tutti_set_error("draft model %s: its vocabulary differs from member 1's (%s): token lists, merges or scores "
-                        "differ, so its token ids mean other text; give a draft with the same tokenizer",
+    /* another tokenizer: the draft's text is re-spelled in member 1's
+     * tokens (fusion/draft.c), a deterministic proposal */
+    bool respell = h != e->m[0]->vocab_hash;
+    if (respell && !e->m[0]->vocab) {
+        tutti_set_error("draft model %s: its vocabulary differs from member 1's (%s), which has no tokenizer here to "
+                        "re-spell the draft's text in",
                         path, e->path[0]);
         goto out;
     }
@@ -85,13 +88,14 @@ int tutti_ensemble_set_draft(tutti_ensemble *e, const tutti_draft_params *params
         goto out;
     }
     d->vocab_hash = h;
-    if (d->n_vocab != e->m[0]->n_vocab) {
+    if (!respell && d->n_vocab != e->m[0]->n_vocab) {
         tutti_set_error("draft model %s: %d logits per position, member 1 %d", path, d->n_vocab, e->m[0]->n_vocab);
         d->vt->free(d);
         goto out;
     }
     if (e->draft) e->draft->vt->free(e->draft);
     e->draft = d;
+    e->draft_respell = respell;
     e->draft_p = *params;
     e->draft_p.model_path = NULL;
     rc = 0;

@@ -22,6 +22,18 @@ fusion_draft *fusion_draft_new(tutti_ensemble *e, const tutti_sampler_params *sp
     d->tok = malloc(sizeof(int32_t) * (size_t)d->p.n_max);
     d->q = malloc(sizeof(float) * (size_t)d->p.n_max * (size_t)d->V);
     d->scratch = malloc(sizeof(float) * (size_t)d->V);
+    if (d->m && e->draft_respell) { /* buffers for the whole context and a round */
+        d->respell = true;
+        d->target = e->m[0]->vocab;
+        d->cap = e->m[0]->n_ctx + d->p.n_max + 8;
+        if (d->cap < d->m->n_ctx + 8) d->cap = d->m->n_ctx + 8;
+        d->text = malloc((size_t)d->cap * 64);
+        d->dids = malloc(sizeof(int32_t) * (size_t)d->cap);
+        d->tids = malloc(sizeof(int32_t) * (size_t)d->cap);
+        free(d->scratch);
+        d->scratch = malloc(sizeof(float) * (size_t)(d->m->n_vocab > d->V ? d->m->n_vocab : d->V));
+        if (!d->text || !d->dids || !d->tids) d->scratch = (free(d->scratch), NULL);
+    }
     if (!d->smp || !d->tok || !d->q || !d->scratch) {
         if (d->smp) tutti_set_error("draft: out of memory");
         fusion_draft_free(d);
@@ -34,6 +46,7 @@ void fusion_draft_free(fusion_draft *d) {
     if (!d) return;
     tutti_sampler_free(d->smp);
     free(d->tok), free(d->q), free(d->scratch);
+    free(d->text), free(d->dids), free(d->tids);
     free(d);
 }
 
@@ -75,9 +88,90 @@ static int32_t lookup_propose(fusion_draft *d, int32_t *ids, int32_t n, int32_t 
     return d->n;
 }
 
+/* The most likely token of z[0..n). */
+static int32_t argmax(const float *z, int32_t n) {
+    int32_t b = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (z[i] > z[b]) b = i;
+    return b;
+}
+
+/* The bytes of token id in running text (0 for control tokens). */
+static int32_t piece_len(const tutti_vocab *v, int32_t id) {
+    char b[256];
+    int32_t len = tutti_token_to_piece(v, id, false, b, (int32_t)sizeof b);
+    return len < 0 ? -len : len;
+}
+
+/* Where the committed text ends in member 1's tokens of the text with the
+ * continuation, d->tids[0..nr): past their common prefix with ids[0..n),
+ * the first token boundary at the committed text's end (the prompt, or a
+ * generated token, may be spelled otherwise than the tokenizer spells the
+ * whole text); -1 where a token straddles it. */
+static int32_t respell_boundary(fusion_draft *d, const int32_t *ids, int32_t n, int32_t nr) {
+    int32_t c = 0;
+    while (c < n && c < nr && d->tids[c] == ids[c]) c++;
+    int64_t rest = 0, acc = 0;
+    for (int32_t i = c; i < n; i++) rest += piece_len(d->target, ids[i]);
+    int32_t j = c;
+    while (j < nr && acc < rest) acc += piece_len(d->target, d->tids[j++]);
+    return acc == rest && j < nr ? j : -1;
+}
+
+/* A draft with another tokenizer: the committed text (member 1's tokens
+ * decoded) is tokenized by the draft, which continues it greedily while
+ * confident; the text with the continuation is tokenized by member 1, and
+ * its tokens past the committed ones are the proposal, with one-hot q (any
+ * proposal made independently of the target's random numbers is exact
+ * under min(1, p(x)) acceptance and the residual p without x).  No
+ * proposal where member 1's tokens of the text do not start with the
+ * committed ones (a generation need not be spelled canonically). */
+static int32_t respell_propose(fusion_draft *d, int32_t *ids, int32_t n, int32_t k) {
+    const tutti_vocab *dv = d->m->vocab;
+    int32_t tcap = d->cap * 64, Vd = d->m->n_vocab;
+    d->n = 0;
+    int32_t nt = tutti_detokenize(d->target, ids, n, d->text, tcap);
+    if (nt < 0) return 0;
+    int32_t nd = tutti_tokenize(dv, d->text, (size_t)nt, tutti_vocab_add_bos(dv), false, d->dids, d->cap);
+    if (nd <= 0) return 0;
+    int32_t kd = k;
+    if (kd > d->m->n_ctx - nd + 1) kd = d->m->n_ctx - nd + 1;
+    if (kd > d->cap - nd) kd = d->cap - nd;
+    int32_t j = 0;
+    for (; j < kd; j++) {
+        const float *z = fusion_member_logits_view(d->m, d->dids, nd + j, d->scratch);
+        if (!z) {
+            tutti_error_prefix("draft");
+            return TUTTI_ERR;
+        }
+        if (top_prob(z, Vd) < d->p.p_min) break;
+        int32_t x = argmax(z, Vd);
+        if (tutti_vocab_is_eog(dv, x)) break; /* an end has no text to re-spell */
+        int32_t len = tutti_token_to_piece(dv, x, false, d->text + nt, tcap - nt);
+        if (len < 0) break;
+        nt += len;
+        d->dids[nd + j] = x;
+    }
+    if (j == 0) return 0;
+    int32_t nr = tutti_tokenize(d->target, d->text, (size_t)nt, tutti_vocab_add_bos(d->target), false, d->tids, d->cap);
+    int32_t at = respell_boundary(d, ids, n, nr);
+    if (at < 0) return 0;
+    for (j = 0; j < k && at + j < nr; j++) {
+        int32_t x = d->tids[at + j];
+        float *q = d->q + (size_t)j * (size_t)d->V;
+        memset(q, 0, sizeof(float) * (size_t)d->V);
+        q[x] = 1.0f;
+        d->tok[j] = ids[n + j] = x;
+        d->n = j + 1;
+    }
+    if (d->n < d->p.n_min) d->n = 0;
+    return d->n;
+}
+
 int32_t fusion_draft_propose(fusion_draft *d, int32_t *ids, int32_t n, int32_t k) {
     if (k > d->p.n_max) k = d->p.n_max;
     if (!d->m) return lookup_propose(d, ids, n, k);
+    if (d->respell) return respell_propose(d, ids, n, k);
     const tutti_vocab *vocab = d->m->vocab;
     int32_t V = d->V;
     d->n = 0;

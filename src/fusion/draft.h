@@ -26,6 +26,13 @@ typedef struct fusion_draft {
     float *q;       /* [p.n_max][V] the distribution each was drawn from */
     float *scratch; /* [V] */
     int32_t n;      /* tokens drafted this round */
+    /* re-spelling (a draft with another tokenizer): the committed text,
+     * the draft's tokens of it and of its proposal, member 1's tokens of
+     * both; q is one-hot (a deterministic proposal is exact) */
+    bool respell;
+    const tutti_vocab *target;
+    char *text;
+    int32_t cap, *dids, *tids;
 } fusion_draft;
 
 /* NULL + error (out of memory, bad sampler settings); sp: the generation's. */

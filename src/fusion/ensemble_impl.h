@@ -61,6 +61,7 @@ struct tutti_ensemble {
     /* drafting (tutti_ensemble_set_draft, src/ensemble/draft.c; used by
      * align_token.c through fusion/draft.c): NULL = none */
     fusion_member *draft;
+    bool draft_respell; /* the draft has another tokenizer: its text is re-spelled in member 1's tokens (draft.c) */
     tutti_draft_params draft_p; /* model_path not kept; lookup_n > 0 without draft: prompt lookup */
 };
 
