@@ -529,7 +529,12 @@ static void test_real_llama_server(void **state) {
         m = fusion_member_remote_new(sp, 0);
     }
     assert_non_null(m);
-    assert_true(top_diff(m, NV, NULL) < 1e-4);
+    double d = top_diff(m, NV, NULL);
+    printf("  llama-server as a remote member: max |log p - llama.cpp's reference| = %.3g\n", d);
+    /* the reference was made on one machine; llama.cpp's F32 kernels sum
+     * in another order on another SIMD path (AVX2 against AVX-512: 1.6e-4
+     * measured), far inside the 0.02 tutti's own logits are held to */
+    assert_true(d < 1e-3);
     m->vt->free(m);
     kill(pid, SIGTERM);
     waitpid(pid, NULL, 0);
