@@ -43,6 +43,9 @@ static const gtext k_texts[] = {
      * belong to the class that follows */
     {"root ::= [\\u4e00-\\u4e1f]{0,2} [\\u4e20-\\u4e2f] \"!\"", NULL, "\xe4\xb8\x80\xe4\xb8\x80\xe4\xb8\xa0!"},
     {"root ::= \"k\" [0-9a-fA-F]{8} \"-\" [0-9]{1,3}", NULL, "k0123abCD-42"},
+    /* a superset class ([a-z0-9]) that splits the run after its first
+     * character: the class gets its own table after all */
+    {"root ::= [a-z]+ \"!\" [a-z0-9]*", NULL, "abc!x9"},
     {NULL,
      "{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"maxLength\":12},"
      "\"t\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"minLength\":2,\"maxLength\":4},\"maxItems\":3},"
@@ -50,6 +53,17 @@ static const gtext k_texts[] = {
      "\"required\":[\"s\",\"t\",\"d\",\"n\"],\"additionalProperties\":{\"type\":\"string\"}}",
      "{\"s\": \"h\\u00e9llo \\\"w\\\"\", \"t\": [\"ab\", \"cde\"], \"d\": \"2024-02-29T23:59:59Z\", \"n\": -17, "
      "\"sx\": \"z\"}"},
+    /* a wide object with other names: the other-name keys' classes
+     * ("string character minus the letters that continue a declared
+     * name") are served from the string class's table */
+    {NULL,
+     "{\"type\":\"object\",\"properties\":{\"alpha\":{\"type\":\"integer\"},\"alps\":{\"type\":\"string\"},"
+     "\"beta\":{\"type\":\"string\"},\"delta\":{\"type\":\"string\"},\"dog\":{\"type\":\"string\"},"
+     "\"mode\":{\"type\":\"string\"},\"name\":{\"type\":\"string\"},\"note\":{\"type\":\"string\"},"
+     "\"order\":{\"type\":\"string\"},\"\u00e9t\u00e9\":{\"type\":\"string\"},\"zeta\":{\"type\":\"string\"}},"
+     "\"additionalProperties\":{\"type\":\"string\"}}",
+     "{\"alpha\": 1, \"alx\": \"a\", \"dx\": \"\", \"do\": \"q\", \"nam\": \"r\", \"\u00e9x\": \"s\", "
+     "\"b\u00e9ta\": \"t\", \"ordered\": \"u\", \"z\": \"v\", \"mode\": \"w\", \"x y\": \"z\"}"},
     {NULL, NULL, "{\"a\": [1, -2.5e3, true, null, {\"b\": \"\\u4e2d \\\\ \\\" \xe4\xb8\xad\"}], \"c\": \"\"}"},
 };
 
@@ -62,7 +76,7 @@ static tutti_grammar *make_grammar(const gtext *t) {
 /* Every position of every text: fast mask == brute force.  pieces[i] (len
  * lens[i]) and eog[i] describe gv's tokens. */
 static void check_vocab(const tutti_grammar_vocab *gv, int32_t V, const char *const *pieces, const int32_t *lens,
-                        const bool *eog, int64_t *n_run, int stride) {
+                        const bool *eog, int64_t *n_run, int64_t *n_sub, int stride) {
     float *row = malloc(sizeof(float) * (size_t)V);
     assert_non_null(row);
     for (size_t c = 0; c < sizeof k_texts / sizeof k_texts[0]; c++) {
@@ -106,6 +120,7 @@ static void check_vocab(const tutti_grammar_vocab *gv, int32_t V, const char *co
         }
         assert_true(tutti_grammar_matcher_is_complete(m));
         *n_run += m->n_run;
+        *n_sub += m->n_sub;
         tutti_grammar_matcher_free(m);
         tutti_grammar_matcher_free(chk);
         tutti_grammar_free(g);
@@ -134,10 +149,11 @@ static void test_qwen3_vocab(void **state) {
     }
     tutti_grammar_vocab *gv = tutti_grammar_vocab_new(v);
     assert_non_null(gv);
-    int64_t n_run = 0;
+    int64_t n_run = 0, n_sub = 0;
     /* every 2nd position: 151k brute-force checks each */
-    check_vocab(gv, V, (const char *const *)pieces, lens, eog, &n_run, 2);
+    check_vocab(gv, V, (const char *const *)pieces, lens, eog, &n_run, &n_sub, 2);
     assert_true(n_run > 10);
+    assert_true(n_sub > 0);
     for (int32_t i = 0; i < V; i++) free(pieces[i]);
     free(pieces), free(lens), free(eog);
     tutti_grammar_vocab_free(gv);
@@ -234,9 +250,10 @@ static void test_synthetic_vocab(void **state) {
     gm_run_min_nodes = 0; /* the run path wherever it applies */
     tutti_grammar_vocab *gv = tutti_grammar_vocab_from_pieces(V, pieces, lens, eog);
     assert_non_null(gv);
-    int64_t n_run = 0;
-    check_vocab(gv, V, pieces, lens, eog, &n_run, 1);
+    int64_t n_run = 0, n_sub = 0;
+    check_vocab(gv, V, pieces, lens, eog, &n_run, &n_sub, 1);
     assert_true(n_run > 50);
+    assert_true(n_sub > 5);
     gm_run_min_nodes = saved;
     tutti_grammar_vocab_free(gv);
 }
