@@ -394,6 +394,16 @@ static int sub_first(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, int
     return 1;
 }
 
+/* The surrogate code points (U+D800..U+DFFF) in r. */
+static uint64_t surrogates(const gr_range *r, int32_t nr) {
+    uint64_t n = 0;
+    for (int32_t i = 0; i < nr; i++) {
+        uint32_t lo = r[i].lo > 0xD800 ? r[i].lo : 0xD800, hi = r[i].hi < 0xDFFF ? r[i].hi : 0xDFFF;
+        if (lo <= hi) n += hi - lo + 1;
+    }
+    return n;
+}
+
 /* Marks in first[] the first bytes of the code points lo..hi. */
 static void mark_first(bool *first, uint32_t lo, uint32_t hi) {
     for (uint32_t c = lo; c <= hi && c < 0x80; c++) first[c] = true;
@@ -422,33 +432,44 @@ static void diff_first(const tutti_grammar *g, int32_t c, const gr_range *r, int
  * as much as a scan.  Such a class R is served from the table of a class S
  * of the grammar that holds R and whose other characters start with bytes
  * under few trie nodes (at most a 16th of R's): those tokens are scanned
- * (sub_first).  Sets cls_run[cls] (and cls_bx[cls]); 0 or -3. */
+ * (sub_first).  The largest such S is taken, so the nested classes of a
+ * tree of names share one table (the string character's: the class of the
+ * states after the first character; surrogates, which no token holds, do
+ * not count, so S is the class without them when there is one).  Returns S
+ * (its first bytes outside R in first[]) or -1. */
+static int32_t superset_of(const tutti_grammar *g, const tutti_grammar_vocab *v, int32_t cls, const gr_range *r,
+                           int32_t nr, bool *best_first) {
+    int32_t best = -1;
+    int64_t max_cost = run_nodes(v, r, nr) / 16, best_cost = 0;
+    uint64_t best_size = 0;
+    for (int32_t c = 0; c < g->n_classes; c++) {
+        int32_t nc;
+        const gr_range *cr = gm_class_ranges(g, c, &nc);
+        if (c == cls || nc == 0 || !gm_covers_all(g, c, r, nr)) continue;
+        bool first[256] = {0};
+        diff_first(g, c, r, nr, first);
+        int64_t cost = 0;
+        for (int b = 0; b < 256; b++) cost += first[b] ? v->root_nodes[b] : 0;
+        uint64_t size = class_size(g, c) - surrogates(cr, nc);
+        if (cost <= max_cost && (size > best_size || (size == best_size && cost < best_cost)) &&
+            run_nodes(v, cr, nc) >= gm_run_min_nodes)
+            best = c, best_cost = cost, best_size = size, memcpy(best_first, first, sizeof first);
+    }
+    return best;
+}
+
+/* Sets cls_run[cls] (and cls_bx[cls]: a superset's table); 0 or -3. */
 static int class_table(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, int32_t cls, const gr_range *r,
                        int32_t nr) {
     const tutti_grammar *g = m->g;
-    int64_t own = run_nodes(v, r, nr);
     const gv_run *t = run_find(v, r, nr);
-    if (!t && own >= gm_run_min_nodes) {
-        int32_t best = -1;
-        int64_t best_cost = own / 16 + 1;
-        bool best_first[256] = {0};
-        for (int32_t c = 0; c < g->n_classes; c++) {
-            int32_t nc;
-            const gr_range *cr = gm_class_ranges(g, c, &nc);
-            if (c == cls || nc == 0 || !gm_covers_all(g, c, r, nr)) continue;
-            bool first[256] = {0};
-            diff_first(g, c, r, nr, first);
-            int64_t cost = 0;
-            for (int b = 0; b < 256; b++) cost += first[b] ? v->root_nodes[b] : 0;
-            if (cost < best_cost && run_nodes(v, cr, nc) >= gm_run_min_nodes)
-                best = c, best_cost = cost, memcpy(best_first, first, sizeof first);
-        }
-        bool full = false;
-        int32_t nc;
+    if (!t && run_nodes(v, r, nr) >= gm_run_min_nodes) {
+        bool first[256] = {0}, full = false;
+        int32_t best = superset_of(g, v, cls, r, nr, first), nc;
         const gr_range *cr = best >= 0 ? gm_class_ranges(g, best, &nc) : NULL;
         if (cr && (t = run_get(v, cr, nc, &full))) {
             for (int b = 0; b < 256; b++)
-                if (best_first[b]) m->cls_bx[cls][b >> 6] |= 1ull << (b & 63);
+                if (first[b]) m->cls_bx[cls][b >> 6] |= 1ull << (b & 63);
             /* bx empty: S is R as a set, its table is R's */
         } else if (cr && !full) return -3;
         if (!t) t = run_get(v, r, nr, &full);
@@ -459,8 +480,8 @@ static int class_table(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, i
 }
 
 /* A superset whose characters split the states after the first (e.g. S =
- * [a-z0-9] for R = [a-z] in [a-z]+): R gets its own table from now on, as
- * without supersets. */
+ * [a-z0-9] for R = [a-z] in [a-z]+), or a state that R leads back to: R
+ * gets its own table from now on, as without supersets. */
 static int drop_superset(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, int32_t s, int32_t cls,
                          const gr_range *r, int32_t nr) {
     memset(m->cls_bx[cls], 0, sizeof m->cls_bx[cls]);
@@ -522,7 +543,8 @@ int gm_run_mask(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, int32_t 
         if (x == -3) return -3;
         if (x < 0) return 0;
         if (x == T) {
-            if (sub && j == 0) return 0; /* T would be read as uniform on S */
+            /* R loops on itself (e.g. [^w"]*): later characters are R's too */
+            if (sub && j == 0) return drop_superset(m, v, s, cls_s, r, nr);
             loop = j;
             break;
         }
@@ -564,8 +586,10 @@ int gm_run_prepare(const tutti_grammar_vocab *v, const tutti_grammar *g) {
     for (int32_t c = 0; c < g->n_classes; c++) {
         int32_t nr;
         const gr_range *r = gm_class_ranges(g, c, &nr);
-        bool full = false;
-        if (nr > 0 && run_nodes(v, r, nr) >= gm_run_min_nodes && !run_get(v, r, nr, &full)) return full ? 0 : -3;
+        bool full = false, first[256];
+        if (nr > 0 && run_nodes(v, r, nr) >= gm_run_min_nodes && superset_of(g, v, c, r, nr, first) < 0 &&
+            !run_get(v, r, nr, &full))
+            return full ? 0 : -3;
     }
     return 0;
 }
