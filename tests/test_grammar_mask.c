@@ -43,6 +43,9 @@ static const gtext k_texts[] = {
      * belong to the class that follows */
     {"root ::= [\\u4e00-\\u4e1f]{0,2} [\\u4e20-\\u4e2f] \"!\"", NULL, "\xe4\xb8\x80\xe4\xb8\x80\xe4\xb8\xa0!"},
     {"root ::= \"k\" [0-9a-fA-F]{8} \"-\" [0-9]{1,3}", NULL, "k0123abCD-42"},
+    /* a superset class ([a-z0-9]) that splits the run after its first
+     * character: the class gets its own table after all */
+    {"root ::= [a-z]+ \"!\" [a-z0-9]*", NULL, "abc!x9"},
     {NULL,
      "{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"maxLength\":12},"
      "\"t\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"minLength\":2,\"maxLength\":4},\"maxItems\":3},"
@@ -50,6 +53,23 @@ static const gtext k_texts[] = {
      "\"required\":[\"s\",\"t\",\"d\",\"n\"],\"additionalProperties\":{\"type\":\"string\"}}",
      "{\"s\": \"h\\u00e9llo \\\"w\\\"\", \"t\": [\"ab\", \"cde\"], \"d\": \"2024-02-29T23:59:59Z\", \"n\": -17, "
      "\"sx\": \"z\"}"},
+    /* a wide object with other names: the other-name keys' classes
+     * ("string character minus the letters that continue a declared
+     * name") are served from the string class's table */
+    {NULL,
+     "{\"type\":\"object\",\"properties\":{\"alpha\":{\"type\":\"integer\"},\"alps\":{\"type\":\"string\"},"
+     "\"beta\":{\"type\":\"string\"},\"delta\":{\"type\":\"string\"},\"dog\":{\"type\":\"string\"},"
+     "\"mode\":{\"type\":\"string\"},\"name\":{\"type\":\"string\"},\"note\":{\"type\":\"string\"},"
+     "\"order\":{\"type\":\"string\"},\"x\":{\"type\":\"integer\"},\"\u00e9t\u00e9\":{\"type\":\"string\"},\"zeta\":{\"type\":\"string\"}},"
+     "\"additionalProperties\":{\"type\":\"string\"}}",
+     "{\"alpha\": 1, \"alx\": \"a\", \"dx\": \"\", \"do\": \"q\", \"nam\": \"r\", \"\u00e9x\": \"s\", "
+     "\"b\u00e9ta\": \"t\", \"ordered\": \"u\", \"z\": \"v\", \"mode\": \"w\", \"x y\": \"z\"}"},
+    /* ... with names whose first letters are rare in the synthetic
+     * vocabulary (only "x" is one of its atoms) */
+    {NULL,
+     "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\"},\"quux\":{\"type\":\"string\"},"
+     "\"what\":{\"type\":\"string\"}},\"additionalProperties\":{\"type\":\"string\"}}",
+     "{\"x\": 3, \"xa\": \"b\", \"q\": \"\", \"a\": \"c\", \"xyz\":\"d\"}"},
     {NULL, NULL, "{\"a\": [1, -2.5e3, true, null, {\"b\": \"\\u4e2d \\\\ \\\" \xe4\xb8\xad\"}], \"c\": \"\"}"},
 };
 
@@ -62,7 +82,7 @@ static tutti_grammar *make_grammar(const gtext *t) {
 /* Every position of every text: fast mask == brute force.  pieces[i] (len
  * lens[i]) and eog[i] describe gv's tokens. */
 static void check_vocab(const tutti_grammar_vocab *gv, int32_t V, const char *const *pieces, const int32_t *lens,
-                        const bool *eog, int64_t *n_run, int stride) {
+                        const bool *eog, int64_t *n_run, int64_t *n_sub, int stride) {
     float *row = malloc(sizeof(float) * (size_t)V);
     assert_non_null(row);
     for (size_t c = 0; c < sizeof k_texts / sizeof k_texts[0]; c++) {
@@ -106,6 +126,7 @@ static void check_vocab(const tutti_grammar_vocab *gv, int32_t V, const char *co
         }
         assert_true(tutti_grammar_matcher_is_complete(m));
         *n_run += m->n_run;
+        *n_sub += m->n_sub;
         tutti_grammar_matcher_free(m);
         tutti_grammar_matcher_free(chk);
         tutti_grammar_free(g);
@@ -134,10 +155,11 @@ static void test_qwen3_vocab(void **state) {
     }
     tutti_grammar_vocab *gv = tutti_grammar_vocab_new(v);
     assert_non_null(gv);
-    int64_t n_run = 0;
+    int64_t n_run = 0, n_sub = 0;
     /* every 2nd position: 151k brute-force checks each */
-    check_vocab(gv, V, (const char *const *)pieces, lens, eog, &n_run, 2);
+    check_vocab(gv, V, (const char *const *)pieces, lens, eog, &n_run, &n_sub, 2);
     assert_true(n_run > 10);
+    assert_true(n_sub > 0);
     for (int32_t i = 0; i < V; i++) free(pieces[i]);
     free(pieces), free(lens), free(eog);
     tutti_grammar_vocab_free(gv);
@@ -219,6 +241,9 @@ static void make_synthetic(void) {
     static const char *const cut[] = {"\xe4\xb8\x80\xe4\xb8\x80\xe4\xb8", "\xe4\xb8\x80\xe4\xb8", "\xe4\xb8",
                                       "\xe4\xb8\x80\xe4\xb8\x80\xe4", "\xe4\xb8\x80"};
     for (int32_t i = 0; i < 5; i++) pieces[20 + i] = cut[i], lens[20 + i] = (int32_t)strlen(cut[i]);
+    /* a declared name ("x", an integer) read as an other name (strings) */
+    static const char *const named[] = {"x\":\"", "x\": \"", "x\":3"};
+    for (int32_t i = 0; i < 3; i++) pieces[25 + i] = named[i], lens[25 + i] = (int32_t)strlen(named[i]);
     lens[7] = 0;    /* a control token without bytes */
     eog[11] = true; /* end of generation */
 }
@@ -234,9 +259,10 @@ static void test_synthetic_vocab(void **state) {
     gm_run_min_nodes = 0; /* the run path wherever it applies */
     tutti_grammar_vocab *gv = tutti_grammar_vocab_from_pieces(V, pieces, lens, eog);
     assert_non_null(gv);
-    int64_t n_run = 0;
-    check_vocab(gv, V, pieces, lens, eog, &n_run, 1);
+    int64_t n_run = 0, n_sub = 0;
+    check_vocab(gv, V, pieces, lens, eog, &n_run, &n_sub, 1);
     assert_true(n_run > 50);
+    assert_true(n_sub > 5);
     gm_run_min_nodes = saved;
     tutti_grammar_vocab_free(gv);
 }
@@ -271,9 +297,12 @@ static void test_shared_vocab(void **state) {
 static void test_table_cap(void **state) {
     (void)state;
     make_synthetic();
-    char gbnf[4096] = "root ::= \"a\" (";
+    char gbnf[8192] = "root ::= \"a\" (";
+    /* no class holds another (one that does is served from the larger's
+     * table, see run_mask.c) */
     for (int i = 0; i < GV_MAX_RUNS + 8; i++)
-        snprintf(gbnf + strlen(gbnf), sizeof gbnf - strlen(gbnf), "%s[\\x21-\\x%02x]+", i ? " | " : "", 0x22 + i);
+        snprintf(gbnf + strlen(gbnf), sizeof gbnf - strlen(gbnf), "%s[\\u%04x-\\u%04x]+", i ? " | " : "", 0x21 + i,
+                 0x121 + i);
     strcat(gbnf, ")");
     tutti_grammar *g = tutti_grammar_parse(gbnf, strlen(gbnf));
     if (!g) fail_msg("%s", tutti_last_error());

@@ -164,11 +164,15 @@ struct tutti_grammar_matcher {
     int32_t *chain;   /* [cap_chain] states after 0, 1, ... characters of a run */
     int32_t cap_chain;
     int64_t n_run, n_scan; /* masks computed by the run path / by a trie scan */
+    int64_t n_sub;         /* ... of them by the run path from a superset's table */
     /* run path: the allowed tokens of group q of table t after its first
      * byte led to state nx (e.g. a string's closing quote: the same state
      * whatever the count or position before it), ids in gids[off..+n) */
     /* per class of g: its run table over gv, GM_NO_RUN, or NULL not looked up yet */
     const struct gv_run **cls_run;
+    /* per class: with cls_run a superset S's table, the first bytes of the
+     * characters of S outside the class (all zero: the class's own table) */
+    uint64_t (*cls_bx)[4];
     struct gm_gmemo *gmemo;
     int32_t gmemo_n, gmemo_cap;
     int32_t *gids;
@@ -223,7 +227,9 @@ struct tutti_grammar_vocab {
     uint8_t *pbytes;
     int64_t *poff;
     int32_t *plen;
-    int32_t root_nodes[256]; /* trie nodes under the root's child for each first byte */
+    int32_t root_nodes[256];            /* trie nodes under the root's child for each first byte */
+    int32_t root_at[256];               /* that child's node (0: none) */
+    int32_t root_k0[256], root_k1[256]; /* its tokens: toks[root_k0 .. root_k1) */
     /* run tables, made on first use; shared by every matcher (locked) */
     pthread_mutex_t lock;
     gv_run **runs;
@@ -233,6 +239,10 @@ struct tutti_grammar_vocab {
 /* Run tables below this many trie nodes under the class's first bytes are
  * not worth it (the trie scan is as cheap); tests lower it. */
 extern int32_t gm_run_min_nodes;
+
+/* Sets in bits the tokens that start with byte b and that state s accepts
+ * (a trie scan of b's subtree only); 0 or -3. */
+int gm_scan_first(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, int32_t s, uint8_t b, uint64_t *bits);
 /* The run-path mask of state s into m->bits (tokens allowed, eog excluded):
  * 1 done, 0 not applicable (use the trie scan), -3 out of memory. */
 int gm_run_mask(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, int32_t s);

@@ -305,6 +305,17 @@ static gv_run *run_get(const tutti_grammar_vocab *cv, const gr_range *r, int32_t
     return t;
 }
 
+/* The run table of R if the vocabulary has one already. */
+static const gv_run *run_find(const tutti_grammar_vocab *cv, const gr_range *r, int32_t nr) {
+    tutti_grammar_vocab *v = (tutti_grammar_vocab *)cv;
+    const gv_run *t = NULL;
+    pthread_mutex_lock(&v->lock);
+    for (int32_t i = 0; i < v->n_runs && !t; i++)
+        if (v->runs[i]->nr == nr && !memcmp(v->runs[i]->r, r, sizeof(gr_range) * (size_t)nr)) t = v->runs[i];
+    pthread_mutex_unlock(&v->lock);
+    return t;
+}
+
 static uint64_t memo_hash(const gv_run *t, int32_t nx, int32_t q) {
     uint64_t h = (uint64_t)(uintptr_t)t * 0x9E3779B97F4A7C15ull ^ ((uint64_t)(uint32_t)nx << 32 | (uint32_t)q);
     h ^= h >> 29;
@@ -365,6 +376,122 @@ static const gm_gmemo *group_allowed(tutti_grammar_matcher *m, const tutti_gramm
     return &m->gmemo[j];
 }
 
+/* The tokens that start with a byte of bx come from the table of the
+ * superset S, which read their first character as one of S: they are
+ * cleared and computed by scanning their subtrees from s (the branches of
+ * the stacks whose classes hold S's other characters, e.g. the declared
+ * names next to an other-name key).  Every character of S outside the
+ * class starts with a byte of bx, so the table's answer for the remaining
+ * tokens is exact.  Returns 1 or -3. */
+static int sub_first(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, int32_t s, const uint64_t *bx,
+                     uint64_t *bits) {
+    m->n_sub++;
+    for (int b = 0; b < 256; b++) {
+        if (!(bx[b >> 6] >> (b & 63) & 1)) continue;
+        for (int32_t k = v->root_k0[b]; k < v->root_k1[b]; k++) bits[v->toks[k] >> 6] &= ~(1ull << (v->toks[k] & 63));
+        if (gm_scan_first(m, v, s, (uint8_t)b, bits) < 0) return -3;
+    }
+    return 1;
+}
+
+/* The surrogate code points (U+D800..U+DFFF) in r. */
+static uint64_t surrogates(const gr_range *r, int32_t nr) {
+    uint64_t n = 0;
+    for (int32_t i = 0; i < nr; i++) {
+        uint32_t lo = r[i].lo > 0xD800 ? r[i].lo : 0xD800, hi = r[i].hi < 0xDFFF ? r[i].hi : 0xDFFF;
+        if (lo <= hi) n += hi - lo + 1;
+    }
+    return n;
+}
+
+/* Marks in first[] the first bytes of the code points lo..hi. */
+static void mark_first(bool *first, uint32_t lo, uint32_t hi) {
+    for (uint32_t c = lo; c <= hi && c < 0x80; c++) first[c] = true;
+    if (hi >= 0x80)
+        for (int b = lead_byte(lo < 0x80 ? 0x80 : lo); b <= lead_byte(hi); b++) first[b] = true;
+}
+
+/* The first bytes of the code points of class c outside r (c holds r). */
+static void diff_first(const tutti_grammar *g, int32_t c, const gr_range *r, int32_t nr, bool *first) {
+    int32_t nc;
+    const gr_range *cr = gm_class_ranges(g, c, &nc);
+    for (int32_t i = 0; i < nc; i++) {
+        uint64_t lo = cr[i].lo;
+        for (int32_t k = 0; k < nr && lo <= cr[i].hi; k++) {
+            if (r[k].hi < lo || r[k].lo > cr[i].hi) continue;
+            if (r[k].lo > lo) mark_first(first, (uint32_t)lo, r[k].lo - 1);
+            lo = (uint64_t)r[k].hi + 1;
+        }
+        if (lo <= cr[i].hi) mark_first(first, (uint32_t)lo, cr[i].hi);
+    }
+}
+
+/* Why a superset: a JSON schema's other-name keys make one class per node
+ * of the tree of declared names ("string character minus the letters that
+ * continue a name"); a table each would fill GV_MAX_RUNS, and a table costs
+ * as much as a scan.  Such a class R is served from the table of a class S
+ * of the grammar that holds R and whose other characters start with bytes
+ * under few trie nodes (at most a 16th of R's): those tokens are scanned
+ * (sub_first).  The largest such S is taken, so the nested classes of a
+ * tree of names share one table (the string character's: the class of the
+ * states after the first character; surrogates, which no token holds, do
+ * not count, so S is the class without them when there is one).  Returns S
+ * (its first bytes outside R in first[]) or -1. */
+static int32_t superset_of(const tutti_grammar *g, const tutti_grammar_vocab *v, int32_t cls, const gr_range *r,
+                           int32_t nr, bool *best_first) {
+    int32_t best = -1;
+    int64_t max_cost = run_nodes(v, r, nr) / 16, best_cost = 0;
+    uint64_t best_size = 0;
+    for (int32_t c = 0; c < g->n_classes; c++) {
+        int32_t nc;
+        const gr_range *cr = gm_class_ranges(g, c, &nc);
+        if (c == cls || nc == 0 || !gm_covers_all(g, c, r, nr)) continue;
+        bool first[256] = {0};
+        diff_first(g, c, r, nr, first);
+        int64_t cost = 0;
+        for (int b = 0; b < 256; b++) cost += first[b] ? v->root_nodes[b] : 0;
+        uint64_t size = class_size(g, c) - surrogates(cr, nc);
+        if (cost <= max_cost && (size > best_size || (size == best_size && cost < best_cost)) &&
+            run_nodes(v, cr, nc) >= gm_run_min_nodes)
+            best = c, best_cost = cost, best_size = size, memcpy(best_first, first, sizeof first);
+    }
+    return best;
+}
+
+/* Sets cls_run[cls] (and cls_bx[cls]: a superset's table); 0 or -3. */
+static int class_table(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, int32_t cls, const gr_range *r,
+                       int32_t nr) {
+    const tutti_grammar *g = m->g;
+    const gv_run *t = run_find(v, r, nr);
+    if (!t && run_nodes(v, r, nr) >= gm_run_min_nodes) {
+        bool first[256] = {0}, full = false;
+        int32_t best = superset_of(g, v, cls, r, nr, first), nc;
+        const gr_range *cr = best >= 0 ? gm_class_ranges(g, best, &nc) : NULL;
+        if (cr && (t = run_get(v, cr, nc, &full))) {
+            for (int b = 0; b < 256; b++)
+                if (first[b]) m->cls_bx[cls][b >> 6] |= 1ull << (b & 63);
+            /* bx empty: S is R as a set, its table is R's */
+        } else if (cr && !full) return -3;
+        if (!t) t = run_get(v, r, nr, &full);
+        if (!t && !full) return -3;
+    }
+    m->cls_run[cls] = t ? t : GM_NO_RUN;
+    return 0;
+}
+
+/* A superset whose characters split the states after the first (e.g. S =
+ * [a-z0-9] for R = [a-z] in [a-z]+), or a state that R leads back to: R
+ * gets its own table from now on, as without supersets. */
+static int drop_superset(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, int32_t s, int32_t cls,
+                         const gr_range *r, int32_t nr) {
+    memset(m->cls_bx[cls], 0, sizeof m->cls_bx[cls]);
+    bool full = false;
+    const gv_run *t = run_get(v, r, nr, &full);
+    if (!t && !full) return -3;
+    m->cls_run[cls] = t ? t : GM_NO_RUN;
+    return gm_run_mask(m, v, s);
+}
+
 int gm_run_mask(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, int32_t s) {
     if (gm_run_min_nodes < 0) return 0;
     const tutti_grammar *g = m->g;
@@ -374,29 +501,31 @@ int gm_run_mask(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, int32_t 
     /* the class's table, looked up once per matcher (run_get locks and
      * compares ranges: a tenth of the time of wide schemas' masks) */
     if (!m->cls_run && !(m->cls_run = calloc((size_t)g->n_classes, sizeof *m->cls_run))) return -3;
+    if (!m->cls_bx && !(m->cls_bx = calloc((size_t)g->n_classes, sizeof *m->cls_bx))) return -3;
+    if (!m->cls_run[cls]) {
+        int rc = class_table(m, v, cls, r, nr);
+        if (rc < 0) return rc;
+    }
     const gv_run *t = m->cls_run[cls];
     if (t == GM_NO_RUN) return 0;
-    if (!t) {
-        bool full = false;
-        if (run_nodes(v, r, nr) >= gm_run_min_nodes) {
-            t = run_get(v, r, nr, &full);
-            if (!t && !full) return -3;
-        }
-        m->cls_run[cls] = t ? t : GM_NO_RUN;
-        if (!t) return 0;
-    }
+    const uint64_t *bx = m->cls_bx[cls];
+    int32_t cls_s = cls;
+    bool sub = bx[0] | bx[1] | bx[2] | bx[3];
     if (m->cap_chain < t->max_j + 1) {
         int32_t *c = realloc(m->chain, sizeof(int32_t) * (size_t)(t->max_j + 1));
         if (!c) return -3;
         m->chain = c, m->cap_chain = t->max_j + 1;
     }
-    uint8_t rep[4];
-    int nrep = utf8_encode(r[0].lo, rep);
+    uint8_t rep[4], rep0[4];
+    int nrep = utf8_encode(t->r[0].lo, rep), nrep0 = utf8_encode(r[0].lo, rep0);
     int32_t *chain = m->chain;
     chain[0] = s;
     int32_t N = 0, loop = -1;
     for (int32_t j = 0; j < t->max_j; j++) {
-        int32_t T = chain[j];
+        /* with a superset's table, the first character is one of the class
+         * (the others start with a byte of bx: scanned apart below) */
+        const gr_range *rj = j == 0 ? r : t->r;
+        int32_t nrj = j == 0 ? nr : t->nr, T = chain[j];
         const gm_state *st = &m->st[T];
         if (st->rem) return 0;
         const int32_t *ids = m->pool + st->off;
@@ -404,15 +533,18 @@ int gm_run_mask(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, int32_t 
         for (int32_t i = 0; i < st->n; i++) {
             if (ids[i] == 0) continue;
             int32_t cls = g->elems[m->stk[ids[i]].pos].arg;
-            if (gm_covers_all(g, cls, r, nr)) cover = true;
-            else if (gm_meets_any(g, cls, r, nr)) return 0; /* not uniform: R splits here */
+            if (gm_covers_all(g, cls, rj, nrj)) cover = true;
+            else if (gm_meets_any(g, cls, rj, nrj)) /* not uniform: R splits here */
+                return sub && j > 0 ? drop_superset(m, v, s, cls_s, r, nr) : 0;
         }
         if (!cover) break; /* no stack takes R: the run ends after j characters */
         int32_t x = T;
-        for (int b = 0; b < nrep && x >= 0; b++) x = gm_step(m, x, rep[b]);
+        for (int b = 0; b < (j ? nrep : nrep0) && x >= 0; b++) x = gm_step(m, x, j ? rep[b] : rep0[b]);
         if (x == -3) return -3;
         if (x < 0) return 0;
         if (x == T) {
+            /* R loops on itself (e.g. [^w"]*): later characters are R's too */
+            if (sub && j == 0) return drop_superset(m, v, s, cls_s, r, nr);
             loop = j;
             break;
         }
@@ -446,6 +578,7 @@ int gm_run_mask(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, int32_t 
             bits[id >> 6] |= 1ull << (id & 63);
         }
     }
+    if (sub) return sub_first(m, v, s, bx, bits);
     return 1;
 }
 
@@ -453,8 +586,10 @@ int gm_run_prepare(const tutti_grammar_vocab *v, const tutti_grammar *g) {
     for (int32_t c = 0; c < g->n_classes; c++) {
         int32_t nr;
         const gr_range *r = gm_class_ranges(g, c, &nr);
-        bool full = false;
-        if (nr > 0 && run_nodes(v, r, nr) >= gm_run_min_nodes && !run_get(v, r, nr, &full)) return full ? 0 : -3;
+        bool full = false, first[256];
+        if (nr > 0 && run_nodes(v, r, nr) >= gm_run_min_nodes && superset_of(g, v, c, r, nr, first) < 0 &&
+            !run_get(v, r, nr, &full))
+            return full ? 0 : -3;
     }
     return 0;
 }

@@ -134,7 +134,12 @@ tutti_grammar_vocab *tutti_grammar_vocab_from_pieces(int32_t n_vocab, const char
     v->n_nodes = nn;
     v->max_depth = max_len;
     v->n_toks = np;
-    for (int32_t i = 1; i < nn; i = v->end[i]) v->root_nodes[v->byte[i]] = v->end[i] - i;
+    for (int32_t i = 1; i < nn; i = v->end[i]) v->root_nodes[v->byte[i]] = v->end[i] - i, v->root_at[v->byte[i]] = i;
+    for (int32_t k = np - 1; k >= 0; k--) { /* toks is in byte order: one range per first byte */
+        uint8_t b = (uint8_t)pr[k].p[0];
+        if (!v->root_k1[b]) v->root_k1[b] = k + 1;
+        v->root_k0[b] = k;
+    }
     free(pr);
     return v;
 oom:
@@ -224,6 +229,28 @@ static int32_t scan_trie(tutti_grammar_matcher *m, const tutti_grammar_vocab *v,
     return na;
 }
 
+int gm_scan_first(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, int32_t s, uint8_t b, uint64_t *bits) {
+    int32_t i0 = v->root_at[b];
+    if (!i0) return 0;
+    int32_t *walk = m->walk;
+    walk[0] = s;
+    for (int32_t i = i0, e = v->end[i0]; i < e;) {
+        int32_t nx = gm_step(m, walk[v->depth[i] - 1], v->byte[i]);
+        if (nx < 0) {
+            if (nx == -3) return -3;
+            i = v->end[i];
+            continue;
+        }
+        walk[v->depth[i]] = nx;
+        for (int32_t k = 0; k < v->ntok[i]; k++) {
+            int32_t id = v->toks[v->tok0[i] + k];
+            bits[id >> 6] |= 1ull << (id & 63);
+        }
+        i++;
+    }
+    return 0;
+}
+
 static int32_t mask_compute(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, int32_t s);
 
 static void mask_or_bits(const gm_mask *mk, uint64_t *w, int32_t W) {
@@ -279,8 +306,8 @@ static int32_t mask_compute(tutti_grammar_matcher *m, const tutti_grammar_vocab 
     int32_t V = v->n_vocab;
     if (m->gv != v) {
         gm_masks_clear(m);
-        free(m->walk), free(m->save), free(m->ids_tmp), free(m->bits), free(m->cls_run);
-        m->cls_run = NULL; /* the run tables are the vocabulary's */
+        free(m->walk), free(m->save), free(m->ids_tmp), free(m->bits), free(m->cls_run), free(m->cls_bx);
+        m->cls_run = NULL, m->cls_bx = NULL; /* the run tables are the vocabulary's */
         m->walk = malloc(sizeof(int32_t) * (size_t)(v->max_depth + 1));
         m->save = malloc(sizeof(float) * (size_t)V);
         m->ids_tmp = malloc(sizeof(int32_t) * (size_t)V);
