@@ -65,6 +65,24 @@ static double top_prob(const float *z, int32_t n) {
     return s > 0 ? 1.0 / s : 0.0;
 }
 
+/* A deterministic proposal (prompt lookup, a re-spelled draft): the m
+ * tokens src[0..m) with one-hot q, after ids[0..n).  src may lie inside
+ * ids before n + j (lookup repeats what it has just proposed), so the
+ * tokens are copied one at a time. */
+static int32_t propose_one_hot(fusion_draft *d, const int32_t *src, int32_t m, int32_t *ids, int32_t n) {
+    d->n = 0;
+    for (int32_t j = 0; j < m; j++) {
+        int32_t x = src[j];
+        float *q = d->q + (size_t)j * (size_t)d->V;
+        memset(q, 0, sizeof(float) * (size_t)d->V);
+        q[x] = 1.0f;
+        d->tok[j] = ids[n + j] = x;
+        d->n = j + 1;
+    }
+    if (d->n < d->p.n_min) d->n = 0;
+    return d->n;
+}
+
 /* Prompt lookup: the tokens that followed the latest earlier occurrence of
  * the last lookup_n tokens (a continuation that runs into the tokens it
  * proposes repeats them: ids[n + j] reads positions before it), each with
@@ -76,16 +94,7 @@ static int32_t lookup_propose(fusion_draft *d, int32_t *ids, int32_t n, int32_t 
     for (int32_t s = n - N - 1; s >= 0 && at < 0; s--)
         if (!memcmp(ids + s, ids + n - N, sizeof(int32_t) * (size_t)N)) at = s + N;
     if (at < 0) return 0;
-    for (int32_t j = 0; j < k; j++) {
-        int32_t x = ids[at + j];
-        float *q = d->q + (size_t)j * (size_t)d->V;
-        memset(q, 0, sizeof(float) * (size_t)d->V);
-        q[x] = 1.0f;
-        d->tok[j] = ids[n + j] = x;
-        d->n = j + 1;
-    }
-    if (d->n < d->p.n_min) d->n = 0;
-    return d->n;
+    return propose_one_hot(d, ids + at, k, ids, n);
 }
 
 /* The most likely token of z[0..n). */
@@ -156,16 +165,7 @@ static int32_t respell_propose(fusion_draft *d, int32_t *ids, int32_t n, int32_t
     int32_t nr = tutti_tokenize(d->target, d->text, (size_t)nt, tutti_vocab_add_bos(d->target), false, d->tids, d->cap);
     int32_t at = respell_boundary(d, ids, n, nr);
     if (at < 0) return 0;
-    for (j = 0; j < k && at + j < nr; j++) {
-        int32_t x = d->tids[at + j];
-        float *q = d->q + (size_t)j * (size_t)d->V;
-        memset(q, 0, sizeof(float) * (size_t)d->V);
-        q[x] = 1.0f;
-        d->tok[j] = ids[n + j] = x;
-        d->n = j + 1;
-    }
-    if (d->n < d->p.n_min) d->n = 0;
-    return d->n;
+    return propose_one_hot(d, d->tids + at, k < nr - at ? k : nr - at, ids, n);
 }
 
 int32_t fusion_draft_propose(fusion_draft *d, int32_t *ids, int32_t n, int32_t k) {
