@@ -53,8 +53,8 @@ tutti_draft_params cli_draft_params(const cli_draft *d) {
 }
 
 int cli_draft_apply(tutti_ensemble *e, const cli_draft *d) {
-    if (!d->model && d->spec_type != 2) return CLI_RUN;
     tutti_draft_params p = cli_draft_params(d);
+    if (!p.model_path && p.lookup_n <= 0) return CLI_RUN; /* no draft */
     if (tutti_ensemble_set_draft(e, &p) < 0) return cli_error("%s", tutti_last_error());
     return CLI_RUN;
 }
