@@ -969,7 +969,8 @@ typedef struct tutti_ensemble_stats {
     /* Drafting (tutti_ensemble_set_draft; all 0 without a draft): rounds in
      * which the draft proposed tokens, the tokens it proposed (the members
      * verified each round's tokens in one forward pass), those the fused
-     * distribution accepted, and the draft model's own forward passes. */
+     * distribution accepted, and the draft model's own forward passes
+     * (BYTE alignment: n_drafted and n_draft_accepted count bytes). */
     int32_t n_draft_rounds;
     int64_t n_drafted;
     int64_t n_draft_accepted;
@@ -981,8 +982,8 @@ typedef struct tutti_ensemble_stats {
 #define TUTTI_LEFT_PRUNED 2
 
 /* Drafting (speculative decoding, Leviathan et al. 2023; Chen et al. 2023):
- * a small draft model with the same vocabulary as the members proposes up
- * to n_max tokens, greedily under greedy sampling and otherwise from its
+ * a small draft model with the same vocabulary as the members (or another:
+ * re-spelled) proposes up to n_max tokens, greedily under greedy sampling and otherwise from its
  * own distribution under the generation's sampler settings; every member
  * scores all of them in one batched forward pass (as a prompt), and the
  * fused distribution accepts or rejects them one by one
@@ -990,7 +991,13 @@ typedef struct tutti_ensemble_stats {
  * as without a draft).  Greedy output is identical to the plain run's,
  * sampled output is distributed exactly as the plain run's (not the same
  * text for a seed).  Rejected tokens leave the members' and the draft's KV
- * caches by rewinding them to the accepted prefix.  TOKEN alignment only. */
+ * caches by rewinding them to the accepted prefix.  BYTE alignment: the
+ * draft (any tokenizer) proposes the bytes of up to n_max of its tokens
+ * (greedily, while confident: a deterministic proposal, one-hot q); every
+ * member computes the distributions along its tokenization of the drafted
+ * text in one pass, and each drafted byte is accepted or rejected by the
+ * fused byte row of that step; n_drafted and n_draft_accepted count bytes.
+ * Not for SPAN alignment. */
 typedef struct tutti_draft_params {
     const char *model_path; /* the draft's GGUF file (or a model spec, as a member's) */
     int32_t n_max;          /* tokens drafted per round at most (llama.cpp's --draft-max; default 16) */
@@ -1009,8 +1016,9 @@ typedef struct tutti_draft_params {
 } tutti_draft_params;
 tutti_draft_params tutti_draft_default_params(void);
 /* Loads the draft for later generations (replacing any earlier one; NULL,
- * or no model_path and lookup_n 0: no draft).  TUTTI_ERR when the ensemble is not in
- * TOKEN alignment, the draft's vocabulary differs from member 1's, the file
+ * or no model_path and lookup_n 0: no draft).  TUTTI_ERR when the ensemble is in
+ * SPAN alignment (or BYTE with prompt lookup), the draft's vocabulary differs from member 1's
+ * and member 1 has no tokenizer to re-spell it, the file
  * cannot be loaded, or n_max < 1, n_min > n_max, p_min outside [0, 1]. */
 int tutti_ensemble_set_draft(tutti_ensemble *ens, const tutti_draft_params *params);
 

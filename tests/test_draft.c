@@ -15,8 +15,15 @@
  *     re-spelled in the target's tokens: greedy identity as above, and the
  *     sampled distribution (one-hot proposals), a token-aligned ensemble's
  *     greedy output with a re-spelled draft;
- *   - errors (bad lengths, byte alignment) and the CLI
- *     (-md's output equal to the plain run's, the summary line, usage). */
+ *   - byte alignment (align_byte.c): three members with three tokenizers,
+ *     a draft proposing bytes (its own tokenizer or another), the fused
+ *     greedy text byte for byte the plain run's through rejections, with
+ *     fewer forward passes for the member the drafts help most; the
+ *     first bytes' sampled frequencies against the plain run's fused rows
+ *     (chi-square);
+ *   - errors (bad lengths, span alignment, prompt lookup in byte
+ *     alignment) and the CLI (-md's output equal to the plain run's, the
+ *     summary line, usage; byte alignment under `tutti run`). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -386,8 +393,172 @@ static void test_errors(void **state) {
     e = test_ensemble(rel, 2, TUTTI_ALIGN_BYTE, TUTTI_RULE_MIX);
     assert_non_null(e);
     dp.model_path = shared_path(DRAFT);
+    assert_int_equal(tutti_ensemble_set_draft(e, &dp), 0); /* byte alignment: the draft proposes bytes */
+    dp.model_path = NULL, dp.lookup_n = 2;
     assert_int_equal(tutti_ensemble_set_draft(e, &dp), TUTTI_ERR);
-    assert_non_null(strstr(tutti_last_error(), "token alignment"));
+    assert_non_null(strstr(tutti_last_error(), "prompt lookup needs token alignment"));
+    tutti_ensemble_free(e);
+    e = test_ensemble(rel, 2, TUTTI_ALIGN_SPAN, TUTTI_RULE_MIX);
+    assert_non_null(e);
+    dp.model_path = shared_path(DRAFT), dp.lookup_n = 0;
+    assert_int_equal(tutti_ensemble_set_draft(e, &dp), TUTTI_ERR);
+    assert_non_null(strstr(tutti_last_error(), "span alignment"));
+    tutti_ensemble_free(e);
+}
+
+/* ---- byte alignment ---- */
+
+#define BYTE_MAX 4096
+typedef struct bytes_out {
+    char b[BYTE_MAX];
+    int chosen[BYTE_MAX]; /* the outcomes (256: the end) */
+    int n;
+    float row[8][257]; /* the first rows' log-probabilities (the sampled check) */
+} bytes_out;
+
+static int collect_bytes(const tutti_step *st, void *user) {
+    bytes_out *o = user;
+    if (o->n < 8 && st->n_outcomes == 257) memcpy(o->row[o->n], st->logprobs, sizeof o->row[0]);
+    if (o->n < BYTE_MAX) o->chosen[o->n] = st->chosen, o->b[o->n++] = (char)st->chosen;
+    return 0;
+}
+
+static int generate_bytes(tutti_ensemble *e, const char *prompt, const tutti_sampler_params *sp, int max_len,
+                          bytes_out *out, tutti_ensemble_stats *st) {
+    out->n = 0;
+    tutti_ensemble_set_step_cb(e, collect_bytes, out);
+    tutti_mask m = {.max_len = max_len};
+    return tutti_ensemble_generate(e, prompt, strlen(prompt), sp, &m, NULL, NULL, st);
+}
+
+/* The three quick-start members (three tokenizers) fused byte by byte */
+static const char *const byte_members[3] = {TARGET, DRAFT_656K, DRAFT_TOK361};
+
+static void set_byte_draft(tutti_ensemble *e, const char *draft, int32_t n_max, float p_min) {
+    tutti_draft_params dp = tutti_draft_default_params();
+    dp.model_path = shared_path(draft);
+    dp.n_max = n_max;
+    dp.p_min = p_min;
+    dp.n_threads = 1;
+    if (tutti_ensemble_set_draft(e, &dp) != 0) fail_msg("set_draft: %s", tutti_last_error());
+}
+
+/* Greedy identity: the drafted run's bytes are the plain run's, for drafts
+ * of a member's tokenizer and of another, several lengths and cuts, two
+ * rules and prompts; drafts were rejected (the identity held through
+ * rejections: a round accepted without the fused rule's verification
+ * would write the draft's text, which differs) and accepted; and the
+ * member with the shortest tokens (BabyLlama-tok361, about a byte per
+ * token) verifies in fewer forward passes than it runs plain. */
+static void test_byte_greedy(void **state) {
+    (void)state;
+    require_shared();
+    const struct {
+        const char *draft;
+        int32_t n_max;
+        float p_min;
+    } cfg[] = {
+        {TARGET, 16, 0.75f}, {TARGET, 3, 0.0f}, {DRAFT, 6, 0.3f}, {DRAFT_TOK361, 8, 0.5f}, {DRAFT_656K, 1, 0.0f}};
+    const char *prompts[2] = {"Once upon a time", "The little dog"};
+    tutti_sampler_params sp = tutti_sampler_default_params();
+    sp.temp = 0;
+    for (int rule = TUTTI_RULE_MIX; rule <= TUTTI_RULE_PRODUCT; rule++)
+        for (int p = 0; p < 2; p++) {
+            tutti_ensemble *e = test_ensemble(byte_members, 3, TUTTI_ALIGN_BYTE, rule);
+            assert_non_null(e);
+            static bytes_out plain, drafted;
+            tutti_ensemble_stats st0, st;
+            if (generate_bytes(e, prompts[p], &sp, 160, &plain, &st0) != 0) fail_msg("plain: %s", tutti_last_error());
+            assert_true(plain.n > 100);
+            for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+                set_byte_draft(e, cfg[c].draft, cfg[c].n_max, cfg[c].p_min);
+                if (generate_bytes(e, prompts[p], &sp, 160, &drafted, &st) != 0)
+                    fail_msg("drafted: %s", tutti_last_error());
+                printf("%s, \"%s\", draft %s max %d p-min %.2f: %d bytes, %d rounds, %lld drafted, %lld accepted; "
+                       "passes %lld %lld %lld (plain %lld %lld %lld)\n",
+                       tutti_rule_name((tutti_fusion_rule)rule), prompts[p], cfg[c].draft, cfg[c].n_max,
+                       (double)cfg[c].p_min, drafted.n, st.n_draft_rounds, (long long)st.n_drafted,
+                       (long long)st.n_draft_accepted, (long long)st.n_member_passes[0],
+                       (long long)st.n_member_passes[1], (long long)st.n_member_passes[2],
+                       (long long)st0.n_member_passes[0], (long long)st0.n_member_passes[1],
+                       (long long)st0.n_member_passes[2]);
+                assert_int_equal(drafted.n, plain.n);
+                assert_memory_equal(drafted.b, plain.b, (size_t)plain.n);
+                assert_true(st.n_draft_accepted > 0 && st.n_draft_accepted < st.n_drafted);
+                assert_true(st.n_draft_rounds > 0 && st.n_draft_rounds < plain.n);
+                if (cfg[c].n_max > 1) assert_true(st.n_member_passes[2] < st0.n_member_passes[2]);
+            }
+            tutti_ensemble_free(e);
+        }
+}
+
+/* Sampled byte alignment: the first two bytes' joint frequencies over
+ * 3000 seeds against the plain run's distribution, p(b0) p(b1 | b0), read
+ * from the fused rows the plain runs report (a prompt ending in b0 gives
+ * the row after it: the byte states commit a prompt byte by byte as they
+ * commit generated bytes).  Temperature 1 without filters, so the rows are
+ * what the sampler draws from; the drafts are deterministic (one-hot q). */
+static void test_byte_sampled(void **state) {
+    (void)state;
+    require_shared();
+    const char *prompt = "Once upon a time, there was a";
+    tutti_ensemble *e = test_ensemble(byte_members, 3, TUTTI_ALIGN_BYTE, TUTTI_RULE_MIX);
+    assert_non_null(e);
+    tutti_sampler_params sp = {.temp = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .repeat_penalty = 1.0f};
+    static bytes_out o;
+    tutti_ensemble_stats st;
+    /* the exact distribution: p(b0) from the plain first row, p(b1 | b0)
+     * from the first row after prompt · b0, for the b0 worth a cell */
+    assert_int_equal(generate_bytes(e, prompt, &sp, 1, &o, &st), 0);
+    double p0[257], want[257][257];
+    int n_b0 = 0, b0s[257];
+    for (int b = 0; b < 257; b++) p0[b] = exp((double)o.row[0][b]);
+    memset(want, 0, sizeof want);
+    for (int b = 0; b < 256; b++) {
+        if (p0[b] * 3000 < 5) continue;
+        char pr[128];
+        snprintf(pr, sizeof pr, "%s%c", prompt, (char)b);
+        assert_int_equal(generate_bytes(e, pr, &sp, 1, &o, &st), 0);
+        for (int c = 0; c < 257; c++) want[b][c] = p0[b] * exp((double)o.row[0][c]);
+        b0s[n_b0++] = b;
+    }
+    printf("byte alignment, sampled: %d first bytes worth a cell\n", n_b0);
+    assert_true(n_b0 >= 1);
+    set_byte_draft(e, TARGET, 4, 0.0f);
+    static int count[257][257]; /* [b0][b1], b0 < 256 */
+    memset(count, 0, sizeof count);
+    int64_t drafted = 0, accepted = 0;
+    const int n_seeds = 3000;
+    for (int s = 0; s < n_seeds; s++) {
+        sp.seed = 5000 + (uint64_t)s;
+        assert_int_equal(generate_bytes(e, prompt, &sp, 2, &o, &st), 0);
+        assert_true(o.n >= 1);
+        int b0 = o.chosen[0], b1 = o.n > 1 ? o.chosen[1] : 256;
+        if (b0 == 256) continue; /* the end at once: in the pool (no cell has b0 = end) */
+        count[b0][b1]++;
+        drafted += st.n_drafted, accepted += st.n_draft_accepted;
+    }
+    /* cells: (b0, b1) with an expected count >= 5, the rest pooled */
+    double chi2 = 0, pool_e = 0, pool_o = n_seeds;
+    int df = -1;
+    for (int k = 0; k < n_b0; k++)
+        for (int c = 0; c < 257; c++) {
+            double ex = want[b0s[k]][c] * n_seeds;
+            if (ex < 5) continue;
+            int ob = count[b0s[k]][c];
+            chi2 += (ob - ex) * (ob - ex) / ex;
+            pool_e -= ex, pool_o -= ob;
+            df++;
+        }
+    pool_e += n_seeds;
+    if (pool_e > 0) chi2 += (pool_o - pool_e) * (pool_o - pool_e) / pool_e, df++;
+    double a = 2.0 / (9.0 * df), crit = df * pow(1 - a + 3.090 * sqrt(a), 3);
+    printf("byte alignment, sampled: chi-square %.1f on %d degrees of freedom (0.1%% critical value %.1f); %lld "
+           "bytes drafted, %lld accepted\n",
+           chi2, df, crit, (long long)drafted, (long long)accepted);
+    assert_true(df >= 3);
+    assert_true(accepted > 0 && accepted < drafted);
+    assert_true(chi2 < crit);
     tutti_ensemble_free(e);
 }
 
@@ -448,6 +619,8 @@ int main(void) {
         cmocka_unit_test(test_sampled_distribution_lookup),
         cmocka_unit_test(test_sampled_distribution_respell),
         cmocka_unit_test(test_ensemble_greedy),
+        cmocka_unit_test(test_byte_greedy),
+        cmocka_unit_test(test_byte_sampled),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_cli),
     };

@@ -173,8 +173,8 @@ int cli_resolve_owned(char **path);
  * cli_draft_check after cli_parse (CLI_RUN, 2 for bad usage, 1 when a -hfd
  * model cannot be had), cli_draft_apply once the ensemble is made (CLI_RUN,
  * or 1 after the message), cli_draft_report after the generation (a line on
- * stderr: rounds, drafted and accepted tokens, acceptance, mean drafted
- * length). */
+ * stderr: rounds, drafted and accepted units -- tokens, or bytes in byte
+ * alignment, unit -- acceptance, mean drafted length). */
 typedef struct cli_draft {
     const char *model;
     int32_t n_max, n_min, n_threads;
@@ -195,7 +195,9 @@ tutti_draft_params cli_draft_params(const cli_draft *d);
      "draft model for speculative decoding (another tokenizer: its text\n"                                         \
      "is re-spelled in the model's tokens): it proposes tokens, the model(s)\n"                                    \
      "verify them in one pass (greedy output identical, sampled output\n"                                          \
-     "distributed as without it)",                                                                                 \
+     "distributed as without it); in byte alignment (run --align byte) it\n"                                       \
+     "proposes the bytes of its tokens, any tokenizer, and each member\n"                                          \
+     "verifies its hypotheses over them",                                                                          \
      "none",                                                                                                       \
      NULL,                                                                                                         \
      CLI_ONCE},                                                                                                    \
@@ -210,7 +212,7 @@ tutti_draft_params cli_draft_params(const cli_draft *d);
          NULL,                                                                                                     \
          CLI_HF | CLI_ONCE},                                                                                       \
         CLI_INT("--draft-max,--draft,--draft-n,--spec-draft-n-max", "N", &(d)->n_max, 1, 1024,                     \
-                "tokens drafted per round at most", "16, llama.cpp's common default"),                             \
+                "tokens drafted per round at most (the draft's tokens)", "16, llama.cpp's common default"),        \
         CLI_INT("--draft-min,--draft-n-min,--spec-draft-n-min", "N", &(d)->n_min, 0, 1024,                         \
                 "a round that drafts fewer tokens is dropped (a plain step)", "0, as llama.cpp"),                  \
         CLI_FLOAT("--draft-p-min,--spec-draft-p-min", "P", &(d)->p_min, 0, 1,                                      \
@@ -230,7 +232,7 @@ tutti_draft_params cli_draft_params(const cli_draft *d);
 void cli_draft_init(cli_draft *d);
 int cli_draft_check(cli_draft *d);
 int cli_draft_apply(tutti_ensemble *e, const cli_draft *d);
-void cli_draft_report(const char *cmd, const cli_draft *d, const tutti_ensemble_stats *st);
+void cli_draft_report(const char *cmd, const cli_draft *d, const tutti_ensemble_stats *st, const char *unit);
 
 /* ---- behaviour shared by the commands (common.c) ---- */
 

@@ -99,7 +99,7 @@ static int report_end(int rc, const tutti_ensemble_stats *st, int32_t n_ids, int
              "tokens/s)\n",
              n_ids, t_prompt, n_ids / (t_prompt > 0 ? t_prompt : 1e-9), st->n_units, t_gen,
              st->n_units / (t_gen > 0 ? t_gen : 1e-9));
-    cli_draft_report("generate", draft, st);
+    cli_draft_report("generate", draft, st, "token");
     if (n_keep >= 0 && n_ids + st->n_units > n_ctx_used)
         cli_info(
             "tutti generate: the context (%d tokens) filled and shifted: its oldest tokens were dropped, the first "

@@ -75,7 +75,7 @@ static void print_summary(const tutti_ensemble *e, const tutti_ensemble_stats *s
     if (tutti_ensemble_select(e) >= 0)
         cli_info("selective fusion (D >= %g nats): %d of %d %ss fused (%.1f %%)\n", tutti_ensemble_select(e),
                  st->n_fused, st->n_units, unit, st->n_units ? 100.0 * st->n_fused / st->n_units : 100.0);
-    cli_draft_report("run", draft, st);
+    cli_draft_report("run", draft, st, al == TUTTI_ALIGN_BYTE ? "byte" : "token");
 }
 
 /* With --chat, every member's rendering of its own chat template in its own
@@ -156,7 +156,7 @@ int tutti_cmd_run(int argc, char **argv) {
         CLI_SECTION("sampling (on the fused distribution)"),
         CLI_SAMPLING_OPTS(&cs),
         CLI_GRAMMAR_OPTS(&ga),
-        CLI_SECTION("drafting (speculative decoding; token alignment)"),
+        CLI_SECTION("drafting (speculative decoding; token or byte alignment)"),
         CLI_DRAFT_OPTS(&draft),
         CLI_END,
     };

@@ -59,15 +59,15 @@ int cli_draft_apply(tutti_ensemble *e, const cli_draft *d) {
     return CLI_RUN;
 }
 
-void cli_draft_report(const char *cmd, const cli_draft *d, const tutti_ensemble_stats *st) {
+void cli_draft_report(const char *cmd, const cli_draft *d, const tutti_ensemble_stats *st, const char *unit) {
     if (!d->model && d->spec_type != 2) return;
     double acc = st->n_drafted ? (double)st->n_draft_accepted / (double)st->n_drafted : 0.0;
     double len = st->n_draft_rounds ? (double)st->n_drafted / st->n_draft_rounds : 0.0;
     char what[1200];
     if (d->model) snprintf(what, sizeof what, "%s", d->model);
     else snprintf(what, sizeof what, "ngram-simple (n %d)", d->ngram_n);
-    cli_info("tutti %s: draft %s: %d rounds, %lld tokens drafted (%.2f per round), %lld accepted (%.1f%%); "
+    cli_info("tutti %s: draft %s: %d rounds, %lld %ss drafted (%.2f per round), %lld accepted (%.1f%%); "
              "draft forward %lld tokens in %.3f s\n",
-             cmd, what, st->n_draft_rounds, (long long)st->n_drafted, len, (long long)st->n_draft_accepted, 100.0 * acc,
-             (long long)st->n_draft_tokens, st->t_draft_s);
+             cmd, what, st->n_draft_rounds, (long long)st->n_drafted, unit, len, (long long)st->n_draft_accepted,
+             100.0 * acc, (long long)st->n_draft_tokens, st->t_draft_s);
 }

@@ -1,8 +1,10 @@
 /* The draft model of an ensemble (tutti_ensemble_set_draft): opened
- * through the member factory like a member, with one session, and checked
- * to share member 1's vocabulary, since its token ids are proposed to the
- * members as they are.  Drafting itself is the generation loop's
- * (src/fusion/draft.c, align_token.c). */
+ * through the member factory like a member, with one session.  In TOKEN
+ * alignment its token ids are proposed to the members as they are when it
+ * shares member 1's vocabulary, else its text is re-spelled in member 1's
+ * tokens; in BYTE alignment it proposes bytes (any tokenizer).  Drafting
+ * itself is the generation loop's (src/fusion/draft.c, align_token.c,
+ * align_byte.c). */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -41,8 +43,12 @@ int tutti_ensemble_set_draft(tutti_ensemble *e, const tutti_draft_params *params
     if (check_params(params) < 0) return TUTTI_ERR;
     if (params->lookup_n < 0 || params->lookup_n > 1024)
         return tutti_set_error("draft: lookup_n %d is not in [0, 1024]", params->lookup_n);
-    if (e->align != TUTTI_ALIGN_TOKEN)
-        return tutti_set_error("draft: drafting needs token alignment (this ensemble fuses in %s alignment)",
+    if (e->align == TUTTI_ALIGN_SPAN)
+        return tutti_set_error("draft: drafting needs token or byte alignment (this ensemble fuses in span "
+                               "alignment, whose drafts are the members' own)");
+    if (lookup && e->align != TUTTI_ALIGN_TOKEN)
+        return tutti_set_error("draft: prompt lookup needs token alignment (this ensemble fuses in %s alignment); "
+                               "give a draft model",
                                tutti_align_name(e->align));
     if (lookup) { /* prompt lookup: no model (fusion/draft.c) */
         if (e->draft) e->draft->vt->free(e->draft);
@@ -73,7 +79,7 @@ int tutti_ensemble_set_draft(tutti_ensemble *e, const tutti_draft_params *params
     }
     /* another tokenizer: the draft's text is re-spelled in member 1's
      * tokens (fusion/draft.c), a deterministic proposal */
-    bool respell = h != e->m[0]->vocab_hash;
+    bool bytes = e->align == TUTTI_ALIGN_BYTE, respell = !bytes && h != e->m[0]->vocab_hash;
     if (respell && !e->m[0]->vocab) {
         tutti_set_error("draft model %s: its vocabulary differs from member 1's (%s), which has no tokenizer here to "
                         "re-spell the draft's text in",
@@ -88,7 +94,12 @@ int tutti_ensemble_set_draft(tutti_ensemble *e, const tutti_draft_params *params
         goto out;
     }
     d->vocab_hash = h;
-    if (!respell && d->n_vocab != e->m[0]->n_vocab) {
+    if (bytes && !d->vocab) {
+        tutti_set_error("draft model %s: has no tokenizer to spell its tokens in bytes", path);
+        d->vt->free(d);
+        goto out;
+    }
+    if (!bytes && !respell && d->n_vocab != e->m[0]->n_vocab) {
         tutti_set_error("draft model %s: %d logits per position, member 1 %d", path, d->n_vocab, e->m[0]->n_vocab);
         d->vt->free(d);
         goto out;

@@ -65,6 +65,17 @@ typedef struct hyp {
                        in trie order; see prepare */
     double inv_total; /* 1 / Σ over the whole vocabulary of the unnormalised probabilities */
     double p_eog;     /* next-token probability of end-of-generation tokens */
+    /* A distribution computed ahead (speculation, a window of known text),
+     * as dist; it becomes dist only when the rule selects h for evaluation
+     * (prepare), so which hypotheses are evaluated never depends on what
+     * was computed ahead, and the distributions (and a greedy text) are
+     * those of a run that computed nothing ahead.  Otherwise a light
+     * hypothesis with a free distribution would count while it is deferred
+     * in that run: a difference below the pruning share, but enough to
+     * change a near tie, and a drafted run (align_byte.c) computes other
+     * things ahead than a plain one. */
+    double *pre;
+    double pre_inv, pre_eog;
 } hyp;
 
 /* A speculative evaluation (lazy mode): the distribution after a live
@@ -237,6 +248,7 @@ static double *get_dist(fusion_bytes *s) {
 static void hyp_drop(fusion_bytes *s, hyp *h) {
     free(h->ids);
     put_dist(s, h->dist);
+    put_dist(s, h->pre);
     memset(h, 0, sizeof *h);
 }
 
@@ -270,11 +282,13 @@ static bool same_path(const int32_t *a, int32_t na, const int32_t *b, int32_t nb
     return na == nb && !memcmp(a, b, sizeof(int32_t) * (size_t)na);
 }
 
-/* A hypothesis just spawned takes its speculative distribution, if any. */
+/* A hypothesis just spawned takes its speculative distribution, if any
+ * (as h->pre: see hyp). */
 static void spec_take(fusion_bytes *s, hyp *h) {
+    if (h->dist || h->pre) return;
     for (int32_t k = 0; k < s->n_sp; k++)
         if (same_path(s->sp[k].ids, s->sp[k].n_ids, h->ids, h->n_ids)) {
-            h->dist = s->sp[k].dist, h->inv_total = s->sp[k].inv_total, h->p_eog = s->sp[k].p_eog;
+            h->pre = s->sp[k].dist, h->pre_inv = s->sp[k].inv_total, h->pre_eog = s->sp[k].p_eog;
             s->sp[k].dist = NULL;
             spec_drop(s, k);
             s->n_spec_used++;
@@ -385,13 +399,23 @@ static bool ahead_match(const fusion_bytes *s, const hyp *h) {
            !memcmp(h->ids, s->ah.ids, sizeof(int32_t) * (size_t)h->n_ids);
 }
 
-/* h takes its distribution from the window, if there. */
+/* h takes its distribution from the window, if there (as h->pre: see hyp). */
 static void ahead_take(fusion_bytes *s, hyp *h) {
-    if (h->dist || !ahead_match(s, h)) return;
+    if (h->dist || h->pre || !ahead_match(s, h)) return;
     int32_t k = h->n_ids - s->ah.lo;
     if (k < 0 || k >= s->ah.n_dist || !s->ah.dist[k]) return;
-    h->dist = s->ah.dist[k], h->inv_total = s->ah.inv_total[k], h->p_eog = s->ah.p_eog[k];
+    h->pre = s->ah.dist[k], h->pre_inv = s->ah.inv_total[k], h->pre_eog = s->ah.p_eog[k];
     s->ah.dist[k] = NULL;
+}
+
+/* h, selected for evaluation, takes what was computed ahead for it: true
+ * if there was something. */
+static bool take_pre(fusion_bytes *s, hyp *h) {
+    if (!h->pre) ahead_take(s, h);
+    if (!h->pre) return false;
+    h->dist = h->pre, h->inv_total = h->pre_inv, h->p_eog = h->pre_eog;
+    h->pre = NULL;
+    return true;
 }
 
 /* A new window from h's path on (h matches P, outside the window): the
@@ -416,43 +440,100 @@ static int ahead_fetch(fusion_bytes *s, hyp *h) {
     return 0;
 }
 
+/* What hypothesis h can still contribute, relative to exp(mx): an
+ * evaluated one P(h) times the mass of its tokens that can follow the
+ * committed text (and its end), a deferred one all of P(h). */
+static double live_weight(const fusion_bytes *s, const hyp *h, double mx) {
+    double w = exp(h->logp - mx);
+    if (h->dist) {
+        const fusion_trie_node *nd = &s->trie->node[h->node];
+        w *= range_mass(s->trie, h, nd->lo, nd->hi) + (h->pos == s->n_view ? h->p_eog : 0.0);
+    }
+    return w;
+}
+
+/* The known path is the path of one hypothesis, the anchor, followed by
+ * the canonical tokens of the text after its position: the canonical
+ * tokenization of the whole text v = prefix · committed · text, from its
+ * token boundary at the anchor's position on (v's tokens before it need
+ * not be the anchor's: a generation is spelled by whatever tokens its
+ * hypotheses took, which is rarely the canonical tokenization of all of
+ * it).  The anchor is the heaviest live hypothesis at such a boundary: at
+ * the start of a prompt the BOS path, in a generation (a drafted text,
+ * align_byte.c) most often the hypothesis the drafted bytes continue. */
 int fusion_bytes_expect(fusion_bytes *s, const char *text, size_t n) {
     if (s->ops || !s->m->vt->logits_from || n == 0) return 0;
     ahead_clear(s);
     const fusion_trie *t = s->trie;
-    /* the canonical tokens of the whole text (its committed part included)
-     * must spell the view and then text: v = prefix · committed · text */
     if (s->n_view < s->n_prefix && s->n_view > 0) return 0; /* inside the prefix: not worth it */
+    /* v's bytes are the view's shifted by the prefix a token-id prompt's
+     * view lacks (n_prefix 0) */
     size_t np = (size_t)t->n_prefix, have = s->n_view > s->n_prefix ? (size_t)(s->n_view - s->n_prefix) : 0;
+    int64_t shift = (int64_t)np - s->n_prefix;
     size_t len = have + n;
-    if (len > (size_t)INT32_MAX / 4) return 0;
+    if (len > (size_t)INT32_MAX / 4 || s->n_h == 0) return 0;
     char *v = malloc(np + len);
-    int32_t cap = (int32_t)len + 16, off = s->bos >= 0 ? 1 : 0;
-    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(cap + off));
+    int32_t cap = (int32_t)len + 16;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
+    int32_t *at = malloc(sizeof(int32_t) * (size_t)(cap + 1)); /* at[c]: v's bytes before canonical token c */
     if (!s->ah.rows) { /* first use: the window's scratch, about 16 MiB of rows at most */
         int32_t w = (int32_t)(((size_t)16 << 20) / (sizeof(float) * (size_t)s->m->n_vocab));
         w = w < 4 ? 4 : w > AHEAD_MAX ? AHEAD_MAX : w;
         if ((s->ah.rows = malloc(sizeof(float) * (size_t)w * (size_t)s->m->n_vocab))) s->ah.window = w;
     }
-    bool ok = v && ids && s->ah.rows; /* a speed hint: no memory for it is no error */
+    bool ok = v && ids && at && s->ah.rows; /* a speed hint: no memory for it is no error */
+    int32_t k = 0;
     if (ok) {
         memcpy(v, t->prefix, np);
         memcpy(v + np, s->view + s->n_prefix, have);
         memcpy(v + np + have, text, n);
-        if (off) ids[0] = s->bos;
-        int32_t k = tutti_tokenize(s->m->vocab, v + np, len, false, false, ids + off, cap);
-        size_t at = 0;
+        k = tutti_tokenize(s->m->vocab, v + np, len, false, false, ids, cap);
         ok = k > 0;
+        at[0] = 0;
         for (int32_t i = 0; ok && i < k; i++) {
-            int32_t id = ids[off + i];
+            int32_t id = ids[i];
             size_t nb = (size_t)(t->off[id + 1] - t->off[id]);
-            ok = at + nb <= np + len && !memcmp(t->bytes + t->off[id], v + at, nb);
-            at += nb;
+            ok = (size_t)at[i] + nb <= np + len && !memcmp(t->bytes + t->off[id], v + at[i], nb);
+            at[i + 1] = at[i] + (int32_t)nb;
         }
-        ok = ok && at == np + len;
-        if (ok) s->ah.ids = ids, s->ah.n = k + off, ids = NULL;
+        ok = ok && (size_t)at[k] == np + len;
     }
-    free(v), free(ids);
+    /* the anchor, and c: its position's canonical token */
+    int32_t anchor = -1, c = -1;
+    if (ok) {
+        double mx = -INFINITY, best = -1;
+        for (int32_t i = 0; i < s->n_h; i++)
+            if (s->h[i].logp > mx) mx = s->h[i].logp;
+        for (int32_t i = 0; i < s->n_h; i++) {
+            const hyp *h = &s->h[i];
+            if (h->node < 0) continue; /* stale: its distribution is not all it needs */
+            /* the canonical token starting at the hypothesis's position, if
+             * one does (at[] increases: the first at[j] >= p) */
+            int64_t p = h->pos + shift;
+            int32_t lo = 0, hi = k;
+            while (lo < hi) {
+                int32_t mid = lo + (hi - lo) / 2;
+                if (at[mid] < p) lo = mid + 1;
+                else hi = mid;
+            }
+            int32_t j = lo;
+            if (j == k || at[j] != p) continue;
+            double w = live_weight(s, h, mx);
+            if (w > best) best = w, anchor = i, c = j;
+        }
+        ok = anchor >= 0;
+    }
+    if (ok) { /* the path: the anchor's, then the canonical tokens from c on */
+        const hyp *h = &s->h[anchor];
+        int32_t np_ids = h->n_ids + (k - c);
+        int32_t *path = malloc(sizeof(int32_t) * (size_t)np_ids);
+        if (path) {
+            memcpy(path, h->ids, sizeof(int32_t) * (size_t)h->n_ids);
+            memcpy(path + h->n_ids, ids + c, sizeof(int32_t) * (size_t)(k - c));
+            s->ah.ids = path, s->ah.n = np_ids;
+        }
+    }
+    free(v), free(ids), free(at);
     return 0;
 }
 
@@ -477,19 +558,13 @@ static void hint_live(fusion_bytes *s) {
  * tokens that can still follow the committed text, a deferred one whole.
  * *best (may be NULL): the heaviest evaluated hypothesis, -1 if none. */
 static double live_mass(const fusion_bytes *s, double *mx, int32_t *best) {
-    const fusion_trie *t = s->trie;
     double m = -INFINITY, total = 0, best_w = -1;
     if (best) *best = -1;
     for (int32_t i = 0; i < s->n_h; i++)
         if (s->h[i].logp > m) m = s->h[i].logp;
     for (int32_t i = 0; i < s->n_h; i++) {
-        const hyp *h = &s->h[i];
-        double w = exp(h->logp - m);
-        if (h->dist) {
-            const fusion_trie_node *nd = &t->node[h->node];
-            w *= range_mass(t, h, nd->lo, nd->hi) + (h->pos == s->n_view ? h->p_eog : 0.0);
-            if (best && w > best_w) best_w = w, *best = i;
-        }
+        double w = live_weight(s, &s->h[i], m);
+        if (s->h[i].dist && best && w > best_w) best_w = w, *best = i;
         total += w;
     }
     *mx = m;
@@ -634,6 +709,7 @@ static int expand_stale(fusion_bytes *s, int32_t i) {
             if ((rc = adopt_hyp(s, &h)) == 0) memset(&t->h[k], 0, sizeof(hyp));
         }
     free(d.ids);
+    put_dist(s, d.pre);
     fusion_bytes_free(t);
     return rc;
 }
@@ -663,10 +739,7 @@ static int prepare(fusion_bytes *s, bool force) {
     int rc0 = expand_needed(s, force || !(s->p.lazy && s->p.prune > 0));
     if (rc0 < 0) return rc0;
     int32_t n_need = 0;
-    for (int32_t i = 0; i < s->n_h; i++) {
-        if (!s->h[i].dist) ahead_take(s, &s->h[i]);
-        n_need += !s->h[i].dist;
-    }
+    for (int32_t i = 0; i < s->n_h; i++) n_need += !s->h[i].dist;
     if (!n_need) return 0;
     bool lazy = s->p.lazy && s->p.prune > 0 && !force;
     bool *sel = NULL;
@@ -679,6 +752,13 @@ static int prepare(fusion_bytes *s, bool force) {
         }
     }
 #define SELECTED(i) (!s->h[i].dist && (!sel || sel[i]))
+    /* the selected ones first take what was computed ahead for them */
+    for (int32_t i = 0; i < s->n_h; i++)
+        if (SELECTED(i)) n_need -= take_pre(s, &s->h[i]);
+    if (!n_need) {
+        free(sel);
+        return 0;
+    }
     if (s->ah.ids) { /* on the known path beyond the window: the next window */
         for (int32_t i = 0; i < s->n_h; i++) {
             if (!SELECTED(i) || !ahead_match(s, &s->h[i])) continue;
@@ -687,7 +767,8 @@ static int prepare(fusion_bytes *s, bool force) {
                 free(sel);
                 return rc;
             }
-            for (int32_t j = 0; j < s->n_h; j++) ahead_take(s, &s->h[j]);
+            for (int32_t j = 0; j < s->n_h; j++)
+                if (SELECTED(j)) take_pre(s, &s->h[j]);
         }
         n_need = 0;
         for (int32_t i = 0; i < s->n_h; i++) n_need += SELECTED(i);

@@ -127,6 +127,35 @@ static int32_t respell_boundary(fusion_draft *d, const int32_t *ids, int32_t n, 
     return acc == rest && j < nr ? j : -1;
 }
 
+/* The draft continues its tokens d->dids[0..nd) (its tokenization of the
+ * text d->text[0..*nt)) greedily by up to k tokens while confident (its
+ * most likely token has probability >= p_min) and not at an end (which
+ * has no text), appending the tokens to d->dids and their bytes to d->text
+ * (room for tcap bytes; *nt grows).  Returns the tokens added or
+ * TUTTI_ERR. */
+static int32_t greedy_continue(fusion_draft *d, int32_t nd, int32_t k, int32_t *nt, int32_t tcap) {
+    const tutti_vocab *dv = d->m->vocab;
+    int32_t Vd = d->m->n_vocab;
+    if (k > d->m->n_ctx - nd + 1) k = d->m->n_ctx - nd + 1; /* the draft conditions on at most n_ctx tokens */
+    if (k > d->cap - nd) k = d->cap - nd;
+    int32_t j = 0;
+    for (; j < k; j++) {
+        const float *z = fusion_member_logits_view(d->m, d->dids, nd + j, d->scratch);
+        if (!z) {
+            tutti_error_prefix("draft");
+            return TUTTI_ERR;
+        }
+        if (top_prob(z, Vd) < d->p.p_min) break;
+        int32_t x = argmax(z, Vd);
+        if (tutti_vocab_is_eog(dv, x)) break; /* an end has no text to re-spell */
+        int32_t len = tutti_token_to_piece(dv, x, false, d->text + *nt, tcap - *nt);
+        if (len < 0) break;
+        *nt += len;
+        d->dids[nd + j] = x;
+    }
+    return j;
+}
+
 /* A draft with another tokenizer: the committed text (member 1's tokens
  * decoded) is tokenized by the draft, which continues it greedily while
  * confident; the text with the continuation is tokenized by member 1, and
@@ -137,31 +166,14 @@ static int32_t respell_boundary(fusion_draft *d, const int32_t *ids, int32_t n, 
  * committed ones (a generation need not be spelled canonically). */
 static int32_t respell_propose(fusion_draft *d, int32_t *ids, int32_t n, int32_t k) {
     const tutti_vocab *dv = d->m->vocab;
-    int32_t tcap = d->cap * 64, Vd = d->m->n_vocab;
+    int32_t tcap = d->cap * 64;
     d->n = 0;
     int32_t nt = tutti_detokenize(d->target, ids, n, d->text, tcap);
     if (nt < 0) return 0;
     int32_t nd = tutti_tokenize(dv, d->text, (size_t)nt, tutti_vocab_add_bos(dv), false, d->dids, d->cap);
     if (nd <= 0) return 0;
-    int32_t kd = k;
-    if (kd > d->m->n_ctx - nd + 1) kd = d->m->n_ctx - nd + 1;
-    if (kd > d->cap - nd) kd = d->cap - nd;
-    int32_t j = 0;
-    for (; j < kd; j++) {
-        const float *z = fusion_member_logits_view(d->m, d->dids, nd + j, d->scratch);
-        if (!z) {
-            tutti_error_prefix("draft");
-            return TUTTI_ERR;
-        }
-        if (top_prob(z, Vd) < d->p.p_min) break;
-        int32_t x = argmax(z, Vd);
-        if (tutti_vocab_is_eog(dv, x)) break; /* an end has no text to re-spell */
-        int32_t len = tutti_token_to_piece(dv, x, false, d->text + nt, tcap - nt);
-        if (len < 0) break;
-        nt += len;
-        d->dids[nd + j] = x;
-    }
-    if (j == 0) return 0;
+    int32_t j = greedy_continue(d, nd, k, &nt, tcap);
+    if (j <= 0) return j;
     int32_t nr = tutti_tokenize(d->target, d->text, (size_t)nt, tutti_vocab_add_bos(d->target), false, d->tids, d->cap);
     int32_t at = respell_boundary(d, ids, n, nr);
     if (at < 0) return 0;
@@ -193,4 +205,48 @@ int32_t fusion_draft_propose(fusion_draft *d, int32_t *ids, int32_t n, int32_t k
     }
     if (d->n < d->p.n_min) d->n = 0;
     return d->n;
+}
+
+fusion_draft *fusion_draft_new_bytes(tutti_ensemble *e) {
+    fusion_draft *d = calloc(1, sizeof *d);
+    if (!d) return tutti_set_error("draft: out of memory"), NULL;
+    d->m = e->draft;
+    d->p = e->draft_p;
+    d->bytes = true;
+    d->scratch = malloc(sizeof(float) * (size_t)d->m->n_vocab);
+    if (!d->scratch) {
+        fusion_draft_free(d);
+        return tutti_set_error("draft: out of memory"), NULL;
+    }
+    return d;
+}
+
+int32_t fusion_draft_propose_bytes(fusion_draft *d, const char *text, size_t n, int32_t k, const char **out) {
+    const tutti_vocab *dv = d->m->vocab;
+    *out = NULL;
+    if (k > d->p.n_max) k = d->p.n_max;
+    if (k < 1 || n > (size_t)INT32_MAX / 2) return 0;
+    /* room: the text, 256 bytes per drafted token (longer pieces end the
+     * proposal), and the text's tokens (at most one per byte, BOS and the
+     * tokenizer's prefix) with the continuation */
+    int32_t need_b = (int32_t)n + 256 * k, need_t = (int32_t)n + 8 + k;
+    if (need_b > d->cap_text) {
+        char *t = realloc(d->text, (size_t)need_b);
+        if (!t) return tutti_set_error("draft: out of memory");
+        d->text = t, d->cap_text = need_b;
+    }
+    if (need_t > d->cap) {
+        int32_t *ids = realloc(d->dids, sizeof(int32_t) * (size_t)need_t);
+        if (!ids) return tutti_set_error("draft: out of memory");
+        d->dids = ids, d->cap = need_t;
+    }
+    memcpy(d->text, text, n);
+    int32_t nt = (int32_t)n;
+    int32_t nd = tutti_tokenize(dv, d->text, n, tutti_vocab_add_bos(dv), false, d->dids, d->cap);
+    if (nd <= 0 || nd > d->m->n_ctx) return 0; /* nothing to condition on, or more than the draft's context */
+    int32_t j = greedy_continue(d, nd, k, &nt, d->cap_text);
+    if (j <= 0) return j;
+    if (j < d->p.n_min) return 0;
+    *out = d->text + n;
+    return nt - (int32_t)n;
 }

@@ -33,6 +33,10 @@ typedef struct fusion_draft {
     const tutti_vocab *target;
     char *text;
     int32_t cap, *dids, *tids;
+    /* byte alignment (fusion_draft_new_bytes): text and dids grow as the
+     * text does (cap_text bytes, cap ids); tok, q, tids unused */
+    bool bytes;
+    int32_t cap_text;
 } fusion_draft;
 
 /* NULL + error (out of memory, bad sampler settings); sp: the generation's. */
@@ -45,5 +49,17 @@ void fusion_draft_free(fusion_draft *d);
  * Returns d->n (0: the draft was not confident enough; a plain step) or
  * TUTTI_ERR. */
 int32_t fusion_draft_propose(fusion_draft *d, int32_t *ids, int32_t n, int32_t k);
+
+/* Byte alignment (align_byte.c): the draft model (any tokenizer) of e.
+ * Each round it tokenizes the text so far, text[0..n) (the prompt and the
+ * committed bytes), in its own tokens and continues it greedily by up to
+ * k <= n_max tokens while its most likely token has probability >= p_min
+ * (an end-of-generation token ends the proposal: it has no bytes); the
+ * proposal is the bytes of those tokens, *out[0..return) (valid until the
+ * next call), deterministic given the text, so its q is one-hot.  Returns
+ * the bytes drafted (0: none: not confident, fewer than n_min tokens, the
+ * text longer than the draft's context) or TUTTI_ERR. */
+fusion_draft *fusion_draft_new_bytes(tutti_ensemble *e);
+int32_t fusion_draft_propose_bytes(fusion_draft *d, const char *text, size_t n, int32_t k, const char **out);
 
 #endif

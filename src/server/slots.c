@@ -314,8 +314,8 @@ static void slot_sweep(srv_slot *sl) {
     pthread_mutex_lock(&s->qmu);
 }
 
-/* -md: the draft of a new ensemble where the library takes it (token
- * alignment, the draft's vocabulary); another model goes on without one,
+/* -md: the draft of a new ensemble where the library takes it (token or
+ * byte alignment); another model (span alignment) goes on without one,
  * as said on stderr (the draft serves the models it can). */
 static void slot_draft(const srv_server *s, tutti_ensemble *e, const char *name) {
     const tutti_draft_params *d = &s->opts.draft;
