@@ -21,6 +21,66 @@ static const char *TEXT = "Once upon a time, there was a little girl named Lily.
 /* Siblings [p, a], [p, b], [p, c] after p: every answer equals the model's
  * own logits of the whole sequence, and the prefix runs once (the sessions
  * that answer b and c copy p's cache rows instead of running p again). */
+/* logits_batch_from (byte alignment's drafting: a window of known text
+ * and other hypotheses' last rows in one pass): the window's rows from
+ * `from` on and each other sequence's last row equal, bit for bit, the
+ * single-model API's logits of every prefix (tutti_session_eval of the
+ * whole sequence with all rows), also when the window's session held less
+ * than `from` (its rows go through scratch) and when a sibling shares the
+ * window's prefix. */
+static void test_batch_from_rows(void **state) {
+    (void)state;
+    const char *path = shared_path(M_STORIES);
+    fusion_member *fm = fusion_member_local_new(path, 6, 0, 1);
+    assert_non_null(fm);
+    assert_non_null(fm->logits_batch_from);
+    tutti_model_params mp = tutti_model_default_params();
+    tutti_model *model = tutti_model_load(path, &mp);
+    assert_non_null(model);
+    tutti_session_params sp = tutti_session_default_params();
+    sp.n_threads = 1;
+    tutti_session *ref = tutti_session_new(model, &sp);
+    assert_non_null(ref);
+    int32_t V = fm->n_vocab, w[32];
+    int32_t nw = tutti_tokenize(fm->vocab, TEXT, strlen(TEXT), true, false, w, 32);
+    assert_true(nw > 12);
+    float *all = malloc(sizeof(float) * (size_t)nw * (size_t)V), *out = malloc(sizeof(float) * 8 * (size_t)V);
+    assert_non_null(all), assert_non_null(out);
+    assert_int_equal(tutti_session_eval(ref, w, nw, all), 0);
+    for (int round = 0; round < 2; round++) {
+        /* round 0: nothing cached (the window runs from 0, its rows from
+         * `from` through scratch); round 1: the prefix cached by round 0 */
+        int32_t from = 6 + round, n0 = from + 5;
+        int32_t sib[16];
+        memcpy(sib, w, sizeof(int32_t) * 4);
+        sib[4] = 77; /* off the window after its first 4 tokens */
+        const int32_t *ids[2] = {w, sib};
+        int32_t n[2] = {n0, 5}, fr[2] = {from, 0};
+        float *o[2] = {out, NULL};
+        const float *rows[2];
+        assert_int_equal(fm->logits_batch_from(fm, 2, ids, n, fr, o, rows), 2);
+        for (int32_t r = 0; r < n0 - from; r++)
+            assert_memory_equal(out + (size_t)r * (size_t)V, all + (size_t)(from + r) * (size_t)V, sizeof(float) * V);
+        assert_memory_equal(rows[0], all + (size_t)(n0 - 1) * (size_t)V, sizeof(float) * V);
+        float *z = malloc(sizeof(float) * (size_t)V);
+        assert_int_equal(tutti_session_rewind(ref, 0), 0);
+        assert_int_equal(tutti_session_eval(ref, sib, 5, NULL), 0);
+        memcpy(z, tutti_session_logits(ref), sizeof(float) * (size_t)V);
+        assert_memory_equal(rows[1], z, sizeof(float) * V);
+        free(z);
+    }
+    int32_t bad_from[1] = {12};
+    const int32_t *ids1[1] = {w};
+    int32_t n1[1] = {12};
+    float *o1[1] = {out};
+    const float *rows1[1];
+    assert_int_equal(fm->logits_batch_from(fm, 1, ids1, n1, bad_from, o1, rows1), TUTTI_ERR);
+    free(all), free(out);
+    tutti_session_free(ref);
+    tutti_model_free(model);
+    fm->vt->free(fm);
+}
+
 static void test_sibling_prefix_copy(void **state) {
     (void)state;
     const char *path = shared_path(M_STORIES);
@@ -262,9 +322,8 @@ static void test_expect_same(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sibling_prefix_copy),
-        cmocka_unit_test(test_shared_workspace),
-        cmocka_unit_test(test_lazy_close_to_exact),
+        cmocka_unit_test(test_sibling_prefix_copy), cmocka_unit_test(test_batch_from_rows),
+        cmocka_unit_test(test_shared_workspace),    cmocka_unit_test(test_lazy_close_to_exact),
         cmocka_unit_test(test_expect_same),
     };
     test_select_part();

@@ -421,14 +421,32 @@ static bool take_pre(fusion_bytes *s, hyp *h) {
 /* A new window from h's path on (h matches P, outside the window): the
  * distributions after P[0..L) for L = |h| .. |h| + window - 1 in one call.
  * Fails only as the member's pass fails; no window is no error. */
-static int ahead_fetch(fusion_bytes *s, hyp *h) {
+/* With other[0..n_other) (hypotheses selected for evaluation off the
+ * known path), when the member takes both in one call (logits_batch_from):
+ * their distributions come in the same pass, as many as it answers (a
+ * drafted round's first step may need both: the window and a boundary of
+ * another tokenization of the text). */
+static int ahead_fetch(fusion_bytes *s, hyp *h, const int32_t *other, int32_t n_other) {
     ahead *a = &s->ah;
     int32_t L = h->n_ids, end = L + a->window - 1 < a->n ? L + a->window - 1 : a->n; /* lengths [L, end] */
     if (s->m->n_ctx > 0 && !fusion_member_fits(s->m, end)) end = s->m->n_ctx;
     if (end < L) return 0;
     ahead_drop_window(s);
-    if (s->m->vt->logits_from(s->m, a->ids, end, L - 1, a->rows) < 0)
+    if (n_other > 0 && s->m->logits_batch_from) {
+        enum { MAX_ONE = 17 }; /* sequences in the call at most */
+        int32_t k = 1, n[MAX_ONE], from[MAX_ONE] = {L - 1};
+        const int32_t *ids[MAX_ONE] = {a->ids};
+        float *out[MAX_ONE] = {a->rows};
+        const float *rows[MAX_ONE];
+        n[0] = end;
+        for (int32_t j = 0; j < n_other && k < MAX_ONE; j++) ids[k] = s->h[other[j]].ids, n[k++] = s->h[other[j]].n_ids;
+        int32_t got = s->m->logits_batch_from(s->m, k, ids, n, from, out, rows);
+        if (got < 1) return s->m->err_kind < 0 ? s->m->err_kind : TUTTI_ERR;
+        for (int32_t j = 1; j < got; j++)
+            if (hyp_fill(s, &s->h[other[j - 1]], rows[j]) < 0) return TUTTI_ERR;
+    } else if (s->m->vt->logits_from(s->m, a->ids, end, L - 1, a->rows) < 0) {
         return s->m->err_kind < 0 ? s->m->err_kind : TUTTI_ERR;
+    }
     a->lo = L;
     for (int32_t k = 0; k <= end - L; k++) {
         hyp tmp = {0};
@@ -759,10 +777,14 @@ static int prepare(fusion_bytes *s, bool force) {
         free(sel);
         return 0;
     }
-    if (s->ah.ids) { /* on the known path beyond the window: the next window */
+    if (s->ah.ids) {                    /* on the known path beyond the window: the next window */
+        int32_t other[16], n_other = 0; /* and the selected ones off the path, in the same pass */
+        for (int32_t i = 0; i < s->n_h && n_other < 16; i++)
+            if (SELECTED(i) && !ahead_match(s, &s->h[i])) other[n_other++] = i;
         for (int32_t i = 0; i < s->n_h; i++) {
             if (!SELECTED(i) || !ahead_match(s, &s->h[i])) continue;
-            int rc = ahead_fetch(s, &s->h[i]);
+            int rc = ahead_fetch(s, &s->h[i], other, n_other);
+            n_other = 0; /* answered (or left to the passes below) */
             if (rc < 0) {
                 free(sel);
                 return rc;

@@ -247,11 +247,22 @@ static const float *local_logits_view(fusion_member *m, const int32_t *ids, int3
  * first (their sessions are kept out of the assignment), then one session
  * per sequence in order, rewound to the longest shared prefix; all the
  * suffixes then run as one batch (tutti_session_eval_multi). */
-static int32_t local_logits_batch(fusion_member *m, int32_t n_seq, const int32_t *const *ids, const int32_t *n,
-                                  const float **rows) {
+static int local_logits_from(fusion_member *m, const int32_t *ids, int32_t n, int32_t from, float *out);
+
+/* Rows of sequence i are wanted (logits_batch_from). */
+#define WANTS_ROWS(i) (out && out[i])
+
+static int32_t local_logits_batch_from(fusion_member *m, int32_t n_seq, const int32_t *const *ids, const int32_t *n,
+                                       const int32_t *from, float *const *out, const float **rows) {
     local_member *lm = (local_member *)m;
     lm->base.err_kind = TUTTI_ERR;
     if (n_seq < 1) return tutti_set_error("member %s: empty batch", m->name);
+    if (out && !from) return tutti_set_error("member %s: rows asked for without their start", m->name);
+    if (n_seq == 1 && WANTS_ROWS(0)) {
+        if (local_logits_from(m, ids[0], n[0], from[0], out[0]) < 0) return TUTTI_ERR;
+        rows[0] = out[0] + (size_t)(n[0] - from[0] - 1) * (size_t)m->n_vocab;
+        return 1;
+    }
     if (n_seq == 1) {
         rows[0] = local_logits_view(m, ids[0], n[0]);
         return rows[0] ? 1 : TUTTI_ERR;
@@ -264,8 +275,10 @@ static int32_t local_logits_batch(fusion_member *m, int32_t n_seq, const int32_t
     tutti_session **ss = malloc(sizeof(tutti_session *) * (size_t)n_seq);
     const int32_t **sid = malloc(sizeof(int32_t *) * (size_t)n_seq);
     int32_t *sn = malloc(sizeof(int32_t) * (size_t)n_seq);
+    /* rows: into out[i] when the run starts at from[i], else through scratch */
+    float **so = calloc((size_t)n_seq, sizeof(float *)), **scr = calloc((size_t)n_seq, sizeof(float *));
     int32_t done = TUTTI_ERR;
-    if (!taken || !pick || !kk || !ss || !sid || !sn) {
+    if (!taken || !pick || !kk || !ss || !sid || !sn || !so || !scr) {
         tutti_set_error("member %s: out of memory", m->name);
         goto out;
     }
@@ -280,8 +293,12 @@ static int32_t local_logits_batch(fusion_member *m, int32_t n_seq, const int32_t
             tutti_set_error("member %s: context full (%d tokens needed, n_ctx %d)", m->name, n[i], lm->n_ctx);
             goto out;
         }
+        if (WANTS_ROWS(i) && (from[i] < 0 || from[i] >= n[i])) {
+            tutti_set_error("member %s: no rows asked for", m->name);
+            goto out;
+        }
         pick[i] = -1;
-        for (int32_t j = 0; j < lm->n_pool && pick[i] < 0; j++)
+        for (int32_t j = 0; j < lm->n_pool && pick[i] < 0 && !WANTS_ROWS(i); j++)
             if (!taken[j] && holds(&lm->pool[j], ids[i], n[i])) pick[i] = j, kk[i] = n[i], taken[j] = true;
     }
     int32_t n_run = 0, answered = 0;
@@ -294,6 +311,7 @@ static int32_t local_logits_batch(fusion_member *m, int32_t n_seq, const int32_t
             taken[pick[i]] = true;
             if (ensure_session(lm, pick[i]) < 0) goto out;
             if (src >= 0 && copy_prefix(lm, pick[i], src, kk[i]) < 0) goto out;
+            if (WANTS_ROWS(i) && kk[i] > from[i]) kk[i] = from[i]; /* the rows before it are not kept */
         }
         local_session *ls = &lm->pool[pick[i]];
         ls->last_use = ++lm->clock;
@@ -302,11 +320,18 @@ static int32_t local_logits_batch(fusion_member *m, int32_t n_seq, const int32_t
         ls->n_hist = kk[i];
         if (hist_fit(lm, ls, n[i]) < 0) goto out;
         ss[n_run] = ls->s, sid[n_run] = ids[i] + kk[i], sn[n_run] = n[i] - kk[i];
+        if (WANTS_ROWS(i)) {
+            if (kk[i] < from[i] && !(scr[i] = malloc(sizeof(float) * (size_t)(n[i] - kk[i]) * (size_t)m->n_vocab))) {
+                tutti_set_error("member %s: out of memory", m->name);
+                goto out;
+            }
+            so[n_run] = scr[i] ? scr[i] : out[i];
+        }
         n_run++;
     }
     if (n_run) {
         double t0 = tutti_now_s();
-        int rc = tutti_session_eval_multi(ss, sid, sn, n_run);
+        int rc = tutti_session_eval_multi_rows(ss, sid, sn, so, n_run);
         lm->base.t_forward_s += tutti_now_s() - t0;
         if (rc < 0) {
             /* whatever ran is not in hist: back to the prefixes hist holds */
@@ -332,8 +357,14 @@ static int32_t local_logits_batch(fusion_member *m, int32_t n_seq, const int32_t
             lm->base.n_forward_tokens += n[i] - kk[i];
         }
         rows[i] = tutti_session_logits(ls->s);
+        int32_t bad = -1, V = m->n_vocab;
+        if (WANTS_ROWS(i)) { /* the rows from from[i] on (from scratch when the run began earlier) */
+            size_t nr = (size_t)(n[i] - from[i]);
+            if (scr[i]) memcpy(out[i], scr[i] + (size_t)(from[i] - kk[i]) * (size_t)V, sizeof(float) * nr * (size_t)V);
+            for (size_t r = 0; r + 1 < nr && bad < 0; r++) bad = tutti_first_nonfinite(out[i] + r * (size_t)V, V);
+        }
         /* NaN or +inf logits are an error where they come from (as run_suffix) */
-        int32_t bad = tutti_first_nonfinite(rows[i], m->n_vocab);
+        if (bad < 0) bad = tutti_first_nonfinite(rows[i], m->n_vocab);
         if (bad >= 0) {
             for (int32_t j = 0; j < answered; j++) { /* forget positions computed from broken values */
                 tutti_session_rewind(lm->pool[pick[j]].s, 0);
@@ -347,8 +378,16 @@ static int32_t local_logits_batch(fusion_member *m, int32_t n_seq, const int32_t
 out:
     if (taken != taken_stack) free(taken);
     if (pick != pick_stack) free(pick);
-    free(ss), free(sid), free(sn);
+    free(ss), free(sid), free(sn), free(so);
+    for (int32_t i = 0; scr && i < n_seq; i++) free(scr[i]);
+    free(scr);
     return done;
+}
+#undef WANTS_ROWS
+
+static int32_t local_logits_batch(fusion_member *m, int32_t n_seq, const int32_t *const *ids, const int32_t *n,
+                                  const float **rows) {
+    return local_logits_batch_from(m, n_seq, ids, n, NULL, NULL, rows);
 }
 
 void fusion_member_local_keep(fusion_member *m, int32_t n_seq, const int32_t *const *ids, const int32_t *n) {
@@ -463,6 +502,7 @@ static fusion_member *local_new(const char *path, const tutti_model *model, int3
     if (ops) lm->ops = *ops; /* from here on local_free releases ops.ctx */
     lm->base.vt = &local_vt;
     lm->base.keep = local_keep;
+    lm->base.logits_batch_from = local_logits_batch_from;
     if (!ops || ops->can_shift)
         lm->base.set_ctx_shift = local_set_ctx_shift; /* a split model's sessions cannot shift */
     const char *slash = strrchr(path, '/');

@@ -103,6 +103,14 @@ struct fusion_member {
      * split members keep their hard limit): turns the context shift on,
      * keeping BOS and the n_keep tokens after it.  0 or TUTTI_ERR. */
     int (*set_ctx_shift)(fusion_member *m, int32_t n_keep);
+    /* Optional method (local members; NULL for the others): logits_batch,
+     * where a sequence i with out[i] non-NULL also gives logits_from's rows
+     * from from[i] on, out[i][n[i] - from[i]][n_vocab] -- a window of known
+     * text and other hypotheses' last rows in one pass (byte alignment's
+     * drafting, bytestate.c).  out, from: NULL or [n_seq].  Returns the
+     * sequences answered (the first k >= 1) or TUTTI_ERR. */
+    int32_t (*logits_batch_from)(fusion_member *m, int32_t n_seq, const int32_t *const *ids, const int32_t *n,
+                                 const int32_t *from, float *const *out, const float **rows);
 };
 
 /* Whether member m can give logits after n tokens: within its context, or

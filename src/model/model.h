@@ -535,5 +535,11 @@ void tutti_moe_route(const tutti_moe_routing *r, float *logits, int32_t n_tok, i
  * Returns the number of forward passes run, or TUTTI_ERR (nothing is run
  * when an argument is invalid). */
 int tutti_session_eval_multi(tutti_session *const *ss, const int32_t *const *ids, const int32_t *n, int32_t n_seq);
+/* As tutti_session_eval_multi, and sequence i's rows of logits, all n[i]
+ * of them, into out[i] [n[i]][n_vocab] where out and out[i] are not NULL
+ * (a speculative round's rows and other timelines' last rows in one pass:
+ * byte alignment's drafting). */
+int tutti_session_eval_multi_rows(tutti_session *const *ss, const int32_t *const *ids, const int32_t *n,
+                                  float *const *out, int32_t n_seq);
 
 #endif

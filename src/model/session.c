@@ -376,6 +376,11 @@ int tutti_session_eval(tutti_session *s, const int32_t *ids, int32_t n, float *l
 }
 
 int tutti_session_eval_multi(tutti_session *const *ss, const int32_t *const *ids, const int32_t *n, int32_t n_seq) {
+    return tutti_session_eval_multi_rows(ss, ids, n, NULL, n_seq);
+}
+
+int tutti_session_eval_multi_rows(tutti_session *const *ss, const int32_t *const *ids, const int32_t *n,
+                                  float *const *out, int32_t n_seq) {
     if (n_seq < 1 || !ss || !ids || !n) return tutti_set_error("tutti_session_eval_multi: no sequences");
     for (int32_t i = 0; i < n_seq; i++) {
         tutti_session *s = ss[i];
@@ -402,9 +407,9 @@ int tutti_session_eval_multi(tutti_session *const *ss, const int32_t *const *ids
          * comes first) */
         bool shift = false;
         for (int32_t i = 0; i < n_seq; i++) shift |= ss[i]->ctx_shift && ss[i]->n_past + n[i] > ss[i]->n_ctx - 1;
-        if (!shift) return tutti_batch_eval(ss, ids, n, NULL, NULL, n_seq); /* the steps it took */
+        if (!shift) return tutti_batch_eval(ss, ids, n, out, NULL, n_seq); /* the steps it took */
         for (int32_t i = 0; i < n_seq; i++)
-            if (tutti_session_eval(ss[i], ids[i], n[i], NULL) < 0) return TUTTI_ERR;
+            if (tutti_session_eval(ss[i], ids[i], n[i], out ? out[i] : NULL) < 0) return TUTTI_ERR;
         return n_seq;
     }
     /* a model split by layers: the pipeline runs each batch (src/mpi/split.c) */
@@ -422,9 +427,11 @@ int tutti_session_eval_multi(tutti_session *const *ss, const int32_t *const *ids
     if (!seg) return tutti_set_error("tutti_session_eval_multi: out of memory");
     int n_pass = 0;
     for (int32_t i = 0; i < n_seq;) {
-        /* longer than a micro-batch, or reaching a context shift: on its own */
-        if (n[i] > ub || (ss[i]->ctx_shift && ss[i]->n_past + n[i] > ss[i]->n_ctx - 1)) {
-            if (tutti_session_eval(ss[i], ids[i], n[i], NULL) < 0) {
+        /* longer than a micro-batch, or reaching a context shift, or all
+         * rows of a model split by layers (its pipeline gives last rows):
+         * on its own */
+        if (n[i] > ub || (ss[i]->ctx_shift && ss[i]->n_past + n[i] > ss[i]->n_ctx - 1) || (s0->pipe && out && out[i])) {
+            if (tutti_session_eval(ss[i], ids[i], n[i], out ? out[i] : NULL) < 0) {
                 free(seg);
                 return TUTTI_ERR;
             }
@@ -434,8 +441,9 @@ int tutti_session_eval_multi(tutti_session *const *ss, const int32_t *const *ids
         }
         int32_t k = 0, tok = 0;
         while (i + k < n_seq && n[i + k] <= ub && tok + n[i + k] <= ub &&
-               !(ss[i + k]->ctx_shift && ss[i + k]->n_past + n[i + k] > ss[i + k]->n_ctx - 1)) {
-            seg[k] = (tutti_fwd_seg){.s = ss[i + k], .ids = ids[i + k], .n = n[i + k]};
+               !(ss[i + k]->ctx_shift && ss[i + k]->n_past + n[i + k] > ss[i + k]->n_ctx - 1) &&
+               !(s0->pipe && out && out[i + k])) {
+            seg[k] = (tutti_fwd_seg){.s = ss[i + k], .ids = ids[i + k], .n = n[i + k], .out = out ? out[i + k] : NULL};
             tok += n[i + k];
             k++;
         }
