@@ -592,6 +592,33 @@ static void test_cli(void **state) {
         unlink(path);
         free(err), free(plain), free(drafted);
     }
+    /* byte alignment under tutti run: the same text, the summary in bytes */
+    {
+        char m2[1024], m3[1024], bcmd[8192];
+        snprintf(m2, sizeof m2, "%s", shared_path(DRAFT_656K));
+        snprintf(m3, sizeof m3, "%s", shared_path(DRAFT_TOK361));
+        snprintf(bcmd, sizeof bcmd,
+                 "%s run -m %s -m %s -m %s --align byte -p 'Once upon a time' -n 40 --temp 0 -t 1 2>/dev/null",
+                 TUTTI_CLI, target, m2, m3);
+        char *plain = run_cmd(bcmd, &st);
+        assert_int_equal(st, 0);
+        assert_true(strlen(plain) > 60);
+        char path[64];
+        snprintf(path, sizeof path, "/tmp/test_draft_err.%d", (int)getpid());
+        snprintf(bcmd, sizeof bcmd,
+                 "%s run -m %s -m %s -m %s --align byte -md %s --draft-max 3 --draft-p-min 0 -p 'Once upon a time' "
+                 "-n 40 --temp 0 -t 1 2>%s",
+                 TUTTI_CLI, target, m2, m3, target, path);
+        char *drafted = run_cmd(bcmd, &st);
+        assert_int_equal(st, 0);
+        assert_string_equal(plain, drafted);
+        size_t len;
+        char *err = read_file(path, &len);
+        assert_non_null(err);
+        assert_non_null(strstr(err, "bytes drafted"));
+        unlink(path);
+        free(err), free(plain), free(drafted);
+    }
     snprintf(cmd, sizeof cmd, "%s generate -m %s --draft-max 4 -p x 2>&1", TUTTI_CLI, target);
     char *o = run_cmd(cmd, &st);
     assert_int_equal(st, 2);
