@@ -18,7 +18,8 @@
  *     mixture (temperature, top-k, top-p, min-p, repetition penalty, logit
  *     bias, forbidden strings, drafting, selective fusion, the product
  *     rule) fall back to the ordinary step: no token mixture-sampled, a
- *     notice, and the text of the run without mixture sampling. */
+ *     notice, and the text of the run without mixture sampling;
+ *   - tutti run --mix-sample (its defaults, the summary line, the notice). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -348,6 +349,31 @@ static void test_fallback(void **state) {
     tutti_ensemble_free(e);
 }
 
+/* tutti run --mix-sample: the plain mixture's settings by default, the
+ * summary's count; an inexact setting given: the notice, none drawn */
+static void test_cli(void **state) {
+    (void)state;
+    require_shared();
+    char cmd[4096], a[1024], b[1024];
+    snprintf(a, sizeof a, "%s", shared_path(MA));
+    snprintf(b, sizeof b, "%s", shared_path(MB));
+    for (int k = 0; k < 2; k++) {
+        snprintf(cmd, sizeof cmd, "%s run -m %s -m %s -p 'Once upon a time' -n 20 -t 1 -s 3 --mix-sample %s 2>&1",
+                 TUTTI_CLI, a, b, k ? "--temp 0.8" : "");
+        int st;
+        char *out = run_cmd(cmd, &st);
+        assert_int_equal(st, 0);
+        if (k == 0) {
+            assert_non_null(strstr(out, "mixture sampling: 20 of 20 tokens"));
+            assert_null(strstr(out, "not exact"));
+        } else {
+            assert_non_null(strstr(out, "mixture sampling is not exact here (the sampler's temperature"));
+            assert_non_null(strstr(out, "mixture sampling: 0 of 20 tokens"));
+        }
+        free(out);
+    }
+}
+
 int main(void) {
     test_select_part();
     const struct CMUnitTest tests[] = {
@@ -357,6 +383,7 @@ int main(void) {
         cmocka_unit_test(test_receiver_keeps_text),
         cmocka_unit_test(test_receiver_keeps_text_adapt),
         cmocka_unit_test(test_fallback),
+        cmocka_unit_test(test_cli),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

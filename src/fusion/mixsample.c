@@ -21,7 +21,7 @@ const char *mix_sample_inexact(const tutti_ensemble *e, const tutti_sampler_para
     if (e->select >= 0) return "selective fusion reads every member's row";
     /* the sampler's chain (src/sample/sample.c): each of these changes the
      * fused distribution before the draw */
-    if (sp->temp != 1.0f) return "the sampler's temperature is not 1 (it acts on the mixture)";
+    if (sp->temp != 1.0f) return "the sampler's temperature is not 1: it acts on the mixture";
     if (sp->top_k > 0 && sp->top_k < e->m[0]->n_vocab) return "top-k acts on the mixture";
     if (sp->top_p < 1.0f) return "top-p acts on the mixture";
     if (sp->min_p > 0) return "min-p acts on the mixture";
