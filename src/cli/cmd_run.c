@@ -117,6 +117,17 @@ static int member_prompt_ids(tutti_ensemble *e, bool chat, bool verbose_prompt, 
     return rc;
 }
 
+/* --mix-sample: the plain mixture unless the flags say otherwise (then
+ * the ordinary step, with the library's notice), and the members in turn:
+ * one member runs per token, with all the threads. */
+static void mix_sample_defaults(cli_sampling *cs, ens_args *a) {
+    if (!cli_given("--temp")) cs->sp.temp = 1.0f;
+    if (!cli_given("--top-k")) cs->sp.top_k = 0;
+    if (!cli_given("--top-p")) cs->sp.top_p = 1.0f;
+    if (!cli_given("--min-p")) cs->sp.min_p = 0.0f;
+    if (!cli_given("--parallel")) a->parallel = 1;
+}
+
 int tutti_cmd_run(int argc, char **argv) {
     ens_args a;
     ens_args_init(&a);
@@ -190,14 +201,7 @@ int tutti_cmd_run(int argc, char **argv) {
     if (a.n_keep < 0)
         return cli_usage_error("--keep -1 (the whole prompt) needs one tokenizer: give N >= 0 tokens per member");
     a.ctx_shift &= n_gen >= 0; /* -n -1 means "until a context is full" */
-    if (mix_sample) {          /* the plain mixture unless the flags say otherwise (then: the ordinary step) */
-        if (!cli_given("--temp")) cs.sp.temp = 1.0f;
-        if (!cli_given("--top-k")) cs.sp.top_k = 0;
-        if (!cli_given("--top-p")) cs.sp.top_p = 1.0f;
-        if (!cli_given("--min-p")) cs.sp.min_p = 0.0f;
-        /* one member runs per token: with all the threads */
-        if (!cli_given("--parallel")) a.parallel = 1;
-    }
+    if (mix_sample) mix_sample_defaults(&cs, &a);
     if (a.ens_file && cli_is_pipeline_file(a.ens_file))
         return cli_run_pipeline(&a, &cs, prompt, prompt_file, escape, n_gen);
     int gst;
