@@ -1036,7 +1036,10 @@ int tutti_ensemble_set_draft(tutti_ensemble *ens, const tutti_draft_params *para
  * member choices and the draws use the generation's seed: a seed gives a
  * reproducible text, not the one the ordinary step gives for it, with the
  * same distribution.  tutti_ensemble_stats.n_mix_sampled counts the tokens
- * drawn this way.  0 or TUTTI_ERR (no ensemble). */
+ * drawn this way (n_prompt_evaluated and t_prompt_s then count the first
+ * token's member only).  One member runs per token, so members in turn
+ * (tutti_ensemble_params.parallel 1) give it all the threads.  0 or
+ * TUTTI_ERR (no ensemble). */
 int tutti_ensemble_set_mix_sample(tutti_ensemble *ens, bool on);
 bool tutti_ensemble_mix_sample(const tutti_ensemble *ens);
 
