@@ -976,6 +976,9 @@ typedef struct tutti_ensemble_stats {
     int64_t n_draft_accepted;
     int64_t n_draft_tokens; /* tokens the draft model ran */
     double t_draft_s;       /* the draft model's forward time (part of t_forward_s) */
+    /* Tokens drawn by mixture sampling (tutti_ensemble_set_mix_sample;
+     * 0 when it is off or was not exact for the generation's settings). */
+    int32_t n_mix_sampled;
 } tutti_ensemble_stats;
 
 #define TUTTI_LEFT_SPELL 1
@@ -1021,6 +1024,32 @@ tutti_draft_params tutti_draft_default_params(void);
  * and member 1 has no tokenizer to re-spell it, the file
  * cannot be loaded, or n_max < 1, n_min > n_max, p_min outside [0, 1]. */
 int tutti_ensemble_set_draft(tutti_ensemble *ens, const tutti_draft_params *params);
+
+/* Mixture sampling (off by default): a sampled step of the mix rule draws
+ * a member i with probability w_i and then the token from member i's own
+ * distribution, which is a draw from Σ w_i p_i, so the step needs only
+ * member i's forward pass; a member runs the tokens it missed in one pass
+ * when it is drawn next.  With weights that follow the text
+ * (tutti_ensemble_set_adapt) the member is a Markov chain (fixed share:
+ * it stays with probability 1 - alpha, else a fresh draw from the prior),
+ * exact as well.  Taken only where the fused distribution the sampler
+ * draws from is exactly the mixture: TOKEN alignment, mix rule, sampler
+ * temperature 1 (the members' own temperatures may be anything), top-k,
+ * top-p, min-p and the repetition penalty off, no logit bias, mask
+ * strings, ignore_eos or grammar, no draft, no context weights or
+ * selective fusion, local members only.  Otherwise a generation takes the
+ * ordinary step, with a notice (tutti_ensemble_set_notice) saying why.
+ * With a step receiver (tutti_ensemble_set_step_cb) every member still
+ * runs every token to report the fused row (no gain; the same text).  The
+ * member choices and the draws use the generation's seed: a seed gives a
+ * reproducible text, not the one the ordinary step gives for it, with the
+ * same distribution.  tutti_ensemble_stats.n_mix_sampled counts the tokens
+ * drawn this way (n_prompt_evaluated and t_prompt_s then count the first
+ * token's member only).  One member runs per token, so members in turn
+ * (tutti_ensemble_params.parallel 1) give it all the threads.  0 or
+ * TUTTI_ERR (no ensemble). */
+int tutti_ensemble_set_mix_sample(tutti_ensemble *ens, bool on);
+bool tutti_ensemble_mix_sample(const tutti_ensemble *ens);
 
 /* Receives one line of text (no newline) about a generation as it happens:
  * a member leaving (and why) or a member's context filling up. */

@@ -340,3 +340,22 @@ int test_sink_cb(const char *bytes, size_t n, void *sink) {
     s->b[s->n] = 0;
     return 0;
 }
+
+double test_chi2(const int *count, const double *want, int n_cells, int n, int *df, double *crit) {
+    double chi2 = 0, pool_e = 0, pool_o = 0;
+    int k = -1;
+    for (int c = 0; c < n_cells; c++) {
+        double ex = want[c] * n;
+        if (ex < 5) {
+            pool_e += ex, pool_o += count[c];
+            continue;
+        }
+        chi2 += (count[c] - ex) * (count[c] - ex) / ex;
+        k++;
+    }
+    if (pool_e > 0) chi2 += (pool_o - pool_e) * (pool_o - pool_e) / pool_e, k++;
+    double a = 2.0 / (9.0 * k);
+    *df = k;
+    *crit = k * pow(1 - a + 3.090 * sqrt(a), 3);
+    return chi2;
+}

@@ -85,6 +85,13 @@ struct tutti_ensemble *test_ensemble(const char *const *rel, int n, int align, i
  * logits (one forward pass; up to 4096 tokens). */
 double test_direct_ll(const char *model_path, const char *text);
 
+/* Pearson's chi-square of observed counts count[0..n_cells) over n draws
+ * against the exact probabilities want[0..n_cells) (summing to 1), the
+ * cells with an expected count below 5 pooled into one; *df: its degrees
+ * of freedom, *crit: the 0.1 % critical value (Wilson-Hilferty).  Returns
+ * the statistic (the caller asserts statistic < *crit). */
+double test_chi2(const int *count, const double *want, int n_cells, int n, int *df, double *crit);
+
 /* A text receiver for tutti_ensemble_generate (tutti_text_cb): appends to
  * b (NUL-terminated, truncated at its size). */
 typedef struct test_sink {

@@ -292,21 +292,8 @@ static void sampled_distribution(int32_t lookup_n) {
         count[c]++;
         drafted += st.n_drafted, accepted += st.n_draft_accepted;
     }
-    /* cells with an expected count below 5 pooled into one */
-    double chi2 = 0, pool_e = 0, pool_o = 0;
-    int df = -1;
-    for (int c = 0; c < N_CELLS; c++) {
-        double ex = t.want[c] * N_SEEDS;
-        if (ex < 5) {
-            pool_e += ex, pool_o += count[c];
-            continue;
-        }
-        chi2 += (count[c] - ex) * (count[c] - ex) / ex;
-        df++;
-    }
-    if (pool_e > 0) chi2 += (pool_o - pool_e) * (pool_o - pool_e) / pool_e, df++;
-    /* the 0.1 % critical value (Wilson-Hilferty) */
-    double a = 2.0 / (9.0 * df), crit = df * pow(1 - a + 3.090 * sqrt(a), 3);
+    int df;
+    double crit, chi2 = test_chi2(count, t.want, N_CELLS, N_SEEDS, &df, &crit);
     printf("chi-square %.1f on %d degrees of freedom (0.1%% critical value %.1f); %lld drafted, %lld accepted\n", chi2,
            df, crit, (long long)drafted, (long long)accepted);
     assert_true(accepted > 0 && accepted < drafted);

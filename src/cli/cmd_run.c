@@ -75,6 +75,9 @@ static void print_summary(const tutti_ensemble *e, const tutti_ensemble_stats *s
     if (tutti_ensemble_select(e) >= 0)
         cli_info("selective fusion (D >= %g nats): %d of %d %ss fused (%.1f %%)\n", tutti_ensemble_select(e),
                  st->n_fused, st->n_units, unit, st->n_units ? 100.0 * st->n_fused / st->n_units : 100.0);
+    if (tutti_ensemble_mix_sample(e))
+        cli_info("mixture sampling: %d of %d %ss drawn from one member's forward pass\n", st->n_mix_sampled,
+                 st->n_units, unit);
     cli_draft_report("run", draft, st, al == TUTTI_ALIGN_BYTE ? "byte" : "token");
 }
 
@@ -114,6 +117,17 @@ static int member_prompt_ids(tutti_ensemble *e, bool chat, bool verbose_prompt, 
     return rc;
 }
 
+/* --mix-sample: the plain mixture unless the flags say otherwise (then
+ * the ordinary step, with the library's notice), and the members in turn:
+ * one member runs per token, with all the threads. */
+static void mix_sample_defaults(cli_sampling *cs, ens_args *a) {
+    if (!cli_given("--temp")) cs->sp.temp = 1.0f;
+    if (!cli_given("--top-k")) cs->sp.top_k = 0;
+    if (!cli_given("--top-p")) cs->sp.top_p = 1.0f;
+    if (!cli_given("--min-p")) cs->sp.min_p = 0.0f;
+    if (!cli_given("--parallel")) a->parallel = 1;
+}
+
 int tutti_cmd_run(int argc, char **argv) {
     ens_args a;
     ens_args_init(&a);
@@ -121,7 +135,7 @@ int tutti_cmd_run(int argc, char **argv) {
     cli_sampling_init(&cs);
     a.ctx_shift = true; /* llama.cpp's context shift, unless --no-context-shift */
     const char *prompt = NULL, *prompt_file = NULL, *system = NULL;
-    bool chat = false, verbose_prompt = false, escape = true;
+    bool chat = false, verbose_prompt = false, escape = true, mix_sample = false;
     int32_t n_gen = 128;
     cli_strs stop_s = {.n = 0}, allow_s = {.n = 0}, forbid_s = {.n = 0};
     cli_grammar ga = {0};
@@ -155,6 +169,16 @@ int tutti_cmd_run(int argc, char **argv) {
         CLI_INCLUDE(a.opts),
         CLI_SECTION("sampling (on the fused distribution)"),
         CLI_SAMPLING_OPTS(&cs),
+        CLI_FLAG("--mix-sample", &mix_sample,
+                 "mix rule, token alignment: draw a member by its weight, then the token\n"
+                 "from that member's own distribution: a draw from the mixture, for one\n"
+                 "member's forward pass per token (the others run the tokens they missed\n"
+                 "in one pass when next drawn; with --adapt the member follows the fixed-\n"
+                 "share chain). Exact only for the plain mixture, so it sets --temp 1\n"
+                 "--top-k 0 --top-p 1 --min-p 0 unless given, and members in turn unless\n"
+                 "--parallel; other settings (a grammar, --forbid, ...) take the ordinary\n"
+                 "step with a notice. A seed gives another text than without it, drawn from\n"
+                 "the same distribution"),
         CLI_GRAMMAR_OPTS(&ga),
         CLI_SECTION("drafting (speculative decoding; token or byte alignment)"),
         CLI_DRAFT_OPTS(&draft),
@@ -177,6 +201,7 @@ int tutti_cmd_run(int argc, char **argv) {
     if (a.n_keep < 0)
         return cli_usage_error("--keep -1 (the whole prompt) needs one tokenizer: give N >= 0 tokens per member");
     a.ctx_shift &= n_gen >= 0; /* -n -1 means "until a context is full" */
+    if (mix_sample) mix_sample_defaults(&cs, &a);
     if (a.ens_file && cli_is_pipeline_file(a.ens_file))
         return cli_run_pipeline(&a, &cs, prompt, prompt_file, escape, n_gen);
     int gst;
@@ -198,6 +223,7 @@ int tutti_cmd_run(int argc, char **argv) {
     size_t plen = 0;
     char *buf = cli_prompt_text(prompt, prompt_file, escape, &plen);
     tutti_ensemble *e = buf ? ens_args_build(&a, "run") : NULL;
+    if (e && mix_sample) tutti_ensemble_set_mix_sample(e, true);
     if (e && cli_draft_apply(e, &draft) != CLI_RUN) {
         tutti_ensemble_free(e);
         e = NULL;

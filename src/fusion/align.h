@@ -85,6 +85,15 @@ struct fusion_align {
     double unit_logp[TUTTI_ENSEMBLE_MAX_MEMBERS];
     const bool *gone;
     double unit_bytes;
+    /* mixture sampling (mixsample.h): this step's row is member mix_member's
+     * own distribution, which the sampler draws from (-1: the fused row);
+     * report_row is then the fused row for the step receiver (set only when
+     * there is one); weigher_off: the weights are not followed (no step
+     * reports: the writer chain replaces them), so the loop gives the
+     * weigher nothing to observe */
+    int32_t mix_member;
+    const float *report_row;
+    bool weigher_off;
 };
 
 /* This step's weights into a->w from the members' rows logp[i][0..n)

@@ -7,6 +7,7 @@
 
 #include "fusion/align.h"
 #include "fusion/draft.h"
+#include "fusion/mixsample.h"
 #include "member/remote.h"
 #include "util/error.h"
 
@@ -99,6 +100,12 @@ typedef struct token_align {
      * depends only on rounds already decided, so the output stays exactly
      * the plain run's (greedy) or distributed as it (sampled). */
     int32_t k_next;
+    /* mixture sampling (mixsample.h): on for this generation, the writer
+     * chain, the loop's sampler (borrowed) and the generation's settings */
+    bool mixs;
+    mix_chain chain;
+    tutti_sampler *smp;
+    tutti_sampler_params sp;
 } token_align;
 
 /* Member i's row r of the current round. */
@@ -173,6 +180,20 @@ static int token_start(fusion_align *a, const gen_prompt *pr, tutti_sampler *smp
         if (!e->trie[0] && !(e->trie[0] = fusion_trie_build(e->m[0]->vocab))) return TUTTI_ERR;
         if (token_mask_init(&t->tm, e->trie[0], g->mask) < 0) return TUTTI_ERR;
     }
+    /* mixture sampling where it is exact; a single member passed through
+     * needs no choice */
+    t->mixs = false;
+    if (e->mix_sample && t->pass < 0) {
+        const char *why = mix_sample_inexact(e, &t->sp, g->mask, g->gc.m != NULL, t->dr != NULL);
+        if (why) {
+            ens_note_mix_fallback(e, why);
+        } else {
+            if (mix_chain_start(&t->chain, e, a->w) < 0) return TUTTI_ERR;
+            t->mixs = true;
+            t->smp = smp;
+            a->weigher_off = !e->step_cb; /* no report shows the weights: the chain replaces them */
+        }
+    }
     /* a grammar no token can start is an error before any forward pass */
     if (g->gc.m) {
         memset(a->work, 0, sizeof(float) * (size_t)t->V);
@@ -215,11 +236,67 @@ static int fuse_row(const tutti_ensemble *e, const float *w, const float *const 
     return fusion_combine(&rp, e->n, lp, V, fused, work, NULL);
 }
 
+/* The fused row of this step from the rows in t->logits (every member's):
+ * the weights of the step (a->w), then the rule, or the lead member's row
+ * (selective fusion). */
+static int token_fuse(fusion_align *a, const float **row) {
+    token_align *t = (token_align *)a;
+    tutti_ensemble *e = a->e;
+    int32_t V = t->V;
+    /* context weights and selective fusion read every member's distribution */
+    bool rows = fusion_weigher_needs_rows(&a->wg);
+    for (int32_t i = 0; rows && i < e->n; i++) fusion_log_softmax(t->logits[i], V, e->temp[i], t->logp[i]);
+    int32_t lead = align_unit_weights(a, (const float *const *)t->logp, V, NULL);
+    if (lead < -1) return TUTTI_ERR;
+    if (lead >= 0) { /* the members agree: the lead member's distribution */
+        *row = t->logp[lead];
+        return 0;
+    }
+    if (fuse_row(e, a->w, t->logits, a->work, t->logp, t->work, rows) < 0) return TUTTI_ERR;
+    *row = a->work;
+    return 0;
+}
+
+/* A mixture-sampled step (mixsample.h): the writer chain picks member z,
+ * whose own distribution (at its temperature) is the row the sampler
+ * draws from.  Only z runs (the tokens it missed since it last ran go
+ * through in that one pass), unless a step receiver wants the fused row:
+ * then every member runs, as in the ordinary step. */
+static int token_step_mix(fusion_align *a, const float **row, int32_t *n_out) {
+    token_align *t = (token_align *)a;
+    tutti_ensemble *e = a->e;
+    int32_t V = t->V;
+    int32_t z = mix_chain_next(&t->chain, t->smp);
+    if (z < 0) return TUTTI_ERR;
+    double t0 = ens_now_s();
+    if (e->step_cb) {
+        token_step st = {(const int32_t *const *)t->ids, t->n, t->scratch, t->logits};
+        if (ens_run_members(e, job_token_logits, &st) < 0) return TUTTI_ERR;
+    } else if (!(t->logits[z] = fusion_member_logits_view(e->m[z], t->ids[z], t->n[z], t->scratch[z]))) {
+        return TUTTI_ERR;
+    }
+    a->t_phase += ens_now_s() - t0;
+    ens_prompt_done(e);
+    a->report_row = NULL;
+    if (e->step_cb && token_fuse(a, &a->report_row) < 0) return TUTTI_ERR;
+    /* after the fusion, which uses the logp rows as scratch */
+    const float *r = t->logits[z];
+    if (e->temp[z] != 1.0f) {
+        fusion_log_softmax(r, V, e->temp[z], t->logp[z]);
+        r = t->logp[z];
+    }
+    a->mix_member = z;
+    *row = r;
+    *n_out = V;
+    return 0;
+}
+
 static int token_step_row(fusion_align *a, const float **row, int32_t *n_out) {
     token_align *t = (token_align *)a;
     tutti_ensemble *e = a->e;
     int32_t V = t->V;
-    float *fused = a->work;
+    a->mix_member = -1;
+    if (t->mixs) return token_step_mix(a, row, n_out);
     if (t->at >= t->n_ahead) { /* the round is over: a new one (not on the first step: the prompt's) */
         t->n_ahead = t->at = 0;
         if (t->dr && a->g->n_units > 0 && draft_round(a) < 0) return TUTTI_ERR;
@@ -240,18 +317,7 @@ static int token_step_row(fusion_align *a, const float **row, int32_t *n_out) {
         *row = t->logits[t->pass];
         return 0;
     }
-    /* context weights and selective fusion read every member's distribution */
-    bool rows = fusion_weigher_needs_rows(&a->wg);
-    for (int32_t i = 0; rows && i < e->n; i++) fusion_log_softmax(t->logits[i], V, e->temp[i], t->logp[i]);
-    int32_t lead = align_unit_weights(a, (const float *const *)t->logp, V, NULL);
-    if (lead < -1) return TUTTI_ERR;
-    if (lead >= 0) { /* the members agree: the lead member's distribution */
-        *row = t->logp[lead];
-        return 0;
-    }
-    if (fuse_row(e, a->w, t->logits, fused, t->logp, t->work, rows) < 0) return TUTTI_ERR;
-    *row = fused;
-    return 0;
+    return token_fuse(a, row);
 }
 
 /* The drafted token of this step: every row of the round but the last. */
@@ -305,7 +371,9 @@ static void token_member_lp(fusion_align *a, int32_t id, double *out) {
 static int token_commit(fusion_align *a, int32_t id, int32_t *units) {
     token_align *t = (token_align *)a;
     tutti_ensemble *e = a->e;
-    if (fusion_weigher_needs_logp(&a->wg)) token_member_lp(a, id, a->unit_logp);
+    /* (mixture sampling without reports: only one member's row is current,
+     * and nothing follows the weights) */
+    if (fusion_weigher_needs_logp(&a->wg) && !a->weigher_off) token_member_lp(a, id, a->unit_logp);
     for (int32_t i = 0; i < e->n; i++) t->ids[i][t->n[i]++] = id;
     *units = 1;
     if (t->n_ahead > 0) { /* the round goes on while the draft's tokens are drawn */
@@ -351,6 +419,7 @@ fusion_align *align_token_new(tutti_ensemble *e, gen_ctx *g, const tutti_sampler
     token_align *t = calloc(1, sizeof *t);
     if (!t) return tutti_set_error("generation: out of memory"), NULL;
     t->base = (fusion_align){.ops = &token_ops, .e = e, .g = g};
+    t->sp = *sp;
     int32_t V = t->V = e->m[0]->n_vocab;
     t->bufs = malloc(sizeof(float) * (size_t)V * (size_t)(e->n * 2 + 1));
     t->work = malloc(sizeof(double) * (size_t)V);

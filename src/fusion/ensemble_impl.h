@@ -41,6 +41,7 @@ struct tutti_ensemble {
     double route_tau;          /* > 0: weights from the prompt's perplexities (route.c), else off */
     tutti_context_weights ctx; /* n_features > 0: context-dependent weights (ctxweights.c) */
     double select;             /* >= 0: selective fusion threshold (nats), else off */
+    bool mix_sample;           /* sampled mix steps from one member's pass where exact (mixsample.h) */
     /* worker pool (parallel): one thread per member */
     pthread_t th[TUTTI_ENSEMBLE_MAX_MEMBERS];
     bool th_started;
@@ -163,6 +164,9 @@ int32_t ens_bytes_ctx_full(const tutti_ensemble *e, fusion_bytes *const *st);
 /* Records that member i's full context ended the generation (g->ctx_full)
  * and sends the notice. */
 void ens_note_ctx_full(tutti_ensemble *e, gen_ctx *g, int32_t i);
+/* Mixture sampling was asked for but is not exact for this generation
+ * (why: mix_sample_inexact's phrase): the notice. */
+void ens_note_mix_fallback(tutti_ensemble *e, const char *why);
 /* Member i leaves a BYTE/SPAN generation: g->dead, the reason, a notice.
  * b: the byte it could not follow (-1: the prompt). */
 void ens_note_left(tutti_ensemble *e, gen_ctx *g, fusion_bytes *st, int32_t i, int b);
@@ -194,6 +198,7 @@ struct gen_ctx {
     /* drafting (align_token.c): rounds, drafted and accepted tokens */
     int32_t n_draft_rounds;
     int64_t n_drafted, n_draft_accepted;
+    int32_t n_mix_sampled; /* tokens drawn by mixture sampling (mixsample.h) */
 };
 
 /* Appends bytes to the generated text, emits what can no longer be part of

@@ -40,6 +40,9 @@ static int gen_loop(fusion_align *a, const gen_prompt *pr, const tutti_sampler_p
         return TUTTI_ERR;
     }
     a->lead = -1;
+    a->mix_member = -1;
+    a->report_row = NULL;
+    a->weigher_off = false;
     int rc = ops->start(a, pr, smp) < 0 ? TUTTI_ERR : 0;
     while (rc == 0 && !g->stopped && (g->max_units <= 0 || g->n_units < g->max_units)) {
         if (ops->ctx_full(a)) break;
@@ -83,7 +86,9 @@ static int gen_loop(fusion_align *a, const gen_prompt *pr, const tutti_sampler_p
         double mlp[TUTTI_ENSEMBLE_MAX_MEMBERS];
         bool members = e->step_cb && e->step_members && ops->member_lp;
         if (members) ops->member_lp(a, x, mlp);
-        if (ops->report && ens_report_step(e, g, row, n, x, bytes, nb, members ? mlp : NULL, a->w) < 0) {
+        /* mixture sampling drew from one member's row: the receiver gets the fused one */
+        const float *shown = a->mix_member >= 0 ? a->report_row : row;
+        if (ops->report && ens_report_step(e, g, shown, n, x, bytes, nb, members ? mlp : NULL, a->w) < 0) {
             rc = TUTTI_ERR;
             break;
         }
@@ -95,8 +100,10 @@ static int gen_loop(fusion_align *a, const gen_prompt *pr, const tutti_sampler_p
             rc = TUTTI_ERR;
             break;
         }
-        if (fusion_weigher_varies(&a->wg)) fusion_weigher_observe(&a->wg, a->unit_logp, a->gone, a->unit_bytes);
+        if (fusion_weigher_varies(&a->wg) && !a->weigher_off)
+            fusion_weigher_observe(&a->wg, a->unit_logp, a->gone, a->unit_bytes);
         g->n_units += units;
+        if (a->mix_member >= 0) g->n_mix_sampled += units;
         if (a->lead < 0) g->n_fused += units;
         if (gr_constraint_accept(&g->gc, bytes, nb) < 0 || gen_append(g, bytes, nb) < 0) {
             rc = TUTTI_ERR;
@@ -192,6 +199,7 @@ static int ens_generate(tutti_ensemble *e, const gen_prompt *pr, const tutti_sam
         stats->n_draft_rounds = g.n_draft_rounds;
         stats->n_drafted = g.n_drafted;
         stats->n_draft_accepted = g.n_draft_accepted;
+        stats->n_mix_sampled = g.n_mix_sampled;
         stats->t_fusion_s = t_total - stats->t_forward_s;
         for (int32_t i = 0; i < e->n; i++) {
             stats->t_member_s[i] = e->m[i]->t_forward_s;

@@ -302,6 +302,10 @@ static void notice(tutti_ensemble *e, const char *fmt, ...) {
     e->notice(msg, e->notice_user);
 }
 
+void ens_note_mix_fallback(tutti_ensemble *e, const char *why) {
+    notice(e, "mixture sampling is not exact here (%s): every member runs every token", why);
+}
+
 void ens_note_ctx_full(tutti_ensemble *e, gen_ctx *g, int32_t i) {
     if (g->ctx_full >= 0) return;
     g->ctx_full = i;
