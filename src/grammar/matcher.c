@@ -377,7 +377,7 @@ void tutti_grammar_matcher_free(tutti_grammar_matcher *m) {
     free(m->stk), free(m->stk_hash), free(m->st), free(m->st_hash), free(m->pool);
     free(m->visit), free(m->work), free(m->out);
     free(m->walk), free(m->save), free(m->ids_tmp), free(m->bits), free(m->chain);
-    free(m->cls_run), free(m->cls_bx);
+    free(m->cls_run), free(m->cls_bx), free(m->big_cls);
     free(m);
 }
 
