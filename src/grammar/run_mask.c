@@ -437,13 +437,13 @@ static int memo_grow(tutti_grammar_matcher *m) {
 
 /* Every string of P's characters (t->pr, the class suffixes are pure in)
  * is allowed from state nx: each state that P-strings reach from nx takes
- * every character of P.  The states are
- * explored breadth first, one character per interval of R on which the
- * stacks' classes agree (those characters lead to one state); more than
- * GM_CLOSED_MAX states, a pending character or a character of R no stack
- * takes: false.  E.g. after a byte outside R inside a free string (nx
- * loops on R), or inside the tree of declared names of an other-name key
- * (its nodes all lead back to the free name's loop).  Remembered per (t,
+ * every character of P.  The states are explored breadth first, one
+ * character per interval of P on which the stacks' classes agree (those
+ * characters lead to one state); more than GM_CLOSED_MAX states, a pending
+ * character or a character of P no stack takes: false.  E.g. after a byte
+ * outside R inside a free string (nx loops on P), or inside a small tree
+ * of declared names of an other-name key (its nodes all lead back to the
+ * free name's loop).  Remembered per (t,
  * nx) in the group memo (q = -1); -3 out of memory. */
 static int r_closed_now(tutti_grammar_matcher *m, const gv_run *t, int32_t nx) {
     const tutti_grammar *g = m->g;
@@ -453,8 +453,8 @@ static int r_closed_now(tutti_grammar_matcher *m, const gv_run *t, int32_t nx) {
     seen[0] = nx, hs[(uint32_t)nx * 2654435761u % H] = nx;
     while (head < n_seen) {
         int32_t x = seen[head++];
-        if (m->st[x].rem) return 0;
-        /* the interval starts: R's own bounds and those of the classes */
+        if (m->st[x].rem || t->npr > 256) return 0;
+        /* the interval starts: P's own and those of the stacks' classes */
         uint32_t cut[512];
         int32_t n_cut = 0;
         for (int32_t i = 0; i < t->npr && n_cut < 510; i++) cut[n_cut++] = t->pr[i].lo;
@@ -498,8 +498,10 @@ static uint64_t memo_slot(const tutti_grammar_matcher *m, const gv_run *t, int32
 }
 
 /* The tokens of group q of t allowed once its first byte led to state nx
- * (computed byte by byte on first use, then remembered); NULL: out of
- * memory. */
+ * (computed on first use by a walk of the group's sorted suffixes, then
+ * remembered; with pure set, the group's pure suffixes are all allowed and
+ * not in the list); q = -1: the closure check of nx (n: 1 or 0).  NULL:
+ * out of memory. */
 static const gm_gmemo *group_allowed(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, const gv_run *t, int32_t q,
                                      int32_t nx) {
     if ((int64_t)(m->gmemo_n + 1) * 2 > m->gmemo_cap && memo_grow(m) < 0) return NULL;
@@ -519,8 +521,8 @@ static const gm_gmemo *group_allowed(tutti_grammar_matcher *m, const tutti_gramm
     }
     int32_t cnt = t->grp0[q + 1] - t->grp0[q];
     bool pure = false;
-    if (q >= 0 && t->gsplit[q] < t->grp0[q + 1]) {
-        const gm_gmemo *c = group_allowed(m, v, t, -1, nx); /* whether R-strings are free from nx */
+    if (t->gsplit[q] < t->grp0[q + 1]) {
+        const gm_gmemo *c = group_allowed(m, v, t, -1, nx); /* whether P-strings are free from nx */
         if (!c) return NULL;
         pure = c->n;
     }
@@ -621,8 +623,9 @@ static void diff_first(const tutti_grammar *g, int32_t c, const gr_range *r, int
  * continue a name"); a table each would fill GV_MAX_RUNS, and a table costs
  * as much as a scan.  Such a class R is served from the table of a class S
  * of the grammar that holds R and whose other characters start with bytes
- * under few trie nodes (at most a 16th of R's): those tokens are scanned
- * (sub_first).  The largest such S is taken, so the nested classes of a
+ * under few trie nodes (at most a quarter of R's: R's own table would
+ * check those tokens in its groups, and at every later character too, at
+ * more cost than the scan): those tokens are scanned (sub_first).  The largest such S is taken, so the nested classes of a
  * tree of names share one table (the string character's: the class of the
  * states after the first character; surrogates, which no token holds, do
  * not count, so S is the class without them when there is one).  Returns S
