@@ -203,6 +203,7 @@ typedef struct gm_gmemo {
 typedef struct gv_run {
     gr_range *r;
     int32_t nr;
+    uint64_t key;        /* hash of r (run_mask.c, ranges_key) */
     int32_t max_pure;    /* longest pure token, in characters */
     int32_t n_cum;       /* min(max_pure, GV_CUM_MAX) */
     uint64_t *cum;       /* [(n_cum + 1) * n_words] pure tokens with <= n characters (n <= n_cum) */

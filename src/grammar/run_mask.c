@@ -263,6 +263,17 @@ static int group_order(const tutti_grammar_vocab *v, gv_run *t) {
     return 0;
 }
 
+/* A hash of a class's ranges: the tables are found by it before their
+ * ranges are compared (a lookup per class of every grammar). */
+static uint64_t ranges_key(const gr_range *r, int32_t nr) {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)nr;
+    for (int32_t i = 0; i < nr; i++) {
+        h ^= ((uint64_t)r[i].lo << 32 | r[i].hi) + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+        h *= 0xBF58476D1CE4E5B9ull;
+    }
+    return h ^ (h >> 31);
+}
+
 /* The run table of R over v: one pass over every token's bytes. */
 static gv_run *run_build(const tutti_grammar_vocab *v, const gr_range *r, int32_t nr) {
     int32_t nt = v->n_toks, W = v->n_words;
@@ -274,6 +285,7 @@ static gv_run *run_build(const tutti_grammar_vocab *v, const gr_range *r, int32_
     if (!(t->r = malloc(sizeof(gr_range) * (size_t)nr))) goto oom;
     memcpy(t->r, r, sizeof(gr_range) * (size_t)nr);
     t->nr = nr;
+    t->key = ranges_key(r, nr);
     int32_t n_b = 0, n_p = 0;
     for (int32_t k = 0; k < nt; k++) {
         int32_t id = v->toks[k], L = v->plen[id], j = 0, q = 0;
@@ -378,10 +390,12 @@ oom:
 static gv_run *run_get(const tutti_grammar_vocab *cv, const gr_range *r, int32_t nr, bool *full) {
     tutti_grammar_vocab *v = (tutti_grammar_vocab *)cv; /* the cache is internal and locked */
     gv_run *t = NULL;
+    uint64_t key = ranges_key(r, nr);
     *full = false;
     pthread_mutex_lock(&v->lock);
     for (int32_t i = 0; i < v->n_runs && !t; i++)
-        if (v->runs[i]->nr == nr && !memcmp(v->runs[i]->r, r, sizeof(gr_range) * (size_t)nr)) t = v->runs[i];
+        if (v->runs[i]->key == key && v->runs[i]->nr == nr && !memcmp(v->runs[i]->r, r, sizeof(gr_range) * (size_t)nr))
+            t = v->runs[i];
     if (!t && v->n_runs >= GV_MAX_RUNS) {
         *full = true;
         pthread_mutex_unlock(&v->lock);
@@ -403,9 +417,11 @@ static gv_run *run_get(const tutti_grammar_vocab *cv, const gr_range *r, int32_t
 static const gv_run *run_find(const tutti_grammar_vocab *cv, const gr_range *r, int32_t nr) {
     tutti_grammar_vocab *v = (tutti_grammar_vocab *)cv;
     const gv_run *t = NULL;
+    uint64_t key = ranges_key(r, nr);
     pthread_mutex_lock(&v->lock);
     for (int32_t i = 0; i < v->n_runs && !t; i++)
-        if (v->runs[i]->nr == nr && !memcmp(v->runs[i]->r, r, sizeof(gr_range) * (size_t)nr)) t = v->runs[i];
+        if (v->runs[i]->key == key && v->runs[i]->nr == nr && !memcmp(v->runs[i]->r, r, sizeof(gr_range) * (size_t)nr))
+            t = v->runs[i];
     pthread_mutex_unlock(&v->lock);
     return t;
 }
