@@ -46,6 +46,10 @@ static const gtext k_texts[] = {
     /* a superset class ([a-z0-9]) that splits the run after its first
      * character: the class gets its own table after all */
     {"root ::= [a-z]+ \"!\" [a-z0-9]*", NULL, "abc!x9"},
+    /* a byte outside the class, then a counted run of it: tokens whose
+     * rest is pure in the class are allowed up to the count only (the
+     * pure-suffix bitsets apply where the run loops, as after "!" above) */
+    {"root ::= [x-z]+ \"-\" [x-z]{0,2} \";\" [x-z ]*", NULL, "xyz-zy;x z"},
     {NULL,
      "{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"maxLength\":12},"
      "\"t\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"minLength\":2,\"maxLength\":4},\"maxItems\":3},"
@@ -72,6 +76,8 @@ static const gtext k_texts[] = {
      "{\"x\": 3, \"xa\": \"b\", \"q\": \"\", \"a\": \"c\", \"xyz\":\"d\"}"},
     {NULL, NULL, "{\"a\": [1, -2.5e3, true, null, {\"b\": \"\\u4e2d \\\\ \\\" \xe4\xb8\xad\"}], \"c\": \"\"}"},
 };
+
+static int64_t s_n_pure; /* group results taken from a gpure bitset, over every check_vocab */
 
 static tutti_grammar *make_grammar(const gtext *t) {
     if (t->gbnf) return tutti_grammar_parse(t->gbnf, strlen(t->gbnf));
@@ -127,6 +133,7 @@ static void check_vocab(const tutti_grammar_vocab *gv, int32_t V, const char *co
         assert_true(tutti_grammar_matcher_is_complete(m));
         *n_run += m->n_run;
         *n_sub += m->n_sub;
+        s_n_pure += m->n_pure;
         tutti_grammar_matcher_free(m);
         tutti_grammar_matcher_free(chk);
         tutti_grammar_free(g);
@@ -244,6 +251,10 @@ static void make_synthetic(void) {
     /* a declared name ("x", an integer) read as an other name (strings) */
     static const char *const named[] = {"x\":\"", "x\": \"", "x\":3"};
     for (int32_t i = 0; i < 3; i++) pieces[25 + i] = named[i], lens[25 + i] = (int32_t)strlen(named[i]);
+    /* a class run, a byte outside it, then a pure rest longer or shorter
+     * than the counted run after it ("[x-z]+ - [x-z]{0,2}") */
+    static const char *const rest[] = {"-xyz", "y-zyx", "-xy", "z-x;y", "-z"};
+    for (int32_t i = 0; i < 5; i++) pieces[28 + i] = rest[i], lens[28 + i] = (int32_t)strlen(rest[i]);
     lens[7] = 0;    /* a control token without bytes */
     eog[11] = true; /* end of generation */
 }
@@ -255,15 +266,21 @@ static void test_synthetic_vocab(void **state) {
     const char **pieces = syn_pieces;
     int32_t *lens = syn_lens;
     bool *eog = syn_eog;
-    int32_t saved = gm_run_min_nodes;
+    int32_t saved = gm_run_min_nodes, saved_big = gv_big_group, saved_bits = gv_pure_bits;
     gm_run_min_nodes = 0; /* the run path wherever it applies */
+    gv_big_group = 2;     /* the pure suffixes of every group apart, */
+    gv_pure_bits = 4;     /* as a list up to 3, else a bitset */
     tutti_grammar_vocab *gv = tutti_grammar_vocab_from_pieces(V, pieces, lens, eog);
     assert_non_null(gv);
     int64_t n_run = 0, n_sub = 0;
+    s_n_pure = 0;
     check_vocab(gv, V, pieces, lens, eog, &n_run, &n_sub, 1);
     assert_true(n_run > 50);
     assert_true(n_sub > 5);
-    gm_run_min_nodes = saved;
+    printf("synthetic: %lld run masks, %lld from a superset, %lld pure groups\n", (long long)n_run, (long long)n_sub,
+           (long long)s_n_pure);
+    assert_true(s_n_pure > 5);
+    gm_run_min_nodes = saved, gv_big_group = saved_big, gv_pure_bits = saved_bits;
     tutti_grammar_vocab_free(gv);
 }
 

@@ -418,9 +418,46 @@ static void test_operations(void **state) {
     for (int i = 0; i < np; i++) fsa_free(a[i]);
 }
 
+/* fsa_utf8_literals (one trie of many names) against the same names or-ed
+ * one at a time, and membership of each name and of near misses. */
+static void test_literal_sets(void **state) {
+    (void)state;
+    static const char *const names[] = {"",         "a",
+                                        "ab",       "abc",
+                                        "b",        "ba",
+                                        "abd",      "\xc3\xa9t\xc3\xa9",
+                                        "\xc3\xa9", "zz",
+                                        "ab",       "name",
+                                        "names",    "\xf0\x9f\x98\x80x"};
+    int n = (int)(sizeof names / sizeof names[0]);
+    for (int k = 0; k <= n; k++) {
+        fsa *set = fsa_utf8_literals(names, k), *or_ = fsa_nothing();
+        assert_non_null(set);
+        for (int i = 0; i < k; i++) {
+            fsa *l = fsa_utf8_literal(names[i], strlen(names[i])), *u = fsa_or(or_, l);
+            fsa_free(l), fsa_free(or_);
+            or_ = u;
+        }
+        assert_true(fsa_equal(set, or_));
+        assert_int_equal(set->n, or_->n); /* minimal: the same automaton */
+        for (int i = 0; i < n; i++) {
+            bool in = false;
+            for (int j = 0; j < k; j++) in = in || !strcmp(names[i], names[j]);
+            assert_true(fsa_accepts_utf8(set, names[i], strlen(names[i])) == in);
+            char longer[32];
+            snprintf(longer, sizeof longer, "%sq", names[i]);
+            assert_false(fsa_accepts_utf8(set, longer, strlen(longer)));
+        }
+        fsa_free(set), fsa_free(or_);
+    }
+    static const char *const bad[] = {"ok", "\xff"};
+    assert_null(fsa_utf8_literals(bad, 2));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_operations),
+        cmocka_unit_test(test_literal_sets),
         cmocka_unit_test(test_patterns_against_engines),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

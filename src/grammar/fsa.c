@@ -373,6 +373,83 @@ fsa *fsa_utf8_literal(const char *s, size_t n) {
     return a;
 }
 
+typedef struct lit_ref {
+    uint32_t *cp;
+    int32_t n;
+} lit_ref;
+
+static int cmp_lit(const void *a, const void *b) {
+    const lit_ref *x = a, *y = b;
+    for (int32_t i = 0; i < x->n && i < y->n; i++)
+        if (x->cp[i] != y->cp[i]) return x->cp[i] < y->cp[i] ? -1 : 1;
+    return (x->n > y->n) - (x->n < y->n);
+}
+
+fsa *fsa_utf8_literals(const char *const *s, int32_t k) {
+    /* the trie of the sorted strings, breadth first: a node is the run
+     * [a, b) of strings that share its first d code points; its children
+     * are the runs that agree on code point d (ascending, so its edges come
+     * out sorted) */
+    lit_ref *l = calloc((size_t)(k > 0 ? k : 1), sizeof *l);
+    int32_t(*q)[3] = NULL;
+    raw r = {0};
+    fsa *out = NULL;
+    int64_t total = 0;
+    if (!l) goto oom;
+    for (int32_t i = 0; i < k; i++) {
+        size_t n = strlen(s[i]);
+        if (!(l[i].cp = malloc(sizeof(uint32_t) * (n + 1)))) goto oom;
+        for (size_t j = 0; j < n;) {
+            int len = gr_utf8_decode((const unsigned char *)s[i] + j, n - j, &l[i].cp[l[i].n]);
+            if (!len) {
+                tutti_set_error("invalid UTF-8 in a name");
+                goto fail;
+            }
+            j += (size_t)len, l[i].n++;
+        }
+        total += l[i].n;
+    }
+    qsort(l, (size_t)k, sizeof *l, cmp_lit);
+    /* nodes <= 1 + every code point */
+    if (total + 1 > FSA_MAX_STATES) {
+        tutti_set_error("automaton over %d states", FSA_MAX_STATES);
+        goto fail;
+    }
+    if (!(q = malloc(sizeof *q * (size_t)(total + 1)))) goto oom;
+    int32_t nq = 0;
+    int32_t root = raw_state(&r, k > 0 && l[0].n == 0);
+    if (root < 0) goto fail;
+    q[nq][0] = 0, q[nq][1] = k, q[nq++][2] = 0;
+    for (int32_t h = 0; h < nq && !r.fail; h++) { /* node h is state h */
+        int32_t a = q[h][0], b = q[h][1], d = q[h][2];
+        r.e0[h] = r.n_ed;
+        int32_t first = r.n_ed;
+        while (a < b && l[a].n <= d) a++; /* the strings that end here */
+        while (a < b) {
+            int32_t e = a + 1;
+            while (e < b && l[e].cp[d] == l[a].cp[d]) e++;
+            uint32_t c = l[a].cp[d];
+            int32_t t = raw_state(&r, l[a].n == d + 1);
+            if (t < 0) break;
+            if (c <= FSA_MAX_CP && (c < 0xD800 || c > 0xDFFF)) raw_edge(&r, first, c, c, t);
+            q[nq][0] = a, q[nq][1] = e, q[nq++][2] = d + 1;
+            a = e;
+        }
+    }
+    if (r.fail) goto fail;
+    out = fsa_finish(&r);
+    goto done;
+oom:
+    tutti_set_error("out of memory");
+fail:
+    raw_free(&r);
+done:
+    if (l)
+        for (int32_t i = 0; i < k; i++) free(l[i].cp);
+    free(l), free(q);
+    return out;
+}
+
 /* ---- pairs: product automata ---- */
 
 typedef struct pair_map {

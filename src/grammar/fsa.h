@@ -48,6 +48,10 @@ fsa *fsa_nothing(void);                          /* the empty language */
 fsa *fsa_all(void);                              /* every string */
 fsa *fsa_literal(const uint32_t *cp, int32_t n); /* exactly that string */
 fsa *fsa_utf8_literal(const char *s, size_t n);  /* the same from UTF-8 (NULL: invalid UTF-8) */
+/* Exactly the k NUL-terminated UTF-8 strings s[0..k) (any order, repeats
+ * allowed): their trie, minimised once; NULL with an error for invalid
+ * UTF-8 or over FSA_MAX_STATES code points in all (then fsa_or them). */
+fsa *fsa_utf8_literals(const char *const *s, int32_t k);
 fsa *fsa_and(const fsa *a, const fsa *b);
 fsa *fsa_or(const fsa *a, const fsa *b);
 fsa *fsa_minus(const fsa *a, const fsa *b); /* in a, not in b */

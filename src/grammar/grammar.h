@@ -165,6 +165,7 @@ struct tutti_grammar_matcher {
     int32_t cap_chain;
     int64_t n_run, n_scan; /* masks computed by the run path / by a trie scan */
     int64_t n_sub;         /* ... of them by the run path from a superset's table */
+    int64_t n_pure;        /* group results that took a gpure bitset whole */
     /* run path: the allowed tokens of group q of table t after its first
      * byte led to state nx (e.g. a string's closing quote: the same state
      * whatever the count or position before it), ids in gids[off..+n) */
@@ -173,6 +174,8 @@ struct tutti_grammar_matcher {
     /* per class: with cls_run a superset S's table, the first bytes of the
      * characters of S outside the class (all zero: the class's own table) */
     uint64_t (*cls_bx)[4];
+    int32_t *big_cls; /* the classes with enough trie nodes for a table (superset candidates), NULL: not listed yet */
+    int32_t n_big;
     struct gm_gmemo *gmemo;
     int32_t gmemo_n, gmemo_cap;
     int32_t *gids;
@@ -186,6 +189,7 @@ typedef struct gm_gmemo {
     int32_t nx, q;
     int64_t off;
     int32_t n;
+    bool pure; /* also every token of the group's gpure bitset */
 } gm_gmemo;
 
 /* ---- vocabulary (vocab_mask.c, run_mask.c) ---- */
@@ -199,6 +203,7 @@ typedef struct gm_gmemo {
 typedef struct gv_run {
     gr_range *r;
     int32_t nr;
+    uint64_t key;        /* hash of r (run_mask.c, ranges_key) */
     int32_t max_pure;    /* longest pure token, in characters */
     int32_t n_cum;       /* min(max_pure, GV_CUM_MAX) */
     uint64_t *cum;       /* [(n_cum + 1) * n_words] pure tokens with <= n characters (n <= n_cum) */
@@ -209,6 +214,15 @@ typedef struct gv_run {
     int32_t *grp_j, *grp0; /* group g: tokens gtok[grp0[g] .. grp0[g + 1]) */
     uint8_t *grp_b;
     int32_t *gtok, *gpos; /* token id, byte offset of its first byte outside R */
+    uint8_t *glcp;        /* per group token: bytes its suffix (after gpos) shares with the previous one's */
+    /* groups of gv_big_group tokens or more: the tokens whose suffix is
+     * pure in P (pr) are the group's last ones, from gsplit[g] (= grp0[g +
+     * 1]: none), and with gv_pure_bits or more the bitset gpure[g] (else
+     * NULL) */
+    int32_t *gsplit;
+    uint64_t **gpure;
+    const gr_range *pr; /* the class P of gpure's suffixes (static or r) */
+    int32_t npr;
     /* pure tokens that end inside a character that can still become one of
      * R, by j (their complete characters): counted as j + 1 characters in
      * cum, checked byte by byte when the run ends after exactly j */
@@ -239,6 +253,10 @@ struct tutti_grammar_vocab {
 /* Run tables below this many trie nodes under the class's first bytes are
  * not worth it (the trie scan is as cheap); tests lower it. */
 extern int32_t gm_run_min_nodes;
+/* Groups of at least gv_big_group tokens put their pure suffixes apart,
+ * as a bitset from gv_pure_bits of them (run_mask.c, group_order); tests
+ * lower them. */
+extern int32_t gv_big_group, gv_pure_bits;
 
 /* Sets in bits the tokens that start with byte b and that state s accepts
  * (a trie scan of b's subtree only); 0 or -3. */

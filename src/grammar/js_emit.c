@@ -40,6 +40,7 @@ typedef struct emitter {
     js_ctx *c;
     sbuf *out;
     char **names;
+    int32_t *next_i; /* per name: the suffix its next derived name tries first (fresh) */
     int32_t n_names, cap_names;
     int32_t *nhash;
     int32_t hcap;
@@ -48,14 +49,15 @@ typedef struct emitter {
 
 static uint64_t str_hash(const char *s) { return tutti_fnv1a(TUTTI_FNV_OFFSET, s, strlen(s)); }
 
-static bool name_used(const emitter *e, const char *s) {
-    if (!e->hcap) return false;
+/* The index of name s, or -1. */
+static int32_t name_find(const emitter *e, const char *s) {
+    if (!e->hcap) return -1;
     uint64_t j = str_hash(s) & (uint64_t)(e->hcap - 1);
     while (e->nhash[j] >= 0) {
-        if (!strcmp(e->names[e->nhash[j]], s)) return true;
+        if (!strcmp(e->names[e->nhash[j]], s)) return e->nhash[j];
         j = (j + 1) & (uint64_t)(e->hcap - 1);
     }
-    return false;
+    return -1;
 }
 
 static int name_add(emitter *e, const char *s) {
@@ -76,9 +78,13 @@ static int name_add(emitter *e, const char *s) {
         int32_t nc = e->cap_names ? e->cap_names * 2 : 64;
         char **a = realloc(e->names, sizeof(char *) * (size_t)nc);
         if (!a) return TUTTI_ERR;
-        e->names = a, e->cap_names = nc;
+        e->names = a;
+        int32_t *ni = realloc(e->next_i, sizeof(int32_t) * (size_t)nc);
+        if (!ni) return TUTTI_ERR;
+        e->next_i = ni, e->cap_names = nc;
     }
     if (!(e->names[e->n_names] = strdup(s))) return TUTTI_ERR;
+    e->next_i[e->n_names] = 1;
     uint64_t j = str_hash(s) & (uint64_t)(e->hcap - 1);
     while (e->nhash[j] >= 0) j = (j + 1) & (uint64_t)(e->hcap - 1);
     e->nhash[j] = e->n_names++;
@@ -99,7 +105,16 @@ static int fresh(emitter *e, const char *hint, char *out, size_t cap) {
     base[k] = 0;
     if (!k) snprintf(base, sizeof base, "v");
     snprintf(out, cap, "%s", base);
-    for (int i = 1; name_used(e, out); i++) snprintf(out, cap, "%s-%d", base, i);
+    /* the base remembers the suffixes it has handed out: a schema with
+     * 10^5 rules of one hint would otherwise try every earlier suffix
+     * again (quadratic: minutes for JSON Schema Store's largest) */
+    int32_t bi = name_find(e, out);
+    if (bi >= 0) {
+        int32_t i = e->next_i[bi];
+        do snprintf(out, cap, "%s-%d", base, i++);
+        while (name_find(e, out) >= 0);
+        e->next_i[bi] = i;
+    }
     return name_add(e, out) < 0 ? js_err(e->c, "", "out of memory") : 0;
 }
 
@@ -131,7 +146,7 @@ static const char *use_prim(emitter *e, const char *name) {
     for (size_t i = 0; i < sizeof k_prims / sizeof k_prims[0]; i++) {
         const prim *p = &k_prims[i];
         if (strcmp(p->name, name)) continue;
-        if (name_used(e, name)) return name;
+        if (name_find(e, name) >= 0) return name;
         if (name_add(e, name) < 0) {
             e->out->oom = true;
             return name;
@@ -554,12 +569,7 @@ static int regions(objgen *g) {
     js_node *b = g->b;
     if (b->n_pats > JS_MAX_REGIONS)
         return js_unsupported(c, b->path, "patternProperties", "more than %d patterns on one object", JS_MAX_REGIONS);
-    fsa *named = fsa_nothing();
-    for (int32_t k = 0; k < b->n_props && named; k++) {
-        fsa *l = fsa_utf8_literal(b->props[k].name, strlen(b->props[k].name)), *u = l ? fsa_or(named, l) : NULL;
-        fsa_free(l), fsa_free(named);
-        named = u;
-    }
+    fsa *named = js_named_fsa(b);
     fsa *rest = named ? fsa_not(named) : NULL;
     fsa_free(named);
     if (rest && b->names) {
@@ -749,7 +759,7 @@ int js_emit(js_ctx *c, js_node *n, const char *hint, sbuf *out, char *name, size
     use_prim(&e, "space"); /* root ::= space value */
     int rc = emit(&e, n, hint, name, cap);
     for (int32_t i = 0; i < e.n_names; i++) free(e.names[i]);
-    free(e.names), free(e.nhash);
+    free(e.names), free(e.next_i), free(e.nhash);
     fsa_shared_free(&e.hex);
     if (rc == 0 && out->oom) rc = js_err(c, "", "out of memory");
     return rc;

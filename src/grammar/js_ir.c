@@ -806,3 +806,25 @@ js_node *js_of_schema(js_ctx *c, const cJSON *s, const char *path) {
     js_memo_put(c, JK_SCHEMA, s, NULL, n);
     return n;
 }
+
+fsa *js_named_fsa(const js_node *b) {
+    /* one trie of every name: or-ing them one at a time minimised a growing
+     * automaton per name (quadratic: seconds for an object of 500 names) */
+    const char **names = malloc(sizeof(char *) * (size_t)(b->n_props > 0 ? b->n_props : 1));
+    if (!names) {
+        tutti_set_error("out of memory");
+        return NULL;
+    }
+    for (int32_t k = 0; k < b->n_props; k++) names[k] = b->props[k].name;
+    fsa *named = fsa_utf8_literals(names, b->n_props);
+    free(names);
+    if (named) return named;
+    /* too many code points for one trie: the names one at a time */
+    named = fsa_nothing();
+    for (int32_t k = 0; k < b->n_props && named; k++) {
+        fsa *l = fsa_utf8_literal(b->props[k].name, strlen(b->props[k].name)), *u = l ? fsa_or(named, l) : NULL;
+        fsa_free(l), fsa_free(named);
+        named = u;
+    }
+    return named;
+}

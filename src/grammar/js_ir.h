@@ -149,6 +149,8 @@ void js_memo_put(js_ctx *c, int kind, const void *a, const void *b, js_node *n);
 js_node *js_hnf(js_ctx *c, js_node *n);
 /* The strings n admits (propertyNames), NULL + error. */
 fsa *js_string_language(js_ctx *c, js_node *n, const char *path);
+/* The names of BASE b's named properties as one automaton (NULL + error). */
+fsa *js_named_fsa(const js_node *b);
 /* Object keywords of one schema object: property values also meet the
  * patterns that match their names, and propertyNames. */
 int js_object_fixup(js_ctx *c, js_node *b, const char *path);

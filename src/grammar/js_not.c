@@ -180,12 +180,7 @@ static int neg_objects(js_ctx *c, js_node *n, js_node *b, alts *out) {
         }
     }
     /* a name outside the named properties */
-    fsa *named = fsa_nothing();
-    for (int32_t k = 0; k < b->n_props && named; k++) {
-        fsa *l = fsa_utf8_literal(b->props[k].name, strlen(b->props[k].name)), *u = l ? fsa_or(named, l) : NULL;
-        fsa_free(l), fsa_free(named);
-        named = u;
-    }
+    fsa *named = js_named_fsa(b);
     fsa *other = named ? fsa_not(named) : NULL, *in_pats = fsa_nothing();
     for (int32_t k = 0; k < b->n_pats && other && in_pats; k++) {
         fsa *u = fsa_or(in_pats, b->pats[k].key);

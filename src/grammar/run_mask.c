@@ -36,6 +36,7 @@
 #include "util/error.h"
 
 int32_t gm_run_min_nodes = 20000;
+int32_t gv_big_group = 64, gv_pure_bits = 2048;
 
 static bool in_ranges(const gr_range *r, int32_t n, uint32_t cp) {
     int32_t lo = 0, hi = n;
@@ -126,7 +127,10 @@ static int64_t run_nodes(const tutti_grammar_vocab *v, const gr_range *r, int32_
 static void run_free(gv_run *t) {
     if (!t) return;
     free(t->ptok), free(t->pj0), free(t->r), free(t->cum), free(t->ltok), free(t->lnc), free(t->grp_j), free(t->grp0),
-        free(t->grp_b), free(t->gtok), free(t->gpos);
+        free(t->grp_b), free(t->gtok), free(t->gpos), free(t->glcp);
+    if (t->gpure)
+        for (int32_t q = 0; q < t->n_grp; q++) free(t->gpure[q]);
+    free(t->gpure), free(t->gsplit);
     free(t);
 }
 
@@ -170,6 +174,106 @@ static void sort_long(gv_run *t) {
     }
 }
 
+/* A token of a group: its bytes after the group's byte (the suffix), and
+ * whether they are characters of R only (complete ones: "pure"). */
+typedef struct suffix_ref {
+    const uint8_t *p;
+    int32_t n, id, pos;
+    bool pure;
+} suffix_ref;
+
+static int cmp_suffix(const void *a, const void *b) {
+    const suffix_ref *x = a, *y = b;
+    if (x->pure != y->pure) return x->pure ? 1 : -1;
+    int c = memcmp(x->p, y->p, (size_t)(x->n < y->n ? x->n : y->n));
+    if (c) return c;
+    if (x->n != y->n) return x->n < y->n ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+static bool suffix_pure(const suffix_ref *x, const gr_range *r, int32_t nr) {
+    for (int32_t q = 0; q < x->n;) {
+        uint32_t cp;
+        int len = gr_utf8_decode(x->p + q, (size_t)(x->n - q), &cp);
+        if (!len || !in_ranges(r, nr, cp)) return false;
+        q += len;
+    }
+    return true;
+}
+
+/* Sorts each group's tokens by suffix and sets glcp (the common prefix of
+ * consecutive suffixes, capped at 255), so that group_allowed walks them
+ * as a trie: a suffix byte the grammar rejects skips every later token
+ * that shares it.  Groups with j = 0 and under gv_big_group tokens are in
+ * order already (the tokens that start with one byte, in the vocabulary's
+ * byte order).  A group of at least gv_big_group tokens (e.g. every token
+ * that starts with a space, for a class without the space) puts the tokens
+ * with pure suffixes last, from gsplit[q] (and, gv_pure_bits of them or
+ * more, as the bitset gpure[q] too): from a state where every string of P
+ * is allowed they all are, one bitset OR or a list instead of thousands of
+ * walks.  0 or -1. */
+static int group_order(const tutti_grammar_vocab *v, gv_run *t) {
+    int32_t n = t->grp0[t->n_grp], max = 0, W = v->n_words;
+    /* the class P that suffixes are pure in: a JSON string's characters
+     * when R is some of them (after a byte outside R, e.g. a letter that
+     * continues a declared name, the key goes on as any string), else R */
+    static const gr_range k_json[] = {{0x20, 0x21}, {0x23, 0x5B}, {0x5D, 0xD7FF}, {0xE000, GR_MAX_CP}};
+    bool in_json = true;
+    for (int32_t i = 0; i < t->nr && in_json; i++) {
+        bool in = false;
+        for (int k = 0; k < 4 && !in; k++) in = t->r[i].lo >= k_json[k].lo && t->r[i].hi <= k_json[k].hi;
+        in_json = in;
+    }
+    t->pr = in_json ? k_json : t->r, t->npr = in_json ? 4 : t->nr;
+    t->glcp = malloc((size_t)(n > 0 ? n : 1));
+    t->gsplit = malloc(sizeof(int32_t) * (size_t)(t->n_grp + 1));
+    t->gpure = calloc((size_t)(t->n_grp + 1), sizeof *t->gpure);
+    if (!t->glcp || !t->gsplit || !t->gpure) return -1;
+    for (int32_t q = 0; q < t->n_grp; q++)
+        if (t->grp0[q + 1] - t->grp0[q] > max) max = t->grp0[q + 1] - t->grp0[q];
+    suffix_ref *sr = malloc(sizeof *sr * (size_t)(max > 0 ? max : 1));
+    if (!sr) return -1;
+    for (int32_t q = 0; q < t->n_grp; q++) {
+        int32_t a = t->grp0[q], c = t->grp0[q + 1] - a;
+        bool big = c >= gv_big_group;
+        int32_t n_pure = 0;
+        for (int32_t k = 0; k < c; k++) {
+            int32_t id = t->gtok[a + k], pos = t->gpos[a + k] + 1;
+            sr[k] = (suffix_ref){v->pbytes + v->poff[id] + pos, v->plen[id] - pos, id, pos - 1, false};
+            if (big) n_pure += sr[k].pure = suffix_pure(&sr[k], t->pr, t->npr);
+        }
+        if (t->grp_j[q] > 0 || n_pure) qsort(sr, (size_t)c, sizeof *sr, cmp_suffix);
+        t->gsplit[q] = a + c - n_pure;
+        if (n_pure >= gv_pure_bits && !(t->gpure[q] = calloc((size_t)W, sizeof(uint64_t)))) {
+            free(sr);
+            return -1;
+        }
+        for (int32_t k = 0; k < c; k++) {
+            int32_t l = 0;
+            if (k > 0 && sr[k].pure == sr[k - 1].pure) {
+                int32_t mx = sr[k].n < sr[k - 1].n ? sr[k].n : sr[k - 1].n;
+                mx = mx < 255 ? mx : 255;
+                while (l < mx && sr[k].p[l] == sr[k - 1].p[l]) l++;
+            }
+            t->gtok[a + k] = sr[k].id, t->gpos[a + k] = sr[k].pos, t->glcp[a + k] = (uint8_t)l;
+            if (sr[k].pure && t->gpure[q]) t->gpure[q][sr[k].id >> 6] |= 1ull << (sr[k].id & 63);
+        }
+    }
+    free(sr);
+    return 0;
+}
+
+/* A hash of a class's ranges: the tables are found by it before their
+ * ranges are compared (a lookup per class of every grammar). */
+static uint64_t ranges_key(const gr_range *r, int32_t nr) {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)nr;
+    for (int32_t i = 0; i < nr; i++) {
+        h ^= ((uint64_t)r[i].lo << 32 | r[i].hi) + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+        h *= 0xBF58476D1CE4E5B9ull;
+    }
+    return h ^ (h >> 31);
+}
+
 /* The run table of R over v: one pass over every token's bytes. */
 static gv_run *run_build(const tutti_grammar_vocab *v, const gr_range *r, int32_t nr) {
     int32_t nt = v->n_toks, W = v->n_words;
@@ -181,6 +285,7 @@ static gv_run *run_build(const tutti_grammar_vocab *v, const gr_range *r, int32_
     if (!(t->r = malloc(sizeof(gr_range) * (size_t)nr))) goto oom;
     memcpy(t->r, r, sizeof(gr_range) * (size_t)nr);
     t->nr = nr;
+    t->key = ranges_key(r, nr);
     int32_t n_b = 0, n_p = 0;
     for (int32_t k = 0; k < nt; k++) {
         int32_t id = v->toks[k], L = v->plen[id], j = 0, q = 0;
@@ -264,6 +369,7 @@ static gv_run *run_build(const tutti_grammar_vocab *v, const gr_range *r, int32_
         int32_t slot = key_n[q + 1]++;
         t->gtok[slot] = id, t->gpos[slot] = bq[k];
     }
+    if (group_order(v, t) < 0) goto oom;
     free(plen), free(bj), free(bq), free(key_n);
     return t;
 oom:
@@ -284,10 +390,12 @@ oom:
 static gv_run *run_get(const tutti_grammar_vocab *cv, const gr_range *r, int32_t nr, bool *full) {
     tutti_grammar_vocab *v = (tutti_grammar_vocab *)cv; /* the cache is internal and locked */
     gv_run *t = NULL;
+    uint64_t key = ranges_key(r, nr);
     *full = false;
     pthread_mutex_lock(&v->lock);
     for (int32_t i = 0; i < v->n_runs && !t; i++)
-        if (v->runs[i]->nr == nr && !memcmp(v->runs[i]->r, r, sizeof(gr_range) * (size_t)nr)) t = v->runs[i];
+        if (v->runs[i]->key == key && v->runs[i]->nr == nr && !memcmp(v->runs[i]->r, r, sizeof(gr_range) * (size_t)nr))
+            t = v->runs[i];
     if (!t && v->n_runs >= GV_MAX_RUNS) {
         *full = true;
         pthread_mutex_unlock(&v->lock);
@@ -309,9 +417,11 @@ static gv_run *run_get(const tutti_grammar_vocab *cv, const gr_range *r, int32_t
 static const gv_run *run_find(const tutti_grammar_vocab *cv, const gr_range *r, int32_t nr) {
     tutti_grammar_vocab *v = (tutti_grammar_vocab *)cv;
     const gv_run *t = NULL;
+    uint64_t key = ranges_key(r, nr);
     pthread_mutex_lock(&v->lock);
     for (int32_t i = 0; i < v->n_runs && !t; i++)
-        if (v->runs[i]->nr == nr && !memcmp(v->runs[i]->r, r, sizeof(gr_range) * (size_t)nr)) t = v->runs[i];
+        if (v->runs[i]->key == key && v->runs[i]->nr == nr && !memcmp(v->runs[i]->r, r, sizeof(gr_range) * (size_t)nr))
+            t = v->runs[i];
     pthread_mutex_unlock(&v->lock);
     return t;
 }
@@ -339,9 +449,75 @@ static int memo_grow(tutti_grammar_matcher *m) {
     return 0;
 }
 
+#define GM_CLOSED_MAX 64 /* states a closure check explores before it gives up */
+
+/* Every string of P's characters (t->pr, the class suffixes are pure in)
+ * is allowed from state nx: each state that P-strings reach from nx takes
+ * every character of P.  The states are explored breadth first, one
+ * character per interval of P on which the stacks' classes agree (those
+ * characters lead to one state); more than GM_CLOSED_MAX states, a pending
+ * character or a character of P no stack takes: false.  E.g. after a byte
+ * outside R inside a free string (nx loops on P), or inside a small tree
+ * of declared names of an other-name key (its nodes all lead back to the
+ * free name's loop).  Remembered per (t,
+ * nx) in the group memo (q = -1); -3 out of memory. */
+static int r_closed_now(tutti_grammar_matcher *m, const gv_run *t, int32_t nx) {
+    const tutti_grammar *g = m->g;
+    enum { H = 2 * GM_CLOSED_MAX };
+    int32_t seen[GM_CLOSED_MAX], n_seen = 1, head = 0, hs[H];
+    for (int32_t i = 0; i < H; i++) hs[i] = -1;
+    seen[0] = nx, hs[(uint32_t)nx * 2654435761u % H] = nx;
+    while (head < n_seen) {
+        int32_t x = seen[head++];
+        if (m->st[x].rem || t->npr > 256) return 0;
+        /* the interval starts: P's own and those of the stacks' classes */
+        uint32_t cut[512];
+        int32_t n_cut = 0;
+        for (int32_t i = 0; i < t->npr && n_cut < 510; i++) cut[n_cut++] = t->pr[i].lo;
+        int32_t n = m->st[x].n;
+        for (int32_t i = 0; i < n; i++) {
+            int32_t id = m->pool[m->st[x].off + i];
+            if (id == 0) continue;
+            int32_t nc;
+            const gr_range *cr = gm_class_ranges(g, g->elems[m->stk[id].pos].arg, &nc);
+            for (int32_t k = 0; k < nc; k++) {
+                if (n_cut >= 510) return 0;
+                cut[n_cut++] = cr[k].lo;
+                if (cr[k].hi < GR_MAX_CP) cut[n_cut++] = cr[k].hi + 1;
+            }
+        }
+        for (int32_t c = 0; c < n_cut; c++) {
+            uint32_t cp = cut[c];
+            if (!in_ranges(t->pr, t->npr, cp) || (cp >= 0xD800 && cp <= 0xDFFF)) continue;
+            uint8_t rep[4];
+            int nrep = utf8_encode(cp, rep);
+            int32_t y = x;
+            for (int b = 0; b < nrep && y >= 0; b++) y = gm_step(m, y, rep[b]);
+            if (y == -3) return -3;
+            if (y < 0) return 0;
+            uint32_t h = (uint32_t)y * 2654435761u % H;
+            while (hs[h] >= 0 && hs[h] != y) h = (h + 1) % H;
+            if (hs[h] == y) continue;
+            if (n_seen == GM_CLOSED_MAX) return 0;
+            hs[h] = y, seen[n_seen++] = y;
+        }
+    }
+    return 1;
+}
+
+/* A free slot of the memo for (t, nx, q), which it does not hold (the
+ * table has room: group_allowed grew it). */
+static uint64_t memo_slot(const tutti_grammar_matcher *m, const gv_run *t, int32_t nx, int32_t q) {
+    uint64_t j = memo_hash(t, nx, q) & (uint64_t)(m->gmemo_cap - 1);
+    while (m->gmemo[j].t) j = (j + 1) & (uint64_t)(m->gmemo_cap - 1);
+    return j;
+}
+
 /* The tokens of group q of t allowed once its first byte led to state nx
- * (computed byte by byte on first use, then remembered); NULL: out of
- * memory. */
+ * (computed on first use by a walk of the group's sorted suffixes, then
+ * remembered; with pure set, the group's pure suffixes are all allowed and
+ * not in the list); q = -1: the closure check of nx (n: 1 or 0).  NULL:
+ * out of memory. */
 static const gm_gmemo *group_allowed(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, const gv_run *t, int32_t q,
                                      int32_t nx) {
     if ((int64_t)(m->gmemo_n + 1) * 2 > m->gmemo_cap && memo_grow(m) < 0) return NULL;
@@ -351,7 +527,21 @@ static const gm_gmemo *group_allowed(tutti_grammar_matcher *m, const tutti_gramm
         if (e->t == t && e->nx == nx && e->q == q) return e;
         j = (j + 1) & (uint64_t)(m->gmemo_cap - 1);
     }
+    if (q < 0) {
+        int rc = r_closed_now(m, t, nx);
+        if (rc < 0) return NULL;
+        j = memo_slot(m, t, nx, q);
+        m->gmemo[j] = (gm_gmemo){t, nx, q, 0, rc, false};
+        m->gmemo_n++;
+        return &m->gmemo[j];
+    }
     int32_t cnt = t->grp0[q + 1] - t->grp0[q];
+    bool pure = false;
+    if (t->gsplit[q] < t->grp0[q + 1]) {
+        const gm_gmemo *c = group_allowed(m, v, t, -1, nx); /* whether P-strings are free from nx */
+        if (!c) return NULL;
+        pure = c->n;
+    }
     if (m->n_gids + cnt > m->cap_gids) {
         int64_t nc = m->cap_gids ? m->cap_gids * 2 : 4096;
         while (nc < m->n_gids + cnt) nc *= 2;
@@ -361,17 +551,35 @@ static const gm_gmemo *group_allowed(tutti_grammar_matcher *m, const tutti_gramm
     }
     int64_t off = m->n_gids;
     int32_t n = 0;
-    for (int32_t k = t->grp0[q]; k < t->grp0[q + 1]; k++) {
-        int32_t id = t->gtok[k], L = v->plen[id], x = nx;
-        const uint8_t *p = v->pbytes + v->poff[id];
-        for (int32_t i = t->gpos[k] + 1; i < L && x >= 0; i++) x = gm_step(m, x, p[i]);
+    m->n_pure += pure;
+    /* the suffixes in sorted order, as a trie: walk[d] is the state after
+     * the first d bytes of the current suffix, valid up to depth ok (what
+     * the previous suffix reached); a suffix rejected at byte d skips the
+     * following ones that share its first d + 1 bytes (glcp > d) */
+    int32_t *walk = m->walk, ok = 0;
+    walk[0] = nx;
+    for (int32_t k = t->grp0[q], e = pure ? t->gsplit[q] : t->grp0[q + 1]; k < e;) {
+        int32_t id = t->gtok[k], pos = t->gpos[k] + 1, L = v->plen[id] - pos, x = nx;
+        const uint8_t *p = v->pbytes + v->poff[id] + pos;
+        int32_t d = t->glcp[k] < ok ? t->glcp[k] : ok;
+        for (; d < L; d++) {
+            if ((x = gm_step(m, walk[d], p[d])) < 0) break;
+            walk[d + 1] = x;
+        }
         if (x == -3) return NULL;
-        if (x >= 0) m->gids[off + n++] = id;
+        k++;
+        if (d == L) {
+            m->gids[off + n++] = id;
+            ok = L;
+        } else {
+            ok = d;
+            while (k < e && t->glcp[k] > d) k++;
+        }
     }
     m->n_gids += n;
     m->mask_bytes += sizeof(int32_t) * (size_t)n + sizeof(gm_gmemo) * 2;
-    /* gm_step may not touch the memo, so slot j is still free */
-    m->gmemo[j] = (gm_gmemo){t, nx, q, off, n};
+    j = memo_slot(m, t, nx, q); /* the closure check may have added an entry */
+    m->gmemo[j] = (gm_gmemo){t, nx, q, off, n, pure};
     m->gmemo_n++;
     return &m->gmemo[j];
 }
@@ -431,18 +639,20 @@ static void diff_first(const tutti_grammar *g, int32_t c, const gr_range *r, int
  * continue a name"); a table each would fill GV_MAX_RUNS, and a table costs
  * as much as a scan.  Such a class R is served from the table of a class S
  * of the grammar that holds R and whose other characters start with bytes
- * under few trie nodes (at most a 16th of R's): those tokens are scanned
- * (sub_first).  The largest such S is taken, so the nested classes of a
+ * under few trie nodes (at most a quarter of R's: R's own table would
+ * check those tokens in its groups, and at every later character too, at
+ * more cost than the scan): those tokens are scanned (sub_first).  The largest such S is taken, so the nested classes of a
  * tree of names share one table (the string character's: the class of the
  * states after the first character; surrogates, which no token holds, do
  * not count, so S is the class without them when there is one).  Returns S
  * (its first bytes outside R in first[]) or -1. */
 static int32_t superset_of(const tutti_grammar *g, const tutti_grammar_vocab *v, int32_t cls, const gr_range *r,
-                           int32_t nr, bool *best_first) {
+                           int32_t nr, const int32_t *cand, int32_t n_cand, bool *best_first) {
     int32_t best = -1;
-    int64_t max_cost = run_nodes(v, r, nr) / 16, best_cost = 0;
+    int64_t max_cost = run_nodes(v, r, nr) / 4, best_cost = 0;
     uint64_t best_size = 0;
-    for (int32_t c = 0; c < g->n_classes; c++) {
+    for (int32_t ci = 0; ci < (cand ? n_cand : g->n_classes); ci++) {
+        int32_t c = cand ? cand[ci] : ci;
         int32_t nc;
         const gr_range *cr = gm_class_ranges(g, c, &nc);
         if (c == cls || nc == 0 || !gm_covers_all(g, c, r, nr)) continue;
@@ -465,7 +675,20 @@ static int class_table(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, i
     const gv_run *t = run_find(v, r, nr);
     if (!t && run_nodes(v, r, nr) >= gm_run_min_nodes) {
         bool first[256] = {0}, full = false;
-        int32_t best = superset_of(g, v, cls, r, nr, first), nc;
+        if (!m->big_cls) {
+            /* the classes that may serve as a superset (those large enough
+             * for a table of their own), once per matcher: a grammar's
+             * thousands of small classes are not looked at again for each
+             * class's first mask */
+            if (!(m->big_cls = malloc(sizeof(int32_t) * (size_t)(g->n_classes + 1)))) return -3;
+            m->n_big = 0;
+            for (int32_t c = 0; c < g->n_classes; c++) {
+                int32_t nc;
+                const gr_range *cr = gm_class_ranges(g, c, &nc);
+                if (nc > 0 && run_nodes(v, cr, nc) >= gm_run_min_nodes) m->big_cls[m->n_big++] = c;
+            }
+        }
+        int32_t best = superset_of(g, v, cls, r, nr, m->big_cls, m->n_big, first), nc;
         const gr_range *cr = best >= 0 ? gm_class_ranges(g, best, &nc) : NULL;
         if (cr && (t = run_get(v, cr, nc, &full))) {
             for (int b = 0; b < 256; b++)
@@ -577,6 +800,10 @@ int gm_run_mask(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, int32_t 
             int32_t id = m->gids[g->off + k];
             bits[id >> 6] |= 1ull << (id & 63);
         }
+        if (g->pure && t->gpure[q])
+            for (int32_t i = 0; i < W; i++) bits[i] |= t->gpure[q][i];
+        else if (g->pure)
+            for (int32_t k = t->gsplit[q]; k < t->grp0[q + 1]; k++) bits[t->gtok[k] >> 6] |= 1ull << (t->gtok[k] & 63);
     }
     if (sub) return sub_first(m, v, s, bx, bits);
     return 1;
@@ -587,7 +814,7 @@ int gm_run_prepare(const tutti_grammar_vocab *v, const tutti_grammar *g) {
         int32_t nr;
         const gr_range *r = gm_class_ranges(g, c, &nr);
         bool full = false, first[256];
-        if (nr > 0 && run_nodes(v, r, nr) >= gm_run_min_nodes && superset_of(g, v, c, r, nr, first) < 0 &&
+        if (nr > 0 && run_nodes(v, r, nr) >= gm_run_min_nodes && superset_of(g, v, c, r, nr, NULL, 0, first) < 0 &&
             !run_get(v, r, nr, &full))
             return full ? 0 : -3;
     }

@@ -307,7 +307,8 @@ static int32_t mask_compute(tutti_grammar_matcher *m, const tutti_grammar_vocab 
     if (m->gv != v) {
         gm_masks_clear(m);
         free(m->walk), free(m->save), free(m->ids_tmp), free(m->bits), free(m->cls_run), free(m->cls_bx);
-        m->cls_run = NULL, m->cls_bx = NULL; /* the run tables are the vocabulary's */
+        free(m->big_cls);
+        m->cls_run = NULL, m->cls_bx = NULL, m->big_cls = NULL; /* the run tables are the vocabulary's */
         m->walk = malloc(sizeof(int32_t) * (size_t)(v->max_depth + 1));
         m->save = malloc(sizeof(float) * (size_t)V);
         m->ids_tmp = malloc(sizeof(int32_t) * (size_t)V);
