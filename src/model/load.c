@@ -38,13 +38,17 @@ tutti_model_params tutti_model_default_params(void) {
  *   - the file's own mapping, when Linux maps its page cache with 2 MiB
  *     entries (2 MiB folios: ext4 on Linux 6.x makes them when a mapping
  *     advised MADV_HUGEPAGE, as gguf_open advises, reads the file; a file
- *     cached earlier by small writes or reads may hold small folios).  The
- *     weights are then read where they are: no copy, no second copy of the
- *     model beside the page cache, a load that costs only the populate
- *     (reading the file, as llama.cpp's MAP_POPULATE does);
- *   - else one anonymous arena, 2 MiB-aligned and advised as transparent
- *     huge pages, the weights copied in with all cores.  One arena, not one
- *     allocation per tensor: huge pages are resident whole, so per-tensor
+ *     cached earlier by small writes or by another program's reads holds
+ *     small folios: their 2 MiB chunks are re-read from the disk into 2 MiB
+ *     folios first, gguf_reread_small).  The weights are then read where
+ *     they are: no copy, no second copy of the model beside the page cache,
+ *     a load that costs only the populate (reading the file, as llama.cpp's
+ *     MAP_POPULATE does);
+ *   - else (the re-read gave up: a file system without large folios, a slow
+ *     disk, pages other processes map in small folios) one anonymous arena,
+ *     2 MiB-aligned and advised as transparent huge pages, the weights
+ *     copied in with all cores.  One arena, not one allocation per tensor:
+ *     huge pages are resident whole, so per-tensor
  *     allocations would each waste up to 2 MiB.  All tensors move then,
  *     small ones too (norms, biases): touching one 1 KiB norm of a mapping
  *     would map a whole folio (measured: Qwen2.5-0.5B Q8_0 kept 140 MiB of
@@ -267,12 +271,13 @@ static int place_weights(tutti_model *m) {
     size_t total = 0;
     /* Fault in what will be read (the file read here if it is not cached),
      * then re-read what the page cache held in small folios (another
-     * program read the file first): measured on Qwen2.5-0.5B Q8_0 after
-     * llama-completion read it, 14% of the file was in small folios, which
-     * put the whole model in the copy below (1.1 s of system time for 504
-     * MiB of fresh memory on the 2-core VM, against 0.05 s to re-read
-     * those 68 MiB from the disk; cached whole in small folios: the re-read
-     * of all 504 MiB took 0.37 s). */
+     * program read the file first).  Measured on the 2-core VM after
+     * llama-completion read the file from the disk: 14% of it was in small
+     * folios (68 MiB of Qwen2.5-0.5B Q8_0's 504 MiB, and of Llama-3.2-1B
+     * Q8_0's 1255 MiB), which sent the whole model to the copy below: 0.2-1.2
+     * s of system time (Llama: 2.9-3.8 s) for first-touching fresh memory,
+     * against 0.02 s for the load with the re-read.  A file cached wholly
+     * in small folios: 504 MiB re-read in 0.37 s. */
     for (int i = 0; i < n && m->mapped; i++)
         if (ws[i].w->data && ws[i].m1 > ws[i].m0)
             tutti_mem_populate(tutti_weight_mat(ws[i].w, ws[i].m0), placed_bytes(&ws[i]));
