@@ -20,6 +20,7 @@
 
 #include "quant/quant.h"
 #include "util/error.h"
+#include "util/mem.h"
 
 #define GGUF_DEFAULT_ALIGNMENT 32u
 /* ggml's GGML_MAX_NAME is 64 including the NUL: no file llama.cpp accepts has
@@ -63,6 +64,8 @@ struct gguf_file {
     const uint8_t *base;
     size_t size;
     void *map; /* non-NULL when we own an mmap of `size` bytes */
+    dev_t dev; /* the mapped file (gguf_reread_small reopens path and checks it is the same) */
+    ino_t ino;
     uint32_t version;
     uint32_t alignment;
     int64_t n_kv;
@@ -567,7 +570,24 @@ gguf_file *gguf_open_one(const char *path) {
      * folios, which the mapping maps with 2 MiB entries (model weights are
      * read from there, src/model/load.c); advisory */
     (void)madvise(map, size, MADV_HUGEPAGE);
-    return open_common(map, size, path, map);
+    gguf_file *f = open_common(map, size, path, map);
+    if (f) f->dev = st.st_dev, f->ino = st.st_ino;
+    return f;
+}
+
+size_t gguf_reread_small(const gguf_file *f) {
+    size_t done = 0;
+    for (int i = 0; f && i < f->n_parts; i++) done += gguf_reread_small(f->parts[i]);
+    if (!f || !f->map) return done;
+    /* the fd was closed at open (the mapping needs none); the path is opened
+     * again and used only when it is still the mapped file */
+    const int fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return done;
+    struct stat st;
+    if (fstat(fd, &st) == 0 && st.st_dev == f->dev && st.st_ino == f->ino && (size_t)st.st_size == f->size)
+        done += tutti_mem_reread_small(f->map, f->size, fd);
+    close(fd);
+    return done;
 }
 
 void gguf_close(gguf_file *f) {

@@ -79,6 +79,13 @@ gguf_file *gguf_open(const char *path);
  * must outlive the handle.  name is used in error messages. */
 gguf_file *gguf_open_buffer(const void *buf, size_t size, const char *name);
 void gguf_close(gguf_file *f);
+/* Re-reads into 2 MiB folios the resident pages of f's mappings (a split
+ * model's parts too) that the page cache holds in small folios, so that
+ * they can be mapped by 2 MiB entries (tutti_mem_reread_small,
+ * src/util/mem.h): for a loader that has faulted in what it will read.
+ * Returns the bytes re-read (0 for a buffer, or when the path no longer
+ * names the mapped file). */
+size_t gguf_reread_small(const gguf_file *f);
 
 const char *gguf_path(const gguf_file *f);
 uint32_t gguf_version(const gguf_file *f);

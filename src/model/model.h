@@ -247,6 +247,7 @@ struct tutti_model {
     void *weights_mem;                  /* owned arena of the weights moved out of the mapping (load.c) */
     size_t weights_mem_size;            /* its bytes (copied or repacked weights) */
     size_t weights_in_place;            /* bytes of weights read where the file is mapped (2 MiB pages) */
+    size_t weights_reread;              /* bytes of the file re-read into 2 MiB folios at load (gguf_reread_small) */
     /* The part this process computes (a model split by layers over ranks):
      * layers [part_il0, part_il1), and the embeddings and head when
      * part_head.  Only those weights are placed (moved out of the mapping);

@@ -27,4 +27,21 @@ void tutti_mem_populate(const void *addr, size_t len);
  * addresses reads smaps once per mapping. */
 double tutti_mem_huge_share(const void *addr, uintptr_t range[2]);
 
+/* Re-reads, into 2 MiB folios, the resident parts of a read-only file
+ * mapping that are mapped by 4 KiB entries: map (2 MiB-aligned, else
+ * nothing is done) maps size bytes of the file open as fd from offset 0.
+ * A file cached by a reader that did not advise MADV_HUGEPAGE (another
+ * program, e.g. llama.cpp, reading it first) stays cached in small folios,
+ * which no mapping can map by 2 MiB entries: their 2 MiB-aligned chunks are
+ * dropped from this mapping and from the page cache (POSIX_FADV_DONTNEED,
+ * which leaves the pages other processes map) and faulted in again, so
+ * that readahead reads them into 2 MiB folios.  Only chunks wholly inside
+ * the file are touched (a partial last chunk cannot be a 2 MiB folio).
+ * Stops early (the rest stays as it was) when the first 32 MiB re-read
+ * did not come back in 2 MiB folios (a file system without large folios,
+ * pages mapped elsewhere) or came slower than 0.5 GB/s (a slow disk,
+ * where copying the weights costs less).  Needs PAGEMAP_SCAN (Linux 6.7);
+ * without it nothing is done.  Returns the bytes re-read. */
+size_t tutti_mem_reread_small(const void *map, size_t size, int fd);
+
 #endif
