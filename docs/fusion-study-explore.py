@@ -7,14 +7,15 @@ held-out texts (tests/data/heldout/stories.txt, H1, and
 docs/fusion-study/heldout-s15/stories.txt, H2, written in session 15).
 
 The members' rows come from bench/byte_tables (the very tables `tutti eval`
-and `tutti fit` fuse, byte alignment, temperature 1), so the static product
+and `tutti fit` fuse, byte alignment, temperature 1; the four story models also at `fit`'s
+temperature grid), so the static product
 and mixture rows reproduce eval's figures (uniform product: dev 1.0255,
 H1 1.1080).  Fitting is numpy only: BFGS with central-difference gradients
 for the non-convex rules, Newton's method for the log-linear pools (convex:
 every parameter multiplies a feature of the outcome).
 
 usage: docs/fusion-study-explore.py BUILD WORK [CANDIDATE...]
-  (writes the halves and the tables to WORK; candidates: see CANDIDATES; default all, ~25 minutes of one core)
+  (writes the halves and the tables to WORK; candidates: see CANDIDATES; default all, ~30 minutes of one core)
 """
 import itertools, os, subprocess, sys
 import numpy as np
@@ -28,6 +29,7 @@ MEMBERS = {'s260': MS + '/stories260K.gguf', 'ts656': MS + '/TinyStories-656K-Q8
            'aid': MS + '/aidreams260K/aidreams260K.gguf'}
 FOUR = ['s260', 'ts656', 't105', 't361']
 CL = -1e4  # FUSION_POOL_CLAMP: an outcome a member rules out
+TEMPS = ['0.8', '0.9', '1', '1.1', '1.25']  # tutti fit's default temperature grid
 
 
 def prepare(build, work):
@@ -42,8 +44,9 @@ def prepare(build, work):
         open(f'{work}/{k}.txt', 'wb').write(open(p, 'rb').read())
     for k in ['A', 'B', 'DEV', 'H1', 'H2']:
         for m, path in MEMBERS.items():
-            if not os.path.exists(f'{work}/{k}.{m}.t1'):
-                subprocess.run([build + '/byte_tables', path, f'{work}/{k}.txt', f'{work}/{k}.{m}', '1'], check=True,
+            temps = TEMPS if m in FOUR else ['1']
+            if not os.path.exists(f'{work}/{k}.{m}.t{temps[-1]}'):
+                subprocess.run([build + '/byte_tables', path, f'{work}/{k}.txt', f'{work}/{k}.{m}'] + temps, check=True,
                                stderr=subprocess.DEVNULL)
 
 
@@ -60,6 +63,7 @@ class Text:
                   for m in mem]
         self.P = [np.exp(l) for l in self.L]
         self.cs = np.fromfile(f'{work}/{name}.{mem[0]}.cs', dtype=np.int64)
+        self.work, self.name = work, name
 
     def bpb(self, logq):
         return -(logq[self.I, self.y]).sum() / np.log(2) / self.n
@@ -148,6 +152,9 @@ def outcome_feats(t, kind, ctx=''):
     if 'mm' in kind: F += [np.stack(Ls).max(0), np.stack(Ls).min(0)]
     if 'mix' in kind: F += [np.log(sum(t.P) / len(t.P) + 1e-300)]
     if 'pair' in kind: F += [np.maximum(a, b) for a, b in itertools.combinations(Ls, 2)]
+    if 'temps' in kind:  # every member at every grid temperature as its own row (log-linear: exponents fitted per row)
+        F = [np.maximum(np.fromfile(f'{t.work}/{t.name}.{m}.t{tt}', dtype=np.float32).reshape(t.n, 257).astype(float), -30)
+             for m in FOUR for tt in TEMPS]
     for u in unit_feats(t, ctx) if ctx else []:
         F += [u[:, None] * l for l in Ls]
     return np.stack(F)
@@ -248,6 +255,8 @@ CANDIDATES = {
     **{f'loglinear-{k or "plain"}-lam{lam:g}': loglinear(k, '', lam) for k in ['', 'sq', 'mm', 'mix', 'sq mm mix', 'pair', 'sq mm mix pair']
        for lam in [0, 1e-3, 1e-2]},
     **{f'loglinear-ctx-{c}-lam{lam:g}': loglinear('', c, lam) for c in ['H', 'top', 'pos', 'prev', 'agree', 'dis', 'H,top,pos,prev,agree,dis']
+       for lam in [1e-3, 1e-2]},
+    **{f'loglinear-temps-ctx-{c or "none"}-lam{lam:g}': loglinear('temps', c, lam) for c in ['', 'H,top,pos,prev,agree,dis']
        for lam in [1e-3, 1e-2]},
     **{f'ctxproduct-{c}': (FOUR, ('ctx', c), None) for c in ['pos', 'H']},
 }
