@@ -5,8 +5,10 @@
  *   tutti_grammar_matcher_new: "compile time"); for each test instance,
  *   tokenize its text with the Llama 3 tokenizer (no BOS, special tokens
  *   not parsed), and per token compute the mask and commit the token
- *   (tutti_grammar_matcher_mask on a full logits row, then
- *   tutti_grammar_matcher_accept of its bytes: "mask time"); the instance
+ *   (tutti_grammar_matcher_bitmask, the token bitmask that MaskBench times
+ *   for llguidance, or with --logits tutti_grammar_matcher_mask on a full
+ *   logits row, which adds writing -inf over the row, about 9 us for 128k
+ *   tokens; then tutti_grammar_matcher_accept of its bytes: "mask time"); the instance
  *   is accepted when every token was allowed.  A schema passes when it
  *   compiles, every valid instance is accepted and every invalid one
  *   rejected ("validation error": a valid one rejected; "invalidation
@@ -21,7 +23,7 @@
  * first use and shared by every later grammar, as in a server.
  *
  *   maskbench [--ids FILE] [--first N] [--timeout S] [--lenient] [--generation] [--verbose]
- *             [--results FILE] [--min-pass N] [--progress] DATA.jsonl.xz VOCAB.gguf
+ *             [--results FILE] [--min-pass N] [--progress] [--cpu-clock] [--logits] DATA.jsonl.xz VOCAB.gguf
  *
  * DATA: one JSON line per schema {"id", "schema": TEXT, "tests": [{"valid",
  * "text"}]} (../shared/eval/maskbench-dev.jsonl.xz; .xz is read through
@@ -169,7 +171,8 @@ static bool id_listed(char **ids, int n, const char *id) {
 typedef struct worker_ctx {
     tutti_vocab *v;
     tutti_grammar_vocab *gv;
-    float *row;
+    float *row;     /* --logits: the row the mask is written on */
+    uint32_t *bits; /* otherwise: the token bitmask */
     int32_t V;
     int32_t *ids;
     int32_t cap_ids;
@@ -209,10 +212,12 @@ static int run_instance(worker_ctx *w, tutti_grammar_matcher *m, const char *tex
     for (int32_t k = 0; k < n; k++) {
         int32_t id = w->ids[k];
         int32_t l = tutti_token_to_piece(w->v, id, false, piece, sizeof piece);
-        memset(w->row, 0, sizeof(float) * (size_t)w->V);
+        if (w->row) memset(w->row, 0, sizeof(float) * (size_t)w->V);
         double t0 = now_timed();
-        int32_t na = tutti_grammar_matcher_mask(m, w->gv, w->row);
-        bool ok = na > 0 && w->row[id] != -INFINITY && l > 0 && tutti_grammar_matcher_accept(m, piece, (size_t)l) == 0;
+        int32_t na =
+            w->row ? tutti_grammar_matcher_mask(m, w->gv, w->row) : tutti_grammar_matcher_bitmask(m, w->gv, w->bits);
+        bool allowed = w->row ? w->row[id] != -INFINITY : (w->bits[id >> 5] >> (id & 31) & 1);
+        bool ok = na > 0 && allowed && l > 0 && tutti_grammar_matcher_accept(m, piece, (size_t)l) == 0;
         t_ns[(*n_t)++] = (long long)((now_timed() - t0) * 1e9);
         if (*n_t == 4096) { /* flush the times */
             fputs("T", w->out);
@@ -491,14 +496,14 @@ static void print_table(run_stats *stp, int n_cases, const char *data, const cha
 
 static void usage(void) {
     fprintf(stderr, "usage: maskbench [--ids FILE] [--first N] [--timeout S] [--lenient] [--generation] [--verbose] "
-                    "[--results FILE] [--min-pass N] [--progress] [--cpu-clock] DATA.jsonl.xz VOCAB.gguf\n");
+                    "[--results FILE] [--min-pass N] [--progress] [--cpu-clock] [--logits] DATA.jsonl.xz VOCAB.gguf\n");
     exit(2);
 }
 
 int main(int argc, char **argv) {
     const char *ids_file = NULL, *results_file = NULL, *data = NULL, *vocab = NULL;
     int first = -1, timeout_s = 60, min_pass = -1;
-    bool lenient = false, generation = false, verbose = false, progress = false;
+    bool lenient = false, generation = false, verbose = false, progress = false, logits = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--ids") && i + 1 < argc) ids_file = argv[++i];
         else if (!strcmp(argv[i], "--first") && i + 1 < argc) first = atoi(argv[++i]);
@@ -510,6 +515,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--verbose")) verbose = true;
         else if (!strcmp(argv[i], "--progress")) progress = true;
         else if (!strcmp(argv[i], "--cpu-clock")) g_clock = CLOCK_THREAD_CPUTIME_ID;
+        else if (!strcmp(argv[i], "--logits")) logits = true;
         else if (argv[i][0] == '-') usage();
         else if (!data) data = argv[i];
         else if (!vocab) vocab = argv[i];
@@ -548,7 +554,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     w.V = tutti_vocab_n_tokens(w.v);
-    w.row = malloc(sizeof(float) * (size_t)w.V);
+    if (logits) w.row = malloc(sizeof(float) * (size_t)w.V);
+    else w.bits = malloc(sizeof(uint32_t) * (size_t)((w.V + 31) / 32));
 
     result *res = calloc((size_t)n_cases + 1, sizeof *res);
     bool *done = calloc((size_t)n_cases + 1, 1);
@@ -639,7 +646,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n_cases; i++) free(cases[i].id);
     for (int i = 0; i < n_want; i++) free(want[i]);
     free(want), free(cases), free(res), free(done), free(st.mask_ns), free(st.compile_us), free(txt), free(w.row),
-        free(w.ids);
+        free(w.bits), free(w.ids);
     tutti_grammar_vocab_free(w.gv);
     tutti_vocab_free(w.v);
     return rc;

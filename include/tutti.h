@@ -589,6 +589,13 @@ int tutti_grammar_vocab_prepare(tutti_grammar_vocab *v, const tutti_grammar *g);
  * allowed tokens (0: nothing can follow), or TUTTI_ERR.  The matcher caches
  * the mask per state (for one vocabulary at a time). */
 int32_t tutti_grammar_matcher_mask(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, float *logits);
+/* The same mask as a bitset: bit (id % 32) of bits[id / 32] is 1 for
+ * every allowed token, 0 otherwise, [(n_vocab + 31) / 32] words written
+ * (the layout of llguidance's and XGrammar's token bitmasks, for samplers
+ * that apply the mask themselves, e.g. on another device).  Shares the
+ * matcher's per-state cache with tutti_grammar_matcher_mask.  Returns the
+ * number of allowed tokens, or TUTTI_ERR. */
+int32_t tutti_grammar_matcher_bitmask(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, uint32_t *bits);
 
 /* ------------------------------------------------------------------------ */
 /* Ensembles: several models, one generation (the `fusion` layer).

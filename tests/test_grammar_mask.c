@@ -90,7 +90,9 @@ static tutti_grammar *make_grammar(const gtext *t) {
 static void check_vocab(const tutti_grammar_vocab *gv, int32_t V, const char *const *pieces, const int32_t *lens,
                         const bool *eog, int64_t *n_run, int64_t *n_sub, int stride) {
     float *row = malloc(sizeof(float) * (size_t)V);
+    uint32_t *bm = malloc(sizeof(uint32_t) * (size_t)((V + 31) / 32));
     assert_non_null(row);
+    assert_non_null(bm);
     for (size_t c = 0; c < sizeof k_texts / sizeof k_texts[0]; c++) {
         tutti_grammar *g = make_grammar(&k_texts[c]);
         if (!g) fail_msg("case %zu: %s", c, tutti_last_error());
@@ -106,8 +108,19 @@ static void check_vocab(const tutti_grammar_vocab *gv, int32_t V, const char *co
                 continue;
             }
             for (int32_t i = 0; i < V; i++) row[i] = (float)(i % 1000);
+            /* the bitmask first, so that it computes the state's mask and
+             * the row below (checked by brute force) comes from its cache;
+             * then the two must say the same of every token */
+            for (int32_t i = 0; i < (V + 31) / 32; i++) bm[i] = 0xa5a5a5a5u;
+            int32_t nb = tutti_grammar_matcher_bitmask(m, gv, bm);
             int32_t na = tutti_grammar_matcher_mask(m, gv, row);
             assert_true(na >= 0);
+            assert_int_equal(nb, na);
+            for (int32_t i = 0; i < V; i++)
+                if ((bm[i >> 5] >> (i & 31) & 1) != (row[i] != -INFINITY))
+                    fail_msg("case %zu at byte %zu, token %d: bitmask %u, logits mask %d", c, pos, i,
+                             bm[i >> 5] >> (i & 31) & 1, row[i] != -INFINITY);
+            if (V & 31) assert_int_equal(bm[V >> 5] >> (V & 31), 0);
             tutti_grammar_matcher_reset(chk);
             assert_int_equal(tutti_grammar_matcher_accept(chk, text, pos), 0);
             int32_t here = tutti_grammar_matcher_state(chk), count = 0;
@@ -139,6 +152,7 @@ static void check_vocab(const tutti_grammar_vocab *gv, int32_t V, const char *co
         tutti_grammar_free(g);
     }
     free(row);
+    free(bm);
 }
 
 static void test_qwen3_vocab(void **state) {

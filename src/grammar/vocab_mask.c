@@ -378,16 +378,44 @@ static int32_t mask_compute(tutti_grammar_matcher *m, const tutti_grammar_vocab 
     return m->n_masks++;
 }
 
-int32_t tutti_grammar_matcher_mask(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, float *logits) {
-    if (!m || !v || !logits) return tutti_set_error("grammar mask: missing argument");
+/* The current state's cached mask, computed if it is not cached yet;
+ * NULL (error set) when out of memory. */
+static const gm_mask *current_mask(tutti_grammar_matcher *m, const tutti_grammar_vocab *v) {
     int32_t s = m->cur;
     int32_t slot = (m->gv == v) ? m->st[s].mask : -1;
     if (slot < 0) {
         if (m->mask_bytes > GM_MASK_BUDGET) gm_masks_clear(m); /* here: never inside a split */
         slot = mask_compute(m, v, s);
     }
-    if (slot < 0) return tutti_set_error("grammar mask: out of memory");
-    const gm_mask *mk = &m->masks[slot];
+    if (slot < 0) return tutti_set_error("grammar mask: out of memory"), NULL;
+    return &m->masks[slot];
+}
+
+int32_t tutti_grammar_matcher_bitmask(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, uint32_t *bits) {
+    if (!m || !v || !bits) return tutti_set_error("grammar mask: missing argument");
+    const gm_mask *mk = current_mask(m, v);
+    if (!mk) return TUTTI_ERR;
+    int32_t W = v->n_words, W32 = (v->n_vocab + 31) / 32;
+    if (mk->bits) {
+        /* 32-bit words spelled out (not a memcpy of the 64-bit ones), so
+         * the layout holds on any byte order; bits past n_vocab cleared */
+        for (int32_t i = 0; i < W; i++) {
+            uint64_t x = mk->bits[i];
+            if (i == W - 1 && (v->n_vocab & 63)) x &= (1ull << (v->n_vocab & 63)) - 1;
+            bits[2 * i] = (uint32_t)x;
+            if (2 * i + 1 < W32) bits[2 * i + 1] = (uint32_t)(x >> 32);
+        }
+    } else {
+        memset(bits, 0, sizeof(uint32_t) * (size_t)W32);
+        for (int32_t k = 0; k < mk->n; k++) bits[mk->ids[k] >> 5] |= 1u << (mk->ids[k] & 31);
+    }
+    return mk->n_allowed;
+}
+
+int32_t tutti_grammar_matcher_mask(tutti_grammar_matcher *m, const tutti_grammar_vocab *v, float *logits) {
+    if (!m || !v || !logits) return tutti_set_error("grammar mask: missing argument");
+    const gm_mask *mk = current_mask(m, v);
+    if (!mk) return TUTTI_ERR;
     int32_t V = v->n_vocab, W = v->n_words;
     if (!mk->bits) {
         /* keep the allowed values, fill the row with -inf, put them back */
