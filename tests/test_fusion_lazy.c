@@ -18,6 +18,34 @@ static const char *M_656K = "models/TinyStories-656K-Q8_0.gguf";
 
 static const char *TEXT = "Once upon a time, there was a little girl named Lily.";
 
+/* stories260K as a member (6 sessions) and, for the references, as a
+ * model with one single-thread session of the single-model API. */
+typedef struct lazy_pair {
+    fusion_member *fm;
+    tutti_model *model;
+    tutti_session *ref;
+} lazy_pair;
+
+static lazy_pair lazy_pair_open(void) {
+    const char *path = shared_path(M_STORIES);
+    lazy_pair lp = {.fm = fusion_member_local_new(path, 6, 0, 1)};
+    assert_non_null(lp.fm);
+    tutti_model_params mp = tutti_model_default_params();
+    lp.model = tutti_model_load(path, &mp);
+    assert_non_null(lp.model);
+    tutti_session_params sp = tutti_session_default_params();
+    sp.n_threads = 1;
+    lp.ref = tutti_session_new(lp.model, &sp);
+    assert_non_null(lp.ref);
+    return lp;
+}
+
+static void lazy_pair_close(lazy_pair *lp) {
+    tutti_session_free(lp->ref);
+    tutti_model_free(lp->model);
+    lp->fm->vt->free(lp->fm);
+}
+
 /* Siblings [p, a], [p, b], [p, c] after p: every answer equals the model's
  * own logits of the whole sequence, and the prefix runs once (the sessions
  * that answer b and c copy p's cache rows instead of running p again). */
@@ -30,17 +58,10 @@ static const char *TEXT = "Once upon a time, there was a little girl named Lily.
  * window's prefix. */
 static void test_batch_from_rows(void **state) {
     (void)state;
-    const char *path = shared_path(M_STORIES);
-    fusion_member *fm = fusion_member_local_new(path, 6, 0, 1);
-    assert_non_null(fm);
+    lazy_pair lp = lazy_pair_open();
+    fusion_member *fm = lp.fm;
+    tutti_session *ref = lp.ref;
     assert_non_null(fm->logits_batch_from);
-    tutti_model_params mp = tutti_model_default_params();
-    tutti_model *model = tutti_model_load(path, &mp);
-    assert_non_null(model);
-    tutti_session_params sp = tutti_session_default_params();
-    sp.n_threads = 1;
-    tutti_session *ref = tutti_session_new(model, &sp);
-    assert_non_null(ref);
     int32_t V = fm->n_vocab, w[32];
     int32_t nw = tutti_tokenize(fm->vocab, TEXT, strlen(TEXT), true, false, w, 32);
     assert_true(nw > 12);
@@ -76,23 +97,14 @@ static void test_batch_from_rows(void **state) {
     const float *rows1[1];
     assert_int_equal(fm->logits_batch_from(fm, 1, ids1, n1, bad_from, o1, rows1), TUTTI_ERR);
     free(all), free(out);
-    tutti_session_free(ref);
-    tutti_model_free(model);
-    fm->vt->free(fm);
+    lazy_pair_close(&lp);
 }
 
 static void test_sibling_prefix_copy(void **state) {
     (void)state;
-    const char *path = shared_path(M_STORIES);
-    fusion_member *fm = fusion_member_local_new(path, 6, 0, 1);
-    assert_non_null(fm);
-    tutti_model_params mp = tutti_model_default_params();
-    tutti_model *model = tutti_model_load(path, &mp);
-    assert_non_null(model);
-    tutti_session_params sp = tutti_session_default_params();
-    sp.n_threads = 1;
-    tutti_session *ref = tutti_session_new(model, &sp);
-    assert_non_null(ref);
+    lazy_pair lp = lazy_pair_open();
+    fusion_member *fm = lp.fm;
+    tutti_session *ref = lp.ref;
     int32_t V = fm->n_vocab;
     int32_t p[12];
     int32_t np = tutti_tokenize(fm->vocab, "Once upon a time there", 22, true, false, p, 12);
@@ -122,9 +134,7 @@ static void test_sibling_prefix_copy(void **state) {
     }
     printf("siblings after a %d-token prefix: max |logit - own| = %.3g\n", np, worst);
     assert_true(worst < 1e-4);
-    tutti_session_free(ref);
-    tutti_model_free(model);
-    fm->vt->free(fm);
+    lazy_pair_close(&lp);
 }
 
 /* Sessions sharing a workspace (tutti_session_new_sharing, the member
