@@ -24,7 +24,7 @@ t1=$(now)
 cat "$tmp/err" >&2
 printf 'fused: %s bytes in %.2f s\n' "$(wc -c <"$tmp/out")" "$(echo "$t1 - $t0" | bc -l)"
 # generation only (loading left out), as each command reports it
-fgen=$(sed -n 's/.* bytes) in \([0-9.]*\) s .*/\1/p' "$tmp/err" | head -n 1)
+fgen=$(sed -n 's/^byte alignment.* in \([0-9.]*\) s (.*/\1/p' "$tmp/err" | head -n 1)
 sum=0 gsum=0
 for m in "$@"; do
     full=$(printf '%s' "$P"; cat "$tmp/out")
