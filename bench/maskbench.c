@@ -556,7 +556,6 @@ int main(int argc, char **argv) {
     w.V = tutti_vocab_n_tokens(w.v);
     if (logits) w.row = malloc(sizeof(float) * (size_t)w.V);
     else w.bits = malloc(sizeof(uint32_t) * (size_t)((w.V + 31) / 32));
-
     result *res = calloc((size_t)n_cases + 1, sizeof *res);
     bool *done = calloc((size_t)n_cases + 1, 1);
     run_stats st = {0};
