@@ -411,16 +411,36 @@ static void test_schedule_cache(void **state) {
     assert_true(ens_schedule_cache_get(key, &ts, &tp, path, sizeof path));
     assert_true(ts > 0 && tp > 0);
     /* the cached numbers decide: in turn faster, then concurrently faster */
-    ens_schedule_cache_put(key, 1e-3, 2e-3, path, sizeof path);
+    ens_schedule_cache_put(key, 1e-3, 2e-3, 0, path, sizeof path);
     e = make_ens_threads(a, b, 2);
     assert_non_null(e);
     assert_false(e->parallel);
     tutti_ensemble_free(e);
-    ens_schedule_cache_put(key, 2e-3, 1e-3, path, sizeof path);
+    ens_schedule_cache_put(key, 2e-3, 1e-3, 0, path, sizeof path);
     e = make_ens_threads(a, b, 2);
     assert_non_null(e);
     assert_true(e->parallel);
     tutti_ensemble_free(e);
+    /* a measurement taken on a busy machine holds for 10 minutes, then is
+     * measured again; a quiet one stays; a line of the earlier three-field
+     * format counts as quiet, and other keys' lines are kept on a write */
+    const int64_t now = (int64_t)time(NULL);
+    ens_schedule_cache_put(key, 1e-3, 2e-3, now - 30, path, sizeof path);
+    assert_true(ens_schedule_cache_get(key, &ts, &tp, path, sizeof path));
+    assert_true(ts == 1e-3 && tp == 2e-3);
+    ens_schedule_cache_put(key, 1e-3, 2e-3, now - 3600, path, sizeof path);
+    assert_false(ens_schedule_cache_get(key, &ts, &tp, path, sizeof path));
+    ens_schedule_cache_put(key3, 3e-3, 4e-3, 0, path, sizeof path);
+    assert_false(ens_schedule_cache_get(key, &ts, &tp, path, sizeof path));
+    assert_true(ens_schedule_cache_get(key3, &ts, &tp, path, sizeof path));
+    FILE *prev = fopen(path, "a");
+    assert_non_null(prev);
+    fprintf(prev, "%016llx 5e-3 6e-3\n", (unsigned long long)key);
+    fclose(prev);
+    assert_true(ens_schedule_cache_get(key, &ts, &tp, path, sizeof path));
+    assert_true(ts == 5e-3 && tp == 6e-3);
+    ens_schedule_cache_put(key, 2e-3, 1e-3, 0, path, sizeof path);
+    assert_true(ens_schedule_cache_get(key3, &ts, &tp, path, sizeof path) && ts == 3e-3);
     /* a changed model file (here: a copy with another mtime) is another key */
     char cp[512];
     snprintf(cp, sizeof cp, "%s/m.gguf", dir);

@@ -44,11 +44,16 @@ int ens_members_calibrate(fusion_member *const *m, int32_t n, int32_t n_threads_
 
 /* The calibration cached per machine, member files and thread counts.
  * key: -1 when a path cannot be resolved; get: true with the cached
- * seconds per step; put stores them (errors ignored); path[cap] receives
+ * seconds per step (a busy machine's entry only within 10 minutes of its
+ * measurement); put stores them (errors ignored) with busy_at, 0 for a
+ * quiet machine, else the Unix time of the measurement
+ * (ens_schedule_busy_at, read before measuring: a load average above the
+ * CPU count means other programs competed for them); path[cap] receives
  * the cache file's name. */
 int ens_schedule_cache_key(const char *const *paths, int32_t n, int32_t threads_each, int32_t threads_all,
                            uint64_t *key);
 bool ens_schedule_cache_get(uint64_t key, double *t_seq, double *t_par, char *path, size_t cap);
-void ens_schedule_cache_put(uint64_t key, double t_seq, double t_par, char *path, size_t cap);
+void ens_schedule_cache_put(uint64_t key, double t_seq, double t_par, int64_t busy_at, char *path, size_t cap);
+int64_t ens_schedule_busy_at(void);
 
 #endif

@@ -171,8 +171,9 @@ static int choose_schedule(tutti_ensemble *e, int asked, bool verbose, int32_t n
     bool have_key = ens_schedule_cache_key((const char *const *)e->path, e->n, per, n_threads, &key) == 0;
     bool cached = have_key && ens_schedule_cache_get(key, &t_seq, &t_par, cpath, sizeof cpath);
     if (!cached) {
+        int64_t busy_at = ens_schedule_busy_at(); /* before our own passes add to the load */
         if (ens_members_calibrate(e->m, e->n, per, n_threads, &t_seq, &t_par) < 0) return TUTTI_ERR;
-        if (have_key) ens_schedule_cache_put(key, t_seq, t_par, cpath, sizeof cpath);
+        if (have_key) ens_schedule_cache_put(key, t_seq, t_par, busy_at, cpath, sizeof cpath);
     }
     e->parallel = t_par <= t_seq;
     if (verbose)

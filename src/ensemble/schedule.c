@@ -7,7 +7,12 @@
  * member and mode: seconds on heavy members) once.
  *
  * File: $XDG_CACHE_HOME/tutti/schedule (else $HOME/.cache/tutti/schedule),
- * one line per key: "<key hex> <t_seq> <t_par>".  The key hashes the host
+ * one line per key: "<key hex> <t_seq> <t_par> <busy_at>".  busy_at is 0
+ * for a measurement on a machine no busier than its CPUs (load average at
+ * most the CPU count), else the time (Unix seconds) of a measurement taken
+ * while other programs competed for the CPUs: such a one describes that
+ * moment, not the machine, and is used for BUSY_TTL_S only (a three-field
+ * line of an earlier version counts as quiet).  The key hashes the host
  * name, the online CPU count, both thread counts and every member's
  * absolute path, size and modification time (a rebuilt or replaced model
  * is measured again).  A missing, unreadable or malformed file is a cache
@@ -19,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <math.h>
@@ -29,6 +35,9 @@
 #include "util/error.h"
 #include "util/file.h"
 #include "util/hash.h"
+
+/* how long a measurement taken on a busy machine is reused */
+#define BUSY_TTL_S 600
 
 /* ---- the cache ---- */
 
@@ -74,10 +83,14 @@ bool ens_schedule_cache_get(uint64_t key, double *t_seq, double *t_par, char *pa
     if (!f) return false;
     char line[256];
     bool found = false;
+    const long long now = (long long)time(NULL);
     while (fgets(line, sizeof line, f)) {
         unsigned long long k;
         double s, p;
-        if (sscanf(line, "%llx %lf %lf", &k, &s, &p) == 3 && k == key && s > 0 && p > 0 && s < 1e6 && p < 1e6) {
+        long long busy_at = 0;
+        int nf = sscanf(line, "%llx %lf %lf %lld", &k, &s, &p, &busy_at);
+        bool fresh = busy_at == 0 || (busy_at <= now + 60 && now - busy_at <= BUSY_TTL_S);
+        if (nf >= 3 && k == key && s > 0 && p > 0 && s < 1e6 && p < 1e6 && fresh) {
             *t_seq = s, *t_par = p; /* the last entry for a key wins */
             found = true;
         }
@@ -90,6 +103,7 @@ typedef struct cache_put {
     const char *path;
     uint64_t key;
     double t_seq, t_par;
+    int64_t busy_at;
 } cache_put;
 
 /* The old lines of other keys, then this one. */
@@ -102,24 +116,32 @@ static int write_cache(FILE *out, void *ctx) {
         while (fgets(line, sizeof line, in) && kept < 1000) {
             unsigned long long k;
             double s, p;
-            if (sscanf(line, "%llx %lf %lf", &k, &s, &p) == 3 && k != c->key) {
-                fprintf(out, "%016llx %.9g %.9g\n", k, s, p);
+            long long busy_at = 0;
+            if (sscanf(line, "%llx %lf %lf %lld", &k, &s, &p, &busy_at) >= 3 && k != c->key) {
+                fprintf(out, "%016llx %.9g %.9g %lld\n", k, s, p, busy_at);
                 kept++;
             }
         }
         fclose(in);
     }
-    fprintf(out, "%016llx %.9g %.9g\n", (unsigned long long)c->key, c->t_seq, c->t_par);
+    fprintf(out, "%016llx %.9g %.9g %lld\n", (unsigned long long)c->key, c->t_seq, c->t_par, (long long)c->busy_at);
     return 0;
 }
 
-void ens_schedule_cache_put(uint64_t key, double t_seq, double t_par, char *path, size_t cap) {
+void ens_schedule_cache_put(uint64_t key, double t_seq, double t_par, int64_t busy_at, char *path, size_t cap) {
     if (!cache_path(path, cap, true)) return;
     /* written to a temporary file and renamed (util/file.h), so a
      * concurrent reader sees the old file or the new one; a cache that
      * cannot be written is only slower next time */
-    cache_put c = {path, key, t_seq, t_par};
+    cache_put c = {path, key, t_seq, t_par, busy_at};
     (void)tutti_write_atomic(path, write_cache, &c);
+}
+
+int64_t ens_schedule_busy_at(void) {
+    double load = 0;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (getloadavg(&load, 1) != 1 || cpus < 1) return 0; /* unknown: as quiet, as before */
+    return load > (double)cpus ? (int64_t)time(NULL) : 0;
 }
 
 /* ---- the calibration ---- */
