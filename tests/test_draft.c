@@ -21,6 +21,9 @@
  *     fewer forward passes for the member the drafts help most; the
  *     first bytes' sampled frequencies against the plain run's fused rows
  *     (chi-square);
+ *   - re-spelling's tokens of a growing text (fusion_retok, retok.h) equal
+ *     the whole text's tokenization round by round for SPM and byte-level
+ *     BPE vocabularies, while most rounds tokenize only the tail;
  *   - errors (bad lengths, span alignment, prompt lookup in byte
  *     alignment) and the CLI (-md's output equal to the plain run's, the
  *     summary line, usage; byte alignment under `tutti run`). */
@@ -30,6 +33,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fusion/retok.h"
 #include "test_common.h"
 #include "tutti.h"
 
@@ -625,6 +629,76 @@ static void test_cli(void **state) {
     free(o);
 }
 
+/* fusion_retok against tutti_tokenize of the whole text: the committed
+ * text grows by 1-48 bytes a round and each round also tokenizes it with a
+ * continuation that the next round drops (a rejected draft), as
+ * respell_propose does. */
+static void test_retok(void **state) {
+    (void)state;
+    require_shared();
+    const char *vocabs[] = {"models/stories260K.gguf",
+                            "models/BabyLlama-tok361/babyllama-tok361.gguf",
+                            "models/vocab/ggml-vocab-llama-spm.gguf",
+                            "models/vocab/ggml-vocab-llama3.gguf",
+                            "models/vocab/ggml-vocab-gpt-2.gguf",
+                            "models/vocab/ggml-vocab-qwen3.gguf",
+                            "models/vocab/ggml-vocab-phi-3.gguf"};
+    size_t n_story, n_mixed;
+    char *story = read_file(shared_path("eval/stories-dev.txt"), &n_story);
+    char *mixed = read_file(shared_path("eval/mixed-dev.txt"), &n_mixed);
+    assert_non_null(story);
+    assert_non_null(mixed);
+    int32_t len = 3000;
+    char *text = malloc((size_t)len * 2 + 64);
+    memcpy(text, story, 2000);
+    memcpy(text + 2000, mixed + n_mixed / 2, 1000); /* other scripts, digits, newlines */
+    int32_t *want = malloc(sizeof(int32_t) * (size_t)(len * 2 + 64));
+    for (size_t f = 0; f < sizeof vocabs / sizeof *vocabs; f++) {
+        tutti_vocab *v = tutti_vocab_load(shared_path(vocabs[f]));
+        assert_non_null(v);
+        bool bos = tutti_vocab_add_bos(v);
+        fusion_retok r = {0};
+        uint64_t rng = 12345;
+        int32_t rounds = 0, bad = 0;
+        for (int32_t at = 1; at < len; rounds++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            at += 1 + (int32_t)((rng >> 33) % 48);
+            if (at > len) at = len;
+            for (int pass = 0; pass < 2; pass++) {
+                /* pass 1: the text with a continuation of the next bytes' reverse */
+                char *t = text;
+                int32_t n = at;
+                char buf[3200];
+                if (pass) {
+                    memcpy(buf, text, (size_t)at);
+                    for (int32_t j = 0; j < 12 && at + j < len; j++)
+                        buf[at + j] = text[at + 11 - j < len ? at + 11 - j : at];
+                    n = at + 12 < len ? at + 12 : len;
+                    t = buf;
+                }
+                int32_t m = fusion_retok_update(&r, v, bos, t, n);
+                int32_t w = tutti_tokenize(v, t, (size_t)n, bos, false, want, len * 2 + 64);
+                assert_true(w > 0);
+                if (m != w || memcmp(r.ids, want, sizeof(int32_t) * (size_t)w)) {
+                    bad++;
+                    int32_t i = 0;
+                    while (i < m && i < w && r.ids[i] == want[i]) i++;
+                    int32_t b0 = i > 0 ? r.end[i - 1] : 0;
+                    fprintf(stderr, "retok %s: differs at token %d, byte %d: \"%.*s\"\n", vocabs[f], i, b0,
+                            n - b0 < 40 ? n - b0 : 40, t + b0);
+                }
+            }
+        }
+        fprintf(stderr, "retok %s: %d rounds, %lld whole, %lld tail, %d differ\n", vocabs[f], rounds,
+                (long long)r.n_full, (long long)r.n_tail, bad);
+        assert_int_equal(bad, 0);
+        assert_true(r.n_tail >= 3 * r.n_full); /* the tail is what is tokenized */
+        fusion_retok_free(&r);
+        tutti_vocab_free(v);
+    }
+    free(want), free(text), free(story), free(mixed);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_identity),
@@ -635,6 +709,7 @@ int main(void) {
         cmocka_unit_test(test_ensemble_greedy),
         cmocka_unit_test(test_byte_greedy),
         cmocka_unit_test(test_byte_sampled),
+        cmocka_unit_test(test_retok),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_cli),
     };

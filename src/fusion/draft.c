@@ -47,6 +47,7 @@ void fusion_draft_free(fusion_draft *d) {
     tutti_sampler_free(d->smp);
     free(d->tok), free(d->q), free(d->scratch);
     free(d->text), free(d->dids), free(d->tids);
+    fusion_retok_free(&d->rd), fusion_retok_free(&d->rt);
     free(d);
 }
 
@@ -156,6 +157,16 @@ static int32_t greedy_continue(fusion_draft *d, int32_t nd, int32_t k, int32_t *
     return j;
 }
 
+/* v's tokens of text[0..n) into out[0..cap) through r (retok.h: only the
+ * text's tail is tokenized again); 0 where it does not tokenize or has
+ * more than cap tokens, TUTTI_ERR. */
+static int32_t retok(fusion_retok *r, const tutti_vocab *v, const char *text, int32_t n, int32_t *out, int32_t cap) {
+    int32_t m = fusion_retok_update(r, v, tutti_vocab_add_bos(v), text, n);
+    if (m <= 0 || m > cap) return m < 0 ? m : 0;
+    memcpy(out, r->ids, sizeof(int32_t) * (size_t)m);
+    return m;
+}
+
 /* A draft with another tokenizer: the committed text (member 1's tokens
  * decoded) is tokenized by the draft, which continues it greedily while
  * confident; the text with the continuation is tokenized by member 1, and
@@ -170,11 +181,12 @@ static int32_t respell_propose(fusion_draft *d, int32_t *ids, int32_t n, int32_t
     d->n = 0;
     int32_t nt = tutti_detokenize(d->target, ids, n, d->text, tcap);
     if (nt < 0) return 0;
-    int32_t nd = tutti_tokenize(dv, d->text, (size_t)nt, tutti_vocab_add_bos(dv), false, d->dids, d->cap);
-    if (nd <= 0) return 0;
+    int32_t nd = retok(&d->rd, dv, d->text, nt, d->dids, d->cap);
+    if (nd <= 0) return nd;
     int32_t j = greedy_continue(d, nd, k, &nt, tcap);
     if (j <= 0) return j;
-    int32_t nr = tutti_tokenize(d->target, d->text, (size_t)nt, tutti_vocab_add_bos(d->target), false, d->tids, d->cap);
+    int32_t nr = retok(&d->rt, d->target, d->text, nt, d->tids, d->cap);
+    if (nr <= 0) return nr;
     int32_t at = respell_boundary(d, ids, n, nr);
     if (at < 0) return 0;
     return propose_one_hot(d, d->tids + at, k < nr - at ? k : nr - at, ids, n);
@@ -242,8 +254,9 @@ int32_t fusion_draft_propose_bytes(fusion_draft *d, const char *text, size_t n, 
     }
     memcpy(d->text, text, n);
     int32_t nt = (int32_t)n;
-    int32_t nd = tutti_tokenize(dv, d->text, n, tutti_vocab_add_bos(dv), false, d->dids, d->cap);
-    if (nd <= 0 || nd > d->m->n_ctx) return 0; /* nothing to condition on, or more than the draft's context */
+    int32_t nd = retok(&d->rd, dv, d->text, (int32_t)n, d->dids, d->cap);
+    if (nd < 0) return nd;
+    if (nd == 0 || nd > d->m->n_ctx) return 0; /* nothing to condition on, or more than the draft's context */
     int32_t j = greedy_continue(d, nd, k, &nt, d->cap_text);
     if (j <= 0) return j;
     if (j < d->p.n_min) return 0;

@@ -16,6 +16,7 @@
 #define TUTTI_FUSION_DRAFT_H
 
 #include "fusion/ensemble_impl.h"
+#include "fusion/retok.h"
 
 typedef struct fusion_draft {
     fusion_member *m; /* the ensemble's draft (borrowed); NULL: prompt lookup (p.lookup_n) */
@@ -33,6 +34,7 @@ typedef struct fusion_draft {
     const tutti_vocab *target;
     char *text;
     int32_t cap, *dids, *tids;
+    fusion_retok rd, rt; /* the draft's and member 1's tokens of the text, kept between rounds */
     /* byte alignment (fusion_draft_new_bytes): text and dids grow as the
      * text does (cap_text bytes, cap ids); tok, q, tids unused */
     bool bytes;
